@@ -1,0 +1,32 @@
+# bertcc top-level Makefile: thin wrapper around CMake.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+
+.PHONY: all build deps test test-asan demo bench clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: deps build
+	@cd $(BUILD) && ctest --output-on-failure
+
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target bertcc_tests
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(ASAN_BUILD)/bertcc_tests
+
+demo: deps build
+	@./scripts/demo.sh $(BUILD)/bertcc
+
+bench: deps build
+	@./bench/peer_bench.sh $(BUILD)/bertcc
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
