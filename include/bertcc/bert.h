@@ -1,0 +1,77 @@
+// BERT: BertModel (encoder + pooler) and BertForPreTraining (MLM head tied to the word
+// embeddings, run only on masked positions; NSP head). One flat fp32 buffer for parameters and
+// one for gradients, laid out by the ParamTable with Hugging Face names.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "bertcc/config.h"
+#include "bertcc/dtype.h"
+#include "bertcc/params.h"
+#include "bertcc/rng.h"
+
+namespace bertcc {
+
+// A batch in model form. Sizes B x T; masked-LM labels are per token, -1 = ignored.
+struct BertBatch {
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> input_ids, segment_ids, input_mask, mlm_labels;  // [B*T]
+  std::vector<int32_t> nsp_labels;                                       // [B]
+  void validate(const BertConfig& c, const std::string& where) const;   // throws naming the field
+};
+
+struct PretrainLoss {
+  double loss = 0, mlm_loss = 0, nsp_loss = 0;
+  int64_t mlm_count = 0, mlm_correct = 0, nsp_correct = 0;
+};
+
+enum class Heads { None, PreTraining };
+
+class Bert {
+ public:
+  Bert(const BertConfig& config, Heads heads);
+  ~Bert();
+  Bert(const Bert&) = delete;
+  Bert& operator=(const Bert&) = delete;
+
+  const BertConfig& config() const { return cfg_; }
+  Heads heads() const { return heads_; }
+  const ParamTable& table() const { return table_; }
+  std::vector<float>& params() { return params_; }
+  std::vector<float>& grads() { return grads_; }
+  float* param(const std::string& name) { return params_.data() + table_.at(name).offset; }
+  float* grad(const std::string& name) { return grads_.data() + table_.at(name).offset; }
+
+  // HF/Google initialisation: N(0, initializer_range) weights, zero biases, LayerNorm 1/0,
+  // the padding row of the word embeddings zeroed.
+  void init_weights(uint64_t seed);
+  void zero_grad();
+
+  // Pre-training forward (and backward if `backward`): loss = mean MLM CE + mean NSP CE.
+  // Dropout is applied when `training`; its randomness comes from `rng` (advanced).
+  PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng);
+
+  // BertModel: sequence output [B,T,C] and pooled output [B,C] (valid until the next call).
+  void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng);
+  const float* sequence_output() const;
+  const float* pooled_output() const;
+  // Backward from gradients of the sequence output (may be null) and the pooled output (may be null).
+  void encode_backward(const float* dseq, const float* dpooled, Precision prec);
+
+  // FLOPs of one forward pass for (B, T) with M masked positions (GEMMs only).
+  static double forward_flops(const BertConfig& c, int64_t B, int64_t T, int64_t M, bool heads);
+
+ private:
+  struct Acts;
+  void ensure_acts(int64_t B, int64_t T);
+
+  BertConfig cfg_;
+  Heads heads_;
+  ParamTable table_;
+  std::vector<float> params_, grads_;
+  std::unique_ptr<Acts> acts_;
+  std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
+};
+
+}  // namespace bertcc

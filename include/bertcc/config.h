@@ -1,0 +1,35 @@
+// BERT configuration: Hugging Face config.json keys (Google's bert_config.json accepted).
+#pragma once
+#include <string>
+
+namespace bertcc {
+
+enum class Activation { GeluErf, GeluTanh };
+
+struct BertConfig {
+  int vocab_size = 30522;
+  int hidden_size = 768;
+  int num_hidden_layers = 12;
+  int num_attention_heads = 12;
+  int intermediate_size = 3072;
+  std::string hidden_act = "gelu";
+  float hidden_dropout_prob = 0.1f;
+  float attention_probs_dropout_prob = 0.1f;
+  int max_position_embeddings = 512;
+  int type_vocab_size = 2;
+  float initializer_range = 0.02f;
+  float layer_norm_eps = 1e-12f;  // BERT's value; never 1e-5
+
+  Activation activation() const;
+  int head_size() const { return hidden_size / num_attention_heads; }
+  void validate(const std::string& where) const;  // throws naming the field
+};
+
+// Reads config.json (or bert_config.json); errors name the file and the field.
+BertConfig load_config(const std::string& path);
+// Writes HF-layout config.json (model_type bert, architectures) atomically.
+void save_config(const BertConfig& c, const std::string& path, const std::string& architecture);
+// Presets: bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large. Or a path.
+BertConfig config_from_name_or_path(const std::string& name_or_path);
+
+}  // namespace bertcc

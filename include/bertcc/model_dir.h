@@ -1,0 +1,24 @@
+// Hugging Face model directories: config.json (or Google's bert_config.json),
+// model.safetensors with HF names, vocab.txt.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "bertcc/bert.h"
+
+namespace bertcc {
+
+// Loads config and weights. Accepts: names with or without the "bert." prefix, legacy
+// LayerNorm gamma/beta, a missing tied cls.predictions.decoder.weight, an optional
+// cls.predictions.decoder.bias. Unknown or missing tensors and shape mismatches throw,
+// naming the tensor. Pre-training head tensors are skipped (with a note) when heads == None.
+std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads);
+void load_weights(Bert& model, const std::string& safetensors_path);
+
+// Writes config.json, model.safetensors (F32, HF names) and, if given, a copy of vocab.txt.
+void save_model_dir(const Bert& model, const std::string& dir, const std::string& vocab_path = "");
+
+// Canonical HF name for a stored name ("" if it is a buffer we ignore, e.g. position_ids).
+std::string canonical_param_name(const std::string& stored);
+
+}  // namespace bertcc

@@ -1,0 +1,34 @@
+// One parameter table: {HF name, shape, offset, weight-decay flag} over one flat buffer.
+// Optimizers read the decay flag from here; nobody matches names with regexes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace bertcc {
+
+struct ParamEntry {
+  std::string name;            // Hugging Face name, e.g. "bert.encoder.layer.0.attention.self.query.weight"
+  std::vector<int64_t> shape;  // HF/PyTorch shape ([out, in] for Linear weights)
+  size_t offset = 0;           // in elements, into the flat buffers
+  size_t numel = 0;
+  bool weight_decay = true;    // false for biases and LayerNorm parameters
+};
+
+class ParamTable {
+ public:
+  // Appends an entry; returns its offset.
+  size_t add(const std::string& name, std::vector<int64_t> shape, bool weight_decay);
+  const std::vector<ParamEntry>& entries() const { return entries_; }
+  size_t total() const { return total_; }
+  const ParamEntry* find(const std::string& name) const;
+  const ParamEntry& at(const std::string& name) const;  // throws naming the tensor
+
+ private:
+  std::vector<ParamEntry> entries_;
+  std::unordered_map<std::string, size_t> index_;
+  size_t total_ = 0;
+};
+
+}  // namespace bertcc

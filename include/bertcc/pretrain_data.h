@@ -1,0 +1,27 @@
+// NVIDIA pre-training shards (HDF5): input_ids i4 [N,S], input_mask i1, segment_ids i1,
+// masked_lm_positions i4 [N,P], masked_lm_ids i4 [N,P], next_sentence_labels i1 [N].
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bertcc/bert.h"
+
+namespace bertcc {
+
+struct PretrainShard {
+  int64_t N = 0, S = 0, P = 0;
+  std::vector<int32_t> input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids, next_sentence_labels;
+};
+
+// Reads a whole shard; errors name the file and the dataset.
+PretrainShard read_pretrain_shard(const std::string& path);
+
+// Rows [first, first+count) as a model batch. Masked-LM labels follow NVIDIA's loader: a row's
+// position list ends at its first 0 entry; every other token is ignored (-1).
+BertBatch make_pretrain_batch(const PretrainShard& shard, int64_t first, int64_t count, const std::string& where);
+
+// Writes a shard in the same layout (gzip level 4), atomically (used by tests and tools).
+void write_pretrain_shard(const std::string& path, const PretrainShard& shard);
+
+}  // namespace bertcc

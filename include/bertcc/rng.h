@@ -1,0 +1,30 @@
+// Counter-based RNG (Philox4x32-10). The whole state is (seed, offset): saveable, and any
+// element's random number can be regenerated without keeping masks around.
+#pragma once
+#include <array>
+#include <cstdint>
+
+namespace bertcc {
+
+std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key);
+
+// Uniform float in [0, 1) with 24 random bits.
+inline float u32_to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+
+struct Rng {
+  uint64_t seed = 0;
+  uint64_t offset = 0;  // advanced by every consumer; saved in checkpoints
+
+  // Reserve `n` counters for one consumer and return the first one.
+  uint64_t reserve(uint64_t n) {
+    uint64_t o = offset;
+    offset += n;
+    return o;
+  }
+  // The i-th uniform of the stream that starts at counter `base`.
+  float uniform(uint64_t base, uint64_t i) const;
+  uint32_t next_u32();  // sequential use (data shuffling, init)
+  float next_normal();  // Box-Muller
+};
+
+}  // namespace bertcc

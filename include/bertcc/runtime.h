@@ -1,0 +1,19 @@
+// Runtime: thread count, CPU feature report. The compute backend seam: kernels take a
+// `Precision` and raw pointers; today the only backend is the CPU (oneDNN + OpenMP).
+#pragma once
+#include <string>
+
+namespace bertcc {
+
+void set_threads(int n);  // OpenMP and oneDNN; n <= 0 keeps the default
+int threads();
+
+struct CpuReport {
+  bool avx512f = false, avx512_bf16 = false, amx_bf16 = false;
+  std::string onednn_isa;  // what oneDNN will dispatch to
+};
+CpuReport cpu_report();
+// One line for start-up logs; says plainly when bf16 runs without AMX or without native bf16.
+std::string describe_backend(bool bf16_requested);
+
+}  // namespace bertcc

@@ -1,0 +1,134 @@
+#include "bertcc/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+
+namespace bertcc {
+
+Activation BertConfig::activation() const {
+  if (hidden_act == "gelu") return Activation::GeluErf;
+  if (hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu_fast")
+    return Activation::GeluTanh;
+  fail("config: hidden_act '", hidden_act, "' is not supported (gelu, gelu_new, gelu_pytorch_tanh)");
+}
+
+void BertConfig::validate(const std::string& where) const {
+  auto pos = [&](const char* field, long v) {
+    BERTCC_CHECK(v > 0, where, ": field '", field, "' must be positive, got ", v);
+  };
+  pos("vocab_size", vocab_size);
+  pos("hidden_size", hidden_size);
+  pos("num_hidden_layers", num_hidden_layers);
+  pos("num_attention_heads", num_attention_heads);
+  pos("intermediate_size", intermediate_size);
+  pos("max_position_embeddings", max_position_embeddings);
+  pos("type_vocab_size", type_vocab_size);
+  BERTCC_CHECK(hidden_size % num_attention_heads == 0, where,
+               ": field 'hidden_size' (", hidden_size, ") is not a multiple of 'num_attention_heads' (",
+               num_attention_heads, ")");
+  BERTCC_CHECK(hidden_dropout_prob >= 0 && hidden_dropout_prob < 1, where,
+               ": field 'hidden_dropout_prob' must be in [0, 1)");
+  BERTCC_CHECK(attention_probs_dropout_prob >= 0 && attention_probs_dropout_prob < 1, where,
+               ": field 'attention_probs_dropout_prob' must be in [0, 1)");
+  BERTCC_CHECK(layer_norm_eps > 0, where, ": field 'layer_norm_eps' must be positive");
+  try {
+    (void)activation();
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+}
+
+BertConfig load_config(const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": invalid JSON: ", e.what());
+  }
+  BERTCC_CHECK(j.is_object(), path, ": expected a JSON object");
+  BertConfig c;
+  auto get_int = [&](const char* k, int& dst, bool required) {
+    if (!j.contains(k)) {
+      BERTCC_CHECK(!required, path, ": missing field '", k, "'");
+      return;
+    }
+    BERTCC_CHECK(j[k].is_number_integer(), path, ": field '", k, "' must be an integer");
+    dst = j[k].get<int>();
+  };
+  auto get_float = [&](const char* k, float& dst) {
+    if (!j.contains(k) || j[k].is_null()) return;
+    BERTCC_CHECK(j[k].is_number(), path, ": field '", k, "' must be a number");
+    dst = j[k].get<float>();
+  };
+  get_int("vocab_size", c.vocab_size, true);
+  get_int("hidden_size", c.hidden_size, true);
+  get_int("num_hidden_layers", c.num_hidden_layers, true);
+  get_int("num_attention_heads", c.num_attention_heads, true);
+  get_int("intermediate_size", c.intermediate_size, true);
+  get_int("max_position_embeddings", c.max_position_embeddings, false);
+  get_int("type_vocab_size", c.type_vocab_size, false);
+  get_float("hidden_dropout_prob", c.hidden_dropout_prob);
+  get_float("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+  get_float("initializer_range", c.initializer_range);
+  get_float("layer_norm_eps", c.layer_norm_eps);
+  if (j.contains("hidden_act")) {
+    BERTCC_CHECK(j["hidden_act"].is_string(), path, ": field 'hidden_act' must be a string");
+    c.hidden_act = j["hidden_act"].get<std::string>();
+  }
+  if (j.contains("position_embedding_type") && j["position_embedding_type"].is_string()) {
+    BERTCC_CHECK(j["position_embedding_type"] == "absolute", path,
+                 ": field 'position_embedding_type' must be 'absolute' (relative positions are not supported)");
+  }
+  c.validate(path);
+  return c;
+}
+
+void save_config(const BertConfig& c, const std::string& path, const std::string& architecture) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {architecture};
+  j["model_type"] = "bert";
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["intermediate_size"] = c.intermediate_size;
+  j["hidden_act"] = c.hidden_act;
+  j["hidden_dropout_prob"] = c.hidden_dropout_prob;
+  j["attention_probs_dropout_prob"] = c.attention_probs_dropout_prob;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["type_vocab_size"] = c.type_vocab_size;
+  j["initializer_range"] = c.initializer_range;
+  j["layer_norm_eps"] = c.layer_norm_eps;
+  j["pad_token_id"] = 0;
+  j["position_embedding_type"] = "absolute";
+  j["torch_dtype"] = "float32";
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+BertConfig config_from_name_or_path(const std::string& s) {
+  struct Preset { const char* name; int L, H; };
+  static const Preset presets[] = {{"bert-tiny", 2, 128},   {"bert-mini", 4, 256},  {"bert-small", 4, 512},
+                                   {"bert-medium", 8, 512}, {"bert-base", 12, 768}, {"bert-large", 24, 1024}};
+  for (const auto& p : presets) {
+    if (s == p.name) {
+      BertConfig c;
+      c.num_hidden_layers = p.L;
+      c.hidden_size = p.H;
+      c.num_attention_heads = p.H / 64;
+      c.intermediate_size = 4 * p.H;
+      return c;
+    }
+  }
+  if (file_exists(s)) {
+    std::string path = s;
+    if (file_exists(join_path(s, "config.json"))) path = join_path(s, "config.json");
+    else if (file_exists(join_path(s, "bert_config.json"))) path = join_path(s, "bert_config.json");
+    return load_config(path);
+  }
+  fail("config '", s, "' is neither a preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, ",
+       "bert-large) nor an existing file or model directory");
+}
+
+}  // namespace bertcc

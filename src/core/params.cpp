@@ -1,0 +1,33 @@
+#include "bertcc/params.h"
+
+#include "bertcc/error.h"
+
+namespace bertcc {
+
+size_t ParamTable::add(const std::string& name, std::vector<int64_t> shape, bool weight_decay) {
+  BERTCC_CHECK(!index_.count(name), "parameter table: duplicate tensor '", name, "'");
+  ParamEntry e;
+  e.name = name;
+  e.numel = 1;
+  for (int64_t d : shape) e.numel *= static_cast<size_t>(d);
+  e.shape = std::move(shape);
+  e.offset = total_;
+  e.weight_decay = weight_decay;
+  total_ += e.numel;
+  index_[name] = entries_.size();
+  entries_.push_back(std::move(e));
+  return entries_.back().offset;
+}
+
+const ParamEntry* ParamTable::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+const ParamEntry& ParamTable::at(const std::string& name) const {
+  const ParamEntry* e = find(name);
+  BERTCC_CHECK(e, "parameter table: no tensor named '", name, "'");
+  return *e;
+}
+
+}  // namespace bertcc

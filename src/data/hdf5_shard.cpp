@@ -1,0 +1,139 @@
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/pretrain_data.h"
+
+namespace bertcc {
+namespace {
+
+struct H5Quiet {  // our errors name file and dataset; silence HDF5's own stack dumps
+  H5Quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+
+struct Handle {
+  hid_t id;
+  herr_t (*close)(hid_t);
+  ~Handle() {
+    if (id >= 0) close(id);
+  }
+};
+
+std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* name, int rank,
+                              std::vector<hsize_t>& dims) {
+  BERTCC_CHECK(H5Lexists(file, name, H5P_DEFAULT) > 0, path, ": missing dataset '", name, "'");
+  Handle ds{H5Dopen2(file, name, H5P_DEFAULT), H5Dclose};
+  BERTCC_CHECK(ds.id >= 0, path, ": cannot open dataset '", name, "'");
+  Handle sp{H5Dget_space(ds.id), H5Sclose};
+  const int r = H5Sget_simple_extent_ndims(sp.id);
+  BERTCC_CHECK(r == rank, path, ": dataset '", name, "' has rank ", r, ", expected ", rank);
+  dims.assign(static_cast<size_t>(rank), 0);
+  H5Sget_simple_extent_dims(sp.id, dims.data(), nullptr);
+  Handle ty{H5Dget_type(ds.id), H5Tclose};
+  BERTCC_CHECK(H5Tget_class(ty.id) == H5T_INTEGER, path, ": dataset '", name, "' is not an integer dataset");
+  size_t n = 1;
+  for (hsize_t d : dims) n *= static_cast<size_t>(d);
+  std::vector<int32_t> out(n);
+  if (n > 0)
+    BERTCC_CHECK(H5Dread(ds.id, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0, path,
+                 ": cannot read dataset '", name, "' (truncated or corrupt file?)");
+  return out;
+}
+
+}  // namespace
+
+PretrainShard read_pretrain_shard(const std::string& path) {
+  static H5Quiet quiet;
+  BERTCC_CHECK(file_exists(path), path, ": no such file");
+  BERTCC_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file");
+  Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  BERTCC_CHECK(f.id >= 0, path, ": cannot open HDF5 file");
+  PretrainShard s;
+  std::vector<hsize_t> d;
+  s.input_ids = read_i32(f.id, path, "input_ids", 2, d);
+  s.N = static_cast<int64_t>(d[0]);
+  s.S = static_cast<int64_t>(d[1]);
+  auto same2 = [&](const char* name, std::vector<int32_t>& dst, int64_t cols) {
+    std::vector<hsize_t> dd;
+    dst = read_i32(f.id, path, name, 2, dd);
+    BERTCC_CHECK(static_cast<int64_t>(dd[0]) == s.N && (cols < 0 || static_cast<int64_t>(dd[1]) == cols), path,
+                 ": dataset '", name, "' has shape [", dd[0], ",", dd[1], "], inconsistent with input_ids [", s.N, ",",
+                 s.S, "]");
+    return static_cast<int64_t>(dd[1]);
+  };
+  same2("input_mask", s.input_mask, s.S);
+  same2("segment_ids", s.segment_ids, s.S);
+  s.P = same2("masked_lm_positions", s.masked_lm_positions, -1);
+  same2("masked_lm_ids", s.masked_lm_ids, s.P);
+  s.next_sentence_labels = read_i32(f.id, path, "next_sentence_labels", 1, d);
+  BERTCC_CHECK(static_cast<int64_t>(d[0]) == s.N, path, ": dataset 'next_sentence_labels' has ", d[0],
+               " rows, input_ids has ", s.N);
+  return s;
+}
+
+BertBatch make_pretrain_batch(const PretrainShard& s, int64_t first, int64_t count, const std::string& where) {
+  BERTCC_CHECK(first >= 0 && count > 0 && first + count <= s.N, where, ": rows [", first, ",", first + count,
+               ") outside the shard's ", s.N, " rows");
+  BertBatch b;
+  b.B = count;
+  b.T = s.S;
+  const size_t o = static_cast<size_t>(first * s.S), n = static_cast<size_t>(count * s.S);
+  b.input_ids.assign(s.input_ids.begin() + o, s.input_ids.begin() + o + n);
+  b.input_mask.assign(s.input_mask.begin() + o, s.input_mask.begin() + o + n);
+  b.segment_ids.assign(s.segment_ids.begin() + o, s.segment_ids.begin() + o + n);
+  b.mlm_labels.assign(n, -1);
+  for (int64_t r = 0; r < count; ++r) {
+    const int32_t* pos = s.masked_lm_positions.data() + (first + r) * s.P;
+    const int32_t* ids = s.masked_lm_ids.data() + (first + r) * s.P;
+    for (int64_t k = 0; k < s.P; ++k) {
+      if (pos[k] == 0) break;  // NVIDIA: the list ends at the first 0 position
+      BERTCC_CHECK(pos[k] > 0 && pos[k] < s.S, where, ": masked_lm_positions[", first + r, "][", k, "] = ", pos[k],
+                   " outside [1, ", s.S, ")");
+      b.mlm_labels[static_cast<size_t>(r * s.S + pos[k])] = ids[k];
+    }
+    b.nsp_labels.push_back(s.next_sentence_labels[static_cast<size_t>(first + r)]);
+  }
+  return b;
+}
+
+void write_pretrain_shard(const std::string& path, const PretrainShard& s) {
+  static H5Quiet quiet;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    Handle f{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
+    BERTCC_CHECK(f.id >= 0, path, ": cannot create HDF5 file");
+    auto put = [&](const char* name, const std::vector<int32_t>& v, hid_t type, std::vector<hsize_t> dims) {
+      Handle sp{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
+      Handle pl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+      if (dims[0] > 0) {
+        H5Pset_chunk(pl.id, static_cast<int>(dims.size()), dims.data());
+        H5Pset_deflate(pl.id, 4);
+      }
+      Handle ds{H5Dcreate2(f.id, name, type, sp.id, H5P_DEFAULT, pl.id, H5P_DEFAULT), H5Dclose};
+      BERTCC_CHECK(ds.id >= 0, path, ": cannot create dataset '", name, "'");
+      if (!v.empty())
+        BERTCC_CHECK(H5Dwrite(ds.id, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, path,
+                     ": cannot write dataset '", name, "'");
+    };
+    const hsize_t N = static_cast<hsize_t>(s.N), S = static_cast<hsize_t>(s.S), P = static_cast<hsize_t>(s.P);
+    put("input_ids", s.input_ids, H5T_STD_I32LE, {N, S});
+    put("input_mask", s.input_mask, H5T_STD_I8LE, {N, S});
+    put("segment_ids", s.segment_ids, H5T_STD_I8LE, {N, S});
+    put("masked_lm_positions", s.masked_lm_positions, H5T_STD_I32LE, {N, P});
+    put("masked_lm_ids", s.masked_lm_ids, H5T_STD_I32LE, {N, P});
+    put("next_sentence_labels", s.next_sentence_labels, H5T_STD_I8LE, {N});
+    BERTCC_CHECK(H5Fflush(f.id, H5F_SCOPE_GLOBAL) >= 0, path, ": flush failed");
+  }
+  // fsync + rename through the atomic writer's guarantees
+  FILE* fp = std::fopen(tmp.c_str(), "rb+");
+  if (fp) {
+    ::fsync(fileno(fp));
+    std::fclose(fp);
+  }
+  BERTCC_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename failed");
+}
+
+}  // namespace bertcc

@@ -1,0 +1,106 @@
+#include "bertcc/model_dir.h"
+
+#include <sys/stat.h>
+
+#include <iostream>
+#include <set>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/safetensors.h"
+
+namespace bertcc {
+
+static bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+std::string canonical_param_name(const std::string& stored) {
+  std::string n = stored;
+  if (ends_with(n, "position_ids")) return "";  // a buffer, not a parameter
+  if (n.rfind("bert.", 0) != 0 && n.rfind("cls.", 0) != 0) n = "bert." + n;  // BertModel checkpoints
+  if (ends_with(n, "LayerNorm.gamma")) n = n.substr(0, n.size() - 5) + "weight";
+  if (ends_with(n, "LayerNorm.beta")) n = n.substr(0, n.size() - 4) + "bias";
+  return n;
+}
+
+static std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+void load_weights(Bert& model, const std::string& path) {
+  SafetensorsFile f(path);
+  const ParamTable& table = model.table();
+  std::set<std::string> loaded;
+  const StTensor* decoder_bias = nullptr;
+  int skipped_heads = 0;
+  for (const auto& t : f.tensors()) {
+    const std::string name = canonical_param_name(t.name);
+    if (name.empty()) continue;
+    if (name == "cls.predictions.decoder.weight") {  // tied to the word embeddings
+      const auto& wte = table.at("bert.embeddings.word_embeddings.weight");
+      BERTCC_CHECK(t.shape == wte.shape, path, ": tensor '", t.name, "' has shape ", shape_str(t.shape),
+                   ", expected ", shape_str(wte.shape), " (tied to the word embeddings)");
+      continue;
+    }
+    if (name == "cls.predictions.decoder.bias") {
+      decoder_bias = &t;
+      continue;
+    }
+    const ParamEntry* e = table.find(name);
+    if (!e && model.heads() == Heads::None && name.rfind("cls.", 0) == 0) {
+      ++skipped_heads;
+      continue;
+    }
+    BERTCC_CHECK(e, path, ": unknown tensor '", t.name, "' (not a parameter of this BERT model)");
+    BERTCC_CHECK(t.shape == e->shape, path, ": tensor '", t.name, "' has shape ", shape_str(t.shape), ", expected ",
+                 shape_str(e->shape));
+    BERTCC_CHECK(!loaded.count(name), path, ": tensor '", name, "' appears twice (e.g. as gamma and weight)");
+    f.read_f32(t, model.params().data() + e->offset);
+    loaded.insert(name);
+  }
+  if (decoder_bias && table.find("cls.predictions.bias") && !loaded.count("cls.predictions.bias")) {
+    const ParamEntry& e = table.at("cls.predictions.bias");
+    BERTCC_CHECK(decoder_bias->shape == e.shape, path, ": tensor 'cls.predictions.decoder.bias' has shape ",
+                 shape_str(decoder_bias->shape), ", expected ", shape_str(e.shape));
+    f.read_f32(*decoder_bias, model.params().data() + e.offset);
+    loaded.insert("cls.predictions.bias");
+  }
+  for (const auto& e : table.entries())
+    BERTCC_CHECK(loaded.count(e.name), path, ": missing tensor '", e.name, "'");
+  if (skipped_heads)
+    std::cerr << "note: " << path << ": " << skipped_heads << " pre-training head tensors (cls.*) not used\n";
+}
+
+std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads) {
+  std::string cfg = join_path(dir, "config.json");
+  if (!file_exists(cfg)) cfg = join_path(dir, "bert_config.json");
+  BERTCC_CHECK(file_exists(cfg), dir, ": no config.json or bert_config.json in the model directory");
+  auto model = std::make_unique<Bert>(load_config(cfg), heads);
+  const std::string st = join_path(dir, "model.safetensors");
+  if (!file_exists(st)) {
+    BERTCC_CHECK(!file_exists(join_path(dir, "pytorch_model.bin")), dir,
+                 ": only pytorch_model.bin found; bertcc reads model.safetensors (convert with "
+                 "safetensors.torch.save_file)");
+    fail(dir, ": no model.safetensors in the model directory");
+  }
+  load_weights(*model, st);
+  return model;
+}
+
+void save_model_dir(const Bert& model, const std::string& dir, const std::string& vocab_path) {
+  ::mkdir(dir.c_str(), 0755);
+  struct stat st;
+  BERTCC_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), dir, ": cannot create model directory");
+  std::vector<StWrite> w;
+  auto& m = const_cast<Bert&>(model);
+  for (const auto& e : model.table().entries()) w.push_back({e.name, e.shape, m.params().data() + e.offset});
+  write_safetensors(join_path(dir, "model.safetensors"), w);
+  save_config(model.config(), join_path(dir, "config.json"),
+              model.heads() == Heads::PreTraining ? "BertForPreTraining" : "BertModel");
+  if (!vocab_path.empty()) write_file_atomic(join_path(dir, "vocab.txt"), read_file(vocab_path));
+}
+
+}  // namespace bertcc

@@ -1,0 +1,181 @@
+// Multi-head self-attention on a packed qkv[B,T,3C] tensor.
+//   S = q k^T / sqrt(HS) + mask_add;  P = softmax(S);  Pd = dropout(P);  out = Pd v
+// The scale, the additive mask and the softmax are one pass over each row; the dropout mask is
+// never stored: backward regenerates it from the counter-based RNG.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+
+namespace bertcc::kernels {
+namespace {
+
+struct Work {
+  float *q, *k, *v, *ctx, *dq, *dk, *dv, *att;
+};
+
+Work split(float* w, int64_t B, int64_t T, int64_t C) {
+  const int64_t n = B * T * C;
+  return {w, w + n, w + 2 * n, w + 3 * n, w + 4 * n, w + 5 * n, w + 6 * n, w + 7 * n};
+}
+
+// qkv[B,T,3C] -> q,k,v [B,NH,T,HS]
+void unpack_qkv(const Work& w, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const int64_t HS = C / NH;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* src = qkv + (b * T + t) * 3 * C;
+      for (int64_t h = 0; h < NH; ++h) {
+        const int64_t dst = ((b * NH + h) * T + t) * HS;
+        std::copy(src + h * HS, src + h * HS + HS, w.q + dst);
+        std::copy(src + C + h * HS, src + C + h * HS + HS, w.k + dst);
+        std::copy(src + 2 * C + h * HS, src + 2 * C + h * HS + HS, w.v + dst);
+      }
+    }
+}
+
+// [B,NH,T,HS] <-> [B,T,C]
+void heads_to_rows(float* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t out_stride,
+                   int64_t out_offset) {
+  const int64_t HS = C / NH;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < NH; ++h) {
+        const float* s = in + ((b * NH + h) * T + t) * HS;
+        std::copy(s, s + HS, out + (b * T + t) * out_stride + out_offset + h * HS);
+      }
+}
+
+void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const int64_t HS = C / NH;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < NH; ++h) {
+        const float* s = in + (b * T + t) * C + h * HS;
+        std::copy(s, s + HS, out + ((b * NH + h) * T + t) * HS);
+      }
+}
+
+GemmArgs batched(int64_t batch, int64_t M, int64_t N, int64_t K) {
+  GemmArgs g;
+  g.batch = batch;
+  g.M = M; g.N = N; g.K = K;
+  return g;
+}
+
+}  // namespace
+
+int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) { return 7 * B * T * C + B * NH * T * T; }
+
+void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
+                       int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                       Precision prec) {
+  const int64_t HS = C / NH, BH = B * NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  Work w = split(work, B, T, C);
+  unpack_qkv(w, qkv, B, T, C, NH);
+
+  GemmArgs s = batched(BH, T, T, HS);  // probs = scale * q @ k^T
+  s.A = w.q; s.lda = HS; s.stride_a = T * HS;
+  s.B = w.k; s.ldb = HS; s.stride_b = T * HS; s.trans_b = true;
+  s.C = probs; s.ldc = T; s.stride_c = T * T;
+  s.alpha = scale;
+  gemm(s, prec);
+
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < BH * T; ++r) {
+    float* row = probs + r * T;
+    const float* m = mask_add + (r / (NH * T)) * T;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < T; ++j) {
+      row[j] += m[j];
+      mx = std::max(mx, row[j]);
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < T; ++j) {
+      row[j] = std::exp(row[j] - mx);
+      sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < T; ++j) row[j] *= inv;
+  }
+
+  const float* pd = probs;
+  if (dropout_p > 0.0f) {
+    dropout_forward(w.att, probs, BH * T * T, dropout_p, rng, base);
+    pd = w.att;
+  }
+  GemmArgs o = batched(BH, T, HS, T);  // ctx = Pd @ v
+  o.A = pd; o.lda = T; o.stride_a = T * T;
+  o.B = w.v; o.ldb = HS; o.stride_b = T * HS;
+  o.C = w.ctx; o.ldc = HS; o.stride_c = T * HS;
+  gemm(o, prec);
+  heads_to_rows(out, w.ctx, B, T, C, NH, C, 0);
+}
+
+void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs,
+                        int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                        Precision prec) {
+  const int64_t HS = C / NH, BH = B * NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  Work w = split(work, B, T, C);
+  unpack_qkv(w, qkv, B, T, C, NH);
+  rows_to_heads(w.ctx, dout, B, T, C, NH);  // w.ctx now holds d(ctx) per head
+
+  const float* pd = probs;
+  if (dropout_p > 0.0f) {
+    dropout_forward(w.att, probs, BH * T * T, dropout_p, rng, base);
+    pd = w.att;
+  }
+  GemmArgs gv = batched(BH, T, HS, T);  // dv = Pd^T @ dctx
+  gv.A = pd; gv.lda = T; gv.stride_a = T * T; gv.trans_a = true;
+  gv.B = w.ctx; gv.ldb = HS; gv.stride_b = T * HS;
+  gv.C = w.dv; gv.ldc = HS; gv.stride_c = T * HS;
+  gemm(gv, prec);
+
+  GemmArgs gp = batched(BH, T, T, HS);  // dPd = dctx @ v^T  (into w.att)
+  gp.A = w.ctx; gp.lda = HS; gp.stride_a = T * HS;
+  gp.B = w.v; gp.ldb = HS; gp.stride_b = T * HS; gp.trans_b = true;
+  gp.C = w.att; gp.ldc = T; gp.stride_c = T * T;
+  gemm(gp, prec);
+
+  // dP = dropout_backward(dPd); dS = P * (dP - sum(dP * P)); fused per row.
+  const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < BH * T; ++r) {
+    float* d = w.att + r * T;
+    const float* p = probs + r * T;
+    if (dropout_p > 0.0f) {
+      const uint64_t b0 = static_cast<uint64_t>(r * T);
+      for (int64_t j = 0; j < T; ++j)
+        d[j] = rng.uniform(base, b0 + static_cast<uint64_t>(j)) >= dropout_p ? d[j] * keep_scale : 0.0f;
+    }
+    float dot = 0.0f;
+    for (int64_t j = 0; j < T; ++j) dot += d[j] * p[j];
+    for (int64_t j = 0; j < T; ++j) d[j] = p[j] * (d[j] - dot);
+  }
+
+  GemmArgs gq = batched(BH, T, HS, T);  // dq = scale * dS @ k
+  gq.A = w.att; gq.lda = T; gq.stride_a = T * T;
+  gq.B = w.k; gq.ldb = HS; gq.stride_b = T * HS;
+  gq.C = w.dq; gq.ldc = HS; gq.stride_c = T * HS;
+  gq.alpha = scale;
+  gemm(gq, prec);
+
+  GemmArgs gk = batched(BH, T, HS, T);  // dk = scale * dS^T @ q
+  gk.A = w.att; gk.lda = T; gk.stride_a = T * T; gk.trans_a = true;
+  gk.B = w.q; gk.ldb = HS; gk.stride_b = T * HS;
+  gk.C = w.dk; gk.ldc = HS; gk.stride_c = T * HS;
+  gk.alpha = scale;
+  gemm(gk, prec);
+
+  heads_to_rows(dqkv, w.dq, B, T, C, NH, 3 * C, 0);
+  heads_to_rows(dqkv, w.dk, B, T, C, NH, 3 * C, C);
+  heads_to_rows(dqkv, w.dv, B, T, C, NH, 3 * C, 2 * C);
+}
+
+}  // namespace bertcc::kernels

@@ -1,0 +1,176 @@
+#include "kernels/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bertcc/error.h"
+
+namespace bertcc::kernels {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+struct Runtime {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::unordered_map<std::string, dnnl::matmul> cache;
+  std::vector<bf16_t> scratch_a, scratch_b;
+};
+
+Runtime& rt() {
+  static Runtime r;
+  return r;
+}
+
+// Copies a (batch of) row-major [rows, cols] blocks with leading dimension ld to compact bf16.
+void pack_bf16(const float* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld,
+               std::vector<bf16_t>& dst) {
+  dst.resize(static_cast<size_t>(batch * rows * cols));
+  bf16_t* out = dst.data();
+#pragma omp parallel for collapse(2) schedule(static) if (batch * rows * cols > 65536)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* s = src + b * stride + r * ld;
+      bf16_t* d = out + (b * rows + r) * cols;
+      for (int64_t c = 0; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
+    }
+}
+
+dnnl::memory::desc md(dt t, int64_t batch, int64_t rows, int64_t cols, int64_t bstride, int64_t rstride,
+                      int64_t cstride) {
+  if (batch == 1) return dnnl::memory::desc(dims{rows, cols}, t, dims{rstride, cstride});
+  return dnnl::memory::desc(dims{batch, rows, cols}, t, dims{bstride, rstride, cstride});
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& g, Precision p) {
+  BERTCC_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "gemm: empty shape");
+  Runtime& R = rt();
+  const bool bf = p == Precision::BF16;
+  const dt in_t = bf ? dt::bf16 : dt::f32;
+
+  // Operand layouts. A is stored [M,K] (or [K,M] if transposed), B [K,N] (or [N,K]).
+  const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
+  const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
+  const void* a_ptr = g.A;
+  const void* b_ptr = g.B;
+  int64_t lda = g.lda, ldb = g.ldb, sa = g.stride_a, sb = g.stride_b;
+  if (bf) {
+    pack_bf16(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, R.scratch_a);
+    pack_bf16(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, R.scratch_b);
+    a_ptr = R.scratch_a.data();
+    b_ptr = R.scratch_b.data();
+    lda = a_cols; ldb = b_cols; sa = a_rows * a_cols; sb = b_rows * b_cols;
+  }
+  // Logical src [M,K] and weights [K,N] via strides.
+  auto src_md = g.trans_a ? md(in_t, g.batch, g.M, g.K, sa, 1, lda) : md(in_t, g.batch, g.M, g.K, sa, lda, 1);
+  auto wei_md = g.trans_b ? md(in_t, g.batch, g.K, g.N, sb, 1, ldb) : md(in_t, g.batch, g.K, g.N, sb, ldb, 1);
+  auto dst_md = md(dt::f32, g.batch, g.M, g.N, g.stride_c, g.ldc, 1);
+
+  std::string key;
+  key.reserve(160);
+  for (int64_t v : {g.batch, g.M, g.N, g.K, sa, lda, sb, ldb, g.stride_c, g.ldc,
+                    static_cast<int64_t>(g.trans_a), static_cast<int64_t>(g.trans_b),
+                    static_cast<int64_t>(g.bias != nullptr), static_cast<int64_t>(g.accumulate),
+                    static_cast<int64_t>(bf), static_cast<int64_t>(omp_get_max_threads())}) {
+    key += std::to_string(v);
+    key += ',';
+  }
+  uint32_t alpha_bits;
+  std::memcpy(&alpha_bits, &g.alpha, 4);
+  key += std::to_string(alpha_bits);
+
+  auto it = R.cache.find(key);
+  if (it == R.cache.end()) {
+    dnnl::primitive_attr attr;
+    if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
+    if (g.accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::desc d =
+        g.bias ? dnnl::matmul::desc(src_md, wei_md,
+                                    g.batch == 1 ? dnnl::memory::desc(dims{1, g.N}, dt::f32, dims{g.N, 1})
+                                                 : dnnl::memory::desc(dims{1, 1, g.N}, dt::f32, dims{g.N, g.N, 1}),
+                                    dst_md)
+               : dnnl::matmul::desc(src_md, wei_md, dst_md);
+    dnnl::matmul::primitive_desc pd(d, attr, R.engine);
+    it = R.cache.emplace(key, dnnl::matmul(pd)).first;
+  }
+  // Bias is added after scaling by oneDNN only when alpha == 1; we never combine them.
+  BERTCC_CHECK(!(g.bias && g.alpha != 1.0f), "gemm: bias with alpha != 1 is not supported");
+
+  dnnl::memory src_m(src_md, R.engine, const_cast<void*>(a_ptr));
+  dnnl::memory wei_m(wei_md, R.engine, const_cast<void*>(b_ptr));
+  dnnl::memory dst_m(dst_md, R.engine, g.C);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
+  if (g.bias) {
+    auto bmd = g.batch == 1 ? dnnl::memory::desc(dims{1, g.N}, dt::f32, dims{g.N, 1})
+                            : dnnl::memory::desc(dims{1, 1, g.N}, dt::f32, dims{g.N, g.N, 1});
+    args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, R.engine, const_cast<float*>(g.bias)));
+  }
+  it->second.execute(R.stream, args);
+  R.stream.wait();
+}
+
+void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
+                    Precision p) {
+  GemmArgs g;
+  g.M = M; g.N = N; g.K = K;
+  g.A = x; g.lda = K;
+  g.B = W; g.ldb = K; g.trans_b = true;
+  g.C = y; g.ldc = N;
+  g.bias = b;
+  gemm(g, p);
+}
+
+void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
+                     int64_t N, int64_t K, Precision p) {
+  if (dx) {  // dx[M,K] += dy[M,N] @ W[N,K]
+    GemmArgs g;
+    g.M = M; g.N = K; g.K = N;
+    g.A = dy; g.lda = N;
+    g.B = W; g.ldb = K;
+    g.C = dx; g.ldc = K;
+    g.accumulate = true;
+    gemm(g, p);
+  }
+  if (dW) {  // dW[N,K] += dy^T[N,M] @ x[M,K]
+    GemmArgs g;
+    g.M = N; g.N = K; g.K = M;
+    g.A = dy; g.lda = N; g.trans_a = true;
+    g.B = x; g.ldb = K;
+    g.C = dW; g.ldc = K;
+    g.accumulate = true;
+    gemm(g, p);
+  }
+  if (db) bias_backward(db, dy, M, N);
+}
+
+void bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
+  // Parallel over column blocks; each column summed over rows in a fixed order.
+  const int64_t block = 64;
+  const int64_t nblocks = (N + block - 1) / block;
+#pragma omp parallel for schedule(static)
+  for (int64_t cb = 0; cb < nblocks; ++cb) {
+    const int64_t c0 = cb * block, c1 = std::min(N, c0 + block);
+    float acc[64] = {0};
+    for (int64_t r = 0; r < M; ++r) {
+      const float* row = dy + r * N;
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
+    }
+    for (int64_t c = c0; c < c1; ++c) db[c] += acc[c - c0];
+  }
+}
+
+}  // namespace bertcc::kernels

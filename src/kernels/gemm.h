@@ -1,0 +1,38 @@
+// GEMM through oneDNN matmul. Row-major; op(X) = X or X^T chosen per operand.
+//   C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] (+ bias[N]) (+ C if accumulate)
+// fp32: exact fp32 GEMM. bf16: A and B rounded to bf16, products accumulated in fp32,
+// C stays fp32 (on AMX or AVX512-BF16 where the CPU has them).
+#pragma once
+#include <cstdint>
+
+#include "bertcc/dtype.h"
+
+namespace bertcc::kernels {
+
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  const float* A = nullptr; int64_t lda = 0;
+  const float* B = nullptr; int64_t ldb = 0;
+  float* C = nullptr; int64_t ldc = 0;
+  const float* bias = nullptr;  // [N] or null
+  float alpha = 1.0f;
+  bool accumulate = false;
+  // Batched: `batch` independent products, operands advanced by these strides (elements).
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+void gemm(const GemmArgs& g, Precision p);
+
+// Convenience for Linear layers with HF weights W[N,K]:
+//   forward:   y[M,N] = x[M,K] W^T + b
+//   backward:  dx[M,K] += dy W ;  dW[N,K] += dy^T x   (backward adds, so tied weights just work)
+void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
+                    Precision p);
+void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
+                     int64_t N, int64_t K, Precision p);
+
+// db[N] += sum over rows of dy[M,N]; deterministic for any thread count.
+void bias_backward(float* db, const float* dy, int64_t M, int64_t N);
+
+}  // namespace bertcc::kernels

@@ -1,0 +1,66 @@
+// CPU kernels. Each `<kernel>_forward` sits next to its `<kernel>_backward`; backward kernels
+// ADD into gradient buffers (so tied and shared weights need no special code).
+// Size letters: B batch, T sequence, C channels (= H hidden), NH heads, HS head size, V vocab,
+// N rows (= B*T unless stated), M masked positions.
+#pragma once
+#include <cstdint>
+
+#include "bertcc/config.h"
+#include "bertcc/dtype.h"
+#include "bertcc/rng.h"
+
+namespace bertcc::kernels {
+
+// ---- embeddings: out[N,C] = wte[ids] + wpe[pos] + wtt[seg], pos = n % T ----
+void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
+                        const float* wtt, int64_t B, int64_t T, int64_t C);
+void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
+                         const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT);
+
+// ---- LayerNorm over the last dim; mean/rstd [N] are saved for backward ----
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int64_t C);
+
+// ---- fused residual + LayerNorm: sum = a + r (saved), out = LN(sum) ----
+void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                                const float* w, const float* b, int64_t N, int64_t C, float eps);
+// ---- plain residual add (the composed reference for the fused kernel) ----
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+
+// ---- GELU: erf ("gelu") or tanh ("gelu_new", "gelu_pytorch_tanh") ----
+void gelu_forward(float* out, const float* inp, int64_t n, Activation act);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act);
+
+// ---- tanh (pooler) ----
+void tanh_forward(float* out, const float* inp, int64_t n);
+void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n);  // uses the forward output
+
+// ---- dropout: out = inp * keep_mask / (1-p); the mask is regenerated from (rng, base) ----
+void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base);
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base);
+
+// ---- rows gather/scatter (MLM head runs only on masked positions) ----
+void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C);
+void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C);
+
+// ---- attention: qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on key positions ----
+// Saves probs[B,NH,T,T] (softmax, before dropout). `work` is scratch of attention_work_size().
+int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH);
+void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
+                       int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                       Precision prec);
+// dqkv[B,T,3C] is overwritten (not accumulated). `work` as above.
+void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs,
+                        int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                        Precision prec);
+
+// ---- softmax cross-entropy with ignore index, fused with its gradient ----
+// logits[N,V] is overwritten by d(loss)/d(logits) * grad_scale when grad_scale != 0 (so no
+// probability tensor outlives this call). losses[N] gets each row's loss (0 for ignored rows).
+// Returns the number of rows that were not ignored.
+int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
+                                      int32_t ignore_index, float grad_scale);
+
+}  // namespace bertcc::kernels

@@ -1,0 +1,94 @@
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace bertcc::kernels {
+
+static inline void ln_row(float* o, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                          int64_t C, float eps) {
+  float m = 0.0f;
+  for (int64_t c = 0; c < C; ++c) m += x[c];
+  m /= static_cast<float>(C);
+  float v = 0.0f;
+  for (int64_t c = 0; c < C; ++c) {
+    const float d = x[c] - m;
+    v += d * d;
+  }
+  v /= static_cast<float>(C);
+  const float s = 1.0f / std::sqrt(v + eps);
+  for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+  *mean = m;
+  *rstd = s;
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) ln_row(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
+}
+
+void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                                const float* w, const float* b, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* s = sum + n * C;
+    const float* x = a + n * C;
+    const float* y = r + n * C;
+    for (int64_t c = 0; c < C; ++c) s[c] = x[c] + y[c];
+    ln_row(out + n * C, mean + n, rstd + n, s, w, b, C, eps);
+  }
+}
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* d = dout + n * C;
+    const float* x = inp + n * C;
+    const float m = mean[n], s = rstd[n];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (x[c] - m) * s;
+      const float dn = w[c] * d[c];
+      dnorm_mean += dn;
+      dnorm_norm_mean += dn * xhat;
+    }
+    dnorm_mean /= static_cast<float>(C);
+    dnorm_norm_mean /= static_cast<float>(C);
+    float* di = dinp + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (x[c] - m) * s;
+      const float dn = w[c] * d[c];
+      di[c] += (dn - dnorm_mean - xhat * dnorm_norm_mean) * s;
+    }
+  }
+  // Parameter gradients: parallel over channel blocks, rows in order (deterministic).
+  const int64_t block = 32;
+  const int64_t nblocks = (C + block - 1) / block;
+#pragma omp parallel for schedule(static)
+  for (int64_t cb = 0; cb < nblocks; ++cb) {
+    const int64_t c0 = cb * block, c1 = std::min(C, c0 + block);
+    float aw[32] = {0}, ab[32] = {0};
+    for (int64_t n = 0; n < N; ++n) {
+      const float* d = dout + n * C;
+      const float* x = inp + n * C;
+      const float m = mean[n], s = rstd[n];
+      for (int64_t c = c0; c < c1; ++c) {
+        aw[c - c0] += (x[c] - m) * s * d[c];
+        ab[c - c0] += d[c];
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      dw[c] += aw[c - c0];
+      db[c] += ab[c - c0];
+    }
+  }
+}
+
+}  // namespace bertcc::kernels

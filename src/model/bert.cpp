@@ -1,0 +1,429 @@
+#include "bertcc/bert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "bertcc/error.h"
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+
+namespace bertcc {
+
+using namespace kernels;
+
+// ---------------------------------------------------------------------------------------------
+// Parameter table. Q, K and V weights are adjacent (one [3C,C] block) and so are their biases,
+// so the QKV projection is a single GEMM while each tensor keeps its HF name.
+// ---------------------------------------------------------------------------------------------
+static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
+  const int64_t V = c.vocab_size, C = c.hidden_size, I = c.intermediate_size;
+  const std::string e = "bert.embeddings.";
+  t.add(e + "word_embeddings.weight", {V, C}, true);
+  t.add(e + "position_embeddings.weight", {c.max_position_embeddings, C}, true);
+  t.add(e + "token_type_embeddings.weight", {c.type_vocab_size, C}, true);
+  t.add(e + "LayerNorm.weight", {C}, false);
+  t.add(e + "LayerNorm.bias", {C}, false);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+    for (const char* n : {"query", "key", "value"}) t.add(p + "attention.self." + n + ".weight", {C, C}, true);
+    for (const char* n : {"query", "key", "value"}) t.add(p + "attention.self." + n + ".bias", {C}, false);
+    t.add(p + "attention.output.dense.weight", {C, C}, true);
+    t.add(p + "attention.output.dense.bias", {C}, false);
+    t.add(p + "attention.output.LayerNorm.weight", {C}, false);
+    t.add(p + "attention.output.LayerNorm.bias", {C}, false);
+    t.add(p + "intermediate.dense.weight", {I, C}, true);
+    t.add(p + "intermediate.dense.bias", {I}, false);
+    t.add(p + "output.dense.weight", {C, I}, true);
+    t.add(p + "output.dense.bias", {C}, false);
+    t.add(p + "output.LayerNorm.weight", {C}, false);
+    t.add(p + "output.LayerNorm.bias", {C}, false);
+  }
+  t.add("bert.pooler.dense.weight", {C, C}, true);
+  t.add("bert.pooler.dense.bias", {C}, false);
+  if (heads == Heads::PreTraining) {
+    t.add("cls.predictions.transform.dense.weight", {C, C}, true);
+    t.add("cls.predictions.transform.dense.bias", {C}, false);
+    t.add("cls.predictions.transform.LayerNorm.weight", {C}, false);
+    t.add("cls.predictions.transform.LayerNorm.bias", {C}, false);
+    t.add("cls.predictions.bias", {V}, false);
+    t.add("cls.seq_relationship.weight", {2, C}, true);
+    t.add("cls.seq_relationship.bias", {2}, false);
+  }
+}
+
+void BertBatch::validate(const BertConfig& c, const std::string& where) const {
+  const size_t n = static_cast<size_t>(B * T);
+  BERTCC_CHECK(B > 0 && T > 0, where, ": empty batch");
+  BERTCC_CHECK(input_ids.size() == n && segment_ids.size() == n && input_mask.size() == n, where,
+               ": input_ids/segment_ids/input_mask must all be [", B, ",", T, "]");
+  BERTCC_CHECK(T <= c.max_position_embeddings, where, ": sequence length ", T, " exceeds max_position_embeddings ",
+               c.max_position_embeddings);
+  for (size_t i = 0; i < n; ++i) {
+    BERTCC_CHECK(input_ids[i] >= 0 && input_ids[i] < c.vocab_size, where, ": input_ids[", i / T, "][", i % T,
+                 "] = ", input_ids[i], " is outside the vocabulary (size ", c.vocab_size, ")");
+    BERTCC_CHECK(segment_ids[i] >= 0 && segment_ids[i] < c.type_vocab_size, where, ": segment_ids[", i / T, "][",
+                 i % T, "] = ", segment_ids[i], " is outside [0, ", c.type_vocab_size, ")");
+    BERTCC_CHECK(input_mask[i] == 0 || input_mask[i] == 1, where, ": input_mask[", i / T, "][", i % T,
+                 "] must be 0 or 1");
+  }
+  if (!mlm_labels.empty()) {
+    BERTCC_CHECK(mlm_labels.size() == n, where, ": masked-LM labels must be [", B, ",", T, "]");
+    for (size_t i = 0; i < n; ++i)
+      BERTCC_CHECK(mlm_labels[i] == -1 || (mlm_labels[i] >= 0 && mlm_labels[i] < c.vocab_size), where,
+                   ": masked_lm_ids value ", mlm_labels[i], " (row ", i / T, ", position ", i % T,
+                   ") is outside the vocabulary");
+  }
+  if (!nsp_labels.empty()) {
+    BERTCC_CHECK(nsp_labels.size() == static_cast<size_t>(B), where, ": next_sentence_labels must be [", B, "]");
+    for (int64_t b = 0; b < B; ++b)
+      BERTCC_CHECK(nsp_labels[b] == 0 || nsp_labels[b] == 1, where, ": next_sentence_labels[", b, "] = ",
+                   nsp_labels[b], " must be 0 or 1");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation arena: every tensor the backward pass needs, sized from (config, B, T), plus
+// scratch shared by all layers. Rebuilt only when (B, T) changes.
+// ---------------------------------------------------------------------------------------------
+struct Bert::Acts {
+  int64_t B = 0, T = 0;
+  std::vector<float> arena;
+  std::vector<float> mask_add;                       // [B,T]
+  float *emb_sum, *emb_mean, *emb_rstd;              // [N,C], [N], [N]
+  std::vector<float*> x;                             // L+1 of [N,C]: layer inputs/outputs
+  struct Layer {
+    float *qkv, *probs, *ctx, *ln1_sum, *ln1_mean, *ln1_rstd, *h1, *inter, *gelu, *ln2_sum, *ln2_mean, *ln2_rstd;
+    uint64_t seed_att = 0, seed_attn_out = 0, seed_ffn_out = 0;
+  };
+  std::vector<Layer> layers;
+  uint64_t seed_emb = 0;
+  bool dropout = false;
+  uint64_t rng_seed = 0;  // dropout masks are regenerated from (rng_seed, per-site base)
+  // pooler: cls [B,C], pooled_pre [B,C], pooled [B,C]
+  float *cls, *pooled;
+  // scratch
+  float *att_work, *tmp_c, *g, *d1, *d2, *dh, *dc, *dqkv, *di, *di2, *dcls, *dpool;
+};
+
+Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads) {
+  cfg_.validate("config");
+  build_table(table_, cfg_, heads_);
+  params_.assign(table_.total(), 0.0f);
+  grads_.assign(table_.total(), 0.0f);
+}
+
+Bert::~Bert() = default;
+
+void Bert::init_weights(uint64_t seed) {
+  Rng rng{seed, 0};
+  for (const auto& e : table_.entries()) {
+    float* p = params_.data() + e.offset;
+    const bool is_ln_weight = e.name.find("LayerNorm.weight") != std::string::npos;
+    if (e.shape.size() == 2) {
+      for (size_t i = 0; i < e.numel; ++i) p[i] = cfg_.initializer_range * rng.next_normal();
+    } else {
+      std::fill(p, p + e.numel, is_ln_weight ? 1.0f : 0.0f);
+    }
+  }
+  float* wte = param("bert.embeddings.word_embeddings.weight");
+  std::fill(wte, wte + cfg_.hidden_size, 0.0f);  // padding_idx = 0, as HF initialises it
+}
+
+void Bert::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+void Bert::ensure_acts(int64_t B, int64_t T) {
+  if (acts_ && acts_->B == B && acts_->T == T) return;
+  acts_ = std::make_unique<Acts>();
+  Acts& a = *acts_;
+  a.B = B;
+  a.T = T;
+  const int64_t N = B * T, C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
+  const int64_t L = cfg_.num_hidden_layers;
+  // Count first, then carve (one allocation).
+  std::vector<std::pair<float**, int64_t>> plan;
+  a.x.assign(L + 1, nullptr);
+  a.layers.assign(L, {});
+  plan.push_back({&a.emb_sum, N * C});
+  plan.push_back({&a.emb_mean, N});
+  plan.push_back({&a.emb_rstd, N});
+  for (int64_t l = 0; l <= L; ++l) plan.push_back({&a.x[l], N * C});
+  for (auto& ly : a.layers) {
+    plan.push_back({&ly.qkv, N * 3 * C});
+    plan.push_back({&ly.probs, B * NH * T * T});
+    plan.push_back({&ly.ctx, N * C});
+    plan.push_back({&ly.ln1_sum, N * C});
+    plan.push_back({&ly.ln1_mean, N});
+    plan.push_back({&ly.ln1_rstd, N});
+    plan.push_back({&ly.h1, N * C});
+    plan.push_back({&ly.inter, N * I});
+    plan.push_back({&ly.gelu, N * I});
+    plan.push_back({&ly.ln2_sum, N * C});
+    plan.push_back({&ly.ln2_mean, N});
+    plan.push_back({&ly.ln2_rstd, N});
+  }
+  plan.push_back({&a.cls, B * C});
+  plan.push_back({&a.pooled, B * C});
+  plan.push_back({&a.att_work, attention_work_size(B, T, C, NH)});
+  for (float** p : {&a.tmp_c, &a.g, &a.d1, &a.d2, &a.dh, &a.dc}) plan.push_back({p, N * C});
+  plan.push_back({&a.dqkv, N * 3 * C});
+  plan.push_back({&a.di, N * I});
+  plan.push_back({&a.di2, N * I});
+  plan.push_back({&a.dcls, B * C});
+  plan.push_back({&a.dpool, B * C});
+  int64_t total = 0;
+  for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;  // 64-byte aligned slices
+  a.arena.assign(static_cast<size_t>(total), 0.0f);
+  int64_t off = 0;
+  for (auto& [p, n] : plan) {
+    *p = a.arena.data() + off;
+    off += (n + 15) / 16 * 16;
+  }
+  a.mask_add.assign(static_cast<size_t>(N), 0.0f);
+}
+
+const float* Bert::sequence_output() const { return acts_->x.back(); }
+const float* Bert::pooled_output() const { return acts_->pooled; }
+
+void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng) {
+  const int64_t B = batch.B, T = batch.T, N = B * T;
+  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
+  ensure_acts(B, T);
+  batch_ids_ = batch.input_ids;
+  batch_seg_ = batch.segment_ids;
+  Acts& a = *acts_;
+  const float p_h = training ? cfg_.hidden_dropout_prob : 0.0f;
+  const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
+  a.dropout = training;
+  a.rng_seed = rng.seed;
+  const Activation act = cfg_.activation();
+  const float eps = cfg_.layer_norm_eps;
+  for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
+
+  // embeddings -> LayerNorm -> dropout
+  embeddings_forward(a.emb_sum, batch.input_ids.data(), batch.segment_ids.data(),
+                     param("bert.embeddings.word_embeddings.weight"), param("bert.embeddings.position_embeddings.weight"),
+                     param("bert.embeddings.token_type_embeddings.weight"), B, T, C);
+  layernorm_forward(a.x[0], a.emb_mean, a.emb_rstd, a.emb_sum, param("bert.embeddings.LayerNorm.weight"),
+                    param("bert.embeddings.LayerNorm.bias"), N, C, eps);
+  if (p_h > 0) {
+    a.seed_emb = rng.reserve(N * C);
+    dropout_forward(a.x[0], a.x[0], N * C, p_h, rng, a.seed_emb);
+  }
+
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    Acts::Layer& ly = a.layers[l];
+    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+    const float* xin = a.x[l];
+    linear_forward(ly.qkv, xin, param(p + "attention.self.query.weight"), param(p + "attention.self.query.bias"), N,
+                   3 * C, C, prec);
+    if (p_a > 0) ly.seed_att = rng.reserve(B * NH * T * T);
+    attention_forward(ly.ctx, ly.probs, a.att_work, ly.qkv, a.mask_add.data(), B, T, C, NH, p_a, rng, ly.seed_att,
+                      prec);
+    linear_forward(a.tmp_c, ly.ctx, param(p + "attention.output.dense.weight"),
+                   param(p + "attention.output.dense.bias"), N, C, C, prec);
+    if (p_h > 0) {
+      ly.seed_attn_out = rng.reserve(N * C);
+      dropout_forward(a.tmp_c, a.tmp_c, N * C, p_h, rng, ly.seed_attn_out);
+    }
+    residual_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
+                               param(p + "attention.output.LayerNorm.weight"),
+                               param(p + "attention.output.LayerNorm.bias"), N, C, eps);
+    linear_forward(ly.inter, ly.h1, param(p + "intermediate.dense.weight"), param(p + "intermediate.dense.bias"), N, I,
+                   C, prec);
+    gelu_forward(ly.gelu, ly.inter, N * I, act);
+    linear_forward(a.tmp_c, ly.gelu, param(p + "output.dense.weight"), param(p + "output.dense.bias"), N, C, I, prec);
+    if (p_h > 0) {
+      ly.seed_ffn_out = rng.reserve(N * C);
+      dropout_forward(a.tmp_c, a.tmp_c, N * C, p_h, rng, ly.seed_ffn_out);
+    }
+    residual_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
+                               param(p + "output.LayerNorm.weight"), param(p + "output.LayerNorm.bias"), N, C, eps);
+  }
+
+  // pooler: tanh(dense(h[:, 0]))
+  for (int64_t b = 0; b < B; ++b) std::memcpy(a.cls + b * C, a.x.back() + b * T * C, sizeof(float) * C);
+  linear_forward(a.pooled, a.cls, param("bert.pooler.dense.weight"), param("bert.pooler.dense.bias"), B, C, C, prec);
+  tanh_forward(a.pooled, a.pooled, B * C);
+}
+
+void Bert::encode_backward(const float* dseq, const float* dpooled, Precision prec) {
+  Acts& a = *acts_;
+  const int64_t B = a.B, T = a.T, N = B * T;
+  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
+  const Activation act = cfg_.activation();
+  const float p_h = a.dropout ? cfg_.hidden_dropout_prob : 0.0f;
+  const float p_a = a.dropout ? cfg_.attention_probs_dropout_prob : 0.0f;
+  const Rng rng{a.rng_seed, 0};
+
+  // g = d(sequence output)
+  if (dseq) std::memcpy(a.g, dseq, sizeof(float) * N * C);
+  else std::fill(a.g, a.g + N * C, 0.0f);
+  if (dpooled) {
+    // pooled = tanh(cls W^T + b); cls = h[:, 0]
+    std::fill(a.dpool, a.dpool + B * C, 0.0f);
+    tanh_backward(a.dpool, a.pooled, dpooled, B * C);
+    std::fill(a.dcls, a.dcls + B * C, 0.0f);
+    linear_backward(a.dcls, grad("bert.pooler.dense.weight"), grad("bert.pooler.dense.bias"), a.dpool, a.cls,
+                    param("bert.pooler.dense.weight"), B, C, C, prec);
+    for (int64_t b = 0; b < B; ++b) {
+      float* gr = a.g + b * T * C;
+      for (int64_t c = 0; c < C; ++c) gr[c] += a.dcls[b * C + c];
+    }
+  }
+
+  for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
+    Acts::Layer& ly = a.layers[l];
+    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+    // x[l+1] = LN2(dropout(ffn_out) + h1)
+    std::fill(a.d1, a.d1 + N * C, 0.0f);
+    layernorm_backward(a.d1, grad(p + "output.LayerNorm.weight"), grad(p + "output.LayerNorm.bias"), a.g, ly.ln2_sum,
+                       param(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C);
+    std::memcpy(a.dh, a.d1, sizeof(float) * N * C);  // residual branch into h1
+    const float* dffn = a.d1;
+    if (p_h > 0) {
+      std::fill(a.d2, a.d2 + N * C, 0.0f);
+      dropout_backward(a.d2, a.d1, N * C, p_h, rng, ly.seed_ffn_out);
+      dffn = a.d2;
+    }
+    // ffn_out = gelu W2^T + b2
+    std::fill(a.di, a.di + N * I, 0.0f);
+    linear_backward(a.di, grad(p + "output.dense.weight"), grad(p + "output.dense.bias"), dffn, ly.gelu,
+                    param(p + "output.dense.weight"), N, C, I, prec);
+    std::fill(a.di2, a.di2 + N * I, 0.0f);
+    gelu_backward(a.di2, ly.inter, a.di, N * I, act);
+    // inter = h1 W1^T + b1
+    linear_backward(a.dh, grad(p + "intermediate.dense.weight"), grad(p + "intermediate.dense.bias"), a.di2, ly.h1,
+                    param(p + "intermediate.dense.weight"), N, I, C, prec);
+    // h1 = LN1(dropout(attn_out) + x[l])
+    std::fill(a.d1, a.d1 + N * C, 0.0f);
+    layernorm_backward(a.d1, grad(p + "attention.output.LayerNorm.weight"), grad(p + "attention.output.LayerNorm.bias"),
+                       a.dh, ly.ln1_sum, param(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N,
+                       C);
+    std::memcpy(a.g, a.d1, sizeof(float) * N * C);  // residual branch into x[l]
+    const float* dattn = a.d1;
+    if (p_h > 0) {
+      std::fill(a.d2, a.d2 + N * C, 0.0f);
+      dropout_backward(a.d2, a.d1, N * C, p_h, rng, ly.seed_attn_out);
+      dattn = a.d2;
+    }
+    std::fill(a.dc, a.dc + N * C, 0.0f);
+    linear_backward(a.dc, grad(p + "attention.output.dense.weight"), grad(p + "attention.output.dense.bias"), dattn,
+                    ly.ctx, param(p + "attention.output.dense.weight"), N, C, C, prec);
+    attention_backward(a.dqkv, a.att_work, a.dc, ly.qkv, ly.probs, B, T, C, NH, p_a, rng, ly.seed_att, prec);
+    // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
+    linear_backward(a.g, grad(p + "attention.self.query.weight"), grad(p + "attention.self.query.bias"), a.dqkv,
+                    a.x[l], param(p + "attention.self.query.weight"), N, 3 * C, C, prec);
+  }
+
+  // x[0] = dropout(LN(emb_sum))
+  const float* dx0 = a.g;
+  if (p_h > 0) {
+    std::fill(a.d2, a.d2 + N * C, 0.0f);
+    dropout_backward(a.d2, a.g, N * C, p_h, rng, a.seed_emb);
+    dx0 = a.d2;
+  }
+  std::fill(a.d1, a.d1 + N * C, 0.0f);
+  layernorm_backward(a.d1, grad("bert.embeddings.LayerNorm.weight"), grad("bert.embeddings.LayerNorm.bias"), dx0,
+                     a.emb_sum, param("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, C);
+  // HF's nn.Embedding(padding_idx=pad) gives the padding row no gradient from the lookup.
+  float* dwte = grad("bert.embeddings.word_embeddings.weight");
+  std::vector<float> pad_row(dwte, dwte + C);
+  embeddings_backward(dwte, grad("bert.embeddings.position_embeddings.weight"),
+                      grad("bert.embeddings.token_type_embeddings.weight"), a.d1, batch_ids_.data(),
+                      batch_seg_.data(), B, T, C, cfg_.vocab_size, cfg_.type_vocab_size);
+  std::copy(pad_row.begin(), pad_row.end(), dwte);
+}
+
+PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng) {
+  BERTCC_CHECK(heads_ == Heads::PreTraining, "pretrain_step: model has no pre-training heads");
+  BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && batch.nsp_labels.size() == size_t(batch.B),
+               "pretrain_step: batch has no masked-LM or next-sentence labels");
+  const int64_t B = batch.B, T = batch.T, N = B * T;
+  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+  encode(batch, training, prec, rng);
+  const Activation act = cfg_.activation();
+  PretrainLoss out;
+
+  // ---- MLM head on the masked positions only ----
+  std::vector<int64_t> rows;
+  std::vector<int32_t> labels;
+  for (int64_t n = 0; n < N; ++n)
+    if (batch.mlm_labels[n] != -1) {
+      rows.push_back(n);
+      labels.push_back(batch.mlm_labels[n]);
+    }
+  const int64_t M = static_cast<int64_t>(rows.size());
+  out.mlm_count = M;
+  std::vector<float> hm, t1, tg, tl, tmean, trstd, logits, losses;
+  if (M > 0) {
+    hm.resize(M * C); t1.resize(M * C); tg.resize(M * C); tl.resize(M * C);
+    tmean.resize(M); trstd.resize(M); logits.resize(M * V); losses.resize(M);
+    gather_rows(hm.data(), sequence_output(), rows.data(), M, C);
+    linear_forward(t1.data(), hm.data(), param("cls.predictions.transform.dense.weight"),
+                   param("cls.predictions.transform.dense.bias"), M, C, C, prec);
+    gelu_forward(tg.data(), t1.data(), M * C, act);
+    layernorm_forward(tl.data(), tmean.data(), trstd.data(), tg.data(),
+                      param("cls.predictions.transform.LayerNorm.weight"),
+                      param("cls.predictions.transform.LayerNorm.bias"), M, C, cfg_.layer_norm_eps);
+    linear_forward(logits.data(), tl.data(), param("bert.embeddings.word_embeddings.weight"),
+                   param("cls.predictions.bias"), M, V, C, prec);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* r = logits.data() + m * V;
+      out.mlm_correct += (std::max_element(r, r + V) - r) == labels[m];
+    }
+    softmax_xent_forward_backward(logits.data(), losses.data(), labels.data(), M, V, -1,
+                                  backward ? 1.0f / static_cast<float>(M) : 0.0f);
+    double s = 0;
+    for (float l : losses) s += l;
+    out.mlm_loss = s / static_cast<double>(M);
+  }
+
+  // ---- NSP head on the pooled output ----
+  std::vector<float> nsp(B * 2), nsp_losses(B);
+  linear_forward(nsp.data(), pooled_output(), param("cls.seq_relationship.weight"), param("cls.seq_relationship.bias"),
+                 B, 2, C, prec);
+  for (int64_t b = 0; b < B; ++b) out.nsp_correct += (nsp[2 * b + 1] > nsp[2 * b]) == (batch.nsp_labels[b] == 1);
+  softmax_xent_forward_backward(nsp.data(), nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
+                                backward ? 1.0f / static_cast<float>(B) : 0.0f);
+  double s = 0;
+  for (float l : nsp_losses) s += l;
+  out.nsp_loss = s / static_cast<double>(B);
+  out.loss = out.mlm_loss + out.nsp_loss;
+  if (!backward) return out;
+
+  // ---- backward ----
+  std::vector<float> dpooled(B * C, 0.0f);
+  linear_backward(dpooled.data(), grad("cls.seq_relationship.weight"), grad("cls.seq_relationship.bias"), nsp.data(),
+                  pooled_output(), param("cls.seq_relationship.weight"), B, 2, C, prec);
+  std::vector<float> dseq(N * C, 0.0f);
+  if (M > 0) {
+    std::vector<float> dtl(M * C, 0.0f), dtg(M * C, 0.0f), dt1(M * C, 0.0f), dhm(M * C, 0.0f);
+    // decoder tied to the word embeddings: its gradient adds into the embedding gradient
+    linear_backward(dtl.data(), grad("bert.embeddings.word_embeddings.weight"), grad("cls.predictions.bias"),
+                    logits.data(), tl.data(), param("bert.embeddings.word_embeddings.weight"), M, V, C, prec);
+    logits.clear();
+    logits.shrink_to_fit();
+    layernorm_backward(dtg.data(), grad("cls.predictions.transform.LayerNorm.weight"),
+                       grad("cls.predictions.transform.LayerNorm.bias"), dtl.data(), tg.data(),
+                       param("cls.predictions.transform.LayerNorm.weight"), tmean.data(), trstd.data(), M, C);
+    gelu_backward(dt1.data(), t1.data(), dtg.data(), M * C, act);
+    linear_backward(dhm.data(), grad("cls.predictions.transform.dense.weight"),
+                    grad("cls.predictions.transform.dense.bias"), dt1.data(), hm.data(),
+                    param("cls.predictions.transform.dense.weight"), M, C, C, prec);
+    scatter_add_rows(dseq.data(), dhm.data(), rows.data(), M, C);
+  }
+  encode_backward(dseq.data(), dpooled.data(), prec);
+  return out;
+}
+
+double Bert::forward_flops(const BertConfig& c, int64_t B, int64_t T, int64_t M, bool heads) {
+  const double N = static_cast<double>(B * T), C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const double per_layer = 2 * N * C * (3 * C) + 2 * 2 * static_cast<double>(B) * T * T * C + 2 * N * C * C +
+                           2 * 2 * N * C * I;
+  double f = per_layer * c.num_hidden_layers + 2.0 * B * C * C;
+  if (heads) f += 2.0 * M * C * C + 2.0 * M * C * V + 2.0 * B * C * 2;
+  return f;
+}
+
+}  // namespace bertcc
