@@ -141,6 +141,8 @@ def main():
         worst = max(worst, err)
         if err > tol or not np.isfinite(err):
             failures.append(f"{n} (rel err {err:.2e})")
+        if os.environ.get("VERBOSE"):
+            print(f"  {n:60s} {err:.2e}")
     print(f"{len(params)} gradients compared, worst relative error {worst:.2e}, tolerance {tol:g}")
     if failures:
         print("FAIL:", "; ".join(failures[:20]))

@@ -1,0 +1,320 @@
+// Every kernel against its double-precision reference, and every backward against finite
+// differences of the reference, on odd sizes. Fused kernels against the composed ones.
+#include <gtest/gtest.h>
+
+#include "bertcc/dtype.h"
+#include "bertcc/rng.h"
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+#include "kernels/reference.h"
+#include "test_util.h"
+
+using namespace bertcc;
+using namespace bertcc::testing;
+
+// ------------------------------------------------------------------------------------ GEMM
+struct GemmCase {
+  bool ta, tb, bias, acc;
+  float alpha;
+  Precision prec;
+};
+
+class GemmTest : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(GemmTest, MatchesReference) {
+  const GemmCase c = GetParam();
+  const int64_t M = 37, N = 29, K = 53;
+  auto A = randn(M * K, 1), B = randn(K * N, 2), bias = randn(N, 3), C0 = randn(M * N, 4);
+  std::vector<float> C = C0;
+  kernels::GemmArgs g;
+  g.trans_a = c.ta; g.trans_b = c.tb;
+  g.M = M; g.N = N; g.K = K;
+  g.A = A.data(); g.lda = c.ta ? M : K;
+  g.B = B.data(); g.ldb = c.tb ? K : N;
+  g.C = C.data(); g.ldc = N;
+  g.bias = c.bias ? bias.data() : nullptr;
+  g.alpha = c.alpha;
+  g.accumulate = c.acc;
+  kernels::gemm(g, c.prec);
+  // The bf16 reference rounds the inputs to bf16 first: products and sums are exact-ish in fp32.
+  auto Ar = A, Br = B;
+  if (c.prec == Precision::BF16) {
+    round_to_bf16(Ar.data(), Ar.size());
+    round_to_bf16(Br.data(), Br.size());
+  }
+  auto bd = to_d(bias), c0d = to_d(C0);
+  auto want = ref::gemm(c.ta, c.tb, M, N, K, to_d(Ar), to_d(Br), c.alpha, c.bias ? &bd : nullptr,
+                        c.acc ? &c0d : nullptr);
+  EXPECT_LT(max_rel(to_d(C), want), 1e-5);
+  if (c.prec == Precision::BF16) {  // documented bf16 tolerance against the exact fp32 product
+    auto exact = ref::gemm(c.ta, c.tb, M, N, K, to_d(A), to_d(B), c.alpha, c.bias ? &bd : nullptr,
+                           c.acc ? &c0d : nullptr);
+    EXPECT_LT(max_rel(to_d(C), exact), 2e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllLayouts, GemmTest,
+    ::testing::Values(GemmCase{false, false, false, false, 1.0f, Precision::F32},
+                      GemmCase{true, false, false, false, 1.0f, Precision::F32},
+                      GemmCase{false, true, true, false, 1.0f, Precision::F32},
+                      GemmCase{true, true, false, true, 1.0f, Precision::F32},
+                      GemmCase{false, false, false, true, 0.37f, Precision::F32},
+                      GemmCase{false, false, false, false, 1.0f, Precision::BF16},
+                      GemmCase{true, false, false, true, 1.0f, Precision::BF16},
+                      GemmCase{false, true, true, false, 1.0f, Precision::BF16},
+                      GemmCase{true, true, false, true, 0.37f, Precision::BF16}));
+
+TEST(Gemm, BatchedStridedMatchesPerBatch) {
+  const int64_t Bt = 3, M = 7, N = 5, K = 11;
+  auto A = randn(Bt * M * K, 5), B = randn(Bt * N * K, 6);
+  std::vector<float> C(Bt * M * N);
+  kernels::GemmArgs g;
+  g.batch = Bt; g.M = M; g.N = N; g.K = K;
+  g.A = A.data(); g.lda = K; g.stride_a = M * K;
+  g.B = B.data(); g.ldb = K; g.stride_b = N * K; g.trans_b = true;
+  g.C = C.data(); g.ldc = N; g.stride_c = M * N;
+  kernels::gemm(g, Precision::F32);
+  for (int64_t b = 0; b < Bt; ++b) {
+    std::vector<double> a(A.begin() + b * M * K, A.begin() + (b + 1) * M * K);
+    std::vector<double> bb(B.begin() + b * N * K, B.begin() + (b + 1) * N * K);
+    auto want = ref::gemm(false, true, M, N, K, a, bb, 1.0, nullptr, nullptr);
+    EXPECT_LT(max_rel(to_d(C.data() + b * M * N, M * N), want), 1e-5);
+  }
+}
+
+TEST(Gemm, LinearBackwardMatchesFiniteDifferences) {
+  const int64_t M = 9, N = 7, K = 13;
+  auto x = randn(M * K, 7), W = randn(N * K, 8), b = randn(N, 9), R = randn(M * N, 10);
+  std::vector<float> dx(M * K, 0.5f), dW(N * K, 0.25f), db(N, 0.125f);  // backward must ADD
+  kernels::linear_backward(dx.data(), dW.data(), db.data(), R.data(), x.data(), W.data(), M, N, K, Precision::F32);
+  auto loss = [&](const std::vector<double>& xx, const std::vector<double>& ww, const std::vector<double>& bb) {
+    return dot(ref::gemm(false, true, M, N, K, xx, ww, 1.0, &bb, nullptr), to_d(R));
+  };
+  auto gx = fd_grad([&](const std::vector<double>& v) { return loss(v, to_d(W), to_d(b)); }, to_d(x));
+  auto gW = fd_grad([&](const std::vector<double>& v) { return loss(to_d(x), v, to_d(b)); }, to_d(W));
+  auto gb = fd_grad([&](const std::vector<double>& v) { return loss(to_d(x), to_d(W), v); }, to_d(b));
+  for (auto& v : gx) v += 0.5;
+  for (auto& v : gW) v += 0.25;
+  for (auto& v : gb) v += 0.125;
+  EXPECT_LT(max_rel(to_d(dx), gx), 1e-5);
+  EXPECT_LT(max_rel(to_d(dW), gW), 1e-5);
+  EXPECT_LT(max_rel(to_d(db), gb), 1e-5);
+}
+
+TEST(Gemm, FusedBiasEqualsGemmPlusBias) {
+  const int64_t M = 11, N = 17, K = 19;
+  auto x = randn(M * K, 11), W = randn(N * K, 12), b = randn(N, 13);
+  std::vector<float> fused(M * N), plain(M * N);
+  kernels::linear_forward(fused.data(), x.data(), W.data(), b.data(), M, N, K, Precision::F32);
+  kernels::linear_forward(plain.data(), x.data(), W.data(), nullptr, M, N, K, Precision::F32);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) plain[m * N + n] += b[n];
+  EXPECT_LT(max_rel(to_d(fused), to_d(plain)), 1e-6);
+}
+
+// ------------------------------------------------------------------------------ embeddings
+TEST(Embeddings, ForwardAndBackward) {
+  const int64_t B = 3, T = 5, C = 7, V = 11, P = 9, TT = 2;
+  std::vector<int32_t> ids = {1, 4, 4, 0, 10, 3, 3, 3, 2, 1, 9, 8, 4, 4, 5};
+  std::vector<int32_t> seg = {0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1};
+  auto wte = randn(V * C, 1), wpe = randn(P * C, 2), wtt = randn(TT * C, 3), R = randn(B * T * C, 4);
+  std::vector<float> out(B * T * C);
+  kernels::embeddings_forward(out.data(), ids.data(), seg.data(), wte.data(), wpe.data(), wtt.data(), B, T, C);
+  EXPECT_LT(max_rel(to_d(out), ref::embeddings(ids, seg, to_d(wte), to_d(wpe), to_d(wtt), B, T, C)), 1e-6);
+  std::vector<float> dwte(V * C, 0), dwpe(P * C, 0), dwtt(TT * C, 0);
+  kernels::embeddings_backward(dwte.data(), dwpe.data(), dwtt.data(), R.data(), ids.data(), seg.data(), B, T, C, V, TT);
+  auto g = fd_grad(
+      [&](const std::vector<double>& v) {
+        return dot(ref::embeddings(ids, seg, v, to_d(wpe), to_d(wtt), B, T, C), to_d(R));
+      },
+      to_d(wte));
+  EXPECT_LT(max_rel(to_d(dwte), g), 1e-6);
+  auto gp = fd_grad(
+      [&](const std::vector<double>& v) {
+        return dot(ref::embeddings(ids, seg, to_d(wte), v, to_d(wtt), B, T, C), to_d(R));
+      },
+      to_d(wpe));
+  EXPECT_LT(max_rel(to_d(dwpe), gp), 1e-6);
+  auto gt = fd_grad(
+      [&](const std::vector<double>& v) {
+        return dot(ref::embeddings(ids, seg, to_d(wte), to_d(wpe), v, B, T, C), to_d(R));
+      },
+      to_d(wtt));
+  EXPECT_LT(max_rel(to_d(dwtt), gt), 1e-6);
+}
+
+// ------------------------------------------------------------------------------- LayerNorm
+TEST(LayerNorm, ForwardBackwardBertEps) {
+  const int64_t N = 7, C = 13;
+  const float eps = 1e-12f;
+  auto x = randn(N * C, 1, 2.0f), w = randn(C, 2), b = randn(C, 3), R = randn(N * C, 4);
+  std::vector<float> y(N * C), mean(N), rstd(N);
+  kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, eps);
+  EXPECT_LT(max_rel(to_d(y), ref::layernorm(to_d(x), to_d(w), to_d(b), N, C, eps)), 1e-5);
+  std::vector<float> dx(N * C, 0), dw(C, 0), db(C, 0);
+  kernels::layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                              N, C);
+  auto L = [&](const std::vector<double>& xx, const std::vector<double>& ww, const std::vector<double>& bb) {
+    return dot(ref::layernorm(xx, ww, bb, N, C, eps), to_d(R));
+  };
+  EXPECT_LT(max_rel(to_d(dx), fd_grad([&](auto& v) { return L(v, to_d(w), to_d(b)); }, to_d(x))), 1e-4);
+  EXPECT_LT(max_rel(to_d(dw), fd_grad([&](auto& v) { return L(to_d(x), v, to_d(b)); }, to_d(w))), 1e-4);
+  EXPECT_LT(max_rel(to_d(db), fd_grad([&](auto& v) { return L(to_d(x), to_d(w), v); }, to_d(b))), 1e-4);
+}
+
+TEST(LayerNorm, FusedResidualEqualsComposed) {
+  const int64_t N = 9, C = 23;
+  auto a = randn(N * C, 1), r = randn(N * C, 2), w = randn(C, 3), b = randn(C, 4);
+  std::vector<float> y1(N * C), s1(N * C), m1(N), r1(N), y2(N * C), s2(N * C), m2(N), r2(N);
+  kernels::residual_layernorm_forward(y1.data(), s1.data(), m1.data(), r1.data(), a.data(), r.data(), w.data(),
+                                      b.data(), N, C, 1e-12f);
+  kernels::residual_forward(s2.data(), a.data(), r.data(), N * C);
+  kernels::layernorm_forward(y2.data(), m2.data(), r2.data(), s2.data(), w.data(), b.data(), N, C, 1e-12f);
+  EXPECT_EQ(y1, y2);
+  EXPECT_EQ(s1, s2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(r1, r2);
+}
+
+// ------------------------------------------------------------------------------------ GELU
+class GeluTest : public ::testing::TestWithParam<Activation> {};
+TEST_P(GeluTest, ForwardBackward) {
+  const Activation act = GetParam();
+  const int64_t n = 101;
+  auto x = randn(n, 1, 3.0f), R = randn(n, 2);
+  std::vector<float> y(n), dx(n, 0.0f);
+  kernels::gelu_forward(y.data(), x.data(), n, act);
+  EXPECT_LT(max_rel(to_d(y), ref::gelu(to_d(x), act)), 1e-6);
+  kernels::gelu_backward(dx.data(), x.data(), R.data(), n, act);
+  auto g = fd_grad([&](const std::vector<double>& v) { return dot(ref::gelu(v, act), to_d(R)); }, to_d(x));
+  EXPECT_LT(max_rel(to_d(dx), g), 1e-5);
+}
+INSTANTIATE_TEST_SUITE_P(Both, GeluTest, ::testing::Values(Activation::GeluErf, Activation::GeluTanh));
+
+TEST(Tanh, ForwardBackward) {
+  const int64_t n = 31;
+  auto x = randn(n, 3), R = randn(n, 4);
+  std::vector<float> y(n), dx(n, 0.0f);
+  kernels::tanh_forward(y.data(), x.data(), n);
+  kernels::tanh_backward(dx.data(), y.data(), R.data(), n);
+  auto f = [&](const std::vector<double>& v) {
+    double s = 0;
+    for (size_t i = 0; i < v.size(); ++i) s += std::tanh(v[i]) * R[i];
+    return s;
+  };
+  EXPECT_LT(max_rel(to_d(dx), fd_grad(f, to_d(x))), 1e-5);
+}
+
+// --------------------------------------------------------------------------------- dropout
+TEST(Dropout, MaskScaleAndBackwardAgree) {
+  const int64_t n = 20001;
+  const float p = 0.1f;
+  Rng rng{42, 0};
+  const uint64_t base = rng.reserve(n);
+  std::vector<float> x(n, 1.0f), y(n), dx(n, 0.0f), ones(n, 1.0f);
+  kernels::dropout_forward(y.data(), x.data(), n, p, rng, base);
+  kernels::dropout_backward(dx.data(), ones.data(), n, p, rng, base);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(y[i] == 0.0f || std::fabs(y[i] - 1.0f / 0.9f) < 1e-6);
+    EXPECT_EQ(y[i], dx[i]);  // backward regenerates exactly the forward mask
+    kept += y[i] != 0.0f;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 0.9, 0.01);
+  // A different base gives a different mask.
+  std::vector<float> y2(n);
+  kernels::dropout_forward(y2.data(), x.data(), n, p, rng, rng.reserve(n));
+  EXPECT_NE(y, y2);
+}
+
+TEST(Rng, PhiloxKnownAnswer) {
+  // Random123 known-answer test for philox4x32_10, counter 0, key 0.
+  auto r = philox4x32({0, 0, 0, 0}, {0, 0});
+  EXPECT_EQ(r[0], 0x6627e8d5u);
+  EXPECT_EQ(r[1], 0xe169c58du);
+  EXPECT_EQ(r[2], 0xbc57ac4cu);
+  EXPECT_EQ(r[3], 0x9b00dbd8u);
+}
+
+// ------------------------------------------------------------------------------- attention
+struct AttnCase {
+  float p;
+  Precision prec;
+};
+class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
+  const AttnCase ac = GetParam();
+  const int64_t B = 2, T = 7, NH = 3, C = 15;  // HS = 5
+  auto qkv = randn(B * T * 3 * C, 1), R = randn(B * T * C, 2);
+  std::vector<float> mask_add(B * T, 0.0f);
+  mask_add[T - 1] = mask_add[T - 2] = -10000.0f;  // row 0 has two padded keys
+  Rng rng{7, 0};
+  const uint64_t base = rng.reserve(B * NH * T * T);
+  std::vector<float> out(B * T * C), probs(B * NH * T * T), work(kernels::attention_work_size(B, T, C, NH));
+  kernels::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
+                             rng, base, ac.prec);
+  std::vector<uint8_t> keep(B * NH * T * T, 1);
+  if (ac.p > 0)
+    for (size_t i = 0; i < keep.size(); ++i) keep[i] = rng.uniform(base, i) >= ac.p;
+  auto qkv_in = qkv;
+  if (ac.prec == Precision::BF16) round_to_bf16(qkv_in.data(), qkv_in.size());
+  const double tol_f = ac.prec == Precision::F32 ? 1e-5 : 2e-2, tol_b = ac.prec == Precision::F32 ? 1e-4 : 5e-2;
+  EXPECT_LT(max_rel(to_d(out), ref::attention(to_d(qkv_in), to_d(mask_add), ac.p > 0 ? &keep : nullptr, ac.p, B, T,
+                                              C, NH)),
+            tol_f);
+  std::vector<float> dqkv(B * T * 3 * C);
+  kernels::attention_backward(dqkv.data(), work.data(), R.data(), qkv.data(), probs.data(), B, T, C, NH, ac.p, rng,
+                              base, ac.prec);
+  auto g = fd_grad(
+      [&](const std::vector<double>& v) {
+        return dot(ref::attention(v, to_d(mask_add), ac.p > 0 ? &keep : nullptr, ac.p, B, T, C, NH), to_d(R));
+      },
+      to_d(qkv));
+  EXPECT_LT(max_rel(to_d(dqkv), g), tol_b);
+}
+INSTANTIATE_TEST_SUITE_P(DropoutAndPrecision, AttentionTest,
+                         ::testing::Values(AttnCase{0.0f, Precision::F32}, AttnCase{0.2f, Precision::F32},
+                                           AttnCase{0.0f, Precision::BF16}, AttnCase{0.2f, Precision::BF16}));
+
+// ------------------------------------------------------------------------- cross-entropy
+TEST(CrossEntropy, LossAndGradientWithIgnoreIndex) {
+  const int64_t N = 5, V = 13;
+  auto x = randn(N * V, 3, 2.0f);
+  std::vector<int32_t> labels = {3, -1, 12, 0, -1};
+  std::vector<float> logits = x, losses(N);
+  const int64_t valid = kernels::softmax_xent_forward_backward(logits.data(), losses.data(), labels.data(), N, V, -1,
+                                                               1.0f / 3.0f);
+  EXPECT_EQ(valid, 3);
+  double mean = 0;
+  for (float l : losses) mean += l;
+  mean /= 3;
+  EXPECT_NEAR(mean, ref::xent(to_d(x), labels, N, V, -1), 1e-6);
+  EXPECT_EQ(losses[1], 0.0f);
+  auto g = fd_grad([&](const std::vector<double>& v) { return ref::xent(v, labels, N, V, -1); }, to_d(x));
+  EXPECT_LT(max_rel(to_d(logits), g), 1e-5);  // the logits buffer now holds the gradient
+}
+
+TEST(Rows, GatherScatterAreAdjoint) {
+  const int64_t N = 9, C = 5, M = 4;
+  auto x = randn(N * C, 1), R = randn(M * C, 2);
+  std::vector<int64_t> rows = {0, 3, 3, 8};
+  std::vector<float> g(M * C), d(N * C, 0.0f);
+  kernels::gather_rows(g.data(), x.data(), rows.data(), M, C);
+  kernels::scatter_add_rows(d.data(), R.data(), rows.data(), M, C);
+  // <gather(x), R> == <x, scatter(R)>
+  EXPECT_NEAR(dot(to_d(g), to_d(R)), dot(to_d(x), to_d(d)), 1e-4);
+}
+
+TEST(Bias, BackwardSumsRows) {
+  const int64_t M = 67, N = 131;
+  auto dy = randn(M * N, 5);
+  std::vector<float> db(N, 1.0f);
+  kernels::bias_backward(db.data(), dy.data(), M, N);
+  for (int64_t n = 0; n < N; ++n) {
+    double s = 1.0;
+    for (int64_t m = 0; m < M; ++m) s += dy[m * N + n];
+    EXPECT_NEAR(db[n], s, 1e-4);
+  }
+}
