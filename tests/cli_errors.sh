@@ -1,0 +1,33 @@
+#!/bin/sh
+# CLI contract: every subcommand has --help; bad input gives a clear error naming the file or
+# field and a non-zero exit; nothing half-written is left behind.
+set -u
+BERTCC="$1"; WORK="$2"
+rm -rf "$WORK"; mkdir -p "$WORK"
+fails=0
+check() {  # check NAME EXPECTED_RC PATTERN -- command...
+  name="$1"; want_rc="$2"; pattern="$3"; shift 4
+  "$@" >"$WORK/out" 2>&1; rc=$?
+  if [ "$want_rc" = "nonzero" ]; then [ $rc -ne 0 ] || { echo "FAIL $name: exit 0"; fails=$((fails+1)); return; }
+  elif [ $rc -ne "$want_rc" ]; then echo "FAIL $name: exit $rc (want $want_rc)"; cat "$WORK/out"; fails=$((fails+1)); return; fi
+  grep -q -- "$pattern" "$WORK/out" || { echo "FAIL $name: output lacks '$pattern':"; cat "$WORK/out"; fails=$((fails+1)); return; }
+  echo "ok   $name"
+}
+check help 0 "dump-step" -- "$BERTCC" --help
+check dump-help 0 "--precision" -- "$BERTCC" dump-step --help
+check bench-help 0 "--seq" -- "$BERTCC" bench --help
+check no-subcommand nonzero "subcommand" -- "$BERTCC"
+check missing-model nonzero "$WORK/nope" -- "$BERTCC" dump-step --model "$WORK/nope" --batch x.h5 --out "$WORK/o.safetensors"
+mkdir -p "$WORK/m"
+printf '{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 3, "intermediate_size": 8}' > "$WORK/m/config.json"
+check bad-config nonzero "num_attention_heads" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out "$WORK/o.safetensors"
+printf '{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}' > "$WORK/m/config.json"
+check no-weights nonzero "model.safetensors" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out "$WORK/o.safetensors"
+printf 'garbage' > "$WORK/m/model.safetensors"
+check bad-weights nonzero "model.safetensors" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out "$WORK/o.safetensors"
+check bad-precision nonzero "precision" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out o --precision fp8
+check bad-preset nonzero "bert-huge" -- "$BERTCC" bench train --config bert-huge --steps 1
+[ ! -e "$WORK/o.safetensors" ] || { echo "FAIL: output written despite errors"; fails=$((fails+1)); }
+ls "$WORK"/*.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary files left behind"; fails=$((fails+1)); }
+[ $fails -eq 0 ] && echo "all CLI checks passed"
+exit $fails

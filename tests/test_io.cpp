@@ -1,0 +1,239 @@
+// safetensors, config, HDF5 shards and model directories: round trips and bad files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/model_dir.h"
+#include "bertcc/pretrain_data.h"
+#include "bertcc/safetensors.h"
+#include "test_util.h"
+
+using namespace bertcc;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TmpDir {
+  fs::path path;
+  TmpDir() {
+    path = fs::temp_directory_path() / ("bertcc_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TmpDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& n) const { return (path / n).string(); }
+};
+
+// Runs f and returns the error message (empty if it did not throw).
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void write_raw(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+BertConfig tiny_config() {
+  BertConfig c;
+  c.vocab_size = 29;
+  c.hidden_size = 12;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 3;
+  c.intermediate_size = 17;
+  c.max_position_embeddings = 16;
+  return c;
+}
+
+}  // namespace
+
+TEST(Safetensors, RoundTripAllFloatTypes) {
+  TmpDir d;
+  auto a = bertcc::testing::randn(3 * 5, 1), b = bertcc::testing::randn(7, 2);
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    const std::string p = d / "x.safetensors";
+    write_safetensors(p, {{"a", {3, 5}, a.data()}, {"b.c", {7}, b.data()}}, t);
+    SafetensorsFile f(p);
+    ASSERT_EQ(f.tensors().size(), 2u);
+    EXPECT_EQ(f.metadata().at("format"), "pt");
+    const StTensor* ta = f.find("a");
+    ASSERT_TRUE(ta);
+    EXPECT_EQ(ta->shape, (std::vector<int64_t>{3, 5}));
+    std::vector<float> back(15);
+    f.read_f32(*ta, back.data());
+    for (size_t i = 0; i < back.size(); ++i) {
+      const float want = t == DType::F32 ? a[i] : t == DType::BF16 ? bf16_to_f32(f32_to_bf16(a[i]))
+                                                                     : f16_to_f32(f32_to_f16(a[i]));
+      EXPECT_EQ(back[i], want);
+    }
+  }
+}
+
+TEST(Safetensors, BadFilesNameTheProblem) {
+  TmpDir d;
+  auto a = bertcc::testing::randn(64, 1);
+  const std::string good = d / "good.safetensors";
+  write_safetensors(good, {{"weight", {8, 8}, a.data()}});
+  const std::string bytes = read_file(good);
+
+  write_raw(d / "trunc.safetensors", bytes.substr(0, bytes.size() - 10));
+  auto e = error_of([&] { SafetensorsFile f(d / "trunc.safetensors"); });
+  EXPECT_NE(e.find("'weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+
+  write_raw(d / "tiny.safetensors", "abc");
+  e = error_of([&] { SafetensorsFile f(d / "tiny.safetensors"); });
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+
+  std::string badjson = bytes;
+  badjson[8] = 'x';
+  write_raw(d / "json.safetensors", badjson);
+  e = error_of([&] { SafetensorsFile f(d / "json.safetensors"); });
+  EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+
+  e = error_of([&] { SafetensorsFile f(d / "missing.safetensors"); });
+  EXPECT_NE(e.find("missing.safetensors"), std::string::npos) << e;
+}
+
+TEST(Config, ParsesHfAndGoogleAndNamesBadFields) {
+  TmpDir d;
+  write_raw(d / "config.json",
+            R"({"vocab_size": 30, "hidden_size": 12, "num_hidden_layers": 1, "num_attention_heads": 3,
+                "intermediate_size": 20, "hidden_act": "gelu_new", "max_position_embeddings": 64,
+                "type_vocab_size": 2, "layer_norm_eps": 1e-5})");
+  BertConfig c = load_config(d / "config.json");
+  EXPECT_EQ(c.vocab_size, 30);
+  EXPECT_EQ(c.activation(), Activation::GeluTanh);
+  EXPECT_FLOAT_EQ(c.layer_norm_eps, 1e-5f);
+  // Google's bert_config.json has no layer_norm_eps: BERT's 1e-12 applies.
+  write_raw(d / "bert_config.json",
+            R"({"vocab_size": 30, "hidden_size": 12, "num_hidden_layers": 1, "num_attention_heads": 3,
+                "intermediate_size": 20, "hidden_act": "gelu"})");
+  EXPECT_FLOAT_EQ(load_config(d / "bert_config.json").layer_norm_eps, 1e-12f);
+
+  write_raw(d / "bad1.json", R"({"vocab_size": 30, "hidden_size": 13, "num_hidden_layers": 1,
+                                 "num_attention_heads": 3, "intermediate_size": 20})");
+  auto e = error_of([&] { load_config(d / "bad1.json"); });
+  EXPECT_NE(e.find("hidden_size"), std::string::npos) << e;
+  EXPECT_NE(e.find("bad1.json"), std::string::npos) << e;
+  write_raw(d / "bad2.json", R"({"vocab_size": 30, "hidden_size": 12, "num_hidden_layers": 1,
+                                 "num_attention_heads": 3})");
+  e = error_of([&] { load_config(d / "bad2.json"); });
+  EXPECT_NE(e.find("intermediate_size"), std::string::npos) << e;
+  write_raw(d / "bad3.json", R"({"vocab_size": 30, "hidden_size": 12, "num_hidden_layers": 1,
+                                 "num_attention_heads": 3, "intermediate_size": 20, "hidden_act": "relu"})");
+  e = error_of([&] { load_config(d / "bad3.json"); });
+  EXPECT_NE(e.find("relu"), std::string::npos) << e;
+  EXPECT_EQ(config_from_name_or_path("bert-base").hidden_size, 768);
+  EXPECT_EQ(config_from_name_or_path("bert-large").num_hidden_layers, 24);
+  EXPECT_EQ(config_from_name_or_path("bert-mini").num_attention_heads, 4);
+  EXPECT_NE(error_of([&] { config_from_name_or_path("bert-huge"); }).find("bert-huge"), std::string::npos);
+}
+
+TEST(ModelDir, SaveLoadRoundTripAndErrors) {
+  TmpDir d;
+  Bert m(tiny_config(), Heads::PreTraining);
+  m.init_weights(3);
+  save_model_dir(m, d / "model");
+  auto back = load_model_dir(d / "model", Heads::PreTraining);
+  EXPECT_EQ(back->params(), m.params());
+  // Encoder-only load of a pre-training checkpoint skips cls.* tensors.
+  auto enc = load_model_dir(d / "model", Heads::None);
+  EXPECT_EQ(enc->table().total(), enc->table().total());
+  EXPECT_EQ(0, std::memcmp(enc->params().data(), m.params().data(), sizeof(float) * enc->table().total()));
+
+  // Missing tensor.
+  std::vector<StWrite> w;
+  for (const auto& e : m.table().entries())
+    if (e.name != "bert.pooler.dense.bias") w.push_back({e.name, e.shape, m.params().data() + e.offset});
+  write_safetensors(d / "missing.safetensors", w);
+  auto e = error_of([&] { load_weights(*back, d / "missing.safetensors"); });
+  EXPECT_NE(e.find("missing tensor 'bert.pooler.dense.bias'"), std::string::npos) << e;
+  // Unknown tensor.
+  w.push_back({"bert.pooler.dense.bias", {12}, m.params().data()});
+  w.push_back({"bert.encoder.layer.7.output.dense.weight", {12}, m.params().data()});
+  write_safetensors(d / "unknown.safetensors", w);
+  e = error_of([&] { load_weights(*back, d / "unknown.safetensors"); });
+  EXPECT_NE(e.find("unknown tensor 'bert.encoder.layer.7.output.dense.weight'"), std::string::npos) << e;
+  // Shape mismatch.
+  w.pop_back();
+  w[0].shape = {29, 11};
+  write_safetensors(d / "shape.safetensors", w);
+  e = error_of([&] { load_weights(*back, d / "shape.safetensors"); });
+  EXPECT_NE(e.find("'bert.embeddings.word_embeddings.weight' has shape [29,11], expected [29,12]"),
+            std::string::npos)
+      << e;
+  // No model file at all.
+  fs::create_directories(d / "empty");
+  e = error_of([&] { load_model_dir(d / "empty", Heads::None); });
+  EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+}
+
+TEST(ModelDir, AcceptsBertModelNamesWithoutPrefix) {
+  TmpDir d;
+  Bert m(tiny_config(), Heads::None);
+  m.init_weights(5);
+  std::vector<StWrite> w;
+  for (const auto& e : m.table().entries())
+    w.push_back({e.name.substr(5), e.shape, m.params().data() + e.offset});  // strip "bert."
+  write_safetensors(d / "m.safetensors", w);
+  Bert back(tiny_config(), Heads::None);
+  load_weights(back, d / "m.safetensors");
+  EXPECT_EQ(back.params(), m.params());
+  EXPECT_EQ(canonical_param_name("encoder.layer.0.output.LayerNorm.gamma"),
+            "bert.encoder.layer.0.output.LayerNorm.weight");
+  EXPECT_EQ(canonical_param_name("bert.embeddings.LayerNorm.beta"), "bert.embeddings.LayerNorm.bias");
+  EXPECT_EQ(canonical_param_name("bert.embeddings.position_ids"), "");
+}
+
+TEST(PretrainShard, RoundTripAndNvidiaLabelRule) {
+  TmpDir d;
+  PretrainShard s;
+  s.N = 2; s.S = 6; s.P = 3;
+  s.input_ids = {2, 5, 7, 9, 3, 0, 2, 8, 8, 3, 0, 0};
+  s.input_mask = {1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0, 0};
+  s.segment_ids = {0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+  s.masked_lm_positions = {1, 3, 0, 2, 1, 3};  // row 1 has no terminating 0: all three count
+  s.masked_lm_ids = {11, 12, 13, 21, 22, 23};
+  s.next_sentence_labels = {1, 0};
+  write_pretrain_shard(d / "s.h5", s);
+  PretrainShard r = read_pretrain_shard(d / "s.h5");
+  EXPECT_EQ(r.N, 2);
+  EXPECT_EQ(r.input_ids, s.input_ids);
+  EXPECT_EQ(r.masked_lm_positions, s.masked_lm_positions);
+  BertBatch b = make_pretrain_batch(r, 0, 2, "s.h5");
+  std::vector<int32_t> want(12, -1);
+  want[1] = 11; want[3] = 12;                 // row 0 stops at the 0 entry (13 is never used)
+  want[6 + 2] = 21; want[6 + 1] = 22; want[6 + 3] = 23;
+  EXPECT_EQ(b.mlm_labels, want);
+  EXPECT_EQ(b.nsp_labels, (std::vector<int32_t>{1, 0}));
+
+  write_raw(d / "not.h5", "definitely not hdf5");
+  EXPECT_NE(error_of([&] { read_pretrain_shard(d / "not.h5"); }).find("not an HDF5 file"), std::string::npos);
+  PretrainShard bad = s;
+  bad.masked_lm_positions = {1, 3, 0, 2, 9, 3};
+  write_pretrain_shard(d / "bad.h5", bad);
+  auto e = error_of([&] { make_pretrain_batch(read_pretrain_shard(d / "bad.h5"), 0, 2, "bad.h5"); });
+  EXPECT_NE(e.find("masked_lm_positions[1][1] = 9"), std::string::npos) << e;
+}
+
+TEST(FileIo, AtomicWriteLeavesNoTemporaries) {
+  TmpDir d;
+  write_file_atomic(d / "a.txt", "hello");
+  EXPECT_EQ(read_file(d / "a.txt"), "hello");
+  int files = 0;
+  for (auto& p : fs::directory_iterator(d.path)) files += p.is_regular_file();
+  EXPECT_EQ(files, 1);
+  EXPECT_THROW(write_file_atomic(d / "no/such/dir/a.txt", "x"), Error);
+}

@@ -1,0 +1,129 @@
+// Model-level properties: determinism, dropout gradients by directional finite differences,
+// gradient accumulation semantics.
+#include <gtest/gtest.h>
+
+#include "bertcc/bert.h"
+#include "bertcc/error.h"
+#include "test_util.h"
+
+using namespace bertcc;
+
+namespace {
+
+BertConfig small_config() {
+  BertConfig c;
+  c.vocab_size = 37;
+  c.hidden_size = 15;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 3;
+  c.intermediate_size = 23;
+  c.max_position_embeddings = 16;
+  c.hidden_dropout_prob = 0.1f;
+  c.attention_probs_dropout_prob = 0.1f;
+  return c;
+}
+
+BertBatch random_batch(const BertConfig& c, int64_t B, int64_t T, uint32_t seed) {
+  std::mt19937 g(seed);
+  BertBatch b;
+  b.B = B;
+  b.T = T;
+  for (int64_t i = 0; i < B * T; ++i) {
+    const int64_t t = i % T;
+    const bool pad = t >= T - static_cast<int64_t>(i / T);  // row r has r padded tokens
+    b.input_ids.push_back(pad ? 0 : 1 + static_cast<int32_t>(g() % (c.vocab_size - 1)));
+    b.input_mask.push_back(pad ? 0 : 1);
+    b.segment_ids.push_back(t > T / 2 ? 1 : 0);
+    b.mlm_labels.push_back(!pad && t > 0 && g() % 4 == 0 ? static_cast<int32_t>(g() % c.vocab_size) : -1);
+  }
+  b.mlm_labels[1] = 5;  // at least one masked token
+  for (int64_t r = 0; r < B; ++r) b.nsp_labels.push_back(static_cast<int32_t>(g() % 2));
+  return b;
+}
+
+}  // namespace
+
+TEST(Model, SameSeedGivesBitIdenticalGradients) {
+  const BertConfig c = small_config();
+  const BertBatch batch = random_batch(c, 3, 11, 1);
+  std::vector<float> g1, g2;
+  double l1 = 0, l2 = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    Bert m(c, Heads::PreTraining);
+    m.init_weights(9);
+    Rng rng{123, 0};
+    m.zero_grad();
+    const double l = m.pretrain_step(batch, true, true, Precision::F32, rng).loss;
+    (rep ? l2 : l1) = l;
+    (rep ? g2 : g1) = m.grads();
+  }
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(g1, g2);
+}
+
+TEST(Model, DropoutChangesLossAndEvalIsDeterministic) {
+  const BertConfig c = small_config();
+  const BertBatch batch = random_batch(c, 2, 9, 2);
+  Bert m(c, Heads::PreTraining);
+  m.init_weights(4);
+  Rng rng{5, 0};
+  const double eval1 = m.pretrain_step(batch, false, false, Precision::F32, rng).loss;
+  const double train1 = m.pretrain_step(batch, true, false, Precision::F32, rng).loss;
+  const double train2 = m.pretrain_step(batch, true, false, Precision::F32, rng).loss;
+  const double eval2 = m.pretrain_step(batch, false, false, Precision::F32, rng).loss;
+  EXPECT_EQ(eval1, eval2);
+  EXPECT_NE(train1, train2);  // the RNG advanced: new dropout masks
+  EXPECT_NE(train1, eval1);
+}
+
+// With dropout ON and a fixed RNG state the loss is a smooth function of the weights, so the
+// full backward (including regenerated dropout masks) must match a directional finite difference.
+TEST(Model, DropoutBackwardMatchesDirectionalFiniteDifference) {
+  const BertConfig c = small_config();
+  const BertBatch batch = random_batch(c, 2, 7, 3);
+  Bert m(c, Heads::PreTraining);
+  m.init_weights(6);
+  for (auto& p : m.params()) p *= 5.0f;  // larger weights: a less trivial function
+  auto dir = bertcc::testing::randn(m.params().size(), 17);
+  auto loss_at = [&](double eps) {
+    std::vector<float> saved = m.params();
+    for (size_t i = 0; i < saved.size(); ++i) m.params()[i] = saved[i] + static_cast<float>(eps) * dir[i];
+    Rng rng{77, 0};
+    const double l = m.pretrain_step(batch, true, false, Precision::F32, rng).loss;
+    m.params() = saved;
+    return l;
+  };
+  Rng rng{77, 0};
+  m.zero_grad();
+  m.pretrain_step(batch, true, true, Precision::F32, rng);
+  double analytic = 0;
+  for (size_t i = 0; i < dir.size(); ++i) analytic += static_cast<double>(m.grads()[i]) * dir[i];
+  const double h = 1e-3;
+  const double numeric = (loss_at(h) - loss_at(-h)) / (2 * h);
+  EXPECT_NEAR(analytic, numeric, 2e-3 * std::fabs(numeric) + 1e-4) << analytic << " vs " << numeric;
+}
+
+TEST(Model, GradientsAccumulateAcrossCalls) {
+  const BertConfig c = small_config();
+  const BertBatch batch = random_batch(c, 2, 8, 4);
+  Bert m(c, Heads::PreTraining);
+  m.init_weights(8);
+  Rng rng{1, 0};
+  m.zero_grad();
+  m.pretrain_step(batch, false, true, Precision::F32, rng);
+  std::vector<float> once = m.grads();
+  m.pretrain_step(batch, false, true, Precision::F32, rng);
+  for (size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(m.grads()[i], 2 * once[i], 1e-5f * (1 + std::fabs(once[i])));
+}
+
+TEST(Model, ValidateNamesBadTokens) {
+  const BertConfig c = small_config();
+  BertBatch b = random_batch(c, 2, 5, 1);
+  b.input_ids[7] = 999;
+  try {
+    b.validate(c, "batch.h5");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input_ids[1][2] = 999"), std::string::npos) << e.what();
+  }
+}
