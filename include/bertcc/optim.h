@@ -1,0 +1,42 @@
+// Optimizers over the flat parameter/gradient buffers, one fused pass each; state in fp32.
+// Weight decay comes from the ParamTable flag (false for biases and LayerNorm parameters).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "bertcc/params.h"
+
+namespace bertcc {
+
+struct AdamState {
+  std::vector<float> m, v;  // first and second moments, same layout as the parameters
+  int64_t step = 0;
+};
+
+struct LambOptions {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f, weight_decay = 0.01f;
+  float max_grad_norm = 1.0f;  // global pre-normalisation (NVIDIA / apex FusedLAMB); <= 0 disables
+  bool nvlamb = false;         // apply the trust ratio to every tensor, not only decayed ones
+};
+
+struct AdamWOptions {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f, weight_decay = 0.01f;
+  float max_grad_norm = 1.0f;  // <= 0 disables clipping
+  bool bias_correction = true;  // NVIDIA run_squad uses false
+};
+
+// Global L2 norm of a buffer; blocked, so the result does not depend on the thread count.
+double global_norm(const float* x, size_t n);
+
+// One LAMB step (apex FusedLAMB semantics). `grads` is consumed (overwritten with the update).
+// Returns the global gradient norm before clipping.
+double lamb_step(const ParamTable& t, float* params, float* grads, AdamState& s, float lr, const LambOptions& o);
+// One AdamW step (HF semantics; decoupled weight decay). Returns the gradient norm before clipping.
+double adamw_step(const ParamTable& t, float* params, float* grads, AdamState& s, float lr, const AdamWOptions& o);
+
+// NVIDIA PolyWarmUpScheduler: linear warm-up, then base * (1 - progress)^0.5.
+float poly_warmup_lr(float base, int64_t step, int64_t total_steps, double warmup_proportion, double degree = 0.5);
+// Linear warm-up then linear decay to 0 (HF get_linear_schedule_with_warmup).
+float linear_warmup_lr(float base, int64_t step, int64_t total_steps, double warmup_proportion);
+
+}  // namespace bertcc

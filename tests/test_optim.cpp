@@ -1,0 +1,103 @@
+// Optimizers against straightforward double-precision transcriptions of apex FusedLAMB / HF AdamW.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "bertcc/optim.h"
+#include "test_util.h"
+
+using namespace bertcc;
+
+namespace {
+ParamTable small_table() {
+  ParamTable t;
+  t.add("encoder.dense.weight", {7, 5}, true);
+  t.add("encoder.dense.bias", {7}, false);
+  t.add("encoder.LayerNorm.weight", {5}, false);
+  t.add("zero.weight", {3}, true);  // all-zero weights: trust ratio must fall back to 1
+  return t;
+}
+}  // namespace
+
+TEST(Lamb, MatchesDoubleReferenceOverSeveralSteps) {
+  ParamTable t = small_table();
+  auto w = bertcc::testing::randn(t.total(), 1);
+  for (size_t i = 47; i < 50; ++i) w[i] = 0.0f;
+  std::vector<double> wd(w.begin(), w.end()), md(t.total(), 0), vd(t.total(), 0);
+  AdamState s;
+  LambOptions o;
+  for (int step = 1; step <= 4; ++step) {
+    auto g = bertcc::testing::randn(t.total(), 100 + step, step == 2 ? 10.0f : 0.1f);  // step 2 is clipped
+    std::vector<double> gd(g.begin(), g.end());
+    const float lr = 0.01f * step;
+    lamb_step(t, w.data(), g.data(), s, lr, o);
+    double norm = 0;
+    for (double x : gd) norm += x * x;
+    norm = std::sqrt(norm);
+    const double clip = norm > 1.0 ? 1.0 / norm : 1.0;
+    for (const auto& e : t.entries()) {
+      std::vector<double> u(e.numel);
+      double wn = 0, un = 0;
+      const double decay = e.weight_decay ? 0.01 : 0.0;
+      for (size_t i = 0; i < e.numel; ++i) {
+        const size_t k = e.offset + i;
+        const double gi = gd[k] * clip;
+        md[k] = 0.9 * md[k] + 0.1 * gi;
+        vd[k] = 0.999 * vd[k] + 0.001 * gi * gi;
+        const double mh = md[k] / (1 - std::pow(0.9, step)), vh = vd[k] / (1 - std::pow(0.999, step));
+        u[i] = mh / (std::sqrt(vh) + 1e-6) + decay * wd[k];
+        wn += wd[k] * wd[k];
+        un += u[i] * u[i];
+      }
+      const double ratio = (decay != 0 && wn > 0 && un > 0) ? std::sqrt(wn) / std::sqrt(un) : 1.0;
+      for (size_t i = 0; i < e.numel; ++i) wd[e.offset + i] -= lr * ratio * u[i];
+    }
+  }
+  EXPECT_LT(bertcc::testing::max_rel(bertcc::testing::to_d(w), wd), 1e-5);
+}
+
+TEST(AdamW, MatchesDoubleReferenceWithAndWithoutBiasCorrection) {
+  for (bool bc : {true, false}) {
+    ParamTable t = small_table();
+    auto w = bertcc::testing::randn(t.total(), 2);
+    std::vector<double> wd(w.begin(), w.end()), md(t.total(), 0), vd(t.total(), 0);
+    AdamState s;
+    AdamWOptions o;
+    o.bias_correction = bc;
+    o.max_grad_norm = 0;
+    for (int step = 1; step <= 3; ++step) {
+      auto g = bertcc::testing::randn(t.total(), 200 + step);
+      const float lr = 1e-3f;
+      adamw_step(t, w.data(), g.data(), s, lr, o);
+      for (const auto& e : t.entries())
+        for (size_t i = 0; i < e.numel; ++i) {
+          const size_t k = e.offset + i;
+          md[k] = 0.9 * md[k] + 0.1 * g[k];
+          vd[k] = 0.999 * vd[k] + 0.001 * double(g[k]) * g[k];
+          const double b1 = bc ? 1 - std::pow(0.9, step) : 1, b2 = bc ? 1 - std::pow(0.999, step) : 1;
+          wd[k] = wd[k] * (e.weight_decay ? 1 - lr * 0.01 : 1.0) - lr * (md[k] / b1) / (std::sqrt(vd[k] / b2) + 1e-6);
+        }
+    }
+    EXPECT_LT(bertcc::testing::max_rel(bertcc::testing::to_d(w), wd), 1e-5) << "bias_correction=" << bc;
+  }
+}
+
+TEST(Schedules, PolyWarmupAndLinear) {
+  // NVIDIA PolyWarmUpScheduler: warmup 0.1 of 1000 steps.
+  EXPECT_FLOAT_EQ(poly_warmup_lr(1.0f, 0, 1000, 0.1), 0.0f);
+  EXPECT_FLOAT_EQ(poly_warmup_lr(1.0f, 50, 1000, 0.1), 0.5f);
+  EXPECT_FLOAT_EQ(poly_warmup_lr(1.0f, 100, 1000, 0.1), static_cast<float>(std::sqrt(0.9)));
+  EXPECT_FLOAT_EQ(poly_warmup_lr(1.0f, 750, 1000, 0.1), 0.5f);
+  EXPECT_FLOAT_EQ(poly_warmup_lr(1.0f, 1000, 1000, 0.1), 0.0f);
+  EXPECT_FLOAT_EQ(linear_warmup_lr(1.0f, 5, 100, 0.1), 0.5f);
+  EXPECT_FLOAT_EQ(linear_warmup_lr(1.0f, 10, 100, 0.1), 1.0f);
+  EXPECT_FLOAT_EQ(linear_warmup_lr(1.0f, 55, 100, 0.1), 0.5f);
+  EXPECT_FLOAT_EQ(linear_warmup_lr(1.0f, 100, 100, 0.1), 0.0f);
+}
+
+TEST(GlobalNorm, IndependentOfThreadCountAndExact) {
+  auto x = bertcc::testing::randn(100003, 9);
+  double s = 0;
+  for (float v : x) s += double(v) * v;
+  EXPECT_NEAR(global_norm(x.data(), x.size()), std::sqrt(s), 1e-9 * std::sqrt(s));
+}
