@@ -15,16 +15,32 @@ struct Rng {
   uint64_t seed = 0;
   uint64_t offset = 0;  // advanced by every consumer; saved in checkpoints
 
-  // Reserve `n` counters for one consumer and return the first one.
+  Rng() = default;
+  Rng(uint64_t s, uint64_t o) : seed(s), offset(o) {}
+
+  // Reserve `n` counters for one consumer and return the first one (a multiple of 4, so
+  // consumers can draw four numbers per Philox call).
   uint64_t reserve(uint64_t n) {
+    offset = (offset + 3) & ~uint64_t{3};
     uint64_t o = offset;
     offset += n;
     return o;
   }
   // The i-th uniform of the stream that starts at counter `base`.
   float uniform(uint64_t base, uint64_t i) const;
+  // Four raw 32-bit numbers for counters [4*block, 4*block+4) of the dropout stream.
+  std::array<uint32_t, 4> block4(uint64_t block) const;
   uint32_t next_u32();  // sequential use (data shuffling, init)
   float next_normal();  // Box-Muller
+
+ private:
+  std::array<uint32_t, 4> seq_cache_{};
+  uint64_t seq_cache_block_ = ~uint64_t{0};
+  float spare_normal_ = 0.0f;
+  bool has_spare_ = false;
 };
+
+// Dropout keep decision for a raw 32-bit number: keep iff uniform(x) >= p.
+inline bool dropout_keep(uint32_t x, float p) { return u32_to_unit(x) >= p; }
 
 }  // namespace bertcc

@@ -17,26 +17,39 @@ std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_
   return c;
 }
 
+std::array<uint32_t, 4> Rng::block4(uint64_t block) const {
+  return philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0},
+                    {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+}
+
 float Rng::uniform(uint64_t base, uint64_t i) const {
   const uint64_t idx = base + i;
-  const uint64_t block = idx >> 2;
-  auto r = philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0},
-                      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
-  return u32_to_unit(r[idx & 3]);
+  return u32_to_unit(block4(idx >> 2)[idx & 3]);
 }
 
 uint32_t Rng::next_u32() {
+  // A separate stream (counter word 2 = 1) from the dropout stream; cached per block of four.
   const uint64_t idx = offset++;
   const uint64_t block = idx >> 2;
-  auto r = philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 1, 0},
-                      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
-  return r[idx & 3];
+  if (block != seq_cache_block_) {
+    seq_cache_ = philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 1, 0},
+                            {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+    seq_cache_block_ = block;
+  }
+  return seq_cache_[idx & 3];
 }
 
 float Rng::next_normal() {
-  const float u1 = (static_cast<float>(next_u32() >> 8) + 0.5f) * (1.0f / 16777216.0f);
-  const float u2 = u32_to_unit(next_u32());
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * u2);
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_normal_;
+  }
+  const double u1 = (static_cast<double>(next_u32() >> 8) + 0.5) * (1.0 / 16777216.0);
+  const double u2 = u32_to_unit(next_u32());
+  const double r = std::sqrt(-2.0 * std::log(u1)), a = 6.28318530717958647692 * u2;
+  spare_normal_ = static_cast<float>(r * std::sin(a));
+  has_spare_ = true;
+  return static_cast<float>(r * std::cos(a));
 }
 
 }  // namespace bertcc

@@ -18,7 +18,7 @@ static bool ends_with(const std::string& s, const std::string& suf) {
 std::string canonical_param_name(const std::string& stored) {
   std::string n = stored;
   if (ends_with(n, "position_ids")) return "";  // a buffer, not a parameter
-  if (n.rfind("bert.", 0) != 0 && n.rfind("cls.", 0) != 0) n = "bert." + n;  // BertModel checkpoints
+  if (n.rfind("bert.", 0) != 0 && n.rfind("cls.", 0) != 0) n.insert(0, "bert.");  // BertModel checkpoints
   if (ends_with(n, "LayerNorm.gamma")) n = n.substr(0, n.size() - 5) + "weight";
   if (ends_with(n, "LayerNorm.beta")) n = n.substr(0, n.size() - 4) + "bias";
   return n;

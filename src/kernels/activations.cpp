@@ -56,17 +56,28 @@ void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) 
   for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
 }
 
+// `base` is a multiple of 4 (Rng::reserve guarantees it): element i uses number (base + i).
+template <class F>
+static void for_each_keep(int64_t n, const Rng& rng, uint64_t base, F f) {
+  const int64_t nb = (n + 3) / 4;
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto r = rng.block4((base >> 2) + static_cast<uint64_t>(b));
+    const int64_t i0 = 4 * b;
+    for (int64_t k = 0; k < 4 && i0 + k < n; ++k) f(i0 + k, r[k]);
+  }
+}
+
 void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) {
   const float scale = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) out[i] = rng.uniform(base, static_cast<uint64_t>(i)) >= p ? inp[i] * scale : 0.0f;
+  for_each_keep(n, rng, base, [&](int64_t i, uint32_t x) { out[i] = dropout_keep(x, p) ? inp[i] * scale : 0.0f; });
 }
 
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) {
   const float scale = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i)
-    if (rng.uniform(base, static_cast<uint64_t>(i)) >= p) dinp[i] += dout[i] * scale;
+  for_each_keep(n, rng, base, [&](int64_t i, uint32_t x) {
+    if (dropout_keep(x, p)) dinp[i] += dout[i] * scale;
+  });
 }
 
 }  // namespace bertcc::kernels

@@ -174,3 +174,34 @@ void bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
 }
 
 }  // namespace bertcc::kernels
+
+#include <chrono>
+
+namespace bertcc::kernels {
+
+double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) {
+  Runtime& R = rt();
+  const dt t = p == Precision::BF16 ? dt::bf16 : dt::f32;
+  auto a_md = dnnl::memory::desc(dims{M, K}, t, dims{K, 1});
+  auto b_md = dnnl::memory::desc(dims{K, N}, t, dims{N, 1});
+  auto c_md = dnnl::memory::desc(dims{M, N}, dt::f32, dims{N, 1});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), R.engine);
+  dnnl::matmul mm(pd);
+  dnnl::memory a(a_md, R.engine), b(b_md, R.engine), c(c_md, R.engine);
+  const size_t es = p == Precision::BF16 ? 2 : 4;
+  std::memset(a.get_data_handle(), 0x3c, static_cast<size_t>(M * K) * es);  // small finite values
+  std::memset(b.get_data_handle(), 0x3c, static_cast<size_t>(K * N) * es);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+  mm.execute(R.stream, args);
+  R.stream.wait();
+  double best = 1e30;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    mm.execute(R.stream, args);
+    R.stream.wait();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * static_cast<double>(M) * N * K / best / 1e12;
+}
+
+}  // namespace bertcc::kernels

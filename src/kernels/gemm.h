@@ -36,3 +36,9 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);
 
 }  // namespace bertcc::kernels
+
+namespace bertcc::kernels {
+// Achieved TFLOP/s of a bare oneDNN matmul C[M,N] = A[M,K] B[K,N] in the given precision
+// (operands already in that precision): the ceiling our GEMMs are measured against.
+double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);
+}  // namespace bertcc::kernels

@@ -104,6 +104,13 @@ struct Bert::Acts {
   float *cls, *pooled;
   // scratch
   float *att_work, *tmp_c, *g, *d1, *d2, *dh, *dc, *dqkv, *di, *di2, *dcls, *dpool;
+  // pre-training heads: sized by the number of masked positions, reused across steps
+  struct Head {
+    std::vector<int64_t> rows;
+    std::vector<int32_t> labels;
+    std::vector<float> hm, t1, tg, tl, tmean, trstd, logits, losses, dtl, dtg, dt1, dhm, dseq, dpooled, nsp,
+        nsp_losses;
+  } head;
 };
 
 Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads) {
@@ -346,74 +353,77 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   PretrainLoss out;
 
   // ---- MLM head on the masked positions only ----
-  std::vector<int64_t> rows;
-  std::vector<int32_t> labels;
+  Acts::Head& h = acts_->head;
+  h.rows.clear();
+  h.labels.clear();
   for (int64_t n = 0; n < N; ++n)
     if (batch.mlm_labels[n] != -1) {
-      rows.push_back(n);
-      labels.push_back(batch.mlm_labels[n]);
+      h.rows.push_back(n);
+      h.labels.push_back(batch.mlm_labels[n]);
     }
-  const int64_t M = static_cast<int64_t>(rows.size());
+  const int64_t M = static_cast<int64_t>(h.rows.size());
   out.mlm_count = M;
-  std::vector<float> hm, t1, tg, tl, tmean, trstd, logits, losses;
   if (M > 0) {
-    hm.resize(M * C); t1.resize(M * C); tg.resize(M * C); tl.resize(M * C);
-    tmean.resize(M); trstd.resize(M); logits.resize(M * V); losses.resize(M);
-    gather_rows(hm.data(), sequence_output(), rows.data(), M, C);
-    linear_forward(t1.data(), hm.data(), param("cls.predictions.transform.dense.weight"),
+    for (auto* v : {&h.hm, &h.t1, &h.tg, &h.tl}) v->resize(M * C);
+    h.tmean.resize(M);
+    h.trstd.resize(M);
+    h.logits.resize(M * V);  // overwritten in place by its own gradient: no separate probabilities
+    h.losses.resize(M);
+    gather_rows(h.hm.data(), sequence_output(), h.rows.data(), M, C);
+    linear_forward(h.t1.data(), h.hm.data(), param("cls.predictions.transform.dense.weight"),
                    param("cls.predictions.transform.dense.bias"), M, C, C, prec);
-    gelu_forward(tg.data(), t1.data(), M * C, act);
-    layernorm_forward(tl.data(), tmean.data(), trstd.data(), tg.data(),
+    gelu_forward(h.tg.data(), h.t1.data(), M * C, act);
+    layernorm_forward(h.tl.data(), h.tmean.data(), h.trstd.data(), h.tg.data(),
                       param("cls.predictions.transform.LayerNorm.weight"),
                       param("cls.predictions.transform.LayerNorm.bias"), M, C, cfg_.layer_norm_eps);
-    linear_forward(logits.data(), tl.data(), param("bert.embeddings.word_embeddings.weight"),
+    linear_forward(h.logits.data(), h.tl.data(), param("bert.embeddings.word_embeddings.weight"),
                    param("cls.predictions.bias"), M, V, C, prec);
     for (int64_t m = 0; m < M; ++m) {
-      const float* r = logits.data() + m * V;
-      out.mlm_correct += (std::max_element(r, r + V) - r) == labels[m];
+      const float* r = h.logits.data() + m * V;
+      out.mlm_correct += (std::max_element(r, r + V) - r) == h.labels[m];
     }
-    softmax_xent_forward_backward(logits.data(), losses.data(), labels.data(), M, V, -1,
+    softmax_xent_forward_backward(h.logits.data(), h.losses.data(), h.labels.data(), M, V, -1,
                                   backward ? 1.0f / static_cast<float>(M) : 0.0f);
     double s = 0;
-    for (float l : losses) s += l;
+    for (int64_t m = 0; m < M; ++m) s += h.losses[m];
     out.mlm_loss = s / static_cast<double>(M);
   }
 
   // ---- NSP head on the pooled output ----
-  std::vector<float> nsp(B * 2), nsp_losses(B);
-  linear_forward(nsp.data(), pooled_output(), param("cls.seq_relationship.weight"), param("cls.seq_relationship.bias"),
-                 B, 2, C, prec);
-  for (int64_t b = 0; b < B; ++b) out.nsp_correct += (nsp[2 * b + 1] > nsp[2 * b]) == (batch.nsp_labels[b] == 1);
-  softmax_xent_forward_backward(nsp.data(), nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
+  h.nsp.resize(B * 2);
+  h.nsp_losses.resize(B);
+  linear_forward(h.nsp.data(), pooled_output(), param("cls.seq_relationship.weight"),
+                 param("cls.seq_relationship.bias"), B, 2, C, prec);
+  for (int64_t b = 0; b < B; ++b)
+    out.nsp_correct += (h.nsp[2 * b + 1] > h.nsp[2 * b]) == (batch.nsp_labels[b] == 1);
+  softmax_xent_forward_backward(h.nsp.data(), h.nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
                                 backward ? 1.0f / static_cast<float>(B) : 0.0f);
   double s = 0;
-  for (float l : nsp_losses) s += l;
+  for (int64_t b = 0; b < B; ++b) s += h.nsp_losses[b];
   out.nsp_loss = s / static_cast<double>(B);
   out.loss = out.mlm_loss + out.nsp_loss;
   if (!backward) return out;
 
   // ---- backward ----
-  std::vector<float> dpooled(B * C, 0.0f);
-  linear_backward(dpooled.data(), grad("cls.seq_relationship.weight"), grad("cls.seq_relationship.bias"), nsp.data(),
-                  pooled_output(), param("cls.seq_relationship.weight"), B, 2, C, prec);
-  std::vector<float> dseq(N * C, 0.0f);
+  h.dpooled.assign(B * C, 0.0f);
+  linear_backward(h.dpooled.data(), grad("cls.seq_relationship.weight"), grad("cls.seq_relationship.bias"),
+                  h.nsp.data(), pooled_output(), param("cls.seq_relationship.weight"), B, 2, C, prec);
+  h.dseq.assign(N * C, 0.0f);
   if (M > 0) {
-    std::vector<float> dtl(M * C, 0.0f), dtg(M * C, 0.0f), dt1(M * C, 0.0f), dhm(M * C, 0.0f);
+    for (auto* v : {&h.dtl, &h.dtg, &h.dt1, &h.dhm}) v->assign(M * C, 0.0f);
     // decoder tied to the word embeddings: its gradient adds into the embedding gradient
-    linear_backward(dtl.data(), grad("bert.embeddings.word_embeddings.weight"), grad("cls.predictions.bias"),
-                    logits.data(), tl.data(), param("bert.embeddings.word_embeddings.weight"), M, V, C, prec);
-    logits.clear();
-    logits.shrink_to_fit();
-    layernorm_backward(dtg.data(), grad("cls.predictions.transform.LayerNorm.weight"),
-                       grad("cls.predictions.transform.LayerNorm.bias"), dtl.data(), tg.data(),
-                       param("cls.predictions.transform.LayerNorm.weight"), tmean.data(), trstd.data(), M, C);
-    gelu_backward(dt1.data(), t1.data(), dtg.data(), M * C, act);
-    linear_backward(dhm.data(), grad("cls.predictions.transform.dense.weight"),
-                    grad("cls.predictions.transform.dense.bias"), dt1.data(), hm.data(),
+    linear_backward(h.dtl.data(), grad("bert.embeddings.word_embeddings.weight"), grad("cls.predictions.bias"),
+                    h.logits.data(), h.tl.data(), param("bert.embeddings.word_embeddings.weight"), M, V, C, prec);
+    layernorm_backward(h.dtg.data(), grad("cls.predictions.transform.LayerNorm.weight"),
+                       grad("cls.predictions.transform.LayerNorm.bias"), h.dtl.data(), h.tg.data(),
+                       param("cls.predictions.transform.LayerNorm.weight"), h.tmean.data(), h.trstd.data(), M, C);
+    gelu_backward(h.dt1.data(), h.t1.data(), h.dtg.data(), M * C, act);
+    linear_backward(h.dhm.data(), grad("cls.predictions.transform.dense.weight"),
+                    grad("cls.predictions.transform.dense.bias"), h.dt1.data(), h.hm.data(),
                     param("cls.predictions.transform.dense.weight"), M, C, C, prec);
-    scatter_add_rows(dseq.data(), dhm.data(), rows.data(), M, C);
+    scatter_add_rows(h.dseq.data(), h.dhm.data(), h.rows.data(), M, C);
   }
-  encode_backward(dseq.data(), dpooled.data(), prec);
+  encode_backward(h.dseq.data(), h.dpooled.data(), prec);
   return out;
 }
 

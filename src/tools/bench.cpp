@@ -1,4 +1,126 @@
+// bertcc bench train|infer: random data, warm-up, timed steps. The last line is one JSON object.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "bertcc/bert.h"
+#include "bertcc/optim.h"
+#include "bertcc/runtime.h"
+#include "kernels/gemm.h"
 #include "tools/cli_common.h"
+
 namespace bertcc::tools {
-void add_bench(CLI::App&) {}
+namespace {
+
+BertBatch random_batch(const BertConfig& c, int64_t B, int64_t T, int64_t P, uint32_t seed) {
+  std::mt19937 g(seed);
+  BertBatch b;
+  b.B = B;
+  b.T = T;
+  for (int64_t i = 0; i < B * T; ++i) {
+    b.input_ids.push_back(1 + static_cast<int32_t>(g() % static_cast<uint32_t>(c.vocab_size - 1)));
+    b.input_mask.push_back(1);
+    b.segment_ids.push_back(i % T >= T / 2 ? 1 : 0);
+  }
+  b.mlm_labels.assign(static_cast<size_t>(B * T), -1);
+  for (int64_t r = 0; r < B; ++r) {
+    for (int64_t k = 0; k < P; ++k) {
+      const int64_t pos = 1 + static_cast<int64_t>(g() % static_cast<uint32_t>(T - 1));
+      b.mlm_labels[static_cast<size_t>(r * T + pos)] = static_cast<int32_t>(g() % static_cast<uint32_t>(c.vocab_size));
+    }
+    b.nsp_labels.push_back(static_cast<int32_t>(g() % 2));
+  }
+  return b;
 }
+
+double peak_rss_mb() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  struct Opts {
+    std::string mode, config = "bert-base", precision = "bf16";
+    int64_t batch = 8, seq = 128, steps = 10, warmup = 2, max_pred = -1;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("bench", "Throughput on random data: train (forward+backward+LAMB) or infer (BertModel forward)");
+  sub->add_option("mode", o->mode, "train | infer")->required()->check(CLI::IsMember({"train", "infer"}));
+  sub->add_option("--config", o->config,
+                  "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
+  sub->add_option("--batch", o->batch, "sequences per step")->check(CLI::PositiveNumber);
+  sub->add_option("--seq", o->seq, "sequence length")->check(CLI::PositiveNumber);
+  sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
+  sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
+  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->callback([o]() {
+    set_threads(o->threads);
+    const Precision prec = parse_precision(o->precision);
+    BertConfig cfg = config_from_name_or_path(o->config);
+    const bool train = o->mode == "train";
+    const int64_t B = o->batch, T = o->seq;
+    const int64_t P = o->max_pred > 0 ? o->max_pred : std::max<int64_t>(1, (T * 20 + 64) / 128);
+    if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);
+    std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+    Bert model(cfg, train ? Heads::PreTraining : Heads::None);
+    model.init_weights(1);
+    const BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2);
+    Rng rng{3, 0};
+    AdamState state;
+    LambOptions lamb;
+    int64_t masked = 0;
+    auto step = [&]() {
+      if (train) {
+        model.zero_grad();
+        masked = model.pretrain_step(batch, true, true, prec, rng).mlm_count;
+        lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb);
+      } else {
+        model.encode(batch, false, prec, rng);
+      }
+    };
+    for (int64_t i = 0; i < o->warmup; ++i) step();
+    std::vector<double> times;
+    for (int64_t i = 0; i < o->steps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step();
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    double total = 0;
+    for (double t : times) total += t;
+    const double mean = total / static_cast<double>(times.size());
+    const double fwd = Bert::forward_flops(cfg, B, T, train ? masked : 0, train);
+    const double flops = train ? 3.0 * fwd : fwd;
+    const double probe = kernels::gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
+    nlohmann::ordered_json j;
+    j["mode"] = o->mode;
+    j["config"] = o->config;
+    j["precision"] = o->precision;
+    j["batch"] = B;
+    j["seq"] = T;
+    j["threads"] = threads();
+    j["steps"] = o->steps;
+    j["step_ms"] = mean * 1e3;
+    j["seq_per_s"] = static_cast<double>(B) / mean;
+    j["model_tflops"] = flops / mean / 1e12;
+    j["gemm_probe_tflops"] = probe;
+    j["gemm_probe_shape"] = std::to_string(B * T) + "x" + std::to_string(cfg.intermediate_size) + "x" +
+                            std::to_string(cfg.hidden_size);
+    j["peak_rss_mb"] = peak_rss_mb();
+    std::cout << o->mode << " " << o->config << " " << o->precision << " B=" << B << " S=" << T << ": "
+              << j["seq_per_s"].get<double>() << " seq/s, " << j["model_tflops"].get<double>() << " TFLOP/s (GEMM probe "
+              << probe << ")\n";
+    std::cout << j.dump() << std::endl;
+  });
+}
+
+}  // namespace bertcc::tools

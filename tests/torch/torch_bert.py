@@ -60,7 +60,9 @@ def encoder(P, cfg, input_ids, segment_ids, input_mask, dropout=0.0, training=Fa
     HS = C // NH
     eps = cfg.get("layer_norm_eps", 1e-12)
     act = cfg.get("hidden_act", "gelu")
-    ln = lambda x, n: F.layer_norm(x, (C,), P[n + ".weight"], P[n + ".bias"], eps)
+    # LayerNorm in fp32 (torch 1.13's CPU autocast leaves layer_norm to the input dtype)
+    ln = lambda x, n: F.layer_norm(x.float(), (C,), P[n + ".weight"].float(), P[n + ".bias"].float(), eps).to(
+        P[n + ".weight"].dtype)
     lin = lambda x, n: F.linear(x, P[n + ".weight"], P[n + ".bias"])
     drop = lambda x: F.dropout(x, dropout, training)
     pos = torch.arange(T)
@@ -96,12 +98,13 @@ def pretrain_loss(P, cfg, input_ids, segment_ids, input_mask, mlm_labels, nsp_la
     hm = h.reshape(-1, C)[sel]
     t = gelu(F.linear(hm, P["cls.predictions.transform.dense.weight"], P["cls.predictions.transform.dense.bias"]),
              act)
-    t = F.layer_norm(t, (C,), P["cls.predictions.transform.LayerNorm.weight"],
-                     P["cls.predictions.transform.LayerNorm.bias"], eps)
+    t = F.layer_norm(t.float(), (C,), P["cls.predictions.transform.LayerNorm.weight"].float(),
+                     P["cls.predictions.transform.LayerNorm.bias"].float(), eps).to(
+                         P["cls.predictions.transform.LayerNorm.weight"].dtype)
     logits = F.linear(t, P["bert.embeddings.word_embeddings.weight"], P["cls.predictions.bias"])
-    mlm = F.cross_entropy(logits, mlm_labels.reshape(-1)[sel])
+    mlm = F.cross_entropy(logits.float(), mlm_labels.reshape(-1)[sel])
     nsp_logits = F.linear(pooled, P["cls.seq_relationship.weight"], P["cls.seq_relationship.bias"])
-    nsp = F.cross_entropy(nsp_logits, nsp_labels)
+    nsp = F.cross_entropy(nsp_logits.float(), nsp_labels)
     return mlm + nsp, mlm, nsp
 
 
