@@ -318,3 +318,28 @@ TEST(Bias, BackwardSumsRows) {
     EXPECT_NEAR(db[n], s, 1e-4);
   }
 }
+
+TEST(Rng, FillMatchesScalarPhiloxAtAnyAlignment) {
+  Rng rng{0x1234567890abcdefull, 0};
+  for (uint64_t first : {0ull, 1ull, 3ull, 62ull, 1000001ull}) {
+    for (size_t n : {1u, 5u, 63u, 64u, 65u, 200u}) {
+      std::vector<uint32_t> got(n);
+      rng.fill_u32(first, n, got.data());
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], rng.block4((first + i) >> 2)[(first + i) & 3]);
+    }
+  }
+}
+
+#include "kernels/vecmath.h"
+TEST(VecMath, ExpErfTanhAccuracy) {
+  double worst_exp = 0, worst_erf = 0, worst_tanh = 0;
+  for (double x = -20; x <= 20; x += 0.001) {
+    const float xf = static_cast<float>(x);
+    worst_exp = std::max(worst_exp, std::fabs(kernels::vexp(xf) - std::exp(double(xf))) / std::exp(double(xf)));
+    worst_erf = std::max(worst_erf, std::fabs(kernels::verf(xf) - std::erf(double(xf))));
+    worst_tanh = std::max(worst_tanh, std::fabs(kernels::vtanh(xf) - std::tanh(double(xf))));
+  }
+  EXPECT_LT(worst_exp, 3e-7);   // relative
+  EXPECT_LT(worst_erf, 5e-7);   // absolute
+  EXPECT_LT(worst_tanh, 3e-7);  // absolute
+}

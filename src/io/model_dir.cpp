@@ -26,8 +26,12 @@ std::string canonical_param_name(const std::string& stored) {
 
 static std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ',';
+    r += std::to_string(s[i]);
+  }
+  r += ']';
+  return r;
 }
 
 void load_weights(Bert& model, const std::string& path) {

@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "kernels/vecmath.h"
 
 namespace bertcc::kernels {
 
@@ -16,13 +18,13 @@ void gelu_forward(float* out, const float* inp, int64_t n, Activation act) {
 #pragma omp parallel for schedule(static) if (n > 16384)
     for (int64_t i = 0; i < n; ++i) {
       const float x = inp[i];
-      out[i] = 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+      out[i] = 0.5f * x * (1.0f + verf(x * kInvSqrt2));
     }
   } else {
 #pragma omp parallel for schedule(static) if (n > 16384)
     for (int64_t i = 0; i < n; ++i) {
       const float x = inp[i];
-      out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
+      out[i] = 0.5f * x * (1.0f + vtanh(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
     }
   }
 }
@@ -32,8 +34,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, 
 #pragma omp parallel for schedule(static) if (n > 16384)
     for (int64_t i = 0; i < n; ++i) {
       const float x = inp[i];
-      const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+      const float cdf = 0.5f * (1.0f + verf(x * kInvSqrt2));
+      const float pdf = kInvSqrt2Pi * vexp(-0.5f * x * x);
       dinp[i] += dout[i] * (cdf + x * pdf);
     }
   } else {
@@ -41,7 +43,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, 
     for (int64_t i = 0; i < n; ++i) {
       const float x = inp[i];
       const float u = kSqrt2OverPi * (x + kTanhCoef * x * x * x);
-      const float t = std::tanh(u);
+      const float t = vtanh(u);
       const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCoef * x * x);
       dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
     }
@@ -56,15 +58,18 @@ void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) 
   for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
 }
 
-// `base` is a multiple of 4 (Rng::reserve guarantees it): element i uses number (base + i).
+// Element i of a dropout site uses number (base + i) of the dropout stream; chunks of 1024
+// elements are generated at once and processed in parallel.
 template <class F>
 static void for_each_keep(int64_t n, const Rng& rng, uint64_t base, F f) {
-  const int64_t nb = (n + 3) / 4;
+  constexpr int64_t kChunk = 1024;
+  const int64_t nc = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t b = 0; b < nb; ++b) {
-    const auto r = rng.block4((base >> 2) + static_cast<uint64_t>(b));
-    const int64_t i0 = 4 * b;
-    for (int64_t k = 0; k < 4 && i0 + k < n; ++k) f(i0 + k, r[k]);
+  for (int64_t c = 0; c < nc; ++c) {
+    uint32_t bits[kChunk];
+    const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+    rng.fill_u32(base + static_cast<uint64_t>(i0), static_cast<size_t>(len), bits);
+    for (int64_t k = 0; k < len; ++k) f(i0 + k, bits[k]);
   }
 }
 

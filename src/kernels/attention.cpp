@@ -3,7 +3,7 @@
 // The scale, the additive mask and the softmax are one pass over each row; the dropout mask is
 // never stored: backward regenerates it from the counter-based RNG.
 #include <algorithm>
-#include <array>
+#include <vector>
 #include <cmath>
 
 #include "kernels/gemm.h"
@@ -150,18 +150,11 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
   for (int64_t r = 0; r < BH * T; ++r) {
     float* d = w.att + r * T;
     const float* p = probs + r * T;
-    if (dropout_p > 0.0f) {
-      const uint64_t c0 = base + static_cast<uint64_t>(r * T);  // counter of element (r, 0)
-      std::array<uint32_t, 4> blk{};
-      uint64_t cur = ~uint64_t{0};
-      for (int64_t j = 0; j < T; ++j) {
-        const uint64_t c = c0 + static_cast<uint64_t>(j);
-        if ((c >> 2) != cur) {
-          cur = c >> 2;
-          blk = rng.block4(cur);
-        }
-        d[j] = dropout_keep(blk[c & 3], dropout_p) ? d[j] * keep_scale : 0.0f;
-      }
+    if (dropout_p > 0.0f) {  // regenerate this row's keep mask: numbers base + r*T + j
+      thread_local std::vector<uint32_t> bits;
+      bits.resize(static_cast<size_t>(T));
+      rng.fill_u32(base + static_cast<uint64_t>(r * T), static_cast<size_t>(T), bits.data());
+      for (int64_t j = 0; j < T; ++j) d[j] = dropout_keep(bits[j], dropout_p) ? d[j] * keep_scale : 0.0f;
     }
     float dot = 0.0f;
     for (int64_t j = 0; j < T; ++j) dot += d[j] * p[j];

@@ -3,6 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <cstring>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -52,7 +56,45 @@ dnnl::memory::desc md(dt t, int64_t batch, int64_t rows, int64_t cols, int64_t b
 
 }  // namespace
 
+// Opt-in profile (BERTCC_PROFILE_GEMM=1): time and FLOPs per shape/layout, printed at exit.
+struct GemmProfile {
+  bool on = std::getenv("BERTCC_PROFILE_GEMM") != nullptr;
+  std::map<std::string, std::pair<double, double>> t;  // key -> (seconds, flops)
+  ~GemmProfile() {
+    if (!on) return;
+    std::vector<std::pair<std::string, std::pair<double, double>>> v(t.begin(), t.end());
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+    double tot = 0;
+    for (auto& e : v) tot += e.second.first;
+    std::fprintf(stderr, "gemm profile: %.3f s total\n", tot);
+    for (auto& e : v)
+      std::fprintf(stderr, "  %-48s %8.3f s %7.3f TFLOP/s\n", e.first.c_str(), e.second.first,
+                   e.second.second / e.second.first / 1e12);
+  }
+};
+GemmProfile& profile() {
+  static GemmProfile p;
+  return p;
+}
+
+static void gemm_impl(const GemmArgs& g, Precision p);
+
 void gemm(const GemmArgs& g, Precision p) {
+  GemmProfile& prof = profile();
+  if (!prof.on) return gemm_impl(g, p);
+  const auto t0 = std::chrono::steady_clock::now();
+  gemm_impl(g, p);
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char key[128];
+  std::snprintf(key, sizeof key, "%s b%ld %ldx%ldx%ld %c%c%s", p == Precision::BF16 ? "bf16" : "fp32", (long)g.batch,
+                (long)g.M, (long)g.N, (long)g.K, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
+                g.accumulate ? " +=" : "");
+  auto& e = prof.t[key];
+  e.first += dt;
+  e.second += 2.0 * g.batch * g.M * g.N * g.K;
+}
+
+static void gemm_impl(const GemmArgs& g, Precision p) {
   BERTCC_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "gemm: empty shape");
   Runtime& R = rt();
   const bool bf = p == Precision::BF16;

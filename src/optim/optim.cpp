@@ -9,15 +9,20 @@ namespace {
 constexpr size_t kBlock = 8192;
 
 // Sum of squares over fixed blocks, partials added in order: thread-count independent.
-template <class F>
-double blocked_sum(size_t n, F f) {
+// Sum of squares: 16 fp32 lanes within a block (vectorisable), blocks combined in double in order.
+double blocked_sumsq(const float* x, size_t n) {
   const size_t nb = (n + kBlock - 1) / kBlock;
   std::vector<double> part(nb, 0.0);
 #pragma omp parallel for schedule(static) if (nb > 4)
   for (size_t b = 0; b < nb; ++b) {
+    const size_t i0 = b * kBlock, i1 = std::min(n, (b + 1) * kBlock);
+    float acc[16] = {0};
+    for (size_t j = i0; j < i1; j += 16) {
+      const size_t len = std::min<size_t>(16, i1 - j);
+      for (size_t k = 0; k < len; ++k) acc[k] += x[j + k] * x[j + k];
+    }
     double s = 0;
-    const size_t e = std::min(n, (b + 1) * kBlock);
-    for (size_t i = b * kBlock; i < e; ++i) s += f(i);
+    for (float a : acc) s += a;
     part[b] = s;
   }
   double s = 0;
@@ -35,7 +40,7 @@ void ensure_state(AdamState& s, size_t n) {
 }  // namespace
 
 double global_norm(const float* x, size_t n) {
-  return std::sqrt(blocked_sum(n, [&](size_t i) { return static_cast<double>(x[i]) * x[i]; }));
+  return std::sqrt(blocked_sumsq(x, n));
 }
 
 double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const LambOptions& o) {
@@ -52,18 +57,43 @@ double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr
     float* m = s.m.data() + e.offset;
     float* v = s.v.data() + e.offset;
     const float wd = e.weight_decay ? o.weight_decay : 0.0f;
-    // Pass 1: moments and the update u (written over the gradient).
-#pragma omp parallel for schedule(static) if (e.numel > 65536)
-    for (size_t i = 0; i < e.numel; ++i) {
-      const float gi = ge[i] * clip;
-      m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * gi;
-      v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * gi * gi;
-      ge[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + o.eps) + wd * we[i];
+    // Pass 1: moments, the update u (written over the gradient) and the squared norms of w and u,
+    // summed per fixed block so the result does not depend on the thread count.
+    const size_t nb = (e.numel + kBlock - 1) / kBlock;
+    std::vector<double> wsq(nb), usq(nb);
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t i0 = b * kBlock, i1 = std::min(e.numel, (b + 1) * kBlock);
+      float ws[16] = {0}, us[16] = {0};  // 16 lanes: vectorisable without reassociating sums
+      for (size_t j = i0; j < i1; j += 16) {
+        const size_t len = std::min<size_t>(16, i1 - j);
+        for (size_t k = 0; k < len; ++k) {
+          const size_t i = j + k;
+          const float gi = ge[i] * clip;
+          m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * gi;
+          v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * gi * gi;
+          const float u = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + o.eps) + wd * we[i];
+          ge[i] = u;
+          ws[k] += we[i] * we[i];
+          us[k] += u * u;
+        }
+      }
+      double wsum = 0, usum = 0;
+      for (int k = 0; k < 16; ++k) {
+        wsum += ws[k];
+        usum += us[k];
+      }
+      wsq[b] = wsum;
+      usq[b] = usum;
     }
     float ratio = 1.0f;
     if (wd != 0.0f || o.nvlamb) {
-      const double wn = global_norm(we, e.numel), un = global_norm(ge, e.numel);
-      if (wn > 0 && un > 0) ratio = static_cast<float>(wn / un);
+      double wn = 0, un = 0;
+      for (size_t b = 0; b < nb; ++b) {
+        wn += wsq[b];
+        un += usq[b];
+      }
+      if (wn > 0 && un > 0) ratio = static_cast<float>(std::sqrt(wn) / std::sqrt(un));
     }
     const float step = lr * ratio;
 #pragma omp parallel for schedule(static) if (e.numel > 65536)
