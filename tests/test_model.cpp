@@ -127,3 +127,19 @@ TEST(Model, ValidateNamesBadTokens) {
     EXPECT_NE(std::string(e.what()).find("input_ids[1][2] = 999"), std::string::npos) << e.what();
   }
 }
+
+// The bf16 GEMMs use a bf16 copy of the weights; changing weights through params() must be seen
+// by the next bf16 forward (no stale copy).
+TEST(Model, Bf16WeightCopyFollowsWeightChanges) {
+  const BertConfig c = small_config();
+  const BertBatch batch = random_batch(c, 2, 6, 5);
+  Bert m(c, Heads::PreTraining), fresh(c, Heads::PreTraining);
+  m.init_weights(1);
+  Rng rng{1, 0};
+  m.pretrain_step(batch, false, false, Precision::BF16, rng);  // builds the bf16 copy
+  for (auto& p : m.params()) p *= 1.5f;                         // change the weights
+  fresh.params() = m.params();
+  const double a = m.pretrain_step(batch, false, false, Precision::BF16, rng).loss;
+  const double b = fresh.pretrain_step(batch, false, false, Precision::BF16, rng).loss;
+  EXPECT_EQ(a, b);
+}

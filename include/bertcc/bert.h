@@ -38,9 +38,18 @@ class Bert {
   const BertConfig& config() const { return cfg_; }
   Heads heads() const { return heads_; }
   const ParamTable& table() const { return table_; }
-  std::vector<float>& params() { return params_; }
+  // Mutable access to the weights invalidates the bf16 copy used by bf16 GEMMs, so anything that
+  // changes weights (optimizers, loaders) must go through these.
+  std::vector<float>& params() {
+    params16_valid_ = false;
+    return params_;
+  }
+  const std::vector<float>& params() const { return params_; }
   std::vector<float>& grads() { return grads_; }
-  float* param(const std::string& name) { return params_.data() + table_.at(name).offset; }
+  float* param(const std::string& name) {
+    params16_valid_ = false;
+    return params_.data() + table_.at(name).offset;
+  }
   float* grad(const std::string& name) { return grads_.data() + table_.at(name).offset; }
 
   // HF/Google initialisation: N(0, initializer_range) weights, zero biases, LayerNorm 1/0,
@@ -65,11 +74,19 @@ class Bert {
  private:
   struct Acts;
   void ensure_acts(int64_t B, int64_t T);
+  const float* w(const std::string& name) const { return params_.data() + table_.at(name).offset; }
+  // bf16 copy of a weight (bf16 precision), or null in fp32.
+  const bf16_t* w16(const std::string& name, Precision p) const {
+    return p == Precision::BF16 ? params16_.data() + table_.at(name).offset : nullptr;
+  }
+  void refresh_bf16(Precision p);
 
   BertConfig cfg_;
   Heads heads_;
   ParamTable table_;
   std::vector<float> params_, grads_;
+  std::vector<bf16_t> params16_;  // bf16 rounding of params_, valid while params16_valid_
+  bool params16_valid_ = false;
   std::unique_ptr<Acts> acts_;
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
 };

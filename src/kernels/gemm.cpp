@@ -107,11 +107,20 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
   const void* b_ptr = g.B;
   int64_t lda = g.lda, ldb = g.ldb, sa = g.stride_a, sb = g.stride_b;
   if (bf) {
-    pack_bf16(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, R.scratch_a);
-    pack_bf16(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, R.scratch_b);
-    a_ptr = R.scratch_a.data();
-    b_ptr = R.scratch_b.data();
-    lda = a_cols; ldb = b_cols; sa = a_rows * a_cols; sb = b_rows * b_cols;
+    if (g.A16) {
+      a_ptr = g.A16;
+    } else {
+      pack_bf16(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, R.scratch_a);
+      a_ptr = R.scratch_a.data();
+      lda = a_cols; sa = a_rows * a_cols;
+    }
+    if (g.B16) {
+      b_ptr = g.B16;
+    } else {
+      pack_bf16(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, R.scratch_b);
+      b_ptr = R.scratch_b.data();
+      ldb = b_cols; sb = b_rows * b_cols;
+    }
   }
   // Logical src [M,K] and weights [K,N] via strides.
   auto src_md = g.trans_a ? md(in_t, g.batch, g.M, g.K, sa, 1, lda) : md(in_t, g.batch, g.M, g.K, sa, lda, 1);
@@ -166,8 +175,9 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
 }
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                    Precision p) {
+                    Precision p, const bf16_t* W16) {
   GemmArgs g;
+  g.B16 = W16;
   g.M = M; g.N = N; g.K = K;
   g.A = x; g.lda = K;
   g.B = W; g.ldb = K; g.trans_b = true;
@@ -177,9 +187,10 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 }
 
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                     int64_t N, int64_t K, Precision p) {
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16) {
   if (dx) {  // dx[M,K] += dy[M,N] @ W[N,K]
     GemmArgs g;
+    g.B16 = W16;
     g.M = M; g.N = K; g.K = N;
     g.A = dy; g.lda = N;
     g.B = W; g.ldb = K;

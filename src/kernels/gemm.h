@@ -20,6 +20,9 @@ struct GemmArgs {
   bool accumulate = false;
   // Batched: `batch` independent products, operands advanced by these strides (elements).
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+  // bf16 only: operands already rounded to bf16, same layout as A/B (used instead of packing).
+  const bf16_t* A16 = nullptr;
+  const bf16_t* B16 = nullptr;
 };
 
 void gemm(const GemmArgs& g, Precision p);
@@ -27,10 +30,11 @@ void gemm(const GemmArgs& g, Precision p);
 // Convenience for Linear layers with HF weights W[N,K]:
 //   forward:   y[M,N] = x[M,K] W^T + b
 //   backward:  dx[M,K] += dy W ;  dW[N,K] += dy^T x   (backward adds, so tied weights just work)
+// W16: optional bf16 copy of W (bf16 precision only).
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                    Precision p);
+                    Precision p, const bf16_t* W16 = nullptr);
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                     int64_t N, int64_t K, Precision p);
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr);
 
 // db[N] += sum over rows of dy[M,N]; deterministic for any thread count.
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);

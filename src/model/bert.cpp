@@ -62,8 +62,8 @@ void BertBatch::validate(const BertConfig& c, const std::string& where) const {
   for (size_t i = 0; i < n; ++i) {
     BERTCC_CHECK(input_ids[i] >= 0 && input_ids[i] < c.vocab_size, where, ": input_ids[", i / T, "][", i % T,
                  "] = ", input_ids[i], " is outside the vocabulary (size ", c.vocab_size, ")");
-    BERTCC_CHECK(segment_ids[i] >= 0 && segment_ids[i] < c.type_vocab_size, where, ": segment_ids[", i / T, "][",
-                 i % T, "] = ", segment_ids[i], " is outside [0, ", c.type_vocab_size, ")");
+    BERTCC_CHECK(segment_ids[i] >= 0 && segment_ids[i] < c.type_vocab_size, where, ": segment_ids[", i / T, "][", i % T,
+                 "] = ", segment_ids[i], " is outside [0, ", c.type_vocab_size, ")");
     BERTCC_CHECK(input_mask[i] == 0 || input_mask[i] == 1, where, ": input_mask[", i / T, "][", i % T,
                  "] must be 0 or 1");
   }
@@ -77,8 +77,8 @@ void BertBatch::validate(const BertConfig& c, const std::string& where) const {
   if (!nsp_labels.empty()) {
     BERTCC_CHECK(nsp_labels.size() == static_cast<size_t>(B), where, ": next_sentence_labels must be [", B, "]");
     for (int64_t b = 0; b < B; ++b)
-      BERTCC_CHECK(nsp_labels[b] == 0 || nsp_labels[b] == 1, where, ": next_sentence_labels[", b, "] = ",
-                   nsp_labels[b], " must be 0 or 1");
+      BERTCC_CHECK(nsp_labels[b] == 0 || nsp_labels[b] == 1, where, ": next_sentence_labels[", b, "] = ", nsp_labels[b],
+                   " must be 0 or 1");
   }
 }
 
@@ -89,9 +89,9 @@ void BertBatch::validate(const BertConfig& c, const std::string& where) const {
 struct Bert::Acts {
   int64_t B = 0, T = 0;
   std::vector<float> arena;
-  std::vector<float> mask_add;                       // [B,T]
-  float *emb_sum, *emb_mean, *emb_rstd;              // [N,C], [N], [N]
-  std::vector<float*> x;                             // L+1 of [N,C]: layer inputs/outputs
+  std::vector<float> mask_add;           // [B,T]
+  float *emb_sum, *emb_mean, *emb_rstd;  // [N,C], [N], [N]
+  std::vector<float*> x;                 // L+1 of [N,C]: layer inputs/outputs
   struct Layer {
     float *qkv, *probs, *ctx, *ln1_sum, *ln1_mean, *ln1_rstd, *h1, *inter, *gelu, *ln2_sum, *ln2_mean, *ln2_rstd;
     uint64_t seed_att = 0, seed_attn_out = 0, seed_ffn_out = 0;
@@ -108,8 +108,7 @@ struct Bert::Acts {
   struct Head {
     std::vector<int64_t> rows;
     std::vector<int32_t> labels;
-    std::vector<float> hm, t1, tg, tl, tmean, trstd, logits, losses, dtl, dtg, dt1, dhm, dseq, dpooled, nsp,
-        nsp_losses;
+    std::vector<float> hm, t1, tg, tl, tmean, trstd, logits, losses, dtl, dtg, dt1, dhm, dseq, dpooled, nsp, nsp_losses;
   } head;
 };
 
@@ -123,6 +122,7 @@ Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads) 
 Bert::~Bert() = default;
 
 void Bert::init_weights(uint64_t seed) {
+  params16_valid_ = false;
   Rng rng{seed, 0};
   for (const auto& e : table_.entries()) {
     float* p = params_.data() + e.offset;
@@ -138,6 +138,13 @@ void Bert::init_weights(uint64_t seed) {
 }
 
 void Bert::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+void Bert::refresh_bf16(Precision p) {
+  if (p != Precision::BF16 || params16_valid_) return;
+  params16_.resize(params_.size());
+  to_bf16(params_.data(), params16_.data(), params_.size());
+  params16_valid_ = true;
+}
 
 void Bert::ensure_acts(int64_t B, int64_t T) {
   if (acts_ && acts_->B == B && acts_->T == T) return;
@@ -196,6 +203,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   const int64_t B = batch.B, T = batch.T, N = B * T;
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
   ensure_acts(B, T);
+  refresh_bf16(prec);
   batch_ids_ = batch.input_ids;
   batch_seg_ = batch.segment_ids;
   Acts& a = *acts_;
@@ -209,10 +217,10 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
 
   // embeddings -> LayerNorm -> dropout
   embeddings_forward(a.emb_sum, batch.input_ids.data(), batch.segment_ids.data(),
-                     param("bert.embeddings.word_embeddings.weight"), param("bert.embeddings.position_embeddings.weight"),
-                     param("bert.embeddings.token_type_embeddings.weight"), B, T, C);
-  layernorm_forward(a.x[0], a.emb_mean, a.emb_rstd, a.emb_sum, param("bert.embeddings.LayerNorm.weight"),
-                    param("bert.embeddings.LayerNorm.bias"), N, C, eps);
+                     w("bert.embeddings.word_embeddings.weight"), w("bert.embeddings.position_embeddings.weight"),
+                     w("bert.embeddings.token_type_embeddings.weight"), B, T, C);
+  layernorm_forward(a.x[0], a.emb_mean, a.emb_rstd, a.emb_sum, w("bert.embeddings.LayerNorm.weight"),
+                    w("bert.embeddings.LayerNorm.bias"), N, C, eps);
   if (p_h > 0) {
     a.seed_emb = rng.reserve(N * C);
     dropout_forward(a.x[0], a.x[0], N * C, p_h, rng, a.seed_emb);
@@ -222,35 +230,37 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     Acts::Layer& ly = a.layers[l];
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     const float* xin = a.x[l];
-    linear_forward(ly.qkv, xin, param(p + "attention.self.query.weight"), param(p + "attention.self.query.bias"), N,
-                   3 * C, C, prec);
+    linear_forward(ly.qkv, xin, w(p + "attention.self.query.weight"), w(p + "attention.self.query.bias"), N, 3 * C, C,
+                   prec, w16(p + "attention.self.query.weight", prec));
     if (p_a > 0) ly.seed_att = rng.reserve(B * NH * T * T);
     attention_forward(ly.ctx, ly.probs, a.att_work, ly.qkv, a.mask_add.data(), B, T, C, NH, p_a, rng, ly.seed_att,
                       prec);
-    linear_forward(a.tmp_c, ly.ctx, param(p + "attention.output.dense.weight"),
-                   param(p + "attention.output.dense.bias"), N, C, C, prec);
+    linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
+                   C, prec, w16(p + "attention.output.dense.weight", prec));
     if (p_h > 0) {
       ly.seed_attn_out = rng.reserve(N * C);
       dropout_forward(a.tmp_c, a.tmp_c, N * C, p_h, rng, ly.seed_attn_out);
     }
     residual_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
-                               param(p + "attention.output.LayerNorm.weight"),
-                               param(p + "attention.output.LayerNorm.bias"), N, C, eps);
-    linear_forward(ly.inter, ly.h1, param(p + "intermediate.dense.weight"), param(p + "intermediate.dense.bias"), N, I,
-                   C, prec);
+                               w(p + "attention.output.LayerNorm.weight"), w(p + "attention.output.LayerNorm.bias"), N,
+                               C, eps);
+    linear_forward(ly.inter, ly.h1, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias"), N, I, C, prec,
+                   w16(p + "intermediate.dense.weight", prec));
     gelu_forward(ly.gelu, ly.inter, N * I, act);
-    linear_forward(a.tmp_c, ly.gelu, param(p + "output.dense.weight"), param(p + "output.dense.bias"), N, C, I, prec);
+    linear_forward(a.tmp_c, ly.gelu, w(p + "output.dense.weight"), w(p + "output.dense.bias"), N, C, I, prec,
+                   w16(p + "output.dense.weight", prec));
     if (p_h > 0) {
       ly.seed_ffn_out = rng.reserve(N * C);
       dropout_forward(a.tmp_c, a.tmp_c, N * C, p_h, rng, ly.seed_ffn_out);
     }
     residual_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
-                               param(p + "output.LayerNorm.weight"), param(p + "output.LayerNorm.bias"), N, C, eps);
+                               w(p + "output.LayerNorm.weight"), w(p + "output.LayerNorm.bias"), N, C, eps);
   }
 
   // pooler: tanh(dense(h[:, 0]))
   for (int64_t b = 0; b < B; ++b) std::memcpy(a.cls + b * C, a.x.back() + b * T * C, sizeof(float) * C);
-  linear_forward(a.pooled, a.cls, param("bert.pooler.dense.weight"), param("bert.pooler.dense.bias"), B, C, C, prec);
+  linear_forward(a.pooled, a.cls, w("bert.pooler.dense.weight"), w("bert.pooler.dense.bias"), B, C, C, prec,
+                 w16("bert.pooler.dense.weight", prec));
   tanh_forward(a.pooled, a.pooled, B * C);
 }
 
@@ -264,15 +274,17 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   const Rng rng{a.rng_seed, 0};
 
   // g = d(sequence output)
-  if (dseq) std::memcpy(a.g, dseq, sizeof(float) * N * C);
-  else std::fill(a.g, a.g + N * C, 0.0f);
+  if (dseq)
+    std::memcpy(a.g, dseq, sizeof(float) * N * C);
+  else
+    std::fill(a.g, a.g + N * C, 0.0f);
   if (dpooled) {
     // pooled = tanh(cls W^T + b); cls = h[:, 0]
     std::fill(a.dpool, a.dpool + B * C, 0.0f);
     tanh_backward(a.dpool, a.pooled, dpooled, B * C);
     std::fill(a.dcls, a.dcls + B * C, 0.0f);
     linear_backward(a.dcls, grad("bert.pooler.dense.weight"), grad("bert.pooler.dense.bias"), a.dpool, a.cls,
-                    param("bert.pooler.dense.weight"), B, C, C, prec);
+                    w("bert.pooler.dense.weight"), B, C, C, prec, w16("bert.pooler.dense.weight", prec));
     for (int64_t b = 0; b < B; ++b) {
       float* gr = a.g + b * T * C;
       for (int64_t c = 0; c < C; ++c) gr[c] += a.dcls[b * C + c];
@@ -285,7 +297,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     // x[l+1] = LN2(dropout(ffn_out) + h1)
     std::fill(a.d1, a.d1 + N * C, 0.0f);
     layernorm_backward(a.d1, grad(p + "output.LayerNorm.weight"), grad(p + "output.LayerNorm.bias"), a.g, ly.ln2_sum,
-                       param(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C);
+                       w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C);
     std::memcpy(a.dh, a.d1, sizeof(float) * N * C);  // residual branch into h1
     const float* dffn = a.d1;
     if (p_h > 0) {
@@ -296,17 +308,16 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     // ffn_out = gelu W2^T + b2
     std::fill(a.di, a.di + N * I, 0.0f);
     linear_backward(a.di, grad(p + "output.dense.weight"), grad(p + "output.dense.bias"), dffn, ly.gelu,
-                    param(p + "output.dense.weight"), N, C, I, prec);
+                    w(p + "output.dense.weight"), N, C, I, prec, w16(p + "output.dense.weight", prec));
     std::fill(a.di2, a.di2 + N * I, 0.0f);
     gelu_backward(a.di2, ly.inter, a.di, N * I, act);
     // inter = h1 W1^T + b1
     linear_backward(a.dh, grad(p + "intermediate.dense.weight"), grad(p + "intermediate.dense.bias"), a.di2, ly.h1,
-                    param(p + "intermediate.dense.weight"), N, I, C, prec);
+                    w(p + "intermediate.dense.weight"), N, I, C, prec, w16(p + "intermediate.dense.weight", prec));
     // h1 = LN1(dropout(attn_out) + x[l])
     std::fill(a.d1, a.d1 + N * C, 0.0f);
     layernorm_backward(a.d1, grad(p + "attention.output.LayerNorm.weight"), grad(p + "attention.output.LayerNorm.bias"),
-                       a.dh, ly.ln1_sum, param(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N,
-                       C);
+                       a.dh, ly.ln1_sum, w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C);
     std::memcpy(a.g, a.d1, sizeof(float) * N * C);  // residual branch into x[l]
     const float* dattn = a.d1;
     if (p_h > 0) {
@@ -316,11 +327,13 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     }
     std::fill(a.dc, a.dc + N * C, 0.0f);
     linear_backward(a.dc, grad(p + "attention.output.dense.weight"), grad(p + "attention.output.dense.bias"), dattn,
-                    ly.ctx, param(p + "attention.output.dense.weight"), N, C, C, prec);
+                    ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
+                    w16(p + "attention.output.dense.weight", prec));
     attention_backward(a.dqkv, a.att_work, a.dc, ly.qkv, ly.probs, B, T, C, NH, p_a, rng, ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
-    linear_backward(a.g, grad(p + "attention.self.query.weight"), grad(p + "attention.self.query.bias"), a.dqkv,
-                    a.x[l], param(p + "attention.self.query.weight"), N, 3 * C, C, prec);
+    linear_backward(a.g, grad(p + "attention.self.query.weight"), grad(p + "attention.self.query.bias"), a.dqkv, a.x[l],
+                    w(p + "attention.self.query.weight"), N, 3 * C, C, prec,
+                    w16(p + "attention.self.query.weight", prec));
   }
 
   // x[0] = dropout(LN(emb_sum))
@@ -332,13 +345,13 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   }
   std::fill(a.d1, a.d1 + N * C, 0.0f);
   layernorm_backward(a.d1, grad("bert.embeddings.LayerNorm.weight"), grad("bert.embeddings.LayerNorm.bias"), dx0,
-                     a.emb_sum, param("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, C);
+                     a.emb_sum, w("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, C);
   // HF's nn.Embedding(padding_idx=pad) gives the padding row no gradient from the lookup.
   float* dwte = grad("bert.embeddings.word_embeddings.weight");
   std::vector<float> pad_row(dwte, dwte + C);
   embeddings_backward(dwte, grad("bert.embeddings.position_embeddings.weight"),
-                      grad("bert.embeddings.token_type_embeddings.weight"), a.d1, batch_ids_.data(),
-                      batch_seg_.data(), B, T, C, cfg_.vocab_size, cfg_.type_vocab_size);
+                      grad("bert.embeddings.token_type_embeddings.weight"), a.d1, batch_ids_.data(), batch_seg_.data(),
+                      B, T, C, cfg_.vocab_size, cfg_.type_vocab_size);
   std::copy(pad_row.begin(), pad_row.end(), dwte);
 }
 
@@ -370,14 +383,15 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
     h.logits.resize(M * V);  // overwritten in place by its own gradient: no separate probabilities
     h.losses.resize(M);
     gather_rows(h.hm.data(), sequence_output(), h.rows.data(), M, C);
-    linear_forward(h.t1.data(), h.hm.data(), param("cls.predictions.transform.dense.weight"),
-                   param("cls.predictions.transform.dense.bias"), M, C, C, prec);
+    linear_forward(h.t1.data(), h.hm.data(), w("cls.predictions.transform.dense.weight"),
+                   w("cls.predictions.transform.dense.bias"), M, C, C, prec,
+                   w16("cls.predictions.transform.dense.weight", prec));
     gelu_forward(h.tg.data(), h.t1.data(), M * C, act);
     layernorm_forward(h.tl.data(), h.tmean.data(), h.trstd.data(), h.tg.data(),
-                      param("cls.predictions.transform.LayerNorm.weight"),
-                      param("cls.predictions.transform.LayerNorm.bias"), M, C, cfg_.layer_norm_eps);
-    linear_forward(h.logits.data(), h.tl.data(), param("bert.embeddings.word_embeddings.weight"),
-                   param("cls.predictions.bias"), M, V, C, prec);
+                      w("cls.predictions.transform.LayerNorm.weight"), w("cls.predictions.transform.LayerNorm.bias"), M,
+                      C, cfg_.layer_norm_eps);
+    linear_forward(h.logits.data(), h.tl.data(), w("bert.embeddings.word_embeddings.weight"), w("cls.predictions.bias"),
+                   M, V, C, prec, w16("bert.embeddings.word_embeddings.weight", prec));
     for (int64_t m = 0; m < M; ++m) {
       const float* r = h.logits.data() + m * V;
       out.mlm_correct += (std::max_element(r, r + V) - r) == h.labels[m];
@@ -392,10 +406,9 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   // ---- NSP head on the pooled output ----
   h.nsp.resize(B * 2);
   h.nsp_losses.resize(B);
-  linear_forward(h.nsp.data(), pooled_output(), param("cls.seq_relationship.weight"),
-                 param("cls.seq_relationship.bias"), B, 2, C, prec);
-  for (int64_t b = 0; b < B; ++b)
-    out.nsp_correct += (h.nsp[2 * b + 1] > h.nsp[2 * b]) == (batch.nsp_labels[b] == 1);
+  linear_forward(h.nsp.data(), pooled_output(), w("cls.seq_relationship.weight"), w("cls.seq_relationship.bias"), B, 2,
+                 C, prec, w16("cls.seq_relationship.weight", prec));
+  for (int64_t b = 0; b < B; ++b) out.nsp_correct += (h.nsp[2 * b + 1] > h.nsp[2 * b]) == (batch.nsp_labels[b] == 1);
   softmax_xent_forward_backward(h.nsp.data(), h.nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
                                 backward ? 1.0f / static_cast<float>(B) : 0.0f);
   double s = 0;
@@ -407,20 +420,23 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   // ---- backward ----
   h.dpooled.assign(B * C, 0.0f);
   linear_backward(h.dpooled.data(), grad("cls.seq_relationship.weight"), grad("cls.seq_relationship.bias"),
-                  h.nsp.data(), pooled_output(), param("cls.seq_relationship.weight"), B, 2, C, prec);
+                  h.nsp.data(), pooled_output(), w("cls.seq_relationship.weight"), B, 2, C, prec,
+                  w16("cls.seq_relationship.weight", prec));
   h.dseq.assign(N * C, 0.0f);
   if (M > 0) {
     for (auto* v : {&h.dtl, &h.dtg, &h.dt1, &h.dhm}) v->assign(M * C, 0.0f);
     // decoder tied to the word embeddings: its gradient adds into the embedding gradient
     linear_backward(h.dtl.data(), grad("bert.embeddings.word_embeddings.weight"), grad("cls.predictions.bias"),
-                    h.logits.data(), h.tl.data(), param("bert.embeddings.word_embeddings.weight"), M, V, C, prec);
+                    h.logits.data(), h.tl.data(), w("bert.embeddings.word_embeddings.weight"), M, V, C, prec,
+                    w16("bert.embeddings.word_embeddings.weight", prec));
     layernorm_backward(h.dtg.data(), grad("cls.predictions.transform.LayerNorm.weight"),
                        grad("cls.predictions.transform.LayerNorm.bias"), h.dtl.data(), h.tg.data(),
-                       param("cls.predictions.transform.LayerNorm.weight"), h.tmean.data(), h.trstd.data(), M, C);
+                       w("cls.predictions.transform.LayerNorm.weight"), h.tmean.data(), h.trstd.data(), M, C);
     gelu_backward(h.dt1.data(), h.t1.data(), h.dtg.data(), M * C, act);
     linear_backward(h.dhm.data(), grad("cls.predictions.transform.dense.weight"),
                     grad("cls.predictions.transform.dense.bias"), h.dt1.data(), h.hm.data(),
-                    param("cls.predictions.transform.dense.weight"), M, C, C, prec);
+                    w("cls.predictions.transform.dense.weight"), M, C, C, prec,
+                    w16("cls.predictions.transform.dense.weight", prec));
     scatter_add_rows(h.dseq.data(), h.dhm.data(), h.rows.data(), M, C);
   }
   encode_backward(h.dseq.data(), h.dpooled.data(), prec);
@@ -429,8 +445,8 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
 
 double Bert::forward_flops(const BertConfig& c, int64_t B, int64_t T, int64_t M, bool heads) {
   const double N = static_cast<double>(B * T), C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const double per_layer = 2 * N * C * (3 * C) + 2 * 2 * static_cast<double>(B) * T * T * C + 2 * N * C * C +
-                           2 * 2 * N * C * I;
+  const double per_layer =
+      2 * N * C * (3 * C) + 2 * 2 * static_cast<double>(B) * T * T * C + 2 * N * C * C + 2 * 2 * N * C * I;
   double f = per_layer * c.num_hidden_layers + 2.0 * B * C * C;
   if (heads) f += 2.0 * M * C * C + 2.0 * M * C * V + 2.0 * B * C * 2;
   return f;

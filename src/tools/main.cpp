@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "bertcc 0.1.0");
   bertcc::tools::add_dump_step(app);
   bertcc::tools::add_bench(app);
+  bertcc::tools::add_model_tools(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

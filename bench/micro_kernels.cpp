@@ -1,0 +1,61 @@
+// Kernel micro-benchmarks (Google Benchmark): bertcc_microbench --benchmark_filter=...
+// Shapes are bert-base at batch 8, sequence 128 (N = 1024 rows, C = 768, I = 3072, NH = 12).
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "bertcc/rng.h"
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+
+using namespace bertcc;
+
+namespace {
+constexpr int64_t B = 8, T = 128, C = 768, I = 3072, NH = 12, N = B * T;
+
+std::vector<float> filled(size_t n, float v) { return std::vector<float>(n, v); }
+
+void BM_Linear(benchmark::State& st) {
+  const Precision p = st.range(0) ? Precision::BF16 : Precision::F32;
+  auto x = filled(N * C, 0.01f), W = filled(I * C, 0.02f), b = filled(I, 0.0f), y = filled(N * I, 0.0f);
+  for (auto _ : st) kernels::linear_forward(y.data(), x.data(), W.data(), b.data(), N, I, C, p);
+  st.counters["TFLOP/s"] = benchmark::Counter(2.0 * N * I * C * st.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Linear)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_LayerNorm(benchmark::State& st) {
+  auto x = filled(N * C, 0.5f), w = filled(C, 1.0f), b = filled(C, 0.0f), y = filled(N * C, 0), m = filled(N, 0),
+       r = filled(N, 0);
+  for (auto _ : st) kernels::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C, 1e-12f);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * N * C * 8);
+}
+BENCHMARK(BM_LayerNorm)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Gelu(benchmark::State& st) {
+  auto x = filled(N * I, 0.5f), y = filled(N * I, 0);
+  for (auto _ : st) kernels::gelu_forward(y.data(), x.data(), N * I, Activation::GeluErf);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * N * I * 8);
+}
+BENCHMARK(BM_Gelu)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Dropout(benchmark::State& st) {
+  auto x = filled(N * C, 1.0f), y = filled(N * C, 0);
+  Rng rng{1, 0};
+  for (auto _ : st) kernels::dropout_forward(y.data(), x.data(), N * C, 0.1f, rng, rng.reserve(N * C));
+  st.SetItemsProcessed(static_cast<int64_t>(st.iterations()) * N * C);
+}
+BENCHMARK(BM_Dropout)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Attention(benchmark::State& st) {
+  const Precision p = st.range(0) ? Precision::BF16 : Precision::F32;
+  auto qkv = filled(N * 3 * C, 0.01f), out = filled(N * C, 0), probs = filled(B * NH * T * T, 0),
+       work = filled(kernels::attention_work_size(B, T, C, NH), 0), mask = filled(N, 0);
+  Rng rng{1, 0};
+  for (auto _ : st)
+    kernels::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask.data(), B, T, C, NH, 0.1f, rng,
+                               rng.reserve(B * NH * T * T), p);
+}
+BENCHMARK(BM_Attention)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+}  // namespace
+
+BENCHMARK_MAIN();
