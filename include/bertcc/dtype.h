@@ -16,12 +16,13 @@ const char* precision_name(Precision p);
 
 using bf16_t = uint16_t;
 
+// Branch-free so that loops over it vectorise.
 inline bf16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<bf16_t>(u >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;  // quiet NaN, sign and payload top bits kept
+  return static_cast<bf16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 inline float bf16_to_f32(bf16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;

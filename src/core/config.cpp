@@ -25,9 +25,8 @@ void BertConfig::validate(const std::string& where) const {
   pos("intermediate_size", intermediate_size);
   pos("max_position_embeddings", max_position_embeddings);
   pos("type_vocab_size", type_vocab_size);
-  BERTCC_CHECK(hidden_size % num_attention_heads == 0, where,
-               ": field 'hidden_size' (", hidden_size, ") is not a multiple of 'num_attention_heads' (",
-               num_attention_heads, ")");
+  BERTCC_CHECK(hidden_size % num_attention_heads == 0, where, ": field 'hidden_size' (", hidden_size,
+               ") is not a multiple of 'num_attention_heads' (", num_attention_heads, ")");
   BERTCC_CHECK(hidden_dropout_prob >= 0 && hidden_dropout_prob < 1, where,
                ": field 'hidden_dropout_prob' must be in [0, 1)");
   BERTCC_CHECK(attention_probs_dropout_prob >= 0 && attention_probs_dropout_prob < 1, where,
@@ -108,7 +107,10 @@ void save_config(const BertConfig& c, const std::string& path, const std::string
 }
 
 BertConfig config_from_name_or_path(const std::string& s) {
-  struct Preset { const char* name; int L, H; };
+  struct Preset {
+    const char* name;
+    int L, H;
+  };
   static const Preset presets[] = {{"bert-tiny", 2, 128},   {"bert-mini", 4, 256},  {"bert-small", 4, 512},
                                    {"bert-medium", 8, 512}, {"bert-base", 12, 768}, {"bert-large", 24, 1024}};
   for (const auto& p : presets) {
@@ -123,8 +125,10 @@ BertConfig config_from_name_or_path(const std::string& s) {
   }
   if (file_exists(s)) {
     std::string path = s;
-    if (file_exists(join_path(s, "config.json"))) path = join_path(s, "config.json");
-    else if (file_exists(join_path(s, "bert_config.json"))) path = join_path(s, "bert_config.json");
+    if (file_exists(join_path(s, "config.json")))
+      path = join_path(s, "config.json");
+    else if (file_exists(join_path(s, "bert_config.json")))
+      path = join_path(s, "bert_config.json");
     return load_config(path);
   }
   fail("config '", s, "' is neither a preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, ",

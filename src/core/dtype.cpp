@@ -8,22 +8,34 @@ namespace bertcc {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: case DType::I32: return 4;
-    case DType::BF16: case DType::F16: return 2;
-    case DType::I8: return 1;
-    case DType::I64: return 8;
+    case DType::F32:
+    case DType::I32:
+      return 4;
+    case DType::BF16:
+    case DType::F16:
+      return 2;
+    case DType::I8:
+      return 1;
+    case DType::I64:
+      return 8;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I32: return "I32";
-    case DType::I8: return "I8";
-    case DType::I64: return "I64";
+    case DType::F32:
+      return "F32";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I32:
+      return "I32";
+    case DType::I8:
+      return "I8";
+    case DType::I64:
+      return "I64";
   }
   return "?";
 }
@@ -39,9 +51,12 @@ const char* precision_name(Precision p) { return p == Precision::F32 ? "fp32" : 
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
-  else if (exp == 31) v = man ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31)
+    v = man ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
   return sign ? -v : v;
 }
 
@@ -56,9 +71,12 @@ uint16_t f32_to_f16(float f) {
     return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
   }
   int e;
-  float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5,1)
+  float m = std::frexp(a, &e);                 // a = m * 2^e, m in [0.5,1)
   float scaled = std::nearbyint(m * 2048.0f);  // 11 significant bits
-  if (scaled >= 2048.0f) { scaled /= 2; e += 1; }
+  if (scaled >= 2048.0f) {
+    scaled /= 2;
+    e += 1;
+  }
   const uint32_t exp = static_cast<uint32_t>(e - 1 + 15);
   if (exp >= 31) return sign | 0x7c00;
   return sign | static_cast<uint16_t>((exp << 10) | (static_cast<uint32_t>(scaled) & 0x3ff));

@@ -68,7 +68,10 @@ void philox16(uint64_t block, uint64_t seed, uint32_t* c0, uint32_t* c1, uint32_
   for (int l = 0; l < kLanes; ++l) {
     const auto r = philox4x32({static_cast<uint32_t>(block + l), static_cast<uint32_t>((block + l) >> 32), 0, 0},
                               {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
-    c0[l] = r[0]; c1[l] = r[1]; c2[l] = r[2]; c3[l] = r[3];
+    c0[l] = r[0];
+    c1[l] = r[1];
+    c2[l] = r[2];
+    c3[l] = r[3];
   }
 #endif
 }

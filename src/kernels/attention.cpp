@@ -3,11 +3,12 @@
 // The scale, the additive mask and the softmax are one pass over each row; the dropout mask is
 // never stored: backward regenerates it from the counter-based RNG.
 #include <algorithm>
-#include <vector>
 #include <cmath>
+#include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
+#include "kernels/vecmath.h"
 
 namespace bertcc::kernels {
 namespace {
@@ -64,7 +65,9 @@ void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t C,
 GemmArgs batched(int64_t batch, int64_t M, int64_t N, int64_t K) {
   GemmArgs g;
   g.batch = batch;
-  g.M = M; g.N = N; g.K = K;
+  g.M = M;
+  g.N = N;
+  g.K = K;
   return g;
 }
 
@@ -81,9 +84,16 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
   unpack_qkv(w, qkv, B, T, C, NH);
 
   GemmArgs s = batched(BH, T, T, HS);  // probs = scale * q @ k^T
-  s.A = w.q; s.lda = HS; s.stride_a = T * HS;
-  s.B = w.k; s.ldb = HS; s.stride_b = T * HS; s.trans_b = true;
-  s.C = probs; s.ldc = T; s.stride_c = T * T;
+  s.A = w.q;
+  s.lda = HS;
+  s.stride_a = T * HS;
+  s.B = w.k;
+  s.ldb = HS;
+  s.stride_b = T * HS;
+  s.trans_b = true;
+  s.C = probs;
+  s.ldc = T;
+  s.stride_c = T * T;
   s.alpha = scale;
   gemm(s, prec);
 
@@ -94,14 +104,10 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
     float mx = -INFINITY;
     for (int64_t j = 0; j < T; ++j) {
       row[j] += m[j];
-      mx = std::max(mx, row[j]);
+      mx = row[j] > mx ? row[j] : mx;
     }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < T; ++j) {
-      row[j] = std::exp(row[j] - mx);
-      sum += row[j];
-    }
-    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < T; ++j) row[j] = vexp(row[j] - mx);
+    const float inv = 1.0f / lane_sum(T, [&](int64_t j) { return row[j]; });
     for (int64_t j = 0; j < T; ++j) row[j] *= inv;
   }
 
@@ -111,15 +117,21 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
     pd = w.att;
   }
   GemmArgs o = batched(BH, T, HS, T);  // ctx = Pd @ v
-  o.A = pd; o.lda = T; o.stride_a = T * T;
-  o.B = w.v; o.ldb = HS; o.stride_b = T * HS;
-  o.C = w.ctx; o.ldc = HS; o.stride_c = T * HS;
+  o.A = pd;
+  o.lda = T;
+  o.stride_a = T * T;
+  o.B = w.v;
+  o.ldb = HS;
+  o.stride_b = T * HS;
+  o.C = w.ctx;
+  o.ldc = HS;
+  o.stride_c = T * HS;
   gemm(o, prec);
   heads_to_rows(out, w.ctx, B, T, C, NH, C, 0);
 }
 
-void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
+                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                         Precision prec) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -133,15 +145,29 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
     pd = w.att;
   }
   GemmArgs gv = batched(BH, T, HS, T);  // dv = Pd^T @ dctx
-  gv.A = pd; gv.lda = T; gv.stride_a = T * T; gv.trans_a = true;
-  gv.B = w.ctx; gv.ldb = HS; gv.stride_b = T * HS;
-  gv.C = w.dv; gv.ldc = HS; gv.stride_c = T * HS;
+  gv.A = pd;
+  gv.lda = T;
+  gv.stride_a = T * T;
+  gv.trans_a = true;
+  gv.B = w.ctx;
+  gv.ldb = HS;
+  gv.stride_b = T * HS;
+  gv.C = w.dv;
+  gv.ldc = HS;
+  gv.stride_c = T * HS;
   gemm(gv, prec);
 
   GemmArgs gp = batched(BH, T, T, HS);  // dPd = dctx @ v^T  (into w.att)
-  gp.A = w.ctx; gp.lda = HS; gp.stride_a = T * HS;
-  gp.B = w.v; gp.ldb = HS; gp.stride_b = T * HS; gp.trans_b = true;
-  gp.C = w.att; gp.ldc = T; gp.stride_c = T * T;
+  gp.A = w.ctx;
+  gp.lda = HS;
+  gp.stride_a = T * HS;
+  gp.B = w.v;
+  gp.ldb = HS;
+  gp.stride_b = T * HS;
+  gp.trans_b = true;
+  gp.C = w.att;
+  gp.ldc = T;
+  gp.stride_c = T * T;
   gemm(gp, prec);
 
   // dP = dropout_backward(dPd); dS = P * (dP - sum(dP * P)); fused per row.
@@ -156,22 +182,34 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
       rng.fill_u32(base + static_cast<uint64_t>(r * T), static_cast<size_t>(T), bits.data());
       for (int64_t j = 0; j < T; ++j) d[j] = dropout_keep(bits[j], dropout_p) ? d[j] * keep_scale : 0.0f;
     }
-    float dot = 0.0f;
-    for (int64_t j = 0; j < T; ++j) dot += d[j] * p[j];
+    const float dot = lane_sum(T, [&](int64_t j) { return d[j] * p[j]; });
     for (int64_t j = 0; j < T; ++j) d[j] = p[j] * (d[j] - dot);
   }
 
   GemmArgs gq = batched(BH, T, HS, T);  // dq = scale * dS @ k
-  gq.A = w.att; gq.lda = T; gq.stride_a = T * T;
-  gq.B = w.k; gq.ldb = HS; gq.stride_b = T * HS;
-  gq.C = w.dq; gq.ldc = HS; gq.stride_c = T * HS;
+  gq.A = w.att;
+  gq.lda = T;
+  gq.stride_a = T * T;
+  gq.B = w.k;
+  gq.ldb = HS;
+  gq.stride_b = T * HS;
+  gq.C = w.dq;
+  gq.ldc = HS;
+  gq.stride_c = T * HS;
   gq.alpha = scale;
   gemm(gq, prec);
 
   GemmArgs gk = batched(BH, T, HS, T);  // dk = scale * dS^T @ q
-  gk.A = w.att; gk.lda = T; gk.stride_a = T * T; gk.trans_a = true;
-  gk.B = w.q; gk.ldb = HS; gk.stride_b = T * HS;
-  gk.C = w.dk; gk.ldc = HS; gk.stride_c = T * HS;
+  gk.A = w.att;
+  gk.lda = T;
+  gk.stride_a = T * T;
+  gk.trans_a = true;
+  gk.B = w.q;
+  gk.ldb = HS;
+  gk.stride_b = T * HS;
+  gk.C = w.dk;
+  gk.ldc = HS;
+  gk.stride_c = T * HS;
   gk.alpha = scale;
   gemm(gk, prec);
 

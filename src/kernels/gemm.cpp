@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -112,14 +112,16 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
     } else {
       pack_bf16(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, R.scratch_a);
       a_ptr = R.scratch_a.data();
-      lda = a_cols; sa = a_rows * a_cols;
+      lda = a_cols;
+      sa = a_rows * a_cols;
     }
     if (g.B16) {
       b_ptr = g.B16;
     } else {
       pack_bf16(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, R.scratch_b);
       b_ptr = R.scratch_b.data();
-      ldb = b_cols; sb = b_rows * b_cols;
+      ldb = b_cols;
+      sb = b_rows * b_cols;
     }
   }
   // Logical src [M,K] and weights [K,N] via strides.
@@ -129,10 +131,10 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
 
   std::string key;
   key.reserve(160);
-  for (int64_t v : {g.batch, g.M, g.N, g.K, sa, lda, sb, ldb, g.stride_c, g.ldc,
-                    static_cast<int64_t>(g.trans_a), static_cast<int64_t>(g.trans_b),
-                    static_cast<int64_t>(g.bias != nullptr), static_cast<int64_t>(g.accumulate),
-                    static_cast<int64_t>(bf), static_cast<int64_t>(omp_get_max_threads())}) {
+  for (int64_t v :
+       {g.batch, g.M, g.N, g.K, sa, lda, sb, ldb, g.stride_c, g.ldc, static_cast<int64_t>(g.trans_a),
+        static_cast<int64_t>(g.trans_b), static_cast<int64_t>(g.bias != nullptr), static_cast<int64_t>(g.accumulate),
+        static_cast<int64_t>(bf), static_cast<int64_t>(omp_get_max_threads())}) {
     key += std::to_string(v);
     key += ',';
   }
@@ -178,10 +180,16 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
                     Precision p, const bf16_t* W16) {
   GemmArgs g;
   g.B16 = W16;
-  g.M = M; g.N = N; g.K = K;
-  g.A = x; g.lda = K;
-  g.B = W; g.ldb = K; g.trans_b = true;
-  g.C = y; g.ldc = N;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = x;
+  g.lda = K;
+  g.B = W;
+  g.ldb = K;
+  g.trans_b = true;
+  g.C = y;
+  g.ldc = N;
   g.bias = b;
   gemm(g, p);
 }
@@ -191,19 +199,30 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
   if (dx) {  // dx[M,K] += dy[M,N] @ W[N,K]
     GemmArgs g;
     g.B16 = W16;
-    g.M = M; g.N = K; g.K = N;
-    g.A = dy; g.lda = N;
-    g.B = W; g.ldb = K;
-    g.C = dx; g.ldc = K;
+    g.M = M;
+    g.N = K;
+    g.K = N;
+    g.A = dy;
+    g.lda = N;
+    g.B = W;
+    g.ldb = K;
+    g.C = dx;
+    g.ldc = K;
     g.accumulate = true;
     gemm(g, p);
   }
   if (dW) {  // dW[N,K] += dy^T[N,M] @ x[M,K]
     GemmArgs g;
-    g.M = N; g.N = K; g.K = M;
-    g.A = dy; g.lda = N; g.trans_a = true;
-    g.B = x; g.ldb = K;
-    g.C = dW; g.ldc = K;
+    g.M = N;
+    g.N = K;
+    g.K = M;
+    g.A = dy;
+    g.lda = N;
+    g.trans_a = true;
+    g.B = x;
+    g.ldb = K;
+    g.C = dW;
+    g.ldc = K;
     g.accumulate = true;
     gemm(g, p);
   }

@@ -12,9 +12,12 @@ namespace bertcc::kernels {
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int64_t M = 0, N = 0, K = 0;
-  const float* A = nullptr; int64_t lda = 0;
-  const float* B = nullptr; int64_t ldb = 0;
-  float* C = nullptr; int64_t ldc = 0;
+  const float* A = nullptr;
+  int64_t lda = 0;
+  const float* B = nullptr;
+  int64_t ldb = 0;
+  float* C = nullptr;
+  int64_t ldc = 0;
   const float* bias = nullptr;  // [N] or null
   float alpha = 1.0f;
   bool accumulate = false;

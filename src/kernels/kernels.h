@@ -52,8 +52,8 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                        Precision prec);
 // dqkv[B,T,3C] is overwritten (not accumulated). `work` as above.
-void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
+                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                         Precision prec);
 
 // ---- softmax cross-entropy with ignore index, fused with its gradient ----

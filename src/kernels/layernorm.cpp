@@ -2,20 +2,19 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "kernels/vecmath.h"
 
 namespace bertcc::kernels {
 
-static inline void ln_row(float* o, float* mean, float* rstd, const float* x, const float* w, const float* b,
-                          int64_t C, float eps) {
-  float m = 0.0f;
-  for (int64_t c = 0; c < C; ++c) m += x[c];
-  m /= static_cast<float>(C);
-  float v = 0.0f;
-  for (int64_t c = 0; c < C; ++c) {
-    const float d = x[c] - m;
-    v += d * d;
-  }
-  v /= static_cast<float>(C);
+static inline void ln_row(float* o, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t C,
+                          float eps) {
+  const float m = lane_sum(C, [&](int64_t c) { return x[c]; }) / static_cast<float>(C);
+  const float v = lane_sum(C,
+                           [&](int64_t c) {
+                             const float d = x[c] - m;
+                             return d * d;
+                           }) /
+                  static_cast<float>(C);
   const float s = 1.0f / std::sqrt(v + eps);
   for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
   *mean = m;
@@ -52,15 +51,9 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
     const float* d = dout + n * C;
     const float* x = inp + n * C;
     const float m = mean[n], s = rstd[n];
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int64_t c = 0; c < C; ++c) {
-      const float xhat = (x[c] - m) * s;
-      const float dn = w[c] * d[c];
-      dnorm_mean += dn;
-      dnorm_norm_mean += dn * xhat;
-    }
-    dnorm_mean /= static_cast<float>(C);
-    dnorm_norm_mean /= static_cast<float>(C);
+    const float dnorm_mean = lane_sum(C, [&](int64_t c) { return w[c] * d[c]; }) / static_cast<float>(C);
+    const float dnorm_norm_mean =
+        lane_sum(C, [&](int64_t c) { return w[c] * d[c] * ((x[c] - m) * s); }) / static_cast<float>(C);
     float* di = dinp + n * C;
     for (int64_t c = 0; c < C; ++c) {
       const float xhat = (x[c] - m) * s;

@@ -5,8 +5,8 @@
 
 namespace bertcc::ref {
 
-vec gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const vec& A, const vec& B, double alpha,
-         const vec* bias, const vec* C0) {
+vec gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const vec& A, const vec& B, double alpha, const vec* bias,
+         const vec* C0) {
   vec C(static_cast<size_t>(M * N));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
@@ -37,9 +37,8 @@ vec gelu(const vec& x, Activation act) {
   vec y(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const double v = x[i];
-    y[i] = act == Activation::GeluErf
-               ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
-               : 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    y[i] = act == Activation::GeluErf ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
+                                      : 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
   }
   return y;
 }

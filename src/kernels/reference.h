@@ -10,8 +10,8 @@ namespace bertcc::ref {
 using vec = std::vector<double>;
 
 // C[M,N] = alpha * op(A) op(B) (+ bias) (+ C0), A/B given densely in their stored layout.
-vec gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const vec& A, const vec& B, double alpha,
-         const vec* bias, const vec* C0);
+vec gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const vec& A, const vec& B, double alpha, const vec* bias,
+         const vec* C0);
 vec layernorm(const vec& x, const vec& w, const vec& b, int64_t N, int64_t C, double eps);
 vec gelu(const vec& x, Activation act);
 vec embeddings(const std::vector<int32_t>& ids, const std::vector<int32_t>& seg, const vec& wte, const vec& wpe,

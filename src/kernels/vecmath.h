@@ -45,6 +45,20 @@ inline float verf(float x) {
   return x < 0 ? -y : y;
 }
 
+// Sum of f(0..n-1) in 16 fp32 lanes (vectorisable without reassociation), lanes added in order:
+// deterministic, independent of threads.
+template <class F>
+inline float lane_sum(int64_t n, F f) {
+  float acc[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) acc[k] += f(i + k);
+  for (int k = 0; i < n; ++i, ++k) acc[k] += f(i);
+  float s = 0.0f;
+  for (int k = 0; k < 16; ++k) s += acc[k];
+  return s;
+}
+
 // tanh(x) = 1 - 2 / (e^{2x} + 1), saturating for large |x|.
 inline float vtanh(float x) {
   const float e = vexp(2.0f * x);

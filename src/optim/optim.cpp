@@ -1,7 +1,7 @@
+#include "bertcc/optim.h"
+
 #include <algorithm>
 #include <cmath>
-
-#include "bertcc/optim.h"
 
 namespace bertcc {
 namespace {
@@ -39,16 +39,14 @@ void ensure_state(AdamState& s, size_t n) {
 
 }  // namespace
 
-double global_norm(const float* x, size_t n) {
-  return std::sqrt(blocked_sumsq(x, n));
-}
+double global_norm(const float* x, size_t n) { return std::sqrt(blocked_sumsq(x, n)); }
 
 double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const LambOptions& o) {
   ensure_state(s, t.total());
   s.step += 1;
   const double gnorm = global_norm(g, t.total());
-  const float clip = (o.max_grad_norm > 0 && gnorm > o.max_grad_norm) ? static_cast<float>(o.max_grad_norm / gnorm)
-                                                                      : 1.0f;
+  const float clip =
+      (o.max_grad_norm > 0 && gnorm > o.max_grad_norm) ? static_cast<float>(o.max_grad_norm / gnorm) : 1.0f;
   const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(s.step));
   const float bc2 = 1.0f - std::pow(o.beta2, static_cast<float>(s.step));
   for (const ParamEntry& e : t.entries()) {
@@ -106,8 +104,8 @@ double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float l
   ensure_state(s, t.total());
   s.step += 1;
   const double gnorm = global_norm(g, t.total());
-  const float clip = (o.max_grad_norm > 0 && gnorm > o.max_grad_norm) ? static_cast<float>(o.max_grad_norm / gnorm)
-                                                                      : 1.0f;
+  const float clip =
+      (o.max_grad_norm > 0 && gnorm > o.max_grad_norm) ? static_cast<float>(o.max_grad_norm / gnorm) : 1.0f;
   const float bc1 = o.bias_correction ? 1.0f - std::pow(o.beta1, static_cast<float>(s.step)) : 1.0f;
   const float bc2 = o.bias_correction ? 1.0f - std::pow(o.beta2, static_cast<float>(s.step)) : 1.0f;
   for (const ParamEntry& e : t.entries()) {
