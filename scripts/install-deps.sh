@@ -10,9 +10,24 @@ missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-if [ -z "$missing" ]; then echo "install-deps: all Debian packages present"; exit 0; fi
-echo "install-deps: installing:$missing"
-SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq || true
-$SUDO apt-get install -y -qq --no-install-recommends $missing
+# Node.js and npm (for the tokenizer peer): only when absent; some images ship a nodejs build
+# that bundles npm, which Debian's separate npm package would conflict with.
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
+if [ -z "$missing" ]; then
+  echo "install-deps: all Debian packages present"
+else
+  echo "install-deps: installing:$missing"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq || true
+  $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+# npm test peer: Hugging Face tokenizers (prebuilt), pinned in tests/tokenizer/package-lock.json.
+HERE="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -d "$HERE/tests/tokenizer/node_modules/tokenizers" ]; then
+  command -v npm >/dev/null 2>&1 || { echo "install-deps: npm is required for the tokenizer tests" >&2; exit 1; }
+  echo "install-deps: npm ci (tests/tokenizer)"
+  (cd "$HERE/tests/tokenizer" && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -16,5 +16,6 @@ inline std::string flag(const std::string& dashed) {
 void add_dump_step(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_model_tools(CLI::App& app);
+void add_tokenize(CLI::App& app);
 
 }  // namespace bertcc::tools

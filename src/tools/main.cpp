@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   bertcc::tools::add_dump_step(app);
   bertcc::tools::add_bench(app);
   bertcc::tools::add_model_tools(app);
+  bertcc::tools::add_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,78 @@
+// bertcc tokenize: one output line of token ids (or tokens) per input line; no [CLS]/[SEP].
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "bertcc/error.h"
+#include "bertcc/runtime.h"
+#include "bertcc/tokenizer.h"
+#include "tools/cli_common.h"
+
+namespace bertcc::tools {
+
+bool parse_bool_flag(const std::string& name, const std::string& v) {
+  if (v == "true" || v == "True" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "False" || v == "0" || v == "no") return false;
+  fail(name, ": expected true or false, got '", v, "'");
+}
+
+void add_tokenize(CLI::App& app) {
+  struct Opts {
+    std::string vocab, lower, input;
+    bool tokens = false;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("tokenize", "BERT WordPiece tokenization of UTF-8 lines (HF BertTokenizer semantics)");
+  sub->add_option("--vocab", o->vocab, "vocab.txt")->required();
+  sub->add_option(flag("--do-lower-case"), o->lower, "true|false (default: true iff the vocabulary has no capitals)");
+  sub->add_option("--input", o->input, "input file (default: standard input)");
+  sub->add_flag("--tokens", o->tokens, "print tokens instead of ids");
+  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->callback([o]() {
+    const Vocab vocab = Vocab::load(o->vocab);
+    const bool lower = o->lower.empty() ? vocab.looks_uncased() : parse_bool_flag("--do-lower-case", o->lower);
+    BertTokenizer tok(vocab, lower);
+    std::ifstream file;
+    std::istream* in = &std::cin;
+    if (!o->input.empty()) {
+      file.open(o->input, std::ios::binary);
+      BERTCC_CHECK(file, o->input, ": cannot open");
+      in = &file;
+    }
+    std::ios::sync_with_stdio(false);
+    TokenizeStats stats;
+    std::vector<std::string> lines;
+    std::string line, out;
+    size_t bytes = 0;
+    auto run = [&]() {
+      std::vector<std::string_view> views(lines.begin(), lines.end());
+      const auto ids = tok.encode_batch(views, o->threads, &stats);
+      out.clear();
+      for (const auto& row : ids) {
+        for (size_t k = 0; k < row.size(); ++k) {
+          if (k) out.push_back(' ');
+          if (o->tokens) out += vocab.token(row[k]);
+          else out += std::to_string(row[k]);
+        }
+        out.push_back('\n');
+      }
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      lines.clear();
+      bytes = 0;
+    };
+    while (std::getline(*in, line)) {  // bounded memory: chunks of ~8 MB of text
+      bytes += line.size();
+      lines.push_back(std::move(line));
+      if (bytes > (8u << 20)) run();
+    }
+    BERTCC_CHECK(!in->bad(), o->input.empty() ? "<stdin>" : o->input, ": read error");
+    run();
+    std::fflush(stdout);
+    if (stats.invalid_utf8)
+      std::cerr << "tokenize: " << (o->input.empty() ? "<stdin>" : o->input) << ": " << stats.invalid_utf8
+                << " invalid UTF-8 byte(s) replaced by U+FFFD (dropped)\n";
+  });
+}
+
+}  // namespace bertcc::tools
