@@ -19,7 +19,8 @@ check bench-help 0 "--seq" -- "$BERTCC" bench --help
 check tokenize-help 0 "--do-lower-case" -- "$BERTCC" tokenize --help
 printf "a\nb\n" > "$WORK/novocab.txt"
 check vocab-no-unk nonzero "no \[UNK\] token" -- "$BERTCC" tokenize --vocab "$WORK/novocab.txt" --input "$WORK/novocab.txt"
-check tokenize-bad-bool nonzero "expected true or false" -- "$BERTCC" tokenize --vocab "$WORK/novocab.txt" --do-lower-case maybe
+printf "[UNK]\na\n" > "$WORK/okvocab.txt"
+check tokenize-bad-bool nonzero "expected true or false" -- "$BERTCC" tokenize --vocab "$WORK/okvocab.txt" --input "$WORK/okvocab.txt" --do-lower-case maybe
 check no-subcommand nonzero "subcommand" -- "$BERTCC"
 check missing-model nonzero "$WORK/nope" -- "$BERTCC" dump-step --model "$WORK/nope" --batch x.h5 --out "$WORK/o.safetensors"
 mkdir -p "$WORK/m"
