@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <mutex>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -9,6 +10,12 @@
 
 namespace bertcc {
 namespace {
+
+// Debian's HDF5 is the serial build (not thread-safe): every HDF5 call runs under this lock.
+std::mutex& h5_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 struct H5Quiet {  // our errors name file and dataset; silence HDF5's own stack dumps
   H5Quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
@@ -46,6 +53,7 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
 }  // namespace
 
 PretrainShard read_pretrain_shard(const std::string& path) {
+  std::lock_guard<std::mutex> lock(h5_mutex());
   static H5Quiet quiet;
   BERTCC_CHECK(file_exists(path), path, ": no such file");
   BERTCC_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file");
@@ -100,6 +108,7 @@ BertBatch make_pretrain_batch(const PretrainShard& s, int64_t first, int64_t cou
 }
 
 void write_pretrain_shard(const std::string& path, const PretrainShard& s) {
+  std::lock_guard<std::mutex> lock(h5_mutex());
   static H5Quiet quiet;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {

@@ -17,5 +17,6 @@ void add_dump_step(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_model_tools(CLI::App& app);
 void add_tokenize(CLI::App& app);
+void add_create_data(CLI::App& app);
 
 }  // namespace bertcc::tools

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   bertcc::tools::add_bench(app);
   bertcc::tools::add_model_tools(app);
   bertcc::tools::add_tokenize(app);
+  bertcc::tools::add_create_data(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
