@@ -1,0 +1,164 @@
+// bertcc prep-corpus: text files/folders -> Google's format (one sentence per line, blank line
+// between documents), sentence-segmented, in N size-balanced train shards plus held-out test shards.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "bertcc/corpus.h"
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/rng.h"
+#include "tools/cli_common.h"
+
+namespace bertcc::tools {
+namespace fs = std::filesystem;
+
+namespace {
+
+void collect(const std::string& path, std::vector<std::string>& files) {
+  BERTCC_CHECK(fs::exists(path), path, ": no such file or folder");
+  if (fs::is_directory(path)) {
+    std::vector<std::string> found;
+    for (const auto& e : fs::recursive_directory_iterator(path))
+      if (e.is_regular_file()) found.push_back(e.path().string());
+    std::sort(found.begin(), found.end());
+    for (auto& f : found) {
+      const std::string ext = fs::path(f).extension().string();
+      if (ext == ".txt" || ext == ".text" || ext.empty()) files.push_back(f);
+    }
+  } else {
+    files.push_back(path);
+  }
+}
+
+struct Shard {
+  std::string tmp, final_path;
+  FILE* f = nullptr;
+  uint64_t bytes = 0;
+  int64_t docs = 0;
+};
+
+}  // namespace
+
+void add_prep_corpus(CLI::App& app) {
+  struct Opts {
+    std::vector<std::string> inputs;
+    std::string output;
+    int shards = 4;
+    double test_fraction = 0.0;
+    uint64_t seed = 12345;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("prep-corpus",
+                                 "Text files or folders (each file one document: books, articles) -> sentence-"
+                                 "segmented shards in Google's format (train/ and test/)");
+  sub->add_option("--input", o->inputs, "files or folders (.txt, recursive); several corpora are mixed")
+      ->required()
+      ->delimiter(',');
+  sub->add_option("--output", o->output, "output folder")->required();
+  sub->add_option(flag("--shards"), o->shards, "train shards (default 4)")->check(CLI::Range(1, 100000));
+  sub->add_option(flag("--test-fraction"), o->test_fraction, "held-out fraction of documents (default 0)")
+      ->check(CLI::Range(0.0, 0.9));
+  sub->add_option(flag("--seed"), o->seed, "seed for the held-out choice");
+  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->callback([o]() {
+    std::vector<std::string> files;
+    for (const auto& in : o->inputs) {
+      const std::string p = in;
+      BERTCC_CHECK(p.size() < 4 || (p.substr(p.size() - 4) != ".bz2" && p.substr(p.size() - 4) != ".xml"), p,
+                   ": Wikipedia XML dumps are not supported yet (plain text files and folders are)");
+      collect(p, files);
+    }
+    BERTCC_CHECK(!files.empty(), "prep-corpus: no input files");
+    fs::create_directories(fs::path(o->output) / "train");
+    const int n_test = o->test_fraction > 0 ? std::max(1, static_cast<int>(o->shards * o->test_fraction + 0.5)) : 0;
+    if (n_test) fs::create_directories(fs::path(o->output) / "test");
+    auto open_shards = [&](const char* split, int n) {
+      std::vector<Shard> v(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        char name[32];
+        std::snprintf(name, sizeof name, "part-%05d.txt", i);
+        v[i].final_path = (fs::path(o->output) / split / name).string();
+        v[i].tmp = v[i].final_path + ".tmp." + std::to_string(::getpid());
+        v[i].f = std::fopen(v[i].tmp.c_str(), "wb");
+        BERTCC_CHECK(v[i].f, v[i].tmp, ": cannot create");
+      }
+      return v;
+    };
+    std::vector<Shard> train = open_shards("train", o->shards), test = open_shards("test", n_test);
+    const int nt = o->threads > 0 ? o->threads : 1;
+    const size_t batch = static_cast<size_t>(std::max(4, 4 * nt));
+    const bool tty = ::isatty(2);
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t in_bytes = 0, total_bytes = 0;
+    for (const auto& f : files) total_bytes += fs::file_size(f);
+    int64_t sentences = 0, invalid = 0, empty_docs = 0, docs = 0;
+    Rng pick{o->seed, 0};
+    for (size_t b0 = 0; b0 < files.size(); b0 += batch) {
+      const size_t b1 = std::min(files.size(), b0 + batch);
+      std::vector<std::string> out(b1 - b0);
+      std::vector<int64_t> nsent(b1 - b0, 0), bad(b1 - b0, 0);
+      std::vector<std::string> err(b1 - b0);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+      for (size_t k = b0; k < b1; ++k) {
+        try {
+          std::string text = read_file(files[k]);
+          bad[k - b0] = sanitize_utf8(text);
+          for (const auto& s : segment_document(text)) {
+            out[k - b0] += s;
+            out[k - b0] += '\n';
+            ++nsent[k - b0];
+          }
+        } catch (const std::exception& e) {
+          err[k - b0] = e.what();
+        }
+      }
+      for (size_t k = b0; k < b1; ++k) {
+        BERTCC_CHECK(err[k - b0].empty(), err[k - b0]);
+        in_bytes += fs::file_size(files[k]);
+        invalid += bad[k - b0];
+        if (bad[k - b0]) std::cerr << "prep-corpus: " << files[k] << ": " << bad[k - b0] << " invalid UTF-8 sequence(s) replaced\n";
+        if (out[k - b0].empty()) {
+          ++empty_docs;
+          continue;
+        }
+        ++docs;
+        sentences += nsent[k - b0];
+        const bool held_out = n_test && u32_to_unit(pick.next_u32()) < o->test_fraction;
+        std::vector<Shard>& pool = held_out ? test : train;
+        Shard& s = *std::min_element(pool.begin(), pool.end(),
+                                     [](const Shard& a, const Shard& b) { return a.bytes < b.bytes; });
+        if (s.docs) std::fputc('\n', s.f);  // blank line between documents
+        std::fwrite(out[k - b0].data(), 1, out[k - b0].size(), s.f);
+        s.bytes += out[k - b0].size();
+        ++s.docs;
+      }
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double rate = in_bytes / std::max(secs, 1e-9);
+      char line[200];
+      std::snprintf(line, sizeof line, "prep-corpus: %zu/%zu files, %.1f/%.1f MB, %.1f MB/s, ETA %.0f s", b1,
+                    files.size(), in_bytes / 1e6, total_bytes / 1e6, rate / 1e6,
+                    (total_bytes - in_bytes) / std::max(rate, 1.0));
+      if (tty) std::cerr << "\r" << line << std::flush;
+      else if (b1 == files.size() || (b0 / batch) % 50 == 0) std::cerr << line << "\n";
+    }
+    if (tty) std::cerr << "\n";
+    for (auto* pool : {&train, &test})
+      for (auto& s : *pool) {
+        BERTCC_CHECK(std::fflush(s.f) == 0 && ::fsync(fileno(s.f)) == 0 && std::fclose(s.f) == 0, s.tmp,
+                     ": write failed");
+        BERTCC_CHECK(std::rename(s.tmp.c_str(), s.final_path.c_str()) == 0, s.final_path, ": rename failed");
+      }
+    std::cout << "prep-corpus: " << docs << " documents, " << sentences << " sentences -> " << train.size()
+              << " train shard(s)" << (n_test ? " + " + std::to_string(test.size()) + " test shard(s)" : "") << " in "
+              << o->output << (empty_docs ? " (" + std::to_string(empty_docs) + " empty documents skipped)" : "")
+              << (invalid ? " (" + std::to_string(invalid) + " invalid UTF-8 sequences replaced)" : "") << "\n";
+  });
+}
+
+}  // namespace bertcc::tools
