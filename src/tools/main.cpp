@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   bertcc::tools::add_tokenize(app);
   bertcc::tools::add_create_data(app);
   bertcc::tools::add_prep_corpus(app);
+  bertcc::tools::add_train_vocab(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
