@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bertcc/dynamic_masking.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/pyrandom.h"
 #include "bertcc/tokenizer.h"
@@ -22,6 +23,7 @@ struct PretrainingDataOptions {
   int64_t dupe_factor = 10;
   uint64_t random_seed = 12345;
   bool whole_word_mask = false;
+  bool dynamic_masking = false;  // leave tokens unmasked (the loader masks per epoch)
 };
 
 using Document = std::vector<std::vector<int32_t>>;  // sentences of token ids
@@ -40,5 +42,6 @@ std::vector<TrainingInstance> create_training_instances(std::vector<Document> do
                                                         const PretrainingDataOptions& o, PyRandom& rng);
 
 PretrainShard instances_to_shard(const std::vector<TrainingInstance>& inst, const PretrainingDataOptions& o);
+UnmaskedShard instances_to_unmasked_shard(const std::vector<TrainingInstance>& inst, const PretrainingDataOptions& o);
 
 }  // namespace bertcc

@@ -24,4 +24,11 @@ BertBatch make_pretrain_batch(const PretrainShard& shard, int64_t first, int64_t
 // Writes a shard in the same layout (gzip level 4), atomically (used by tests and tools).
 void write_pretrain_shard(const std::string& path, const PretrainShard& shard);
 
+// Shared plumbing for the dynamic-masking layout: with `lengths`, the masked_lm_* datasets are
+// skipped and a `lengths` dataset is written/read instead.
+void write_pretrain_shard_layout(const std::string& path, const PretrainShard& shard,
+                                 const std::vector<int32_t>* lengths);
+PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths);
+bool pretrain_shard_has_masks(const std::string& path);
+
 }  // namespace bertcc

@@ -154,7 +154,7 @@ void instances_from_document(const std::vector<Document>& docs, size_t di, const
         inst.tokens.push_back(sep);
         inst.segment_ids.resize(inst.tokens.size(), 1);
         inst.is_random_next = random_next;
-        mask_tokens(inst, vocab, o, rng, cls, sep, mask);
+        if (!o.dynamic_masking) mask_tokens(inst, vocab, o, rng, cls, sep, mask);
         out.push_back(std::move(inst));
       }
       chunk.clear();
@@ -240,6 +240,19 @@ PretrainShard instances_to_shard(const std::vector<TrainingInstance>& inst, cons
     }
     s.next_sentence_labels[r] = t.is_random_next ? 1 : 0;
   }
+  return s;
+}
+
+UnmaskedShard instances_to_unmasked_shard(const std::vector<TrainingInstance>& inst, const PretrainingDataOptions& o) {
+  PretrainShard p = instances_to_shard(inst, o);
+  UnmaskedShard s;
+  s.N = p.N;
+  s.S = p.S;
+  s.input_ids = std::move(p.input_ids);
+  s.input_mask = std::move(p.input_mask);
+  s.segment_ids = std::move(p.segment_ids);
+  s.next_sentence_labels = std::move(p.next_sentence_labels);
+  for (const auto& t : inst) s.lengths.push_back(static_cast<int32_t>(t.tokens.size()));
   return s;
 }
 

@@ -52,7 +52,19 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
 
 }  // namespace
 
-PretrainShard read_pretrain_shard(const std::string& path) {
+PretrainShard read_pretrain_shard(const std::string& path) { return read_pretrain_shard_layout(path, nullptr); }
+
+bool pretrain_shard_has_masks(const std::string& path) {
+  std::lock_guard<std::mutex> lock(h5_mutex());
+  static H5Quiet quiet;
+  BERTCC_CHECK(file_exists(path), path, ": no such file");
+  BERTCC_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file");
+  Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  BERTCC_CHECK(f.id >= 0, path, ": cannot open HDF5 file");
+  return H5Lexists(f.id, "masked_lm_positions", H5P_DEFAULT) > 0;
+}
+
+PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths) {
   std::lock_guard<std::mutex> lock(h5_mutex());
   static H5Quiet quiet;
   BERTCC_CHECK(file_exists(path), path, ": no such file");
@@ -74,8 +86,14 @@ PretrainShard read_pretrain_shard(const std::string& path) {
   };
   same2("input_mask", s.input_mask, s.S);
   same2("segment_ids", s.segment_ids, s.S);
-  s.P = same2("masked_lm_positions", s.masked_lm_positions, -1);
-  same2("masked_lm_ids", s.masked_lm_ids, s.P);
+  if (!lengths) {
+    s.P = same2("masked_lm_positions", s.masked_lm_positions, -1);
+    same2("masked_lm_ids", s.masked_lm_ids, s.P);
+  } else {
+    *lengths = read_i32(f.id, path, "lengths", 1, d);
+    BERTCC_CHECK(static_cast<int64_t>(d[0]) == s.N, path, ": dataset 'lengths' has ", d[0], " rows, input_ids has ",
+                 s.N);
+  }
   s.next_sentence_labels = read_i32(f.id, path, "next_sentence_labels", 1, d);
   BERTCC_CHECK(static_cast<int64_t>(d[0]) == s.N, path, ": dataset 'next_sentence_labels' has ", d[0],
                " rows, input_ids has ", s.N);
@@ -108,6 +126,10 @@ BertBatch make_pretrain_batch(const PretrainShard& s, int64_t first, int64_t cou
 }
 
 void write_pretrain_shard(const std::string& path, const PretrainShard& s) {
+  write_pretrain_shard_layout(path, s, nullptr);
+}
+
+void write_pretrain_shard_layout(const std::string& path, const PretrainShard& s, const std::vector<int32_t>* lengths) {
   std::lock_guard<std::mutex> lock(h5_mutex());
   static H5Quiet quiet;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -131,8 +153,12 @@ void write_pretrain_shard(const std::string& path, const PretrainShard& s) {
     put("input_ids", s.input_ids, H5T_STD_I32LE, {N, S});
     put("input_mask", s.input_mask, H5T_STD_I8LE, {N, S});
     put("segment_ids", s.segment_ids, H5T_STD_I8LE, {N, S});
-    put("masked_lm_positions", s.masked_lm_positions, H5T_STD_I32LE, {N, P});
-    put("masked_lm_ids", s.masked_lm_ids, H5T_STD_I32LE, {N, P});
+    if (!lengths) {
+      put("masked_lm_positions", s.masked_lm_positions, H5T_STD_I32LE, {N, P});
+      put("masked_lm_ids", s.masked_lm_ids, H5T_STD_I32LE, {N, P});
+    } else {
+      put("lengths", *lengths, H5T_STD_I32LE, {N});
+    }
     put("next_sentence_labels", s.next_sentence_labels, H5T_STD_I8LE, {N});
     BERTCC_CHECK(H5Fflush(f.id, H5F_SCOPE_GLOBAL) >= 0, path, ": flush failed");
   }

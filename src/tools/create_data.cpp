@@ -39,6 +39,8 @@ void add_create_data(CLI::App& app) {
   sub->add_option(flag("--dupe-factor"), o->d.dupe_factor, "default 10")->check(CLI::PositiveNumber);
   sub->add_option(flag("--random-seed"), o->d.random_seed, "default 12345");
   sub->add_flag(flag("--whole-word-mask"), o->d.whole_word_mask, "mask whole words (all their ## pieces)");
+  sub->add_flag(flag("--dynamic-masking"), o->d.dynamic_masking,
+                "write unmasked sequence pairs with lengths; the loader masks them anew each epoch");
   sub->add_option("--threads", o->threads, "parallel files when --input is a folder (default: all cores)");
   sub->callback([o]() {
     namespace fs = std::filesystem;
@@ -81,7 +83,8 @@ void add_create_data(CLI::App& app) {
         PyRandom rng(o->d.random_seed);
         const auto inst = create_training_instances(std::move(docs), vocab, o->d, rng);
         BERTCC_CHECK(!inst.empty(), jobs[j].first[0], ": no text to make pre-training instances from");
-        write_pretrain_shard(jobs[j].second, instances_to_shard(inst, o->d));
+        if (o->d.dynamic_masking) write_unmasked_shard(jobs[j].second, instances_to_unmasked_shard(inst, o->d));
+        else write_pretrain_shard(jobs[j].second, instances_to_shard(inst, o->d));
         counts[j] = static_cast<int64_t>(inst.size());
       } catch (const std::exception& e) {
         errors[j] = e.what();

@@ -1,5 +1,6 @@
 // bertcc dump-step: one forward + backward of the pre-training loss on a whole HDF5 file,
 // dropout off; writes losses and every parameter gradient (HF names) to safetensors.
+#include <algorithm>
 #include <iostream>
 
 #include "bertcc/bert.h"
@@ -15,6 +16,7 @@ void add_dump_step(CLI::App& app) {
   struct Opts {
     std::string model, batch, out, precision = "fp32";
     int threads = 0;
+    int64_t rows = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("dump-step",
@@ -26,13 +28,15 @@ void add_dump_step(CLI::App& app) {
   sub->add_option("--out", o->out, "output .safetensors")->required();
   sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
     std::cerr << describe_backend(prec == Precision::BF16) << "\n";
     auto model = load_model_dir(o->model, Heads::PreTraining);
     const PretrainShard shard = read_pretrain_shard(o->batch);
-    BertBatch batch = make_pretrain_batch(shard, 0, shard.N, o->batch);
+    const int64_t rows = o->rows > 0 ? std::min(o->rows, shard.N) : shard.N;
+    BertBatch batch = make_pretrain_batch(shard, 0, rows, o->batch);
     batch.validate(model->config(), o->batch);
     Rng rng{0, 0};
     model->zero_grad();

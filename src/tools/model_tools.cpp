@@ -22,15 +22,14 @@ void add_model_tools(CLI::App& app) {
   auto* init = app.add_subcommand("init-model", "Write a randomly initialised BertForPreTraining (HF layout)");
   init->add_option("--config", io->config, "preset (bert-tiny ... bert-large) or config.json path")->required();
   init->add_option("--output", io->output, "model directory to create")->required();
-  init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory (its size must match)");
+  init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory; sets vocab_size");
   init->add_option(flag("--seed"), io->seed, "initialisation seed");
   init->callback([io]() {
     BertConfig cfg = config_from_name_or_path(io->config);
     if (!io->vocab.empty()) {
       const std::string v = read_file(io->vocab);
       const int64_t lines = std::count(v.begin(), v.end(), '\n') + (!v.empty() && v.back() != '\n');
-      BERTCC_CHECK(lines == cfg.vocab_size, io->vocab, ": ", lines, " entries but the config's vocab_size is ",
-                   cfg.vocab_size);
+      cfg.vocab_size = static_cast<int>(lines);  // the model's vocabulary is the given vocab.txt
     }
     Bert model(cfg, Heads::PreTraining);
     model.init_weights(io->seed);
