@@ -46,9 +46,9 @@ bool starts_sentence(std::string_view t) {
 }
 
 const std::array<const char*, 40> kTitles = {
-    "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "rev", "gen", "col", "lt", "sgt", "capt", "hon", "gov",
-    "sen", "rep", "mt", "ft", "messrs", "mme", "mlle", "vs", "no", "nos", "vol", "fig", "pp", "cf", "gov",
-    "adm", "maj", "cmdr", "supt", "insp", "esq", "bros", "atty", "dept"};
+    "mr",  "mrs", "ms",  "dr",  "prof", "st",   "jr",     "sr",   "rev",  "gen",  "col",  "lt",  "sgt", "capt",
+    "hon", "gov", "sen", "rep", "mt",   "ft",   "messrs", "mme",  "mlle", "vs",   "no",   "nos", "vol", "fig",
+    "pp",  "cf",  "gov", "adm", "maj",  "cmdr", "supt",   "insp", "esq",  "bros", "atty", "dept"};
 
 bool is_title(std::string_view w) {
   std::string l;
@@ -76,7 +76,7 @@ bool boundary_after(std::string_view tok, std::string_view next) {
   if (word.empty()) return true;
   if (is_title(word)) return false;
   if (word.size() == 1 && std::isalpha(static_cast<unsigned char>(word[0]))) return false;  // initial
-  if (word.find('.') != std::string_view::npos) {  // U.S. e.g. i.e. Ph.D.
+  if (word.find('.') != std::string_view::npos) {                                           // U.S. e.g. i.e. Ph.D.
     bool acronym = true;
     for (char c : word) acronym = acronym && (std::isalpha(static_cast<unsigned char>(c)) || c == '.');
     if (acronym) return false;
@@ -156,7 +156,8 @@ int64_t sanitize_utf8(std::string& s) {
       ok = (b[i + k] & 0xC0) == 0x80;
       cp = (cp << 6) | (b[i + k] & 0x3F);
     }
-    ok = ok && !(len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) && !(len == 4 && (cp < 0x10000 || cp > 0x10FFFF));
+    ok = ok && !(len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) &&
+         !(len == 4 && (cp < 0x10000 || cp > 0x10FFFF));
     if (!ok) {
       out.append("\xEF\xBF\xBD");
       ++bad;

@@ -55,8 +55,10 @@ int64_t round_half_even(double x) {
 void truncate_seq_pair(std::vector<int32_t>& a, std::vector<int32_t>& b, size_t max_tokens, PyRandom& rng) {
   while (a.size() + b.size() > max_tokens) {
     std::vector<int32_t>& t = a.size() > b.size() ? a : b;
-    if (rng.random() < 0.5) t.erase(t.begin());
-    else t.pop_back();
+    if (rng.random() < 0.5)
+      t.erase(t.begin());
+    else
+      t.pop_back();
   }
 }
 
@@ -74,9 +76,9 @@ void mask_tokens(TrainingInstance& inst, const Vocab& vocab, const PretrainingDa
   }
   rng.shuffle(cand);
   std::vector<int32_t> out = tokens;
-  const int64_t num_to_predict = std::min<int64_t>(
-      o.max_predictions_per_seq,
-      std::max<int64_t>(1, round_half_even(static_cast<double>(tokens.size()) * o.masked_lm_prob)));
+  const int64_t num_to_predict =
+      std::min<int64_t>(o.max_predictions_per_seq,
+                        std::max<int64_t>(1, round_half_even(static_cast<double>(tokens.size()) * o.masked_lm_prob)));
   std::vector<std::pair<int32_t, int32_t>> lms;  // (index, label)
   std::vector<char> covered(tokens.size(), 0);
   for (const auto& set : cand) {
@@ -88,9 +90,12 @@ void mask_tokens(TrainingInstance& inst, const Vocab& vocab, const PretrainingDa
     for (int32_t i : set) {
       covered[static_cast<size_t>(i)] = 1;
       int32_t m;
-      if (rng.random() < 0.8) m = mask;
-      else if (rng.random() < 0.5) m = tokens[static_cast<size_t>(i)];
-      else m = static_cast<int32_t>(rng.randint(0, vocab.size() - 1));
+      if (rng.random() < 0.8)
+        m = mask;
+      else if (rng.random() < 0.5)
+        m = tokens[static_cast<size_t>(i)];
+      else
+        m = static_cast<int32_t>(rng.randint(0, vocab.size() - 1));
       out[static_cast<size_t>(i)] = m;
       lms.emplace_back(i, tokens[static_cast<size_t>(i)]);
     }

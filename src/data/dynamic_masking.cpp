@@ -61,8 +61,8 @@ UnmaskedShard read_unmasked_shard(const std::string& path) {
   s.next_sentence_labels = std::move(p.next_sentence_labels);
   s.lengths = std::move(lengths);
   for (int64_t r = 0; r < s.N; ++r)
-    BERTCC_CHECK(s.lengths[r] >= 2 && s.lengths[r] <= s.S, path, ": lengths[", r, "] = ", s.lengths[r],
-                 " outside [2, ", s.S, "]");
+    BERTCC_CHECK(s.lengths[r] >= 2 && s.lengths[r] <= s.S, path, ": lengths[", r, "] = ", s.lengths[r], " outside [2, ",
+                 s.S, "]");
   return s;
 }
 
@@ -74,8 +74,8 @@ DynamicMasker::DynamicMasker(const MaskingOptions& o, uint64_t seed) : o_(o), se
   BERTCC_CHECK(o.masked_lm_prob > 0 && o.masked_lm_prob < 1, "masked_lm_prob must be in (0, 1)");
 }
 
-void DynamicMasker::mask_row(const int32_t* ids, int64_t len, int64_t S, uint64_t epoch, uint64_t row,
-                             int32_t* out_ids, int32_t* labels) const {
+void DynamicMasker::mask_row(const int32_t* ids, int64_t len, int64_t S, uint64_t epoch, uint64_t row, int32_t* out_ids,
+                             int32_t* labels) const {
   Rng r{splitmix(seed_ ^ splitmix(epoch * 0x100000001B3ull ^ splitmix(row))), 0};
   std::copy(ids, ids + S, out_ids);
   std::fill(labels, labels + S, -1);
@@ -90,8 +90,10 @@ void DynamicMasker::mask_row(const int32_t* ids, int64_t len, int64_t S, uint64_
     const int32_t i = cand[static_cast<size_t>(k)];
     labels[i] = ids[i];
     const float u = u32_to_unit(r.next_u32());
-    if (u < 0.8f) out_ids[i] = o_.mask_id;
-    else if (u >= 0.9f) out_ids[i] = static_cast<int32_t>(below(r, static_cast<uint32_t>(o_.vocab_size)));
+    if (u < 0.8f)
+      out_ids[i] = o_.mask_id;
+    else if (u >= 0.9f)
+      out_ids[i] = static_cast<int32_t>(below(r, static_cast<uint32_t>(o_.vocab_size)));
   }
 }
 
@@ -120,7 +122,8 @@ std::vector<int64_t> epoch_order(const UnmaskedShard& s, uint64_t seed, uint64_t
   for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[below(r, static_cast<uint32_t>(i))]);
   if (bin_size > 1)
     for (size_t b = 0; b < order.size(); b += static_cast<size_t>(bin_size)) {
-      const auto e = order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), b + static_cast<size_t>(bin_size)));
+      const auto e =
+          order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), b + static_cast<size_t>(bin_size)));
       std::stable_sort(order.begin() + static_cast<std::ptrdiff_t>(b), e,
                        [&](int64_t x, int64_t y) { return s.lengths[x] < s.lengths[y]; });
     }

@@ -68,8 +68,7 @@ bool is_cjk(uint32_t cp) {  // the ranges of HF tokenizers' BertNormalizer
 
 bool is_white_space(uint32_t cp) {  // Unicode White_Space (Rust char::is_whitespace)
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 bool is_other(uint32_t cp) {
@@ -79,7 +78,8 @@ bool is_other(uint32_t cp) {
 }
 
 bool is_punct(uint32_t cp) {
-  if (cp < 128) return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126);
+  if (cp < 128)
+    return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126);
   const auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
   return c == UTF8PROC_CATEGORY_PC || c == UTF8PROC_CATEGORY_PD || c == UTF8PROC_CATEGORY_PS ||
          c == UTF8PROC_CATEGORY_PE || c == UTF8PROC_CATEGORY_PI || c == UTF8PROC_CATEGORY_PF ||
@@ -119,17 +119,42 @@ uint32_t decode_utf8(const unsigned char* s, size_t n, size_t& i, bool& invalid)
   const unsigned char c = s[i];
   int len;
   uint32_t cp, min;
-  if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; min = 0x80; }
-  else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; min = 0x800; }
-  else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; min = 0x10000; }
-  else { ++i; invalid = true; return 0xFFFD; }
-  if (i + static_cast<size_t>(len) > n) { ++i; invalid = true; return 0xFFFD; }
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+    cp = c & 0x1F;
+    min = 0x80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    cp = c & 0x0F;
+    min = 0x800;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    cp = c & 0x07;
+    min = 0x10000;
+  } else {
+    ++i;
+    invalid = true;
+    return 0xFFFD;
+  }
+  if (i + static_cast<size_t>(len) > n) {
+    ++i;
+    invalid = true;
+    return 0xFFFD;
+  }
   for (int k = 1; k < len; ++k) {
     const unsigned char cc = s[i + static_cast<size_t>(k)];
-    if ((cc & 0xC0) != 0x80) { ++i; invalid = true; return 0xFFFD; }
+    if ((cc & 0xC0) != 0x80) {
+      ++i;
+      invalid = true;
+      return 0xFFFD;
+    }
     cp = (cp << 6) | (cc & 0x3F);
   }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { ++i; invalid = true; return 0xFFFD; }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    ++i;
+    invalid = true;
+    return 0xFFFD;
+  }
   i += static_cast<size_t>(len);
   return cp;
 }
@@ -188,8 +213,8 @@ struct Trie {
 
 struct BertTokenizer::Impl {
   // Per code point: class, and (uncased) the normalised replacement (NFD, no Mn, lowercase).
-  std::vector<uint8_t> cls;         // 0x110000 entries
-  std::vector<uint32_t> norm_off;   // offset into norm_pool, or UINT32_MAX for identity
+  std::vector<uint8_t> cls;        // 0x110000 entries
+  std::vector<uint32_t> norm_off;  // offset into norm_pool, or UINT32_MAX for identity
   std::vector<uint8_t> norm_len;
   std::vector<uint32_t> norm_pool;
   std::array<uint8_t, 128> ascii_cls{};
@@ -258,10 +283,18 @@ struct BertTokenizer::Impl {
       if (c < 0x80) {
         ++i;
         switch (ascii_cls[c]) {
-          case kSkip: break;
-          case kSpace: flush(); break;
-          case kPunct: single(c); break;
-          default: word.push_back(ascii_map[c]); ++nchars; break;
+          case kSkip:
+            break;
+          case kSpace:
+            flush();
+            break;
+          case kPunct:
+            single(c);
+            break;
+          default:
+            word.push_back(ascii_map[c]);
+            ++nchars;
+            break;
         }
         continue;
       }
@@ -338,8 +371,8 @@ BertTokenizer::BertTokenizer(const Vocab& vocab, bool lower_case)
     // NFD (canonical decomposition), drop nonspacing marks, lowercase (full mapping: U+0130 expands).
     utf8proc_int32_t buf[32];
     int last = 0;
-    const utf8proc_ssize_t nd = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), buf, 32,
-                                                        UTF8PROC_DECOMPOSE, &last);
+    const utf8proc_ssize_t nd =
+        utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), buf, 32, UTF8PROC_DECOMPOSE, &last);
     std::vector<uint32_t> out;
     for (utf8proc_ssize_t j = 0; j < std::max<utf8proc_ssize_t>(nd, 0); ++j) {
       const auto d = buf[j];
@@ -394,11 +427,11 @@ std::vector<int32_t> BertTokenizer::encode(std::string_view text) const {
   return ids;
 }
 
-void BertTokenizer::basic_tokenize(std::string_view text, std::vector<std::string>& words,
-                                   TokenizeStats* stats) const {
+void BertTokenizer::basic_tokenize(std::string_view text, std::vector<std::string>& words, TokenizeStats* stats) const {
   const Impl& m = *impl_;
   m.split_specials(
-      text, [&](std::string_view seg) { m.basic(seg, stats, [&](const std::string& w, int64_t) { words.push_back(w); }); },
+      text,
+      [&](std::string_view seg) { m.basic(seg, stats, [&](const std::string& w, int64_t) { words.push_back(w); }); },
       [&](int32_t id) { words.push_back(vocab_.token(id)); });
 }
 

@@ -23,7 +23,9 @@ std::vector<std::string> utf8_chars(const std::string& w) {
 
 using Pair = std::pair<int32_t, int32_t>;
 struct PairHash {
-  size_t operator()(const Pair& p) const { return std::hash<uint64_t>()((uint64_t(uint32_t(p.first)) << 32) | uint32_t(p.second)); }
+  size_t operator()(const Pair& p) const {
+    return std::hash<uint64_t>()((uint64_t(uint32_t(p.first)) << 32) | uint32_t(p.second));
+  }
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -12,6 +13,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/rng.h"
+#include "bertcc/wikipedia.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -55,9 +57,11 @@ void add_prep_corpus(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("prep-corpus",
-                                 "Text files or folders (each file one document: books, articles) -> sentence-"
-                                 "segmented shards in Google's format (train/ and test/)");
-  sub->add_option("--input", o->inputs, "files or folders (.txt, recursive); several corpora are mixed")
+                                 "Text files or folders (each file one document: books, articles) and Wikipedia "
+                                 "XML dumps (.xml, .xml.bz2; each article one document) -> sentence-segmented "
+                                 "shards in Google's format (train/ and test/)");
+  sub->add_option("--input", o->inputs,
+                  "files, folders (.txt, recursive) or Wikipedia dumps (.xml, .xml.bz2); several corpora are mixed")
       ->required()
       ->delimiter(',');
   sub->add_option("--output", o->output, "output folder")->required();
@@ -67,14 +71,20 @@ void add_prep_corpus(CLI::App& app) {
   sub->add_option(flag("--seed"), o->seed, "seed for the held-out choice");
   sub->add_option("--threads", o->threads, "threads (default: all cores)");
   sub->callback([o]() {
-    std::vector<std::string> files;
-    for (const auto& in : o->inputs) {
-      const std::string p = in;
-      BERTCC_CHECK(p.size() < 4 || (p.substr(p.size() - 4) != ".bz2" && p.substr(p.size() - 4) != ".xml"), p,
-                   ": Wikipedia XML dumps are not supported yet (plain text files and folders are)");
-      collect(p, files);
+    std::vector<std::string> files, dumps;
+    auto ends = [](const std::string& p, const char* suf) {
+      const size_t n = std::strlen(suf);
+      return p.size() >= n && p.compare(p.size() - n, n, suf) == 0;
+    };
+    for (const auto& p : o->inputs) {
+      if (ends(p, ".xml") || ends(p, ".xml.bz2") || ends(p, ".bz2")) {
+        BERTCC_CHECK(fs::is_regular_file(p), p, ": no such file");
+        dumps.push_back(p);
+      } else {
+        collect(p, files);
+      }
     }
-    BERTCC_CHECK(!files.empty(), "prep-corpus: no input files");
+    BERTCC_CHECK(!files.empty() || !dumps.empty(), "prep-corpus: no input files");
     fs::create_directories(fs::path(o->output) / "train");
     const int n_test = o->test_fraction > 0 ? std::max(1, static_cast<int>(o->shards * o->test_fraction + 0.5)) : 0;
     if (n_test) fs::create_directories(fs::path(o->output) / "test");
@@ -91,6 +101,18 @@ void add_prep_corpus(CLI::App& app) {
       return v;
     };
     std::vector<Shard> train = open_shards("train", o->shards), test = open_shards("test", n_test);
+    struct Cleanup {  // on any error, no temporary shard is left behind
+      std::vector<Shard>*a, *b;
+      bool done = false;
+      ~Cleanup() {
+        if (done) return;
+        for (auto* pool : {a, b})
+          for (auto& s : *pool) {
+            if (s.f) std::fclose(s.f);
+            std::remove(s.tmp.c_str());
+          }
+      }
+    } cleanup{&train, &test};
     const int nt = o->threads > 0 ? o->threads : 1;
     const size_t batch = static_cast<size_t>(std::max(4, 4 * nt));
     const bool tty = ::isatty(2);
@@ -99,6 +121,22 @@ void add_prep_corpus(CLI::App& app) {
     for (const auto& f : files) total_bytes += fs::file_size(f);
     int64_t sentences = 0, invalid = 0, empty_docs = 0, docs = 0;
     Rng pick{o->seed, 0};
+    auto write_doc = [&](const std::string& text, int64_t nsent) {
+      if (text.empty()) {
+        ++empty_docs;
+        return;
+      }
+      ++docs;
+      sentences += nsent;
+      const bool held_out = n_test && u32_to_unit(pick.next_u32()) < o->test_fraction;
+      std::vector<Shard>& pool = held_out ? test : train;
+      Shard& s =
+          *std::min_element(pool.begin(), pool.end(), [](const Shard& a, const Shard& b) { return a.bytes < b.bytes; });
+      if (s.docs) std::fputc('\n', s.f);  // blank line between documents
+      std::fwrite(text.data(), 1, text.size(), s.f);
+      s.bytes += text.size();
+      ++s.docs;
+    };
     for (size_t b0 = 0; b0 < files.size(); b0 += batch) {
       const size_t b1 = std::min(files.size(), b0 + batch);
       std::vector<std::string> out(b1 - b0);
@@ -122,21 +160,9 @@ void add_prep_corpus(CLI::App& app) {
         BERTCC_CHECK(err[k - b0].empty(), err[k - b0]);
         in_bytes += fs::file_size(files[k]);
         invalid += bad[k - b0];
-        if (bad[k - b0]) std::cerr << "prep-corpus: " << files[k] << ": " << bad[k - b0] << " invalid UTF-8 sequence(s) replaced\n";
-        if (out[k - b0].empty()) {
-          ++empty_docs;
-          continue;
-        }
-        ++docs;
-        sentences += nsent[k - b0];
-        const bool held_out = n_test && u32_to_unit(pick.next_u32()) < o->test_fraction;
-        std::vector<Shard>& pool = held_out ? test : train;
-        Shard& s = *std::min_element(pool.begin(), pool.end(),
-                                     [](const Shard& a, const Shard& b) { return a.bytes < b.bytes; });
-        if (s.docs) std::fputc('\n', s.f);  // blank line between documents
-        std::fwrite(out[k - b0].data(), 1, out[k - b0].size(), s.f);
-        s.bytes += out[k - b0].size();
-        ++s.docs;
+        if (bad[k - b0])
+          std::cerr << "prep-corpus: " << files[k] << ": " << bad[k - b0] << " invalid UTF-8 sequence(s) replaced\n";
+        write_doc(out[k - b0], nsent[k - b0]);
       }
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double rate = in_bytes / std::max(secs, 1e-9);
@@ -144,16 +170,61 @@ void add_prep_corpus(CLI::App& app) {
       std::snprintf(line, sizeof line, "prep-corpus: %zu/%zu files, %.1f/%.1f MB, %.1f MB/s, ETA %.0f s", b1,
                     files.size(), in_bytes / 1e6, total_bytes / 1e6, rate / 1e6,
                     (total_bytes - in_bytes) / std::max(rate, 1.0));
-      if (tty) std::cerr << "\r" << line << std::flush;
-      else if (b1 == files.size() || (b0 / batch) % 50 == 0) std::cerr << line << "\n";
+      if (tty)
+        std::cerr << "\r" << line << std::flush;
+      else if (b1 == files.size() || (b0 / batch) % 50 == 0)
+        std::cerr << line << "\n";
     }
-    if (tty) std::cerr << "\n";
+    if (tty && !files.empty()) std::cerr << "\n";
+    for (const auto& dump : dumps) {
+      std::vector<std::string> batch_text;
+      WikiStats ws;
+      auto run_batch = [&]() {
+        std::vector<std::string> out(batch_text.size());
+        std::vector<int64_t> nsent(batch_text.size(), 0), bad(batch_text.size(), 0);
+#pragma omp parallel for schedule(dynamic, 8) num_threads(nt)
+        for (size_t k = 0; k < batch_text.size(); ++k) {
+          bad[k] = sanitize_utf8(batch_text[k]);
+          for (const auto& s : segment_document(wikitext_to_plain(batch_text[k]))) {
+            out[k] += s;
+            out[k] += '\n';
+            ++nsent[k];
+          }
+        }
+        for (size_t k = 0; k < out.size(); ++k) {
+          invalid += bad[k];
+          write_doc(out[k], nsent[k]);
+        }
+        batch_text.clear();
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        char line[200];
+        std::snprintf(line, sizeof line, "prep-corpus: %s: %lld articles, %.0f articles/s", dump.c_str(),
+                      static_cast<long long>(docs), docs / std::max(secs, 1e-9));
+        if (tty) std::cerr << "\r" << line << std::flush;
+      };
+      read_wikipedia_dump(
+          dump,
+          [&](const std::string&, const std::string& wikitext) {
+            batch_text.push_back(wikitext);
+            if (batch_text.size() >= 512) run_batch();
+          },
+          &ws);
+      run_batch();
+      if (tty) std::cerr << "\n";
+      std::cerr << "prep-corpus: " << dump << ": " << ws.pages << " pages, " << ws.articles << " articles, "
+                << ws.redirects << " redirects and " << ws.other_namespaces << " non-article pages skipped\n";
+    }
     for (auto* pool : {&train, &test})
       for (auto& s : *pool) {
-        BERTCC_CHECK(std::fflush(s.f) == 0 && ::fsync(fileno(s.f)) == 0 && std::fclose(s.f) == 0, s.tmp,
-                     ": write failed");
-        BERTCC_CHECK(std::rename(s.tmp.c_str(), s.final_path.c_str()) == 0, s.final_path, ": rename failed");
+        const bool ok = std::fflush(s.f) == 0 && ::fsync(fileno(s.f)) == 0;
+        std::fclose(s.f);
+        s.f = nullptr;
+        BERTCC_CHECK(ok, s.tmp, ": write failed");
       }
+    for (auto* pool : {&train, &test})
+      for (auto& s : *pool)
+        BERTCC_CHECK(std::rename(s.tmp.c_str(), s.final_path.c_str()) == 0, s.final_path, ": rename failed");
+    cleanup.done = true;
     std::cout << "prep-corpus: " << docs << " documents, " << sentences << " sentences -> " << train.size()
               << " train shard(s)" << (n_test ? " + " + std::to_string(test.size()) + " test shard(s)" : "") << " in "
               << o->output << (empty_docs ? " (" + std::to_string(empty_docs) + " empty documents skipped)" : "")

@@ -33,9 +33,21 @@ unk=$("$BERTCC" tokenize --vocab "$WORK/vocab.txt" --input "$WORK/corpus/train/p
 # bad input
 "$BERTCC" prep-corpus --input "$WORK/nope" --output "$WORK/x" > "$WORK/e1" 2>&1 && fail "missing input accepted"
 grep -q "nope: no such file" "$WORK/e1" || fail "missing input message: $(cat "$WORK/e1")"
-printf 'BZh9garbage' > "$WORK/wiki.xml.bz2"
-"$BERTCC" prep-corpus --input "$WORK/wiki.xml.bz2" --output "$WORK/x" > "$WORK/e2" 2>&1 && fail "bz2 accepted"
-grep -q "wiki.xml.bz2: Wikipedia XML dumps are not supported yet" "$WORK/e2" || fail "bz2 message: $(cat "$WORK/e2")"
+# Wikipedia: plain XML, bzip2, multi-stream bzip2 (two concatenated streams), truncated bzip2
+WIKI="$(dirname "$0")/wiki_sample.xml"
+cp "$WIKI" "$WORK/wiki.xml"
+bzip2 -k -c "$WIKI" > "$WORK/wiki.xml.bz2"
+head -c 800 "$WIKI" | bzip2 -c > "$WORK/multi.xml.bz2"; tail -c +801 "$WIKI" | bzip2 -c >> "$WORK/multi.xml.bz2"
+for w in wiki.xml wiki.xml.bz2 multi.xml.bz2; do
+  "$BERTCC" prep-corpus --input "$WORK/$w" --output "$WORK/wiki_$w" --shards 1 > "$WORK/w.log" 2>&1 || fail "prep-corpus $w: $(cat "$WORK/w.log")"
+  grep -q "4 pages, 2 articles, 1 redirects and 1 non-article" "$WORK/w.log" || fail "wiki stats $w: $(cat "$WORK/w.log")"
+  grep -q "1 documents" "$WORK/w.log" || fail "wiki documents $w: $(cat "$WORK/w.log")"
+  grep -qx "Mr. Proudhon used it in 1840." "$WORK/wiki_$w/train/part-00000.txt" || fail "wiki sentences $w"
+done
+size=$(wc -c < "$WORK/wiki.xml.bz2"); head -c $((size / 2)) "$WORK/wiki.xml.bz2" > "$WORK/trunc.xml.bz2"
+"$BERTCC" prep-corpus --input "$WORK/trunc.xml.bz2" --output "$WORK/x" > "$WORK/e2" 2>&1 && fail "truncated bz2 accepted"
+grep -q "trunc.xml.bz2: truncated bzip2 data" "$WORK/e2" || fail "truncated bz2 message: $(cat "$WORK/e2")"
+[ -z "$(find "$WORK/x" -type f 2>/dev/null)" ] || fail "files left after a failed run: $(find "$WORK/x" -type f)"
 printf 'a\nb\n' > "$WORK/nospecial.txt"
 "$BERTCC" create-pretraining-data --input "$WORK/corpus/test/part-00000.txt" --output "$WORK/y.h5" --vocab "$WORK/nospecial.txt" > "$WORK/e3" 2>&1 && fail "vocab without specials accepted"
 grep -q "nospecial.txt: the vocabulary has no \[UNK\] token" "$WORK/e3" || fail "vocab message: $(cat "$WORK/e3")"
