@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 
 #include "bertcc/error.h"
 #include "bertcc/tokenizer.h"
@@ -94,4 +96,45 @@ TEST(Vocab, ErrorsAndCaseDetection) {
     EXPECT_NE(std::string(e.what()).find(":3: empty vocabulary entry"), std::string::npos) << e.what();
   }
   std::filesystem::remove(path);
+}
+
+// LinMaxMatch vs the textbook greedy longest-match-first on random vocabularies and words over a
+// tiny alphabet (many shared prefixes, many failures).
+static std::vector<std::string> naive_wordpiece(const std::string& w, const std::set<std::string>& v) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < w.size()) {
+    size_t end = w.size();
+    std::string cur;
+    for (; end > start; --end) {
+      cur = (start ? "##" : "") + w.substr(start, end - start);
+      if (v.count(cur)) break;
+    }
+    if (end == start) return {"[UNK]"};
+    out.push_back(cur);
+    start = end;
+  }
+  return out;
+}
+
+TEST(Tokenizer, LinMaxMatchEqualsNaiveGreedyOnRandomVocabularies) {
+  std::mt19937 g(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::set<std::string> vs{"[UNK]"};
+    const int n = 3 + int(g() % 25);
+    for (int i = 0; i < n; ++i) {
+      std::string t;
+      const int len = 1 + int(g() % 4);
+      for (int k = 0; k < len; ++k) t.push_back("abc"[g() % 3]);
+      vs.insert(g() % 2 ? "##" + t : t);
+    }
+    const Vocab v = Vocab::from_tokens(std::vector<std::string>(vs.begin(), vs.end()), "random");
+    BertTokenizer t(v, false);
+    for (int k = 0; k < 50; ++k) {
+      std::string w;
+      const int len = 1 + int(g() % 9);
+      for (int c = 0; c < len; ++c) w.push_back("abc"[g() % 3]);
+      ASSERT_EQ(pieces(t, w), naive_wordpiece(w, vs)) << "word " << w << " trial " << trial;
+    }
+  }
 }

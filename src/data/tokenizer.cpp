@@ -175,8 +175,13 @@ struct Trie {
       if (keys[h] == 0) return -1;
     }
   }
+  // LinMaxMatch ("Fast WordPiece Tokenization", Song et al. 2021): failure link and failure pops
+  // per node; fail_link = -1 means "no way to continue" (the word becomes [UNK]).
+  std::vector<int32_t> fail_link, pops_off, pops_len, pops;
+  int32_t suffix_root = -1;  // the node for "##"
+  std::vector<std::vector<std::pair<unsigned char, int32_t>>> kids;
+
   void build(const std::vector<std::pair<std::string, int32_t>>& entries) {
-    std::vector<std::tuple<int32_t, unsigned char, int32_t>> edges;
     root.fill(-1);
     std::unordered_map<uint64_t, int32_t> tmp;
     for (const auto& [s, id] : entries) {
@@ -192,8 +197,11 @@ struct Trie {
         }
         node = it->second;
       }
-      value[static_cast<size_t>(node)] = id;
+      if (id >= 0) value[static_cast<size_t>(node)] = id;  // id -1: path only
     }
+    kids.assign(value.size(), {});
+    for (const auto& [key, nn] : tmp) kids[static_cast<size_t>(key >> 8)].emplace_back(static_cast<unsigned char>(key & 0xFF), nn);
+    for (auto& k : kids) std::sort(k.begin(), k.end());
     size_t cap = 16;
     while (cap < tmp.size() * 2) cap *= 2;
     mask = cap - 1;
@@ -207,6 +215,53 @@ struct Trie {
       child[h] = nn;
     }
   }
+
+  // Requires the "##" path to exist (the vocabulary has at least one continuation piece).
+  void build_failure_links() {
+    const size_t n = value.size();
+    fail_link.assign(n, -1);
+    pops_off.assign(n, 0);
+    pops_len.assign(n, 0);
+    pops.clear();
+    const int32_t hash1 = root['#'];
+    suffix_root = hash1 >= 0 ? find(hash1, '#') : -1;
+    std::vector<int32_t> queue{0};
+    if (suffix_root >= 0) queue.push_back(suffix_root);  // BFS from both roots
+    std::vector<char> seen(n, 0);
+    seen[0] = 1;
+    if (suffix_root >= 0) seen[static_cast<size_t>(suffix_root)] = 1;
+    for (size_t qi = 0; qi < queue.size(); ++qi) {
+      const int32_t u = queue[qi];
+      for (const auto& [c, v] : kids[static_cast<size_t>(u)]) {
+        if (seen[static_cast<size_t>(v)]) continue;  // suffix_root keeps f = null, F = []
+        seen[static_cast<size_t>(v)] = 1;
+        queue.push_back(v);
+        if (value[static_cast<size_t>(v)] >= 0) {  // a token: emit it, continue with "##"
+          if (suffix_root < 0) continue;
+          pops_off[static_cast<size_t>(v)] = static_cast<int32_t>(pops.size());
+          pops.push_back(value[static_cast<size_t>(v)]);
+          pops_len[static_cast<size_t>(v)] = 1;
+          fail_link[static_cast<size_t>(v)] = suffix_root;
+          continue;
+        }
+        std::vector<int32_t> Z(pops.begin() + pops_off[static_cast<size_t>(u)],
+                               pops.begin() + pops_off[static_cast<size_t>(u)] + pops_len[static_cast<size_t>(u)]);
+        int32_t z = fail_link[static_cast<size_t>(u)];
+        while (z >= 0 && find(z, c) < 0) {
+          Z.insert(Z.end(), pops.begin() + pops_off[static_cast<size_t>(z)],
+                   pops.begin() + pops_off[static_cast<size_t>(z)] + pops_len[static_cast<size_t>(z)]);
+          z = fail_link[static_cast<size_t>(z)];
+        }
+        if (z < 0) continue;  // f(v) = null
+        fail_link[static_cast<size_t>(v)] = find(z, c);
+        pops_off[static_cast<size_t>(v)] = static_cast<int32_t>(pops.size());
+        pops_len[static_cast<size_t>(v)] = static_cast<int32_t>(Z.size());
+        pops.insert(pops.end(), Z.begin(), Z.end());
+      }
+    }
+    kids.clear();
+    kids.shrink_to_fit();
+  }
 };
 
 }  // namespace
@@ -219,42 +274,42 @@ struct BertTokenizer::Impl {
   std::vector<uint32_t> norm_pool;
   std::array<uint8_t, 128> ascii_cls{};
   std::array<char, 128> ascii_map{};
-  Trie initial, cont;
+  Trie trie;  // every vocabulary entry, "##" pieces with their prefix
   std::vector<std::pair<std::string, int32_t>> specials;  // longest first
   int32_t unk = -1;
   bool lower = true;
 
+  // Greedy longest-match-first WordPiece in time linear in the word's length (LinMaxMatch).
   void word_piece(const std::string& w, int64_t nchars, std::vector<int32_t>& ids, TokenizeStats* st) const {
     if (w.empty()) return;
-    if (nchars > 100) {
+    const size_t mark = ids.size();
+    auto unk_word = [&]() {
+      ids.resize(mark);
       ids.push_back(unk);
       if (st) ++st->unknown;
-      return;
-    }
-    const size_t mark = ids.size();
-    size_t start = 0;
+    };
+    if (nchars > 100) return unk_word();
     const auto* s = reinterpret_cast<const unsigned char*>(w.data());
-    while (start < w.size()) {
-      const Trie& t = start == 0 ? initial : cont;
-      int32_t node = 0, best = -1;
-      size_t best_end = 0;
-      for (size_t i = start; i < w.size(); ++i) {
-        node = t.find(node, s[i]);
-        if (node < 0) break;
-        const int32_t v = t.value[static_cast<size_t>(node)];
-        if (v >= 0) {
-          best = v;
-          best_end = i + 1;
-        }
+    int32_t u = 0;
+    auto pop = [&](int32_t node) {
+      const int32_t off = trie.pops_off[static_cast<size_t>(node)], len = trie.pops_len[static_cast<size_t>(node)];
+      ids.insert(ids.end(), trie.pops.begin() + off, trie.pops.begin() + off + len);
+    };
+    for (size_t i = 0; i < w.size(); ++i) {
+      int32_t v;
+      while ((v = trie.find(u, s[i])) < 0) {
+        const int32_t f = trie.fail_link[static_cast<size_t>(u)];
+        if (f < 0) return unk_word();
+        pop(u);
+        u = f;
       }
-      if (best < 0) {  // no piece fits: the whole word is [UNK]
-        ids.resize(mark);
-        ids.push_back(unk);
-        if (st) ++st->unknown;
-        return;
-      }
-      ids.push_back(best);
-      start = best_end;
+      u = v;
+    }
+    while (u != trie.suffix_root) {  // end of word: flush the pending match
+      const int32_t f = trie.fail_link[static_cast<size_t>(u)];
+      if (f < 0) return unk_word();
+      pop(u);
+      u = f;
     }
   }
 
@@ -394,15 +449,15 @@ BertTokenizer::BertTokenizer(const Vocab& vocab, bool lower_case)
     m.ascii_cls[c] = m.cls[c];
     m.ascii_map[c] = static_cast<char>(lower_case && c >= 'A' && c <= 'Z' ? c + 32 : c);
   }
-  std::vector<std::pair<std::string, int32_t>> all, cont;
+  std::vector<std::pair<std::string, int32_t>> all;
   for (int32_t id = 0; id < vocab.size(); ++id) {
     const std::string& t = vocab.token(id);
     if (vocab.id(t) != id) continue;  // duplicates: the last occurrence wins, as in HF
     all.emplace_back(t, id);
-    if (t.size() > 2 && t.compare(0, 2, "##") == 0) cont.emplace_back(t.substr(2), id);
   }
-  m.initial.build(all);
-  m.cont.build(cont);
+  all.emplace_back("##", -1);  // the suffix root always exists (it is not itself a token here)
+  m.trie.build(all);
+  m.trie.build_failure_links();
   for (const char* sp : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
     if (vocab.id(sp) >= 0) m.specials.emplace_back(sp, vocab.id(sp));
   std::sort(m.specials.begin(), m.specials.end(),
