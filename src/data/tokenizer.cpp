@@ -200,7 +200,8 @@ struct Trie {
       if (id >= 0) value[static_cast<size_t>(node)] = id;  // id -1: path only
     }
     kids.assign(value.size(), {});
-    for (const auto& [key, nn] : tmp) kids[static_cast<size_t>(key >> 8)].emplace_back(static_cast<unsigned char>(key & 0xFF), nn);
+    for (const auto& [key, nn] : tmp)
+      kids[static_cast<size_t>(key >> 8)].emplace_back(static_cast<unsigned char>(key & 0xFF), nn);
     for (auto& k : kids) std::sort(k.begin(), k.end());
     size_t cap = 16;
     while (cap < tmp.size() * 2) cap *= 2;
@@ -274,7 +275,7 @@ struct BertTokenizer::Impl {
   std::vector<uint32_t> norm_pool;
   std::array<uint8_t, 128> ascii_cls{};
   std::array<char, 128> ascii_map{};
-  Trie trie;  // every vocabulary entry, "##" pieces with their prefix
+  Trie trie;                                              // every vocabulary entry, "##" pieces with their prefix
   std::vector<std::pair<std::string, int32_t>> specials;  // longest first
   int32_t unk = -1;
   bool lower = true;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "bertcc/corpus.h"
@@ -54,6 +55,7 @@ void add_prep_corpus(CLI::App& app) {
     double test_fraction = 0.0;
     uint64_t seed = 12345;
     int threads = 0;
+    double stream_above_mb = 64;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("prep-corpus",
@@ -70,6 +72,8 @@ void add_prep_corpus(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.9));
   sub->add_option(flag("--seed"), o->seed, "seed for the held-out choice");
   sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--stream-above-mb", o->stream_above_mb,
+                  "text files larger than this are read paragraph by paragraph (bounded memory; default 64)");
   sub->callback([o]() {
     std::vector<std::string> files, dumps;
     auto ends = [](const std::string& p, const char* suf) {
@@ -121,6 +125,13 @@ void add_prep_corpus(CLI::App& app) {
     for (const auto& f : files) total_bytes += fs::file_size(f);
     int64_t sentences = 0, invalid = 0, empty_docs = 0, docs = 0;
     Rng pick{o->seed, 0};
+    // The smallest shard of the train or held-out pool takes the next document.
+    auto pick_shard = [&]() -> Shard& {
+      const bool held_out = n_test && u32_to_unit(pick.next_u32()) < o->test_fraction;
+      std::vector<Shard>& pool = held_out ? test : train;
+      return *std::min_element(pool.begin(), pool.end(),
+                               [](const Shard& a, const Shard& b) { return a.bytes < b.bytes; });
+    };
     auto write_doc = [&](const std::string& text, int64_t nsent) {
       if (text.empty()) {
         ++empty_docs;
@@ -128,14 +139,55 @@ void add_prep_corpus(CLI::App& app) {
       }
       ++docs;
       sentences += nsent;
-      const bool held_out = n_test && u32_to_unit(pick.next_u32()) < o->test_fraction;
-      std::vector<Shard>& pool = held_out ? test : train;
-      Shard& s =
-          *std::min_element(pool.begin(), pool.end(), [](const Shard& a, const Shard& b) { return a.bytes < b.bytes; });
+      Shard& s = pick_shard();
       if (s.docs) std::fputc('\n', s.f);  // blank line between documents
       std::fwrite(text.data(), 1, text.size(), s.f);
       s.bytes += text.size();
       ++s.docs;
+    };
+    // Files above kStreamBytes are read paragraph by paragraph, so memory stays bounded.
+    const uintmax_t kStreamBytes = static_cast<uintmax_t>(o->stream_above_mb * 1048576.0);
+    auto stream_doc = [&](const std::string& path) {
+      std::ifstream in(path, std::ios::binary);
+      BERTCC_CHECK(in, path, ": cannot open");
+      Shard* shard = nullptr;
+      int64_t n = 0, bad = 0;
+      std::string line, para;
+      auto flush = [&]() {
+        if (para.empty()) return;
+        bad += sanitize_utf8(para);
+        for (const auto& sent : split_sentences(para)) {
+          if (!shard) {
+            shard = &pick_shard();
+            if (shard->docs) std::fputc('\n', shard->f);
+            ++shard->docs;
+          }
+          std::fwrite(sent.data(), 1, sent.size(), shard->f);
+          std::fputc('\n', shard->f);
+          shard->bytes += sent.size() + 1;
+          ++n;
+        }
+        para.clear();
+      };
+      while (std::getline(in, line)) {
+        const bool blank = line.find_first_not_of(" \t\r\f\v") == std::string::npos;
+        if (blank) {
+          flush();
+        } else {
+          if (!para.empty()) para.push_back(' ');
+          para += line;
+        }
+      }
+      BERTCC_CHECK(!in.bad(), path, ": read error");
+      flush();
+      invalid += bad;
+      if (bad) std::cerr << "prep-corpus: " << path << ": " << bad << " invalid UTF-8 sequence(s) replaced\n";
+      if (n) {
+        ++docs;
+        sentences += n;
+      } else {
+        ++empty_docs;
+      }
     };
     for (size_t b0 = 0; b0 < files.size(); b0 += batch) {
       const size_t b1 = std::min(files.size(), b0 + batch);
@@ -144,6 +196,7 @@ void add_prep_corpus(CLI::App& app) {
       std::vector<std::string> err(b1 - b0);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
       for (size_t k = b0; k < b1; ++k) {
+        if (fs::file_size(files[k]) > kStreamBytes) continue;  // streamed below, in order
         try {
           std::string text = read_file(files[k]);
           bad[k - b0] = sanitize_utf8(text);
@@ -162,6 +215,10 @@ void add_prep_corpus(CLI::App& app) {
         invalid += bad[k - b0];
         if (bad[k - b0])
           std::cerr << "prep-corpus: " << files[k] << ": " << bad[k - b0] << " invalid UTF-8 sequence(s) replaced\n";
+        if (fs::file_size(files[k]) > kStreamBytes) {
+          stream_doc(files[k]);
+          continue;
+        }
         write_doc(out[k - b0], nsent[k - b0]);
       }
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -21,6 +21,9 @@ grep -q "bad.txt: 2 invalid UTF-8" "$WORK/prep.log" || fail "invalid UTF-8 not r
 [ "$(ls "$WORK/corpus/train" | wc -l)" = 3 ] || fail "train shard count"
 find "$WORK/corpus" -name "*.tmp.*" | grep -q . && fail "temporary files left"
 grep -qx "Mr. Smith met Dr. Jones in the U.S. capital." "$WORK/corpus/train/part-0000"*.txt || fail "sentence segmentation"
+# Streaming (bounded-memory) path gives the same shards as whole-file reading.
+"$BERTCC" prep-corpus --input "$WORK/in/a,$WORK/in/b" --output "$WORK/corpus_stream" --shards 3 --test-fraction 0.2 --stream-above-mb 0 > /dev/null 2>&1 || fail "streaming prep-corpus"
+diff -r "$WORK/corpus" "$WORK/corpus_stream" > /dev/null || fail "streamed shards differ from in-memory shards"
 "$BERTCC" train-vocab --input "$WORK/corpus/train" --output "$WORK/vocab.txt" --vocab-size 300 --min-frequency 1 > /dev/null || fail "train-vocab"
 [ "$(wc -l < "$WORK/vocab.txt")" = 300 ] || fail "vocab size $(wc -l < "$WORK/vocab.txt")"
 [ "$(sed -n 101p "$WORK/vocab.txt")" = "[UNK]" ] || fail "[UNK] not at id 100"
