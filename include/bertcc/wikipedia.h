@@ -15,9 +15,11 @@ struct WikiStats {
 
 // Calls on_article(title, wikitext) for every article; memory is bounded by the largest page.
 // Errors (unreadable, not bzip2, corrupt or truncated compressed data, malformed XML) name the file.
+// on_progress(bytes of the file consumed, file size), called about once per MB of input.
 void read_wikipedia_dump(const std::string& path,
                          const std::function<void(const std::string& title, const std::string& wikitext)>& on_article,
-                         WikiStats* stats = nullptr);
+                         WikiStats* stats = nullptr,
+                         const std::function<void(uint64_t done, uint64_t total)>& on_progress = nullptr);
 
 // Plain text: paragraphs separated by blank lines.
 std::string wikitext_to_plain(std::string_view wikitext);

@@ -40,6 +40,14 @@ class Source {
     bz_ = path.size() > 4 && path.compare(path.size() - 4, 4, ".bz2") == 0;
     if (bz_) open_stream(nullptr, 0);
   }
+  uint64_t position() const { return f_ ? static_cast<uint64_t>(std::ftell(f_)) : 0; }
+  uint64_t size() const {
+    const long here = std::ftell(f_);
+    std::fseek(f_, 0, SEEK_END);
+    const long end = std::ftell(f_);
+    std::fseek(f_, here, SEEK_SET);
+    return static_cast<uint64_t>(end);
+  }
   ~Source() {
     if (b_) BZ2_bzReadClose(&err_, b_);
     if (f_) std::fclose(f_);
@@ -387,8 +395,9 @@ std::string wikitext_to_plain(std::string_view wt) {
 
 void read_wikipedia_dump(const std::string& path,
                          const std::function<void(const std::string&, const std::string&)>& on_article,
-                         WikiStats* stats) {
+                         WikiStats* stats, const std::function<void(uint64_t, uint64_t)>& on_progress) {
   Source src(path);
+  const uint64_t file_size = src.size();
   std::string buf;
   bool eof = false;
   size_t scan = 0;
@@ -400,6 +409,7 @@ void read_wikipedia_dump(const std::string& path,
       if (eof) break;
       scan = buf.size() > 7 ? buf.size() - 7 : 0;
       if (src.read(buf, 1 << 20) == 0) eof = true;
+      if (on_progress) on_progress(src.position(), file_size);
       if (!saw_mediawiki && buf.size() > 0) {
         const size_t lt = buf.find('<');
         BERTCC_CHECK(lt != std::string::npos || buf.size() < 4096, path, ": not an XML file");

@@ -236,6 +236,18 @@ void add_prep_corpus(CLI::App& app) {
     for (const auto& dump : dumps) {
       std::vector<std::string> batch_text;
       WikiStats ws;
+      uint64_t done = 0, total = 1;
+      const auto wt0 = std::chrono::steady_clock::now();
+      auto report = [&](bool last) {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - wt0).count();
+        const double rate = done / std::max(secs, 1e-9);
+        char line[300];
+        std::snprintf(line, sizeof line, "prep-corpus: %s: %.1f/%.1f MB, %lld articles, %.1f MB/s, ETA %.0f s",
+                      dump.c_str(), done / 1e6, total / 1e6, static_cast<long long>(docs), rate / 1e6,
+                      (total - std::min(done, total)) / std::max(rate, 1.0));
+        if (tty) std::cerr << "\r" << line << std::flush;
+        else if (last) std::cerr << line << "\n";
+      };
       auto run_batch = [&]() {
         std::vector<std::string> out(batch_text.size());
         std::vector<int64_t> nsent(batch_text.size(), 0), bad(batch_text.size(), 0);
@@ -253,11 +265,7 @@ void add_prep_corpus(CLI::App& app) {
           write_doc(out[k], nsent[k]);
         }
         batch_text.clear();
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        char line[200];
-        std::snprintf(line, sizeof line, "prep-corpus: %s: %lld articles, %.0f articles/s", dump.c_str(),
-                      static_cast<long long>(docs), docs / std::max(secs, 1e-9));
-        if (tty) std::cerr << "\r" << line << std::flush;
+        report(false);
       };
       read_wikipedia_dump(
           dump,
@@ -265,8 +273,12 @@ void add_prep_corpus(CLI::App& app) {
             batch_text.push_back(wikitext);
             if (batch_text.size() >= 512) run_batch();
           },
-          &ws);
+          &ws, [&](uint64_t d, uint64_t t) {
+            done = d;
+            total = std::max<uint64_t>(t, 1);
+          });
       run_batch();
+      report(true);
       if (tty) std::cerr << "\n";
       std::cerr << "prep-corpus: " << dump << ": " << ws.pages << " pages, " << ws.articles << " articles, "
                 << ws.redirects << " redirects and " << ws.other_namespaces << " non-article pages skipped\n";
