@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bertcc/bert.h"
+#include "bertcc/pretrain_data.h"
 
 namespace bertcc {
 
@@ -16,6 +17,8 @@ struct UnmaskedShard {
   std::vector<int32_t> input_ids, input_mask, segment_ids, next_sentence_labels, lengths;
 };
 
+// From the masked layout's common fields (input_ids, input_mask, segment_ids, NSP labels).
+UnmaskedShard unmasked_from(PretrainShard&& p, std::vector<int32_t> lengths);
 void write_unmasked_shard(const std::string& path, const UnmaskedShard& s);
 UnmaskedShard read_unmasked_shard(const std::string& path);
 // True if the file has no masked_lm_positions dataset (i.e. is a dynamic-masking shard).

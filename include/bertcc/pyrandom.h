@@ -27,4 +27,7 @@ class PyRandom {
   int idx_ = 624;
 };
 
+// Python 3's round() to an integer: halves go to the even neighbour.
+int64_t round_half_even(double x);
+
 }  // namespace bertcc

@@ -1,5 +1,7 @@
 #include "bertcc/corpus.h"
 
+#include "bertcc/utf8.h"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -139,33 +141,18 @@ std::vector<std::string> segment_document(std::string_view text) {
 int64_t sanitize_utf8(std::string& s) {
   int64_t bad = 0;
   std::string out;
-  out.reserve(s.size());
   const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = b[i];
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-      ++i;
-      continue;
-    }
-    const int len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-    bool ok = len > 0 && i + static_cast<size_t>(len) <= n;
-    uint32_t cp = len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; ok && k < len; ++k) {
-      ok = (b[i + k] & 0xC0) == 0x80;
-      cp = (cp << 6) | (b[i + k] & 0x3F);
-    }
-    ok = ok && !(len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) &&
-         !(len == 4 && (cp < 0x10000 || cp > 0x10FFFF));
-    if (!ok) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    bool invalid;
+    decode_utf8(b, s.size(), i, invalid);
+    if (invalid) {
+      if (!bad) out.assign(s, 0, start);
       out.append("\xEF\xBF\xBD");
       ++bad;
-      ++i;
-      continue;
+    } else if (bad) {
+      out.append(s, start, i - start);
     }
-    out.append(s, i, static_cast<size_t>(len));
-    i += static_cast<size_t>(len);
   }
   if (bad) s.swap(out);
   return bad;

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "bertcc/error.h"
+#include "bertcc/utf8.h"
 
 namespace bertcc {
 namespace {
@@ -19,37 +20,12 @@ bool py_isspace(uint32_t c) {
 // Empty after Python's str.strip(), with invalid UTF-8 ignored (convert_to_unicode(errors="ignore")).
 bool py_blank(std::string_view line) {
   const auto* s = reinterpret_cast<const unsigned char*>(line.data());
-  const size_t n = line.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char b = s[i];
-    if (b < 0x80) {
-      if (!py_isspace(b)) return false;
-      ++i;
-      continue;
-    }
-    const int len = (b >= 0xC2 && b <= 0xDF) ? 2 : (b >= 0xE0 && b <= 0xEF) ? 3 : (b >= 0xF0 && b <= 0xF4) ? 4 : 0;
-    bool ok = len > 0 && i + static_cast<size_t>(len) <= n;
-    uint32_t c = len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
-    for (int k = 1; ok && k < len; ++k) {
-      ok = (s[i + k] & 0xC0) == 0x80;
-      c = (c << 6) | (s[i + k] & 0x3F);
-    }
-    if (!ok) {  // ignored byte
-      ++i;
-      continue;
-    }
-    if (!py_isspace(c)) return false;
-    i += static_cast<size_t>(len);
+  for (size_t i = 0; i < line.size();) {
+    bool invalid;
+    const uint32_t c = decode_utf8(s, line.size(), i, invalid);
+    if (!invalid && !py_isspace(c)) return false;
   }
   return true;
-}
-
-// Python 3 round(): half to even.
-int64_t round_half_even(double x) {
-  const double f = std::floor(x), d = x - f;
-  if (d > 0.5) return static_cast<int64_t>(f) + 1;
-  if (d < 0.5) return static_cast<int64_t>(f);
-  return static_cast<int64_t>(f) + (static_cast<int64_t>(f) % 2 != 0);
 }
 
 void truncate_seq_pair(std::vector<int32_t>& a, std::vector<int32_t>& b, size_t max_tokens, PyRandom& rng) {
@@ -249,16 +225,9 @@ PretrainShard instances_to_shard(const std::vector<TrainingInstance>& inst, cons
 }
 
 UnmaskedShard instances_to_unmasked_shard(const std::vector<TrainingInstance>& inst, const PretrainingDataOptions& o) {
-  PretrainShard p = instances_to_shard(inst, o);
-  UnmaskedShard s;
-  s.N = p.N;
-  s.S = p.S;
-  s.input_ids = std::move(p.input_ids);
-  s.input_mask = std::move(p.input_mask);
-  s.segment_ids = std::move(p.segment_ids);
-  s.next_sentence_labels = std::move(p.next_sentence_labels);
-  for (const auto& t : inst) s.lengths.push_back(static_cast<int32_t>(t.tokens.size()));
-  return s;
+  std::vector<int32_t> lengths;
+  for (const auto& t : inst) lengths.push_back(static_cast<int32_t>(t.tokens.size()));
+  return unmasked_from(instances_to_shard(inst, o), std::move(lengths));
 }
 
 }  // namespace bertcc

@@ -7,6 +7,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/pretrain_data.h"
+#include "bertcc/pyrandom.h"
 #include "bertcc/rng.h"
 
 namespace bertcc {
@@ -17,12 +18,6 @@ uint64_t splitmix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
-}
-
-int64_t round_half_even(double x) {
-  const double f = std::floor(x), d = x - f;
-  if (d != 0.5) return static_cast<int64_t>(d > 0.5 ? f + 1 : f);
-  return static_cast<int64_t>(f) + (static_cast<int64_t>(f) % 2 != 0);
 }
 
 uint32_t below(Rng& r, uint32_t n) {  // unbiased
@@ -49,9 +44,7 @@ void write_unmasked_shard(const std::string& path, const UnmaskedShard& s) {
   write_pretrain_shard_layout(path, p, &s.lengths);
 }
 
-UnmaskedShard read_unmasked_shard(const std::string& path) {
-  std::vector<int32_t> lengths;
-  PretrainShard p = read_pretrain_shard_layout(path, &lengths);
+UnmaskedShard unmasked_from(PretrainShard&& p, std::vector<int32_t> lengths) {
   UnmaskedShard s;
   s.N = p.N;
   s.S = p.S;
@@ -60,6 +53,13 @@ UnmaskedShard read_unmasked_shard(const std::string& path) {
   s.segment_ids = std::move(p.segment_ids);
   s.next_sentence_labels = std::move(p.next_sentence_labels);
   s.lengths = std::move(lengths);
+  return s;
+}
+
+UnmaskedShard read_unmasked_shard(const std::string& path) {
+  std::vector<int32_t> lengths;
+  PretrainShard p = read_pretrain_shard_layout(path, &lengths);
+  UnmaskedShard s = unmasked_from(std::move(p), std::move(lengths));
   for (int64_t r = 0; r < s.N; ++r)
     BERTCC_CHECK(s.lengths[r] >= 2 && s.lengths[r] <= s.S, path, ": lengths[", r, "] = ", s.lengths[r], " outside [2, ",
                  s.S, "]");

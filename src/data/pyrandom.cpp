@@ -1,6 +1,7 @@
 #include "bertcc/pyrandom.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace bertcc {
 
@@ -72,6 +73,12 @@ uint64_t PyRandom::randbelow(uint64_t n) {
     const uint64_t r = lo | (hi << 32);
     if (r < n) return r;
   }
+}
+
+int64_t round_half_even(double x) {
+  const double f = std::floor(x), d = x - f;
+  if (d != 0.5) return static_cast<int64_t>(d > 0.5 ? f + 1 : f);
+  return static_cast<int64_t>(f) + (static_cast<int64_t>(f) % 2 != 0);
 }
 
 }  // namespace bertcc

@@ -9,27 +9,10 @@
 #include <vector>
 
 #include "bertcc/error.h"
+#include "bertcc/utf8.h"
 
 namespace bertcc {
 namespace {
-
-void put_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80)
-    s.push_back(static_cast<char>(cp));
-  else if (cp < 0x800) {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    s.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    s.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    s.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // A byte source over a plain or bzip2 file (multi-stream: concatenated bzip2 streams).
 class Source {
@@ -322,7 +305,7 @@ std::string decode_entities(std::string_view s) {
       out.push_back(s[i++]);
       continue;
     }
-    put_utf8(out, cp);
+    append_utf8(out, cp);
     i = semi + 1;
   }
   return out;

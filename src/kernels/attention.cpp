@@ -62,13 +62,28 @@ void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t C,
       }
 }
 
-GemmArgs batched(int64_t batch, int64_t M, int64_t N, int64_t K) {
+// One GEMM per (batch, head) on densely packed per-head operands:
+//   C[h] (M x N) = alpha * op(A[h]) @ op(B[h]), A stored [M,K] (or [K,M] if ta), B [K,N] (or [N,K]).
+void head_gemm(bool ta, bool tb, int64_t BH, int64_t M, int64_t N, int64_t K, const float* A, const float* Bm, float* C,
+               float alpha, Precision prec) {
   GemmArgs g;
-  g.batch = batch;
+  g.batch = BH;
   g.M = M;
   g.N = N;
   g.K = K;
-  return g;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.A = A;
+  g.lda = ta ? M : K;
+  g.stride_a = M * K;
+  g.B = Bm;
+  g.ldb = tb ? K : N;
+  g.stride_b = K * N;
+  g.C = C;
+  g.ldc = N;
+  g.stride_c = M * N;
+  g.alpha = alpha;
+  gemm(g, prec);
 }
 
 }  // namespace
@@ -83,19 +98,7 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
   Work w = split(work, B, T, C);
   unpack_qkv(w, qkv, B, T, C, NH);
 
-  GemmArgs s = batched(BH, T, T, HS);  // probs = scale * q @ k^T
-  s.A = w.q;
-  s.lda = HS;
-  s.stride_a = T * HS;
-  s.B = w.k;
-  s.ldb = HS;
-  s.stride_b = T * HS;
-  s.trans_b = true;
-  s.C = probs;
-  s.ldc = T;
-  s.stride_c = T * T;
-  s.alpha = scale;
-  gemm(s, prec);
+  head_gemm(false, true, BH, T, T, HS, w.q, w.k, probs, scale, prec);  // probs = scale * q @ k^T
 
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < BH * T; ++r) {
@@ -116,17 +119,7 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
     dropout_forward(w.att, probs, BH * T * T, dropout_p, rng, base);
     pd = w.att;
   }
-  GemmArgs o = batched(BH, T, HS, T);  // ctx = Pd @ v
-  o.A = pd;
-  o.lda = T;
-  o.stride_a = T * T;
-  o.B = w.v;
-  o.ldb = HS;
-  o.stride_b = T * HS;
-  o.C = w.ctx;
-  o.ldc = HS;
-  o.stride_c = T * HS;
-  gemm(o, prec);
+  head_gemm(false, false, BH, T, HS, T, pd, w.v, w.ctx, 1.0f, prec);  // ctx = Pd @ v
   heads_to_rows(out, w.ctx, B, T, C, NH, C, 0);
 }
 
@@ -144,31 +137,9 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
     dropout_forward(w.att, probs, BH * T * T, dropout_p, rng, base);
     pd = w.att;
   }
-  GemmArgs gv = batched(BH, T, HS, T);  // dv = Pd^T @ dctx
-  gv.A = pd;
-  gv.lda = T;
-  gv.stride_a = T * T;
-  gv.trans_a = true;
-  gv.B = w.ctx;
-  gv.ldb = HS;
-  gv.stride_b = T * HS;
-  gv.C = w.dv;
-  gv.ldc = HS;
-  gv.stride_c = T * HS;
-  gemm(gv, prec);
+  head_gemm(true, false, BH, T, HS, T, pd, w.ctx, w.dv, 1.0f, prec);  // dv = Pd^T @ dctx
 
-  GemmArgs gp = batched(BH, T, T, HS);  // dPd = dctx @ v^T  (into w.att)
-  gp.A = w.ctx;
-  gp.lda = HS;
-  gp.stride_a = T * HS;
-  gp.B = w.v;
-  gp.ldb = HS;
-  gp.stride_b = T * HS;
-  gp.trans_b = true;
-  gp.C = w.att;
-  gp.ldc = T;
-  gp.stride_c = T * T;
-  gemm(gp, prec);
+  head_gemm(false, true, BH, T, T, HS, w.ctx, w.v, w.att, 1.0f, prec);  // dPd = dctx @ v^T
 
   // dP = dropout_backward(dPd); dS = P * (dP - sum(dP * P)); fused per row.
   const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
@@ -186,32 +157,9 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
     for (int64_t j = 0; j < T; ++j) d[j] = p[j] * (d[j] - dot);
   }
 
-  GemmArgs gq = batched(BH, T, HS, T);  // dq = scale * dS @ k
-  gq.A = w.att;
-  gq.lda = T;
-  gq.stride_a = T * T;
-  gq.B = w.k;
-  gq.ldb = HS;
-  gq.stride_b = T * HS;
-  gq.C = w.dq;
-  gq.ldc = HS;
-  gq.stride_c = T * HS;
-  gq.alpha = scale;
-  gemm(gq, prec);
+  head_gemm(false, false, BH, T, HS, T, w.att, w.k, w.dq, scale, prec);  // dq = scale * dS @ k
 
-  GemmArgs gk = batched(BH, T, HS, T);  // dk = scale * dS^T @ q
-  gk.A = w.att;
-  gk.lda = T;
-  gk.stride_a = T * T;
-  gk.trans_a = true;
-  gk.B = w.q;
-  gk.ldb = HS;
-  gk.stride_b = T * HS;
-  gk.C = w.dk;
-  gk.ldc = HS;
-  gk.stride_c = T * HS;
-  gk.alpha = scale;
-  gemm(gk, prec);
+  head_gemm(true, false, BH, T, HS, T, w.att, w.q, w.dk, scale, prec);  // dk = scale * dS^T @ q
 
   heads_to_rows(dqkv, w.dq, B, T, C, NH, 3 * C, 0);
   heads_to_rows(dqkv, w.dk, B, T, C, NH, 3 * C, C);
