@@ -20,5 +20,6 @@ void add_tokenize(CLI::App& app);
 void add_create_data(CLI::App& app);
 void add_prep_corpus(CLI::App& app);
 void add_train_vocab(CLI::App& app);
+void add_pretrain(CLI::App& app);
 
 }  // namespace bertcc::tools

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   bertcc::tools::add_create_data(app);
   bertcc::tools::add_prep_corpus(app);
   bertcc::tools::add_train_vocab(app);
+  bertcc::tools::add_pretrain(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,48 @@
+// Pre-training data for the trainer: a list of shards (NVIDIA's masked HDF5 layout or
+// dynamic-masking shards), visited in a seeded per-epoch order; rows of each shard in a seeded
+// per-(epoch, shard) order; each example once per epoch. The position is a small cursor that
+// checkpoints store. Rank/world: worker `rank` of `world` reads shards i with i % world == rank.
+#pragma once
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bertcc/bert.h"
+#include "bertcc/dynamic_masking.h"
+
+namespace bertcc {
+
+struct DataCursor {
+  int64_t epoch = 0, shard_pos = 0, row = 0;
+};
+
+class PretrainLoader {
+ public:
+  // `masking` is used for dynamic-masking shards (ignored for masked ones).
+  PretrainLoader(std::vector<std::string> shards, int64_t micro_batch, uint64_t seed, const MaskingOptions& masking,
+                 int rank = 0, int world = 1);
+  ~PretrainLoader();
+  // The batch at `c`, advancing `c`. The next batch is prepared on a background thread.
+  BertBatch next(DataCursor& c);
+  size_t num_shards() const { return shards_.size(); }
+
+ private:
+  struct Loaded;
+  BertBatch load(DataCursor& c);
+  std::shared_ptr<Loaded> shard(int64_t epoch, int64_t pos);
+  std::vector<std::string> shards_;
+  int64_t B_;
+  uint64_t seed_;
+  MaskingOptions masking_;
+  std::shared_ptr<Loaded> cache_;
+  std::future<BertBatch> ahead_;
+  DataCursor ahead_from_, ahead_to_;
+  bool has_ahead_ = false;
+};
+
+// Every file under `dir` ending in .h5/.hdf5, sorted.
+std::vector<std::string> list_shards(const std::string& dir);
+
+}  // namespace bertcc

@@ -1,0 +1,24 @@
+// NVIDIA's run_pretraining.py as a library: LAMB/AdamW over the flat buffers, poly warm-up
+// schedule, gradient accumulation, checkpoints with bit-exact resume, DLLogger JSON lines.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace bertcc {
+
+struct PretrainOptions {
+  std::string config = "bert-base", input_dir, output_dir, init_checkpoint, vocab;
+  int64_t train_batch_size = 256, gradient_accumulation_steps = 1, max_steps = 1000;
+  double learning_rate = 6e-3, warmup_proportion = 0.2843;
+  std::string optimizer = "lamb", precision = "bf16";
+  int64_t max_predictions_per_seq = 20, num_steps_per_checkpoint = 200, keep_checkpoints = 3, log_freq = 1;
+  bool resume_from_checkpoint = false;
+  uint64_t seed = 12345;
+  int threads = 0;
+};
+
+// Runs (or resumes) pre-training; returns the process exit code. SIGINT/SIGTERM finish the
+// current step, save a checkpoint and return 0.
+int run_pretraining(const PretrainOptions& o);
+
+}  // namespace bertcc

@@ -1,0 +1,40 @@
+// bertcc pretrain: NVIDIA's run_pretraining.py flags in dash form (underscore aliases accepted).
+#include "bertcc/trainer.h"
+#include "tools/cli_common.h"
+
+namespace bertcc::tools {
+
+void add_pretrain(CLI::App& app) {
+  auto o = std::make_shared<PretrainOptions>();
+  auto* sub = app.add_subcommand("pretrain", "Pre-train BERT (masked LM + NSP) with LAMB or AdamW");
+  sub->add_option(flag("--config"), o->config, "preset or config.json (ignored with --init-checkpoint)");
+  sub->add_option(flag("--input-dir"), o->input_dir, "folder of HDF5 shards (NVIDIA layout or dynamic-masking)")
+      ->required();
+  sub->add_option(flag("--output-dir"), o->output_dir, "output folder (checkpoints/, model/, dllogger.json)")
+      ->required();
+  sub->add_option(flag("--init-checkpoint"), o->init_checkpoint, "HF model directory to start from");
+  sub->add_option(flag("--vocab"), o->vocab, "vocab.txt (sets the vocabulary size of a fresh model)");
+  sub->add_option(flag("--train-batch-size"), o->train_batch_size, "sequences per optimizer step (default 256)");
+  sub->add_option(flag("--gradient-accumulation-steps"), o->gradient_accumulation_steps,
+                  "micro-batches per step; each is train-batch-size / this (NVIDIA semantics)");
+  sub->add_option(flag("--learning-rate"), o->learning_rate, "default 6e-3 (NVIDIA phase 1)");
+  sub->add_option(flag("--max-steps"), o->max_steps, "optimizer steps (default 1000)");
+  sub->add_option(flag("--warmup-proportion"), o->warmup_proportion, "default 0.2843");
+  sub->add_option(flag("--optimizer"), o->optimizer, "lamb | adamw")->check(CLI::IsMember({"lamb", "adamw"}));
+  sub->add_option(flag("--precision"), o->precision, "bf16 | fp32")->check(CLI::IsMember({"bf16", "fp32"}));
+  sub->add_option(flag("--max-predictions-per-seq"), o->max_predictions_per_seq,
+                  "masked positions per sequence for dynamic-masking shards (default 20)");
+  sub->add_option(flag("--num-steps-per-checkpoint"), o->num_steps_per_checkpoint, "default 200");
+  sub->add_option(flag("--keep-checkpoints"), o->keep_checkpoints, "default 3");
+  sub->add_flag(flag("--resume-from-checkpoint"), o->resume_from_checkpoint,
+                "continue from the newest valid checkpoint in --output-dir");
+  sub->add_option(flag("--seed"), o->seed, "default 12345");
+  sub->add_option(flag("--log-freq"), o->log_freq, "log every N steps (default 1)")->check(CLI::PositiveNumber);
+  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->callback([o]() {
+    const int rc = run_pretraining(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace bertcc::tools

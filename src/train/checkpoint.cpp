@@ -1,0 +1,126 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/model_dir.h"
+#include "bertcc/safetensors.h"
+
+namespace bertcc {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fnv64(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void fsync_path(const std::string& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+int64_t step_of(const fs::path& p) {
+  const std::string n = p.filename().string();
+  if (n.rfind("step_", 0) != 0) return -1;
+  try {
+    return std::stoll(n.substr(5));
+  } catch (...) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
+                     const std::string& vocab_path, int64_t keep) {
+  const fs::path root = fs::path(output_dir) / "checkpoints";
+  fs::create_directories(root);
+  const fs::path final_dir = root / ("step_" + std::to_string(st.step));
+  const fs::path tmp = root / (".step_" + std::to_string(st.step) + ".tmp." + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  save_model_dir(model, tmp.string(), vocab_path);
+  std::vector<StWrite> w{{"exp_avg", {static_cast<int64_t>(opt.m.size())}, opt.m.data()},
+                         {"exp_avg_sq", {static_cast<int64_t>(opt.v.size())}, opt.v.data()}};
+  write_safetensors((tmp / "optimizer.safetensors").string(), w);
+  nlohmann::ordered_json j;
+  j["step"] = st.step;
+  j["optimizer_step"] = opt.step;
+  j["rng"] = {{"seed", st.rng.seed}, {"offset", st.rng.offset}};
+  j["cursor"] = {{"epoch", st.cursor.epoch}, {"shard_pos", st.cursor.shard_pos}, {"row", st.cursor.row}};
+  j["loss_scale"] = st.loss_scale;
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
+    j["checksums"][f] = fnv64(read_file((tmp / f).string()));
+  write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2) + "\n");
+  fsync_path(tmp.string());
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_path(root.string());
+  // Keep the newest `keep` checkpoints.
+  std::vector<std::pair<int64_t, fs::path>> all;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
+  std::sort(all.rbegin(), all.rend());
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < all.size(); ++i) fs::remove_all(all[i].second);
+}
+
+bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st) {
+  const fs::path root = fs::path(output_dir) / "checkpoints";
+  if (!fs::is_directory(root)) return false;
+  for (const auto& e : fs::directory_iterator(root))  // partial saves from a killed run
+    if (e.path().filename().string().rfind(".step_", 0) == 0) {
+      std::cerr << "pretrain: removing partial checkpoint " << e.path().string() << "\n";
+      fs::remove_all(e.path());
+    }
+  std::vector<std::pair<int64_t, fs::path>> all;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
+  std::sort(all.rbegin(), all.rend());
+  for (const auto& [step, dir] : all) {
+    try {
+      const auto j = nlohmann::json::parse(read_file((dir / "trainer_state.json").string()));
+      for (auto it = j.at("checksums").begin(); it != j.at("checksums").end(); ++it)
+        BERTCC_CHECK(fnv64(read_file((dir / it.key()).string())) == it.value().get<std::string>(),
+                     (dir / it.key()).string(), ": checksum mismatch");
+      load_weights(model, (dir / "model.safetensors").string());
+      SafetensorsFile f((dir / "optimizer.safetensors").string());
+      const StTensor* m = f.find("exp_avg");
+      const StTensor* v = f.find("exp_avg_sq");
+      BERTCC_CHECK(m && v && m->numel() == model.table().total() && v->numel() == model.table().total(),
+                   (dir / "optimizer.safetensors").string(), ": moments do not match the model");
+      opt.m.resize(m->numel());
+      opt.v.resize(v->numel());
+      f.read_f32(*m, opt.m.data());
+      f.read_f32(*v, opt.v.data());
+      opt.step = j.at("optimizer_step").get<int64_t>();
+      st.step = j.at("step").get<int64_t>();
+      st.rng = Rng{j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>()};
+      st.cursor = {j.at("cursor").at("epoch").get<int64_t>(), j.at("cursor").at("shard_pos").get<int64_t>(),
+                   j.at("cursor").at("row").get<int64_t>()};
+      st.loss_scale = j.at("loss_scale").get<double>();
+      std::cerr << "pretrain: resuming from " << dir.string() << " (step " << st.step << ")\n";
+      return true;
+    } catch (const std::exception& e) {
+      std::cerr << "pretrain: warning: skipping checkpoint " << dir.string() << ": " << e.what() << "\n";
+    }
+  }
+  return false;
+}
+
+}  // namespace bertcc

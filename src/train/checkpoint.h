@@ -1,0 +1,26 @@
+// Checkpoints: OUTPUT/checkpoints/step_N/ = HF model directory + optimizer.safetensors +
+// trainer_state.json (step, RNG, data cursor, checksums). Written to a temporary directory,
+// fsynced, renamed; the newest valid one is used on resume.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "bertcc/bert.h"
+#include "bertcc/optim.h"
+#include "bertcc/pretrain_loader.h"
+
+namespace bertcc {
+
+struct TrainerState {
+  int64_t step = 0;
+  Rng rng;
+  DataCursor cursor;
+  double loss_scale = 1.0;
+};
+
+void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
+                     const std::string& vocab_path, int64_t keep);
+// Returns false if there is no valid checkpoint; corrupt or partial ones are skipped with a warning.
+bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st);
+
+}  // namespace bertcc

@@ -1,0 +1,131 @@
+#include "bertcc/pretrain_loader.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "bertcc/error.h"
+#include "bertcc/pretrain_data.h"
+#include "bertcc/rng.h"
+
+namespace bertcc {
+
+struct PretrainLoader::Loaded {
+  int64_t epoch = -1, pos = -1;
+  bool dynamic = false;
+  PretrainShard masked;
+  UnmaskedShard unmasked;
+  std::vector<int64_t> order;  // row order for this epoch
+  int64_t rows() const { return dynamic ? unmasked.N : masked.N; }
+};
+
+namespace {
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+void shuffle(std::vector<int64_t>& v, uint64_t seed) {
+  Rng r{mix(seed), 0};
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[r.next_u32() % i]);
+}
+}  // namespace
+
+std::vector<std::string> list_shards(const std::string& dir) {
+  namespace fs = std::filesystem;
+  BERTCC_CHECK(fs::is_directory(dir), dir, ": not a folder of pre-training shards");
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string ext = e.path().extension().string();
+    if (e.is_regular_file() && (ext == ".h5" || ext == ".hdf5")) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  BERTCC_CHECK(!out.empty(), dir, ": no .h5/.hdf5 shards");
+  return out;
+}
+
+PretrainLoader::PretrainLoader(std::vector<std::string> shards, int64_t micro_batch, uint64_t seed,
+                               const MaskingOptions& masking, int rank, int world)
+    : B_(micro_batch), seed_(seed), masking_(masking) {
+  BERTCC_CHECK(world >= 1 && rank >= 0 && rank < world, "loader: bad rank ", rank, " of ", world);
+  for (size_t i = 0; i < shards.size(); ++i)
+    if (static_cast<int>(i % static_cast<size_t>(world)) == rank) shards_.push_back(shards[i]);
+  BERTCC_CHECK(!shards_.empty(), "loader: no shards for rank ", rank);
+  BERTCC_CHECK(B_ > 0, "loader: batch size must be positive");
+}
+
+PretrainLoader::~PretrainLoader() {
+  if (has_ahead_) ahead_.wait();
+}
+
+std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int64_t pos) {
+  if (cache_ && cache_->epoch == epoch && cache_->pos == pos) return cache_;
+  std::vector<int64_t> order(shards_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  shuffle(order, seed_ ^ mix(static_cast<uint64_t>(epoch)));
+  const std::string& path = shards_[static_cast<size_t>(order[static_cast<size_t>(pos)])];
+  auto l = std::make_shared<Loaded>();
+  l->epoch = epoch;
+  l->pos = pos;
+  l->dynamic = is_unmasked_shard(path);
+  if (l->dynamic)
+    l->unmasked = read_unmasked_shard(path);
+  else
+    l->masked = read_pretrain_shard(path);
+  BERTCC_CHECK(l->rows() >= B_, path, ": ", l->rows(), " rows, fewer than one batch of ", B_);
+  l->order.resize(static_cast<size_t>(l->rows()));
+  for (int64_t i = 0; i < l->rows(); ++i) l->order[static_cast<size_t>(i)] = i;
+  shuffle(l->order, seed_ ^ mix(static_cast<uint64_t>(epoch) * 1000003u + static_cast<uint64_t>(pos) + 1));
+  cache_ = l;
+  return l;
+}
+
+BertBatch PretrainLoader::load(DataCursor& c) {
+  auto l = shard(c.epoch, c.shard_pos);
+  if (c.row + B_ > l->rows()) {  // the incomplete tail of a shard is skipped (drop_last)
+    c.row = 0;
+    if (++c.shard_pos >= static_cast<int64_t>(shards_.size())) {
+      c.shard_pos = 0;
+      ++c.epoch;
+    }
+    l = shard(c.epoch, c.shard_pos);
+  }
+  std::vector<int64_t> rows(l->order.begin() + c.row, l->order.begin() + c.row + B_);
+  c.row += B_;
+  if (l->dynamic) return DynamicMasker(masking_, seed_).make_batch(l->unmasked, rows, static_cast<uint64_t>(c.epoch));
+  BertBatch b;
+  for (int64_t r : rows) {
+    BertBatch one = make_pretrain_batch(l->masked, r, 1, shards_[0]);
+    if (b.B == 0) {
+      b = std::move(one);
+      continue;
+    }
+    b.B += 1;
+    for (auto [dst, src] : {std::pair{&b.input_ids, &one.input_ids},
+                            {&b.segment_ids, &one.segment_ids},
+                            {&b.input_mask, &one.input_mask},
+                            {&b.mlm_labels, &one.mlm_labels}})
+      dst->insert(dst->end(), src->begin(), src->end());
+    b.nsp_labels.push_back(one.nsp_labels[0]);
+  }
+  return b;
+}
+
+BertBatch PretrainLoader::next(DataCursor& c) {
+  BertBatch out;
+  if (has_ahead_ && ahead_from_.epoch == c.epoch && ahead_from_.shard_pos == c.shard_pos && ahead_from_.row == c.row) {
+    out = ahead_.get();
+    c = ahead_to_;
+  } else {
+    if (has_ahead_) ahead_.wait();
+    out = load(c);
+  }
+  // Prepare the following batch while the caller trains on this one.
+  ahead_from_ = c;
+  ahead_to_ = c;
+  ahead_ = std::async(std::launch::async, [this]() { return load(ahead_to_); });
+  has_ahead_ = true;
+  return out;
+}
+
+}  // namespace bertcc

@@ -1,0 +1,190 @@
+#include "bertcc/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bertcc/error.h"
+#include "bertcc/model_dir.h"
+#include "bertcc/runtime.h"
+#include "bertcc/tokenizer.h"
+#include "train/checkpoint.h"
+
+namespace bertcc {
+namespace {
+
+std::atomic<int> g_stop{0};
+void on_signal(int sig) { g_stop = sig; }
+
+// DLLogger JSON-lines backend format: DLLL {"timestamp": ..., "datetime": ..., "type": ..., ...}
+class DLLogger {
+ public:
+  explicit DLLogger(const std::string& path) : out_(path, std::ios::app) {
+    BERTCC_CHECK(out_, path, ": cannot open log file");
+  }
+  void log(const nlohmann::ordered_json& step, const nlohmann::ordered_json& data, const char* type = "LOG") {
+    const auto now = std::chrono::system_clock::now();
+    const double ts = std::chrono::duration<double>(now.time_since_epoch()).count();
+    const std::time_t t = std::chrono::system_clock::to_time_t(now);
+    char dt[64];
+    std::strftime(dt, sizeof dt, "%Y-%m-%d %H:%M:%S", std::gmtime(&t));
+    const long us = static_cast<long>((ts - static_cast<double>(t)) * 1e6);
+    char full[96];
+    std::snprintf(full, sizeof full, "%s.%06ld+00:00", dt, us);
+    char tsb[32];
+    std::snprintf(tsb, sizeof tsb, "%.6f", ts);
+    nlohmann::ordered_json j;
+    j["timestamp"] = tsb;
+    j["datetime"] = full;
+    j["type"] = type;
+    j["step"] = step;
+    j["data"] = data;
+    out_ << "DLLL " << j.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+int run_pretraining(const PretrainOptions& o) {
+  set_threads(o.threads);
+  const Precision prec = parse_precision(o.precision);
+  BERTCC_CHECK(o.optimizer == "lamb" || o.optimizer == "adamw", "--optimizer must be lamb or adamw");
+  BERTCC_CHECK(o.gradient_accumulation_steps >= 1 && o.train_batch_size % o.gradient_accumulation_steps == 0,
+               "--train-batch-size (", o.train_batch_size, ") must be a multiple of --gradient-accumulation-steps (",
+               o.gradient_accumulation_steps, ")");
+  BERTCC_CHECK(o.max_steps >= 1, "--max-steps must be positive");
+  BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
+  std::filesystem::create_directories(o.output_dir);
+  std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+
+  // Model: an HF checkpoint, or a fresh initialisation from a config and vocabulary.
+  std::unique_ptr<Bert> model;
+  int32_t cls = 101, sep = 102, mask = 103;
+  if (!o.init_checkpoint.empty()) {
+    model = load_model_dir(o.init_checkpoint, Heads::PreTraining);
+  } else {
+    BertConfig cfg = config_from_name_or_path(o.config);
+    if (!o.vocab.empty()) cfg.vocab_size = Vocab::load(o.vocab).size();
+    model = std::make_unique<Bert>(cfg, Heads::PreTraining);
+    model->init_weights(o.seed);
+  }
+  if (!o.vocab.empty()) {
+    const Vocab v = Vocab::load(o.vocab);
+    BERTCC_CHECK(v.size() == model->config().vocab_size, o.vocab, ": ", v.size(), " entries but the model has ",
+                 model->config().vocab_size);
+    cls = v.id("[CLS]");
+    sep = v.id("[SEP]");
+    mask = v.id("[MASK]");
+  }
+  MaskingOptions mopt;
+  mopt.max_predictions_per_seq = o.max_predictions_per_seq;
+  mopt.vocab_size = model->config().vocab_size;
+  mopt.cls_id = cls;
+  mopt.sep_id = sep;
+  mopt.mask_id = mask;
+  const int64_t micro = o.train_batch_size / o.gradient_accumulation_steps;
+  PretrainLoader loader(list_shards(o.input_dir), micro, o.seed, mopt);
+
+  AdamState opt;
+  TrainerState st;
+  st.rng = Rng{o.seed, 0};
+  if (o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, *model, opt, st)) {
+  } else if (o.resume_from_checkpoint) {
+    std::cerr << "pretrain: no valid checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
+  }
+  DLLogger log(o.output_dir + "/dllogger.json");
+  nlohmann::ordered_json params;
+  for (const auto& [k, v] : std::initializer_list<std::pair<const char*, nlohmann::ordered_json>>{
+           {"train_batch_size", o.train_batch_size},
+           {"gradient_accumulation_steps", o.gradient_accumulation_steps},
+           {"learning_rate", o.learning_rate},
+           {"max_steps", o.max_steps},
+           {"warmup_proportion", o.warmup_proportion},
+           {"optimizer", o.optimizer},
+           {"precision", o.precision},
+           {"seed", o.seed},
+           {"start_step", st.step}})
+    params[k] = v;
+  log.log("PARAMETER", params);
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  LambOptions lamb;
+  AdamWOptions adamw;
+  const bool tty = ::isatty(1);
+  auto t_last = std::chrono::steady_clock::now();
+  int64_t seqs_since = 0;
+  while (st.step < o.max_steps && !g_stop) {
+    model->zero_grad();
+    PretrainLoss sum;
+    for (int64_t a = 0; a < o.gradient_accumulation_steps; ++a) {
+      const BertBatch batch = loader.next(st.cursor);
+      const PretrainLoss l = model->pretrain_step(batch, true, true, prec, st.rng);
+      sum.loss += l.loss;
+      sum.mlm_loss += l.mlm_loss;
+      sum.nsp_loss += l.nsp_loss;
+      seqs_since += batch.B;
+    }
+    const double inv = 1.0 / static_cast<double>(o.gradient_accumulation_steps);
+    if (o.gradient_accumulation_steps > 1)
+      for (auto& g : model->grads()) g *= static_cast<float>(inv);
+    // NVIDIA's scheduler: the learning rate of optimizer step k uses progress k / max_steps.
+    const float lr =
+        o.optimizer == "lamb"
+            ? poly_warmup_lr(static_cast<float>(o.learning_rate), st.step, o.max_steps, o.warmup_proportion)
+            : linear_warmup_lr(static_cast<float>(o.learning_rate), st.step, o.max_steps, o.warmup_proportion);
+    if (o.optimizer == "lamb")
+      lamb_step(model->table(), model->params().data(), model->grads().data(), opt, lr, lamb);
+    else
+      adamw_step(model->table(), model->params().data(), model->grads().data(), opt, lr, adamw);
+    ++st.step;
+    if (st.step % o.log_freq == 0 || st.step == o.max_steps) {
+      const auto now = std::chrono::steady_clock::now();
+      const double secs = std::chrono::duration<double>(now - t_last).count();
+      const double sps = seqs_since / std::max(secs, 1e-9);
+      t_last = now;
+      seqs_since = 0;
+      nlohmann::ordered_json d;
+      d["loss"] = sum.loss * inv;
+      d["mlm_loss"] = sum.mlm_loss * inv;
+      d["nsp_loss"] = sum.nsp_loss * inv;
+      d["learning_rate"] = lr;
+      d["loss_scale"] = st.loss_scale;
+      d["seq_per_s"] = sps;
+      log.log({st.cursor.epoch, st.step}, d);
+      char line[200];
+      std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (mlm %.4f nsp %.4f) lr %.3g %.1f seq/s",
+                    static_cast<long long>(st.step), static_cast<long long>(o.max_steps), sum.loss * inv,
+                    sum.mlm_loss * inv, sum.nsp_loss * inv, lr, sps);
+      if (tty) {
+        const int width = 30, done = static_cast<int>(width * st.step / o.max_steps);
+        std::printf("\r[%.*s%*s] %s", done, "##############################", width - done, "", line);
+        if (st.step == o.max_steps) std::printf("\n");
+      } else {
+        std::printf("%s\n", line);
+      }
+      std::fflush(stdout);
+    }
+    if (o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps)
+      save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
+  }
+  save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
+  if (st.step >= o.max_steps) save_model_dir(*model, o.output_dir + "/model", o.vocab);
+  std::cerr << (g_stop ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
+            << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step << "\n";
+  return 0;
+}
+
+}  // namespace bertcc

@@ -1,0 +1,56 @@
+#!/bin/sh
+# Bit-exact resume: N steps straight vs N/2-ish steps, kill -9 at a random moment, resume to N:
+# the final model.safetensors must be byte-identical. Then a corrupted newest checkpoint must be
+# skipped (with a warning) in favour of the previous one, again reaching the identical model.
+set -u
+BERTCC="$1"; WORK="$2"; PRECISION="${3:-fp32}"
+rm -rf "$WORK"; mkdir -p "$WORK/text"
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+i=0
+while [ $i -lt 60 ]; do
+  printf 'Sentence one of document %d is here. The second sentence follows it closely.\nA third one, with number %d, ends the paragraph. Then a fourth line appears.\n' $i $((i * 7)) > "$WORK/text/d$i.txt"
+  i=$((i + 1))
+done
+"$BERTCC" prep-corpus --input "$WORK/text" --output "$WORK/corpus" --shards 2 > /dev/null 2>&1 || fail prep
+"$BERTCC" train-vocab --input "$WORK/corpus/train" --output "$WORK/vocab.txt" --vocab-size 400 --min-frequency 1 > /dev/null || fail vocab
+"$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5" --vocab "$WORK/vocab.txt" --max-seq-length 64 --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
+ARGS="--config bert-mini --vocab $WORK/vocab.txt --input-dir $WORK/h5 --train-batch-size 32 --gradient-accumulation-steps 2 --max-steps 16 --learning-rate 1e-3 --warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 3 --precision $PRECISION --log-freq 4 --seed 7"
+"$BERTCC" pretrain $ARGS --output-dir "$WORK/straight" > "$WORK/straight.log" 2>&1 || fail "straight run: $(tail -3 "$WORK/straight.log")"
+# Interrupted run: kill -9 at a random moment after the step-8 checkpoint appears.
+"$BERTCC" pretrain $ARGS --output-dir "$WORK/resumed" > "$WORK/first.log" 2>&1 &
+pid=$!
+n=0
+while [ ! -d "$WORK/resumed/checkpoints/step_8" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+sleep "0.$(od -An -N1 -tu1 /dev/urandom | tr -d ' ' | cut -c1)"
+kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+[ -f "$WORK/resumed/model/model.safetensors" ] && echo "note: the first run finished before the kill"
+"$BERTCC" pretrain $ARGS --output-dir "$WORK/resumed" --resume-from-checkpoint > "$WORK/second.log" 2>&1 || fail "resume: $(tail -3 "$WORK/second.log")"
+grep -q "resuming from" "$WORK/second.log" || fail "did not resume: $(cat "$WORK/second.log")"
+cmp -s "$WORK/straight/model/model.safetensors" "$WORK/resumed/model/model.safetensors" \
+  && echo "ok   resumed run is byte-identical ($(grep -o 'resuming from [^ ]*' "$WORK/second.log"))" \
+  || fail "resumed model differs from the uninterrupted one"
+# Corrupt the newest checkpoint (step_16): resume must fall back to step_14 and reach the same model.
+rm -rf "$WORK/resumed/model"
+printf 'garbage' >> "$WORK/resumed/checkpoints/step_16/model.safetensors"
+"$BERTCC" pretrain $ARGS --output-dir "$WORK/resumed" --resume-from-checkpoint > "$WORK/third.log" 2>&1 || fail "resume after corruption"
+grep -q "skipping checkpoint .*step_16" "$WORK/third.log" || fail "corruption not detected: $(cat "$WORK/third.log")"
+grep -q "resuming from .*step_14" "$WORK/third.log" || fail "did not fall back to step_14"
+cmp -s "$WORK/straight/model/model.safetensors" "$WORK/resumed/model/model.safetensors" \
+  && echo "ok   fallback after a corrupt checkpoint is byte-identical" || fail "model after fallback differs"
+# SIGTERM: finish the current step, save a checkpoint, exit 0; resuming reaches the same model.
+"$BERTCC" pretrain $ARGS --output-dir "$WORK/term" > "$WORK/term1.log" 2>&1 &
+pid=$!
+n=0
+while [ ! -d "$WORK/term/checkpoints/step_4" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+kill -TERM $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] || fail "SIGTERM exit code $rc"
+grep -q "stopped by signal after step" "$WORK/term1.log" || echo "note: the run finished before SIGTERM arrived"
+"$BERTCC" pretrain $ARGS --output-dir "$WORK/term" --resume-from-checkpoint > "$WORK/term2.log" 2>&1 || fail "resume after SIGTERM"
+cmp -s "$WORK/straight/model/model.safetensors" "$WORK/term/model/model.safetensors" \
+  && echo "ok   SIGTERM + resume is byte-identical ($(grep -o 'stopped by signal after step [0-9]*' "$WORK/term1.log"))" \
+  || fail "model after SIGTERM + resume differs"
+[ "$(ls "$WORK/straight/checkpoints" | wc -l)" = 3 ] || fail "keep-checkpoints: $(ls "$WORK/straight/checkpoints")"
+grep -q '"step":\[[0-9]*,16\]' "$WORK/straight/dllogger.json" || fail "dllogger line for step 16 missing"
+[ $fails -eq 0 ] && echo "resume ($PRECISION): all checks passed"
+exit $fails
