@@ -21,5 +21,6 @@ void add_create_data(CLI::App& app);
 void add_prep_corpus(CLI::App& app);
 void add_train_vocab(CLI::App& app);
 void add_pretrain(CLI::App& app);
+void add_plot(CLI::App& app);
 
 }  // namespace bertcc::tools

@@ -29,6 +29,9 @@ void add_pretrain(CLI::App& app) {
   sub->add_flag(flag("--resume-from-checkpoint"), o->resume_from_checkpoint,
                 "continue from the newest valid checkpoint in --output-dir");
   sub->add_option(flag("--seed"), o->seed, "default 12345");
+  sub->add_option(flag("--eval-dir"), o->eval_dir, "held-out shards for MLM/NSP accuracy");
+  sub->add_option(flag("--eval-freq"), o->eval_freq, "evaluate every N steps (default: at checkpoints) and at the end");
+  sub->add_option(flag("--eval-batches"), o->eval_batches, "micro-batches per evaluation (default 20)");
   sub->add_option(flag("--log-freq"), o->log_freq, "log every N steps (default 1)")->check(CLI::PositiveNumber);
   sub->add_option("--threads", o->threads, "threads (default: all cores)");
   sub->callback([o]() {

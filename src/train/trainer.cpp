@@ -119,6 +119,37 @@ int run_pretraining(const PretrainOptions& o) {
     params[k] = v;
   log.log("PARAMETER", params);
 
+  // Held-out evaluation: the first eval_batches micro-batches of the eval shards, dropout off.
+  std::unique_ptr<PretrainLoader> eval_loader;
+  if (!o.eval_dir.empty()) eval_loader = std::make_unique<PretrainLoader>(list_shards(o.eval_dir), micro, o.seed, mopt);
+  auto evaluate = [&]() {
+    DataCursor c;
+    PretrainLoss sum;
+    double loss = 0;
+    int64_t nsp_n = 0;
+    Rng eval_rng{0, 0};
+    for (int64_t b = 0; b < o.eval_batches; ++b) {
+      const BertBatch batch = eval_loader->next(c);
+      const PretrainLoss l = model->pretrain_step(batch, false, false, prec, eval_rng);
+      loss += l.loss;
+      sum.mlm_count += l.mlm_count;
+      sum.mlm_correct += l.mlm_correct;
+      sum.nsp_correct += l.nsp_correct;
+      nsp_n += batch.B;
+    }
+    nlohmann::ordered_json d;
+    d["eval.loss"] = loss / static_cast<double>(o.eval_batches);
+    d["eval.mlm_accuracy"] = static_cast<double>(sum.mlm_correct) / static_cast<double>(std::max<int64_t>(1, sum.mlm_count));
+    d["eval.nsp_accuracy"] = static_cast<double>(sum.nsp_correct) / static_cast<double>(std::max<int64_t>(1, nsp_n));
+    log.log({st.cursor.epoch, st.step}, d);
+    std::printf("%seval at step %lld: loss %.4f, MLM accuracy %.4f, NSP accuracy %.4f (%lld masked tokens)\n",
+                ::isatty(1) ? "\n" : "", static_cast<long long>(st.step), d["eval.loss"].get<double>(),
+                d["eval.mlm_accuracy"].get<double>(), d["eval.nsp_accuracy"].get<double>(),
+                static_cast<long long>(sum.mlm_count));
+    std::fflush(stdout);
+  };
+  const int64_t eval_every = o.eval_freq > 0 ? o.eval_freq : o.num_steps_per_checkpoint;
+
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   LambOptions lamb;
@@ -179,7 +210,9 @@ int run_pretraining(const PretrainOptions& o) {
     }
     if (o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps)
       save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
+    if (eval_loader && eval_every > 0 && st.step % eval_every == 0 && st.step < o.max_steps) evaluate();
   }
+  if (eval_loader && st.step >= o.max_steps) evaluate();
   save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
   if (st.step >= o.max_steps) save_model_dir(*model, o.output_dir + "/model", o.vocab);
   std::cerr << (g_stop ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
