@@ -15,6 +15,7 @@
 #include "bertcc/error.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
+#include "bertcc/tensorboard.h"
 #include "bertcc/tokenizer.h"
 #include "train/checkpoint.h"
 
@@ -105,6 +106,7 @@ int run_pretraining(const PretrainOptions& o) {
     std::cerr << "pretrain: no valid checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
   }
   DLLogger log(o.output_dir + "/dllogger.json");
+  TensorBoardWriter tb(o.output_dir + "/tensorboard");
   nlohmann::ordered_json params;
   for (const auto& [k, v] : std::initializer_list<std::pair<const char*, nlohmann::ordered_json>>{
            {"train_batch_size", o.train_batch_size},
@@ -139,9 +141,12 @@ int run_pretraining(const PretrainOptions& o) {
     }
     nlohmann::ordered_json d;
     d["eval.loss"] = loss / static_cast<double>(o.eval_batches);
-    d["eval.mlm_accuracy"] = static_cast<double>(sum.mlm_correct) / static_cast<double>(std::max<int64_t>(1, sum.mlm_count));
+    d["eval.mlm_accuracy"] =
+        static_cast<double>(sum.mlm_correct) / static_cast<double>(std::max<int64_t>(1, sum.mlm_count));
     d["eval.nsp_accuracy"] = static_cast<double>(sum.nsp_correct) / static_cast<double>(std::max<int64_t>(1, nsp_n));
     log.log({st.cursor.epoch, st.step}, d);
+    for (const char* k : {"eval.loss", "eval.mlm_accuracy", "eval.nsp_accuracy"})
+      tb.scalar(std::string("eval/") + (k + 5), d[k].get<float>(), st.step);
     std::printf("%seval at step %lld: loss %.4f, MLM accuracy %.4f, NSP accuracy %.4f (%lld masked tokens)\n",
                 ::isatty(1) ? "\n" : "", static_cast<long long>(st.step), d["eval.loss"].get<double>(),
                 d["eval.mlm_accuracy"].get<double>(), d["eval.nsp_accuracy"].get<double>(),
@@ -195,6 +200,8 @@ int run_pretraining(const PretrainOptions& o) {
       d["loss_scale"] = st.loss_scale;
       d["seq_per_s"] = sps;
       log.log({st.cursor.epoch, st.step}, d);
+      for (const char* k : {"loss", "mlm_loss", "nsp_loss", "learning_rate", "seq_per_s"})
+        tb.scalar(std::string("train/") + k, d[k].get<float>(), st.step);
       char line[200];
       std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (mlm %.4f nsp %.4f) lr %.3g %.1f seq/s",
                     static_cast<long long>(st.step), static_cast<long long>(o.max_steps), sum.loss * inv,

@@ -52,5 +52,8 @@ cmp -s "$WORK/straight/model/model.safetensors" "$WORK/term/model/model.safetens
   || fail "model after SIGTERM + resume differs"
 [ "$(ls "$WORK/straight/checkpoints" | wc -l)" = 3 ] || fail "keep-checkpoints: $(ls "$WORK/straight/checkpoints")"
 grep -q '"step":\[[0-9]*,16\]' "$WORK/straight/dllogger.json" || fail "dllogger line for step 16 missing"
+ev=$(ls "$WORK/straight/tensorboard"/events.out.tfevents.* | head -1)
+/usr/bin/python3 "$(dirname "$0")/read_events.py" "$ev" > "$WORK/events.txt" || fail "TensorBoard event file corrupt"
+grep -q "^train/loss 16 " "$WORK/events.txt" || fail "TensorBoard: no train/loss at step 16: $(tail -3 "$WORK/events.txt")"
 [ $fails -eq 0 ] && echo "resume ($PRECISION): all checks passed"
 exit $fails
