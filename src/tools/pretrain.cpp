@@ -29,6 +29,11 @@ void add_pretrain(CLI::App& app) {
   sub->add_flag(flag("--resume-from-checkpoint"), o->resume_from_checkpoint,
                 "continue from the newest valid checkpoint in --output-dir");
   sub->add_option(flag("--seed"), o->seed, "default 12345");
+  sub->add_flag(flag("--phase2"), o->phase2,
+                "phase 2: continue from the phase-1 checkpoint (with --resume-from-checkpoint) or --init-checkpoint; "
+                "optimizer step and schedule restart");
+  sub->add_option(flag("--phase1-end-step"), o->phase1_end_step,
+                  "the last phase-1 step (checked against the checkpoint)");
   sub->add_option(flag("--eval-dir"), o->eval_dir, "held-out shards for MLM/NSP accuracy");
   sub->add_option(flag("--eval-freq"), o->eval_freq, "evaluate every N steps (default: at checkpoints) and at the end");
   sub->add_option(flag("--eval-batches"), o->eval_batches, "micro-batches per evaluation (default 20)");

@@ -51,8 +51,9 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
                      const std::string& vocab_path, int64_t keep) {
   const fs::path root = fs::path(output_dir) / "checkpoints";
   fs::create_directories(root);
-  const fs::path final_dir = root / ("step_" + std::to_string(st.step));
-  const fs::path tmp = root / (".step_" + std::to_string(st.step) + ".tmp." + std::to_string(::getpid()));
+  const int64_t global = st.step + st.step_offset;
+  const fs::path final_dir = root / ("step_" + std::to_string(global));
+  const fs::path tmp = root / (".step_" + std::to_string(global) + ".tmp." + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   save_model_dir(model, tmp.string(), vocab_path);
@@ -65,6 +66,8 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
   j["rng"] = {{"seed", st.rng.seed}, {"offset", st.rng.offset}};
   j["cursor"] = {{"epoch", st.cursor.epoch}, {"shard_pos", st.cursor.shard_pos}, {"row", st.cursor.row}};
   j["loss_scale"] = st.loss_scale;
+  j["phase"] = st.phase;
+  j["step_offset"] = st.step_offset;
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
     j["checksums"][f] = fnv64(read_file((tmp / f).string()));
   write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2) + "\n");
@@ -114,7 +117,10 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
       st.cursor = {j.at("cursor").at("epoch").get<int64_t>(), j.at("cursor").at("shard_pos").get<int64_t>(),
                    j.at("cursor").at("row").get<int64_t>()};
       st.loss_scale = j.at("loss_scale").get<double>();
-      std::cerr << "pretrain: resuming from " << dir.string() << " (step " << st.step << ")\n";
+      st.phase = j.value("phase", 1);
+      st.step_offset = j.value("step_offset", int64_t{0});
+      std::cerr << "pretrain: resuming from " << dir.string() << " (phase " << st.phase << ", step "
+                << st.step + st.step_offset << ")\n";
       return true;
     } catch (const std::exception& e) {
       std::cerr << "pretrain: warning: skipping checkpoint " << dir.string() << ": " << e.what() << "\n";

@@ -16,6 +16,8 @@ struct TrainerState {
   Rng rng;
   DataCursor cursor;
   double loss_scale = 1.0;
+  int phase = 1;
+  int64_t step_offset = 0;  // phase 2: the phase-1 end step; names and logs use step + offset
 };
 
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,

@@ -101,10 +101,25 @@ int run_pretraining(const PretrainOptions& o) {
   AdamState opt;
   TrainerState st;
   st.rng = Rng{o.seed, 0};
-  if (o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, *model, opt, st)) {
-  } else if (o.resume_from_checkpoint) {
+  const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, *model, opt, st);
+  if (o.resume_from_checkpoint && !loaded)
     std::cerr << "pretrain: no valid checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
+  if (o.phase2 && (!loaded || st.phase == 1)) {
+    // Start of phase 2 (NVIDIA): phase-1 weights and moments, optimizer step, schedule and data
+    // position restarted; steps are named from the phase-1 end step on.
+    if (loaded)
+      BERTCC_CHECK(o.phase1_end_step <= 0 || st.step == o.phase1_end_step, "--phase1-end-step ", o.phase1_end_step,
+                   " but the newest phase-1 checkpoint is at step ", st.step);
+    st.step_offset = loaded ? st.step : o.phase1_end_step;
+    st.step = 0;
+    st.phase = 2;
+    st.cursor = DataCursor{};
+    st.rng = Rng{o.seed, 0};
+    opt.step = 0;
+    std::cerr << "pretrain: phase 2 starts after phase-1 step " << st.step_offset << "\n";
   }
+  BERTCC_CHECK(!loaded || o.phase2 || st.phase == 1, o.output_dir,
+               ": the newest checkpoint is from phase 2; add --phase2 to resume it");
   DLLogger log(o.output_dir + "/dllogger.json");
   TensorBoardWriter tb(o.output_dir + "/tensorboard");
   nlohmann::ordered_json params;
@@ -144,9 +159,9 @@ int run_pretraining(const PretrainOptions& o) {
     d["eval.mlm_accuracy"] =
         static_cast<double>(sum.mlm_correct) / static_cast<double>(std::max<int64_t>(1, sum.mlm_count));
     d["eval.nsp_accuracy"] = static_cast<double>(sum.nsp_correct) / static_cast<double>(std::max<int64_t>(1, nsp_n));
-    log.log({st.cursor.epoch, st.step}, d);
+    log.log({st.cursor.epoch, st.step + st.step_offset}, d);
     for (const char* k : {"eval.loss", "eval.mlm_accuracy", "eval.nsp_accuracy"})
-      tb.scalar(std::string("eval/") + (k + 5), d[k].get<float>(), st.step);
+      tb.scalar(std::string("eval/") + (k + 5), d[k].get<float>(), st.step + st.step_offset);
     std::printf("%seval at step %lld: loss %.4f, MLM accuracy %.4f, NSP accuracy %.4f (%lld masked tokens)\n",
                 ::isatty(1) ? "\n" : "", static_cast<long long>(st.step), d["eval.loss"].get<double>(),
                 d["eval.mlm_accuracy"].get<double>(), d["eval.nsp_accuracy"].get<double>(),
@@ -199,9 +214,9 @@ int run_pretraining(const PretrainOptions& o) {
       d["learning_rate"] = lr;
       d["loss_scale"] = st.loss_scale;
       d["seq_per_s"] = sps;
-      log.log({st.cursor.epoch, st.step}, d);
+      log.log({st.cursor.epoch, st.step + st.step_offset}, d);
       for (const char* k : {"loss", "mlm_loss", "nsp_loss", "learning_rate", "seq_per_s"})
-        tb.scalar(std::string("train/") + k, d[k].get<float>(), st.step);
+        tb.scalar(std::string("train/") + k, d[k].get<float>(), st.step + st.step_offset);
       char line[200];
       std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (mlm %.4f nsp %.4f) lr %.3g %.1f seq/s",
                     static_cast<long long>(st.step), static_cast<long long>(o.max_steps), sum.loss * inv,
@@ -223,7 +238,7 @@ int run_pretraining(const PretrainOptions& o) {
   save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
   if (st.step >= o.max_steps) save_model_dir(*model, o.output_dir + "/model", o.vocab);
   std::cerr << (g_stop ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
-            << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step << "\n";
+            << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset << "\n";
   return 0;
 }
 

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Phase 1 (seq 64) then phase 2 (seq 128, more predictions) from phase 1's last checkpoint, as
+# NVIDIA runs them: global step names continue from --phase1-end-step, the schedule restarts
+# (warm-up from 0), and a phase-2 run interrupted with kill -9 resumes to the identical model.
+set -u
+BERTCC="$1"; WORK="$2"
+rm -rf "$WORK"; mkdir -p "$WORK/text"
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+i=0
+while [ $i -lt 50 ]; do
+  printf 'Document %d has a first sentence about rivers and hills. A second sentence talks about %d birds.\nThe third sentence is longer and mentions trains, clocks and gardens near the old mill.\n' $i $((i * 3)) > "$WORK/text/d$i.txt"
+  i=$((i + 1))
+done
+"$BERTCC" prep-corpus --input "$WORK/text" --output "$WORK/corpus" --shards 2 > /dev/null 2>&1 || fail prep
+"$BERTCC" train-vocab --input "$WORK/corpus/train" --output "$WORK/vocab.txt" --vocab-size 400 --min-frequency 1 > /dev/null || fail vocab
+"$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5_64" --vocab "$WORK/vocab.txt" --max-seq-length 64 --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data64
+"$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5_128" --vocab "$WORK/vocab.txt" --max-seq-length 128 --max-predictions-per-seq 20 --dupe-factor 3 > /dev/null || fail data128
+COMMON="--config bert-mini --vocab $WORK/vocab.txt --train-batch-size 16 --learning-rate 1e-3 --num-steps-per-checkpoint 2 --keep-checkpoints 10 --log-freq 1 --seed 3 --precision fp32"
+"$BERTCC" pretrain $COMMON --input-dir "$WORK/h5_64" --max-steps 6 --warmup-proportion 0.5 --output-dir "$WORK/a" > "$WORK/p1.log" 2>&1 || fail "phase 1: $(tail -2 "$WORK/p1.log")"
+cp -r "$WORK/a" "$WORK/b"
+P2="$COMMON --input-dir $WORK/h5_128 --max-steps 6 --warmup-proportion 0.5 --phase2 --phase1-end-step 6 --resume-from-checkpoint"
+"$BERTCC" pretrain $P2 --output-dir "$WORK/a" > "$WORK/p2a.log" 2>&1 || fail "phase 2: $(tail -2 "$WORK/p2a.log")"
+grep -q "phase 2 starts after phase-1 step 6" "$WORK/p2a.log" || fail "phase 2 did not start from step 6: $(head -5 "$WORK/p2a.log")"
+for s in 8 10 12; do [ -d "$WORK/a/checkpoints/step_$s" ] || fail "missing phase-2 checkpoint step_$s"; done
+grep '"step":\[[0-9]*,7\]' "$WORK/a/dllogger.json" | grep -q '"learning_rate":0\.0[,}]' || fail "phase-2 schedule did not restart at lr 0: $(grep '"step":\[[0-9]*,7\]' "$WORK/a/dllogger.json")"
+grep -q '"phase": *2' "$WORK/a/checkpoints/step_12/trainer_state.json" || fail "checkpoint not marked phase 2"
+# Interrupted phase 2: kill -9 after step_8, then resume inside phase 2.
+"$BERTCC" pretrain $P2 --output-dir "$WORK/b" > "$WORK/p2b.log" 2>&1 &
+pid=$!
+n=0
+while [ ! -d "$WORK/b/checkpoints/step_8" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+"$BERTCC" pretrain $P2 --output-dir "$WORK/b" > "$WORK/p2c.log" 2>&1 || fail "phase-2 resume: $(tail -2 "$WORK/p2c.log")"
+grep -q "phase 2, step" "$WORK/p2c.log" || fail "did not resume a phase-2 checkpoint: $(head -3 "$WORK/p2c.log")"
+cmp -s "$WORK/a/model/model.safetensors" "$WORK/b/model/model.safetensors" && echo "ok   phase 2 with kill -9 + resume is byte-identical" || fail "phase-2 resume differs"
+"$BERTCC" pretrain $COMMON --input-dir "$WORK/h5_64" --max-steps 6 --resume-from-checkpoint --output-dir "$WORK/a" > "$WORK/p3.log" 2>&1 && fail "phase-2 checkpoint resumed without --phase2"
+grep -q "add --phase2" "$WORK/p3.log" || fail "message for a missing --phase2: $(tail -2 "$WORK/p3.log")"
+[ $fails -eq 0 ] && echo "phase 2: all checks passed"
+exit $fails
