@@ -2,6 +2,9 @@
 // differences of the reference, on odd sizes. Fused kernels against the composed ones.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
+
 #include "bertcc/dtype.h"
 #include "bertcc/rng.h"
 #include "kernels/gemm.h"
@@ -342,4 +345,21 @@ TEST(VecMath, ExpErfTanhAccuracy) {
   EXPECT_LT(worst_exp, 3e-7);   // relative
   EXPECT_LT(worst_erf, 5e-7);   // absolute
   EXPECT_LT(worst_tanh, 3e-7);  // absolute
+}
+
+TEST(Dtype, FastF16ConversionsMatchReference) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = f16_to_f32(static_cast<uint16_t>(h)), b = f16_to_f32_ref(static_cast<uint16_t>(h));
+    ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << h;
+  }
+  std::mt19937 g(5);
+  std::vector<float> xs = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e9f, -1e9f, 6.1e-5f, 5.96e-8f, 2.98e-8f,
+                           2.99e-8f, 1e-10f, INFINITY, -INFINITY};
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t u = g();
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (!std::isnan(f)) xs.push_back(f);
+  }
+  for (float f : xs) ASSERT_EQ(f32_to_f16(f), f32_to_f16_ref(f)) << f;
 }

@@ -59,7 +59,9 @@ class Bert {
 
   // Pre-training forward (and backward if `backward`): loss = mean MLM CE + mean NSP CE.
   // Dropout is applied when `training`; its randomness comes from `rng` (advanced).
-  PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng);
+  // `loss_scale` multiplies the loss gradient (fp16 loss scaling); gradients come out scaled by it.
+  PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                             float loss_scale = 1.0f);
 
   // BertModel: sequence output [B,T,C] and pooled output [B,C] (valid until the next call).
   void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng);

@@ -7,11 +7,13 @@
 namespace bertcc {
 
 enum class DType { F32, BF16, F16, I32, I8, I64 };
-enum class Precision { F32, BF16 };
+// F16 on CPU is emulated (GEMM inputs rounded to fp16, fp32 arithmetic): it exists so that the
+// GPU recipe's dynamic loss scaling is implemented and tested; it is not a speed path.
+enum class Precision { F32, BF16, F16 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);   // safetensors spelling: "F32", "BF16", ...
-Precision parse_precision(const std::string& s);  // "fp32" | "bf16"
+Precision parse_precision(const std::string& s);  // "fp32" | "bf16" | "fp16"
 const char* precision_name(Precision p);
 
 using bf16_t = uint16_t;
@@ -30,8 +32,30 @@ inline float bf16_to_f32(bf16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);
+// Reference conversions (portable, slow) ...
+float f16_to_f32_ref(uint16_t h);
+uint16_t f32_to_f16_ref(float f);
+// ... and the fast ones: the compiler's _Float16 (F16C instructions where available; same
+// round-to-nearest-even results, tested against the reference).
+inline float f16_to_f32(uint16_t h) {
+#if defined(__FLT16_MAX__)
+  _Float16 v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
+#else
+  return f16_to_f32_ref(h);
+#endif
+}
+inline uint16_t f32_to_f16(float f) {
+#if defined(__FLT16_MAX__)
+  const _Float16 v = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &v, 2);
+  return h;
+#else
+  return f32_to_f16_ref(f);
+#endif
+}
 
 // Bulk conversions (vectorised by the compiler; OpenMP over large arrays).
 void to_bf16(const float* src, bf16_t* dst, size_t n);

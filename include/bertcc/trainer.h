@@ -11,6 +11,9 @@ struct PretrainOptions {
   int64_t train_batch_size = 256, gradient_accumulation_steps = 1, max_steps = 1000;
   double learning_rate = 6e-3, warmup_proportion = 0.2843;
   std::string optimizer = "lamb", precision = "bf16";
+  double loss_scale = 0;             // fp16: 0 = dynamic, > 0 = static; bf16/fp32 use 1
+  double init_loss_scale = 65536;    // dynamic scaling starts here (apex's 2^16)
+  int64_t loss_scale_window = 2000;  // clean steps before the scale doubles
   int64_t max_predictions_per_seq = 20, num_steps_per_checkpoint = 200, keep_checkpoints = 3, log_freq = 1;
   bool resume_from_checkpoint = false;
   bool phase2 = false;           // continue from phase 1: optimizer step and schedule restart

@@ -43,12 +43,15 @@ const char* dtype_name(DType t) {
 Precision parse_precision(const std::string& s) {
   if (s == "fp32" || s == "f32" || s == "float32") return Precision::F32;
   if (s == "bf16" || s == "bfloat16") return Precision::BF16;
-  fail("unknown precision '", s, "' (expected fp32 or bf16)");
+  if (s == "fp16" || s == "f16" || s == "float16") return Precision::F16;
+  fail("unknown precision '", s, "' (expected fp32, bf16 or fp16)");
 }
 
-const char* precision_name(Precision p) { return p == Precision::F32 ? "fp32" : "bf16"; }
+const char* precision_name(Precision p) {
+  return p == Precision::F32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
+}
 
-float f16_to_f32(uint16_t h) {
+float f16_to_f32_ref(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
   float v;
   if (exp == 0)
@@ -60,7 +63,7 @@ float f16_to_f32(uint16_t h) {
   return sign ? -v : v;
 }
 
-uint16_t f32_to_f16(float f) {
+uint16_t f32_to_f16_ref(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);

@@ -86,16 +86,44 @@ void gemm(const GemmArgs& g, Precision p) {
   gemm_impl(g, p);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char key[128];
-  std::snprintf(key, sizeof key, "%s b%ld %ldx%ldx%ld %c%c%s", p == Precision::BF16 ? "bf16" : "fp32", (long)g.batch,
-                (long)g.M, (long)g.N, (long)g.K, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
-                g.accumulate ? " +=" : "");
+  std::snprintf(key, sizeof key, "%s b%ld %ldx%ldx%ld %c%c%s", precision_name(p), (long)g.batch, (long)g.M, (long)g.N,
+                (long)g.K, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.accumulate ? " +=" : "");
   auto& e = prof.t[key];
   e.first += dt;
   e.second += 2.0 * g.batch * g.M * g.N * g.K;
 }
 
+// fp16 emulation: operands rounded to fp16 (|x| >= 65520 becomes inf, as on a GPU), then an fp32
+// GEMM; the rounded copies are compact, so leading dimensions and strides are rewritten.
+static void gemm_impl(const GemmArgs& g, Precision p);
+static void gemm_f16(const GemmArgs& g) {
+  thread_local std::vector<float> a16, b16;
+  auto round_copy = [](const float* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld,
+                       std::vector<float>& dst) {
+    dst.resize(static_cast<size_t>(batch * rows * cols));
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          dst[static_cast<size_t>((b * rows + r) * cols + c)] = f16_to_f32(f32_to_f16(src[b * stride + r * ld + c]));
+  };
+  const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
+  const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
+  round_copy(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, a16);
+  round_copy(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, b16);
+  GemmArgs h = g;
+  h.A = a16.data();
+  h.lda = a_cols;
+  h.stride_a = a_rows * a_cols;
+  h.B = b16.data();
+  h.ldb = b_cols;
+  h.stride_b = b_rows * b_cols;
+  h.A16 = h.B16 = nullptr;
+  gemm_impl(h, Precision::F32);
+}
+
 static void gemm_impl(const GemmArgs& g, Precision p) {
   BERTCC_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "gemm: empty shape");
+  if (p == Precision::F16) return gemm_f16(g);
   Runtime& R = rt();
   const bool bf = p == Precision::BF16;
   const dt in_t = bf ? dt::bf16 : dt::f32;

@@ -355,7 +355,8 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   std::copy(pad_row.begin(), pad_row.end(), dwte);
 }
 
-PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng) {
+PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                 float loss_scale) {
   BERTCC_CHECK(heads_ == Heads::PreTraining, "pretrain_step: model has no pre-training heads");
   BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && batch.nsp_labels.size() == size_t(batch.B),
                "pretrain_step: batch has no masked-LM or next-sentence labels");
@@ -397,7 +398,7 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
       out.mlm_correct += (std::max_element(r, r + V) - r) == h.labels[m];
     }
     softmax_xent_forward_backward(h.logits.data(), h.losses.data(), h.labels.data(), M, V, -1,
-                                  backward ? 1.0f / static_cast<float>(M) : 0.0f);
+                                  backward ? loss_scale / static_cast<float>(M) : 0.0f);
     double s = 0;
     for (int64_t m = 0; m < M; ++m) s += h.losses[m];
     out.mlm_loss = s / static_cast<double>(M);
@@ -410,7 +411,7 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
                  C, prec, w16("cls.seq_relationship.weight", prec));
   for (int64_t b = 0; b < B; ++b) out.nsp_correct += (h.nsp[2 * b + 1] > h.nsp[2 * b]) == (batch.nsp_labels[b] == 1);
   softmax_xent_forward_backward(h.nsp.data(), h.nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
-                                backward ? 1.0f / static_cast<float>(B) : 0.0f);
+                                backward ? loss_scale / static_cast<float>(B) : 0.0f);
   double s = 0;
   for (int64_t b = 0; b < B; ++b) s += h.nsp_losses[b];
   out.nsp_loss = s / static_cast<double>(B);

@@ -21,7 +21,12 @@ void add_pretrain(CLI::App& app) {
   sub->add_option(flag("--max-steps"), o->max_steps, "optimizer steps (default 1000)");
   sub->add_option(flag("--warmup-proportion"), o->warmup_proportion, "default 0.2843");
   sub->add_option(flag("--optimizer"), o->optimizer, "lamb | adamw")->check(CLI::IsMember({"lamb", "adamw"}));
-  sub->add_option(flag("--precision"), o->precision, "bf16 | fp32")->check(CLI::IsMember({"bf16", "fp32"}));
+  sub->add_option(flag("--precision"), o->precision, "bf16 | fp32 | fp16 (fp16 is emulated on CPU: loss-scaling logic)")
+      ->check(CLI::IsMember({"bf16", "fp32", "fp16"}));
+  sub->add_option(flag("--loss-scale"), o->loss_scale, "fp16: 0 = dynamic (default), > 0 = static");
+  sub->add_option(flag("--init-loss-scale"), o->init_loss_scale, "fp16 dynamic scaling: initial scale (default 65536)");
+  sub->add_option(flag("--loss-scale-window"), o->loss_scale_window,
+                  "fp16 dynamic scaling: clean steps before doubling (default 2000)");
   sub->add_option(flag("--max-predictions-per-seq"), o->max_predictions_per_seq,
                   "masked positions per sequence for dynamic-masking shards (default 20)");
   sub->add_option(flag("--num-steps-per-checkpoint"), o->num_steps_per_checkpoint, "default 200");

@@ -66,6 +66,7 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
   j["rng"] = {{"seed", st.rng.seed}, {"offset", st.rng.offset}};
   j["cursor"] = {{"epoch", st.cursor.epoch}, {"shard_pos", st.cursor.shard_pos}, {"row", st.cursor.row}};
   j["loss_scale"] = st.loss_scale;
+  j["clean_steps"] = st.clean_steps;
   j["phase"] = st.phase;
   j["step_offset"] = st.step_offset;
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
@@ -117,6 +118,7 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
       st.cursor = {j.at("cursor").at("epoch").get<int64_t>(), j.at("cursor").at("shard_pos").get<int64_t>(),
                    j.at("cursor").at("row").get<int64_t>()};
       st.loss_scale = j.at("loss_scale").get<double>();
+      st.clean_steps = j.value("clean_steps", int64_t{0});
       st.phase = j.value("phase", 1);
       st.step_offset = j.value("step_offset", int64_t{0});
       std::cerr << "pretrain: resuming from " << dir.string() << " (phase " << st.phase << ", step "

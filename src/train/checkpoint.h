@@ -16,6 +16,7 @@ struct TrainerState {
   Rng rng;
   DataCursor cursor;
   double loss_scale = 1.0;
+  int64_t clean_steps = 0;  // steps since the last overflow or scale increase (dynamic scaling)
   int phase = 1;
   int64_t step_offset = 0;  // phase 2: the phase-1 end step; names and logs use step + offset
 };

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -101,6 +102,9 @@ int run_pretraining(const PretrainOptions& o) {
   AdamState opt;
   TrainerState st;
   st.rng = Rng{o.seed, 0};
+  const bool fp16 = prec == Precision::F16;
+  const bool dynamic_scale = fp16 && o.loss_scale <= 0;
+  st.loss_scale = fp16 ? (dynamic_scale ? o.init_loss_scale : o.loss_scale) : 1.0;
   const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, *model, opt, st);
   if (o.resume_from_checkpoint && !loaded)
     std::cerr << "pretrain: no valid checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
@@ -176,30 +180,49 @@ int run_pretraining(const PretrainOptions& o) {
   AdamWOptions adamw;
   const bool tty = ::isatty(1);
   auto t_last = std::chrono::steady_clock::now();
+  int64_t skipped_total = 0;
   int64_t seqs_since = 0;
   while (st.step < o.max_steps && !g_stop) {
     model->zero_grad();
     PretrainLoss sum;
+    const float scale = static_cast<float>(st.loss_scale);
     for (int64_t a = 0; a < o.gradient_accumulation_steps; ++a) {
       const BertBatch batch = loader.next(st.cursor);
-      const PretrainLoss l = model->pretrain_step(batch, true, true, prec, st.rng);
+      const PretrainLoss l = model->pretrain_step(batch, true, true, prec, st.rng, scale);
       sum.loss += l.loss;
       sum.mlm_loss += l.mlm_loss;
       sum.nsp_loss += l.nsp_loss;
       seqs_since += batch.B;
     }
     const double inv = 1.0 / static_cast<double>(o.gradient_accumulation_steps);
-    if (o.gradient_accumulation_steps > 1)
-      for (auto& g : model->grads()) g *= static_cast<float>(inv);
+    // Unscale (loss scale and accumulation) and check for inf/NaN: an overflowing step is skipped
+    // and, with dynamic scaling, the scale halves; after loss_scale_window clean steps it doubles.
+    const double gnorm = global_norm(model->grads().data(), model->grads().size());
+    const bool overflow = !std::isfinite(gnorm) || !std::isfinite(sum.loss);
     // NVIDIA's scheduler: the learning rate of optimizer step k uses progress k / max_steps.
     const float lr =
         o.optimizer == "lamb"
             ? poly_warmup_lr(static_cast<float>(o.learning_rate), st.step, o.max_steps, o.warmup_proportion)
             : linear_warmup_lr(static_cast<float>(o.learning_rate), st.step, o.max_steps, o.warmup_proportion);
-    if (o.optimizer == "lamb")
-      lamb_step(model->table(), model->params().data(), model->grads().data(), opt, lr, lamb);
-    else
-      adamw_step(model->table(), model->params().data(), model->grads().data(), opt, lr, adamw);
+    if (overflow) {
+      ++skipped_total;
+      std::fprintf(stderr, "%spretrain: step %lld: gradient overflow (loss scale %g), step skipped\n",
+                   ::isatty(1) ? "\n" : "", static_cast<long long>(st.step + st.step_offset + 1), st.loss_scale);
+      if (dynamic_scale) st.loss_scale = std::max(1.0, st.loss_scale / 2);
+      st.clean_steps = 0;
+    } else {
+      const float unscale = static_cast<float>(inv / st.loss_scale);
+      if (unscale != 1.0f)
+        for (auto& g : model->grads()) g *= unscale;
+      if (o.optimizer == "lamb")
+        lamb_step(model->table(), model->params().data(), model->grads().data(), opt, lr, lamb);
+      else
+        adamw_step(model->table(), model->params().data(), model->grads().data(), opt, lr, adamw);
+      if (dynamic_scale && ++st.clean_steps >= o.loss_scale_window) {
+        st.loss_scale *= 2;
+        st.clean_steps = 0;
+      }
+    }
     ++st.step;
     if (st.step % o.log_freq == 0 || st.step == o.max_steps) {
       const auto now = std::chrono::steady_clock::now();
@@ -213,6 +236,7 @@ int run_pretraining(const PretrainOptions& o) {
       d["nsp_loss"] = sum.nsp_loss * inv;
       d["learning_rate"] = lr;
       d["loss_scale"] = st.loss_scale;
+      d["skipped_steps"] = skipped_total;
       d["seq_per_s"] = sps;
       log.log({st.cursor.epoch, st.step + st.step_offset}, d);
       for (const char* k : {"loss", "mlm_loss", "nsp_loss", "learning_rate", "seq_per_s"})

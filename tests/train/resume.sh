@@ -3,7 +3,7 @@
 # the final model.safetensors must be byte-identical. Then a corrupted newest checkpoint must be
 # skipped (with a warning) in favour of the previous one, again reaching the identical model.
 set -u
-BERTCC="$1"; WORK="$2"; PRECISION="${3:-fp32}"
+BERTCC="$1"; WORK="$2"; PRECISION="${3:-fp32}"; EXTRA="${4:-}"
 rm -rf "$WORK"; mkdir -p "$WORK/text"
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
@@ -15,7 +15,7 @@ done
 "$BERTCC" prep-corpus --input "$WORK/text" --output "$WORK/corpus" --shards 2 > /dev/null 2>&1 || fail prep
 "$BERTCC" train-vocab --input "$WORK/corpus/train" --output "$WORK/vocab.txt" --vocab-size 400 --min-frequency 1 > /dev/null || fail vocab
 "$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5" --vocab "$WORK/vocab.txt" --max-seq-length 64 --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
-ARGS="--config bert-mini --vocab $WORK/vocab.txt --input-dir $WORK/h5 --train-batch-size 32 --gradient-accumulation-steps 2 --max-steps 16 --learning-rate 1e-3 --warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 3 --precision $PRECISION --log-freq 4 --seed 7"
+ARGS="--config bert-mini --vocab $WORK/vocab.txt --input-dir $WORK/h5 --train-batch-size 32 --gradient-accumulation-steps 2 --max-steps 16 --learning-rate 1e-3 --warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 3 --precision $PRECISION --log-freq 4 --seed 7 $EXTRA"
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/straight" > "$WORK/straight.log" 2>&1 || fail "straight run: $(tail -3 "$WORK/straight.log")"
 # Interrupted run: kill -9 at a random moment after the step-8 checkpoint appears.
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/resumed" > "$WORK/first.log" 2>&1 &
@@ -55,5 +55,12 @@ grep -q '"step":\[[0-9]*,16\]' "$WORK/straight/dllogger.json" || fail "dllogger 
 ev=$(ls "$WORK/straight/tensorboard"/events.out.tfevents.* | head -1)
 /usr/bin/python3 "$(dirname "$0")/read_events.py" "$ev" > "$WORK/events.txt" || fail "TensorBoard event file corrupt"
 grep -q "^train/loss 16 " "$WORK/events.txt" || fail "TensorBoard: no train/loss at step 16: $(tail -3 "$WORK/events.txt")"
+if [ "$PRECISION" = fp16 ]; then  # forced overflow: steps skipped, scale halved and regrown
+  grep -q "gradient overflow" "$WORK/straight.log" || fail "fp16: no overflow despite the huge initial scale"
+  last=$(grep '"step":\[[0-9]*,16\]' "$WORK/straight/dllogger.json")
+  echo "$last" | grep -q '"skipped_steps":[1-9]' || fail "fp16: skipped steps not logged: $last"
+  echo "$last" | grep -q '"loss":[0-9]' || fail "fp16: final loss not finite: $last"
+  echo "ok   fp16 overflow handling: $(grep -c 'gradient overflow' "$WORK/straight.log") skipped step(s), final $(echo "$last" | grep -o '"loss_scale":[0-9.e+]*')"
+fi
 [ $fails -eq 0 ] && echo "resume ($PRECISION): all checks passed"
 exit $fails
