@@ -21,8 +21,10 @@ struct DataCursor {
 class PretrainLoader {
  public:
   // `masking` is used for dynamic-masking shards (ignored for masked ones).
+  // bin_batches > 0: length binning — after the seeded shuffle, rows are sorted by length within
+  // consecutive groups of bin_batches batches (similar lengths per batch, random group order).
   PretrainLoader(std::vector<std::string> shards, int64_t micro_batch, uint64_t seed, const MaskingOptions& masking,
-                 int rank = 0, int world = 1);
+                 int rank = 0, int world = 1, int64_t bin_batches = 0);
   ~PretrainLoader();
   // The batch at `c`, advancing `c`. The next batch is prepared on a background thread.
   BertBatch next(DataCursor& c);
@@ -35,6 +37,7 @@ class PretrainLoader {
   std::vector<std::string> shards_;
   int64_t B_;
   uint64_t seed_;
+  int64_t bin_batches_ = 0;
   MaskingOptions masking_;
   std::shared_ptr<Loaded> cache_;
   std::future<BertBatch> ahead_;

@@ -21,6 +21,7 @@ struct PretrainOptions {
   std::string eval_dir;          // held-out shards: MLM/NSP accuracy every eval_freq steps and at the end
   int64_t eval_freq = 0;         // 0: at checkpoints
   int64_t eval_batches = 20;
+  int64_t length_binning = 0;    // > 0: sort by length within groups of this many batches
   uint64_t seed = 12345;
   int threads = 0;
 };

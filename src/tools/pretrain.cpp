@@ -42,6 +42,8 @@ void add_pretrain(CLI::App& app) {
   sub->add_option(flag("--eval-dir"), o->eval_dir, "held-out shards for MLM/NSP accuracy");
   sub->add_option(flag("--eval-freq"), o->eval_freq, "evaluate every N steps (default: at checkpoints) and at the end");
   sub->add_option(flag("--eval-batches"), o->eval_batches, "micro-batches per evaluation (default 20)");
+  sub->add_option(flag("--length-binning"), o->length_binning,
+                  "sort rows by length within groups of N batches after shuffling (default 0: off)");
   sub->add_option(flag("--log-freq"), o->log_freq, "log every N steps (default 1)")->check(CLI::PositiveNumber);
   sub->add_option("--threads", o->threads, "threads (default: all cores)");
   sub->callback([o]() {

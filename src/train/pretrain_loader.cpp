@@ -45,8 +45,8 @@ std::vector<std::string> list_shards(const std::string& dir) {
 }
 
 PretrainLoader::PretrainLoader(std::vector<std::string> shards, int64_t micro_batch, uint64_t seed,
-                               const MaskingOptions& masking, int rank, int world)
-    : B_(micro_batch), seed_(seed), masking_(masking) {
+                               const MaskingOptions& masking, int rank, int world, int64_t bin_batches)
+    : B_(micro_batch), seed_(seed), bin_batches_(bin_batches), masking_(masking) {
   BERTCC_CHECK(world >= 1 && rank >= 0 && rank < world, "loader: bad rank ", rank, " of ", world);
   for (size_t i = 0; i < shards.size(); ++i)
     if (static_cast<int>(i % static_cast<size_t>(world)) == rank) shards_.push_back(shards[i]);
@@ -76,6 +76,24 @@ std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int
   l->order.resize(static_cast<size_t>(l->rows()));
   for (int64_t i = 0; i < l->rows(); ++i) l->order[static_cast<size_t>(i)] = i;
   shuffle(l->order, seed_ ^ mix(static_cast<uint64_t>(epoch) * 1000003u + static_cast<uint64_t>(pos) + 1));
+  if (bin_batches_ > 0) {
+    const int64_t S = l->dynamic ? l->unmasked.S : l->masked.S;
+    const auto& mask = l->dynamic ? l->unmasked.input_mask : l->masked.input_mask;
+    auto len = [&](int64_t r) {
+      int64_t n = 0;
+      for (int64_t t = 0; t < S; ++t) n += mask[static_cast<size_t>(r * S + t)];
+      return n;
+    };
+    std::vector<int64_t> lengths(static_cast<size_t>(l->rows()));
+    for (int64_t r = 0; r < l->rows(); ++r) lengths[static_cast<size_t>(r)] = len(r);
+    const size_t group = static_cast<size_t>(bin_batches_ * B_);
+    for (size_t g0 = 0; g0 < l->order.size(); g0 += group) {
+      const auto e = l->order.begin() + static_cast<std::ptrdiff_t>(std::min(l->order.size(), g0 + group));
+      std::stable_sort(l->order.begin() + static_cast<std::ptrdiff_t>(g0), e, [&](int64_t a, int64_t b) {
+        return lengths[static_cast<size_t>(a)] < lengths[static_cast<size_t>(b)];
+      });
+    }
+  }
   cache_ = l;
   return l;
 }

@@ -97,7 +97,7 @@ int run_pretraining(const PretrainOptions& o) {
   mopt.sep_id = sep;
   mopt.mask_id = mask;
   const int64_t micro = o.train_batch_size / o.gradient_accumulation_steps;
-  PretrainLoader loader(list_shards(o.input_dir), micro, o.seed, mopt);
+  PretrainLoader loader(list_shards(o.input_dir), micro, o.seed, mopt, 0, 1, o.length_binning);
 
   AdamState opt;
   TrainerState st;
