@@ -29,10 +29,12 @@ struct AdamWOptions {
 double global_norm(const float* x, size_t n);
 
 // One LAMB step (apex FusedLAMB semantics). `grads` is consumed (overwritten with the update).
-// Returns the global gradient norm before clipping.
-double lamb_step(const ParamTable& t, float* params, float* grads, AdamState& s, float lr, const LambOptions& o);
+// Returns the global gradient norm before clipping; pass it as `grad_norm` if already known.
+double lamb_step(const ParamTable& t, float* params, float* grads, AdamState& s, float lr, const LambOptions& o,
+                 double grad_norm = -1);
 // One AdamW step (HF semantics; decoupled weight decay). Returns the gradient norm before clipping.
-double adamw_step(const ParamTable& t, float* params, float* grads, AdamState& s, float lr, const AdamWOptions& o);
+double adamw_step(const ParamTable& t, float* params, float* grads, AdamState& s, float lr, const AdamWOptions& o,
+                  double grad_norm = -1);
 
 // NVIDIA PolyWarmUpScheduler: linear warm-up, then base * (1 - progress)^0.5.
 float poly_warmup_lr(float base, int64_t step, int64_t total_steps, double warmup_proportion, double degree = 0.5);

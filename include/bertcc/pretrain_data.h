@@ -20,6 +20,8 @@ PretrainShard read_pretrain_shard(const std::string& path);
 // Rows [first, first+count) as a model batch. Masked-LM labels follow NVIDIA's loader: a row's
 // position list ends at its first 0 entry; every other token is ignored (-1).
 BertBatch make_pretrain_batch(const PretrainShard& shard, int64_t first, int64_t count, const std::string& where);
+// The same for any rows, in the given order.
+BertBatch make_pretrain_batch(const PretrainShard& shard, const std::vector<int64_t>& rows, const std::string& where);
 
 // Writes a shard in the same layout (gzip level 4), atomically (used by tests and tools).
 void write_pretrain_shard(const std::string& path, const PretrainShard& shard);

@@ -103,24 +103,33 @@ PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<in
 BertBatch make_pretrain_batch(const PretrainShard& s, int64_t first, int64_t count, const std::string& where) {
   BERTCC_CHECK(first >= 0 && count > 0 && first + count <= s.N, where, ": rows [", first, ",", first + count,
                ") outside the shard's ", s.N, " rows");
+  std::vector<int64_t> rows(static_cast<size_t>(count));
+  for (int64_t r = 0; r < count; ++r) rows[static_cast<size_t>(r)] = first + r;
+  return make_pretrain_batch(s, rows, where);
+}
+
+BertBatch make_pretrain_batch(const PretrainShard& s, const std::vector<int64_t>& rows, const std::string& where) {
   BertBatch b;
-  b.B = count;
+  b.B = static_cast<int64_t>(rows.size());
   b.T = s.S;
-  const size_t o = static_cast<size_t>(first * s.S), n = static_cast<size_t>(count * s.S);
-  b.input_ids.assign(s.input_ids.begin() + o, s.input_ids.begin() + o + n);
-  b.input_mask.assign(s.input_mask.begin() + o, s.input_mask.begin() + o + n);
-  b.segment_ids.assign(s.segment_ids.begin() + o, s.segment_ids.begin() + o + n);
-  b.mlm_labels.assign(n, -1);
-  for (int64_t r = 0; r < count; ++r) {
-    const int32_t* pos = s.masked_lm_positions.data() + (first + r) * s.P;
-    const int32_t* ids = s.masked_lm_ids.data() + (first + r) * s.P;
-    for (int64_t k = 0; k < s.P; ++k) {
-      if (pos[k] == 0) break;  // NVIDIA: the list ends at the first 0 position
-      BERTCC_CHECK(pos[k] > 0 && pos[k] < s.S, where, ": masked_lm_positions[", first + r, "][", k, "] = ", pos[k],
+  const size_t S = static_cast<size_t>(s.S);
+  b.mlm_labels.assign(rows.size() * S, -1);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const int64_t row = rows[k];
+    BERTCC_CHECK(row >= 0 && row < s.N, where, ": row ", row, " outside the shard's ", s.N, " rows");
+    const size_t o = static_cast<size_t>(row) * S;
+    b.input_ids.insert(b.input_ids.end(), s.input_ids.begin() + o, s.input_ids.begin() + o + S);
+    b.input_mask.insert(b.input_mask.end(), s.input_mask.begin() + o, s.input_mask.begin() + o + S);
+    b.segment_ids.insert(b.segment_ids.end(), s.segment_ids.begin() + o, s.segment_ids.begin() + o + S);
+    const int32_t* pos = s.masked_lm_positions.data() + row * s.P;
+    const int32_t* ids = s.masked_lm_ids.data() + row * s.P;
+    for (int64_t j = 0; j < s.P; ++j) {
+      if (pos[j] == 0) break;  // NVIDIA: the list ends at the first 0 position
+      BERTCC_CHECK(pos[j] > 0 && pos[j] < s.S, where, ": masked_lm_positions[", row, "][", j, "] = ", pos[j],
                    " outside [1, ", s.S, ")");
-      b.mlm_labels[static_cast<size_t>(r * s.S + pos[k])] = ids[k];
+      b.mlm_labels[k * S + static_cast<size_t>(pos[j])] = ids[j];
     }
-    b.nsp_labels.push_back(s.next_sentence_labels[static_cast<size_t>(first + r)]);
+    b.nsp_labels.push_back(s.next_sentence_labels[static_cast<size_t>(row)]);
   }
   return b;
 }

@@ -41,10 +41,11 @@ void ensure_state(AdamState& s, size_t n) {
 
 double global_norm(const float* x, size_t n) { return std::sqrt(blocked_sumsq(x, n)); }
 
-double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const LambOptions& o) {
+double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const LambOptions& o,
+                 double grad_norm) {
   ensure_state(s, t.total());
   s.step += 1;
-  const double gnorm = global_norm(g, t.total());
+  const double gnorm = grad_norm >= 0 ? grad_norm : global_norm(g, t.total());
   const float clip =
       (o.max_grad_norm > 0 && gnorm > o.max_grad_norm) ? static_cast<float>(o.max_grad_norm / gnorm) : 1.0f;
   const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(s.step));
@@ -100,10 +101,11 @@ double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr
   return gnorm;
 }
 
-double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const AdamWOptions& o) {
+double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const AdamWOptions& o,
+                  double grad_norm) {
   ensure_state(s, t.total());
   s.step += 1;
-  const double gnorm = global_norm(g, t.total());
+  const double gnorm = grad_norm >= 0 ? grad_norm : global_norm(g, t.total());
   const float clip =
       (o.max_grad_norm > 0 && gnorm > o.max_grad_norm) ? static_cast<float>(o.max_grad_norm / gnorm) : 1.0f;
   const float bc1 = o.bias_correction ? 1.0f - std::pow(o.beta1, static_cast<float>(s.step)) : 1.0f;

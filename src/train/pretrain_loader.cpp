@@ -11,6 +11,7 @@ namespace bertcc {
 
 struct PretrainLoader::Loaded {
   int64_t epoch = -1, pos = -1;
+  std::string path;
   bool dynamic = false;
   PretrainShard masked;
   UnmaskedShard unmasked;
@@ -67,6 +68,7 @@ std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int
   auto l = std::make_shared<Loaded>();
   l->epoch = epoch;
   l->pos = pos;
+  l->path = path;
   l->dynamic = is_unmasked_shard(path);
   if (l->dynamic)
     l->unmasked = read_unmasked_shard(path);
@@ -111,22 +113,7 @@ BertBatch PretrainLoader::load(DataCursor& c) {
   std::vector<int64_t> rows(l->order.begin() + c.row, l->order.begin() + c.row + B_);
   c.row += B_;
   if (l->dynamic) return DynamicMasker(masking_, seed_).make_batch(l->unmasked, rows, static_cast<uint64_t>(c.epoch));
-  BertBatch b;
-  for (int64_t r : rows) {
-    BertBatch one = make_pretrain_batch(l->masked, r, 1, shards_[0]);
-    if (b.B == 0) {
-      b = std::move(one);
-      continue;
-    }
-    b.B += 1;
-    for (auto [dst, src] : {std::pair{&b.input_ids, &one.input_ids},
-                            {&b.segment_ids, &one.segment_ids},
-                            {&b.input_mask, &one.input_mask},
-                            {&b.mlm_labels, &one.mlm_labels}})
-      dst->insert(dst->end(), src->begin(), src->end());
-    b.nsp_labels.push_back(one.nsp_labels[0]);
-  }
-  return b;
+  return make_pretrain_batch(l->masked, rows, l->path);
 }
 
 BertBatch PretrainLoader::next(DataCursor& c) {

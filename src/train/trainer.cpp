@@ -74,16 +74,18 @@ int run_pretraining(const PretrainOptions& o) {
   // Model: an HF checkpoint, or a fresh initialisation from a config and vocabulary.
   std::unique_ptr<Bert> model;
   int32_t cls = 101, sep = 102, mask = 103;
+  std::unique_ptr<Vocab> vocab;
+  if (!o.vocab.empty()) vocab = std::make_unique<Vocab>(Vocab::load(o.vocab));
   if (!o.init_checkpoint.empty()) {
     model = load_model_dir(o.init_checkpoint, Heads::PreTraining);
   } else {
     BertConfig cfg = config_from_name_or_path(o.config);
-    if (!o.vocab.empty()) cfg.vocab_size = Vocab::load(o.vocab).size();
+    if (vocab) cfg.vocab_size = vocab->size();
     model = std::make_unique<Bert>(cfg, Heads::PreTraining);
     model->init_weights(o.seed);
   }
-  if (!o.vocab.empty()) {
-    const Vocab v = Vocab::load(o.vocab);
+  if (vocab) {
+    const Vocab& v = *vocab;
     BERTCC_CHECK(v.size() == model->config().vocab_size, o.vocab, ": ", v.size(), " entries but the model has ",
                  model->config().vocab_size);
     cls = v.id("[CLS]");
@@ -214,10 +216,12 @@ int run_pretraining(const PretrainOptions& o) {
       const float unscale = static_cast<float>(inv / st.loss_scale);
       if (unscale != 1.0f)
         for (auto& g : model->grads()) g *= unscale;
+      // The norm computed for the overflow check serves the optimizer's clipping (no second pass).
+      const double norm = unscale == 1.0f ? gnorm : global_norm(model->grads().data(), model->grads().size());
       if (o.optimizer == "lamb")
-        lamb_step(model->table(), model->params().data(), model->grads().data(), opt, lr, lamb);
+        lamb_step(model->table(), model->params().data(), model->grads().data(), opt, lr, lamb, norm);
       else
-        adamw_step(model->table(), model->params().data(), model->grads().data(), opt, lr, adamw);
+        adamw_step(model->table(), model->params().data(), model->grads().data(), opt, lr, adamw, norm);
       if (dynamic_scale && ++st.clean_steps >= o.loss_scale_window) {
         st.loss_scale *= 2;
         st.clean_steps = 0;
