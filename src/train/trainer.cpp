@@ -138,7 +138,9 @@ int run_pretraining(const PretrainOptions& o) {
            {"optimizer", o.optimizer},
            {"precision", o.precision},
            {"seed", o.seed},
-           {"start_step", st.step}})
+           {"start_step", st.step + st.step_offset},
+           {"phase", st.phase},
+           {"phase1_end_step", st.step_offset}})
     params[k] = v;
   log.log("PARAMETER", params);
 
@@ -169,7 +171,7 @@ int run_pretraining(const PretrainOptions& o) {
     for (const char* k : {"eval.loss", "eval.mlm_accuracy", "eval.nsp_accuracy"})
       tb.scalar(std::string("eval/") + (k + 5), d[k].get<float>(), st.step + st.step_offset);
     std::printf("%seval at step %lld: loss %.4f, MLM accuracy %.4f, NSP accuracy %.4f (%lld masked tokens)\n",
-                ::isatty(1) ? "\n" : "", static_cast<long long>(st.step), d["eval.loss"].get<double>(),
+                ::isatty(1) ? "\n" : "", static_cast<long long>(st.step + st.step_offset), d["eval.loss"].get<double>(),
                 d["eval.mlm_accuracy"].get<double>(), d["eval.nsp_accuracy"].get<double>(),
                 static_cast<long long>(sum.mlm_count));
     std::fflush(stdout);
