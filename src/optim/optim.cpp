@@ -41,15 +41,29 @@ void ensure_state(AdamState& s, size_t n) {
 
 double global_norm(const float* x, size_t n) { return std::sqrt(blocked_sumsq(x, n)); }
 
-double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const LambOptions& o,
-                 double grad_norm) {
+namespace {
+// What every Adam-family step starts with: moments allocated, step counted, gradient norm and
+// clipping factor (global pre-normalisation), bias corrections.
+struct StepStart {
+  double gnorm;
+  float clip, bc1, bc2;
+};
+StepStart start_step(const ParamTable& t, const float* g, AdamState& s, double grad_norm, float max_grad_norm,
+                     float beta1, float beta2, bool bias_correction) {
   ensure_state(s, t.total());
   s.step += 1;
-  const double gnorm = grad_norm >= 0 ? grad_norm : global_norm(g, t.total());
-  const float clip =
-      (o.max_grad_norm > 0 && gnorm > o.max_grad_norm) ? static_cast<float>(o.max_grad_norm / gnorm) : 1.0f;
-  const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(s.step));
-  const float bc2 = 1.0f - std::pow(o.beta2, static_cast<float>(s.step));
+  StepStart r;
+  r.gnorm = grad_norm >= 0 ? grad_norm : global_norm(g, t.total());
+  r.clip = (max_grad_norm > 0 && r.gnorm > max_grad_norm) ? static_cast<float>(max_grad_norm / r.gnorm) : 1.0f;
+  r.bc1 = bias_correction ? 1.0f - std::pow(beta1, static_cast<float>(s.step)) : 1.0f;
+  r.bc2 = bias_correction ? 1.0f - std::pow(beta2, static_cast<float>(s.step)) : 1.0f;
+  return r;
+}
+}  // namespace
+
+double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const LambOptions& o,
+                 double grad_norm) {
+  const auto [gnorm, clip, bc1, bc2] = start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, true);
   for (const ParamEntry& e : t.entries()) {
     float* we = w + e.offset;
     float* ge = g + e.offset;
@@ -103,13 +117,8 @@ double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr
 
 double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const AdamWOptions& o,
                   double grad_norm) {
-  ensure_state(s, t.total());
-  s.step += 1;
-  const double gnorm = grad_norm >= 0 ? grad_norm : global_norm(g, t.total());
-  const float clip =
-      (o.max_grad_norm > 0 && gnorm > o.max_grad_norm) ? static_cast<float>(o.max_grad_norm / gnorm) : 1.0f;
-  const float bc1 = o.bias_correction ? 1.0f - std::pow(o.beta1, static_cast<float>(s.step)) : 1.0f;
-  const float bc2 = o.bias_correction ? 1.0f - std::pow(o.beta2, static_cast<float>(s.step)) : 1.0f;
+  const auto [gnorm, clip, bc1, bc2] =
+      start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.bias_correction);
   for (const ParamEntry& e : t.entries()) {
     float* we = w + e.offset;
     const float* ge = g + e.offset;

@@ -4,16 +4,9 @@
 # (warm-up from 0), and a phase-2 run interrupted with kill -9 resumes to the identical model.
 set -u
 BERTCC="$1"; WORK="$2"
-rm -rf "$WORK"; mkdir -p "$WORK/text"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-i=0
-while [ $i -lt 50 ]; do
-  printf 'Document %d has a first sentence about rivers and hills. A second sentence talks about %d birds.\nThe third sentence is longer and mentions trains, clocks and gardens near the old mill.\n' $i $((i * 3)) > "$WORK/text/d$i.txt"
-  i=$((i + 1))
-done
-"$BERTCC" prep-corpus --input "$WORK/text" --output "$WORK/corpus" --shards 2 > /dev/null 2>&1 || fail prep
-"$BERTCC" train-vocab --input "$WORK/corpus/train" --output "$WORK/vocab.txt" --vocab-size 400 --min-frequency 1 > /dev/null || fail vocab
+rm -rf "$WORK"; mkdir -p "$WORK"
+. "$(dirname "$0")/common.sh"
+make_corpus "$BERTCC" "$WORK"
 "$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5_64" --vocab "$WORK/vocab.txt" --max-seq-length 64 --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data64
 "$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5_128" --vocab "$WORK/vocab.txt" --max-seq-length 128 --max-predictions-per-seq 20 --dupe-factor 3 > /dev/null || fail data128
 COMMON="--config bert-mini --vocab $WORK/vocab.txt --train-batch-size 16 --learning-rate 1e-3 --num-steps-per-checkpoint 2 --keep-checkpoints 10 --log-freq 1 --seed 3 --precision fp32"

@@ -4,16 +4,9 @@
 # skipped (with a warning) in favour of the previous one, again reaching the identical model.
 set -u
 BERTCC="$1"; WORK="$2"; PRECISION="${3:-fp32}"; EXTRA="${4:-}"
-rm -rf "$WORK"; mkdir -p "$WORK/text"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-i=0
-while [ $i -lt 60 ]; do
-  printf 'Sentence one of document %d is here. The second sentence follows it closely.\nA third one, with number %d, ends the paragraph. Then a fourth line appears.\n' $i $((i * 7)) > "$WORK/text/d$i.txt"
-  i=$((i + 1))
-done
-"$BERTCC" prep-corpus --input "$WORK/text" --output "$WORK/corpus" --shards 2 > /dev/null 2>&1 || fail prep
-"$BERTCC" train-vocab --input "$WORK/corpus/train" --output "$WORK/vocab.txt" --vocab-size 400 --min-frequency 1 > /dev/null || fail vocab
+rm -rf "$WORK"; mkdir -p "$WORK"
+. "$(dirname "$0")/common.sh"
+make_corpus "$BERTCC" "$WORK"
 "$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5" --vocab "$WORK/vocab.txt" --max-seq-length 64 --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
 ARGS="--config bert-mini --vocab $WORK/vocab.txt --input-dir $WORK/h5 --train-batch-size 32 --gradient-accumulation-steps 2 --max-steps 16 --learning-rate 1e-3 --warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 3 --precision $PRECISION --log-freq 4 --seed 7 $EXTRA"
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/straight" > "$WORK/straight.log" 2>&1 || fail "straight run: $(tail -3 "$WORK/straight.log")"
