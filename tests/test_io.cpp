@@ -237,3 +237,12 @@ TEST(FileIo, AtomicWriteLeavesNoTemporaries) {
   EXPECT_EQ(files, 1);
   EXPECT_THROW(write_file_atomic(d / "no/such/dir/a.txt", "x"), Error);
 }
+
+#include "bertcc/squad_eval.h"
+TEST(SquadEval, OfficialNormalization) {
+  EXPECT_EQ(squad_normalize("The  Quick, brown fox!"), "quick brown fox");
+  EXPECT_EQ(squad_normalize("an apple a day"), "apple day");
+  EXPECT_EQ(squad_normalize("theatre and anarchy"), "theatre and anarchy");  // whole words only
+  EXPECT_EQ(squad_normalize("the\xE2\x80\x94man"), "\xE2\x80\x94man");       // U+2014 is not \w: "the" is a word
+  EXPECT_EQ(squad_normalize("\xC3\x89t\xC3\xA9 (1990)"), "\xC3\xA9t\xC3\xA9 1990");
+}

@@ -30,4 +30,8 @@ class PyRandom {
 // Python 3's round() to an integer: halves go to the even neighbour.
 int64_t round_half_even(double x);
 
+// Python's str.isspace() for one code point (bidirectional WS/B/S or category Zs), which is what
+// str.split() and str.strip() split and strip on.
+bool py_isspace(uint32_t c);
+
 }  // namespace bertcc

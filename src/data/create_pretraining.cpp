@@ -11,12 +11,6 @@
 namespace bertcc {
 namespace {
 
-// Python's str.isspace for one code point (bidirectional WS/B/S or category Zs).
-bool py_isspace(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
 // Empty after Python's str.strip(), with invalid UTF-8 ignored (convert_to_unicode(errors="ignore")).
 bool py_blank(std::string_view line) {
   const auto* s = reinterpret_cast<const unsigned char*>(line.data());

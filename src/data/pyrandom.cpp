@@ -75,6 +75,11 @@ uint64_t PyRandom::randbelow(uint64_t n) {
   }
 }
 
+bool py_isspace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 int64_t round_half_even(double x) {
   const double f = std::floor(x), d = x - f;
   if (d != 0.5) return static_cast<int64_t>(d > 0.5 ? f + 1 : f);

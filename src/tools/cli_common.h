@@ -22,5 +22,6 @@ void add_prep_corpus(CLI::App& app);
 void add_train_vocab(CLI::App& app);
 void add_pretrain(CLI::App& app);
 void add_plot(CLI::App& app);
+void add_eval(CLI::App& app);
 
 }  // namespace bertcc::tools

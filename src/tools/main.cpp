@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   bertcc::tools::add_train_vocab(app);
   bertcc::tools::add_pretrain(app);
   bertcc::tools::add_plot(app);
+  bertcc::tools::add_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
