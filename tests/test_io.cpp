@@ -246,3 +246,21 @@ TEST(SquadEval, OfficialNormalization) {
   EXPECT_EQ(squad_normalize("the\xE2\x80\x94man"), "\xE2\x80\x94man");       // U+2014 is not \w: "the" is a word
   EXPECT_EQ(squad_normalize("\xC3\x89t\xC3\xA9 (1990)"), "\xC3\xA9t\xC3\xA9 1990");
 }
+
+#include "bertcc/glue.h"
+TEST(Glue, ReaderQuirksAndErrors) {
+  TmpDir d;
+  // BOM on the header, an unbalanced quote, CRLF, no final newline.
+  write_raw(d / "mrpc.tsv", "\xEF\xBB\xBFQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n1\t1\t2\tHe said \"hi\tShe left\r\n0\t3\t4\tA\tB");
+  const auto ex = read_glue("MRPC", d / "mrpc.tsv");
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[0].text_a, "He said \"hi");
+  EXPECT_EQ(ex[0].label, "1");
+  EXPECT_EQ(ex[1].text_b, "B");
+  write_raw(d / "bad.tsv", "sentence\tlabel\nonly one field\n");
+  auto e = error_of([&] { read_glue("sst-2", d / "bad.tsv"); });
+  EXPECT_NE(e.find("bad.tsv:2: expected at least 2 tab-separated fields, found 1"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { read_glue("glue-x", d / "bad.tsv"); }).find("unknown GLUE task 'glue-x'"), std::string::npos);
+  EXPECT_DOUBLE_EQ(spearman({1, 2, 2, 3}, {10, 20, 20, 40}), 1.0);
+  EXPECT_DOUBLE_EQ(matthews_corrcoef({"1", "0"}, {"1", "0"}, "1"), 1.0);
+}

@@ -1,7 +1,10 @@
 // bertcc eval squad: the official SQuAD v1.1 / v2.0 metrics.
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 
+#include "bertcc/error.h"
+#include "bertcc/glue.h"
 #include "bertcc/squad_eval.h"
 #include "tools/cli_common.h"
 
@@ -21,6 +24,37 @@ void add_eval(CLI::App& app) {
   sq->add_option(flag("--na-prob"), o->na, "null_odds.json (v2.0)");
   sq->add_option(flag("--na-prob-thresh"), o->thresh, "predict no answer above this null probability (default 1.0)");
   sq->callback([o]() { std::cout << evaluate_squad(o->data, o->preds, o->na, o->thresh).dump() << "\n"; });
+
+  struct GOpts {
+    std::string task, data, preds;
+  };
+  auto g = std::make_shared<GOpts>();
+  auto* gl = ev->add_subcommand("glue", "GLUE metrics (CoLA mcc, STS-B pearson/spearman, MRPC/QQP acc+f1, else acc)");
+  gl->add_option(flag("--task-name"), g->task, "cola, sst-2, mrpc, sts-b, qqp, mnli, mnli-mm, qnli, rte, wnli")
+      ->required();
+  gl->add_option("--data", g->data, "the labelled TSV (e.g. dev.tsv)")->required();
+  gl->add_option("--predictions", g->preds,
+                 "one prediction per line in data order, or GLUE's submission format (index<TAB>prediction)")
+      ->required();
+  gl->callback([g]() {
+    const auto ex = read_glue(g->task, g->data);
+    std::vector<std::string> gold, pred;
+    for (const auto& e : ex) gold.push_back(e.label);
+    std::ifstream in(g->preds);
+    BERTCC_CHECK(in, g->preds, ": cannot open");
+    std::string line;
+    int64_t n = 0;
+    while (std::getline(in, line)) {
+      ++n;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (n == 1 && line.rfind("index\t", 0) == 0) continue;  // submission header
+      const size_t tab = line.find('\t');
+      pred.push_back(tab == std::string::npos ? line : line.substr(tab + 1));
+    }
+    BERTCC_CHECK(pred.size() == gold.size(), g->preds, ": ", pred.size(), " predictions for ", gold.size(),
+                 " examples in ", g->data);
+    std::cout << glue_metrics(g->task, pred, gold).dump() << "\n";
+  });
 }
 
 }  // namespace bertcc::tools

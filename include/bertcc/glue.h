@@ -1,0 +1,32 @@
+// GLUE: TSV readers as GLUE ships the files (TAB-separated, quoting off, UTF-8 BOM tolerated,
+// header or none, missing final newline) and the official metrics.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace bertcc {
+
+struct GlueExample {
+  std::string text_a, text_b, label;  // label empty for test files
+};
+
+// task: cola, sst-2, mrpc, sts-b, qqp, mnli, mnli-mm, qnli, rte, wnli (case-insensitive).
+// Errors name the file and line.
+std::vector<GlueExample> read_glue(const std::string& task, const std::string& path);
+
+// Metrics over parallel vectors (labels as given in the files; STS-B as numbers).
+double glue_accuracy(const std::vector<std::string>& pred, const std::vector<std::string>& gold);
+double glue_f1(const std::vector<std::string>& pred, const std::vector<std::string>& gold, const std::string& positive);
+double matthews_corrcoef(const std::vector<std::string>& pred, const std::vector<std::string>& gold,
+                         const std::string& positive);
+double pearson(const std::vector<double>& x, const std::vector<double>& y);
+double spearman(const std::vector<double>& x, const std::vector<double>& y);  // average ranks for ties
+
+// The task's official metrics: CoLA mcc; SST-2/QNLI/RTE/WNLI/MNLI acc; MRPC/QQP acc+f1; STS-B
+// pearson+spearman.
+nlohmann::ordered_json glue_metrics(const std::string& task, const std::vector<std::string>& pred,
+                                    const std::vector<std::string>& gold);
+
+}  // namespace bertcc
