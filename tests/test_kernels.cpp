@@ -286,10 +286,17 @@ TEST(CrossEntropy, LossAndGradientWithIgnoreIndex) {
   const int64_t N = 5, V = 13;
   auto x = randn(N * V, 3, 2.0f);
   std::vector<int32_t> labels = {3, -1, 12, 0, -1};
+  x[0 * V + 3] = 9.0f;  // row 0 is predicted correctly, so the accuracy count is not trivially 0
   std::vector<float> logits = x, losses(N);
+  int64_t correct = 0;
   const int64_t valid = kernels::softmax_xent_forward_backward(logits.data(), losses.data(), labels.data(), N, V, -1,
-                                                               1.0f / 3.0f);
+                                                               1.0f / 3.0f, &correct);
   EXPECT_EQ(valid, 3);
+  int64_t want_correct = 0;  // reference: first maximum of the original logits equals the label
+  for (int64_t n = 0; n < N; ++n)
+    if (labels[n] != -1) want_correct += (std::max_element(x.begin() + n * V, x.begin() + (n + 1) * V) - (x.begin() + n * V)) == labels[n];
+  EXPECT_GE(want_correct, 1);
+  EXPECT_EQ(correct, want_correct);
   double mean = 0;
   for (float l : losses) mean += l;
   mean /= 3;

@@ -59,8 +59,9 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
 // ---- softmax cross-entropy with ignore index, fused with its gradient ----
 // logits[N,V] is overwritten by d(loss)/d(logits) * grad_scale when grad_scale != 0 (so no
 // probability tensor outlives this call). losses[N] gets each row's loss (0 for ignored rows).
-// Returns the number of rows that were not ignored.
+// Returns the number of rows that were not ignored; adds to *num_correct (if given) the rows whose
+// first maximum logit is the label (accuracy from the same pass that finds the row maximum).
 int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
-                                      int32_t ignore_index, float grad_scale);
+                                      int32_t ignore_index, float grad_scale, int64_t* num_correct = nullptr);
 
 }  // namespace bertcc::kernels

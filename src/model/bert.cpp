@@ -393,12 +393,8 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
                       C, cfg_.layer_norm_eps);
     linear_forward(h.logits.data(), h.tl.data(), w("bert.embeddings.word_embeddings.weight"), w("cls.predictions.bias"),
                    M, V, C, prec, w16("bert.embeddings.word_embeddings.weight", prec));
-    for (int64_t m = 0; m < M; ++m) {
-      const float* r = h.logits.data() + m * V;
-      out.mlm_correct += (std::max_element(r, r + V) - r) == h.labels[m];
-    }
     softmax_xent_forward_backward(h.logits.data(), h.losses.data(), h.labels.data(), M, V, -1,
-                                  backward ? loss_scale / static_cast<float>(M) : 0.0f);
+                                  backward ? loss_scale / static_cast<float>(M) : 0.0f, &out.mlm_correct);
     double s = 0;
     for (int64_t m = 0; m < M; ++m) s += h.losses[m];
     out.mlm_loss = s / static_cast<double>(M);
@@ -409,9 +405,8 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   h.nsp_losses.resize(B);
   linear_forward(h.nsp.data(), pooled_output(), w("cls.seq_relationship.weight"), w("cls.seq_relationship.bias"), B, 2,
                  C, prec, w16("cls.seq_relationship.weight", prec));
-  for (int64_t b = 0; b < B; ++b) out.nsp_correct += (h.nsp[2 * b + 1] > h.nsp[2 * b]) == (batch.nsp_labels[b] == 1);
   softmax_xent_forward_backward(h.nsp.data(), h.nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
-                                backward ? loss_scale / static_cast<float>(B) : 0.0f);
+                                backward ? loss_scale / static_cast<float>(B) : 0.0f, &out.nsp_correct);
   double s = 0;
   for (int64_t b = 0; b < B; ++b) s += h.nsp_losses[b];
   out.nsp_loss = s / static_cast<double>(B);
