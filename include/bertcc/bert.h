@@ -18,6 +18,11 @@ struct BertBatch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> input_ids, segment_ids, input_mask, mlm_labels;  // [B*T]
   std::vector<int32_t> nsp_labels;                                       // [B]
+  // Fine-tuning labels: `labels` is [B] (sequence classification) or [B*T] (token classification,
+  // -100 = ignored); `targets` [B] (regression, num_labels == 1); start/end positions [B]
+  // (question answering; values outside [0, T) are ignored, as HF clamps them to T).
+  std::vector<int32_t> labels, start_positions, end_positions;
+  std::vector<float> targets;
   void validate(const BertConfig& c, const std::string& where) const;   // throws naming the field
 };
 
@@ -26,7 +31,19 @@ struct PretrainLoss {
   int64_t mlm_count = 0, mlm_correct = 0, nsp_correct = 0;
 };
 
-enum class Heads { None, PreTraining };
+// Fine-tuning loss and counts (accuracy numerator and denominator; QA counts start and end).
+struct FinetuneLoss {
+  double loss = 0;
+  int64_t count = 0, correct = 0;
+};
+
+// None = BertModel; PreTraining = BertForPreTraining; the others are HF's BertForQuestionAnswering
+// (qa_outputs on every token), BertForSequenceClassification (classifier on the dropped-out pooled
+// output; regression when num_labels == 1) and BertForTokenClassification (classifier on every
+// dropped-out token). QA and token classification have no pooler, as in HF (add_pooling_layer=False).
+enum class Heads { None, PreTraining, QuestionAnswering, SequenceClassification, TokenClassification };
+const char* architecture_name(Heads h);
+bool has_pooler(Heads h);
 
 class Bert {
  public:
@@ -63,6 +80,19 @@ class Bert {
   PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f);
 
+  // Fine-tuning forward (and backward): the head's loss as HF computes it (QA: mean of start and
+  // end cross-entropy; classification: mean cross-entropy; regression: mean squared error; tokens:
+  // mean cross-entropy over labels != -100). Logits are left in head_logits(): QA [B,T,2]
+  // (start, end), sequence [B,num_labels], token [B,T,num_labels].
+  FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                             float loss_scale = 1.0f);
+  const std::vector<float>& head_logits() const { return head_logits_; }
+
+  // Fine-tune only the top `layers` encoder layers (and the pooler/head): the embeddings and the
+  // layers below are frozen (no gradient computed, no update). Negative = everything trainable.
+  void freeze_below_top_layers(int layers);
+  int first_trainable_layer() const { return first_trainable_layer_; }
+
   // BertModel: sequence output [B,T,C] and pooled output [B,C] (valid until the next call).
   void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng);
   const float* sequence_output() const;
@@ -91,6 +121,9 @@ class Bert {
   bool params16_valid_ = false;
   std::unique_ptr<Acts> acts_;
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
+  std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
+  std::vector<float> head_in_, head_din_, head_dseq_;  // head input after dropout, its gradient
+  int first_trainable_layer_ = 0;                // layers below (and embeddings, if > 0) are frozen
 };
 
 }  // namespace bertcc

@@ -1,6 +1,7 @@
 // BERT configuration: Hugging Face config.json keys (Google's bert_config.json accepted).
 #pragma once
 #include <string>
+#include <vector>
 
 namespace bertcc {
 
@@ -19,6 +20,14 @@ struct BertConfig {
   int type_vocab_size = 2;
   float initializer_range = 0.02f;
   float layer_norm_eps = 1e-12f;  // BERT's value; never 1e-5
+  // Fine-tuning heads (HF keys): id2label gives the label names in id order (num_labels = its size;
+  // 1 = regression); classifier_dropout < 0 means "use hidden_dropout_prob", as HF's null.
+  std::vector<std::string> id2label;
+  float classifier_dropout = -1.0f;
+  std::string finetuning_task;
+
+  int num_labels() const { return static_cast<int>(id2label.size()); }
+  float head_dropout() const { return classifier_dropout >= 0 ? classifier_dropout : hidden_dropout_prob; }
 
   Activation activation() const;
   int head_size() const { return hidden_size / num_attention_heads; }

@@ -12,8 +12,17 @@ namespace bertcc {
 // LayerNorm gamma/beta, a missing tied cls.predictions.decoder.weight, an optional
 // cls.predictions.decoder.bias. Unknown or missing tensors and shape mismatches throw,
 // naming the tensor. Pre-training head tensors are skipped (with a note) when heads == None.
-std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads);
-void load_weights(Bert& model, const std::string& safetensors_path);
+// Tensors of other heads (cls.*, the pooler, qa_outputs, classifier) are skipped with a note.
+// `fresh` starts a fine-tuning run: the config gets these labels, every tensor is first initialised
+// from `seed`, and head tensors the checkpoint lacks (or has with another shape) stay initialised.
+struct NewHeads {
+  std::vector<std::string> id2label;
+  std::string task;
+  uint64_t seed = 0;
+};
+std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh = nullptr);
+BertConfig load_model_config(const std::string& dir);
+void load_weights(Bert& model, const std::string& safetensors_path, bool new_heads = false);
 
 // Writes config.json, model.safetensors (F32, HF names) and, if given, a copy of vocab.txt.
 void save_model_dir(const Bert& model, const std::string& dir, const std::string& vocab_path = "");

@@ -14,6 +14,7 @@ struct ParamEntry {
   size_t offset = 0;           // in elements, into the flat buffers
   size_t numel = 0;
   bool weight_decay = true;    // false for biases and LayerNorm parameters
+  bool trainable = true;       // false for frozen tensors (fine-tuning only the top layers): no update
 };
 
 class ParamTable {
@@ -24,6 +25,7 @@ class ParamTable {
   size_t total() const { return total_; }
   const ParamEntry* find(const std::string& name) const;
   const ParamEntry& at(const std::string& name) const;  // throws naming the tensor
+  void set_trainable(const std::string& name, bool trainable);
 
  private:
   std::vector<ParamEntry> entries_;

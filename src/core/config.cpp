@@ -31,6 +31,7 @@ void BertConfig::validate(const std::string& where) const {
                ": field 'hidden_dropout_prob' must be in [0, 1)");
   BERTCC_CHECK(attention_probs_dropout_prob >= 0 && attention_probs_dropout_prob < 1, where,
                ": field 'attention_probs_dropout_prob' must be in [0, 1)");
+  BERTCC_CHECK(classifier_dropout < 1, where, ": field 'classifier_dropout' must be below 1");
   BERTCC_CHECK(layer_norm_eps > 0, where, ": field 'layer_norm_eps' must be positive");
   try {
     (void)activation();
@@ -76,6 +77,32 @@ BertConfig load_config(const std::string& path) {
     BERTCC_CHECK(j["hidden_act"].is_string(), path, ": field 'hidden_act' must be a string");
     c.hidden_act = j["hidden_act"].get<std::string>();
   }
+  if (j.contains("id2label") && !j["id2label"].is_null()) {
+    BERTCC_CHECK(j["id2label"].is_object(), path, ": field 'id2label' must be an object {\"0\": name, ...}");
+    const size_t n = j["id2label"].size();
+    c.id2label.assign(n, "");
+    for (auto it = j["id2label"].begin(); it != j["id2label"].end(); ++it) {
+      size_t k = 0;
+      try {
+        size_t used = 0;
+        k = std::stoul(it.key(), &used);
+        BERTCC_CHECK(used == it.key().size(), "");
+      } catch (...) {
+        fail(path, ": field 'id2label' has a non-integer key '", it.key(), "'");
+      }
+      BERTCC_CHECK(k < n && it.value().is_string(), path, ": field 'id2label' must map 0..", n - 1,
+                   " to strings (key '", it.key(), "')");
+      c.id2label[k] = it.value().get<std::string>();
+    }
+  }
+  if (j.contains("num_labels") && j["num_labels"].is_number_integer() && c.id2label.empty()) {
+    const int n = j["num_labels"].get<int>();
+    BERTCC_CHECK(n > 0, path, ": field 'num_labels' must be positive");
+    for (int i = 0; i < n; ++i) c.id2label.push_back("LABEL_" + std::to_string(i));
+  }
+  get_float("classifier_dropout", c.classifier_dropout);
+  if (j.contains("finetuning_task") && j["finetuning_task"].is_string())
+    c.finetuning_task = j["finetuning_task"].get<std::string>();
   if (j.contains("position_embedding_type") && j["position_embedding_type"].is_string()) {
     BERTCC_CHECK(j["position_embedding_type"] == "absolute", path,
                  ": field 'position_embedding_type' must be 'absolute' (relative positions are not supported)");
@@ -103,6 +130,19 @@ void save_config(const BertConfig& c, const std::string& path, const std::string
   j["pad_token_id"] = 0;
   j["position_embedding_type"] = "absolute";
   j["torch_dtype"] = "float32";
+  if (!c.id2label.empty()) {
+    nlohmann::ordered_json id2, l2id;
+    for (size_t i = 0; i < c.id2label.size(); ++i) {
+      id2[std::to_string(i)] = c.id2label[i];
+      l2id[c.id2label[i]] = i;
+    }
+    j["id2label"] = id2;
+    j["label2id"] = l2id;
+    j["num_labels"] = c.id2label.size();
+    if (c.id2label.size() == 1) j["problem_type"] = "regression";
+  }
+  if (c.classifier_dropout >= 0) j["classifier_dropout"] = c.classifier_dropout;
+  if (!c.finetuning_task.empty()) j["finetuning_task"] = c.finetuning_task;
   write_file_atomic(path, j.dump(2) + "\n");
 }
 

@@ -30,4 +30,9 @@ const ParamEntry& ParamTable::at(const std::string& name) const {
   return *e;
 }
 
+void ParamTable::set_trainable(const std::string& name, bool trainable) {
+  at(name);
+  entries_[index_.at(name)].trainable = trainable;
+}
+
 }  // namespace bertcc

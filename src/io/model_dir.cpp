@@ -18,7 +18,9 @@ static bool ends_with(const std::string& s, const std::string& suf) {
 std::string canonical_param_name(const std::string& stored) {
   std::string n = stored;
   if (ends_with(n, "position_ids")) return "";  // a buffer, not a parameter
-  if (n.rfind("bert.", 0) != 0 && n.rfind("cls.", 0) != 0) n.insert(0, "bert.");  // BertModel checkpoints
+  if (n.rfind("bert.", 0) != 0 && n.rfind("cls.", 0) != 0 && n.rfind("qa_outputs.", 0) != 0 &&
+      n.rfind("classifier.", 0) != 0)
+    n.insert(0, "bert.");  // BertModel checkpoints
   if (ends_with(n, "LayerNorm.gamma")) n = n.substr(0, n.size() - 5) + "weight";
   if (ends_with(n, "LayerNorm.beta")) n = n.substr(0, n.size() - 4) + "bias";
   return n;
@@ -34,12 +36,18 @@ static std::string shape_str(const std::vector<int64_t>& s) {
   return r;
 }
 
-void load_weights(Bert& model, const std::string& path) {
+static bool is_head_tensor(const std::string& n) {
+  return n.rfind("cls.", 0) == 0 || n.rfind("qa_outputs.", 0) == 0 || n.rfind("classifier.", 0) == 0 ||
+         n.rfind("bert.pooler.", 0) == 0;
+}
+
+void load_weights(Bert& model, const std::string& path, bool new_heads) {
   SafetensorsFile f(path);
   const ParamTable& table = model.table();
   std::set<std::string> loaded;
   const StTensor* decoder_bias = nullptr;
   int skipped_heads = 0;
+  std::vector<std::string> skipped;
   for (const auto& t : f.tensors()) {
     const std::string name = canonical_param_name(t.name);
     if (name.empty()) continue;
@@ -54,8 +62,12 @@ void load_weights(Bert& model, const std::string& path) {
       continue;
     }
     const ParamEntry* e = table.find(name);
-    if (!e && model.heads() == Heads::None && name.rfind("cls.", 0) == 0) {
+    // Tensors of another head (pre-training heads, pooler, a classifier) are not used, as HF does.
+    // When starting a fine-tuning run, a head of another size is re-initialised (HF's
+    // ignore_mismatched_sizes).
+    if ((!e && is_head_tensor(name)) || (e && new_heads && is_head_tensor(name) && t.shape != e->shape)) {
       ++skipped_heads;
+      if (skipped.size() < 4) skipped.push_back(name);
       continue;
     }
     BERTCC_CHECK(e, path, ": unknown tensor '", t.name, "' (not a parameter of this BERT model)");
@@ -72,17 +84,40 @@ void load_weights(Bert& model, const std::string& path) {
     f.read_f32(*decoder_bias, model.params().data() + e.offset);
     loaded.insert("cls.predictions.bias");
   }
-  for (const auto& e : table.entries())
-    BERTCC_CHECK(loaded.count(e.name), path, ": missing tensor '", e.name, "'");
-  if (skipped_heads)
-    std::cerr << "note: " << path << ": " << skipped_heads << " pre-training head tensors (cls.*) not used\n";
+  std::vector<std::string> fresh;
+  for (const auto& e : table.entries()) {
+    if (loaded.count(e.name)) continue;
+    BERTCC_CHECK(new_heads && is_head_tensor(e.name), path, ": missing tensor '", e.name, "'");
+    fresh.push_back(e.name);
+  }
+  if (skipped_heads) {
+    std::cerr << "note: " << path << ": " << skipped_heads << " head tensors not used by " << architecture_name(model.heads())
+              << " (";
+    for (size_t i = 0; i < skipped.size(); ++i) std::cerr << (i ? ", " : "") << skipped[i];
+    std::cerr << (size_t(skipped_heads) > skipped.size() ? ", ...)\n" : ")\n");
+  }
+  if (!fresh.empty()) {
+    std::cerr << "note: " << path << ": newly initialised:";
+    for (const auto& n : fresh) std::cerr << " " << n;
+    std::cerr << "\n";
+  }
 }
 
-std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads) {
+BertConfig load_model_config(const std::string& dir) {
   std::string cfg = join_path(dir, "config.json");
   if (!file_exists(cfg)) cfg = join_path(dir, "bert_config.json");
   BERTCC_CHECK(file_exists(cfg), dir, ": no config.json or bert_config.json in the model directory");
-  auto model = std::make_unique<Bert>(load_config(cfg), heads);
+  return load_config(cfg);
+}
+
+std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh) {
+  BertConfig config = load_model_config(dir);
+  if (fresh) {
+    config.id2label = fresh->id2label;
+    if (!fresh->task.empty()) config.finetuning_task = fresh->task;
+  }
+  auto model = std::make_unique<Bert>(config, heads);
+  if (fresh) model->init_weights(fresh->seed);
   const std::string st = join_path(dir, "model.safetensors");
   if (!file_exists(st)) {
     BERTCC_CHECK(!file_exists(join_path(dir, "pytorch_model.bin")), dir,
@@ -90,7 +125,7 @@ std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads) {
                  "safetensors.torch.save_file)");
     fail(dir, ": no model.safetensors in the model directory");
   }
-  load_weights(*model, st);
+  load_weights(*model, st, fresh != nullptr);
   return model;
 }
 
@@ -103,7 +138,7 @@ void save_model_dir(const Bert& model, const std::string& dir, const std::string
   for (const auto& e : model.table().entries()) w.push_back({e.name, e.shape, m.params().data() + e.offset});
   write_safetensors(join_path(dir, "model.safetensors"), w);
   save_config(model.config(), join_path(dir, "config.json"),
-              model.heads() == Heads::PreTraining ? "BertForPreTraining" : "BertModel");
+              architecture_name(model.heads()));
   if (!vocab_path.empty()) write_file_atomic(join_path(dir, "vocab.txt"), read_file(vocab_path));
 }
 

@@ -39,8 +39,20 @@ static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
     t.add(p + "output.LayerNorm.weight", {C}, false);
     t.add(p + "output.LayerNorm.bias", {C}, false);
   }
-  t.add("bert.pooler.dense.weight", {C, C}, true);
-  t.add("bert.pooler.dense.bias", {C}, false);
+  if (has_pooler(heads)) {
+    t.add("bert.pooler.dense.weight", {C, C}, true);
+    t.add("bert.pooler.dense.bias", {C}, false);
+  }
+  const int64_t K = c.num_labels();
+  if (heads == Heads::QuestionAnswering) {
+    t.add("qa_outputs.weight", {2, C}, true);
+    t.add("qa_outputs.bias", {2}, false);
+  }
+  if (heads == Heads::SequenceClassification || heads == Heads::TokenClassification) {
+    BERTCC_CHECK(K > 0, "config: a classification model needs num_labels/id2label");
+    t.add("classifier.weight", {K, C}, true);
+    t.add("classifier.bias", {K}, false);
+  }
   if (heads == Heads::PreTraining) {
     t.add("cls.predictions.transform.dense.weight", {C, C}, true);
     t.add("cls.predictions.transform.dense.bias", {C}, false);
@@ -51,6 +63,19 @@ static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
     t.add("cls.seq_relationship.bias", {2}, false);
   }
 }
+
+const char* architecture_name(Heads h) {
+  switch (h) {
+    case Heads::None: return "BertModel";
+    case Heads::PreTraining: return "BertForPreTraining";
+    case Heads::QuestionAnswering: return "BertForQuestionAnswering";
+    case Heads::SequenceClassification: return "BertForSequenceClassification";
+    case Heads::TokenClassification: return "BertForTokenClassification";
+  }
+  return "BertModel";
+}
+
+bool has_pooler(Heads h) { return h != Heads::QuestionAnswering && h != Heads::TokenClassification; }
 
 void BertBatch::validate(const BertConfig& c, const std::string& where) const {
   const size_t n = static_cast<size_t>(B * T);
@@ -137,6 +162,18 @@ void Bert::init_weights(uint64_t seed) {
   std::fill(wte, wte + cfg_.hidden_size, 0.0f);  // padding_idx = 0, as HF initialises it
 }
 
+void Bert::freeze_below_top_layers(int layers) {
+  const int L = cfg_.num_hidden_layers;
+  first_trainable_layer_ = layers < 0 ? 0 : std::max(0, L - layers);
+  for (const auto& e : table_.entries()) {
+    bool frozen = false;
+    if (first_trainable_layer_ > 0 && e.name.rfind("bert.embeddings.", 0) == 0) frozen = true;
+    const std::string lp = "bert.encoder.layer.";
+    if (e.name.rfind(lp, 0) == 0) frozen = std::stoi(e.name.substr(lp.size())) < first_trainable_layer_;
+    table_.set_trainable(e.name, !frozen);
+  }
+}
+
 void Bert::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 void Bert::refresh_bf16(Precision p) {
@@ -197,7 +234,7 @@ void Bert::ensure_acts(int64_t B, int64_t T) {
 }
 
 const float* Bert::sequence_output() const { return acts_->x.back(); }
-const float* Bert::pooled_output() const { return acts_->pooled; }
+const float* Bert::pooled_output() const { return has_pooler(heads_) ? acts_->pooled : nullptr; }
 
 void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng) {
   const int64_t B = batch.B, T = batch.T, N = B * T;
@@ -258,6 +295,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   }
 
   // pooler: tanh(dense(h[:, 0]))
+  if (!has_pooler(heads_)) return;
   for (int64_t b = 0; b < B; ++b) std::memcpy(a.cls + b * C, a.x.back() + b * T * C, sizeof(float) * C);
   linear_forward(a.pooled, a.cls, w("bert.pooler.dense.weight"), w("bert.pooler.dense.bias"), B, C, C, prec,
                  w16("bert.pooler.dense.weight", prec));
@@ -279,6 +317,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   else
     std::fill(a.g, a.g + N * C, 0.0f);
   if (dpooled) {
+    BERTCC_CHECK(has_pooler(heads_), "encode_backward: this model has no pooler");
     // pooled = tanh(cls W^T + b); cls = h[:, 0]
     std::fill(a.dpool, a.dpool + B * C, 0.0f);
     tanh_backward(a.dpool, a.pooled, dpooled, B * C);
@@ -291,7 +330,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     }
   }
 
-  for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
+  for (int l = cfg_.num_hidden_layers - 1; l >= first_trainable_layer_; --l) {
     Acts::Layer& ly = a.layers[l];
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     // x[l+1] = LN2(dropout(ffn_out) + h1)
@@ -336,6 +375,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                     w16(p + "attention.self.query.weight", prec));
   }
 
+  if (first_trainable_layer_ > 0) return;  // embeddings and lower layers frozen
   // x[0] = dropout(LN(emb_sum))
   const float* dx0 = a.g;
   if (p_h > 0) {

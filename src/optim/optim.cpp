@@ -65,6 +65,7 @@ double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr
                  double grad_norm) {
   const auto [gnorm, clip, bc1, bc2] = start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, true);
   for (const ParamEntry& e : t.entries()) {
+    if (!e.trainable) continue;  // frozen: no decay, no moment update
     float* we = w + e.offset;
     float* ge = g + e.offset;
     float* m = s.m.data() + e.offset;
@@ -120,6 +121,7 @@ double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float l
   const auto [gnorm, clip, bc1, bc2] =
       start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.bias_correction);
   for (const ParamEntry& e : t.entries()) {
+    if (!e.trainable) continue;  // frozen: no decay, no moment update
     float* we = w + e.offset;
     const float* ge = g + e.offset;
     float* m = s.m.data() + e.offset;

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "bertcc/bert.h"
+#include "bertcc/error.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/runtime.h"
@@ -12,12 +13,67 @@
 
 namespace bertcc::tools {
 
-void add_dump_step(CLI::App& app) {
-  struct Opts {
-    std::string model, batch, out, precision = "fp32";
+namespace {
+struct DumpOpts {
+    std::string model, batch, out, precision = "fp32", head = "pretraining";
     int threads = 0;
     int64_t rows = 0;
-  };
+};
+
+std::vector<int32_t> int_tensor(const SafetensorsFile& f, const std::string& name, std::vector<int64_t>* shape) {
+  const StTensor* t = f.find(name);
+  if (!t) return {};
+  std::vector<float> v(t->numel());
+  f.read_f32(*t, v.data());
+  if (shape) *shape = t->shape;
+  std::vector<int32_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = static_cast<int32_t>(v[i]);
+  return r;
+}
+
+void dump_head_step(const DumpOpts& o, Precision prec) {
+  const Heads heads = o.head == "qa"         ? Heads::QuestionAnswering
+                      : o.head == "classify" ? Heads::SequenceClassification
+                                             : Heads::TokenClassification;
+  auto model = load_model_dir(o.model, heads);
+  SafetensorsFile f(o.batch);
+  BertBatch batch;
+  std::vector<int64_t> shape;
+  batch.input_ids = int_tensor(f, "input_ids", &shape);
+  BERTCC_CHECK(shape.size() == 2, o.batch, ": tensor 'input_ids' must be [B,T]");
+  batch.B = shape[0];
+  batch.T = shape[1];
+  batch.segment_ids = int_tensor(f, "segment_ids", nullptr);
+  batch.input_mask = int_tensor(f, "input_mask", nullptr);
+  batch.labels = int_tensor(f, "labels", nullptr);
+  batch.start_positions = int_tensor(f, "start_positions", nullptr);
+  batch.end_positions = int_tensor(f, "end_positions", nullptr);
+  if (const StTensor* t = f.find("targets")) {
+    batch.targets.resize(t->numel());
+    f.read_f32(*t, batch.targets.data());
+  }
+  batch.validate(model->config(), o.batch);
+  Rng rng{0, 0};
+  model->zero_grad();
+  const FinetuneLoss loss = model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+  const float l = static_cast<float>(loss.loss);
+  const auto& logits = model->head_logits();
+  const int64_t K = static_cast<int64_t>(logits.size()) / (heads == Heads::SequenceClassification ? batch.B : batch.B * batch.T);
+  std::vector<int64_t> lshape = heads == Heads::SequenceClassification ? std::vector<int64_t>{batch.B, K}
+                                                                        : std::vector<int64_t>{batch.B, batch.T, K};
+  std::vector<StWrite> w{{"loss", {1}, &l}, {"logits", lshape, logits.data()}};
+  std::vector<std::string> names;
+  for (const auto& e : model->table().entries()) names.push_back("grad." + e.name);
+  size_t i = 0;
+  for (const auto& e : model->table().entries()) w.push_back({names[i++], e.shape, model->grads().data() + e.offset});
+  write_safetensors(o.out, w);
+  std::cout << architecture_name(heads) << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T
+            << ") -> " << o.out << "\n";
+}
+}  // namespace
+
+void add_dump_step(CLI::App& app) {
+  using Opts = DumpOpts;
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("dump-step",
                                  "One pre-training forward+backward (dropout off) on an NVIDIA HDF5 batch; writes "
@@ -28,11 +84,17 @@ void add_dump_step(CLI::App& app) {
   sub->add_option("--out", o->out, "output .safetensors")->required();
   sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--head", o->head,
+                  "pretraining (HDF5 batch) | qa | classify | token: fine-tuning heads read a .safetensors batch "
+                  "(F32 input_ids, segment_ids, input_mask [B,T] and labels [B] or [B,T], targets [B], or "
+                  "start_positions/end_positions [B]) and also write the logits")
+      ->check(CLI::IsMember({"pretraining", "qa", "classify", "token"}));
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
     std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+    if (o->head != "pretraining") return dump_head_step(*o, prec);
     auto model = load_model_dir(o->model, Heads::PreTraining);
     const PretrainShard shard = read_pretrain_shard(o->batch);
     const int64_t rows = o->rows > 0 ? std::min(o->rows, shard.N) : shard.N;

@@ -83,7 +83,7 @@ def encoder(P, cfg, input_ids, segment_ids, input_mask, dropout=0.0, training=Fa
         h1 = ln(drop(lin(ctx, p + "attention.output.dense")) + h, p + "attention.output.LayerNorm")
         ff = lin(gelu(lin(h1, p + "intermediate.dense"), act), p + "output.dense")
         h = ln(drop(ff) + h1, p + "output.LayerNorm")
-    pooled = torch.tanh(lin(h[:, 0], "bert.pooler.dense"))
+    pooled = torch.tanh(lin(h[:, 0], "bert.pooler.dense")) if "bert.pooler.dense.weight" in P else None
     return h, pooled
 
 
@@ -118,3 +118,39 @@ def nvidia_labels(positions, ids, T):
                 break
             labels[b, positions[b, k]] = int(ids[b, k])
     return labels
+
+
+def head_shapes(cfg, head, num_labels):
+    """HF parameter shapes of BertForQuestionAnswering / SequenceClassification / TokenClassification."""
+    s = param_shapes(cfg, heads=False)
+    C = cfg["hidden_size"]
+    if head in ("qa", "token"):  # add_pooling_layer=False
+        del s["bert.pooler.dense.weight"], s["bert.pooler.dense.bias"]
+    if head == "qa":
+        s["qa_outputs.weight"] = (2, C)
+        s["qa_outputs.bias"] = (2,)
+    else:
+        s["classifier.weight"] = (num_labels, C)
+        s["classifier.bias"] = (num_labels,)
+    return s
+
+
+def finetune_loss(P, cfg, head, input_ids, segment_ids, input_mask, labels=None, targets=None, start=None, end=None):
+    """HF's losses: QA mean of start/end CE (positions clamped to T = ignored); sequence CE or MSE
+    (num_labels 1); token CE over labels != -100. Returns (loss, logits)."""
+    h, pooled = encoder(P, cfg, input_ids, segment_ids, input_mask)
+    T = input_ids.shape[1]
+    if head == "qa":
+        logits = F.linear(h, P["qa_outputs.weight"], P["qa_outputs.bias"])
+        s_log, e_log = logits[..., 0], logits[..., 1]
+        sp, ep = start.clamp(0, T), end.clamp(0, T)
+        loss = (F.cross_entropy(s_log, sp, ignore_index=T) + F.cross_entropy(e_log, ep, ignore_index=T)) / 2
+        return loss, logits
+    if head == "classify":
+        logits = F.linear(pooled, P["classifier.weight"], P["classifier.bias"])
+        if logits.shape[-1] == 1:
+            return F.mse_loss(logits.squeeze(-1), targets), logits
+        return F.cross_entropy(logits, labels), logits
+    logits = F.linear(h, P["classifier.weight"], P["classifier.bias"])
+    K = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, K), labels.reshape(-1), ignore_index=-100), logits
