@@ -16,6 +16,16 @@ struct GlueExample {
 // Errors name the file and line.
 std::vector<GlueExample> read_glue(const std::string& task, const std::string& path);
 
+// Canonical task name (cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli).
+std::string glue_task(const std::string& task);
+// Label names in id order as the GLUE files spell them; empty for STS-B (regression).
+std::vector<std::string> glue_labels(const std::string& task);
+// The metric that ranks models: mcc (CoLA), corr (STS-B: mean of Pearson and Spearman),
+// acc_and_f1 (MRPC, QQP), acc (the rest).
+std::string glue_primary_metric(const std::string& task);
+// Submission file stem: CoLA, SST-2, MRPC, STS-B, QQP, MNLI-m / MNLI-mm, QNLI, RTE, WNLI.
+std::string glue_submission_name(const std::string& task, bool mismatched);
+
 // Metrics over parallel vectors (labels as given in the files; STS-B as numbers).
 double glue_accuracy(const std::vector<std::string>& pred, const std::vector<std::string>& gold);
 double glue_f1(const std::vector<std::string>& pred, const std::vector<std::string>& gold, const std::string& positive);

@@ -176,4 +176,31 @@ nlohmann::ordered_json glue_metrics(const std::string& task, const std::vector<s
   return r;
 }
 
+std::string glue_task(const std::string& task) { return layout(task).name; }
+
+std::vector<std::string> glue_labels(const std::string& task) {
+  const std::string t = glue_task(task);
+  if (t == "sts-b") return {};
+  if (t == "mnli") return {"contradiction", "entailment", "neutral"};
+  if (t == "qnli" || t == "rte") return {"entailment", "not_entailment"};
+  return {"0", "1"};
+}
+
+std::string glue_primary_metric(const std::string& task) {
+  const std::string t = glue_task(task);
+  if (t == "cola") return "mcc";
+  if (t == "sts-b") return "corr";
+  if (t == "mrpc" || t == "qqp") return "acc_and_f1";
+  return "acc";
+}
+
+std::string glue_submission_name(const std::string& task, bool mismatched) {
+  const std::string t = glue_task(task);
+  if (t == "mnli") return mismatched ? "MNLI-mm" : "MNLI-m";
+  if (t == "cola") return "CoLA";
+  std::string r = t;
+  for (auto& c : r) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return r;
+}
+
 }  // namespace bertcc

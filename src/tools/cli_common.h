@@ -23,5 +23,6 @@ void add_train_vocab(CLI::App& app);
 void add_pretrain(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_eval(CLI::App& app);
+void add_finetune(CLI::App& app);
 
 }  // namespace bertcc::tools

@@ -1,0 +1,72 @@
+// Fine-tuning: features (token ids + labels of one head), batches padded to the longest row,
+// the training loop (AdamW with bias correction, linear warm-up and decay, gradient clipping,
+// accumulation, dropout, frozen lower layers, evaluation after each epoch, best model kept) and
+// batched prediction. Task code (GLUE, classification, NER, SQuAD) builds the features and
+// scores the predictions.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bertcc/bert.h"
+#include "bertcc/tokenizer.h"
+
+namespace bertcc {
+
+struct FtFeature {
+  std::vector<int32_t> input_ids, segment_ids;  // [CLS] ... [SEP] (...[SEP]), unpadded
+  int32_t label = -1;                           // sequence classification
+  float target = 0;                             // regression
+  std::vector<int32_t> token_labels;            // token classification, -100 = ignored
+  int32_t start = 0, end = 0;                   // question answering (0 = [CLS]: no answer in span)
+};
+
+// [CLS] a [SEP] (b [SEP]) with Google's truncation (pop from the longer side, ties from b) to
+// max_seq_length.
+FtFeature encode_pair(const BertTokenizer& tok, std::string_view a, std::string_view b, int max_seq_length);
+void truncate_seq_pair(std::vector<int32_t>& a, std::vector<int32_t>& b, size_t max_total);
+
+// Rows `idx` of `f` as a batch padded to the longest row (rounded up to a multiple of 8, capped at
+// `max_len`), with the labels `heads` needs when `with_labels`.
+BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector<size_t>& idx, Heads heads,
+                              bool with_labels, int64_t max_len);
+
+// Head logits of every feature (in input order), computed in length-sorted batches, dropout off.
+std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
+                                               Precision prec);
+
+struct EvalResult {
+  nlohmann::ordered_json metrics;  // printed and logged
+  double score = 0;                // higher is better; decides the best model
+};
+using Evaluator = std::function<EvalResult(Bert& model)>;
+
+struct FinetuneOptions {
+  std::string output_dir, vocab_path;
+  int64_t train_batch_size = 32, gradient_accumulation_steps = 1, max_steps = -1, log_freq = 50;
+  double num_train_epochs = 3.0, warmup_proportion = 0.1;
+  float learning_rate = 5e-5f, weight_decay = 0.01f, max_grad_norm = 1.0f, adam_eps = 1e-6f;
+  bool bias_correction = true;
+  uint64_t seed = 42;
+  Precision precision = Precision::BF16;
+  int freeze_layers = -1;  // train only the top N encoder layers (-1 = all)
+  bool quiet = false;
+};
+
+struct FinetuneResult {
+  nlohmann::ordered_json last_eval, best_eval;
+  int64_t steps = 0;
+  double seconds = 0, train_seq_per_s = 0;
+};
+
+// Trains `model` on `train`; after each epoch runs `eval` (if set) and keeps the best model in
+// output_dir/best. The final model goes to output_dir (HF layout + vocab.txt), the log to
+// output_dir/dllogger.json and the metrics to output_dir/eval_results.json.
+FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval,
+                            const FinetuneOptions& o);
+
+}  // namespace bertcc

@@ -1,0 +1,435 @@
+// bertcc finetune glue|classify|ner|squad: NVIDIA's run_glue.py / run_squad.py and the NVAITC
+// text-classification recipe as native commands. This file: the shared flags and set-up, GLUE
+// (all nine tasks) and CSV/TSV text classification.
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/glue.h"
+#include "bertcc/model_dir.h"
+#include "bertcc/runtime.h"
+#include "bertcc/text_table.h"
+#include "tools/finetune_common.h"
+
+namespace bertcc::tools {
+namespace fs = std::filesystem;
+
+void add_ft_flags(CLI::App* sub, FtCli& o) {
+  sub->add_option("--mode", o.mode,
+                  "what to do: train, eval, prediction or a combination (\"train eval\", \"train eval prediction\", "
+                  "train_and_predict, ...)");
+  sub->add_option(flag("--init-checkpoint"), o.init_checkpoint,
+                  "Hugging Face model directory: the pre-trained backbone (train) or the fine-tuned model (eval, "
+                  "prediction without train)")
+      ->required();
+  sub->add_option("--vocab", o.vocab, "vocab.txt (default: the one in --init-checkpoint)");
+  sub->add_flag(flag("--do-lower-case"), o.do_lower_case, "lower-case and strip accents (default: from the vocabulary)");
+  sub->add_flag(flag("--no-lower-case"), o.no_lower_case, "keep case and accents");
+  sub->add_option(flag("--output-dir"), o.output_dir, "fine-tuned model, logs, metrics and predictions");
+  sub->add_option(flag("--max-seq-length"), o.max_seq_length, "maximum tokens per sequence")->check(CLI::Range(8, 4096));
+  sub->add_option(flag("--train-batch-size"), o.train_batch_size, "sequences per optimizer step")
+      ->check(CLI::PositiveNumber);
+  sub->add_option(flag("--eval-batch-size"), o.eval_batch_size, "sequences per evaluation batch")
+      ->check(CLI::PositiveNumber);
+  sub->add_option(flag("--gradient-accumulation-steps"), o.gradient_accumulation_steps,
+                  "micro-batches per step (NVIDIA: the batch is split into this many)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option(flag("--learning-rate"), o.learning_rate, "peak learning rate (AdamW)");
+  sub->add_option(flag("--num-train-epochs"), o.num_train_epochs, "epochs (fractions allowed)");
+  sub->add_option(flag("--max-steps"), o.max_steps, "optimizer steps (overrides --num-train-epochs)");
+  sub->add_option(flag("--warmup-proportion"), o.warmup_proportion, "fraction of steps of linear warm-up");
+  sub->add_option(flag("--weight-decay"), o.weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)");
+  sub->add_option(flag("--max-grad-norm"), o.max_grad_norm, "gradient clipping (global norm; <= 0 disables)");
+  sub->add_option("--precision", o.precision, "bf16 (default; fp32 master weights) | fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout");
+  sub->add_option(flag("--freeze-layers"), o.freeze_layers,
+                  "train only the top N encoder layers and the head (NVAITC fine_tune_layers); -1 = all");
+  sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
+  sub->add_option("--threads", o.threads, "threads (default: all cores)");
+}
+
+FtSetup ft_setup(const FtCli& o) {
+  FtSetup s;
+  std::string m = o.mode;
+  for (const char* sep : {"_and_", ",", "+"})
+    for (size_t p; (p = m.find(sep)) != std::string::npos;) m.replace(p, std::string(sep).size(), " ");
+  std::istringstream is(m);
+  for (std::string w; is >> w;) {
+    if (w == "predict" || w == "predictions") w = "prediction";
+    if (w == "evaluate" || w == "evaluation") w = "eval";
+    BERTCC_CHECK(w == "train" || w == "eval" || w == "prediction", "--mode: unknown word '", w,
+                 "' (train, eval, prediction)");
+    s.mode.insert(w);
+  }
+  BERTCC_CHECK(!s.mode.empty(), "--mode is empty");
+  BERTCC_CHECK(!(s.has("train") && o.output_dir.empty()), "--output-dir is required with --mode train");
+  BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
+  set_threads(o.threads);
+  s.prec = parse_precision(o.precision);
+  std::cerr << describe_backend(s.prec == Precision::BF16) << "\n";
+  s.vocab_path = o.vocab.empty() ? join_path(o.init_checkpoint, "vocab.txt") : o.vocab;
+  BERTCC_CHECK(file_exists(s.vocab_path), s.vocab_path, ": no vocabulary (pass --vocab)");
+  s.vocab = std::make_unique<Vocab>(Vocab::load(s.vocab_path));
+  const bool lower = o.do_lower_case ? true : o.no_lower_case ? false : s.vocab->looks_uncased();
+  s.tok = std::make_unique<BertTokenizer>(*s.vocab, lower);
+  if (!o.output_dir.empty()) fs::create_directories(o.output_dir);
+  return s;
+}
+
+std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads heads, std::vector<std::string>& labels) {
+  std::unique_ptr<Bert> m;
+  if (s.has("train")) {
+    NewHeads nh{labels, o.task_name, o.seed};
+    m = load_model_dir(o.init_checkpoint, heads, &nh);
+  } else {
+    m = load_model_dir(o.init_checkpoint, heads);
+    const auto& have = m->config().id2label;
+    if (labels.empty()) labels = have;
+    BERTCC_CHECK(heads == Heads::QuestionAnswering || have == labels, o.init_checkpoint,
+                 ": the model's labels (config.json id2label) differ from this task's");
+  }
+  BERTCC_CHECK(m->config().vocab_size >= s.vocab->size(), s.vocab_path, ": vocabulary has ", s.vocab->size(),
+               " entries but the model only ", m->config().vocab_size);
+  return m;
+}
+
+FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
+  FinetuneOptions f;
+  f.output_dir = o.output_dir;
+  f.vocab_path = s.vocab_path;
+  f.train_batch_size = o.train_batch_size;
+  f.gradient_accumulation_steps = o.gradient_accumulation_steps;
+  f.max_steps = o.max_steps;
+  f.log_freq = o.log_freq;
+  f.num_train_epochs = o.num_train_epochs;
+  f.warmup_proportion = o.warmup_proportion;
+  f.learning_rate = o.learning_rate;
+  f.weight_decay = o.weight_decay;
+  f.max_grad_norm = o.max_grad_norm;
+  f.seed = o.seed;
+  f.precision = s.prec;
+  f.freeze_layers = o.freeze_layers;
+  return f;
+}
+
+int argmax(const std::vector<float>& v, size_t begin, size_t end) {
+  end = std::min(end, v.size());
+  size_t best = begin;
+  for (size_t i = begin; i < end; ++i)
+    if (v[i] > v[best]) best = i;
+  return static_cast<int>(best - begin);
+}
+
+namespace {
+
+void print_metrics(const nlohmann::ordered_json& j, const std::string& out_dir, const std::string& file) {
+  std::cout << j.dump() << "\n";
+  if (!out_dir.empty()) write_file_atomic(join_path(out_dir, file), j.dump(2) + "\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// GLUE
+// ---------------------------------------------------------------------------------------------
+struct GlueSet {
+  std::string name, path;  // name: "" or "mm" (MNLI mismatched)
+};
+
+// dev/test files: DIR/dev.tsv, or for MNLI DIR/dev_matched.tsv + DIR/dev_mismatched.tsv.
+std::vector<GlueSet> glue_sets(const std::string& dir, bool mnli, const std::string& split) {
+  std::vector<GlueSet> r;
+  if (!mnli) {
+    r.push_back(GlueSet{"", join_path(dir, split + ".tsv")});
+    return r;
+  }
+  r.push_back(GlueSet{"", join_path(dir, split + "_matched.tsv")});
+  r.push_back(GlueSet{"mm", join_path(dir, split + "_mismatched.tsv")});
+  return r;
+}
+
+std::vector<FtFeature> glue_features(const FtSetup& s, const std::vector<GlueExample>& ex,
+                                     const std::vector<std::string>& labels, int max_len, const std::string& path) {
+  std::map<std::string, int32_t> index;
+  for (size_t i = 0; i < labels.size(); ++i) index[labels[i]] = static_cast<int32_t>(i);
+  std::vector<FtFeature> f(ex.size());
+#pragma omp parallel for schedule(dynamic, 64)
+  for (size_t i = 0; i < ex.size(); ++i) f[i] = encode_pair(*s.tok, ex[i].text_a, ex[i].text_b, max_len);
+  for (size_t i = 0; i < ex.size(); ++i) {
+    if (ex[i].label.empty()) continue;
+    if (labels.empty()) {
+      try {
+        f[i].target = std::stof(ex[i].label);
+      } catch (...) {
+        fail(path, ": example ", i + 1, ": label '", ex[i].label, "' is not a number");
+      }
+    } else {
+      auto it = index.find(ex[i].label);
+      BERTCC_CHECK(it != index.end(), path, ": example ", i + 1, ": unknown label '", ex[i].label, "'");
+      f[i].label = it->second;
+    }
+  }
+  return f;
+}
+
+std::vector<std::string> glue_predict(Bert& m, const std::vector<FtFeature>& f, const std::vector<std::string>& labels,
+                                      const FtCli& o, Precision prec) {
+  const auto logits = predict_logits(m, f, o.eval_batch_size, prec);
+  std::vector<std::string> out;
+  for (const auto& l : logits) {
+    if (labels.empty()) {
+      std::ostringstream ss;
+      ss << std::setprecision(9) << l[0];
+      out.push_back(ss.str());
+    } else {
+      out.push_back(labels[static_cast<size_t>(argmax(l))]);
+    }
+  }
+  return out;
+}
+
+void run_glue(const FtCli& o) {
+  FtSetup s = ft_setup(o);
+  BERTCC_CHECK(!o.task_name.empty(), "--task-name is required (cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli)");
+  BERTCC_CHECK(!o.data_dir.empty(), "--data-dir is required (the task's GLUE folder)");
+  const std::string task = glue_task(o.task_name);
+  std::vector<std::string> labels = glue_labels(task);
+  std::vector<std::string> model_labels = labels.empty() ? std::vector<std::string>{"LABEL_0"} : labels;
+  FtCli oo = o;
+  oo.task_name = task;
+  auto model = ft_load_model(oo, s, Heads::SequenceClassification, model_labels);
+  const bool mnli = task == "mnli";
+  const std::vector<GlueSet> dev = glue_sets(o.data_dir, mnli, "dev");
+  struct DevData {
+    std::string name;
+    std::vector<std::string> gold;
+    std::vector<FtFeature> f;
+  };
+  std::vector<DevData> devs;
+  if (s.has("eval") || s.has("train")) {
+    for (const auto& d : dev) {
+      if (!s.has("eval") && !file_exists(d.path)) continue;
+      const auto ex = read_glue(task, d.path);
+      DevData dd{d.name, {}, glue_features(s, ex, labels, o.max_seq_length, d.path)};
+      for (const auto& e : ex) {
+        BERTCC_CHECK(!e.label.empty(), d.path, ": the dev file has no labels");
+        dd.gold.push_back(e.label);
+      }
+      devs.push_back(std::move(dd));
+    }
+  }
+  const std::string primary = glue_primary_metric(task);
+  Evaluator eval = [&](Bert& m) {
+    EvalResult r;
+    r.metrics["task"] = task;
+    for (const auto& d : devs) {
+      const auto pred = glue_predict(m, d.f, labels, o, s.prec);
+      const auto mt = glue_metrics(task, pred, d.gold);
+      for (auto it = mt.begin(); it != mt.end(); ++it) r.metrics[(d.name.empty() ? "" : d.name + "_") + it.key()] = it.value();
+      r.metrics[(d.name.empty() ? "" : d.name + "_") + std::string("examples")] = d.gold.size();
+    }
+    r.score = r.metrics.contains(primary) ? r.metrics[primary].get<double>() : 0.0;
+    return r;
+  };
+  if (s.has("train")) {
+    const std::string train_path = o.train_file.empty() ? join_path(o.data_dir, "train.tsv") : o.train_file;
+    const auto ex = read_glue(task, train_path);
+    for (size_t i = 0; i < ex.size(); ++i)
+      BERTCC_CHECK(!ex[i].label.empty(), train_path, ": example ", i + 1, " has no label");
+    const auto train = glue_features(s, ex, labels, o.max_seq_length, train_path);
+    std::cerr << "GLUE " << task << ": " << train.size() << " training examples, " << labels.size() << " labels\n";
+    const FinetuneResult r = run_finetune(*model, train, devs.empty() ? Evaluator{} : eval, ft_options(o, s));
+    std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
+              << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
+  }
+  if (s.has("eval")) print_metrics(eval(*model).metrics, o.output_dir, "eval_metrics.json");
+  if (s.has("prediction")) {
+    BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required with --mode prediction");
+    const std::vector<GlueSet> test = glue_sets(o.data_dir, mnli, "test");
+    for (const auto& t : test) {
+      const auto ex = read_glue(task, t.path);
+      const auto pred = glue_predict(*model, glue_features(s, ex, {}, o.max_seq_length, t.path), labels, o, s.prec);
+      std::string out = "index\tprediction\n";
+      for (size_t i = 0; i < pred.size(); ++i) {
+        std::string p = pred[i];
+        if (labels.empty()) {  // STS-B: clip to [0, 5], 3 decimals
+          std::ostringstream ss;
+          ss << std::fixed << std::setprecision(3) << std::clamp(std::stod(p), 0.0, 5.0);
+          p = ss.str();
+        }
+        out += std::to_string(i) + "\t" + p + "\n";
+      }
+      const std::string path = join_path(o.output_dir, glue_submission_name(task, t.name == "mm") + ".tsv");
+      write_file_atomic(path, out);
+      std::cerr << "wrote " << pred.size() << " predictions to " << path << "\n";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text classification from CSV/TSV
+// ---------------------------------------------------------------------------------------------
+struct ClsCli {
+  int label_column = 0;
+  std::vector<int> text_columns{1};
+  bool skip_header = false;
+};
+
+struct ClsData {
+  std::vector<std::string> a, b, label;
+};
+
+ClsData read_cls(const std::string& path, const ClsCli& c, bool need_labels) {
+  const auto rows = read_table(path, delimiter_for(path));
+  ClsData d;
+  int max_col = c.label_column;
+  for (int t : c.text_columns) max_col = std::max(max_col, t);
+  for (size_t i = c.skip_header ? 1 : 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const bool has_label = static_cast<int>(r.cols.size()) > c.label_column && c.label_column >= 0;
+    BERTCC_CHECK(static_cast<int>(r.cols.size()) > max_col || (!need_labels && !has_label), path, ":", r.line,
+                 ": expected at least ", max_col + 1, " columns, found ", r.cols.size());
+    d.a.push_back(r.cols[static_cast<size_t>(c.text_columns[0])]);
+    d.b.push_back(c.text_columns.size() > 1 ? r.cols[static_cast<size_t>(c.text_columns[1])] : "");
+    d.label.push_back(has_label ? r.cols[static_cast<size_t>(c.label_column)] : "");
+    BERTCC_CHECK(!need_labels || !d.label.back().empty(), path, ":", r.line, ": empty label");
+  }
+  BERTCC_CHECK(!d.a.empty(), path, ": no examples");
+  return d;
+}
+
+std::vector<std::string> sorted_labels(const std::vector<std::string>& l) {
+  std::vector<std::string> u(l.begin(), l.end());
+  std::sort(u.begin(), u.end());
+  u.erase(std::unique(u.begin(), u.end()), u.end());
+  const bool numeric = std::all_of(u.begin(), u.end(), [](const std::string& s) {
+    return !s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  });
+  if (numeric) std::sort(u.begin(), u.end(), [](const std::string& x, const std::string& y) { return std::stoll(x) < std::stoll(y); });
+  return u;
+}
+
+nlohmann::ordered_json cls_metrics(const std::vector<std::string>& pred, const std::vector<std::string>& gold,
+                                   const std::vector<std::string>& labels) {
+  nlohmann::ordered_json r;
+  r["acc"] = glue_accuracy(pred, gold);
+  double f1_sum = 0;
+  for (const auto& l : labels) f1_sum += glue_f1(pred, gold, l);
+  r["macro_f1"] = f1_sum / static_cast<double>(labels.size());
+  r["examples"] = gold.size();
+  return r;
+}
+
+void run_classify(const FtCli& o, const ClsCli& c) {
+  FtSetup s = ft_setup(o);
+  BERTCC_CHECK(c.text_columns.size() == 1 || c.text_columns.size() == 2, "--text-columns takes one or two columns");
+  ClsData train;
+  std::vector<std::string> labels;
+  if (s.has("train")) {
+    BERTCC_CHECK(!o.train_file.empty(), "--train-file is required with --mode train");
+    train = read_cls(o.train_file, c, true);
+    labels = sorted_labels(train.label);
+    BERTCC_CHECK(labels.size() >= 2, o.train_file, ": needs at least two distinct labels");
+  }
+  auto model = ft_load_model(o, s, Heads::SequenceClassification, labels);
+  std::map<std::string, int32_t> index;
+  for (size_t i = 0; i < labels.size(); ++i) index[labels[i]] = static_cast<int32_t>(i);
+  auto features = [&](const ClsData& d, bool with_labels, const std::string& path) {
+    std::vector<FtFeature> f(d.a.size());
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t i = 0; i < d.a.size(); ++i) f[i] = encode_pair(*s.tok, d.a[i], d.b[i], o.max_seq_length);
+    if (with_labels)
+      for (size_t i = 0; i < d.a.size(); ++i) {
+        auto it = index.find(d.label[i]);
+        BERTCC_CHECK(it != index.end(), path, ": example ", i + 1, ": label '", d.label[i],
+                     "' is not one of the model's labels");
+        f[i].label = it->second;
+      }
+    return f;
+  };
+  auto predict = [&](Bert& m, const std::vector<FtFeature>& f) {
+    std::vector<std::string> p;
+    for (const auto& l : predict_logits(m, f, o.eval_batch_size, s.prec)) p.push_back(labels[static_cast<size_t>(argmax(l))]);
+    return p;
+  };
+  ClsData dev;
+  std::vector<FtFeature> dev_f;
+  if (s.has("eval")) {
+    BERTCC_CHECK(!o.predict_file.empty(), "--predict-file (labelled evaluation data) is required with --mode eval");
+    dev = read_cls(o.predict_file, c, true);
+    dev_f = features(dev, true, o.predict_file);
+  }
+  Evaluator eval = [&](Bert& m) {
+    EvalResult r;
+    r.metrics = cls_metrics(predict(m, dev_f), dev.label, labels);
+    r.score = r.metrics["acc"].get<double>();
+    return r;
+  };
+  if (s.has("train")) {
+    const auto tf = features(train, true, o.train_file);
+    std::cerr << "classify: " << tf.size() << " training examples, labels:";
+    for (const auto& l : labels) std::cerr << " " << l;
+    std::cerr << "\n";
+    const FinetuneResult r = run_finetune(*model, tf, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
+    std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
+              << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
+  }
+  if (s.has("eval")) print_metrics(eval(*model).metrics, o.output_dir, "eval_metrics.json");
+  if (s.has("prediction")) {
+    BERTCC_CHECK(!o.predict_file.empty() && !o.output_dir.empty(),
+                 "--predict-file and --output-dir are required with --mode prediction");
+    const ClsData d = dev.a.empty() ? read_cls(o.predict_file, c, false) : dev;
+    const auto logits = predict_logits(*model, features(d, false, o.predict_file), o.eval_batch_size, s.prec);
+    std::string out = "index\tprediction\tprobability\n";
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const auto& l = logits[i];
+      const int k = argmax(l);
+      double z = 0;
+      for (float v : l) z += std::exp(static_cast<double>(v - l[static_cast<size_t>(k)]));
+      std::ostringstream ss;
+      ss << i << "\t" << labels[static_cast<size_t>(k)] << "\t" << std::setprecision(6) << 1.0 / z << "\n";
+      out += ss.str();
+    }
+    write_file_atomic(join_path(o.output_dir, "predictions.tsv"), out);
+    std::cerr << "wrote " << logits.size() << " predictions to " << join_path(o.output_dir, "predictions.tsv") << "\n";
+  }
+}
+
+}  // namespace
+
+void add_finetune_glue_classify(CLI::App* ft) {
+  auto o = std::make_shared<FtCli>();
+  auto* g = ft->add_subcommand("glue", "GLUE (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI): train on "
+                                       "train.tsv, evaluate on dev.tsv, predict test.tsv in the submission format");
+  add_ft_flags(g, *o);
+  g->add_option(flag("--task-name"), o->task_name, "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli")->required();
+  g->add_option(flag("--data-dir"), o->data_dir, "the task's GLUE folder (train.tsv, dev.tsv, test.tsv)")->required();
+  g->add_option(flag("--train-file"), o->train_file, "training TSV (default: DATA_DIR/train.tsv)");
+  g->callback([o]() { run_glue(*o); });
+
+  auto oc = std::make_shared<FtCli>();
+  auto cc = std::make_shared<ClsCli>();
+  auto* c = ft->add_subcommand("classify",
+                               "text classification from CSV (RFC 4180 quotes) or TSV: a label column and one or two "
+                               "text columns (AG News: --label-column 0 --text-columns 1,2)");
+  add_ft_flags(c, *oc);
+  c->add_option(flag("--train-file"), oc->train_file, "labelled training data (.csv or .tsv)");
+  c->add_option(flag("--predict-file"), oc->predict_file, "evaluation (eval: labelled) or prediction data");
+  c->add_option(flag("--label-column"), cc->label_column, "0-based label column (default 0)");
+  c->add_option(flag("--text-columns"), cc->text_columns, "0-based text column(s), one or two (default 1)")
+      ->delimiter(',');
+  c->add_flag(flag("--skip-header"), cc->skip_header, "the first row is a header");
+  c->callback([oc, cc]() { run_classify(*oc, *cc); });
+}
+
+void add_finetune(CLI::App& app) {
+  auto* ft = app.add_subcommand("finetune", "fine-tune and evaluate: glue, classify, ner, squad");
+  ft->require_subcommand(1);
+  add_finetune_glue_classify(ft);
+}
+
+}  // namespace bertcc::tools

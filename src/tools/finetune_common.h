@@ -1,0 +1,53 @@
+// Shared pieces of `bertcc finetune <task>`: NVIDIA-style flags, --mode parsing, model loading
+// for training (new head) or evaluation (a fine-tuned model), tokenizer set-up.
+#pragma once
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bertcc/finetune.h"
+#include "bertcc/tokenizer.h"
+#include "tools/cli_common.h"
+
+namespace bertcc::tools {
+
+struct FtCli {
+  std::string mode = "train eval", init_checkpoint, vocab, data_dir, train_file, predict_file, task_name,
+              output_dir, precision = "bf16";
+  bool do_lower_case = false, no_lower_case = false;
+  int max_seq_length = 128, threads = 0, freeze_layers = -1;
+  int64_t train_batch_size = 32, eval_batch_size = 64, gradient_accumulation_steps = 1, max_steps = -1,
+          log_freq = 50;
+  double num_train_epochs = 3.0, warmup_proportion = 0.1;
+  float learning_rate = 5e-5f, weight_decay = 0.01f, max_grad_norm = 1.0f;
+  uint64_t seed = 42;
+};
+
+// Adds the common flags to `sub`, bound to `o`.
+void add_ft_flags(CLI::App* sub, FtCli& o);
+
+struct FtSetup {
+  std::set<std::string> mode;  // train, eval, prediction
+  Precision prec = Precision::BF16;
+  std::string vocab_path;
+  std::unique_ptr<Vocab> vocab;
+  std::unique_ptr<BertTokenizer> tok;
+  bool has(const char* m) const { return mode.count(m) > 0; }
+};
+FtSetup ft_setup(const FtCli& o);
+
+// Training: the --init-checkpoint backbone with a new head for `labels`. Otherwise: the fine-tuned
+// model in --init-checkpoint, whose labels must equal `labels` (unless `labels` is empty: taken
+// from the model).
+std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads heads, std::vector<std::string>& labels);
+FinetuneOptions ft_options(const FtCli& o, const FtSetup& s);
+
+// Index of the largest value (first on ties).
+int argmax(const std::vector<float>& v, size_t begin = 0, size_t end = size_t(-1));
+
+void add_finetune_glue_classify(CLI::App* ft);
+void add_finetune_ner(CLI::App* ft);
+void add_finetune_squad(CLI::App* ft);
+
+}  // namespace bertcc::tools

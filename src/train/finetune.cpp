@@ -1,0 +1,185 @@
+// The fine-tuning loop (NVIDIA run_squad/run_glue and HF Trainer semantics): shuffled batches,
+// AdamW with bias correction and decoupled weight decay, linear warm-up then linear decay,
+// gradient clipping at 1.0, gradient accumulation, dropout on, evaluation after each epoch and
+// the best model kept.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/finetune.h"
+#include "bertcc/model_dir.h"
+#include "bertcc/optim.h"
+#include "train/dllogger.h"
+
+namespace bertcc {
+namespace fs = std::filesystem;
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Fisher-Yates with a seeded splitmix64 stream: the same order on every platform.
+std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, int64_t epoch) {
+  std::vector<size_t> p(n);
+  std::iota(p.begin(), p.end(), size_t{0});
+  uint64_t s = seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(epoch) + 1;
+  for (size_t i = n; i > 1; --i) std::swap(p[i - 1], p[splitmix64(s) % i]);
+  return p;
+}
+
+void save_dir_atomic(const Bert& model, const std::string& dir, const std::string& vocab) {
+  const std::string tmp = dir + ".tmp";
+  fs::remove_all(tmp);
+  save_model_dir(model, tmp, vocab);
+  fs::remove_all(dir);
+  fs::rename(tmp, dir);
+}
+}  // namespace
+
+std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
+                                               Precision prec) {
+  std::vector<size_t> order(f.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  // Length-sorted batches waste little padding; results go back to input order.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return f[a].input_ids.size() < f[b].input_ids.size(); });
+  std::vector<std::vector<float>> out(f.size());
+  Rng rng{0, 0};
+  for (size_t s = 0; s < order.size(); s += static_cast<size_t>(batch_size)) {
+    std::vector<size_t> idx(order.begin() + static_cast<int64_t>(s),
+                            order.begin() + static_cast<int64_t>(std::min(order.size(), s + batch_size)));
+    const BertBatch b = make_finetune_batch(f, idx, model.heads(), false, model.config().max_position_embeddings);
+    model.finetune_step(b, /*training=*/false, /*backward=*/false, prec, rng);
+    const auto& lg = model.head_logits();
+    const size_t per_row = lg.size() / idx.size();
+    for (size_t r = 0; r < idx.size(); ++r) out[idx[r]].assign(lg.begin() + r * per_row, lg.begin() + (r + 1) * per_row);
+  }
+  return out;
+}
+
+FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval,
+                            const FinetuneOptions& o) {
+  BERTCC_CHECK(!train.empty(), "fine-tuning: no training examples");
+  BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required for training");
+  BERTCC_CHECK(o.train_batch_size >= 1 && o.gradient_accumulation_steps >= 1 &&
+                   o.train_batch_size % o.gradient_accumulation_steps == 0,
+               "--train-batch-size (", o.train_batch_size, ") must be a positive multiple of --gradient-accumulation-steps (",
+               o.gradient_accumulation_steps, ")");
+  fs::create_directories(o.output_dir);
+  model.freeze_below_top_layers(o.freeze_layers);
+  const int64_t micro = o.train_batch_size / o.gradient_accumulation_steps;  // NVIDIA semantics
+  const int64_t n = static_cast<int64_t>(train.size());
+  const int64_t steps_per_epoch = (n + o.train_batch_size - 1) / o.train_batch_size;
+  const int64_t total = o.max_steps > 0 ? o.max_steps
+                                        : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
+                                                                   o.num_train_epochs * static_cast<double>(steps_per_epoch))));
+  DLLogger log(o.output_dir + "/dllogger.json");
+  nlohmann::ordered_json params{{"train_examples", n},
+                                {"train_batch_size", o.train_batch_size},
+                                {"gradient_accumulation_steps", o.gradient_accumulation_steps},
+                                {"learning_rate", o.learning_rate},
+                                {"num_train_epochs", o.num_train_epochs},
+                                {"max_steps", total},
+                                {"warmup_proportion", o.warmup_proportion},
+                                {"precision", precision_name(o.precision)},
+                                {"seed", o.seed},
+                                {"freeze_layers", o.freeze_layers},
+                                {"architecture", architecture_name(model.heads())}};
+  log.log("PARAMETER", params);
+
+  AdamState opt;
+  opt.m.assign(model.params().size(), 0.0f);
+  opt.v.assign(model.params().size(), 0.0f);
+  AdamWOptions ao;
+  ao.weight_decay = o.weight_decay;
+  ao.max_grad_norm = o.max_grad_norm;
+  ao.eps = o.adam_eps;
+  ao.bias_correction = o.bias_correction;
+  Rng rng{o.seed, 0};
+
+  FinetuneResult res;
+  double best = -INFINITY;
+  const auto t0 = std::chrono::steady_clock::now();
+  double train_seconds = 0;
+  int64_t seqs = 0, step = 0, epoch = 0;
+  double loss_acc = 0;
+  int64_t loss_n = 0;
+  auto run_eval = [&](const char* when) {
+    if (!eval) return;
+    EvalResult r = eval(model);
+    r.metrics["epoch"] = epoch;
+    r.metrics["step"] = step;
+    res.last_eval = r.metrics;
+    log.log(nlohmann::ordered_json::array({epoch, step}), r.metrics, "EVAL");
+    const bool better = r.score > best;
+    if (!o.quiet) std::cerr << "eval (" << when << ") " << r.metrics.dump() << (better ? "  [best]" : "") << "\n";
+    if (better) {
+      best = r.score;
+      res.best_eval = r.metrics;
+      save_dir_atomic(model, o.output_dir + "/best", o.vocab_path);
+    }
+  };
+
+  while (step < total) {
+    const std::vector<size_t> perm = epoch_permutation(train.size(), o.seed, epoch);
+    for (int64_t s = 0; s < steps_per_epoch && step < total; ++s) {
+      const auto ts = std::chrono::steady_clock::now();
+      model.zero_grad();
+      const int64_t first = s * o.train_batch_size, last = std::min(n, first + o.train_batch_size);
+      double step_loss = 0;
+      for (int64_t m0 = first; m0 < last; m0 += micro) {
+        std::vector<size_t> idx(perm.begin() + m0, perm.begin() + std::min(last, m0 + micro));
+        const BertBatch b = make_finetune_batch(train, idx, model.heads(), true, model.config().max_position_embeddings);
+        // Each micro-batch's mean loss weighs by its share of the step's examples.
+        const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
+        const FinetuneLoss l = model.finetune_step(b, /*training=*/true, /*backward=*/true, o.precision, rng, w);
+        step_loss += w * l.loss;
+      }
+      const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
+      adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao);
+      ++step;
+      seqs += last - first;
+      train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+      loss_acc += step_loss;
+      ++loss_n;
+      if (step % o.log_freq == 0 || step == total) {
+        const double sps = static_cast<double>(seqs) / std::max(train_seconds, 1e-9);
+        nlohmann::ordered_json d{{"loss", loss_acc / static_cast<double>(loss_n)}, {"learning_rate", lr},
+                                 {"seq_per_s", sps}};
+        log.log(nlohmann::ordered_json::array({epoch, step}), d);
+        if (!o.quiet)
+          std::cerr << "step " << step << "/" << total << " epoch " << epoch << " loss " << d["loss"].get<double>()
+                    << " lr " << lr << " " << static_cast<int>(sps) << " seq/s\n";
+        loss_acc = 0;
+        loss_n = 0;
+      }
+    }
+    ++epoch;
+    run_eval(step < total ? "end of epoch" : "end of training");
+  }
+  save_model_dir(model, o.output_dir, o.vocab_path);
+  res.steps = step;
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.train_seq_per_s = static_cast<double>(seqs) / std::max(train_seconds, 1e-9);
+  nlohmann::ordered_json summary{{"steps", step},
+                                 {"train_seconds", train_seconds},
+                                 {"train_seq_per_s", res.train_seq_per_s},
+                                 {"last_eval", res.last_eval},
+                                 {"best_eval", res.best_eval}};
+  log.log(nlohmann::ordered_json::array(), summary);
+  write_file_atomic(o.output_dir + "/eval_results.json", summary.dump(2) + "\n");
+  return res;
+}
+
+}  // namespace bertcc
