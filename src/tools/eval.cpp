@@ -5,6 +5,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/glue.h"
+#include "bertcc/ner.h"
 #include "bertcc/squad_eval.h"
 #include "tools/cli_common.h"
 
@@ -54,6 +55,30 @@ void add_eval(CLI::App& app) {
     BERTCC_CHECK(pred.size() == gold.size(), g->preds, ": ", pred.size(), " predictions for ", gold.size(),
                  " examples in ", g->data);
     std::cout << glue_metrics(g->task, pred, gold).dump() << "\n";
+  });
+
+  struct NOpts {
+    std::string data, preds;
+  };
+  auto n = std::make_shared<NOpts>();
+  auto* ne = ev->add_subcommand("ner", "entity-level precision/recall/F1 as seqeval (CoNLL files, IOB1 or IOB2)");
+  ne->add_option("--data", n->data, "gold CoNLL file (tag in the last column)")->required();
+  ne->add_option("--predictions", n->preds,
+                 "predicted CoNLL file with the same words and sentences (tag in the last column)")
+      ->required();
+  ne->callback([n]() {
+    const auto gold = read_conll(n->data), pred = read_conll(n->preds);
+    BERTCC_CHECK(gold.size() == pred.size(), n->preds, ": ", pred.size(), " sentences, ", n->data, " has ",
+                 gold.size());
+    std::vector<std::vector<std::string>> g, p;
+    for (size_t i = 0; i < gold.size(); ++i) {
+      BERTCC_CHECK(gold[i].words == pred[i].words, n->preds, ":", pred[i].line, ": sentence differs from ", n->data,
+                   ":", gold[i].line);
+      BERTCC_CHECK(!gold[i].tags.empty() && !pred[i].tags.empty(), "both files need a tag column");
+      g.push_back(gold[i].tags);
+      p.push_back(pred[i].tags);
+    }
+    std::cout << ner_metrics(g, p).dump() << "\n";
   });
 }
 
