@@ -430,6 +430,7 @@ void add_finetune(CLI::App& app) {
   auto* ft = app.add_subcommand("finetune", "fine-tune and evaluate: glue, classify, ner, squad");
   ft->require_subcommand(1);
   add_finetune_glue_classify(ft);
+  add_finetune_ner(ft);
 }
 
 }  // namespace bertcc::tools

@@ -1,0 +1,166 @@
+// bertcc finetune ner: CoNLL-2003 token classification (BertForTokenClassification). Each word's
+// label sits on its first sub-token (the others are ignored, -100), as HF's run_ner; sentences
+// longer than --max-seq-length are split between words, so every word gets a prediction.
+#include <algorithm>
+#include <iomanip>
+#include <iostream>
+#include <map>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/ner.h"
+#include "tools/finetune_common.h"
+
+namespace bertcc::tools {
+namespace {
+
+struct NerFeatures {
+  std::vector<FtFeature> f;
+  std::vector<size_t> sentence;                  // per feature
+  std::vector<size_t> first_word;                // per feature
+  std::vector<std::vector<int32_t>> word_pos;    // per feature: first sub-token position of each word (-1: none)
+};
+
+NerFeatures ner_features(const BertTokenizer& tok, const std::vector<NerSentence>& sents,
+                         const std::map<std::string, int32_t>& index, bool with_labels, int max_len,
+                         const std::string& path) {
+  const int32_t cls = tok.vocab().id("[CLS]"), sep = tok.vocab().id("[SEP]");
+  BERTCC_CHECK(cls >= 0 && sep >= 0, tok.vocab().source(), ": vocabulary has no [CLS] or [SEP]");
+  NerFeatures out;
+  const size_t room = static_cast<size_t>(max_len - 2);
+  for (size_t si = 0; si < sents.size(); ++si) {
+    const NerSentence& s = sents[si];
+    std::vector<std::vector<int32_t>> pieces(s.words.size());
+    for (size_t w = 0; w < s.words.size(); ++w) {
+      pieces[w] = tok.encode(s.words[w]);
+      if (pieces[w].size() > room) pieces[w].resize(room);  // a single absurdly long word
+    }
+    size_t w = 0;
+    do {
+      FtFeature f;
+      f.input_ids.push_back(cls);
+      f.token_labels.push_back(-100);
+      std::vector<int32_t> pos;
+      const size_t first = w;
+      while (w < s.words.size() && f.input_ids.size() - 1 + pieces[w].size() <= room) {
+        pos.push_back(pieces[w].empty() ? -1 : static_cast<int32_t>(f.input_ids.size()));
+        for (size_t k = 0; k < pieces[w].size(); ++k) {
+          f.input_ids.push_back(pieces[w][k]);
+          int32_t lab = -100;
+          if (k == 0 && with_labels) {
+            auto it = index.find(s.tags[w]);
+            BERTCC_CHECK(it != index.end(), path, ":", s.line, ": tag '", s.tags[w], "' is not one of the model's labels");
+            lab = it->second;
+          }
+          f.token_labels.push_back(lab);
+        }
+        ++w;
+      }
+      f.input_ids.push_back(sep);
+      f.token_labels.push_back(-100);
+      f.segment_ids.assign(f.input_ids.size(), 0);
+      out.f.push_back(std::move(f));
+      out.sentence.push_back(si);
+      out.first_word.push_back(first);
+      out.word_pos.push_back(std::move(pos));
+    } while (w < s.words.size());
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> ner_predict(Bert& m, const NerFeatures& nf, const std::vector<NerSentence>& sents,
+                                                  const std::vector<std::string>& labels, const FtCli& o,
+                                                  Precision prec) {
+  const auto logits = predict_logits(m, nf.f, o.eval_batch_size, prec);
+  std::vector<std::vector<std::string>> out(sents.size());
+  for (size_t i = 0; i < sents.size(); ++i) out[i].assign(sents[i].words.size(), "O");
+  const size_t K = labels.size();
+  for (size_t i = 0; i < nf.f.size(); ++i)
+    for (size_t j = 0; j < nf.word_pos[i].size(); ++j) {
+      const int32_t p = nf.word_pos[i][j];
+      if (p < 0) continue;
+      const size_t b = static_cast<size_t>(p) * K;
+      out[nf.sentence[i]][nf.first_word[i] + j] = labels[static_cast<size_t>(argmax(logits[i], b, b + K))];
+    }
+  return out;
+}
+
+void write_conll(const std::string& path, const std::vector<NerSentence>& sents,
+                 const std::vector<std::vector<std::string>>& pred) {
+  std::string out;
+  for (size_t i = 0; i < sents.size(); ++i) {
+    for (size_t j = 0; j < sents[i].words.size(); ++j) {
+      out += sents[i].words[j];
+      if (!sents[i].tags.empty()) out += " " + sents[i].tags[j];
+      out += " " + pred[i][j] + "\n";
+    }
+    out += "\n";
+  }
+  write_file_atomic(path, out);
+}
+
+void run_ner(const FtCli& o) {
+  FtSetup s = ft_setup(o);
+  std::vector<NerSentence> train, dev;
+  std::vector<std::string> labels;
+  if (s.has("train")) {
+    BERTCC_CHECK(!o.train_file.empty(), "--train-file is required with --mode train");
+    train = read_conll(o.train_file);
+    BERTCC_CHECK(!train[0].tags.empty(), o.train_file, ": no tag column");
+    for (const auto& x : train) labels.insert(labels.end(), x.tags.begin(), x.tags.end());
+    std::sort(labels.begin(), labels.end(), [](const std::string& a, const std::string& b) {
+      return (a == "O") != (b == "O") ? a == "O" : a < b;  // "O" first, then sorted
+    });
+    labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+  }
+  auto model = ft_load_model(o, s, Heads::TokenClassification, labels);
+  std::map<std::string, int32_t> index;
+  for (size_t i = 0; i < labels.size(); ++i) index[labels[i]] = static_cast<int32_t>(i);
+  NerFeatures dev_f;
+  std::vector<std::vector<std::string>> gold;
+  if (s.has("eval") || s.has("prediction")) {
+    BERTCC_CHECK(!o.predict_file.empty(), "--predict-file is required with --mode eval/prediction");
+    dev = read_conll(o.predict_file);
+    for (const auto& x : dev) gold.push_back(x.tags);
+    dev_f = ner_features(*s.tok, dev, index, false, o.max_seq_length, o.predict_file);
+  }
+  Evaluator eval = [&](Bert& m) {
+    EvalResult r;
+    BERTCC_CHECK(!dev.empty() && !dev[0].tags.empty(), o.predict_file, ": no tag column to evaluate against");
+    r.metrics = ner_metrics(gold, ner_predict(m, dev_f, dev, labels, o, s.prec));
+    r.score = r.metrics["f1"].get<double>();
+    return r;
+  };
+  if (s.has("train")) {
+    const NerFeatures tf = ner_features(*s.tok, train, index, true, o.max_seq_length, o.train_file);
+    std::cerr << "ner: " << train.size() << " training sentences (" << tf.f.size() << " sequences), "
+              << labels.size() << " tags\n";
+    const FinetuneResult r = run_finetune(*model, tf.f, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
+    std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
+              << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
+  }
+  if (s.has("eval")) {
+    const auto m = eval(*model).metrics;
+    std::cout << m.dump() << "\n";
+    if (!o.output_dir.empty()) write_file_atomic(join_path(o.output_dir, "eval_metrics.json"), m.dump(2) + "\n");
+  }
+  if (s.has("prediction")) {
+    BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required with --mode prediction");
+    const std::string path = join_path(o.output_dir, "predictions.txt");
+    write_conll(path, dev, ner_predict(*model, dev_f, dev, labels, o, s.prec));
+    std::cerr << "wrote " << dev.size() << " sentences (word [gold] prediction) to " << path << "\n";
+  }
+}
+
+}  // namespace
+
+void add_finetune_ner(CLI::App* ft) {
+  auto o = std::make_shared<FtCli>();
+  auto* n = ft->add_subcommand("ner", "named-entity recognition on CoNLL-2003 files (IOB1 or IOB2), seqeval metrics");
+  add_ft_flags(n, *o);
+  n->add_option(flag("--train-file"), o->train_file, "CoNLL training file (e.g. iob2/train.txt or eng.train)");
+  n->add_option(flag("--predict-file"), o->predict_file, "CoNLL file to evaluate (eval) or tag (prediction)");
+  n->callback([o]() { run_ner(*o); });
+}
+
+}  // namespace bertcc::tools
