@@ -1,0 +1,256 @@
+// SQuAD reading and feature creation (Google's run_squad.py read_squad_examples and
+// convert_examples_to_features).
+#include "bertcc/squad.h"
+
+#include <algorithm>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/utf8.h"
+
+namespace bertcc {
+namespace {
+
+bool squad_space(uint32_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == 0x202F; }
+
+// Python's str.split() whitespace (for whitespace_tokenize of the answer text).
+bool py_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+std::string join_words(const std::vector<std::string>& w, size_t b, size_t e) {
+  std::string s;
+  for (size_t i = b; i < e; ++i) {
+    if (i > b) s += ' ';
+    s += w[i];
+  }
+  return s;
+}
+
+}  // namespace
+
+SquadExample make_squad_example(std::string id, std::string question, std::string context) {
+  SquadExample ex;
+  ex.id = std::move(id);
+  ex.question = std::move(question);
+  ex.context = std::move(context);
+  const auto* s = reinterpret_cast<const unsigned char*>(ex.context.data());
+  bool prev_ws = true;
+  for (size_t i = 0; i < ex.context.size();) {
+    const size_t at = i;
+    bool bad = false;
+    const uint32_t c = decode_utf8(s, ex.context.size(), i, bad);
+    if (squad_space(c)) {
+      prev_ws = true;
+      continue;
+    }
+    if (prev_ws) {
+      ex.doc_tokens.emplace_back();
+      ex.word_byte_begin.push_back(at);
+    }
+    ex.doc_tokens.back().append(ex.context, at, i - at);
+    prev_ws = false;
+  }
+  return ex;
+}
+
+std::vector<SquadExample> read_squad(const std::string& path, bool training, bool* v2, int64_t* skipped) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": invalid JSON: ", e.what());
+  }
+  BERTCC_CHECK(j.is_object() && j.contains("data") && j["data"].is_array(), path,
+               ": not a SQuAD file (no \"data\" array)");
+  std::vector<SquadExample> out;
+  int64_t skip = 0;
+  bool any_impossible = false;
+  for (const auto& article : j["data"]) {
+    BERTCC_CHECK(article.contains("paragraphs"), path, ": an article has no \"paragraphs\"");
+    for (const auto& para : article["paragraphs"]) {
+      BERTCC_CHECK(para.contains("context") && para["context"].is_string() && para.contains("qas"), path,
+                   ": a paragraph lacks \"context\" or \"qas\"");
+      const std::string context = para["context"].get<std::string>();
+      SquadExample base = make_squad_example("", "", context);
+      // char (code point) -> word index
+      std::vector<int> char_to_word;
+      {
+        const auto* s = reinterpret_cast<const unsigned char*>(context.data());
+        int word = -1;
+        bool prev_ws = true;
+        for (size_t i = 0; i < context.size();) {
+          bool bad = false;
+          const uint32_t c = decode_utf8(s, context.size(), i, bad);
+          if (squad_space(c)) {
+            prev_ws = true;
+          } else {
+            if (prev_ws) ++word;
+            prev_ws = false;
+          }
+          char_to_word.push_back(word);
+        }
+      }
+      for (const auto& qa : para["qas"]) {
+        BERTCC_CHECK(qa.contains("id") && qa.contains("question"), path, ": a question lacks \"id\" or \"question\"");
+        SquadExample ex = base;
+        ex.id = qa["id"].get<std::string>();
+        ex.question = qa["question"].get<std::string>();
+        ex.impossible = qa.value("is_impossible", false);
+        any_impossible |= ex.impossible;
+        if (training && !ex.impossible) {
+          BERTCC_CHECK(qa.contains("answers") && qa["answers"].is_array() && !qa["answers"].empty(), path,
+                       ": question ", ex.id, " has no answers");
+          const auto& a = qa["answers"][0];
+          ex.answer_text = a["text"].get<std::string>();
+          const int64_t start = a["answer_start"].get<int64_t>();
+          int64_t len = 0;
+          {
+            const auto* s = reinterpret_cast<const unsigned char*>(ex.answer_text.data());
+            for (size_t i = 0; i < ex.answer_text.size(); ++len) {
+              bool bad = false;
+              decode_utf8(s, ex.answer_text.size(), i, bad);
+            }
+          }
+          if (start < 0 || len == 0 || start + len - 1 >= static_cast<int64_t>(char_to_word.size())) {
+            ++skip;
+            continue;
+          }
+          ex.start_word = char_to_word[static_cast<size_t>(start)];
+          ex.end_word = char_to_word[static_cast<size_t>(start + len - 1)];
+          // Skip answers that the whitespace words cannot reproduce (Google's "Could not find answer").
+          const std::string actual = join_words(ex.doc_tokens, static_cast<size_t>(std::max(ex.start_word, 0)),
+                                                static_cast<size_t>(ex.end_word) + 1);
+          std::string cleaned;
+          {
+            const auto* s = reinterpret_cast<const unsigned char*>(ex.answer_text.data());
+            bool in_word = false;
+            for (size_t i = 0; i < ex.answer_text.size();) {
+              const size_t at = i;
+              bool bad = false;
+              const uint32_t c = decode_utf8(s, ex.answer_text.size(), i, bad);
+              if (py_space(c)) {
+                in_word = false;
+                continue;
+              }
+              if (!in_word && !cleaned.empty()) cleaned += ' ';
+              in_word = true;
+              cleaned.append(ex.answer_text, at, i - at);
+            }
+          }
+          if (ex.start_word < 0 || actual.find(cleaned) == std::string::npos) {
+            ++skip;
+            continue;
+          }
+        }
+        out.push_back(std::move(ex));
+      }
+    }
+  }
+  if (v2) *v2 = any_impossible;
+  if (skipped) *skipped = skip;
+  return out;
+}
+
+std::vector<SquadFeature> squad_features(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
+                                         const SquadFeatureOptions& o, bool training) {
+  const int32_t cls = tok.vocab().id("[CLS]"), sep = tok.vocab().id("[SEP]");
+  BERTCC_CHECK(cls >= 0 && sep >= 0, tok.vocab().source(), ": vocabulary has no [CLS] or [SEP]");
+  BERTCC_CHECK(o.doc_stride > 0, "--doc-stride must be positive");
+  std::vector<std::vector<SquadFeature>> per(ex.size());
+#pragma omp parallel for schedule(dynamic, 8)
+  for (size_t ei = 0; ei < ex.size(); ++ei) {
+    const SquadExample& e = ex[ei];
+    std::vector<int32_t> query = tok.encode(e.question);
+    if (query.size() > static_cast<size_t>(o.max_query_length)) query.resize(static_cast<size_t>(o.max_query_length));
+    std::vector<int32_t> tok_to_orig, orig_to_tok, all;
+    for (size_t w = 0; w < e.doc_tokens.size(); ++w) {
+      orig_to_tok.push_back(static_cast<int32_t>(all.size()));
+      const std::vector<int32_t> sub = tok.encode(e.doc_tokens[w]);
+      for (int32_t id : sub) {
+        tok_to_orig.push_back(static_cast<int32_t>(w));
+        all.push_back(id);
+      }
+    }
+    int64_t tok_start = -1, tok_end = -1;
+    if (training && !e.impossible) {
+      tok_start = orig_to_tok[static_cast<size_t>(e.start_word)];
+      tok_end = static_cast<size_t>(e.end_word) + 1 < e.doc_tokens.size()
+                    ? orig_to_tok[static_cast<size_t>(e.end_word) + 1] - 1
+                    : static_cast<int64_t>(all.size()) - 1;
+      // _improve_answer_span: the tightest sub-token span equal to the tokenized answer.
+      const std::vector<int32_t> ans = tok.encode(e.answer_text);
+      bool found = false;
+      for (int64_t s = tok_start; s <= tok_end && !found; ++s)
+        for (int64_t t = tok_end; t >= s && !found; --t)
+          if (static_cast<size_t>(t - s + 1) == ans.size() && std::equal(ans.begin(), ans.end(), all.begin() + s)) {
+            tok_start = s;
+            tok_end = t;
+            found = true;
+          }
+    }
+    const int64_t max_doc = o.max_seq_length - static_cast<int64_t>(query.size()) - 3;
+    BERTCC_CHECK(max_doc > 0, "--max-seq-length ", o.max_seq_length, " leaves no room for the context after a ",
+                 query.size(), "-token question");
+    std::vector<std::pair<int64_t, int64_t>> spans;  // (start, length)
+    const int64_t n = static_cast<int64_t>(all.size());
+    for (int64_t start = 0; start < n || (n == 0 && spans.empty());) {
+      const int64_t len = std::min(n - start, max_doc);
+      spans.push_back({start, len});
+      if (start + len >= n) break;
+      start += std::min(len, static_cast<int64_t>(o.doc_stride));
+    }
+    for (size_t si = 0; si < spans.size(); ++si) {
+      SquadFeature f;
+      f.example = ei;
+      FtFeature& x = f.f;
+      x.input_ids.push_back(cls);
+      x.input_ids.insert(x.input_ids.end(), query.begin(), query.end());
+      x.input_ids.push_back(sep);
+      x.segment_ids.assign(x.input_ids.size(), 0);
+      f.doc_offset = static_cast<int32_t>(x.input_ids.size());
+      f.token_to_orig.assign(x.input_ids.size(), -1);
+      f.max_context.assign(x.input_ids.size(), 0);
+      const auto [s0, len] = spans[si];
+      for (int64_t i = 0; i < len; ++i) {
+        const int64_t p = s0 + i;
+        f.token_to_orig.push_back(tok_to_orig[static_cast<size_t>(p)]);
+        // _check_is_max_context: the window where the token has the most context on both sides
+        double best = -1;
+        size_t best_span = 0;
+        for (size_t k = 0; k < spans.size(); ++k) {
+          const auto [ks, kl] = spans[k];
+          if (p < ks || p > ks + kl - 1) continue;
+          const double score =
+              static_cast<double>(std::min(p - ks, ks + kl - 1 - p)) + 0.01 * static_cast<double>(kl);
+          if (score > best) {
+            best = score;
+            best_span = k;
+          }
+        }
+        f.max_context.push_back(best_span == si);
+        x.input_ids.push_back(all[static_cast<size_t>(p)]);
+        x.segment_ids.push_back(1);
+      }
+      x.input_ids.push_back(sep);
+      x.segment_ids.push_back(1);
+      f.token_to_orig.push_back(-1);
+      f.max_context.push_back(0);
+      if (training) {
+        x.start = x.end = 0;
+        if (!e.impossible && tok_start >= s0 && tok_end <= s0 + len - 1) {
+          x.start = static_cast<int32_t>(tok_start - s0 + f.doc_offset);
+          x.end = static_cast<int32_t>(tok_end - s0 + f.doc_offset);
+        }
+      }
+      per[ei].push_back(std::move(f));
+    }
+  }
+  std::vector<SquadFeature> out;
+  for (auto& v : per)
+    for (auto& f : v) out.push_back(std::move(f));
+  return out;
+}
+
+}  // namespace bertcc

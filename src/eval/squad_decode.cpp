@@ -1,0 +1,216 @@
+// SQuAD answer decoding (Google's run_squad.py write_predictions and get_final_text).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "bertcc/error.h"
+#include "bertcc/squad.h"
+#include "bertcc/utf8.h"
+
+namespace bertcc {
+namespace {
+
+std::u32string to_u32(const std::string& s) {
+  std::u32string r;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    bool bad = false;
+    r.push_back(decode_utf8(p, s.size(), i, bad));
+  }
+  return r;
+}
+std::string to_u8(const std::u32string& s) {
+  std::string r;
+  for (char32_t c : s) append_utf8(r, c);
+  return r;
+}
+
+// Drops the spaces; map[k] = index in `text` of the k-th kept character.
+std::u32string strip_spaces(const std::u32string& text, std::vector<size_t>& map) {
+  std::u32string r;
+  map.clear();
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == U' ') continue;
+    map.push_back(i);
+    r.push_back(text[i]);
+  }
+  return r;
+}
+
+// Top-n indices by value, descending, stable for ties (Python's sorted(..., reverse=True)).
+std::vector<int> best_indexes(const float* v, int n, int top) {
+  std::vector<int> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return v[a] > v[b]; });
+  if (static_cast<int>(idx.size()) > top) idx.resize(static_cast<size_t>(top));
+  return idx;
+}
+
+bool py_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+}  // namespace
+
+std::string get_final_text(const BertTokenizer& tok, const std::string& pred_text, const std::string& orig_text) {
+  std::vector<std::string> words;
+  tok.basic_tokenize(orig_text, words);
+  std::string tok_text8;
+  for (size_t i = 0; i < words.size(); ++i) tok_text8 += (i ? " " : "") + words[i];
+  const std::u32string tok_text = to_u32(tok_text8), pred = to_u32(pred_text), orig = to_u32(orig_text);
+  const size_t start = tok_text.find(pred);
+  if (start == std::u32string::npos || pred.empty()) return orig_text;
+  const size_t end = start + pred.size() - 1;
+  std::vector<size_t> orig_map, tok_map;
+  const std::u32string orig_ns = strip_spaces(orig, orig_map), tok_ns = strip_spaces(tok_text, tok_map);
+  if (orig_ns.size() != tok_ns.size()) return orig_text;
+  // tok_s_to_ns: position in tok_text -> position without spaces
+  auto s_to_ns = [&](size_t s) -> long {
+    auto it = std::lower_bound(tok_map.begin(), tok_map.end(), s);
+    return it != tok_map.end() && *it == s ? static_cast<long>(it - tok_map.begin()) : -1;
+  };
+  const long ns_start = s_to_ns(start), ns_end = s_to_ns(end);
+  if (ns_start < 0 || ns_end < 0) return orig_text;
+  const size_t os = orig_map[static_cast<size_t>(ns_start)], oe = orig_map[static_cast<size_t>(ns_end)];
+  return to_u8(orig.substr(os, oe - os + 1));
+}
+
+SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
+                         const std::vector<SquadFeature>& feats, const std::vector<std::vector<float>>& logits,
+                         const SquadDecodeOptions& o) {
+  BERTCC_CHECK(feats.size() == logits.size(), "squad_decode: ", logits.size(), " results for ", feats.size(),
+               " features");
+  std::vector<std::vector<size_t>> by_example(ex.size());
+  for (size_t i = 0; i < feats.size(); ++i) by_example[feats[i].example].push_back(i);
+  SquadOutput out;
+  out.predictions = nlohmann::ordered_json::object();
+  out.nbest = nlohmann::ordered_json::object();
+  out.null_odds = nlohmann::ordered_json::object();
+  out.answer_byte_begin.assign(ex.size(), -1);
+  const Vocab& vocab = tok.vocab();
+  struct Prelim {
+    size_t feature;
+    int start, end;
+    float start_logit, end_logit;
+  };
+  struct Nbest {
+    std::string text;
+    float start_logit, end_logit;
+    int64_t byte_begin;
+  };
+  for (size_t ei = 0; ei < ex.size(); ++ei) {
+    const SquadExample& e = ex[ei];
+    std::vector<Prelim> prelim;
+    float score_null = 1e6f, null_start = 0, null_end = 0;
+    size_t null_feature = 0;
+    for (size_t fi : by_example[ei]) {
+      const SquadFeature& f = feats[fi];
+      const int ntok = static_cast<int>(f.f.input_ids.size());
+      const std::vector<float>& lg = logits[fi];
+      BERTCC_CHECK(lg.size() >= static_cast<size_t>(2 * ntok), "squad_decode: feature ", fi, " has too few logits");
+      std::vector<float> sl(static_cast<size_t>(ntok)), el(static_cast<size_t>(ntok));
+      for (int t = 0; t < ntok; ++t) {
+        sl[static_cast<size_t>(t)] = lg[2 * static_cast<size_t>(t)];
+        el[static_cast<size_t>(t)] = lg[2 * static_cast<size_t>(t) + 1];
+      }
+      if (o.v2) {
+        const float null_score = sl[0] + el[0];
+        if (null_score < score_null) {
+          score_null = null_score;
+          null_feature = fi;
+          null_start = sl[0];
+          null_end = el[0];
+        }
+      }
+      const auto si = best_indexes(sl.data(), ntok, o.n_best_size), ei2 = best_indexes(el.data(), ntok, o.n_best_size);
+      for (int s : si)
+        for (int t : ei2) {
+          if (f.token_to_orig[static_cast<size_t>(s)] < 0 || f.token_to_orig[static_cast<size_t>(t)] < 0) continue;
+          if (!f.max_context[static_cast<size_t>(s)]) continue;
+          if (t < s || t - s + 1 > o.max_answer_length) continue;
+          prelim.push_back({fi, s, t, sl[static_cast<size_t>(s)], el[static_cast<size_t>(t)]});
+        }
+    }
+    if (o.v2) prelim.push_back({null_feature, 0, 0, null_start, null_end});
+    std::stable_sort(prelim.begin(), prelim.end(), [](const Prelim& a, const Prelim& b) {
+      return a.start_logit + a.end_logit > b.start_logit + b.end_logit;
+    });
+    std::set<std::string> seen;
+    std::vector<Nbest> nbest;
+    for (const Prelim& p : prelim) {
+      if (static_cast<int>(nbest.size()) >= o.n_best_size) break;
+      std::string text;
+      int64_t byte_begin = -1;
+      if (p.start > 0) {
+        const SquadFeature& f = feats[p.feature];
+        std::string tt;
+        for (int k = p.start; k <= p.end; ++k) {
+          if (k > p.start) tt += ' ';
+          tt += vocab.token(f.f.input_ids[static_cast<size_t>(k)]);
+        }
+        for (size_t q; (q = tt.find(" ##")) != std::string::npos;) tt.erase(q, 3);
+        for (size_t q; (q = tt.find("##")) != std::string::npos;) tt.erase(q, 2);
+        std::string clean;  // " ".join(tok_text.strip().split())
+        bool in = false;
+        for (char c : tt) {
+          if (py_space(c)) {
+            in = false;
+            continue;
+          }
+          if (!in && !clean.empty()) clean += ' ';
+          in = true;
+          clean += c;
+        }
+        const int ow0 = f.token_to_orig[static_cast<size_t>(p.start)], ow1 = f.token_to_orig[static_cast<size_t>(p.end)];
+        std::string orig;
+        for (int w = ow0; w <= ow1; ++w) orig += (w > ow0 ? " " : "") + e.doc_tokens[static_cast<size_t>(w)];
+        text = get_final_text(tok, clean, orig);
+        if (seen.count(text)) continue;
+        seen.insert(text);
+        const size_t b = e.context.find(text, e.word_byte_begin[static_cast<size_t>(ow0)]);
+        byte_begin = b == std::string::npos ? static_cast<int64_t>(e.word_byte_begin[static_cast<size_t>(ow0)])
+                                            : static_cast<int64_t>(b);
+      } else {
+        seen.insert("");
+      }
+      nbest.push_back({text, p.start_logit, p.end_logit, byte_begin});
+    }
+    if (o.v2 && !seen.count("")) nbest.push_back({"", null_start, null_end, -1});
+    if (nbest.empty()) nbest.push_back({"empty", 0.0f, 0.0f, -1});
+    double mx = -INFINITY;
+    for (const auto& n : nbest) mx = std::max(mx, static_cast<double>(n.start_logit + n.end_logit));
+    std::vector<double> probs;
+    double z = 0;
+    for (const auto& n : nbest) {
+      probs.push_back(std::exp(static_cast<double>(n.start_logit + n.end_logit) - mx));
+      z += probs.back();
+    }
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    const Nbest* best_non_null = nullptr;
+    for (size_t i = 0; i < nbest.size(); ++i) {
+      if (!best_non_null && !nbest[i].text.empty()) best_non_null = &nbest[i];
+      list.push_back({{"text", nbest[i].text},
+                      {"probability", probs[i] / z},
+                      {"start_logit", nbest[i].start_logit},
+                      {"end_logit", nbest[i].end_logit}});
+    }
+    out.nbest[e.id] = list;
+    if (!o.v2) {
+      out.predictions[e.id] = nbest[0].text;
+      out.answer_byte_begin[ei] = nbest[0].byte_begin;
+    } else {
+      const double diff = best_non_null ? static_cast<double>(score_null) - best_non_null->start_logit -
+                                              best_non_null->end_logit
+                                        : INFINITY;
+      out.null_odds[e.id] = std::isfinite(diff) ? diff : 1e30;
+      if (diff > o.null_score_diff_threshold) {
+        out.predictions[e.id] = "";
+      } else {
+        out.predictions[e.id] = best_non_null->text;
+        out.answer_byte_begin[ei] = best_non_null->byte_begin;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace bertcc
