@@ -143,3 +143,38 @@ TEST(Model, Bf16WeightCopyFollowsWeightChanges) {
   const double b = fresh.pretrain_step(batch, false, false, Precision::BF16, rng).loss;
   EXPECT_EQ(a, b);
 }
+
+// Fine-tuning pads each batch to its own length, so one model sees many (B, T). Results for a
+// batch must not depend on what shapes ran before (the activation arena is re-carved, not zeroed).
+TEST(Model, ResultsDoNotDependOnPreviousBatchShapes) {
+  BertConfig c = small_config();
+  c.id2label = {"a", "b", "c"};
+  for (Heads h : {Heads::SequenceClassification, Heads::TokenClassification, Heads::QuestionAnswering}) {
+    Bert m1(c, h), m2(c, h);
+    m1.init_weights(3);
+    m2.params() = m1.params();
+    auto labelled = [&](int64_t B, int64_t T, uint32_t seed) {
+      BertBatch b = random_batch(c, B, T, seed);
+      for (int64_t r = 0; r < B; ++r) {
+        b.start_positions.push_back(static_cast<int32_t>(r % T));
+        b.end_positions.push_back(static_cast<int32_t>((r + 1) % T));
+        if (h == Heads::SequenceClassification) b.labels.push_back(static_cast<int32_t>(r % 3));
+      }
+      if (h == Heads::TokenClassification)
+        for (int64_t i = 0; i < B * T; ++i) b.labels.push_back(b.input_mask[i] ? static_cast<int32_t>(i % 3) : -100);
+      return b;
+    };
+    const BertBatch big = labelled(4, 16, 1), small = labelled(3, 7, 2);
+    Rng r1{9, 0}, r2{9, 0};
+    m1.zero_grad();
+    m1.finetune_step(big, true, true, Precision::F32, r1);
+    m1.zero_grad();
+    r1 = Rng{9, 0};
+    const FinetuneLoss l1 = m1.finetune_step(small, true, true, Precision::F32, r1);
+    m2.zero_grad();
+    const FinetuneLoss l2 = m2.finetune_step(small, true, true, Precision::F32, r2);
+    EXPECT_EQ(l1.loss, l2.loss) << architecture_name(h);
+    EXPECT_EQ(m1.head_logits(), m2.head_logits()) << architecture_name(h);
+    EXPECT_EQ(m1.grads(), m2.grads()) << architecture_name(h);
+  }
+}

@@ -185,7 +185,9 @@ void Bert::refresh_bf16(Precision p) {
 
 void Bert::ensure_acts(int64_t B, int64_t T) {
   if (acts_ && acts_->B == B && acts_->T == T) return;
-  acts_ = std::make_unique<Acts>();
+  // The arena only grows: batches of varying length (fine-tuning pads each batch to its longest
+  // row) re-carve the same memory instead of reallocating and faulting in fresh pages.
+  if (!acts_) acts_ = std::make_unique<Acts>();
   Acts& a = *acts_;
   a.B = B;
   a.T = T;
@@ -224,7 +226,11 @@ void Bert::ensure_acts(int64_t B, int64_t T) {
   plan.push_back({&a.dpool, B * C});
   int64_t total = 0;
   for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;  // 64-byte aligned slices
-  a.arena.assign(static_cast<size_t>(total), 0.0f);
+  if (a.arena.size() < static_cast<size_t>(total)) {
+    a.arena.clear();
+    a.arena.shrink_to_fit();
+    a.arena.assign(static_cast<size_t>(total), 0.0f);
+  }
   int64_t off = 0;
   for (auto& [p, n] : plan) {
     *p = a.arena.data() + off;

@@ -431,6 +431,7 @@ void add_finetune(CLI::App& app) {
   ft->require_subcommand(1);
   add_finetune_glue_classify(ft);
   add_finetune_ner(ft);
+  add_finetune_squad(ft);
 }
 
 }  // namespace bertcc::tools

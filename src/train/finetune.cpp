@@ -51,9 +51,10 @@ std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<Ft
                                                Precision prec) {
   std::vector<size_t> order(f.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  // Length-sorted batches waste little padding; results go back to input order.
+  // Length-sorted batches waste little padding; longest first, so the activation arena is sized
+  // once. Results go back to input order.
   std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return f[a].input_ids.size() < f[b].input_ids.size(); });
+                   [&](size_t a, size_t b) { return f[a].input_ids.size() > f[b].input_ids.size(); });
   std::vector<std::vector<float>> out(f.size());
   Rng rng{0, 0};
   for (size_t s = 0; s < order.size(); s += static_cast<size_t>(batch_size)) {

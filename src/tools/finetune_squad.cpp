@@ -1,0 +1,119 @@
+// bertcc finetune squad: NVIDIA's run_squad.py as a native command (SQuAD v1.1 and v2.0).
+#include <iomanip>
+#include <iostream>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/squad.h"
+#include "bertcc/squad_eval.h"
+#include "tools/finetune_common.h"
+
+namespace bertcc::tools {
+namespace {
+
+struct SquadCli {
+  int doc_stride = 128, max_query_length = 64, n_best_size = 20, max_answer_length = 30;
+  bool version_2_with_negative = false;
+  double null_score_diff_threshold = 0.0;
+};
+
+std::vector<FtFeature> plain(const std::vector<SquadFeature>& f) {
+  std::vector<FtFeature> r;
+  r.reserve(f.size());
+  for (const auto& x : f) r.push_back(x.f);
+  return r;
+}
+
+void run_squad(const FtCli& o, const SquadCli& q) {
+  FtSetup s = ft_setup(o);
+  std::vector<std::string> labels;
+  auto model = ft_load_model(o, s, Heads::QuestionAnswering, labels);
+  SquadFeatureOptions fo;
+  fo.max_seq_length = o.max_seq_length;
+  fo.doc_stride = q.doc_stride;
+  fo.max_query_length = q.max_query_length;
+  const bool predicting = s.has("eval") || s.has("prediction");
+  std::vector<SquadExample> dev;
+  std::vector<SquadFeature> dev_f;
+  std::vector<FtFeature> dev_plain;
+  bool v2 = q.version_2_with_negative;
+  if (predicting) {
+    BERTCC_CHECK(!o.predict_file.empty(), "--predict-file is required with --mode eval/prediction");
+    BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required for predictions");
+    bool file_v2 = false;
+    dev = read_squad(o.predict_file, false, &file_v2);
+    v2 = v2 || file_v2;
+    dev_f = squad_features(*s.tok, dev, fo, false);
+    dev_plain = plain(dev_f);
+    std::cerr << "squad: " << dev.size() << " questions to answer (" << dev_f.size() << " windows)"
+              << (v2 ? ", v2.0 (null answers)" : "") << "\n";
+  }
+  SquadDecodeOptions dop;
+  dop.n_best_size = q.n_best_size;
+  dop.max_answer_length = q.max_answer_length;
+  dop.v2 = v2;
+  dop.null_score_diff_threshold = q.null_score_diff_threshold;
+  auto predict = [&](Bert& m) {
+    const auto logits = predict_logits(m, dev_plain, o.eval_batch_size, s.prec);
+    const SquadOutput out = squad_decode(*s.tok, dev, dev_f, logits, dop);
+    write_file_atomic(join_path(o.output_dir, "predictions.json"), out.predictions.dump(2) + "\n");
+    write_file_atomic(join_path(o.output_dir, "nbest_predictions.json"), out.nbest.dump(2) + "\n");
+    if (v2) write_file_atomic(join_path(o.output_dir, "null_odds.json"), out.null_odds.dump(2) + "\n");
+  };
+  Evaluator eval = [&](Bert& m) {
+    predict(m);
+    EvalResult r;
+    r.metrics = evaluate_squad(o.predict_file, join_path(o.output_dir, "predictions.json"));
+    r.score = r.metrics["f1"].get<double>();
+    return r;
+  };
+  if (s.has("train")) {
+    BERTCC_CHECK(!o.train_file.empty(), "--train-file is required with --mode train");
+    int64_t skipped = 0;
+    bool tv2 = false;
+    const auto ex = read_squad(o.train_file, true, &tv2, &skipped);
+    const auto tf = squad_features(*s.tok, ex, fo, true);
+    std::cerr << "squad: " << ex.size() << " training questions (" << skipped
+              << " skipped: answer not found in the context), " << tf.size() << " windows\n";
+    const FinetuneResult r = run_finetune(*model, plain(tf), s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
+    std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
+              << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
+  }
+  if (s.has("eval")) {
+    const auto m = eval(*model).metrics;
+    std::cout << m.dump() << "\n";
+    write_file_atomic(join_path(o.output_dir, "eval_metrics.json"), m.dump(2) + "\n");
+  } else if (s.has("prediction")) {
+    predict(*model);
+  }
+  if (predicting)
+    std::cerr << "wrote " << join_path(o.output_dir, "predictions.json") << ", nbest_predictions.json"
+              << (v2 ? ", null_odds.json" : "") << "\n";
+}
+
+}  // namespace
+
+void add_finetune_squad(CLI::App* ft) {
+  auto o = std::make_shared<FtCli>();
+  auto q = std::make_shared<SquadCli>();
+  o->max_seq_length = 384;
+  o->learning_rate = 3e-5f;
+  o->num_train_epochs = 2.0;
+  o->train_batch_size = 32;
+  o->eval_batch_size = 16;  // 384-token windows: keeps the activation arena near 1 GB for bert-base
+  auto* c = ft->add_subcommand("squad", "SQuAD v1.1 / v2.0 question answering (run_squad.py)");
+  add_ft_flags(c, *o);
+  c->add_option(flag("--train-file"), o->train_file, "train-v1.1.json / train-v2.0.json");
+  c->add_option(flag("--predict-file"), o->predict_file, "dev-v1.1.json / dev-v2.0.json (answered and evaluated)");
+  c->add_option(flag("--doc-stride"), q->doc_stride, "stride between context windows (default 128)");
+  c->add_option(flag("--max-query-length"), q->max_query_length, "question tokens kept (default 64)");
+  c->add_option(flag("--n-best-size"), q->n_best_size, "candidates per question (default 20)");
+  c->add_option(flag("--max-answer-length"), q->max_answer_length, "longest answer in tokens (default 30)");
+  c->add_flag(flag("--version-2-with-negative"), q->version_2_with_negative,
+              "SQuAD 2.0: allow null answers (also detected from is_impossible in the data)");
+  c->add_option(flag("--null-score-diff-threshold"), q->null_score_diff_threshold,
+                "predict null when null score - best non-null score > this (default 0.0)");
+  c->callback([o, q]() { run_squad(*o, *q); });
+}
+
+}  // namespace bertcc::tools
