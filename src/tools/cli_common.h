@@ -24,5 +24,6 @@ void add_pretrain(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_finetune(CLI::App& app);
+void add_infer(CLI::App& app);
 
 }  // namespace bertcc::tools

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   bertcc::tools::add_plot(app);
   bertcc::tools::add_eval(app);
   bertcc::tools::add_finetune(app);
+  bertcc::tools::add_infer(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
