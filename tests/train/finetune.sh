@@ -1,0 +1,94 @@
+#!/bin/sh
+# Fine-tuning end to end on real data (../shared/data), each head from a randomly initialised
+# bert-tiny with the bert-base-uncased vocabulary: the model must fit a small real training set
+# (SST-2 128 sentences, CoNLL 60 sentences, 106 SQuAD questions) -- a broken gradient, optimizer
+# or decoding step cannot reach these scores. Also: same seed and threads -> bit-identical model;
+# --freeze-layers leaves the frozen tensors untouched; eval of the saved model reproduces the
+# training's last evaluation; prediction files in GLUE/CoNLL/SQuAD formats; clear errors.
+#   tests/train/finetune.sh BERTCC WORKDIR
+set -u
+B="$1"; W="$2"; S="$(dirname "$0")/../../../shared/data"; PY=/usr/bin/python3
+. "$(dirname "$0")/common.sh"
+rm -rf "$W"; mkdir -p "$W/sst"
+"$B" init-model --config bert-tiny --vocab "$S/bert_vocab/bert-base-uncased-vocab.txt" --output "$W/tiny" --seed 1 > /dev/null 2>&1 || fail init-model
+head -129 "$S/glue/SST-2/train.tsv" > "$W/sst/train.tsv"
+cp "$W/sst/train.tsv" "$W/sst/dev.tsv"
+{ printf 'index\tsentence\n'; tail -n +2 "$W/sst/train.tsv" | cut -f1 | awk '{print NR-1 "\t" $0}'; } > "$W/sst/test.tsv"
+BASE="--init-checkpoint $W/tiny --learning-rate 2e-3 --precision fp32 --threads 2 --train-batch-size 16 --log-freq 1000"
+COMMON="$BASE --max-seq-length 64"
+metric() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))$2)" "$1"; }
+atleast() { $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" "$1" "$2"; }
+
+# --- GLUE SST-2: fit, determinism, eval of the saved model, submission file
+for run in a b; do
+  "$B" finetune glue --task-name sst-2 --data-dir "$W/sst" $COMMON --num-train-epochs 20 --seed 3 \
+    --output-dir "$W/sst_$run" --mode "train eval prediction" > "$W/sst_$run.out" 2> "$W/sst_$run.err" || fail "glue train ($run): $(tail -3 "$W/sst_$run.err")"
+done
+acc=$(metric "$W/sst_a/eval_metrics.json" '["acc"]')
+echo "SST-2 (128 train sentences) accuracy after fitting: $acc"
+atleast "$acc" 0.97 || fail "SST-2 accuracy $acc < 0.97"
+cmp -s "$W/sst_a/model.safetensors" "$W/sst_b/model.safetensors" || fail "same seed and threads gave different models"
+[ "$(wc -l < "$W/sst_a/SST-2.tsv")" -eq 129 ] && head -1 "$W/sst_a/SST-2.tsv" | grep -q "^index	prediction$" || fail "SST-2.tsv submission file"
+"$B" finetune glue --task-name sst-2 --data-dir "$W/sst" --init-checkpoint "$W/sst_a" --mode eval --precision fp32 --threads 2 > "$W/sst_eval.out" 2>/dev/null || fail "eval of saved model"
+grep -q "\"acc\":$acc" "$W/sst_eval.out" || fail "eval of the saved model: $(cat "$W/sst_eval.out") vs acc $acc"
+[ -f "$W/sst_a/best/model.safetensors" ] && grep -q '"BertForSequenceClassification"' "$W/sst_a/config.json" || fail "best/ model or architecture"
+
+# --- freeze: only the top layer and head move
+"$B" finetune glue --task-name sst-2 --data-dir "$W/sst" $COMMON --max-steps 3 --freeze-layers 1 --output-dir "$W/frozen" --mode train > /dev/null 2>&1 || fail "freeze run"
+$PY - "$W/tiny/model.safetensors" "$W/frozen/model.safetensors" "$(dirname "$0")/../torch" <<'PYEOF' || fail "--freeze-layers 1"
+import sys
+sys.path.insert(0, sys.argv[3])
+import st, numpy as np
+a, b = st.load(sys.argv[1]), st.load(sys.argv[2])
+moved = sorted(n for n in b if n in a and not np.array_equal(a[n], b[n]))
+bad = [n for n in moved if n.startswith("bert.embeddings") or ".layer.0." in n]
+ok = any(".layer.1." in n for n in moved) and any(n.startswith("bert.pooler") for n in moved)
+print(f"freeze-layers 1: {len(moved)} tensors changed, frozen ones changed: {bad}")
+sys.exit(1 if bad or not ok else 0)
+PYEOF
+
+# --- NER (CoNLL-2003, IOB2): fit 60 sentences
+awk 'BEGIN{n=0} /^$/{n++} n<=60{print}' "$S/conll2003/iob2/train.txt" > "$W/ner.txt"
+"$B" finetune ner --train-file "$W/ner.txt" --predict-file "$W/ner.txt" $COMMON --num-train-epochs 30 --output-dir "$W/ner" \
+  --mode "train eval prediction" > "$W/ner.out" 2> "$W/ner.err" || fail "ner: $(tail -3 "$W/ner.err")"
+f1=$(metric "$W/ner/eval_metrics.json" '["f1"]')
+echo "CoNLL (60 train sentences) entity F1 after fitting: $f1"
+atleast "$f1" 0.95 || fail "NER f1 $f1 < 0.95"
+"$B" eval ner --data "$W/ner.txt" --predictions "$W/ner/predictions.txt" > "$W/ner_eval.out" 2>&1 || fail "eval ner of predictions.txt"
+grep -q "\"f1\":$f1" "$W/ner_eval.out" || fail "eval ner on predictions.txt disagrees: $(cat "$W/ner_eval.out")"
+
+# --- SQuAD v1.1: fit 106 questions (windows of 128, stride 64)
+$PY - "$S/squad/v1.1/dev-v1.1.json" "$W/sq.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1])); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:4]
+json.dump({"version": "1.1", "data": [a]}, open(sys.argv[2], "w"))
+PYEOF
+"$B" finetune squad --train-file "$W/sq.json" --predict-file "$W/sq.json" $BASE --max-seq-length 128 --doc-stride 64 \
+  --num-train-epochs 30 --output-dir "$W/sq" > "$W/sq.out" 2> "$W/sq.err" || fail "squad: $(tail -3 "$W/sq.err")"
+em=$(metric "$W/sq/eval_metrics.json" '["exact_match"]')
+echo "SQuAD (106 train questions) exact match after fitting: $em"
+atleast "$em" 50 || fail "SQuAD EM $em < 50"
+"$B" eval squad --data "$W/sq.json" --predictions "$W/sq/predictions.json" | grep -q "\"exact_match\":$em" || fail "eval squad of predictions.json"
+[ -f "$W/sq/nbest_predictions.json" ] || fail "nbest_predictions.json"
+ans=$("$B" qa --model "$W/sq" --precision fp32 --threads 2 --question "$($PY -c "import json;print(json.load(open('$W/sq.json'))['data'][0]['paragraphs'][0]['qas'][0]['question'])")" \
+  --context "$($PY -c "import json;print(json.load(open('$W/sq.json'))['data'][0]['paragraphs'][0]['context'])")" 2>/dev/null)
+echo "qa: $ans"
+echo "$ans" | grep -q '"answer":' || fail "bertcc qa"
+
+# --- inference commands on the fitted models, JSON lines in and out
+printf '{"text":"a gorgeous , witty , seductive movie .","id":1}\n{"text":"the plot is nothing but boilerplate clichés","id":2}\n' |
+  "$B" classify --model "$W/sst_a" --precision fp32 > "$W/cls.out" 2>/dev/null || fail "bertcc classify"
+[ "$(grep -c '"label":' "$W/cls.out")" -eq 2 ] || fail "classify JSON lines: $(cat "$W/cls.out")"
+echo '{"text":"SOCCER - JAPAN GET LUCKY WIN , CHINA IN SURPRISE DEFEAT ."}' | "$B" tag --model "$W/ner" --precision fp32 > "$W/tag.out" 2>/dev/null || fail "bertcc tag"
+grep -q '"entities":' "$W/tag.out" || fail "tag output: $(cat "$W/tag.out")"
+
+# --- errors
+"$B" finetune glue --task-name sst-2 --data-dir "$W/sst" $COMMON --mode "train fly" --output-dir "$W/x" > /dev/null 2> "$W/err1" && fail "bad --mode accepted"
+grep -q "unknown word 'fly'" "$W/err1" || fail "bad --mode message: $(cat "$W/err1")"
+printf 'sentence\tlabel\nfine\t7\n' > "$W/sst/bad.tsv"
+"$B" finetune glue --task-name sst-2 --data-dir "$W/sst" --train-file "$W/sst/bad.tsv" $COMMON --output-dir "$W/x" > /dev/null 2> "$W/err2" && fail "unknown label accepted"
+grep -q "bad.tsv: example 1: unknown label '7'" "$W/err2" || fail "unknown label message: $(cat "$W/err2")"
+echo 'not json' | "$B" classify --model "$W/sst_a" > /dev/null 2> "$W/err3" && fail "bad JSON accepted"
+grep -q "stdin:1: invalid JSON" "$W/err3" || fail "bad JSON message: $(cat "$W/err3")"
+
+[ "$fails" -eq 0 ] && echo OK || { echo "$fails failure(s)"; exit 1; }
