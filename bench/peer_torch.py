@@ -58,7 +58,7 @@ def lamb_step(params, grads, m, v, step, lr, wd_flags, b1=0.9, b2=0.999, eps=1e-
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["train", "infer"])
+    ap.add_argument("mode", choices=["train", "squad", "infer"])
     ap.add_argument("--config", default="bert-base")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
@@ -72,8 +72,9 @@ def main():
     cfg = config(args.config)
     B, T = args.batch, args.seq
     P = max(1, (T * 20 + 64) // 128)
+    squad = args.mode == "squad"
     train = args.mode == "train"
-    shapes = torch_bert.param_shapes(cfg, heads=train)
+    shapes = torch_bert.head_shapes(cfg, "qa", 2) if squad else torch_bert.param_shapes(cfg, heads=train)
     params = {}
     for n, s in shapes.items():
         if n.endswith("LayerNorm.weight"):
@@ -82,7 +83,7 @@ def main():
             t = torch.randn(s) * 0.02
         else:
             t = torch.zeros(s)
-        params[n] = t.requires_grad_(train)
+        params[n] = t.requires_grad_(train or squad)
     ids = torch.randint(1, cfg["vocab_size"], (B, T))
     seg = (torch.arange(T) >= T // 2).long().expand(B, T).contiguous()
     mask = torch.ones(B, T, dtype=torch.long)
@@ -91,6 +92,8 @@ def main():
         pos = torch.randint(1, T, (P,))
         labels[b, pos] = torch.randint(0, cfg["vocab_size"], (P,))
     nsp = torch.randint(0, 2, (B,))
+    starts = torch.tensor([(b * 37) % T for b in range(B)])
+    ends = torch.clamp(starts + 3, max=T - 1)
     bf16 = args.precision == "bf16"
     names = list(params)
     plist = [params[n] for n in names]
@@ -98,6 +101,7 @@ def main():
     m = [torch.zeros_like(p) for p in plist]
     v = [torch.zeros_like(p) for p in plist]
     state = {"step": 0}
+    adamw = torch.optim.AdamW(plist, lr=3e-5, eps=1e-6, weight_decay=0.01) if squad else None
     if not train and bf16:
         params = {n: p.to(torch.bfloat16) for n, p in params.items()}
 
@@ -112,6 +116,14 @@ def main():
             state["step"] += 1
             with torch.no_grad():
                 lamb_step(plist, [p.grad for p in plist], m, v, state["step"], 1e-4, wd_flags)
+        elif squad:  # HF BertForQuestionAnswering step: dropout, AdamW, clipping at 1.0
+            adamw.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss, _ = torch_bert.finetune_loss(params, cfg, "qa", ids, seg, mask, start=starts, end=ends,
+                                                   dropout=cfg["hidden_dropout_prob"], training=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(plist, 1.0)
+            adamw.step()
         else:
             with torch.no_grad():
                 torch_bert.encoder(params, cfg, ids, seg, mask)
@@ -130,7 +142,9 @@ def main():
     fwd = L * (2 * N * C * 3 * C + 4 * B * T * T * C + 2 * N * C * C + 4 * N * C * I) + 2 * B * C * C
     if train:
         fwd += 2 * M * C * C + 2 * M * C * V + 4 * B * C
-    flops = 3 * fwd if train else fwd
+    if squad:
+        fwd -= 2 * B * C * C  # no pooler
+    flops = 3 * fwd if train or squad else fwd
     out = {"peer": "pytorch " + torch.__version__, "mode": args.mode, "config": args.config,
            "precision": args.precision, "batch": B, "seq": T, "threads": torch.get_num_threads(),
            "steps": args.steps, "step_ms": mean * 1e3, "seq_per_s": B / mean, "model_tflops": flops / mean / 1e12,

@@ -17,9 +17,15 @@ check help 0 "dump-step" -- "$BERTCC" --help
 check dump-help 0 "--precision" -- "$BERTCC" dump-step --help
 check bench-help 0 "--seq" -- "$BERTCC" bench --help
 check tokenize-help 0 "--do-lower-case" -- "$BERTCC" tokenize --help
+for sub in "finetune glue" "finetune classify" "finetune ner" "finetune squad" "eval ner" qa classify tag; do
+  # shellcheck disable=SC2086
+  check "help-$sub" 0 "--" -- "$BERTCC" $sub --help
+done
+check ner-bad-tag nonzero "bad.conll:2: tag 'X-PER'" -- sh -c "printf 'a O\nb X-PER\n' > '$WORK/bad.conll'; '$BERTCC' eval ner --data '$WORK/bad.conll' --predictions '$WORK/bad.conll'"
 printf "a\nb\n" > "$WORK/novocab.txt"
 check vocab-no-unk nonzero "no \[UNK\] token" -- "$BERTCC" tokenize --vocab "$WORK/novocab.txt" --input "$WORK/novocab.txt"
 printf "[UNK]\na\n" > "$WORK/okvocab.txt"
+check ft-bad-csv nonzero "unterminated quoted field" -- sh -c "printf '1,\"abc\n' > '$WORK/bad.csv'; '$BERTCC' finetune classify --init-checkpoint '$WORK/m' --train-file '$WORK/bad.csv' --output-dir '$WORK/ftout' --vocab '$WORK/okvocab.txt'"
 check tokenize-bad-bool nonzero "expected true or false" -- "$BERTCC" tokenize --vocab "$WORK/okvocab.txt" --input "$WORK/okvocab.txt" --do-lower-case maybe
 check no-subcommand nonzero "subcommand" -- "$BERTCC"
 check missing-model nonzero "$WORK/nope" -- "$BERTCC" dump-step --model "$WORK/nope" --batch x.h5 --out "$WORK/o.safetensors"

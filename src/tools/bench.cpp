@@ -52,8 +52,9 @@ void add_bench(CLI::App& app) {
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("bench", "Throughput on random data: train (forward+backward+LAMB) or infer (BertModel forward)");
-  sub->add_option("mode", o->mode, "train | infer")->required()->check(CLI::IsMember({"train", "infer"}));
+  auto* sub = app.add_subcommand("bench", "Throughput on random data: train (pre-training forward+backward+LAMB), squad (BertForQuestionAnswering "
+                                 "fine-tuning step: forward+backward+AdamW) or infer (BertModel forward)");
+  sub->add_option("mode", o->mode, "train | squad | infer")->required()->check(CLI::IsMember({"train", "squad", "infer"}));
   sub->add_option("--config", o->config,
                   "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
   sub->add_option("--batch", o->batch, "sequences per step")->check(CLI::PositiveNumber);
@@ -67,14 +68,19 @@ void add_bench(CLI::App& app) {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
     BertConfig cfg = config_from_name_or_path(o->config);
-    const bool train = o->mode == "train";
+    const bool train = o->mode == "train", squad = o->mode == "squad";
     const int64_t B = o->batch, T = o->seq;
     const int64_t P = o->max_pred > 0 ? o->max_pred : std::max<int64_t>(1, (T * 20 + 64) / 128);
     if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);
     std::cerr << describe_backend(prec == Precision::BF16) << "\n";
-    Bert model(cfg, train ? Heads::PreTraining : Heads::None);
+    Bert model(cfg, train ? Heads::PreTraining : squad ? Heads::QuestionAnswering : Heads::None);
     model.init_weights(1);
-    const BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2);
+    BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2);
+    for (int64_t r = 0; r < B; ++r) {  // answer spans for the QA head
+      batch.start_positions.push_back(static_cast<int32_t>((r * 37) % T));
+      batch.end_positions.push_back(static_cast<int32_t>(std::min<int64_t>(T - 1, (r * 37) % T + 3)));
+    }
+    AdamWOptions adamw;
     Rng rng{3, 0};
     AdamState state;
     LambOptions lamb;
@@ -84,6 +90,10 @@ void add_bench(CLI::App& app) {
         model.zero_grad();
         masked = model.pretrain_step(batch, true, true, prec, rng).mlm_count;
         lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb);
+      } else if (squad) {
+        model.zero_grad();
+        model.finetune_step(batch, true, true, prec, rng);
+        adamw_step(model.table(), model.params().data(), model.grads().data(), state, 3e-5f, adamw);
       } else {
         model.encode(batch, false, prec, rng);
       }
@@ -99,7 +109,7 @@ void add_bench(CLI::App& app) {
     for (double t : times) total += t;
     const double mean = total / static_cast<double>(times.size());
     const double fwd = Bert::forward_flops(cfg, B, T, train ? masked : 0, train);
-    const double flops = train ? 3.0 * fwd : fwd;
+    const double flops = train || squad ? 3.0 * fwd : fwd;
     const double probe = kernels::gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
     nlohmann::ordered_json j;
     j["mode"] = o->mode;

@@ -135,10 +135,11 @@ def head_shapes(cfg, head, num_labels):
     return s
 
 
-def finetune_loss(P, cfg, head, input_ids, segment_ids, input_mask, labels=None, targets=None, start=None, end=None):
+def finetune_loss(P, cfg, head, input_ids, segment_ids, input_mask, labels=None, targets=None, start=None, end=None,
+                  dropout=0.0, training=False):
     """HF's losses: QA mean of start/end CE (positions clamped to T = ignored); sequence CE or MSE
     (num_labels 1); token CE over labels != -100. Returns (loss, logits)."""
-    h, pooled = encoder(P, cfg, input_ids, segment_ids, input_mask)
+    h, pooled = encoder(P, cfg, input_ids, segment_ids, input_mask, dropout, training)
     T = input_ids.shape[1]
     if head == "qa":
         logits = F.linear(h, P["qa_outputs.weight"], P["qa_outputs.bias"])

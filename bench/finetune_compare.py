@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""Fine-tuning a bertcc pre-trained checkpoint vs the same architecture from random initialisation
+on the real GLUE dev sets (SST-2, MRPC, CoLA, RTE, STS-B) and CoNLL-2003, several seeds each,
+identical hyper-parameters for both. Prints per-task mean, min-max spread and wall time, and
+writes every run's metrics as JSON lines.
+
+  bench/finetune_compare.py --pretrained DIR --scratch DIR [--vocab V] [--seeds 1 2 3] [--jobs 2]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+
+# task -> (subcommand args, metric key, extra flags)
+TASKS = {
+    "sst-2": (["glue", "--task-name", "sst-2", "--data-dir", f"{SHARED}/glue/SST-2"], "acc", ["--max-steps", "600"]),
+    "cola": (["glue", "--task-name", "cola", "--data-dir", f"{SHARED}/glue/CoLA"], "mcc", ["--num-train-epochs", "3"]),
+    "mrpc": (["glue", "--task-name", "mrpc", "--data-dir", f"{SHARED}/glue/MRPC"], "acc_and_f1",
+             ["--num-train-epochs", "3"]),
+    "rte": (["glue", "--task-name", "rte", "--data-dir", f"{SHARED}/glue/RTE"], "acc", ["--num-train-epochs", "3"]),
+    "sts-b": (["glue", "--task-name", "sts-b", "--data-dir", f"{SHARED}/glue/STS-B"], "corr",
+              ["--num-train-epochs", "3"]),
+    "conll": (["ner", "--train-file", f"{SHARED}/conll2003/iob2/train.txt", "--predict-file",
+               f"{SHARED}/conll2003/iob2/valid.txt"], "f1", ["--num-train-epochs", "1"]),
+}
+
+
+def run(args, task, init, ckpt, seed):
+    sub, key, extra = TASKS[task]
+    out = os.path.join(args.out, f"{task}-{init}-{seed}")
+    cmd = [args.bertcc, "finetune", *sub, "--init-checkpoint", ckpt, "--output-dir", out, "--mode", "train eval",
+           "--seed", str(seed), "--threads", str(args.threads), "--learning-rate", args.lr, "--train-batch-size", "32",
+           "--max-seq-length", "128", "--precision", args.precision, "--log-freq", "100000", *extra]
+    if args.vocab:
+        cmd += ["--vocab", args.vocab]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.time() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"FAIL {task} {init} {seed}: {r.stderr[-2000:]}")
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    rec = {"task": task, "init": init, "seed": seed, "metric": key, "value": m[key], "wall_s": wall, "metrics": m}
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bertcc", default=os.path.join(HERE, "..", "build", "bertcc"))
+    ap.add_argument("--pretrained", required=True)
+    ap.add_argument("--scratch", required=True)
+    ap.add_argument("--vocab", default="")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--lr", default="1e-4")
+    ap.add_argument("--precision", default="bf16")
+    ap.add_argument("--out", default="finetune-compare")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    jobs = [(t, i, c, s) for t in args.tasks for s in args.seeds
+            for i, c in (("pretrained", args.pretrained), ("scratch", args.scratch))]
+    with ThreadPoolExecutor(args.jobs) as ex:
+        recs = list(ex.map(lambda j: run(args, *j), jobs))
+    with open(os.path.join(args.out, "runs.jsonl"), "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+    print(f"\n{'task':7s} {'metric':11s} {'pre-trained (seeds)':32s} {'from scratch (seeds)':32s} {'gap':>7s} "
+          f"{'spread':>7s} {'wall s/run':>10s}")
+    for t in args.tasks:
+        row = {}
+        for i in ("pretrained", "scratch"):
+            v = [r["value"] for r in recs if r["task"] == t and r["init"] == i]
+            w = [r["wall_s"] for r in recs if r["task"] == t and r["init"] == i]
+            row[i] = (v, sum(v) / len(v), max(v) - min(v), sum(w) / len(w))
+        gap = row["pretrained"][1] - row["scratch"][1]
+        spread = max(row["pretrained"][2], row["scratch"][2])
+        fmt = lambda x: f"{x[1]:.4f} [" + " ".join(f"{v:.3f}" for v in x[0]) + "]"
+        print(f"{t:7s} {TASKS[t][1]:11s} {fmt(row['pretrained']):32s} {fmt(row['scratch']):32s} {gap:7.4f} "
+              f"{spread:7.4f} {row['pretrained'][3]:5.0f}/{row['scratch'][3]:.0f}"
+              + ("  gap > spread" if gap > spread else "  gap <= spread"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
