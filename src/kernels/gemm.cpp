@@ -25,8 +25,15 @@ using dims = dnnl::memory::dims;
 struct Runtime {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::unordered_map<std::string, dnnl::matmul> cache;
+  struct Entry {
+    dnnl::matmul prim;
+    dnnl::memory::desc scratch;
+  };
+  std::unordered_map<std::string, Entry> cache;
   std::vector<bf16_t> scratch_a, scratch_b;
+  // One scratchpad for every matmul, owned here: oneDNN's own (library mode) is allocated and
+  // freed around each call, which for large shapes means fresh pages zeroed by the kernel each time.
+  std::vector<uint8_t> scratchpad;
 };
 
 Runtime& rt() {
@@ -34,19 +41,24 @@ Runtime& rt() {
   return r;
 }
 
-// Copies a (batch of) row-major [rows, cols] blocks with leading dimension ld to compact bf16.
-void pack_bf16(const float* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld,
-               std::vector<bf16_t>& dst) {
+// Copies a (batch of) row-major [rows, cols] blocks with leading dimension ld to a compact buffer,
+// converting each element with `cvt` (fp32 -> bf16 for bf16 GEMMs, fp32 -> fp16 -> fp32 for the
+// fp16 emulation).
+template <typename T, typename Cvt>
+void pack(const float* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld, std::vector<T>& dst,
+          Cvt cvt) {
   dst.resize(static_cast<size_t>(batch * rows * cols));
-  bf16_t* out = dst.data();
+  T* out = dst.data();
 #pragma omp parallel for collapse(2) schedule(static) if (batch * rows * cols > 65536)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t r = 0; r < rows; ++r) {
       const float* s = src + b * stride + r * ld;
-      bf16_t* d = out + (b * rows + r) * cols;
-      for (int64_t c = 0; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
+      T* d = out + (b * rows + r) * cols;
+      for (int64_t c = 0; c < cols; ++c) d[c] = cvt(s[c]);
     }
 }
+const auto to_bf16_elem = [](float x) { return f32_to_bf16(x); };
+const auto round_f16_elem = [](float x) { return f16_to_f32(f32_to_f16(x)); };
 
 dnnl::memory::desc md(dt t, int64_t batch, int64_t rows, int64_t cols, int64_t bstride, int64_t rstride,
                       int64_t cstride) {
@@ -98,18 +110,10 @@ void gemm(const GemmArgs& g, Precision p) {
 static void gemm_impl(const GemmArgs& g, Precision p);
 static void gemm_f16(const GemmArgs& g) {
   thread_local std::vector<float> a16, b16;
-  auto round_copy = [](const float* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld,
-                       std::vector<float>& dst) {
-    dst.resize(static_cast<size_t>(batch * rows * cols));
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          dst[static_cast<size_t>((b * rows + r) * cols + c)] = f16_to_f32(f32_to_f16(src[b * stride + r * ld + c]));
-  };
   const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
   const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
-  round_copy(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, a16);
-  round_copy(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, b16);
+  pack(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, a16, round_f16_elem);
+  pack(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, b16, round_f16_elem);
   GemmArgs h = g;
   h.A = a16.data();
   h.lda = a_cols;
@@ -138,7 +142,7 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
     if (g.A16) {
       a_ptr = g.A16;
     } else {
-      pack_bf16(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, R.scratch_a);
+      pack(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, R.scratch_a, to_bf16_elem);
       a_ptr = R.scratch_a.data();
       lda = a_cols;
       sa = a_rows * a_cols;
@@ -146,7 +150,7 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
     if (g.B16) {
       b_ptr = g.B16;
     } else {
-      pack_bf16(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, R.scratch_b);
+      pack(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, R.scratch_b, to_bf16_elem);
       b_ptr = R.scratch_b.data();
       ldb = b_cols;
       sb = b_rows * b_cols;
@@ -173,6 +177,7 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
   auto it = R.cache.find(key);
   if (it == R.cache.end()) {
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
     if (g.accumulate) {
       dnnl::post_ops po;
@@ -186,7 +191,7 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
                                     dst_md)
                : dnnl::matmul::desc(src_md, wei_md, dst_md);
     dnnl::matmul::primitive_desc pd(d, attr, R.engine);
-    it = R.cache.emplace(key, dnnl::matmul(pd)).first;
+    it = R.cache.emplace(key, Runtime::Entry{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
   }
   // Bias is added after scaling by oneDNN only when alpha == 1; we never combine them.
   BERTCC_CHECK(!(g.bias && g.alpha != 1.0f), "gemm: bias with alpha != 1 is not supported");
@@ -200,7 +205,12 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
                             : dnnl::memory::desc(dims{1, 1, g.N}, dt::f32, dims{g.N, g.N, 1});
     args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, R.engine, const_cast<float*>(g.bias)));
   }
-  it->second.execute(R.stream, args);
+  const size_t pad = it->second.scratch.get_size();
+  if (pad > 0) {
+    if (R.scratchpad.size() < pad) R.scratchpad.resize(pad);
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(it->second.scratch, R.engine, R.scratchpad.data()));
+  }
+  it->second.prim.execute(R.stream, args);
   R.stream.wait();
 }
 
