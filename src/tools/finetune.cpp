@@ -45,6 +45,8 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option(flag("--warmup-proportion"), o.warmup_proportion, "fraction of steps of linear warm-up");
   sub->add_option(flag("--weight-decay"), o.weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)");
   sub->add_option(flag("--max-grad-norm"), o.max_grad_norm, "gradient clipping (global norm; <= 0 disables)");
+  sub->add_flag(flag("--no-bias-correction"), o.no_bias_correction,
+                "AdamW without bias correction (BertAdam, as NVIDIA's run_squad.py)");
   sub->add_option("--precision", o.precision, "bf16 (default; fp32 master weights) | fp32")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout");
@@ -112,6 +114,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.learning_rate = o.learning_rate;
   f.weight_decay = o.weight_decay;
   f.max_grad_norm = o.max_grad_norm;
+  f.bias_correction = !o.no_bias_correction;
   f.seed = o.seed;
   f.precision = s.prec;
   f.freeze_layers = o.freeze_layers;
