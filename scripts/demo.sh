@@ -49,7 +49,7 @@ const pct = (x) => (100 * x).toFixed(1) + " %";
 console.log("   test accuracy: pre-trained " + pct(p.acc) + ", from scratch " + pct(s.acc) +
             " (all-ham baseline " + pct(830 / 1210) + "); macro-F1 " + p.macro_f1.toFixed(3) + " vs " + s.macro_f1.toFixed(3));
 ' "$OUT/spam-pretrained.json" "$OUT/spam-scratch.json"
-echo "   bertcc classify --model $OUT/spam-pretrained --text 'Subject: You have WON a FREE cruise, click here now':"
+echo "   bertcc classify --model $OUT/spam-pretrained --text 'You have WON a FREE cruise' --text-pair 'Click here now to claim your prize, limited offer!'"
 echo "   $("$BERTCC" classify --model "$OUT/spam-pretrained" --text 'You have WON a FREE cruise' --text-pair 'Click here now to claim your prize, limited offer!' 2>/dev/null)"
 echo "== done =="
 echo "   corpus:        $OUT/corpus (train/, test/)"
