@@ -178,3 +178,33 @@ TEST(Model, ResultsDoNotDependOnPreviousBatchShapes) {
     EXPECT_EQ(m1.grads(), m2.grads()) << architecture_name(h);
   }
 }
+
+// --freeze-layers N: only the top N layers, the pooler and the head get gradients and updates.
+TEST(Model, FrozenLayersGetNoGradient) {
+  BertConfig c = small_config();
+  c.id2label = {"a", "b"};
+  for (int top : {0, 1, 2}) {
+    Bert m(c, Heads::SequenceClassification);
+    m.init_weights(5);
+    m.freeze_below_top_layers(top);
+    BertBatch b = random_batch(c, 3, 9, 4);
+    b.labels = {0, 1, 1};
+    Rng rng{1, 0};
+    m.zero_grad();
+    m.finetune_step(b, true, true, Precision::F32, rng);
+    for (const auto& e : m.table().entries()) {
+      double s = 0;
+      for (size_t i = 0; i < e.numel; ++i) s += std::fabs(m.grads()[e.offset + i]);
+      const bool emb = e.name.rfind("bert.embeddings.", 0) == 0;
+      const bool lower = e.name.rfind("bert.encoder.layer.", 0) == 0 &&
+                         std::stoi(e.name.substr(19)) < c.num_hidden_layers - top;
+      EXPECT_EQ(e.trainable, !(emb || lower)) << e.name << " top " << top;
+      if (!e.trainable) {
+        EXPECT_EQ(s, 0.0) << e.name << " top " << top;
+      }
+      if (e.name == "classifier.weight" || e.name == "bert.pooler.dense.weight") {
+        EXPECT_GT(s, 0.0) << e.name;
+      }
+    }
+  }
+}

@@ -89,7 +89,8 @@ class Bert {
   const std::vector<float>& head_logits() const { return head_logits_; }
 
   // Fine-tune only the top `layers` encoder layers (and the pooler/head): the embeddings and the
-  // layers below are frozen (no gradient computed, no update). Negative = everything trainable.
+  // layers below are frozen (no gradient computed, no update). Negative = everything trainable;
+  // 0 = only the pooler and the head.
   void freeze_below_top_layers(int layers);
   int first_trainable_layer() const { return first_trainable_layer_; }
 
@@ -123,7 +124,8 @@ class Bert {
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
   std::vector<float> head_in_, head_din_, head_dseq_;  // head input after dropout, its gradient
-  int first_trainable_layer_ = 0;                // layers below (and embeddings, if > 0) are frozen
+  int first_trainable_layer_ = 0;                // layers below are frozen
+  bool embeddings_frozen_ = false;
 };
 
 }  // namespace bertcc

@@ -165,9 +165,10 @@ void Bert::init_weights(uint64_t seed) {
 void Bert::freeze_below_top_layers(int layers) {
   const int L = cfg_.num_hidden_layers;
   first_trainable_layer_ = layers < 0 ? 0 : std::max(0, L - layers);
+  embeddings_frozen_ = layers >= 0;
   for (const auto& e : table_.entries()) {
     bool frozen = false;
-    if (first_trainable_layer_ > 0 && e.name.rfind("bert.embeddings.", 0) == 0) frozen = true;
+    if (embeddings_frozen_ && e.name.rfind("bert.embeddings.", 0) == 0) frozen = true;
     const std::string lp = "bert.encoder.layer.";
     if (e.name.rfind(lp, 0) == 0) frozen = std::stoi(e.name.substr(lp.size())) < first_trainable_layer_;
     table_.set_trainable(e.name, !frozen);
@@ -381,7 +382,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                     w16(p + "attention.self.query.weight", prec));
   }
 
-  if (first_trainable_layer_ > 0) return;  // embeddings and lower layers frozen
+  if (embeddings_frozen_) return;  // no gradient for frozen embeddings
   // x[0] = dropout(LN(emb_sum))
   const float* dx0 = a.g;
   if (p_h > 0) {
