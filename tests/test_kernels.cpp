@@ -370,3 +370,15 @@ TEST(Dtype, FastF16ConversionsMatchReference) {
   }
   for (float f : xs) ASSERT_EQ(f32_to_f16(f), f32_to_f16_ref(f)) << f;
 }
+
+// The integer keep test used by the vectorised dropout loops equals the float one for every
+// 24-bit value at the probabilities in use and at awkward ones.
+TEST(Dropout, IntegerThresholdEqualsFloatTest) {
+  for (float p : {0.1f, 0.2f, 0.5f, 0.15f, 1e-7f, 0.3333333f, 0.9999999f}) {
+    const uint32_t thr = bertcc::dropout_threshold(p);
+    for (uint32_t v = thr > 3 ? thr - 3 : 0; v < std::min(thr + 3, 1u << 24); ++v)
+      EXPECT_EQ(bertcc::dropout_keep(v << 8, p), (v >= thr)) << p << " " << v;
+    for (uint32_t v = 0; v < (1u << 24); v += 4099)
+      EXPECT_EQ(bertcc::dropout_keep((v << 8) | 0xAB, p), (v >= thr)) << p << " " << v;
+  }
+}

@@ -46,5 +46,12 @@ struct Rng {
 
 // Dropout keep decision for a raw 32-bit number: keep iff uniform(x) >= p.
 inline bool dropout_keep(uint32_t x, float p) { return u32_to_unit(x) >= p; }
+// The same decision in integers: dropout_keep(x, p) == ((x >> 8) >= dropout_threshold(p)) for every
+// x (u32_to_unit is exact, so the float comparison is the comparison of x >> 8 with p * 2^24).
+inline uint32_t dropout_threshold(float p) {
+  const double t = static_cast<double>(p) * 16777216.0;
+  const double c = static_cast<double>(static_cast<uint64_t>(t));
+  return static_cast<uint32_t>(c < t ? c + 1 : c);
+}
 
 }  // namespace bertcc

@@ -59,29 +59,40 @@ void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) 
 }
 
 // Element i of a dropout site uses number (base + i) of the dropout stream; chunks of 1024
-// elements are generated at once and processed in parallel.
+// elements are generated at once and processed in parallel. The keep test is an integer compare
+// (dropout_threshold), so the inner loops vectorise.
 template <class F>
-static void for_each_keep(int64_t n, const Rng& rng, uint64_t base, F f) {
+static void for_each_chunk(int64_t n, const Rng& rng, uint64_t base, F f) {
   constexpr int64_t kChunk = 1024;
   const int64_t nc = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (int64_t c = 0; c < nc; ++c) {
-    uint32_t bits[kChunk];
+    alignas(64) uint32_t bits[kChunk];
     const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
     rng.fill_u32(base + static_cast<uint64_t>(i0), static_cast<size_t>(len), bits);
-    for (int64_t k = 0; k < len; ++k) f(i0 + k, bits[k]);
+    f(i0, len, bits);
   }
 }
 
 void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) {
   const float scale = 1.0f / (1.0f - p);
-  for_each_keep(n, rng, base, [&](int64_t i, uint32_t x) { out[i] = dropout_keep(x, p) ? inp[i] * scale : 0.0f; });
+  const uint32_t thr = dropout_threshold(p);
+  for_each_chunk(n, rng, base, [=](int64_t i0, int64_t len, const uint32_t* bits) {
+    float* __restrict o = out + i0;
+    const float* __restrict x = inp + i0;
+#pragma omp simd
+    for (int64_t k = 0; k < len; ++k) o[k] = (bits[k] >> 8) >= thr ? x[k] * scale : 0.0f;
+  });
 }
 
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) {
   const float scale = 1.0f / (1.0f - p);
-  for_each_keep(n, rng, base, [&](int64_t i, uint32_t x) {
-    if (dropout_keep(x, p)) dinp[i] += dout[i] * scale;
+  const uint32_t thr = dropout_threshold(p);
+  for_each_chunk(n, rng, base, [=](int64_t i0, int64_t len, const uint32_t* bits) {
+    float* __restrict d = dinp + i0;
+    const float* __restrict g = dout + i0;
+#pragma omp simd
+    for (int64_t k = 0; k < len; ++k) d[k] += (bits[k] >> 8) >= thr ? g[k] * scale : 0.0f;
   });
 }
 

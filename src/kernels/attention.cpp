@@ -151,7 +151,10 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
       thread_local std::vector<uint32_t> bits;
       bits.resize(static_cast<size_t>(T));
       rng.fill_u32(base + static_cast<uint64_t>(r * T), static_cast<size_t>(T), bits.data());
-      for (int64_t j = 0; j < T; ++j) d[j] = dropout_keep(bits[j], dropout_p) ? d[j] * keep_scale : 0.0f;
+      const uint32_t thr = dropout_threshold(dropout_p);
+      const uint32_t* bb = bits.data();
+#pragma omp simd
+      for (int64_t j = 0; j < T; ++j) d[j] = (bb[j] >> 8) >= thr ? d[j] * keep_scale : 0.0f;
     }
     const float dot = lane_sum(T, [&](int64_t j) { return d[j] * p[j]; });
     for (int64_t j = 0; j < T; ++j) d[j] = p[j] * (d[j] - dot);
