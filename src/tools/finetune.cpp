@@ -330,6 +330,8 @@ nlohmann::ordered_json cls_metrics(const std::vector<std::string>& pred, const s
 void run_classify(const FtCli& o, const ClsCli& c) {
   FtSetup s = ft_setup(o);
   BERTCC_CHECK(c.text_columns.size() == 1 || c.text_columns.size() == 2, "--text-columns takes one or two columns");
+  BERTCC_CHECK(c.label_column >= 0 && std::all_of(c.text_columns.begin(), c.text_columns.end(), [](int v) { return v >= 0; }),
+               "--label-column and --text-columns are 0-based column numbers");
   ClsData train;
   std::vector<std::string> labels;
   if (s.has("train")) {

@@ -89,8 +89,8 @@ void run_qa(const InferCli& o) {
   Loaded l = load(o, Heads::QuestionAnswering);
   std::vector<SquadExample> ex;
   for (size_t i = 0; i < in.size(); ++i)
-    ex.push_back(make_squad_example(in[i].contains("id") ? in[i]["id"].dump() : std::to_string(i),
-                                    field(in[i], "question", i + 1), field(in[i], "context", i + 1)));
+    // Internal ids are the input positions (user ids may repeat); the user's id is echoed back.
+    ex.push_back(make_squad_example(std::to_string(i), field(in[i], "question", i + 1), field(in[i], "context", i + 1)));
   SquadFeatureOptions fo;
   fo.max_seq_length = o.max_seq_length > 0 ? o.max_seq_length : 384;
   fo.doc_stride = o.doc_stride;
