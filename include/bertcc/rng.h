@@ -10,6 +10,16 @@ namespace bertcc {
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key);
 
 // Uniform float in [0, 1) with 24 random bits.
+// SplitMix64 (Steele, Lea, Flood): a 64-bit mixing function for deriving seeds. The k-th output
+// of the SplitMix64 stream seeded with s is splitmix64(s + k * kSplitMixGamma).
+constexpr uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ull;
+inline uint64_t splitmix64(uint64_t x) {
+  x += kSplitMixGamma;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 inline float u32_to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
 
 struct Rng {

@@ -13,13 +13,6 @@
 namespace bertcc {
 namespace {
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 uint32_t below(Rng& r, uint32_t n) {  // unbiased
   const uint32_t lim = UINT32_MAX - UINT32_MAX % n;
   uint32_t x;
@@ -76,7 +69,7 @@ DynamicMasker::DynamicMasker(const MaskingOptions& o, uint64_t seed) : o_(o), se
 
 void DynamicMasker::mask_row(const int32_t* ids, int64_t len, int64_t S, uint64_t epoch, uint64_t row, int32_t* out_ids,
                              int32_t* labels) const {
-  Rng r{splitmix(seed_ ^ splitmix(epoch * 0x100000001B3ull ^ splitmix(row))), 0};
+  Rng r{splitmix64(seed_ ^ splitmix64(epoch * 0x100000001B3ull ^ splitmix64(row))), 0};
   std::copy(ids, ids + S, out_ids);
   std::fill(labels, labels + S, -1);
   std::vector<int32_t> cand;
@@ -118,7 +111,7 @@ BertBatch DynamicMasker::make_batch(const UnmaskedShard& s, const std::vector<in
 std::vector<int64_t> epoch_order(const UnmaskedShard& s, uint64_t seed, uint64_t epoch, int64_t bin_size) {
   std::vector<int64_t> order(static_cast<size_t>(s.N));
   for (int64_t i = 0; i < s.N; ++i) order[static_cast<size_t>(i)] = i;
-  Rng r{splitmix(seed ^ splitmix(~epoch)), 0};
+  Rng r{splitmix64(seed ^ splitmix64(~epoch)), 0};
   for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[below(r, static_cast<uint32_t>(i))]);
   if (bin_size > 1)
     for (size_t b = 0; b < order.size(); b += static_cast<size_t>(bin_size)) {

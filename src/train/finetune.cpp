@@ -22,19 +22,12 @@ namespace bertcc {
 namespace fs = std::filesystem;
 
 namespace {
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Fisher-Yates with a seeded splitmix64 stream: the same order on every platform.
+// Fisher-Yates driven by the SplitMix64 stream of (seed, epoch): the same order on every platform.
 std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, int64_t epoch) {
   std::vector<size_t> p(n);
   std::iota(p.begin(), p.end(), size_t{0});
   uint64_t s = seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(epoch) + 1;
-  for (size_t i = n; i > 1; --i) std::swap(p[i - 1], p[splitmix64(s) % i]);
+  for (size_t i = n; i > 1; --i, s += kSplitMixGamma) std::swap(p[i - 1], p[splitmix64(s) % i]);
   return p;
 }
 

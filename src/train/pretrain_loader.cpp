@@ -20,14 +20,8 @@ struct PretrainLoader::Loaded {
 };
 
 namespace {
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 void shuffle(std::vector<int64_t>& v, uint64_t seed) {
-  Rng r{mix(seed), 0};
+  Rng r{splitmix64(seed), 0};
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[r.next_u32() % i]);
 }
 }  // namespace
@@ -63,7 +57,7 @@ std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int
   if (cache_ && cache_->epoch == epoch && cache_->pos == pos) return cache_;
   std::vector<int64_t> order(shards_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  shuffle(order, seed_ ^ mix(static_cast<uint64_t>(epoch)));
+  shuffle(order, seed_ ^ splitmix64(static_cast<uint64_t>(epoch)));
   const std::string& path = shards_[static_cast<size_t>(order[static_cast<size_t>(pos)])];
   auto l = std::make_shared<Loaded>();
   l->epoch = epoch;
@@ -77,7 +71,7 @@ std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int
   BERTCC_CHECK(l->rows() >= B_, path, ": ", l->rows(), " rows, fewer than one batch of ", B_);
   l->order.resize(static_cast<size_t>(l->rows()));
   for (int64_t i = 0; i < l->rows(); ++i) l->order[static_cast<size_t>(i)] = i;
-  shuffle(l->order, seed_ ^ mix(static_cast<uint64_t>(epoch) * 1000003u + static_cast<uint64_t>(pos) + 1));
+  shuffle(l->order, seed_ ^ splitmix64(static_cast<uint64_t>(epoch) * 1000003u + static_cast<uint64_t>(pos) + 1));
   if (bin_batches_ > 0) {
     const int64_t S = l->dynamic ? l->unmasked.S : l->masked.S;
     const auto& mask = l->dynamic ? l->unmasked.input_mask : l->masked.input_mask;
