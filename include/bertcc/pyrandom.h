@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,5 +35,7 @@ int64_t round_half_even(double x);
 // Python's str.isspace() for one code point (bidirectional WS/B/S or category Zs), which is what
 // str.split() and str.strip() split and strip on.
 bool py_isspace(uint32_t c);
+// Python's " ".join(s.split()) on UTF-8 text (code points as decode_utf8 reads them).
+std::string py_join_split(std::string_view s);
 
 }  // namespace bertcc

@@ -51,4 +51,15 @@ inline uint32_t decode_utf8(const unsigned char* s, size_t n, size_t& i, bool& i
   return cp;
 }
 
+// Code points in s[0, bytes) as decode_utf8 reads them (an invalid byte counts as one).
+inline size_t utf8_length(const std::string& s, size_t bytes = std::string::npos) {
+  const size_t n = bytes < s.size() ? bytes : s.size();
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++count) {
+    bool invalid = false;
+    decode_utf8(reinterpret_cast<const unsigned char*>(s.data()), n, i, invalid);
+  }
+  return count;
+}
+
 }  // namespace bertcc

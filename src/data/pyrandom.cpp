@@ -1,5 +1,7 @@
 #include "bertcc/pyrandom.h"
 
+#include "bertcc/utf8.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -78,6 +80,24 @@ uint64_t PyRandom::randbelow(uint64_t n) {
 bool py_isspace(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+std::string py_join_split(std::string_view s) {
+  std::string out;
+  bool pending = false;
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    bool invalid = false;
+    const uint32_t c = decode_utf8(b, s.size(), i, invalid);
+    if (py_isspace(c)) {
+      pending = !out.empty();
+      continue;
+    }
+    if (pending) out.push_back(' ');
+    pending = false;
+    append_utf8(out, c);
+  }
+  return out;
 }
 
 int64_t round_half_even(double x) {

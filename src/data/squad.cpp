@@ -6,18 +6,13 @@
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/pyrandom.h"
 #include "bertcc/utf8.h"
 
 namespace bertcc {
 namespace {
 
 bool squad_space(uint32_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == 0x202F; }
-
-// Python's str.split() whitespace (for whitespace_tokenize of the answer text).
-bool py_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
 
 std::string join_words(const std::vector<std::string>& w, size_t b, size_t e) {
   std::string s;
@@ -30,7 +25,9 @@ std::string join_words(const std::vector<std::string>& w, size_t b, size_t e) {
 
 }  // namespace
 
-SquadExample make_squad_example(std::string id, std::string question, std::string context) {
+// Google's read_squad_examples split of the context into words, with the word of each code point.
+static SquadExample split_context(std::string id, std::string question, std::string context,
+                                  std::vector<int>* char_to_word) {
   SquadExample ex;
   ex.id = std::move(id);
   ex.question = std::move(question);
@@ -43,16 +40,21 @@ SquadExample make_squad_example(std::string id, std::string question, std::strin
     const uint32_t c = decode_utf8(s, ex.context.size(), i, bad);
     if (squad_space(c)) {
       prev_ws = true;
-      continue;
+    } else {
+      if (prev_ws) {
+        ex.doc_tokens.emplace_back();
+        ex.word_byte_begin.push_back(at);
+      }
+      ex.doc_tokens.back().append(ex.context, at, i - at);
+      prev_ws = false;
     }
-    if (prev_ws) {
-      ex.doc_tokens.emplace_back();
-      ex.word_byte_begin.push_back(at);
-    }
-    ex.doc_tokens.back().append(ex.context, at, i - at);
-    prev_ws = false;
+    if (char_to_word) char_to_word->push_back(static_cast<int>(ex.doc_tokens.size()) - 1);
   }
   return ex;
+}
+
+SquadExample make_squad_example(std::string id, std::string question, std::string context) {
+  return split_context(std::move(id), std::move(question), std::move(context), nullptr);
 }
 
 std::vector<SquadExample> read_squad(const std::string& path, bool training, bool* v2, int64_t* skipped) {
@@ -73,25 +75,8 @@ std::vector<SquadExample> read_squad(const std::string& path, bool training, boo
       BERTCC_CHECK(para.contains("context") && para["context"].is_string() && para.contains("qas"), path,
                    ": a paragraph lacks \"context\" or \"qas\"");
       const std::string context = para["context"].get<std::string>();
-      SquadExample base = make_squad_example("", "", context);
-      // char (code point) -> word index
-      std::vector<int> char_to_word;
-      {
-        const auto* s = reinterpret_cast<const unsigned char*>(context.data());
-        int word = -1;
-        bool prev_ws = true;
-        for (size_t i = 0; i < context.size();) {
-          bool bad = false;
-          const uint32_t c = decode_utf8(s, context.size(), i, bad);
-          if (squad_space(c)) {
-            prev_ws = true;
-          } else {
-            if (prev_ws) ++word;
-            prev_ws = false;
-          }
-          char_to_word.push_back(word);
-        }
-      }
+      std::vector<int> char_to_word;  // code point -> word index
+      const SquadExample base = split_context("", "", context, &char_to_word);
       for (const auto& qa : para["qas"]) {
         BERTCC_CHECK(qa.contains("id") && qa.contains("question"), path, ": a question lacks \"id\" or \"question\"");
         SquadExample ex = base;
@@ -105,14 +90,7 @@ std::vector<SquadExample> read_squad(const std::string& path, bool training, boo
           const auto& a = qa["answers"][0];
           ex.answer_text = a["text"].get<std::string>();
           const int64_t start = a["answer_start"].get<int64_t>();
-          int64_t len = 0;
-          {
-            const auto* s = reinterpret_cast<const unsigned char*>(ex.answer_text.data());
-            for (size_t i = 0; i < ex.answer_text.size(); ++len) {
-              bool bad = false;
-              decode_utf8(s, ex.answer_text.size(), i, bad);
-            }
-          }
+          const int64_t len = static_cast<int64_t>(utf8_length(ex.answer_text));
           if (start < 0 || len == 0 || start + len - 1 >= static_cast<int64_t>(char_to_word.size())) {
             ++skip;
             continue;
@@ -122,23 +100,7 @@ std::vector<SquadExample> read_squad(const std::string& path, bool training, boo
           // Skip answers that the whitespace words cannot reproduce (Google's "Could not find answer").
           const std::string actual = join_words(ex.doc_tokens, static_cast<size_t>(std::max(ex.start_word, 0)),
                                                 static_cast<size_t>(ex.end_word) + 1);
-          std::string cleaned;
-          {
-            const auto* s = reinterpret_cast<const unsigned char*>(ex.answer_text.data());
-            bool in_word = false;
-            for (size_t i = 0; i < ex.answer_text.size();) {
-              const size_t at = i;
-              bool bad = false;
-              const uint32_t c = decode_utf8(s, ex.answer_text.size(), i, bad);
-              if (py_space(c)) {
-                in_word = false;
-                continue;
-              }
-              if (!in_word && !cleaned.empty()) cleaned += ' ';
-              in_word = true;
-              cleaned.append(ex.answer_text, at, i - at);
-            }
-          }
+          const std::string cleaned = py_join_split(ex.answer_text);
           if (ex.start_word < 0 || actual.find(cleaned) == std::string::npos) {
             ++skip;
             continue;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "bertcc/error.h"
+#include "bertcc/pyrandom.h"
 #include "bertcc/squad.h"
 #include "bertcc/utf8.h"
 
@@ -46,8 +47,6 @@ std::vector<int> best_indexes(const float* v, int n, int top) {
   if (static_cast<int>(idx.size()) > top) idx.resize(static_cast<size_t>(top));
   return idx;
 }
-
-bool py_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 }  // namespace
 
@@ -149,17 +148,7 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
         }
         for (size_t q; (q = tt.find(" ##")) != std::string::npos;) tt.erase(q, 3);
         for (size_t q; (q = tt.find("##")) != std::string::npos;) tt.erase(q, 2);
-        std::string clean;  // " ".join(tok_text.strip().split())
-        bool in = false;
-        for (char c : tt) {
-          if (py_space(c)) {
-            in = false;
-            continue;
-          }
-          if (!in && !clean.empty()) clean += ' ';
-          in = true;
-          clean += c;
-        }
+        const std::string clean = py_join_split(tt);  // " ".join(tok_text.strip().split())
         const int ow0 = f.token_to_orig[static_cast<size_t>(p.start)], ow1 = f.token_to_orig[static_cast<size_t>(p.end)];
         std::string orig;
         for (int w = ow0; w <= ow1; ++w) orig += (w > ow0 ? " " : "") + e.doc_tokens[static_cast<size_t>(w)];

@@ -104,19 +104,9 @@ std::string squad_normalize(const std::string& s) {
       art.insert(art.end(), cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(j));
     i = j;
   }
-  // ' '.join(text.split())
-  std::string out;
-  bool pending = false;
-  for (uint32_t c : art) {
-    if (py_isspace(c)) {
-      pending = !out.empty();
-      continue;
-    }
-    if (pending) out.push_back(' ');
-    pending = false;
-    append_utf8(out, c);
-  }
-  return out;
+  std::string text;
+  for (uint32_t c : art) append_utf8(text, c);
+  return py_join_split(text);  // ' '.join(text.split())
 }
 
 nlohmann::ordered_json evaluate_squad(const std::string& data_path, const std::string& pred_path,

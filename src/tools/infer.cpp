@@ -73,12 +73,6 @@ std::string field(const nlohmann::json& j, const char* k, size_t line, bool requ
   return j[k].get<std::string>();
 }
 
-int64_t code_points(const std::string& s, size_t bytes) {
-  int64_t n = 0;
-  for (size_t i = 0; i < bytes && i < s.size(); ++i) n += (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
-  return n;
-}
-
 void run_qa(const InferCli& o) {
   nlohmann::json single;
   if (!o.question.empty() || !o.context.empty()) {
@@ -108,8 +102,8 @@ void run_qa(const InferCli& o) {
     r["answer"] = ans;
     r["score"] = best["probability"];
     const int64_t b = out.answer_byte_begin[i];
-    r["start"] = b < 0 ? -1 : code_points(ex[i].context, static_cast<size_t>(b));
-    r["end"] = b < 0 ? -1 : code_points(ex[i].context, static_cast<size_t>(b) + ans.size());
+    r["start"] = b < 0 ? -1 : static_cast<int64_t>(utf8_length(ex[i].context, static_cast<size_t>(b)));
+    r["end"] = b < 0 ? -1 : static_cast<int64_t>(utf8_length(ex[i].context, static_cast<size_t>(b) + ans.size()));
     std::cout << r.dump() << "\n";
   }
 }
@@ -221,8 +215,8 @@ void run_tag(const InferCli& o) {
       const size_t en = it.begin[static_cast<size_t>(e.end)] + it.words[static_cast<size_t>(e.end)].size();
       ents.push_back({{"type", e.type},
                       {"text", it.text.substr(b, en - b)},
-                      {"start", code_points(it.text, b)},
-                      {"end", code_points(it.text, en)}});
+                      {"start", static_cast<int64_t>(utf8_length(it.text, b))},
+                      {"end", static_cast<int64_t>(utf8_length(it.text, en))}});
     }
     r["words"] = ws;
     r["entities"] = ents;
