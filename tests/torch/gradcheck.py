@@ -1,0 +1,28 @@
+"""Gradient comparison shared by check_dump_step.py and check_head_step.py."""
+import os
+
+import numpy as np
+
+
+def compare_gradients(ours, P, tol, zero_rel, label=""):
+    """ours: tensors from `bertcc dump-step` ("grad.<HF name>"); P: float64 torch parameters with
+    .grad. Each tensor passes when max |ours - ref| <= tol * max |ref|. A tensor whose true gradient
+    is exactly zero (max |ref| <= zero_rel * the largest gradient of the model, e.g. attention key
+    biases, or sums that cancel) holds only rounding noise and is judged against the model's
+    largest gradient. Returns (failures, worst relative error)."""
+    got_names = set(k[5:] for k in ours if k.startswith("grad."))
+    if got_names != set(P):
+        return [f"{label}gradient names differ: {sorted(got_names ^ set(P))[:10]}"], float("inf")
+    gmax = max(float(P[n].grad.abs().max()) for n in P)
+    failures, worst = [], 0.0
+    for n in P:
+        ref = P[n].grad.numpy()
+        got = ours["grad." + n].astype(np.float64)
+        true_zero = np.abs(ref).max() <= zero_rel * gmax
+        err = np.abs(got - ref).max() / (gmax if true_zero else np.abs(ref).max())
+        worst = max(worst, err)
+        if err > tol or not np.isfinite(err):
+            failures.append(f"{label}{n} (rel err {err:.2e})")
+        if os.environ.get("VERBOSE"):
+            print(f"  {label}{n:60s} {err:.2e}")
+    return failures, worst
