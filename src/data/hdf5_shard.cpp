@@ -29,6 +29,16 @@ struct Handle {
   }
 };
 
+// Opens an existing HDF5 file read-only (the caller holds h5_mutex); errors name the file.
+hid_t open_for_reading(const std::string& path) {
+  static H5Quiet quiet;
+  BERTCC_CHECK(file_exists(path), path, ": no such file");
+  BERTCC_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file");
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  BERTCC_CHECK(id >= 0, path, ": cannot open HDF5 file");
+  return id;
+}
+
 std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* name, int rank,
                               std::vector<hsize_t>& dims) {
   BERTCC_CHECK(H5Lexists(file, name, H5P_DEFAULT) > 0, path, ": missing dataset '", name, "'");
@@ -56,21 +66,13 @@ PretrainShard read_pretrain_shard(const std::string& path) { return read_pretrai
 
 bool pretrain_shard_has_masks(const std::string& path) {
   std::lock_guard<std::mutex> lock(h5_mutex());
-  static H5Quiet quiet;
-  BERTCC_CHECK(file_exists(path), path, ": no such file");
-  BERTCC_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file");
-  Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  BERTCC_CHECK(f.id >= 0, path, ": cannot open HDF5 file");
+  Handle f{open_for_reading(path), H5Fclose};
   return H5Lexists(f.id, "masked_lm_positions", H5P_DEFAULT) > 0;
 }
 
 PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths) {
   std::lock_guard<std::mutex> lock(h5_mutex());
-  static H5Quiet quiet;
-  BERTCC_CHECK(file_exists(path), path, ": no such file");
-  BERTCC_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file");
-  Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  BERTCC_CHECK(f.id >= 0, path, ": cannot open HDF5 file");
+  Handle f{open_for_reading(path), H5Fclose};
   PretrainShard s;
   std::vector<hsize_t> d;
   s.input_ids = read_i32(f.id, path, "input_ids", 2, d);
