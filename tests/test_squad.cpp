@@ -25,13 +25,13 @@ nlohmann::ordered_json oracle_run(const std::string& dev, const std::string& voc
   fo.max_seq_length = max_seq;
   fo.doc_stride = stride;
   const auto feats = squad_features(tok, ex, fo, true);
-  *nfeat = feats.size();
-  std::vector<std::vector<float>> logits(feats.size());
-  for (size_t i = 0; i < feats.size(); ++i) {
-    const size_t T = feats[i].f.input_ids.size();
-    logits[i].assign(2 * T, -4.0f);
-    logits[i][2 * static_cast<size_t>(feats[i].f.start)] = 6.0f;
-    logits[i][2 * static_cast<size_t>(feats[i].f.end) + 1] = 6.0f;
+  *nfeat = feats.inputs.size();
+  std::vector<std::vector<float>> logits(feats.inputs.size());
+  for (size_t i = 0; i < feats.inputs.size(); ++i) {
+    const FtFeature& f = feats.inputs[i];
+    logits[i].assign(2 * f.input_ids.size(), -4.0f);
+    logits[i][2 * static_cast<size_t>(f.start)] = 6.0f;
+    logits[i][2 * static_cast<size_t>(f.end) + 1] = 6.0f;
   }
   SquadDecodeOptions d;
   d.v2 = v2;

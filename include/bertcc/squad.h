@@ -34,19 +34,27 @@ SquadExample make_squad_example(std::string id, std::string question, std::strin
 std::vector<SquadExample> read_squad(const std::string& path, bool training, bool* v2 = nullptr,
                                      int64_t* skipped = nullptr);
 
-struct SquadFeature {
-  FtFeature f;                         // [CLS] query [SEP] doc-span [SEP]; start/end when training
+// What decoding needs to know about one window besides its tokens.
+struct SquadWindow {
   size_t example = 0;
   int32_t doc_offset = 0;              // position of the first context token
   std::vector<int32_t> token_to_orig;  // per position in the span part: word index (others -1)
   std::vector<uint8_t> max_context;    // per position: this window is the word piece's best context
 };
 
+// Windows in two parallel lists: the model inputs ([CLS] query [SEP] doc-span [SEP], with
+// start/end when training) go straight to the trainer and predictor; `windows[i]` describes
+// `inputs[i]` for decoding.
+struct SquadFeatures {
+  std::vector<FtFeature> inputs;
+  std::vector<SquadWindow> windows;
+};
+
 struct SquadFeatureOptions {
   int max_seq_length = 384, doc_stride = 128, max_query_length = 64;
 };
-std::vector<SquadFeature> squad_features(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
-                                         const SquadFeatureOptions& o, bool training);
+SquadFeatures squad_features(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
+                             const SquadFeatureOptions& o, bool training);
 
 struct SquadDecodeOptions {
   int n_best_size = 20, max_answer_length = 30;
@@ -57,9 +65,9 @@ struct SquadOutput {
   nlohmann::ordered_json predictions, nbest, null_odds;  // id -> text / n-best list / score diff
   std::vector<int64_t> answer_byte_begin;  // per example: byte offset of the answer in the context (-1 if none)
 };
-// `logits[i]` holds feature i's [T,2] (start, end) logits for at least its tokens.
+// `logits[i]` holds window i's [T,2] (start, end) logits for at least its tokens.
 SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
-                         const std::vector<SquadFeature>& feats, const std::vector<std::vector<float>>& logits,
+                         const SquadFeatures& feats, const std::vector<std::vector<float>>& logits,
                          const SquadDecodeOptions& o);
 
 // Google's get_final_text: maps the de-tokenized prediction back onto the original words.

@@ -3,6 +3,7 @@
 #include "bertcc/squad.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -115,12 +116,12 @@ std::vector<SquadExample> read_squad(const std::string& path, bool training, boo
   return out;
 }
 
-std::vector<SquadFeature> squad_features(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
-                                         const SquadFeatureOptions& o, bool training) {
+SquadFeatures squad_features(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
+                             const SquadFeatureOptions& o, bool training) {
   const int32_t cls = tok.vocab().id("[CLS]"), sep = tok.vocab().id("[SEP]");
   BERTCC_CHECK(cls >= 0 && sep >= 0, tok.vocab().source(), ": vocabulary has no [CLS] or [SEP]");
   BERTCC_CHECK(o.doc_stride > 0, "--doc-stride must be positive");
-  std::vector<std::vector<SquadFeature>> per(ex.size());
+  std::vector<SquadFeatures> per(ex.size());
 #pragma omp parallel for schedule(dynamic, 8)
   for (size_t ei = 0; ei < ex.size(); ++ei) {
     const SquadExample& e = ex[ei];
@@ -164,9 +165,9 @@ std::vector<SquadFeature> squad_features(const BertTokenizer& tok, const std::ve
       start += std::min(len, static_cast<int64_t>(o.doc_stride));
     }
     for (size_t si = 0; si < spans.size(); ++si) {
-      SquadFeature f;
+      SquadWindow f;
       f.example = ei;
-      FtFeature& x = f.f;
+      FtFeature x;
       x.input_ids.push_back(cls);
       x.input_ids.insert(x.input_ids.end(), query.begin(), query.end());
       x.input_ids.push_back(sep);
@@ -206,12 +207,15 @@ std::vector<SquadFeature> squad_features(const BertTokenizer& tok, const std::ve
           x.end = static_cast<int32_t>(tok_end - s0 + f.doc_offset);
         }
       }
-      per[ei].push_back(std::move(f));
+      per[ei].inputs.push_back(std::move(x));
+      per[ei].windows.push_back(std::move(f));
     }
   }
-  std::vector<SquadFeature> out;
-  for (auto& v : per)
-    for (auto& f : v) out.push_back(std::move(f));
+  SquadFeatures out;
+  for (auto& v : per) {
+    std::move(v.inputs.begin(), v.inputs.end(), std::back_inserter(out.inputs));
+    std::move(v.windows.begin(), v.windows.end(), std::back_inserter(out.windows));
+  }
   return out;
 }
 

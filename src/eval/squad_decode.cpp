@@ -74,12 +74,13 @@ std::string get_final_text(const BertTokenizer& tok, const std::string& pred_tex
 }
 
 SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
-                         const std::vector<SquadFeature>& feats, const std::vector<std::vector<float>>& logits,
+                         const SquadFeatures& feats, const std::vector<std::vector<float>>& logits,
                          const SquadDecodeOptions& o) {
-  BERTCC_CHECK(feats.size() == logits.size(), "squad_decode: ", logits.size(), " results for ", feats.size(),
-               " features");
+  const size_t nwin = feats.windows.size();
+  BERTCC_CHECK(feats.inputs.size() == nwin && logits.size() == nwin, "squad_decode: ", logits.size(),
+               " results for ", nwin, " windows");
   std::vector<std::vector<size_t>> by_example(ex.size());
-  for (size_t i = 0; i < feats.size(); ++i) by_example[feats[i].example].push_back(i);
+  for (size_t i = 0; i < nwin; ++i) by_example[feats.windows[i].example].push_back(i);
   SquadOutput out;
   out.predictions = nlohmann::ordered_json::object();
   out.nbest = nlohmann::ordered_json::object();
@@ -102,8 +103,8 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
     float score_null = 1e6f, null_start = 0, null_end = 0;
     size_t null_feature = 0;
     for (size_t fi : by_example[ei]) {
-      const SquadFeature& f = feats[fi];
-      const int ntok = static_cast<int>(f.f.input_ids.size());
+      const SquadWindow& f = feats.windows[fi];
+      const int ntok = static_cast<int>(feats.inputs[fi].input_ids.size());
       const std::vector<float>& lg = logits[fi];
       BERTCC_CHECK(lg.size() >= static_cast<size_t>(2 * ntok), "squad_decode: feature ", fi, " has too few logits");
       std::vector<float> sl(static_cast<size_t>(ntok)), el(static_cast<size_t>(ntok));
@@ -140,11 +141,12 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
       std::string text;
       int64_t byte_begin = -1;
       if (p.start > 0) {
-        const SquadFeature& f = feats[p.feature];
+        const SquadWindow& f = feats.windows[p.feature];
+        const std::vector<int32_t>& ids = feats.inputs[p.feature].input_ids;
         std::string tt;
         for (int k = p.start; k <= p.end; ++k) {
           if (k > p.start) tt += ' ';
-          tt += vocab.token(f.f.input_ids[static_cast<size_t>(k)]);
+          tt += vocab.token(ids[static_cast<size_t>(k)]);
         }
         for (size_t q; (q = tt.find(" ##")) != std::string::npos;) tt.erase(q, 3);
         for (size_t q; (q = tt.find("##")) != std::string::npos;) tt.erase(q, 2);

@@ -17,13 +17,6 @@ struct SquadCli {
   double null_score_diff_threshold = 0.0;
 };
 
-std::vector<FtFeature> plain(const std::vector<SquadFeature>& f) {
-  std::vector<FtFeature> r;
-  r.reserve(f.size());
-  for (const auto& x : f) r.push_back(x.f);
-  return r;
-}
-
 void run_squad(const FtCli& o, const SquadCli& q) {
   FtSetup s = ft_setup(o);
   std::vector<std::string> labels;
@@ -34,8 +27,7 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   fo.max_query_length = q.max_query_length;
   const bool predicting = s.has("eval") || s.has("prediction");
   std::vector<SquadExample> dev;
-  std::vector<SquadFeature> dev_f;
-  std::vector<FtFeature> dev_plain;
+  SquadFeatures dev_f;
   bool v2 = q.version_2_with_negative;
   if (predicting) {
     BERTCC_CHECK(!o.predict_file.empty(), "--predict-file is required with --mode eval/prediction");
@@ -44,8 +36,7 @@ void run_squad(const FtCli& o, const SquadCli& q) {
     dev = read_squad(o.predict_file, false, &file_v2);
     v2 = v2 || file_v2;
     dev_f = squad_features(*s.tok, dev, fo, false);
-    dev_plain = plain(dev_f);
-    std::cerr << "squad: " << dev.size() << " questions to answer (" << dev_f.size() << " windows)"
+    std::cerr << "squad: " << dev.size() << " questions to answer (" << dev_f.windows.size() << " windows)"
               << (v2 ? ", v2.0 (null answers)" : "") << "\n";
   }
   SquadDecodeOptions dop;
@@ -54,7 +45,7 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   dop.v2 = v2;
   dop.null_score_diff_threshold = q.null_score_diff_threshold;
   auto predict = [&](Bert& m) {
-    const auto logits = predict_logits(m, dev_plain, o.eval_batch_size, s.prec);
+    const auto logits = predict_logits(m, dev_f.inputs, o.eval_batch_size, s.prec);
     const SquadOutput out = squad_decode(*s.tok, dev, dev_f, logits, dop);
     write_file_atomic(join_path(o.output_dir, "predictions.json"), out.predictions.dump(2) + "\n");
     write_file_atomic(join_path(o.output_dir, "nbest_predictions.json"), out.nbest.dump(2) + "\n");
@@ -74,8 +65,8 @@ void run_squad(const FtCli& o, const SquadCli& q) {
     const auto ex = read_squad(o.train_file, true, &tv2, &skipped);
     const auto tf = squad_features(*s.tok, ex, fo, true);
     std::cerr << "squad: " << ex.size() << " training questions (" << skipped
-              << " skipped: answer not found in the context), " << tf.size() << " windows\n";
-    const FinetuneResult r = run_finetune(*model, plain(tf), s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
+              << " skipped: answer not found in the context), " << tf.inputs.size() << " windows\n";
+    const FinetuneResult r = run_finetune(*model, tf.inputs, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
     std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
               << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
   }

@@ -88,12 +88,10 @@ void run_qa(const InferCli& o) {
   SquadFeatureOptions fo;
   fo.max_seq_length = o.max_seq_length > 0 ? o.max_seq_length : 384;
   fo.doc_stride = o.doc_stride;
-  const auto feats = squad_features(*l.tok, ex, fo, false);
-  std::vector<FtFeature> plain;
-  for (const auto& f : feats) plain.push_back(f.f);
+  const SquadFeatures feats = squad_features(*l.tok, ex, fo, false);
   SquadDecodeOptions d;
   d.max_answer_length = o.max_answer_length;
-  const auto out = squad_decode(*l.tok, ex, feats, predict_logits(*l.model, plain, o.batch_size, l.prec), d);
+  const auto out = squad_decode(*l.tok, ex, feats, predict_logits(*l.model, feats.inputs, o.batch_size, l.prec), d);
   for (size_t i = 0; i < ex.size(); ++i) {
     const std::string ans = out.predictions[ex[i].id].get<std::string>();
     const auto& best = out.nbest[ex[i].id][0];
