@@ -155,7 +155,9 @@ std::vector<GlueSet> glue_sets(const std::string& dir, bool mnli, const std::str
   return r;
 }
 
-std::vector<FtFeature> glue_features(const FtSetup& s, const std::vector<GlueExample>& ex,
+// Sentence (pair) features for GLUE and CSV/TSV classification: labels map to their index in
+// `labels`, or to a regression target when `labels` is empty; examples without a label get none.
+std::vector<FtFeature> pair_features(const FtSetup& s, const std::vector<GlueExample>& ex,
                                      const std::vector<std::string>& labels, int max_len, const std::string& path) {
   std::map<std::string, int32_t> index;
   for (size_t i = 0; i < labels.size(); ++i) index[labels[i]] = static_cast<int32_t>(i);
@@ -179,6 +181,7 @@ std::vector<FtFeature> glue_features(const FtSetup& s, const std::vector<GlueExa
   return f;
 }
 
+// Predicted label names (regression: the score) for each feature.
 std::vector<std::string> glue_predict(Bert& m, const std::vector<FtFeature>& f, const std::vector<std::string>& labels,
                                       const FtCli& o, Precision prec) {
   const auto logits = predict_logits(m, f, o.eval_batch_size, prec);
@@ -217,7 +220,7 @@ void run_glue(const FtCli& o) {
     for (const auto& d : dev) {
       if (!s.has("eval") && !file_exists(d.path)) continue;
       const auto ex = read_glue(task, d.path);
-      DevData dd{d.name, {}, glue_features(s, ex, labels, o.max_seq_length, d.path)};
+      DevData dd{d.name, {}, pair_features(s, ex, labels, o.max_seq_length, d.path)};
       for (const auto& e : ex) {
         BERTCC_CHECK(!e.label.empty(), d.path, ": the dev file has no labels");
         dd.gold.push_back(e.label);
@@ -243,7 +246,7 @@ void run_glue(const FtCli& o) {
     const auto ex = read_glue(task, train_path);
     for (size_t i = 0; i < ex.size(); ++i)
       BERTCC_CHECK(!ex[i].label.empty(), train_path, ": example ", i + 1, " has no label");
-    const auto train = glue_features(s, ex, labels, o.max_seq_length, train_path);
+    const auto train = pair_features(s, ex, labels, o.max_seq_length, train_path);
     std::cerr << "GLUE " << task << ": " << train.size() << " training examples, " << labels.size() << " labels\n";
     const FinetuneResult r = run_finetune(*model, train, devs.empty() ? Evaluator{} : eval, ft_options(o, s));
     std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
@@ -255,7 +258,7 @@ void run_glue(const FtCli& o) {
     const std::vector<GlueSet> test = glue_sets(o.data_dir, mnli, "test");
     for (const auto& t : test) {
       const auto ex = read_glue(task, t.path);
-      const auto pred = glue_predict(*model, glue_features(s, ex, {}, o.max_seq_length, t.path), labels, o, s.prec);
+      const auto pred = glue_predict(*model, pair_features(s, ex, {}, o.max_seq_length, t.path), labels, o, s.prec);
       std::string out = "index\tprediction\n";
       for (size_t i = 0; i < pred.size(); ++i) {
         std::string p = pred[i];
@@ -282,13 +285,10 @@ struct ClsCli {
   bool skip_header = false;
 };
 
-struct ClsData {
-  std::vector<std::string> a, b, label;
-};
-
-ClsData read_cls(const std::string& path, const ClsCli& c, bool need_labels) {
+// Rows as (text_a, text_b, label) examples; labels are kept only when `need_labels`.
+std::vector<GlueExample> read_cls(const std::string& path, const ClsCli& c, bool need_labels) {
   const auto rows = read_table(path, delimiter_for(path));
-  ClsData d;
+  std::vector<GlueExample> d;
   int max_col = c.label_column;
   for (int t : c.text_columns) max_col = std::max(max_col, t);
   for (size_t i = c.skip_header ? 1 : 0; i < rows.size(); ++i) {
@@ -296,17 +296,22 @@ ClsData read_cls(const std::string& path, const ClsCli& c, bool need_labels) {
     const bool has_label = static_cast<int>(r.cols.size()) > c.label_column && c.label_column >= 0;
     BERTCC_CHECK(static_cast<int>(r.cols.size()) > max_col || (!need_labels && !has_label), path, ":", r.line,
                  ": expected at least ", max_col + 1, " columns, found ", r.cols.size());
-    d.a.push_back(r.cols[static_cast<size_t>(c.text_columns[0])]);
-    d.b.push_back(c.text_columns.size() > 1 ? r.cols[static_cast<size_t>(c.text_columns[1])] : "");
-    d.label.push_back(has_label ? r.cols[static_cast<size_t>(c.label_column)] : "");
-    BERTCC_CHECK(!need_labels || !d.label.back().empty(), path, ":", r.line, ": empty label");
+    GlueExample e;
+    e.text_a = r.cols[static_cast<size_t>(c.text_columns[0])];
+    if (c.text_columns.size() > 1) e.text_b = r.cols[static_cast<size_t>(c.text_columns[1])];
+    if (need_labels) {
+      e.label = r.cols[static_cast<size_t>(c.label_column)];
+      BERTCC_CHECK(!e.label.empty(), path, ":", r.line, ": empty label");
+    }
+    d.push_back(std::move(e));
   }
-  BERTCC_CHECK(!d.a.empty(), path, ": no examples");
+  BERTCC_CHECK(!d.empty(), path, ": no examples");
   return d;
 }
 
-std::vector<std::string> sorted_labels(const std::vector<std::string>& l) {
-  std::vector<std::string> u(l.begin(), l.end());
+std::vector<std::string> sorted_labels(const std::vector<GlueExample>& ex) {
+  std::vector<std::string> u;
+  for (const auto& e : ex) u.push_back(e.label);
   std::sort(u.begin(), u.end());
   u.erase(std::unique(u.begin(), u.end()), u.end());
   const bool numeric = std::all_of(u.begin(), u.end(), [](const std::string& s) {
@@ -332,50 +337,32 @@ void run_classify(const FtCli& o, const ClsCli& c) {
   BERTCC_CHECK(c.text_columns.size() == 1 || c.text_columns.size() == 2, "--text-columns takes one or two columns");
   BERTCC_CHECK(c.label_column >= 0 && std::all_of(c.text_columns.begin(), c.text_columns.end(), [](int v) { return v >= 0; }),
                "--label-column and --text-columns are 0-based column numbers");
-  ClsData train;
+  std::vector<GlueExample> train;
   std::vector<std::string> labels;
   if (s.has("train")) {
     BERTCC_CHECK(!o.train_file.empty(), "--train-file is required with --mode train");
     train = read_cls(o.train_file, c, true);
-    labels = sorted_labels(train.label);
+    labels = sorted_labels(train);
     BERTCC_CHECK(labels.size() >= 2, o.train_file, ": needs at least two distinct labels");
   }
   auto model = ft_load_model(o, s, Heads::SequenceClassification, labels);
-  std::map<std::string, int32_t> index;
-  for (size_t i = 0; i < labels.size(); ++i) index[labels[i]] = static_cast<int32_t>(i);
-  auto features = [&](const ClsData& d, bool with_labels, const std::string& path) {
-    std::vector<FtFeature> f(d.a.size());
-#pragma omp parallel for schedule(dynamic, 64)
-    for (size_t i = 0; i < d.a.size(); ++i) f[i] = encode_pair(*s.tok, d.a[i], d.b[i], o.max_seq_length);
-    if (with_labels)
-      for (size_t i = 0; i < d.a.size(); ++i) {
-        auto it = index.find(d.label[i]);
-        BERTCC_CHECK(it != index.end(), path, ": example ", i + 1, ": label '", d.label[i],
-                     "' is not one of the model's labels");
-        f[i].label = it->second;
-      }
-    return f;
-  };
-  auto predict = [&](Bert& m, const std::vector<FtFeature>& f) {
-    std::vector<std::string> p;
-    for (const auto& l : predict_logits(m, f, o.eval_batch_size, s.prec)) p.push_back(labels[static_cast<size_t>(argmax(l))]);
-    return p;
-  };
-  ClsData dev;
+  std::vector<GlueExample> dev;
+  std::vector<std::string> gold;
   std::vector<FtFeature> dev_f;
   if (s.has("eval")) {
     BERTCC_CHECK(!o.predict_file.empty(), "--predict-file (labelled evaluation data) is required with --mode eval");
     dev = read_cls(o.predict_file, c, true);
-    dev_f = features(dev, true, o.predict_file);
+    for (const auto& e : dev) gold.push_back(e.label);
+    dev_f = pair_features(s, dev, labels, o.max_seq_length, o.predict_file);
   }
   Evaluator eval = [&](Bert& m) {
     EvalResult r;
-    r.metrics = cls_metrics(predict(m, dev_f), dev.label, labels);
+    r.metrics = cls_metrics(glue_predict(m, dev_f, labels, o, s.prec), gold, labels);
     r.score = r.metrics["acc"].get<double>();
     return r;
   };
   if (s.has("train")) {
-    const auto tf = features(train, true, o.train_file);
+    const auto tf = pair_features(s, train, labels, o.max_seq_length, o.train_file);
     std::cerr << "classify: " << tf.size() << " training examples, labels:";
     for (const auto& l : labels) std::cerr << " " << l;
     std::cerr << "\n";
@@ -387,8 +374,11 @@ void run_classify(const FtCli& o, const ClsCli& c) {
   if (s.has("prediction")) {
     BERTCC_CHECK(!o.predict_file.empty() && !o.output_dir.empty(),
                  "--predict-file and --output-dir are required with --mode prediction");
-    const ClsData d = dev.a.empty() ? read_cls(o.predict_file, c, false) : dev;
-    const auto logits = predict_logits(*model, features(d, false, o.predict_file), o.eval_batch_size, s.prec);
+    const auto logits =
+        dev.empty() ? predict_logits(*model, pair_features(s, read_cls(o.predict_file, c, false), labels,
+                                                            o.max_seq_length, o.predict_file),
+                                     o.eval_batch_size, s.prec)
+                    : predict_logits(*model, dev_f, o.eval_batch_size, s.prec);
     std::string out = "index\tprediction\tprobability\n";
     for (size_t i = 0; i < logits.size(); ++i) {
       const auto& l = logits[i];
