@@ -121,6 +121,11 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   return f;
 }
 
+void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir) {
+  std::cout << metrics.dump() << "\n";
+  if (!output_dir.empty()) write_file_atomic(join_path(output_dir, "eval_metrics.json"), metrics.dump(2) + "\n");
+}
+
 int argmax(const std::vector<float>& v, size_t begin, size_t end) {
   end = std::min(end, v.size());
   size_t best = begin;
@@ -130,11 +135,6 @@ int argmax(const std::vector<float>& v, size_t begin, size_t end) {
 }
 
 namespace {
-
-void print_metrics(const nlohmann::ordered_json& j, const std::string& out_dir, const std::string& file) {
-  std::cout << j.dump() << "\n";
-  if (!out_dir.empty()) write_file_atomic(join_path(out_dir, file), j.dump(2) + "\n");
-}
 
 // ---------------------------------------------------------------------------------------------
 // GLUE
@@ -248,11 +248,9 @@ void run_glue(const FtCli& o) {
       BERTCC_CHECK(!ex[i].label.empty(), train_path, ": example ", i + 1, " has no label");
     const auto train = pair_features(s, ex, labels, o.max_seq_length, train_path);
     std::cerr << "GLUE " << task << ": " << train.size() << " training examples, " << labels.size() << " labels\n";
-    const FinetuneResult r = run_finetune(*model, train, devs.empty() ? Evaluator{} : eval, ft_options(o, s));
-    std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
-              << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
+    run_finetune(*model, train, devs.empty() ? Evaluator{} : eval, ft_options(o, s));
   }
-  if (s.has("eval")) print_metrics(eval(*model).metrics, o.output_dir, "eval_metrics.json");
+  if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
   if (s.has("prediction")) {
     BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required with --mode prediction");
     const std::vector<GlueSet> test = glue_sets(o.data_dir, mnli, "test");
@@ -366,11 +364,9 @@ void run_classify(const FtCli& o, const ClsCli& c) {
     std::cerr << "classify: " << tf.size() << " training examples, labels:";
     for (const auto& l : labels) std::cerr << " " << l;
     std::cerr << "\n";
-    const FinetuneResult r = run_finetune(*model, tf, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
-    std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
-              << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
+    run_finetune(*model, tf, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
   }
-  if (s.has("eval")) print_metrics(eval(*model).metrics, o.output_dir, "eval_metrics.json");
+  if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
   if (s.has("prediction")) {
     BERTCC_CHECK(!o.predict_file.empty() && !o.output_dir.empty(),
                  "--predict-file and --output-dir are required with --mode prediction");

@@ -43,6 +43,9 @@ FtSetup ft_setup(const FtCli& o);
 std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads heads, std::vector<std::string>& labels);
 FinetuneOptions ft_options(const FtCli& o, const FtSetup& s);
 
+// Prints the metrics as one JSON line and writes OUTPUT_DIR/eval_metrics.json (if an output dir is set).
+void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir);
+
 // Index of the largest value (first on ties).
 int argmax(const std::vector<float>& v, size_t begin = 0, size_t end = size_t(-1));
 

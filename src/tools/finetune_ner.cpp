@@ -135,15 +135,9 @@ void run_ner(const FtCli& o) {
     const NerFeatures tf = ner_features(*s.tok, train, index, true, o.max_seq_length, o.train_file);
     std::cerr << "ner: " << train.size() << " training sentences (" << tf.f.size() << " sequences), "
               << labels.size() << " tags\n";
-    const FinetuneResult r = run_finetune(*model, tf.f, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
-    std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
-              << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
+    run_finetune(*model, tf.f, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
   }
-  if (s.has("eval")) {
-    const auto m = eval(*model).metrics;
-    std::cout << m.dump() << "\n";
-    if (!o.output_dir.empty()) write_file_atomic(join_path(o.output_dir, "eval_metrics.json"), m.dump(2) + "\n");
-  }
+  if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
   if (s.has("prediction")) {
     BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required with --mode prediction");
     const std::string path = join_path(o.output_dir, "predictions.txt");

@@ -66,15 +66,11 @@ void run_squad(const FtCli& o, const SquadCli& q) {
     const auto tf = squad_features(*s.tok, ex, fo, true);
     std::cerr << "squad: " << ex.size() << " training questions (" << skipped
               << " skipped: answer not found in the context), " << tf.inputs.size() << " windows\n";
-    const FinetuneResult r = run_finetune(*model, tf.inputs, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
-    std::cerr << "trained " << r.steps << " steps in " << std::fixed << std::setprecision(1) << r.seconds << " s ("
-              << static_cast<int>(r.train_seq_per_s) << " seq/s)\n";
+    run_finetune(*model, tf.inputs, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
   }
-  if (s.has("eval")) {
-    const auto m = eval(*model).metrics;
-    std::cout << m.dump() << "\n";
-    write_file_atomic(join_path(o.output_dir, "eval_metrics.json"), m.dump(2) + "\n");
-  } else if (s.has("prediction")) {
+  if (s.has("eval"))
+    print_eval_metrics(eval(*model).metrics, o.output_dir);
+  else if (s.has("prediction")) {
     predict(*model);
   }
   if (predicting)

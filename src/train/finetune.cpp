@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
@@ -173,6 +174,12 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                  {"best_eval", res.best_eval}};
   log.log(nlohmann::ordered_json::array(), summary);
   write_file_atomic(o.output_dir + "/eval_results.json", summary.dump(2) + "\n");
+  if (!o.quiet) {
+    char line[128];
+    std::snprintf(line, sizeof line, "trained %lld steps in %.1f s (%d seq/s)\n", static_cast<long long>(step),
+                  res.seconds, static_cast<int>(res.train_seq_per_s));
+    std::cerr << line;
+  }
   return res;
 }
 
