@@ -66,32 +66,37 @@ double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr
   const auto [gnorm, clip, bc1, bc2] = start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, true);
   for (const ParamEntry& e : t.entries()) {
     if (!e.trainable) continue;  // frozen: no decay, no moment update
-    float* we = w + e.offset;
-    float* ge = g + e.offset;
-    float* m = s.m.data() + e.offset;
-    float* v = s.v.data() + e.offset;
+    float* __restrict we = w + e.offset;
+    float* __restrict ge = g + e.offset;
+    float* __restrict m = s.m.data() + e.offset;
+    float* __restrict v = s.v.data() + e.offset;
     const float wd = e.weight_decay ? o.weight_decay : 0.0f;
+    const float b1 = o.beta1, b2 = o.beta2, eps = o.eps;  // locals: the loops must not reload them
     // Pass 1: moments, the update u (written over the gradient) and the squared norms of w and u,
-    // summed per fixed block so the result does not depend on the thread count.
+    // summed per fixed block in 16 lanes (vectorised, no reassociation) so the result does not
+    // depend on the thread count.
     const size_t nb = (e.numel + kBlock - 1) / kBlock;
     std::vector<double> wsq(nb), usq(nb);
+    auto update = [=](size_t i, float& ws, float& us) {
+      const float gi = ge[i] * clip;
+      const float mi = b1 * m[i] + (1.0f - b1) * gi;
+      const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      const float u = (mi / bc1) / (std::sqrt(vi / bc2) + eps) + wd * we[i];
+      ge[i] = u;
+      ws += we[i] * we[i];
+      us += u * u;
+    };
 #pragma omp parallel for schedule(static) if (nb > 4)
     for (size_t b = 0; b < nb; ++b) {
       const size_t i0 = b * kBlock, i1 = std::min(e.numel, (b + 1) * kBlock);
-      float ws[16] = {0}, us[16] = {0};  // 16 lanes: vectorisable without reassociating sums
-      for (size_t j = i0; j < i1; j += 16) {
-        const size_t len = std::min<size_t>(16, i1 - j);
-        for (size_t k = 0; k < len; ++k) {
-          const size_t i = j + k;
-          const float gi = ge[i] * clip;
-          m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * gi;
-          v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * gi * gi;
-          const float u = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + o.eps) + wd * we[i];
-          ge[i] = u;
-          ws[k] += we[i] * we[i];
-          us[k] += u * u;
-        }
-      }
+      float ws[16] = {0}, us[16] = {0};
+      size_t j = i0;
+      for (; j + 16 <= i1; j += 16)
+#pragma omp simd
+        for (size_t k = 0; k < 16; ++k) update(j + k, ws[k], us[k]);
+      for (size_t k = 0; j + k < i1; ++k) update(j + k, ws[k], us[k]);
       double wsum = 0, usum = 0;
       for (int k = 0; k < 16; ++k) {
         wsum += ws[k];
@@ -120,19 +125,23 @@ double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float l
                   double grad_norm) {
   const auto [gnorm, clip, bc1, bc2] =
       start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.bias_correction);
+  const float b1 = o.beta1, b2 = o.beta2, eps = o.eps;  // locals: the loop must not reload them
   for (const ParamEntry& e : t.entries()) {
     if (!e.trainable) continue;  // frozen: no decay, no moment update
-    float* we = w + e.offset;
-    const float* ge = g + e.offset;
-    float* m = s.m.data() + e.offset;
-    float* v = s.v.data() + e.offset;
+    float* __restrict we = w + e.offset;
+    const float* __restrict ge = g + e.offset;
+    float* __restrict m = s.m.data() + e.offset;
+    float* __restrict v = s.v.data() + e.offset;
     const float decay = e.weight_decay ? 1.0f - lr * o.weight_decay : 1.0f;
-#pragma omp parallel for schedule(static) if (e.numel > 65536)
-    for (size_t i = 0; i < e.numel; ++i) {
+    const auto n = static_cast<int64_t>(e.numel);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
       const float gi = ge[i] * clip;
-      m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * gi;
-      v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * gi * gi;
-      we[i] = we[i] * decay - lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + o.eps);
+      const float mi = b1 * m[i] + (1.0f - b1) * gi;
+      const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      we[i] = we[i] * decay - lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps);
     }
   }
   return gnorm;
