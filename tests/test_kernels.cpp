@@ -255,7 +255,8 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
   mask_add[T - 1] = mask_add[T - 2] = -10000.0f;  // row 0 has two padded keys
   Rng rng{7, 0};
   const uint64_t base = rng.reserve(B * NH * T * T);
-  std::vector<float> out(B * T * C), probs(B * NH * T * T), work(kernels::attention_work_size(B, T, C, NH));
+  std::vector<float> out(B * T * C), probs(kernels::attention_saved_size(B, T, NH, ac.p > 0)),
+      work(kernels::attention_work_size(B, T, C, NH));
   kernels::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
                              rng, base, ac.prec);
   std::vector<uint8_t> keep(B * NH * T * T, 1);
@@ -268,8 +269,7 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
                                               C, NH)),
             tol_f);
   std::vector<float> dqkv(B * T * 3 * C);
-  kernels::attention_backward(dqkv.data(), work.data(), R.data(), qkv.data(), probs.data(), B, T, C, NH, ac.p, rng,
-                              base, ac.prec);
+  kernels::attention_backward(dqkv.data(), work.data(), R.data(), qkv.data(), probs.data(), B, T, C, NH, ac.p, ac.prec);
   auto g = fd_grad(
       [&](const std::vector<double>& v) {
         return dot(ref::attention(v, to_d(mask_add), ac.p > 0 ? &keep : nullptr, ac.p, B, T, C, NH), to_d(R));
@@ -331,8 +331,9 @@ TEST(Bias, BackwardSumsRows) {
 
 TEST(Rng, FillMatchesScalarPhiloxAtAnyAlignment) {
   Rng rng{0x1234567890abcdefull, 0};
-  for (uint64_t first : {0ull, 1ull, 3ull, 62ull, 1000001ull}) {
-    for (size_t n : {1u, 5u, 63u, 64u, 65u, 200u}) {
+  // Includes whole runs of 16 blocks (the transposed fast path) and block numbers crossing 2^32.
+  for (uint64_t first : {0ull, 1ull, 3ull, 62ull, 1000001ull, 4ull * 0xFFFFFFF8ull + 2}) {
+    for (size_t n : {1u, 5u, 63u, 64u, 65u, 200u, 1024u}) {
       std::vector<uint32_t> got(n);
       rng.fill_u32(first, n, got.data());
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], rng.block4((first + i) >> 2)[(first + i) & 3]);

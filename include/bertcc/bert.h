@@ -106,7 +106,7 @@ class Bert {
 
  private:
   struct Acts;
-  void ensure_acts(int64_t B, int64_t T);
+  void ensure_acts(int64_t B, int64_t T, bool attention_dropout);
   const float* w(const std::string& name) const { return params_.data() + table_.at(name).offset; }
   // bf16 copy of a weight (bf16 precision), or null in fp32.
   const bf16_t* w16(const std::string& name, Precision p) const {

@@ -86,6 +86,29 @@ void Rng::fill_u32(uint64_t first, size_t n, uint32_t* out) const {
   while (counter < end) {
     alignas(64) uint32_t c[4][kLanes];
     philox16(block, seed, c[0], c[1], c[2], c[3]);
+#if defined(__AVX512F__)
+    if ((counter & 3) == 0 && end - counter >= 4 * kLanes) {
+      // Whole blocks: out[4l + k] = c[k][l], a 4x16 transpose in registers.
+      const __m512i x0 = _mm512_load_si512(c[0]), x1 = _mm512_load_si512(c[1]);
+      const __m512i x2 = _mm512_load_si512(c[2]), x3 = _mm512_load_si512(c[3]);
+      const __m512i a01 = _mm512_unpacklo_epi32(x0, x1), b01 = _mm512_unpackhi_epi32(x0, x1);
+      const __m512i a23 = _mm512_unpacklo_epi32(x2, x3), b23 = _mm512_unpackhi_epi32(x2, x3);
+      // Each 128-bit lane of these holds one whole block: lanes of A = blocks 0,4,8,12; B: 1,5,9,13; ...
+      const __m512i A = _mm512_unpacklo_epi64(a01, a23), B = _mm512_unpackhi_epi64(a01, a23);
+      const __m512i C = _mm512_unpacklo_epi64(b01, b23), D = _mm512_unpackhi_epi64(b01, b23);
+      const __m512i E = _mm512_shuffle_i32x4(A, B, 0x88), F = _mm512_shuffle_i32x4(A, B, 0xDD);  // 0 8 1 9 | 4 12 5 13
+      const __m512i G = _mm512_shuffle_i32x4(C, D, 0x88), H = _mm512_shuffle_i32x4(C, D, 0xDD);  // 2 10 3 11 | 6 14 7 15
+      uint32_t* o = out + written;
+      _mm512_storeu_si512(o, _mm512_shuffle_i32x4(E, G, 0x88));       // blocks 0 1 2 3
+      _mm512_storeu_si512(o + 16, _mm512_shuffle_i32x4(F, H, 0x88));  // 4 5 6 7
+      _mm512_storeu_si512(o + 32, _mm512_shuffle_i32x4(E, G, 0xDD));  // 8 9 10 11
+      _mm512_storeu_si512(o + 48, _mm512_shuffle_i32x4(F, H, 0xDD));  // 12 13 14 15
+      written += 4 * kLanes;
+      counter += 4 * kLanes;
+      block += kLanes;
+      continue;
+    }
+#endif
     for (int l = 0; l < kLanes && counter < end; ++l)
       for (uint64_t k = counter & 3; k < 4 && counter < end; ++k, ++counter) out[written++] = c[k][l];
     block += kLanes;

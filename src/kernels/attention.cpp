@@ -1,7 +1,8 @@
 // Multi-head self-attention on a packed qkv[B,T,3C] tensor.
 //   S = q k^T / sqrt(HS) + mask_add;  P = softmax(S);  Pd = dropout(P);  out = Pd v
-// The scale, the additive mask and the softmax are one pass over each row; the dropout mask is
-// never stored: backward regenerates it from the counter-based RNG.
+// The scale, the additive mask, the softmax and the dropout are one pass over each row. With
+// dropout the forward pass saves Pd next to P, so backward draws no random numbers: the keep mask
+// is Pd != 0 wherever it matters (where P == 0 the mask does not change dS = P * (dP - sum dP P)).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -89,6 +90,9 @@ void head_gemm(bool ta, bool tb, int64_t BH, int64_t M, int64_t N, int64_t K, co
 }  // namespace
 
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) { return 7 * B * T * C + B * NH * T * T; }
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout) {
+  return (dropout ? 2 : 1) * B * NH * T * T;
+}
 
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
@@ -100,6 +104,9 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
 
   head_gemm(false, true, BH, T, T, HS, w.q, w.k, probs, scale, prec);  // probs = scale * q @ k^T
 
+  float* pdrop = dropout_p > 0.0f ? probs + BH * T * T : nullptr;
+  const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+  const uint32_t thr = dropout_p > 0.0f ? dropout_threshold(dropout_p) : 0;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < BH * T; ++r) {
     float* row = probs + r * T;
@@ -112,32 +119,32 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
     for (int64_t j = 0; j < T; ++j) row[j] = vexp(row[j] - mx);
     const float inv = 1.0f / lane_sum(T, [&](int64_t j) { return row[j]; });
     for (int64_t j = 0; j < T; ++j) row[j] *= inv;
+    if (pdrop) {  // element (r, j) uses number base + r*T + j of the dropout stream
+      thread_local std::vector<uint32_t> bits;
+      bits.resize(static_cast<size_t>(T));
+      rng.fill_u32(base + static_cast<uint64_t>(r * T), static_cast<size_t>(T), bits.data());
+      const uint32_t* __restrict bb = bits.data();
+      float* __restrict pd = pdrop + r * T;
+#pragma omp simd
+      for (int64_t j = 0; j < T; ++j) pd[j] = (bb[j] >> 8) >= thr ? row[j] * keep_scale : 0.0f;
+    }
   }
 
-  const float* pd = probs;
-  if (dropout_p > 0.0f) {
-    dropout_forward(w.att, probs, BH * T * T, dropout_p, rng, base);
-    pd = w.att;
-  }
+  const float* pd = pdrop ? pdrop : probs;
   head_gemm(false, false, BH, T, HS, T, pd, w.v, w.ctx, 1.0f, prec);  // ctx = Pd @ v
   heads_to_rows(out, w.ctx, B, T, C, NH, C, 0);
 }
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
-                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                        Precision prec) {
+                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C);
   unpack_qkv(w, qkv, B, T, C, NH);
   rows_to_heads(w.ctx, dout, B, T, C, NH);  // w.ctx now holds d(ctx) per head
 
-  const float* pd = probs;
-  if (dropout_p > 0.0f) {
-    dropout_forward(w.att, probs, BH * T * T, dropout_p, rng, base);
-    pd = w.att;
-  }
-  head_gemm(true, false, BH, T, HS, T, pd, w.ctx, w.dv, 1.0f, prec);  // dv = Pd^T @ dctx
+  const float* pdrop = dropout_p > 0.0f ? probs + BH * T * T : nullptr;
+  head_gemm(true, false, BH, T, HS, T, pdrop ? pdrop : probs, w.ctx, w.dv, 1.0f, prec);  // dv = Pd^T @ dctx
 
   head_gemm(false, true, BH, T, T, HS, w.ctx, w.v, w.att, 1.0f, prec);  // dPd = dctx @ v^T
 
@@ -145,16 +152,12 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
   const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < BH * T; ++r) {
-    float* d = w.att + r * T;
-    const float* p = probs + r * T;
-    if (dropout_p > 0.0f) {  // regenerate this row's keep mask: numbers base + r*T + j
-      thread_local std::vector<uint32_t> bits;
-      bits.resize(static_cast<size_t>(T));
-      rng.fill_u32(base + static_cast<uint64_t>(r * T), static_cast<size_t>(T), bits.data());
-      const uint32_t thr = dropout_threshold(dropout_p);
-      const uint32_t* bb = bits.data();
+    float* __restrict d = w.att + r * T;
+    const float* __restrict p = probs + r * T;
+    if (pdrop) {
+      const float* __restrict pd = pdrop + r * T;
 #pragma omp simd
-      for (int64_t j = 0; j < T; ++j) d[j] = (bb[j] >> 8) >= thr ? d[j] * keep_scale : 0.0f;
+      for (int64_t j = 0; j < T; ++j) d[j] = pd[j] != 0.0f ? d[j] * keep_scale : 0.0f;
     }
     const float dot = lane_sum(T, [&](int64_t j) { return d[j] * p[j]; });
     for (int64_t j = 0; j < T; ++j) d[j] = p[j] * (d[j] - dot);

@@ -46,15 +46,18 @@ void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, i
 void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C);
 
 // ---- attention: qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on key positions ----
-// Saves probs[B,NH,T,T] (softmax, before dropout). `work` is scratch of attention_work_size().
+// Saves probs[B,NH,T,T] (softmax, before dropout) and, when dropout_p > 0, the dropped-out
+// probabilities Pd[B,NH,T,T] right after them: `probs` holds attention_saved_size() floats.
+// Element i of Pd uses number base + i of the dropout stream. `work` is scratch of attention_work_size().
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH);
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout);
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                        Precision prec);
-// dqkv[B,T,3C] is overwritten (not accumulated). `work` as above.
+// dqkv[B,T,3C] is overwritten (not accumulated). `probs` and `dropout_p` as saved by the forward
+// pass (no random numbers are drawn); `work` as above.
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
-                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                        Precision prec);
+                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec);
 
 // ---- softmax cross-entropy with ignore index, fused with its gradient ----
 // logits[N,V] is overwritten by d(loss)/d(logits) * grad_scale when grad_scale != 0 (so no

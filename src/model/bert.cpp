@@ -113,13 +113,14 @@ void BertBatch::validate(const BertConfig& c, const std::string& where) const {
 // ---------------------------------------------------------------------------------------------
 struct Bert::Acts {
   int64_t B = 0, T = 0;
+  bool attention_dropout = false;  // probs also hold the dropped-out probabilities
   std::vector<float> arena;
   std::vector<float> mask_add;           // [B,T]
   float *emb_sum, *emb_mean, *emb_rstd;  // [N,C], [N], [N]
   std::vector<float*> x;                 // L+1 of [N,C]: layer inputs/outputs
   struct Layer {
     float *qkv, *probs, *ctx, *ln1_sum, *ln1_mean, *ln1_rstd, *h1, *inter, *gelu, *ln2_sum, *ln2_mean, *ln2_rstd;
-    uint64_t seed_att = 0, seed_attn_out = 0, seed_ffn_out = 0;
+    uint64_t seed_attn_out = 0, seed_ffn_out = 0;  // hidden dropout sites, regenerated in backward
   };
   std::vector<Layer> layers;
   uint64_t seed_emb = 0;
@@ -184,14 +185,15 @@ void Bert::refresh_bf16(Precision p) {
   params16_valid_ = true;
 }
 
-void Bert::ensure_acts(int64_t B, int64_t T) {
-  if (acts_ && acts_->B == B && acts_->T == T) return;
+void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout) {
+  if (acts_ && acts_->B == B && acts_->T == T && acts_->attention_dropout == attention_dropout) return;
   // The arena only grows: batches of varying length (fine-tuning pads each batch to its longest
   // row) re-carve the same memory instead of reallocating and faulting in fresh pages.
   if (!acts_) acts_ = std::make_unique<Acts>();
   Acts& a = *acts_;
   a.B = B;
   a.T = T;
+  a.attention_dropout = attention_dropout;
   const int64_t N = B * T, C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
   const int64_t L = cfg_.num_hidden_layers;
   // Count first, then carve (one allocation).
@@ -204,7 +206,7 @@ void Bert::ensure_acts(int64_t B, int64_t T) {
   for (int64_t l = 0; l <= L; ++l) plan.push_back({&a.x[l], N * C});
   for (auto& ly : a.layers) {
     plan.push_back({&ly.qkv, N * 3 * C});
-    plan.push_back({&ly.probs, B * NH * T * T});
+    plan.push_back({&ly.probs, attention_saved_size(B, T, NH, attention_dropout)});
     plan.push_back({&ly.ctx, N * C});
     plan.push_back({&ly.ln1_sum, N * C});
     plan.push_back({&ly.ln1_mean, N});
@@ -246,13 +248,13 @@ const float* Bert::pooled_output() const { return has_pooler(heads_) ? acts_->po
 void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng) {
   const int64_t B = batch.B, T = batch.T, N = B * T;
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
-  ensure_acts(B, T);
+  const float p_h = training ? cfg_.hidden_dropout_prob : 0.0f;
+  const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
+  ensure_acts(B, T, p_a > 0);
   refresh_bf16(prec);
   batch_ids_ = batch.input_ids;
   batch_seg_ = batch.segment_ids;
   Acts& a = *acts_;
-  const float p_h = training ? cfg_.hidden_dropout_prob : 0.0f;
-  const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
   a.dropout = training;
   a.rng_seed = rng.seed;
   const Activation act = cfg_.activation();
@@ -276,8 +278,8 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     const float* xin = a.x[l];
     linear_forward(ly.qkv, xin, w(p + "attention.self.query.weight"), w(p + "attention.self.query.bias"), N, 3 * C, C,
                    prec, w16(p + "attention.self.query.weight", prec));
-    if (p_a > 0) ly.seed_att = rng.reserve(B * NH * T * T);
-    attention_forward(ly.ctx, ly.probs, a.att_work, ly.qkv, a.mask_add.data(), B, T, C, NH, p_a, rng, ly.seed_att,
+    const uint64_t seed_att = p_a > 0 ? rng.reserve(B * NH * T * T) : 0;  // Pd is saved: backward needs no seed
+    attention_forward(ly.ctx, ly.probs, a.att_work, ly.qkv, a.mask_add.data(), B, T, C, NH, p_a, rng, seed_att,
                       prec);
     linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
                    C, prec, w16(p + "attention.output.dense.weight", prec));
@@ -375,7 +377,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     linear_backward(a.dc, grad(p + "attention.output.dense.weight"), grad(p + "attention.output.dense.bias"), dattn,
                     ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
                     w16(p + "attention.output.dense.weight", prec));
-    attention_backward(a.dqkv, a.att_work, a.dc, ly.qkv, ly.probs, B, T, C, NH, p_a, rng, ly.seed_att, prec);
+    attention_backward(a.dqkv, a.att_work, a.dc, ly.qkv, ly.probs, B, T, C, NH, p_a, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
     linear_backward(a.g, grad(p + "attention.self.query.weight"), grad(p + "attention.self.query.bias"), a.dqkv, a.x[l],
                     w(p + "attention.self.query.weight"), N, 3 * C, C, prec,
