@@ -101,6 +101,11 @@ class Bert {
   // Backward from gradients of the sequence output (may be null) and the pooled output (may be null).
   void encode_backward(const float* dseq, const float* dpooled, Precision prec);
 
+  // Size the activation memory for training batches of up to B rows of T tokens at once, so that
+  // batches of varying length re-carve it instead of growing it (and faulting in fresh pages) step
+  // by step.
+  void reserve_activations(int64_t B, int64_t T);
+
   // FLOPs of one forward pass for (B, T) with M masked positions (GEMMs only).
   static double forward_flops(const BertConfig& c, int64_t B, int64_t T, int64_t M, bool heads);
 

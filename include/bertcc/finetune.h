@@ -39,6 +39,13 @@ BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector
 std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
                                                Precision prec);
 
+// Hugging Face's LengthGroupedSampler applied to a shuffled order: consecutive mega-batches of
+// min(n / (4 * batch_size), 50) batches (at least one), each sorted by length, longest first
+// (stable), then the first element of the mega-batch holding the longest example swapped with the
+// first element of the first mega-batch, so the largest batch comes first.
+std::vector<size_t> length_grouped_order(const std::vector<size_t>& shuffled, const std::vector<size_t>& lengths,
+                                         int64_t batch_size);
+
 struct EvalResult {
   nlohmann::ordered_json metrics;  // printed and logged
   double score = 0;                // higher is better; decides the best model
@@ -54,6 +61,7 @@ struct FinetuneOptions {
   uint64_t seed = 42;
   Precision precision = Precision::BF16;
   int freeze_layers = -1;  // train only the top N encoder layers (-1 = all)
+  bool group_by_length = false;  // length_grouped_order on each epoch's shuffle
   bool quiet = false;
 };
 

@@ -242,6 +242,8 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout) {
   a.mask_add.assign(static_cast<size_t>(N), 0.0f);
 }
 
+void Bert::reserve_activations(int64_t B, int64_t T) { ensure_acts(B, T, cfg_.attention_probs_dropout_prob > 0); }
+
 const float* Bert::sequence_output() const { return acts_->x.back(); }
 const float* Bert::pooled_output() const { return has_pooler(heads_) ? acts_->pooled : nullptr; }
 

@@ -52,6 +52,9 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout");
   sub->add_option(flag("--freeze-layers"), o.freeze_layers,
                   "train only the top N encoder layers and the head (NVAITC fine_tune_layers); -1 = all");
+  sub->add_flag(flag("--group-by-length"), o.group_by_length,
+                "batches of similar length (Hugging Face's group_by_length: shuffled mega-batches of 50 batches, "
+                "each sorted by length, the longest batch first): less padding, faster");
   sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
   sub->add_option("--threads", o.threads, "threads (default: all cores)");
 }
@@ -118,6 +121,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.seed = o.seed;
   f.precision = s.prec;
   f.freeze_layers = o.freeze_layers;
+  f.group_by_length = o.group_by_length;
   return f;
 }
 

@@ -32,6 +32,28 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, int64_t epoch) {
   return p;
 }
 
+}  // namespace
+
+std::vector<size_t> length_grouped_order(const std::vector<size_t>& shuffled, const std::vector<size_t>& lengths,
+                                         int64_t batch_size) {
+  const size_t n = shuffled.size(), bs = static_cast<size_t>(std::max<int64_t>(batch_size, 1));
+  const size_t mega = std::max<size_t>(1, std::min<size_t>(n / (bs * 4), 50)) * bs;
+  std::vector<size_t> out = shuffled;
+  size_t longest_mega = 0, longest = 0;
+  for (size_t m0 = 0; m0 < n; m0 += mega) {
+    const auto first = out.begin() + static_cast<std::ptrdiff_t>(m0);
+    const auto last = out.begin() + static_cast<std::ptrdiff_t>(std::min(n, m0 + mega));
+    std::stable_sort(first, last, [&](size_t a, size_t b) { return lengths[a] > lengths[b]; });
+    if (m0 == 0 || lengths[*first] > longest) {  // first maximum, as torch.argmax
+      longest = lengths[*first];
+      longest_mega = m0;
+    }
+  }
+  if (n > 0) std::swap(out[0], out[longest_mega]);
+  return out;
+}
+
+namespace {
 void save_dir_atomic(const Bert& model, const std::string& dir, const std::string& vocab) {
   const std::string tmp = dir + ".tmp";
   fs::remove_all(tmp);
@@ -75,6 +97,10 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   model.freeze_below_top_layers(o.freeze_layers);
   const int64_t micro = o.train_batch_size / o.gradient_accumulation_steps;  // NVIDIA semantics
   const int64_t n = static_cast<int64_t>(train.size());
+  size_t longest = 0;  // batches are padded to their longest row, rounded up to a multiple of 8
+  for (const FtFeature& f : train) longest = std::max(longest, f.input_ids.size());
+  model.reserve_activations(std::min(micro, n), std::min<int64_t>(static_cast<int64_t>((longest + 7) / 8 * 8),
+                                                                  model.config().max_position_embeddings));
   const int64_t steps_per_epoch = (n + o.train_batch_size - 1) / o.train_batch_size;
   const int64_t total = o.max_steps > 0 ? o.max_steps
                                         : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
@@ -90,6 +116,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                 {"precision", precision_name(o.precision)},
                                 {"seed", o.seed},
                                 {"freeze_layers", o.freeze_layers},
+                                {"group_by_length", o.group_by_length},
                                 {"architecture", architecture_name(model.heads())}};
   log.log("PARAMETER", params);
 
@@ -108,6 +135,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   const auto t0 = std::chrono::steady_clock::now();
   double train_seconds = 0;
   int64_t seqs = 0, step = 0, epoch = 0;
+  int64_t padded_tokens = 0, real_tokens = 0;  // batch rows x padded length, and the rows' own lengths
   double loss_acc = 0;
   int64_t loss_n = 0;
   auto run_eval = [&](const char* when) {
@@ -126,8 +154,12 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     }
   };
 
+  std::vector<size_t> lengths;
+  if (o.group_by_length)
+    for (const FtFeature& f : train) lengths.push_back(f.input_ids.size());
   while (step < total) {
-    const std::vector<size_t> perm = epoch_permutation(train.size(), o.seed, epoch);
+    std::vector<size_t> perm = epoch_permutation(train.size(), o.seed, epoch);
+    if (o.group_by_length) perm = length_grouped_order(perm, lengths, o.train_batch_size);
     for (int64_t s = 0; s < steps_per_epoch && step < total; ++s) {
       const auto ts = std::chrono::steady_clock::now();
       model.zero_grad();
@@ -136,6 +168,8 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
       for (int64_t m0 = first; m0 < last; m0 += micro) {
         std::vector<size_t> idx(perm.begin() + m0, perm.begin() + std::min(last, m0 + micro));
         const BertBatch b = make_finetune_batch(train, idx, model.heads(), true, model.config().max_position_embeddings);
+        padded_tokens += b.B * b.T;
+        for (size_t i : idx) real_tokens += static_cast<int64_t>(train[i].input_ids.size());
         // Each micro-batch's mean loss weighs by its share of the step's examples.
         const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
         const FinetuneLoss l = model.finetune_step(b, /*training=*/true, /*backward=*/true, o.precision, rng, w);
@@ -170,6 +204,8 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   nlohmann::ordered_json summary{{"steps", step},
                                  {"train_seconds", train_seconds},
                                  {"train_seq_per_s", res.train_seq_per_s},
+                                 {"mean_padded_length", static_cast<double>(padded_tokens) / std::max<int64_t>(seqs, 1)},
+                                 {"mean_length", static_cast<double>(real_tokens) / std::max<int64_t>(seqs, 1)},
                                  {"last_eval", res.last_eval},
                                  {"best_eval", res.best_eval}};
   log.log(nlohmann::ordered_json::array(), summary);
