@@ -3,6 +3,8 @@
 // The scale, the additive mask, the softmax and the dropout are one pass over each row. With
 // dropout the forward pass saves Pd next to P, so backward draws no random numbers: the keep mask
 // is Pd != 0 wherever it matters (where P == 0 the mask does not change dS = P * (dP - sum dP P)).
+// For bf16 GEMMs the operands produced here (Pd, dS) are written in bf16 directly, so the GEMMs
+// need not convert them again.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -16,11 +18,13 @@ namespace {
 
 struct Work {
   float *q, *k, *v, *ctx, *dq, *dk, *dv, *att;
+  bf16_t* att16;  // [B,NH,T,T] in bf16: the A operand of the GEMMs after the softmax (bf16 GEMMs)
 };
 
-Work split(float* w, int64_t B, int64_t T, int64_t C) {
+Work split(float* w, int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t n = B * T * C;
-  return {w, w + n, w + 2 * n, w + 3 * n, w + 4 * n, w + 5 * n, w + 6 * n, w + 7 * n};
+  return {w,         w + n,     w + 2 * n, w + 3 * n, w + 4 * n, w + 5 * n, w + 6 * n, w + 7 * n,
+          reinterpret_cast<bf16_t*>(w + 7 * n + B * NH * T * T)};
 }
 
 // qkv[B,T,3C] -> q,k,v [B,NH,T,HS]
@@ -65,9 +69,11 @@ void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t C,
 
 // One GEMM per (batch, head) on densely packed per-head operands:
 //   C[h] (M x N) = alpha * op(A[h]) @ op(B[h]), A stored [M,K] (or [K,M] if ta), B [K,N] (or [N,K]).
+// A16: A already in bf16 (same layout), for bf16 GEMMs whose A was written as bf16 by its producer.
 void head_gemm(bool ta, bool tb, int64_t BH, int64_t M, int64_t N, int64_t K, const float* A, const float* Bm, float* C,
-               float alpha, Precision prec) {
+               float alpha, Precision prec, const bf16_t* A16 = nullptr) {
   GemmArgs g;
+  g.A16 = prec == Precision::BF16 ? A16 : nullptr;
   g.batch = BH;
   g.M = M;
   g.N = N;
@@ -89,7 +95,9 @@ void head_gemm(bool ta, bool tb, int64_t BH, int64_t M, int64_t N, int64_t K, co
 
 }  // namespace
 
-int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) { return 7 * B * T * C + B * NH * T * T; }
+int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  return 7 * B * T * C + B * NH * T * T + (B * NH * T * T + 1) / 2;
+}
 int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout) {
   return (dropout ? 2 : 1) * B * NH * T * T;
 }
@@ -99,14 +107,18 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
                        Precision prec) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  Work w = split(work, B, T, C);
+  Work w = split(work, B, T, C, NH);
   unpack_qkv(w, qkv, B, T, C, NH);
 
   head_gemm(false, true, BH, T, T, HS, w.q, w.k, probs, scale, prec);  // probs = scale * q @ k^T
 
-  float* pdrop = dropout_p > 0.0f ? probs + BH * T * T : nullptr;
-  const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
-  const uint32_t thr = dropout_p > 0.0f ? dropout_threshold(dropout_p) : 0;
+  // With dropout, Pd is saved after P: in fp32, or for bf16 GEMMs in bf16 (the GEMMs read nothing
+  // else), which also feeds this pass's ctx GEMM. Without dropout bf16 GEMMs read P from att16.
+  const bool bf = prec == Precision::BF16, drop = dropout_p > 0.0f;
+  float* pdrop = drop && !bf ? probs + BH * T * T : nullptr;
+  bf16_t* pd16 = !bf ? nullptr : drop ? reinterpret_cast<bf16_t*>(probs + BH * T * T) : w.att16;
+  const float keep_scale = drop ? 1.0f / (1.0f - dropout_p) : 1.0f;
+  const uint32_t thr = drop ? dropout_threshold(dropout_p) : 0;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < BH * T; ++r) {
     float* row = probs + r * T;
@@ -119,19 +131,28 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
     for (int64_t j = 0; j < T; ++j) row[j] = vexp(row[j] - mx);
     const float inv = 1.0f / lane_sum(T, [&](int64_t j) { return row[j]; });
     for (int64_t j = 0; j < T; ++j) row[j] *= inv;
-    if (pdrop) {  // element (r, j) uses number base + r*T + j of the dropout stream
+    if (drop) {  // element (r, j) uses number base + r*T + j of the dropout stream
       thread_local std::vector<uint32_t> bits;
       bits.resize(static_cast<size_t>(T));
       rng.fill_u32(base + static_cast<uint64_t>(r * T), static_cast<size_t>(T), bits.data());
       const uint32_t* __restrict bb = bits.data();
-      float* __restrict pd = pdrop + r * T;
+      if (bf) {
+        bf16_t* __restrict pd = pd16 + r * T;
 #pragma omp simd
-      for (int64_t j = 0; j < T; ++j) pd[j] = (bb[j] >> 8) >= thr ? row[j] * keep_scale : 0.0f;
+        for (int64_t j = 0; j < T; ++j) pd[j] = f32_to_bf16((bb[j] >> 8) >= thr ? row[j] * keep_scale : 0.0f);
+      } else {
+        float* __restrict pd = pdrop + r * T;
+#pragma omp simd
+        for (int64_t j = 0; j < T; ++j) pd[j] = (bb[j] >> 8) >= thr ? row[j] * keep_scale : 0.0f;
+      }
+    } else if (bf) {
+      bf16_t* __restrict pd = pd16 + r * T;
+#pragma omp simd
+      for (int64_t j = 0; j < T; ++j) pd[j] = f32_to_bf16(row[j]);
     }
   }
 
-  const float* pd = pdrop ? pdrop : probs;
-  head_gemm(false, false, BH, T, HS, T, pd, w.v, w.ctx, 1.0f, prec);  // ctx = Pd @ v
+  head_gemm(false, false, BH, T, HS, T, pdrop ? pdrop : probs, w.v, w.ctx, 1.0f, prec, pd16);  // ctx = Pd @ v
   heads_to_rows(out, w.ctx, B, T, C, NH, C, 0);
 }
 
@@ -139,17 +160,20 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                         int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  Work w = split(work, B, T, C);
+  Work w = split(work, B, T, C, NH);
   unpack_qkv(w, qkv, B, T, C, NH);
   rows_to_heads(w.ctx, dout, B, T, C, NH);  // w.ctx now holds d(ctx) per head
 
-  const float* pdrop = dropout_p > 0.0f ? probs + BH * T * T : nullptr;
-  head_gemm(true, false, BH, T, HS, T, pdrop ? pdrop : probs, w.ctx, w.dv, 1.0f, prec);  // dv = Pd^T @ dctx
+  const bool bf = prec == Precision::BF16, drop = dropout_p > 0.0f;
+  const float* pdrop = drop && !bf ? probs + BH * T * T : nullptr;
+  const bf16_t* pd16 = drop && bf ? reinterpret_cast<const bf16_t*>(probs + BH * T * T) : nullptr;
+  head_gemm(true, false, BH, T, HS, T, pdrop ? pdrop : probs, w.ctx, w.dv, 1.0f, prec, pd16);  // dv = Pd^T @ dctx
 
   head_gemm(false, true, BH, T, T, HS, w.ctx, w.v, w.att, 1.0f, prec);  // dPd = dctx @ v^T
 
-  // dP = dropout_backward(dPd); dS = P * (dP - sum(dP * P)); fused per row.
-  const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+  // dP = dropout_backward(dPd); dS = P * (dP - sum(dP * P)); fused per row. For bf16 GEMMs dS is
+  // written in bf16 only (att16), the form both following GEMMs read.
+  const float keep_scale = drop ? 1.0f / (1.0f - dropout_p) : 1.0f;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < BH * T; ++r) {
     float* __restrict d = w.att + r * T;
@@ -158,14 +182,24 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
       const float* __restrict pd = pdrop + r * T;
 #pragma omp simd
       for (int64_t j = 0; j < T; ++j) d[j] = pd[j] != 0.0f ? d[j] * keep_scale : 0.0f;
+    } else if (pd16) {  // a kept P > 0 stays nonzero in bf16 unless below 2^-134 (then P * dP is nil anyway)
+      const bf16_t* __restrict pd = pd16 + r * T;
+#pragma omp simd
+      for (int64_t j = 0; j < T; ++j) d[j] = pd[j] != 0 ? d[j] * keep_scale : 0.0f;
     }
     const float dot = lane_sum(T, [&](int64_t j) { return d[j] * p[j]; });
-    for (int64_t j = 0; j < T; ++j) d[j] = p[j] * (d[j] - dot);
+    if (bf) {
+      bf16_t* __restrict ds = w.att16 + r * T;
+#pragma omp simd
+      for (int64_t j = 0; j < T; ++j) ds[j] = f32_to_bf16(p[j] * (d[j] - dot));
+    } else {
+      for (int64_t j = 0; j < T; ++j) d[j] = p[j] * (d[j] - dot);
+    }
   }
 
-  head_gemm(false, false, BH, T, HS, T, w.att, w.k, w.dq, scale, prec);  // dq = scale * dS @ k
+  head_gemm(false, false, BH, T, HS, T, w.att, w.k, w.dq, scale, prec, w.att16);  // dq = scale * dS @ k
 
-  head_gemm(true, false, BH, T, HS, T, w.att, w.q, w.dk, scale, prec);  // dk = scale * dS^T @ q
+  head_gemm(true, false, BH, T, HS, T, w.att, w.q, w.dk, scale, prec, w.att16);  // dk = scale * dS^T @ q
 
   heads_to_rows(dqkv, w.dq, B, T, C, NH, 3 * C, 0);
   heads_to_rows(dqkv, w.dk, B, T, C, NH, 3 * C, C);
