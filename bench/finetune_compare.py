@@ -5,6 +5,11 @@ identical hyper-parameters for both. Prints per-task mean, min-max spread and wa
 writes every run's metrics as JSON lines.
 
   bench/finetune_compare.py --pretrained DIR --scratch DIR [--vocab V] [--seeds 1 2 3] [--jobs 2]
+                            [--inits pretrained scratch] [--out DIR]
+
+Runs already in OUT/runs.jsonl are kept (a run of the same task, init and seed is replaced), so the
+two halves can run at different times (--inits scratch, later --inits pretrained) and the table
+covers both.
 """
 import argparse
 import json
@@ -58,6 +63,7 @@ def main():
     ap.add_argument("--vocab", default="")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--tasks", nargs="+", default=list(TASKS))
+    ap.add_argument("--inits", nargs="+", choices=["pretrained", "scratch"], default=["pretrained", "scratch"])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", default="1e-4")
@@ -66,15 +72,23 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     jobs = [(t, i, c, s) for t in args.tasks for s in args.seeds
-            for i, c in (("pretrained", args.pretrained), ("scratch", args.scratch))]
+            for i, c in (("pretrained", args.pretrained), ("scratch", args.scratch)) if i in args.inits]
+    path = os.path.join(args.out, "runs.jsonl")
+    old = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
     with ThreadPoolExecutor(args.jobs) as ex:
-        recs = list(ex.map(lambda j: run(args, *j), jobs))
-    with open(os.path.join(args.out, "runs.jsonl"), "w") as f:
+        new = list(ex.map(lambda j: run(args, *j), jobs))
+    key = lambda r: (r["task"], r["init"], r["seed"])
+    fresh = {key(r) for r in new}
+    recs = [r for r in old if key(r) not in fresh] + new
+    with open(path + ".tmp", "w") as f:
         for r in recs:
             f.write(json.dumps(r) + "\n")
+    os.replace(path + ".tmp", path)
     print(f"\n{'task':7s} {'metric':11s} {'pre-trained (seeds)':32s} {'from scratch (seeds)':32s} {'gap':>7s} "
           f"{'spread':>7s} {'wall s/run':>10s}")
     for t in args.tasks:
+        if any(not [r for r in recs if r["task"] == t and r["init"] == i] for i in ("pretrained", "scratch")):
+            continue
         row = {}
         for i in ("pretrained", "scratch"):
             v = [r["value"] for r in recs if r["task"] == t and r["init"] == i]
