@@ -9,81 +9,11 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/ner.h"
+#include "bertcc/token_classification.h"
 #include "tools/finetune_common.h"
 
 namespace bertcc::tools {
 namespace {
-
-struct NerFeatures {
-  std::vector<FtFeature> f;
-  std::vector<size_t> sentence;                  // per feature
-  std::vector<size_t> first_word;                // per feature
-  std::vector<std::vector<int32_t>> word_pos;    // per feature: first sub-token position of each word (-1: none)
-};
-
-NerFeatures ner_features(const BertTokenizer& tok, const std::vector<NerSentence>& sents,
-                         const std::map<std::string, int32_t>& index, bool with_labels, int max_len,
-                         const std::string& path) {
-  const int32_t cls = tok.vocab().id("[CLS]"), sep = tok.vocab().id("[SEP]");
-  BERTCC_CHECK(cls >= 0 && sep >= 0, tok.vocab().source(), ": vocabulary has no [CLS] or [SEP]");
-  NerFeatures out;
-  const size_t room = static_cast<size_t>(max_len - 2);
-  for (size_t si = 0; si < sents.size(); ++si) {
-    const NerSentence& s = sents[si];
-    std::vector<std::vector<int32_t>> pieces(s.words.size());
-    for (size_t w = 0; w < s.words.size(); ++w) {
-      pieces[w] = tok.encode(s.words[w]);
-      if (pieces[w].size() > room) pieces[w].resize(room);  // a single absurdly long word
-    }
-    size_t w = 0;
-    do {
-      FtFeature f;
-      f.input_ids.push_back(cls);
-      f.token_labels.push_back(-100);
-      std::vector<int32_t> pos;
-      const size_t first = w;
-      while (w < s.words.size() && f.input_ids.size() - 1 + pieces[w].size() <= room) {
-        pos.push_back(pieces[w].empty() ? -1 : static_cast<int32_t>(f.input_ids.size()));
-        for (size_t k = 0; k < pieces[w].size(); ++k) {
-          f.input_ids.push_back(pieces[w][k]);
-          int32_t lab = -100;
-          if (k == 0 && with_labels) {
-            auto it = index.find(s.tags[w]);
-            BERTCC_CHECK(it != index.end(), path, ":", s.line, ": tag '", s.tags[w], "' is not one of the model's labels");
-            lab = it->second;
-          }
-          f.token_labels.push_back(lab);
-        }
-        ++w;
-      }
-      f.input_ids.push_back(sep);
-      f.token_labels.push_back(-100);
-      f.segment_ids.assign(f.input_ids.size(), 0);
-      out.f.push_back(std::move(f));
-      out.sentence.push_back(si);
-      out.first_word.push_back(first);
-      out.word_pos.push_back(std::move(pos));
-    } while (w < s.words.size());
-  }
-  return out;
-}
-
-std::vector<std::vector<std::string>> ner_predict(Bert& m, const NerFeatures& nf, const std::vector<NerSentence>& sents,
-                                                  const std::vector<std::string>& labels, const FtCli& o,
-                                                  Precision prec) {
-  const auto logits = predict_logits(m, nf.f, o.eval_batch_size, prec);
-  std::vector<std::vector<std::string>> out(sents.size());
-  for (size_t i = 0; i < sents.size(); ++i) out[i].assign(sents[i].words.size(), "O");
-  const size_t K = labels.size();
-  for (size_t i = 0; i < nf.f.size(); ++i)
-    for (size_t j = 0; j < nf.word_pos[i].size(); ++j) {
-      const int32_t p = nf.word_pos[i][j];
-      if (p < 0) continue;
-      const size_t b = static_cast<size_t>(p) * K;
-      out[nf.sentence[i]][nf.first_word[i] + j] = labels[static_cast<size_t>(argmax(logits[i], b, b + K))];
-    }
-  return out;
-}
 
 void write_conll(const std::string& path, const std::vector<NerSentence>& sents,
                  const std::vector<std::vector<std::string>>& pred) {
@@ -127,7 +57,7 @@ void run_ner(const FtCli& o) {
   Evaluator eval = [&](Bert& m) {
     EvalResult r;
     BERTCC_CHECK(!dev.empty() && !dev[0].tags.empty(), o.predict_file, ": no tag column to evaluate against");
-    r.metrics = ner_metrics(gold, ner_predict(m, dev_f, dev, labels, o, s.prec));
+    r.metrics = ner_metrics(gold, ner_predict(m, dev_f, dev, labels, o.eval_batch_size, s.prec));
     r.score = r.metrics["f1"].get<double>();
     return r;
   };
@@ -141,7 +71,7 @@ void run_ner(const FtCli& o) {
   if (s.has("prediction")) {
     BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required with --mode prediction");
     const std::string path = join_path(o.output_dir, "predictions.txt");
-    write_conll(path, dev, ner_predict(*model, dev_f, dev, labels, o, s.prec));
+    write_conll(path, dev, ner_predict(*model, dev_f, dev, labels, o.eval_batch_size, s.prec));
     std::cerr << "wrote " << dev.size() << " sentences (word [gold] prediction) to " << path << "\n";
   }
 }

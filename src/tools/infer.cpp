@@ -6,7 +6,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
-#include "bertcc/ner.h"
+#include "bertcc/token_classification.h"
 #include "bertcc/runtime.h"
 #include "bertcc/squad.h"
 #include "bertcc/utf8.h"
@@ -170,47 +170,30 @@ void run_tag(const InferCli& o) {
   const auto in = inputs(single);
   Loaded l = load(o, Heads::TokenClassification);
   const auto& labels = l.model->config().id2label;
-  const int32_t cls = l.vocab->id("[CLS]"), sep = l.vocab->id("[SEP]");
-  const size_t room = static_cast<size_t>((o.max_seq_length > 0 ? o.max_seq_length : 512) - 2);
+  // Each text is one "sentence" of words, tagged as `finetune ner` tags CoNLL sentences: labels on
+  // first sub-tokens, texts longer than the sequence length split between words.
   struct Item {
     std::string text;
-    std::vector<std::string> words;
-    std::vector<size_t> begin;
-    std::vector<int32_t> pos;  // first sub-token of each word (-1: none or past the length limit)
+    std::vector<size_t> begin;  // byte offset of each word
   };
   std::vector<Item> items(in.size());
-  std::vector<FtFeature> feats(in.size());
+  std::vector<NerSentence> sents(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    Item& it = items[i];
-    it.text = field(in[i], "text", i + 1);
-    split_words(it.text, it.words, it.begin);
-    FtFeature& f = feats[i];
-    f.input_ids.push_back(cls);
-    for (const auto& w : it.words) {
-      const auto p = l.tok->encode(w);
-      if (f.input_ids.size() - 1 + p.size() > room) break;  // words past the limit stay "O"
-      it.pos.push_back(p.empty() ? -1 : static_cast<int32_t>(f.input_ids.size()));
-      f.input_ids.insert(f.input_ids.end(), p.begin(), p.end());
-    }
-    f.input_ids.push_back(sep);
-    f.segment_ids.assign(f.input_ids.size(), 0);
+    items[i].text = field(in[i], "text", i + 1);
+    split_words(items[i].text, sents[i].words, items[i].begin);
   }
-  const auto logits = predict_logits(*l.model, feats, o.batch_size, l.prec);
-  const size_t K = labels.size();
+  const NerFeatures nf = ner_features(*l.tok, sents, {}, false, o.max_seq_length > 0 ? o.max_seq_length : 512, "");
+  const auto tagged = ner_predict(*l.model, nf, sents, labels, o.batch_size, l.prec);
   for (size_t i = 0; i < in.size(); ++i) {
     const Item& it = items[i];
-    std::vector<std::string> tags(it.words.size(), "O");
-    for (size_t w = 0; w < it.pos.size(); ++w)
-      if (it.pos[w] >= 0) {
-        const size_t b = static_cast<size_t>(it.pos[w]) * K;
-        tags[w] = labels[static_cast<size_t>(argmax(logits[i], b, b + K))];
-      }
+    const std::vector<std::string>& words = sents[i].words;
+    const std::vector<std::string>& tags = tagged[i];
     nlohmann::ordered_json r, ws = nlohmann::ordered_json::array(), ents = nlohmann::ordered_json::array();
     if (in[i].contains("id")) r["id"] = in[i]["id"];
-    for (size_t w = 0; w < it.words.size(); ++w) ws.push_back({{"word", it.words[w]}, {"tag", tags[w]}});
+    for (size_t w = 0; w < words.size(); ++w) ws.push_back({{"word", words[w]}, {"tag", tags[w]}});
     for (const auto& e : get_entities({tags})) {
       const size_t b = it.begin[static_cast<size_t>(e.begin)];
-      const size_t en = it.begin[static_cast<size_t>(e.end)] + it.words[static_cast<size_t>(e.end)].size();
+      const size_t en = it.begin[static_cast<size_t>(e.end)] + words[static_cast<size_t>(e.end)].size();
       ents.push_back({{"type", e.type},
                       {"text", it.text.substr(b, en - b)},
                       {"start", static_cast<int64_t>(utf8_length(it.text, b))},
