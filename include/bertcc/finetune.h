@@ -62,6 +62,10 @@ struct FinetuneOptions {
   Precision precision = Precision::BF16;
   int freeze_layers = -1;  // train only the top N encoder layers (-1 = all)
   bool group_by_length = false;  // length_grouped_order on each epoch's shuffle
+  // Checkpoints (OUTPUT/checkpoints/step_N: model, AdamW moments, step, RNG, best score) every N
+  // steps (0: none) and on SIGINT/SIGTERM; `resume` continues from the newest valid one.
+  int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
+  bool resume = false;
   bool quiet = false;
 };
 
@@ -69,6 +73,7 @@ struct FinetuneResult {
   nlohmann::ordered_json last_eval, best_eval;
   int64_t steps = 0;
   double seconds = 0, train_seq_per_s = 0;
+  bool stopped = false;  // by SIGINT/SIGTERM: a checkpoint was written, no final model
 };
 
 // Trains `model` on `train`; after each epoch runs `eval` (if set) and keeps the best model in

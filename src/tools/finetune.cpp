@@ -55,6 +55,14 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_flag(flag("--group-by-length"), o.group_by_length,
                 "batches of similar length (Hugging Face's group_by_length: shuffled mega-batches of 50 batches, "
                 "each sorted by length, the longest batch first): less padding, faster");
+  sub->add_option(flag("--num-steps-per-checkpoint"), o.num_steps_per_checkpoint,
+                  "write OUTPUT/checkpoints/step_N (model, optimizer, step, RNG, best score) every N steps; 0 = "
+                  "only when stopped by SIGINT/SIGTERM")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
+                "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run)");
   sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
   sub->add_option("--threads", o.threads, "threads (default: all cores)");
 }
@@ -122,6 +130,9 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.precision = s.prec;
   f.freeze_layers = o.freeze_layers;
   f.group_by_length = o.group_by_length;
+  f.num_steps_per_checkpoint = o.num_steps_per_checkpoint;
+  f.keep_checkpoints = o.keep_checkpoints;
+  f.resume = o.resume;
   return f;
 }
 
@@ -252,7 +263,7 @@ void run_glue(const FtCli& o) {
       BERTCC_CHECK(!ex[i].label.empty(), train_path, ": example ", i + 1, " has no label");
     const auto train = pair_features(s, ex, labels, o.max_seq_length, train_path);
     std::cerr << "GLUE " << task << ": " << train.size() << " training examples, " << labels.size() << " labels\n";
-    run_finetune(*model, train, devs.empty() ? Evaluator{} : eval, ft_options(o, s));
+    if (run_finetune(*model, train, devs.empty() ? Evaluator{} : eval, ft_options(o, s)).stopped) return;
   }
   if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
   if (s.has("prediction")) {
@@ -368,7 +379,7 @@ void run_classify(const FtCli& o, const ClsCli& c) {
     std::cerr << "classify: " << tf.size() << " training examples, labels:";
     for (const auto& l : labels) std::cerr << " " << l;
     std::cerr << "\n";
-    run_finetune(*model, tf, s.has("eval") ? eval : Evaluator{}, ft_options(o, s));
+    if (run_finetune(*model, tf, s.has("eval") ? eval : Evaluator{}, ft_options(o, s)).stopped) return;
   }
   if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
   if (s.has("prediction")) {

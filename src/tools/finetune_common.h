@@ -16,6 +16,8 @@ struct FtCli {
   std::string mode = "train eval", init_checkpoint, vocab, data_dir, train_file, predict_file, task_name,
               output_dir, precision = "bf16";
   bool do_lower_case = false, no_lower_case = false, no_bias_correction = false, group_by_length = false;
+  bool resume = false;
+  int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
   int max_seq_length = 128, threads = 0, freeze_layers = -1;
   int64_t train_batch_size = 32, eval_batch_size = 64, gradient_accumulation_steps = 1, max_steps = -1,
           log_freq = 50;

@@ -69,6 +69,8 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
   j["clean_steps"] = st.clean_steps;
   j["phase"] = st.phase;
   j["step_offset"] = st.step_offset;
+  j["best_score"] = st.best_score;
+  if (!st.best_metrics.empty()) j["best_metrics"] = nlohmann::ordered_json::parse(st.best_metrics);
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
     j["checksums"][f] = fnv64(read_file((tmp / f).string()));
   write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2) + "\n");
@@ -84,12 +86,13 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
   for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < all.size(); ++i) fs::remove_all(all[i].second);
 }
 
-bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st) {
+bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
+                            const char* who) {
   const fs::path root = fs::path(output_dir) / "checkpoints";
   if (!fs::is_directory(root)) return false;
   for (const auto& e : fs::directory_iterator(root))  // partial saves from a killed run
     if (e.path().filename().string().rfind(".step_", 0) == 0) {
-      std::cerr << "pretrain: removing partial checkpoint " << e.path().string() << "\n";
+      std::cerr << who << ": removing partial checkpoint " << e.path().string() << "\n";
       fs::remove_all(e.path());
     }
   std::vector<std::pair<int64_t, fs::path>> all;
@@ -98,7 +101,7 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
   std::sort(all.rbegin(), all.rend());
   for (const auto& [step, dir] : all) {
     try {
-      const auto j = nlohmann::json::parse(read_file((dir / "trainer_state.json").string()));
+      const auto j = nlohmann::ordered_json::parse(read_file((dir / "trainer_state.json").string()));
       for (auto it = j.at("checksums").begin(); it != j.at("checksums").end(); ++it)
         BERTCC_CHECK(fnv64(read_file((dir / it.key()).string())) == it.value().get<std::string>(),
                      (dir / it.key()).string(), ": checksum mismatch");
@@ -121,11 +124,14 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
       st.clean_steps = j.value("clean_steps", int64_t{0});
       st.phase = j.value("phase", 1);
       st.step_offset = j.value("step_offset", int64_t{0});
-      std::cerr << "pretrain: resuming from " << dir.string() << " (phase " << st.phase << ", step "
+      st.best_score = j.value("best_score", -1e300);
+      st.best_metrics = j.contains("best_metrics") ? j.at("best_metrics").dump() : "";
+      std::cerr << who << ": resuming from " << dir.string() << " ("
+                << (st.phase != 1 ? "phase " + std::to_string(st.phase) + ", " : "") << "step "
                 << st.step + st.step_offset << ")\n";
       return true;
     } catch (const std::exception& e) {
-      std::cerr << "pretrain: warning: skipping checkpoint " << dir.string() << ": " << e.what() << "\n";
+      std::cerr << who << ": warning: skipping checkpoint " << dir.string() << ": " << e.what() << "\n";
     }
   }
   return false;

@@ -19,11 +19,15 @@ struct TrainerState {
   int64_t clean_steps = 0;  // steps since the last overflow or scale increase (dynamic scaling)
   int phase = 1;
   int64_t step_offset = 0;  // phase 2: the phase-1 end step; names and logs use step + offset
+  double best_score = -1e300;  // fine-tuning: the best evaluation so far (decides OUTPUT/best)
+  std::string best_metrics;    // ... and its metrics (JSON text)
 };
 
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep);
 // Returns false if there is no valid checkpoint; corrupt or partial ones are skipped with a warning.
-bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st);
+// `who` prefixes the messages ("pretrain", "finetune").
+bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
+                            const char* who = "pretrain");
 
 }  // namespace bertcc

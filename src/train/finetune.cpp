@@ -17,7 +17,9 @@
 #include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/optim.h"
+#include "train/checkpoint.h"
 #include "train/dllogger.h"
+#include "train/stop_signal.h"
 
 namespace bertcc {
 namespace fs = std::filesystem;
@@ -128,27 +130,36 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   ao.max_grad_norm = o.max_grad_norm;
   ao.eps = o.adam_eps;
   ao.bias_correction = o.bias_correction;
-  Rng rng{o.seed, 0};
-
+  // Everything a resumed run needs besides weights and moments: the step (which fixes the epoch,
+  // its shuffle and the position in it), the dropout RNG and the best evaluation so far.
+  TrainerState st;
+  st.rng = Rng{o.seed, 0};
+  if (o.resume && !load_latest_checkpoint(o.output_dir, model, opt, st, "finetune"))
+    std::cerr << "finetune: no checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
+  BERTCC_CHECK(st.step <= total, o.output_dir, ": the checkpoint is at step ", st.step, ", past this run's ", total,
+               " steps");
+  Rng& rng = st.rng;
   FinetuneResult res;
-  double best = -INFINITY;
+  if (!st.best_metrics.empty()) res.best_eval = nlohmann::ordered_json::parse(st.best_metrics);
+
   const auto t0 = std::chrono::steady_clock::now();
   double train_seconds = 0;
-  int64_t seqs = 0, step = 0, epoch = 0;
+  int64_t seqs = 0, step = st.step;
   int64_t padded_tokens = 0, real_tokens = 0;  // batch rows x padded length, and the rows' own lengths
   double loss_acc = 0;
   int64_t loss_n = 0;
-  auto run_eval = [&](const char* when) {
+  auto run_eval = [&](int64_t epochs_done, const char* when) {
     if (!eval) return;
     EvalResult r = eval(model);
-    r.metrics["epoch"] = epoch;
+    r.metrics["epoch"] = epochs_done;
     r.metrics["step"] = step;
     res.last_eval = r.metrics;
-    log.log(nlohmann::ordered_json::array({epoch, step}), r.metrics, "EVAL");
-    const bool better = r.score > best;
+    log.log(nlohmann::ordered_json::array({epochs_done, step}), r.metrics, "EVAL");
+    const bool better = r.score > st.best_score;
     if (!o.quiet) std::cerr << "eval (" << when << ") " << r.metrics.dump() << (better ? "  [best]" : "") << "\n";
     if (better) {
-      best = r.score;
+      st.best_score = r.score;
+      st.best_metrics = r.metrics.dump();
       res.best_eval = r.metrics;
       save_dir_atomic(model, o.output_dir + "/best", o.vocab_path);
     }
@@ -157,45 +168,59 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   std::vector<size_t> lengths;
   if (o.group_by_length)
     for (const FtFeature& f : train) lengths.push_back(f.input_ids.size());
-  while (step < total) {
-    std::vector<size_t> perm = epoch_permutation(train.size(), o.seed, epoch);
-    if (o.group_by_length) perm = length_grouped_order(perm, lengths, o.train_batch_size);
-    for (int64_t s = 0; s < steps_per_epoch && step < total; ++s) {
-      const auto ts = std::chrono::steady_clock::now();
-      model.zero_grad();
-      const int64_t first = s * o.train_batch_size, last = std::min(n, first + o.train_batch_size);
-      double step_loss = 0;
-      for (int64_t m0 = first; m0 < last; m0 += micro) {
-        std::vector<size_t> idx(perm.begin() + m0, perm.begin() + std::min(last, m0 + micro));
-        const BertBatch b = make_finetune_batch(train, idx, model.heads(), true, model.config().max_position_embeddings);
-        padded_tokens += b.B * b.T;
-        for (size_t i : idx) real_tokens += static_cast<int64_t>(train[i].input_ids.size());
-        // Each micro-batch's mean loss weighs by its share of the step's examples.
-        const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
-        const FinetuneLoss l = model.finetune_step(b, /*training=*/true, /*backward=*/true, o.precision, rng, w);
-        step_loss += w * l.loss;
-      }
-      const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
-      adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao);
-      ++step;
-      seqs += last - first;
-      train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-      loss_acc += step_loss;
-      ++loss_n;
-      if (step % o.log_freq == 0 || step == total) {
-        const double sps = static_cast<double>(seqs) / std::max(train_seconds, 1e-9);
-        nlohmann::ordered_json d{{"loss", loss_acc / static_cast<double>(loss_n)}, {"learning_rate", lr},
-                                 {"seq_per_s", sps}};
-        log.log(nlohmann::ordered_json::array({epoch, step}), d);
-        if (!o.quiet)
-          std::cerr << "step " << step << "/" << total << " epoch " << epoch << " loss " << d["loss"].get<double>()
-                    << " lr " << lr << " " << static_cast<int>(sps) << " seq/s\n";
-        loss_acc = 0;
-        loss_n = 0;
-      }
+  std::vector<size_t> perm;
+  int64_t perm_epoch = -1;
+  install_stop_signals();
+  while (step < total && !stop_signal()) {
+    const int64_t epoch = step / steps_per_epoch, s = step % steps_per_epoch;
+    if (epoch != perm_epoch) {
+      perm = epoch_permutation(train.size(), o.seed, epoch);
+      if (o.group_by_length) perm = length_grouped_order(perm, lengths, o.train_batch_size);
+      perm_epoch = epoch;
     }
-    ++epoch;
-    run_eval(step < total ? "end of epoch" : "end of training");
+    const auto ts = std::chrono::steady_clock::now();
+    model.zero_grad();
+    const int64_t first = s * o.train_batch_size, last = std::min(n, first + o.train_batch_size);
+    double step_loss = 0;
+    for (int64_t m0 = first; m0 < last; m0 += micro) {
+      std::vector<size_t> idx(perm.begin() + m0, perm.begin() + std::min(last, m0 + micro));
+      const BertBatch b = make_finetune_batch(train, idx, model.heads(), true, model.config().max_position_embeddings);
+      padded_tokens += b.B * b.T;
+      for (size_t i : idx) real_tokens += static_cast<int64_t>(train[i].input_ids.size());
+      // Each micro-batch's mean loss weighs by its share of the step's examples.
+      const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
+      const FinetuneLoss l = model.finetune_step(b, /*training=*/true, /*backward=*/true, o.precision, rng, w);
+      step_loss += w * l.loss;
+    }
+    const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
+    adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao);
+    ++step;
+    seqs += last - first;
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+    loss_acc += step_loss;
+    ++loss_n;
+    if (step % o.log_freq == 0 || step == total) {
+      const double sps = static_cast<double>(seqs) / std::max(train_seconds, 1e-9);
+      nlohmann::ordered_json d{{"loss", loss_acc / static_cast<double>(loss_n)}, {"learning_rate", lr},
+                               {"seq_per_s", sps}};
+      log.log(nlohmann::ordered_json::array({epoch, step}), d);
+      if (!o.quiet)
+        std::cerr << "step " << step << "/" << total << " epoch " << epoch << " loss " << d["loss"].get<double>()
+                  << " lr " << lr << " " << static_cast<int>(sps) << " seq/s\n";
+      loss_acc = 0;
+      loss_n = 0;
+    }
+    if (step % steps_per_epoch == 0 || step == total) run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
+    st.step = step;
+    if (step < total && ((o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0) || stop_signal()))
+      save_checkpoint(o.output_dir, model, opt, st, o.vocab_path, o.keep_checkpoints);
+  }
+  if (step < total) {  // stopped by a signal: the checkpoint above holds the state
+    std::cerr << "finetune: stopped by signal after step " << step << "; checkpoint in " << o.output_dir
+              << "/checkpoints/step_" << step << " (continue with --resume-from-checkpoint)\n";
+    res.stopped = true;
+    res.steps = step;
+    return res;
   }
   save_model_dir(model, o.output_dir, o.vocab_path);
   res.steps = step;

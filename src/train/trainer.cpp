@@ -2,10 +2,8 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -20,14 +18,9 @@
 #include "bertcc/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/dllogger.h"
+#include "train/stop_signal.h"
 
 namespace bertcc {
-namespace {
-
-std::atomic<int> g_stop{0};
-void on_signal(int sig) { g_stop = sig; }
-
-}  // namespace
 
 int run_pretraining(const PretrainOptions& o) {
   set_threads(o.threads);
@@ -148,15 +141,14 @@ int run_pretraining(const PretrainOptions& o) {
   };
   const int64_t eval_every = o.eval_freq > 0 ? o.eval_freq : o.num_steps_per_checkpoint;
 
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  install_stop_signals();
   LambOptions lamb;
   AdamWOptions adamw;
   const bool tty = ::isatty(1);
   auto t_last = std::chrono::steady_clock::now();
   int64_t skipped_total = 0;
   int64_t seqs_since = 0;
-  while (st.step < o.max_steps && !g_stop) {
+  while (st.step < o.max_steps && !stop_signal()) {
     model->zero_grad();
     PretrainLoss sum;
     const float scale = static_cast<float>(st.loss_scale);
@@ -237,7 +229,7 @@ int run_pretraining(const PretrainOptions& o) {
   if (eval_loader && st.step >= o.max_steps) evaluate();
   save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
   if (st.step >= o.max_steps) save_model_dir(*model, o.output_dir + "/model", o.vocab);
-  std::cerr << (g_stop ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
+  std::cerr << (stop_signal() ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
             << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset << "\n";
   return 0;
 }

@@ -60,6 +60,34 @@ atleast "$f1" 0.95 || fail "NER f1 $f1 < 0.95"
 "$B" eval ner --data "$W/ner.txt" --predictions "$W/ner/predictions.txt" > "$W/ner_eval.out" 2>&1 || fail "eval ner of predictions.txt"
 grep -q "\"f1\":$f1" "$W/ner_eval.out" || fail "eval ner on predictions.txt disagrees: $(cat "$W/ner_eval.out")"
 
+# --- resume: checkpoints every 5 steps; drop the newest two and the final model, resume from step 10:
+# the final and best models must be byte-identical to an uninterrupted run (which checkpointing
+# does not change), and so must the best evaluation.
+R="--task-name sst-2 --data-dir $W/sst $COMMON --seed 5 --mode train,eval"
+"$B" finetune glue $R --num-train-epochs 3 --output-dir "$W/rs_a" > /dev/null 2>&1 || fail "resume: straight run"
+"$B" finetune glue $R --num-train-epochs 3 --output-dir "$W/rs_b" --num-steps-per-checkpoint 5 --keep-checkpoints 4 > /dev/null 2>&1 || fail "resume: checkpointed run"
+[ "$(ls "$W/rs_b/checkpoints" | tr '\n' ' ')" = "step_10 step_15 step_20 step_5 " ] || fail "checkpoints: $(ls "$W/rs_b/checkpoints")"
+cmp -s "$W/rs_a/model.safetensors" "$W/rs_b/model.safetensors" || fail "checkpointing changed the model"
+rm -rf "$W/rs_b/checkpoints/step_15" "$W/rs_b/checkpoints/step_20" "$W/rs_b/model.safetensors"  # as if killed after step 14
+"$B" finetune glue $R --num-train-epochs 3 --output-dir "$W/rs_b" --num-steps-per-checkpoint 5 --keep-checkpoints 4 --resume-from-checkpoint \
+  > /dev/null 2> "$W/rs_b.err" || fail "resume: $(tail -3 "$W/rs_b.err")"
+grep -q "resuming from .*step_10 (step 10)" "$W/rs_b.err" || fail "did not resume from step 10: $(cat "$W/rs_b.err")"
+cmp -s "$W/rs_a/model.safetensors" "$W/rs_b/model.safetensors" || fail "resumed model differs"
+cmp -s "$W/rs_a/best/model.safetensors" "$W/rs_b/best/model.safetensors" || fail "resumed best model differs"
+[ "$(metric "$W/rs_a/eval_results.json" '["best_eval"]')" = "$(metric "$W/rs_b/eval_results.json" '["best_eval"]')" ] || fail "best_eval differs after resume"
+echo "resume: from step 10 of 24, final and best models byte-identical"
+# SIGTERM: the current step finishes, a checkpoint is written, exit 0, no final model.
+"$B" finetune glue $R --num-train-epochs 400 --num-steps-per-checkpoint 40 --output-dir "$W/rs_t" > /dev/null 2> "$W/rs_t.err" &
+pid=$!
+n=0
+while [ ! -d "$W/rs_t/checkpoints/step_40" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done
+kill -TERM $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] || fail "SIGTERM exit code $rc"
+grep -q "stopped by signal after step" "$W/rs_t.err" || fail "SIGTERM message: $(tail -2 "$W/rs_t.err")"
+last=$(grep -o "after step [0-9]*" "$W/rs_t.err" | grep -o "[0-9]*$")
+[ -d "$W/rs_t/checkpoints/step_$last" ] && [ ! -f "$W/rs_t/model.safetensors" ] || fail "SIGTERM: no checkpoint at step $last, or a final model written"
+echo "SIGTERM: stopped after step $last with a checkpoint"
+
 # --- SQuAD v1.1: fit 106 questions (windows of 128, stride 64)
 $PY - "$S/squad/v1.1/dev-v1.1.json" "$W/sq.json" <<'PYEOF'
 import json, sys
