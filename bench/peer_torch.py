@@ -66,11 +66,19 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--lengths", default="",
+                    help="squad: comma-separated padded lengths, one timed step each (batches padded "
+                         "per batch, as bertcc does); overrides --seq and --steps")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = config(args.config)
     B, T = args.batch, args.seq
+    lengths = [int(x) for x in args.lengths.split(",") if x] if args.lengths else []
+    if lengths:
+        assert args.mode == "squad", "--lengths is for squad mode"
+        T = max(lengths)
+        args.steps = len(lengths)
     P = max(1, (T * 20 + 64) // 128)
     squad = args.mode == "squad"
     train = args.mode == "train"
@@ -105,7 +113,7 @@ def main():
     if not train and bf16:
         params = {n: p.to(torch.bfloat16) for n, p in params.items()}
 
-    def step():
+    def step(L=T):
         if train:
             for p in plist:
                 p.grad = None
@@ -119,7 +127,8 @@ def main():
         elif squad:  # HF BertForQuestionAnswering step: dropout, AdamW, clipping at 1.0
             adamw.zero_grad(set_to_none=True)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss, _ = torch_bert.finetune_loss(params, cfg, "qa", ids, seg, mask, start=starts, end=ends,
+                loss, _ = torch_bert.finetune_loss(params, cfg, "qa", ids[:, :L].contiguous(), seg[:, :L].contiguous(),
+                                                   mask[:, :L].contiguous(), start=starts % L, end=ends % L,
                                                    dropout=cfg["hidden_dropout_prob"], training=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(plist, 1.0)
@@ -131,9 +140,9 @@ def main():
     for _ in range(args.warmup):
         step()
     times = []
-    for _ in range(args.steps):
+    for i in range(args.steps):
         t0 = time.perf_counter()
-        step()
+        step(lengths[i] if lengths else T)
         times.append(time.perf_counter() - t0)
     mean = sum(times) / len(times)
     C, I, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
@@ -149,6 +158,9 @@ def main():
            "precision": args.precision, "batch": B, "seq": T, "threads": torch.get_num_threads(),
            "steps": args.steps, "step_ms": mean * 1e3, "seq_per_s": B / mean, "model_tflops": flops / mean / 1e12,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if lengths:  # FLOPs above are for the longest length; report the mean padded length instead
+        out.update({"seq": sum(lengths) / len(lengths), "lengths": lengths})
+        del out["model_tflops"]
     print(json.dumps(out))
 
 

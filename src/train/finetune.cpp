@@ -147,7 +147,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   int64_t seqs = 0, step = st.step;
   int64_t padded_tokens = 0, real_tokens = 0;  // batch rows x padded length, and the rows' own lengths
   double loss_acc = 0;
-  int64_t loss_n = 0;
+  int64_t loss_n = 0, padded_since = 0, rows_since = 0;  // for the logged mean padded length
   auto run_eval = [&](int64_t epochs_done, const char* when) {
     if (!eval) return;
     EvalResult r = eval(model);
@@ -186,6 +186,8 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
       std::vector<size_t> idx(perm.begin() + m0, perm.begin() + std::min(last, m0 + micro));
       const BertBatch b = make_finetune_batch(train, idx, model.heads(), true, model.config().max_position_embeddings);
       padded_tokens += b.B * b.T;
+      padded_since += b.B * b.T;
+      rows_since += b.B;
       for (size_t i : idx) real_tokens += static_cast<int64_t>(train[i].input_ids.size());
       // Each micro-batch's mean loss weighs by its share of the step's examples.
       const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
@@ -201,14 +203,17 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     ++loss_n;
     if (step % o.log_freq == 0 || step == total) {
       const double sps = static_cast<double>(seqs) / std::max(train_seconds, 1e-9);
-      nlohmann::ordered_json d{{"loss", loss_acc / static_cast<double>(loss_n)}, {"learning_rate", lr},
-                               {"seq_per_s", sps}};
+      nlohmann::ordered_json d{{"loss", loss_acc / static_cast<double>(loss_n)},
+                               {"learning_rate", lr},
+                               {"seq_per_s", sps},
+                               {"padded_length", static_cast<double>(padded_since) / std::max<int64_t>(rows_since, 1)}};
       log.log(nlohmann::ordered_json::array({epoch, step}), d);
       if (!o.quiet)
         std::cerr << "step " << step << "/" << total << " epoch " << epoch << " loss " << d["loss"].get<double>()
                   << " lr " << lr << " " << static_cast<int>(sps) << " seq/s\n";
       loss_acc = 0;
       loss_n = 0;
+      padded_since = rows_since = 0;
     }
     if (step % steps_per_epoch == 0 || step == total) run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
     st.step = step;
