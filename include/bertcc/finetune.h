@@ -35,6 +35,8 @@ void truncate_seq_pair(std::vector<int32_t>& a, std::vector<int32_t>& b, size_t 
 BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector<size_t>& idx, Heads heads,
                               bool with_labels, int64_t max_len);
 
+// Index of the largest of v[begin, end) relative to begin (first on ties).
+int argmax(const std::vector<float>& v, size_t begin = 0, size_t end = size_t(-1));
 // Head logits of every feature (in input order), computed in length-sorted batches, dropout off.
 std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
                                                Precision prec);

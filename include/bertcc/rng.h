@@ -9,7 +9,6 @@ namespace bertcc {
 
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key);
 
-// Uniform float in [0, 1) with 24 random bits.
 // SplitMix64 (Steele, Lea, Flood): a 64-bit mixing function for deriving seeds. The k-th output
 // of the SplitMix64 stream seeded with s is splitmix64(s + k * kSplitMixGamma).
 constexpr uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ull;
@@ -20,6 +19,7 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Uniform float in [0, 1) with 24 random bits.
 inline float u32_to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
 
 struct Rng {

@@ -141,14 +141,6 @@ void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string
   if (!output_dir.empty()) write_file_atomic(join_path(output_dir, "eval_metrics.json"), metrics.dump(2) + "\n");
 }
 
-int argmax(const std::vector<float>& v, size_t begin, size_t end) {
-  end = std::min(end, v.size());
-  size_t best = begin;
-  for (size_t i = begin; i < end; ++i)
-    if (v[i] > v[best]) best = i;
-  return static_cast<int>(best - begin);
-}
-
 namespace {
 
 // ---------------------------------------------------------------------------------------------

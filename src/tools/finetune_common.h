@@ -48,8 +48,6 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s);
 // Prints the metrics as one JSON line and writes OUTPUT_DIR/eval_metrics.json (if an output dir is set).
 void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir);
 
-// Index of the largest value (first on ties).
-int argmax(const std::vector<float>& v, size_t begin = 0, size_t end = size_t(-1));
 
 void add_finetune_glue_classify(CLI::App* ft);
 void add_finetune_ner(CLI::App* ft);

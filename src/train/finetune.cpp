@@ -36,6 +36,14 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, int64_t epoch) {
 
 }  // namespace
 
+int argmax(const std::vector<float>& v, size_t begin, size_t end) {
+  end = std::min(end, v.size());
+  size_t best = begin;
+  for (size_t i = begin; i < end; ++i)
+    if (v[i] > v[best]) best = i;
+  return static_cast<int>(best - begin);
+}
+
 std::vector<size_t> length_grouped_order(const std::vector<size_t>& shuffled, const std::vector<size_t>& lengths,
                                          int64_t batch_size) {
   const size_t n = shuffled.size(), bs = static_cast<size_t>(std::max<int64_t>(batch_size, 1));

@@ -1,7 +1,7 @@
 // Token classification on words (see token_classification.h).
 #include "bertcc/token_classification.h"
 
-#include <algorithm>
+#include <utility>
 
 #include "bertcc/error.h"
 
@@ -66,10 +66,7 @@ std::vector<std::vector<std::string>> ner_predict(Bert& m, const NerFeatures& nf
       const int32_t p = nf.word_pos[i][j];
       if (p < 0) continue;
       const size_t b = static_cast<size_t>(p) * K;
-      const auto best = std::max_element(logits[i].begin() + static_cast<std::ptrdiff_t>(b),
-                                         logits[i].begin() + static_cast<std::ptrdiff_t>(b + K));  // first maximum
-      out[nf.sentence[i]][nf.first_word[i] + j] =
-          labels[static_cast<size_t>(best - logits[i].begin() - static_cast<std::ptrdiff_t>(b))];
+      out[nf.sentence[i]][nf.first_word[i] + j] = labels[static_cast<size_t>(argmax(logits[i], b, b + K))];
     }
   return out;
 }
