@@ -255,7 +255,7 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
   mask_add[T - 1] = mask_add[T - 2] = -10000.0f;  // row 0 has two padded keys
   Rng rng{7, 0};
   const uint64_t base = rng.reserve(B * NH * T * T);
-  std::vector<float> out(B * T * C), probs(kernels::attention_saved_size(B, T, NH, ac.p > 0)),
+  std::vector<float> out(B * T * C), probs(kernels::attention_saved_size(B, T, NH, ac.p > 0, ac.prec)),
       work(kernels::attention_work_size(B, T, C, NH));
   kernels::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
                              rng, base, ac.prec);

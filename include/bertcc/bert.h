@@ -103,15 +103,16 @@ class Bert {
 
   // Size the activation memory for training batches of up to B rows of T tokens at once, so that
   // batches of varying length re-carve it instead of growing it (and faulting in fresh pages) step
-  // by step.
-  void reserve_activations(int64_t B, int64_t T);
+  // by step. `prec` as the training steps will use (bf16 saves the dropped-out attention
+  // probabilities at half size).
+  void reserve_activations(int64_t B, int64_t T, Precision prec);
 
   // FLOPs of one forward pass for (B, T) with M masked positions (GEMMs only).
   static double forward_flops(const BertConfig& c, int64_t B, int64_t T, int64_t M, bool heads);
 
  private:
   struct Acts;
-  void ensure_acts(int64_t B, int64_t T, bool attention_dropout);
+  void ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec);
   const float* w(const std::string& name) const { return params_.data() + table_.at(name).offset; }
   // bf16 copy of a weight (bf16 precision), or null in fp32.
   const bf16_t* w16(const std::string& name, Precision p) const {

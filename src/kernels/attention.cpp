@@ -98,8 +98,9 @@ void head_gemm(bool ta, bool tb, int64_t BH, int64_t M, int64_t N, int64_t K, co
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) {
   return 7 * B * T * C + B * NH * T * T + (B * NH * T * T + 1) / 2;
 }
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout) {
-  return (dropout ? 2 : 1) * B * NH * T * T;
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) {
+  const int64_t n = B * NH * T * T;  // P in fp32, then Pd in fp32 or, for bf16 GEMMs, bf16 (two per float)
+  return n + (!dropout ? 0 : prec == Precision::BF16 ? (n + 1) / 2 : n);
 }
 
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,

@@ -114,6 +114,7 @@ void BertBatch::validate(const BertConfig& c, const std::string& where) const {
 struct Bert::Acts {
   int64_t B = 0, T = 0;
   bool attention_dropout = false;  // probs also hold the dropped-out probabilities
+  Precision prec = Precision::F32;  // ... in bf16 for bf16 GEMMs (half the slot)
   std::vector<float> arena;
   std::vector<float> mask_add;           // [B,T]
   float *emb_sum, *emb_mean, *emb_rstd;  // [N,C], [N], [N]
@@ -185,8 +186,9 @@ void Bert::refresh_bf16(Precision p) {
   params16_valid_ = true;
 }
 
-void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout) {
-  if (acts_ && acts_->B == B && acts_->T == T && acts_->attention_dropout == attention_dropout) return;
+void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec) {
+  if (acts_ && acts_->B == B && acts_->T == T && acts_->attention_dropout == attention_dropout && acts_->prec == prec)
+    return;
   // The arena only grows: batches of varying length (fine-tuning pads each batch to its longest
   // row) re-carve the same memory instead of reallocating and faulting in fresh pages.
   if (!acts_) acts_ = std::make_unique<Acts>();
@@ -194,6 +196,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout) {
   a.B = B;
   a.T = T;
   a.attention_dropout = attention_dropout;
+  a.prec = prec;
   const int64_t N = B * T, C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
   const int64_t L = cfg_.num_hidden_layers;
   // Count first, then carve (one allocation).
@@ -206,7 +209,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout) {
   for (int64_t l = 0; l <= L; ++l) plan.push_back({&a.x[l], N * C});
   for (auto& ly : a.layers) {
     plan.push_back({&ly.qkv, N * 3 * C});
-    plan.push_back({&ly.probs, attention_saved_size(B, T, NH, attention_dropout)});
+    plan.push_back({&ly.probs, attention_saved_size(B, T, NH, attention_dropout, prec)});
     plan.push_back({&ly.ctx, N * C});
     plan.push_back({&ly.ln1_sum, N * C});
     plan.push_back({&ly.ln1_mean, N});
@@ -242,7 +245,9 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout) {
   a.mask_add.assign(static_cast<size_t>(N), 0.0f);
 }
 
-void Bert::reserve_activations(int64_t B, int64_t T) { ensure_acts(B, T, cfg_.attention_probs_dropout_prob > 0); }
+void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
+  ensure_acts(B, T, cfg_.attention_probs_dropout_prob > 0, prec);
+}
 
 const float* Bert::sequence_output() const { return acts_->x.back(); }
 const float* Bert::pooled_output() const { return has_pooler(heads_) ? acts_->pooled : nullptr; }
@@ -252,7 +257,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
   const float p_h = training ? cfg_.hidden_dropout_prob : 0.0f;
   const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
-  ensure_acts(B, T, p_a > 0);
+  ensure_acts(B, T, p_a > 0, prec);
   refresh_bf16(prec);
   batch_ids_ = batch.input_ids;
   batch_seg_ = batch.segment_ids;

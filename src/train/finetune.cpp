@@ -110,7 +110,8 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   size_t longest = 0;  // batches are padded to their longest row, rounded up to a multiple of 8
   for (const FtFeature& f : train) longest = std::max(longest, f.input_ids.size());
   model.reserve_activations(std::min(micro, n), std::min<int64_t>(static_cast<int64_t>((longest + 7) / 8 * 8),
-                                                                  model.config().max_position_embeddings));
+                                                                  model.config().max_position_embeddings),
+                            o.precision);
   const int64_t steps_per_epoch = (n + o.train_batch_size - 1) / o.train_batch_size;
   const int64_t total = o.max_steps > 0 ? o.max_steps
                                         : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
