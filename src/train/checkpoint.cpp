@@ -71,6 +71,11 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
   j["step_offset"] = st.step_offset;
   j["best_score"] = st.best_score;
   if (!st.best_metrics.empty()) j["best_metrics"] = nlohmann::ordered_json::parse(st.best_metrics);
+  if (st.totals.seqs > 0)
+    j["totals"] = {{"train_seconds", st.totals.train_seconds},
+                   {"seqs", st.totals.seqs},
+                   {"padded_tokens", st.totals.padded_tokens},
+                   {"real_tokens", st.totals.real_tokens}};
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
     j["checksums"][f] = fnv64(read_file((tmp / f).string()));
   write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2) + "\n");
@@ -126,6 +131,12 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
       st.step_offset = j.value("step_offset", int64_t{0});
       st.best_score = j.value("best_score", -1e300);
       st.best_metrics = j.contains("best_metrics") ? j.at("best_metrics").dump() : "";
+      st.totals = {};
+      if (j.contains("totals")) {
+        const auto& t = j.at("totals");
+        st.totals = {t.at("train_seconds").get<double>(), t.at("seqs").get<int64_t>(),
+                     t.at("padded_tokens").get<int64_t>(), t.at("real_tokens").get<int64_t>()};
+      }
       std::cerr << who << ": resuming from " << dir.string() << " ("
                 << (st.phase != 1 ? "phase " + std::to_string(st.phase) + ", " : "") << "step "
                 << st.step + st.step_offset << ")\n";

@@ -21,6 +21,11 @@ struct TrainerState {
   int64_t step_offset = 0;  // phase 2: the phase-1 end step; names and logs use step + offset
   double best_score = -1e300;  // fine-tuning: the best evaluation so far (decides OUTPUT/best)
   std::string best_metrics;    // ... and its metrics (JSON text)
+  // Fine-tuning: totals over all steps so far, so a resumed run's summary covers the whole run.
+  struct Totals {
+    double train_seconds = 0;
+    int64_t seqs = 0, padded_tokens = 0, real_tokens = 0;
+  } totals;
 };
 
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,

@@ -152,9 +152,12 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   if (!st.best_metrics.empty()) res.best_eval = nlohmann::ordered_json::parse(st.best_metrics);
 
   const auto t0 = std::chrono::steady_clock::now();
-  double train_seconds = 0;
-  int64_t seqs = 0, step = st.step;
-  int64_t padded_tokens = 0, real_tokens = 0;  // batch rows x padded length, and the rows' own lengths
+  // Totals since step 0 (restored on resume); padded: batch rows x padded length, real: the rows' own lengths.
+  double& train_seconds = st.totals.train_seconds;
+  int64_t &seqs = st.totals.seqs, &padded_tokens = st.totals.padded_tokens, &real_tokens = st.totals.real_tokens;
+  int64_t step = st.step;
+  const double seconds_before = train_seconds;  // this process's rate is logged per step
+  const int64_t seqs_before = seqs;
   double loss_acc = 0;
   int64_t loss_n = 0, padded_since = 0, rows_since = 0;  // for the logged mean padded length
   auto run_eval = [&](int64_t epochs_done, const char* when) {
@@ -211,7 +214,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     loss_acc += step_loss;
     ++loss_n;
     if (step % o.log_freq == 0 || step == total) {
-      const double sps = static_cast<double>(seqs) / std::max(train_seconds, 1e-9);
+      const double sps = static_cast<double>(seqs - seqs_before) / std::max(train_seconds - seconds_before, 1e-9);
       nlohmann::ordered_json d{{"loss", loss_acc / static_cast<double>(loss_n)},
                                {"learning_rate", lr},
                                {"seq_per_s", sps},

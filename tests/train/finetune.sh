@@ -75,6 +75,9 @@ grep -q "resuming from .*step_10 (step 10)" "$W/rs_b.err" || fail "did not resum
 cmp -s "$W/rs_a/model.safetensors" "$W/rs_b/model.safetensors" || fail "resumed model differs"
 cmp -s "$W/rs_a/best/model.safetensors" "$W/rs_b/best/model.safetensors" || fail "resumed best model differs"
 [ "$(metric "$W/rs_a/eval_results.json" '["best_eval"]')" = "$(metric "$W/rs_b/eval_results.json" '["best_eval"]')" ] || fail "best_eval differs after resume"
+for k in steps mean_padded_length mean_length; do  # the summary covers the steps before the resume too
+  [ "$(metric "$W/rs_a/eval_results.json" "[\"$k\"]")" = "$(metric "$W/rs_b/eval_results.json" "[\"$k\"]")" ] || fail "$k differs after resume"
+done
 echo "resume: from step 10 of 24, final and best models byte-identical"
 # SIGTERM: the current step finishes, a checkpoint is written, exit 0, no final model.
 "$B" finetune glue $R --num-train-epochs 400 --num-steps-per-checkpoint 40 --output-dir "$W/rs_t" > /dev/null 2> "$W/rs_t.err" &
