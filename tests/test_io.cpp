@@ -1,5 +1,6 @@
 // safetensors, config, HDF5 shards and model directories: round trips and bad files.
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <unistd.h>
 
 #include <cstring>
@@ -263,4 +264,85 @@ TEST(Glue, ReaderQuirksAndErrors) {
   EXPECT_NE(error_of([&] { read_glue("glue-x", d / "bad.tsv"); }).find("unknown GLUE task 'glue-x'"), std::string::npos);
   EXPECT_DOUBLE_EQ(spearman({1, 2, 2, 3}, {10, 20, 20, 40}), 1.0);
   EXPECT_DOUBLE_EQ(matthews_corrcoef({"1", "0"}, {"1", "0"}, "1"), 1.0);
+}
+
+// Each task's labelled and test layouts as GLUE ships them (header rows, column positions; MNLI's
+// dev files carry five annotator labels before gold_label, QQP's test header starts with "id").
+TEST(Glue, AllNineTaskLayouts) {
+  TmpDir d;
+  struct Case {
+    const char* task;
+    std::string labelled, test;
+    const char *a, *b, *label;  // expected first example
+  };
+  const std::vector<Case> cases = {
+      {"cola", "gj04\t1\t\tThe cat sat.\n", "index\tsentence\n0\tThe cat sat.\n", "The cat sat.", "", "1"},
+      {"sst-2", "sentence\tlabel\ngood fun \t1\n", "index\tsentence\n0\tgood fun \n", "good fun ", "", "1"},
+      {"mrpc", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n0\t1\t2\tA b.\tC d.\n",
+       "index\t#1 ID\t#2 ID\t#1 String\t#2 String\n0\t1\t2\tA b.\tC d.\n", "A b.", "C d.", "0"},
+      {"sts-b",
+       "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+       "0\tmain-news\tf\t2012\t1\tnone\tnone\tA b.\tC d.\t3.800\n",
+       "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\n"
+       "0\tmain-news\tf\t2012\t1\tnone\tnone\tA b.\tC d.\n",
+       "A b.", "C d.", "3.800"},
+      {"qqp", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n7\t1\t2\tWhy a?\tWhy b?\t1\n",
+       "id\tquestion1\tquestion2\n0\tWhy a?\tWhy b?\n", "Why a?", "Why b?", "1"},
+      {"mnli",
+       "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
+       "sentence2_parse\tsentence1\tsentence2\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n"
+       "0\t1\t1e\tfiction\t( A )\t( B )\t(ROOT A)\t(ROOT B)\tA b.\tC d.\tneutral\tentailment\tneutral\t"
+       "neutral\tneutral\tneutral\n",
+       "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
+       "sentence2_parse\tsentence1\tsentence2\n0\t1\t1e\tfiction\t( A )\t( B )\t(ROOT A)\t(ROOT B)\tA b.\tC d.\n",
+       "A b.", "C d.", "neutral"},
+      {"qnli", "index\tquestion\tsentence\tlabel\n0\tWho?\tHe did.\tentailment\n",
+       "index\tquestion\tsentence\n0\tWho?\tHe did.\n", "Who?", "He did.", "entailment"},
+      {"rte", "index\tsentence1\tsentence2\tlabel\n0\tA b.\tC d.\tnot_entailment\n",
+       "index\tsentence1\tsentence2\n0\tA b.\tC d.\n", "A b.", "C d.", "not_entailment"},
+      {"wnli", "index\tsentence1\tsentence2\tlabel\n0\tA b.\tC d.\t1\n",
+       "index\tsentence1\tsentence2\n0\tA b.\tC d.\n", "A b.", "C d.", "1"},
+  };
+  for (const Case& c : cases) {
+    write_raw(d / "l.tsv", c.labelled);
+    write_raw(d / "t.tsv", c.test);
+    const auto l = read_glue(c.task, d / "l.tsv");
+    const auto t = read_glue(c.task, d / "t.tsv", GlueSplit::Test);
+    ASSERT_EQ(l.size(), 1u) << c.task;
+    ASSERT_EQ(t.size(), 1u) << c.task;
+    EXPECT_EQ(l[0].text_a, c.a) << c.task;
+    EXPECT_EQ(l[0].text_b, c.b) << c.task;
+    EXPECT_EQ(l[0].label, c.label) << c.task;
+    EXPECT_EQ(t[0].text_a, c.a) << c.task;
+    EXPECT_EQ(t[0].text_b, c.b) << c.task;
+    EXPECT_EQ(t[0].label, "") << c.task;
+    // The label comes from the label column: one of the task's label names.
+    const std::vector<std::string> labels = glue_labels(c.task);
+    if (!labels.empty()) {
+      EXPECT_NE(std::find(labels.begin(), labels.end(), l[0].label), labels.end()) << c.task;
+    }
+  }
+}
+
+// The real GLUE test files in ../shared: every row read, texts from the right columns.
+TEST(Glue, RealTestFiles) {
+  const std::string g = std::string(BERTCC_SOURCE_DIR) + "/../shared/data/glue/";
+  struct Real {
+    const char* task;
+    const char* dir;
+    size_t rows;
+  };
+  for (const Real& r : std::vector<Real>{{"cola", "CoLA", 1063}, {"sst-2", "SST-2", 1821}, {"mrpc", "MRPC", 1725},
+                                         {"sts-b", "STS-B", 1379}, {"rte", "RTE", 3000}}) {
+    const auto t = read_glue(r.task, g + r.dir + "/test.tsv", GlueSplit::Test);
+    EXPECT_EQ(t.size(), r.rows) << r.task;
+    for (const auto& e : t) {
+      EXPECT_FALSE(e.text_a.empty()) << r.task;
+      EXPECT_EQ(e.label, "") << r.task;
+    }
+  }
+  // STS-B test rows have nine fields: the sentences are the last two.
+  const auto s = read_glue("sts-b", g + "STS-B/test.tsv", GlueSplit::Test);
+  EXPECT_EQ(s[0].text_a, "A girl is styling her hair.");
+  EXPECT_EQ(s[0].text_b, "A girl is brushing her hair.");
 }

@@ -12,9 +12,14 @@ struct GlueExample {
   std::string text_a, text_b, label;  // label empty for test files
 };
 
+// Labelled files (train, dev) or unlabelled test files, which GLUE lays out differently (other
+// columns, always a header row).
+enum class GlueSplit { Labelled, Test };
+
 // task: cola, sst-2, mrpc, sts-b, qqp, mnli, mnli-mm, qnli, rte, wnli (case-insensitive).
 // Errors name the file and line.
-std::vector<GlueExample> read_glue(const std::string& task, const std::string& path);
+std::vector<GlueExample> read_glue(const std::string& task, const std::string& path,
+                                   GlueSplit split = GlueSplit::Labelled);
 
 // Canonical task name (cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli).
 std::string glue_task(const std::string& task);

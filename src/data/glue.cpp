@@ -10,23 +10,27 @@
 namespace bertcc {
 namespace {
 
+// Column indices as GLUE ships each task (and Hugging Face's processors read them). Labelled
+// files (train, dev): text a, text b (-1: none), label (-1: the last column). Test files: text a,
+// text b; every GLUE test file has a header row.
 struct Layout {
   const char* name;
-  bool header;
-  int a, b, label;  // column indices; -1 = none; label -1 with negative count means "last column"
+  bool header;  // labelled files have a header row (CoLA's have none)
+  int a, b, label;
+  int test_a, test_b;
 };
 
 Layout layout(std::string t) {
   for (auto& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (t == "cola") return {"cola", false, 3, -1, 1};
-  if (t == "sst-2" || t == "sst2") return {"sst-2", true, 0, -1, 1};
-  if (t == "mrpc") return {"mrpc", true, 3, 4, 0};
-  if (t == "sts-b" || t == "stsb") return {"sts-b", true, 7, 8, 9};
-  if (t == "qqp") return {"qqp", true, 3, 4, 5};
-  if (t == "mnli" || t == "mnli-mm") return {"mnli", true, 8, 9, -2};
-  if (t == "qnli") return {"qnli", true, 1, 2, 3};
-  if (t == "rte") return {"rte", true, 1, 2, 3};
-  if (t == "wnli") return {"wnli", true, 1, 2, 3};
+  if (t == "cola") return {"cola", false, 3, -1, 1, 1, -1};
+  if (t == "sst-2" || t == "sst2") return {"sst-2", true, 0, -1, 1, 1, -1};
+  if (t == "mrpc") return {"mrpc", true, 3, 4, 0, 3, 4};
+  if (t == "sts-b" || t == "stsb") return {"sts-b", true, 7, 8, -1, 7, 8};
+  if (t == "qqp") return {"qqp", true, 3, 4, 5, 1, 2};
+  if (t == "mnli" || t == "mnli-mm") return {"mnli", true, 8, 9, -1, 8, 9};
+  if (t == "qnli") return {"qnli", true, 1, 2, -1, 1, 2};
+  if (t == "rte") return {"rte", true, 1, 2, -1, 1, 2};
+  if (t == "wnli") return {"wnli", true, 1, 2, -1, 1, 2};
   fail("unknown GLUE task '", t, "' (cola, sst-2, mrpc, sts-b, qqp, mnli, mnli-mm, qnli, rte, wnli)");
 }
 
@@ -43,26 +47,23 @@ std::vector<std::string> split_tabs(const std::string& line) {
 
 }  // namespace
 
-std::vector<GlueExample> read_glue(const std::string& task, const std::string& path) {
+std::vector<GlueExample> read_glue(const std::string& task, const std::string& path, GlueSplit split) {
   const Layout L = layout(task);
+  const bool test = split == GlueSplit::Test;
   std::ifstream in(path, std::ios::binary);
   BERTCC_CHECK(in, path, ": cannot open");
   std::vector<GlueExample> out;
   std::string line;
   int64_t n = 0;
-  bool test_file = false;
   while (std::getline(in, line)) {
     ++n;
     if (n == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // UTF-8 BOM
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     auto cols = split_tabs(line);
-    if (n == 1) {
-      // GLUE test files carry a header "index\tsentence..." even where train/dev have none.
-      test_file = cols[0] == "index" && (cols.size() == 2 || (cols.size() >= 2 && cols[1].rfind("sentence", 0) == 0 &&
-                                                              L.label >= 0 && cols.size() <= size_t(L.label)));
-      if (L.header || cols[0] == "index" || cols[0] == "id") continue;
-    }
+    // Header rows: labelled files per task; test files (and headed files of headerless tasks)
+    // start with "index" (QQP: "id").
+    if (n == 1 && ((L.header && !test) || cols[0] == "index" || cols[0] == "id")) continue;
     auto col = [&](int i) -> const std::string& {
       const size_t k = i >= 0 ? static_cast<size_t>(i) : cols.size() - 1;
       BERTCC_CHECK(k < cols.size(), path, ":", n, ": expected at least ", k + 1, " tab-separated fields, found ",
@@ -70,14 +71,10 @@ std::vector<GlueExample> read_glue(const std::string& task, const std::string& p
       return cols[k];
     };
     GlueExample e;
-    if (test_file) {  // index, text_a[, text_b]
-      e.text_a = col(1);
-      if (L.b >= 0 && cols.size() > 2) e.text_b = col(2);
-    } else {
-      e.text_a = col(L.a);
-      if (L.b >= 0) e.text_b = col(L.b);
-      e.label = col(L.label == -2 ? -1 : L.label);
-    }
+    e.text_a = col(test ? L.test_a : L.a);
+    const int b = test ? L.test_b : L.b;
+    if (b >= 0) e.text_b = col(b);
+    if (!test) e.label = col(L.label);
     out.push_back(std::move(e));
   }
   BERTCC_CHECK(!in.bad(), path, ": read error");

@@ -262,7 +262,7 @@ void run_glue(const FtCli& o) {
     BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required with --mode prediction");
     const std::vector<GlueSet> test = glue_sets(o.data_dir, mnli, "test");
     for (const auto& t : test) {
-      const auto ex = read_glue(task, t.path);
+      const auto ex = read_glue(task, t.path, GlueSplit::Test);
       const auto pred = glue_predict(*model, pair_features(s, ex, {}, o.max_seq_length, t.path), labels, o, s.prec);
       std::string out = "index\tprediction\n";
       for (size_t i = 0; i < pred.size(); ++i) {

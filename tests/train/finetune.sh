@@ -50,6 +50,39 @@ print(f"freeze-layers 1: {len(moved)} tensors changed, frozen ones changed: {bad
 sys.exit(1 if bad or not ok else 0)
 PYEOF
 
+# --- GLUE test layouts end to end: the real STS-B test file (nine columns) and MNLI's matched and
+# mismatched dev/test files (test files have other columns than train/dev in both).
+mkdir -p "$W/stsb" "$W/mnli"
+head -33 "$S/glue/STS-B/train.tsv" > "$W/stsb/train.tsv"; head -17 "$S/glue/STS-B/dev.tsv" > "$W/stsb/dev.tsv"
+cp "$S/glue/STS-B/test.tsv" "$W/stsb/test.tsv"
+"$B" finetune glue --task-name sts-b --data-dir "$W/stsb" $COMMON --max-steps 2 --output-dir "$W/stsb_out" \
+  --mode "train eval prediction" > /dev/null 2> "$W/stsb.err" || fail "sts-b prediction: $(tail -2 "$W/stsb.err")"
+[ "$(wc -l < "$W/stsb_out/STS-B.tsv" 2>/dev/null)" = 1380 ] && awk -F'\t' 'NR>1 && !($2 ~ /^[0-5]\.[0-9][0-9][0-9]$/ && $2 <= 5) {exit 1}' "$W/stsb_out/STS-B.tsv" \
+  || fail "STS-B.tsv: 1379 scores in [0, 5] with 3 decimals expected"
+H='index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\tsentence2_parse\tsentence1\tsentence2'
+for f in train dev_matched dev_mismatched test_matched test_mismatched; do
+  case $f in  # label columns: train label1 + gold_label; dev five annotators + gold_label; test none
+    train) n=2; printf "$H\tlabel1\tgold_label\n" ;;
+    dev*) n=6; printf "$H\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n" ;;
+    test*) n=0; printf "$H\n" ;;
+  esac > "$W/mnli/$f.tsv"
+  i=0
+  for pair in "A man plays music.|entailment" "Nobody plays.|contradiction" "He is famous.|neutral"; do
+    printf '%s\t1\t%se\tfiction\t( x )\t( y )\t(ROOT x)\t(ROOT y)\tA man is playing a guitar.\t%s' $i $i "${pair%|*}"
+    for _ in $(seq $n); do printf '\t%s' "${pair#*|}"; done
+    printf '\n'; i=$((i + 1))
+  done >> "$W/mnli/$f.tsv"
+done
+"$B" finetune glue --task-name mnli --data-dir "$W/mnli" $COMMON --max-steps 2 --output-dir "$W/mnli_out" \
+  --mode "train eval prediction" > "$W/mnli.out" 2> "$W/mnli.err" || fail "mnli: $(tail -2 "$W/mnli.err")"
+grep -q '"examples":3' "$W/mnli.out" && grep -q '"mm_acc":' "$W/mnli.out" && grep -q '"mm_examples":3' "$W/mnli.out" \
+  || fail "mnli metrics: matched and mismatched expected: $(cat "$W/mnli.out")"
+for m in MNLI-m MNLI-mm; do
+  [ "$(wc -l < "$W/mnli_out/$m.tsv" 2>/dev/null)" = 4 ] && awk -F'\t' 'NR>1 && $2 !~ /^(entailment|neutral|contradiction)$/ {exit 1}' "$W/mnli_out/$m.tsv" \
+    || fail "$m.tsv: 3 label names expected"
+done
+echo "GLUE test layouts: STS-B real test file 1379 scores; MNLI matched + mismatched dev metrics and submission files"
+
 # --- NER (CoNLL-2003, IOB2): fit 60 sentences
 awk 'BEGIN{n=0} /^$/{n++} n<=60{print}' "$S/conll2003/iob2/train.txt" > "$W/ner.txt"
 "$B" finetune ner --train-file "$W/ner.txt" --predict-file "$W/ner.txt" $COMMON --num-train-epochs 30 --output-dir "$W/ner" \
