@@ -39,13 +39,17 @@ FtFeature encode_pair(const BertTokenizer& tok, std::string_view a, std::string_
   return f;
 }
 
+int64_t padded_length(int64_t longest, int64_t max_len) {
+  return std::min<int64_t>((longest + 7) / 8 * 8, std::max<int64_t>(max_len, longest));
+}
+
 BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector<size_t>& idx, Heads heads,
                               bool with_labels, int64_t max_len) {
   BertBatch b;
   b.B = static_cast<int64_t>(idx.size());
   int64_t T = 1;
   for (size_t i : idx) T = std::max<int64_t>(T, static_cast<int64_t>(f[i].input_ids.size()));
-  T = std::min<int64_t>((T + 7) / 8 * 8, std::max<int64_t>(max_len, T));
+  T = padded_length(T, max_len);
   b.T = T;
   const size_t n = static_cast<size_t>(b.B * T);
   b.input_ids.assign(n, 0);

@@ -107,10 +107,9 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   model.freeze_below_top_layers(o.freeze_layers);
   const int64_t micro = o.train_batch_size / o.gradient_accumulation_steps;  // NVIDIA semantics
   const int64_t n = static_cast<int64_t>(train.size());
-  size_t longest = 0;  // batches are padded to their longest row, rounded up to a multiple of 8
-  for (const FtFeature& f : train) longest = std::max(longest, f.input_ids.size());
-  model.reserve_activations(std::min(micro, n), std::min<int64_t>(static_cast<int64_t>((longest + 7) / 8 * 8),
-                                                                  model.config().max_position_embeddings),
+  int64_t longest = 1;  // the longest training batch, padded as make_finetune_batch pads it
+  for (const FtFeature& f : train) longest = std::max(longest, static_cast<int64_t>(f.input_ids.size()));
+  model.reserve_activations(std::min(micro, n), padded_length(longest, model.config().max_position_embeddings),
                             o.precision);
   const int64_t steps_per_epoch = (n + o.train_batch_size - 1) / o.train_batch_size;
   const int64_t total = o.max_steps > 0 ? o.max_steps
