@@ -28,6 +28,7 @@ struct BertBatch {
 
 struct PretrainLoss {
   double loss = 0, mlm_loss = 0, nsp_loss = 0;
+  double mlm_loss_sum = 0, nsp_loss_sum = 0;  // sums over masked tokens / sequences (before the means)
   int64_t mlm_count = 0, mlm_correct = 0, nsp_correct = 0;
 };
 
@@ -77,8 +78,11 @@ class Bert {
   // Pre-training forward (and backward if `backward`): loss = mean MLM CE + mean NSP CE.
   // Dropout is applied when `training`; its randomness comes from `rng` (advanced).
   // `loss_scale` multiplies the loss gradient (fp16 loss scaling); gradients come out scaled by it.
+  // `mlm_denom`/`nsp_denom` > 0 replace this batch's masked-token and sequence counts as the
+  // gradient's normalisers (a step of several micro-batches or ranks normalises by its global
+  // counts); the returned means stay this batch's own.
   PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                             float loss_scale = 1.0f);
+                             float loss_scale = 1.0f, float mlm_denom = 0.0f, float nsp_denom = 0.0f);
 
   // Fine-tuning forward (and backward): the head's loss as HF computes it (QA: mean of start and
   // end cross-entropy; classification: mean cross-entropy; regression: mean squared error; tokens:

@@ -71,6 +71,8 @@ struct FinetuneOptions {
   // steps (0: none) and on SIGINT/SIGTERM; `resume` continues from the newest valid one.
   int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
   bool resume = false;
+  std::string allreduce_dtype = "fp32";  // data parallel: gradients on the wire (fp32 | bf16 | fp16)
+  double watchdog_timeout = 600;         // data parallel: seconds without progress before the job ends
   bool quiet = false;
 };
 

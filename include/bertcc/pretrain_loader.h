@@ -1,7 +1,9 @@
 // Pre-training data for the trainer: a list of shards (NVIDIA's masked HDF5 layout or
 // dynamic-masking shards), visited in a seeded per-epoch order; rows of each shard in a seeded
 // per-(epoch, shard) order; each example once per epoch. The position is a small cursor that
-// checkpoints store. Rank/world: worker `rank` of `world` reads shards i with i % world == rank.
+// checkpoints store. Data parallelism: next_step() walks the same global order on every rank and
+// hands each rank its slice of each global step, so the order never depends on the world size.
+// (Rank/world in the constructor split shards between independent readers; training uses 0 of 1.)
 #pragma once
 #include <cstdint>
 #include <future>
@@ -28,11 +30,17 @@ class PretrainLoader {
   ~PretrainLoader();
   // The batch at `c`, advancing `c`. The next batch is prepared on a background thread.
   BertBatch next(DataCursor& c);
+  // One global optimizer step: `per_step` consecutive micro-batches of the global order starting
+  // at `c`; returns micro-batches [first, first + count) of them (this rank's slice; the others
+  // are skipped, not built) and advances `c` past the whole step. The next step is prepared on a
+  // background thread. Do not mix with next() on the same loader.
+  std::vector<BertBatch> next_step(DataCursor& c, int64_t per_step, int64_t first, int64_t count);
   size_t num_shards() const { return shards_.size(); }
 
  private:
   struct Loaded;
-  BertBatch load(DataCursor& c);
+  BertBatch load(DataCursor& c, bool build = true);
+  std::vector<BertBatch> load_step(DataCursor& c, int64_t per_step, int64_t first, int64_t count);
   std::shared_ptr<Loaded> shard(int64_t epoch, int64_t pos);
   std::vector<std::string> shards_;
   int64_t B_;
@@ -43,6 +51,10 @@ class PretrainLoader {
   std::future<BertBatch> ahead_;
   DataCursor ahead_from_, ahead_to_;
   bool has_ahead_ = false;
+  std::future<std::vector<BertBatch>> step_ahead_;
+  DataCursor step_from_, step_to_;
+  int64_t step_key_[3] = {0, 0, 0};
+  bool has_step_ahead_ = false;
 };
 
 // Every file under `dir` ending in .h5/.hdf5, sorted.

@@ -23,7 +23,9 @@ struct PretrainOptions {
   int64_t eval_batches = 20;
   int64_t length_binning = 0;    // > 0: sort by length within groups of this many batches
   uint64_t seed = 12345;
-  int threads = 0;
+  int threads = 0;                     // per rank; 0 = the host's cores shared by its ranks
+  std::string allreduce_dtype = "fp32";  // gradient all-reduce on the wire: fp32 | bf16 | fp16
+  double watchdog_timeout = 600;       // seconds without progress before a rank ends the job (0 = off)
 };
 
 // Runs (or resumes) pre-training; returns the process exit code. SIGINT/SIGTERM finish the

@@ -412,7 +412,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
 }
 
 PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                                 float loss_scale) {
+                                 float loss_scale, float mlm_denom, float nsp_denom) {
   BERTCC_CHECK(heads_ == Heads::PreTraining, "pretrain_step: model has no pre-training heads");
   BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && batch.nsp_labels.size() == size_t(batch.B),
                "pretrain_step: batch has no masked-LM or next-sentence labels");
@@ -450,9 +450,11 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
     linear_forward(h.logits.data(), h.tl.data(), w("bert.embeddings.word_embeddings.weight"), w("cls.predictions.bias"),
                    M, V, C, prec, w16("bert.embeddings.word_embeddings.weight", prec));
     softmax_xent_forward_backward(h.logits.data(), h.losses.data(), h.labels.data(), M, V, -1,
-                                  backward ? loss_scale / static_cast<float>(M) : 0.0f, &out.mlm_correct);
+                                  backward ? loss_scale / (mlm_denom > 0 ? mlm_denom : static_cast<float>(M)) : 0.0f,
+                                  &out.mlm_correct);
     double s = 0;
     for (int64_t m = 0; m < M; ++m) s += h.losses[m];
+    out.mlm_loss_sum = s;
     out.mlm_loss = s / static_cast<double>(M);
   }
 
@@ -462,9 +464,11 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   linear_forward(h.nsp.data(), pooled_output(), w("cls.seq_relationship.weight"), w("cls.seq_relationship.bias"), B, 2,
                  C, prec, w16("cls.seq_relationship.weight", prec));
   softmax_xent_forward_backward(h.nsp.data(), h.nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
-                                backward ? loss_scale / static_cast<float>(B) : 0.0f, &out.nsp_correct);
+                                backward ? loss_scale / (nsp_denom > 0 ? nsp_denom : static_cast<float>(B)) : 0.0f,
+                                &out.nsp_correct);
   double s = 0;
   for (int64_t b = 0; b < B; ++b) s += h.nsp_losses[b];
+  out.nsp_loss_sum = s;
   out.nsp_loss = s / static_cast<double>(B);
   out.loss = out.mlm_loss + out.nsp_loss;
   if (!backward) return out;

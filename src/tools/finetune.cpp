@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/glue.h"
@@ -15,6 +16,7 @@
 #include "bertcc/runtime.h"
 #include "bertcc/text_table.h"
 #include "tools/finetune_common.h"
+#include "train/data_parallel.h"
 
 namespace bertcc::tools {
 namespace fs = std::filesystem;
@@ -64,8 +66,16 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
                 "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run)");
   sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
-  sub->add_option("--threads", o.threads, "threads (default: all cores)");
+  sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)");
+  sub->add_option(flag("--allreduce-dtype"), o.allreduce_dtype,
+                  "data parallel (mpirun/srun): gradients on the wire as fp32 (default), bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option(flag("--watchdog-timeout"), o.watchdog_timeout,
+                  "data parallel: seconds without progress after which a rank ends the job (default 600, 0 = off)")
+      ->check(CLI::NonNegativeNumber);
 }
+
+bool is_lead() { return dist::world().rank() == 0; }
 
 FtSetup ft_setup(const FtCli& o) {
   FtSetup s;
@@ -83,15 +93,15 @@ FtSetup ft_setup(const FtCli& o) {
   BERTCC_CHECK(!s.mode.empty(), "--mode is empty");
   BERTCC_CHECK(!(s.has("train") && o.output_dir.empty()), "--output-dir is required with --mode train");
   BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
-  set_threads(o.threads);
+  set_threads(threads_per_rank(o.threads, dist::world()));
   s.prec = parse_precision(o.precision);
-  std::cerr << describe_backend(s.prec == Precision::BF16) << "\n";
+  if (is_lead()) std::cerr << describe_backend(s.prec == Precision::BF16) << "\n";
   s.vocab_path = o.vocab.empty() ? join_path(o.init_checkpoint, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(s.vocab_path), s.vocab_path, ": no vocabulary (pass --vocab)");
   s.vocab = std::make_unique<Vocab>(Vocab::load(s.vocab_path));
   const bool lower = o.do_lower_case ? true : o.no_lower_case ? false : s.vocab->looks_uncased();
   s.tok = std::make_unique<BertTokenizer>(*s.vocab, lower);
-  if (!o.output_dir.empty()) fs::create_directories(o.output_dir);
+  if (!o.output_dir.empty() && is_lead()) fs::create_directories(o.output_dir);
   return s;
 }
 
@@ -133,10 +143,13 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.num_steps_per_checkpoint = o.num_steps_per_checkpoint;
   f.keep_checkpoints = o.keep_checkpoints;
   f.resume = o.resume;
+  f.allreduce_dtype = o.allreduce_dtype;
+  f.watchdog_timeout = o.watchdog_timeout;
   return f;
 }
 
 void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir) {
+  if (!is_lead()) return;
   std::cout << metrics.dump() << "\n";
   if (!output_dir.empty()) write_file_atomic(join_path(output_dir, "eval_metrics.json"), metrics.dump(2) + "\n");
 }
@@ -275,7 +288,7 @@ void run_glue(const FtCli& o) {
         out += std::to_string(i) + "\t" + p + "\n";
       }
       const std::string path = join_path(o.output_dir, glue_submission_name(task, t.name == "mm") + ".tsv");
-      write_file_atomic(path, out);
+      if (is_lead()) write_file_atomic(path, out);
       std::cerr << "wrote " << pred.size() << " predictions to " << path << "\n";
     }
   }
@@ -392,7 +405,7 @@ void run_classify(const FtCli& o, const ClsCli& c) {
       ss << i << "\t" << labels[static_cast<size_t>(k)] << "\t" << std::setprecision(6) << 1.0 / z << "\n";
       out += ss.str();
     }
-    write_file_atomic(join_path(o.output_dir, "predictions.tsv"), out);
+    if (is_lead()) write_file_atomic(join_path(o.output_dir, "predictions.tsv"), out);
     std::cerr << "wrote " << logits.size() << " predictions to " << join_path(o.output_dir, "predictions.tsv") << "\n";
   }
 }

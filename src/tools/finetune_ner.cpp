@@ -26,7 +26,7 @@ void write_conll(const std::string& path, const std::vector<NerSentence>& sents,
     }
     out += "\n";
   }
-  write_file_atomic(path, out);
+  if (is_lead()) write_file_atomic(path, out);
 }
 
 void run_ner(const FtCli& o) {

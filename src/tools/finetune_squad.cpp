@@ -2,6 +2,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/squad.h"
@@ -47,9 +48,12 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   auto predict = [&](Bert& m) {
     const auto logits = predict_logits(m, dev_f.inputs, o.eval_batch_size, s.prec);
     const SquadOutput out = squad_decode(*s.tok, dev, dev_f, logits, dop);
-    write_file_atomic(join_path(o.output_dir, "predictions.json"), out.predictions.dump(2) + "\n");
-    write_file_atomic(join_path(o.output_dir, "nbest_predictions.json"), out.nbest.dump(2) + "\n");
-    if (v2) write_file_atomic(join_path(o.output_dir, "null_odds.json"), out.null_odds.dump(2) + "\n");
+    if (is_lead()) {
+      write_file_atomic(join_path(o.output_dir, "predictions.json"), out.predictions.dump(2) + "\n");
+      write_file_atomic(join_path(o.output_dir, "nbest_predictions.json"), out.nbest.dump(2) + "\n");
+      if (v2) write_file_atomic(join_path(o.output_dir, "null_odds.json"), out.null_odds.dump(2) + "\n");
+    }
+    dist::world().barrier();  // every rank scores the file rank 0 has just written
   };
   Evaluator eval = [&](Bert& m) {
     predict(m);

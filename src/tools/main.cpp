@@ -1,6 +1,8 @@
 // bertcc: BERT/ELECTRA pre-training and fine-tuning, natively.
 #include <iostream>
+#include <string>
 
+#include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "tools/cli_common.h"
 
@@ -20,16 +22,26 @@ int main(int argc, char** argv) {
   bertcc::tools::add_eval(app);
   bertcc::tools::add_finetune(app);
   bertcc::tools::add_infer(app);
+  // A fatal error on any rank of a multi-process job ends the whole job with that rank's message.
+  auto fatal = [](const char* what) {
+    if (bertcc::dist::is_distributed()) {
+      auto& c = bertcc::dist::world();
+      std::cerr << "bertcc: error (rank " << c.rank() << " of " << c.world() << "): " << what << std::endl;
+      c.abort(1);
+    }
+    std::cerr << "bertcc: error: " << what << "\n";
+    return 1;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    bertcc::dist::finalize();
     return app.exit(e);
   } catch (const bertcc::Error& e) {
-    std::cerr << "bertcc: error: " << e.what() << "\n";
-    return 1;
+    return fatal(e.what());
   } catch (const std::exception& e) {
-    std::cerr << "bertcc: error: " << e.what() << "\n";
-    return 1;
+    return fatal(e.what());
   }
+  bertcc::dist::finalize();
   return 0;
 }

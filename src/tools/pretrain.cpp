@@ -45,7 +45,12 @@ void add_pretrain(CLI::App& app) {
   sub->add_option(flag("--length-binning"), o->length_binning,
                   "sort rows by length within groups of N batches after shuffling (default 0: off)");
   sub->add_option(flag("--log-freq"), o->log_freq, "log every N steps (default 1)")->check(CLI::PositiveNumber);
-  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)");
+  sub->add_option(flag("--allreduce-dtype"), o->allreduce_dtype,
+                  "data parallel: gradients on the wire as fp32 (default), bf16 or fp16 (compression)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option(flag("--watchdog-timeout"), o->watchdog_timeout,
+                  "data parallel: seconds without progress after which a rank ends the job (default 600, 0 = off)");
   sub->callback([o]() {
     const int rc = run_pretraining(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -69,6 +69,7 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
   j["clean_steps"] = st.clean_steps;
   j["phase"] = st.phase;
   j["step_offset"] = st.step_offset;
+  if (st.global_batch > 0) j["global_batch_size"] = st.global_batch;
   j["best_score"] = st.best_score;
   if (!st.best_metrics.empty()) j["best_metrics"] = nlohmann::ordered_json::parse(st.best_metrics);
   if (st.totals.seqs > 0)
@@ -129,6 +130,7 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
       st.clean_steps = j.value("clean_steps", int64_t{0});
       st.phase = j.value("phase", 1);
       st.step_offset = j.value("step_offset", int64_t{0});
+      st.global_batch = j.value("global_batch_size", int64_t{0});
       st.best_score = j.value("best_score", -1e300);
       st.best_metrics = j.contains("best_metrics") ? j.at("best_metrics").dump() : "";
       st.totals = {};

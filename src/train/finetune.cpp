@@ -12,12 +12,14 @@
 #include <iostream>
 #include <numeric>
 
+#include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/optim.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/dllogger.h"
 #include "train/stop_signal.h"
 
@@ -83,14 +85,38 @@ std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<Ft
                    [&](size_t a, size_t b) { return f[a].input_ids.size() > f[b].input_ids.size(); });
   std::vector<std::vector<float>> out(f.size());
   Rng rng{0, 0};
-  for (size_t s = 0; s < order.size(); s += static_cast<size_t>(batch_size)) {
+  // Under data parallelism batch j is predicted by rank j % W and the logits are gathered, so
+  // every rank gets the logits one process would compute (same batches, same kernels).
+  dist::Communicator& comm = dist::world();
+  const size_t W = static_cast<size_t>(comm.world()), R = static_cast<size_t>(comm.rank());
+  std::vector<float> mine;  // per batch: floats per row, then the rows
+  const size_t bs = static_cast<size_t>(std::max<int64_t>(batch_size, 1));
+  for (size_t s = 0, j = 0; s < order.size(); s += bs, ++j) {
+    if (j % W != R) continue;
     std::vector<size_t> idx(order.begin() + static_cast<int64_t>(s),
-                            order.begin() + static_cast<int64_t>(std::min(order.size(), s + batch_size)));
+                            order.begin() + static_cast<int64_t>(std::min(order.size(), s + bs)));
     const BertBatch b = make_finetune_batch(f, idx, model.heads(), false, model.config().max_position_embeddings);
     model.finetune_step(b, /*training=*/false, /*backward=*/false, prec, rng);
     const auto& lg = model.head_logits();
     const size_t per_row = lg.size() / idx.size();
+    if (W > 1) {
+      mine.push_back(static_cast<float>(per_row));
+      mine.insert(mine.end(), lg.begin(), lg.end());
+      continue;
+    }
     for (size_t r = 0; r < idx.size(); ++r) out[idx[r]].assign(lg.begin() + r * per_row, lg.begin() + (r + 1) * per_row);
+  }
+  if (W == 1) return out;
+  std::vector<float> all;
+  std::vector<size_t> counts;
+  comm.allgatherv(mine.data(), mine.size(), all, counts);
+  std::vector<size_t> pos(W, 0);  // read position in each rank's part
+  for (size_t r = 1; r < W; ++r) pos[r] = pos[r - 1] + counts[r - 1];
+  for (size_t s = 0, j = 0; s < order.size(); s += bs, ++j) {
+    size_t& p = pos[j % W];
+    const size_t per_row = static_cast<size_t>(all[p++]);
+    for (size_t i = s; i < std::min(order.size(), s + bs); ++i, p += per_row)
+      out[order[i]].assign(all.begin() + static_cast<int64_t>(p), all.begin() + static_cast<int64_t>(p + per_row));
   }
   return out;
 }
@@ -103,21 +129,32 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                    o.train_batch_size % o.gradient_accumulation_steps == 0,
                "--train-batch-size (", o.train_batch_size, ") must be a positive multiple of --gradient-accumulation-steps (",
                o.gradient_accumulation_steps, ")");
-  fs::create_directories(o.output_dir);
+  dist::Communicator& comm = dist::world();
+  const int64_t W = comm.world(), R = comm.rank();
+  const bool lead = R == 0;  // only rank 0 writes
+  const dist::WireDtype wire = dist::parse_wire_dtype(o.allreduce_dtype);
+  if (lead) fs::create_directories(o.output_dir);
   model.freeze_below_top_layers(o.freeze_layers);
-  const int64_t micro = o.train_batch_size / o.gradient_accumulation_steps;  // NVIDIA semantics
+  const int64_t A = o.gradient_accumulation_steps;
+  const int64_t micro = o.train_batch_size / A;  // NVIDIA semantics (per rank)
+  // A step takes the next W x train_batch_size examples of the epoch's order; they form W x A
+  // micro-batches of which rank R runs R*A .. R*A+A-1.
+  const int64_t global_batch = W * o.train_batch_size;
   const int64_t n = static_cast<int64_t>(train.size());
   int64_t longest = 1;  // the longest training batch, padded as make_finetune_batch pads it
   for (const FtFeature& f : train) longest = std::max(longest, static_cast<int64_t>(f.input_ids.size()));
   model.reserve_activations(std::min(micro, n), padded_length(longest, model.config().max_position_embeddings),
                             o.precision);
-  const int64_t steps_per_epoch = (n + o.train_batch_size - 1) / o.train_batch_size;
+  const int64_t steps_per_epoch = (n + global_batch - 1) / global_batch;
   const int64_t total = o.max_steps > 0 ? o.max_steps
                                         : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
                                                                    o.num_train_epochs * static_cast<double>(steps_per_epoch))));
-  DLLogger log(o.output_dir + "/dllogger.json");
+  std::unique_ptr<DLLogger> log;
+  if (lead) log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
   nlohmann::ordered_json params{{"train_examples", n},
                                 {"train_batch_size", o.train_batch_size},
+                                {"world_size", W},
+                                {"global_batch_size", global_batch},
                                 {"gradient_accumulation_steps", o.gradient_accumulation_steps},
                                 {"learning_rate", o.learning_rate},
                                 {"num_train_epochs", o.num_train_epochs},
@@ -128,7 +165,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                 {"freeze_layers", o.freeze_layers},
                                 {"group_by_length", o.group_by_length},
                                 {"architecture", architecture_name(model.heads())}};
-  log.log("PARAMETER", params);
+  if (lead) log->log("PARAMETER", params);
 
   AdamState opt;
   opt.m.assign(model.params().size(), 0.0f);
@@ -142,11 +179,14 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   // its shuffle and the position in it), the dropout RNG and the best evaluation so far.
   TrainerState st;
   st.rng = Rng{o.seed, 0};
-  if (o.resume && !load_latest_checkpoint(o.output_dir, model, opt, st, "finetune"))
+  const bool loaded = o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune");
+  if (W > 1)
+    check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
+                            "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
+  if (o.resume && !loaded && lead)
     std::cerr << "finetune: no checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
   BERTCC_CHECK(st.step <= total, o.output_dir, ": the checkpoint is at step ", st.step, ", past this run's ", total,
                " steps");
-  Rng& rng = st.rng;
   FinetuneResult res;
   if (!st.best_metrics.empty()) res.best_eval = nlohmann::ordered_json::parse(st.best_metrics);
 
@@ -165,14 +205,14 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     r.metrics["epoch"] = epochs_done;
     r.metrics["step"] = step;
     res.last_eval = r.metrics;
-    log.log(nlohmann::ordered_json::array({epochs_done, step}), r.metrics, "EVAL");
-    const bool better = r.score > st.best_score;
-    if (!o.quiet) std::cerr << "eval (" << when << ") " << r.metrics.dump() << (better ? "  [best]" : "") << "\n";
+    if (lead) log->log(nlohmann::ordered_json::array({epochs_done, step}), r.metrics, "EVAL");
+    const bool better = r.score > st.best_score;  // the same on every rank: the logits are gathered
+    if (!o.quiet && lead) std::cerr << "eval (" << when << ") " << r.metrics.dump() << (better ? "  [best]" : "") << "\n";
     if (better) {
       st.best_score = r.score;
       st.best_metrics = r.metrics.dump();
       res.best_eval = r.metrics;
-      save_dir_atomic(model, o.output_dir + "/best", o.vocab_path);
+      if (lead) save_dir_atomic(model, o.output_dir + "/best", o.vocab_path);
     }
   };
 
@@ -182,29 +222,52 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   std::vector<size_t> perm;
   int64_t perm_epoch = -1;
   install_stop_signals();
-  while (step < total && !stop_signal()) {
+  dist::Watchdog watchdog(comm, W > 1 ? o.watchdog_timeout : 0);
+  GradAccumulator accum;
+  while (step < total) {
+    watchdog.beat("the step's first all-reduce", step);
+    double stop = stop_signal() ? 1.0 : 0.0;  // a signal to any rank stops every rank at this step
+    comm.allreduce_sum(&stop, 1);
+    if (stop > 0) break;
+    watchdog.beat("forward/backward", step);
     const int64_t epoch = step / steps_per_epoch, s = step % steps_per_epoch;
     if (epoch != perm_epoch) {
       perm = epoch_permutation(train.size(), o.seed, epoch);
-      if (o.group_by_length) perm = length_grouped_order(perm, lengths, o.train_batch_size);
+      if (o.group_by_length) perm = length_grouped_order(perm, lengths, global_batch);
       perm_epoch = epoch;
     }
     const auto ts = std::chrono::steady_clock::now();
     model.zero_grad();
-    const int64_t first = s * o.train_batch_size, last = std::min(n, first + o.train_batch_size);
-    double step_loss = 0;
-    for (int64_t m0 = first; m0 < last; m0 += micro) {
+    const int64_t first = s * global_batch, last = std::min(n, first + global_batch);
+    // This step's loss and its padded, real and row counts, summed over ranks below.
+    double sv[4] = {0, 0, 0, 0};
+    double& step_loss = sv[0];
+    int64_t done = 0;  // micro-batches this rank has run in this step
+    for (int64_t k = R * A; k < (R + 1) * A; ++k) {
+      const int64_t m0 = first + k * micro;
+      if (m0 >= last) break;  // the epoch's last step may leave a rank's micro-batches empty
       std::vector<size_t> idx(perm.begin() + m0, perm.begin() + std::min(last, m0 + micro));
       const BertBatch b = make_finetune_batch(train, idx, model.heads(), true, model.config().max_position_embeddings);
-      padded_tokens += b.B * b.T;
-      padded_since += b.B * b.T;
-      rows_since += b.B;
-      for (size_t i : idx) real_tokens += static_cast<int64_t>(train[i].input_ids.size());
+      sv[1] += static_cast<double>(b.B * b.T);
+      sv[3] += static_cast<double>(b.B);
+      for (size_t i : idx) sv[2] += static_cast<double>(train[i].input_ids.size());
       // Each micro-batch's mean loss weighs by its share of the step's examples.
       const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
+      Rng rng = micro_batch_rng(o.seed, 1, step, k);
+      accum.before(done, model.grads());
       const FinetuneLoss l = model.finetune_step(b, /*training=*/true, /*backward=*/true, o.precision, rng, w);
+      accum.after(done, model.grads());
+      ++done;
       step_loss += w * l.loss;
     }
+    accum.finish(done, model.grads());
+    watchdog.beat("the gradient all-reduce", step);
+    comm.allreduce_sum(model.grads().data(), model.grads().size(), wire);
+    comm.allreduce_sum(sv, 4);
+    padded_tokens += static_cast<int64_t>(sv[1]);
+    padded_since += static_cast<int64_t>(sv[1]);
+    real_tokens += static_cast<int64_t>(sv[2]);
+    rows_since += static_cast<int64_t>(sv[3]);
     const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
     adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao);
     ++step;
@@ -218,8 +281,8 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                {"learning_rate", lr},
                                {"seq_per_s", sps},
                                {"padded_length", static_cast<double>(padded_since) / std::max<int64_t>(rows_since, 1)}};
-      log.log(nlohmann::ordered_json::array({epoch, step}), d);
-      if (!o.quiet)
+      if (lead) log->log(nlohmann::ordered_json::array({epoch, step}), d);
+      if (!o.quiet && lead)
         std::cerr << "step " << step << "/" << total << " epoch " << epoch << " loss " << d["loss"].get<double>()
                   << " lr " << lr << " " << static_cast<int>(sps) << " seq/s\n";
       loss_acc = 0;
@@ -228,13 +291,23 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     }
     if (step % steps_per_epoch == 0 || step == total) run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
     st.step = step;
-    if (step < total && ((o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0) || stop_signal()))
+    if (lead && step < total && o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0)
       save_checkpoint(o.output_dir, model, opt, st, o.vocab_path, o.keep_checkpoints);
   }
-  if (step < total) {  // stopped by a signal: the checkpoint above holds the state
-    std::cerr << "finetune: stopped by signal after step " << step << "; checkpoint in " << o.output_dir
-              << "/checkpoints/step_" << step << " (continue with --resume-from-checkpoint)\n";
+  if (step < total) {  // stopped by a signal: save the state reached
+    const bool saved = o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0 && step > 0;
+    if (lead && !saved) save_checkpoint(o.output_dir, model, opt, st, o.vocab_path, o.keep_checkpoints);
+    if (lead)
+      std::cerr << "finetune: stopped by signal after step " << step << "; checkpoint in " << o.output_dir
+                << "/checkpoints/step_" << step << " (continue with --resume-from-checkpoint)\n";
+    comm.barrier();
     res.stopped = true;
+    res.steps = step;
+    return res;
+  }
+  watchdog.beat("saving the model", step);
+  if (!lead) {
+    comm.barrier();  // wait for rank 0's files before exiting
     res.steps = step;
     return res;
   }
@@ -249,8 +322,9 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                  {"mean_length", static_cast<double>(real_tokens) / std::max<int64_t>(seqs, 1)},
                                  {"last_eval", res.last_eval},
                                  {"best_eval", res.best_eval}};
-  log.log(nlohmann::ordered_json::array(), summary);
+  log->log(nlohmann::ordered_json::array(), summary);
   write_file_atomic(o.output_dir + "/eval_results.json", summary.dump(2) + "\n");
+  comm.barrier();
   if (!o.quiet) {
     char line[128];
     std::snprintf(line, sizeof line, "trained %lld steps in %.1f s (%d seq/s)\n", static_cast<long long>(step),

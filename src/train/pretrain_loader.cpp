@@ -51,6 +51,7 @@ PretrainLoader::PretrainLoader(std::vector<std::string> shards, int64_t micro_ba
 
 PretrainLoader::~PretrainLoader() {
   if (has_ahead_) ahead_.wait();
+  if (has_step_ahead_) step_ahead_.wait();
 }
 
 std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int64_t pos) {
@@ -94,7 +95,7 @@ std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int
   return l;
 }
 
-BertBatch PretrainLoader::load(DataCursor& c) {
+BertBatch PretrainLoader::load(DataCursor& c, bool build) {
   auto l = shard(c.epoch, c.shard_pos);
   if (c.row + B_ > l->rows()) {  // the incomplete tail of a shard is skipped (drop_last)
     c.row = 0;
@@ -106,6 +107,7 @@ BertBatch PretrainLoader::load(DataCursor& c) {
   }
   std::vector<int64_t> rows(l->order.begin() + c.row, l->order.begin() + c.row + B_);
   c.row += B_;
+  if (!build) return {};
   if (l->dynamic) return DynamicMasker(masking_, seed_).make_batch(l->unmasked, rows, static_cast<uint64_t>(c.epoch));
   return make_pretrain_batch(l->masked, rows, l->path);
 }
@@ -113,10 +115,12 @@ BertBatch PretrainLoader::load(DataCursor& c) {
 BertBatch PretrainLoader::next(DataCursor& c) {
   BertBatch out;
   if (has_ahead_ && ahead_from_.epoch == c.epoch && ahead_from_.shard_pos == c.shard_pos && ahead_from_.row == c.row) {
+    has_ahead_ = false;  // get() leaves the future empty, also when it rethrows the loader's error
     out = ahead_.get();
     c = ahead_to_;
   } else {
     if (has_ahead_) ahead_.wait();
+    has_ahead_ = false;
     out = load(c);
   }
   // Prepare the following batch while the caller trains on this one.
@@ -124,6 +128,43 @@ BertBatch PretrainLoader::next(DataCursor& c) {
   ahead_to_ = c;
   ahead_ = std::async(std::launch::async, [this]() { return load(ahead_to_); });
   has_ahead_ = true;
+  return out;
+}
+
+std::vector<BertBatch> PretrainLoader::load_step(DataCursor& c, int64_t per_step, int64_t first, int64_t count) {
+  std::vector<BertBatch> out;
+  for (int64_t k = 0; k < per_step; ++k) {
+    const bool mine = k >= first && k < first + count;
+    BertBatch b = load(c, mine);
+    if (mine) out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::vector<BertBatch> PretrainLoader::next_step(DataCursor& c, int64_t per_step, int64_t first, int64_t count) {
+  BERTCC_CHECK(per_step >= 1 && first >= 0 && count >= 1 && first + count <= per_step, "loader: bad step slice ", first,
+               "+", count, " of ", per_step);
+  std::vector<BertBatch> out;
+  const bool same = step_key_[0] == per_step && step_key_[1] == first && step_key_[2] == count;
+  if (has_step_ahead_ && same && step_from_.epoch == c.epoch && step_from_.shard_pos == c.shard_pos &&
+      step_from_.row == c.row) {
+    has_step_ahead_ = false;  // get() leaves the future empty, also when it rethrows the loader's error
+    out = step_ahead_.get();
+    c = step_to_;
+  } else {
+    if (has_step_ahead_) step_ahead_.wait();
+    has_step_ahead_ = false;
+    out = load_step(c, per_step, first, count);
+  }
+  step_from_ = c;
+  step_to_ = c;
+  step_key_[0] = per_step;
+  step_key_[1] = first;
+  step_key_[2] = count;
+  step_ahead_ = std::async(std::launch::async, [this, per_step, first, count]() {
+    return load_step(step_to_, per_step, first, count);
+  });
+  has_step_ahead_ = true;
   return out;
 }
 

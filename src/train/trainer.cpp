@@ -11,19 +11,25 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
 #include "bertcc/tensorboard.h"
 #include "bertcc/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/dllogger.h"
 #include "train/stop_signal.h"
 
 namespace bertcc {
 
 int run_pretraining(const PretrainOptions& o) {
-  set_threads(o.threads);
+  dist::Communicator& comm = dist::world();
+  const int W = comm.world(), R = comm.rank();
+  const bool lead = R == 0;  // only rank 0 writes logs, events, checkpoints and the model
+  set_threads(threads_per_rank(o.threads, comm));
+  const dist::WireDtype wire = dist::parse_wire_dtype(o.allreduce_dtype);
   const Precision prec = parse_precision(o.precision);
   BERTCC_CHECK(o.optimizer == "lamb" || o.optimizer == "adamw", "--optimizer must be lamb or adamw");
   BERTCC_CHECK(o.gradient_accumulation_steps >= 1 && o.train_batch_size % o.gradient_accumulation_steps == 0,
@@ -31,8 +37,16 @@ int run_pretraining(const PretrainOptions& o) {
                o.gradient_accumulation_steps, ")");
   BERTCC_CHECK(o.max_steps >= 1, "--max-steps must be positive");
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
-  std::filesystem::create_directories(o.output_dir);
-  std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+  BERTCC_CHECK(o.watchdog_timeout >= 0, "--watchdog-timeout must be >= 0");
+  if (lead) {
+    std::filesystem::create_directories(o.output_dir);
+    std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+    if (W > 1)
+      std::cerr << "pretrain: " << W << " ranks (" << comm.name() << "), " << threads() << " threads each; global batch "
+                << W * o.train_batch_size << " = " << W << " x " << o.gradient_accumulation_steps << " x "
+                << o.train_batch_size / o.gradient_accumulation_steps << ", all-reduce in "
+                << dist::wire_dtype_name(wire) << "\n";
+  }
 
   // Model: an HF checkpoint, or a fresh initialisation from a config and vocabulary.
   std::unique_ptr<Bert> model;
@@ -61,7 +75,11 @@ int run_pretraining(const PretrainOptions& o) {
   mopt.cls_id = cls;
   mopt.sep_id = sep;
   mopt.mask_id = mask;
-  const int64_t micro = o.train_batch_size / o.gradient_accumulation_steps;
+  const int64_t A = o.gradient_accumulation_steps;
+  const int64_t micro = o.train_batch_size / A;
+  // A step is W x A micro-batches of the global order; this rank runs micro-batches R*A .. R*A+A-1.
+  const int64_t per_step = static_cast<int64_t>(W) * A;
+  const int64_t global_batch = per_step * micro;
   PretrainLoader loader(list_shards(o.input_dir), micro, o.seed, mopt, 0, 1, o.length_binning);
 
   AdamState opt;
@@ -71,7 +89,17 @@ int run_pretraining(const PretrainOptions& o) {
   const bool dynamic_scale = fp16 && o.loss_scale <= 0;
   st.loss_scale = fp16 ? (dynamic_scale ? o.init_loss_scale : o.loss_scale) : 1.0;
   const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, *model, opt, st);
-  if (o.resume_from_checkpoint && !loaded)
+  if (W > 1) {
+    check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step + st.step_offset) : -1.0,
+                            "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
+    check_same_on_all_ranks(comm, static_cast<double>(model->table().total()), "the number of parameters");
+  }
+  if (loaded && st.global_batch > 0 && st.global_batch != global_batch && lead)
+    std::cerr << "pretrain: warning: the checkpoint was written with a global batch of " << st.global_batch
+              << " sequences, this run has " << global_batch
+              << " (ranks x --train-batch-size); the data order continues, the step size changes\n";
+  st.global_batch = global_batch;
+  if (o.resume_from_checkpoint && !loaded && lead)
     std::cerr << "pretrain: no valid checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
   if (o.phase2 && (!loaded || st.phase == 1)) {
     // Start of phase 2 (NVIDIA): phase-1 weights and moments, optimizer step, schedule and data
@@ -85,12 +113,17 @@ int run_pretraining(const PretrainOptions& o) {
     st.cursor = DataCursor{};
     st.rng = Rng{o.seed, 0};
     opt.step = 0;
-    std::cerr << "pretrain: phase 2 starts after phase-1 step " << st.step_offset << "\n";
+    if (lead) std::cerr << "pretrain: phase 2 starts after phase-1 step " << st.step_offset << "\n";
   }
   BERTCC_CHECK(!loaded || o.phase2 || st.phase == 1, o.output_dir,
                ": the newest checkpoint is from phase 2; add --phase2 to resume it");
-  DLLogger log(o.output_dir + "/dllogger.json");
-  TensorBoardWriter tb(o.output_dir + "/tensorboard");
+  // Logs exist on rank 0 only.
+  std::unique_ptr<DLLogger> log;
+  std::unique_ptr<TensorBoardWriter> tb;
+  if (lead) {
+    log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
+    tb = std::make_unique<TensorBoardWriter>(o.output_dir + "/tensorboard");
+  }
   nlohmann::ordered_json params;
   for (const auto& [k, v] : std::initializer_list<std::pair<const char*, nlohmann::ordered_json>>{
            {"train_batch_size", o.train_batch_size},
@@ -101,13 +134,18 @@ int run_pretraining(const PretrainOptions& o) {
            {"optimizer", o.optimizer},
            {"precision", o.precision},
            {"seed", o.seed},
+           {"world_size", W},
+           {"global_batch_size", global_batch},
+           {"allreduce_dtype", dist::wire_dtype_name(wire)},
            {"start_step", st.step + st.step_offset},
            {"phase", st.phase},
            {"phase1_end_step", st.step_offset}})
     params[k] = v;
-  log.log("PARAMETER", params);
+  if (lead) log->log("PARAMETER", params);
 
-  // Held-out evaluation: the first eval_batches micro-batches of the eval shards, dropout off.
+  // Held-out evaluation: the first eval_batches micro-batches of the eval shards, dropout off;
+  // batch b is evaluated by rank b % W and the sums are reduced, so every world size reports the
+  // same metrics.
   std::unique_ptr<PretrainLoader> eval_loader;
   if (!o.eval_dir.empty()) eval_loader = std::make_unique<PretrainLoader>(list_shards(o.eval_dir), micro, o.seed, mopt);
   auto evaluate = [&]() {
@@ -118,6 +156,7 @@ int run_pretraining(const PretrainOptions& o) {
     Rng eval_rng{0, 0};
     for (int64_t b = 0; b < o.eval_batches; ++b) {
       const BertBatch batch = eval_loader->next(c);
+      if (b % W != R) continue;
       const PretrainLoss l = model->pretrain_step(batch, false, false, prec, eval_rng);
       loss += l.loss;
       sum.mlm_count += l.mlm_count;
@@ -125,14 +164,25 @@ int run_pretraining(const PretrainOptions& o) {
       sum.nsp_correct += l.nsp_correct;
       nsp_n += batch.B;
     }
+    if (W > 1) {
+      double v[5] = {loss, static_cast<double>(sum.mlm_count), static_cast<double>(sum.mlm_correct),
+                     static_cast<double>(sum.nsp_correct), static_cast<double>(nsp_n)};
+      comm.allreduce_sum(v, 5);
+      loss = v[0];
+      sum.mlm_count = static_cast<int64_t>(v[1]);
+      sum.mlm_correct = static_cast<int64_t>(v[2]);
+      sum.nsp_correct = static_cast<int64_t>(v[3]);
+      nsp_n = static_cast<int64_t>(v[4]);
+    }
+    if (!lead) return;
     nlohmann::ordered_json d;
     d["eval.loss"] = loss / static_cast<double>(o.eval_batches);
     d["eval.mlm_accuracy"] =
         static_cast<double>(sum.mlm_correct) / static_cast<double>(std::max<int64_t>(1, sum.mlm_count));
     d["eval.nsp_accuracy"] = static_cast<double>(sum.nsp_correct) / static_cast<double>(std::max<int64_t>(1, nsp_n));
-    log.log({st.cursor.epoch, st.step + st.step_offset}, d);
+    log->log({st.cursor.epoch, st.step + st.step_offset}, d);
     for (const char* k : {"eval.loss", "eval.mlm_accuracy", "eval.nsp_accuracy"})
-      tb.scalar(std::string("eval/") + (k + 5), d[k].get<float>(), st.step + st.step_offset);
+      tb->scalar(std::string("eval/") + (k + 5), d[k].get<float>(), st.step + st.step_offset);
     std::printf("%seval at step %lld: loss %.4f, MLM accuracy %.4f, NSP accuracy %.4f (%lld masked tokens)\n",
                 ::isatty(1) ? "\n" : "", static_cast<long long>(st.step + st.step_offset), d["eval.loss"].get<double>(),
                 d["eval.mlm_accuracy"].get<double>(), d["eval.nsp_accuracy"].get<double>(),
@@ -142,29 +192,61 @@ int run_pretraining(const PretrainOptions& o) {
   const int64_t eval_every = o.eval_freq > 0 ? o.eval_freq : o.num_steps_per_checkpoint;
 
   install_stop_signals();
+  dist::Watchdog watchdog(comm, W > 1 ? o.watchdog_timeout : 0);
   LambOptions lamb;
   AdamWOptions adamw;
-  const bool tty = ::isatty(1);
+  const bool tty = lead && ::isatty(1);
   auto t_last = std::chrono::steady_clock::now();
   int64_t skipped_total = 0;
   int64_t seqs_since = 0;
-  while (st.step < o.max_steps && !stop_signal()) {
-    model->zero_grad();
-    PretrainLoss sum;
-    const float scale = static_cast<float>(st.loss_scale);
-    for (int64_t a = 0; a < o.gradient_accumulation_steps; ++a) {
-      const BertBatch batch = loader.next(st.cursor);
-      const PretrainLoss l = model->pretrain_step(batch, true, true, prec, st.rng, scale);
-      sum.loss += l.loss;
-      sum.mlm_loss += l.mlm_loss;
-      sum.nsp_loss += l.nsp_loss;
-      seqs_since += batch.B;
+  GradAccumulator accum;
+  bool stopped = false;
+  while (st.step < o.max_steps) {
+    watchdog.beat("loading the step's batches", st.step + st.step_offset);
+    DataCursor next_cursor = st.cursor;
+    const std::vector<BertBatch> batches = loader.next_step(next_cursor, per_step, R * A, A);
+    // One small all-reduce per step: the global masked-token count (the MLM loss is the mean over
+    // every masked token of the global batch) and the stop flag (a signal to any rank stops all
+    // ranks at the same step).
+    double head[2] = {0, stop_signal() ? 1.0 : 0.0};
+    for (const BertBatch& b : batches)
+      for (int32_t label : b.mlm_labels) head[0] += label != -1;
+    watchdog.beat("the step's first all-reduce", st.step + st.step_offset);
+    comm.allreduce_sum(head, 2);
+    if (head[1] > 0) {
+      stopped = true;
+      break;
     }
-    const double inv = 1.0 / static_cast<double>(o.gradient_accumulation_steps);
-    // Unscale (loss scale and accumulation) and check for inf/NaN: an overflowing step is skipped
-    // and, with dynamic scaling, the scale halves; after loss_scale_window clean steps it doubles.
+    st.cursor = next_cursor;
+    const float scale = static_cast<float>(st.loss_scale);
+    const float mlm_denom = static_cast<float>(std::max(1.0, head[0]));
+    const float nsp_denom = static_cast<float>(global_batch);
+    watchdog.beat("forward/backward", st.step + st.step_offset);
+    model->zero_grad();
+    double loss_sums[2] = {0, 0};  // MLM and NSP cross-entropy sums over this rank's micro-batches
+    for (int64_t a = 0; a < A; ++a) {
+      const BertBatch& batch = batches[static_cast<size_t>(a)];
+      Rng rng = micro_batch_rng(o.seed, st.phase, st.step, R * A + a);
+      accum.before(a, model->grads());
+      const PretrainLoss l = model->pretrain_step(batch, true, true, prec, rng, scale, mlm_denom, nsp_denom);
+      accum.after(a, model->grads());
+      loss_sums[0] += l.mlm_loss_sum;
+      loss_sums[1] += l.nsp_loss_sum;
+      seqs_since += batch.B * W;
+    }
+    accum.finish(A, model->grads());
+    // Gradients reduced once per optimizer step, after accumulation (NVIDIA's
+    // allreduce_post_accumulation); every rank then holds the same global gradient.
+    watchdog.beat("the gradient all-reduce", st.step + st.step_offset);
+    comm.allreduce_sum(model->grads().data(), model->grads().size(), wire);
+    comm.allreduce_sum(loss_sums, 2);
+    const double mlm_loss = head[0] > 0 ? loss_sums[0] / head[0] : 0.0;
+    const double nsp_loss = loss_sums[1] / static_cast<double>(global_batch);
+    const double step_loss = mlm_loss + nsp_loss;
+    // Unscale (fp16 loss scale) and check for inf/NaN: an overflowing step is skipped and, with
+    // dynamic scaling, the scale halves; after loss_scale_window clean steps it doubles.
     const double gnorm = global_norm(model->grads().data(), model->grads().size());
-    const bool overflow = !std::isfinite(gnorm) || !std::isfinite(sum.loss);
+    const bool overflow = !std::isfinite(gnorm) || !std::isfinite(step_loss);
     // NVIDIA's scheduler: the learning rate of optimizer step k uses progress k / max_steps.
     const float lr =
         o.optimizer == "lamb"
@@ -172,15 +254,16 @@ int run_pretraining(const PretrainOptions& o) {
             : linear_warmup_lr(static_cast<float>(o.learning_rate), st.step, o.max_steps, o.warmup_proportion);
     if (overflow) {
       ++skipped_total;
-      std::fprintf(stderr, "%spretrain: step %lld: gradient overflow (loss scale %g), step skipped\n",
-                   ::isatty(1) ? "\n" : "", static_cast<long long>(st.step + st.step_offset + 1), st.loss_scale);
+      if (lead)
+        std::fprintf(stderr, "%spretrain: step %lld: gradient overflow (loss scale %g), step skipped\n",
+                     tty ? "\n" : "", static_cast<long long>(st.step + st.step_offset + 1), st.loss_scale);
       if (dynamic_scale) st.loss_scale = std::max(1.0, st.loss_scale / 2);
       st.clean_steps = 0;
     } else {
-      const float unscale = static_cast<float>(inv / st.loss_scale);
+      const float unscale = static_cast<float>(1.0 / st.loss_scale);
       if (unscale != 1.0f)
         for (auto& g : model->grads()) g *= unscale;
-      // The norm computed for the overflow check serves the optimizer's clipping (no second pass).
+      // Without loss scaling, the norm computed for the overflow check serves the optimizer's clipping.
       const double norm = unscale == 1.0f ? gnorm : global_norm(model->grads().data(), model->grads().size());
       if (o.optimizer == "lamb")
         lamb_step(model->table(), model->params().data(), model->grads().data(), opt, lr, lamb, norm);
@@ -192,27 +275,27 @@ int run_pretraining(const PretrainOptions& o) {
       }
     }
     ++st.step;
-    if (st.step % o.log_freq == 0 || st.step == o.max_steps) {
+    if (lead && (st.step % o.log_freq == 0 || st.step == o.max_steps)) {
       const auto now = std::chrono::steady_clock::now();
       const double secs = std::chrono::duration<double>(now - t_last).count();
       const double sps = seqs_since / std::max(secs, 1e-9);
       t_last = now;
       seqs_since = 0;
       nlohmann::ordered_json d;
-      d["loss"] = sum.loss * inv;
-      d["mlm_loss"] = sum.mlm_loss * inv;
-      d["nsp_loss"] = sum.nsp_loss * inv;
+      d["loss"] = step_loss;
+      d["mlm_loss"] = mlm_loss;
+      d["nsp_loss"] = nsp_loss;
       d["learning_rate"] = lr;
       d["loss_scale"] = st.loss_scale;
       d["skipped_steps"] = skipped_total;
       d["seq_per_s"] = sps;
-      log.log({st.cursor.epoch, st.step + st.step_offset}, d);
+      log->log({st.cursor.epoch, st.step + st.step_offset}, d);
       for (const char* k : {"loss", "mlm_loss", "nsp_loss", "learning_rate", "seq_per_s"})
-        tb.scalar(std::string("train/") + k, d[k].get<float>(), st.step + st.step_offset);
+        tb->scalar(std::string("train/") + k, d[k].get<float>(), st.step + st.step_offset);
       char line[200];
       std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (mlm %.4f nsp %.4f) lr %.3g %.1f seq/s",
-                    static_cast<long long>(st.step), static_cast<long long>(o.max_steps), sum.loss * inv,
-                    sum.mlm_loss * inv, sum.nsp_loss * inv, lr, sps);
+                    static_cast<long long>(st.step), static_cast<long long>(o.max_steps), step_loss, mlm_loss,
+                    nsp_loss, lr, sps);
       if (tty) {
         const int width = 30, done = static_cast<int>(width * st.step / o.max_steps);
         std::printf("\r[%.*s%*s] %s", done, "##############################", width - done, "", line);
@@ -221,16 +304,23 @@ int run_pretraining(const PretrainOptions& o) {
         std::printf("%s\n", line);
       }
       std::fflush(stdout);
+    } else if (!lead) {
+      seqs_since = 0;
     }
-    if (o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps)
+    if (lead && o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps)
       save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
+    watchdog.beat("evaluation", st.step + st.step_offset);
     if (eval_loader && eval_every > 0 && st.step % eval_every == 0 && st.step < o.max_steps) evaluate();
   }
+  watchdog.beat("the final evaluation and save", st.step + st.step_offset);
   if (eval_loader && st.step >= o.max_steps) evaluate();
-  save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
-  if (st.step >= o.max_steps) save_model_dir(*model, o.output_dir + "/model", o.vocab);
-  std::cerr << (stop_signal() ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
-            << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset << "\n";
+  if (lead) {
+    save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
+    if (st.step >= o.max_steps) save_model_dir(*model, o.output_dir + "/model", o.vocab);
+    std::cerr << (stopped ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
+              << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset << "\n";
+  }
+  comm.barrier();  // no rank exits (and tears MPI down) before rank 0 has saved
   return 0;
 }
 

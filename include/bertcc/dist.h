@@ -1,0 +1,71 @@
+// Communicators for data-parallel training: one process (the default) or MPI ranks launched by
+// mpirun/srun. Train code talks to this interface only; the process-wide communicator is made on
+// first use from the launcher's environment (OMPI_COMM_WORLD_*, PMI_*/PMIX_*, SLURM_*).
+//
+// Reductions are deterministic: element i of a sum is ((x_0 + x_1) + x_2) + ... in rank order on
+// every rank, so the same inputs give bit-identical results run after run, and every rank ends
+// with the same bits.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace bertcc::dist {
+
+// What travels on the wire in a gradient all-reduce (Horovod/NVIDIA fp16 compression): values
+// are rounded to it before sending and the sum is rounded to it again before the gather.
+enum class WireDtype { F32, BF16, F16 };
+WireDtype parse_wire_dtype(const std::string& s);  // "fp32" | "bf16" | "fp16"
+const char* wire_dtype_name(WireDtype d);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual int local_rank() const = 0;  // rank among the processes of this host
+  virtual int local_world() const = 0;
+  virtual const char* name() const = 0;  // "single" | "mpi"
+
+  // In-place sum over ranks of n floats (n may exceed INT_MAX: sent in chunks). `wire` as above;
+  // a single process returns the data untouched.
+  virtual void allreduce_sum(float* data, size_t n, WireDtype wire = WireDtype::F32) = 0;
+  // In-place sum of a few doubles (counts, loss sums), deterministic as above.
+  virtual void allreduce_sum(double* data, size_t n) = 0;
+  // Every rank's `n` doubles, rank-major, into out[world * n].
+  virtual void allgather(const double* in, size_t n, double* out) = 0;
+  // Every rank's floats (n may differ by rank), rank-major, into `out`; counts[r] = rank r's n.
+  virtual void allgatherv(const float* in, size_t n, std::vector<float>& out, std::vector<size_t>& counts) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job now (after this rank has printed its message).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// The process-wide communicator, created on first call. Launched by mpirun/srun with more than
+// one rank and built without MPI: throws, naming what is missing.
+Communicator& world();
+// True once world() has been made with more than one rank.
+bool is_distributed();
+// Tears MPI down at a normal exit (no-op for a single process or when never made).
+void finalize();
+// Which communicators this build has ("single, mpi" or "single").
+const char* available();
+
+// Progress watchdog: a rank that makes no progress (beat()) for `seconds` prints where it was
+// and ends the whole job, so a hung or dead peer never leaves the others waiting forever.
+class Watchdog {
+ public:
+  Watchdog(Communicator& comm, double seconds);
+  ~Watchdog();
+  void beat(const char* where, int64_t step);
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bertcc::dist
