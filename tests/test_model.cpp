@@ -208,3 +208,43 @@ TEST(Model, FrozenLayersGetNoGradient) {
     }
   }
 }
+
+// A step split into micro-batches (or ranks) normalised by the step's global masked-token and
+// sequence counts has the gradient of the whole batch: 2 x 2 rows = 1 x 4 rows, although the two
+// halves hold different numbers of masked tokens.
+TEST(Model, GlobalNormalisersMakeMicroBatchesEqualTheWholeBatch) {
+  const BertConfig c = small_config();
+  const BertBatch whole = random_batch(c, 4, 9, 12);
+  auto rows = [&](int64_t r0, int64_t r1) {
+    BertBatch b;
+    b.B = r1 - r0;
+    b.T = whole.T;
+    auto cut = [&](const std::vector<int32_t>& v, int64_t per) {
+      return std::vector<int32_t>(v.begin() + r0 * per, v.begin() + r1 * per);
+    };
+    b.input_ids = cut(whole.input_ids, whole.T);
+    b.segment_ids = cut(whole.segment_ids, whole.T);
+    b.input_mask = cut(whole.input_mask, whole.T);
+    b.mlm_labels = cut(whole.mlm_labels, whole.T);
+    b.nsp_labels = cut(whole.nsp_labels, 1);
+    return b;
+  };
+  const BertBatch h0 = rows(0, 2), h1 = rows(2, 4);
+  int64_t m0 = 0, m1 = 0;
+  for (int32_t l : h0.mlm_labels) m0 += l != -1;
+  for (int32_t l : h1.mlm_labels) m1 += l != -1;
+  ASSERT_NE(m0, m1);  // unequal halves: per-half means would weigh tokens differently
+  Bert m(c, Heads::PreTraining);
+  m.init_weights(3);
+  Rng rng{1, 0};
+  m.zero_grad();
+  const PretrainLoss lw = m.pretrain_step(whole, false, true, Precision::F32, rng);
+  const std::vector<float> gw = m.grads();
+  m.zero_grad();
+  const auto denom = static_cast<float>(m0 + m1);
+  const PretrainLoss l0 = m.pretrain_step(h0, false, true, Precision::F32, rng, 1.0f, denom, 4.0f);
+  const PretrainLoss l1 = m.pretrain_step(h1, false, true, Precision::F32, rng, 1.0f, denom, 4.0f);
+  EXPECT_NEAR((l0.mlm_loss_sum + l1.mlm_loss_sum) / static_cast<double>(m0 + m1), lw.mlm_loss, 1e-6);
+  EXPECT_NEAR((l0.nsp_loss_sum + l1.nsp_loss_sum) / 4.0, lw.nsp_loss, 1e-6);
+  EXPECT_LT(bertcc::testing::max_rel(bertcc::testing::to_d(m.grads()), bertcc::testing::to_d(gw)), 1e-5);
+}
