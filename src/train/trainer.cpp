@@ -41,11 +41,6 @@ int run_pretraining(const PretrainOptions& o) {
   if (lead) {
     std::filesystem::create_directories(o.output_dir);
     std::cerr << describe_backend(prec == Precision::BF16) << "\n";
-    if (W > 1)
-      std::cerr << "pretrain: " << W << " ranks (" << comm.name() << "), " << threads() << " threads each; global batch "
-                << W * o.train_batch_size << " = " << W << " x " << o.gradient_accumulation_steps << " x "
-                << o.train_batch_size / o.gradient_accumulation_steps << ", all-reduce in "
-                << dist::wire_dtype_name(wire) << "\n";
   }
 
   // Model: an HF checkpoint, or a fresh initialisation from a config and vocabulary.
@@ -75,11 +70,11 @@ int run_pretraining(const PretrainOptions& o) {
   mopt.cls_id = cls;
   mopt.sep_id = sep;
   mopt.mask_id = mask;
-  const int64_t A = o.gradient_accumulation_steps;
+  int64_t A = o.gradient_accumulation_steps;
   const int64_t micro = o.train_batch_size / A;
   // A step is W x A micro-batches of the global order; this rank runs micro-batches R*A .. R*A+A-1.
-  const int64_t per_step = static_cast<int64_t>(W) * A;
-  const int64_t global_batch = per_step * micro;
+  int64_t per_step = static_cast<int64_t>(W) * A;
+  int64_t global_batch = per_step * micro;
   PretrainLoader loader(list_shards(o.input_dir), micro, o.seed, mopt, 0, 1, o.length_binning);
 
   AdamState opt;
@@ -94,14 +89,32 @@ int run_pretraining(const PretrainOptions& o) {
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
     check_same_on_all_ranks(comm, static_cast<double>(model->table().total()), "the number of parameters");
   }
-  if (loaded && st.global_batch > 0 && st.global_batch != global_batch && lead)
-    std::cerr << "pretrain: warning: the checkpoint was written with a global batch of " << st.global_batch
-              << " sequences, this run has " << global_batch
-              << " (ranks x --train-batch-size); the data order continues, the step size changes\n";
+  // A checkpoint resumed at another world size keeps its global batch: the accumulation adjusts
+  // (same micro-batch), so the run continues with the same steps and data order.
+  const bool phase2_start = o.phase2 && (!loaded || st.phase == 1);
+  if (loaded && !phase2_start && st.global_batch > 0 && st.global_batch != global_batch) {
+    if (st.global_batch % (W * micro) == 0) {
+      A = st.global_batch / (W * micro);
+      per_step = W * A;
+      global_batch = st.global_batch;
+      if (lead)
+        std::cerr << "pretrain: the checkpoint's global batch is " << global_batch << " sequences: "
+                  << "gradient accumulation set to " << A << " (" << W << " rank(s) x " << A << " x micro-batch "
+                  << micro << ")\n";
+    } else if (lead) {
+      std::cerr << "pretrain: warning: the checkpoint was written with a global batch of " << st.global_batch
+                << " sequences, which " << W << " rank(s) with micro-batches of " << micro
+                << " cannot form; continuing with " << global_batch << " per step (same data order)\n";
+    }
+  }
   st.global_batch = global_batch;
+  if (lead && W > 1)
+    std::cerr << "pretrain: " << W << " ranks (" << comm.name() << "), " << threads() << " threads each; global batch "
+              << global_batch << " = " << W << " x " << A << " x " << micro << ", all-reduce in "
+              << dist::wire_dtype_name(wire) << "\n";
   if (o.resume_from_checkpoint && !loaded && lead)
     std::cerr << "pretrain: no valid checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
-  if (o.phase2 && (!loaded || st.phase == 1)) {
+  if (phase2_start) {
     // Start of phase 2 (NVIDIA): phase-1 weights and moments, optimizer step, schedule and data
     // position restarted; steps are named from the phase-1 end step on.
     if (loaded)
@@ -126,8 +139,8 @@ int run_pretraining(const PretrainOptions& o) {
   }
   nlohmann::ordered_json params;
   for (const auto& [k, v] : std::initializer_list<std::pair<const char*, nlohmann::ordered_json>>{
-           {"train_batch_size", o.train_batch_size},
-           {"gradient_accumulation_steps", o.gradient_accumulation_steps},
+           {"train_batch_size", A * micro},
+           {"gradient_accumulation_steps", A},
            {"learning_rate", o.learning_rate},
            {"max_steps", o.max_steps},
            {"warmup_proportion", o.warmup_proportion},

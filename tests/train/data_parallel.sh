@@ -108,8 +108,10 @@ wait $job; rc=$?
 if grep -q "stopped by signal after step" "$W/term2a.log"; then
   echo "ok   SIGTERM to one rank: all ranks stopped at the same step, exit 0 ($(grep -o 'stopped by signal after step [0-9]*' "$W/term2a.log"))"
 else echo "note: the 2-rank run finished before SIGTERM arrived"; fi
-"$B" pretrain $PT $ONE --precision fp32 --output-dir "$W/term2" --resume-from-checkpoint > "$W/term2b.log" 2>&1 || fail "resume 2 -> 1: $(tail -3 "$W/term2b.log")"
+# resumed with the 2-rank run's own flags: the accumulation adjusts to keep the global batch
+"$B" pretrain $PT $TWO --precision fp32 --output-dir "$W/term2" --resume-from-checkpoint > "$W/term2b.log" 2>&1 || fail "resume 2 -> 1: $(tail -3 "$W/term2b.log")"
 grep -q "resuming from" "$W/term2b.log" || fail "2 -> 1 did not resume"
+grep -q "gradient accumulation set to 2" "$W/term2b.log" || fail "2 -> 1: accumulation not adjusted: $(cat "$W/term2b.log")"
 same_model "checkpoint of 2 ranks resumed on 1 rank" "$W/pt1_fp32/model" "$W/term2/model"
 same_losses "2 ranks -> 1 rank" "$W/pt1_fp32" "$W/term2"
 
@@ -118,8 +120,9 @@ job=$!
 wait_for "$W/term1/checkpoints/step_2"
 kill -TERM $job; wait $job; rc=$?
 [ $rc -eq 0 ] || fail "SIGTERM to 1 rank: exit code $rc"
-$MPI "$B" pretrain $PT $TWO --precision fp32 --output-dir "$W/term1" --resume-from-checkpoint > "$W/term1b.log" 2>&1 || fail "resume 1 -> 2: $(tail -3 "$W/term1b.log")"
+$MPI "$B" pretrain $PT $ONE --precision fp32 --output-dir "$W/term1" --resume-from-checkpoint > "$W/term1b.log" 2>&1 || fail "resume 1 -> 2: $(tail -3 "$W/term1b.log")"
 grep -q "resuming from" "$W/term1b.log" || fail "1 -> 2 did not resume"
+grep -q "gradient accumulation set to 1" "$W/term1b.log" || fail "1 -> 2: accumulation not adjusted: $(cat "$W/term1b.log")"
 same_model "checkpoint of 1 rank resumed on 2 ranks" "$W/pt1_fp32/model" "$W/term1/model"
 same_losses "1 rank -> 2 ranks" "$W/pt1_fp32" "$W/term1"
 
