@@ -73,20 +73,21 @@ TEST(DataParallel, StepSlicesOfAnyWorldSizeFormTheGlobalOrder) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(DataParallel, AccumulatorSumsSeparateGradientsInOrder) {
+TEST(DataParallel, GradSyncSumsSeparateGradientsInOrder) {
   const std::vector<std::vector<float>> micro{{1e8f, 1.0f, -0.0f}, {1.0f, 1e-8f, 0.0f}, {-1e8f, 3.0f, 0.0f}};
   for (size_t A = 1; A <= micro.size(); ++A) {
-    GradAccumulator acc;
+    GradSync sync(dist::world(), dist::WireDtype::F32, 2, true);
     std::vector<float> grads(3, 0.0f);
     for (int rep = 0; rep < 2; ++rep) {  // the scratch buffer is reused step after step
       std::fill(grads.begin(), grads.end(), 0.0f);
       for (size_t a = 0; a < A; ++a) {
-        acc.before(int64_t(a), grads);
-        for (float g : grads) ASSERT_EQ(g, 0.0f);                          // each backward starts from zero
-        for (size_t i = 0; i < 3; ++i) grads[i] += micro[a][i];             // "backward adds into grads"
-        acc.after(int64_t(a), grads);
+        sync.before(int64_t(a), int64_t(A), grads);
+        for (float g : grads) ASSERT_EQ(g, 0.0f);               // each backward starts from zero
+        for (size_t i = 0; i < 3; ++i) grads[i] += micro[a][i];  // "backward adds into grads"
+        sync.ready_from(1);
+        sync.after(int64_t(a), int64_t(A), grads);
       }
-      acc.finish(int64_t(A), grads);
+      sync.finish(int64_t(A), grads);
       for (size_t i = 0; i < 3; ++i) {
         float want = micro[0][i];
         for (size_t a = 1; a < A; ++a) want += micro[a][i];  // ((g0 + g1) + g2), float by float

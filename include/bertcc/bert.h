@@ -3,6 +3,7 @@
 // one for gradients, laid out by the ParamTable with Hugging Face names.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -105,6 +106,11 @@ class Bert {
   // Backward from gradients of the sequence output (may be null) and the pooled output (may be null).
   void encode_backward(const float* dseq, const float* dpooled, Precision prec);
 
+  // Backward reports, in descending order and ending with 0, offsets into the flat gradient
+  // buffer from which on this backward's gradients are final (data parallelism reduces them
+  // while backward goes on below). Empty = no reports.
+  void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_ = std::move(hook); }
+
   // Size the activation memory for training batches of up to B rows of T tokens at once, so that
   // batches of varying length re-carve it instead of growing it (and faulting in fresh pages) step
   // by step. `prec` as the training steps will use (bf16 saves the dropped-out attention
@@ -135,6 +141,7 @@ class Bert {
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
   std::vector<float> head_in_, head_din_, head_dseq_;  // head input after dropout, its gradient
   int first_trainable_layer_ = 0;                // layers below are frozen
+  std::function<void(size_t)> grad_ready_;
   bool embeddings_frozen_ = false;
 };
 

@@ -28,6 +28,9 @@ class Communicator {
   virtual int local_rank() const = 0;  // rank among the processes of this host
   virtual int local_world() const = 0;
   virtual const char* name() const = 0;  // "single" | "mpi"
+  // Whether another thread may make this rank's calls while the main thread makes none
+  // (MPI_THREAD_SERIALIZED): the overlapped gradient all-reduce needs it.
+  virtual bool other_thread_ok() const = 0;
 
   // In-place sum over ranks of n floats (n may exceed INT_MAX: sent in chunks). `wire` as above;
   // a single process returns the data untouched.

@@ -73,6 +73,8 @@ struct FinetuneOptions {
   bool resume = false;
   std::string allreduce_dtype = "fp32";  // data parallel: gradients on the wire (fp32 | bf16 | fp16)
   double watchdog_timeout = 600;         // data parallel: seconds without progress before the job ends
+  double bucket_cap_mb = 25;             // data parallel: all-reduce bucket size
+  bool allreduce_overlap = true;         // data parallel: reduce buckets while backward goes on
   bool quiet = false;
 };
 

@@ -26,6 +26,8 @@ struct PretrainOptions {
   int threads = 0;                     // per rank; 0 = the host's cores shared by its ranks
   std::string allreduce_dtype = "fp32";  // gradient all-reduce on the wire: fp32 | bf16 | fp16
   double watchdog_timeout = 600;       // seconds without progress before a rank ends the job (0 = off)
+  double bucket_cap_mb = 25;           // gradient all-reduce bucket size (PyTorch DDP's default)
+  bool allreduce_overlap = true;       // reduce buckets while backward goes on
 };
 
 // Runs (or resumes) pre-training; returns the process exit code. SIGINT/SIGTERM finish the

@@ -43,6 +43,7 @@ class SingleProcess final : public Communicator {
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
   const char* name() const override { return "single"; }
+  bool other_thread_ok() const override { return true; }
   void allreduce_sum(float*, size_t, WireDtype) override {}
   void allreduce_sum(double*, size_t) override {}
   void allgather(const double* in, size_t n, double* out) override { std::memcpy(out, in, n * sizeof(double)); }

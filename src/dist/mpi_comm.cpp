@@ -37,8 +37,9 @@ class MpiComm final : public Communicator {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-      int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided_), "MPI_Init_thread");
+    } else {
+      MPI_Query_thread(&provided_);
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
@@ -59,6 +60,7 @@ class MpiComm final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_world() const override { return local_world_; }
   const char* name() const override { return "mpi"; }
+  bool other_thread_ok() const override { return provided_ >= MPI_THREAD_SERIALIZED; }
 
   void allreduce_sum(float* data, size_t n, WireDtype wire) override {
     for (size_t off = 0; off < n; off += kBucket) bucket(data + off, std::min(kBucket, n - off), wire);
@@ -155,7 +157,7 @@ class MpiComm final : public Communicator {
     for (size_t i = 0; i < n; ++i) data[i] = from16(send16_[i]);
   }
 
-  int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1;
+  int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1, provided_ = MPI_THREAD_SINGLE;
   std::vector<float> recv_;
   std::vector<uint16_t> send16_, recv16_;
 };

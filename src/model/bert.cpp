@@ -344,6 +344,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
       float* gr = a.g + b * T * C;
       for (int64_t c = 0; c < C; ++c) gr[c] += a.dcls[b * C + c];
     }
+    if (grad_ready_) grad_ready_(table_.at("bert.pooler.dense.weight").offset);
   }
 
   for (int l = cfg_.num_hidden_layers - 1; l >= first_trainable_layer_; --l) {
@@ -389,9 +390,13 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     linear_backward(a.g, grad(p + "attention.self.query.weight"), grad(p + "attention.self.query.bias"), a.dqkv, a.x[l],
                     w(p + "attention.self.query.weight"), N, 3 * C, C, prec,
                     w16(p + "attention.self.query.weight", prec));
+    if (grad_ready_) grad_ready_(table_.at(p + "attention.self.query.weight").offset);  // the layer's first tensor
   }
 
-  if (embeddings_frozen_) return;  // no gradient for frozen embeddings
+  if (embeddings_frozen_) {  // no gradient for frozen embeddings
+    if (grad_ready_) grad_ready_(0);
+    return;
+  }
   // x[0] = dropout(LN(emb_sum))
   const float* dx0 = a.g;
   if (p_h > 0) {
@@ -409,6 +414,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                       grad("bert.embeddings.token_type_embeddings.weight"), a.d1, batch_ids_.data(), batch_seg_.data(),
                       B, T, C, cfg_.vocab_size, cfg_.type_vocab_size);
   std::copy(pad_row.begin(), pad_row.end(), dwte);
+  if (grad_ready_) grad_ready_(0);
 }
 
 PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,

@@ -73,6 +73,11 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option(flag("--watchdog-timeout"), o.watchdog_timeout,
                   "data parallel: seconds without progress after which a rank ends the job (default 600, 0 = off)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option(flag("--bucket-cap-mb"), o.bucket_cap_mb,
+                  "data parallel: gradient all-reduce bucket size in MB of fp32 (default 25, as PyTorch DDP)")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag(flag("--no-allreduce-overlap"), [&o](int64_t) { o.allreduce_overlap = false; },
+                "data parallel: reduce the gradients after backward instead of bucket by bucket during it");
 }
 
 bool is_lead() { return dist::world().rank() == 0; }
@@ -145,6 +150,8 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.resume = o.resume;
   f.allreduce_dtype = o.allreduce_dtype;
   f.watchdog_timeout = o.watchdog_timeout;
+  f.bucket_cap_mb = o.bucket_cap_mb;
+  f.allreduce_overlap = o.allreduce_overlap;
   return f;
 }
 

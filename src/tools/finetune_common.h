@@ -25,7 +25,8 @@ struct FtCli {
   float learning_rate = 5e-5f, weight_decay = 0.01f, max_grad_norm = 1.0f;
   uint64_t seed = 42;
   std::string allreduce_dtype = "fp32";
-  double watchdog_timeout = 600;
+  double watchdog_timeout = 600, bucket_cap_mb = 25;
+  bool allreduce_overlap = true;
 };
 
 // Rank 0 of a data-parallel job (or the only process): the one that writes files and prints results.

@@ -1,6 +1,10 @@
 #include "train/data_parallel.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -22,19 +26,112 @@ Rng micro_batch_rng(uint64_t seed, int phase, int64_t step, int64_t k) {
   return Rng{s, 0};
 }
 
-void GradAccumulator::before(int64_t a, std::vector<float>& grads) {
-  if (a == 0) return;
+struct GradSync::Thread {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t ready = 0;       // buckets whose begin >= ready may be reduced
+  size_t next = 0, nb = 0;
+  bool active = false, quit = false;
+  std::exception_ptr error;
+  std::thread t;
+};
+
+namespace {
+size_t bucket_count(size_t n, size_t s) { return (n + s - 1) / s; }
+size_t bucket_begin(size_t n, size_t s, size_t i) { return n > (i + 1) * s ? n - (i + 1) * s : 0; }
+}  // namespace
+
+GradSync::GradSync(dist::Communicator& comm, dist::WireDtype wire, size_t bucket_elems, bool overlap)
+    : comm_(comm), wire_(wire), bucket_elems_(std::max<size_t>(bucket_elems, 1)),
+      overlap_(overlap && comm.world() > 1) {
+  if (!overlap_) return;
+  th_ = std::make_unique<Thread>();
+  th_->t = std::thread([this] {
+    Thread& t = *th_;
+    std::unique_lock<std::mutex> lk(t.mu);
+    for (;;) {
+      t.cv.wait(lk, [&] {
+        return t.quit || (t.active && t.next < t.nb && t.ready <= bucket_begin(n_, bucket_elems_, t.next));
+      });
+      if (t.quit) return;
+      const size_t i = t.next;
+      lk.unlock();
+      try {
+        if (!t.error) reduce_bucket(i);
+      } catch (...) {
+        t.error = std::current_exception();
+      }
+      lk.lock();
+      ++t.next;
+      t.cv.notify_all();
+    }
+  });
+}
+
+GradSync::~GradSync() {
+  if (!th_) return;
+  {
+    std::lock_guard<std::mutex> lk(th_->mu);
+    th_->quit = true;
+  }
+  th_->cv.notify_all();
+  th_->t.join();
+}
+
+void GradSync::reduce_bucket(size_t i) {
+  const size_t b = bucket_begin(n_, bucket_elems_, i), e = n_ - i * bucket_elems_;
+  comm_.allreduce_sum(buf_ + b, e - b, wire_);
+}
+
+void GradSync::before(int64_t a, int64_t count, std::vector<float>& grads) {
   if (a == 1) {
     acc_.resize(grads.size());
     std::swap(acc_, grads);  // acc_ = g0; grads becomes scratch for g1
   }
-  float* g = grads.data();
-  const int64_t n = static_cast<int64_t>(grads.size());
+  if (a >= 1) {
+    float* g = grads.data();
+    const int64_t n = static_cast<int64_t>(grads.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
+    for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
+  }
+  last_ = overlap_ && a == count - 1;
+  if (!last_) return;
+  // The last micro-batch: buckets go out as its backward finishes them.
+  n_ = grads.size();
+  buf_ = count > 1 ? acc_.data() : grads.data();
+  grads_ = grads.data();
+  watermark_ = n_;
+  std::lock_guard<std::mutex> lk(th_->mu);
+  th_->ready = n_;
+  th_->next = 0;
+  th_->nb = bucket_count(n_, bucket_elems_);
+  th_->active = true;
+  th_->error = nullptr;
 }
 
-void GradAccumulator::after(int64_t a, std::vector<float>& grads) {
+void GradSync::ready_from(size_t offset) {
+  if (!last_ || offset >= watermark_) return;
+  if (buf_ != grads_) {  // accumulation: this range of the last micro-batch joins the sum now
+    float* acc = buf_;
+    const float* g = grads_;
+    const int64_t b = static_cast<int64_t>(offset), e = static_cast<int64_t>(watermark_);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = b; i < e; ++i) acc[i] += g[i];
+  }
+  watermark_ = offset;
+  {
+    std::lock_guard<std::mutex> lk(th_->mu);
+    th_->ready = offset;
+  }
+  th_->cv.notify_all();
+}
+
+void GradSync::after(int64_t a, int64_t count, std::vector<float>& grads) {
+  (void)count;
+  if (last_) {
+    ready_from(0);  // whatever the hook has not reported is final now
+    return;
+  }
   if (a == 0) return;
   float* acc = acc_.data();
   const float* g = grads.data();
@@ -43,8 +140,23 @@ void GradAccumulator::after(int64_t a, std::vector<float>& grads) {
   for (int64_t i = 0; i < n; ++i) acc[i] += g[i];
 }
 
-void GradAccumulator::finish(int64_t micro_batches, std::vector<float>& grads) {
-  if (micro_batches > 1) std::swap(acc_, grads);
+void GradSync::finish(int64_t count, std::vector<float>& grads) {
+  if (count > 1) std::swap(acc_, grads);  // the buffers, not their addresses, change hands
+  wait_s_ = 0;
+  if (comm_.world() == 1) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (last_) {  // wait for the communication thread's buckets
+    std::unique_lock<std::mutex> lk(th_->mu);
+    th_->cv.wait(lk, [&] { return th_->next == th_->nb; });
+    th_->active = false;
+    last_ = false;
+    if (th_->error) std::rethrow_exception(th_->error);
+  } else {  // no overlap (or no micro-batch on this rank this step): the same buckets, here
+    n_ = grads.size();
+    buf_ = grads.data();
+    for (size_t i = 0; i < bucket_count(n_, bucket_elems_); ++i) reduce_bucket(i);
+  }
+  wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void check_same_on_all_ranks(dist::Communicator& comm, double value, const std::string& what) {

@@ -20,21 +20,50 @@ int threads_per_rank(int requested, const dist::Communicator& comm);
 // The dropout RNG of micro-batch k of optimizer step `step` (phase 1 or 2).
 Rng micro_batch_rng(uint64_t seed, int phase, int64_t step, int64_t k);
 
-// Sums a step's micro-batch gradients as separately computed tensors: ((g0 + g1) + g2) ..., as
-// PyTorch accumulates .grad and as the all-reduce sums ranks, so 2 ranks x 1 micro-batch and
-// 1 rank x 2 micro-batches give bit-identical gradients. Costs one extra gradient buffer and a
-// pass over it per micro-batch after the first (nothing when accumulation is 1).
-class GradAccumulator {
+// A step's gradients: the micro-batch gradients of this rank summed as separately computed
+// tensors, ((g0 + g1) + g2) ..., as PyTorch accumulates .grad and as the all-reduce sums ranks
+// (so 2 ranks x 1 micro-batch and 1 rank x 2 micro-batches give bit-identical gradients), then
+// the sum over ranks (NVIDIA's allreduce_post_accumulation: once per optimizer step).
+//
+// The all-reduce runs in buckets: a fixed partition of the flat gradient buffer into chunks of
+// `bucket_elems`, from its end (the heads, whose gradients backward finishes first) to its start
+// (the embeddings). With overlap, a communication thread reduces each bucket as soon as the last
+// micro-batch's backward has finished it (the model reports, through a hook, the offset from
+// which on its gradients are final), while backward goes on with the layers below. The bucket
+// partition is the same on every rank whatever each computes, so collectives always match, and
+// a sum is element by element, so results do not depend on bucketing or overlap.
+class GradSync {
  public:
-  // Call before micro-batch a (0-based) runs its backward into `grads`, which is zero for a = 0.
-  void before(int64_t a, std::vector<float>& grads);
-  // Call after micro-batch a's backward.
-  void after(int64_t a, std::vector<float>& grads);
-  // After the last micro-batch: `grads` holds the sum.
-  void finish(int64_t micro_batches, std::vector<float>& grads);
+  GradSync(dist::Communicator& comm, dist::WireDtype wire, size_t bucket_elems, bool overlap);
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+  // Before micro-batch a of this rank's `count` in the step (`grads` is zero for a = 0).
+  void before(int64_t a, int64_t count, std::vector<float>& grads);
+  // The model's backward hook: gradients at [offset, end) are final for the running micro-batch.
+  void ready_from(size_t offset);
+  // After micro-batch a's backward.
+  void after(int64_t a, int64_t count, std::vector<float>& grads);
+  // After this rank's last micro-batch (also with count 0): `grads` holds the global sum.
+  void finish(int64_t count, std::vector<float>& grads);
+  bool overlapping() const { return overlap_; }
+  double last_wait_seconds() const { return wait_s_; }  // time finish() waited for communication
 
  private:
+  struct Thread;
+  void reduce_bucket(size_t i);
+  dist::Communicator& comm_;
+  dist::WireDtype wire_;
+  size_t bucket_elems_;
+  bool overlap_;
   std::vector<float> acc_;
+  float* buf_ = nullptr;   // what the buckets reduce: the gradients or the accumulator
+  float* grads_ = nullptr; // the running micro-batch's gradients (last micro-batch, accumulation > 1)
+  size_t n_ = 0;
+  size_t watermark_ = 0;   // [watermark_, n_) final
+  bool last_ = false;      // the running micro-batch is the last of the step
+  double wait_s_ = 0;
+  std::unique_ptr<Thread> th_;
 };
 
 // Every rank must agree on a value (a resumed step, a data-set size): throws naming `what` and

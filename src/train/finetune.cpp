@@ -223,7 +223,15 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   int64_t perm_epoch = -1;
   install_stop_signals();
   dist::Watchdog watchdog(comm, W > 1 ? o.watchdog_timeout : 0);
-  GradAccumulator accum;
+  const bool overlap = o.allreduce_overlap && comm.other_thread_ok();
+  if (lead && W > 1 && o.allreduce_overlap && !overlap)
+    std::cerr << "finetune: the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with backward\n";
+  GradSync sync(comm, wire, static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / 4)), overlap);
+  model.set_grad_ready_hook([&sync](size_t offset) { sync.ready_from(offset); });
+  struct Unhook {
+    Bert& m;
+    ~Unhook() { m.set_grad_ready_hook(nullptr); }
+  } unhook{model};
   while (step < total) {
     watchdog.beat("the step's first all-reduce", step);
     double stop = stop_signal() ? 1.0 : 0.0;  // a signal to any rank stops every rank at this step
@@ -242,7 +250,8 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     // This step's loss and its padded, real and row counts, summed over ranks below.
     double sv[4] = {0, 0, 0, 0};
     double& step_loss = sv[0];
-    int64_t done = 0;  // micro-batches this rank has run in this step
+    int64_t done = 0;  // micro-batches this rank has run in this step, of `count`
+    const int64_t count = std::clamp<int64_t>((last - first - R * A * micro + micro - 1) / micro, 0, A);
     for (int64_t k = R * A; k < (R + 1) * A; ++k) {
       const int64_t m0 = first + k * micro;
       if (m0 >= last) break;  // the epoch's last step may leave a rank's micro-batches empty
@@ -254,15 +263,15 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
       // Each micro-batch's mean loss weighs by its share of the step's examples.
       const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
       Rng rng = micro_batch_rng(o.seed, 1, step, k);
-      accum.before(done, model.grads());
+      sync.before(done, count, model.grads());
       const FinetuneLoss l = model.finetune_step(b, /*training=*/true, /*backward=*/true, o.precision, rng, w);
-      accum.after(done, model.grads());
+      sync.after(done, count, model.grads());
       ++done;
       step_loss += w * l.loss;
     }
-    accum.finish(done, model.grads());
+    BERTCC_CHECK(done == count, "finetune: internal error: ", done, " micro-batches run, ", count, " expected");
     watchdog.beat("the gradient all-reduce", step);
-    comm.allreduce_sum(model.grads().data(), model.grads().size(), wire);
+    sync.finish(count, model.grads());
     comm.allreduce_sum(sv, 4);
     padded_tokens += static_cast<int64_t>(sv[1]);
     padded_since += static_cast<int64_t>(sv[1]);

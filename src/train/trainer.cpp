@@ -212,7 +212,17 @@ int run_pretraining(const PretrainOptions& o) {
   auto t_last = std::chrono::steady_clock::now();
   int64_t skipped_total = 0;
   int64_t seqs_since = 0;
-  GradAccumulator accum;
+  double allreduce_seconds = 0;  // time in the gradient all-reduce since the last log line
+  int64_t allreduce_steps = 0;
+  const bool overlap = o.allreduce_overlap && comm.other_thread_ok();
+  if (lead && W > 1 && o.allreduce_overlap && !overlap)
+    std::cerr << "pretrain: the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with backward\n";
+  GradSync sync(comm, wire, static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / 4)), overlap);
+  model->set_grad_ready_hook([&sync](size_t offset) { sync.ready_from(offset); });
+  struct Unhook {
+    Bert& m;
+    ~Unhook() { m.set_grad_ready_hook(nullptr); }
+  } unhook{*model};
   bool stopped = false;
   while (st.step < o.max_steps) {
     watchdog.beat("loading the step's batches", st.step + st.step_offset);
@@ -240,18 +250,20 @@ int run_pretraining(const PretrainOptions& o) {
     for (int64_t a = 0; a < A; ++a) {
       const BertBatch& batch = batches[static_cast<size_t>(a)];
       Rng rng = micro_batch_rng(o.seed, st.phase, st.step, R * A + a);
-      accum.before(a, model->grads());
+      sync.before(a, A, model->grads());
       const PretrainLoss l = model->pretrain_step(batch, true, true, prec, rng, scale, mlm_denom, nsp_denom);
-      accum.after(a, model->grads());
+      sync.after(a, A, model->grads());
       loss_sums[0] += l.mlm_loss_sum;
       loss_sums[1] += l.nsp_loss_sum;
       seqs_since += batch.B * W;
     }
-    accum.finish(A, model->grads());
     // Gradients reduced once per optimizer step, after accumulation (NVIDIA's
-    // allreduce_post_accumulation); every rank then holds the same global gradient.
+    // allreduce_post_accumulation), in buckets overlapped with the last micro-batch's backward;
+    // every rank then holds the same global gradient.
     watchdog.beat("the gradient all-reduce", st.step + st.step_offset);
-    comm.allreduce_sum(model->grads().data(), model->grads().size(), wire);
+    sync.finish(A, model->grads());
+    allreduce_seconds += sync.last_wait_seconds();
+    ++allreduce_steps;
     comm.allreduce_sum(loss_sums, 2);
     const double mlm_loss = head[0] > 0 ? loss_sums[0] / head[0] : 0.0;
     const double nsp_loss = loss_sums[1] / static_cast<double>(global_batch);
@@ -302,6 +314,9 @@ int run_pretraining(const PretrainOptions& o) {
       d["loss_scale"] = st.loss_scale;
       d["skipped_steps"] = skipped_total;
       d["seq_per_s"] = sps;
+      if (W > 1) d["allreduce_wait_s"] = allreduce_seconds / static_cast<double>(std::max<int64_t>(1, allreduce_steps));
+      allreduce_seconds = 0;
+      allreduce_steps = 0;
       log->log({st.cursor.epoch, st.step + st.step_offset}, d);
       for (const char* k : {"loss", "mlm_loss", "nsp_loss", "learning_rate", "seq_per_s"})
         tb->scalar(std::string("train/") + k, d[k].get<float>(), st.step + st.step_offset);
