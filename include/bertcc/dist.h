@@ -41,6 +41,11 @@ class Communicator {
   virtual void allgather(const double* in, size_t n, double* out) = 0;
   // Every rank's floats (n may differ by rank), rank-major, into `out`; counts[r] = rank r's n.
   virtual void allgatherv(const float* in, size_t n, std::vector<float>& out, std::vector<size_t>& counts) = 0;
+  // In place: rank r's part is data[displ_r, displ_r + counts[r]) (displ = prefix sums of
+  // counts); afterwards every rank holds every part.
+  virtual void allgatherv_inplace(float* data, const std::vector<size_t>& counts) = 0;
+  // Rank r's `counts[r]` floats, rank-major, into `out` on `root` (out is ignored elsewhere).
+  virtual void gatherv(const float* in, const std::vector<size_t>& counts, float* out, int root) = 0;
   virtual void barrier() = 0;
   // Ends every rank of the job now (after this rank has printed its message).
   [[noreturn]] virtual void abort(int code) = 0;

@@ -75,6 +75,7 @@ struct FinetuneOptions {
   double watchdog_timeout = 600;         // data parallel: seconds without progress before the job ends
   double bucket_cap_mb = 25;             // data parallel: all-reduce bucket size
   bool allreduce_overlap = true;         // data parallel: reduce buckets while backward goes on
+  bool zero1 = false;                    // data parallel: optimizer moments sharded across ranks
   bool quiet = false;
 };
 

@@ -9,8 +9,11 @@
 namespace bertcc {
 
 struct AdamState {
-  std::vector<float> m, v;  // first and second moments, same layout as the parameters
+  std::vector<float> m, v;  // first and second moments of parameters [begin, end), same layout
   int64_t step = 0;
+  // The parameters this state updates (ZeRO-1: a shard of whole tensors; others are left as they
+  // are). end = 0: the whole buffer.
+  size_t begin = 0, end = 0;
 };
 
 struct LambOptions {

@@ -28,6 +28,7 @@ struct PretrainOptions {
   double watchdog_timeout = 600;       // seconds without progress before a rank ends the job (0 = off)
   double bucket_cap_mb = 25;           // gradient all-reduce bucket size (PyTorch DDP's default)
   bool allreduce_overlap = true;       // reduce buckets while backward goes on
+  bool zero1 = false;                  // optimizer moments sharded across ranks (ZeRO stage 1)
 };
 
 // Runs (or resumes) pre-training; returns the process exit code. SIGINT/SIGTERM finish the

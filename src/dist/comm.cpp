@@ -51,6 +51,10 @@ class SingleProcess final : public Communicator {
     out.assign(in, in + n);
     counts.assign(1, n);
   }
+  void allgatherv_inplace(float*, const std::vector<size_t>&) override {}
+  void gatherv(const float* in, const std::vector<size_t>& counts, float* out, int) override {
+    std::memcpy(out, in, counts.at(0) * sizeof(float));
+  }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
 };

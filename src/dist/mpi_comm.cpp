@@ -101,6 +101,21 @@ class MpiComm final : public Communicator {
           "MPI_Allgatherv");
   }
 
+  void allgatherv_inplace(float* data, const std::vector<size_t>& counts) override {
+    std::vector<int> c, d;
+    displacements(counts, c, d);
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, c.data(), d.data(), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+  }
+
+  void gatherv(const float* in, const std::vector<size_t>& counts, float* out, int root) override {
+    std::vector<int> c, d;
+    displacements(counts, c, d);
+    check(MPI_Gatherv(in, c[static_cast<size_t>(rank_)], MPI_FLOAT, out, c.data(), d.data(), MPI_FLOAT, root,
+                      MPI_COMM_WORLD),
+          "MPI_Gatherv");
+  }
+
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
   [[noreturn]] void abort(int code) override {
@@ -109,6 +124,17 @@ class MpiComm final : public Communicator {
   }
 
  private:
+  void displacements(const std::vector<size_t>& counts, std::vector<int>& c, std::vector<int>& d) const {
+    BERTCC_CHECK(counts.size() == static_cast<size_t>(world_), "MPI: ", counts.size(), " counts for ", world_, " ranks");
+    size_t total = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      BERTCC_CHECK(total + counts[r] < (size_t{1} << 31), "MPI: more than 2^31 values in one gather");
+      c.push_back(static_cast<int>(counts[r]));
+      d.push_back(static_cast<int>(total));
+      total += counts[r];
+    }
+  }
+
   // One chunk: slice j = [bounds[j], bounds[j+1]) is summed by rank j.
   void bucket(float* data, size_t n, WireDtype wire) {
     const size_t W = static_cast<size_t>(world_), r = static_cast<size_t>(rank_);

@@ -50,7 +50,7 @@ struct StepStart {
 };
 StepStart start_step(const ParamTable& t, const float* g, AdamState& s, double grad_norm, float max_grad_norm,
                      float beta1, float beta2, bool bias_correction) {
-  ensure_state(s, t.total());
+  ensure_state(s, (s.end ? s.end : t.total()) - s.begin);
   s.step += 1;
   StepStart r;
   r.gnorm = grad_norm >= 0 ? grad_norm : global_norm(g, t.total());
@@ -64,12 +64,14 @@ StepStart start_step(const ParamTable& t, const float* g, AdamState& s, double g
 double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const LambOptions& o,
                  double grad_norm) {
   const auto [gnorm, clip, bc1, bc2] = start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, true);
+  const size_t end = s.end ? s.end : t.total();
   for (const ParamEntry& e : t.entries()) {
-    if (!e.trainable) continue;  // frozen: no decay, no moment update
+    if (!e.trainable) continue;                            // frozen: no decay, no moment update
+    if (e.offset < s.begin || e.offset >= end) continue;  // another rank's shard (ZeRO-1)
     float* __restrict we = w + e.offset;
     float* __restrict ge = g + e.offset;
-    float* __restrict m = s.m.data() + e.offset;
-    float* __restrict v = s.v.data() + e.offset;
+    float* __restrict m = s.m.data() + (e.offset - s.begin);
+    float* __restrict v = s.v.data() + (e.offset - s.begin);
     const float wd = e.weight_decay ? o.weight_decay : 0.0f;
     const float b1 = o.beta1, b2 = o.beta2, eps = o.eps;  // locals: the loops must not reload them
     // Pass 1: moments, the update u (written over the gradient) and the squared norms of w and u,
@@ -126,12 +128,14 @@ double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float l
   const auto [gnorm, clip, bc1, bc2] =
       start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.bias_correction);
   const float b1 = o.beta1, b2 = o.beta2, eps = o.eps;  // locals: the loop must not reload them
+  const size_t end = s.end ? s.end : t.total();
   for (const ParamEntry& e : t.entries()) {
-    if (!e.trainable) continue;  // frozen: no decay, no moment update
+    if (!e.trainable) continue;                            // frozen: no decay, no moment update
+    if (e.offset < s.begin || e.offset >= end) continue;  // another rank's shard (ZeRO-1)
     float* __restrict we = w + e.offset;
     const float* __restrict ge = g + e.offset;
-    float* __restrict m = s.m.data() + e.offset;
-    float* __restrict v = s.v.data() + e.offset;
+    float* __restrict m = s.m.data() + (e.offset - s.begin);
+    float* __restrict v = s.v.data() + (e.offset - s.begin);
     const float decay = e.weight_decay ? 1.0f - lr * o.weight_decay : 1.0f;
     const auto n = static_cast<int64_t>(e.numel);
 #pragma omp parallel for simd schedule(static) if (n > 65536)

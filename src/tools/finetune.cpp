@@ -76,6 +76,8 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option(flag("--bucket-cap-mb"), o.bucket_cap_mb,
                   "data parallel: gradient all-reduce bucket size in MB of fp32 (default 25, as PyTorch DDP)")
       ->check(CLI::PositiveNumber);
+  sub->add_flag("--zero1", o.zero1,
+                "data parallel: shard the AdamW moments across ranks (ZeRO stage 1); results identical to unsharded");
   sub->add_flag(flag("--no-allreduce-overlap"), [&o](int64_t) { o.allreduce_overlap = false; },
                 "data parallel: reduce the gradients after backward instead of bucket by bucket during it");
 }
@@ -152,6 +154,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.watchdog_timeout = o.watchdog_timeout;
   f.bucket_cap_mb = o.bucket_cap_mb;
   f.allreduce_overlap = o.allreduce_overlap;
+  f.zero1 = o.zero1;
   return f;
 }
 

@@ -26,7 +26,7 @@ struct FtCli {
   uint64_t seed = 42;
   std::string allreduce_dtype = "fp32";
   double watchdog_timeout = 600, bucket_cap_mb = 25;
-  bool allreduce_overlap = true;
+  bool allreduce_overlap = true, zero1 = false;
 };
 
 // Rank 0 of a data-parallel job (or the only process): the one that writes files and prints results.

@@ -52,6 +52,9 @@ void add_pretrain(CLI::App& app) {
   sub->add_option(flag("--bucket-cap-mb"), o->bucket_cap_mb,
                   "data parallel: gradient all-reduce bucket size in MB of fp32 (default 25, as PyTorch DDP)")
       ->check(CLI::PositiveNumber);
+  sub->add_flag("--zero1", o->zero1,
+                "data parallel: shard the optimizer moments across ranks (ZeRO stage 1); updated tensors are "
+                "all-gathered; results identical to unsharded");
   sub->add_flag(flag("--no-allreduce-overlap"), [o](int64_t) { o->allreduce_overlap = false; },
                 "data parallel: reduce the gradients after backward instead of bucket by bucket during it");
   sub->add_option(flag("--watchdog-timeout"), o->watchdog_timeout,

@@ -159,6 +159,53 @@ void GradSync::finish(int64_t count, std::vector<float>& grads) {
   wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+OptimizerShards::OptimizerShards(const ParamTable& t, int world) {
+  const size_t P = t.total(), W = static_cast<size_t>(world);
+  bounds_.assign(W + 1, P);
+  bounds_[0] = 0;
+  for (size_t r = 1; r < W; ++r) {
+    const size_t target = P * r / W;
+    for (const ParamEntry& e : t.entries())
+      if (e.offset >= target) {
+        bounds_[r] = e.offset;
+        break;
+      }
+  }
+  for (size_t r = 0; r < W; ++r) counts_.push_back(bounds_[r + 1] - bounds_[r]);
+}
+
+void OptimizerShards::keep_own(AdamState& s, int rank) const {
+  const size_t b = begin(rank), e = end(rank);
+  if (!s.m.empty()) {
+    BERTCC_CHECK(s.begin == 0 && s.m.size() == bounds_.back(), "ZeRO-1: moments of ", s.m.size(),
+                 " values, expected the full ", bounds_.back());
+    s.m = std::vector<float>(s.m.begin() + static_cast<std::ptrdiff_t>(b), s.m.begin() + static_cast<std::ptrdiff_t>(e));
+    s.v = std::vector<float>(s.v.begin() + static_cast<std::ptrdiff_t>(b), s.v.begin() + static_cast<std::ptrdiff_t>(e));
+  } else {
+    s.m.assign(e - b, 0.0f);
+    s.v.assign(e - b, 0.0f);
+  }
+  s.begin = b;
+  s.end = e;
+}
+
+AdamState OptimizerShards::gather_full(dist::Communicator& comm, const AdamState& own) const {
+  AdamState full;
+  full.step = own.step;
+  const bool root = comm.rank() == 0;
+  if (root) {
+    full.m.resize(bounds_.back());
+    full.v.resize(bounds_.back());
+  }
+  comm.gatherv(own.m.data(), counts_, root ? full.m.data() : nullptr, 0);
+  comm.gatherv(own.v.data(), counts_, root ? full.v.data() : nullptr, 0);
+  return root ? full : AdamState{};
+}
+
+void OptimizerShards::allgather_params(dist::Communicator& comm, float* params) const {
+  comm.allgatherv_inplace(params, counts_);
+}
+
 void check_same_on_all_ranks(dist::Communicator& comm, double value, const std::string& what) {
   std::vector<double> all(static_cast<size_t>(comm.world()));
   comm.allgather(&value, 1, all.data());

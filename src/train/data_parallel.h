@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "bertcc/dist.h"
+#include "bertcc/optim.h"
+#include "bertcc/params.h"
 #include "bertcc/rng.h"
 
 namespace bertcc {
@@ -64,6 +66,25 @@ class GradSync {
   bool last_ = false;      // the running micro-batch is the last of the step
   double wait_s_ = 0;
   std::unique_ptr<Thread> th_;
+};
+
+// ZeRO-1 (--zero1): the optimizer moments are split across ranks by whole tensors (rank r owns the
+// tensors starting in [r P/W, (r+1) P/W)); each rank updates its tensors with the all-reduced
+// gradients and the global norm (the same arithmetic as unsharded, so the same bits), then the
+// updated parameters are all-gathered. Checkpoints hold the full moments (gathered on rank 0).
+class OptimizerShards {
+ public:
+  OptimizerShards(const ParamTable& t, int world);
+  size_t begin(int r) const { return bounds_[static_cast<size_t>(r)]; }
+  size_t end(int r) const { return bounds_[static_cast<size_t>(r) + 1]; }
+  // Full moments (a fresh state or one loaded from a checkpoint) -> this rank's shard.
+  void keep_own(AdamState& s, int rank) const;
+  // This rank's shard -> the full moments on rank 0 (others: the state is returned unchanged).
+  AdamState gather_full(dist::Communicator& comm, const AdamState& own) const;
+  void allgather_params(dist::Communicator& comm, float* params) const;
+
+ private:
+  std::vector<size_t> bounds_, counts_;
 };
 
 // Every rank must agree on a value (a resumed step, a data-set size): throws naming `what` and

@@ -183,6 +183,20 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   if (W > 1)
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
+  std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
+  if (o.zero1 && W > 1) {
+    shards = std::make_unique<OptimizerShards>(model.table(), static_cast<int>(W));
+    shards->keep_own(opt, static_cast<int>(R));
+  }
+  // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
+  auto save = [&]() {
+    if (shards) {
+      const AdamState full = shards->gather_full(comm, opt);
+      if (lead) save_checkpoint(o.output_dir, model, full, st, o.vocab_path, o.keep_checkpoints);
+    } else if (lead) {
+      save_checkpoint(o.output_dir, model, opt, st, o.vocab_path, o.keep_checkpoints);
+    }
+  };
   if (o.resume && !loaded && lead)
     std::cerr << "finetune: no checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
   BERTCC_CHECK(st.step <= total, o.output_dir, ": the checkpoint is at step ", st.step, ", past this run's ", total,
@@ -279,6 +293,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     rows_since += static_cast<int64_t>(sv[3]);
     const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
     adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao);
+    if (shards) shards->allgather_params(comm, model.params().data());
     ++step;
     seqs += last - first;
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
@@ -300,12 +315,11 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     }
     if (step % steps_per_epoch == 0 || step == total) run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
     st.step = step;
-    if (lead && step < total && o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0)
-      save_checkpoint(o.output_dir, model, opt, st, o.vocab_path, o.keep_checkpoints);
+    if (step < total && o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0) save();
   }
   if (step < total) {  // stopped by a signal: save the state reached
     const bool saved = o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0 && step > 0;
-    if (lead && !saved) save_checkpoint(o.output_dir, model, opt, st, o.vocab_path, o.keep_checkpoints);
+    if (!saved) save();
     if (lead)
       std::cerr << "finetune: stopped by signal after step " << step << "; checkpoint in " << o.output_dir
                 << "/checkpoints/step_" << step << " (continue with --resume-from-checkpoint)\n";

@@ -108,6 +108,20 @@ int run_pretraining(const PretrainOptions& o) {
     }
   }
   st.global_batch = global_batch;
+  std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
+  if (o.zero1 && W > 1) {
+    shards = std::make_unique<OptimizerShards>(model->table(), W);
+    shards->keep_own(opt, R);
+  }
+  if (lead && W > 1) {
+    const double full_mb = 2.0 * 4 * static_cast<double>(model->table().total()) / 1048576.0;
+    const double own_mb = shards ? 2.0 * 4 * static_cast<double>(shards->end(0) - shards->begin(0)) / 1048576.0 : full_mb;
+    std::cerr << "pretrain: optimizer moments " << own_mb << " MB on rank 0"
+              << (shards ? " (ZeRO-1: sharded over " + std::to_string(W) + " ranks; unsharded " +
+                               std::to_string(static_cast<int64_t>(full_mb + 0.5)) + " MB)"
+                         : std::string(" (replicated on every rank; --zero1 shards them)"))
+              << "\n";
+  }
   if (lead && W > 1)
     std::cerr << "pretrain: " << W << " ranks (" << comm.name() << "), " << threads() << " threads each; global batch "
               << global_batch << " = " << W << " x " << A << " x " << micro << ", all-reduce in "
@@ -217,6 +231,16 @@ int run_pretraining(const PretrainOptions& o) {
   const bool overlap = o.allreduce_overlap && comm.other_thread_ok();
   if (lead && W > 1 && o.allreduce_overlap && !overlap)
     std::cerr << "pretrain: the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with backward\n";
+  // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
+  auto save = [&]() {
+    watchdog.beat("saving a checkpoint", st.step + st.step_offset);
+    if (shards) {
+      const AdamState full = shards->gather_full(comm, opt);
+      if (lead) save_checkpoint(o.output_dir, *model, full, st, o.vocab, o.keep_checkpoints);
+    } else if (lead) {
+      save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
+    }
+  };
   GradSync sync(comm, wire, static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / 4)), overlap);
   model->set_grad_ready_hook([&sync](size_t offset) { sync.ready_from(offset); });
   struct Unhook {
@@ -294,6 +318,10 @@ int run_pretraining(const PretrainOptions& o) {
         lamb_step(model->table(), model->params().data(), model->grads().data(), opt, lr, lamb, norm);
       else
         adamw_step(model->table(), model->params().data(), model->grads().data(), opt, lr, adamw, norm);
+      if (shards) {  // every rank updated its own tensors: share them
+        watchdog.beat("the ZeRO-1 parameter all-gather", st.step + st.step_offset);
+        shards->allgather_params(comm, model->params().data());
+      }
       if (dynamic_scale && ++st.clean_steps >= o.loss_scale_window) {
         st.loss_scale *= 2;
         st.clean_steps = 0;
@@ -335,15 +363,14 @@ int run_pretraining(const PretrainOptions& o) {
     } else if (!lead) {
       seqs_since = 0;
     }
-    if (lead && o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps)
-      save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
+    if (o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps) save();
     watchdog.beat("evaluation", st.step + st.step_offset);
     if (eval_loader && eval_every > 0 && st.step % eval_every == 0 && st.step < o.max_steps) evaluate();
   }
   watchdog.beat("the final evaluation and save", st.step + st.step_offset);
   if (eval_loader && st.step >= o.max_steps) evaluate();
+  save();
   if (lead) {
-    save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
     if (st.step >= o.max_steps) save_model_dir(*model, o.output_dir + "/model", o.vocab);
     std::cerr << (stopped ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
               << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset << "\n";

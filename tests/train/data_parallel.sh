@@ -71,6 +71,12 @@ for v in "--bucket-cap-mb 0.25" "--no-allreduce-overlap"; do
   same_model "pretrain, 2 ranks with $v" "$W/pt1_fp32/model" "$W/pt2_b/model"
   rm -rf "$W/pt2_b"
 done
+# ZeRO-1: moments sharded, updated tensors all-gathered: the same model and (gathered) moments
+$MPI "$B" pretrain $PT $TWO --precision fp32 --zero1 --output-dir "$W/zero1" > "$W/zero1.log" 2>&1 || fail "--zero1: $(tail -3 "$W/zero1.log")"
+same_model "pretrain --zero1, 2 ranks" "$W/pt1_fp32/model" "$W/zero1/model"
+cmp -s "$W/pt1_fp32/checkpoints/step_4/optimizer.safetensors" "$W/zero1/checkpoints/step_4/optimizer.safetensors" \
+  && echo "ok   --zero1: checkpointed moments byte-identical; $(grep -o 'moments [0-9.]* MB on rank 0[^;]*' "$W/zero1.log")" \
+  || fail "--zero1: checkpointed moments differ"
 # 2 ranks x 2 micro-batches vs 1 rank x 4: the sums group differently ((g0+g1)+(g2+g3)), so close, not equal
 "$B" pretrain $PT --train-batch-size 16 --gradient-accumulation-steps 4 --precision fp32 --output-dir "$W/pt1_a4" > "$W/pt1_a4.log" 2>&1 || fail "1 rank x 4"
 $MPI "$B" pretrain $PT --train-batch-size 8 --gradient-accumulation-steps 2 --precision fp32 --output-dir "$W/pt2_a2" > "$W/pt2_a2.log" 2>&1 || fail "2 ranks x 2"
@@ -201,6 +207,8 @@ FT="--task-name mrpc --data-dir $W/mrpc --init-checkpoint $W/tiny --learning-rat
 "$B" finetune glue $FT $ONE --output-dir "$W/ft1" > "$W/ft1.out" 2> "$W/ft1.err" || fail "finetune 1 rank: $(tail -3 "$W/ft1.err")"
 $MPI "$B" finetune glue $FT $TWO --bucket-cap-mb 1 --output-dir "$W/ft2" > "$W/ft2.out" 2> "$W/ft2.err" || fail "finetune 2 ranks: $(tail -3 "$W/ft2.err")"
 same_model "finetune MRPC, 2 ranks vs 1 rank x 2 micro-batches" "$W/ft1" "$W/ft2"
+$MPI "$B" finetune glue $FT $TWO --zero1 --output-dir "$W/ft2z" > /dev/null 2> "$W/ft2z.err" || fail "finetune --zero1: $(tail -3 "$W/ft2z.err")"
+same_model "finetune MRPC --zero1, 2 ranks" "$W/ft1" "$W/ft2z"
 same_losses "finetune MRPC" "$W/ft1" "$W/ft2"
 cmp -s "$W/ft1.out" "$W/ft2.out" && [ "$(wc -l < "$W/ft2.out")" = 1 ] \
   && echo "ok   finetune: distributed evaluation = 1 process: $(cat "$W/ft2.out")" || fail "finetune eval: $(cat "$W/ft1.out") vs $(cat "$W/ft2.out")"
