@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -14,7 +15,8 @@ namespace bertcc {
 
 int threads_per_rank(int requested, const dist::Communicator& comm) {
   if (requested > 0) return requested;
-  if (comm.local_world() <= 1) return 0;  // 0: the runtime's default (all cores)
+  // 0: the runtime's default (OMP_NUM_THREADS when set, else all cores)
+  if (comm.local_world() <= 1 || std::getenv("OMP_NUM_THREADS")) return 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / comm.local_world());
 }

@@ -16,7 +16,8 @@
 
 namespace bertcc {
 
-// Threads for this rank: `requested` if > 0, else the host's cores shared by its ranks.
+// Threads for this rank: `requested` if > 0, else OMP_NUM_THREADS if set, else the host's cores
+// shared by its ranks.
 int threads_per_rank(int requested, const dist::Communicator& comm);
 
 // The dropout RNG of micro-batch k of optimizer step `step` (phase 1 or 2).

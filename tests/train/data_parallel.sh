@@ -215,5 +215,27 @@ cmp -s "$W/ft1.out" "$W/ft2.out" && [ "$(wc -l < "$W/ft2.out")" = 1 ] \
 grep '"EVAL"' "$W/ft1/dllogger.json" | cut -d'{' -f3 > "$W/fe1.txt"; grep '"EVAL"' "$W/ft2/dllogger.json" | cut -d'{' -f3 > "$W/fe2.txt"
 [ "$(wc -l < "$W/fe1.txt")" = 3 ] && cmp -s "$W/fe1.txt" "$W/fe2.txt" && echo "ok   finetune: per-epoch evaluations identical" || fail "finetune per-epoch evaluations differ"
 
+# --- the other fine-tuning tasks: NER (CoNLL-2003, 24 sentences) and SQuAD v1.1 (one paragraph), with
+# predictions written by rank 0 from the gathered logits
+awk 'BEGIN{n=0} /^$/{n++} n<=24{print}' "$S/conll2003/iob2/train.txt" > "$W/ner.txt"
+$PY - "$S/squad/v1.1/dev-v1.1.json" "$W/sq.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1])); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:1]
+json.dump({"version": "1.1", "data": [a]}, open(sys.argv[2], "w"))
+PYEOF
+FT2="--init-checkpoint $W/tiny --learning-rate 1e-3 --num-train-epochs 2 --seed 5 --log-freq 1 --threads 1 --precision fp32 --eval-batch-size 4"
+for task in ner squad; do
+  case $task in
+    ner) args="--train-file $W/ner.txt --predict-file $W/ner.txt --max-seq-length 64 --mode train,eval,prediction"; pred=predictions.txt ;;
+    squad) args="--train-file $W/sq.json --predict-file $W/sq.json --max-seq-length 96 --doc-stride 48"; pred=predictions.json ;;
+  esac
+  "$B" finetune $task $args $FT2 $ONE --output-dir "$W/${task}1" > "$W/${task}1.out" 2> "$W/${task}1.err" || fail "$task 1 rank: $(tail -3 "$W/${task}1.err")"
+  $MPI "$B" finetune $task $args $FT2 $TWO --output-dir "$W/${task}2" > "$W/${task}2.out" 2> "$W/${task}2.err" || fail "$task 2 ranks: $(tail -3 "$W/${task}2.err")"
+  same_model "finetune $task, 2 ranks vs 1 rank x 2 micro-batches" "$W/${task}1" "$W/${task}2"
+  cmp -s "$W/${task}1.out" "$W/${task}2.out" && cmp -s "$W/${task}1/$pred" "$W/${task}2/$pred" \
+    && echo "ok   finetune $task: same metrics and $pred as 1 process: $(cut -c1-90 "$W/${task}2.out")" \
+    || fail "finetune $task: metrics or $pred differ: $(cat "$W/${task}1.out") vs $(cat "$W/${task}2.out")"
+done
+
 [ $fails -eq 0 ] && echo "data parallel: all checks passed"
 exit $fails
