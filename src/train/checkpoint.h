@@ -32,8 +32,9 @@ struct TrainerState {
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep);
 // Returns false if there is no valid checkpoint; corrupt or partial ones are skipped with a warning.
-// `who` prefixes the messages ("pretrain", "finetune").
+// `who` prefixes the messages ("pretrain", "finetune"). `lead`: this process tidies partial saves
+// and prints; the other ranks of a data-parallel job only read.
 bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
-                            const char* who = "pretrain");
+                            const char* who = "pretrain", bool lead = true);
 
 }  // namespace bertcc

@@ -179,7 +179,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   // its shuffle and the position in it), the dropout RNG and the best evaluation so far.
   TrainerState st;
   st.rng = Rng{o.seed, 0};
-  const bool loaded = o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune");
+  const bool loaded = o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune", lead);
   if (W > 1)
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");

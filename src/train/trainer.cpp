@@ -83,7 +83,7 @@ int run_pretraining(const PretrainOptions& o) {
   const bool fp16 = prec == Precision::F16;
   const bool dynamic_scale = fp16 && o.loss_scale <= 0;
   st.loss_scale = fp16 ? (dynamic_scale ? o.init_loss_scale : o.loss_scale) : 1.0;
-  const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, *model, opt, st);
+  const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, *model, opt, st, "pretrain", lead);
   if (W > 1) {
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step + st.step_offset) : -1.0,
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
