@@ -1,13 +1,15 @@
-// Data-parallel building blocks: the loader's step slices, ordered gradient accumulation, the
-// per-micro-batch RNG, the single-process communicator.
+// Data-parallel building blocks (the loader's step slices, ordered gradient accumulation, the
+// per-micro-batch RNG, the single-process communicator) and checkpoint directory replacement.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "bertcc/dist.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/pretrain_loader.h"
+#include "train/checkpoint.h"
 #include "train/data_parallel.h"
 
 using namespace bertcc;
@@ -119,4 +121,33 @@ TEST(DataParallel, SingleProcessCommunicator) {
   EXPECT_EQ(threads_per_rank(3, c), 3);
   EXPECT_EQ(dist::parse_wire_dtype("fp16"), dist::WireDtype::F16);
   EXPECT_THROW(dist::parse_wire_dtype("int8"), std::exception);
+}
+
+// Re-saving a checkpoint step: the new directory replaces the old one without a moment where
+// neither is complete; an interrupted fallback re-save (`step_N.old` left, no `step_N`) is put back.
+TEST(Checkpoint, ReplaceDirKeepsACompleteDirectoryAtEveryMoment) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("bertcc_replace_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "step_4");
+  fs::create_directories(root / ".step_4.tmp");
+  std::ofstream(root / "step_4" / "a") << "old";
+  std::ofstream(root / ".step_4.tmp" / "a") << "new";
+  replace_dir(root / ".step_4.tmp", root / "step_4");
+  EXPECT_FALSE(fs::exists(root / ".step_4.tmp"));
+  std::string got;
+  std::ifstream(root / "step_4" / "a") >> got;
+  EXPECT_EQ(got, "new");
+  replace_dir(root / "step_4", root / "step_6");  // no target yet: a plain rename
+  EXPECT_TRUE(fs::exists(root / "step_6" / "a"));
+  // A kill between the fallback's two renames leaves only step_6.old: resuming restores it.
+  fs::rename(root / "step_6", root / "step_6.old");
+  fs::create_directories(root / "step_2.old");
+  fs::create_directories(root / "step_2");  // both present: the .old one is stale
+  restore_replaced_dirs(root);
+  EXPECT_TRUE(fs::exists(root / "step_6" / "a"));
+  EXPECT_FALSE(fs::exists(root / "step_6.old"));
+  EXPECT_FALSE(fs::exists(root / "step_2.old"));
+  EXPECT_TRUE(fs::exists(root / "step_2"));
+  fs::remove_all(root);
 }

@@ -24,6 +24,7 @@ struct BertBatch {
   // (question answering; values outside [0, T) are ignored, as HF clamps them to T).
   std::vector<int32_t> labels, start_positions, end_positions;
   std::vector<float> targets;
+  std::string source;  // where the rows come from (a shard's path), for error messages
   void validate(const BertConfig& c, const std::string& where) const;   // throws naming the field
 };
 

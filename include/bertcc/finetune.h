@@ -76,6 +76,7 @@ struct FinetuneOptions {
   double bucket_cap_mb = 25;             // data parallel: all-reduce bucket size
   bool allreduce_overlap = true;         // data parallel: reduce buckets while backward goes on
   bool zero1 = false;                    // data parallel: optimizer moments sharded across ranks
+  int64_t max_nonfinite_steps = 10;      // consecutive skipped non-finite steps that stop the run
   bool quiet = false;
 };
 

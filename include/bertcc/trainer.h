@@ -29,6 +29,7 @@ struct PretrainOptions {
   double bucket_cap_mb = 25;           // gradient all-reduce bucket size (PyTorch DDP's default)
   bool allreduce_overlap = true;       // reduce buckets while backward goes on
   bool zero1 = false;                  // optimizer moments sharded across ranks (ZeRO stage 1)
+  int64_t max_nonfinite_steps = 10;    // consecutive skipped non-finite steps that stop the run
 };
 
 // Runs (or resumes) pre-training; returns the process exit code. SIGINT/SIGTERM finish the

@@ -55,7 +55,12 @@ BertConfig load_config(const std::string& path) {
       return;
     }
     BERTCC_CHECK(j[k].is_number_integer(), path, ": field '", k, "' must be an integer");
-    dst = j[k].get<int>();
+    // Read wide, then range-checked: a 64-bit value must not wrap into a plausible 32-bit one.
+    const bool in_range = j[k].is_number_unsigned() ? j[k].get<uint64_t>() <= (uint64_t{1} << 30)
+                                                    : j[k].get<int64_t>() >= -(int64_t{1} << 30) &&
+                                                          j[k].get<int64_t>() <= (int64_t{1} << 30);
+    BERTCC_CHECK(in_range, path, ": field '", k, "' = ", j[k].dump(), " is out of range (at most 2^30)");
+    dst = static_cast<int>(j[k].get<int64_t>());
   };
   auto get_float = [&](const char* k, float& dst) {
     if (!j.contains(k) || j[k].is_null()) return;
@@ -96,8 +101,8 @@ BertConfig load_config(const std::string& path) {
     }
   }
   if (j.contains("num_labels") && j["num_labels"].is_number_integer() && c.id2label.empty()) {
-    const int n = j["num_labels"].get<int>();
-    BERTCC_CHECK(n > 0, path, ": field 'num_labels' must be positive");
+    const int64_t n = j["num_labels"].get<int64_t>();
+    BERTCC_CHECK(n > 0 && n <= 100000, path, ": field 'num_labels' must be in [1, 100000], got ", n);
     for (int i = 0; i < n; ++i) c.id2label.push_back("LABEL_" + std::to_string(i));
   }
   get_float("classifier_dropout", c.classifier_dropout);

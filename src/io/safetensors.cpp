@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "bertcc/error.h"
@@ -34,11 +35,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                " bytes announced, file has ", bytes_.size(), ")");
   data_start_ = 8 + hlen;
   nlohmann::json h;
+  std::set<std::string> names;  // JSON parsers keep the last of duplicate keys: a duplicate is refused
+  std::string duplicate;
   try {
-    h = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + static_cast<std::ptrdiff_t>(data_start_));
+    h = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + static_cast<std::ptrdiff_t>(data_start_),
+                              [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+                                if (ev == nlohmann::json::parse_event_t::key && depth == 1 &&
+                                    !names.insert(parsed.get<std::string>()).second && duplicate.empty())
+                                  duplicate = parsed.get<std::string>();
+                                return true;
+                              });
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": safetensors header is not valid JSON: ", e.what());
   }
+  BERTCC_CHECK(duplicate.empty(), path, ": tensor '", duplicate, "' appears twice in the safetensors header");
   BERTCC_CHECK(h.is_object(), path, ": safetensors header is not a JSON object");
   const size_t data_size = bytes_.size() - data_start_;
   for (auto it = h.begin(); it != h.end(); ++it) {
@@ -55,12 +65,18 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     StTensor t;
     t.name = it.key();
     t.dtype = parse_dtype(v["dtype"].get<std::string>(), where);
+    BERTCC_CHECK(v["shape"].is_array(), where, ": shape must be an array");
+    size_t elems = 1;
     for (const auto& d : v["shape"]) {
       BERTCC_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where, ": bad shape");
+      BERTCC_CHECK(!__builtin_mul_overflow(elems, static_cast<size_t>(d.get<int64_t>()), &elems), where,
+                   ": the shape's element count overflows");
       t.shape.push_back(d.get<int64_t>());
     }
+    BERTCC_CHECK(!__builtin_mul_overflow(elems, dtype_size(t.dtype), &elems), where, ": the shape's size overflows");
     const auto& off = v["data_offsets"];
-    BERTCC_CHECK(off.is_array() && off.size() == 2, where, ": data_offsets must be [begin, end]");
+    BERTCC_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
+                 ": data_offsets must be [begin, end] (non-negative integers)");
     t.begin = off[0].get<size_t>();
     t.end = off[1].get<size_t>();
     BERTCC_CHECK(t.begin <= t.end, where, ": data_offsets begin > end");
@@ -71,6 +87,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     tensors_.push_back(std::move(t));
   }
   std::sort(tensors_.begin(), tensors_.end(), [](const StTensor& a, const StTensor& b) { return a.begin < b.begin; });
+  // Tensors must not share bytes (a tensor silently read from another's data).
+  for (size_t i = 1; i < tensors_.size(); ++i)
+    BERTCC_CHECK(tensors_[i].begin >= tensors_[i - 1].end || tensors_[i].begin == tensors_[i].end ||
+                     tensors_[i - 1].begin == tensors_[i - 1].end,
+                 path, ": tensors '", tensors_[i - 1].name, "' and '", tensors_[i].name,
+                 "' overlap in the data (data_offsets)");
 }
 
 const StTensor* SafetensorsFile::find(const std::string& name) const {

@@ -76,6 +76,9 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option(flag("--bucket-cap-mb"), o.bucket_cap_mb,
                   "data parallel: gradient all-reduce bucket size in MB of fp32 (default 25, as PyTorch DDP)")
       ->check(CLI::PositiveNumber);
+  sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
+                  "stop when this many consecutive steps have a non-finite loss or gradients (default 10)")
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--zero1", o.zero1,
                 "data parallel: shard the AdamW moments across ranks (ZeRO stage 1); results identical to unsharded");
   sub->add_flag(flag("--no-allreduce-overlap"), [&o](int64_t) { o.allreduce_overlap = false; },
@@ -126,6 +129,10 @@ std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads head
   }
   BERTCC_CHECK(m->config().vocab_size >= s.vocab->size(), s.vocab_path, ": vocabulary has ", s.vocab->size(),
                " entries but the model only ", m->config().vocab_size);
+  BERTCC_CHECK(o.max_seq_length <= m->config().max_position_embeddings, "--max-seq-length ", o.max_seq_length,
+               " exceeds the model's max_position_embeddings ", m->config().max_position_embeddings, " (",
+               join_path(o.init_checkpoint, "config.json"), "); pass --max-seq-length ",
+               m->config().max_position_embeddings, " or less");
   return m;
 }
 
@@ -155,6 +162,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.bucket_cap_mb = o.bucket_cap_mb;
   f.allreduce_overlap = o.allreduce_overlap;
   f.zero1 = o.zero1;
+  f.max_nonfinite_steps = o.max_nonfinite_steps;
   return f;
 }
 

@@ -27,6 +27,7 @@ struct FtCli {
   std::string allreduce_dtype = "fp32";
   double watchdog_timeout = 600, bucket_cap_mb = 25;
   bool allreduce_overlap = true, zero1 = false;
+  int64_t max_nonfinite_steps = 10;
 };
 
 // Rank 0 of a data-parallel job (or the only process): the one that writes files and prints results.

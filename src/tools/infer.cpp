@@ -39,6 +39,13 @@ Loaded load(const InferCli& o, Heads heads) {
   l.model = load_model_dir(o.model, heads);
   BERTCC_CHECK(heads == Heads::QuestionAnswering || l.model->config().num_labels() > 0, o.model,
                ": config.json has no labels (id2label)");
+  const BertConfig& c = l.model->config();
+  // A larger vocabulary would produce ids past the embedding table (NVIDIA's padded one may be larger).
+  BERTCC_CHECK(static_cast<int64_t>(l.vocab->size()) <= c.vocab_size, vp, ": ", l.vocab->size(),
+               " entries, more than the model's vocab_size ", c.vocab_size, " (", join_path(o.model, "config.json"), ")");
+  BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
+               " exceeds the model's max_position_embeddings ", c.max_position_embeddings, " (",
+               join_path(o.model, "config.json"), ")");
   return l;
 }
 
@@ -86,7 +93,7 @@ void run_qa(const InferCli& o) {
     // Internal ids are the input positions (user ids may repeat); the user's id is echoed back.
     ex.push_back(make_squad_example(std::to_string(i), field(in[i], "question", i + 1), field(in[i], "context", i + 1)));
   SquadFeatureOptions fo;
-  fo.max_seq_length = o.max_seq_length > 0 ? o.max_seq_length : 384;
+  fo.max_seq_length = o.max_seq_length > 0 ? o.max_seq_length : std::min(384, l.model->config().max_position_embeddings);
   fo.doc_stride = o.doc_stride;
   const SquadFeatures feats = squad_features(*l.tok, ex, fo, false);
   SquadDecodeOptions d;
@@ -182,7 +189,10 @@ void run_tag(const InferCli& o) {
     items[i].text = field(in[i], "text", i + 1);
     split_words(items[i].text, sents[i].words, items[i].begin);
   }
-  const NerFeatures nf = ner_features(*l.tok, sents, {}, false, o.max_seq_length > 0 ? o.max_seq_length : 512, "");
+  const NerFeatures nf = ner_features(*l.tok, sents, {}, false,
+                                      o.max_seq_length > 0 ? o.max_seq_length
+                                                           : std::min(512, l.model->config().max_position_embeddings),
+                                      "");
   const auto tagged = ner_predict(*l.model, nf, sents, labels, o.batch_size, l.prec);
   for (size_t i = 0; i < in.size(); ++i) {
     const Item& it = items[i];

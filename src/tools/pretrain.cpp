@@ -45,6 +45,10 @@ void add_pretrain(CLI::App& app) {
   sub->add_option(flag("--length-binning"), o->length_binning,
                   "sort rows by length within groups of N batches after shuffling (default 0: off)");
   sub->add_option(flag("--log-freq"), o->log_freq, "log every N steps (default 1)")->check(CLI::PositiveNumber);
+  sub->add_option(flag("--max-nonfinite-steps"), o->max_nonfinite_steps,
+                  "stop when this many consecutive steps have a non-finite loss or gradients (default 10; with "
+                  "fp16 dynamic scaling, counted once the scale is 1)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)");
   sub->add_option(flag("--allreduce-dtype"), o->allreduce_dtype,
                   "data parallel: gradients on the wire as fp32 (default), bf16 or fp16 (compression)")

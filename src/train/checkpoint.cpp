@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bertcc/config.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
@@ -37,15 +38,50 @@ void fsync_path(const std::string& p) {
 
 int64_t step_of(const fs::path& p) {
   const std::string n = p.filename().string();
-  if (n.rfind("step_", 0) != 0) return -1;
-  try {
-    return std::stoll(n.substr(5));
-  } catch (...) {
-    return -1;
-  }
+  if (n.rfind("step_", 0) != 0 || n.size() == 5 || n.size() > 23) return -1;
+  for (size_t i = 5; i < n.size(); ++i)
+    if (n[i] < '0' || n[i] > '9') return -1;  // step_N only (not step_N.old)
+  return std::stoll(n.substr(5));
 }
 
 }  // namespace
+
+void replace_dir(const fs::path& from, const fs::path& to) {
+  if (!fs::exists(to)) {
+    fs::rename(from, to);
+    return;
+  }
+  // `to` exists (a step saved again): swap the two atomically, then delete the old one, so that a
+  // kill at any moment leaves a complete `to`.
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(from);
+    return;
+  }
+  // No RENAME_EXCHANGE on this file system: move the old one aside first; a kill in between
+  // leaves it as `<to>.old`, which resuming puts back (restore_replaced_dirs).
+  const fs::path old = to.string() + ".old";
+  fs::remove_all(old);
+  fs::rename(to, old);
+  fs::rename(from, to);
+  fs::remove_all(old);
+}
+
+void restore_replaced_dirs(const fs::path& root) {
+  std::vector<fs::path> olds;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.size() > 4 && n.compare(n.size() - 4, 4, ".old") == 0) olds.push_back(e.path());
+  }
+  for (const fs::path& old : olds) {
+    const fs::path to = old.parent_path() / old.stem();  // strips ".old"
+    if (fs::exists(to)) {
+      fs::remove_all(old);
+    } else {
+      std::cerr << "checkpoint: restoring " << to.string() << " (a re-save was interrupted)\n";
+      fs::rename(old, to);
+    }
+  }
+}
 
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep) {
@@ -81,8 +117,7 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
     j["checksums"][f] = fnv64(read_file((tmp / f).string()));
   write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2) + "\n");
   fsync_path(tmp.string());
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
+  replace_dir(tmp, final_dir);
   fsync_path(root.string());
   // Keep the newest `keep` checkpoints.
   std::vector<std::pair<int64_t, fs::path>> all;
@@ -96,6 +131,7 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
                             const char* who, bool lead) {
   const fs::path root = fs::path(output_dir) / "checkpoints";
   if (!fs::is_directory(root)) return false;
+  if (lead) restore_replaced_dirs(root);
   for (const auto& e : fs::directory_iterator(root))  // partial saves from a killed run
     if (lead && e.path().filename().string().rfind(".step_", 0) == 0) {
       std::cerr << who << ": removing partial checkpoint " << e.path().string() << "\n";
@@ -106,6 +142,33 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
     if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
   std::sort(all.rbegin(), all.rend());
   for (const auto& [step, dir] : all) {
+    // A checkpoint of another model is not a damaged one: skipping it would restart at step 0 and
+    // overwrite the run's checkpoints, so it stops the run (nothing is touched).
+    if (fs::exists(dir / "config.json")) {
+      BertConfig c;
+      bool readable = true;
+      try {
+        c = load_config((dir / "config.json").string());
+      } catch (const std::exception&) {
+        readable = false;  // damaged: the checksum test below reports and skips it
+      }
+      const BertConfig& m = model.config();
+      if (readable) {
+        const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
+            {"vocab_size", {c.vocab_size, m.vocab_size}},
+            {"hidden_size", {c.hidden_size, m.hidden_size}},
+            {"num_hidden_layers", {c.num_hidden_layers, m.num_hidden_layers}},
+            {"num_attention_heads", {c.num_attention_heads, m.num_attention_heads}},
+            {"intermediate_size", {c.intermediate_size, m.intermediate_size}},
+            {"max_position_embeddings", {c.max_position_embeddings, m.max_position_embeddings}},
+            {"type_vocab_size", {c.type_vocab_size, m.type_vocab_size}},
+            {"num_labels", {c.num_labels(), m.num_labels()}}};
+        for (const auto& [name, v] : fields)
+          BERTCC_CHECK(v.first == v.second, (dir / "config.json").string(), ": the checkpoint's ", name, " is ",
+                       v.first, " but this run's model has ", v.second,
+                       "; refusing to resume (nothing was changed: use the checkpoint's model, or another --output-dir)");
+      }
+    }
     try {
       const auto j = nlohmann::ordered_json::parse(read_file((dir / "trainer_state.json").string()));
       for (auto it = j.at("checksums").begin(); it != j.at("checksums").end(); ++it)
@@ -123,9 +186,12 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
       f.read_f32(*v, opt.v.data());
       opt.step = j.at("optimizer_step").get<int64_t>();
       st.step = j.at("step").get<int64_t>();
+      BERTCC_CHECK(st.step >= 0 && opt.step >= 0, (dir / "trainer_state.json").string(), ": negative step");
       st.rng = Rng{j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>()};
       st.cursor = {j.at("cursor").at("epoch").get<int64_t>(), j.at("cursor").at("shard_pos").get<int64_t>(),
                    j.at("cursor").at("row").get<int64_t>()};
+      BERTCC_CHECK(st.cursor.epoch >= 0 && st.cursor.shard_pos >= 0 && st.cursor.row >= 0,
+                   (dir / "trainer_state.json").string(), ": negative data cursor");
       st.loss_scale = j.at("loss_scale").get<double>();
       st.clean_steps = j.value("clean_steps", int64_t{0});
       st.phase = j.value("phase", 1);

@@ -3,6 +3,7 @@
 // fsynced, renamed; the newest valid one is used on resume.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "bertcc/bert.h"
@@ -28,6 +29,12 @@ struct TrainerState {
     int64_t seqs = 0, padded_tokens = 0, real_tokens = 0;
   } totals;
 };
+
+// Replaces directory `to` by `from` (a complete, fsynced directory) so that a kill at any moment
+// leaves a complete `to`: an atomic exchange where the file system has one (renameat2), else via
+// `<to>.old`, which restore_replaced_dirs puts back.
+void replace_dir(const std::filesystem::path& from, const std::filesystem::path& to);
+void restore_replaced_dirs(const std::filesystem::path& parent);
 
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep);

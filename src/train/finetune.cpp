@@ -70,8 +70,7 @@ void save_dir_atomic(const Bert& model, const std::string& dir, const std::strin
   const std::string tmp = dir + ".tmp";
   fs::remove_all(tmp);
   save_model_dir(model, tmp, vocab);
-  fs::remove_all(dir);
-  fs::rename(tmp, dir);
+  replace_dir(tmp, dir);
 }
 }  // namespace
 
@@ -240,6 +239,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   const bool overlap = o.allreduce_overlap && comm.other_thread_ok();
   if (lead && W > 1 && o.allreduce_overlap && !overlap)
     std::cerr << "finetune: the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with backward\n";
+  int64_t bad_run = 0;  // consecutive non-finite steps
   GradSync sync(comm, wire, static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / 4)), overlap);
   model.set_grad_ready_hook([&sync](size_t offset) { sync.ready_from(offset); });
   struct Unhook {
@@ -292,8 +292,19 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     real_tokens += static_cast<int64_t>(sv[2]);
     rows_since += static_cast<int64_t>(sv[3]);
     const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
-    adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao);
-    if (shards) shards->allgather_params(comm, model.params().data());
+    const double gnorm = global_norm(model.grads().data(), model.grads().size());
+    if (std::isfinite(gnorm) && std::isfinite(step_loss)) {
+      bad_run = 0;
+      adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao, gnorm);
+      if (shards) shards->allgather_params(comm, model.params().data());
+    } else {  // skipped; a run of them means divergence: stop before anything non-finite is saved
+      if (lead)
+        std::cerr << "finetune: step " << step + 1 << ": non-finite loss (" << step_loss << ") or gradient norm ("
+                  << gnorm << "), step skipped\n";
+      BERTCC_CHECK(++bad_run < o.max_nonfinite_steps, "finetune: ", bad_run,
+                   " consecutive steps with a non-finite loss or gradients (diverged: try a lower learning rate); "
+                   "stopping without writing a final model (--max-nonfinite-steps)");
+    }
     ++step;
     seqs += last - first;
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();

@@ -56,6 +56,8 @@ PretrainLoader::~PretrainLoader() {
 
 std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int64_t pos) {
   if (cache_ && cache_->epoch == epoch && cache_->pos == pos) return cache_;
+  BERTCC_CHECK(pos >= 0 && pos < static_cast<int64_t>(shards_.size()), "the data position (shard ", pos, " of epoch ",
+               epoch, ") is past the ", shards_.size(), " shard(s) of the input folder: resuming with other data?");
   std::vector<int64_t> order(shards_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   shuffle(order, seed_ ^ splitmix64(static_cast<uint64_t>(epoch)));
@@ -108,8 +110,10 @@ BertBatch PretrainLoader::load(DataCursor& c, bool build) {
   std::vector<int64_t> rows(l->order.begin() + c.row, l->order.begin() + c.row + B_);
   c.row += B_;
   if (!build) return {};
-  if (l->dynamic) return DynamicMasker(masking_, seed_).make_batch(l->unmasked, rows, static_cast<uint64_t>(c.epoch));
-  return make_pretrain_batch(l->masked, rows, l->path);
+  BertBatch b = l->dynamic ? DynamicMasker(masking_, seed_).make_batch(l->unmasked, rows, static_cast<uint64_t>(c.epoch))
+                           : make_pretrain_batch(l->masked, rows, l->path);
+  b.source = l->path;
+  return b;
 }
 
 BertBatch PretrainLoader::next(DataCursor& c) {

@@ -38,6 +38,7 @@ int run_pretraining(const PretrainOptions& o) {
   BERTCC_CHECK(o.max_steps >= 1, "--max-steps must be positive");
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
   BERTCC_CHECK(o.watchdog_timeout >= 0, "--watchdog-timeout must be >= 0");
+  BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
   if (lead) {
     std::filesystem::create_directories(o.output_dir);
     std::cerr << describe_backend(prec == Precision::BF16) << "\n";
@@ -184,6 +185,7 @@ int run_pretraining(const PretrainOptions& o) {
     for (int64_t b = 0; b < o.eval_batches; ++b) {
       const BertBatch batch = eval_loader->next(c);
       if (b % W != R) continue;
+      batch.validate(model->config(), batch.source);
       const PretrainLoss l = model->pretrain_step(batch, false, false, prec, eval_rng);
       loss += l.loss;
       sum.mlm_count += l.mlm_count;
@@ -225,6 +227,7 @@ int run_pretraining(const PretrainOptions& o) {
   const bool tty = lead && ::isatty(1);
   auto t_last = std::chrono::steady_clock::now();
   int64_t skipped_total = 0;
+  int64_t bad_run = 0;  // consecutive non-finite steps
   int64_t seqs_since = 0;
   double allreduce_seconds = 0;  // time in the gradient all-reduce since the last log line
   int64_t allreduce_steps = 0;
@@ -256,8 +259,10 @@ int run_pretraining(const PretrainOptions& o) {
     // every masked token of the global batch) and the stop flag (a signal to any rank stops all
     // ranks at the same step).
     double head[2] = {0, stop_signal() ? 1.0 : 0.0};
-    for (const BertBatch& b : batches)
+    for (const BertBatch& b : batches) {
+      b.validate(model->config(), b.source);  // ids, positions, labels in range before they index anything
       for (int32_t label : b.mlm_labels) head[0] += label != -1;
+    }
     watchdog.beat("the step's first all-reduce", st.step + st.step_offset);
     comm.allreduce_sum(head, 2);
     if (head[1] > 0) {
@@ -303,12 +308,25 @@ int run_pretraining(const PretrainOptions& o) {
             : linear_warmup_lr(static_cast<float>(o.learning_rate), st.step, o.max_steps, o.warmup_proportion);
     if (overflow) {
       ++skipped_total;
-      if (lead)
-        std::fprintf(stderr, "%spretrain: step %lld: gradient overflow (loss scale %g), step skipped\n",
-                     tty ? "\n" : "", static_cast<long long>(st.step + st.step_offset + 1), st.loss_scale);
+      if (lead) {
+        if (fp16)
+          std::fprintf(stderr, "%spretrain: step %lld: gradient overflow (loss scale %g), step skipped\n",
+                       tty ? "\n" : "", static_cast<long long>(st.step + st.step_offset + 1), st.loss_scale);
+        else
+          std::fprintf(stderr, "%spretrain: step %lld: non-finite loss (%g) or gradient norm (%g), step skipped\n",
+                       tty ? "\n" : "", static_cast<long long>(st.step + st.step_offset + 1), step_loss, gnorm);
+      }
+      // Divergence: too many non-finite steps in a row (with fp16 dynamic scaling, once the scale
+      // is down to 1) end the run; the last checkpoint stays the last good state.
+      if (!dynamic_scale || st.loss_scale <= 1.0) ++bad_run;
+      BERTCC_CHECK(bad_run < o.max_nonfinite_steps, "pretrain: ", bad_run,
+                   " consecutive steps with a non-finite loss or gradients (diverged, or non-finite weights); "
+                   "stopping without saving: the newest checkpoint in ", o.output_dir,
+                   "/checkpoints is the last good state (--max-nonfinite-steps)");
       if (dynamic_scale) st.loss_scale = std::max(1.0, st.loss_scale / 2);
       st.clean_steps = 0;
     } else {
+      bad_run = 0;
       const float unscale = static_cast<float>(1.0 / st.loss_scale);
       if (unscale != 1.0f)
         for (auto& g : model->grads()) g *= unscale;

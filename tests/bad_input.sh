@@ -1,0 +1,150 @@
+#!/bin/sh
+# Bad input, table-driven: every case must end with exit code 1 (not a crash: 134 abort, 139
+# segfault; not a hang: each case runs under a timeout), print one error naming the file and the
+# field or tensor at fault, and leave nothing behind where it says so.
+#   tests/bad_input.sh BERTCC WORKDIR
+set -u
+B="$1"; W="$2"; PY=/usr/bin/python3
+TORCH_DIR="$(cd "$(dirname "$0")/torch" && pwd)"
+fails=0; n=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+rm -rf "$W"; mkdir -p "$W"
+
+# expect NAME PATTERN -- COMMAND...: exit 1 within 120 s, stderr matching PATTERN (grep -E)
+expect() {
+  name="$1"; pat="$2"; shift 3
+  n=$((n + 1))
+  timeout 120 "$@" > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+  if [ $rc -ne 1 ]; then fail "$name: exit $rc (expected 1): $(tail -2 "$W/err.txt")"; return; fi
+  if ! grep -Eq -- "$pat" "$W/err.txt"; then fail "$name: message does not match /$pat/: $(tail -2 "$W/err.txt")"; return; fi
+  echo "ok   $name: $(grep -E -m1 -- "$pat" "$W/err.txt" | sed "s|$W/||g" | cut -c1-150)"
+}
+
+# ---- inputs: a tiny model (16 positions, 100 tokens) and NVIDIA-layout shards made with h5py
+mkdir -p "$W/model"
+cat > "$W/model/config.json" <<'EOF'
+{"vocab_size": 100, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
+ "max_position_embeddings": 16, "type_vocab_size": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+ "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02, "layer_norm_eps": 1e-12}
+EOF
+{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; i=5; while [ $i -lt 100 ]; do echo "w$i"; i=$((i + 1)); done; } > "$W/vocab.txt"
+"$B" init-model --config "$W/model/config.json" --vocab "$W/vocab.txt" --output "$W/model_init" --seed 1 > /dev/null 2>&1 || fail init-model
+shard() {  # shard DIR NAME SEQ FIELD=VALUE (one bad value in row 3)
+  mkdir -p "$1"
+  $PY - "$1/$2" "$3" "${4:-}" <<'PYEOF'
+import sys, h5py, numpy as np
+path, S, bad = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+N, P = 40, 3
+rng = np.random.default_rng(1)
+d = {"input_ids": rng.integers(5, 100, (N, S)).astype(np.int32), "input_mask": np.ones((N, S), np.int8),
+     "segment_ids": np.zeros((N, S), np.int8), "masked_lm_positions": np.tile(np.array([1, 2, 3], np.int32), (N, 1)),
+     "masked_lm_ids": rng.integers(5, 100, (N, P)).astype(np.int32), "next_sentence_labels": np.zeros(N, np.int8)}
+d["input_ids"][:, 0] = 2
+if bad:
+    field, value = bad.split("=")
+    a = d[field]
+    if a.ndim == 2: a[3, 2] = int(value)
+    else: a[3] = int(value)
+with h5py.File(path, "w") as f:
+    for k, v in d.items(): f.create_dataset(k, data=v, compression="gzip")
+PYEOF
+}
+PRE="--config $W/model/config.json --vocab $W/vocab.txt --train-batch-size 8 --num-steps-per-checkpoint 2 --precision fp32 --threads 1"
+for c in "input_ids=100" "input_ids=-1" "segment_ids=2" "input_mask=2" "masked_lm_ids=100" "next_sentence_labels=2" "masked_lm_positions=16"; do
+  field=${c%%=*}
+  rm -rf "$W/bad"; shard "$W/bad" part-0.h5 16 "$c"
+  expect "pretrain: $c in a shard" "bad/part-0.h5.*$field" -- "$B" pretrain $PRE --max-steps 6 --input-dir "$W/bad" --output-dir "$W/o_bad"
+done
+rm -rf "$W/long"; shard "$W/long" part-0.h5 32
+expect "pretrain: shards of 32 tokens, a model of 16 positions" "long/part-0.h5.*sequence length 32 exceeds max_position_embeddings 16" \
+  -- "$B" pretrain $PRE --max-steps 6 --input-dir "$W/long" --output-dir "$W/o_long"
+# a non-HDF5 file among the shards, reached mid-run on the prefetch thread
+rm -rf "$W/mixed"; shard "$W/mixed" a.h5 16; shard "$W/mixed" b.h5 16; echo "not hdf5" > "$W/mixed/c.h5"
+expect "pretrain: a non-HDF5 file among the shards" "mixed/c.h5" -- "$B" pretrain $PRE --max-steps 40 --input-dir "$W/mixed" --output-dir "$W/o_mixed"
+
+# ---- resume against another model or other data: stop, touch nothing
+rm -rf "$W/good" "$W/run"; shard "$W/good" a.h5 16; shard "$W/good" b.h5 16
+"$B" pretrain $PRE --max-steps 6 --input-dir "$W/good" --output-dir "$W/run" > /dev/null 2>&1 || fail "good run"
+before=$(find "$W/run" -type f | sort | xargs md5sum | md5sum)
+sed 's/"hidden_size": 16/"hidden_size": 32/' "$W/model/config.json" > "$W/other.json"
+expect "pretrain: resume with another --config" "checkpoint's hidden_size is 16 but this run's model has 32; refusing" \
+  -- "$B" pretrain --config "$W/other.json" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/run" \
+     --train-batch-size 8 --max-steps 12 --precision fp32 --threads 1 --resume-from-checkpoint
+[ "$(find "$W/run" -type f | sort | xargs md5sum | md5sum)" = "$before" ] && echo "ok   ... and every file of the run is untouched" \
+  || fail "resume with another model changed the run's files"
+rm -rf "$W/fewer"; mkdir -p "$W/fewer"; cp "$W/good/a.h5" "$W/fewer/"
+# checkpoint at step 6 = 6 x 8 rows past shard 0 of 40 rows: the cursor is in the second shard
+expect "pretrain: resume with fewer shards than the checkpoint's position" "past the 1 shard\(s\) of the input folder" \
+  -- "$B" pretrain $PRE --max-steps 12 --input-dir "$W/fewer" --output-dir "$W/run" --resume-from-checkpoint
+
+# ---- divergence and non-finite weights
+cp -r "$W/model_init" "$W/nan"
+$PY - "$W/nan" "$TORCH_DIR" <<'PYEOF'
+import sys
+sys.path.insert(0, sys.argv[2])
+import numpy as np, st
+out = sys.argv[1]
+t = st.load(out + "/model.safetensors")
+t["bert.encoder.layer.0.output.dense.weight"][0, 0] = np.nan
+st.save(out + "/model.safetensors", t)
+PYEOF
+expect "pretrain: NaN weights in --init-checkpoint" "consecutive steps with a non-finite loss" \
+  -- "$B" pretrain --init-checkpoint "$W/nan" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_nan" \
+     --train-batch-size 8 --max-steps 20 --precision bf16 --threads 1 --max-nonfinite-steps 3
+[ ! -e "$W/o_nan/model" ] && echo "ok   ... and no final model was written" || fail "NaN run wrote a final model"
+printf 'label\ttext\n' > "$W/cls.tsv"; i=0; while [ $i -lt 40 ]; do printf '%d\tw%d w%d w%d\n' $((i % 2)) $((i + 5)) $((i + 6)) $((i % 7 + 5)) >> "$W/cls.tsv"; i=$((i + 1)); done
+expect "finetune: diverging (learning rate 1e30)" "finetune: 3 consecutive steps with a non-finite loss" \
+  -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 \
+     --max-seq-length 16 --learning-rate 1e30 --train-batch-size 4 --num-train-epochs 3 --output-dir "$W/o_div" --threads 1 \
+     --precision fp32 --mode train --max-nonfinite-steps 3
+[ ! -e "$W/o_div/model.safetensors" ] && echo "ok   ... and no final model was written" || fail "diverged run wrote a final model"
+
+# ---- inference against the model's limits
+expect "finetune: --max-seq-length 128 (default) on a 16-position model" "max-seq-length 128 exceeds the model's max_position_embeddings 16" \
+  -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-steps 1 \
+     --output-dir "$W/o_len" --threads 1 --mode train
+"$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-steps 1 --max-seq-length 16 \
+  --output-dir "$W/cls_model" --threads 1 --mode train > /dev/null 2>&1 || fail "classify model"
+expect "classify: --max-seq-length 4096 on a 16-position model" "max-seq-length 4096 exceeds the model's max_position_embeddings 16" \
+  -- "$B" classify --model "$W/cls_model" --max-seq-length 4096 --text "w5 w6"
+{ cat "$W/vocab.txt"; echo extra1; echo extra2; } > "$W/vocab_big.txt"
+expect "classify: a vocabulary larger than the model's" "vocab_big.txt: 102 entries, more than the model's vocab_size 100" \
+  -- "$B" classify --model "$W/cls_model" --vocab "$W/vocab_big.txt" --text "w5 w6"
+
+# ---- safetensors headers and config.json values
+st_file() {  # st_file PATH HEADER_JSON DATA_BYTES
+  $PY - "$1" "$2" "$3" <<'PYEOF'
+import struct, sys
+h = sys.argv[2].encode(); pad = (8 - len(h) % 8) % 8; h += b" " * pad
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"\0" * int(sys.argv[3]))
+PYEOF
+}
+for c in dup overlap huge; do mkdir -p "$W/st/$c"; cp "$W/model_init/config.json" "$W/model_init/vocab.txt" "$W/st/$c/"; done
+# dup / overlap: the model's own file with its header edited (real tensor names, so only these checks catch them)
+$PY - "$W/model_init/model.safetensors" "$W/st" <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+def write(path, text):
+    b = text.encode(); b += b" " * ((8 - len(b) % 8) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(b)) + b + data)
+a, b = "bert.embeddings.LayerNorm.bias", "bert.embeddings.LayerNorm.weight"
+body = json.dumps(h)[1:-1]
+# the same name twice: the second entry points at another tensor's bytes (a JSON reader keeps the last)
+write(sys.argv[2] + "/dup/model.safetensors", "{" + body + ', "' + a + '": ' + json.dumps(h[b]) + "}")
+h2 = dict(h); h2[a] = dict(h[a], data_offsets=h[b]["data_offsets"])  # a reads b's bytes
+write(sys.argv[2] + "/overlap/model.safetensors", json.dumps(h2))
+PYEOF
+st_file "$W/st/huge/model.safetensors" '{"a":{"dtype":"F32","shape":[4611686018427387906],"data_offsets":[0,8]}}' 8
+for c in "dup:bert.embeddings.LayerNorm.bias' appears twice" "overlap:overlap in the data" "huge:overflows"; do
+  expect "safetensors: ${c%%:*}" "${c%%:*}/model.safetensors.*${c#*:}" \
+    -- "$B" pretrain --init-checkpoint "$W/st/${c%%:*}" --input-dir "$W/good" --output-dir "$W/o_st" --max-steps 1 --train-batch-size 8 --threads 1
+done
+sed 's/"vocab_size": 100/"vocab_size": 4294975296/' "$W/model/config.json" > "$W/big_vocab.json"
+expect "config.json: vocab_size 2^32 + 8000" "big_vocab.json: field 'vocab_size' = 4294975296 is out of range" \
+  -- "$B" init-model --config "$W/big_vocab.json" --vocab "$W/vocab.txt" --output "$W/o_cfg"
+[ ! -e "$W/o_cfg" ] || fail "config error left $W/o_cfg behind"
+
+echo "bad input: $n cases, $fails failed"
+exit $fails
