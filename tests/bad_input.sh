@@ -111,6 +111,29 @@ expect "classify: --max-seq-length 4096 on a 16-position model" "max-seq-length 
 expect "classify: a vocabulary larger than the model's" "vocab_big.txt: 102 entries, more than the model's vocab_size 100" \
   -- "$B" classify --model "$W/cls_model" --vocab "$W/vocab_big.txt" --text "w5 w6"
 
+# errors thrown inside parallel loops (feature building) end the program cleanly
+cat > "$W/sq.json" <<'EOF'
+{"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "w6 w7 w8 w9",
+ "qas": [{"id": "q1", "question": "w5", "answers": [{"text": "w7", "answer_start": 3}]}]}]}]}
+EOF
+sed 's/"question": "w5"/"question": "w5 w6 w7 w8 w9 w10 w11 w12"/' "$W/sq.json" > "$W/long_q.json"
+"$B" finetune squad --init-checkpoint "$W/model_init" --train-file "$W/sq.json" --max-seq-length 16 --doc-stride 4 \
+  --max-steps 1 --output-dir "$W/qa_model" --threads 1 --mode train > /dev/null 2>&1 || fail "qa model"
+expect "finetune squad: --max-seq-length 8 with a question of 8 tokens" "max.seq.length|too (short|small|long)" \
+  -- "$B" finetune squad --init-checkpoint "$W/model_init" --train-file "$W/long_q.json" --max-seq-length 8 --doc-stride 4 \
+     --max-steps 1 --output-dir "$W/o_sq" --threads 1 --mode train
+expect "qa: --max-seq-length 3 (no room for the context)" "max.seq.length|too (short|small|long)" \
+  -- "$B" qa --model "$W/qa_model" --max-seq-length 3 --question "w5 w6" --context "w7 w8 w9"
+# a tag set of one label is a one-class token classifier, not a regression
+awk 'BEGIN{n=0} /^$/{n++} n<=6{print}' "$(dirname "$0")/../../shared/data/conll2003/iob2/train.txt" | awk 'NF{print $1, "O"; next}{print}' > "$W/only_o.txt"
+n=$((n + 1))
+if timeout 120 "$B" finetune ner --init-checkpoint "$W/model_init" --train-file "$W/only_o.txt" --predict-file "$W/only_o.txt" \
+     --max-seq-length 16 --max-steps 2 --output-dir "$W/o_ner" --threads 1 --mode train,eval > "$W/out.txt" 2> "$W/err.txt"; then
+  echo "ok   finetune ner: training data whose only tag is O trains: $(cat "$W/out.txt" | cut -c1-80)"
+else
+  fail "finetune ner with only O tags: exit $?: $(tail -2 "$W/err.txt")"
+fi
+
 # ---- safetensors headers and config.json values
 st_file() {  # st_file PATH HEADER_JSON DATA_BYTES
   $PY - "$1" "$2" "$3" <<'PYEOF'

@@ -7,6 +7,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/parallel.h"
 #include "bertcc/pyrandom.h"
 #include "bertcc/utf8.h"
 
@@ -122,8 +123,9 @@ SquadFeatures squad_features(const BertTokenizer& tok, const std::vector<SquadEx
   BERTCC_CHECK(cls >= 0 && sep >= 0, tok.vocab().source(), ": vocabulary has no [CLS] or [SEP]");
   BERTCC_CHECK(o.doc_stride > 0, "--doc-stride must be positive");
   std::vector<SquadFeatures> per(ex.size());
+  ParallelErrors errors;  // a question too long for --max-seq-length throws inside the loop
 #pragma omp parallel for schedule(dynamic, 8)
-  for (size_t ei = 0; ei < ex.size(); ++ei) {
+  for (size_t ei = 0; ei < ex.size(); ++ei) errors.run(ei, [&, ei] {
     const SquadExample& e = ex[ei];
     std::vector<int32_t> query = tok.encode(e.question);
     if (query.size() > static_cast<size_t>(o.max_query_length)) query.resize(static_cast<size_t>(o.max_query_length));
@@ -210,7 +212,8 @@ SquadFeatures squad_features(const BertTokenizer& tok, const std::vector<SquadEx
       per[ei].inputs.push_back(std::move(x));
       per[ei].windows.push_back(std::move(f));
     }
-  }
+  });
+  errors.rethrow();
   SquadFeatures out;
   for (auto& v : per) {
     std::move(v.inputs.begin(), v.inputs.end(), std::back_inserter(out.inputs));

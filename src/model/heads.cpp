@@ -113,7 +113,7 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
       dlogits[2 * n] = st[n];
       dlogits[2 * n + 1] = en[n];
     }
-  } else if (K == 1) {  // regression: MSE
+  } else if (heads_ == Heads::SequenceClassification && K == 1) {  // regression: MSE (token heads: one class)
     dlogits.resize(B);
     double s = 0;
     for (int64_t b = 0; b < B; ++b) {

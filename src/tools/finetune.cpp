@@ -13,6 +13,7 @@
 #include "bertcc/fileio.h"
 #include "bertcc/glue.h"
 #include "bertcc/model_dir.h"
+#include "bertcc/parallel.h"
 #include "bertcc/runtime.h"
 #include "bertcc/text_table.h"
 #include "tools/finetune_common.h"
@@ -200,8 +201,11 @@ std::vector<FtFeature> pair_features(const FtSetup& s, const std::vector<GlueExa
   std::map<std::string, int32_t> index;
   for (size_t i = 0; i < labels.size(); ++i) index[labels[i]] = static_cast<int32_t>(i);
   std::vector<FtFeature> f(ex.size());
+  ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 64)
-  for (size_t i = 0; i < ex.size(); ++i) f[i] = encode_pair(*s.tok, ex[i].text_a, ex[i].text_b, max_len);
+  for (size_t i = 0; i < ex.size(); ++i)
+    errors.run(i, [&, i] { f[i] = encode_pair(*s.tok, ex[i].text_a, ex[i].text_b, max_len); });
+  errors.rethrow();
   for (size_t i = 0; i < ex.size(); ++i) {
     if (ex[i].label.empty()) continue;
     if (labels.empty()) {
