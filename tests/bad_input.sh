@@ -169,5 +169,20 @@ expect "config.json: vocab_size 2^32 + 8000" "big_vocab.json: field 'vocab_size'
   -- "$B" init-model --config "$W/big_vocab.json" --vocab "$W/vocab.txt" --output "$W/o_cfg"
 [ ! -e "$W/o_cfg" ] || fail "config error left $W/o_cfg behind"
 
+# ---- command line and output
+expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
+  name="$1"; pat="$2"; shift 3
+  n=$((n + 1))
+  timeout 60 "$@" > "$W/out.txt" 2> "$W/err.txt" < /dev/null; rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then fail "$name: exit $rc"; return; fi
+  grep -Eq -- "$pat" "$W/err.txt" && echo "ok   $name: $(grep -E -m1 -- "$pat" "$W/err.txt")" || fail "$name: $(head -2 "$W/err.txt")"
+}
+expect_cli "--threads -1" "--threads: -1 is outside 0 \(all cores\)" -- "$B" tokenize --vocab "$W/vocab.txt" --threads -1
+expect_cli "--threads 10000" "--threads: 10000 is outside 0 \(all cores\) to [0-9]+" -- "$B" tokenize --vocab "$W/vocab.txt" --threads 10000
+n=$((n + 1))
+echo "w5 w6" | "$B" tokenize --vocab "$W/vocab.txt" > /dev/full 2> "$W/err.txt"; rc=$?
+[ $rc -eq 1 ] && grep -q "writing to standard output failed" "$W/err.txt" && echo "ok   stdout on a full device: $(cat "$W/err.txt")" \
+  || fail "stdout on a full device: exit $rc: $(cat "$W/err.txt")"
+
 echo "bad input: $n cases, $fails failed"
 exit $fails

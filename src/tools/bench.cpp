@@ -63,7 +63,7 @@ void add_bench(CLI::App& app) {
   sub->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
   sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
-  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);

@@ -41,7 +41,7 @@ void add_create_data(CLI::App& app) {
   sub->add_flag(flag("--whole-word-mask"), o->d.whole_word_mask, "mask whole words (all their ## pieces)");
   sub->add_flag(flag("--dynamic-masking"), o->d.dynamic_masking,
                 "write unmasked sequence pairs with lengths; the loader masks them anew each epoch");
-  sub->add_option("--threads", o->threads, "parallel files when --input is a folder (default: all cores)");
+  sub->add_option("--threads", o->threads, "parallel files when --input is a folder (default: all cores)")->check(threads_check());
   sub->callback([o]() {
     namespace fs = std::filesystem;
     const auto t0 = std::chrono::steady_clock::now();

@@ -83,7 +83,7 @@ void add_dump_step(CLI::App& app) {
       ->required();
   sub->add_option("--out", o->out, "output .safetensors")->required();
   sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
-  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->add_option("--head", o->head,
                   "pretraining (HDF5 batch) | qa | classify | token: fine-tuning heads read a .safetensors batch "
                   "(F32 input_ids, segment_ids, input_mask [B,T] and labels [B] or [B,T], targets [B], or "

@@ -67,7 +67,7 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
                 "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run)");
   sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
-  sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)");
+  sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
   sub->add_option(flag("--allreduce-dtype"), o.allreduce_dtype,
                   "data parallel (mpirun/srun): gradients on the wire as fp32 (default), bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

@@ -222,7 +222,7 @@ void common(CLI::App* c, InferCli& o) {
   c->add_option("--precision", o.precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
   c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa, 512 otherwise)");
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
-  c->add_option("--threads", o.threads, "threads (default: all cores)");
+  c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
 }
 
 }  // namespace

@@ -1,4 +1,7 @@
 // bertcc: BERT/ELECTRA pre-training and fine-tuning, natively.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 
@@ -43,5 +46,11 @@ int main(int argc, char** argv) {
     return fatal(e.what());
   }
   bertcc::dist::finalize();
+  // Results go to stdout: a failed write (a full disk, a closed pipe) must not end with exit 0.
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::cerr << "bertcc: error: writing to standard output failed: " << std::strerror(errno) << "\n";
+    return 1;
+  }
   return 0;
 }

@@ -71,7 +71,7 @@ void add_prep_corpus(CLI::App& app) {
   sub->add_option(flag("--test-fraction"), o->test_fraction, "held-out fraction of documents (default 0)")
       ->check(CLI::Range(0.0, 0.9));
   sub->add_option(flag("--seed"), o->seed, "seed for the held-out choice");
-  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->add_option("--stream-above-mb", o->stream_above_mb,
                   "text files larger than this are read paragraph by paragraph (bounded memory; default 64)");
   sub->callback([o]() {

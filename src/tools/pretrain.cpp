@@ -49,7 +49,7 @@ void add_pretrain(CLI::App& app) {
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10; with "
                   "fp16 dynamic scaling, counted once the scale is 1)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)");
+  sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
   sub->add_option(flag("--allreduce-dtype"), o->allreduce_dtype,
                   "data parallel: gradients on the wire as fp32 (default), bf16 or fp16 (compression)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

@@ -28,7 +28,7 @@ void add_tokenize(CLI::App& app) {
   sub->add_option(flag("--do-lower-case"), o->lower, "true|false (default: true iff the vocabulary has no capitals)");
   sub->add_option("--input", o->input, "input file (default: standard input)");
   sub->add_flag("--tokens", o->tokens, "print tokens instead of ids");
-  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->callback([o]() {
     const Vocab vocab = Vocab::load(o->vocab);
     const bool lower = o->lower.empty() ? vocab.looks_uncased() : parse_bool_flag("--do-lower-case", o->lower);

@@ -33,7 +33,7 @@ void add_train_vocab(CLI::App& app) {
   sub->add_option(flag("--min-frequency"), o->t.min_frequency, "minimum pair count to merge (default 2)");
   sub->add_option(flag("--limit-alphabet"), o->t.limit_alphabet, "most frequent characters kept (default 1000)");
   sub->add_option(flag("--num-unused"), o->t.num_unused, "[unused*] slots after [PAD] (default 99)");
-  sub->add_option("--threads", o->threads, "threads (default: all cores)");
+  sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->callback([o]() {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> files;
