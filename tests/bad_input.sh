@@ -169,6 +169,14 @@ expect "config.json: vocab_size 2^32 + 8000" "big_vocab.json: field 'vocab_size'
   -- "$B" init-model --config "$W/big_vocab.json" --vocab "$W/vocab.txt" --output "$W/o_cfg"
 [ ! -e "$W/o_cfg" ] || fail "config error left $W/o_cfg behind"
 
+# ---- a vocabulary entry of 160,000 characters: loads in bounded time and memory (was 16.6 GB, then SIGSEGV)
+# (with "x" and "##x" in the vocabulary, a chain of x's made the trie's failure links quadratic)
+{ cat "$W/vocab.txt"; echo x; echo "##x"; $PY -c "print('x' * 160000)"; } > "$W/vocab_long.txt"
+n=$((n + 1))
+out=$( (ulimit -v 3000000; echo "w5 xx w6" | timeout 60 "$B" tokenize --vocab "$W/vocab_long.txt") 2> "$W/err.txt"); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "5 100 101 6" ] && echo "ok   a 160,000-character vocabulary entry: tokenized within 3 GB and 60 s ($out)" \
+  || fail "long vocabulary entry: exit $rc, output '$out': $(tail -2 "$W/err.txt")"
+
 # ---- command line and output
 expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
   name="$1"; pat="$2"; shift 3

@@ -392,6 +392,10 @@ BertTokenizer::BertTokenizer(const Vocab& vocab, bool lower_case)
   for (int32_t id = 0; id < vocab.size(); ++id) {
     const std::string& t = vocab.token(id);
     if (vocab.id(t) != id) continue;  // duplicates: the last occurrence wins, as in HF
+    // A word of more than 100 characters is [UNK] (HF's max_input_chars_per_word), so a longer
+    // entry can never match: it stays out of the trie, whose failure links would cost time and
+    // memory quadratic in its length (a 40,000-character entry took 4 GB).
+    if (utf8_length(t) > 102) continue;
     all.emplace_back(t, id);
   }
   all.emplace_back("##", -1);  // the suffix root always exists (it is not itself a token here)
