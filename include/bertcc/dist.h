@@ -63,11 +63,13 @@ const char* available();
 
 // Progress watchdog: a rank that makes no progress (beat()) for `seconds` prints where it was
 // and ends the whole job, so a hung or dead peer never leaves the others waiting forever.
+// beat(..., paused = true) marks a phase of unbounded length (writing a checkpoint, evaluating a
+// large dev set): not watched until the next beat.
 class Watchdog {
  public:
   Watchdog(Communicator& comm, double seconds);
   ~Watchdog();
-  void beat(const char* where, int64_t step);
+  void beat(const char* where, int64_t step, bool paused = false);
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 

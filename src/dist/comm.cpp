@@ -125,6 +125,7 @@ struct Watchdog::Impl {
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
   const char* where = "start-up";
   int64_t step = 0;
+  bool paused = false;
   std::thread th;
 
   Impl(Communicator& c, double s) : comm(c), seconds(s) {
@@ -136,7 +137,7 @@ struct Watchdog::Impl {
       cv.wait_for(lock, std::chrono::milliseconds(200));
       if (done) break;
       const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
-      if (idle > seconds) {
+      if (idle > seconds && !paused) {
         std::fprintf(stderr,
                      "bertcc: error: rank %d of %d made no progress for %.0f s (in %s at step %lld); "
                      "another rank has probably died or hung; ending the job (--watchdog-timeout)\n",
@@ -162,12 +163,13 @@ Watchdog::~Watchdog() {
   impl_->th.join();
 }
 
-void Watchdog::beat(const char* where, int64_t step) {
+void Watchdog::beat(const char* where, int64_t step, bool paused) {
   if (!impl_) return;
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->last = std::chrono::steady_clock::now();
   impl_->where = where;
   impl_->step = step;
+  impl_->paused = paused;
 }
 
 }  // namespace bertcc::dist

@@ -187,14 +187,15 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     shards = std::make_unique<OptimizerShards>(model.table(), static_cast<int>(W));
     shards->keep_own(opt, static_cast<int>(R));
   }
+  std::unique_ptr<dist::Watchdog> watchdog_ptr;  // made below; evaluation and checkpoints pause it
   // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
   auto save = [&]() {
-    if (shards) {
-      const AdamState full = shards->gather_full(comm, opt);
-      if (lead) save_checkpoint(o.output_dir, model, full, st, o.vocab_path, o.keep_checkpoints);
-    } else if (lead) {
-      save_checkpoint(o.output_dir, model, opt, st, o.vocab_path, o.keep_checkpoints);
-    }
+    AdamState full;
+    if (shards) full = shards->gather_full(comm, opt);
+    if (watchdog_ptr) watchdog_ptr->beat("writing a checkpoint (rank 0)", st.step, /*paused=*/true);
+    if (lead) save_checkpoint(o.output_dir, model, shards ? full : opt, st, o.vocab_path, o.keep_checkpoints);
+    comm.barrier();
+    if (watchdog_ptr) watchdog_ptr->beat("after a checkpoint", st.step);
   };
   if (o.resume && !loaded && lead)
     std::cerr << "finetune: no checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
@@ -214,6 +215,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   int64_t loss_n = 0, padded_since = 0, rows_since = 0;  // for the logged mean padded length
   auto run_eval = [&](int64_t epochs_done, const char* when) {
     if (!eval) return;
+    if (watchdog_ptr) watchdog_ptr->beat("evaluation", step, /*paused=*/true);
     EvalResult r = eval(model);
     r.metrics["epoch"] = epochs_done;
     r.metrics["step"] = step;
@@ -227,6 +229,8 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
       res.best_eval = r.metrics;
       if (lead) save_dir_atomic(model, o.output_dir + "/best", o.vocab_path);
     }
+    comm.barrier();
+    if (watchdog_ptr) watchdog_ptr->beat("after evaluation", step);
   };
 
   std::vector<size_t> lengths;
@@ -235,7 +239,8 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   std::vector<size_t> perm;
   int64_t perm_epoch = -1;
   install_stop_signals();
-  dist::Watchdog watchdog(comm, W > 1 ? o.watchdog_timeout : 0);
+  watchdog_ptr = std::make_unique<dist::Watchdog>(comm, W > 1 ? o.watchdog_timeout : 0);
+  dist::Watchdog& watchdog = *watchdog_ptr;
   const bool overlap = o.allreduce_overlap && comm.other_thread_ok();
   if (lead && W > 1 && o.allreduce_overlap && !overlap)
     std::cerr << "finetune: the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with backward\n";

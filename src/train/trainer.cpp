@@ -236,13 +236,13 @@ int run_pretraining(const PretrainOptions& o) {
     std::cerr << "pretrain: the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with backward\n";
   // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
   auto save = [&]() {
-    watchdog.beat("saving a checkpoint", st.step + st.step_offset);
-    if (shards) {
-      const AdamState full = shards->gather_full(comm, opt);
-      if (lead) save_checkpoint(o.output_dir, *model, full, st, o.vocab, o.keep_checkpoints);
-    } else if (lead) {
-      save_checkpoint(o.output_dir, *model, opt, st, o.vocab, o.keep_checkpoints);
-    }
+    watchdog.beat("gathering the moments for a checkpoint", st.step + st.step_offset);
+    AdamState full;
+    if (shards) full = shards->gather_full(comm, opt);
+    watchdog.beat("writing a checkpoint (rank 0)", st.step + st.step_offset, /*paused=*/true);
+    if (lead) save_checkpoint(o.output_dir, *model, shards ? full : opt, st, o.vocab, o.keep_checkpoints);
+    comm.barrier();  // the other ranks wait here, unwatched, however long the file system takes
+    watchdog.beat("after a checkpoint", st.step + st.step_offset);
   };
   GradSync sync(comm, wire, static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / 4)), overlap);
   model->set_grad_ready_hook([&sync](size_t offset) { sync.ready_from(offset); });
