@@ -9,33 +9,13 @@
 #include "bertcc/dist.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/pretrain_loader.h"
+#include "test_shards.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 
 using namespace bertcc;
 
-namespace {
-std::string make_shard(const std::string& dir, int idx, int64_t N, int64_t S) {
-  PretrainShard s;
-  s.N = N;
-  s.S = S;
-  s.P = 2;
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t t = 0; t < S; ++t) {
-      s.input_ids.push_back(t < 4 ? int32_t(1000 * idx + r + 1) : 0);  // row id in the tokens
-      s.input_mask.push_back(t < 4);
-      s.segment_ids.push_back(0);
-    }
-  for (int64_t r = 0; r < N; ++r) {
-    s.masked_lm_positions.insert(s.masked_lm_positions.end(), {1, 0});
-    s.masked_lm_ids.insert(s.masked_lm_ids.end(), {7, 0});
-    s.next_sentence_labels.push_back(0);
-  }
-  const std::string p = dir + "/s" + std::to_string(idx) + ".h5";
-  write_pretrain_shard(p, s);
-  return p;
-}
-}  // namespace
+using bertcc::testing::make_shard;
 
 // Every (world, accumulation) with the same micro-batches per step walks the same global order:
 // concatenating each step's rank slices gives next()'s sequence, across shard tails and epochs.

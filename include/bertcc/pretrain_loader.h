@@ -28,12 +28,13 @@ class PretrainLoader {
   PretrainLoader(std::vector<std::string> shards, int64_t micro_batch, uint64_t seed, const MaskingOptions& masking,
                  int rank = 0, int world = 1, int64_t bin_batches = 0);
   ~PretrainLoader();
-  // The batch at `c`, advancing `c`. The next batch is prepared on a background thread.
+  // The batch at `c`, advancing `c` (a step of one micro-batch). The next batch is prepared on a
+  // background thread.
   BertBatch next(DataCursor& c);
   // One global optimizer step: `per_step` consecutive micro-batches of the global order starting
   // at `c`; returns micro-batches [first, first + count) of them (this rank's slice; the others
   // are skipped, not built) and advances `c` past the whole step. The next step is prepared on a
-  // background thread. Do not mix with next() on the same loader.
+  // background thread.
   std::vector<BertBatch> next_step(DataCursor& c, int64_t per_step, int64_t first, int64_t count);
   size_t num_shards() const { return shards_.size(); }
 
@@ -48,9 +49,6 @@ class PretrainLoader {
   int64_t bin_batches_ = 0;
   MaskingOptions masking_;
   std::shared_ptr<Loaded> cache_;
-  std::future<BertBatch> ahead_;
-  DataCursor ahead_from_, ahead_to_;
-  bool has_ahead_ = false;
   std::future<std::vector<BertBatch>> step_ahead_;
   DataCursor step_from_, step_to_;
   int64_t step_key_[3] = {0, 0, 0};

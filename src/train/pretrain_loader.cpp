@@ -50,7 +50,6 @@ PretrainLoader::PretrainLoader(std::vector<std::string> shards, int64_t micro_ba
 }
 
 PretrainLoader::~PretrainLoader() {
-  if (has_ahead_) ahead_.wait();
   if (has_step_ahead_) step_ahead_.wait();
 }
 
@@ -116,24 +115,7 @@ BertBatch PretrainLoader::load(DataCursor& c, bool build) {
   return b;
 }
 
-BertBatch PretrainLoader::next(DataCursor& c) {
-  BertBatch out;
-  if (has_ahead_ && ahead_from_.epoch == c.epoch && ahead_from_.shard_pos == c.shard_pos && ahead_from_.row == c.row) {
-    has_ahead_ = false;  // get() leaves the future empty, also when it rethrows the loader's error
-    out = ahead_.get();
-    c = ahead_to_;
-  } else {
-    if (has_ahead_) ahead_.wait();
-    has_ahead_ = false;
-    out = load(c);
-  }
-  // Prepare the following batch while the caller trains on this one.
-  ahead_from_ = c;
-  ahead_to_ = c;
-  ahead_ = std::async(std::launch::async, [this]() { return load(ahead_to_); });
-  has_ahead_ = true;
-  return out;
-}
+BertBatch PretrainLoader::next(DataCursor& c) { return std::move(next_step(c, 1, 0, 1).front()); }
 
 std::vector<BertBatch> PretrainLoader::load_step(DataCursor& c, int64_t per_step, int64_t first, int64_t count) {
   std::vector<BertBatch> out;
@@ -149,6 +131,8 @@ std::vector<BertBatch> PretrainLoader::next_step(DataCursor& c, int64_t per_step
   BERTCC_CHECK(per_step >= 1 && first >= 0 && count >= 1 && first + count <= per_step, "loader: bad step slice ", first,
                "+", count, " of ", per_step);
   std::vector<BertBatch> out;
+  // The step the background thread prepared, if it is this one; then prepare the following step
+  // while the caller trains on this one.
   const bool same = step_key_[0] == per_step && step_key_[1] == first && step_key_[2] == count;
   if (has_step_ahead_ && same && step_from_.epoch == c.epoch && step_from_.shard_pos == c.shard_pos &&
       step_from_.row == c.row) {
