@@ -77,6 +77,15 @@ rm -rf "$W/fewer"; mkdir -p "$W/fewer"; cp "$W/good/a.h5" "$W/fewer/"
 expect "pretrain: resume with fewer shards than the checkpoint's position" "past the 1 shard\(s\) of the input folder" \
   -- "$B" pretrain $PRE --max-steps 12 --input-dir "$W/fewer" --output-dir "$W/run" --resume-from-checkpoint
 
+# a flipped byte in the newest checkpoint's trainer_state.json: detected, the previous one is used
+rm -rf "$W/flip"; cp -r "$W/run" "$W/flip"
+sed -i 's/"row": \([0-9]\)/"row": 9\1/' "$W/flip/checkpoints/step_6/trainer_state.json"
+n=$((n + 1))
+"$B" pretrain $PRE --max-steps 6 --input-dir "$W/good" --output-dir "$W/flip" --resume-from-checkpoint > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+grep -q "skipping checkpoint .*step_6: .*trainer_state.json: checksum mismatch" "$W/err.txt" && grep -q "resuming from .*step_4" "$W/err.txt" && [ $rc -eq 0 ] \
+  && echo "ok   an edited trainer_state.json: $(grep -o 'skipping checkpoint .*' "$W/err.txt" | sed "s|$W/||g"), resumed from step_4" \
+  || fail "edited trainer_state.json: exit $rc: $(tail -3 "$W/err.txt")"
+
 # ---- divergence and non-finite weights
 cp -r "$W/model_init" "$W/nan"
 $PY - "$W/nan" "$TORCH_DIR" <<'PYEOF'

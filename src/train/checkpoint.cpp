@@ -115,6 +115,9 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
                    {"real_tokens", st.totals.real_tokens}};
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
     j["checksums"][f] = fnv64(read_file((tmp / f).string()));
+  // The state's own checksum: over its text without this last field, so a flipped byte anywhere
+  // in trainer_state.json is caught too.
+  j["state_checksum"] = fnv64(j.dump(2));
   write_file_atomic((tmp / "trainer_state.json").string(), j.dump(2) + "\n");
   fsync_path(tmp.string());
   replace_dir(tmp, final_dir);
@@ -170,7 +173,12 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
       }
     }
     try {
-      const auto j = nlohmann::ordered_json::parse(read_file((dir / "trainer_state.json").string()));
+      auto j = nlohmann::ordered_json::parse(read_file((dir / "trainer_state.json").string()));
+      if (j.contains("state_checksum")) {  // checkpoints before this field have none
+        const std::string want = j.at("state_checksum").get<std::string>();
+        j.erase("state_checksum");
+        BERTCC_CHECK(fnv64(j.dump(2)) == want, (dir / "trainer_state.json").string(), ": checksum mismatch");
+      }
       for (auto it = j.at("checksums").begin(); it != j.at("checksums").end(); ++it)
         BERTCC_CHECK(fnv64(read_file((dir / it.key()).string())) == it.value().get<std::string>(),
                      (dir / it.key()).string(), ": checksum mismatch");
