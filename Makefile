@@ -3,7 +3,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 
-.PHONY: all build deps test test-asan demo bench clean
+.PHONY: all build deps test test-asan fuzz demo bench clean
 
 all: build
 
@@ -22,6 +22,10 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target bertcc_tests
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(ASAN_BUILD)/bertcc_tests
 
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@./fuzz/run.sh $(FUZZ_SECONDS)
+
 demo: deps build
 	@./scripts/demo.sh $(BUILD)/bertcc
 
@@ -29,4 +33,4 @@ bench: deps build
 	@./bench/peer_bench.sh $(BUILD)/bertcc
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

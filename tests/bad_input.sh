@@ -143,6 +143,12 @@ else
   fail "finetune ner with only O tags: exit $?: $(tail -2 "$W/err.txt")"
 fi
 
+# a SQuAD answer_start of the wrong type (found by fuzz_datasets: was a bare nlohmann type_error)
+sed 's/"answer_start": 3/"answer_start": null/' "$W/sq.json" > "$W/sq_null.json"
+expect "finetune squad: answer_start null" "sq_null.json: article 1, paragraph 1, question 1: .*type must be number" \
+  -- "$B" finetune squad --init-checkpoint "$W/model_init" --train-file "$W/sq_null.json" --max-seq-length 16 --doc-stride 4 \
+     --max-steps 1 --output-dir "$W/o_sqn" --threads 1 --mode train
+
 # ---- safetensors headers and config.json values
 st_file() {  # st_file PATH HEADER_JSON DATA_BYTES
   $PY - "$1" "$2" "$3" <<'PYEOF'

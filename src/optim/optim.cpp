@@ -63,7 +63,10 @@ StepStart start_step(const ParamTable& t, const float* g, AdamState& s, double g
 
 double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const LambOptions& o,
                  double grad_norm) {
-  const auto [gnorm, clip, bc1, bc2] = start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, true);
+  // (plain locals, not a structured binding: lambdas below capture them, which clang < 16 refuses)
+  const StepStart st = start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, true);
+  const double gnorm = st.gnorm;
+  const float clip = st.clip, bc1 = st.bc1, bc2 = st.bc2;
   const size_t end = s.end ? s.end : t.total();
   for (const ParamEntry& e : t.entries()) {
     if (!e.trainable) continue;                            // frozen: no decay, no moment update
@@ -125,8 +128,9 @@ double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr
 
 double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr, const AdamWOptions& o,
                   double grad_norm) {
-  const auto [gnorm, clip, bc1, bc2] =
-      start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.bias_correction);
+  const StepStart st = start_step(t, g, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.bias_correction);
+  const double gnorm = st.gnorm;
+  const float clip = st.clip, bc1 = st.bc1, bc2 = st.bc2;
   const float b1 = o.beta1, b2 = o.beta2, eps = o.eps;  // locals: the loop must not reload them
   const size_t end = s.end ? s.end : t.total();
   for (const ParamEntry& e : t.entries()) {

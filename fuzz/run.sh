@@ -1,0 +1,68 @@
+#!/bin/sh
+# make fuzz: builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz and runs each
+# for FUZZ_SECONDS (default 60) from seed corpora made from ../shared/data when it is there (and
+# from small built-in seeds otherwise). Findings (crash-*, leak-*, timeout-*, oom-*) are kept in
+# build-fuzz/findings/<target>/; the script exits non-zero if there is any.
+#   fuzz/run.sh [SECONDS]
+set -eu
+SECONDS_EACH="${1:-${FUZZ_SECONDS:-60}}"
+HERE="$(cd "$(dirname "$0")/.." && pwd)"
+B="$HERE/build-fuzz"; S="$HERE/../shared/data"
+command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (Debian: clang, libclang-rt-14-dev)"; exit 1; }
+mkdir -p "$B"
+CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_MPI=OFF > "$B/configure.log" 2>&1 \
+  || { tail -20 "$B/configure.log"; exit 1; }
+cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text > "$B/build.log" 2>&1 \
+  || { grep -E "error" "$B/build.log" | head -20; exit 1; }
+seeds() {  # seeds TARGET: fills $B/corpus/TARGET
+  d="$B/corpus/$1"; mkdir -p "$d"
+  case $1 in
+    fuzz_tokenizer)
+      printf 'Hello worlds! [SEP] caf\303\251 \344\275\240\345\245\275 un##affable' > "$d/small"
+      [ -f "$S/squad/v1.1/dev-v1.1.json" ] && head -c 3000 "$S/squad/v1.1/dev-v1.1.json" > "$d/squad" ;;
+    fuzz_vocab)
+      printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n##s\nworld\n\0Hello worlds! [SEP] caf\303\251 \344\275\240\345\245\275' > "$d/small"
+      [ -f "$S/bert_vocab/bert-base-uncased-vocab.txt" ] && { head -3000 "$S/bert_vocab/bert-base-uncased-vocab.txt"; printf '\0'; head -c 2000 "$S/squad/v1.1/dev-v1.1.json"; } > "$d/bert" ;;
+    fuzz_safetensors)
+      /usr/bin/python3 - "$d" <<'PYEOF'
+import json, struct, sys
+def write(p, header, data):
+    h = json.dumps(header).encode(); h += b" " * ((8 - len(h) % 8) % 8)
+    open(p, "wb").write(struct.pack("<Q", len(h)) + h + data)
+write(sys.argv[1] + "/two", {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [8, 16]}, "__metadata__": {"format": "pt"}}, bytes(16))
+write(sys.argv[1] + "/f16", {"a": {"dtype": "F16", "shape": [3], "data_offsets": [0, 6]}}, bytes(6))
+PYEOF
+      ;;
+    fuzz_config)
+      printf '{"vocab_size": 100, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 16, "type_vocab_size": 2, "hidden_act": "gelu", "id2label": {"0": "a", "1": "b"}}' > "$d/hf"
+      printf '{"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02}' > "$d/google" ;;
+    fuzz_datasets)
+      i=0
+      for task in SST-2 MRPC STS-B; do
+        [ -f "$S/glue/$task/dev.tsv" ] && { printf "\\$(printf '%03o' $i)"; head -30 "$S/glue/$task/dev.tsv"; } > "$d/glue_$task"
+        i=$((i + 1))
+      done
+      [ -f "$S/squad/v1.1/dev-v1.1.json" ] && { printf '\005'; /usr/bin/python3 -c "
+import json; d = json.load(open('$S/squad/v1.1/dev-v1.1.json')); a = d['data'][0]; a['paragraphs'] = a['paragraphs'][:2]
+print(json.dumps({'version': '1.1', 'data': [a]}))"; } > "$d/squad"
+      [ -f "$S/conll2003/iob2/train.txt" ] && { printf '\007'; head -60 "$S/conll2003/iob2/train.txt"; } > "$d/conll"
+      printf '\000sentence\tlabel\nit is good\t1\n' > "$d/tiny" ;;
+    fuzz_text)
+      printf "'''Anarchism''' is a [[political philosophy|philosophy]] {{cite|x}} &amp; more.<ref>r</ref> Mr. Smith went to Washington. He said \"hi.\" Then left!\n\n== Section ==\n* item" > "$d/wiki"
+      [ -f "$S/glue/SST-2/dev.tsv" ] && head -c 3000 "$S/glue/SST-2/dev.tsv" > "$d/text" ;;
+  esac
+}
+[ -f "$S/bert_vocab/bert-base-uncased-vocab.txt" ] && export BERTCC_FUZZ_VOCAB="$S/bert_vocab/bert-base-uncased-vocab.txt"
+status=0
+for t in fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text; do
+  seeds "$t"
+  mkdir -p "$B/findings/$t"
+  (cd "$B/findings/$t" && "$B/$t" -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=4096 -timeout=20 \
+     -print_final_stats=1 "$B/corpus/$t" > "$B/findings/$t.log" 2>&1) || status=1
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$B/findings/$t.log" | grep -o '[0-9]*$' || echo "?")
+  found=$(ls "$B/findings/$t" | wc -l)
+  echo "fuzz $t: $runs executions in ${SECONDS_EACH} s, $found finding(s)$( [ "$found" -gt 0 ] && echo ": $(ls "$B/findings/$t" | head -3 | tr '\n' ' ')")"
+  [ "$found" -eq 0 ] || status=1
+done
+exit $status
