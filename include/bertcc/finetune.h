@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bertcc/bert.h"
+#include "bertcc/dist.h"
 #include "bertcc/tokenizer.h"
 
 namespace bertcc {
@@ -71,11 +72,7 @@ struct FinetuneOptions {
   // steps (0: none) and on SIGINT/SIGTERM; `resume` continues from the newest valid one.
   int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
   bool resume = false;
-  std::string allreduce_dtype = "fp32";  // data parallel: gradients on the wire (fp32 | bf16 | fp16)
-  double watchdog_timeout = 600;         // data parallel: seconds without progress before the job ends
-  double bucket_cap_mb = 25;             // data parallel: all-reduce bucket size
-  bool allreduce_overlap = true;         // data parallel: reduce buckets while backward goes on
-  bool zero1 = false;                    // data parallel: optimizer moments sharded across ranks
+  dist::Options dp;                      // data parallelism (mpirun/srun)
   int64_t max_nonfinite_steps = 10;      // consecutive skipped non-finite steps that stop the run
   bool quiet = false;
 };

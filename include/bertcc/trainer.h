@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "bertcc/dist.h"
+
 namespace bertcc {
 
 struct PretrainOptions {
@@ -24,11 +26,7 @@ struct PretrainOptions {
   int64_t length_binning = 0;    // > 0: sort by length within groups of this many batches
   uint64_t seed = 12345;
   int threads = 0;                     // per rank; 0 = the host's cores shared by its ranks
-  std::string allreduce_dtype = "fp32";  // gradient all-reduce on the wire: fp32 | bf16 | fp16
-  double watchdog_timeout = 600;       // seconds without progress before a rank ends the job (0 = off)
-  double bucket_cap_mb = 25;           // gradient all-reduce bucket size (PyTorch DDP's default)
-  bool allreduce_overlap = true;       // reduce buckets while backward goes on
-  bool zero1 = false;                  // optimizer moments sharded across ranks (ZeRO stage 1)
+  dist::Options dp;                    // data parallelism (mpirun/srun)
   int64_t max_nonfinite_steps = 10;    // consecutive skipped non-finite steps that stop the run
 };
 

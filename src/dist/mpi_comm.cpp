@@ -86,17 +86,10 @@ class MpiComm final : public Communicator {
     const double mine = static_cast<double>(n);
     std::vector<double> all(static_cast<size_t>(world_));
     allgather(&mine, 1, all.data());
-    std::vector<int> c(static_cast<size_t>(world_)), d(static_cast<size_t>(world_));
-    counts.resize(static_cast<size_t>(world_));
-    size_t total = 0;
-    for (size_t r = 0; r < all.size(); ++r) {
-      counts[r] = static_cast<size_t>(all[r]);
-      BERTCC_CHECK(total + counts[r] < (size_t{1} << 31), "MPI allgatherv: more than 2^31 values");
-      c[r] = static_cast<int>(counts[r]);
-      d[r] = static_cast<int>(total);
-      total += counts[r];
-    }
-    out.resize(total);
+    counts.assign(all.begin(), all.end());
+    std::vector<int> c, d;
+    displacements(counts, c, d);
+    out.resize(static_cast<size_t>(d.back()) + counts.back());
     check(MPI_Allgatherv(in, static_cast<int>(n), MPI_FLOAT, out.data(), c.data(), d.data(), MPI_FLOAT, MPI_COMM_WORLD),
           "MPI_Allgatherv");
   }

@@ -3,6 +3,8 @@
 #include <string>
 #include <thread>
 
+#include "bertcc/dist.h"
+
 namespace bertcc::tools {
 
 // NVIDIA's flag names in dash form, with the underscore spelling as an alias: "--train-batch-size"
@@ -33,6 +35,24 @@ inline CLI::Validator threads_check() {
         return "";
       },
       "0 = all cores");
+}
+
+// The data-parallel flags (mpirun/srun) of pretrain and finetune.
+inline void add_data_parallel_flags(CLI::App* sub, bertcc::dist::Options& o) {
+  sub->add_option(flag("--allreduce-dtype"), o.allreduce_dtype,
+                  "data parallel: gradients on the wire as fp32 (default), bf16 or fp16 (compression)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option(flag("--bucket-cap-mb"), o.bucket_cap_mb,
+                  "data parallel: gradient all-reduce bucket size in MB of fp32 (default 25, as PyTorch DDP)")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--zero1", o.zero1,
+                "data parallel: shard the optimizer moments across ranks (ZeRO stage 1); updated tensors are "
+                "all-gathered; results identical to unsharded");
+  sub->add_flag(flag("--no-allreduce-overlap"), [&o](int64_t) { o.allreduce_overlap = false; },
+                "data parallel: reduce the gradients after backward instead of bucket by bucket during it");
+  sub->add_option(flag("--watchdog-timeout"), o.watchdog_timeout,
+                  "data parallel: seconds without progress after which a rank ends the job (default 600, 0 = off)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 void add_dump_step(CLI::App& app);

@@ -68,22 +68,10 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
                 "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run)");
   sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
   sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
-  sub->add_option(flag("--allreduce-dtype"), o.allreduce_dtype,
-                  "data parallel (mpirun/srun): gradients on the wire as fp32 (default), bf16 or fp16")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  sub->add_option(flag("--watchdog-timeout"), o.watchdog_timeout,
-                  "data parallel: seconds without progress after which a rank ends the job (default 600, 0 = off)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option(flag("--bucket-cap-mb"), o.bucket_cap_mb,
-                  "data parallel: gradient all-reduce bucket size in MB of fp32 (default 25, as PyTorch DDP)")
-      ->check(CLI::PositiveNumber);
   sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10)")
       ->check(CLI::PositiveNumber);
-  sub->add_flag("--zero1", o.zero1,
-                "data parallel: shard the AdamW moments across ranks (ZeRO stage 1); results identical to unsharded");
-  sub->add_flag(flag("--no-allreduce-overlap"), [&o](int64_t) { o.allreduce_overlap = false; },
-                "data parallel: reduce the gradients after backward instead of bucket by bucket during it");
+  add_data_parallel_flags(sub, o.dp);
 }
 
 bool is_lead() { return dist::world().rank() == 0; }
@@ -158,11 +146,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.num_steps_per_checkpoint = o.num_steps_per_checkpoint;
   f.keep_checkpoints = o.keep_checkpoints;
   f.resume = o.resume;
-  f.allreduce_dtype = o.allreduce_dtype;
-  f.watchdog_timeout = o.watchdog_timeout;
-  f.bucket_cap_mb = o.bucket_cap_mb;
-  f.allreduce_overlap = o.allreduce_overlap;
-  f.zero1 = o.zero1;
+  f.dp = o.dp;
   f.max_nonfinite_steps = o.max_nonfinite_steps;
   return f;
 }

@@ -24,10 +24,8 @@ struct FtCli {
   double num_train_epochs = 3.0, warmup_proportion = 0.1;
   float learning_rate = 5e-5f, weight_decay = 0.01f, max_grad_norm = 1.0f;
   uint64_t seed = 42;
-  std::string allreduce_dtype = "fp32";
-  double watchdog_timeout = 600, bucket_cap_mb = 25;
-  bool allreduce_overlap = true, zero1 = false;
   int64_t max_nonfinite_steps = 10;
+  dist::Options dp;
 };
 
 // Rank 0 of a data-parallel job (or the only process): the one that writes files and prints results.

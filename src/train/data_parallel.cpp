@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <exception>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -70,7 +71,19 @@ GradSync::GradSync(dist::Communicator& comm, dist::WireDtype wire, size_t bucket
   });
 }
 
+GradSync::GradSync(dist::Communicator& comm, const dist::Options& o, Bert& model, const char* who)
+    : GradSync(comm, dist::parse_wire_dtype(o.allreduce_dtype),
+               static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / sizeof(float))),
+               o.allreduce_overlap && comm.other_thread_ok()) {
+  if (comm.rank() == 0 && comm.world() > 1 && o.allreduce_overlap && !overlap_)
+    std::cerr << who << ": the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with "
+              << "backward\n";
+  model.set_grad_ready_hook([this](size_t offset) { ready_from(offset); });
+  hooked_ = &model;
+}
+
 GradSync::~GradSync() {
+  if (hooked_) hooked_->set_grad_ready_hook(nullptr);
   if (!th_) return;
   {
     std::lock_guard<std::mutex> lk(th_->mu);

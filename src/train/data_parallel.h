@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bertcc/bert.h"
 #include "bertcc/dist.h"
 #include "bertcc/optim.h"
 #include "bertcc/params.h"
@@ -38,6 +39,9 @@ Rng micro_batch_rng(uint64_t seed, int phase, int64_t step, int64_t k);
 class GradSync {
  public:
   GradSync(dist::Communicator& comm, dist::WireDtype wire, size_t bucket_elems, bool overlap);
+  // From the run's data-parallel options, reporting backward progress through `model`'s hook
+  // (removed again by the destructor). `who` prefixes the start-up note when MPI cannot overlap.
+  GradSync(dist::Communicator& comm, const dist::Options& o, Bert& model, const char* who);
   ~GradSync();
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -67,6 +71,7 @@ class GradSync {
   bool last_ = false;      // the running micro-batch is the last of the step
   double wait_s_ = 0;
   std::unique_ptr<Thread> th_;
+  Bert* hooked_ = nullptr;
 };
 
 // ZeRO-1 (--zero1): the optimizer moments are split across ranks by whole tensors (rank r owns the

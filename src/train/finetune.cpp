@@ -131,7 +131,6 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   dist::Communicator& comm = dist::world();
   const int64_t W = comm.world(), R = comm.rank();
   const bool lead = R == 0;  // only rank 0 writes
-  const dist::WireDtype wire = dist::parse_wire_dtype(o.allreduce_dtype);
   if (lead) fs::create_directories(o.output_dir);
   model.freeze_below_top_layers(o.freeze_layers);
   const int64_t A = o.gradient_accumulation_steps;
@@ -183,7 +182,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
   std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
-  if (o.zero1 && W > 1) {
+  if (o.dp.zero1 && W > 1) {
     shards = std::make_unique<OptimizerShards>(model.table(), static_cast<int>(W));
     shards->keep_own(opt, static_cast<int>(R));
   }
@@ -239,18 +238,10 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   std::vector<size_t> perm;
   int64_t perm_epoch = -1;
   install_stop_signals();
-  watchdog_ptr = std::make_unique<dist::Watchdog>(comm, W > 1 ? o.watchdog_timeout : 0);
+  watchdog_ptr = std::make_unique<dist::Watchdog>(comm, W > 1 ? o.dp.watchdog_timeout : 0);
   dist::Watchdog& watchdog = *watchdog_ptr;
-  const bool overlap = o.allreduce_overlap && comm.other_thread_ok();
-  if (lead && W > 1 && o.allreduce_overlap && !overlap)
-    std::cerr << "finetune: the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with backward\n";
   int64_t bad_run = 0;  // consecutive non-finite steps
-  GradSync sync(comm, wire, static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / 4)), overlap);
-  model.set_grad_ready_hook([&sync](size_t offset) { sync.ready_from(offset); });
-  struct Unhook {
-    Bert& m;
-    ~Unhook() { m.set_grad_ready_hook(nullptr); }
-  } unhook{model};
+  GradSync sync(comm, o.dp, model, "finetune");
   while (step < total) {
     watchdog.beat("the step's first all-reduce", step);
     double stop = stop_signal() ? 1.0 : 0.0;  // a signal to any rank stops every rank at this step

@@ -29,7 +29,7 @@ int run_pretraining(const PretrainOptions& o) {
   const int W = comm.world(), R = comm.rank();
   const bool lead = R == 0;  // only rank 0 writes logs, events, checkpoints and the model
   set_threads(threads_per_rank(o.threads, comm));
-  const dist::WireDtype wire = dist::parse_wire_dtype(o.allreduce_dtype);
+  const dist::WireDtype wire = dist::parse_wire_dtype(o.dp.allreduce_dtype);
   const Precision prec = parse_precision(o.precision);
   BERTCC_CHECK(o.optimizer == "lamb" || o.optimizer == "adamw", "--optimizer must be lamb or adamw");
   BERTCC_CHECK(o.gradient_accumulation_steps >= 1 && o.train_batch_size % o.gradient_accumulation_steps == 0,
@@ -37,7 +37,7 @@ int run_pretraining(const PretrainOptions& o) {
                o.gradient_accumulation_steps, ")");
   BERTCC_CHECK(o.max_steps >= 1, "--max-steps must be positive");
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
-  BERTCC_CHECK(o.watchdog_timeout >= 0, "--watchdog-timeout must be >= 0");
+  BERTCC_CHECK(o.dp.watchdog_timeout >= 0, "--watchdog-timeout must be >= 0");
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
   if (lead) {
     std::filesystem::create_directories(o.output_dir);
@@ -110,7 +110,7 @@ int run_pretraining(const PretrainOptions& o) {
   }
   st.global_batch = global_batch;
   std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
-  if (o.zero1 && W > 1) {
+  if (o.dp.zero1 && W > 1) {
     shards = std::make_unique<OptimizerShards>(model->table(), W);
     shards->keep_own(opt, R);
   }
@@ -221,7 +221,7 @@ int run_pretraining(const PretrainOptions& o) {
   const int64_t eval_every = o.eval_freq > 0 ? o.eval_freq : o.num_steps_per_checkpoint;
 
   install_stop_signals();
-  dist::Watchdog watchdog(comm, W > 1 ? o.watchdog_timeout : 0);
+  dist::Watchdog watchdog(comm, W > 1 ? o.dp.watchdog_timeout : 0);
   LambOptions lamb;
   AdamWOptions adamw;
   const bool tty = lead && ::isatty(1);
@@ -231,9 +231,6 @@ int run_pretraining(const PretrainOptions& o) {
   int64_t seqs_since = 0;
   double allreduce_seconds = 0;  // time in the gradient all-reduce since the last log line
   int64_t allreduce_steps = 0;
-  const bool overlap = o.allreduce_overlap && comm.other_thread_ok();
-  if (lead && W > 1 && o.allreduce_overlap && !overlap)
-    std::cerr << "pretrain: the MPI library gives no MPI_THREAD_SERIALIZED: gradient all-reduce not overlapped with backward\n";
   // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
   auto save = [&]() {
     watchdog.beat("gathering the moments for a checkpoint", st.step + st.step_offset);
@@ -244,12 +241,7 @@ int run_pretraining(const PretrainOptions& o) {
     comm.barrier();  // the other ranks wait here, unwatched, however long the file system takes
     watchdog.beat("after a checkpoint", st.step + st.step_offset);
   };
-  GradSync sync(comm, wire, static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / 4)), overlap);
-  model->set_grad_ready_hook([&sync](size_t offset) { sync.ready_from(offset); });
-  struct Unhook {
-    Bert& m;
-    ~Unhook() { m.set_grad_ready_hook(nullptr); }
-  } unhook{*model};
+  GradSync sync(comm, o.dp, *model, "pretrain");
   bool stopped = false;
   while (st.step < o.max_steps) {
     watchdog.beat("loading the step's batches", st.step + st.step_offset);
@@ -284,7 +276,7 @@ int run_pretraining(const PretrainOptions& o) {
       sync.after(a, A, model->grads());
       loss_sums[0] += l.mlm_loss_sum;
       loss_sums[1] += l.nsp_loss_sum;
-      seqs_since += batch.B * W;
+      if (lead) seqs_since += batch.B * W;  // for the logged rate
     }
     // Gradients reduced once per optimizer step, after accumulation (NVIDIA's
     // allreduce_post_accumulation), in buckets overlapped with the last micro-batch's backward;
@@ -378,8 +370,6 @@ int run_pretraining(const PretrainOptions& o) {
         std::printf("%s\n", line);
       }
       std::fflush(stdout);
-    } else if (!lead) {
-      seqs_since = 0;
     }
     if (o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps) save();
     watchdog.beat("evaluation", st.step + st.step_offset);
