@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "bertcc/config.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
@@ -345,4 +348,40 @@ TEST(Glue, RealTestFiles) {
   const auto s = read_glue("sts-b", g + "STS-B/test.tsv", GlueSplit::Test);
   EXPECT_EQ(s[0].text_a, "A girl is styling her hair.");
   EXPECT_EQ(s[0].text_b, "A girl is brushing her hair.");
+}
+
+TEST(ModelDir, WritesShortestFloatsAndTokenizerFiles) {
+  TmpDir d;
+  BertConfig c = tiny_config();
+  c.classifier_dropout = 0.3f;
+  Bert m(c, Heads::PreTraining);
+  m.init_weights(3);
+  write_raw(d / "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\n##s\n");
+  save_model_dir(m, d / "nested/model", d / "vocab.txt", false);
+  const std::string cfg = read_file(d / "nested/model/config.json");
+  for (const char* want : {"\"hidden_dropout_prob\": 0.1,", "\"initializer_range\": 0.02,", "\"layer_norm_eps\": 1e-12,",
+                           "\"classifier_dropout\": 0.3"})
+    EXPECT_NE(cfg.find(want), std::string::npos) << want << " not in\n" << cfg;
+  // The shortest decimals parse back to the same floats.
+  const BertConfig back = load_config(d / "nested/model/config.json");
+  EXPECT_EQ(back.hidden_dropout_prob, c.hidden_dropout_prob);
+  EXPECT_EQ(back.layer_norm_eps, c.layer_norm_eps);
+  EXPECT_EQ(back.initializer_range, c.initializer_range);
+
+  const auto tc = nlohmann::json::parse(read_file(d / "nested/model/tokenizer_config.json"));
+  EXPECT_EQ(tc["do_lower_case"], false);  // as asked, though the vocabulary looks uncased
+  EXPECT_EQ(tc["model_max_length"], 16);
+  EXPECT_EQ(tc["tokenizer_class"], "BertTokenizer");
+  EXPECT_EQ(tc["added_tokens_decoder"]["4"]["content"], "[MASK]");
+  const auto tj = nlohmann::json::parse(read_file(d / "nested/model/tokenizer.json"));
+  EXPECT_EQ(tj["model"]["vocab"]["##s"], 7);
+  EXPECT_EQ(tj["normalizer"]["lowercase"], false);
+  EXPECT_EQ(tj["post_processor"]["special_tokens"]["[SEP]"]["ids"][0], 3);
+  const auto sm = nlohmann::json::parse(read_file(d / "nested/model/special_tokens_map.json"));
+  EXPECT_EQ(sm["cls_token"], "[CLS]");
+  const Vocab v = Vocab::load(d / "vocab.txt");
+  EXPECT_FALSE(model_dir_lower_case(d / "nested/model", v));  // tokenizer_config.json wins
+  EXPECT_TRUE(model_dir_lower_case(d / "nowhere", v));        // else guessed from the vocabulary
+  write_raw(d / "nested/model/tokenizer_config.json", "{\"do_lower_case\": \"yes\"}");
+  EXPECT_NE(error_of([&] { model_dir_lower_case(d / "nested/model", v); }).find("do_lower_case"), std::string::npos);
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,7 @@ using Evaluator = std::function<EvalResult(Bert& model)>;
 
 struct FinetuneOptions {
   std::string output_dir, vocab_path;
+  std::optional<bool> do_lower_case;  // written to the saved models' tokenizer_config.json
   int64_t train_batch_size = 32, gradient_accumulation_steps = 1, max_steps = -1, log_freq = 50;
   double num_train_epochs = 3.0, warmup_proportion = 0.1;
   float learning_rate = 5e-5f, weight_decay = 0.01f, max_grad_norm = 1.0f, adam_eps = 1e-6f;

@@ -2,9 +2,11 @@
 // model.safetensors with HF names, vocab.txt.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bertcc/bert.h"
+#include "bertcc/tokenizer.h"
 
 namespace bertcc {
 
@@ -24,8 +26,18 @@ std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const 
 BertConfig load_model_config(const std::string& dir);
 void load_weights(Bert& model, const std::string& safetensors_path, bool new_heads = false);
 
-// Writes config.json, model.safetensors (F32, HF names) and, if given, a copy of vocab.txt.
-void save_model_dir(const Bert& model, const std::string& dir, const std::string& vocab_path = "");
+// Writes config.json, model.safetensors (F32, HF names) and, if given, a copy of vocab.txt with the
+// tokenizer files AutoTokenizer reads (write_tokenizer_files). `lower_case` unset: guessed from the
+// vocabulary (Vocab::looks_uncased), as the inference commands do.
+void save_model_dir(const Bert& model, const std::string& dir, const std::string& vocab_path = "",
+                    std::optional<bool> lower_case = std::nullopt);
+
+// tokenizer_config.json, special_tokens_map.json and tokenizer.json (the fast tokenizer) for `vocab`,
+// so that AutoTokenizer.from_pretrained(dir) gives bertcc's ids.
+void write_tokenizer_files(const std::string& dir, const Vocab& vocab, bool lower_case, int model_max_length);
+// A model directory's lower-casing: tokenizer_config.json's do_lower_case when present, else guessed
+// from the vocabulary.
+bool model_dir_lower_case(const std::string& dir, const Vocab& vocab);
 
 // Canonical HF name for a stored name ("" if it is a buffer we ignore, e.g. position_ids).
 std::string canonical_param_name(const std::string& stored);

@@ -1,5 +1,8 @@
 #include "bertcc/config.h"
 
+#include <charconv>
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "bertcc/error.h"
@@ -116,6 +119,15 @@ BertConfig load_config(const std::string& path) {
   return c;
 }
 
+// A float as the double its shortest decimal spells (0.1f -> 0.1, not 0.10000000149011612), so
+// config.json reads as people and Hugging Face write it; parsing it back gives the same float.
+static double shortest_decimal(float f) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf) - 1, f);
+  *r.ptr = 0;
+  return std::strtod(buf, nullptr);
+}
+
 void save_config(const BertConfig& c, const std::string& path, const std::string& architecture) {
   nlohmann::ordered_json j;
   j["architectures"] = {architecture};
@@ -126,12 +138,12 @@ void save_config(const BertConfig& c, const std::string& path, const std::string
   j["num_attention_heads"] = c.num_attention_heads;
   j["intermediate_size"] = c.intermediate_size;
   j["hidden_act"] = c.hidden_act;
-  j["hidden_dropout_prob"] = c.hidden_dropout_prob;
-  j["attention_probs_dropout_prob"] = c.attention_probs_dropout_prob;
+  j["hidden_dropout_prob"] = shortest_decimal(c.hidden_dropout_prob);
+  j["attention_probs_dropout_prob"] = shortest_decimal(c.attention_probs_dropout_prob);
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["type_vocab_size"] = c.type_vocab_size;
-  j["initializer_range"] = c.initializer_range;
-  j["layer_norm_eps"] = c.layer_norm_eps;
+  j["initializer_range"] = shortest_decimal(c.initializer_range);
+  j["layer_norm_eps"] = shortest_decimal(c.layer_norm_eps);
   j["pad_token_id"] = 0;
   j["position_embedding_type"] = "absolute";
   j["torch_dtype"] = "float32";
@@ -146,7 +158,7 @@ void save_config(const BertConfig& c, const std::string& path, const std::string
     j["num_labels"] = c.id2label.size();
     if (c.id2label.size() == 1) j["problem_type"] = "regression";
   }
-  if (c.classifier_dropout >= 0) j["classifier_dropout"] = c.classifier_dropout;
+  if (c.classifier_dropout >= 0) j["classifier_dropout"] = shortest_decimal(c.classifier_dropout);
   if (!c.finetuning_task.empty()) j["finetuning_task"] = c.finetuning_task;
   write_file_atomic(path, j.dump(2) + "\n");
 }

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <iostream>
 #include <set>
 
@@ -129,8 +130,10 @@ std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const 
   return model;
 }
 
-void save_model_dir(const Bert& model, const std::string& dir, const std::string& vocab_path) {
-  ::mkdir(dir.c_str(), 0755);
+void save_model_dir(const Bert& model, const std::string& dir, const std::string& vocab_path,
+                    std::optional<bool> lower_case) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // parents too, as mkdir -p
   struct stat st;
   BERTCC_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), dir, ": cannot create model directory");
   std::vector<StWrite> w;
@@ -139,7 +142,12 @@ void save_model_dir(const Bert& model, const std::string& dir, const std::string
   write_safetensors(join_path(dir, "model.safetensors"), w);
   save_config(model.config(), join_path(dir, "config.json"),
               architecture_name(model.heads()));
-  if (!vocab_path.empty()) write_file_atomic(join_path(dir, "vocab.txt"), read_file(vocab_path));
+  if (vocab_path.empty()) return;
+  const std::string text = read_file(vocab_path);
+  write_file_atomic(join_path(dir, "vocab.txt"), text);
+  const Vocab vocab = Vocab::load(vocab_path);
+  write_tokenizer_files(dir, vocab, lower_case.value_or(vocab.looks_uncased()),
+                        model.config().max_position_embeddings);
 }
 
 }  // namespace bertcc

@@ -98,7 +98,10 @@ FtSetup ft_setup(const FtCli& o) {
   s.vocab_path = o.vocab.empty() ? join_path(o.init_checkpoint, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(s.vocab_path), s.vocab_path, ": no vocabulary (pass --vocab)");
   s.vocab = std::make_unique<Vocab>(Vocab::load(s.vocab_path));
-  const bool lower = o.do_lower_case ? true : o.no_lower_case ? false : s.vocab->looks_uncased();
+  // Default: the model directory's tokenizer_config.json, else guessed from the vocabulary.
+  const bool lower = o.do_lower_case   ? true
+                     : o.no_lower_case ? false
+                                       : model_dir_lower_case(o.vocab.empty() ? o.init_checkpoint : "", *s.vocab);
   s.tok = std::make_unique<BertTokenizer>(*s.vocab, lower);
   if (!o.output_dir.empty() && is_lead()) fs::create_directories(o.output_dir);
   return s;
@@ -129,6 +132,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   FinetuneOptions f;
   f.output_dir = o.output_dir;
   f.vocab_path = s.vocab_path;
+  f.do_lower_case = s.tok->lower_case();
   f.train_batch_size = o.train_batch_size;
   f.gradient_accumulation_steps = o.gradient_accumulation_steps;
   f.max_steps = o.max_steps;

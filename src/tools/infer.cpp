@@ -35,7 +35,7 @@ Loaded load(const InferCli& o, Heads heads) {
   const std::string vp = o.vocab.empty() ? join_path(o.model, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(vp), vp, ": no vocabulary (pass --vocab)");
   l.vocab = std::make_unique<Vocab>(Vocab::load(vp));
-  l.tok = std::make_unique<BertTokenizer>(*l.vocab, l.vocab->looks_uncased());
+  l.tok = std::make_unique<BertTokenizer>(*l.vocab, model_dir_lower_case(o.vocab.empty() ? o.model : "", *l.vocab));
   l.model = load_model_dir(o.model, heads);
   BERTCC_CHECK(heads == Heads::QuestionAnswering || l.model->config().num_labels() > 0, o.model,
                ": config.json has no labels (id2label)");

@@ -66,10 +66,10 @@ std::vector<size_t> length_grouped_order(const std::vector<size_t>& shuffled, co
 }
 
 namespace {
-void save_dir_atomic(const Bert& model, const std::string& dir, const std::string& vocab) {
+void save_dir_atomic(const Bert& model, const std::string& dir, const std::string& vocab, std::optional<bool> lower) {
   const std::string tmp = dir + ".tmp";
   fs::remove_all(tmp);
-  save_model_dir(model, tmp, vocab);
+  save_model_dir(model, tmp, vocab, lower);
   replace_dir(tmp, dir);
 }
 }  // namespace
@@ -226,7 +226,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
       st.best_score = r.score;
       st.best_metrics = r.metrics.dump();
       res.best_eval = r.metrics;
-      if (lead) save_dir_atomic(model, o.output_dir + "/best", o.vocab_path);
+      if (lead) save_dir_atomic(model, o.output_dir + "/best", o.vocab_path, o.do_lower_case);
     }
     comm.barrier();
     if (watchdog_ptr) watchdog_ptr->beat("after evaluation", step);
@@ -341,7 +341,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     res.steps = step;
     return res;
   }
-  save_model_dir(model, o.output_dir, o.vocab_path);
+  save_model_dir(model, o.output_dir, o.vocab_path, o.do_lower_case);
   res.steps = step;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.train_seq_per_s = static_cast<double>(seqs) / std::max(train_seconds, 1e-9);

@@ -14,11 +14,22 @@ fails=0
 for spec in uncased:true cased:false; do
   name=${spec%%:*}; lower=${spec##*:}
   vocab="$DATA/bert_vocab/bert-base-$name-vocab.txt"
+  "$BERTCC" init-model --config bert-tiny --vocab "$vocab" --output "$WORK/model_$name" >/dev/null
   for input in "$WORK/texts.txt" "$HERE/adversarial.txt"; do
     base=$(basename "$input" .txt)
     node "$HERE/hf_tokenize.js" "$vocab" "$lower" "$input" "$WORK/hf_${name}_$base.txt"
     "$BERTCC" tokenize --vocab "$vocab" --input "$input" > "$WORK/ours_${name}_$base.txt" 2>/dev/null
     n=$(wc -l < "$WORK/hf_${name}_$base.txt")
+    # The tokenizer files bertcc writes into a model directory (tokenizer.json for AutoTokenizer's
+    # fast path) must give the same ids.
+    node "$HERE/hf_tokenize.js" --dir "$WORK/model_$name" "$input" "$WORK/dir_${name}_$base.txt"
+    if cmp -s "$WORK/hf_${name}_$base.txt" "$WORK/dir_${name}_$base.txt"; then
+      echo "ok   $name $base: model directory's tokenizer.json gives the same $n lines"
+    else
+      echo "FAIL $name $base: the model directory's tokenizer.json differs; first:"
+      diff "$WORK/hf_${name}_$base.txt" "$WORK/dir_${name}_$base.txt" | head -4
+      fails=$((fails + 1))
+    fi
     if cmp -s "$WORK/hf_${name}_$base.txt" "$WORK/ours_${name}_$base.txt"; then
       echo "ok   $name $base: $n lines identical"
     else

@@ -3,6 +3,8 @@
 // (BertNormalizer + BertPreTokenizer + WordPiece, special tokens never split) and prints one line
 // of ids per input line, without [CLS]/[SEP].
 //   node hf_tokenize.js VOCAB LOWERCASE(true|false) INPUT OUTPUT [--time]
+//   node hf_tokenize.js --dir MODEL_DIR INPUT OUTPUT   (the tokenizer.json bertcc wrote there, and a
+//     check of its [CLS] A [SEP] B [SEP] template and tokenizer_config.json against it)
 // With --time, prints the encoding time (in-process, excluding file I/O) to stderr as JSON.
 "use strict";
 const fs = require("fs");
@@ -25,9 +27,38 @@ function buildTokenizerJson(vocabPath, lowercase) {
   });
 }
 
+// The directory's pair template and tokenizer_config.json: [CLS] A [SEP] B [SEP] with type ids 0/1,
+// the specials' ids as in vocab.txt, do_lower_case equal to the normalizer's lowercase.
+async function checkDir(tok, dir, lines) {
+  const fail = (m) => { throw new Error(`${dir}: ${m}`); };
+  const cfg = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
+  const map = JSON.parse(fs.readFileSync(path.join(dir, "special_tokens_map.json"), "utf8"));
+  const tj = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
+  const vocab = fs.readFileSync(path.join(dir, "vocab.txt"), "utf8").split("\n");
+  if (cfg.do_lower_case !== tj.normalizer.lowercase) fail("do_lower_case differs from tokenizer.json");
+  for (const k of ["cls_token", "sep_token", "pad_token", "unk_token", "mask_token"]) {
+    if (map[k] !== cfg[k]) fail(`${k} differs between special_tokens_map.json and tokenizer_config.json`);
+    const id = tok.tokenToId(map[k]);
+    if (id !== vocab.indexOf(map[k])) fail(`${k} ${map[k]} has id ${id}, vocab.txt line ${vocab.indexOf(map[k])}`);
+  }
+  const cls = tok.tokenToId("[CLS]"), sep = tok.tokenToId("[SEP]");
+  for (let i = 0; i + 1 < Math.min(lines.length, 500); i += 2) {
+    const [a, b] = [lines[i], lines[i + 1]];
+    const ea = await tok.encode(a, null, { addSpecialTokens: false }),
+      eb = await tok.encode(b, null, { addSpecialTokens: false });
+    const p = await tok.encode(a, b);
+    const want = [cls, ...ea.getIds(), sep, ...eb.getIds(), sep];
+    const types = [...Array(ea.getIds().length + 2).fill(0), ...Array(eb.getIds().length + 1).fill(1)];
+    if (p.getIds().join() !== want.join() || p.getTypeIds().join() !== types.join())
+      fail(`pair encoding of lines ${i + 1}/${i + 2} is not [CLS] A [SEP] B [SEP]`);
+  }
+}
+
 async function main() {
   const [vocabPath, lower, input, output, timeFlag] = process.argv.slice(2);
-  const tok = Tokenizer.fromString(buildTokenizerJson(vocabPath, lower === "true"));
+  const fromDir = vocabPath === "--dir";
+  const tok = fromDir ? Tokenizer.fromFile(path.join(lower, "tokenizer.json"))
+                      : Tokenizer.fromString(buildTokenizerJson(vocabPath, lower === "true"));
   let lines = fs.readFileSync(input, "utf8").split("\n");
   if (lines.length && lines[lines.length - 1] === "") lines.pop();
   const out = new Array(lines.length);
@@ -38,6 +69,7 @@ async function main() {
     encs.forEach((e, k) => { out[i + k] = e.getIds().join(" "); });
   }
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  if (fromDir) await checkDir(tok, lower, lines);
   fs.writeFileSync(output, out.length ? out.join("\n") + "\n" : "");
   if (timeFlag === "--time") {
     const bytes = Buffer.byteLength(lines.join("\n"));
