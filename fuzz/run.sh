@@ -12,7 +12,7 @@ command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (Debian: clang
 mkdir -p "$B"
 CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_MPI=OFF > "$B/configure.log" 2>&1 \
   || { tail -20 "$B/configure.log"; exit 1; }
-cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text > "$B/build.log" 2>&1 \
+cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch > "$B/build.log" 2>&1 \
   || { grep -E "error" "$B/build.log" | head -20; exit 1; }
 seeds() {  # seeds TARGET: fills $B/corpus/TARGET
   d="$B/corpus/$1"; mkdir -p "$d"
@@ -51,11 +51,20 @@ print(json.dumps({'version': '1.1', 'data': [a]}))"; } > "$d/squad"
     fuzz_text)
       printf "'''Anarchism''' is a [[political philosophy|philosophy]] {{cite|x}} &amp; more.<ref>r</ref> Mr. Smith went to Washington. He said \"hi.\" Then left!\n\n== Section ==\n* item" > "$d/wiki"
       [ -f "$S/glue/SST-2/dev.tsv" ] && head -c 3000 "$S/glue/SST-2/dev.tsv" > "$d/text" ;;
+    fuzz_torch)  # small torch.save files: a state dict (one transposed view) and NVIDIA's wrapping
+      /usr/bin/python3 - "$d" <<'PYEOF' 2>/dev/null || true
+import collections, sys, torch
+sd = collections.OrderedDict(a=torch.arange(6.0).reshape(2, 3), b=torch.ones(3, 2).t(), c=torch.zeros(2, dtype=torch.float16))
+torch.save(sd, sys.argv[1] + "/state_dict")
+torch.save({"model": sd, "epoch": 1, "files": ["x"], "optimizer": {"state": {}, "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99)}]}},
+           sys.argv[1] + "/nvidia")
+PYEOF
+      ;;
   esac
 }
 [ -f "$S/bert_vocab/bert-base-uncased-vocab.txt" ] && export BERTCC_FUZZ_VOCAB="$S/bert_vocab/bert-base-uncased-vocab.txt"
 status=0
-for t in fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text; do
+for t in fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch; do
   seeds "$t"
   mkdir -p "$B/findings/$t"
   (cd "$B/findings/$t" && "$B/$t" -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=4096 -timeout=20 \

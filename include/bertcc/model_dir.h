@@ -24,7 +24,11 @@ struct NewHeads {
 };
 std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh = nullptr);
 BertConfig load_model_config(const std::string& dir);
-void load_weights(Bert& model, const std::string& safetensors_path, bool new_heads = false);
+// `path`: model.safetensors, or a PyTorch checkpoint (pytorch_model.bin, NVIDIA's {'model': ...}),
+// read without running its pickle. NVIDIA's names (module., dense_act) and its vocabulary padded
+// to a multiple of 8 are accepted. A directory without model.safetensors is read from
+// pytorch_model.bin.
+void load_weights(Bert& model, const std::string& path, bool new_heads = false);
 
 // Writes config.json, model.safetensors (F32, HF names) and, if given, a copy of vocab.txt with the
 // tokenizer files AutoTokenizer reads (write_tokenizer_files). `lower_case` unset: guessed from the

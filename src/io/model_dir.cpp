@@ -2,13 +2,16 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <set>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/safetensors.h"
+#include "bertcc/torch_checkpoint.h"
 
 namespace bertcc {
 
@@ -18,6 +21,9 @@ static bool ends_with(const std::string& s, const std::string& suf) {
 
 std::string canonical_param_name(const std::string& stored) {
   std::string n = stored;
+  while (n.rfind("module.", 0) == 0) n.erase(0, 7);  // DistributedDataParallel's wrapper
+  // NVIDIA DeepLearningExamples fuses bias and activation in LinearActivation, named dense_act.
+  for (size_t p; (p = n.find(".dense_act.")) != std::string::npos;) n.replace(p, 11, ".dense.");
   if (ends_with(n, "position_ids")) return "";  // a buffer, not a parameter
   if (n.rfind("bert.", 0) != 0 && n.rfind("cls.", 0) != 0 && n.rfind("qa_outputs.", 0) != 0 &&
       n.rfind("classifier.", 0) != 0)
@@ -42,20 +48,48 @@ static bool is_head_tensor(const std::string& n) {
          n.rfind("bert.pooler.", 0) == 0;
 }
 
-void load_weights(Bert& model, const std::string& path, bool new_heads) {
-  SafetensorsFile f(path);
+namespace {
+// A tensor of a checkpoint, whatever its file format.
+struct SourceTensor {
+  std::string name;  // as stored
+  std::vector<int64_t> shape;
+  std::function<void(float*)> read;  // fp32, row-major
+};
+
+// NVIDIA's BERT pads the vocabulary to a multiple of 8: those extra rows of the word embeddings and
+// the MLM bias are dropped when the model's vocab_size is the unpadded one.
+bool padded_vocab_rows(const std::string& name, const std::vector<int64_t>& got, const std::vector<int64_t>& want) {
+  if (name != "bert.embeddings.word_embeddings.weight" && name != "cls.predictions.bias" &&
+      name != "cls.predictions.decoder.bias")
+    return false;
+  if (got.size() != want.size() || got.empty() || got[0] <= want[0] || got[0] % 8 != 0 || got[0] - want[0] >= 8)
+    return false;
+  return std::equal(got.begin() + 1, got.end(), want.begin() + 1);
+}
+
+void read_rows(const SourceTensor& t, const std::vector<int64_t>& want, float* dst) {
+  int64_t n = 1, row = 1;
+  for (int64_t d : t.shape) n *= d;
+  for (size_t d = 1; d < want.size(); ++d) row *= want[d];
+  std::vector<float> all(static_cast<size_t>(n));
+  t.read(all.data());
+  std::copy(all.begin(), all.begin() + want[0] * row, dst);
+}
+
+void load_tensors(Bert& model, const std::vector<SourceTensor>& tensors, const std::string& path, bool new_heads) {
   const ParamTable& table = model.table();
   std::set<std::string> loaded;
-  const StTensor* decoder_bias = nullptr;
-  int skipped_heads = 0;
+  const SourceTensor* decoder_bias = nullptr;
+  int skipped_heads = 0, trimmed = 0;
   std::vector<std::string> skipped;
-  for (const auto& t : f.tensors()) {
+  for (const auto& t : tensors) {
     const std::string name = canonical_param_name(t.name);
     if (name.empty()) continue;
     if (name == "cls.predictions.decoder.weight") {  // tied to the word embeddings
       const auto& wte = table.at("bert.embeddings.word_embeddings.weight");
-      BERTCC_CHECK(t.shape == wte.shape, path, ": tensor '", t.name, "' has shape ", shape_str(t.shape),
-                   ", expected ", shape_str(wte.shape), " (tied to the word embeddings)");
+      BERTCC_CHECK(t.shape == wte.shape || padded_vocab_rows("bert.embeddings.word_embeddings.weight", t.shape, wte.shape),
+                   path, ": tensor '", t.name, "' has shape ", shape_str(t.shape), ", expected ", shape_str(wte.shape),
+                   " (tied to the word embeddings)");
       continue;
     }
     if (name == "cls.predictions.decoder.bias") {
@@ -72,17 +106,25 @@ void load_weights(Bert& model, const std::string& path, bool new_heads) {
       continue;
     }
     BERTCC_CHECK(e, path, ": unknown tensor '", t.name, "' (not a parameter of this BERT model)");
-    BERTCC_CHECK(t.shape == e->shape, path, ": tensor '", t.name, "' has shape ", shape_str(t.shape), ", expected ",
-                 shape_str(e->shape));
+    const bool trim = padded_vocab_rows(name, t.shape, e->shape);
+    BERTCC_CHECK(t.shape == e->shape || trim, path, ": tensor '", t.name, "' has shape ", shape_str(t.shape),
+                 ", expected ", shape_str(e->shape));
     BERTCC_CHECK(!loaded.count(name), path, ": tensor '", name, "' appears twice (e.g. as gamma and weight)");
-    f.read_f32(t, model.params().data() + e->offset);
+    if (trim) {
+      read_rows(t, e->shape, model.params().data() + e->offset);
+      ++trimmed;
+    } else {
+      t.read(model.params().data() + e->offset);
+    }
     loaded.insert(name);
   }
   if (decoder_bias && table.find("cls.predictions.bias") && !loaded.count("cls.predictions.bias")) {
     const ParamEntry& e = table.at("cls.predictions.bias");
-    BERTCC_CHECK(decoder_bias->shape == e.shape, path, ": tensor 'cls.predictions.decoder.bias' has shape ",
+    const bool trim = padded_vocab_rows("cls.predictions.decoder.bias", decoder_bias->shape, e.shape);
+    BERTCC_CHECK(decoder_bias->shape == e.shape || trim, path, ": tensor 'cls.predictions.decoder.bias' has shape ",
                  shape_str(decoder_bias->shape), ", expected ", shape_str(e.shape));
-    f.read_f32(*decoder_bias, model.params().data() + e.offset);
+    if (trim) read_rows(*decoder_bias, e.shape, model.params().data() + e.offset);
+    else decoder_bias->read(model.params().data() + e.offset);
     loaded.insert("cls.predictions.bias");
   }
   std::vector<std::string> fresh;
@@ -91,6 +133,9 @@ void load_weights(Bert& model, const std::string& path, bool new_heads) {
     BERTCC_CHECK(new_heads && is_head_tensor(e.name), path, ": missing tensor '", e.name, "'");
     fresh.push_back(e.name);
   }
+  if (trimmed)
+    std::cerr << "note: " << path << ": vocabulary padded to a multiple of 8 (NVIDIA's layout) trimmed to vocab_size "
+              << model.config().vocab_size << "\n";
   if (skipped_heads) {
     std::cerr << "note: " << path << ": " << skipped_heads << " head tensors not used by " << architecture_name(model.heads())
               << " (";
@@ -102,6 +147,27 @@ void load_weights(Bert& model, const std::string& path, bool new_heads) {
     for (const auto& n : fresh) std::cerr << " " << n;
     std::cerr << "\n";
   }
+}
+}  // namespace
+
+void load_weights(Bert& model, const std::string& path, bool new_heads) {
+  std::vector<SourceTensor> src;
+  if (looks_like_torch_zip(path)) {
+    TorchCheckpoint ck(path);
+    for (const auto& t : ck.tensors()) {
+      if (t.dtype.front() != 'F' && t.dtype != "BF16") {
+        BERTCC_CHECK(canonical_param_name(t.name).empty(), path, ": tensor '", t.name, "' has dtype ", t.dtype,
+                     ", expected a floating type");
+        continue;  // an integer buffer (position_ids)
+      }
+      src.push_back({t.name, t.shape, [&ck, &t](float* dst) { ck.read_f32(t, dst); }});
+    }
+    load_tensors(model, src, path, new_heads);
+    return;
+  }
+  SafetensorsFile f(path);
+  for (const auto& t : f.tensors()) src.push_back({t.name, t.shape, [&f, &t](float* dst) { f.read_f32(t, dst); }});
+  load_tensors(model, src, path, new_heads);
 }
 
 BertConfig load_model_config(const std::string& dir) {
@@ -119,12 +185,10 @@ std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const 
   }
   auto model = std::make_unique<Bert>(config, heads);
   if (fresh) model->init_weights(fresh->seed);
-  const std::string st = join_path(dir, "model.safetensors");
+  std::string st = join_path(dir, "model.safetensors");
   if (!file_exists(st)) {
-    BERTCC_CHECK(!file_exists(join_path(dir, "pytorch_model.bin")), dir,
-                 ": only pytorch_model.bin found; bertcc reads model.safetensors (convert with "
-                 "safetensors.torch.save_file)");
-    fail(dir, ": no model.safetensors in the model directory");
+    st = join_path(dir, "pytorch_model.bin");  // read by the safe unpickler (torch_checkpoint.h)
+    BERTCC_CHECK(file_exists(st), dir, ": no model.safetensors or pytorch_model.bin in the model directory");
   }
   load_weights(*model, st, fresh != nullptr);
   return model;

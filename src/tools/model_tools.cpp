@@ -1,14 +1,20 @@
 // bertcc init-model: a randomly initialised BERT as a Hugging Face model directory.
 // bertcc random-batch: a random pre-training batch in NVIDIA's HDF5 layout, for checks and demos.
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <numeric>
+#include <optional>
+#include <set>
+#include <unistd.h>
 
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/pretrain_data.h"
+#include "bertcc/torch_checkpoint.h"
+#include "bertcc/tokenizer.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -86,6 +92,86 @@ void add_model_tools(CLI::App& app) {
     }
     write_pretrain_shard(bo->output, s);
     std::cout << "wrote " << bo->output << " (" << s.N << " x " << s.S << ", up to " << s.P << " masked each)\n";
+  });
+
+  // bertcc convert --from pt FILE --out DIR: a PyTorch checkpoint to a model directory.
+  struct ConvOpts {
+    std::string from = "pt", input, out, config, vocab;
+    bool lower = false, no_lower = false;
+  };
+  auto co = std::make_shared<ConvOpts>();
+  auto* conv = app.add_subcommand(
+      "convert", "Convert a PyTorch checkpoint (torch.save: HF pytorch_model.bin, NVIDIA {'model': ...}) to a model "
+                 "directory (safetensors); the pickle is read, never run");
+  conv->add_option("--from", co->from, "input format")->check(CLI::IsMember({"pt"}));
+  conv->add_option("input", co->input, "checkpoint file")->required();
+  conv->add_option("--out,--output", co->out, "model directory to write")->required();
+  conv->add_option("--config", co->config,
+                   "config.json / bert_config.json or preset (default: config.json or bert_config.json next to the file)");
+  conv->add_option("--vocab", co->vocab, "vocab.txt to copy (default: vocab.txt next to the file, if any)");
+  conv->add_flag(flag("--do-lower-case"), co->lower, "tokenizer lower-cases (default: guessed from the vocabulary)");
+  conv->add_flag(flag("--no-lower-case"), co->no_lower, "tokenizer keeps case");
+  conv->callback([co]() {
+    namespace fs = std::filesystem;
+    BERTCC_CHECK(!(co->lower && co->no_lower), "--do-lower-case and --no-lower-case contradict each other");
+    const std::string here = fs::path(co->input).parent_path().string();
+    std::string cfg_path = co->config;
+    if (cfg_path.empty()) {
+      for (const char* n : {"config.json", "bert_config.json"})
+        if (cfg_path.empty() && file_exists(join_path(here.empty() ? "." : here, n))) cfg_path = join_path(here.empty() ? "." : here, n);
+      BERTCC_CHECK(!cfg_path.empty(), co->input, ": no config.json or bert_config.json next to it; pass --config");
+    }
+    BERTCC_CHECK(!fs::exists(co->out) || (fs::is_directory(co->out) && fs::is_empty(co->out)), co->out,
+                 ": exists and is not empty; choose a new --out");
+    BertConfig cfg = config_from_name_or_path(cfg_path);
+    std::string vocab = co->vocab;
+    if (vocab.empty() && file_exists(join_path(here.empty() ? "." : here, "vocab.txt"))) vocab = join_path(here.empty() ? "." : here, "vocab.txt");
+    std::optional<bool> lower;
+    if (!vocab.empty()) {
+      const Vocab v = Vocab::load(vocab);
+      // NVIDIA's configs may carry the vocabulary size padded to a multiple of 8: vocab.txt's wins.
+      if (v.size() < cfg.vocab_size && cfg.vocab_size % 8 == 0 && cfg.vocab_size - v.size() < 8) cfg.vocab_size = v.size();
+      BERTCC_CHECK(v.size() <= cfg.vocab_size, vocab, ": ", v.size(), " entries, more than vocab_size ", cfg.vocab_size);
+      if (co->lower || co->no_lower) lower = co->lower;
+    }
+    // The heads follow from the tensors present.
+    const TorchCheckpoint ck(co->input);
+    std::set<std::string> names;
+    const std::vector<int64_t>* classifier = nullptr;
+    for (const auto& t : ck.tensors()) {
+      names.insert(canonical_param_name(t.name));
+      if (canonical_param_name(t.name) == "classifier.weight") classifier = &t.shape;
+    }
+    Heads heads = Heads::None;
+    if (names.count("cls.predictions.bias") || names.count("cls.predictions.decoder.bias")) heads = Heads::PreTraining;
+    else if (names.count("qa_outputs.weight")) heads = Heads::QuestionAnswering;
+    else if (classifier) {
+      BERTCC_CHECK(classifier->size() == 2 && (*classifier)[0] > 0, co->input, ": classifier.weight is not a matrix");
+      // HF's token classification has no pooler.
+      heads = names.count("bert.pooler.dense.weight") ? Heads::SequenceClassification : Heads::TokenClassification;
+      if (cfg.num_labels() != (*classifier)[0]) {
+        BERTCC_CHECK(cfg.id2label.empty(), cfg_path, ": ", cfg.num_labels(), " labels but classifier.weight has ",
+                     (*classifier)[0], " rows");
+        for (int64_t i = 0; i < (*classifier)[0]; ++i) cfg.id2label.push_back("LABEL_" + std::to_string(i));
+      }
+    }
+    cfg.validate(cfg_path);
+    Bert model(cfg, heads);
+    load_weights(model, co->input);
+    // Written to a temporary directory and renamed: nothing half-written on failure.
+    const std::string tmp = co->out + ".tmp." + std::to_string(::getpid());
+    fs::remove_all(tmp);
+    try {
+      save_model_dir(model, tmp, vocab, lower);
+    } catch (...) {
+      fs::remove_all(tmp);
+      throw;
+    }
+    fs::remove(co->out);
+    fs::rename(tmp, co->out);
+    std::cout << "wrote " << co->out << " (" << architecture_name(heads) << ", " << ck.tensors().size()
+              << " tensors read" << (ck.state_dict_key().empty() ? "" : " from '" + ck.state_dict_key() + "'") << ", "
+              << model.table().total() << " parameters" << (vocab.empty() ? ", no vocab.txt" : "") << ")\n";
   });
 }
 
