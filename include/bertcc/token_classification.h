@@ -30,5 +30,9 @@ std::vector<std::vector<std::string>> ner_predict(Bert& model, const NerFeatures
                                                   const std::vector<NerSentence>& sents,
                                                   const std::vector<std::string>& labels, int64_t batch_size,
                                                   Precision prec);
+// The same from logits already computed for nf.f (one vector per sequence, [T, labels]).
+std::vector<std::vector<std::string>> ner_decode(const NerFeatures& nf, const std::vector<NerSentence>& sents,
+                                                 const std::vector<std::string>& labels,
+                                                 const std::vector<std::vector<float>>& logits);
 
 }  // namespace bertcc

@@ -9,6 +9,7 @@
 #include "bertcc/token_classification.h"
 #include "bertcc/runtime.h"
 #include "bertcc/squad.h"
+#include "bertcc/tasks.h"
 #include "bertcc/utf8.h"
 #include "tools/finetune_common.h"
 
@@ -71,13 +72,17 @@ std::vector<nlohmann::json> inputs(const nlohmann::json& single) {
   return v;
 }
 
-std::string field(const nlohmann::json& j, const char* k, size_t line, bool required = true) {
-  if (!j.contains(k) || j[k].is_null()) {
-    BERTCC_CHECK(!required, "input ", line, ": missing field \"", k, "\"");
-    return "";
-  }
-  BERTCC_CHECK(j[k].is_string(), "input ", line, ": field \"", k, "\" must be a string");
-  return j[k].get<std::string>();
+TaskOptions task_options(const InferCli& o, const Bert& m) {
+  TaskOptions t;
+  t.max_seq_length = o.max_seq_length;
+  t.doc_stride = o.doc_stride;
+  t.max_answer_length = o.max_answer_length;
+  t.max_position_embeddings = m.config().max_position_embeddings;
+  return t;
+}
+
+void print(const std::vector<nlohmann::ordered_json>& results) {
+  for (const auto& r : results) std::cout << r.dump() << "\n";
 }
 
 void run_qa(const InferCli& o) {
@@ -88,29 +93,8 @@ void run_qa(const InferCli& o) {
   }
   const auto in = inputs(single);
   Loaded l = load(o, Heads::QuestionAnswering);
-  std::vector<SquadExample> ex;
-  for (size_t i = 0; i < in.size(); ++i)
-    // Internal ids are the input positions (user ids may repeat); the user's id is echoed back.
-    ex.push_back(make_squad_example(std::to_string(i), field(in[i], "question", i + 1), field(in[i], "context", i + 1)));
-  SquadFeatureOptions fo;
-  fo.max_seq_length = o.max_seq_length > 0 ? o.max_seq_length : std::min(384, l.model->config().max_position_embeddings);
-  fo.doc_stride = o.doc_stride;
-  const SquadFeatures feats = squad_features(*l.tok, ex, fo, false);
-  SquadDecodeOptions d;
-  d.max_answer_length = o.max_answer_length;
-  const auto out = squad_decode(*l.tok, ex, feats, predict_logits(*l.model, feats.inputs, o.batch_size, l.prec), d);
-  for (size_t i = 0; i < ex.size(); ++i) {
-    const std::string ans = out.predictions[ex[i].id].get<std::string>();
-    const auto& best = out.nbest[ex[i].id][0];
-    nlohmann::ordered_json r;
-    if (in[i].contains("id")) r["id"] = in[i]["id"];
-    r["answer"] = ans;
-    r["score"] = best["probability"];
-    const int64_t b = out.answer_byte_begin[i];
-    r["start"] = b < 0 ? -1 : static_cast<int64_t>(utf8_length(ex[i].context, static_cast<size_t>(b)));
-    r["end"] = b < 0 ? -1 : static_cast<int64_t>(utf8_length(ex[i].context, static_cast<size_t>(b) + ans.size()));
-    std::cout << r.dump() << "\n";
-  }
+  print(answer_questions(*l.tok, in, task_options(o, *l.model),
+                         [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
 void run_classify_infer(const InferCli& o) {
@@ -118,57 +102,8 @@ void run_classify_infer(const InferCli& o) {
   if (!o.text.empty()) single = {{"text", o.text}, {"text_pair", o.text_pair}};
   const auto in = inputs(single);
   Loaded l = load(o, Heads::SequenceClassification);
-  const int max_len = o.max_seq_length > 0 ? o.max_seq_length : std::min(512, l.model->config().max_position_embeddings);
-  std::vector<FtFeature> f;
-  for (size_t i = 0; i < in.size(); ++i)
-    f.push_back(encode_pair(*l.tok, field(in[i], "text", i + 1), field(in[i], "text_pair", i + 1, false), max_len));
-  const auto logits = predict_logits(*l.model, f, o.batch_size, l.prec);
-  const auto& labels = l.model->config().id2label;
-  for (size_t i = 0; i < in.size(); ++i) {
-    nlohmann::ordered_json r;
-    if (in[i].contains("id")) r["id"] = in[i]["id"];
-    const auto& lg = logits[i];
-    if (labels.size() == 1) {
-      r["score"] = lg[0];
-    } else {
-      const int k = argmax(lg);
-      double z = 0;
-      for (float v : lg) z += std::exp(static_cast<double>(v - lg[static_cast<size_t>(k)]));
-      r["label"] = labels[static_cast<size_t>(k)];
-      r["score"] = 1.0 / z;
-      nlohmann::ordered_json all;
-      for (size_t c = 0; c < labels.size(); ++c)
-        all[labels[c]] = std::exp(static_cast<double>(lg[c] - lg[static_cast<size_t>(k)])) / z;
-      r["scores"] = all;
-    }
-    std::cout << r.dump() << "\n";
-  }
-}
-
-// Words for tagging: runs of letters/digits, and each ASCII punctuation mark alone (as CoNLL
-// tokenizes), with byte offsets.
-void split_words(const std::string& s, std::vector<std::string>& words, std::vector<size_t>& begin) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-      ++i;
-      continue;
-    }
-    const bool punct = c < 0x80 && std::ispunct(c);
-    const size_t b = i;
-    if (punct) {
-      ++i;
-    } else {
-      while (i < s.size()) {
-        const unsigned char d = static_cast<unsigned char>(s[i]);
-        if (d == ' ' || d == '\t' || d == '\n' || d == '\r' || (d < 0x80 && std::ispunct(d))) break;
-        ++i;
-      }
-    }
-    words.push_back(s.substr(b, i - b));
-    begin.push_back(b);
-  }
+  print(classify_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
+                       [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
 void run_tag(const InferCli& o) {
@@ -176,43 +111,8 @@ void run_tag(const InferCli& o) {
   if (!o.text.empty()) single = {{"text", o.text}};
   const auto in = inputs(single);
   Loaded l = load(o, Heads::TokenClassification);
-  const auto& labels = l.model->config().id2label;
-  // Each text is one "sentence" of words, tagged as `finetune ner` tags CoNLL sentences: labels on
-  // first sub-tokens, texts longer than the sequence length split between words.
-  struct Item {
-    std::string text;
-    std::vector<size_t> begin;  // byte offset of each word
-  };
-  std::vector<Item> items(in.size());
-  std::vector<NerSentence> sents(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    items[i].text = field(in[i], "text", i + 1);
-    split_words(items[i].text, sents[i].words, items[i].begin);
-  }
-  const NerFeatures nf = ner_features(*l.tok, sents, {}, false,
-                                      o.max_seq_length > 0 ? o.max_seq_length
-                                                           : std::min(512, l.model->config().max_position_embeddings),
-                                      "");
-  const auto tagged = ner_predict(*l.model, nf, sents, labels, o.batch_size, l.prec);
-  for (size_t i = 0; i < in.size(); ++i) {
-    const Item& it = items[i];
-    const std::vector<std::string>& words = sents[i].words;
-    const std::vector<std::string>& tags = tagged[i];
-    nlohmann::ordered_json r, ws = nlohmann::ordered_json::array(), ents = nlohmann::ordered_json::array();
-    if (in[i].contains("id")) r["id"] = in[i]["id"];
-    for (size_t w = 0; w < words.size(); ++w) ws.push_back({{"word", words[w]}, {"tag", tags[w]}});
-    for (const auto& e : get_entities({tags})) {
-      const size_t b = it.begin[static_cast<size_t>(e.begin)];
-      const size_t en = it.begin[static_cast<size_t>(e.end)] + words[static_cast<size_t>(e.end)].size();
-      ents.push_back({{"type", e.type},
-                      {"text", it.text.substr(b, en - b)},
-                      {"start", static_cast<int64_t>(utf8_length(it.text, b))},
-                      {"end", static_cast<int64_t>(utf8_length(it.text, en))}});
-    }
-    r["words"] = ws;
-    r["entities"] = ents;
-    std::cout << r.dump() << "\n";
-  }
+  print(tag_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
+                  [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
 void common(CLI::App* c, InferCli& o) {

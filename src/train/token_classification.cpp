@@ -57,7 +57,12 @@ NerFeatures ner_features(const BertTokenizer& tok, const std::vector<NerSentence
 std::vector<std::vector<std::string>> ner_predict(Bert& m, const NerFeatures& nf, const std::vector<NerSentence>& sents,
                                                   const std::vector<std::string>& labels, int64_t batch_size,
                                                   Precision prec) {
-  const auto logits = predict_logits(m, nf.f, batch_size, prec);
+  return ner_decode(nf, sents, labels, predict_logits(m, nf.f, batch_size, prec));
+}
+
+std::vector<std::vector<std::string>> ner_decode(const NerFeatures& nf, const std::vector<NerSentence>& sents,
+                                                 const std::vector<std::string>& labels,
+                                                 const std::vector<std::vector<float>>& logits) {
   std::vector<std::vector<std::string>> out(sents.size());
   for (size_t i = 0; i < sents.size(); ++i) out[i].assign(sents[i].words.size(), "O");
   const size_t K = labels.size();

@@ -1,0 +1,41 @@
+// Text in, answers out, for the fine-tuned heads: question answering, sequence classification and
+// token classification (tagging). Shared by the command-line inference (`bertcc qa|classify|tag`)
+// and the server's /v1 endpoints; the logits come from a callback, so the server can batch many
+// requests into one forward pass.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bertcc/finetune.h"
+#include "bertcc/tokenizer.h"
+
+namespace bertcc {
+
+// Logits of each feature, in order (Bert::head_logits' rows).
+using LogitsFn = std::function<std::vector<std::vector<float>>(const std::vector<FtFeature>&)>;
+
+struct TaskOptions {
+  int max_seq_length = 0;  // 0: 384 for QA, 512 otherwise, capped by the model's positions
+  int doc_stride = 128;
+  int max_answer_length = 30;
+  int max_position_embeddings = 512;
+};
+
+// Each input is a JSON object; a missing or mistyped field throws an Error naming "input N" (1-based
+// position) and the field. An "id" field is echoed back. One result per input, in order.
+//   qa:       {"question", "context"} -> {"answer", "score", "start", "end"} (character offsets)
+//   classify: {"text"[, "text_pair"]} -> {"label", "score", "scores"} or {"score"} for regression
+//   tag:      {"text"}                -> {"words": [{"word","tag"}], "entities": [{"type","text","start","end"}]}
+std::vector<nlohmann::ordered_json> answer_questions(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
+                                                     const TaskOptions& o, const LogitsFn& logits);
+std::vector<nlohmann::ordered_json> classify_texts(const BertTokenizer& tok, const std::vector<std::string>& labels,
+                                                   const std::vector<nlohmann::json>& in, const TaskOptions& o,
+                                                   const LogitsFn& logits);
+std::vector<nlohmann::ordered_json> tag_texts(const BertTokenizer& tok, const std::vector<std::string>& labels,
+                                              const std::vector<nlohmann::json>& in, const TaskOptions& o,
+                                              const LogitsFn& logits);
+
+}  // namespace bertcc

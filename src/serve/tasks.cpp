@@ -1,0 +1,156 @@
+#include "bertcc/tasks.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "bertcc/error.h"
+#include "bertcc/ner.h"
+#include "bertcc/squad.h"
+#include "bertcc/token_classification.h"
+#include "bertcc/utf8.h"
+
+namespace bertcc {
+
+namespace {
+
+std::string field(const nlohmann::json& j, const char* k, size_t n, bool required = true) {
+  BERTCC_CHECK(j.is_object(), "input ", n, ": expected a JSON object");
+  if (!j.contains(k) || j[k].is_null()) {
+    BERTCC_CHECK(!required, "input ", n, ": missing field \"", k, "\"");
+    return "";
+  }
+  BERTCC_CHECK(j[k].is_string(), "input ", n, ": field \"", k, "\" must be a string");
+  return j[k].get<std::string>();
+}
+
+int seq_len(const TaskOptions& o, int fallback) {
+  return o.max_seq_length > 0 ? o.max_seq_length : std::min(fallback, o.max_position_embeddings);
+}
+
+// Words for tagging: runs of letters/digits, and each ASCII punctuation mark alone (as CoNLL
+// tokenizes), with byte offsets.
+void split_words(const std::string& s, std::vector<std::string>& words, std::vector<size_t>& begin) {
+  auto space = [](unsigned char d) { return d == ' ' || d == '\t' || d == '\n' || d == '\r'; };
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (space(c)) {
+      ++i;
+      continue;
+    }
+    const size_t b = i;
+    if (c < 0x80 && std::ispunct(c)) {
+      ++i;
+    } else {
+      while (i < s.size()) {
+        const unsigned char d = static_cast<unsigned char>(s[i]);
+        if (space(d) || (d < 0x80 && std::ispunct(d))) break;
+        ++i;
+      }
+    }
+    words.push_back(s.substr(b, i - b));
+    begin.push_back(b);
+  }
+}
+
+}  // namespace
+
+std::vector<nlohmann::ordered_json> answer_questions(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
+                                                     const TaskOptions& o, const LogitsFn& logits) {
+  std::vector<SquadExample> ex;
+  for (size_t i = 0; i < in.size(); ++i)
+    // Internal ids are the input positions (user ids may repeat); the user's id is echoed back.
+    ex.push_back(make_squad_example(std::to_string(i), field(in[i], "question", i + 1), field(in[i], "context", i + 1)));
+  SquadFeatureOptions fo;
+  fo.max_seq_length = seq_len(o, 384);
+  fo.doc_stride = o.doc_stride;
+  const SquadFeatures feats = squad_features(tok, ex, fo, false);
+  SquadDecodeOptions d;
+  d.max_answer_length = o.max_answer_length;
+  const auto out = squad_decode(tok, ex, feats, logits(feats.inputs), d);
+  std::vector<nlohmann::ordered_json> res;
+  for (size_t i = 0; i < ex.size(); ++i) {
+    const std::string ans = out.predictions[ex[i].id].get<std::string>();
+    const auto& best = out.nbest[ex[i].id][0];
+    nlohmann::ordered_json r;
+    if (in[i].contains("id")) r["id"] = in[i]["id"];
+    r["answer"] = ans;
+    r["score"] = best["probability"];
+    const int64_t b = out.answer_byte_begin[i];
+    r["start"] = b < 0 ? -1 : static_cast<int64_t>(utf8_length(ex[i].context, static_cast<size_t>(b)));
+    r["end"] = b < 0 ? -1 : static_cast<int64_t>(utf8_length(ex[i].context, static_cast<size_t>(b) + ans.size()));
+    res.push_back(std::move(r));
+  }
+  return res;
+}
+
+std::vector<nlohmann::ordered_json> classify_texts(const BertTokenizer& tok, const std::vector<std::string>& labels,
+                                                   const std::vector<nlohmann::json>& in, const TaskOptions& o,
+                                                   const LogitsFn& logits) {
+  const int max_len = seq_len(o, 512);
+  std::vector<FtFeature> f;
+  for (size_t i = 0; i < in.size(); ++i)
+    f.push_back(encode_pair(tok, field(in[i], "text", i + 1), field(in[i], "text_pair", i + 1, false), max_len));
+  const auto lgs = logits(f);
+  std::vector<nlohmann::ordered_json> res;
+  for (size_t i = 0; i < in.size(); ++i) {
+    nlohmann::ordered_json r;
+    if (in[i].contains("id")) r["id"] = in[i]["id"];
+    const auto& lg = lgs[i];
+    for (float v : lg) BERTCC_CHECK(std::isfinite(v), "input ", i + 1, ": the model produced a non-finite logit");
+    if (labels.size() == 1) {
+      r["score"] = lg[0];
+    } else {
+      const int k = argmax(lg);
+      double z = 0;
+      for (float v : lg) z += std::exp(static_cast<double>(v - lg[static_cast<size_t>(k)]));
+      r["label"] = labels[static_cast<size_t>(k)];
+      r["score"] = 1.0 / z;
+      nlohmann::ordered_json all;
+      for (size_t c = 0; c < labels.size(); ++c)
+        all[labels[c]] = std::exp(static_cast<double>(lg[c] - lg[static_cast<size_t>(k)])) / z;
+      r["scores"] = all;
+    }
+    res.push_back(std::move(r));
+  }
+  return res;
+}
+
+std::vector<nlohmann::ordered_json> tag_texts(const BertTokenizer& tok, const std::vector<std::string>& labels,
+                                              const std::vector<nlohmann::json>& in, const TaskOptions& o,
+                                              const LogitsFn& logits) {
+  // Each text is one "sentence" of words, tagged as `finetune ner` tags CoNLL sentences: labels on
+  // first sub-tokens, texts longer than the sequence length split between words.
+  std::vector<std::string> texts(in.size());
+  std::vector<std::vector<size_t>> begin(in.size());
+  std::vector<NerSentence> sents(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    texts[i] = field(in[i], "text", i + 1);
+    split_words(texts[i], sents[i].words, begin[i]);
+  }
+  const NerFeatures nf = ner_features(tok, sents, {}, false, seq_len(o, 512), "");
+  const auto tagged = ner_decode(nf, sents, labels, logits(nf.f));
+  std::vector<nlohmann::ordered_json> res;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::vector<std::string>& words = sents[i].words;
+    const std::vector<std::string>& tags = tagged[i];
+    nlohmann::ordered_json r, ws = nlohmann::ordered_json::array(), ents = nlohmann::ordered_json::array();
+    if (in[i].contains("id")) r["id"] = in[i]["id"];
+    for (size_t w = 0; w < words.size(); ++w) ws.push_back({{"word", words[w]}, {"tag", tags[w]}});
+    for (const auto& e : get_entities({tags})) {
+      const size_t b = begin[i][static_cast<size_t>(e.begin)];
+      const size_t en = begin[i][static_cast<size_t>(e.end)] + words[static_cast<size_t>(e.end)].size();
+      ents.push_back({{"type", e.type},
+                      {"text", texts[i].substr(b, en - b)},
+                      {"start", static_cast<int64_t>(utf8_length(texts[i], b))},
+                      {"end", static_cast<int64_t>(utf8_length(texts[i], en))}});
+    }
+    r["words"] = ws;
+    r["entities"] = ents;
+    res.push_back(std::move(r));
+  }
+  return res;
+}
+
+}  // namespace bertcc
