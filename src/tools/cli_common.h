@@ -67,5 +67,6 @@ void add_plot(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_finetune(CLI::App& app);
 void add_infer(CLI::App& app);
+void add_serve(CLI::App& app);
 
 }  // namespace bertcc::tools

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   bertcc::tools::add_eval(app);
   bertcc::tools::add_finetune(app);
   bertcc::tools::add_infer(app);
+  bertcc::tools::add_serve(app);
   // A fatal error on any rank of a multi-process job ends the whole job with that rank's message.
   auto fatal = [](const char* what) {
     if (bertcc::dist::is_distributed()) {

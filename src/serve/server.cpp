@@ -1,0 +1,741 @@
+#include "serve/server.h"
+
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "bertcc/error.h"
+#include "bertcc/fileio.h"
+#include "bertcc/finetune.h"
+#include "bertcc/model_dir.h"
+#include "bertcc/runtime.h"
+#include "bertcc/tasks.h"
+#include "serve/page.h"
+
+namespace bertcc::serve {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// An HTTP status with its message, thrown by request handling.
+struct HttpError : std::runtime_error {
+  int status;
+  HttpError(int s, const std::string& m) : std::runtime_error(m), status(s) {}
+};
+
+// ---- metrics ---------------------------------------------------------------------------------
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void add(double v) {
+    std::lock_guard<std::mutex> g(mu_);
+    size_t i = 0;
+    while (i < bounds_.size() && v > bounds_[i]) ++i;
+    ++counts_[i];
+    sum_ += v;
+    ++n_;
+  }
+  void write(std::ostream& os, const std::string& name, const std::string& labels) const {
+    std::lock_guard<std::mutex> g(mu_);
+    uint64_t cum = 0;
+    const std::string sep = labels.empty() ? "" : labels + ",";
+    for (size_t i = 0; i < bounds_.size(); ++i) {
+      cum += counts_[i];
+      os << name << "_bucket{" << sep << "le=\"" << bounds_[i] << "\"} " << cum << "\n";
+    }
+    os << name << "_bucket{" << sep << "le=\"+Inf\"} " << n_ << "\n";
+    os << name << "_sum{" << labels << "} " << sum_ << "\n" << name << "_count{" << labels << "} " << n_ << "\n";
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t n_ = 0;
+};
+
+const std::vector<double> kSeconds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+struct Metrics {
+  std::mutex mu;
+  std::map<std::pair<std::string, int>, uint64_t> requests;  // (endpoint, status)
+  std::map<std::string, std::unique_ptr<Histogram>> latency, queue, batch;
+  std::atomic<int64_t> queued{0};
+
+  Histogram& hist(std::map<std::string, std::unique_ptr<Histogram>>& m, const std::string& k, const std::vector<double>& b) {
+    std::lock_guard<std::mutex> g(mu);
+    auto& h = m[k];
+    if (!h) h = std::make_unique<Histogram>(b);
+    return *h;
+  }
+  void request(const std::string& endpoint, int status, double seconds) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      ++requests[{endpoint, status}];
+    }
+    hist(latency, endpoint, kSeconds).add(seconds);
+  }
+  uint64_t answered() {
+    std::lock_guard<std::mutex> g(mu);
+    uint64_t n = 0;
+    for (const auto& [k, c] : requests) n += c;
+    return n;
+  }
+  std::string text() {
+    std::ostringstream os;
+    std::lock_guard<std::mutex> g(mu);
+    os << "# HELP bertcc_requests_total HTTP requests by endpoint and status code.\n"
+          "# TYPE bertcc_requests_total counter\n";
+    for (const auto& [k, n] : requests)
+      os << "bertcc_requests_total{endpoint=\"" << k.first << "\",code=\"" << k.second << "\"} " << n << "\n";
+    os << "# HELP bertcc_errors_total HTTP requests answered with a 4xx or 5xx code.\n"
+          "# TYPE bertcc_errors_total counter\n";
+    uint64_t errors = 0;
+    for (const auto& [k, n] : requests)
+      if (k.second >= 400) errors += n;
+    os << "bertcc_errors_total " << errors << "\n";
+    os << "# HELP bertcc_request_duration_seconds Time from request read to response, by endpoint.\n"
+          "# TYPE bertcc_request_duration_seconds histogram\n";
+    for (const auto& [k, h] : latency) h->write(os, "bertcc_request_duration_seconds", "endpoint=\"" + k + "\"");
+    os << "# HELP bertcc_queue_duration_seconds Time sequences waited for a forward pass, by model.\n"
+          "# TYPE bertcc_queue_duration_seconds histogram\n";
+    for (const auto& [k, h] : queue) h->write(os, "bertcc_queue_duration_seconds", "model=\"" + k + "\"");
+    os << "# HELP bertcc_batch_size Sequences per forward pass, by model.\n# TYPE bertcc_batch_size histogram\n";
+    for (const auto& [k, h] : batch) h->write(os, "bertcc_batch_size", "model=\"" + k + "\"");
+    os << "# HELP bertcc_queued_sequences Sequences waiting for a forward pass.\n# TYPE bertcc_queued_sequences gauge\n"
+       << "bertcc_queued_sequences " << queued.load() << "\n";
+    return os.str();
+  }
+};
+
+// ---- dynamic batching ------------------------------------------------------------------------
+using Compute = std::function<std::vector<std::vector<float>>(const std::vector<FtFeature>&)>;
+
+class Batcher {
+ public:
+  Batcher(std::string model, Compute compute, const ServeOptions& o, Metrics& m, std::mutex& device)
+      : model_(std::move(model)), compute_(std::move(compute)), o_(o), m_(m), device_(device),
+        thread_([this] { loop(); }) {}
+  ~Batcher() { stop(); }
+
+  // The logits of `f`, computed together with other requests' sequences.
+  std::vector<std::vector<float>> run(const std::vector<FtFeature>& f) {
+    if (f.empty()) return {};
+    auto job = std::make_shared<Job>();
+    job->f = &f;
+    job->t0 = Clock::now();
+    auto fut = job->done.get_future();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stop_) throw HttpError(503, "the server is shutting down");
+      if (queued_ + static_cast<int64_t>(f.size()) > o_.max_queue)
+        throw HttpError(503, "model '" + model_ + "': queue full (" + std::to_string(queued_) +
+                                 " sequences waiting, --max-queue " + std::to_string(o_.max_queue) + ")");
+      queued_ += static_cast<int64_t>(f.size());
+      m_.queued += static_cast<int64_t>(f.size());
+      q_.push_back(job);
+    }
+    cv_.notify_one();
+    if (fut.wait_for(std::chrono::duration<double>(o_.request_timeout_s)) != std::future_status::ready) {
+      job->abandoned = true;  // computed or skipped later; nobody waits for it
+      throw HttpError(504, "model '" + model_ + "': no forward pass within --request-timeout " +
+                               std::to_string(o_.request_timeout_s) + " s");
+    }
+    return fut.get();
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Job {
+    const std::vector<FtFeature>* f = nullptr;
+    Clock::time_point t0;
+    std::promise<std::vector<std::vector<float>>> done;
+    std::atomic<bool> abandoned{false};
+  };
+
+  void loop() {
+    const auto delay = std::chrono::microseconds(o_.max_queue_delay_us);
+    for (;;) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+      if (q_.empty()) return;  // stopping, nothing left
+      const auto deadline = q_.front()->t0 + delay;
+      while (!stop_ && queued_ < o_.max_batch_size && Clock::now() < deadline) cv_.wait_until(lk, deadline);
+      std::vector<std::shared_ptr<Job>> take;
+      int64_t n = 0;
+      while (!q_.empty() && (take.empty() || n + static_cast<int64_t>(q_.front()->f->size()) <= o_.max_batch_size)) {
+        n += static_cast<int64_t>(q_.front()->f->size());
+        take.push_back(q_.front());
+        q_.pop_front();
+      }
+      queued_ -= n;
+      m_.queued -= n;
+      lk.unlock();
+      std::vector<FtFeature> all;
+      std::vector<std::shared_ptr<Job>> live;
+      const auto now = Clock::now();
+      for (auto& j : take) {
+        if (j->abandoned) continue;
+        m_.hist(m_.queue, model_, kSeconds).add(std::chrono::duration<double>(now - j->t0).count());
+        all.insert(all.end(), j->f->begin(), j->f->end());
+        live.push_back(j);
+      }
+      if (live.empty()) continue;
+      m_.hist(m_.batch, model_, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}).add(static_cast<double>(all.size()));
+      try {
+        std::vector<std::vector<float>> out;
+        {
+          std::lock_guard<std::mutex> g(device_);  // one forward pass at a time uses all cores
+          out = compute_(all);
+        }
+        size_t at = 0;
+        for (auto& j : live) {
+          const size_t k = j->f->size();
+          j->done.set_value(std::vector<std::vector<float>>(std::make_move_iterator(out.begin() + static_cast<ptrdiff_t>(at)),
+                                                            std::make_move_iterator(out.begin() + static_cast<ptrdiff_t>(at + k))));
+          at += k;
+        }
+      } catch (...) {
+        for (auto& j : live) j->done.set_exception(std::current_exception());
+      }
+    }
+  }
+
+  std::string model_;
+  Compute compute_;
+  const ServeOptions& o_;
+  Metrics& m_;
+  std::mutex& device_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> q_;
+  int64_t queued_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// ---- models ----------------------------------------------------------------------------------
+struct Model {
+  std::string name, dir, task;  // task: qa | classify | tag
+  Heads heads = Heads::None;
+  std::unique_ptr<Vocab> vocab;
+  std::unique_ptr<BertTokenizer> tok;
+  std::unique_ptr<Bert> bert;
+  TaskOptions topt;
+  std::unique_ptr<Batcher> batcher;
+};
+
+Heads heads_of(const std::string& dir, std::string& task) {
+  std::string cfg = join_path(dir, "config.json");
+  BERTCC_CHECK(file_exists(cfg), dir, ": no config.json");
+  json j;
+  try {
+    j = json::parse(read_file(cfg));
+  } catch (const json::exception& e) {
+    fail(cfg, ": not valid JSON: ", e.what());
+  }
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string())
+    arch = j["architectures"][0].get<std::string>();
+  if (arch == "BertForQuestionAnswering") return task = "qa", Heads::QuestionAnswering;
+  if (arch == "BertForSequenceClassification") return task = "classify", Heads::SequenceClassification;
+  if (arch == "BertForTokenClassification") return task = "tag", Heads::TokenClassification;
+  fail(cfg, ": architectures '", arch.empty() ? "(none)" : arch,
+       "': bertcc serve serves BertForQuestionAnswering, BertForSequenceClassification and "
+       "BertForTokenClassification models (embeddings and fill-mask are not served yet)");
+}
+
+std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Precision prec, Metrics& m,
+                            std::mutex& device) {
+  auto md = std::make_unique<Model>();
+  const size_t eq = spec.find('=');
+  md->dir = eq == std::string::npos ? spec : spec.substr(eq + 1);
+  std::string d = md->dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  md->name = eq == std::string::npos ? std::filesystem::path(d).filename().string() : spec.substr(0, eq);
+  BERTCC_CHECK(!md->name.empty() && md->name.find_first_of("/?#% ") == std::string::npos, "--model ", spec,
+               ": the model name must be non-empty without / ? # % or spaces (use NAME=DIR)");
+  md->heads = heads_of(md->dir, md->task);
+  const std::string vp = join_path(md->dir, "vocab.txt");
+  BERTCC_CHECK(file_exists(vp), md->dir, ": no vocab.txt");
+  md->vocab = std::make_unique<Vocab>(Vocab::load(vp));
+  md->tok = std::make_unique<BertTokenizer>(*md->vocab, model_dir_lower_case(md->dir, *md->vocab));
+  md->bert = load_model_dir(md->dir, md->heads);
+  const BertConfig& c = md->bert->config();
+  BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
+  BERTCC_CHECK(md->heads == Heads::QuestionAnswering || c.num_labels() > 0, md->dir, ": config.json has no labels");
+  BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
+               " exceeds max_position_embeddings ", c.max_position_embeddings, " of ", md->dir);
+  md->topt.max_seq_length = o.max_seq_length;
+  md->topt.max_position_embeddings = c.max_position_embeddings;
+  Bert* bert = md->bert.get();
+  const int64_t bs = o.max_batch_size;
+  md->batcher = std::make_unique<Batcher>(
+      md->name, [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_logits(*bert, f, bs, prec); }, o, m,
+      device);
+  return md;
+}
+
+// ---- KServe v2 tensors -----------------------------------------------------------------------
+struct InTensor {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> data;
+};
+
+void flatten(const json& v, std::vector<int64_t>& out, const std::string& name, int depth) {
+  if (v.is_array()) {
+    if (depth > 3) throw HttpError(400, "input '" + name + "': data nested too deeply");
+    for (const auto& x : v) flatten(x, out, name, depth + 1);
+    return;
+  }
+  if (v.is_number_integer()) {
+    out.push_back(v.get<int64_t>());
+    return;
+  }
+  if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))) {
+    out.push_back(static_cast<int64_t>(v.get<double>()));
+    return;
+  }
+  throw HttpError(400, "input '" + name + "': data must be integers");
+}
+
+// Reads one input tensor (JSON data, or bytes of the binary extension starting at `bin`).
+InTensor read_input(const json& t, const std::string& body, size_t& bin, size_t bin_end) {
+  if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+    throw HttpError(400, "every input needs a string \"name\"");
+  const std::string name = t["name"].get<std::string>();
+  if (!t.contains("datatype") || !t["datatype"].is_string())
+    throw HttpError(400, "input '" + name + "': missing \"datatype\"");
+  const std::string dt = t["datatype"].get<std::string>();
+  if (dt != "INT32" && dt != "INT64")
+    throw HttpError(400, "input '" + name + "': datatype " + dt + " not supported (INT32 or INT64)");
+  if (!t.contains("shape") || !t["shape"].is_array() || t["shape"].size() != 2)
+    throw HttpError(400, "input '" + name + "': \"shape\" must be [batch, sequence]");
+  InTensor r;
+  for (const auto& d : t["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (1 << 20))
+      throw HttpError(400, "input '" + name + "': shape entries must be positive integers");
+    r.shape.push_back(d.get<int64_t>());
+  }
+  const int64_t n = r.shape[0] * r.shape[1];
+  const json* params = t.contains("parameters") && t["parameters"].is_object() ? &t["parameters"] : nullptr;
+  if (params && params->contains("binary_data_size")) {
+    const json& s = (*params)["binary_data_size"];
+    const int64_t es = dt == "INT32" ? 4 : 8;
+    if (!s.is_number_integer() || s.get<int64_t>() != n * es)
+      throw HttpError(400, "input '" + name + "': binary_data_size must be " + std::to_string(n * es));
+    if (bin + static_cast<size_t>(n * es) > bin_end)
+      throw HttpError(400, "input '" + name + "': binary data runs past the end of the body");
+    r.data.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      if (es == 4) {
+        int32_t v;
+        std::memcpy(&v, body.data() + bin + static_cast<size_t>(i) * 4, 4);
+        r.data[static_cast<size_t>(i)] = v;
+      } else {
+        std::memcpy(&r.data[static_cast<size_t>(i)], body.data() + bin + static_cast<size_t>(i) * 8, 8);
+      }
+    }
+    bin += static_cast<size_t>(n * es);
+    return r;
+  }
+  if (!t.contains("data")) throw HttpError(400, "input '" + name + "': missing \"data\"");
+  flatten(t["data"], r.data, name, 0);
+  if (static_cast<int64_t>(r.data.size()) != n)
+    throw HttpError(400, "input '" + name + "': " + std::to_string(r.data.size()) + " values for shape [" +
+                             std::to_string(r.shape[0]) + "," + std::to_string(r.shape[1]) + "]");
+  return r;
+}
+
+struct OutTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+// POST /v2/models/NAME/infer. Returns the body and sets the content type / header length.
+std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request& req, httplib::Response& res) {
+  size_t json_len = req.body.size();
+  if (req.has_header("Inference-Header-Content-Length")) {
+    const std::string h = req.get_header_value("Inference-Header-Content-Length");
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(h.c_str(), &end, 10);
+    if (h.empty() || *end || v > req.body.size())
+      throw HttpError(400, "Inference-Header-Content-Length '" + h + "' is not a length within the body");
+    json_len = static_cast<size_t>(v);
+  }
+  json j;
+  try {
+    j = json::parse(req.body.begin(), req.body.begin() + static_cast<ptrdiff_t>(json_len));
+  } catch (const json::exception& e) {
+    throw HttpError(400, std::string("request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("inputs") || !j["inputs"].is_array())
+    throw HttpError(400, "request must be an object with an \"inputs\" array");
+  size_t bin = json_len;
+  std::map<std::string, InTensor> in;
+  for (const auto& t : j["inputs"]) {
+    InTensor x = read_input(t, req.body, bin, req.body.size());
+    const std::string name = t["name"].get<std::string>();
+    if (name != "input_ids" && name != "attention_mask" && name != "token_type_ids")
+      throw HttpError(400, "unknown input '" + name + "' (input_ids, attention_mask, token_type_ids)");
+    if (in.count(name)) throw HttpError(400, "input '" + name + "' given twice");
+    in[name] = std::move(x);
+  }
+  if (!in.count("input_ids")) throw HttpError(400, "missing input 'input_ids'");
+  const auto shape = in["input_ids"].shape;
+  for (const auto& [name, t] : in)
+    if (t.shape != shape) throw HttpError(400, "input '" + name + "' has another shape than input_ids");
+  const BertConfig& c = m.bert->config();
+  const int64_t B = shape[0], S = shape[1];
+  if (B > o.max_inputs)
+    throw HttpError(400, "batch of " + std::to_string(B) + " rows exceeds --max-inputs " + std::to_string(o.max_inputs));
+  if (S > c.max_position_embeddings)
+    throw HttpError(400, "sequence length " + std::to_string(S) + " exceeds the model's max_position_embeddings " +
+                             std::to_string(c.max_position_embeddings));
+  std::vector<FtFeature> f(static_cast<size_t>(B));
+  std::vector<int64_t> len(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t L = S;
+    if (in.count("attention_mask")) {  // right padding: ones then zeros
+      const auto& mk = in["attention_mask"].data;
+      L = 0;
+      while (L < S && mk[static_cast<size_t>(b * S + L)] == 1) ++L;
+      for (int64_t t = L; t < S; ++t)
+        if (mk[static_cast<size_t>(b * S + t)] != 0)
+          throw HttpError(400, "attention_mask row " + std::to_string(b) +
+                                   " must be ones followed by zeros (right padding)");
+      if (L == 0) throw HttpError(400, "attention_mask row " + std::to_string(b) + " masks every token");
+    }
+    len[static_cast<size_t>(b)] = L;
+    FtFeature& ft = f[static_cast<size_t>(b)];
+    for (int64_t t = 0; t < L; ++t) {
+      const int64_t id = in["input_ids"].data[static_cast<size_t>(b * S + t)];
+      const int64_t ty = in.count("token_type_ids") ? in["token_type_ids"].data[static_cast<size_t>(b * S + t)] : 0;
+      if (id < 0 || id >= c.vocab_size)
+        throw HttpError(400, "input_ids[" + std::to_string(b) + "][" + std::to_string(t) + "] = " + std::to_string(id) +
+                                 " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+      if (ty < 0 || ty >= c.type_vocab_size)
+        throw HttpError(400, "token_type_ids[" + std::to_string(b) + "][" + std::to_string(t) + "] = " +
+                                 std::to_string(ty) + " outside [0, " + std::to_string(c.type_vocab_size) + ")");
+      ft.input_ids.push_back(static_cast<int32_t>(id));
+      ft.segment_ids.push_back(static_cast<int32_t>(ty));
+    }
+  }
+  const auto logits = m.batcher->run(f);
+  // Outputs as an ONNX BERT under Triton names them; padded positions hold 0.
+  std::vector<OutTensor> outs;
+  if (m.heads == Heads::SequenceClassification) {
+    const int64_t K = c.num_labels();
+    OutTensor t{"logits", {B, K}, {}};
+    for (const auto& row : logits) t.data.insert(t.data.end(), row.begin(), row.begin() + K);
+    outs.push_back(std::move(t));
+  } else if (m.heads == Heads::QuestionAnswering) {
+    OutTensor st{"start_logits", {B, S}, std::vector<float>(static_cast<size_t>(B * S), 0.0f)};
+    OutTensor en{"end_logits", {B, S}, std::vector<float>(static_cast<size_t>(B * S), 0.0f)};
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < len[static_cast<size_t>(b)]; ++t) {
+        st.data[static_cast<size_t>(b * S + t)] = logits[static_cast<size_t>(b)][static_cast<size_t>(2 * t)];
+        en.data[static_cast<size_t>(b * S + t)] = logits[static_cast<size_t>(b)][static_cast<size_t>(2 * t + 1)];
+      }
+    outs.push_back(std::move(st));
+    outs.push_back(std::move(en));
+  } else {
+    const int64_t K = c.num_labels();
+    OutTensor t{"logits", {B, S, K}, std::vector<float>(static_cast<size_t>(B * S * K), 0.0f)};
+    for (int64_t b = 0; b < B; ++b)
+      std::copy(logits[static_cast<size_t>(b)].begin(), logits[static_cast<size_t>(b)].begin() + len[static_cast<size_t>(b)] * K,
+                t.data.begin() + b * S * K);
+    outs.push_back(std::move(t));
+  }
+  // Requested outputs (all when none are named) and which of them go binary.
+  bool all_binary = false;
+  if (j.contains("parameters") && j["parameters"].is_object() && j["parameters"].contains("binary_data_output"))
+    all_binary = j["parameters"]["binary_data_output"].is_boolean() && j["parameters"]["binary_data_output"].get<bool>();
+  std::map<std::string, bool> want;  // name -> binary
+  if (j.contains("outputs")) {
+    if (!j["outputs"].is_array()) throw HttpError(400, "\"outputs\" must be an array");
+    for (const auto& r : j["outputs"]) {
+      if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
+        throw HttpError(400, "every requested output needs a string \"name\"");
+      const std::string n = r["name"].get<std::string>();
+      bool found = false;
+      for (const auto& t : outs) found |= t.name == n;
+      if (!found) throw HttpError(400, "unknown output '" + n + "' for model '" + m.name + "'");
+      bool binary = all_binary;
+      if (r.contains("parameters") && r["parameters"].is_object() && r["parameters"].contains("binary_data"))
+        binary = r["parameters"]["binary_data"].is_boolean() && r["parameters"]["binary_data"].get<bool>();
+      want[n] = binary;
+    }
+  } else {
+    for (const auto& t : outs) want[t.name] = all_binary;
+  }
+  ojson r;
+  r["model_name"] = m.name;
+  r["model_version"] = "1";
+  if (j.contains("id")) r["id"] = j["id"];
+  r["outputs"] = ojson::array();
+  std::string blob;
+  for (const auto& t : outs) {
+    auto it = want.find(t.name);
+    if (it == want.end()) continue;
+    ojson o_{{"name", t.name}, {"datatype", "FP32"}, {"shape", t.shape}};
+    if (it->second) {
+      o_["parameters"] = {{"binary_data_size", t.data.size() * 4}};
+      blob.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
+    } else {
+      o_["data"] = t.data;
+    }
+    r["outputs"].push_back(o_);
+  }
+  const std::string head = r.dump();
+  if (blob.empty()) {
+    res.set_header("Content-Type", "application/json");
+    return head;
+  }
+  res.set_header("Inference-Header-Content-Length", std::to_string(head.size()));
+  res.set_header("Content-Type", "application/octet-stream");
+  return head + blob;
+}
+
+ojson model_metadata(const Model& m) {
+  const BertConfig& c = m.bert->config();
+  ojson in = ojson::array();
+  for (const char* n : {"input_ids", "attention_mask", "token_type_ids"})
+    in.push_back({{"name", n}, {"datatype", "INT64"}, {"shape", {-1, -1}}});
+  ojson out = ojson::array();
+  if (m.heads == Heads::QuestionAnswering) {
+    out.push_back({{"name", "start_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
+    out.push_back({{"name", "end_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
+  } else if (m.heads == Heads::SequenceClassification) {
+    out.push_back({{"name", "logits"}, {"datatype", "FP32"}, {"shape", {-1, c.num_labels()}}});
+  } else {
+    out.push_back({{"name", "logits"}, {"datatype", "FP32"}, {"shape", {-1, -1, c.num_labels()}}});
+  }
+  return {{"name", m.name}, {"versions", {"1"}}, {"platform", "bertcc"}, {"inputs", in}, {"outputs", out}};
+}
+
+std::atomic<bool> g_stopping{false};
+
+}  // namespace
+
+int run_server(const ServeOptions& o) {
+  BERTCC_CHECK(!o.models.empty(), "serve: pass at least one --model");
+  BERTCC_CHECK(o.max_batch_size >= 1 && o.max_queue >= 1 && o.max_inputs >= 1 && o.request_timeout_s > 0,
+               "serve: --max-batch-size, --max-queue, --max-inputs and --request-timeout must be positive");
+  // SIGTERM and SIGINT are taken by one thread (sigwait), so every other thread runs undisturbed.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  set_threads(o.threads);
+  const Precision prec = parse_precision(o.precision);
+  std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+  Metrics metrics;
+  std::mutex device;
+  std::vector<std::unique_ptr<Model>> models;
+  std::map<std::string, Model*> by_name;
+  for (const auto& spec : o.models) {
+    models.push_back(load(spec, o, prec, metrics, device));
+    Model* m = models.back().get();
+    BERTCC_CHECK(!by_name.count(m->name), "--model ", spec, ": two models are named '", m->name, "' (use NAME=DIR)");
+    by_name[m->name] = m;
+    std::cerr << "serve: model '" << m->name << "' (" << architecture_name(m->heads) << ", " << m->dir << ")\n";
+  }
+
+  httplib::Server svr;
+  // Each open connection holds one thread while it is read (httplib is thread-per-connection), so
+  // idle or slow clients must not be able to take them all: many threads (they sleep in poll), and
+  // idle connections dropped after the keep-alive / read timeouts.
+  const int http_threads = o.http_threads > 0 ? o.http_threads : 1024;
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;  // as many connections as the hard limit allows
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
+  svr.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
+  svr.set_read_timeout(5, 0);
+  svr.set_write_timeout(5, 0);
+  svr.set_keep_alive_timeout(5);
+  svr.set_keep_alive_max_count(1000);
+
+  // Every handler: JSON errors, metrics, never an exception into httplib.
+  auto handle = [&metrics](const std::string& endpoint, auto fn) {
+    return [&metrics, endpoint, fn](const httplib::Request& req, httplib::Response& res) {
+      const auto t0 = Clock::now();
+      try {
+        fn(req, res);
+        if (res.status == -1) res.status = 200;  // httplib's "not set yet"
+      } catch (const HttpError& e) {
+        res.status = e.status;
+        res.set_content(json{{"error", e.what()}}.dump(), "application/json");
+      } catch (const Error& e) {  // bad input found by the tokenizer / task code
+        res.status = 400;
+        res.set_content(json{{"error", e.what()}}.dump(), "application/json");
+      } catch (const std::exception& e) {
+        res.status = 500;
+        res.set_content(json{{"error", std::string("internal error: ") + e.what()}}.dump(), "application/json");
+      }
+      metrics.request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - t0).count());
+    };
+  };
+  auto find_model = [&by_name](const std::string& name) -> Model& {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw HttpError(404, "no model named '" + name + "'");
+    return *it->second;
+  };
+  auto ok_json = [](httplib::Response& res, const ojson& j) { res.set_content(j.dump(), "application/json"); };
+
+  svr.Get("/v2/health/live", handle("/v2/health/live", [&](const httplib::Request&, httplib::Response& res) {
+            ok_json(res, ojson::object());
+          }));
+  svr.Get("/v2/health/ready", handle("/v2/health/ready", [&](const httplib::Request&, httplib::Response& res) {
+            if (g_stopping) throw HttpError(503, "shutting down");
+            ok_json(res, ojson::object());
+          }));
+  svr.Get("/v2", handle("/v2", [&](const httplib::Request&, httplib::Response& res) {
+            ok_json(res, {{"name", "bertcc"}, {"version", "0.1.0"}, {"extensions", {"binary_tensor_data"}}});
+          }));
+  svr.Get(R"(/v2/models/([^/]+)(?:/versions/1)?)",
+          handle("/v2/models/NAME", [&](const httplib::Request& req, httplib::Response& res) {
+            ok_json(res, model_metadata(find_model(req.matches[1])));
+          }));
+  svr.Get(R"(/v2/models/([^/]+)(?:/versions/1)?/ready)",
+          handle("/v2/models/NAME/ready", [&](const httplib::Request& req, httplib::Response& res) {
+            find_model(req.matches[1]);
+            if (g_stopping) throw HttpError(503, "shutting down");
+            ok_json(res, ojson::object());
+          }));
+  svr.Post(R"(/v2/models/([^/]+)(?:/versions/1)?/infer)",
+           handle("/v2/models/NAME/infer", [&](const httplib::Request& req, httplib::Response& res) {
+             Model& m = find_model(req.matches[1]);
+             const std::string body = kserve_infer(m, o, req, res);
+             res.set_content(body, res.get_header_value("Content-Type").c_str());
+           }));
+
+  // Text endpoints: {"model": NAME (optional when one model does the task), ...one input...} or
+  // {"model": ..., "inputs": [ ... ]}.
+  auto text_task = [&](const std::string& task) {
+    return handle("/v1/" + task, [&, task](const httplib::Request& req, httplib::Response& res) {
+      json j;
+      try {
+        j = json::parse(req.body);
+      } catch (const json::exception& e) {
+        throw HttpError(400, std::string("request body is not valid JSON: ") + e.what());
+      }
+      if (!j.is_object()) throw HttpError(400, "request must be a JSON object");
+      Model* m = nullptr;
+      if (j.contains("model")) {
+        if (!j["model"].is_string()) throw HttpError(400, "\"model\" must be a string");
+        m = &find_model(j["model"].get<std::string>());
+        if (m->task != task) throw HttpError(400, "model '" + m->name + "' does " + m->task + ", not " + task);
+      } else {
+        for (auto& md : models)
+          if (md->task == task) {
+            if (m) throw HttpError(400, "several models do " + task + "; name one with \"model\"");
+            m = md.get();
+          }
+        if (!m) throw HttpError(404, "no loaded model does " + task);
+      }
+      const bool batch = j.contains("inputs");
+      std::vector<json> in;
+      if (batch) {
+        if (!j["inputs"].is_array() || j["inputs"].empty()) throw HttpError(400, "\"inputs\" must be a non-empty array");
+        if (static_cast<int64_t>(j["inputs"].size()) > o.max_inputs)
+          throw HttpError(400, std::to_string(j["inputs"].size()) + " inputs exceed --max-inputs " +
+                                   std::to_string(o.max_inputs));
+        for (const auto& x : j["inputs"]) in.push_back(x);
+      } else {
+        in.push_back(j);
+      }
+      const LogitsFn fn = [m](const std::vector<FtFeature>& f) { return m->batcher->run(f); };
+      std::vector<ojson> out = task == "qa"         ? answer_questions(*m->tok, in, m->topt, fn)
+                               : task == "classify" ? classify_texts(*m->tok, m->bert->config().id2label, in, m->topt, fn)
+                                                    : tag_texts(*m->tok, m->bert->config().id2label, in, m->topt, fn);
+      if (!batch) return ok_json(res, out[0]);
+      ok_json(res, {{"model", m->name}, {"results", out}});
+    });
+  };
+  for (const char* t : {"qa", "classify", "tag"}) svr.Post(std::string("/v1/") + t, text_task(t));
+  svr.Get("/v1/models", handle("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+            ojson a = ojson::array();
+            for (const auto& m : models)
+              a.push_back({{"name", m->name}, {"task", m->task}, {"architecture", architecture_name(m->heads)},
+                           {"labels", m->bert->config().id2label}});
+            ok_json(res, {{"models", a}});
+          }));
+  svr.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.text(), "text/plain; version=0.0.4");
+  });
+  svr.Get("/", handle("/", [](const httplib::Request&, httplib::Response& res) {
+            res.set_content(kPageHtml, "text/html; charset=utf-8");
+          }));
+  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler's JSON error stays
+    res.set_content(json{{"error", "HTTP " + std::to_string(res.status) +
+                                       (res.status == 404 ? ": no such endpoint"
+                                        : res.status == 413 ? ": request body too large"
+                                                            : "")}}
+                        .dump(),
+                    "application/json");
+  });
+
+  int port = o.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(o.host.c_str());
+    BERTCC_CHECK(port > 0, "serve: cannot bind ", o.host);
+  } else {
+    BERTCC_CHECK(svr.bind_to_port(o.host.c_str(), port), "serve: cannot bind ", o.host, ":", port,
+                 " (in use, or not an address of this machine)");
+  }
+  std::thread signals([&svr, sigs]() {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    g_stopping = true;
+    std::cerr << "serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", finishing requests in flight\n";
+    svr.stop();
+  });
+  std::cout << "bertcc serve: listening on http://" << o.host << ":" << port << std::endl;
+  const bool ok = svr.listen_after_bind();  // returns once stopped and every request thread finished
+  if (!g_stopping) {                        // the listener failed: wake the signal thread
+    g_stopping = true;
+    pthread_kill(signals.native_handle(), SIGTERM);
+  }
+  signals.join();
+  for (auto& m : models) m->batcher->stop();
+  std::cerr << "serve: stopped after answering " << metrics.answered() << " requests\n";
+  return ok ? 0 : 1;
+}
+
+}  // namespace bertcc::serve

@@ -1,0 +1,49 @@
+// bertcc serve: see src/serve/server.h.
+#include "tools/cli_common.h"
+
+#ifdef BERTCC_HAVE_HTTPLIB
+#include "serve/server.h"
+#endif
+
+namespace bertcc::tools {
+
+void add_serve(CLI::App& app) {
+#ifdef BERTCC_HAVE_HTTPLIB
+  auto o = std::make_shared<serve::ServeOptions>();
+  auto* s = app.add_subcommand("serve",
+                               "Serve fine-tuned models over HTTP: KServe v2 / Triton protocol, /v1 text endpoints, "
+                               "dynamic batching, /metrics, a page at /");
+  s->add_option("--model", o->models, "model directory, or NAME=DIR (repeatable; name = directory name)")->required();
+  s->add_option("--host", o->host, "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)");
+  s->add_option("--port", o->port, "port (0: any free port, printed)")->check(CLI::Range(0, 65535));
+  s->add_option(flag("--max-batch-size"), o->max_batch_size, "sequences per forward pass")->check(CLI::Range(1, 4096));
+  s->add_option(flag("--max-queue-delay-us"), o->max_queue_delay_us,
+                "longest wait for more requests before a forward pass starts")
+      ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+  s->add_option(flag("--max-queue"), o->max_queue, "sequences that may wait per model; more get 503")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  s->add_option(flag("--max-inputs"), o->max_inputs, "inputs per request")->check(CLI::Range(int64_t{1}, int64_t{100'000}));
+  s->add_option(flag("--max-body-bytes"), o->max_body_bytes, "largest request body (413 above)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+  s->add_option(flag("--request-timeout"), o->request_timeout_s, "seconds a request may wait for its forward pass (504)")
+      ->check(CLI::Range(0.001, 3600.0));
+  s->add_option(flag("--max-seq-length"), o->max_seq_length, "tokens per sequence of the text endpoints (default: 384 qa, 512 otherwise)")
+      ->check(CLI::Range(0, 1 << 20));
+  s->add_option(flag("--http-threads"), o->http_threads, "connection threads; each open connection holds one while it is read (default: 1024)")
+      ->check(CLI::Range(0, 10000));
+  s->add_option("--threads", o->threads, "compute threads (default: all cores)")->check(threads_check());
+  s->add_option("--precision", o->precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
+  s->callback([o]() {
+    const int rc = serve::run_server(*o);
+    if (rc != 0) std::exit(rc);
+  });
+#else
+  auto* s = app.add_subcommand("serve", "Serve models over HTTP (not built: cpp-httplib was missing at configure time)");
+  s->allow_extras();
+  s->callback([]() {
+    fail("bertcc was built without cpp-httplib (Debian: libcpp-httplib-dev); reconfigure to build `serve`");
+  });
+#endif
+}
+
+}  // namespace bertcc::tools
