@@ -2,14 +2,15 @@
 # Installs the Debian packages bertcc needs, only those that are missing.
 # openmpi-bin, libopenmpi-dev: the MPI communicator (mpirun; the data-parallel tests).
 # clang, libclang-rt-14-dev: libFuzzer for make fuzz.
-# libcpp-httplib-dev: bertcc serve; wrk: its load benchmark.
+# libcpp-httplib-dev: bertcc serve; wrk: its load benchmark; chromium: the page test (with npm
+# playwright-core in tests/serve/page).
 # libopenblas0-pthread: Debian's torch (the test reference and benchmark peer) links the generic
 # libblas.so.3, which is the slow netlib reference BLAS unless OpenBLAS provides it.
 set -eu
 PKGS="cmake g++ make pkg-config libdnnl-dev libhdf5-dev libutf8proc-dev nlohmann-json3-dev \
 libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev libbz2-dev \
 python3-torch python3-numpy python3-h5py libopenblas0-pthread openmpi-bin libopenmpi-dev \
-clang libclang-rt-14-dev libcpp-httplib-dev wrk"
+clang libclang-rt-14-dev libcpp-httplib-dev wrk chromium"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -34,4 +35,8 @@ if [ ! -d "$HERE/tests/tokenizer/node_modules/tokenizers" ]; then
   command -v npm >/dev/null 2>&1 || { echo "install-deps: npm is required for the tokenizer tests" >&2; exit 1; }
   echo "install-deps: npm ci (tests/tokenizer)"
   (cd "$HERE/tests/tokenizer" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [ ! -d "$HERE/tests/serve/page/node_modules/playwright-core" ]; then
+  echo "install-deps: npm ci (tests/serve/page)"
+  (cd "$HERE/tests/serve/page" && npm ci --no-audit --no-fund --loglevel=error)
 fi

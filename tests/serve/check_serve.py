@@ -13,6 +13,7 @@ server started with --port 0. Checked:
   * bad requests: malformed JSON, wrong datatype/shape/values, unknown model/output/endpoint,
     attention masks with holes, over-long sequences, too many inputs, a 10 MB body (413) - each a
     4xx JSON error, and the server keeps answering;
+  * the page at / in headless Chromium: a question answered and its answer highlighted;
   * slow clients and 1,000 idle connections do not stall other requests;
   * load: 64 concurrent clients, 0 errors, p50/p99 and throughput printed, and the batch-size
     histogram shows requests were batched together;
@@ -184,6 +185,13 @@ s, j = jreq("GET", "/v1/models")
 check(s == 200 and [m["task"] for m in j["models"]] == ["classify", "qa", "tag"], "/v1/models lists name and task")
 s, h, d = req("GET", "/")
 check(s == 200 and b"<title>bertcc serve</title>" in d and h.get("Content-Type", "").startswith("text/html"), "page at /")
+
+# The page, in headless Chromium (playwright-core from npm, chromium from Debian).
+page = subprocess.run(["node", os.path.join(here, "page", "page_test.js"), f"http://127.0.0.1:{PORT}/", args.work],
+                      capture_output=True, text=True, timeout=180)
+print(page.stdout.strip())
+check(page.returncode == 0, "page in headless Chromium answers a question (screenshot " +
+      os.path.join(args.work, "page.png") + ")" + (": " + page.stderr.strip()[-300:] if page.returncode else ""))
 
 # ---- bad requests -------------------------------------------------------------------------------
 ok_ids = {"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [101, 2009, 102]}

@@ -1,0 +1,56 @@
+#!/usr/bin/env node
+// The page bertcc serve shows at /, in headless Chromium (Debian's chromium, driven by
+// playwright-core): it lists the models, answers a question with the answer highlighted in the
+// context (checked against /v1/qa's character offsets) and classifies a text. A screenshot of the
+// answered question is written to OUT/page.png.
+//   node page_test.js URL OUT
+"use strict";
+const fs = require("fs");
+const path = require("path");
+const { chromium } = require(path.join(__dirname, "node_modules", "playwright-core"));
+
+async function main() {
+  const [url, out] = process.argv.slice(2);
+  const exe = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find((p) => fs.existsSync(p));
+  if (!exe) throw new Error("chromium not found (Debian: chromium)");
+  const browser = await chromium.launch({ executablePath: exe, args: ["--no-sandbox", "--headless=new"] });
+  const fails = [];
+  const check = (ok, what) => { console.log((ok ? "ok   " : "FAIL ") + what); if (!ok) fails.push(what); };
+  try {
+    const page = await browser.newPage();
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(url);
+    await page.waitForFunction(() => document.querySelectorAll("#model option").length > 0);
+    const options = await page.$$eval("#model option", (os) => os.map((o) => o.value));
+    check(options.length === 3, `model list: ${options.join(", ")}`);
+    // Question answering: the highlighted span is the answer /v1/qa gives for the same input.
+    await page.selectOption("#model", "squad");
+    const question = "Where did Ada Lovelace live?";
+    const context = "Ada Lovelace, the first programmer, lived in London with her mother.";
+    await page.fill("#question", question);
+    await page.fill("#context", context);
+    await page.click("#go");
+    await page.waitForSelector("#out b");
+    const api = await page.evaluate(async (b) => (await fetch("/v1/qa", { method: "POST", body: JSON.stringify(b) })).json(),
+      { model: "squad", question, context });
+    const marked = await page.$eval("#answer", (m) => m.textContent).catch(() => null);
+    check(api.start >= 0 && marked === [...context].slice(api.start, api.end).join("") && marked === api.answer,
+      `question answered, "${marked}" highlighted at [${api.start}, ${api.end})`);
+    await page.screenshot({ path: path.join(out, "page.png"), fullPage: true });
+    // Classification: the label shown is the API's.
+    await page.selectOption("#model", "sst");
+    await page.fill("#text", "a gripping, beautifully shot film");
+    await page.click("#go");
+    await page.waitForSelector("#label");
+    const label = await page.$eval("#label", (e) => e.textContent);
+    const c = await page.evaluate(async () => (await fetch("/v1/classify", { method: "POST",
+      body: JSON.stringify({ model: "sst", text: "a gripping, beautifully shot film" }) })).json());
+    check(label === c.label, `text classified as ${label}`);
+    check(errors.length === 0, `no page errors (${errors.join("; ")})`);
+  } finally {
+    await browser.close();
+  }
+  process.exit(fails.length ? 1 : 0);
+}
+main().catch((e) => { console.error(e); process.exit(1); });
