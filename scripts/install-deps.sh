@@ -40,3 +40,8 @@ if [ ! -d "$HERE/tests/serve/page/node_modules/playwright-core" ]; then
   echo "install-deps: npm ci (tests/serve/page)"
   (cd "$HERE/tests/serve/page" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# ONNX Runtime for the export test (CPU only: ONNXRUNTIME_NODE_INSTALL=skip downloads no GPU binaries).
+if [ ! -d "$HERE/tests/onnx/node_modules/onnxruntime-node" ]; then
+  echo "install-deps: npm ci (tests/onnx)"
+  (cd "$HERE/tests/onnx" && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error)
+fi

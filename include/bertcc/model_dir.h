@@ -24,6 +24,10 @@ struct NewHeads {
 };
 std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh = nullptr);
 BertConfig load_model_config(const std::string& dir);
+// The fine-tuning head config.json's "architectures" names: BertForQuestionAnswering,
+// BertForSequenceClassification, BertForTokenClassification; anything else (BertModel,
+// BertForPreTraining, BertForMaskedLM, none) is Heads::None, the encoder alone.
+Heads architecture_heads(const std::string& dir);
 // `path`: model.safetensors, or a PyTorch checkpoint (pytorch_model.bin, NVIDIA's {'model': ...}),
 // read without running its pickle. NVIDIA's names (module., dense_act) and its vocabulary padded
 // to a multiple of 8 are accepted. A directory without model.safetensors is read from

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/safetensors.h"
@@ -175,6 +177,25 @@ BertConfig load_model_config(const std::string& dir) {
   if (!file_exists(cfg)) cfg = join_path(dir, "bert_config.json");
   BERTCC_CHECK(file_exists(cfg), dir, ": no config.json or bert_config.json in the model directory");
   return load_config(cfg);
+}
+
+Heads architecture_heads(const std::string& dir) {
+  std::string cfg = join_path(dir, "config.json");
+  if (!file_exists(cfg)) cfg = join_path(dir, "bert_config.json");
+  BERTCC_CHECK(file_exists(cfg), dir, ": no config.json or bert_config.json in the model directory");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(cfg));
+  } catch (const nlohmann::json::exception& e) {
+    fail(cfg, ": not valid JSON: ", e.what());
+  }
+  if (!j.is_object() || !j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
+      !j["architectures"][0].is_string())
+    return Heads::None;
+  const std::string a = j["architectures"][0].get<std::string>();
+  for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification})
+    if (a == architecture_name(h)) return h;
+  return Heads::None;
 }
 
 std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh) {

@@ -254,24 +254,14 @@ struct Model {
 };
 
 Heads heads_of(const std::string& dir, std::string& task) {
-  std::string cfg = join_path(dir, "config.json");
-  BERTCC_CHECK(file_exists(cfg), dir, ": no config.json");
-  json j;
-  try {
-    j = json::parse(read_file(cfg));
-  } catch (const json::exception& e) {
-    fail(cfg, ": not valid JSON: ", e.what());
-  }
-  std::string arch;
-  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-      j["architectures"][0].is_string())
-    arch = j["architectures"][0].get<std::string>();
-  if (arch == "BertForQuestionAnswering") return task = "qa", Heads::QuestionAnswering;
-  if (arch == "BertForSequenceClassification") return task = "classify", Heads::SequenceClassification;
-  if (arch == "BertForTokenClassification") return task = "tag", Heads::TokenClassification;
-  fail(cfg, ": architectures '", arch.empty() ? "(none)" : arch,
-       "': bertcc serve serves BertForQuestionAnswering, BertForSequenceClassification and "
-       "BertForTokenClassification models (embeddings and fill-mask are not served yet)");
+  const Heads h = architecture_heads(dir);
+  if (h == Heads::QuestionAnswering) task = "qa";
+  if (h == Heads::SequenceClassification) task = "classify";
+  if (h == Heads::TokenClassification) task = "tag";
+  BERTCC_CHECK(h != Heads::None, dir, ": config.json's architectures is not one bertcc serve serves "
+               "(BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification; "
+               "embeddings and fill-mask are not served yet)");
+  return h;
 }
 
 std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Precision prec, Metrics& m,

@@ -12,6 +12,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
+#include "bertcc/onnx_export.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/torch_checkpoint.h"
 #include "bertcc/tokenizer.h"
@@ -172,6 +173,27 @@ void add_model_tools(CLI::App& app) {
     std::cout << "wrote " << co->out << " (" << architecture_name(heads) << ", " << ck.tensors().size()
               << " tensors read" << (ck.state_dict_key().empty() ? "" : " from '" + ck.state_dict_key() + "'") << ", "
               << model.table().total() << " parameters" << (vocab.empty() ? ", no vocab.txt" : "") << ")\n";
+  });
+
+  // bertcc export-onnx --model DIR --out model.onnx
+  struct OnnxOpts {
+    std::string model, out, weights = "fp32";
+  };
+  auto oo = std::make_shared<OnnxOpts>();
+  auto* ox = app.add_subcommand("export-onnx",
+                                "Export a model directory to ONNX (opset 17; HF input/output names; dynamic batch and "
+                                "sequence) for ONNX Runtime and Triton");
+  ox->add_option("--model", oo->model, "model directory (the head follows config.json's architectures)")->required();
+  ox->add_option("--out,--output", oo->out, "ONNX file to write")->required();
+  ox->add_option("--weights", oo->weights, "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  ox->callback([oo]() {
+    const Heads heads = architecture_heads(oo->model);
+    const auto model = load_model_dir(oo->model, heads);
+    const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
+    export_onnx(*model, oo->out, dt);
+    std::cout << "wrote " << oo->out << " (" << (heads == Heads::None ? "BertModel" : architecture_name(heads)) << ", "
+              << oo->weights << " weights, " << std::filesystem::file_size(oo->out) << " bytes)\n";
   });
 }
 

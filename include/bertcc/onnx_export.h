@@ -1,0 +1,16 @@
+// ONNX export (opset 17) of a BERT model and its head, with Hugging Face's input and output names:
+// input_ids, attention_mask, token_type_ids (INT64, dynamic batch and sequence axes) ->
+//   logits (sequence or token classification), start_logits + end_logits (question answering), or
+//   last_hidden_state + pooler_output (BertModel, and the encoder of BertForPreTraining).
+#pragma once
+#include <string>
+
+#include "bertcc/bert.h"
+#include "bertcc/dtype.h"
+
+namespace bertcc {
+
+// `weights`: F32, F16 or BF16 (16-bit weights are Cast to fp32 inside the graph). Written atomically.
+void export_onnx(const Bert& model, const std::string& path, DType weights = DType::F32);
+
+}  // namespace bertcc

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""bertcc export-onnx, run by ONNX Runtime (onnxruntime-node), against bertcc.
+
+  check_onnx.py BERTCC VOCAB WORKDIR
+
+For a classifier, a QA model and a token classifier (bert-mini, random heads) and the BertModel
+encoder: export (fp32), run the graph in ONNX Runtime on a padded batch of 4 rows of different
+lengths, and compare with bertcc's own logits (bertcc serve --precision fp32, Triton protocol) on
+every unpadded position: |ort - bertcc| <= 1e-4 * max(1, |bertcc|). The encoder's
+last_hidden_state and pooler_output are compared with the PyTorch reference (tests/torch/
+torch_bert.py, itself checked against bertcc to ~1e-6). fp16 and bf16 weight exports must be
+about half the size and stay close (5e-2) to fp32. A GELU-tanh (gelu_new) model is exported too.
+"""
+import http.client
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "torch"))
+import st  # noqa: E402
+import torch_bert  # noqa: E402
+
+bertcc, vocab, work = sys.argv[1:4]
+subprocess.run([sys.executable, os.path.join(here, "..", "serve", "make_models.py"), bertcc, vocab, work], check=True,
+               stdout=subprocess.DEVNULL)
+fails = 0
+
+
+def check(ok, what):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    fails += not ok
+
+
+def export(name, weights="fp32"):
+    out = os.path.join(work, f"{name}_{weights}.onnx")
+    r = subprocess.run([bertcc, "export-onnx", "--model", os.path.join(work, name), "--out", out, "--weights", weights],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"export-onnx {name} {weights}: {r.stdout.strip() or r.stderr.strip()}")
+    return out
+
+
+def ort(model, feeds):
+    i, o = os.path.join(work, "in.json"), os.path.join(work, "out.json")
+    json.dump(feeds, open(i, "w"))
+    subprocess.run(["node", os.path.join(here, "run_ort.js"), model, i, o], check=True)
+    return {k: np.array(v["data"], dtype=np.float64).reshape(v["dims"]) for k, v in json.load(open(o)).items()}
+
+
+rng = np.random.default_rng(11)
+lens = [23, 9, 16, 4]
+S = max(lens)
+ids = np.zeros((4, S), dtype=np.int64)
+mask = np.zeros((4, S), dtype=np.int64)
+types = np.zeros((4, S), dtype=np.int64)
+for r, L in enumerate(lens):
+    ids[r, :L] = rng.integers(1000, 29000, L)
+    ids[r, 0], ids[r, L - 1] = 101, 102
+    mask[r, :L] = 1
+    types[r, L // 2:L] = 1
+feeds = {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "token_type_ids": types.tolist()}
+
+# bertcc's logits through the Triton protocol of bertcc serve (fp32).
+srv = subprocess.Popen([bertcc, "serve", "--port", "0", "--precision", "fp32", "--model", os.path.join(work, "sst"),
+                        "--model", os.path.join(work, "squad"), "--model", os.path.join(work, "ner")],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+port = int(srv.stdout.readline().strip().rsplit(":", 1)[1])
+
+
+def ours(model):
+    body = {"inputs": [{"name": n, "shape": [4, S], "datatype": "INT64", "data": np.array(v).ravel().tolist()}
+                       for n, v in feeds.items()]}
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", f"/v2/models/{model}/infer", body=json.dumps(body))
+    j = json.loads(c.getresponse().read())
+    return {o["name"]: np.array(o["data"], dtype=np.float64).reshape(o["shape"]) for o in j["outputs"]}
+
+
+def compare(label, a, b, valid, peer="bertcc"):
+    d = np.abs(a - b)[valid] / np.maximum(1.0, np.abs(b)[valid])
+    check(d.max() <= 1e-4, f"{label}: ONNX Runtime vs {peer}, max rel. difference {d.max():.2e} over {valid.sum()} values")
+
+
+valid_tok = mask.astype(bool)
+for name, outs in [("sst", ["logits"]), ("squad", ["start_logits", "end_logits"]), ("ner", ["logits"])]:
+    path = export(name)
+    got, want = ort(path, feeds), ours(name)
+    for o in outs:
+        check(got[o].shape == want[o].shape, f"{name} {o}: shape {list(got[o].shape)}")
+        v = np.ones(want[o].shape, dtype=bool) if name == "sst" else (
+            valid_tok if want[o].ndim == 2 else np.repeat(valid_tok[:, :, None], want[o].shape[2], 2))
+        compare(f"{name} {o}", got[o], want[o], v)
+srv.terminate()
+srv.wait()
+
+# 16-bit weights: half the file, close to fp32.
+f32 = os.path.join(work, "sst_fp32.onnx")
+base_logits = ort(f32, feeds)["logits"]
+for w in ["fp16", "bf16"]:
+    p = export("sst", w)
+    ratio = os.path.getsize(p) / os.path.getsize(f32)
+    d = np.abs(ort(p, feeds)["logits"] - base_logits).max()
+    check(0.45 < ratio < 0.55 and d < 5e-2, f"sst {w} weights: {ratio:.2f} of the fp32 size, max |difference| {d:.1e}")
+
+
+# The encoder (BertModel) against the PyTorch reference, for gelu and gelu_new.
+def encoder_check(name):
+    d = os.path.join(work, name)
+    path = export(name)
+    got = ort(path, feeds)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    P = {k: torch.from_numpy(v.copy()) for k, v in st.load(os.path.join(d, "model.safetensors")).items()}
+    with torch.no_grad():
+        h, pooled = torch_bert.encoder(P, cfg, torch.from_numpy(ids), torch.from_numpy(types), torch.from_numpy(mask))
+    compare(f"{name} last_hidden_state", got["last_hidden_state"], h.double().numpy(),
+            np.repeat(valid_tok[:, :, None], h.shape[2], 2), "PyTorch")
+    compare(f"{name} pooler_output", got["pooler_output"], pooled.double().numpy(),
+            np.ones(pooled.shape, dtype=bool), "PyTorch")
+
+
+encoder_check("base")
+# gelu_new: the same weights with the tanh GELU.
+gn = os.path.join(work, "base_gelu_new")
+os.makedirs(gn, exist_ok=True)
+for f in os.listdir(os.path.join(work, "base")):
+    if f != "config.json":
+        os.link(os.path.join(work, "base", f), os.path.join(gn, f)) if not os.path.exists(os.path.join(gn, f)) else None
+cfg = json.load(open(os.path.join(work, "base", "config.json")))
+cfg["hidden_act"] = "gelu_new"
+json.dump(cfg, open(os.path.join(gn, "config.json"), "w"))
+encoder_check("base_gelu_new")
+sys.exit(1 if fails else 0)
