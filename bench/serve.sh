@@ -33,7 +33,7 @@ for cfg in $CONFIGS; do
       while ! grep -q listening "$WORK/serve.out" 2>/dev/null; do sleep 0.2; done
       port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$WORK/serve.out")
       url="http://127.0.0.1:$port/v1/classify"; [ $ep = infer ] && url="http://127.0.0.1:$port/v2/models/sst/infer"
-      wrk -t1 -c"$CONN" -d"${SECS}s" --latency -s "$WORK/$ep.lua" "$url" > "$WORK/wrk.txt" 2>&1
+      wrk -t1 -c"$CONN" -d"${SECS}s" --timeout 30s --latency -s "$WORK/$ep.lua" "$url" > "$WORK/wrk.txt" 2>&1
       metrics=$(curl -s "http://127.0.0.1:$port/metrics")
       kill -TERM $pid; wait $pid || true
       rps=$(sed -n 's/^Requests\/sec: *//p' "$WORK/wrk.txt")
