@@ -93,6 +93,9 @@ class Bert {
   FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f);
   const std::vector<float>& head_logits() const { return head_logits_; }
+  // After pretrain_step(..., backward=false): MLM logits [M, vocab_size] of the positions whose
+  // mlm_labels are not -1, in token order (the buffer holds gradients after a backward step).
+  const std::vector<float>& mlm_logits() const;
 
   // Fine-tune only the top `layers` encoder layers (and the pooler/head): the embeddings and the
   // layers below are frozen (no gradient computed, no update). Negative = everything trainable;

@@ -28,6 +28,8 @@ BertConfig load_model_config(const std::string& dir);
 // BertForSequenceClassification, BertForTokenClassification; anything else (BertModel,
 // BertForPreTraining, BertForMaskedLM, none) is Heads::None, the encoder alone.
 Heads architecture_heads(const std::string& dir);
+// config.json's first "architectures" entry ("" when there is none).
+std::string architecture_of(const std::string& dir);
 // `path`: model.safetensors, or a PyTorch checkpoint (pytorch_model.bin, NVIDIA's {'model': ...}),
 // read without running its pickle. NVIDIA's names (module., dense_act) and its vocabulary padded
 // to a multiple of 8 are accepted. A directory without model.safetensors is read from

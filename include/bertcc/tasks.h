@@ -38,4 +38,22 @@ std::vector<nlohmann::ordered_json> tag_texts(const BertTokenizer& tok, const st
                                               const std::vector<nlohmann::json>& in, const TaskOptions& o,
                                               const LogitsFn& logits);
 
+// Sentence embeddings: {"text"[, "text_pair"][, "pooling": "cls" | "mean"]} -> {"embedding": [...],
+// "pooling"}: the last hidden state of [CLS], or the mean over the sequence's tokens (special
+// tokens included, padding excluded, as sentence-transformers' mean pooling). The logits callback
+// gives, per feature, the [CLS] vector followed by the mean vector (predict_embeddings).
+std::vector<nlohmann::ordered_json> embed_texts(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
+                                                const TaskOptions& o, const LogitsFn& vectors);
+// Masked-token prediction: {"text" with one or more [MASK][, "top_k" (5)]} -> {"masks": [[{"token",
+// "token_id", "score"}, ...] per [MASK] in order]}; the callback gives, per feature, the vocabulary
+// logits of each [MASK] position concatenated (predict_masked).
+std::vector<nlohmann::ordered_json> fill_masks(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
+                                               const TaskOptions& o, const LogitsFn& logits);
+
+// The model computations behind them, in length-sorted batches of `batch_size`.
+std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
+                                                   Precision prec);
+std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
+                                               Precision prec, int32_t mask_id);
+
 }  // namespace bertcc

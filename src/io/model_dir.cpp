@@ -179,7 +179,7 @@ BertConfig load_model_config(const std::string& dir) {
   return load_config(cfg);
 }
 
-Heads architecture_heads(const std::string& dir) {
+std::string architecture_of(const std::string& dir) {
   std::string cfg = join_path(dir, "config.json");
   if (!file_exists(cfg)) cfg = join_path(dir, "bert_config.json");
   BERTCC_CHECK(file_exists(cfg), dir, ": no config.json or bert_config.json in the model directory");
@@ -191,8 +191,12 @@ Heads architecture_heads(const std::string& dir) {
   }
   if (!j.is_object() || !j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
       !j["architectures"][0].is_string())
-    return Heads::None;
-  const std::string a = j["architectures"][0].get<std::string>();
+    return "";
+  return j["architectures"][0].get<std::string>();
+}
+
+Heads architecture_heads(const std::string& dir) {
+  const std::string a = architecture_of(dir);
   for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification})
     if (a == architecture_name(h)) return h;
   return Heads::None;

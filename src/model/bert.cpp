@@ -249,6 +249,11 @@ void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
   ensure_acts(B, T, cfg_.attention_probs_dropout_prob > 0, prec);
 }
 
+const std::vector<float>& Bert::mlm_logits() const {
+  BERTCC_CHECK(acts_, "mlm_logits: no forward pass yet");
+  return acts_->head.logits;
+}
+
 const float* Bert::sequence_output() const { return acts_->x.back(); }
 const float* Bert::pooled_output() const { return has_pooler(heads_) ? acts_->pooled : nullptr; }
 

@@ -1,5 +1,5 @@
 // The page served at / : pick a loaded model, ask a question about a context (the answer is
-// highlighted in the context) or classify / tag a text. Plain HTML and JavaScript, no external files.
+// highlighted in the context), classify / tag a text, fill its [MASK]s or embed it. Plain HTML and JavaScript, no external files.
 #pragma once
 
 namespace bertcc::serve {
@@ -25,7 +25,10 @@ const $ = (id) => document.getElementById(id);
 let models = [];
 const esc = (s) => s.replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 function current() { return models.find((m) => m.name === $("model").value); }
-function show() { const m = current(); $("qa").hidden = !m || m.task !== "qa"; $("txt").hidden = !m || m.task === "qa"; }
+function show() {
+  const m = current(); $("qa").hidden = !m || m.task !== "qa"; $("txt").hidden = !m || m.task === "qa";
+  if (m && m.task === "fill-mask" && !$("text").value.includes("[MASK]")) $("text").value = "The capital of France is [MASK].";
+}
 async function run() {
   const m = current(); if (!m) return;
   const body = m.task === "qa" ? {model: m.name, question: $("question").value, context: $("context").value}
@@ -43,6 +46,12 @@ async function run() {
   } else if (m.task === "classify") {
     $("out").innerHTML = "<b id=\"label\">" + esc(String(j.label ?? j.score)) + "</b>" +
       (j.scores ? "<br>" + Object.entries(j.scores).map(([k, v]) => esc(k) + ": " + v.toFixed(3)).join("<br>") : "");
+  } else if (m.task === "fill-mask") {
+    $("out").innerHTML = j.masks.map((c, i) => "[MASK] " + (i + 1) + ": " +
+      c.map((x) => "<b>" + esc(x.token) + "</b> " + x.score.toFixed(3)).join(", ")).join("<br>");
+  } else if (m.task === "embed") {
+    $("out").textContent = j.embedding.length + "-dimensional " + j.pooling + " embedding: [" +
+      j.embedding.slice(0, 6).map((v) => v.toFixed(4)).join(", ") + ", …]";
   } else {
     const c = [...$("text").value]; let html = "", at = 0;
     for (const e of j.entities) { html += esc(c.slice(at, e.start).join("")) + '<span class="ent">' +

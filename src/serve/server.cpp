@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <iostream>
@@ -244,24 +245,34 @@ class Batcher {
 
 // ---- models ----------------------------------------------------------------------------------
 struct Model {
-  std::string name, dir, task;  // task: qa | classify | tag
+  std::string name, dir;
+  std::vector<std::string> tasks;  // qa | classify | tag | embed | fill-mask
   Heads heads = Heads::None;
   std::unique_ptr<Vocab> vocab;
   std::unique_ptr<BertTokenizer> tok;
   std::unique_ptr<Bert> bert;
   TaskOptions topt;
-  std::unique_ptr<Batcher> batcher;
+  std::map<std::string, std::unique_ptr<Batcher>> batchers;  // per task (their forward passes differ)
+  bool does(const std::string& t) const { return std::find(tasks.begin(), tasks.end(), t) != tasks.end(); }
+  Batcher& batcher(const std::string& t) { return *batchers.at(t); }
+  bool has_head() const { return heads != Heads::None && heads != Heads::PreTraining; }
 };
 
-Heads heads_of(const std::string& dir, std::string& task) {
+// The head follows config.json's architectures: a fine-tuned head serves its task; a
+// BertForPreTraining checkpoint serves fill-mask and embeddings; anything else its encoder's
+// embeddings.
+Heads heads_of(const std::string& dir, std::vector<std::string>& tasks) {
   const Heads h = architecture_heads(dir);
-  if (h == Heads::QuestionAnswering) task = "qa";
-  if (h == Heads::SequenceClassification) task = "classify";
-  if (h == Heads::TokenClassification) task = "tag";
-  BERTCC_CHECK(h != Heads::None, dir, ": config.json's architectures is not one bertcc serve serves "
-               "(BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification; "
-               "embeddings and fill-mask are not served yet)");
-  return h;
+  if (h == Heads::QuestionAnswering) tasks = {"qa"};
+  if (h == Heads::SequenceClassification) tasks = {"classify"};
+  if (h == Heads::TokenClassification) tasks = {"tag"};
+  if (h != Heads::None) return h;
+  if (architecture_of(dir) == architecture_name(Heads::PreTraining)) {
+    tasks = {"fill-mask", "embed"};
+    return Heads::PreTraining;
+  }
+  tasks = {"embed"};
+  return Heads::None;
 }
 
 std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Precision prec, Metrics& m,
@@ -274,7 +285,7 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->name = eq == std::string::npos ? std::filesystem::path(d).filename().string() : spec.substr(0, eq);
   BERTCC_CHECK(!md->name.empty() && md->name.find_first_of("/?#% ") == std::string::npos, "--model ", spec,
                ": the model name must be non-empty without / ? # % or spaces (use NAME=DIR)");
-  md->heads = heads_of(md->dir, md->task);
+  md->heads = heads_of(md->dir, md->tasks);
   const std::string vp = join_path(md->dir, "vocab.txt");
   BERTCC_CHECK(file_exists(vp), md->dir, ": no vocab.txt");
   md->vocab = std::make_unique<Vocab>(Vocab::load(vp));
@@ -282,16 +293,24 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->bert = load_model_dir(md->dir, md->heads);
   const BertConfig& c = md->bert->config();
   BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
-  BERTCC_CHECK(md->heads == Heads::QuestionAnswering || c.num_labels() > 0, md->dir, ": config.json has no labels");
+  BERTCC_CHECK((md->heads != Heads::SequenceClassification && md->heads != Heads::TokenClassification) ||
+                   c.num_labels() > 0,
+               md->dir, ": config.json has no labels");
   BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
                " exceeds max_position_embeddings ", c.max_position_embeddings, " of ", md->dir);
   md->topt.max_seq_length = o.max_seq_length;
   md->topt.max_position_embeddings = c.max_position_embeddings;
   Bert* bert = md->bert.get();
   const int64_t bs = o.max_batch_size;
-  md->batcher = std::make_unique<Batcher>(
-      md->name, [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_logits(*bert, f, bs, prec); }, o, m,
-      device);
+  const int32_t mask = md->vocab->id("[MASK]");
+  for (const auto& t : md->tasks) {
+    Compute fn;
+    if (t == "embed") fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_embeddings(*bert, f, bs, prec); };
+    else if (t == "fill-mask")
+      fn = [bert, bs, prec, mask](const std::vector<FtFeature>& f) { return predict_masked(*bert, f, bs, prec, mask); };
+    else fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_logits(*bert, f, bs, prec); };
+    md->batchers[t] = std::make_unique<Batcher>(md->name, fn, o, m, device);
+  }
   return md;
 }
 
@@ -374,6 +393,9 @@ struct OutTensor {
 
 // POST /v2/models/NAME/infer. Returns the body and sets the content type / header length.
 std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request& req, httplib::Response& res) {
+  if (!m.has_head())
+    throw HttpError(400, "model '" + m.name + "' has no fine-tuned head; it serves /v1/embed" +
+                             (m.does("fill-mask") ? std::string(" and /v1/fill-mask") : std::string()));
   size_t json_len = req.body.size();
   if (req.has_header("Inference-Header-Content-Length")) {
     const std::string h = req.get_header_value("Inference-Header-Content-Length");
@@ -441,7 +463,7 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
       ft.segment_ids.push_back(static_cast<int32_t>(ty));
     }
   }
-  const auto logits = m.batcher->run(f);
+  const auto logits = m.batcher(m.tasks[0]).run(f);
   // Outputs as an ONNX BERT under Triton names them; padded positions hold 0.
   std::vector<OutTensor> outs;
   if (m.heads == Heads::SequenceClassification) {
@@ -523,7 +545,9 @@ ojson model_metadata(const Model& m) {
   for (const char* n : {"input_ids", "attention_mask", "token_type_ids"})
     in.push_back({{"name", n}, {"datatype", "INT64"}, {"shape", {-1, -1}}});
   ojson out = ojson::array();
-  if (m.heads == Heads::QuestionAnswering) {
+  if (!m.has_head()) {
+    // no Triton outputs: the text endpoints serve this model
+  } else if (m.heads == Heads::QuestionAnswering) {
     out.push_back({{"name", "start_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
     out.push_back({{"name", "end_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
   } else if (m.heads == Heads::SequenceClassification) {
@@ -560,7 +584,10 @@ int run_server(const ServeOptions& o) {
     Model* m = models.back().get();
     BERTCC_CHECK(!by_name.count(m->name), "--model ", spec, ": two models are named '", m->name, "' (use NAME=DIR)");
     by_name[m->name] = m;
-    std::cerr << "serve: model '" << m->name << "' (" << architecture_name(m->heads) << ", " << m->dir << ")\n";
+    std::cerr << "serve: model '" << m->name << "' (" << (m->heads == Heads::None ? "BertModel" : architecture_name(m->heads))
+              << ", " << m->dir << "):";
+    for (const auto& t : m->tasks) std::cerr << " /v1/" << t;
+    std::cerr << "\n";
   }
 
   httplib::Server svr;
@@ -649,10 +676,10 @@ int run_server(const ServeOptions& o) {
       if (j.contains("model")) {
         if (!j["model"].is_string()) throw HttpError(400, "\"model\" must be a string");
         m = &find_model(j["model"].get<std::string>());
-        if (m->task != task) throw HttpError(400, "model '" + m->name + "' does " + m->task + ", not " + task);
+        if (!m->does(task)) throw HttpError(400, "model '" + m->name + "' does " + m->tasks[0] + ", not " + task);
       } else {
         for (auto& md : models)
-          if (md->task == task) {
+          if (md->does(task)) {
             if (m) throw HttpError(400, "several models do " + task + "; name one with \"model\"");
             m = md.get();
           }
@@ -669,19 +696,23 @@ int run_server(const ServeOptions& o) {
       } else {
         in.push_back(j);
       }
-      const LogitsFn fn = [m](const std::vector<FtFeature>& f) { return m->batcher->run(f); };
-      std::vector<ojson> out = task == "qa"         ? answer_questions(*m->tok, in, m->topt, fn)
-                               : task == "classify" ? classify_texts(*m->tok, m->bert->config().id2label, in, m->topt, fn)
-                                                    : tag_texts(*m->tok, m->bert->config().id2label, in, m->topt, fn);
+      const LogitsFn fn = [m, task](const std::vector<FtFeature>& f) { return m->batcher(task).run(f); };
+      const auto& labels = m->bert->config().id2label;
+      std::vector<ojson> out = task == "qa"          ? answer_questions(*m->tok, in, m->topt, fn)
+                               : task == "classify"  ? classify_texts(*m->tok, labels, in, m->topt, fn)
+                               : task == "tag"       ? tag_texts(*m->tok, labels, in, m->topt, fn)
+                               : task == "embed"     ? embed_texts(*m->tok, in, m->topt, fn)
+                                                     : fill_masks(*m->tok, in, m->topt, fn);
       if (!batch) return ok_json(res, out[0]);
       ok_json(res, {{"model", m->name}, {"results", out}});
     });
   };
-  for (const char* t : {"qa", "classify", "tag"}) svr.Post(std::string("/v1/") + t, text_task(t));
+  for (const char* t : {"qa", "classify", "tag", "embed", "fill-mask"}) svr.Post(std::string("/v1/") + t, text_task(t));
   svr.Get("/v1/models", handle("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
             ojson a = ojson::array();
             for (const auto& m : models)
-              a.push_back({{"name", m->name}, {"task", m->task}, {"architecture", architecture_name(m->heads)},
+              a.push_back({{"name", m->name}, {"task", m->tasks[0]}, {"tasks", m->tasks},
+                           {"architecture", m->heads == Heads::None ? "BertModel" : architecture_name(m->heads)},
                            {"labels", m->bert->config().id2label}});
             ok_json(res, {{"models", a}});
           }));
@@ -723,7 +754,8 @@ int run_server(const ServeOptions& o) {
     pthread_kill(signals.native_handle(), SIGTERM);
   }
   signals.join();
-  for (auto& m : models) m->batcher->stop();
+  for (auto& m : models)
+    for (auto& [t, b] : m->batchers) b->stop();
   std::cerr << "serve: stopped after answering " << metrics.answered() << " requests\n";
   return ok ? 0 : 1;
 }

@@ -2,7 +2,8 @@
 //   KServe v2 / Triton protocol: /v2/health/{live,ready}, /v2, /v2/models/NAME[/ready],
 //     POST /v2/models/NAME/infer (input_ids, attention_mask, token_type_ids as INT32/INT64, JSON or
 //     Triton's binary tensor extension) -> logits, or start_logits/end_logits;
-//   text endpoints: /v1/qa, /v1/classify, /v1/tag (one input or {"inputs": [...]}), /v1/models;
+//   text endpoints: /v1/qa, /v1/classify, /v1/tag, /v1/embed, /v1/fill-mask (one input or
+//     {"inputs": [...]}), /v1/models;
 //   /metrics (Prometheus), / (a page to try the models).
 // Requests are tokenized on the HTTP threads; a batcher per model gathers the sequences of
 // concurrent requests (up to --max-batch-size, waiting at most --max-queue-delay-us) into one

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <numeric>
 
 #include "bertcc/error.h"
 #include "bertcc/ner.h"
@@ -148,6 +149,152 @@ std::vector<nlohmann::ordered_json> tag_texts(const BertTokenizer& tok, const st
     }
     r["words"] = ws;
     r["entities"] = ents;
+    res.push_back(std::move(r));
+  }
+  return res;
+}
+
+namespace {
+
+// Runs `fn(batch, rows)` over length-sorted batches of `f` (longest first), rows = feature indices.
+template <class Fn>
+void for_each_batch(const Bert& model, const std::vector<FtFeature>& f, int64_t batch_size, Fn fn) {
+  std::vector<size_t> order(f.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return f[a].input_ids.size() > f[b].input_ids.size(); });
+  const size_t bs = static_cast<size_t>(std::max<int64_t>(batch_size, 1));
+  for (size_t s = 0; s < order.size(); s += bs) {
+    const std::vector<size_t> idx(order.begin() + static_cast<ptrdiff_t>(s),
+                                  order.begin() + static_cast<ptrdiff_t>(std::min(order.size(), s + bs)));
+    fn(make_finetune_batch(f, idx, model.heads(), false, model.config().max_position_embeddings), idx);
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
+                                                   Precision prec) {
+  const int64_t C = model.config().hidden_size;
+  std::vector<std::vector<float>> out(f.size());
+  Rng rng{0, 0};
+  for_each_batch(model, f, batch_size, [&](const BertBatch& b, const std::vector<size_t>& idx) {
+    model.encode(b, /*training=*/false, prec, rng);
+    const float* h = model.sequence_output();
+    for (size_t r = 0; r < idx.size(); ++r) {
+      std::vector<float>& v = out[idx[r]];
+      v.assign(static_cast<size_t>(2 * C), 0.0f);
+      const float* row = h + static_cast<int64_t>(r) * b.T * C;
+      std::copy(row, row + C, v.begin());  // [CLS]
+      const int64_t L = static_cast<int64_t>(f[idx[r]].input_ids.size());
+      std::vector<double> mean(static_cast<size_t>(C), 0.0);
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t c = 0; c < C; ++c) mean[static_cast<size_t>(c)] += row[t * C + c];
+      for (int64_t c = 0; c < C; ++c) v[static_cast<size_t>(C + c)] = static_cast<float>(mean[static_cast<size_t>(c)] / L);
+    }
+  });
+  return out;
+}
+
+std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
+                                               Precision prec, int32_t mask_id) {
+  BERTCC_CHECK(model.heads() == Heads::PreTraining, "fill-mask needs a model with its masked-LM head (BertForPreTraining)");
+  const size_t V = static_cast<size_t>(model.config().vocab_size);
+  std::vector<std::vector<float>> out(f.size());
+  Rng rng{0, 0};
+  for_each_batch(model, f, batch_size, [&](BertBatch b, const std::vector<size_t>& idx) {
+    b.mlm_labels.assign(b.input_ids.size(), -1);
+    b.nsp_labels.assign(static_cast<size_t>(b.B), 0);
+    for (size_t n = 0; n < b.input_ids.size(); ++n)
+      if (b.input_ids[n] == mask_id && b.input_mask[n]) b.mlm_labels[n] = 0;  // any id: only the logits are used
+    model.pretrain_step(b, /*training=*/false, /*backward=*/false, prec, rng);
+    const std::vector<float>& lg = model.mlm_logits();
+    size_t m = 0;  // masked rows come in token order, row by row
+    for (size_t r = 0; r < idx.size(); ++r)
+      for (int64_t t = 0; t < b.T; ++t)
+        if (b.mlm_labels[r * static_cast<size_t>(b.T) + static_cast<size_t>(t)] != -1) {
+          out[idx[r]].insert(out[idx[r]].end(), lg.begin() + static_cast<ptrdiff_t>(m * V),
+                             lg.begin() + static_cast<ptrdiff_t>((m + 1) * V));
+          ++m;
+        }
+  });
+  return out;
+}
+
+std::vector<nlohmann::ordered_json> embed_texts(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
+                                                const TaskOptions& o, const LogitsFn& vectors) {
+  const int max_len = seq_len(o, 512);
+  std::vector<FtFeature> f;
+  std::vector<bool> mean;
+  for (size_t i = 0; i < in.size(); ++i) {
+    f.push_back(encode_pair(tok, field(in[i], "text", i + 1), field(in[i], "text_pair", i + 1, false), max_len));
+    const std::string pooling = field(in[i], "pooling", i + 1, false);
+    BERTCC_CHECK(pooling.empty() || pooling == "cls" || pooling == "mean", "input ", i + 1,
+                 ": field \"pooling\" must be \"cls\" or \"mean\"");
+    mean.push_back(pooling == "mean");
+  }
+  const auto v = vectors(f);
+  std::vector<nlohmann::ordered_json> res;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const size_t C = v[i].size() / 2;
+    nlohmann::ordered_json r;
+    if (in[i].contains("id")) r["id"] = in[i]["id"];
+    r["pooling"] = mean[i] ? "mean" : "cls";
+    r["embedding"] = std::vector<float>(v[i].begin() + static_cast<ptrdiff_t>(mean[i] ? C : 0),
+                                        v[i].begin() + static_cast<ptrdiff_t>(mean[i] ? 2 * C : C));
+    for (float x : v[i]) BERTCC_CHECK(std::isfinite(x), "input ", i + 1, ": the model produced a non-finite value");
+    res.push_back(std::move(r));
+  }
+  return res;
+}
+
+std::vector<nlohmann::ordered_json> fill_masks(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
+                                               const TaskOptions& o, const LogitsFn& logits) {
+  const int max_len = seq_len(o, 512);
+  const int32_t mask_id = tok.vocab().id("[MASK]");
+  BERTCC_CHECK(mask_id >= 0, tok.vocab().source(), ": the vocabulary has no [MASK] token");
+  std::vector<FtFeature> f;
+  std::vector<int64_t> top_k;
+  for (size_t i = 0; i < in.size(); ++i) {
+    f.push_back(encode_pair(tok, field(in[i], "text", i + 1), "", max_len));
+    BERTCC_CHECK(std::count(f.back().input_ids.begin(), f.back().input_ids.end(), mask_id) > 0, "input ", i + 1,
+                 ": no [MASK] token in \"text\" (within --max-seq-length)");
+    int64_t k = 5;
+    if (in[i].contains("top_k")) {
+      BERTCC_CHECK(in[i]["top_k"].is_number_integer() && in[i]["top_k"].get<int64_t>() >= 1 &&
+                       in[i]["top_k"].get<int64_t>() <= 1000,
+                   "input ", i + 1, ": field \"top_k\" must be an integer from 1 to 1000");
+      k = in[i]["top_k"].get<int64_t>();
+    }
+    top_k.push_back(k);
+  }
+  const auto lg = logits(f);
+  const size_t V = static_cast<size_t>(tok.vocab().size());
+  std::vector<nlohmann::ordered_json> res;
+  for (size_t i = 0; i < in.size(); ++i) {
+    nlohmann::ordered_json r, masks = nlohmann::ordered_json::array();
+    if (in[i].contains("id")) r["id"] = in[i]["id"];
+    const size_t Vm = lg[i].size() / static_cast<size_t>(std::count(f[i].input_ids.begin(), f[i].input_ids.end(), mask_id));
+    for (size_t m = 0; m * Vm < lg[i].size(); ++m) {
+      // Softmax over the model's vocabulary; candidates among the tokens vocab.txt names.
+      const float* x = lg[i].data() + m * Vm;
+      const float mx = *std::max_element(x, x + Vm);
+      double z = 0;
+      for (size_t v = 0; v < Vm; ++v) z += std::exp(static_cast<double>(x[v] - mx));
+      BERTCC_CHECK(std::isfinite(z), "input ", i + 1, ": the model produced non-finite logits");
+      std::vector<int32_t> ids(std::min(V, Vm));
+      std::iota(ids.begin(), ids.end(), 0);
+      const size_t k = std::min(ids.size(), static_cast<size_t>(top_k[i]));
+      std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids.end(),
+                        [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+      nlohmann::ordered_json cands = nlohmann::ordered_json::array();
+      for (size_t c = 0; c < k; ++c)
+        cands.push_back({{"token", tok.vocab().token(ids[c])},
+                         {"token_id", ids[c]},
+                         {"score", std::exp(static_cast<double>(x[ids[c]] - mx)) / z}});
+      masks.push_back(cands);
+    }
+    r["masks"] = masks;
     res.push_back(std::move(r));
   }
   return res;

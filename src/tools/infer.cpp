@@ -19,6 +19,8 @@ namespace {
 struct InferCli {
   std::string model, vocab, precision = "bf16", text, text_pair, question, context;
   int max_seq_length = 0, threads = 0, doc_stride = 128, max_answer_length = 30;
+  std::string pooling = "cls";
+  int64_t top_k = 5;
   int64_t batch_size = 32;
 };
 
@@ -38,8 +40,9 @@ Loaded load(const InferCli& o, Heads heads) {
   l.vocab = std::make_unique<Vocab>(Vocab::load(vp));
   l.tok = std::make_unique<BertTokenizer>(*l.vocab, model_dir_lower_case(o.vocab.empty() ? o.model : "", *l.vocab));
   l.model = load_model_dir(o.model, heads);
-  BERTCC_CHECK(heads == Heads::QuestionAnswering || l.model->config().num_labels() > 0, o.model,
-               ": config.json has no labels (id2label)");
+  BERTCC_CHECK((heads != Heads::SequenceClassification && heads != Heads::TokenClassification) ||
+                   l.model->config().num_labels() > 0,
+               o.model, ": config.json has no labels (id2label)");
   const BertConfig& c = l.model->config();
   // A larger vocabulary would produce ids past the embedding table (NVIDIA's padded one may be larger).
   BERTCC_CHECK(static_cast<int64_t>(l.vocab->size()) <= c.vocab_size, vp, ": ", l.vocab->size(),
@@ -115,6 +118,31 @@ void run_tag(const InferCli& o) {
                   [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
+void run_embed(const InferCli& o) {
+  nlohmann::json single;
+  if (!o.text.empty()) single = {{"text", o.text}, {"text_pair", o.text_pair}, {"pooling", o.pooling}};
+  auto in = inputs(single);
+  for (auto& j : in)
+    if (j.is_object() && !j.contains("pooling")) j["pooling"] = o.pooling;
+  // Any model directory: its encoder (a pre-training checkpoint's heads are not used).
+  Loaded l = load(o, Heads::None);
+  print(embed_texts(*l.tok, in, task_options(o, *l.model),
+                    [&](const std::vector<FtFeature>& f) { return predict_embeddings(*l.model, f, o.batch_size, l.prec); }));
+}
+
+void run_fill_mask(const InferCli& o) {
+  nlohmann::json single;
+  if (!o.text.empty()) single = {{"text", o.text}, {"top_k", o.top_k}};
+  auto in = inputs(single);
+  for (auto& j : in)
+    if (j.is_object() && !j.contains("top_k")) j["top_k"] = o.top_k;
+  Loaded l = load(o, Heads::PreTraining);
+  const int32_t mask = l.vocab->id("[MASK]");
+  print(fill_masks(*l.tok, in, task_options(o, *l.model), [&](const std::vector<FtFeature>& f) {
+    return predict_masked(*l.model, f, o.batch_size, l.prec, mask);
+  }));
+}
+
 void common(CLI::App* c, InferCli& o) {
   c->add_option("--model", o.model, "fine-tuned Hugging Face model directory (config.json with id2label, vocab.txt)")
       ->required();
@@ -147,6 +175,20 @@ void add_infer(CLI::App& app) {
   common(tg, *t);
   tg->add_option("--text", t->text, "the text");
   tg->callback([t]() { run_tag(*t); });
+  auto e = std::make_shared<InferCli>();
+  auto* em = app.add_subcommand("embed", "sentence embeddings of a text or pair (or JSON lines {\"text\"} on stdin)");
+  common(em, *e);
+  em->add_option("--text", e->text, "the text");
+  em->add_option(flag("--text-pair"), e->text_pair, "second text");
+  em->add_option("--pooling", e->pooling, "cls (default) | mean")->check(CLI::IsMember({"cls", "mean"}));
+  em->callback([e]() { run_embed(*e); });
+  auto fm = std::make_shared<InferCli>();
+  auto* fmc = app.add_subcommand("fill-mask",
+                                 "predict the [MASK] tokens of a text with a pre-training checkpoint (or JSON lines on stdin)");
+  common(fmc, *fm);
+  fmc->add_option("--text", fm->text, "a text with one or more [MASK]");
+  fmc->add_option(flag("--top-k"), fm->top_k, "candidates per [MASK]")->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  fmc->callback([fm]() { run_fill_mask(*fm); });
 }
 
 }  // namespace bertcc::tools

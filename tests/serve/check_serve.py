@@ -45,7 +45,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
 
 subprocess.run([sys.executable, os.path.join(here, "make_models.py"), args.bertcc, args.vocab, args.work], check=True,
                stdout=subprocess.DEVNULL)
-M = {n: os.path.join(args.work, n) for n in ("sst", "squad", "ner")}
+M = {n: os.path.join(args.work, n) for n in ("sst", "squad", "ner", "base")}
 fails = 0
 
 
@@ -57,7 +57,7 @@ def check(ok, what):
 
 def start(extra=()):
     p = subprocess.Popen([args.bertcc, "serve", "--port", "0", "--precision", "fp32", "--model", M["sst"], "--model",
-                          M["squad"], "--model", "tagger=" + M["ner"]] + list(extra),
+                          M["squad"], "--model", "tagger=" + M["ner"], "--model", "mlm=" + M["base"]] + list(extra),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     assert "listening on" in line, line + p.stderr.read()
@@ -182,7 +182,54 @@ text = "Ada Lovelace met Charles Babbage in London, England."
 s, j = jreq("POST", "/v1/tag", {"text": text})
 check(s == 200 and close(j, cli("tag", M["ner"], "--text", text)[0]), "/v1/tag = `bertcc tag`")
 s, j = jreq("GET", "/v1/models")
-check(s == 200 and [m["task"] for m in j["models"]] == ["classify", "qa", "tag"], "/v1/models lists name and task")
+check(s == 200 and [m["task"] for m in j["models"]] == ["classify", "qa", "tag", "fill-mask"]
+      and j["models"][3]["tasks"] == ["fill-mask", "embed"], "/v1/models lists names and tasks")
+
+# Embeddings and fill-mask (the BertForPreTraining checkpoint), against the CLI and PyTorch.
+sys.path.insert(0, os.path.join(here, "..", "torch"))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import st  # noqa: E402
+import torch_bert  # noqa: E402
+P = {k: torch.from_numpy(v.copy()) for k, v in st.load(os.path.join(M["base"], "model.safetensors")).items()}
+bcfg = json.load(open(os.path.join(M["base"], "config.json")))
+text = "the river [MASK] through the old town and [MASK] into the sea"
+s, fm = jreq("POST", "/v1/fill-mask", {"text": text, "top_k": 4})
+check(s == 200 and fm == cli("fill-mask", M["base"], "--text", text, "--top-k", "4")[0] and len(fm["masks"]) == 2
+      and all(len(c) == 4 for c in fm["masks"]), "/v1/fill-mask = `bertcc fill-mask` (two [MASK]s, top 4)")
+ids_t = [101] + [int(t) for t in subprocess.run([args.bertcc, "tokenize", "--vocab", args.vocab], input=text + "\n",
+                                                capture_output=True, text=True, check=True).stdout.split()] + [102]
+x = torch.tensor([ids_t])
+with torch.no_grad():
+    h, _ = torch_bert.encoder(P, bcfg, x, torch.zeros_like(x), torch.ones_like(x))
+    pos = [i for i, t in enumerate(ids_t) if t == 103]
+    t1 = torch_bert.gelu(torch.nn.functional.linear(h[0, pos], P["cls.predictions.transform.dense.weight"],
+                                                    P["cls.predictions.transform.dense.bias"]), bcfg["hidden_act"])
+    t1 = torch.nn.functional.layer_norm(t1, (t1.shape[-1],), P["cls.predictions.transform.LayerNorm.weight"],
+                                        P["cls.predictions.transform.LayerNorm.bias"], bcfg["layer_norm_eps"])
+    prob = torch.softmax(t1 @ P["bert.embeddings.word_embeddings.weight"].T + P["cls.predictions.bias"], -1)
+ok = s == 200
+for m_, cands in enumerate(fm.get("masks", [])):
+    top = torch.topk(prob[m_], 4)
+    ok &= [c["token_id"] for c in cands] == top.indices.tolist()
+    ok &= all(abs(c["score"] - p_) < 1e-5 for c, p_ in zip(cands, top.values.tolist()))
+check(ok, "fill-mask candidates and scores = PyTorch's MLM head (top 4 ids, scores within 1e-5)")
+s, e1 = jreq("POST", "/v1/embed", {"inputs": [{"text": "a quiet harbour town"}, {"text": "a quiet harbour town", "pooling": "mean"}]})
+ids_e = [101] + [int(t) for t in subprocess.run([args.bertcc, "tokenize", "--vocab", args.vocab],
+                                                input="a quiet harbour town\n", capture_output=True, text=True,
+                                                check=True).stdout.split()] + [102]
+x = torch.tensor([ids_e])
+with torch.no_grad():
+    h, _ = torch_bert.encoder(P, bcfg, x, torch.zeros_like(x), torch.ones_like(x))
+cls_ref, mean_ref = h[0, 0].numpy(), h[0].mean(0).numpy()
+got = e1["results"] if s == 200 else [{"embedding": [0]}, {"embedding": [0]}]
+check(s == 200 and np.abs(np.array(got[0]["embedding"]) - cls_ref).max() < 1e-5
+      and np.abs(np.array(got[1]["embedding"]) - mean_ref).max() < 1e-5 and got[1]["pooling"] == "mean",
+      "/v1/embed cls and mean pooling = PyTorch's last hidden state (1e-5)")
+check(close(got[0], cli("embed", M["base"], "--text", "a quiet harbour town")[0], 1e-6), "/v1/embed = `bertcc embed`")
+s, j = jreq("POST", "/v2/models/mlm/infer", {"inputs": [{"name": "input_ids", "shape": [1, 3], "datatype": "INT64",
+                                                         "data": [101, 2009, 102]}]})
+check(s == 400 and "/v1/embed" in j["error"], "Triton infer on a model without a fine-tuned head: 400 naming the endpoints")
 s, h, d = req("GET", "/")
 check(s == 200 and b"<title>bertcc serve</title>" in d and h.get("Content-Type", "").startswith("text/html"), "page at /")
 
@@ -217,6 +264,9 @@ bad = [
     ("/v1/qa", {"question": "q", "context": ["not", "a", "string"]}, 400, "context"),
     ("/v1/qa", [1, 2], 400, "JSON object"),
     ("/v1/nothing", {}, 404, "no such endpoint"),
+    ("/v1/fill-mask", {"text": "no mask here"}, 400, "no [MASK]"),
+    ("/v1/fill-mask", {"text": "a [MASK]", "top_k": 0}, 400, "top_k"),
+    ("/v1/embed", {"text": "x", "pooling": "max"}, 400, "pooling"),
 ]
 for path, body, code, text in bad:
     s, h, d = req("POST", path, body)

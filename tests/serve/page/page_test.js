@@ -23,7 +23,7 @@ async function main() {
     await page.goto(url);
     await page.waitForFunction(() => document.querySelectorAll("#model option").length > 0);
     const options = await page.$$eval("#model option", (os) => os.map((o) => o.value));
-    check(options.length === 3, `model list: ${options.join(", ")}`);
+    check(options.length === 4, `model list: ${options.join(", ")}`);
     // Question answering: the highlighted span is the answer /v1/qa gives for the same input.
     await page.selectOption("#model", "squad");
     const question = "Where did Ada Lovelace live?";
@@ -47,6 +47,14 @@ async function main() {
     const c = await page.evaluate(async () => (await fetch("/v1/classify", { method: "POST",
       body: JSON.stringify({ model: "sst", text: "a gripping, beautifully shot film" }) })).json());
     check(label === c.label, `text classified as ${label}`);
+    // Fill-mask: the candidates shown are the API's.
+    await page.selectOption("#model", "mlm");
+    await page.click("#go");
+    await page.waitForFunction(() => document.querySelector("#out").textContent.startsWith("[MASK] 1:"));
+    const shown = await page.$eval("#out", (e) => e.textContent);
+    const fm = await page.evaluate(async () => (await fetch("/v1/fill-mask", { method: "POST",
+      body: JSON.stringify({ model: "mlm", text: document.getElementById("text").value }) })).json());
+    check(shown.includes(fm.masks[0][0].token), `[MASK] filled: ${shown.slice(0, 60)}`);
     check(errors.length === 0, `no page errors (${errors.join("; ")})`);
   } finally {
     await browser.close();
