@@ -44,7 +44,9 @@ struct FinetuneLoss {
 // (qa_outputs on every token), BertForSequenceClassification (classifier on the dropped-out pooled
 // output; regression when num_labels == 1) and BertForTokenClassification (classifier on every
 // dropped-out token). QA and token classification have no pooler, as in HF (add_pooling_layer=False).
-enum class Heads { None, PreTraining, QuestionAnswering, SequenceClassification, TokenClassification };
+// Discriminator = HF's ElectraForPreTraining (replaced-token detection on every token; ELECTRA has
+// no pooler).
+enum class Heads { None, PreTraining, QuestionAnswering, SequenceClassification, TokenClassification, Discriminator };
 const char* architecture_name(Heads h);
 bool has_pooler(Heads h);
 
@@ -93,6 +95,12 @@ class Bert {
   FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f);
   const std::vector<float>& head_logits() const { return head_logits_; }
+  // ELECTRA's discriminator (Heads::Discriminator): logits = dense_prediction(act(dense(h))) per
+  // token, into head_logits() [B*T]; the loss is HF's: binary cross-entropy with logits, mean over
+  // the tokens with input_mask 1 (batch.labels [B*T]: 1 = replaced, 0 = original, -100 = ignored).
+  // `denom` > 0 replaces the batch's own count of those tokens as the normaliser.
+  FinetuneLoss discriminator_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                  float loss_scale = 1.0f, float denom = 0.0f);
   // After pretrain_step(..., backward=false): MLM logits [M, vocab_size] of the positions whose
   // mlm_labels are not -1, in token order (the buffer holds gradients after a backward step).
   const std::vector<float>& mlm_logits() const;
@@ -145,6 +153,7 @@ class Bert {
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
   std::vector<float> head_in_, head_din_, head_dseq_;  // head input after dropout, its gradient
   int first_trainable_layer_ = 0;                // layers below are frozen
+  bool pooler_ = false;                          // BERT's heads that have one; never ELECTRA
   std::function<void(size_t)> grad_ready_;
   bool embeddings_frozen_ = false;
 };

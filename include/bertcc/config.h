@@ -20,6 +20,11 @@ struct BertConfig {
   int type_vocab_size = 2;
   float initializer_range = 0.02f;
   float layer_norm_eps = 1e-12f;  // BERT's value; never 1e-5
+  // ELECTRA (HF ElectraConfig): model_type "electra" names tensors electra.*, has no pooler, and
+  // its embeddings may be narrower than the encoder (embedding_size, projected by
+  // electra.embeddings_project). 0 = hidden_size (BERT).
+  std::string model_type = "bert";
+  int embedding_size = 0;
   // Fine-tuning heads (HF keys): id2label gives the label names in id order (num_labels = its size;
   // 1 = regression); classifier_dropout < 0 means "use hidden_dropout_prob", as HF's null.
   std::vector<std::string> id2label;
@@ -31,6 +36,8 @@ struct BertConfig {
 
   Activation activation() const;
   int head_size() const { return hidden_size / num_attention_heads; }
+  int embedding_dim() const { return embedding_size > 0 ? embedding_size : hidden_size; }
+  bool electra() const { return model_type == "electra"; }
   void validate(const std::string& where) const;  // throws naming the field
 };
 
@@ -38,7 +45,8 @@ struct BertConfig {
 BertConfig load_config(const std::string& path);
 // Writes HF-layout config.json (model_type bert, architectures) atomically.
 void save_config(const BertConfig& c, const std::string& path, const std::string& architecture);
-// Presets: bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large. Or a path.
+// Presets: bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large; ELECTRA
+// discriminators electra-small, electra-base, electra-large (Google's sizes). Or a path.
 BertConfig config_from_name_or_path(const std::string& name_or_path);
 
 }  // namespace bertcc

@@ -28,6 +28,9 @@ void BertConfig::validate(const std::string& where) const {
   pos("intermediate_size", intermediate_size);
   pos("max_position_embeddings", max_position_embeddings);
   pos("type_vocab_size", type_vocab_size);
+  BERTCC_CHECK(embedding_size >= 0, where, ": field 'embedding_size' must be positive, got ", embedding_size);
+  BERTCC_CHECK(model_type == "bert" || model_type == "electra", where, ": field 'model_type' '", model_type,
+               "' is not supported (bert, electra)");
   BERTCC_CHECK(hidden_size % num_attention_heads == 0, where, ": field 'hidden_size' (", hidden_size,
                ") is not a multiple of 'num_attention_heads' (", num_attention_heads, ")");
   BERTCC_CHECK(hidden_dropout_prob >= 0 && hidden_dropout_prob < 1, where,
@@ -77,6 +80,11 @@ BertConfig load_config(const std::string& path) {
   get_int("intermediate_size", c.intermediate_size, true);
   get_int("max_position_embeddings", c.max_position_embeddings, false);
   get_int("type_vocab_size", c.type_vocab_size, false);
+  get_int("embedding_size", c.embedding_size, false);
+  if (j.contains("model_type")) {
+    BERTCC_CHECK(j["model_type"].is_string(), path, ": field 'model_type' must be a string");
+    c.model_type = j["model_type"].get<std::string>();
+  }
   get_float("hidden_dropout_prob", c.hidden_dropout_prob);
   get_float("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
   get_float("initializer_range", c.initializer_range);
@@ -131,8 +139,9 @@ static double shortest_decimal(float f) {
 void save_config(const BertConfig& c, const std::string& path, const std::string& architecture) {
   nlohmann::ordered_json j;
   j["architectures"] = {architecture};
-  j["model_type"] = "bert";
+  j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
+  if (c.electra()) j["embedding_size"] = c.embedding_dim();
   j["hidden_size"] = c.hidden_size;
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["num_attention_heads"] = c.num_attention_heads;
@@ -170,6 +179,26 @@ BertConfig config_from_name_or_path(const std::string& s) {
   };
   static const Preset presets[] = {{"bert-tiny", 2, 128},   {"bert-mini", 4, 256},  {"bert-small", 4, 512},
                                    {"bert-medium", 8, 512}, {"bert-base", 12, 768}, {"bert-large", 24, 1024}};
+  // Google's ELECTRA discriminators: {layers, embedding, hidden, heads, intermediate}.
+  struct Electra {
+    const char* name;
+    int L, E, H, NH, I;
+  };
+  static const Electra electras[] = {{"electra-small", 12, 128, 256, 4, 1024},
+                                     {"electra-base", 12, 768, 768, 12, 3072},
+                                     {"electra-large", 24, 1024, 1024, 16, 4096}};
+  for (const auto& p : electras) {
+    if (s == p.name) {
+      BertConfig c;
+      c.model_type = "electra";
+      c.num_hidden_layers = p.L;
+      c.embedding_size = p.E;
+      c.hidden_size = p.H;
+      c.num_attention_heads = p.NH;
+      c.intermediate_size = p.I;
+      return c;
+    }
+  }
   for (const auto& p : presets) {
     if (s == p.name) {
       BertConfig c;
@@ -189,7 +218,7 @@ BertConfig config_from_name_or_path(const std::string& s) {
     return load_config(path);
   }
   fail("config '", s, "' is neither a preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, ",
-       "bert-large) nor an existing file or model directory");
+       "bert-large, electra-small, electra-base, electra-large) nor an existing file or model directory");
 }
 
 }  // namespace bertcc

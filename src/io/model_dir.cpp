@@ -27,9 +27,12 @@ std::string canonical_param_name(const std::string& stored) {
   // NVIDIA DeepLearningExamples fuses bias and activation in LinearActivation, named dense_act.
   for (size_t p; (p = n.find(".dense_act.")) != std::string::npos;) n.replace(p, 11, ".dense.");
   if (ends_with(n, "position_ids")) return "";  // a buffer, not a parameter
-  if (n.rfind("bert.", 0) != 0 && n.rfind("cls.", 0) != 0 && n.rfind("qa_outputs.", 0) != 0 &&
-      n.rfind("classifier.", 0) != 0)
-    n.insert(0, "bert.");  // BertModel checkpoints
+  if (n.rfind("electra.", 0) == 0) n.replace(0, 8, "bert.");  // ELECTRA's encoder: the same internal names
+  bool head = false;
+  for (const char* h : {"bert.", "cls.", "qa_outputs.", "classifier.", "discriminator_predictions.",
+                        "generator_predictions.", "generator_lm_head."})
+    head |= n.rfind(h, 0) == 0;
+  if (!head) n.insert(0, "bert.");  // BertModel / ElectraModel checkpoints
   if (ends_with(n, "LayerNorm.gamma")) n = n.substr(0, n.size() - 5) + "weight";
   if (ends_with(n, "LayerNorm.beta")) n = n.substr(0, n.size() - 4) + "bias";
   return n;
@@ -47,7 +50,8 @@ static std::string shape_str(const std::vector<int64_t>& s) {
 
 static bool is_head_tensor(const std::string& n) {
   return n.rfind("cls.", 0) == 0 || n.rfind("qa_outputs.", 0) == 0 || n.rfind("classifier.", 0) == 0 ||
-         n.rfind("bert.pooler.", 0) == 0;
+         n.rfind("bert.pooler.", 0) == 0 || n.rfind("discriminator_predictions.", 0) == 0 ||
+         n.rfind("generator_predictions.", 0) == 0 || n.rfind("generator_lm_head.", 0) == 0;
 }
 
 namespace {
@@ -197,7 +201,8 @@ std::string architecture_of(const std::string& dir) {
 
 Heads architecture_heads(const std::string& dir) {
   const std::string a = architecture_of(dir);
-  for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification})
+  for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification,
+                 Heads::Discriminator})
     if (a == architecture_name(h)) return h;
   return Heads::None;
 }
@@ -227,10 +232,15 @@ void save_model_dir(const Bert& model, const std::string& dir, const std::string
   BERTCC_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), dir, ": cannot create model directory");
   std::vector<StWrite> w;
   auto& m = const_cast<Bert&>(model);
-  for (const auto& e : model.table().entries()) w.push_back({e.name, e.shape, m.params().data() + e.offset});
+  const bool electra = model.config().electra();
+  for (const auto& e : model.table().entries()) {
+    std::string name = e.name;
+    if (electra && name.rfind("bert.", 0) == 0) name.replace(0, 5, "electra.");  // HF's ELECTRA names
+    w.push_back({name, e.shape, m.params().data() + e.offset});
+  }
   write_safetensors(join_path(dir, "model.safetensors"), w);
   save_config(model.config(), join_path(dir, "config.json"),
-              architecture_name(model.heads()));
+              electra && model.heads() == Heads::None ? "ElectraModel" : architecture_name(model.heads()));
   if (vocab_path.empty()) return;
   const std::string text = read_file(vocab_path);
   write_file_atomic(join_path(dir, "vocab.txt"), text);

@@ -179,6 +179,7 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
                "export-onnx: weights must be fp32, fp16 or bf16");
   const BertConfig& c = model.config();
   const Heads heads = model.heads();
+  BERTCC_CHECK(!c.electra(), "export-onnx: ELECTRA models are not exported yet");
   const int64_t C = c.hidden_size, NH = c.num_attention_heads, HD = c.head_size();
   Graph g(weights);
   auto W = [&](const std::string& n) { return model.params().data() + model.table().at(n).offset; };

@@ -16,14 +16,25 @@ using namespace kernels;
 // Parameter table. Q, K and V weights are adjacent (one [3C,C] block) and so are their biases,
 // so the QKV projection is a single GEMM while each tensor keeps its HF name.
 // ---------------------------------------------------------------------------------------------
+// ELECTRA uses the same internal names (its electra.* tensors are renamed at load and save) and
+// adds bert.embeddings_project when its embeddings are narrower or wider than the encoder.
 static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
-  const int64_t V = c.vocab_size, C = c.hidden_size, I = c.intermediate_size;
+  const int64_t V = c.vocab_size, C = c.hidden_size, I = c.intermediate_size, E = c.embedding_dim();
+  BERTCC_CHECK(!c.electra() || heads == Heads::None || heads == Heads::Discriminator, "config: ELECTRA models are "
+               "supported as ElectraModel and ElectraForPreTraining (the discriminator) so far, not as ",
+               architecture_name(heads));
+  BERTCC_CHECK(heads != Heads::Discriminator || c.electra(), "config: the ELECTRA discriminator head needs "
+               "model_type 'electra'");
   const std::string e = "bert.embeddings.";
-  t.add(e + "word_embeddings.weight", {V, C}, true);
-  t.add(e + "position_embeddings.weight", {c.max_position_embeddings, C}, true);
-  t.add(e + "token_type_embeddings.weight", {c.type_vocab_size, C}, true);
-  t.add(e + "LayerNorm.weight", {C}, false);
-  t.add(e + "LayerNorm.bias", {C}, false);
+  t.add(e + "word_embeddings.weight", {V, E}, true);
+  t.add(e + "position_embeddings.weight", {c.max_position_embeddings, E}, true);
+  t.add(e + "token_type_embeddings.weight", {c.type_vocab_size, E}, true);
+  t.add(e + "LayerNorm.weight", {E}, false);
+  t.add(e + "LayerNorm.bias", {E}, false);
+  if (E != C) {
+    t.add("bert.embeddings_project.weight", {C, E}, true);
+    t.add("bert.embeddings_project.bias", {C}, false);
+  }
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     for (const char* n : {"query", "key", "value"}) t.add(p + "attention.self." + n + ".weight", {C, C}, true);
@@ -39,7 +50,7 @@ static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
     t.add(p + "output.LayerNorm.weight", {C}, false);
     t.add(p + "output.LayerNorm.bias", {C}, false);
   }
-  if (has_pooler(heads)) {
+  if (has_pooler(heads) && !c.electra()) {
     t.add("bert.pooler.dense.weight", {C, C}, true);
     t.add("bert.pooler.dense.bias", {C}, false);
   }
@@ -53,7 +64,14 @@ static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
     t.add("classifier.weight", {K, C}, true);
     t.add("classifier.bias", {K}, false);
   }
+  if (heads == Heads::Discriminator) {  // HF ElectraDiscriminatorPredictions
+    t.add("discriminator_predictions.dense.weight", {C, C}, true);
+    t.add("discriminator_predictions.dense.bias", {C}, false);
+    t.add("discriminator_predictions.dense_prediction.weight", {1, C}, true);
+    t.add("discriminator_predictions.dense_prediction.bias", {1}, false);
+  }
   if (heads == Heads::PreTraining) {
+    BERTCC_CHECK(E == C, "config: BERT pre-training heads need embedding_size == hidden_size");
     t.add("cls.predictions.transform.dense.weight", {C, C}, true);
     t.add("cls.predictions.transform.dense.bias", {C}, false);
     t.add("cls.predictions.transform.LayerNorm.weight", {C}, false);
@@ -71,11 +89,14 @@ const char* architecture_name(Heads h) {
     case Heads::QuestionAnswering: return "BertForQuestionAnswering";
     case Heads::SequenceClassification: return "BertForSequenceClassification";
     case Heads::TokenClassification: return "BertForTokenClassification";
+    case Heads::Discriminator: return "ElectraForPreTraining";
   }
   return "BertModel";
 }
 
-bool has_pooler(Heads h) { return h != Heads::QuestionAnswering && h != Heads::TokenClassification; }
+bool has_pooler(Heads h) {
+  return h != Heads::QuestionAnswering && h != Heads::TokenClassification && h != Heads::Discriminator;
+}
 
 void BertBatch::validate(const BertConfig& c, const std::string& where) const {
   const size_t n = static_cast<size_t>(B * T);
@@ -117,7 +138,8 @@ struct Bert::Acts {
   Precision prec = Precision::F32;  // ... in bf16 for bf16 GEMMs (half the slot)
   std::vector<float> arena;
   std::vector<float> mask_add;           // [B,T]
-  float *emb_sum, *emb_mean, *emb_rstd;  // [N,C], [N], [N]
+  float *emb_sum, *emb_mean, *emb_rstd;  // [N,E], [N], [N]
+  float *emb_out, *demb_a, *demb_b, *demb_c;  // [N,E]: embeddings before the projection; their gradients
   std::vector<float*> x;                 // L+1 of [N,C]: layer inputs/outputs
   struct Layer {
     float *qkv, *probs, *ctx, *ln1_sum, *ln1_mean, *ln1_rstd, *h1, *inter, *gelu, *ln2_sum, *ln2_mean, *ln2_rstd;
@@ -141,6 +163,7 @@ struct Bert::Acts {
 
 Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads) {
   cfg_.validate("config");
+  pooler_ = has_pooler(heads_) && !cfg_.electra();
   build_table(table_, cfg_, heads_);
   params_.assign(table_.total(), 0.0f);
   grads_.assign(table_.total(), 0.0f);
@@ -161,7 +184,7 @@ void Bert::init_weights(uint64_t seed) {
     }
   }
   float* wte = param("bert.embeddings.word_embeddings.weight");
-  std::fill(wte, wte + cfg_.hidden_size, 0.0f);  // padding_idx = 0, as HF initialises it
+  std::fill(wte, wte + cfg_.embedding_dim(), 0.0f);  // padding_idx = 0, as HF initialises it
 }
 
 void Bert::freeze_below_top_layers(int layers) {
@@ -170,7 +193,8 @@ void Bert::freeze_below_top_layers(int layers) {
   embeddings_frozen_ = layers >= 0;
   for (const auto& e : table_.entries()) {
     bool frozen = false;
-    if (embeddings_frozen_ && e.name.rfind("bert.embeddings.", 0) == 0) frozen = true;
+    if (embeddings_frozen_ && (e.name.rfind("bert.embeddings.", 0) == 0 || e.name.rfind("bert.embeddings_project.", 0) == 0))
+      frozen = true;
     const std::string lp = "bert.encoder.layer.";
     if (e.name.rfind(lp, 0) == 0) frozen = std::stoi(e.name.substr(lp.size())) < first_trainable_layer_;
     table_.set_trainable(e.name, !frozen);
@@ -198,12 +222,13 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   a.attention_dropout = attention_dropout;
   a.prec = prec;
   const int64_t N = B * T, C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
-  const int64_t L = cfg_.num_hidden_layers;
+  const int64_t L = cfg_.num_hidden_layers, E = cfg_.embedding_dim();
   // Count first, then carve (one allocation).
   std::vector<std::pair<float**, int64_t>> plan;
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
-  plan.push_back({&a.emb_sum, N * C});
+  plan.push_back({&a.emb_sum, N * E});
+  for (float** p : {&a.emb_out, &a.demb_a, &a.demb_b, &a.demb_c}) plan.push_back({p, E != C ? N * E : 0});
   plan.push_back({&a.emb_mean, N});
   plan.push_back({&a.emb_rstd, N});
   for (int64_t l = 0; l <= L; ++l) plan.push_back({&a.x[l], N * C});
@@ -255,7 +280,7 @@ const std::vector<float>& Bert::mlm_logits() const {
 }
 
 const float* Bert::sequence_output() const { return acts_->x.back(); }
-const float* Bert::pooled_output() const { return has_pooler(heads_) ? acts_->pooled : nullptr; }
+const float* Bert::pooled_output() const { return pooler_ ? acts_->pooled : nullptr; }
 
 void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng) {
   const int64_t B = batch.B, T = batch.T, N = B * T;
@@ -273,16 +298,22 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   const float eps = cfg_.layer_norm_eps;
   for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
 
-  // embeddings -> LayerNorm -> dropout
+  // embeddings -> LayerNorm -> dropout [-> embeddings_project (ELECTRA, embedding_size != hidden)]
+  const int64_t E = cfg_.embedding_dim();
+  const bool project = E != C;
+  float* emb = project ? a.emb_out : a.x[0];
   embeddings_forward(a.emb_sum, batch.input_ids.data(), batch.segment_ids.data(),
                      w("bert.embeddings.word_embeddings.weight"), w("bert.embeddings.position_embeddings.weight"),
-                     w("bert.embeddings.token_type_embeddings.weight"), B, T, C);
-  layernorm_forward(a.x[0], a.emb_mean, a.emb_rstd, a.emb_sum, w("bert.embeddings.LayerNorm.weight"),
-                    w("bert.embeddings.LayerNorm.bias"), N, C, eps);
+                     w("bert.embeddings.token_type_embeddings.weight"), B, T, E);
+  layernorm_forward(emb, a.emb_mean, a.emb_rstd, a.emb_sum, w("bert.embeddings.LayerNorm.weight"),
+                    w("bert.embeddings.LayerNorm.bias"), N, E, eps);
   if (p_h > 0) {
-    a.seed_emb = rng.reserve(N * C);
-    dropout_forward(a.x[0], a.x[0], N * C, p_h, rng, a.seed_emb);
+    a.seed_emb = rng.reserve(N * E);
+    dropout_forward(emb, emb, N * E, p_h, rng, a.seed_emb);
   }
+  if (project)
+    linear_forward(a.x[0], a.emb_out, w("bert.embeddings_project.weight"), w("bert.embeddings_project.bias"), N, C, E,
+                   prec, w16("bert.embeddings_project.weight", prec));
 
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     Acts::Layer& ly = a.layers[l];
@@ -316,7 +347,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   }
 
   // pooler: tanh(dense(h[:, 0]))
-  if (!has_pooler(heads_)) return;
+  if (!pooler_) return;
   for (int64_t b = 0; b < B; ++b) std::memcpy(a.cls + b * C, a.x.back() + b * T * C, sizeof(float) * C);
   linear_forward(a.pooled, a.cls, w("bert.pooler.dense.weight"), w("bert.pooler.dense.bias"), B, C, C, prec,
                  w16("bert.pooler.dense.weight", prec));
@@ -338,7 +369,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   else
     std::fill(a.g, a.g + N * C, 0.0f);
   if (dpooled) {
-    BERTCC_CHECK(has_pooler(heads_), "encode_backward: this model has no pooler");
+    BERTCC_CHECK(pooler_, "encode_backward: this model has no pooler");
     // pooled = tanh(cls W^T + b); cls = h[:, 0]
     std::fill(a.dpool, a.dpool + B * C, 0.0f);
     tanh_backward(a.dpool, a.pooled, dpooled, B * C);
@@ -402,22 +433,33 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     if (grad_ready_) grad_ready_(0);
     return;
   }
-  // x[0] = dropout(LN(emb_sum))
+  // x[0] = [project(] dropout(LN(emb_sum)) [)]
+  const int64_t E = cfg_.embedding_dim();
+  const bool project = E != C;
+  float* da = project ? a.demb_a : nullptr;  // scratch [N,E] (the encoder's [N,C] ones when E == C)
+  float* db = project ? a.demb_b : a.d2;
+  float* dc = project ? a.demb_c : a.d1;
   const float* dx0 = a.g;
-  if (p_h > 0) {
-    std::fill(a.d2, a.d2 + N * C, 0.0f);
-    dropout_backward(a.d2, a.g, N * C, p_h, rng, a.seed_emb);
-    dx0 = a.d2;
+  if (project) {
+    std::fill(da, da + N * E, 0.0f);
+    linear_backward(da, grad("bert.embeddings_project.weight"), grad("bert.embeddings_project.bias"), a.g, a.emb_out,
+                    w("bert.embeddings_project.weight"), N, C, E, prec, w16("bert.embeddings_project.weight", prec));
+    dx0 = da;
   }
-  std::fill(a.d1, a.d1 + N * C, 0.0f);
-  layernorm_backward(a.d1, grad("bert.embeddings.LayerNorm.weight"), grad("bert.embeddings.LayerNorm.bias"), dx0,
-                     a.emb_sum, w("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, C);
+  if (p_h > 0) {
+    std::fill(db, db + N * E, 0.0f);
+    dropout_backward(db, dx0, N * E, p_h, rng, a.seed_emb);
+    dx0 = db;
+  }
+  std::fill(dc, dc + N * E, 0.0f);
+  layernorm_backward(dc, grad("bert.embeddings.LayerNorm.weight"), grad("bert.embeddings.LayerNorm.bias"), dx0,
+                     a.emb_sum, w("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, E);
   // HF's nn.Embedding(padding_idx=pad) gives the padding row no gradient from the lookup.
   float* dwte = grad("bert.embeddings.word_embeddings.weight");
-  std::vector<float> pad_row(dwte, dwte + C);
+  std::vector<float> pad_row(dwte, dwte + E);
   embeddings_backward(dwte, grad("bert.embeddings.position_embeddings.weight"),
-                      grad("bert.embeddings.token_type_embeddings.weight"), a.d1, batch_ids_.data(), batch_seg_.data(),
-                      B, T, C, cfg_.vocab_size, cfg_.type_vocab_size);
+                      grad("bert.embeddings.token_type_embeddings.weight"), dc, batch_ids_.data(), batch_seg_.data(),
+                      B, T, E, cfg_.vocab_size, cfg_.type_vocab_size);
   std::copy(pad_row.begin(), pad_row.end(), dwte);
   if (grad_ready_) grad_ready_(0);
 }

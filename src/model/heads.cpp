@@ -3,6 +3,7 @@
 // and classifier per token (BertForTokenClassification). Forward and backward side by side; the
 // backward adds into the gradient buffers and hands d(sequence)/d(pooled) to encode_backward.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "bertcc/bert.h"
@@ -147,6 +148,59 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
     encode_backward(dsrc, nullptr, prec);
   else
     encode_backward(nullptr, dsrc, prec);
+  return out;
+}
+
+FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                      float loss_scale, float denom) {
+  BERTCC_CHECK(heads_ == Heads::Discriminator, "discriminator_step: model has no ELECTRA discriminator head");
+  const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
+  BERTCC_CHECK(batch.labels.size() == static_cast<size_t>(N), "discriminator_step: needs labels [B*T = ", N, "]");
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (!batch.input_mask[n] || batch.labels[n] == -100) continue;
+    BERTCC_CHECK(batch.labels[n] == 0 || batch.labels[n] == 1, "discriminator_step: label ", batch.labels[n], " at ", n,
+                 " is not 0 (original) or 1 (replaced)");
+    ++count;
+  }
+  encode(batch, training, prec, rng);
+  const Activation act = cfg_.activation();
+  FinetuneLoss out;
+  out.count = count;
+  // dense -> activation -> dense_prediction, on every token (HF computes padding too; the loss skips it)
+  std::vector<float> t1(static_cast<size_t>(N * C)), tg(static_cast<size_t>(N * C));
+  const float* h = sequence_output();
+  linear_forward(t1.data(), h, w("discriminator_predictions.dense.weight"), w("discriminator_predictions.dense.bias"), N,
+                 C, C, prec, w16("discriminator_predictions.dense.weight", prec));
+  gelu_forward(tg.data(), t1.data(), N * C, act);
+  head_logits_.resize(static_cast<size_t>(N));
+  linear_forward(head_logits_.data(), tg.data(), w("discriminator_predictions.dense_prediction.weight"),
+                 w("discriminator_predictions.dense_prediction.bias"), N, 1, C, prec,
+                 w16("discriminator_predictions.dense_prediction.weight", prec));
+  // BCE with logits, stable form: max(x, 0) - x y + log(1 + exp(-|x|)); d/dx = sigmoid(x) - y.
+  std::vector<float> dlogits(static_cast<size_t>(N), 0.0f);
+  const double norm = denom > 0 ? denom : static_cast<double>(std::max<int64_t>(count, 1));
+  double s = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (!batch.input_mask[n] || batch.labels[n] == -100) continue;
+    const double x = head_logits_[n], y = batch.labels[n];
+    s += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::fabs(x)));
+    out.correct += (x > 0) == (y > 0.5);
+    dlogits[n] = static_cast<float>((1.0 / (1.0 + std::exp(-x)) - y) / norm) * loss_scale;
+  }
+  out.loss = count > 0 ? s / static_cast<double>(count) : 0.0;
+  if (!backward) return out;
+  std::vector<float> dtg(static_cast<size_t>(N * C), 0.0f), dt1(static_cast<size_t>(N * C), 0.0f);
+  linear_backward(dtg.data(), grad("discriminator_predictions.dense_prediction.weight"),
+                  grad("discriminator_predictions.dense_prediction.bias"), dlogits.data(), tg.data(),
+                  w("discriminator_predictions.dense_prediction.weight"), N, 1, C, prec,
+                  w16("discriminator_predictions.dense_prediction.weight", prec));
+  gelu_backward(dt1.data(), t1.data(), dtg.data(), N * C, act);
+  head_dseq_.assign(static_cast<size_t>(N * C), 0.0f);
+  linear_backward(head_dseq_.data(), grad("discriminator_predictions.dense.weight"),
+                  grad("discriminator_predictions.dense.bias"), dt1.data(), h, w("discriminator_predictions.dense.weight"),
+                  N, C, C, prec, w16("discriminator_predictions.dense.weight", prec));
+  encode_backward(head_dseq_.data(), nullptr, prec);
   return out;
 }
 

@@ -32,9 +32,10 @@ std::vector<int32_t> int_tensor(const SafetensorsFile& f, const std::string& nam
 }
 
 void dump_head_step(const DumpOpts& o, Precision prec) {
-  const Heads heads = o.head == "qa"         ? Heads::QuestionAnswering
-                      : o.head == "classify" ? Heads::SequenceClassification
-                                             : Heads::TokenClassification;
+  const Heads heads = o.head == "qa"              ? Heads::QuestionAnswering
+                      : o.head == "classify"      ? Heads::SequenceClassification
+                      : o.head == "discriminator" ? Heads::Discriminator
+                                                  : Heads::TokenClassification;
   auto model = load_model_dir(o.model, heads);
   SafetensorsFile f(o.batch);
   BertBatch batch;
@@ -55,15 +56,20 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   batch.validate(model->config(), o.batch);
   Rng rng{0, 0};
   model->zero_grad();
-  const FinetuneLoss loss = model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+  const FinetuneLoss loss = heads == Heads::Discriminator
+                                ? model->discriminator_step(batch, /*training=*/false, /*backward=*/true, prec, rng)
+                                : model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
   const float l = static_cast<float>(loss.loss);
   const auto& logits = model->head_logits();
   const int64_t K = static_cast<int64_t>(logits.size()) / (heads == Heads::SequenceClassification ? batch.B : batch.B * batch.T);
+  // Gradients under HF's names (an ELECTRA model's encoder is electra.*).
+  const bool electra = model->config().electra();
   std::vector<int64_t> lshape = heads == Heads::SequenceClassification ? std::vector<int64_t>{batch.B, K}
                                                                         : std::vector<int64_t>{batch.B, batch.T, K};
   std::vector<StWrite> w{{"loss", {1}, &l}, {"logits", lshape, logits.data()}};
   std::vector<std::string> names;
-  for (const auto& e : model->table().entries()) names.push_back("grad." + e.name);
+  for (const auto& e : model->table().entries())
+    names.push_back("grad." + (electra && e.name.rfind("bert.", 0) == 0 ? "electra." + e.name.substr(5) : e.name));
   size_t i = 0;
   for (const auto& e : model->table().entries()) w.push_back({names[i++], e.shape, model->grads().data() + e.offset});
   write_safetensors(o.out, w);
@@ -85,10 +91,11 @@ void add_dump_step(CLI::App& app) {
   sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->add_option("--head", o->head,
-                  "pretraining (HDF5 batch) | qa | classify | token: fine-tuning heads read a .safetensors batch "
-                  "(F32 input_ids, segment_ids, input_mask [B,T] and labels [B] or [B,T], targets [B], or "
-                  "start_positions/end_positions [B]) and also write the logits")
-      ->check(CLI::IsMember({"pretraining", "qa", "classify", "token"}));
+                  "pretraining (HDF5 batch) | qa | classify | token | discriminator (ELECTRA): the others read a "
+                  ".safetensors batch (F32 input_ids, segment_ids, input_mask [B,T] and labels [B] or [B,T] "
+                  "(discriminator: 1 = replaced), targets [B], or start_positions/end_positions [B]) and also "
+                  "write the logits")
+      ->check(CLI::IsMember({"pretraining", "qa", "classify", "token", "discriminator"}));
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);

@@ -26,8 +26,11 @@ void add_model_tools(CLI::App& app) {
     uint64_t seed = 42;
   };
   auto io = std::make_shared<InitOpts>();
-  auto* init = app.add_subcommand("init-model", "Write a randomly initialised BertForPreTraining (HF layout)");
-  init->add_option("--config", io->config, "preset (bert-tiny ... bert-large) or config.json path")->required();
+  auto* init = app.add_subcommand("init-model",
+                                  "Write a randomly initialised BertForPreTraining, or ElectraForPreTraining for an "
+                                  "ELECTRA config (HF layout)");
+  init->add_option("--config", io->config, "preset (bert-tiny ... bert-large, electra-small|base|large) or config.json path")
+      ->required();
   init->add_option("--output", io->output, "model directory to create")->required();
   init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory; sets vocab_size");
   init->add_option(flag("--seed"), io->seed, "initialisation seed");
@@ -38,7 +41,7 @@ void add_model_tools(CLI::App& app) {
       const int64_t lines = std::count(v.begin(), v.end(), '\n') + (!v.empty() && v.back() != '\n');
       cfg.vocab_size = static_cast<int>(lines);  // the model's vocabulary is the given vocab.txt
     }
-    Bert model(cfg, Heads::PreTraining);
+    Bert model(cfg, cfg.electra() ? Heads::Discriminator : Heads::PreTraining);
     model.init_weights(io->seed);
     save_model_dir(model, io->output, io->vocab);
     std::cout << "wrote " << io->output << " (" << model.table().total() << " parameters, "

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""ELECTRA's discriminator (HF ElectraForPreTraining) against a PyTorch implementation written here
+in float64: a random model whose embeddings (embedding_size 24) are narrower than the encoder
+(hidden 36, so electra.embeddings_project is used), HF names (electra.*, discriminator_predictions.*),
+a padded batch with replaced-token labels, `bertcc dump-step --head discriminator`; then the loss
+(binary cross-entropy with logits over the tokens with attention mask 1, as HF), the logits and
+every gradient. Tolerance as check_head_step.py: max |ours - ref| <= tol * max |ref| per tensor
+(fp32 1e-4, bf16 3e-2). Also: a model whose embeddings are as wide as the encoder (no projection)
+and one with wider embeddings than the encoder (a generator's shape). Non-zero exit on any mismatch."""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gradcheck  # noqa: E402
+import st  # noqa: E402
+
+
+def shapes(cfg):
+    V, E, C, I = cfg["vocab_size"], cfg["embedding_size"], cfg["hidden_size"], cfg["intermediate_size"]
+    s = {"electra.embeddings.word_embeddings.weight": (V, E),
+         "electra.embeddings.position_embeddings.weight": (cfg["max_position_embeddings"], E),
+         "electra.embeddings.token_type_embeddings.weight": (cfg["type_vocab_size"], E),
+         "electra.embeddings.LayerNorm.weight": (E,), "electra.embeddings.LayerNorm.bias": (E,)}
+    if E != C:
+        s["electra.embeddings_project.weight"] = (C, E)
+        s["electra.embeddings_project.bias"] = (C,)
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"electra.encoder.layer.{l}."
+        for n in ("query", "key", "value"):
+            s[p + f"attention.self.{n}.weight"] = (C, C)
+            s[p + f"attention.self.{n}.bias"] = (C,)
+        s[p + "attention.output.dense.weight"] = (C, C)
+        s[p + "attention.output.dense.bias"] = (C,)
+        s[p + "attention.output.LayerNorm.weight"] = (C,)
+        s[p + "attention.output.LayerNorm.bias"] = (C,)
+        s[p + "intermediate.dense.weight"] = (I, C)
+        s[p + "intermediate.dense.bias"] = (I,)
+        s[p + "output.dense.weight"] = (C, I)
+        s[p + "output.dense.bias"] = (C,)
+        s[p + "output.LayerNorm.weight"] = (C,)
+        s[p + "output.LayerNorm.bias"] = (C,)
+    s["discriminator_predictions.dense.weight"] = (C, C)
+    s["discriminator_predictions.dense.bias"] = (C,)
+    s["discriminator_predictions.dense_prediction.weight"] = (1, C)
+    s["discriminator_predictions.dense_prediction.bias"] = (1,)
+    return s
+
+
+def discriminator(P, cfg, ids, seg, mask, labels):
+    """HF ElectraForPreTraining.forward, dropout off."""
+    B, T = ids.shape
+    C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
+    HS = C // NH
+    eps = cfg["layer_norm_eps"]
+    ln = lambda x, n: F.layer_norm(x, (x.shape[-1],), P[n + ".weight"], P[n + ".bias"], eps)
+    lin = lambda x, n: F.linear(x, P[n + ".weight"], P[n + ".bias"])
+    act = (lambda x: F.gelu(x)) if cfg["hidden_act"] == "gelu" else (
+        lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3)))))
+    e = "electra.embeddings."
+    h = (F.embedding(ids, P[e + "word_embeddings.weight"], padding_idx=0)
+         + P[e + "position_embeddings.weight"][torch.arange(T)][None]
+         + F.embedding(seg, P[e + "token_type_embeddings.weight"]))
+    h = ln(h, e + "LayerNorm")
+    if "electra.embeddings_project.weight" in P:
+        h = lin(h, "electra.embeddings_project")
+    mask_add = ((1.0 - mask.to(h.dtype)) * -10000.0)[:, None, None, :]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"electra.encoder.layer.{l}."
+        q = lin(h, p + "attention.self.query").view(B, T, NH, HS).transpose(1, 2)
+        k = lin(h, p + "attention.self.key").view(B, T, NH, HS).transpose(1, 2)
+        v = lin(h, p + "attention.self.value").view(B, T, NH, HS).transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(HS) + mask_add, dim=-1)
+        ctx = (a @ v).transpose(1, 2).reshape(B, T, C)
+        h1 = ln(lin(ctx, p + "attention.output.dense") + h, p + "attention.output.LayerNorm")
+        h = ln(lin(act(lin(h1, p + "intermediate.dense")), p + "output.dense") + h1, p + "output.LayerNorm")
+    logits = lin(act(lin(h, "discriminator_predictions.dense")), "discriminator_predictions.dense_prediction").squeeze(-1)
+    active = mask.view(-1) == 1
+    loss = F.binary_cross_entropy_with_logits(logits.view(-1)[active], labels.view(-1)[active].to(logits.dtype))
+    return loss, logits
+
+
+def run_case(args, name, E, C, act, rng):
+    cfg = {"model_type": "electra", "architectures": ["ElectraForPreTraining"], "vocab_size": 89, "embedding_size": E,
+           "hidden_size": C, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 47,
+           "hidden_act": act, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+           "max_position_embeddings": 40, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12}
+    params = {}
+    for n, s in shapes(cfg).items():
+        if n.endswith("LayerNorm.weight"):
+            params[n] = (1.0 + 0.1 * rng.standard_normal(s)).astype(np.float32)
+        elif len(s) == 2:
+            params[n] = (0.15 * rng.standard_normal(s)).astype(np.float32)
+        else:
+            params[n] = (0.05 * rng.standard_normal(s)).astype(np.float32)
+    wd = os.path.join(args.workdir, name)
+    shutil.rmtree(wd, ignore_errors=True)
+    os.makedirs(os.path.join(wd, "model"))
+    st.save(os.path.join(wd, "model", "model.safetensors"), params)
+    json.dump(cfg, open(os.path.join(wd, "model", "config.json"), "w"))
+    B, T = 4, 17
+    lengths = [17, 12, 6, 15]
+    ids = np.zeros((B, T), np.int64)
+    mask = np.zeros((B, T), np.int64)
+    seg = np.zeros((B, T), np.int64)
+    for b, L in enumerate(lengths):
+        ids[b, :L] = rng.integers(1, cfg["vocab_size"], L)
+        mask[b, :L] = 1
+        seg[b, rng.integers(2, L - 1):L] = 1
+    labels = (rng.random((B, T)) < 0.3).astype(np.int64)
+    labels[mask == 0] = 0
+    st.save(os.path.join(wd, "batch.safetensors"), {"input_ids": ids.astype(np.float32), "segment_ids": seg.astype(np.float32),
+                                                    "input_mask": mask.astype(np.float32),
+                                                    "labels": labels.astype(np.float32)})
+    out = os.path.join(wd, "step.safetensors")
+    r = subprocess.run([args.bertcc, "dump-step", "--head", "discriminator", "--model", os.path.join(wd, "model"),
+                        "--batch", os.path.join(wd, "batch.safetensors"), "--precision", args.precision, "--out", out],
+                       capture_output=True, text=True)
+    print(r.stdout, end="")
+    if r.returncode != 0:
+        print(r.stderr)
+        return [f"{name}: dump-step exited with {r.returncode}"]
+    ours = st.load(out)
+    P = {n: torch.tensor(a, dtype=torch.float64, requires_grad=True) for n, a in params.items()}
+    loss, logits = discriminator(P, cfg, torch.tensor(ids), torch.tensor(seg), torch.tensor(mask), torch.tensor(labels))
+    loss.backward()
+    tol = 1e-4 if args.precision == "fp32" else 3e-2
+    fails = []
+    rel = abs(float(ours["loss"][0]) - loss.item()) / abs(loss.item())
+    print(f"  {name}: loss ours {float(ours['loss'][0]):.7f} torch {loss.item():.7f} rel {rel:.2e}")
+    if rel > tol:
+        fails.append(f"{name} loss")
+    ref = logits.detach().numpy()
+    got = ours["logits"].reshape(ref.shape)
+    lerr = np.abs(got - ref).max() / np.abs(ref).max()
+    if lerr > tol:
+        fails.append(f"{name} logits (rel err {lerr:.2e})")
+    grad_failures, worst = gradcheck.compare_gradients(ours, P, tol, zero_rel=1e-6, label=f"{name} ")
+    print(f"  {name}: logits rel err {lerr:.2e}, {len(params)} gradients, worst {worst:.2e} (tol {tol:g})")
+    return fails + grad_failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bertcc", required=True)
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    rng = np.random.default_rng(13)
+    fails = []
+    for name, E, C, act in (("narrow_embeddings", 24, 36, "gelu"), ("same_width", 36, 36, "gelu"),
+                            ("wide_embeddings", 48, 36, "gelu_new")):
+        fails += run_case(args, name, E, C, act, rng)
+    if fails:
+        print("FAIL:", "; ".join(fails[:20]))
+        return 1
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
