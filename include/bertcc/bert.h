@@ -46,7 +46,16 @@ struct FinetuneLoss {
 // dropped-out token). QA and token classification have no pooler, as in HF (add_pooling_layer=False).
 // Discriminator = HF's ElectraForPreTraining (replaced-token detection on every token; ELECTRA has
 // no pooler).
-enum class Heads { None, PreTraining, QuestionAnswering, SequenceClassification, TokenClassification, Discriminator };
+// Generator = HF's ElectraForMaskedLM (pretrain_step without NSP).
+enum class Heads {
+  None,
+  PreTraining,
+  QuestionAnswering,
+  SequenceClassification,
+  TokenClassification,
+  Discriminator,
+  Generator
+};
 const char* architecture_name(Heads h);
 bool has_pooler(Heads h);
 

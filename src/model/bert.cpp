@@ -20,11 +20,11 @@ using namespace kernels;
 // adds bert.embeddings_project when its embeddings are narrower or wider than the encoder.
 static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
   const int64_t V = c.vocab_size, C = c.hidden_size, I = c.intermediate_size, E = c.embedding_dim();
-  BERTCC_CHECK(!c.electra() || heads == Heads::None || heads == Heads::Discriminator, "config: ELECTRA models are "
-               "supported as ElectraModel and ElectraForPreTraining (the discriminator) so far, not as ",
-               architecture_name(heads));
-  BERTCC_CHECK(heads != Heads::Discriminator || c.electra(), "config: the ELECTRA discriminator head needs "
-               "model_type 'electra'");
+  BERTCC_CHECK(!c.electra() || heads == Heads::None || heads == Heads::Discriminator || heads == Heads::Generator,
+               "config: ELECTRA models are supported as ElectraModel, ElectraForPreTraining (the discriminator) "
+               "and ElectraForMaskedLM (the generator) so far, not as ", architecture_name(heads));
+  BERTCC_CHECK((heads != Heads::Discriminator && heads != Heads::Generator) || c.electra(),
+               "config: the ELECTRA heads need model_type 'electra'");
   const std::string e = "bert.embeddings.";
   t.add(e + "word_embeddings.weight", {V, E}, true);
   t.add(e + "position_embeddings.weight", {c.max_position_embeddings, E}, true);
@@ -70,6 +70,13 @@ static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
     t.add("discriminator_predictions.dense_prediction.weight", {1, C}, true);
     t.add("discriminator_predictions.dense_prediction.bias", {1}, false);
   }
+  if (heads == Heads::Generator) {  // HF ElectraGeneratorPredictions + generator_lm_head (tied weight)
+    t.add("generator_predictions.dense.weight", {E, C}, true);
+    t.add("generator_predictions.dense.bias", {E}, false);
+    t.add("generator_predictions.LayerNorm.weight", {E}, false);
+    t.add("generator_predictions.LayerNorm.bias", {E}, false);
+    t.add("generator_lm_head.bias", {V}, false);
+  }
   if (heads == Heads::PreTraining) {
     BERTCC_CHECK(E == C, "config: BERT pre-training heads need embedding_size == hidden_size");
     t.add("cls.predictions.transform.dense.weight", {C, C}, true);
@@ -90,12 +97,14 @@ const char* architecture_name(Heads h) {
     case Heads::SequenceClassification: return "BertForSequenceClassification";
     case Heads::TokenClassification: return "BertForTokenClassification";
     case Heads::Discriminator: return "ElectraForPreTraining";
+    case Heads::Generator: return "ElectraForMaskedLM";
   }
   return "BertModel";
 }
 
 bool has_pooler(Heads h) {
-  return h != Heads::QuestionAnswering && h != Heads::TokenClassification && h != Heads::Discriminator;
+  return h != Heads::QuestionAnswering && h != Heads::TokenClassification && h != Heads::Discriminator &&
+         h != Heads::Generator;
 }
 
 void BertBatch::validate(const BertConfig& c, const std::string& where) const {
@@ -466,13 +475,21 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
 
 PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                  float loss_scale, float mlm_denom, float nsp_denom) {
-  BERTCC_CHECK(heads_ == Heads::PreTraining, "pretrain_step: model has no pre-training heads");
-  BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && batch.nsp_labels.size() == size_t(batch.B),
+  BERTCC_CHECK(heads_ == Heads::PreTraining || heads_ == Heads::Generator, "pretrain_step: model has no pre-training heads");
+  const bool nsp = heads_ == Heads::PreTraining;  // ELECTRA's generator: masked LM only
+  BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && (!nsp || batch.nsp_labels.size() == size_t(batch.B)),
                "pretrain_step: batch has no masked-LM or next-sentence labels");
   const int64_t B = batch.B, T = batch.T, N = B * T;
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
   encode(batch, training, prec, rng);
-  const Activation act = cfg_.activation();
+  // The MLM head: BERT's cls.predictions (transform to the hidden width, activation from the
+  // config) or ELECTRA's generator_predictions + generator_lm_head (to embedding_size; HF fixes its
+  // activation to gelu). Both decode with the word embeddings.
+  const Activation act = nsp ? cfg_.activation() : Activation::GeluErf;
+  const int64_t Eh = nsp ? C : cfg_.embedding_dim();
+  const std::string dense = nsp ? "cls.predictions.transform.dense" : "generator_predictions.dense";
+  const std::string lnorm = nsp ? "cls.predictions.transform.LayerNorm" : "generator_predictions.LayerNorm";
+  const std::string obias = nsp ? "cls.predictions.bias" : "generator_lm_head.bias";
   PretrainLoss out;
 
   // ---- MLM head on the masked positions only ----
@@ -487,21 +504,20 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   const int64_t M = static_cast<int64_t>(h.rows.size());
   out.mlm_count = M;
   if (M > 0) {
-    for (auto* v : {&h.hm, &h.t1, &h.tg, &h.tl}) v->resize(M * C);
+    h.hm.resize(M * C);
+    for (auto* v : {&h.t1, &h.tg, &h.tl}) v->resize(M * Eh);
     h.tmean.resize(M);
     h.trstd.resize(M);
     h.logits.resize(M * V);  // overwritten in place by its own gradient: no separate probabilities
     h.losses.resize(M);
     gather_rows(h.hm.data(), sequence_output(), h.rows.data(), M, C);
-    linear_forward(h.t1.data(), h.hm.data(), w("cls.predictions.transform.dense.weight"),
-                   w("cls.predictions.transform.dense.bias"), M, C, C, prec,
-                   w16("cls.predictions.transform.dense.weight", prec));
-    gelu_forward(h.tg.data(), h.t1.data(), M * C, act);
-    layernorm_forward(h.tl.data(), h.tmean.data(), h.trstd.data(), h.tg.data(),
-                      w("cls.predictions.transform.LayerNorm.weight"), w("cls.predictions.transform.LayerNorm.bias"), M,
-                      C, cfg_.layer_norm_eps);
-    linear_forward(h.logits.data(), h.tl.data(), w("bert.embeddings.word_embeddings.weight"), w("cls.predictions.bias"),
-                   M, V, C, prec, w16("bert.embeddings.word_embeddings.weight", prec));
+    linear_forward(h.t1.data(), h.hm.data(), w(dense + ".weight"), w(dense + ".bias"), M, Eh, C, prec,
+                   w16(dense + ".weight", prec));
+    gelu_forward(h.tg.data(), h.t1.data(), M * Eh, act);
+    layernorm_forward(h.tl.data(), h.tmean.data(), h.trstd.data(), h.tg.data(), w(lnorm + ".weight"), w(lnorm + ".bias"),
+                      M, Eh, cfg_.layer_norm_eps);
+    linear_forward(h.logits.data(), h.tl.data(), w("bert.embeddings.word_embeddings.weight"), w(obias), M, V, Eh, prec,
+                   w16("bert.embeddings.word_embeddings.weight", prec));
     softmax_xent_forward_backward(h.logits.data(), h.losses.data(), h.labels.data(), M, V, -1,
                                   backward ? loss_scale / (mlm_denom > 0 ? mlm_denom : static_cast<float>(M)) : 0.0f,
                                   &out.mlm_correct);
@@ -511,44 +527,47 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
     out.mlm_loss = s / static_cast<double>(M);
   }
 
-  // ---- NSP head on the pooled output ----
-  h.nsp.resize(B * 2);
-  h.nsp_losses.resize(B);
-  linear_forward(h.nsp.data(), pooled_output(), w("cls.seq_relationship.weight"), w("cls.seq_relationship.bias"), B, 2,
-                 C, prec, w16("cls.seq_relationship.weight", prec));
-  softmax_xent_forward_backward(h.nsp.data(), h.nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
-                                backward ? loss_scale / (nsp_denom > 0 ? nsp_denom : static_cast<float>(B)) : 0.0f,
-                                &out.nsp_correct);
-  double s = 0;
-  for (int64_t b = 0; b < B; ++b) s += h.nsp_losses[b];
-  out.nsp_loss_sum = s;
-  out.nsp_loss = s / static_cast<double>(B);
-  out.loss = out.mlm_loss + out.nsp_loss;
+  if (!nsp) {  // ELECTRA's generator
+    out.loss = out.mlm_loss;
+  } else {  // ---- NSP head on the pooled output ----
+    h.nsp.resize(B * 2);
+    h.nsp_losses.resize(B);
+    linear_forward(h.nsp.data(), pooled_output(), w("cls.seq_relationship.weight"), w("cls.seq_relationship.bias"), B,
+                   2, C, prec, w16("cls.seq_relationship.weight", prec));
+    softmax_xent_forward_backward(h.nsp.data(), h.nsp_losses.data(), batch.nsp_labels.data(), B, 2, -1,
+                                  backward ? loss_scale / (nsp_denom > 0 ? nsp_denom : static_cast<float>(B)) : 0.0f,
+                                  &out.nsp_correct);
+    double s = 0;
+    for (int64_t b = 0; b < B; ++b) s += h.nsp_losses[b];
+    out.nsp_loss_sum = s;
+    out.nsp_loss = s / static_cast<double>(B);
+    out.loss = out.mlm_loss + out.nsp_loss;
+  }
   if (!backward) return out;
 
   // ---- backward ----
-  h.dpooled.assign(B * C, 0.0f);
-  linear_backward(h.dpooled.data(), grad("cls.seq_relationship.weight"), grad("cls.seq_relationship.bias"),
-                  h.nsp.data(), pooled_output(), w("cls.seq_relationship.weight"), B, 2, C, prec,
-                  w16("cls.seq_relationship.weight", prec));
+  if (nsp) {
+    h.dpooled.assign(B * C, 0.0f);
+    linear_backward(h.dpooled.data(), grad("cls.seq_relationship.weight"), grad("cls.seq_relationship.bias"),
+                    h.nsp.data(), pooled_output(), w("cls.seq_relationship.weight"), B, 2, C, prec,
+                    w16("cls.seq_relationship.weight", prec));
+  }
   h.dseq.assign(N * C, 0.0f);
   if (M > 0) {
-    for (auto* v : {&h.dtl, &h.dtg, &h.dt1, &h.dhm}) v->assign(M * C, 0.0f);
+    for (auto* v : {&h.dtl, &h.dtg, &h.dt1}) v->assign(M * Eh, 0.0f);
+    h.dhm.assign(M * C, 0.0f);
     // decoder tied to the word embeddings: its gradient adds into the embedding gradient
-    linear_backward(h.dtl.data(), grad("bert.embeddings.word_embeddings.weight"), grad("cls.predictions.bias"),
-                    h.logits.data(), h.tl.data(), w("bert.embeddings.word_embeddings.weight"), M, V, C, prec,
+    linear_backward(h.dtl.data(), grad("bert.embeddings.word_embeddings.weight"), grad(obias), h.logits.data(),
+                    h.tl.data(), w("bert.embeddings.word_embeddings.weight"), M, V, Eh, prec,
                     w16("bert.embeddings.word_embeddings.weight", prec));
-    layernorm_backward(h.dtg.data(), grad("cls.predictions.transform.LayerNorm.weight"),
-                       grad("cls.predictions.transform.LayerNorm.bias"), h.dtl.data(), h.tg.data(),
-                       w("cls.predictions.transform.LayerNorm.weight"), h.tmean.data(), h.trstd.data(), M, C);
-    gelu_backward(h.dt1.data(), h.t1.data(), h.dtg.data(), M * C, act);
-    linear_backward(h.dhm.data(), grad("cls.predictions.transform.dense.weight"),
-                    grad("cls.predictions.transform.dense.bias"), h.dt1.data(), h.hm.data(),
-                    w("cls.predictions.transform.dense.weight"), M, C, C, prec,
-                    w16("cls.predictions.transform.dense.weight", prec));
+    layernorm_backward(h.dtg.data(), grad(lnorm + ".weight"), grad(lnorm + ".bias"), h.dtl.data(), h.tg.data(),
+                       w(lnorm + ".weight"), h.tmean.data(), h.trstd.data(), M, Eh);
+    gelu_backward(h.dt1.data(), h.t1.data(), h.dtg.data(), M * Eh, act);
+    linear_backward(h.dhm.data(), grad(dense + ".weight"), grad(dense + ".bias"), h.dt1.data(), h.hm.data(),
+                    w(dense + ".weight"), M, Eh, C, prec, w16(dense + ".weight", prec));
     scatter_add_rows(h.dseq.data(), h.dhm.data(), h.rows.data(), M, C);
   }
-  encode_backward(h.dseq.data(), h.dpooled.data(), prec);
+  encode_backward(h.dseq.data(), nsp ? h.dpooled.data() : nullptr, prec);
   return out;
 }
 

@@ -35,6 +35,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   const Heads heads = o.head == "qa"              ? Heads::QuestionAnswering
                       : o.head == "classify"      ? Heads::SequenceClassification
                       : o.head == "discriminator" ? Heads::Discriminator
+                      : o.head == "generator"     ? Heads::Generator
                                                   : Heads::TokenClassification;
   auto model = load_model_dir(o.model, heads);
   SafetensorsFile f(o.batch);
@@ -53,9 +54,33 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
     batch.targets.resize(t->numel());
     f.read_f32(*t, batch.targets.data());
   }
+  if (heads == Heads::Generator) {  // masked-LM labels: token ids, -100 (HF) = not predicted
+    batch.mlm_labels = batch.labels;
+    for (auto& y : batch.mlm_labels) y = y == -100 ? -1 : y;
+    batch.labels.clear();
+  }
   batch.validate(model->config(), o.batch);
   Rng rng{0, 0};
   model->zero_grad();
+  if (heads == Heads::Generator) {
+    // The logits buffer holds their gradient after backward: a forward pass alone first.
+    model->pretrain_step(batch, /*training=*/false, /*backward=*/false, prec, rng);
+    const std::vector<float> lg = model->mlm_logits();
+    const PretrainLoss pl = model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+    const float l = static_cast<float>(pl.loss);
+    std::vector<StWrite> w{{"loss", {1}, &l},
+                           {"logits", {pl.mlm_count, model->config().vocab_size}, lg.data()}};
+    const bool electra = model->config().electra();
+    std::vector<std::string> names;
+    for (const auto& e : model->table().entries())
+      names.push_back("grad." + (electra && e.name.rfind("bert.", 0) == 0 ? "electra." + e.name.substr(5) : e.name));
+    size_t i = 0;
+    for (const auto& e : model->table().entries()) w.push_back({names[i++], e.shape, model->grads().data() + e.offset});
+    write_safetensors(o.out, w);
+    std::cout << "ElectraForMaskedLM loss " << pl.loss << " (masked tokens " << pl.mlm_count << ", batch " << batch.B
+              << "x" << batch.T << ") -> " << o.out << "\n";
+    return;
+  }
   const FinetuneLoss loss = heads == Heads::Discriminator
                                 ? model->discriminator_step(batch, /*training=*/false, /*backward=*/true, prec, rng)
                                 : model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
@@ -91,11 +116,11 @@ void add_dump_step(CLI::App& app) {
   sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->add_option("--head", o->head,
-                  "pretraining (HDF5 batch) | qa | classify | token | discriminator (ELECTRA): the others read a "
+                  "pretraining (HDF5 batch) | qa | classify | token | discriminator | generator (ELECTRA): the others read a "
                   ".safetensors batch (F32 input_ids, segment_ids, input_mask [B,T] and labels [B] or [B,T] "
-                  "(discriminator: 1 = replaced), targets [B], or start_positions/end_positions [B]) and also "
-                  "write the logits")
-      ->check(CLI::IsMember({"pretraining", "qa", "classify", "token", "discriminator"}));
+                  "(discriminator: 1 = replaced; generator: token ids, -100 = not masked), targets [B], or "
+                  "start_positions/end_positions [B]) and also write the logits (generator: of the masked tokens)")
+      ->check(CLI::IsMember({"pretraining", "qa", "classify", "token", "discriminator", "generator"}));
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);

@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""ELECTRA's discriminator (HF ElectraForPreTraining) against a PyTorch implementation written here
+"""ELECTRA's discriminator (HF ElectraForPreTraining) and generator (ElectraForMaskedLM: masked-LM
+head to embedding_size, gelu, LayerNorm, decoder tied to the word embeddings, generator_lm_head.bias)
+against a PyTorch implementation written here
 in float64: a random model whose embeddings (embedding_size 24) are narrower than the encoder
 (hidden 36, so electra.embeddings_project is used), HF names (electra.*, discriminator_predictions.*),
 a padded batch with replaced-token labels, `bertcc dump-step --head discriminator`; then the loss
@@ -24,7 +26,7 @@ import gradcheck  # noqa: E402
 import st  # noqa: E402
 
 
-def shapes(cfg):
+def shapes(cfg, head):
     V, E, C, I = cfg["vocab_size"], cfg["embedding_size"], cfg["hidden_size"], cfg["intermediate_size"]
     s = {"electra.embeddings.word_embeddings.weight": (V, E),
          "electra.embeddings.position_embeddings.weight": (cfg["max_position_embeddings"], E),
@@ -48,15 +50,22 @@ def shapes(cfg):
         s[p + "output.dense.bias"] = (C,)
         s[p + "output.LayerNorm.weight"] = (C,)
         s[p + "output.LayerNorm.bias"] = (C,)
-    s["discriminator_predictions.dense.weight"] = (C, C)
-    s["discriminator_predictions.dense.bias"] = (C,)
-    s["discriminator_predictions.dense_prediction.weight"] = (1, C)
-    s["discriminator_predictions.dense_prediction.bias"] = (1,)
+    if head == "discriminator":
+        s["discriminator_predictions.dense.weight"] = (C, C)
+        s["discriminator_predictions.dense.bias"] = (C,)
+        s["discriminator_predictions.dense_prediction.weight"] = (1, C)
+        s["discriminator_predictions.dense_prediction.bias"] = (1,)
+    else:
+        s["generator_predictions.dense.weight"] = (E, C)
+        s["generator_predictions.dense.bias"] = (E,)
+        s["generator_predictions.LayerNorm.weight"] = (E,)
+        s["generator_predictions.LayerNorm.bias"] = (E,)
+        s["generator_lm_head.bias"] = (V,)
     return s
 
 
-def discriminator(P, cfg, ids, seg, mask, labels):
-    """HF ElectraForPreTraining.forward, dropout off."""
+def electra(P, cfg, head, ids, seg, mask, labels):
+    """HF ElectraForPreTraining / ElectraForMaskedLM .forward, dropout off."""
     B, T = ids.shape
     C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
     HS = C // NH
@@ -82,19 +91,26 @@ def discriminator(P, cfg, ids, seg, mask, labels):
         ctx = (a @ v).transpose(1, 2).reshape(B, T, C)
         h1 = ln(lin(ctx, p + "attention.output.dense") + h, p + "attention.output.LayerNorm")
         h = ln(lin(act(lin(h1, p + "intermediate.dense")), p + "output.dense") + h1, p + "output.LayerNorm")
+    if head == "generator":  # ElectraGeneratorPredictions (gelu, whatever hidden_act says) + tied lm head
+        g = ln(F.gelu(lin(h, "generator_predictions.dense")), "generator_predictions.LayerNorm")
+        logits = g @ P["electra.embeddings.word_embeddings.weight"].T + P["generator_lm_head.bias"]
+        sel = labels.view(-1) != -100
+        logits = logits.view(-1, logits.shape[-1])[sel]
+        return F.cross_entropy(logits, labels.view(-1)[sel]), logits
     logits = lin(act(lin(h, "discriminator_predictions.dense")), "discriminator_predictions.dense_prediction").squeeze(-1)
     active = mask.view(-1) == 1
     loss = F.binary_cross_entropy_with_logits(logits.view(-1)[active], labels.view(-1)[active].to(logits.dtype))
     return loss, logits
 
 
-def run_case(args, name, E, C, act, rng):
-    cfg = {"model_type": "electra", "architectures": ["ElectraForPreTraining"], "vocab_size": 89, "embedding_size": E,
+def run_case(args, name, head, E, C, act, rng):
+    cfg = {"model_type": "electra",
+           "architectures": ["ElectraForPreTraining" if head == "discriminator" else "ElectraForMaskedLM"], "vocab_size": 89, "embedding_size": E,
            "hidden_size": C, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 47,
            "hidden_act": act, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
            "max_position_embeddings": 40, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12}
     params = {}
-    for n, s in shapes(cfg).items():
+    for n, s in shapes(cfg, head).items():
         if n.endswith("LayerNorm.weight"):
             params[n] = (1.0 + 0.1 * rng.standard_normal(s)).astype(np.float32)
         elif len(s) == 2:
@@ -115,13 +131,16 @@ def run_case(args, name, E, C, act, rng):
         ids[b, :L] = rng.integers(1, cfg["vocab_size"], L)
         mask[b, :L] = 1
         seg[b, rng.integers(2, L - 1):L] = 1
-    labels = (rng.random((B, T)) < 0.3).astype(np.int64)
-    labels[mask == 0] = 0
+    if head == "discriminator":
+        labels = (rng.random((B, T)) < 0.3).astype(np.int64)
+        labels[mask == 0] = 0
+    else:  # masked positions get their original ids; the rest -100
+        labels = np.where((rng.random((B, T)) < 0.3) & (mask == 1), rng.integers(0, cfg["vocab_size"], (B, T)), -100)
     st.save(os.path.join(wd, "batch.safetensors"), {"input_ids": ids.astype(np.float32), "segment_ids": seg.astype(np.float32),
                                                     "input_mask": mask.astype(np.float32),
                                                     "labels": labels.astype(np.float32)})
     out = os.path.join(wd, "step.safetensors")
-    r = subprocess.run([args.bertcc, "dump-step", "--head", "discriminator", "--model", os.path.join(wd, "model"),
+    r = subprocess.run([args.bertcc, "dump-step", "--head", head, "--model", os.path.join(wd, "model"),
                         "--batch", os.path.join(wd, "batch.safetensors"), "--precision", args.precision, "--out", out],
                        capture_output=True, text=True)
     print(r.stdout, end="")
@@ -130,7 +149,7 @@ def run_case(args, name, E, C, act, rng):
         return [f"{name}: dump-step exited with {r.returncode}"]
     ours = st.load(out)
     P = {n: torch.tensor(a, dtype=torch.float64, requires_grad=True) for n, a in params.items()}
-    loss, logits = discriminator(P, cfg, torch.tensor(ids), torch.tensor(seg), torch.tensor(mask), torch.tensor(labels))
+    loss, logits = electra(P, cfg, head, torch.tensor(ids), torch.tensor(seg), torch.tensor(mask), torch.tensor(labels))
     loss.backward()
     tol = 1e-4 if args.precision == "fp32" else 3e-2
     fails = []
@@ -157,9 +176,13 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     rng = np.random.default_rng(13)
     fails = []
-    for name, E, C, act in (("narrow_embeddings", 24, 36, "gelu"), ("same_width", 36, 36, "gelu"),
-                            ("wide_embeddings", 48, 36, "gelu_new")):
-        fails += run_case(args, name, E, C, act, rng)
+    for name, head, E, C, act in (("narrow_embeddings", "discriminator", 24, 36, "gelu"),
+                                  ("same_width", "discriminator", 36, 36, "gelu"),
+                                  ("wide_embeddings", "discriminator", 48, 36, "gelu_new"),
+                                  # a generator narrower than its embeddings, as Google's (hidden = 1/4 or 1/3)
+                                  ("generator_small", "generator", 24, 12, "gelu"),
+                                  ("generator_gelu_new", "generator", 24, 36, "gelu_new")):
+        fails += run_case(args, name, head, E, C, act, rng)
     if fails:
         print("FAIL:", "; ".join(fails[:20]))
         return 1
