@@ -94,8 +94,11 @@ class Bert {
   // `mlm_denom`/`nsp_denom` > 0 replace this batch's masked-token and sequence counts as the
   // gradient's normalisers (a step of several micro-batches or ranks normalises by its global
   // counts); the returned means stay this batch's own.
+  // `mlm_logits_out`, if given, receives the MLM logits [M, vocab] before the loss overwrites them
+  // (ELECTRA samples its replacements from them).
   PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                             float loss_scale = 1.0f, float mlm_denom = 0.0f, float nsp_denom = 0.0f);
+                             float loss_scale = 1.0f, float mlm_denom = 0.0f, float nsp_denom = 0.0f,
+                             std::vector<float>* mlm_logits_out = nullptr);
 
   // Fine-tuning forward (and backward): the head's loss as HF computes it (QA: mean of start and
   // end cross-entropy; classification: mean cross-entropy; regression: mean squared error; tokens:

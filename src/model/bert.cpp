@@ -474,7 +474,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
 }
 
 PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                                 float loss_scale, float mlm_denom, float nsp_denom) {
+                                 float loss_scale, float mlm_denom, float nsp_denom, std::vector<float>* mlm_logits_out) {
   BERTCC_CHECK(heads_ == Heads::PreTraining || heads_ == Heads::Generator, "pretrain_step: model has no pre-training heads");
   const bool nsp = heads_ == Heads::PreTraining;  // ELECTRA's generator: masked LM only
   BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && (!nsp || batch.nsp_labels.size() == size_t(batch.B)),
@@ -491,6 +491,7 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   const std::string lnorm = nsp ? "cls.predictions.transform.LayerNorm" : "generator_predictions.LayerNorm";
   const std::string obias = nsp ? "cls.predictions.bias" : "generator_lm_head.bias";
   PretrainLoss out;
+  if (mlm_logits_out) mlm_logits_out->clear();
 
   // ---- MLM head on the masked positions only ----
   Acts::Head& h = acts_->head;
@@ -518,6 +519,7 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
                       M, Eh, cfg_.layer_norm_eps);
     linear_forward(h.logits.data(), h.tl.data(), w("bert.embeddings.word_embeddings.weight"), w(obias), M, V, Eh, prec,
                    w16("bert.embeddings.word_embeddings.weight", prec));
+    if (mlm_logits_out) mlm_logits_out->assign(h.logits.begin(), h.logits.end());
     softmax_xent_forward_backward(h.logits.data(), h.losses.data(), h.labels.data(), M, V, -1,
                                   backward ? loss_scale / (mlm_denom > 0 ? mlm_denom : static_cast<float>(M)) : 0.0f,
                                   &out.mlm_correct);

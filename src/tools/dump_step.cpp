@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "bertcc/bert.h"
+#include "bertcc/electra.h"
 #include "bertcc/error.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/pretrain_data.h"
@@ -15,7 +16,7 @@ namespace bertcc::tools {
 
 namespace {
 struct DumpOpts {
-    std::string model, batch, out, precision = "fp32", head = "pretraining";
+    std::string model, batch, out, precision = "fp32", head = "pretraining", model_type = "bert", generator;
     int threads = 0;
     int64_t rows = 0;
 };
@@ -29,6 +30,67 @@ std::vector<int32_t> int_tensor(const SafetensorsFile& f, const std::string& nam
   std::vector<int32_t> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) r[i] = static_cast<int32_t>(v[i]);
   return r;
+}
+
+// HF names for a model's gradient tensors ("grad." + prefix + name; ELECTRA's encoder is electra.*).
+void add_grads(const Bert& m, const std::string& prefix, std::vector<std::string>& names, std::vector<StWrite>& w) {
+  const bool electra = m.config().electra();
+  const size_t first = names.size();
+  for (const auto& e : m.table().entries())
+    names.push_back("grad." + prefix + (electra && e.name.rfind("bert.", 0) == 0 ? "electra." + e.name.substr(5) : e.name));
+  size_t i = first;
+  auto& mm = const_cast<Bert&>(m);
+  for (const auto& e : m.table().entries()) w.push_back({names[i++], e.shape, mm.grads().data() + e.offset});
+}
+
+// ELECTRA: generator + discriminator on one batch (.safetensors: input_ids already masked,
+// segment_ids, input_mask, mlm_labels [B,T] with -100 where not masked, gumbel [masked, vocab]).
+void dump_electra_step(const DumpOpts& o, Precision prec) {
+  BERTCC_CHECK(!o.generator.empty(), "dump-step --model-type electra needs --generator DIR (and --model = the discriminator)");
+  auto disc = load_model_dir(o.model, Heads::Discriminator);
+  auto gen = load_model_dir(o.generator, Heads::Generator);
+  SafetensorsFile f(o.batch);
+  BertBatch batch;
+  std::vector<int64_t> shape;
+  batch.input_ids = int_tensor(f, "input_ids", &shape);
+  BERTCC_CHECK(shape.size() == 2, o.batch, ": tensor 'input_ids' must be [B,T]");
+  batch.B = shape[0];
+  batch.T = shape[1];
+  batch.segment_ids = int_tensor(f, "segment_ids", nullptr);
+  batch.input_mask = int_tensor(f, "input_mask", nullptr);
+  batch.mlm_labels = int_tensor(f, "mlm_labels", nullptr);
+  BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size(), o.batch, ": tensor 'mlm_labels' must be [B,T]");
+  for (auto& y : batch.mlm_labels) y = y == -100 ? -1 : y;
+  batch.validate(disc->config(), o.batch);
+  std::vector<float> gumbel;
+  const std::vector<float>* noise = nullptr;
+  if (const StTensor* t = f.find("gumbel")) {
+    gumbel.resize(t->numel());
+    f.read_f32(*t, gumbel.data());
+    noise = &gumbel;
+  }
+  electra_share_embeddings(*disc, *gen);
+  Rng rng{0, 0};
+  gen->zero_grad();
+  disc->zero_grad();
+  std::vector<int32_t> sampled;
+  const ElectraLoss l = electra_step(*gen, *disc, batch, /*training=*/false, /*backward=*/true, prec, rng, 50.0f, noise,
+                                     &sampled);
+  const float losses[3] = {static_cast<float>(l.loss), static_cast<float>(l.gen_loss), static_cast<float>(l.disc_loss)};
+  std::vector<float> sampled_f(sampled.begin(), sampled.end());
+  std::vector<StWrite> w{{"loss", {1}, &losses[0]},
+                         {"generator_loss", {1}, &losses[1]},
+                         {"discriminator_loss", {1}, &losses[2]},
+                         {"sampled", {static_cast<int64_t>(sampled_f.size())}, sampled_f.data()},
+                         {"discriminator_logits", {batch.B, batch.T}, disc->head_logits().data()}};
+  std::vector<std::string> names;
+  names.reserve(gen->table().entries().size() + disc->table().entries().size());
+  add_grads(*gen, "generator.", names, w);
+  add_grads(*disc, "discriminator.", names, w);
+  write_safetensors(o.out, w);
+  std::cout << "ELECTRA loss " << l.loss << " = generator " << l.gen_loss << " + 50 x discriminator " << l.disc_loss
+            << " (masked " << l.masked << ", replaced " << l.replaced << " of " << l.tokens << " tokens) -> " << o.out
+            << "\n";
 }
 
 void dump_head_step(const DumpOpts& o, Precision prec) {
@@ -121,11 +183,20 @@ void add_dump_step(CLI::App& app) {
                   "(discriminator: 1 = replaced; generator: token ids, -100 = not masked), targets [B], or "
                   "start_positions/end_positions [B]) and also write the logits (generator: of the masked tokens)")
       ->check(CLI::IsMember({"pretraining", "qa", "classify", "token", "discriminator", "generator"}));
+  sub->add_option(flag("--model-type"), o->model_type,
+                  "bert (default) | electra: --model is the discriminator, --generator the generator; the batch is a "
+                  ".safetensors file (input_ids already masked, segment_ids, input_mask, mlm_labels [B,T] with -100 "
+                  "where not masked, optional gumbel [masked, vocab]); writes loss, generator_loss, "
+                  "discriminator_loss, sampled, discriminator_logits and grad.generator.* / grad.discriminator.* "
+                  "(shared embeddings under the discriminator)")
+      ->check(CLI::IsMember({"bert", "electra"}));
+  sub->add_option("--generator", o->generator, "ELECTRA generator directory (ElectraForMaskedLM)");
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
     std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+    if (o->model_type == "electra") return dump_electra_step(*o, prec);
     if (o->head != "pretraining") return dump_head_step(*o, prec);
     auto model = load_model_dir(o->model, Heads::PreTraining);
     const PretrainShard shard = read_pretrain_shard(o->batch);

@@ -1,0 +1,34 @@
+// ELECTRA pre-training (replaced-token detection): a small generator (ElectraForMaskedLM) fills the
+// masked positions with tokens sampled from its softmax, and the discriminator (ElectraForPreTraining)
+// learns which tokens were replaced. The two share their embeddings (word, position, token type and
+// the embeddings' LayerNorm; each keeps its own embeddings_project); the loss is
+// generator MLM loss + disc_weight (50) x discriminator loss, and no gradient flows through sampling.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "bertcc/bert.h"
+
+namespace bertcc {
+
+struct ElectraLoss {
+  double loss = 0, gen_loss = 0, disc_loss = 0;
+  int64_t masked = 0, gen_correct = 0;                  // generator: masked tokens, argmax == original
+  int64_t tokens = 0, disc_correct = 0, replaced = 0;   // discriminator: attended tokens, right calls, replaced ones
+  int64_t replaced_hit = 0, predicted_replaced = 0;     // true positives, positives (precision = hit / predicted)
+};
+
+// The generator's shared embedding tensors take the discriminator's values (call after every update).
+void electra_share_embeddings(const Bert& disc, Bert& gen);
+
+// One ELECTRA step on `batch` (input_ids already masked, mlm_labels = original ids at the masked
+// positions, -1 elsewhere). Replacements are argmax(logits + Gumbel noise) at each masked position;
+// the noise comes from `gumbel` ([masked, vocab] in token order) when given, else from `rng`. A
+// sampled token equal to the original counts as original. With `backward`, gradients are added into
+// both models; the shared embeddings' gradient ends in the discriminator's (the generator's copy is
+// zeroed). `sampled` receives the sampled ids.
+ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool training, bool backward, Precision prec,
+                         Rng& rng, float disc_weight = 50.0f, const std::vector<float>* gumbel = nullptr,
+                         std::vector<int32_t>* sampled = nullptr);
+
+}  // namespace bertcc

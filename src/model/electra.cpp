@@ -1,0 +1,107 @@
+#include "bertcc/electra.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "bertcc/error.h"
+
+namespace bertcc {
+
+namespace {
+const char* const kShared[] = {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
+                               "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
+                               "bert.embeddings.LayerNorm.bias"};
+}  // namespace
+
+void electra_share_embeddings(const Bert& disc, Bert& gen) {
+  for (const char* n : kShared) {
+    const ParamEntry& d = disc.table().at(n);
+    const ParamEntry& g = gen.table().at(n);
+    BERTCC_CHECK(d.shape == g.shape, "ELECTRA: the generator's ", n, " differs in shape from the discriminator's "
+                 "(they share embeddings: same vocab_size, embedding_size, max_position_embeddings, type_vocab_size)");
+    std::memcpy(gen.param(n), disc.params().data() + d.offset, sizeof(float) * d.numel);
+  }
+}
+
+ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool training, bool backward, Precision prec,
+                         Rng& rng, float disc_weight, const std::vector<float>* gumbel, std::vector<int32_t>* sampled) {
+  BERTCC_CHECK(gen.heads() == Heads::Generator && disc.heads() == Heads::Discriminator,
+               "ELECTRA step: needs an ElectraForMaskedLM generator and an ElectraForPreTraining discriminator");
+  const int64_t V = gen.config().vocab_size, N = batch.B * batch.T;
+  ElectraLoss out;
+  // ---- generator: masked LM, logits kept for sampling ----
+  std::vector<float> logits;
+  const PretrainLoss g = gen.pretrain_step(batch, training, backward, prec, rng, 1.0f, 0.0f, 0.0f, &logits);
+  out.gen_loss = g.mlm_loss;
+  out.masked = g.mlm_count;
+  out.gen_correct = g.mlm_correct;
+  const int64_t M = g.mlm_count;
+  BERTCC_CHECK(!gumbel || gumbel->size() == static_cast<size_t>(M * V), "ELECTRA step: Gumbel noise has ",
+               gumbel ? gumbel->size() : 0, " values, expected masked tokens x vocab = ", M, " x ", V);
+  // ---- sampling: argmax(logits + Gumbel(0, 1)) per masked position (no gradient) ----
+  std::vector<uint32_t> raw;
+  uint64_t base = 0;
+  if (!gumbel && M > 0) {
+    base = rng.reserve(static_cast<uint64_t>(M * V));
+    raw.resize(static_cast<size_t>(M * V));
+    rng.fill_u32(base, raw.size(), raw.data());
+  }
+  BertBatch d = batch;  // the discriminator sees the original tokens with the masked ones replaced
+  d.mlm_labels.clear();
+  d.nsp_labels.clear();
+  d.labels.assign(static_cast<size_t>(N), 0);
+  if (sampled) sampled->clear();
+  int64_t m = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (batch.mlm_labels[n] == -1) continue;
+    const float* x = logits.data() + m * V;
+    int32_t best = 0;
+    double best_v = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) {
+      double gn;
+      if (gumbel) {
+        gn = (*gumbel)[static_cast<size_t>(m * V + v)];
+      } else {  // u in (0, 1): 24 random bits, centred
+        const double u = (static_cast<double>(raw[static_cast<size_t>(m * V + v)] >> 8) + 0.5) / 16777216.0;
+        gn = -std::log(-std::log(u));
+      }
+      const double s = static_cast<double>(x[v]) + gn;
+      if (s > best_v) {
+        best_v = s;
+        best = static_cast<int32_t>(v);
+      }
+    }
+    d.input_ids[n] = best;
+    d.labels[n] = best != batch.mlm_labels[n];
+    if (sampled) sampled->push_back(best);
+    ++m;
+  }
+  // ---- discriminator: replaced-token detection, weighted ----
+  const FinetuneLoss dl = disc.discriminator_step(d, training, backward, prec, rng, disc_weight);
+  out.disc_loss = dl.loss;
+  out.tokens = dl.count;
+  out.disc_correct = dl.correct;
+  const auto& dlog = disc.head_logits();
+  for (int64_t n = 0; n < N; ++n) {
+    if (!batch.input_mask[n]) continue;
+    out.replaced += d.labels[n];
+    // head_logits holds logits until the next step (discriminator_step keeps them)
+    const bool pred = dlog[n] > 0;
+    out.predicted_replaced += pred;
+    out.replaced_hit += pred && d.labels[n];
+  }
+  out.loss = out.gen_loss + disc_weight * out.disc_loss;
+  if (!backward) return out;
+  // ---- shared embeddings: one gradient, in the discriminator ----
+  for (const char* n : kShared) {
+    const ParamEntry& e = gen.table().at(n);
+    float* gg = gen.grad(n);
+    float* dg = disc.grad(n);
+    for (size_t i = 0; i < e.numel; ++i) dg[i] += gg[i];
+    std::fill(gg, gg + e.numel, 0.0f);
+  }
+  return out;
+}
+
+}  // namespace bertcc
