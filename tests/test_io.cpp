@@ -385,3 +385,36 @@ TEST(ModelDir, WritesShortestFloatsAndTokenizerFiles) {
   write_raw(d / "nested/model/tokenizer_config.json", "{\"do_lower_case\": \"yes\"}");
   EXPECT_NE(error_of([&] { model_dir_lower_case(d / "nested/model", v); }).find("do_lower_case"), std::string::npos);
 }
+
+TEST(ModelDir, ElectraNamesAndConfigRoundTrip) {
+  TmpDir d;
+  BertConfig c = tiny_config();
+  c.model_type = "electra";
+  c.embedding_size = 8;  // narrower than hidden 12: embeddings_project
+  Bert m(c, Heads::Discriminator);
+  m.init_weights(4);
+  save_model_dir(m, d / "disc");
+  const std::string cfg = read_file(d / "disc/config.json");
+  EXPECT_NE(cfg.find("\"model_type\": \"electra\""), std::string::npos) << cfg;
+  EXPECT_NE(cfg.find("\"embedding_size\": 8"), std::string::npos) << cfg;
+  EXPECT_NE(cfg.find("ElectraForPreTraining"), std::string::npos) << cfg;
+  EXPECT_EQ(architecture_heads(d / "disc"), Heads::Discriminator);
+  SafetensorsFile f(d / "disc/model.safetensors");
+  ASSERT_NE(f.find("electra.embeddings_project.weight"), nullptr);
+  EXPECT_EQ(f.find("electra.embeddings_project.weight")->shape, (std::vector<int64_t>{12, 8}));
+  EXPECT_EQ(f.find("electra.embeddings.word_embeddings.weight")->shape, (std::vector<int64_t>{29, 8}));
+  EXPECT_EQ(f.find("bert.embeddings.word_embeddings.weight"), nullptr);
+  EXPECT_EQ(f.find("electra.pooler.dense.weight"), nullptr);  // ELECTRA has no pooler
+  auto back = load_model_dir(d / "disc", Heads::Discriminator);
+  EXPECT_EQ(back->params(), m.params());
+  EXPECT_EQ(back->config().embedding_dim(), 8);
+  // The encoder alone (ElectraModel) skips the discriminator head.
+  auto enc = load_model_dir(d / "disc", Heads::None);
+  EXPECT_EQ(enc->table().total() + 12 * 12 + 12 + 12 + 1, m.table().total());
+  // An ELECTRA config refuses BERT's pre-training heads, a BERT config the ELECTRA heads.
+  EXPECT_THROW(Bert(c, Heads::PreTraining), Error);
+  EXPECT_THROW(Bert(tiny_config(), Heads::Discriminator), Error);
+  BertConfig bad = c;
+  bad.model_type = "roberta";
+  EXPECT_THROW(bad.validate("x"), Error);
+}
