@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include "bertcc/error.h"
@@ -17,9 +18,14 @@ std::mutex& h5_mutex() {
   return m;
 }
 
-struct H5Quiet {  // our errors name file and dataset; silence HDF5's own stack dumps
+struct H5Quiet {  // our errors name file and dataset; silence HDF5's own stack dumps (per thread)
   H5Quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 };
+
+// HDF5 1.10 closes what is still open at exit and crashes on a file whose close failed (a full
+// disk): bertcc closes every file itself, so the library's exit handler is switched off, before
+// any other HDF5 call.
+const int kNoHdf5Atexit = (H5dont_atexit(), 0);
 
 struct Handle {
   hid_t id;
@@ -31,7 +37,7 @@ struct Handle {
 
 // Opens an existing HDF5 file read-only (the caller holds h5_mutex); errors name the file.
 hid_t open_for_reading(const std::string& path) {
-  static H5Quiet quiet;
+  thread_local H5Quiet quiet;
   BERTCC_CHECK(file_exists(path), path, ": no such file");
   BERTCC_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file");
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -142,9 +148,10 @@ void write_pretrain_shard(const std::string& path, const PretrainShard& s) {
 
 void write_pretrain_shard_layout(const std::string& path, const PretrainShard& s, const std::vector<int32_t>* lengths) {
   std::lock_guard<std::mutex> lock(h5_mutex());
-  static H5Quiet quiet;
+  thread_local H5Quiet quiet;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
+  (void)kNoHdf5Atexit;
+  try {
     Handle f{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
     BERTCC_CHECK(f.id >= 0, path, ": cannot create HDF5 file");
     auto put = [&](const char* name, const std::vector<int32_t>& v, hid_t type, std::vector<hsize_t> dims) {
@@ -158,7 +165,11 @@ void write_pretrain_shard_layout(const std::string& path, const PretrainShard& s
       BERTCC_CHECK(ds.id >= 0, path, ": cannot create dataset '", name, "'");
       if (!v.empty())
         BERTCC_CHECK(H5Dwrite(ds.id, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, path,
-                     ": cannot write dataset '", name, "'");
+                     ": cannot write dataset '", name, "' (disk full or file-size limit?)");
+      // Closing flushes the compressed chunks: a full disk shows here.
+      const hid_t id = ds.id;
+      ds.id = -1;
+      BERTCC_CHECK(H5Dclose(id) >= 0, path, ": writing dataset '", name, "' failed (disk full or file-size limit?)");
     };
     const hsize_t N = static_cast<hsize_t>(s.N), S = static_cast<hsize_t>(s.S), P = static_cast<hsize_t>(s.P);
     put("input_ids", s.input_ids, H5T_STD_I32LE, {N, S});
@@ -171,15 +182,22 @@ void write_pretrain_shard_layout(const std::string& path, const PretrainShard& s
       put("lengths", *lengths, H5T_STD_I32LE, {N});
     }
     put("next_sentence_labels", s.next_sentence_labels, H5T_STD_I8LE, {N});
-    BERTCC_CHECK(H5Fflush(f.id, H5F_SCOPE_GLOBAL) >= 0, path, ": flush failed");
-  }
-  // fsync + rename through the atomic writer's guarantees
-  FILE* fp = std::fopen(tmp.c_str(), "rb+");
-  if (fp) {
-    ::fsync(fileno(fp));
+    BERTCC_CHECK(H5Fflush(f.id, H5F_SCOPE_GLOBAL) >= 0, path, ": flush failed (disk full or file-size limit?)");
+    const hid_t id = f.id;
+    f.id = -1;
+    BERTCC_CHECK(H5Fclose(id) >= 0, path, ": closing the file failed (disk full or file-size limit?)");
+    // fsync + rename through the atomic writer's guarantees
+    FILE* fp = std::fopen(tmp.c_str(), "rb+");
+    BERTCC_CHECK(fp, path, ": cannot reopen the written file: ", std::strerror(errno));
+    const bool synced = ::fsync(fileno(fp)) == 0;
+    const int e = errno;
     std::fclose(fp);
+    BERTCC_CHECK(synced, path, ": fsync failed: ", std::strerror(e));
+    BERTCC_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename failed: ", std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());  // nothing half-written stays behind
+    throw;
   }
-  BERTCC_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename failed");
 }
 
 }  // namespace bertcc

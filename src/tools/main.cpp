@@ -1,5 +1,6 @@
 // bertcc: BERT/ELECTRA pre-training and fine-tuning, natively.
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -10,6 +11,8 @@
 #include "tools/cli_common.h"
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) must end in a write error that names the file, not in SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"bertcc: BERT pre-training, fine-tuning and inference on CPU (oneDNN)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "bertcc 0.1.0");
