@@ -132,12 +132,9 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
     const float l = static_cast<float>(pl.loss);
     std::vector<StWrite> w{{"loss", {1}, &l},
                            {"logits", {pl.mlm_count, model->config().vocab_size}, lg.data()}};
-    const bool electra = model->config().electra();
     std::vector<std::string> names;
-    for (const auto& e : model->table().entries())
-      names.push_back("grad." + (electra && e.name.rfind("bert.", 0) == 0 ? "electra." + e.name.substr(5) : e.name));
-    size_t i = 0;
-    for (const auto& e : model->table().entries()) w.push_back({names[i++], e.shape, model->grads().data() + e.offset});
+    names.reserve(model->table().entries().size());
+    add_grads(*model, "", names, w);
     write_safetensors(o.out, w);
     std::cout << "ElectraForMaskedLM loss " << pl.loss << " (masked tokens " << pl.mlm_count << ", batch " << batch.B
               << "x" << batch.T << ") -> " << o.out << "\n";
@@ -149,16 +146,12 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   const float l = static_cast<float>(loss.loss);
   const auto& logits = model->head_logits();
   const int64_t K = static_cast<int64_t>(logits.size()) / (heads == Heads::SequenceClassification ? batch.B : batch.B * batch.T);
-  // Gradients under HF's names (an ELECTRA model's encoder is electra.*).
-  const bool electra = model->config().electra();
   std::vector<int64_t> lshape = heads == Heads::SequenceClassification ? std::vector<int64_t>{batch.B, K}
                                                                         : std::vector<int64_t>{batch.B, batch.T, K};
   std::vector<StWrite> w{{"loss", {1}, &l}, {"logits", lshape, logits.data()}};
   std::vector<std::string> names;
-  for (const auto& e : model->table().entries())
-    names.push_back("grad." + (electra && e.name.rfind("bert.", 0) == 0 ? "electra." + e.name.substr(5) : e.name));
-  size_t i = 0;
-  for (const auto& e : model->table().entries()) w.push_back({names[i++], e.shape, model->grads().data() + e.offset});
+  names.reserve(model->table().entries().size());
+  add_grads(*model, "", names, w);
   write_safetensors(o.out, w);
   std::cout << architecture_name(heads) << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T
             << ") -> " << o.out << "\n";
@@ -211,9 +204,7 @@ void add_dump_step(CLI::App& app) {
     std::vector<StWrite> w{{"loss", {1}, &l[0]}, {"mlm_loss", {1}, &l[1]}, {"nsp_loss", {1}, &l[2]}};
     std::vector<std::string> names;
     names.reserve(model->table().entries().size());
-    for (const auto& e : model->table().entries()) names.push_back("grad." + e.name);
-    size_t i = 0;
-    for (const auto& e : model->table().entries()) w.push_back({names[i++], e.shape, model->grads().data() + e.offset});
+    add_grads(*model, "", names, w);
     write_safetensors(o->out, w);
     std::cout << "loss " << loss.loss << " mlm_loss " << loss.mlm_loss << " nsp_loss " << loss.nsp_loss
               << " (masked tokens " << loss.mlm_count << ", batch " << batch.B << "x" << batch.T << ") -> " << o->out
