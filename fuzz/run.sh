@@ -12,7 +12,7 @@ command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (Debian: clang
 mkdir -p "$B"
 CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_MPI=OFF > "$B/configure.log" 2>&1 \
   || { tail -20 "$B/configure.log"; exit 1; }
-cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch > "$B/build.log" 2>&1 \
+cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve > "$B/build.log" 2>&1 \
   || { grep -E "error" "$B/build.log" | head -20; exit 1; }
 seeds() {  # seeds TARGET: fills $B/corpus/TARGET
   d="$B/corpus/$1"; mkdir -p "$d"
@@ -51,6 +51,15 @@ print(json.dumps({'version': '1.1', 'data': [a]}))"; } > "$d/squad"
     fuzz_text)
       printf "'''Anarchism''' is a [[political philosophy|philosophy]] {{cite|x}} &amp; more.<ref>r</ref> Mr. Smith went to Washington. He said \"hi.\" Then left!\n\n== Section ==\n* item" > "$d/wiki"
       [ -f "$S/glue/SST-2/dev.tsv" ] && head -c 3000 "$S/glue/SST-2/dev.tsv" > "$d/text" ;;
+    fuzz_kserve)  # Triton requests: JSON (flat and nested data) and the binary extension
+      printf '\377\377{"id": "a", "inputs": [{"name": "input_ids", "shape": [2, 3], "datatype": "INT64", "data": [[101, 7, 102], [101, 8, 102]]}, {"name": "attention_mask", "shape": [2, 3], "datatype": "INT32", "data": [1, 1, 1, 1, 1, 0]}, {"name": "token_type_ids", "shape": [2, 3], "datatype": "INT64", "data": [0, 0, 0, 0, 1, 1]}], "outputs": [{"name": "logits"}]}' > "$d/json"
+      /usr/bin/python3 - "$d" <<'PYEOF'
+import json, struct, sys
+h = json.dumps({"inputs": [{"name": "input_ids", "shape": [1, 4], "datatype": "INT32", "parameters": {"binary_data_size": 16}}]}).encode()
+body = h + struct.pack("<4i", 101, 5, 6, 102)
+open(sys.argv[1] + "/binary", "wb").write(struct.pack("<H", len(h)) + body)
+PYEOF
+      ;;
     fuzz_torch)  # small torch.save files: a state dict (one transposed view) and NVIDIA's wrapping
       /usr/bin/python3 - "$d" <<'PYEOF' 2>/dev/null || true
 import collections, sys, torch
@@ -64,7 +73,7 @@ PYEOF
 }
 [ -f "$S/bert_vocab/bert-base-uncased-vocab.txt" ] && export BERTCC_FUZZ_VOCAB="$S/bert_vocab/bert-base-uncased-vocab.txt"
 status=0
-for t in fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch; do
+for t in fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve; do
   seeds "$t"
   mkdir -p "$B/findings/$t"
   (cd "$B/findings/$t" && "$B/$t" -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=4096 -timeout=20 \

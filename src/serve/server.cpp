@@ -27,6 +27,7 @@
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
 #include "bertcc/tasks.h"
+#include "serve/kserve.h"
 #include "serve/page.h"
 
 namespace bertcc::serve {
@@ -37,11 +38,7 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-// An HTTP status with its message, thrown by request handling.
-struct HttpError : std::runtime_error {
-  int status;
-  HttpError(int s, const std::string& m) : std::runtime_error(m), status(s) {}
-};
+using HttpError = RequestError;  // an HTTP status with its message, thrown by request handling
 
 // ---- metrics ---------------------------------------------------------------------------------
 class Histogram {
@@ -314,77 +311,6 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   return md;
 }
 
-// ---- KServe v2 tensors -----------------------------------------------------------------------
-struct InTensor {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> data;
-};
-
-void flatten(const json& v, std::vector<int64_t>& out, const std::string& name, int depth) {
-  if (v.is_array()) {
-    if (depth > 3) throw HttpError(400, "input '" + name + "': data nested too deeply");
-    for (const auto& x : v) flatten(x, out, name, depth + 1);
-    return;
-  }
-  if (v.is_number_integer()) {
-    out.push_back(v.get<int64_t>());
-    return;
-  }
-  if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))) {
-    out.push_back(static_cast<int64_t>(v.get<double>()));
-    return;
-  }
-  throw HttpError(400, "input '" + name + "': data must be integers");
-}
-
-// Reads one input tensor (JSON data, or bytes of the binary extension starting at `bin`).
-InTensor read_input(const json& t, const std::string& body, size_t& bin, size_t bin_end) {
-  if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
-    throw HttpError(400, "every input needs a string \"name\"");
-  const std::string name = t["name"].get<std::string>();
-  if (!t.contains("datatype") || !t["datatype"].is_string())
-    throw HttpError(400, "input '" + name + "': missing \"datatype\"");
-  const std::string dt = t["datatype"].get<std::string>();
-  if (dt != "INT32" && dt != "INT64")
-    throw HttpError(400, "input '" + name + "': datatype " + dt + " not supported (INT32 or INT64)");
-  if (!t.contains("shape") || !t["shape"].is_array() || t["shape"].size() != 2)
-    throw HttpError(400, "input '" + name + "': \"shape\" must be [batch, sequence]");
-  InTensor r;
-  for (const auto& d : t["shape"]) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (1 << 20))
-      throw HttpError(400, "input '" + name + "': shape entries must be positive integers");
-    r.shape.push_back(d.get<int64_t>());
-  }
-  const int64_t n = r.shape[0] * r.shape[1];
-  const json* params = t.contains("parameters") && t["parameters"].is_object() ? &t["parameters"] : nullptr;
-  if (params && params->contains("binary_data_size")) {
-    const json& s = (*params)["binary_data_size"];
-    const int64_t es = dt == "INT32" ? 4 : 8;
-    if (!s.is_number_integer() || s.get<int64_t>() != n * es)
-      throw HttpError(400, "input '" + name + "': binary_data_size must be " + std::to_string(n * es));
-    if (bin + static_cast<size_t>(n * es) > bin_end)
-      throw HttpError(400, "input '" + name + "': binary data runs past the end of the body");
-    r.data.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      if (es == 4) {
-        int32_t v;
-        std::memcpy(&v, body.data() + bin + static_cast<size_t>(i) * 4, 4);
-        r.data[static_cast<size_t>(i)] = v;
-      } else {
-        std::memcpy(&r.data[static_cast<size_t>(i)], body.data() + bin + static_cast<size_t>(i) * 8, 8);
-      }
-    }
-    bin += static_cast<size_t>(n * es);
-    return r;
-  }
-  if (!t.contains("data")) throw HttpError(400, "input '" + name + "': missing \"data\"");
-  flatten(t["data"], r.data, name, 0);
-  if (static_cast<int64_t>(r.data.size()) != n)
-    throw HttpError(400, "input '" + name + "': " + std::to_string(r.data.size()) + " values for shape [" +
-                             std::to_string(r.shape[0]) + "," + std::to_string(r.shape[1]) + "]");
-  return r;
-}
-
 struct OutTensor {
   std::string name;
   std::vector<int64_t> shape;
@@ -405,64 +331,12 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
       throw HttpError(400, "Inference-Header-Content-Length '" + h + "' is not a length within the body");
     json_len = static_cast<size_t>(v);
   }
-  json j;
-  try {
-    j = json::parse(req.body.begin(), req.body.begin() + static_cast<ptrdiff_t>(json_len));
-  } catch (const json::exception& e) {
-    throw HttpError(400, std::string("request body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object() || !j.contains("inputs") || !j["inputs"].is_array())
-    throw HttpError(400, "request must be an object with an \"inputs\" array");
-  size_t bin = json_len;
-  std::map<std::string, InTensor> in;
-  for (const auto& t : j["inputs"]) {
-    InTensor x = read_input(t, req.body, bin, req.body.size());
-    const std::string name = t["name"].get<std::string>();
-    if (name != "input_ids" && name != "attention_mask" && name != "token_type_ids")
-      throw HttpError(400, "unknown input '" + name + "' (input_ids, attention_mask, token_type_ids)");
-    if (in.count(name)) throw HttpError(400, "input '" + name + "' given twice");
-    in[name] = std::move(x);
-  }
-  if (!in.count("input_ids")) throw HttpError(400, "missing input 'input_ids'");
-  const auto shape = in["input_ids"].shape;
-  for (const auto& [name, t] : in)
-    if (t.shape != shape) throw HttpError(400, "input '" + name + "' has another shape than input_ids");
   const BertConfig& c = m.bert->config();
-  const int64_t B = shape[0], S = shape[1];
-  if (B > o.max_inputs)
-    throw HttpError(400, "batch of " + std::to_string(B) + " rows exceeds --max-inputs " + std::to_string(o.max_inputs));
-  if (S > c.max_position_embeddings)
-    throw HttpError(400, "sequence length " + std::to_string(S) + " exceeds the model's max_position_embeddings " +
-                             std::to_string(c.max_position_embeddings));
-  std::vector<FtFeature> f(static_cast<size_t>(B));
-  std::vector<int64_t> len(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t L = S;
-    if (in.count("attention_mask")) {  // right padding: ones then zeros
-      const auto& mk = in["attention_mask"].data;
-      L = 0;
-      while (L < S && mk[static_cast<size_t>(b * S + L)] == 1) ++L;
-      for (int64_t t = L; t < S; ++t)
-        if (mk[static_cast<size_t>(b * S + t)] != 0)
-          throw HttpError(400, "attention_mask row " + std::to_string(b) +
-                                   " must be ones followed by zeros (right padding)");
-      if (L == 0) throw HttpError(400, "attention_mask row " + std::to_string(b) + " masks every token");
-    }
-    len[static_cast<size_t>(b)] = L;
-    FtFeature& ft = f[static_cast<size_t>(b)];
-    for (int64_t t = 0; t < L; ++t) {
-      const int64_t id = in["input_ids"].data[static_cast<size_t>(b * S + t)];
-      const int64_t ty = in.count("token_type_ids") ? in["token_type_ids"].data[static_cast<size_t>(b * S + t)] : 0;
-      if (id < 0 || id >= c.vocab_size)
-        throw HttpError(400, "input_ids[" + std::to_string(b) + "][" + std::to_string(t) + "] = " + std::to_string(id) +
-                                 " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-      if (ty < 0 || ty >= c.type_vocab_size)
-        throw HttpError(400, "token_type_ids[" + std::to_string(b) + "][" + std::to_string(t) + "] = " +
-                                 std::to_string(ty) + " outside [0, " + std::to_string(c.type_vocab_size) + ")");
-      ft.input_ids.push_back(static_cast<int32_t>(id));
-      ft.segment_ids.push_back(static_cast<int32_t>(ty));
-    }
-  }
+  const KserveInput kin = parse_kserve_request(req.body, json_len, c, o.max_inputs);
+  const json& j = kin.header;
+  const int64_t B = kin.B, S = kin.S;
+  const std::vector<int64_t>& len = kin.lengths;
+  const std::vector<FtFeature>& f = kin.features;
   const auto logits = m.batcher(m.tasks[0]).run(f);
   // Outputs as an ONNX BERT under Triton names them; padded positions hold 0.
   std::vector<OutTensor> outs;
