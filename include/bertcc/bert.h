@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bertcc/config.h"
@@ -57,6 +58,8 @@ enum class Heads {
   Generator
 };
 const char* architecture_name(Heads h);
+// The HF class name for a model type: BertFor... or, with `electra`, ElectraModel / ElectraFor...
+std::string architecture_name(Heads h, bool electra);
 bool has_pooler(Heads h);
 
 class Bert {
@@ -68,6 +71,7 @@ class Bert {
 
   const BertConfig& config() const { return cfg_; }
   Heads heads() const { return heads_; }
+  std::string architecture() const { return architecture_name(heads_, cfg_.electra()); }
   const ParamTable& table() const { return table_; }
   // Mutable access to the weights invalidates the bf16 copy used by bf16 GEMMs, so anything that
   // changes weights (optimizers, loaders) must go through these.

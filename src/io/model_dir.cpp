@@ -143,7 +143,7 @@ void load_tensors(Bert& model, const std::vector<SourceTensor>& tensors, const s
     std::cerr << "note: " << path << ": vocabulary padded to a multiple of 8 (NVIDIA's layout) trimmed to vocab_size "
               << model.config().vocab_size << "\n";
   if (skipped_heads) {
-    std::cerr << "note: " << path << ": " << skipped_heads << " head tensors not used by " << architecture_name(model.heads())
+    std::cerr << "note: " << path << ": " << skipped_heads << " head tensors not used by " << model.architecture()
               << " (";
     for (size_t i = 0; i < skipped.size(); ++i) std::cerr << (i ? ", " : "") << skipped[i];
     std::cerr << (size_t(skipped_heads) > skipped.size() ? ", ...)\n" : ")\n");
@@ -203,7 +203,7 @@ Heads architecture_heads(const std::string& dir) {
   const std::string a = architecture_of(dir);
   for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification,
                  Heads::Discriminator})
-    if (a == architecture_name(h)) return h;
+    if (a == architecture_name(h) || a == architecture_name(h, true)) return h;
   return Heads::None;
 }
 
@@ -240,7 +240,7 @@ void save_model_dir(const Bert& model, const std::string& dir, const std::string
   }
   write_safetensors(join_path(dir, "model.safetensors"), w);
   save_config(model.config(), join_path(dir, "config.json"),
-              electra && model.heads() == Heads::None ? "ElectraModel" : architecture_name(model.heads()));
+              model.architecture());
   if (vocab_path.empty()) return;
   const std::string text = read_file(vocab_path);
   write_file_atomic(join_path(dir, "vocab.txt"), text);

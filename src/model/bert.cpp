@@ -20,9 +20,8 @@ using namespace kernels;
 // adds bert.embeddings_project when its embeddings are narrower or wider than the encoder.
 static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
   const int64_t V = c.vocab_size, C = c.hidden_size, I = c.intermediate_size, E = c.embedding_dim();
-  BERTCC_CHECK(!c.electra() || heads == Heads::None || heads == Heads::Discriminator || heads == Heads::Generator,
-               "config: ELECTRA models are supported as ElectraModel, ElectraForPreTraining (the discriminator) "
-               "and ElectraForMaskedLM (the generator) so far, not as ", architecture_name(heads));
+  BERTCC_CHECK(!c.electra() || heads != Heads::PreTraining, "config: ELECTRA has no BertForPreTraining heads "
+               "(its pre-training uses ElectraForPreTraining and ElectraForMaskedLM)");
   BERTCC_CHECK((heads != Heads::Discriminator && heads != Heads::Generator) || c.electra(),
                "config: the ELECTRA heads need model_type 'electra'");
   const std::string e = "bert.embeddings.";
@@ -59,8 +58,14 @@ static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
     t.add("qa_outputs.weight", {2, C}, true);
     t.add("qa_outputs.bias", {2}, false);
   }
-  if (heads == Heads::SequenceClassification || heads == Heads::TokenClassification) {
+  if (heads == Heads::SequenceClassification || heads == Heads::TokenClassification)
     BERTCC_CHECK(K > 0, "config: a classification model needs num_labels/id2label");
+  if (heads == Heads::SequenceClassification && c.electra()) {  // HF ElectraClassificationHead
+    t.add("classifier.dense.weight", {C, C}, true);
+    t.add("classifier.dense.bias", {C}, false);
+    t.add("classifier.out_proj.weight", {K, C}, true);
+    t.add("classifier.out_proj.bias", {K}, false);
+  } else if (heads == Heads::SequenceClassification || heads == Heads::TokenClassification) {
     t.add("classifier.weight", {K, C}, true);
     t.add("classifier.bias", {K}, false);
   }
@@ -100,6 +105,16 @@ const char* architecture_name(Heads h) {
     case Heads::Generator: return "ElectraForMaskedLM";
   }
   return "BertModel";
+}
+
+std::string architecture_name(Heads h, bool electra) {
+  if (!electra) return architecture_name(h);
+  switch (h) {
+    case Heads::None: return "ElectraModel";
+    case Heads::Discriminator: return "ElectraForPreTraining";
+    case Heads::Generator: return "ElectraForMaskedLM";
+    default: return "Electra" + std::string(architecture_name(h)).substr(4);  // BertForX -> ElectraForX
+  }
 }
 
 bool has_pooler(Heads h) {

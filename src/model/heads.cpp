@@ -57,10 +57,32 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
   out.count = count;
 
   // Head input: sequence output (QA: no dropout, as HF) or dropout(pooled) / dropout(sequence).
+  // ELECTRA's sequence classifier (HF ElectraClassificationHead) instead takes h[:, 0] through
+  // dropout, dense, gelu, dropout into out_proj.
   const bool per_token = heads_ != Heads::SequenceClassification;
+  const bool electra_cls = !per_token && cfg_.electra();
   const int64_t R = per_token ? N : B;  // rows the head sees
-  const float* src = per_token ? sequence_output() : pooled_output();
+  std::vector<float> cls, a1, d1, g1;   // ELECTRA head: h[:, 0], its dropout, dense, gelu
+  uint64_t drop_cls = 0;
+  if (electra_cls) {
+    cls.resize(static_cast<size_t>(B * C));
+    for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * C, sequence_output() + b * T * C, sizeof(float) * C);
+  }
+  const float* src = per_token ? sequence_output() : electra_cls ? nullptr : pooled_output();
   const float p = (training && heads_ != Heads::QuestionAnswering) ? cfg_.head_dropout() : 0.0f;
+  if (electra_cls) {
+    a1 = cls;
+    if (p > 0) {
+      drop_cls = rng.reserve(B * C);
+      dropout_forward(a1.data(), cls.data(), B * C, p, rng, drop_cls);
+    }
+    d1.resize(static_cast<size_t>(B * C));
+    g1.resize(static_cast<size_t>(B * C));
+    linear_forward(d1.data(), a1.data(), w("classifier.dense.weight"), w("classifier.dense.bias"), B, C, C, prec,
+                   w16("classifier.dense.weight", prec));
+    gelu_forward(g1.data(), d1.data(), B * C, Activation::GeluErf);
+    src = g1.data();
+  }
   uint64_t drop_base = 0;
   const float* hin = src;
   if (p > 0) {
@@ -69,8 +91,12 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
     dropout_forward(head_in_.data(), src, R * C, p, rng, drop_base);
     hin = head_in_.data();
   }
-  const std::string wn = heads_ == Heads::QuestionAnswering ? "qa_outputs.weight" : "classifier.weight";
-  const std::string bn = heads_ == Heads::QuestionAnswering ? "qa_outputs.bias" : "classifier.bias";
+  const std::string wn = heads_ == Heads::QuestionAnswering ? "qa_outputs.weight"
+                         : electra_cls                      ? "classifier.out_proj.weight"
+                                                            : "classifier.weight";
+  const std::string bn = heads_ == Heads::QuestionAnswering ? "qa_outputs.bias"
+                         : electra_cls                      ? "classifier.out_proj.bias"
+                                                            : "classifier.bias";
   head_logits_.resize(R * K);
   linear_forward(head_logits_.data(), hin, w(wn), w(bn), R, K, C, prec, w16(wn, prec));
   if (!have_labels) return out;
@@ -144,10 +170,23 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
     dropout_backward(head_dseq_.data(), head_din_.data(), R * C, p, rng, drop_base);
     dsrc = head_dseq_.data();
   }
-  if (per_token)
+  if (electra_cls) {
+    // dsrc = d(gelu out) -> gelu -> dense -> dropout -> rows 0 of the sequence gradient
+    std::vector<float> dd1(static_cast<size_t>(B * C), 0.0f), da1(static_cast<size_t>(B * C), 0.0f);
+    gelu_backward(dd1.data(), d1.data(), dsrc, B * C, Activation::GeluErf);
+    linear_backward(da1.data(), grad("classifier.dense.weight"), grad("classifier.dense.bias"), dd1.data(), a1.data(),
+                    w("classifier.dense.weight"), B, C, C, prec, w16("classifier.dense.weight", prec));
+    std::vector<float> dcls(static_cast<size_t>(B * C), 0.0f);
+    if (p > 0) dropout_backward(dcls.data(), da1.data(), B * C, p, rng, drop_cls);
+    else dcls = da1;
+    head_dseq_.assign(static_cast<size_t>(N * C), 0.0f);
+    for (int64_t b = 0; b < B; ++b) std::memcpy(head_dseq_.data() + b * T * C, dcls.data() + b * C, sizeof(float) * C);
+    encode_backward(head_dseq_.data(), nullptr, prec);
+  } else if (per_token) {
     encode_backward(dsrc, nullptr, prec);
-  else
+  } else {
     encode_backward(nullptr, dsrc, prec);
+  }
   return out;
 }
 

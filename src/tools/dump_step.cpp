@@ -153,7 +153,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   names.reserve(model->table().entries().size());
   add_grads(*model, "", names, w);
   write_safetensors(o.out, w);
-  std::cout << architecture_name(heads) << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T
+  std::cout << model->architecture() << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T
             << ") -> " << o.out << "\n";
 }
 }  // namespace

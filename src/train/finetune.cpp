@@ -162,7 +162,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                 {"seed", o.seed},
                                 {"freeze_layers", o.freeze_layers},
                                 {"group_by_length", o.group_by_length},
-                                {"architecture", architecture_name(model.heads())}};
+                                {"architecture", model.architecture()}};
   if (lead) log->log("PARAMETER", params);
 
   AdamState opt;

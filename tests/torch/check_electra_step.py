@@ -50,7 +50,15 @@ def shapes(cfg, head):
         s[p + "output.dense.bias"] = (C,)
         s[p + "output.LayerNorm.weight"] = (C,)
         s[p + "output.LayerNorm.bias"] = (C,)
-    if head == "discriminator":
+    K = len(cfg.get("id2label", {})) or 2
+    if head == "qa":
+        s["qa_outputs.weight"], s["qa_outputs.bias"] = (2, C), (2,)
+    elif head == "classify":  # ElectraClassificationHead
+        s["classifier.dense.weight"], s["classifier.dense.bias"] = (C, C), (C,)
+        s["classifier.out_proj.weight"], s["classifier.out_proj.bias"] = (K, C), (K,)
+    elif head == "token":
+        s["classifier.weight"], s["classifier.bias"] = (K, C), (K,)
+    elif head == "discriminator":
         s["discriminator_predictions.dense.weight"] = (C, C)
         s["discriminator_predictions.dense.bias"] = (C,)
         s["discriminator_predictions.dense_prediction.weight"] = (1, C)
@@ -91,6 +99,18 @@ def electra(P, cfg, head, ids, seg, mask, labels):
         ctx = (a @ v).transpose(1, 2).reshape(B, T, C)
         h1 = ln(lin(ctx, p + "attention.output.dense") + h, p + "attention.output.LayerNorm")
         h = ln(lin(act(lin(h1, p + "intermediate.dense")), p + "output.dense") + h1, p + "output.LayerNorm")
+    if head == "qa":  # ElectraForQuestionAnswering: mean of start and end CE, positions clamped to T
+        lg = lin(h, "qa_outputs")
+        st_, en_ = lg[..., 0], lg[..., 1]
+        sp, ep = labels[0].clamp(0, T), labels[1].clamp(0, T)
+        loss = (F.cross_entropy(st_, sp, ignore_index=T) + F.cross_entropy(en_, ep, ignore_index=T)) / 2
+        return loss, lg
+    if head == "classify":  # ElectraClassificationHead: h[:, 0] -> dense -> gelu -> out_proj
+        lg = lin(F.gelu(lin(h[:, 0], "classifier.dense")), "classifier.out_proj")
+        return F.cross_entropy(lg, labels), lg
+    if head == "token":
+        lg = lin(h, "classifier")
+        return F.cross_entropy(lg.view(-1, lg.shape[-1]), labels.view(-1), ignore_index=-100), lg
     if head == "generator":  # ElectraGeneratorPredictions (gelu, whatever hidden_act says) + tied lm head
         g = ln(F.gelu(lin(h, "generator_predictions.dense")), "generator_predictions.LayerNorm")
         logits = g @ P["electra.embeddings.word_embeddings.weight"].T + P["generator_lm_head.bias"]
@@ -104,11 +124,14 @@ def electra(P, cfg, head, ids, seg, mask, labels):
 
 
 def run_case(args, name, head, E, C, act, rng):
-    cfg = {"model_type": "electra",
-           "architectures": ["ElectraForPreTraining" if head == "discriminator" else "ElectraForMaskedLM"], "vocab_size": 89, "embedding_size": E,
+    arch = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM", "qa": "ElectraForQuestionAnswering",
+            "classify": "ElectraForSequenceClassification", "token": "ElectraForTokenClassification"}[head]
+    cfg = {"model_type": "electra", "architectures": [arch], "vocab_size": 89, "embedding_size": E,
            "hidden_size": C, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 47,
            "hidden_act": act, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
            "max_position_embeddings": 40, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12}
+    if head in ("classify", "token"):
+        cfg["id2label"] = {str(i): f"L{i}" for i in range(3 if head == "classify" else 5)}
     params = {}
     for n, s in shapes(cfg, head).items():
         if n.endswith("LayerNorm.weight"):
@@ -131,14 +154,25 @@ def run_case(args, name, head, E, C, act, rng):
         ids[b, :L] = rng.integers(1, cfg["vocab_size"], L)
         mask[b, :L] = 1
         seg[b, rng.integers(2, L - 1):L] = 1
+    batch = {"input_ids": ids, "segment_ids": seg, "input_mask": mask}
     if head == "discriminator":
         labels = (rng.random((B, T)) < 0.3).astype(np.int64)
         labels[mask == 0] = 0
-    else:  # masked positions get their original ids; the rest -100
+    elif head == "generator":  # masked positions get their original ids; the rest -100
         labels = np.where((rng.random((B, T)) < 0.3) & (mask == 1), rng.integers(0, cfg["vocab_size"], (B, T)), -100)
-    st.save(os.path.join(wd, "batch.safetensors"), {"input_ids": ids.astype(np.float32), "segment_ids": seg.astype(np.float32),
-                                                    "input_mask": mask.astype(np.float32),
-                                                    "labels": labels.astype(np.float32)})
+    elif head == "qa":
+        sp = np.array([rng.integers(0, L) for L in lengths])
+        ep = np.minimum(sp + rng.integers(0, 4, B), np.array(lengths) - 1)
+        sp[2] = T + 5  # out of range: ignored, as HF
+        batch["start_positions"], batch["end_positions"] = sp, ep
+        labels = np.stack([sp, ep])
+    elif head == "classify":
+        labels = rng.integers(0, 3, B)
+    else:
+        labels = np.where(mask == 1, rng.integers(0, 5, (B, T)), -100)
+    if head != "qa":
+        batch["labels"] = labels
+    st.save(os.path.join(wd, "batch.safetensors"), {k: v.astype(np.float32) for k, v in batch.items()})
     out = os.path.join(wd, "step.safetensors")
     r = subprocess.run([args.bertcc, "dump-step", "--head", head, "--model", os.path.join(wd, "model"),
                         "--batch", os.path.join(wd, "batch.safetensors"), "--precision", args.precision, "--out", out],
@@ -158,7 +192,7 @@ def run_case(args, name, head, E, C, act, rng):
     if rel > tol:
         fails.append(f"{name} loss")
     ref = logits.detach().numpy()
-    got = ours["logits"].reshape(ref.shape)
+    got = ours["logits"].reshape(ref.shape)  # QA: [B, T, 2] both
     lerr = np.abs(got - ref).max() / np.abs(ref).max()
     if lerr > tol:
         fails.append(f"{name} logits (rel err {lerr:.2e})")
@@ -181,7 +215,11 @@ def main():
                                   ("wide_embeddings", "discriminator", 48, 36, "gelu_new"),
                                   # a generator narrower than its embeddings, as Google's (hidden = 1/4 or 1/3)
                                   ("generator_small", "generator", 24, 12, "gelu"),
-                                  ("generator_gelu_new", "generator", 24, 36, "gelu_new")):
+                                  ("generator_gelu_new", "generator", 24, 36, "gelu_new"),
+                                  # fine-tuning heads on an ELECTRA encoder (narrow embeddings)
+                                  ("electra_qa", "qa", 24, 36, "gelu"),
+                                  ("electra_classify", "classify", 24, 36, "gelu"),
+                                  ("electra_token", "token", 24, 36, "gelu")):
         fails += run_case(args, name, head, E, C, act, rng)
     if fails:
         print("FAIL:", "; ".join(fails[:20]))
