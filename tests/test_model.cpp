@@ -248,3 +248,28 @@ TEST(Model, GlobalNormalisersMakeMicroBatchesEqualTheWholeBatch) {
   EXPECT_NEAR((l0.nsp_loss_sum + l1.nsp_loss_sum) / 4.0, lw.nsp_loss, 1e-6);
   EXPECT_LT(bertcc::testing::max_rel(bertcc::testing::to_d(m.grads()), bertcc::testing::to_d(gw)), 1e-5);
 }
+
+TEST(Model, LayerwiseLearningRateDecayDepths) {
+  BertConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 8;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 16;
+  c.max_position_embeddings = 16;
+  c.model_type = "electra";
+  c.embedding_size = 4;
+  c.id2label = {"a", "b"};
+  Bert m(c, Heads::SequenceClassification);
+  m.set_layerwise_lr_decay(0.5f);
+  auto scale = [&](const std::string& n) { return m.table().at(n).lr_scale; };
+  // ELECTRA's depths: embeddings 0, layer l -> l + 1, the head L + 2 = 5.
+  EXPECT_FLOAT_EQ(scale("bert.embeddings.word_embeddings.weight"), 0.03125f);  // 0.5^5
+  EXPECT_FLOAT_EQ(scale("bert.embeddings_project.weight"), 0.03125f);
+  EXPECT_FLOAT_EQ(scale("bert.encoder.layer.0.attention.self.query.weight"), 0.0625f);  // 0.5^4
+  EXPECT_FLOAT_EQ(scale("bert.encoder.layer.2.output.dense.bias"), 0.25f);
+  EXPECT_FLOAT_EQ(scale("classifier.out_proj.weight"), 1.0f);
+  m.set_layerwise_lr_decay(1.0f);
+  EXPECT_FLOAT_EQ(scale("bert.embeddings.word_embeddings.weight"), 1.0f);
+  EXPECT_THROW(m.set_layerwise_lr_decay(0.0f), Error);
+}

@@ -102,3 +102,33 @@ TEST(GlobalNorm, Accurate) {
   // fp32 lanes within 8192-element blocks, double across blocks: ~1e-8 relative.
   EXPECT_NEAR(global_norm(x.data(), x.size()), std::sqrt(s), 1e-6 * std::sqrt(s));
 }
+
+TEST(Optimizers, PerTensorLearningRateScale) {
+  // A tensor with lr_scale s moves exactly as it would under lr x s (AdamW and LAMB).
+  for (int which = 0; which < 2; ++which) {
+    ParamTable a = small_table(), b = small_table();
+    const auto& e0 = a.entries()[0];
+    a.set_lr_scale(e0.name, 0.25f);
+    auto wa = bertcc::testing::randn(a.total(), 5), wb = wa;
+    AdamState sa, sb;
+    const auto g = bertcc::testing::randn(a.total(), 6);
+    auto ga = g, gb = g;
+    if (which == 0) {
+      AdamWOptions o;
+      o.max_grad_norm = 0;
+      adamw_step(a, wa.data(), ga.data(), sa, 1e-3f, o);
+      adamw_step(b, wb.data(), gb.data(), sb, 1e-3f * 0.25f, o);
+    } else {
+      LambOptions o;
+      o.max_grad_norm = 0;
+      lamb_step(a, wa.data(), ga.data(), sa, 1e-3f, o);
+      lamb_step(b, wb.data(), gb.data(), sb, 1e-3f * 0.25f, o);
+    }
+    for (size_t i = 0; i < e0.numel; ++i) EXPECT_FLOAT_EQ(wa[e0.offset + i], wb[e0.offset + i]) << which;
+    // the other tensors moved with the full rate: differently from b's
+    const auto& e1 = a.entries()[1];
+    double diff = 0;
+    for (size_t i = 0; i < e1.numel; ++i) diff += std::fabs(wa[e1.offset + i] - wb[e1.offset + i]);
+    EXPECT_GT(diff, 0) << which;
+  }
+}

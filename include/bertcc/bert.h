@@ -125,6 +125,10 @@ class Bert {
   // layers below are frozen (no gradient computed, no update). Negative = everything trainable;
   // 0 = only the pooler and the head.
   void freeze_below_top_layers(int layers);
+  // ELECTRA's layer-wise learning-rate decay: depth 0 for the embeddings (and embeddings_project),
+  // l + 1 for encoder layer l, L + 2 for everything above (heads, pooler); each tensor's learning
+  // rate is multiplied by decay^(L + 2 - depth). decay 1 = off.
+  void set_layerwise_lr_decay(float decay);
   int first_trainable_layer() const { return first_trainable_layer_; }
 
   // BertModel: sequence output [B,T,C] and pooled output [B,C] (valid until the next call).

@@ -69,6 +69,7 @@ struct FinetuneOptions {
   uint64_t seed = 42;
   Precision precision = Precision::BF16;
   int freeze_layers = -1;  // train only the top N encoder layers (-1 = all)
+  double layerwise_lr_decay = 1.0;  // ELECTRA's per-layer learning-rate decay (1 = off)
   bool group_by_length = false;  // length_grouped_order on each epoch's shuffle
   // Checkpoints (OUTPUT/checkpoints/step_N: model, AdamW moments, step, RNG, best score) every N
   // steps (0: none) and on SIGINT/SIGTERM; `resume` continues from the newest valid one.

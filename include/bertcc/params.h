@@ -15,6 +15,7 @@ struct ParamEntry {
   size_t numel = 0;
   bool weight_decay = true;    // false for biases and LayerNorm parameters
   bool trainable = true;       // false for frozen tensors (fine-tuning only the top layers): no update
+  float lr_scale = 1.0f;       // multiplies the learning rate (ELECTRA's layer-wise decay)
 };
 
 class ParamTable {
@@ -26,6 +27,7 @@ class ParamTable {
   const ParamEntry* find(const std::string& name) const;
   const ParamEntry& at(const std::string& name) const;  // throws naming the tensor
   void set_trainable(const std::string& name, bool trainable);
+  void set_lr_scale(const std::string& name, float scale);
 
  private:
   std::vector<ParamEntry> entries_;

@@ -35,4 +35,9 @@ void ParamTable::set_trainable(const std::string& name, bool trainable) {
   entries_[index_.at(name)].trainable = trainable;
 }
 
+void ParamTable::set_lr_scale(const std::string& name, float scale) {
+  at(name);
+  entries_[index_.at(name)].lr_scale = scale;
+}
+
 }  // namespace bertcc

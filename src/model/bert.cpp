@@ -225,6 +225,18 @@ void Bert::freeze_below_top_layers(int layers) {
   }
 }
 
+void Bert::set_layerwise_lr_decay(float decay) {
+  BERTCC_CHECK(decay > 0 && decay <= 1, "--layerwise-lr-decay must be in (0, 1], got ", decay);
+  const int L = cfg_.num_hidden_layers;
+  const std::string lp = "bert.encoder.layer.";
+  for (const auto& e : table_.entries()) {
+    int depth = L + 2;
+    if (e.name.rfind("bert.embeddings.", 0) == 0 || e.name.rfind("bert.embeddings_project.", 0) == 0) depth = 0;
+    if (e.name.rfind(lp, 0) == 0) depth = std::stoi(e.name.substr(lp.size())) + 1;
+    table_.set_lr_scale(e.name, static_cast<float>(std::pow(static_cast<double>(decay), L + 2 - depth)));
+  }
+}
+
 void Bert::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 void Bert::refresh_bf16(Precision p) {

@@ -119,7 +119,7 @@ double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr
       }
       if (wn > 0 && un > 0) ratio = static_cast<float>(std::sqrt(wn) / std::sqrt(un));
     }
-    const float step = lr * ratio;
+    const float step = lr * e.lr_scale * ratio;
 #pragma omp parallel for schedule(static) if (e.numel > 65536)
     for (size_t i = 0; i < e.numel; ++i) we[i] -= step * ge[i];
   }
@@ -140,7 +140,8 @@ double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float l
     const float* __restrict ge = g + e.offset;
     float* __restrict m = s.m.data() + (e.offset - s.begin);
     float* __restrict v = s.v.data() + (e.offset - s.begin);
-    const float decay = e.weight_decay ? 1.0f - lr * o.weight_decay : 1.0f;
+    const float lre = lr * e.lr_scale;  // exact for scale 1
+    const float decay = e.weight_decay ? 1.0f - lre * o.weight_decay : 1.0f;
     const auto n = static_cast<int64_t>(e.numel);
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
@@ -149,7 +150,7 @@ double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float l
       const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
       m[i] = mi;
       v[i] = vi;
-      we[i] = we[i] * decay - lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps);
+      we[i] = we[i] * decay - lre * (mi / bc1) / (std::sqrt(vi / bc2) + eps);
     }
   }
   return gnorm;

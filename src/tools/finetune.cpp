@@ -55,6 +55,10 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout");
   sub->add_option(flag("--freeze-layers"), o.freeze_layers,
                   "train only the top N encoder layers and the head (NVAITC fine_tune_layers); -1 = all");
+  sub->add_option(flag("--layerwise-lr-decay"), o.layerwise_lr_decay,
+                  "ELECTRA's layer-wise learning-rate decay (e.g. 0.8): layer l learns at lr x decay^(L + 1 - l), "
+                  "the embeddings at lr x decay^(L + 2); 1 = off")
+      ->check(CLI::Range(1e-6, 1.0));
   sub->add_flag(flag("--group-by-length"), o.group_by_length,
                 "batches of similar length (Hugging Face's group_by_length: shuffled mega-batches of 50 batches, "
                 "each sorted by length, the longest batch first): less padding, faster");
@@ -146,6 +150,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.seed = o.seed;
   f.precision = s.prec;
   f.freeze_layers = o.freeze_layers;
+  f.layerwise_lr_decay = o.layerwise_lr_decay;
   f.group_by_length = o.group_by_length;
   f.num_steps_per_checkpoint = o.num_steps_per_checkpoint;
   f.keep_checkpoints = o.keep_checkpoints;

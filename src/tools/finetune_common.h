@@ -19,6 +19,7 @@ struct FtCli {
   bool resume = false;
   int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
   int max_seq_length = 128, threads = 0, freeze_layers = -1;
+  double layerwise_lr_decay = 1.0;
   int64_t train_batch_size = 32, eval_batch_size = 64, gradient_accumulation_steps = 1, max_steps = -1,
           log_freq = 50;
   double num_train_epochs = 3.0, warmup_proportion = 0.1;

@@ -133,6 +133,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   const bool lead = R == 0;  // only rank 0 writes
   if (lead) fs::create_directories(o.output_dir);
   model.freeze_below_top_layers(o.freeze_layers);
+  model.set_layerwise_lr_decay(static_cast<float>(o.layerwise_lr_decay));
   const int64_t A = o.gradient_accumulation_steps;
   const int64_t micro = o.train_batch_size / A;  // NVIDIA semantics (per rank)
   // A step takes the next W x train_batch_size examples of the epoch's order; they form W x A
@@ -161,6 +162,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                 {"precision", precision_name(o.precision)},
                                 {"seed", o.seed},
                                 {"freeze_layers", o.freeze_layers},
+                                {"layerwise_lr_decay", o.layerwise_lr_decay},
                                 {"group_by_length", o.group_by_length},
                                 {"architecture", model.architecture()}};
   if (lead) log->log("PARAMETER", params);
