@@ -259,7 +259,8 @@ struct Model {
 // BertForPreTraining checkpoint serves fill-mask and embeddings; anything else its encoder's
 // embeddings.
 Heads heads_of(const std::string& dir, std::vector<std::string>& tasks) {
-  const Heads h = architecture_heads(dir);
+  Heads h = architecture_heads(dir);
+  if (h == Heads::Discriminator) h = Heads::None;  // ELECTRA's pre-training checkpoint: its encoder embeds
   if (h == Heads::QuestionAnswering) tasks = {"qa"};
   if (h == Heads::SequenceClassification) tasks = {"classify"};
   if (h == Heads::TokenClassification) tasks = {"tag"};
@@ -458,7 +459,7 @@ int run_server(const ServeOptions& o) {
     Model* m = models.back().get();
     BERTCC_CHECK(!by_name.count(m->name), "--model ", spec, ": two models are named '", m->name, "' (use NAME=DIR)");
     by_name[m->name] = m;
-    std::cerr << "serve: model '" << m->name << "' (" << (m->heads == Heads::None ? "BertModel" : architecture_name(m->heads))
+    std::cerr << "serve: model '" << m->name << "' (" << m->bert->architecture()
               << ", " << m->dir << "):";
     for (const auto& t : m->tasks) std::cerr << " /v1/" << t;
     std::cerr << "\n";
@@ -586,7 +587,7 @@ int run_server(const ServeOptions& o) {
             ojson a = ojson::array();
             for (const auto& m : models)
               a.push_back({{"name", m->name}, {"task", m->tasks[0]}, {"tasks", m->tasks},
-                           {"architecture", m->heads == Heads::None ? "BertModel" : architecture_name(m->heads)},
+                           {"architecture", m->bert->architecture()},
                            {"labels", m->bert->config().id2label}});
             ok_json(res, {{"models", a}});
           }));
