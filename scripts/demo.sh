@@ -65,6 +65,27 @@ console.log("   test accuracy: pre-trained " + pct(p.acc) + ", from scratch " + 
 ' "$OUT/spam-pretrained.json" "$OUT/spam-scratch.json"
 echo "   bertcc classify --model $OUT/spam-pretrained --text 'You have WON a FREE cruise' --text-pair 'Click here now to claim your prize, limited offer!'"
 echo "   $("$BERTCC" classify --model "$OUT/spam-pretrained" --text 'You have WON a FREE cruise' --text-pair 'Click here now to claim your prize, limited offer!' 2>/dev/null)"
+echo "-- 9. deployment: the spam model behind bertcc serve (Triton protocol + text endpoints), and as ONNX"
+"$BERTCC" serve --model spam="$OUT/spam-pretrained" --port 0 > "$OUT/serve.out" 2> "$OUT/serve.log" &
+spid=$!
+n=0
+while ! grep -q listening "$OUT/serve.out" 2>/dev/null && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+url=$(sed -n 's/.*listening on //p' "$OUT/serve.out")
+node -e '
+const url = process.argv[1];
+(async () => {
+  const post = async (path, body) => (await fetch(url + path, { method: "POST", body: JSON.stringify(body) })).json();
+  const meta = await (await fetch(url + "/v2/models/spam")).json();
+  console.log("   GET /v2/models/spam: inputs " + meta.inputs.map((i) => i.name).join(", ") + " -> " +
+              meta.outputs.map((o) => o.name + " " + JSON.stringify(o.shape)).join(", "));
+  const r = await post("/v1/classify", { inputs: [{ text: "Meeting moved to 3pm", text_pair: "See you in room 2, bring the slides." },
+                                                   { text: "You have WON a FREE cruise", text_pair: "Click here now to claim your prize!" }] });
+  for (const x of r.results) console.log("   POST /v1/classify: " + x.label + " (" + x.score.toFixed(3) + ")");
+})().catch((e) => { console.error("   serve query failed: " + e); process.exit(1); });
+' "$url"
+kill -TERM $spid; wait $spid
+echo "   $(tail -1 "$OUT/serve.log")"
+echo "   $("$BERTCC" export-onnx --model "$OUT/spam-pretrained" --out "$OUT/spam.onnx" 2>/dev/null)"
 echo "== done =="
 echo "   corpus:        $OUT/corpus (train/, test/)"
 echo "   vocabulary:    $OUT/vocab.txt"
@@ -73,3 +94,4 @@ echo "   trained model: $OUT/pretrain/model (Hugging Face layout: config.json, m
 echo "   checkpoints:   $OUT/pretrain/checkpoints; log: $OUT/pretrain/dllogger.json; plot: $OUT/pretrain/loss.svg"
 echo "   spam model:    $OUT/spam-pretrained (BertForSequenceClassification, labels ham/spam)"
 echo "   2-rank run:    $OUT/dp2 (mpirun -np 2; same bytes as $OUT/dp1)"
+echo "   ONNX:          $OUT/spam.onnx (opset 17; input_ids, attention_mask, token_type_ids -> logits)"
