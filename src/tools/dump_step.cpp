@@ -32,15 +32,26 @@ std::vector<int32_t> int_tensor(const SafetensorsFile& f, const std::string& nam
   return r;
 }
 
-// HF names for a model's gradient tensors ("grad." + prefix + name; ELECTRA's encoder is electra.*).
-void add_grads(const Bert& m, const std::string& prefix, std::vector<std::string>& names, std::vector<StWrite>& w) {
+// A model's gradient tensors under HF's names ("grad." + prefix + name; ELECTRA's encoder is electra.*).
+void add_grads(const Bert& m, const std::string& prefix, std::vector<StWrite>& w) {
   const bool electra = m.config().electra();
-  const size_t first = names.size();
-  for (const auto& e : m.table().entries())
-    names.push_back("grad." + prefix + (electra && e.name.rfind("bert.", 0) == 0 ? "electra." + e.name.substr(5) : e.name));
-  size_t i = first;
   auto& mm = const_cast<Bert&>(m);
-  for (const auto& e : m.table().entries()) w.push_back({names[i++], e.shape, mm.grads().data() + e.offset});
+  for (const auto& e : m.table().entries())
+    w.push_back({"grad." + prefix + (electra && e.name.rfind("bert.", 0) == 0 ? "electra." + e.name.substr(5) : e.name),
+                 e.shape, mm.grads().data() + e.offset});
+}
+
+// The token tensors of a .safetensors batch: input_ids [B,T] (required), segment_ids, input_mask.
+BertBatch read_token_batch(const SafetensorsFile& f, const std::string& path) {
+  BertBatch batch;
+  std::vector<int64_t> shape;
+  batch.input_ids = int_tensor(f, "input_ids", &shape);
+  BERTCC_CHECK(shape.size() == 2, path, ": tensor 'input_ids' must be [B,T]");
+  batch.B = shape[0];
+  batch.T = shape[1];
+  batch.segment_ids = int_tensor(f, "segment_ids", nullptr);
+  batch.input_mask = int_tensor(f, "input_mask", nullptr);
+  return batch;
 }
 
 // ELECTRA: generator + discriminator on one batch (.safetensors: input_ids already masked,
@@ -50,14 +61,7 @@ void dump_electra_step(const DumpOpts& o, Precision prec) {
   auto disc = load_model_dir(o.model, Heads::Discriminator);
   auto gen = load_model_dir(o.generator, Heads::Generator);
   SafetensorsFile f(o.batch);
-  BertBatch batch;
-  std::vector<int64_t> shape;
-  batch.input_ids = int_tensor(f, "input_ids", &shape);
-  BERTCC_CHECK(shape.size() == 2, o.batch, ": tensor 'input_ids' must be [B,T]");
-  batch.B = shape[0];
-  batch.T = shape[1];
-  batch.segment_ids = int_tensor(f, "segment_ids", nullptr);
-  batch.input_mask = int_tensor(f, "input_mask", nullptr);
+  BertBatch batch = read_token_batch(f, o.batch);
   batch.mlm_labels = int_tensor(f, "mlm_labels", nullptr);
   BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size(), o.batch, ": tensor 'mlm_labels' must be [B,T]");
   for (auto& y : batch.mlm_labels) y = y == -100 ? -1 : y;
@@ -83,10 +87,8 @@ void dump_electra_step(const DumpOpts& o, Precision prec) {
                          {"discriminator_loss", {1}, &losses[2]},
                          {"sampled", {static_cast<int64_t>(sampled_f.size())}, sampled_f.data()},
                          {"discriminator_logits", {batch.B, batch.T}, disc->head_logits().data()}};
-  std::vector<std::string> names;
-  names.reserve(gen->table().entries().size() + disc->table().entries().size());
-  add_grads(*gen, "generator.", names, w);
-  add_grads(*disc, "discriminator.", names, w);
+  add_grads(*gen, "generator.", w);
+  add_grads(*disc, "discriminator.", w);
   write_safetensors(o.out, w);
   std::cout << "ELECTRA loss " << l.loss << " = generator " << l.gen_loss << " + 50 x discriminator " << l.disc_loss
             << " (masked " << l.masked << ", replaced " << l.replaced << " of " << l.tokens << " tokens) -> " << o.out
@@ -101,14 +103,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
                                                   : Heads::TokenClassification;
   auto model = load_model_dir(o.model, heads);
   SafetensorsFile f(o.batch);
-  BertBatch batch;
-  std::vector<int64_t> shape;
-  batch.input_ids = int_tensor(f, "input_ids", &shape);
-  BERTCC_CHECK(shape.size() == 2, o.batch, ": tensor 'input_ids' must be [B,T]");
-  batch.B = shape[0];
-  batch.T = shape[1];
-  batch.segment_ids = int_tensor(f, "segment_ids", nullptr);
-  batch.input_mask = int_tensor(f, "input_mask", nullptr);
+  BertBatch batch = read_token_batch(f, o.batch);
   batch.labels = int_tensor(f, "labels", nullptr);
   batch.start_positions = int_tensor(f, "start_positions", nullptr);
   batch.end_positions = int_tensor(f, "end_positions", nullptr);
@@ -132,9 +127,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
     const float l = static_cast<float>(pl.loss);
     std::vector<StWrite> w{{"loss", {1}, &l},
                            {"logits", {pl.mlm_count, model->config().vocab_size}, lg.data()}};
-    std::vector<std::string> names;
-    names.reserve(model->table().entries().size());
-    add_grads(*model, "", names, w);
+    add_grads(*model, "", w);
     write_safetensors(o.out, w);
     std::cout << "ElectraForMaskedLM loss " << pl.loss << " (masked tokens " << pl.mlm_count << ", batch " << batch.B
               << "x" << batch.T << ") -> " << o.out << "\n";
@@ -149,9 +142,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   std::vector<int64_t> lshape = heads == Heads::SequenceClassification ? std::vector<int64_t>{batch.B, K}
                                                                         : std::vector<int64_t>{batch.B, batch.T, K};
   std::vector<StWrite> w{{"loss", {1}, &l}, {"logits", lshape, logits.data()}};
-  std::vector<std::string> names;
-  names.reserve(model->table().entries().size());
-  add_grads(*model, "", names, w);
+  add_grads(*model, "", w);
   write_safetensors(o.out, w);
   std::cout << model->architecture() << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T
             << ") -> " << o.out << "\n";
@@ -202,9 +193,7 @@ void add_dump_step(CLI::App& app) {
     const float l[3] = {static_cast<float>(loss.loss), static_cast<float>(loss.mlm_loss),
                         static_cast<float>(loss.nsp_loss)};
     std::vector<StWrite> w{{"loss", {1}, &l[0]}, {"mlm_loss", {1}, &l[1]}, {"nsp_loss", {1}, &l[2]}};
-    std::vector<std::string> names;
-    names.reserve(model->table().entries().size());
-    add_grads(*model, "", names, w);
+    add_grads(*model, "", w);
     write_safetensors(o->out, w);
     std::cout << "loss " << loss.loss << " mlm_loss " << loss.mlm_loss << " nsp_loss " << loss.nsp_loss
               << " (masked tokens " << loss.mlm_count << ", batch " << batch.B << "x" << batch.T << ") -> " << o->out

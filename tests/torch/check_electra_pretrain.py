@@ -33,18 +33,6 @@ SHARED = ["electra.embeddings.word_embeddings.weight", "electra.embeddings.posit
           "electra.embeddings.LayerNorm.bias"]
 
 
-def random_params(cfg, head, rng):
-    out = {}
-    for n, s in ce.shapes(cfg, head).items():
-        if n.endswith("LayerNorm.weight"):
-            out[n] = (1.0 + 0.1 * rng.standard_normal(s)).astype(np.float32)
-        elif len(s) == 2:
-            out[n] = (0.2 * rng.standard_normal(s)).astype(np.float32)
-        else:
-            out[n] = (0.05 * rng.standard_normal(s)).astype(np.float32)
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bertcc", required=True)
@@ -59,7 +47,8 @@ def main():
                 intermediate_size=47)
     gcfg = dict(base, architectures=["ElectraForMaskedLM"], hidden_size=12, num_attention_heads=3,
                 intermediate_size=19)
-    dp, gp = random_params(dcfg, "discriminator", rng), random_params(gcfg, "generator", rng)
+    dp = gradcheck.random_params(ce.shapes(dcfg, "discriminator"), rng, matrix_scale=0.2)
+    gp = gradcheck.random_params(ce.shapes(gcfg, "generator"), rng, matrix_scale=0.2)
     shutil.rmtree(args.workdir, ignore_errors=True)
     for name, cfg, params in (("disc", dcfg, dp), ("gen", gcfg, gp)):
         os.makedirs(os.path.join(args.workdir, name))

@@ -24,10 +24,11 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gradcheck  # noqa: E402
 import st  # noqa: E402
+import torch_bert  # noqa: E402
 
 
 def shapes(cfg, head):
-    V, E, C, I = cfg["vocab_size"], cfg["embedding_size"], cfg["hidden_size"], cfg["intermediate_size"]
+    V, E, C = cfg["vocab_size"], cfg["embedding_size"], cfg["hidden_size"]
     s = {"electra.embeddings.word_embeddings.weight": (V, E),
          "electra.embeddings.position_embeddings.weight": (cfg["max_position_embeddings"], E),
          "electra.embeddings.token_type_embeddings.weight": (cfg["type_vocab_size"], E),
@@ -35,21 +36,7 @@ def shapes(cfg, head):
     if E != C:
         s["electra.embeddings_project.weight"] = (C, E)
         s["electra.embeddings_project.bias"] = (C,)
-    for l in range(cfg["num_hidden_layers"]):
-        p = f"electra.encoder.layer.{l}."
-        for n in ("query", "key", "value"):
-            s[p + f"attention.self.{n}.weight"] = (C, C)
-            s[p + f"attention.self.{n}.bias"] = (C,)
-        s[p + "attention.output.dense.weight"] = (C, C)
-        s[p + "attention.output.dense.bias"] = (C,)
-        s[p + "attention.output.LayerNorm.weight"] = (C,)
-        s[p + "attention.output.LayerNorm.bias"] = (C,)
-        s[p + "intermediate.dense.weight"] = (I, C)
-        s[p + "intermediate.dense.bias"] = (I,)
-        s[p + "output.dense.weight"] = (C, I)
-        s[p + "output.dense.bias"] = (C,)
-        s[p + "output.LayerNorm.weight"] = (C,)
-        s[p + "output.LayerNorm.bias"] = (C,)
+    s.update(torch_bert.layer_shapes(cfg, "electra."))
     K = len(cfg.get("id2label", {})) or 2
     if head == "qa":
         s["qa_outputs.weight"], s["qa_outputs.bias"] = (2, C), (2,)
@@ -132,14 +119,7 @@ def run_case(args, name, head, E, C, act, rng):
            "max_position_embeddings": 40, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12}
     if head in ("classify", "token"):
         cfg["id2label"] = {str(i): f"L{i}" for i in range(3 if head == "classify" else 5)}
-    params = {}
-    for n, s in shapes(cfg, head).items():
-        if n.endswith("LayerNorm.weight"):
-            params[n] = (1.0 + 0.1 * rng.standard_normal(s)).astype(np.float32)
-        elif len(s) == 2:
-            params[n] = (0.15 * rng.standard_normal(s)).astype(np.float32)
-        else:
-            params[n] = (0.05 * rng.standard_normal(s)).astype(np.float32)
+    params = gradcheck.random_params(shapes(cfg, head), rng)
     wd = os.path.join(args.workdir, name)
     shutil.rmtree(wd, ignore_errors=True)
     os.makedirs(os.path.join(wd, "model"))

@@ -30,14 +30,7 @@ def run_case(args, head, K, rng):
     if head != "qa":
         cfg["id2label"] = {str(i): f"L{i}" for i in range(K)}
     shapes = torch_bert.head_shapes(cfg, head, K)
-    params = {}
-    for n, s in shapes.items():
-        if n.endswith("LayerNorm.weight"):
-            params[n] = (1.0 + 0.1 * rng.standard_normal(s)).astype(np.float32)
-        elif len(s) == 2:
-            params[n] = (0.15 * rng.standard_normal(s)).astype(np.float32)
-        else:
-            params[n] = (0.05 * rng.standard_normal(s)).astype(np.float32)
+    params = gradcheck.random_params(shapes, rng)
     name = f"{head}{K}"
     wd = os.path.join(args.workdir, name)
     shutil.rmtree(wd, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Gradient comparison shared by check_dump_step.py and check_head_step.py."""
+"""Gradient comparison and random test parameters shared by the check_*_step.py scripts."""
 import os
 
 import numpy as np
@@ -26,3 +26,17 @@ def compare_gradients(ours, P, tol, zero_rel, label=""):
         if os.environ.get("VERBOSE"):
             print(f"  {label}{n:60s} {err:.2e}")
     return failures, worst
+
+
+def random_params(shapes, rng, matrix_scale=0.15):
+    """float32 parameters for {name: shape}, drawn in order: LayerNorm weights 1 + N(0, 0.1),
+    matrices N(0, matrix_scale), other vectors N(0, 0.05)."""
+    out = {}
+    for n, s in shapes.items():
+        if n.endswith("LayerNorm.weight"):
+            out[n] = (1.0 + 0.1 * rng.standard_normal(s)).astype(np.float32)
+        elif len(s) == 2:
+            out[n] = (matrix_scale * rng.standard_normal(s)).astype(np.float32)
+        else:
+            out[n] = (0.05 * rng.standard_normal(s)).astype(np.float32)
+    return out

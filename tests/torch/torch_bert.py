@@ -11,17 +11,12 @@ import torch
 import torch.nn.functional as F
 
 
-def param_shapes(cfg, heads=True):
-    V, C, I = cfg["vocab_size"], cfg["hidden_size"], cfg["intermediate_size"]
-    s = {
-        "bert.embeddings.word_embeddings.weight": (V, C),
-        "bert.embeddings.position_embeddings.weight": (cfg["max_position_embeddings"], C),
-        "bert.embeddings.token_type_embeddings.weight": (cfg["type_vocab_size"], C),
-        "bert.embeddings.LayerNorm.weight": (C,),
-        "bert.embeddings.LayerNorm.bias": (C,),
-    }
+def layer_shapes(cfg, prefix="bert."):
+    """The encoder layers' parameter shapes under `prefix` (bert. or electra.), in table order."""
+    C, I = cfg["hidden_size"], cfg["intermediate_size"]
+    s = {}
     for l in range(cfg["num_hidden_layers"]):
-        p = f"bert.encoder.layer.{l}."
+        p = f"{prefix}encoder.layer.{l}."
         for n in ("query", "key", "value"):
             s[p + f"attention.self.{n}.weight"] = (C, C)
             s[p + f"attention.self.{n}.bias"] = (C,)
@@ -35,6 +30,19 @@ def param_shapes(cfg, heads=True):
         s[p + "output.dense.bias"] = (C,)
         s[p + "output.LayerNorm.weight"] = (C,)
         s[p + "output.LayerNorm.bias"] = (C,)
+    return s
+
+
+def param_shapes(cfg, heads=True):
+    V, C = cfg["vocab_size"], cfg["hidden_size"]
+    s = {
+        "bert.embeddings.word_embeddings.weight": (V, C),
+        "bert.embeddings.position_embeddings.weight": (cfg["max_position_embeddings"], C),
+        "bert.embeddings.token_type_embeddings.weight": (cfg["type_vocab_size"], C),
+        "bert.embeddings.LayerNorm.weight": (C,),
+        "bert.embeddings.LayerNorm.bias": (C,),
+    }
+    s.update(layer_shapes(cfg))
     s["bert.pooler.dense.weight"] = (C, C)
     s["bert.pooler.dense.bias"] = (C,)
     if heads:
