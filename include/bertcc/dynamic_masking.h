@@ -28,13 +28,17 @@ struct MaskingOptions {
   double masked_lm_prob = 0.15;
   int64_t max_predictions_per_seq = 20;
   int32_t vocab_size = 0, cls_id = -1, sep_id = -1, mask_id = -1;
+  // A masked position draws u in [0, 1): u < mask_below -> [MASK], u >= random_from -> a random id,
+  // else unchanged. BERT: 0.8 / 0.9 (80/10/10); ELECTRA: 0.85 / 1 (85 % [MASK], 15 % unchanged).
+  float mask_below = 0.8f, random_from = 0.9f;
 };
 
 class DynamicMasker {
  public:
   DynamicMasker(const MaskingOptions& o, uint64_t seed);
   // Google's rule per row: num = min(max_pred, max(1, round(len * prob))) positions among the
-  // non-[CLS]/[SEP] tokens, 80% [MASK], 10% unchanged, 10% a uniformly random id.
+  // non-[CLS]/[SEP] tokens, 80% [MASK], 10% unchanged, 10% a uniformly random id (the split set by
+  // mask_below / random_from).
   // out_ids/labels are [S]; labels hold the original id at masked positions and -1 elsewhere.
   void mask_row(const int32_t* ids, int64_t len, int64_t S, uint64_t epoch, uint64_t row, int32_t* out_ids,
                 int32_t* labels) const;

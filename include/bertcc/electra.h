@@ -12,7 +12,8 @@
 namespace bertcc {
 
 struct ElectraLoss {
-  double loss = 0, gen_loss = 0, disc_loss = 0;
+  double loss = 0, gen_loss = 0, disc_loss = 0;           // means over this batch's masked / real tokens
+  double gen_loss_sum = 0, disc_loss_sum = 0;              // the cross-entropy sums behind them
   int64_t masked = 0, gen_correct = 0;                  // generator: masked tokens, argmax == original
   int64_t tokens = 0, disc_correct = 0, replaced = 0;   // discriminator: attended tokens, right calls, replaced ones
   int64_t replaced_hit = 0, predicted_replaced = 0;     // true positives, positives (precision = hit / predicted)
@@ -27,8 +28,16 @@ void electra_share_embeddings(const Bert& disc, Bert& gen);
 // sampled token equal to the original counts as original. With `backward`, gradients are added into
 // both models; the shared embeddings' gradient ends in the discriminator's (the generator's copy is
 // zeroed). `sampled` receives the sampled ids.
+//
+// Gradient accumulation and data parallelism: `mlm_denom` / `disc_denom` > 0 replace the batch's own
+// masked / real token counts as the normalisers of the two losses (the global counts of a step),
+// and `loss_scale` multiplies both gradients (fp16).
+struct ElectraStepOptions {
+  float disc_weight = 50.0f;
+  float loss_scale = 1.0f, mlm_denom = 0.0f, disc_denom = 0.0f;
+};
 ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool training, bool backward, Precision prec,
-                         Rng& rng, float disc_weight = 50.0f, const std::vector<float>* gumbel = nullptr,
+                         Rng& rng, const ElectraStepOptions& so = {}, const std::vector<float>* gumbel = nullptr,
                          std::vector<int32_t>* sampled = nullptr);
 
 }  // namespace bertcc

@@ -10,6 +10,14 @@ namespace bertcc {
 
 struct PretrainOptions {
   std::string config = "bert-base", input_dir, output_dir, init_checkpoint, vocab;
+  // "bert" (MLM + NSP) or "electra" (replaced-token detection); empty: the config's model_type.
+  std::string model_type;
+  // ELECTRA: the generator's config (preset or file); empty = the discriminator's with
+  // hidden_size x generator_hidden_size (0 = Google's fraction: 1/4 small and large, 1/3 base),
+  // heads hidden / 64, intermediate 4 x hidden, same depth and embeddings.
+  std::string generator_config;
+  double generator_hidden_size = 0;
+  double disc_weight = 50;  // ELECTRA's lambda
   int64_t train_batch_size = 256, gradient_accumulation_steps = 1, max_steps = 1000;
   double learning_rate = 6e-3, warmup_proportion = 0.2843;
   std::string optimizer = "lamb", precision = "bf16";

@@ -83,9 +83,9 @@ void DynamicMasker::mask_row(const int32_t* ids, int64_t len, int64_t S, uint64_
     const int32_t i = cand[static_cast<size_t>(k)];
     labels[i] = ids[i];
     const float u = u32_to_unit(r.next_u32());
-    if (u < 0.8f)
+    if (u < o_.mask_below)
       out_ids[i] = o_.mask_id;
-    else if (u >= 0.9f)
+    else if (u >= o_.random_from)
       out_ids[i] = static_cast<int32_t>(below(r, static_cast<uint32_t>(o_.vocab_size)));
   }
 }

@@ -25,15 +25,18 @@ void electra_share_embeddings(const Bert& disc, Bert& gen) {
 }
 
 ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool training, bool backward, Precision prec,
-                         Rng& rng, float disc_weight, const std::vector<float>* gumbel, std::vector<int32_t>* sampled) {
+                         Rng& rng, const ElectraStepOptions& so, const std::vector<float>* gumbel,
+                         std::vector<int32_t>* sampled) {
+  const float disc_weight = so.disc_weight;
   BERTCC_CHECK(gen.heads() == Heads::Generator && disc.heads() == Heads::Discriminator,
                "ELECTRA step: needs an ElectraForMaskedLM generator and an ElectraForPreTraining discriminator");
   const int64_t V = gen.config().vocab_size, N = batch.B * batch.T;
   ElectraLoss out;
   // ---- generator: masked LM, logits kept for sampling ----
   std::vector<float> logits;
-  const PretrainLoss g = gen.pretrain_step(batch, training, backward, prec, rng, 1.0f, 0.0f, 0.0f, &logits);
-  out.gen_loss = g.mlm_loss;
+  const PretrainLoss g = gen.pretrain_step(batch, training, backward, prec, rng, so.loss_scale, so.mlm_denom, 0.0f, &logits);
+  out.gen_loss = g.mlm_count > 0 ? g.mlm_loss_sum / static_cast<double>(g.mlm_count) : 0.0;
+  out.gen_loss_sum = g.mlm_loss_sum;
   out.masked = g.mlm_count;
   out.gen_correct = g.mlm_correct;
   const int64_t M = g.mlm_count;
@@ -51,19 +54,25 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   d.mlm_labels.clear();
   d.nsp_labels.clear();
   d.labels.assign(static_cast<size_t>(N), 0);
-  if (sampled) sampled->clear();
-  int64_t m = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    if (batch.mlm_labels[n] == -1) continue;
+  std::vector<int64_t> at;  // the token index of each masked position
+  for (int64_t n = 0; n < N; ++n)
+    if (batch.mlm_labels[n] != -1) at.push_back(n);
+  BERTCC_CHECK(static_cast<int64_t>(at.size()) == M, "ELECTRA step: ", at.size(), " masked labels but the generator counted ", M);
+  std::vector<int32_t> pick(at.size());
+  // Positions are independent (each reads its own noise), so threads do not change the result.
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
     const float* x = logits.data() + m * V;
+    const float* gz = gumbel ? gumbel->data() + m * V : nullptr;
+    const uint32_t* rz = gumbel ? nullptr : raw.data() + m * V;
     int32_t best = 0;
     double best_v = -INFINITY;
     for (int64_t v = 0; v < V; ++v) {
       double gn;
-      if (gumbel) {
-        gn = (*gumbel)[static_cast<size_t>(m * V + v)];
+      if (gz) {
+        gn = gz[v];
       } else {  // u in (0, 1): 24 random bits, centred
-        const double u = (static_cast<double>(raw[static_cast<size_t>(m * V + v)] >> 8) + 0.5) / 16777216.0;
+        const double u = (static_cast<double>(rz[v] >> 8) + 0.5) / 16777216.0;
         gn = -std::log(-std::log(u));
       }
       const double s = static_cast<double>(x[v]) + gn;
@@ -72,14 +81,18 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
         best = static_cast<int32_t>(v);
       }
     }
-    d.input_ids[n] = best;
-    d.labels[n] = best != batch.mlm_labels[n];
-    if (sampled) sampled->push_back(best);
-    ++m;
+    pick[static_cast<size_t>(m)] = best;
+  }
+  if (sampled) *sampled = pick;
+  for (size_t m = 0; m < at.size(); ++m) {
+    const int64_t n = at[m];
+    d.input_ids[n] = pick[m];
+    d.labels[n] = pick[m] != batch.mlm_labels[n];
   }
   // ---- discriminator: replaced-token detection, weighted ----
-  const FinetuneLoss dl = disc.discriminator_step(d, training, backward, prec, rng, disc_weight);
+  const FinetuneLoss dl = disc.discriminator_step(d, training, backward, prec, rng, disc_weight * so.loss_scale, so.disc_denom);
   out.disc_loss = dl.loss;
+  out.disc_loss_sum = dl.loss * static_cast<double>(dl.count);
   out.tokens = dl.count;
   out.disc_correct = dl.correct;
   const auto& dlog = disc.head_logits();

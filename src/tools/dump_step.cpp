@@ -78,7 +78,7 @@ void dump_electra_step(const DumpOpts& o, Precision prec) {
   gen->zero_grad();
   disc->zero_grad();
   std::vector<int32_t> sampled;
-  const ElectraLoss l = electra_step(*gen, *disc, batch, /*training=*/false, /*backward=*/true, prec, rng, 50.0f, noise,
+  const ElectraLoss l = electra_step(*gen, *disc, batch, /*training=*/false, /*backward=*/true, prec, rng, {}, noise,
                                      &sampled);
   const float losses[3] = {static_cast<float>(l.loss), static_cast<float>(l.gen_loss), static_cast<float>(l.disc_loss)};
   std::vector<float> sampled_f(sampled.begin(), sampled.end());

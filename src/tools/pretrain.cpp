@@ -6,13 +6,25 @@ namespace bertcc::tools {
 
 void add_pretrain(CLI::App& app) {
   auto o = std::make_shared<PretrainOptions>();
-  auto* sub = app.add_subcommand("pretrain", "Pre-train BERT (masked LM + NSP) with LAMB or AdamW");
-  sub->add_option(flag("--config"), o->config, "preset or config.json (ignored with --init-checkpoint)");
+  auto* sub = app.add_subcommand(
+      "pretrain", "Pre-train BERT (masked LM + NSP) or ELECTRA (replaced-token detection) with LAMB or AdamW");
+  sub->add_option(flag("--config"), o->config,
+                  "preset (bert-*, electra-small|base|large) or config.json (ignored with --init-checkpoint)");
+  sub->add_option(flag("--model-type"), o->model_type,
+                  "bert | electra (default: the config's model_type; electra presets are electra)")
+      ->check(CLI::IsMember({"bert", "electra"}));
+  sub->add_option(flag("--generator-config"), o->generator_config,
+                  "ELECTRA: the generator's preset or config.json (default: from --generator-hidden-size)");
+  sub->add_option(flag("--generator-hidden-size"), o->generator_hidden_size,
+                  "ELECTRA: generator hidden size as a fraction of the discriminator's (default: Google's, 1/4 small "
+                  "and large, 1/3 base)");
+  sub->add_option(flag("--disc-weight"), o->disc_weight, "ELECTRA: discriminator loss weight lambda (default 50)");
   sub->add_option(flag("--input-dir"), o->input_dir, "folder of HDF5 shards (NVIDIA layout or dynamic-masking)")
       ->required();
   sub->add_option(flag("--output-dir"), o->output_dir, "output folder (checkpoints/, model/, dllogger.json)")
       ->required();
-  sub->add_option(flag("--init-checkpoint"), o->init_checkpoint, "HF model directory to start from");
+  sub->add_option(flag("--init-checkpoint"), o->init_checkpoint,
+                  "HF model directory to start from (ELECTRA: a folder with discriminator/ and generator/)");
   sub->add_option(flag("--vocab"), o->vocab, "vocab.txt (sets the vocabulary size of a fresh model)");
   sub->add_option(flag("--train-batch-size"), o->train_batch_size, "sequences per optimizer step (default 256)");
   sub->add_option(flag("--gradient-accumulation-steps"), o->gradient_accumulation_steps,

@@ -85,6 +85,11 @@ void restore_replaced_dirs(const fs::path& root) {
 
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep) {
+  save_checkpoint(output_dir, {{"", const_cast<Bert*>(&model), const_cast<AdamState*>(&opt)}}, st, vocab_path, keep);
+}
+
+void save_checkpoint(const std::string& output_dir, const std::vector<CheckpointPart>& parts, const TrainerState& st,
+                     const std::string& vocab_path, int64_t keep) {
   const fs::path root = fs::path(output_dir) / "checkpoints";
   fs::create_directories(root);
   const int64_t global = st.step + st.step_offset;
@@ -92,13 +97,20 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
   const fs::path tmp = root / (".step_" + std::to_string(global) + ".tmp." + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  save_model_dir(model, tmp.string(), vocab_path);
-  std::vector<StWrite> w{{"exp_avg", {static_cast<int64_t>(opt.m.size())}, opt.m.data()},
-                         {"exp_avg_sq", {static_cast<int64_t>(opt.v.size())}, opt.v.data()}};
-  write_safetensors((tmp / "optimizer.safetensors").string(), w);
+  std::vector<std::string> files;  // checksummed, relative to the checkpoint
+  for (const CheckpointPart& p : parts) {
+    const fs::path d = p.dir.empty() ? tmp : tmp / p.dir;
+    save_model_dir(*p.model, d.string(), vocab_path);
+    const AdamState& opt = *p.opt;
+    std::vector<StWrite> w{{"exp_avg", {static_cast<int64_t>(opt.m.size())}, opt.m.data()},
+                           {"exp_avg_sq", {static_cast<int64_t>(opt.v.size())}, opt.v.data()}};
+    write_safetensors((d / "optimizer.safetensors").string(), w);
+    for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
+      files.push_back(p.dir.empty() ? std::string(f) : p.dir + "/" + f);
+  }
   nlohmann::ordered_json j;
   j["step"] = st.step;
-  j["optimizer_step"] = opt.step;
+  j["optimizer_step"] = parts.front().opt->step;
   j["rng"] = {{"seed", st.rng.seed}, {"offset", st.rng.offset}};
   j["cursor"] = {{"epoch", st.cursor.epoch}, {"shard_pos", st.cursor.shard_pos}, {"row", st.cursor.row}};
   j["loss_scale"] = st.loss_scale;
@@ -113,8 +125,7 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
                    {"seqs", st.totals.seqs},
                    {"padded_tokens", st.totals.padded_tokens},
                    {"real_tokens", st.totals.real_tokens}};
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
-    j["checksums"][f] = fnv64(read_file((tmp / f).string()));
+  for (const std::string& f : files) j["checksums"][f] = fnv64(read_file((tmp / f).string()));
   // The state's own checksum: over its text without this last field, so a flipped byte anywhere
   // in trainer_state.json is caught too.
   j["state_checksum"] = fnv64(j.dump(2));
@@ -132,6 +143,11 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
 
 bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
                             const char* who, bool lead) {
+  return load_latest_checkpoint(output_dir, {{"", &model, &opt}}, st, who, lead);
+}
+
+bool load_latest_checkpoint(const std::string& output_dir, const std::vector<CheckpointPart>& parts, TrainerState& st,
+                            const char* who, bool lead) {
   const fs::path root = fs::path(output_dir) / "checkpoints";
   if (!fs::is_directory(root)) return false;
   if (lead) restore_replaced_dirs(root);
@@ -147,15 +163,27 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
   for (const auto& [step, dir] : all) {
     // A checkpoint of another model is not a damaged one: skipping it would restart at step 0 and
     // overwrite the run's checkpoints, so it stops the run (nothing is touched).
-    if (fs::exists(dir / "config.json")) {
+    for (const CheckpointPart& p : parts) {
+      const fs::path pd = p.dir.empty() ? dir : dir / p.dir;
+      if (!fs::exists(pd / "config.json")) {
+        // A BERT checkpoint where an ELECTRA run expects discriminator/ and generator/, or the reverse.
+        const bool other_kind = p.dir.empty() ? fs::exists(dir / "discriminator" / "config.json")
+                                              : fs::exists(dir / "config.json");
+        BERTCC_CHECK(!other_kind, dir.string(), ": the checkpoint ",
+                     p.dir.empty() ? "holds an ELECTRA generator and discriminator but this run trains one model"
+                                   : "holds one model but this run trains ELECTRA (" + p.dir + "/ expected)",
+                     "; refusing to resume (nothing was changed: use --model-type as the run that wrote it, or another "
+                     "--output-dir)");
+        continue;
+      }
       BertConfig c;
       bool readable = true;
       try {
-        c = load_config((dir / "config.json").string());
+        c = load_config((pd / "config.json").string());
       } catch (const std::exception&) {
         readable = false;  // damaged: the checksum test below reports and skips it
       }
-      const BertConfig& m = model.config();
+      const BertConfig& m = p.model->config();
       if (readable) {
         const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
             {"vocab_size", {c.vocab_size, m.vocab_size}},
@@ -165,9 +193,10 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
             {"intermediate_size", {c.intermediate_size, m.intermediate_size}},
             {"max_position_embeddings", {c.max_position_embeddings, m.max_position_embeddings}},
             {"type_vocab_size", {c.type_vocab_size, m.type_vocab_size}},
+            {"embedding_size", {c.embedding_dim(), m.embedding_dim()}},
             {"num_labels", {c.num_labels(), m.num_labels()}}};
         for (const auto& [name, v] : fields)
-          BERTCC_CHECK(v.first == v.second, (dir / "config.json").string(), ": the checkpoint's ", name, " is ",
+          BERTCC_CHECK(v.first == v.second, (pd / "config.json").string(), ": the checkpoint's ", name, " is ",
                        v.first, " but this run's model has ", v.second,
                        "; refusing to resume (nothing was changed: use the checkpoint's model, or another --output-dir)");
       }
@@ -182,19 +211,27 @@ bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamStat
       for (auto it = j.at("checksums").begin(); it != j.at("checksums").end(); ++it)
         BERTCC_CHECK(fnv64(read_file((dir / it.key()).string())) == it.value().get<std::string>(),
                      (dir / it.key()).string(), ": checksum mismatch");
-      load_weights(model, (dir / "model.safetensors").string());
-      SafetensorsFile f((dir / "optimizer.safetensors").string());
-      const StTensor* m = f.find("exp_avg");
-      const StTensor* v = f.find("exp_avg_sq");
-      BERTCC_CHECK(m && v && m->numel() == model.table().total() && v->numel() == model.table().total(),
-                   (dir / "optimizer.safetensors").string(), ": moments do not match the model");
-      opt.m.resize(m->numel());
-      opt.v.resize(v->numel());
-      f.read_f32(*m, opt.m.data());
-      f.read_f32(*v, opt.v.data());
-      opt.step = j.at("optimizer_step").get<int64_t>();
+      for (const CheckpointPart& p : parts) {
+        const fs::path pd = p.dir.empty() ? dir : dir / p.dir;
+        BERTCC_CHECK(j.at("checksums").contains(p.dir.empty() ? "model.safetensors" : p.dir + "/model.safetensors"),
+                     (dir / "trainer_state.json").string(), ": no checksum for ", (pd / "model.safetensors").string());
+        load_weights(*p.model, (pd / "model.safetensors").string());
+        SafetensorsFile f((pd / "optimizer.safetensors").string());
+        const StTensor* m = f.find("exp_avg");
+        const StTensor* v = f.find("exp_avg_sq");
+        const size_t total = p.model->table().total();
+        BERTCC_CHECK(m && v && m->numel() == total && v->numel() == total, (pd / "optimizer.safetensors").string(),
+                     ": moments do not match the model");
+        AdamState& opt = *p.opt;
+        opt.m.resize(m->numel());
+        opt.v.resize(v->numel());
+        f.read_f32(*m, opt.m.data());
+        f.read_f32(*v, opt.v.data());
+        opt.step = j.at("optimizer_step").get<int64_t>();
+        BERTCC_CHECK(opt.step >= 0, (dir / "trainer_state.json").string(), ": negative step");
+      }
       st.step = j.at("step").get<int64_t>();
-      BERTCC_CHECK(st.step >= 0 && opt.step >= 0, (dir / "trainer_state.json").string(), ": negative step");
+      BERTCC_CHECK(st.step >= 0, (dir / "trainer_state.json").string(), ": negative step");
       st.rng = Rng{j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>()};
       st.cursor = {j.at("cursor").at("epoch").get<int64_t>(), j.at("cursor").at("shard_pos").get<int64_t>(),
                    j.at("cursor").at("row").get<int64_t>()};

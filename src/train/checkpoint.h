@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "bertcc/bert.h"
 #include "bertcc/optim.h"
@@ -36,11 +37,23 @@ struct TrainerState {
 void replace_dir(const std::filesystem::path& from, const std::filesystem::path& to);
 void restore_replaced_dirs(const std::filesystem::path& parent);
 
+// A model and its optimizer moments in a checkpoint: at its root (`dir` empty) or in a
+// subdirectory (ELECTRA: discriminator/ and generator/).
+struct CheckpointPart {
+  std::string dir;
+  Bert* model;
+  AdamState* opt;
+};
+
+void save_checkpoint(const std::string& output_dir, const std::vector<CheckpointPart>& parts, const TrainerState& st,
+                     const std::string& vocab_path, int64_t keep);
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep);
 // Returns false if there is no valid checkpoint; corrupt or partial ones are skipped with a warning.
 // `who` prefixes the messages ("pretrain", "finetune"). `lead`: this process tidies partial saves
 // and prints; the other ranks of a data-parallel job only read.
+bool load_latest_checkpoint(const std::string& output_dir, const std::vector<CheckpointPart>& parts, TrainerState& st,
+                            const char* who = "pretrain", bool lead = true);
 bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
                             const char* who = "pretrain", bool lead = true);
 

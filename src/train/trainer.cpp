@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bertcc/dist.h"
+#include "bertcc/electra.h"
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
 #include "bertcc/tensorboard.h"
@@ -23,6 +25,69 @@
 #include "train/stop_signal.h"
 
 namespace bertcc {
+
+namespace {
+
+// Google's ELECTRA generator: the discriminator's depth and embeddings, hidden size a fraction of
+// the discriminator's (1/4 small and large, 1/3 base), one head per 64, intermediate 4 x hidden.
+BertConfig generator_config(const BertConfig& disc, double fraction) {
+  if (fraction <= 0) fraction = disc.hidden_size == 768 ? 1.0 / 3.0 : 0.25;
+  BERTCC_CHECK(fraction <= 1, "--generator-hidden-size ", fraction, " must be in (0, 1]");
+  BertConfig g = disc;
+  g.hidden_size = std::max<int64_t>(1, std::llround(static_cast<double>(disc.hidden_size) * fraction));
+  g.num_attention_heads = std::max<int64_t>(1, g.hidden_size / 64);
+  BERTCC_CHECK(g.hidden_size % g.num_attention_heads == 0, "generator hidden size ", g.hidden_size,
+               " is not a multiple of its ", g.num_attention_heads, " heads (choose another --generator-hidden-size)");
+  g.intermediate_size = 4 * g.hidden_size;
+  g.embedding_size = disc.embedding_dim();
+  return g;
+}
+
+// The models a pre-training run trains: BERT (MLM + NSP), or ELECTRA's discriminator and generator
+// (sharing their embeddings; one optimizer over both, one global gradient norm).
+struct PretrainModels {
+  bool electra = false;
+  std::unique_ptr<Bert> main, gen;  // BERT or the discriminator; the generator
+  AdamState opt, gen_opt;
+  std::vector<CheckpointPart> parts() {
+    if (!electra) return {{"", main.get(), &opt}};
+    return {{"discriminator", main.get(), &opt}, {"generator", gen.get(), &gen_opt}};
+  }
+  std::vector<Bert*> all() { return electra ? std::vector<Bert*>{main.get(), gen.get()} : std::vector<Bert*>{main.get()}; }
+};
+
+// ELECTRA's counts over a step or an evaluation, summed over micro-batches and ranks.
+constexpr size_t kElectraSums = 9;
+void add_electra(double* s, const ElectraLoss& l) {
+  const double v[kElectraSums] = {l.gen_loss_sum,
+                                  l.disc_loss_sum,
+                                  static_cast<double>(l.masked),
+                                  static_cast<double>(l.gen_correct),
+                                  static_cast<double>(l.tokens),
+                                  static_cast<double>(l.disc_correct),
+                                  static_cast<double>(l.replaced),
+                                  static_cast<double>(l.replaced_hit),
+                                  static_cast<double>(l.predicted_replaced)};
+  for (size_t i = 0; i < kElectraSums; ++i) s[i] += v[i];
+}
+
+// The logged metrics: losses are means over the masked (generator) and real (discriminator)
+// tokens; precision and recall are those of "replaced" calls; replaced_fraction is the share of
+// masked tokens the generator changed.
+void electra_metrics(const double* s, double disc_weight, const std::string& prefix, nlohmann::ordered_json& d) {
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  const double gen = ratio(s[0], s[2]), disc = ratio(s[1], s[4]);
+  d[prefix + "loss"] = gen + disc_weight * disc;
+  d[prefix + "generator_loss"] = gen;
+  d[prefix + "generator_accuracy"] = ratio(s[3], s[2]);
+  d[prefix + "discriminator_loss"] = disc;
+  d[prefix + "discriminator_accuracy"] = ratio(s[5], s[4]);
+  d[prefix + "discriminator_precision"] = ratio(s[7], s[8]);
+  d[prefix + "discriminator_recall"] = ratio(s[7], s[6]);
+  d[prefix + "replaced_fraction"] = ratio(s[6], s[2]);
+}
+
+}  // namespace
 
 int run_pretraining(const PretrainOptions& o) {
   dist::Communicator& comm = dist::world();
@@ -45,18 +110,48 @@ int run_pretraining(const PretrainOptions& o) {
   }
 
   // Model: an HF checkpoint, or a fresh initialisation from a config and vocabulary.
-  std::unique_ptr<Bert> model;
+  PretrainModels pm;
   int32_t cls = 101, sep = 102, mask = 103;
   std::unique_ptr<Vocab> vocab;
   if (!o.vocab.empty()) vocab = std::make_unique<Vocab>(Vocab::load(o.vocab));
+  BERTCC_CHECK(o.model_type.empty() || o.model_type == "bert" || o.model_type == "electra",
+               "--model-type must be bert or electra");
   if (!o.init_checkpoint.empty()) {
-    model = load_model_dir(o.init_checkpoint, Heads::PreTraining);
+    const std::string disc_dir = o.init_checkpoint + "/discriminator";
+    pm.electra = o.model_type == "electra" || (o.model_type.empty() && file_exists(disc_dir + "/config.json"));
+    if (pm.electra) {
+      BERTCC_CHECK(file_exists(disc_dir) && file_exists(o.init_checkpoint + "/generator"), o.init_checkpoint,
+                   ": an ELECTRA --init-checkpoint is a folder with discriminator/ and generator/ (as a pre-training "
+                   "run writes)");
+      pm.main = load_model_dir(disc_dir, Heads::Discriminator);
+      pm.gen = load_model_dir(o.init_checkpoint + "/generator", Heads::Generator);
+    } else {
+      pm.main = load_model_dir(o.init_checkpoint, Heads::PreTraining);
+    }
   } else {
     BertConfig cfg = config_from_name_or_path(o.config);
     if (vocab) cfg.vocab_size = vocab->size();
-    model = std::make_unique<Bert>(cfg, Heads::PreTraining);
-    model->init_weights(o.seed);
+    pm.electra = o.model_type.empty() ? cfg.electra() : o.model_type == "electra";
+    if (pm.electra) {
+      cfg.model_type = "electra";
+      BertConfig gcfg = o.generator_config.empty() ? generator_config(cfg, o.generator_hidden_size)
+                                                   : config_from_name_or_path(o.generator_config);
+      gcfg.model_type = "electra";
+      if (vocab) gcfg.vocab_size = vocab->size();
+      pm.main = std::make_unique<Bert>(cfg, Heads::Discriminator);
+      pm.gen = std::make_unique<Bert>(gcfg, Heads::Generator);
+      pm.main->init_weights(o.seed);
+      pm.gen->init_weights(o.seed + 1);
+    } else {
+      pm.main = std::make_unique<Bert>(cfg, Heads::PreTraining);
+      pm.main->init_weights(o.seed);
+    }
   }
+  if (pm.electra) {
+    BERTCC_CHECK(!o.dp.zero1, "--zero1 is not supported with --model-type electra yet");
+    electra_share_embeddings(*pm.main, *pm.gen);  // also checks that the shared shapes agree
+  }
+  Bert* model = pm.main.get();
   if (vocab) {
     const Vocab& v = *vocab;
     BERTCC_CHECK(v.size() == model->config().vocab_size, o.vocab, ": ", v.size(), " entries but the model has ",
@@ -71,6 +166,10 @@ int run_pretraining(const PretrainOptions& o) {
   mopt.cls_id = cls;
   mopt.sep_id = sep;
   mopt.mask_id = mask;
+  if (pm.electra) {  // ELECTRA's masking: 85 % [MASK], 15 % unchanged, no random tokens
+    mopt.mask_below = 0.85f;
+    mopt.random_from = 1.0f;
+  }
   int64_t A = o.gradient_accumulation_steps;
   const int64_t micro = o.train_batch_size / A;
   // A step is W x A micro-batches of the global order; this rank runs micro-batches R*A .. R*A+A-1.
@@ -78,17 +177,19 @@ int run_pretraining(const PretrainOptions& o) {
   int64_t global_batch = per_step * micro;
   PretrainLoader loader(list_shards(o.input_dir), micro, o.seed, mopt, 0, 1, o.length_binning);
 
-  AdamState opt;
+  AdamState& opt = pm.opt;
   TrainerState st;
   st.rng = Rng{o.seed, 0};
   const bool fp16 = prec == Precision::F16;
   const bool dynamic_scale = fp16 && o.loss_scale <= 0;
   st.loss_scale = fp16 ? (dynamic_scale ? o.init_loss_scale : o.loss_scale) : 1.0;
-  const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, *model, opt, st, "pretrain", lead);
+  const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, pm.parts(), st, "pretrain", lead);
+  if (loaded && pm.electra) electra_share_embeddings(*pm.main, *pm.gen);
   if (W > 1) {
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step + st.step_offset) : -1.0,
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
-    check_same_on_all_ranks(comm, static_cast<double>(model->table().total()), "the number of parameters");
+    check_same_on_all_ranks(comm, static_cast<double>(model->table().total() + (pm.gen ? pm.gen->table().total() : 0)),
+                            "the number of parameters");
   }
   // A checkpoint resumed at another world size keeps its global batch: the accumulation adjusts
   // (same micro-batch), so the run continues with the same steps and data order.
@@ -141,6 +242,7 @@ int run_pretraining(const PretrainOptions& o) {
     st.cursor = DataCursor{};
     st.rng = Rng{o.seed, 0};
     opt.step = 0;
+    pm.gen_opt.step = 0;
     if (lead) std::cerr << "pretrain: phase 2 starts after phase-1 step " << st.step_offset << "\n";
   }
   BERTCC_CHECK(!loaded || o.phase2 || st.phase == 1, o.output_dir,
@@ -159,6 +261,7 @@ int run_pretraining(const PretrainOptions& o) {
            {"learning_rate", o.learning_rate},
            {"max_steps", o.max_steps},
            {"warmup_proportion", o.warmup_proportion},
+           {"model_type", pm.electra ? "electra" : "bert"},
            {"optimizer", o.optimizer},
            {"precision", o.precision},
            {"seed", o.seed},
@@ -169,40 +272,84 @@ int run_pretraining(const PretrainOptions& o) {
            {"phase", st.phase},
            {"phase1_end_step", st.step_offset}})
     params[k] = v;
+  if (pm.electra) {
+    params["generator_hidden_size"] = pm.gen->config().hidden_size;
+    params["disc_weight"] = o.disc_weight;
+  }
   if (lead) log->log("PARAMETER", params);
+  if (lead && pm.electra)
+    std::cerr << "pretrain: ELECTRA: discriminator " << model->table().total() << " parameters (hidden "
+              << model->config().hidden_size << "), generator " << pm.gen->table().total() << " (hidden "
+              << pm.gen->config().hidden_size << "), shared embeddings; discriminator weight " << o.disc_weight << "\n";
 
   // Held-out evaluation: the first eval_batches micro-batches of the eval shards, dropout off;
   // batch b is evaluated by rank b % W and the sums are reduced, so every world size reports the
   // same metrics.
   std::unique_ptr<PretrainLoader> eval_loader;
   if (!o.eval_dir.empty()) eval_loader = std::make_unique<PretrainLoader>(list_shards(o.eval_dir), micro, o.seed, mopt);
-  auto evaluate = [&]() {
+  auto evaluate_electra = [&]() {
     DataCursor c;
-    PretrainLoss sum;
-    double loss = 0;
-    int64_t nsp_n = 0;
+    // One row of sums per batch (zero on the ranks that did not evaluate it), summed in batch order
+    // after the all-reduce: the same bits at every world size.
+    std::vector<double> rows(static_cast<size_t>(o.eval_batches) * kElectraSums, 0.0);
+    ElectraStepOptions so;
+    so.disc_weight = static_cast<float>(o.disc_weight);
+    for (int64_t b = 0; b < o.eval_batches; ++b) {
+      const BertBatch batch = eval_loader->next(c);
+      if (b % W != R) continue;
+      batch.validate(model->config(), batch.source);
+      Rng r = micro_batch_rng(o.seed, 0, -1, b);  // the sampling noise of eval batch b, whatever the world size
+      add_electra(rows.data() + b * kElectraSums, electra_step(*pm.gen, *model, batch, false, false, prec, r, so));
+    }
+    comm.allreduce_sum(rows.data(), rows.size());
+    double sums[kElectraSums] = {};
+    for (int64_t b = 0; b < o.eval_batches; ++b)
+      for (size_t i = 0; i < kElectraSums; ++i) sums[i] += rows[b * kElectraSums + i];
+    if (!lead) return;
+    nlohmann::ordered_json d;
+    electra_metrics(sums, o.disc_weight, "eval.", d);
+    log->log({st.cursor.epoch, st.step + st.step_offset}, d);
+    for (auto it = d.begin(); it != d.end(); ++it)
+      tb->scalar("eval/" + it.key().substr(5), it.value().get<float>(), st.step + st.step_offset);
+    std::printf("%seval at step %lld: loss %.4f, generator loss %.4f accuracy %.4f, discriminator loss %.4f accuracy "
+                "%.4f precision %.4f recall %.4f (%lld masked, %lld replaced)\n",
+                ::isatty(1) ? "\n" : "", static_cast<long long>(st.step + st.step_offset), d["eval.loss"].get<double>(),
+                d["eval.generator_loss"].get<double>(), d["eval.generator_accuracy"].get<double>(),
+                d["eval.discriminator_loss"].get<double>(), d["eval.discriminator_accuracy"].get<double>(),
+                d["eval.discriminator_precision"].get<double>(), d["eval.discriminator_recall"].get<double>(),
+                static_cast<long long>(sums[2]), static_cast<long long>(sums[6]));
+    std::fflush(stdout);
+  };
+  auto evaluate = [&]() {
+    if (pm.electra) return evaluate_electra();
+    DataCursor c;
+    // Per-batch rows {loss, masked, MLM correct, NSP correct, sequences}, zero where another rank
+    // evaluated the batch, summed in batch order after the all-reduce (same bits at every world size).
+    std::vector<double> rows(static_cast<size_t>(o.eval_batches) * 5, 0.0);
     Rng eval_rng{0, 0};
     for (int64_t b = 0; b < o.eval_batches; ++b) {
       const BertBatch batch = eval_loader->next(c);
       if (b % W != R) continue;
       batch.validate(model->config(), batch.source);
       const PretrainLoss l = model->pretrain_step(batch, false, false, prec, eval_rng);
-      loss += l.loss;
-      sum.mlm_count += l.mlm_count;
-      sum.mlm_correct += l.mlm_correct;
-      sum.nsp_correct += l.nsp_correct;
-      nsp_n += batch.B;
+      double* row = rows.data() + b * 5;
+      row[0] = l.loss;
+      row[1] = static_cast<double>(l.mlm_count);
+      row[2] = static_cast<double>(l.mlm_correct);
+      row[3] = static_cast<double>(l.nsp_correct);
+      row[4] = static_cast<double>(batch.B);
     }
-    if (W > 1) {
-      double v[5] = {loss, static_cast<double>(sum.mlm_count), static_cast<double>(sum.mlm_correct),
-                     static_cast<double>(sum.nsp_correct), static_cast<double>(nsp_n)};
-      comm.allreduce_sum(v, 5);
-      loss = v[0];
-      sum.mlm_count = static_cast<int64_t>(v[1]);
-      sum.mlm_correct = static_cast<int64_t>(v[2]);
-      sum.nsp_correct = static_cast<int64_t>(v[3]);
-      nsp_n = static_cast<int64_t>(v[4]);
+    if (W > 1) comm.allreduce_sum(rows.data(), rows.size());
+    double loss = 0, v[4] = {0, 0, 0, 0};
+    for (int64_t b = 0; b < o.eval_batches; ++b) {
+      loss += rows[b * 5];
+      for (int i = 0; i < 4; ++i) v[i] += rows[b * 5 + 1 + i];
     }
+    PretrainLoss sum;
+    sum.mlm_count = static_cast<int64_t>(v[0]);
+    sum.mlm_correct = static_cast<int64_t>(v[1]);
+    sum.nsp_correct = static_cast<int64_t>(v[2]);
+    const int64_t nsp_n = static_cast<int64_t>(v[3]);
     if (!lead) return;
     nlohmann::ordered_json d;
     d["eval.loss"] = loss / static_cast<double>(o.eval_batches);
@@ -237,11 +384,25 @@ int run_pretraining(const PretrainOptions& o) {
     AdamState full;
     if (shards) full = shards->gather_full(comm, opt);
     watchdog.beat("writing a checkpoint (rank 0)", st.step + st.step_offset, /*paused=*/true);
-    if (lead) save_checkpoint(o.output_dir, *model, shards ? full : opt, st, o.vocab, o.keep_checkpoints);
+    if (lead) {
+      if (shards)
+        save_checkpoint(o.output_dir, *model, full, st, o.vocab, o.keep_checkpoints);
+      else
+        save_checkpoint(o.output_dir, pm.parts(), st, o.vocab, o.keep_checkpoints);
+    }
     comm.barrier();  // the other ranks wait here, unwatched, however long the file system takes
     watchdog.beat("after a checkpoint", st.step + st.step_offset);
   };
-  GradSync sync(comm, o.dp, *model, "pretrain");
+  // One gradient synchroniser per model. ELECTRA's discriminator receives the generator's share of the
+  // embedding gradients after both backward passes, so its buckets are not reduced during backward.
+  const std::vector<Bert*> models = pm.all();
+  std::vector<std::unique_ptr<GradSync>> syncs;
+  if (!pm.electra)
+    syncs.push_back(std::make_unique<GradSync>(comm, o.dp, *model, "pretrain"));
+  else
+    for (size_t i = 0; i < models.size(); ++i)
+      syncs.push_back(std::make_unique<GradSync>(
+          comm, wire, static_cast<size_t>(std::max(1.0, o.dp.bucket_cap_mb * 1048576.0 / sizeof(float))), false));
   bool stopped = false;
   while (st.step < o.max_steps) {
     watchdog.beat("loading the step's batches", st.step + st.step_offset);
@@ -250,14 +411,17 @@ int run_pretraining(const PretrainOptions& o) {
     // One small all-reduce per step: the global masked-token count (the MLM loss is the mean over
     // every masked token of the global batch) and the stop flag (a signal to any rank stops all
     // ranks at the same step).
-    double head[2] = {0, stop_signal() ? 1.0 : 0.0};
+    // ELECTRA's discriminator loss is the mean over the real tokens: their count too.
+    double head[3] = {0, 0, stop_signal() ? 1.0 : 0.0};
     for (const BertBatch& b : batches) {
       b.validate(model->config(), b.source);  // ids, positions, labels in range before they index anything
       for (int32_t label : b.mlm_labels) head[0] += label != -1;
+      if (pm.electra)
+        for (int32_t m : b.input_mask) head[1] += m != 0;
     }
     watchdog.beat("the step's first all-reduce", st.step + st.step_offset);
-    comm.allreduce_sum(head, 2);
-    if (head[1] > 0) {
+    comm.allreduce_sum(head, 3);
+    if (head[2] > 0) {
       stopped = true;
       break;
     }
@@ -266,32 +430,56 @@ int run_pretraining(const PretrainOptions& o) {
     const float mlm_denom = static_cast<float>(std::max(1.0, head[0]));
     const float nsp_denom = static_cast<float>(global_batch);
     watchdog.beat("forward/backward", st.step + st.step_offset);
-    model->zero_grad();
-    double loss_sums[2] = {0, 0};  // MLM and NSP cross-entropy sums over this rank's micro-batches
+    for (Bert* m : models) m->zero_grad();
+    // BERT: MLM and NSP cross-entropy sums over this rank's micro-batches; ELECTRA: add_electra's.
+    std::vector<double> loss_sums(pm.electra ? kElectraSums : 2, 0.0);
+    ElectraStepOptions so;
+    so.disc_weight = static_cast<float>(o.disc_weight);
+    so.loss_scale = scale;
+    so.mlm_denom = mlm_denom;
+    so.disc_denom = static_cast<float>(std::max(1.0, head[1]));
     for (int64_t a = 0; a < A; ++a) {
       const BertBatch& batch = batches[static_cast<size_t>(a)];
       Rng rng = micro_batch_rng(o.seed, st.phase, st.step, R * A + a);
-      sync.before(a, A, model->grads());
-      const PretrainLoss l = model->pretrain_step(batch, true, true, prec, rng, scale, mlm_denom, nsp_denom);
-      sync.after(a, A, model->grads());
-      loss_sums[0] += l.mlm_loss_sum;
-      loss_sums[1] += l.nsp_loss_sum;
+      for (size_t i = 0; i < models.size(); ++i) syncs[i]->before(a, A, models[i]->grads());
+      if (pm.electra) {
+        add_electra(loss_sums.data(), electra_step(*pm.gen, *model, batch, true, true, prec, rng, so));
+      } else {
+        const PretrainLoss l = model->pretrain_step(batch, true, true, prec, rng, scale, mlm_denom, nsp_denom);
+        loss_sums[0] += l.mlm_loss_sum;
+        loss_sums[1] += l.nsp_loss_sum;
+      }
+      for (size_t i = 0; i < models.size(); ++i) syncs[i]->after(a, A, models[i]->grads());
       if (lead) seqs_since += batch.B * W;  // for the logged rate
     }
     // Gradients reduced once per optimizer step, after accumulation (NVIDIA's
     // allreduce_post_accumulation), in buckets overlapped with the last micro-batch's backward;
     // every rank then holds the same global gradient.
     watchdog.beat("the gradient all-reduce", st.step + st.step_offset);
-    sync.finish(A, model->grads());
-    allreduce_seconds += sync.last_wait_seconds();
+    for (size_t i = 0; i < models.size(); ++i) {
+      syncs[i]->finish(A, models[i]->grads());
+      allreduce_seconds += syncs[i]->last_wait_seconds();
+    }
     ++allreduce_steps;
-    comm.allreduce_sum(loss_sums, 2);
+    comm.allreduce_sum(loss_sums.data(), loss_sums.size());
+    // BERT: MLM and NSP; ELECTRA: generator MLM and discriminator losses (global means).
     const double mlm_loss = head[0] > 0 ? loss_sums[0] / head[0] : 0.0;
-    const double nsp_loss = loss_sums[1] / static_cast<double>(global_batch);
-    const double step_loss = mlm_loss + nsp_loss;
+    const double nsp_loss = pm.electra ? loss_sums[1] / std::max(1.0, head[1])
+                                       : loss_sums[1] / static_cast<double>(global_batch);
+    const double step_loss = pm.electra ? mlm_loss + o.disc_weight * nsp_loss : mlm_loss + nsp_loss;
+    // The global gradient norm over every trained model (ELECTRA: one optimizer over both).
+    auto grad_norm = [&]() {
+      if (models.size() == 1) return global_norm(model->grads().data(), model->grads().size());
+      double sq = 0;
+      for (Bert* m : models) {
+        const double n = global_norm(m->grads().data(), m->grads().size());
+        sq += n * n;
+      }
+      return std::sqrt(sq);
+    };
     // Unscale (fp16 loss scale) and check for inf/NaN: an overflowing step is skipped and, with
     // dynamic scaling, the scale halves; after loss_scale_window clean steps it doubles.
-    const double gnorm = global_norm(model->grads().data(), model->grads().size());
+    const double gnorm = grad_norm();
     const bool overflow = !std::isfinite(gnorm) || !std::isfinite(step_loss);
     // NVIDIA's scheduler: the learning rate of optimizer step k uses progress k / max_steps.
     const float lr =
@@ -321,13 +509,19 @@ int run_pretraining(const PretrainOptions& o) {
       bad_run = 0;
       const float unscale = static_cast<float>(1.0 / st.loss_scale);
       if (unscale != 1.0f)
-        for (auto& g : model->grads()) g *= unscale;
+        for (Bert* m : models)
+          for (auto& g : m->grads()) g *= unscale;
       // Without loss scaling, the norm computed for the overflow check serves the optimizer's clipping.
-      const double norm = unscale == 1.0f ? gnorm : global_norm(model->grads().data(), model->grads().size());
-      if (o.optimizer == "lamb")
-        lamb_step(model->table(), model->params().data(), model->grads().data(), opt, lr, lamb, norm);
-      else
-        adamw_step(model->table(), model->params().data(), model->grads().data(), opt, lr, adamw, norm);
+      const double norm = unscale == 1.0f ? gnorm : grad_norm();
+      for (const CheckpointPart& p : pm.parts()) {
+        Bert& m = *p.model;
+        if (o.optimizer == "lamb")
+          lamb_step(m.table(), m.params().data(), m.grads().data(), *p.opt, lr, lamb, norm);
+        else
+          adamw_step(m.table(), m.params().data(), m.grads().data(), *p.opt, lr, adamw, norm);
+      }
+      // ELECTRA: the generator's copies of the shared embeddings follow the discriminator's.
+      if (pm.electra) electra_share_embeddings(*pm.main, *pm.gen);
       if (shards) {  // every rank updated its own tensors: share them
         watchdog.beat("the ZeRO-1 parameter all-gather", st.step + st.step_offset);
         shards->allgather_params(comm, model->params().data());
@@ -345,9 +539,13 @@ int run_pretraining(const PretrainOptions& o) {
       t_last = now;
       seqs_since = 0;
       nlohmann::ordered_json d;
-      d["loss"] = step_loss;
-      d["mlm_loss"] = mlm_loss;
-      d["nsp_loss"] = nsp_loss;
+      if (pm.electra) {
+        electra_metrics(loss_sums.data(), o.disc_weight, "", d);
+      } else {
+        d["loss"] = step_loss;
+        d["mlm_loss"] = mlm_loss;
+        d["nsp_loss"] = nsp_loss;
+      }
       d["learning_rate"] = lr;
       d["loss_scale"] = st.loss_scale;
       d["skipped_steps"] = skipped_total;
@@ -356,12 +554,18 @@ int run_pretraining(const PretrainOptions& o) {
       allreduce_seconds = 0;
       allreduce_steps = 0;
       log->log({st.cursor.epoch, st.step + st.step_offset}, d);
-      for (const char* k : {"loss", "mlm_loss", "nsp_loss", "learning_rate", "seq_per_s"})
-        tb->scalar(std::string("train/") + k, d[k].get<float>(), st.step + st.step_offset);
-      char line[200];
-      std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (mlm %.4f nsp %.4f) lr %.3g %.1f seq/s",
-                    static_cast<long long>(st.step), static_cast<long long>(o.max_steps), step_loss, mlm_loss,
-                    nsp_loss, lr, sps);
+      for (auto it = d.begin(); it != d.end(); ++it)
+        if (it.key() != "skipped_steps" && it.key() != "loss_scale" && it.key() != "allreduce_wait_s")
+          tb->scalar("train/" + it.key(), it.value().get<float>(), st.step + st.step_offset);
+      char line[240];
+      if (pm.electra)
+        std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (gen %.4f acc %.3f, disc %.4f acc %.3f) lr %.3g %.1f seq/s",
+                      static_cast<long long>(st.step), static_cast<long long>(o.max_steps), step_loss, mlm_loss,
+                      d["generator_accuracy"].get<double>(), nsp_loss, d["discriminator_accuracy"].get<double>(), lr, sps);
+      else
+        std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (mlm %.4f nsp %.4f) lr %.3g %.1f seq/s",
+                      static_cast<long long>(st.step), static_cast<long long>(o.max_steps), step_loss, mlm_loss,
+                      nsp_loss, lr, sps);
       if (tty) {
         const int width = 30, done = static_cast<int>(width * st.step / o.max_steps);
         std::printf("\r[%.*s%*s] %s", done, "##############################", width - done, "", line);
@@ -379,7 +583,14 @@ int run_pretraining(const PretrainOptions& o) {
   if (eval_loader && st.step >= o.max_steps) evaluate();
   save();
   if (lead) {
-    if (st.step >= o.max_steps) save_model_dir(*model, o.output_dir + "/model", o.vocab);
+    if (st.step >= o.max_steps) {
+      if (pm.electra) {  // as NVIDIA's ELECTRA writes them: discriminator/ (fine-tune this) and generator/
+        save_model_dir(*pm.main, o.output_dir + "/discriminator", o.vocab);
+        save_model_dir(*pm.gen, o.output_dir + "/generator", o.vocab);
+      } else {
+        save_model_dir(*model, o.output_dir + "/model", o.vocab);
+      }
+    }
     std::cerr << (stopped ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
               << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset << "\n";
   }
