@@ -19,6 +19,15 @@ struct ElectraLoss {
   int64_t replaced_hit = 0, predicted_replaced = 0;     // true positives, positives (precision = hit / predicted)
 };
 
+// Google's generator for a discriminator: the same depth and embeddings, hidden size
+// round(hidden x fraction) (fraction <= 0: Google's, 1/3 for hidden 768 (base), else 1/4), one
+// attention head per 64, intermediate 4 x hidden.
+BertConfig electra_generator_config(const BertConfig& disc, double fraction = 0);
+
+// Forward FLOPs of one ELECTRA step (matrix products only, as Bert::forward_flops): generator
+// encoder and MLM head on the M masked positions, discriminator encoder and head on every token.
+double electra_forward_flops(const BertConfig& disc, const BertConfig& gen, int64_t B, int64_t T, int64_t M);
+
 // The generator's shared embedding tensors take the discriminator's values (call after every update).
 void electra_share_embeddings(const Bert& disc, Bert& gen);
 

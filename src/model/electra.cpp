@@ -14,6 +14,30 @@ const char* const kShared[] = {"bert.embeddings.word_embeddings.weight", "bert.e
                                "bert.embeddings.LayerNorm.bias"};
 }  // namespace
 
+BertConfig electra_generator_config(const BertConfig& disc, double fraction) {
+  if (fraction <= 0) fraction = disc.hidden_size == 768 ? 1.0 / 3.0 : 0.25;
+  BERTCC_CHECK(fraction <= 1, "--generator-hidden-size ", fraction, " must be in (0, 1]");
+  BertConfig g = disc;
+  g.model_type = "electra";
+  g.hidden_size = static_cast<int>(std::max<long long>(1, std::llround(disc.hidden_size * fraction)));
+  g.num_attention_heads = std::max(1, g.hidden_size / 64);
+  BERTCC_CHECK(g.hidden_size % g.num_attention_heads == 0, "generator hidden size ", g.hidden_size,
+               " is not a multiple of its ", g.num_attention_heads, " heads (choose another --generator-hidden-size)");
+  g.intermediate_size = 4 * g.hidden_size;
+  g.embedding_size = disc.embedding_dim();
+  return g;
+}
+
+double electra_forward_flops(const BertConfig& disc, const BertConfig& gen, int64_t B, int64_t T, int64_t M) {
+  const double N = static_cast<double>(B * T), E = disc.embedding_dim(), V = disc.vocab_size;
+  auto encoder = [&](const BertConfig& c) {  // Bert::forward_flops without the pooler, plus embeddings_project
+    const double C = c.hidden_size;
+    return Bert::forward_flops(c, B, T, 0, false) - 2.0 * static_cast<double>(B) * C * C + (E != C ? 2 * N * E * C : 0);
+  };
+  const double Cd = disc.hidden_size, Cg = gen.hidden_size;
+  return encoder(disc) + 2 * N * Cd * Cd + 2 * N * Cd + encoder(gen) + 2.0 * static_cast<double>(M) * (Cg * E + E * V);
+}
+
 void electra_share_embeddings(const Bert& disc, Bert& gen) {
   for (const char* n : kShared) {
     const ParamEntry& d = disc.table().at(n);

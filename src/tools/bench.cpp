@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "bertcc/bert.h"
+#include "bertcc/electra.h"
 #include "bertcc/optim.h"
 #include "bertcc/runtime.h"
 #include "kernels/gemm.h"
@@ -53,8 +55,11 @@ void add_bench(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("bench", "Throughput on random data: train (pre-training forward+backward+LAMB), squad (BertForQuestionAnswering "
-                                 "fine-tuning step: forward+backward+AdamW) or infer (BertModel forward)");
-  sub->add_option("mode", o->mode, "train | squad | infer")->required()->check(CLI::IsMember({"train", "squad", "infer"}));
+                                 "fine-tuning step: forward+backward+AdamW), infer (BertModel forward) or electra "
+                                 "(ELECTRA pre-training step: generator, sampling, discriminator, LAMB over both)");
+  sub->add_option("mode", o->mode, "train | squad | infer | electra")
+      ->required()
+      ->check(CLI::IsMember({"train", "squad", "infer", "electra"}));
   sub->add_option("--config", o->config,
                   "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
   sub->add_option("--batch", o->batch, "sequences per step")->check(CLI::PositiveNumber);
@@ -68,13 +73,24 @@ void add_bench(CLI::App& app) {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
     BertConfig cfg = config_from_name_or_path(o->config);
-    const bool train = o->mode == "train", squad = o->mode == "squad";
+    const bool electra = o->mode == "electra";
+    const bool train = o->mode == "train" || electra, squad = o->mode == "squad";
     const int64_t B = o->batch, T = o->seq;
     const int64_t P = o->max_pred > 0 ? o->max_pred : std::max<int64_t>(1, (T * 20 + 64) / 128);
     if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);
     std::cerr << describe_backend(prec == Precision::BF16) << "\n";
-    Bert model(cfg, train ? Heads::PreTraining : squad ? Heads::QuestionAnswering : Heads::None);
+    if (electra) cfg.model_type = "electra";
+    Bert model(cfg, electra ? Heads::Discriminator : train ? Heads::PreTraining : squad ? Heads::QuestionAnswering : Heads::None);
     model.init_weights(1);
+    // ELECTRA: Google's generator for this discriminator, sharing its embeddings.
+    const BertConfig gcfg = electra_generator_config(cfg);
+    std::unique_ptr<Bert> gen;
+    AdamState gen_state;
+    if (electra) {
+      gen = std::make_unique<Bert>(gcfg, Heads::Generator);
+      gen->init_weights(2);
+      electra_share_embeddings(model, *gen);
+    }
     BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2);
     for (int64_t r = 0; r < B; ++r) {  // answer spans for the QA head
       batch.start_positions.push_back(static_cast<int32_t>((r * 37) % T));
@@ -86,7 +102,17 @@ void add_bench(CLI::App& app) {
     LambOptions lamb;
     int64_t masked = 0;
     auto step = [&]() {
-      if (train) {
+      if (electra) {
+        model.zero_grad();
+        gen->zero_grad();
+        masked = electra_step(*gen, model, batch, true, true, prec, rng).masked;
+        const double gn = global_norm(gen->grads().data(), gen->grads().size());
+        const double dn = global_norm(model.grads().data(), model.grads().size());
+        const double norm = std::sqrt(gn * gn + dn * dn);
+        lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb, norm);
+        lamb_step(gen->table(), gen->params().data(), gen->grads().data(), gen_state, 1e-4f, lamb, norm);
+        electra_share_embeddings(model, *gen);
+      } else if (train) {
         model.zero_grad();
         masked = model.pretrain_step(batch, true, true, prec, rng).mlm_count;
         lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb);
@@ -108,7 +134,8 @@ void add_bench(CLI::App& app) {
     double total = 0;
     for (double t : times) total += t;
     const double mean = total / static_cast<double>(times.size());
-    const double fwd = Bert::forward_flops(cfg, B, T, train ? masked : 0, train);
+    const double fwd = electra ? electra_forward_flops(cfg, gcfg, B, T, masked)
+                               : Bert::forward_flops(cfg, B, T, train ? masked : 0, train);
     const double flops = train || squad ? 3.0 * fwd : fwd;
     const double probe = kernels::gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
     nlohmann::ordered_json j;
@@ -117,6 +144,7 @@ void add_bench(CLI::App& app) {
     j["precision"] = o->precision;
     j["batch"] = B;
     j["seq"] = T;
+    if (electra) j["generator_hidden_size"] = gcfg.hidden_size;
     j["threads"] = threads();
     j["steps"] = o->steps;
     j["step_ms"] = mean * 1e3;

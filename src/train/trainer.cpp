@@ -28,21 +28,6 @@ namespace bertcc {
 
 namespace {
 
-// Google's ELECTRA generator: the discriminator's depth and embeddings, hidden size a fraction of
-// the discriminator's (1/4 small and large, 1/3 base), one head per 64, intermediate 4 x hidden.
-BertConfig generator_config(const BertConfig& disc, double fraction) {
-  if (fraction <= 0) fraction = disc.hidden_size == 768 ? 1.0 / 3.0 : 0.25;
-  BERTCC_CHECK(fraction <= 1, "--generator-hidden-size ", fraction, " must be in (0, 1]");
-  BertConfig g = disc;
-  g.hidden_size = std::max<int64_t>(1, std::llround(static_cast<double>(disc.hidden_size) * fraction));
-  g.num_attention_heads = std::max<int64_t>(1, g.hidden_size / 64);
-  BERTCC_CHECK(g.hidden_size % g.num_attention_heads == 0, "generator hidden size ", g.hidden_size,
-               " is not a multiple of its ", g.num_attention_heads, " heads (choose another --generator-hidden-size)");
-  g.intermediate_size = 4 * g.hidden_size;
-  g.embedding_size = disc.embedding_dim();
-  return g;
-}
-
 // The models a pre-training run trains: BERT (MLM + NSP), or ELECTRA's discriminator and generator
 // (sharing their embeddings; one optimizer over both, one global gradient norm).
 struct PretrainModels {
@@ -134,7 +119,7 @@ int run_pretraining(const PretrainOptions& o) {
     pm.electra = o.model_type.empty() ? cfg.electra() : o.model_type == "electra";
     if (pm.electra) {
       cfg.model_type = "electra";
-      BertConfig gcfg = o.generator_config.empty() ? generator_config(cfg, o.generator_hidden_size)
+      BertConfig gcfg = o.generator_config.empty() ? electra_generator_config(cfg, o.generator_hidden_size)
                                                    : config_from_name_or_path(o.generator_config);
       gcfg.model_type = "electra";
       if (vocab) gcfg.vocab_size = vocab->size();

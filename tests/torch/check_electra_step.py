@@ -59,13 +59,16 @@ def shapes(cfg, head):
     return s
 
 
-def electra(P, cfg, head, ids, seg, mask, labels):
-    """HF ElectraForPreTraining / ElectraForMaskedLM .forward, dropout off."""
+def electra(P, cfg, head, ids, seg, mask, labels, dropout=0.0):
+    """HF ElectraForPreTraining / ElectraForMaskedLM .forward; dropout (training) where HF applies it:
+    after the embeddings' LayerNorm, on the attention probabilities and after both output denses."""
     B, T = ids.shape
     C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
     HS = C // NH
     eps = cfg["layer_norm_eps"]
-    ln = lambda x, n: F.layer_norm(x, (x.shape[-1],), P[n + ".weight"], P[n + ".bias"], eps)
+    # (bf16 autocast, as the bench peer runs it: LayerNorm in fp32, torch 1.13's CPU autocast does not)
+    ln = lambda x, n: F.layer_norm(x.float() if x.dtype == torch.bfloat16 else x, (x.shape[-1],), P[n + ".weight"],
+                                   P[n + ".bias"], eps)
     lin = lambda x, n: F.linear(x, P[n + ".weight"], P[n + ".bias"])
     act = (lambda x: F.gelu(x)) if cfg["hidden_act"] == "gelu" else (
         lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3)))))
@@ -73,7 +76,8 @@ def electra(P, cfg, head, ids, seg, mask, labels):
     h = (F.embedding(ids, P[e + "word_embeddings.weight"], padding_idx=0)
          + P[e + "position_embeddings.weight"][torch.arange(T)][None]
          + F.embedding(seg, P[e + "token_type_embeddings.weight"]))
-    h = ln(h, e + "LayerNorm")
+    drop = lambda x: F.dropout(x, dropout, dropout > 0)
+    h = drop(ln(h, e + "LayerNorm"))
     if "electra.embeddings_project.weight" in P:
         h = lin(h, "electra.embeddings_project")
     mask_add = ((1.0 - mask.to(h.dtype)) * -10000.0)[:, None, None, :]
@@ -82,10 +86,10 @@ def electra(P, cfg, head, ids, seg, mask, labels):
         q = lin(h, p + "attention.self.query").view(B, T, NH, HS).transpose(1, 2)
         k = lin(h, p + "attention.self.key").view(B, T, NH, HS).transpose(1, 2)
         v = lin(h, p + "attention.self.value").view(B, T, NH, HS).transpose(1, 2)
-        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(HS) + mask_add, dim=-1)
+        a = drop(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(HS) + mask_add, dim=-1))
         ctx = (a @ v).transpose(1, 2).reshape(B, T, C)
-        h1 = ln(lin(ctx, p + "attention.output.dense") + h, p + "attention.output.LayerNorm")
-        h = ln(lin(act(lin(h1, p + "intermediate.dense")), p + "output.dense") + h1, p + "output.LayerNorm")
+        h1 = ln(drop(lin(ctx, p + "attention.output.dense")) + h, p + "attention.output.LayerNorm")
+        h = ln(drop(lin(act(lin(h1, p + "intermediate.dense")), p + "output.dense")) + h1, p + "output.LayerNorm")
     if head == "qa":  # ElectraForQuestionAnswering: mean of start and end CE, positions clamped to T
         lg = lin(h, "qa_outputs")
         st_, en_ = lg[..., 0], lg[..., 1]
