@@ -48,10 +48,13 @@ struct FinetuneLoss {
 // Discriminator = HF's ElectraForPreTraining (replaced-token detection on every token; ELECTRA has
 // no pooler).
 // Generator = HF's ElectraForMaskedLM (pretrain_step without NSP).
+// JointQuestionAnswering = the joint SQuAD head of XLNet and NVIDIA's ELECTRA (start_logits,
+// end_logits conditioned on the start, answer_class for SQuAD 2.0) with beam search at inference.
 enum class Heads {
   None,
   PreTraining,
   QuestionAnswering,
+  JointQuestionAnswering,
   SequenceClassification,
   TokenClassification,
   Discriminator,
@@ -61,6 +64,9 @@ const char* architecture_name(Heads h);
 // The HF class name for a model type: BertFor... or, with `electra`, ElectraModel / ElectraFor...
 std::string architecture_name(Heads h, bool electra);
 bool has_pooler(Heads h);
+
+// Floats per row of the joint QA head's beam-search output (start_n_top, end_n_top default 4).
+int joint_qa_output_size(const BertConfig& c);
 
 class Bert {
  public:
@@ -111,6 +117,14 @@ class Bert {
   FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f);
   const std::vector<float>& head_logits() const { return head_logits_; }
+  // JointQuestionAnswering (finetune_step calls it). With start/end positions (in the window;
+  // 0/0 = no answer: answer class 1): loss = (CE(start) + CE(end | true start)) / 2 +
+  // 0.5 BCE(answer class), means over the rows; head_logits() = start [B*T], end [B*T], class [B].
+  // Without positions: beam search; head_logits() per row (joint_qa_output_size floats): the
+  // start_n_top start log-probabilities, their positions, start_n_top x end_n_top end
+  // log-probabilities, their positions (start-major), then the answer-class logit.
+  FinetuneLoss joint_qa_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                             float loss_scale = 1.0f);
   // ELECTRA's discriminator (Heads::Discriminator): logits = dense_prediction(act(dense(h))) per
   // token, into head_logits() [B*T]; the loss is HF's: binary cross-entropy with logits, mean over
   // the tokens with input_mask 1 (batch.labels [B*T]: 1 = replaced, 0 = original, -100 = ignored).

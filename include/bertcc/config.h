@@ -30,6 +30,9 @@ struct BertConfig {
   std::vector<std::string> id2label;
   float classifier_dropout = -1.0f;
   std::string finetuning_task;
+  // The joint SQuAD head (XLNet's / NVIDIA ELECTRA's beam search): start positions kept, ends kept
+  // per start (config keys as XLNet's; 0 = not set, 4 used).
+  int start_n_top = 0, end_n_top = 0;
 
   int num_labels() const { return static_cast<int>(id2label.size()); }
   float head_dropout() const { return classifier_dropout >= 0 ? classifier_dropout : hidden_dropout_prob; }

@@ -60,12 +60,18 @@ struct SquadDecodeOptions {
   int n_best_size = 20, max_answer_length = 30;
   bool v2 = false;
   double null_score_diff_threshold = 0.0;
+  // > 0: the results are the joint head's beams (Bert::joint_qa_step, start_n_top x end_n_top),
+  // decoded as NVIDIA's ELECTRA get_answers with joint_head: candidates are the valid beam spans
+  // scored by start + end log-probability; for v2.0 the null score is the smallest answer-class
+  // logit over the question's windows, and null is predicted when it exceeds the threshold.
+  int start_n_top = 0, end_n_top = 0;
 };
 struct SquadOutput {
   nlohmann::ordered_json predictions, nbest, null_odds;  // id -> text / n-best list / score diff
   std::vector<int64_t> answer_byte_begin;  // per example: byte offset of the answer in the context (-1 if none)
 };
-// `logits[i]` holds window i's [T,2] (start, end) logits for at least its tokens.
+// `logits[i]` holds window i's [T,2] (start, end) logits for at least its tokens (joint head: its
+// joint_qa_output_size beam floats).
 SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
                          const SquadFeatures& feats, const std::vector<std::vector<float>>& logits,
                          const SquadDecodeOptions& o);

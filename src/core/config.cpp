@@ -38,6 +38,8 @@ void BertConfig::validate(const std::string& where) const {
   BERTCC_CHECK(attention_probs_dropout_prob >= 0 && attention_probs_dropout_prob < 1, where,
                ": field 'attention_probs_dropout_prob' must be in [0, 1)");
   BERTCC_CHECK(classifier_dropout < 1, where, ": field 'classifier_dropout' must be below 1");
+  BERTCC_CHECK(start_n_top >= 0 && start_n_top <= 64 && end_n_top >= 0 && end_n_top <= 64, where,
+               ": fields 'start_n_top' and 'end_n_top' must be in [0, 64]");
   BERTCC_CHECK(layer_norm_eps > 0, where, ": field 'layer_norm_eps' must be positive");
   try {
     (void)activation();
@@ -81,6 +83,8 @@ BertConfig load_config(const std::string& path) {
   get_int("max_position_embeddings", c.max_position_embeddings, false);
   get_int("type_vocab_size", c.type_vocab_size, false);
   get_int("embedding_size", c.embedding_size, false);
+  get_int("start_n_top", c.start_n_top, false);
+  get_int("end_n_top", c.end_n_top, false);
   if (j.contains("model_type")) {
     BERTCC_CHECK(j["model_type"].is_string(), path, ": field 'model_type' must be a string");
     c.model_type = j["model_type"].get<std::string>();
@@ -169,6 +173,8 @@ void save_config(const BertConfig& c, const std::string& path, const std::string
   }
   if (c.classifier_dropout >= 0) j["classifier_dropout"] = shortest_decimal(c.classifier_dropout);
   if (!c.finetuning_task.empty()) j["finetuning_task"] = c.finetuning_task;
+  if (c.start_n_top > 0) j["start_n_top"] = c.start_n_top;
+  if (c.end_n_top > 0) j["end_n_top"] = c.end_n_top;
   write_file_atomic(path, j.dump(2) + "\n");
 }
 

@@ -68,6 +68,7 @@ BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector
         std::copy(x.token_labels.begin(), x.token_labels.end(), b.labels.begin() + r * T);
         break;
       case Heads::QuestionAnswering:
+      case Heads::JointQuestionAnswering:
         b.start_positions.push_back(x.start);
         b.end_positions.push_back(x.end);
         break;

@@ -106,6 +106,25 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
       const SquadWindow& f = feats.windows[fi];
       const int ntok = static_cast<int>(feats.inputs[fi].input_ids.size());
       const std::vector<float>& lg = logits[fi];
+      if (o.start_n_top > 0) {  // the joint head's beams
+        const size_t K1 = static_cast<size_t>(o.start_n_top), K2 = static_cast<size_t>(o.end_n_top);
+        BERTCC_CHECK(lg.size() == 2 * K1 + 2 * K1 * K2 + 1, "squad_decode: feature ", fi, " has ", lg.size(),
+                     " beam values, expected ", 2 * K1 + 2 * K1 * K2 + 1);
+        if (o.v2 && lg.back() < score_null) {
+          score_null = lg.back();
+          null_feature = fi;
+        }
+        for (size_t i = 0; i < K1; ++i)
+          for (size_t j = 0; j < K2; ++j) {
+            const int s = static_cast<int>(lg[K1 + i]), t = static_cast<int>(lg[2 * K1 + K1 * K2 + i * K2 + j]);
+            if (s >= ntok || t >= ntok) continue;
+            if (f.token_to_orig[static_cast<size_t>(s)] < 0 || f.token_to_orig[static_cast<size_t>(t)] < 0) continue;
+            if (!f.max_context[static_cast<size_t>(s)]) continue;
+            if (t < s || t - s + 1 > o.max_answer_length) continue;
+            prelim.push_back({fi, s, t, lg[i], lg[2 * K1 + i * K2 + j]});
+          }
+        continue;
+      }
       BERTCC_CHECK(lg.size() >= static_cast<size_t>(2 * ntok), "squad_decode: feature ", fi, " has too few logits");
       std::vector<float> sl(static_cast<size_t>(ntok)), el(static_cast<size_t>(ntok));
       for (int t = 0; t < ntok; ++t) {
@@ -130,7 +149,8 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
           prelim.push_back({fi, s, t, sl[static_cast<size_t>(s)], el[static_cast<size_t>(t)]});
         }
     }
-    if (o.v2) prelim.push_back({null_feature, 0, 0, null_start, null_end});
+    const bool joint = o.start_n_top > 0;
+    if (o.v2 && !joint) prelim.push_back({null_feature, 0, 0, null_start, null_end});
     std::stable_sort(prelim.begin(), prelim.end(), [](const Prelim& a, const Prelim& b) {
       return a.start_logit + a.end_logit > b.start_logit + b.end_logit;
     });
@@ -165,7 +185,7 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
       }
       nbest.push_back({text, p.start_logit, p.end_logit, byte_begin});
     }
-    if (o.v2 && !seen.count("")) nbest.push_back({"", null_start, null_end, -1});
+    if (o.v2 && !joint && !seen.count("")) nbest.push_back({"", null_start, null_end, -1});
     if (nbest.empty()) nbest.push_back({"empty", 0.0f, 0.0f, -1});
     double mx = -INFINITY;
     for (const auto& n : nbest) mx = std::max(mx, static_cast<double>(n.start_logit + n.end_logit));
@@ -189,9 +209,11 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
       out.predictions[e.id] = nbest[0].text;
       out.answer_byte_begin[ei] = nbest[0].byte_begin;
     } else {
-      const double diff = best_non_null ? static_cast<double>(score_null) - best_non_null->start_logit -
-                                              best_non_null->end_logit
-                                        : INFINITY;
+      // joint head: the answer-class logit itself (NVIDIA's score_diff = null score)
+      const double diff = !best_non_null ? INFINITY
+                          : joint        ? static_cast<double>(score_null)
+                                         : static_cast<double>(score_null) - best_non_null->start_logit -
+                                        best_non_null->end_logit;
       out.null_odds[e.id] = std::isfinite(diff) ? diff : 1e30;
       if (diff > o.null_score_diff_threshold) {
         out.predictions[e.id] = "";

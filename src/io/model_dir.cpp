@@ -30,7 +30,8 @@ std::string canonical_param_name(const std::string& stored) {
   if (n.rfind("electra.", 0) == 0) n.replace(0, 8, "bert.");  // ELECTRA's encoder: the same internal names
   bool head = false;
   for (const char* h : {"bert.", "cls.", "qa_outputs.", "classifier.", "discriminator_predictions.",
-                        "generator_predictions.", "generator_lm_head."})
+                        "generator_predictions.", "generator_lm_head.", "start_logits.", "end_logits.",
+                        "answer_class."})
     head |= n.rfind(h, 0) == 0;
   if (!head) n.insert(0, "bert.");  // BertModel / ElectraModel checkpoints
   if (ends_with(n, "LayerNorm.gamma")) n = n.substr(0, n.size() - 5) + "weight";
@@ -51,7 +52,8 @@ static std::string shape_str(const std::vector<int64_t>& s) {
 static bool is_head_tensor(const std::string& n) {
   return n.rfind("cls.", 0) == 0 || n.rfind("qa_outputs.", 0) == 0 || n.rfind("classifier.", 0) == 0 ||
          n.rfind("bert.pooler.", 0) == 0 || n.rfind("discriminator_predictions.", 0) == 0 ||
-         n.rfind("generator_predictions.", 0) == 0 || n.rfind("generator_lm_head.", 0) == 0;
+         n.rfind("generator_predictions.", 0) == 0 || n.rfind("generator_lm_head.", 0) == 0 ||
+         n.rfind("start_logits.", 0) == 0 || n.rfind("end_logits.", 0) == 0 || n.rfind("answer_class.", 0) == 0;
 }
 
 namespace {
@@ -201,8 +203,8 @@ std::string architecture_of(const std::string& dir) {
 
 Heads architecture_heads(const std::string& dir) {
   const std::string a = architecture_of(dir);
-  for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification,
-                 Heads::Discriminator})
+  for (Heads h : {Heads::QuestionAnswering, Heads::JointQuestionAnswering, Heads::SequenceClassification,
+                 Heads::TokenClassification, Heads::Discriminator})
     if (a == architecture_name(h) || a == architecture_name(h, true)) return h;
   return Heads::None;
 }

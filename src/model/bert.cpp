@@ -58,6 +58,19 @@ static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
     t.add("qa_outputs.weight", {2, C}, true);
     t.add("qa_outputs.bias", {2}, false);
   }
+  if (heads == Heads::JointQuestionAnswering) {  // XLNet's PoolerStartLogits / PoolerEndLogits / PoolerAnswerClass
+    t.add("start_logits.dense.weight", {1, C}, true);
+    t.add("start_logits.dense.bias", {1}, false);
+    t.add("end_logits.dense_0.weight", {C, 2 * C}, true);
+    t.add("end_logits.dense_0.bias", {C}, false);
+    t.add("end_logits.LayerNorm.weight", {C}, false);
+    t.add("end_logits.LayerNorm.bias", {C}, false);
+    t.add("end_logits.dense_1.weight", {1, C}, true);
+    t.add("end_logits.dense_1.bias", {1}, false);
+    t.add("answer_class.dense_0.weight", {C, 2 * C}, true);
+    t.add("answer_class.dense_0.bias", {C}, false);
+    t.add("answer_class.dense_1.weight", {1, C}, true);  // no bias
+  }
   if (heads == Heads::SequenceClassification || heads == Heads::TokenClassification)
     BERTCC_CHECK(K > 0, "config: a classification model needs num_labels/id2label");
   if (heads == Heads::SequenceClassification && c.electra()) {  // HF ElectraClassificationHead
@@ -99,6 +112,7 @@ const char* architecture_name(Heads h) {
     case Heads::None: return "BertModel";
     case Heads::PreTraining: return "BertForPreTraining";
     case Heads::QuestionAnswering: return "BertForQuestionAnswering";
+    case Heads::JointQuestionAnswering: return "BertForQuestionAnsweringJoint";
     case Heads::SequenceClassification: return "BertForSequenceClassification";
     case Heads::TokenClassification: return "BertForTokenClassification";
     case Heads::Discriminator: return "ElectraForPreTraining";
@@ -118,7 +132,8 @@ std::string architecture_name(Heads h, bool electra) {
 }
 
 bool has_pooler(Heads h) {
-  return h != Heads::QuestionAnswering && h != Heads::TokenClassification && h != Heads::Discriminator &&
+  return h != Heads::QuestionAnswering && h != Heads::JointQuestionAnswering && h != Heads::TokenClassification &&
+         h != Heads::Discriminator &&
          h != Heads::Generator;
 }
 

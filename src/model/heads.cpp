@@ -44,6 +44,7 @@ int64_t check_labels(const BertBatch& b, Heads h, int64_t K) {
 
 FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                  float loss_scale) {
+  if (heads_ == Heads::JointQuestionAnswering) return joint_qa_step(batch, training, backward, prec, rng, loss_scale);
   BERTCC_CHECK(heads_ == Heads::QuestionAnswering || heads_ == Heads::SequenceClassification ||
                    heads_ == Heads::TokenClassification,
                "finetune_step: model has no fine-tuning head");

@@ -97,6 +97,7 @@ void dump_electra_step(const DumpOpts& o, Precision prec) {
 
 void dump_head_step(const DumpOpts& o, Precision prec) {
   const Heads heads = o.head == "qa"              ? Heads::QuestionAnswering
+                      : o.head == "qa-joint"      ? Heads::JointQuestionAnswering
                       : o.head == "classify"      ? Heads::SequenceClassification
                       : o.head == "discriminator" ? Heads::Discriminator
                       : o.head == "generator"     ? Heads::Generator
@@ -137,6 +138,27 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
                                 ? model->discriminator_step(batch, /*training=*/false, /*backward=*/true, prec, rng)
                                 : model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
   const float l = static_cast<float>(loss.loss);
+  if (heads == Heads::JointQuestionAnswering) {
+    // training-form logits (end and class given the true start), gradients, then the beam search
+    // of a forward pass without positions
+    const std::vector<float> lg = model->head_logits();
+    const int64_t N = batch.B * batch.T;
+    std::vector<StWrite> w{{"loss", {1}, &l},
+                           {"start_logits", {batch.B, batch.T}, lg.data()},
+                           {"end_logits", {batch.B, batch.T}, lg.data() + N},
+                           {"cls_logits", {batch.B}, lg.data() + 2 * N}};
+    add_grads(*model, "", w);
+    BertBatch fwd = batch;
+    fwd.start_positions.clear();
+    fwd.end_positions.clear();
+    model->finetune_step(fwd, /*training=*/false, /*backward=*/false, prec, rng);
+    const std::vector<float> beam = model->head_logits();
+    w.push_back({"beam", {batch.B, joint_qa_output_size(model->config())}, beam.data()});
+    write_safetensors(o.out, w);
+    std::cout << model->architecture() << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T
+              << ") -> " << o.out << "\n";
+    return;
+  }
   const auto& logits = model->head_logits();
   const int64_t K = static_cast<int64_t>(logits.size()) / (heads == Heads::SequenceClassification ? batch.B : batch.B * batch.T);
   std::vector<int64_t> lshape = heads == Heads::SequenceClassification ? std::vector<int64_t>{batch.B, K}
@@ -162,11 +184,13 @@ void add_dump_step(CLI::App& app) {
   sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->add_option("--head", o->head,
-                  "pretraining (HDF5 batch) | qa | classify | token | discriminator | generator (ELECTRA): the others read a "
+                  "pretraining (HDF5 batch) | qa | qa-joint | classify | token | discriminator | generator (ELECTRA): the "
+                  "others read a "
                   ".safetensors batch (F32 input_ids, segment_ids, input_mask [B,T] and labels [B] or [B,T] "
                   "(discriminator: 1 = replaced; generator: token ids, -100 = not masked), targets [B], or "
-                  "start_positions/end_positions [B]) and also write the logits (generator: of the masked tokens)")
-      ->check(CLI::IsMember({"pretraining", "qa", "classify", "token", "discriminator", "generator"}));
+                  "start_positions/end_positions [B]) and also write the logits (generator: of the masked tokens; "
+                  "qa-joint: start_logits, end_logits, cls_logits and the beam search's output, beam)")
+      ->check(CLI::IsMember({"pretraining", "qa", "qa-joint", "classify", "token", "discriminator", "generator"}));
   sub->add_option(flag("--model-type"), o->model_type,
                   "bert (default) | electra: --model is the discriminator, --generator the generator; the batch is a "
                   ".safetensors file (input_ids already masked, segment_ids, input_mask, mlm_labels [B,T] with -100 "

@@ -149,6 +149,7 @@ void add_model_tools(CLI::App& app) {
     Heads heads = Heads::None;
     if (names.count("cls.predictions.bias") || names.count("cls.predictions.decoder.bias")) heads = Heads::PreTraining;
     else if (names.count("qa_outputs.weight")) heads = Heads::QuestionAnswering;
+    else if (names.count("start_logits.dense.weight")) heads = Heads::JointQuestionAnswering;
     else if (classifier) {
       BERTCC_CHECK(classifier->size() == 2 && (*classifier)[0] > 0, co->input, ": classifier.weight is not a matrix");
       // HF's token classification has no pooler.

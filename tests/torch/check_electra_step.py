@@ -59,8 +59,8 @@ def shapes(cfg, head):
     return s
 
 
-def electra(P, cfg, head, ids, seg, mask, labels, dropout=0.0):
-    """HF ElectraForPreTraining / ElectraForMaskedLM .forward; dropout (training) where HF applies it:
+def encode(P, cfg, ids, seg, mask, dropout=0.0):
+    """HF ElectraModel.forward: the sequence output [B,T,C]; dropout (training) where HF applies it:
     after the embeddings' LayerNorm, on the attention probabilities and after both output denses."""
     B, T = ids.shape
     C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
@@ -90,6 +90,19 @@ def electra(P, cfg, head, ids, seg, mask, labels, dropout=0.0):
         ctx = (a @ v).transpose(1, 2).reshape(B, T, C)
         h1 = ln(drop(lin(ctx, p + "attention.output.dense")) + h, p + "attention.output.LayerNorm")
         h = ln(drop(lin(act(lin(h1, p + "intermediate.dense")), p + "output.dense")) + h1, p + "output.LayerNorm")
+    return h
+
+
+def electra(P, cfg, head, ids, seg, mask, labels, dropout=0.0):
+    """HF ElectraFor{PreTraining,MaskedLM,QuestionAnswering,SequenceClassification,TokenClassification}.forward."""
+    h = encode(P, cfg, ids, seg, mask, dropout)
+    B, T = ids.shape
+    lin = lambda x, n: F.linear(x, P[n + ".weight"], P[n + ".bias"])
+    eps = cfg["layer_norm_eps"]
+    ln = lambda x, n: F.layer_norm(x.float() if x.dtype == torch.bfloat16 else x, (x.shape[-1],), P[n + ".weight"],
+                                   P[n + ".bias"], eps)
+    act = (lambda x: F.gelu(x)) if cfg["hidden_act"] == "gelu" else (
+        lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3)))))
     if head == "qa":  # ElectraForQuestionAnswering: mean of start and end CE, positions clamped to T
         lg = lin(h, "qa_outputs")
         st_, en_ = lg[..., 0], lg[..., 1]

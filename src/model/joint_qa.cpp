@@ -1,0 +1,272 @@
+// The joint SQuAD head of XLNet and NVIDIA's ELECTRA (TFElectraForQuestionAnswering, joint_head):
+//   start_logits.dense:            s_t = h_t . w + b, masked by p_mask (-1e30)
+//   end_logits.dense_0/LayerNorm/dense_1:
+//                                  e_t = dense_1(LN(tanh(dense_0([h_t ; h_start])))), masked
+//   answer_class.dense_0/dense_1:  c = dense_1(tanh(dense_0([h_start ; h_cls]))) (dense_1 has no bias)
+// Training conditions the end and the answer class on the true start; the loss is NVIDIA's
+// (CE(start) + CE(end)) / 2 + 0.5 BCE(answer_class, is_impossible), means over the batch rows, where
+// a window without the answer has start = end = 0 ([CLS]) and is_impossible = 1.
+// Inference: the start_n_top most likely starts (log-softmax), for each the end_n_top most likely
+// ends given that start, and the answer class from the start probabilities' expected hidden state.
+// p_mask (NVIDIA's, from the token types): 1 for the question, the [SEP]s and padding; 0 for the
+// context and [CLS].
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "bertcc/bert.h"
+#include "bertcc/error.h"
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+
+namespace bertcc {
+
+using namespace kernels;
+
+namespace {
+
+// 1 where an answer cannot start or end: segment 0 (question, [SEP], padding) except [CLS] at 0,
+// and the last real token (the closing [SEP]).
+std::vector<float> answer_mask(const BertBatch& b) {
+  std::vector<float> p(static_cast<size_t>(b.B * b.T), 1.0f);
+  for (int64_t r = 0; r < b.B; ++r) {
+    int64_t last = -1;
+    for (int64_t t = 0; t < b.T; ++t)
+      if (b.input_mask[r * b.T + t]) last = t;
+    for (int64_t t = 0; t < b.T; ++t) {
+      const int64_t i = r * b.T + t;
+      if (t == 0 || (b.segment_ids[i] == 1 && b.input_mask[i] && t != last)) p[i] = 0.0f;
+    }
+  }
+  return p;
+}
+
+void apply_mask(float* x, const float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = p[i] > 0 ? -1e30f : x[i];
+}
+
+// Log-softmax of one row (double accumulation), into out.
+void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
+  double m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(x[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[i]) - m);
+  const double lse = m + std::log(s);
+  out.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<double>(x[i]) - lse;
+}
+
+// The k largest (value descending, lower index first on ties), as tf.math.top_k.
+std::vector<int64_t> top_k(const std::vector<double>& v, int64_t k) {
+  std::vector<int64_t> idx(v.size());
+  std::iota(idx.begin(), idx.end(), int64_t{0});
+  k = std::min<int64_t>(k, static_cast<int64_t>(v.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int64_t a, int64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+}  // namespace
+
+int joint_qa_output_size(const BertConfig& c) {
+  const int k1 = c.start_n_top > 0 ? c.start_n_top : 4, k2 = c.end_n_top > 0 ? c.end_n_top : 4;
+  return 2 * k1 + 2 * k1 * k2 + 1;
+}
+
+FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                 float loss_scale) {
+  BERTCC_CHECK(heads_ == Heads::JointQuestionAnswering, "joint_qa_step: model has no joint QA head");
+  const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
+  const bool have_labels = backward || !batch.start_positions.empty();
+  if (have_labels) {
+    BERTCC_CHECK(batch.start_positions.size() == size_t(B) && batch.end_positions.size() == size_t(B),
+                 "joint QA: needs start_positions and end_positions [", B, "]");
+    for (int64_t b = 0; b < B; ++b)
+      BERTCC_CHECK(batch.start_positions[b] >= 0 && batch.start_positions[b] < T && batch.end_positions[b] >= 0 &&
+                       batch.end_positions[b] < T,
+                   "joint QA: row ", b, ": start/end ", batch.start_positions[b], "/", batch.end_positions[b],
+                   " outside the window [0, ", T, ") (the joint head conditions the end on the start)");
+  }
+  encode(batch, training, prec, rng);
+  const float* h = sequence_output();
+  const std::vector<float> pm = answer_mask(batch);
+  FinetuneLoss out;
+  // ---- start logits ----
+  std::vector<float> s(static_cast<size_t>(N));
+  linear_forward(s.data(), h, w("start_logits.dense.weight"), w("start_logits.dense.bias"), N, 1, C, prec,
+                 w16("start_logits.dense.weight", prec));
+  apply_mask(s.data(), pm.data(), N);
+  const float* W0 = w("end_logits.dense_0.weight");
+  const float* Wc0 = w("answer_class.dense_0.weight");
+  const float eps = cfg_.layer_norm_eps;
+
+  if (!have_labels) {  // ---- beam search ----
+    const int64_t k1 = std::min<int64_t>(cfg_.start_n_top > 0 ? cfg_.start_n_top : 4, T);
+    const int64_t k2 = std::min<int64_t>(cfg_.end_n_top > 0 ? cfg_.end_n_top : 4, T);
+    const int64_t K1 = cfg_.start_n_top > 0 ? cfg_.start_n_top : 4, K2 = cfg_.end_n_top > 0 ? cfg_.end_n_top : 4;
+    const int64_t per_row = 2 * K1 + 2 * K1 * K2 + 1;
+    head_logits_.assign(static_cast<size_t>(B * per_row), 0.0f);
+    std::vector<float> xin(static_cast<size_t>(T * k1 * 2 * C)), x(static_cast<size_t>(T * k1 * C)),
+        y(static_cast<size_t>(T * k1 * C)), mean(static_cast<size_t>(T * k1)), rstd(static_cast<size_t>(T * k1)),
+        e(static_cast<size_t>(T * k1));
+    std::vector<double> lp, elp;
+    for (int64_t b = 0; b < B; ++b) {
+      float* o = head_logits_.data() + b * per_row;  // [K1 start lp | K1 start idx | K1*K2 end lp | K1*K2 end idx | cls]
+      log_softmax(s.data() + b * T, T, lp);
+      const std::vector<int64_t> st = top_k(lp, k1);
+      // rows (i, t): [h_t ; h_start_i]
+      for (int64_t i = 0; i < k1; ++i)
+        for (int64_t t = 0; t < T; ++t) {
+          float* r = xin.data() + (i * T + t) * 2 * C;
+          std::memcpy(r, h + (b * T + t) * C, sizeof(float) * C);
+          std::memcpy(r + C, h + (b * T + st[i]) * C, sizeof(float) * C);
+        }
+      const int64_t M = k1 * T;
+      linear_forward(x.data(), xin.data(), W0, w("end_logits.dense_0.bias"), M, C, 2 * C, prec,
+                     w16("end_logits.dense_0.weight", prec));
+      tanh_forward(x.data(), x.data(), M * C);
+      layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w("end_logits.LayerNorm.weight"),
+                        w("end_logits.LayerNorm.bias"), M, C, eps);
+      linear_forward(e.data(), y.data(), w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), M, 1, C, prec,
+                     w16("end_logits.dense_1.weight", prec));
+      for (int64_t i = 0; i < k1; ++i) {
+        apply_mask(e.data() + i * T, pm.data() + b * T, T);
+        log_softmax(e.data() + i * T, T, elp);
+        const std::vector<int64_t> en = top_k(elp, k2);
+        o[i] = static_cast<float>(lp[st[i]]);
+        o[K1 + i] = static_cast<float>(st[i]);
+        for (int64_t j = 0; j < k2; ++j) {
+          o[2 * K1 + i * K2 + j] = static_cast<float>(elp[en[j]]);
+          o[2 * K1 + K1 * K2 + i * K2 + j] = static_cast<float>(en[j]);
+        }
+      }
+      // answer class from the expected start state sum_t softmax(s)_t h_t and h_[CLS]
+      std::vector<float> zin(static_cast<size_t>(2 * C), 0.0f), z(static_cast<size_t>(C));
+      std::vector<double> acc(static_cast<size_t>(C), 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        const double pt = std::exp(lp[t]);
+        for (int64_t c = 0; c < C; ++c) acc[c] += pt * h[(b * T + t) * C + c];
+      }
+      for (int64_t c = 0; c < C; ++c) zin[c] = static_cast<float>(acc[c]);
+      std::memcpy(zin.data() + C, h + b * T * C, sizeof(float) * C);
+      linear_forward(z.data(), zin.data(), Wc0, w("answer_class.dense_0.bias"), 1, C, 2 * C, prec,
+                     w16("answer_class.dense_0.weight", prec));
+      tanh_forward(z.data(), z.data(), C);
+      linear_forward(o + per_row - 1, z.data(), w("answer_class.dense_1.weight"), nullptr, 1, 1, C, prec,
+                     w16("answer_class.dense_1.weight", prec));
+    }
+    return out;
+  }
+
+  // ---- training: end and answer class conditioned on the true start ----
+  std::vector<int32_t> sp(batch.start_positions.begin(), batch.start_positions.end());
+  std::vector<int32_t> ep(batch.end_positions.begin(), batch.end_positions.end());
+  std::vector<float> xin(static_cast<size_t>(N * 2 * C)), a(static_cast<size_t>(N * C)), y(static_cast<size_t>(N * C)),
+      mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), e(static_cast<size_t>(N));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      float* r = xin.data() + (b * T + t) * 2 * C;
+      std::memcpy(r, h + (b * T + t) * C, sizeof(float) * C);
+      std::memcpy(r + C, h + (b * T + sp[b]) * C, sizeof(float) * C);
+    }
+  linear_forward(a.data(), xin.data(), W0, w("end_logits.dense_0.bias"), N, C, 2 * C, prec,
+                 w16("end_logits.dense_0.weight", prec));
+  tanh_forward(a.data(), a.data(), N * C);
+  layernorm_forward(y.data(), mean.data(), rstd.data(), a.data(), w("end_logits.LayerNorm.weight"),
+                    w("end_logits.LayerNorm.bias"), N, C, eps);
+  linear_forward(e.data(), y.data(), w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), N, 1, C, prec,
+                 w16("end_logits.dense_1.weight", prec));
+  apply_mask(e.data(), pm.data(), N);
+  std::vector<float> zin(static_cast<size_t>(B * 2 * C)), za(static_cast<size_t>(B * C)), c(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    std::memcpy(zin.data() + b * 2 * C, h + (b * T + sp[b]) * C, sizeof(float) * C);
+    std::memcpy(zin.data() + b * 2 * C + C, h + b * T * C, sizeof(float) * C);
+  }
+  linear_forward(za.data(), zin.data(), Wc0, w("answer_class.dense_0.bias"), B, C, 2 * C, prec,
+                 w16("answer_class.dense_0.weight", prec));
+  tanh_forward(za.data(), za.data(), B * C);
+  linear_forward(c.data(), za.data(), w("answer_class.dense_1.weight"), nullptr, B, 1, C, prec,
+                 w16("answer_class.dense_1.weight", prec));
+  // head_logits_: start [B*T], end [B*T], answer class [B] (for inspection; gradients use copies)
+  head_logits_.assign(s.begin(), s.end());
+  head_logits_.insert(head_logits_.end(), e.begin(), e.end());
+  head_logits_.insert(head_logits_.end(), c.begin(), c.end());
+  // ---- losses: CE over the window for start and end, BCE for the answer class ----
+  const float g = backward ? 0.5f * loss_scale / static_cast<float>(B) : 0.0f;
+  std::vector<float> ls(static_cast<size_t>(B));
+  double total = 0;
+  for (int which = 0; which < 2; ++which) {
+    std::vector<float>& lg = which == 0 ? s : e;  // overwritten by the gradient when backward
+    softmax_xent_forward_backward(lg.data(), ls.data(), (which == 0 ? sp : ep).data(), B, T, static_cast<int32_t>(T),
+                                  g, &out.correct);
+    double sum = 0;
+    for (int64_t b = 0; b < B; ++b) sum += ls[b];
+    total += 0.5 * sum / static_cast<double>(B);
+  }
+  std::vector<float> dc(static_cast<size_t>(B));
+  double bce = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const double x = c[b], yb = (sp[b] == 0 && ep[b] == 0) ? 1.0 : 0.0;
+    bce += std::max(x, 0.0) - x * yb + std::log1p(std::exp(-std::fabs(x)));
+    dc[b] = static_cast<float>((1.0 / (1.0 + std::exp(-x)) - yb) / static_cast<double>(B)) * 0.5f * loss_scale;
+  }
+  total += 0.5 * bce / static_cast<double>(B);
+  out.loss = total;
+  out.count = 2 * B;
+  if (!backward) return out;
+
+  // ---- backward ----
+  std::vector<float> dh(static_cast<size_t>(N * C), 0.0f), dhs(static_cast<size_t>(B * C), 0.0f);
+  // answer class
+  {
+    std::vector<float> dza(static_cast<size_t>(B * C), 0.0f), dz(static_cast<size_t>(B * C), 0.0f),
+        dzin(static_cast<size_t>(B * 2 * C), 0.0f);
+    linear_backward(dza.data(), grad("answer_class.dense_1.weight"), nullptr, dc.data(), za.data(),
+                    w("answer_class.dense_1.weight"), B, 1, C, prec, w16("answer_class.dense_1.weight", prec));
+    tanh_backward(dz.data(), za.data(), dza.data(), B * C);
+    linear_backward(dzin.data(), grad("answer_class.dense_0.weight"), grad("answer_class.dense_0.bias"), dz.data(),
+                    zin.data(), Wc0, B, C, 2 * C, prec, w16("answer_class.dense_0.weight", prec));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t k = 0; k < C; ++k) {
+        dhs[b * C + k] += dzin[b * 2 * C + k];
+        dh[b * T * C + k] += dzin[b * 2 * C + C + k];
+      }
+  }
+  // end logits (the masked positions get no gradient)
+  {
+    for (int64_t i = 0; i < N; ++i)
+      if (pm[i] > 0) e[i] = 0.0f;
+    std::vector<float> dy(static_cast<size_t>(N * C), 0.0f), da(static_cast<size_t>(N * C), 0.0f),
+        dx(static_cast<size_t>(N * C), 0.0f), dxin(static_cast<size_t>(N * 2 * C), 0.0f);
+    linear_backward(dy.data(), grad("end_logits.dense_1.weight"), grad("end_logits.dense_1.bias"), e.data(), y.data(),
+                    w("end_logits.dense_1.weight"), N, 1, C, prec, w16("end_logits.dense_1.weight", prec));
+    layernorm_backward(da.data(), grad("end_logits.LayerNorm.weight"), grad("end_logits.LayerNorm.bias"), dy.data(),
+                       a.data(), w("end_logits.LayerNorm.weight"), mean.data(), rstd.data(), N, C);
+    tanh_backward(dx.data(), a.data(), da.data(), N * C);
+    linear_backward(dxin.data(), grad("end_logits.dense_0.weight"), grad("end_logits.dense_0.bias"), dx.data(),
+                    xin.data(), W0, N, C, 2 * C, prec, w16("end_logits.dense_0.weight", prec));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const float* r = dxin.data() + (b * T + t) * 2 * C;
+        float* d = dh.data() + (b * T + t) * C;
+        for (int64_t k = 0; k < C; ++k) {
+          d[k] += r[k];
+          dhs[b * C + k] += r[C + k];
+        }
+      }
+  }
+  // start logits
+  for (int64_t i = 0; i < N; ++i)
+    if (pm[i] > 0) s[i] = 0.0f;
+  linear_backward(dh.data(), grad("start_logits.dense.weight"), grad("start_logits.dense.bias"), s.data(), h,
+                  w("start_logits.dense.weight"), N, 1, C, prec, w16("start_logits.dense.weight", prec));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < C; ++k) dh[(b * T + sp[b]) * C + k] += dhs[b * C + k];
+  head_dseq_ = std::move(dh);
+  encode_backward(head_dseq_.data(), nullptr, prec);
+  return out;
+}
+
+}  // namespace bertcc
