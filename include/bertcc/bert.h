@@ -125,6 +125,11 @@ class Bert {
   // log-probabilities, their positions (start-major), then the answer-class logit.
   FinetuneLoss joint_qa_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f);
+  // The joint head's beam widths (config start_n_top / end_n_top, saved with the model).
+  void set_joint_beam(int start_n_top, int end_n_top) {
+    cfg_.start_n_top = start_n_top;
+    cfg_.end_n_top = end_n_top;
+  }
   // ELECTRA's discriminator (Heads::Discriminator): logits = dense_prediction(act(dense(h))) per
   // token, into head_logits() [B*T]; the loss is HF's: binary cross-entropy with logits, mean over
   // the tokens with input_mask 1 (batch.labels [B*T]: 1 = replaced, 0 = original, -100 = ignored).

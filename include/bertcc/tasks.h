@@ -22,6 +22,7 @@ struct TaskOptions {
   int doc_stride = 128;
   int max_answer_length = 30;
   int max_position_embeddings = 512;
+  int start_n_top = 0, end_n_top = 0;  // qa with the joint head: its beam widths (SquadDecodeOptions)
 };
 
 // Each input is a JSON object; a missing or mistyped field throws an Error naming "input N" (1-based

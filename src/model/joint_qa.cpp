@@ -100,7 +100,15 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   apply_mask(s.data(), pm.data(), N);
   const float* W0 = w("end_logits.dense_0.weight");
   const float* Wc0 = w("answer_class.dense_0.weight");
-  const float eps = cfg_.layer_norm_eps;
+  // end logits of M rows [h_t ; h_start]: a = tanh(dense_0), y = LayerNorm(a) (mean, rstd kept), e = dense_1(y)
+  auto end_logits = [&](const float* xin, int64_t M, float* a, float* y, float* mean, float* rstd, float* e) {
+    linear_forward(a, xin, W0, w("end_logits.dense_0.bias"), M, C, 2 * C, prec, w16("end_logits.dense_0.weight", prec));
+    tanh_forward(a, a, M * C);
+    layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), M, C,
+                      cfg_.layer_norm_eps);
+    linear_forward(e, y, w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), M, 1, C, prec,
+                   w16("end_logits.dense_1.weight", prec));
+  };
 
   if (!have_labels) {  // ---- beam search ----
     const int64_t k1 = std::min<int64_t>(cfg_.start_n_top > 0 ? cfg_.start_n_top : 4, T);
@@ -123,14 +131,7 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
           std::memcpy(r, h + (b * T + t) * C, sizeof(float) * C);
           std::memcpy(r + C, h + (b * T + st[i]) * C, sizeof(float) * C);
         }
-      const int64_t M = k1 * T;
-      linear_forward(x.data(), xin.data(), W0, w("end_logits.dense_0.bias"), M, C, 2 * C, prec,
-                     w16("end_logits.dense_0.weight", prec));
-      tanh_forward(x.data(), x.data(), M * C);
-      layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w("end_logits.LayerNorm.weight"),
-                        w("end_logits.LayerNorm.bias"), M, C, eps);
-      linear_forward(e.data(), y.data(), w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), M, 1, C, prec,
-                     w16("end_logits.dense_1.weight", prec));
+      end_logits(xin.data(), k1 * T, x.data(), y.data(), mean.data(), rstd.data(), e.data());
       for (int64_t i = 0; i < k1; ++i) {
         apply_mask(e.data() + i * T, pm.data() + b * T, T);
         log_softmax(e.data() + i * T, T, elp);
@@ -171,13 +172,7 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
       std::memcpy(r, h + (b * T + t) * C, sizeof(float) * C);
       std::memcpy(r + C, h + (b * T + sp[b]) * C, sizeof(float) * C);
     }
-  linear_forward(a.data(), xin.data(), W0, w("end_logits.dense_0.bias"), N, C, 2 * C, prec,
-                 w16("end_logits.dense_0.weight", prec));
-  tanh_forward(a.data(), a.data(), N * C);
-  layernorm_forward(y.data(), mean.data(), rstd.data(), a.data(), w("end_logits.LayerNorm.weight"),
-                    w("end_logits.LayerNorm.bias"), N, C, eps);
-  linear_forward(e.data(), y.data(), w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), N, 1, C, prec,
-                 w16("end_logits.dense_1.weight", prec));
+  end_logits(xin.data(), N, a.data(), y.data(), mean.data(), rstd.data(), e.data());
   apply_mask(e.data(), pm.data(), N);
   std::vector<float> zin(static_cast<size_t>(B * 2 * C)), za(static_cast<size_t>(B * C)), c(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {

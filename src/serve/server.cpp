@@ -261,6 +261,9 @@ struct Model {
 Heads heads_of(const std::string& dir, std::vector<std::string>& tasks) {
   Heads h = architecture_heads(dir);
   if (h == Heads::Discriminator) h = Heads::None;  // ELECTRA's pre-training checkpoint: its encoder embeds
+  BERTCC_CHECK(h != Heads::JointQuestionAnswering, dir,
+               ": the joint SQuAD head (beam search) is not served yet; answer with bertcc qa, or fine-tune with "
+               "--no-joint-head for a servable BertForQuestionAnswering/ElectraForQuestionAnswering");
   if (h == Heads::QuestionAnswering) tasks = {"qa"};
   if (h == Heads::SequenceClassification) tasks = {"classify"};
   if (h == Heads::TokenClassification) tasks = {"tag"};

@@ -69,6 +69,8 @@ std::vector<nlohmann::ordered_json> answer_questions(const BertTokenizer& tok, c
   const SquadFeatures feats = squad_features(tok, ex, fo, false);
   SquadDecodeOptions d;
   d.max_answer_length = o.max_answer_length;
+  d.start_n_top = o.start_n_top;
+  d.end_n_top = o.end_n_top;
   const auto out = squad_decode(tok, ex, feats, logits(feats.inputs), d);
   std::vector<nlohmann::ordered_json> res;
   for (size_t i = 0; i < ex.size(); ++i) {

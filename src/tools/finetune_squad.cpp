@@ -5,6 +5,7 @@
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/model_dir.h"
 #include "bertcc/squad.h"
 #include "bertcc/squad_eval.h"
 #include "tools/finetune_common.h"
@@ -16,12 +17,43 @@ struct SquadCli {
   int doc_stride = 128, max_query_length = 64, n_best_size = 20, max_answer_length = 30;
   bool version_2_with_negative = false;
   double null_score_diff_threshold = 0.0;
+  bool joint_head = false, no_joint_head = false;
+  int beam_size = 0;
 };
+
+// BertForQuestionAnswering's qa_outputs, or the joint head with beam search (NVIDIA's ELECTRA
+// default): a fine-tuned checkpoint keeps its head; a backbone gets the joint head if it is an
+// ELECTRA model, unless the flags say otherwise.
+Heads squad_head(const FtCli& o, const SquadCli& q) {
+  BERTCC_CHECK(!(q.joint_head && q.no_joint_head), "--joint-head and --no-joint-head contradict each other");
+  const Heads arch = architecture_heads(o.init_checkpoint);
+  if (arch == Heads::QuestionAnswering || arch == Heads::JointQuestionAnswering) {
+    const bool joint = arch == Heads::JointQuestionAnswering;
+    BERTCC_CHECK(!(joint ? q.no_joint_head : q.joint_head), o.init_checkpoint, ": the model already has ",
+                 joint ? "the joint SQuAD head (start_logits/end_logits/answer_class)" : "BertForQuestionAnswering's qa_outputs",
+                 "; fine-tune a backbone to get the other head");
+    return arch;
+  }
+  if (q.joint_head || q.no_joint_head) return q.joint_head ? Heads::JointQuestionAnswering : Heads::QuestionAnswering;
+  return load_model_config(o.init_checkpoint).electra() ? Heads::JointQuestionAnswering : Heads::QuestionAnswering;
+}
 
 void run_squad(const FtCli& o, const SquadCli& q) {
   FtSetup s = ft_setup(o);
   std::vector<std::string> labels;
-  auto model = ft_load_model(o, s, Heads::QuestionAnswering, labels);
+  const Heads heads = squad_head(o, q);
+  auto model = ft_load_model(o, s, heads, labels);
+  const bool joint = heads == Heads::JointQuestionAnswering;
+  BERTCC_CHECK(q.beam_size >= 0 && q.beam_size <= 64, "--beam-size must be in [1, 64]");
+  BERTCC_CHECK(joint || q.beam_size == 0, "--beam-size is for the joint head (--joint-head)");
+  if (joint) {
+    const BertConfig& c = model->config();
+    const int k1 = q.beam_size > 0 ? q.beam_size : c.start_n_top > 0 ? c.start_n_top : 4;
+    const int k2 = q.beam_size > 0 ? q.beam_size : c.end_n_top > 0 ? c.end_n_top : 4;
+    model->set_joint_beam(k1, k2);
+    std::cerr << "squad: joint head (start, end given the start, answer class), beam search " << k1 << " starts x "
+              << k2 << " ends\n";
+  }
   SquadFeatureOptions fo;
   fo.max_seq_length = o.max_seq_length;
   fo.doc_stride = q.doc_stride;
@@ -45,6 +77,10 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   dop.max_answer_length = q.max_answer_length;
   dop.v2 = v2;
   dop.null_score_diff_threshold = q.null_score_diff_threshold;
+  if (joint) {
+    dop.start_n_top = model->config().start_n_top;
+    dop.end_n_top = model->config().end_n_top;
+  }
   auto predict = [&](Bert& m) {
     const auto logits = predict_logits(m, dev_f.inputs, o.eval_batch_size, s.prec);
     const SquadOutput out = squad_decode(*s.tok, dev, dev_f, logits, dop);
@@ -103,7 +139,14 @@ void add_finetune_squad(CLI::App* ft) {
   c->add_flag(flag("--version-2-with-negative"), q->version_2_with_negative,
               "SQuAD 2.0: allow null answers (also detected from is_impossible in the data)");
   c->add_option(flag("--null-score-diff-threshold"), q->null_score_diff_threshold,
-                "predict null when null score - best non-null score > this (default 0.0)");
+                "predict null when null score - best non-null score > this (joint head: when the answer-class "
+                "logit > this) (default 0.0)");
+  c->add_flag(flag("--joint-head"), q->joint_head,
+              "the joint head of NVIDIA's ELECTRA / XLNet (start, end given the start, answer class) with beam "
+              "search; default for ELECTRA backbones");
+  c->add_flag(flag("--no-joint-head"), q->no_joint_head, "BertForQuestionAnswering's qa_outputs (default for BERT)");
+  c->add_option(flag("--beam-size"), q->beam_size,
+                "joint head: start positions kept and ends per start (NVIDIA's --beam_size; default 4)");
   c->callback([o, q]() { run_squad(*o, *q); });
 }
 

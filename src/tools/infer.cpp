@@ -81,6 +81,10 @@ TaskOptions task_options(const InferCli& o, const Bert& m) {
   t.doc_stride = o.doc_stride;
   t.max_answer_length = o.max_answer_length;
   t.max_position_embeddings = m.config().max_position_embeddings;
+  if (m.heads() == Heads::JointQuestionAnswering) {  // beams as the model was fine-tuned with
+    t.start_n_top = m.config().start_n_top > 0 ? m.config().start_n_top : 4;
+    t.end_n_top = m.config().end_n_top > 0 ? m.config().end_n_top : 4;
+  }
   return t;
 }
 
@@ -95,7 +99,9 @@ void run_qa(const InferCli& o) {
     single = {{"question", o.question}, {"context", o.context}};
   }
   const auto in = inputs(single);
-  Loaded l = load(o, Heads::QuestionAnswering);
+  // BertForQuestionAnswering, or the joint head with beam search (finetune squad --joint-head)
+  Loaded l = load(o, architecture_heads(o.model) == Heads::JointQuestionAnswering ? Heads::JointQuestionAnswering
+                                                                                   : Heads::QuestionAnswering);
   print(answer_questions(*l.tok, in, task_options(o, *l.model),
                          [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }

@@ -21,7 +21,7 @@ void add_pretrain(CLI::App& app) {
   sub->add_option(flag("--disc-weight"), o->disc_weight, "ELECTRA: discriminator loss weight lambda (default 50)");
   sub->add_option(flag("--input-dir"), o->input_dir, "folder of HDF5 shards (NVIDIA layout or dynamic-masking)")
       ->required();
-  sub->add_option(flag("--output-dir"), o->output_dir, "output folder (checkpoints/, model/, dllogger.json)")
+  sub->add_option(flag("--output-dir"), o->output_dir, "output folder (checkpoints/, model/ — ELECTRA: discriminator/ and generator/ —, dllogger.json)")
       ->required();
   sub->add_option(flag("--init-checkpoint"), o->init_checkpoint,
                   "HF model directory to start from (ELECTRA: a folder with discriminator/ and generator/)");

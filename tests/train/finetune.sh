@@ -142,6 +142,39 @@ ans=$("$B" qa --model "$W/sq" --precision fp32 --threads 2 --question "$($PY -c 
 echo "qa: $ans"
 echo "$ans" | grep -q '"answer":' || fail "bertcc qa"
 
+# --- SQuAD v2.0 with ELECTRA's joint head (default for ELECTRA backbones): fit 28 questions, 15 of
+# them unanswerable, from the v2.0 excerpt; the beams and the answer class decide the predictions
+$PY - "$S/squad/v2.0/dev-v2.0.first5articles.json" "$W/sq2.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1])); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:4]
+json.dump({"version": "v2.0", "data": [a]}, open(sys.argv[2], "w"))
+PYEOF
+printf '{"model_type": "electra", "vocab_size": 30522, "embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2,
+ "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 512, "type_vocab_size": 2}\n' > "$W/electra.json"
+"$B" init-model --config "$W/electra.json" --vocab "$S/bert_vocab/bert-base-uncased-vocab.txt" --output "$W/etiny" --seed 1 > /dev/null 2>&1 || fail "init-model electra"
+"$B" finetune squad --train-file "$W/sq2.json" --predict-file "$W/sq2.json" --init-checkpoint "$W/etiny" --learning-rate 2e-3 \
+  --precision fp32 --threads 2 --train-batch-size 16 --log-freq 1000 --max-seq-length 128 --doc-stride 64 --num-train-epochs 30 \
+  --output-dir "$W/sq2" > "$W/sq2.out" 2> "$W/sq2.err" || fail "squad v2 joint head: $(tail -3 "$W/sq2.err")"
+grep -q "joint head .* beam search 4 starts x 4 ends" "$W/sq2.err" || fail "ELECTRA's SQuAD head is not the joint one: $(head -3 "$W/sq2.err")"
+grep -q '"ElectraForQuestionAnsweringJoint"' "$W/sq2/config.json" && grep -q '"start_n_top": 4' "$W/sq2/config.json" || fail "joint head config"
+em2=$(metric "$W/sq2/eval_metrics.json" '["exact"]'); has=$(metric "$W/sq2/eval_metrics.json" '["HasAns_exact"]'); no=$(metric "$W/sq2/eval_metrics.json" '["NoAns_exact"]')
+echo "SQuAD v2.0 joint head (28 questions, 15 unanswerable) after fitting: exact $em2 (answerable $has, unanswerable $no)"
+atleast "$has" 50 && atleast "$no" 50 || fail "SQuAD v2.0 joint head: answerable $has / unanswerable $no exact < 50"
+[ -f "$W/sq2/null_odds.json" ] || fail "null_odds.json"
+"$B" finetune squad --predict-file "$W/sq2.json" --init-checkpoint "$W/sq2" --mode eval --precision fp32 --threads 2 \
+  --max-seq-length 128 --doc-stride 64 --output-dir "$W/sq2e" > "$W/sq2e.out" 2>/dev/null || fail "eval of the joint model"
+[ "$(metric "$W/sq2e/eval_metrics.json" '["exact"]')" = "$em2" ] || fail "the saved joint model evaluates differently"
+ans=$("$B" qa --model "$W/sq2" --precision fp32 --threads 2 --max-seq-length 128 --doc-stride 64 \
+  --question "$($PY -c "import json;print(json.load(open('$W/sq2.json'))['data'][0]['paragraphs'][0]['qas'][1]['question'])")" \
+  --context "$($PY -c "import json;print(json.load(open('$W/sq2.json'))['data'][0]['paragraphs'][0]['context'])")" 2>/dev/null)
+echo "qa (joint head): $ans"
+echo "$ans" | grep -q '"answer":"10th and 11th centuries"' || fail "bertcc qa with the joint head: $ans"
+"$B" export-onnx --model "$W/sq2" --out "$W/sq2.onnx" > /dev/null 2> "$W/sq2x.err" && fail "export-onnx accepted the joint head"
+grep -q "joint SQuAD head" "$W/sq2x.err" || fail "export-onnx: unclear refusal: $(cat "$W/sq2x.err")"
+"$B" finetune squad --train-file "$W/sq2.json" --init-checkpoint "$W/etiny" --no-joint-head --max-steps 1 --mode train \
+  --precision fp32 --threads 2 --max-seq-length 128 --output-dir "$W/sq2s" > /dev/null 2>&1 || fail "--no-joint-head"
+grep -q '"ElectraForQuestionAnswering"' "$W/sq2s/config.json" || fail "--no-joint-head: $(grep -A1 architectures "$W/sq2s/config.json")"
+
 # --- inference commands on the fitted models, JSON lines in and out
 printf '{"text":"a gorgeous , witty , seductive movie .","id":1}\n{"text":"the plot is nothing but boilerplate clichés","id":2}\n' |
   "$B" classify --model "$W/sst_a" --precision fp32 > "$W/cls.out" 2>/dev/null || fail "bertcc classify"
