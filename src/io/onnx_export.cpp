@@ -179,7 +179,9 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
                "export-onnx: weights must be fp32, fp16 or bf16");
   const BertConfig& c = model.config();
   const Heads heads = model.heads();
-  BERTCC_CHECK(!c.electra(), "export-onnx: ELECTRA models are not exported yet");
+  BERTCC_CHECK(heads != Heads::PreTraining && heads != Heads::Generator && heads != Heads::JointQuestionAnswering,
+               "export-onnx: ", architecture_name(heads, c.electra()), " has no ONNX export (encoders, classifiers, QA "
+               "and token classifiers, and ELECTRA's discriminator do)");
   const int64_t C = c.hidden_size, NH = c.num_attention_heads, HD = c.head_size();
   Graph g(weights);
   auto W = [&](const std::string& n) { return model.params().data() + model.table().at(n).offset; };
@@ -199,8 +201,8 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
     return g.node("LayerNormalization", {x, param(prefix + ".weight"), param(prefix + ".bias")},
                   {Attr::i("axis", -1), Attr::f("epsilon", c.layer_norm_eps)});
   };
-  auto gelu = [&](const std::string& x) {
-    if (c.activation() == Activation::GeluErf) {  // 0.5 x (1 + erf(x / sqrt 2))
+  auto gelu = [&](const std::string& x, Activation act) {
+    if (act == Activation::GeluErf) {  // 0.5 x (1 + erf(x / sqrt 2))
       const std::string e = g.node("Erf", {g.node("Div", {x, g.const_f32(static_cast<float>(std::sqrt(2.0)))})});
       return g.node("Mul", {g.node("Mul", {x, g.const_f32(0.5f)}), g.node("Add", {e, g.const_f32(1.0f)})});
     }
@@ -223,6 +225,7 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
                                  g.node("Gather", {param(e + "position_embeddings.weight"), positions})});
   h = g.node("Add", {h, g.node("Gather", {param(e + "token_type_embeddings.weight"), "token_type_ids"})});
   h = layer_norm(h, e + "LayerNorm");
+  if (model.table().find("bert.embeddings_project.weight")) h = linear(h, "bert.embeddings_project");  // ELECTRA
   // Additive mask [B, 1, 1, S].
   const std::string m = g.node("Cast", {"attention_mask"}, {Attr::i("to", kFloat)});
   const std::string mask = g.node(
@@ -244,7 +247,7 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
         "Reshape",
         {g.node("Transpose", {g.node("MatMul", {probs, v})}, {Attr::ints("perm", {0, 2, 1, 3})}), merge_heads});
     h = layer_norm(g.node("Add", {linear(ctx, p + "attention.output.dense"), h}), p + "attention.output.LayerNorm");
-    const std::string inter = gelu(linear(h, p + "intermediate.dense"));
+    const std::string inter = gelu(linear(h, p + "intermediate.dense"), c.activation());
     h = layer_norm(g.node("Add", {linear(inter, p + "output.dense"), h}), p + "output.LayerNorm");
   }
   const std::vector<std::string> bs{"batch", "sequence"};
@@ -260,6 +263,21 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
   } else if (heads == Heads::TokenClassification) {
     rename(linear(h, "classifier"), "logits");
     g.output("logits", {"batch", "sequence", std::to_string(c.num_labels())});
+  } else if (heads == Heads::Discriminator) {  // ElectraForPreTraining: one replaced-token logit per token
+    const std::string d = gelu(linear(h, "discriminator_predictions.dense"), c.activation());
+    const std::string lg = linear(d, "discriminator_predictions.dense_prediction");  // [B, S, 1]
+    rename(g.node("Squeeze", {lg, g.const_i64({2})}), "logits");
+    g.output("logits", bs);
+  } else if (c.electra()) {  // no pooler: ElectraModel, or ElectraClassificationHead on [CLS]
+    if (heads == Heads::SequenceClassification) {
+      const std::string cls = g.node("Gather", {h, g.const_i64_scalar(0)}, {Attr::i("axis", 1)});  // [B, C]
+      const std::string d = gelu(linear(cls, "classifier.dense"), Activation::GeluErf);  // HF: gelu always
+      rename(linear(d, "classifier.out_proj"), "logits");
+      g.output("logits", {"batch", std::to_string(c.num_labels())});
+    } else {
+      rename(h, "last_hidden_state");
+      g.output("last_hidden_state", {"batch", "sequence", std::to_string(C)});
+    }
   } else {
     const std::string cls = g.node("Gather", {h, g.const_i64_scalar(0)}, {Attr::i("axis", 1)});  // [B, C]
     const std::string pooled = g.node("Tanh", {linear(cls, "bert.pooler.dense")});
@@ -273,7 +291,7 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
       g.output("pooler_output", {"batch", std::to_string(C)});
     }
   }
-  write_file_atomic(path, g.model(std::string("bertcc export of ") + architecture_name(heads)));
+  write_file_atomic(path, g.model("bertcc export of " + architecture_name(heads, c.electra())));
 }
 
 }  // namespace bertcc

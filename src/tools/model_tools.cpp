@@ -199,7 +199,7 @@ void add_model_tools(CLI::App& app) {
     const auto model = load_model_dir(oo->model, heads);
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
     export_onnx(*model, oo->out, dt);
-    std::cout << "wrote " << oo->out << " (" << (heads == Heads::None ? "BertModel" : architecture_name(heads)) << ", "
+    std::cout << "wrote " << oo->out << " (" << model->architecture() << ", "
               << oo->weights << " weights, " << std::filesystem::file_size(oo->out) << " bytes)\n";
   });
 }

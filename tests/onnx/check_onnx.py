@@ -10,6 +10,8 @@ every unpadded position: |ort - bertcc| <= 1e-4 * max(1, |bertcc|). The encoder'
 last_hidden_state and pooler_output are compared with the PyTorch reference (tests/torch/
 torch_bert.py, itself checked against bertcc to ~1e-6). fp16 and bf16 weight exports must be
 about half the size and stay close (5e-2) to fp32. A GELU-tanh (gelu_new) model is exported too.
+ELECTRA (narrower embeddings than the encoder): ElectraModel against PyTorch, ElectraForSequence-
+Classification and ElectraForPreTraining against bertcc's dump-step.
 """
 import http.client
 import json
@@ -134,4 +136,46 @@ cfg = json.load(open(os.path.join(work, "base", "config.json")))
 cfg["hidden_act"] = "gelu_new"
 json.dump(cfg, open(os.path.join(gn, "config.json"), "w"))
 encoder_check("base_gelu_new")
+
+
+# ELECTRA (embedding_size 24 < hidden 36: embeddings_project; no pooler): the encoder against the
+# PyTorch reference, ElectraClassificationHead and ElectraForPreTraining against bertcc (dump-step,
+# fp32, dropout off) on the same padded batch.
+import check_electra_step as ce  # noqa: E402
+import gradcheck  # noqa: E402
+
+V = 30522
+ecfg = {"model_type": "electra", "vocab_size": V, "embedding_size": 24, "hidden_size": 36, "num_hidden_layers": 2,
+        "num_attention_heads": 3, "intermediate_size": 47, "hidden_act": "gelu_new", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 64, "type_vocab_size": 2,
+        "initializer_range": 0.02, "layer_norm_eps": 1e-12}
+erng = np.random.default_rng(3)
+batch = {"input_ids": ids, "segment_ids": types, "input_mask": mask}
+for name, head, arch in [("electra", "none", "ElectraModel"), ("electra_cls", "classify", "ElectraForSequenceClassification"),
+                         ("electra_disc", "discriminator", "ElectraForPreTraining")]:
+    cfg = dict(ecfg, architectures=[arch])
+    if head == "classify":
+        cfg["id2label"] = {"0": "a", "1": "b", "2": "c"}
+    shapes = {k: v for k, v in ce.shapes(cfg, head).items() if not k.startswith("generator_")}
+    params = gradcheck.random_params(shapes, erng)
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    st.save(os.path.join(d, "model.safetensors"), params)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    got = ort(export(name), feeds)
+    if head == "none":
+        P = {k: torch.from_numpy(v.astype(np.float64)) for k, v in params.items()}
+        with torch.no_grad():
+            h = ce.encode(P, cfg, torch.from_numpy(ids), torch.from_numpy(types), torch.from_numpy(mask))
+        check(set(got) == {"last_hidden_state"}, f"{name}: outputs {sorted(got)} (no pooler_output)")
+        compare(f"{name} last_hidden_state", got["last_hidden_state"], h.numpy(),
+                np.repeat(valid_tok[:, :, None], h.shape[2], 2), "PyTorch")
+        continue
+    b = dict(batch, labels=erng.integers(0, 3, 4) if head == "classify" else (erng.random(ids.shape) < 0.2).astype(np.int64))
+    st.save(os.path.join(work, f"{name}_batch.safetensors"), {k: np.asarray(v).astype(np.float32) for k, v in b.items()})
+    out = os.path.join(work, f"{name}_step.safetensors")
+    subprocess.run([bertcc, "dump-step", "--head", head, "--model", d, "--batch", os.path.join(work, f"{name}_batch.safetensors"),
+                    "--precision", "fp32", "--out", out], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    want = st.load(out)["logits"].astype(np.float64).reshape(got["logits"].shape)
+    compare(f"{name} logits", got["logits"], want, np.ones(want.shape, bool) if head == "classify" else valid_tok)
 sys.exit(1 if fails else 0)
