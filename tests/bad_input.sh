@@ -192,6 +192,18 @@ out=$( (ulimit -v 3000000; echo "w5 xx w6" | timeout 60 "$B" tokenize --vocab "$
 [ $rc -eq 0 ] && [ "$out" = "5 100 101 6" ] && echo "ok   a 160,000-character vocabulary entry: tokenized within 3 GB and 60 s ($out)" \
   || fail "long vocabulary entry: exit $rc, output '$out': $(tail -2 "$W/err.txt")"
 
+# ---- memory: sizes that would not fit are refused with the estimate before anything is allocated
+printf '{"vocab_size": 100, "hidden_size": 2048, "num_hidden_layers": 3, "num_attention_heads": 16, "intermediate_size": 8192, "max_position_embeddings": 16}\n' > "$W/wide.json"
+printf '{"vocab_size": 1000000, "hidden_size": 16384, "num_hidden_layers": 2, "num_attention_heads": 16, "intermediate_size": 1024}\n' > "$W/huge.json"
+expect "a config of 19 billion parameters" "weights and gradients of this model \(19145312834 parameters\) would take about 142.64 GiB, but [0-9.]+ GiB are available" \
+  -- "$B" init-model --config "$W/huge.json" --output "$W/o_huge"
+[ ! -e "$W/o_huge" ] || fail "refused model left $W/o_huge behind"
+expect "bench: activations of 100000 x 512 tokens" "activations of a batch of 100000 x 512 tokens would take about [0-9.]+ GiB" \
+  -- "$B" bench train --config bert-base --batch 100000 --seq 512 --steps 1
+expect "pretrain: a step that does not fit in 2.6 GB of address space (ulimit -v)" \
+  "pretrain: a training step \(micro-batches of 32 x 16 tokens, [0-9]+ parameters: optimizer moments, activations\) would take about [0-9.]+ GiB, but [0-9.]+ GiB are available; lower --train-batch-size" \
+  -- sh -c "ulimit -v 2600000; exec \"$B\" pretrain --config \"$W/wide.json\" --vocab \"$W/vocab.txt\" --input-dir \"$W/good\" --output-dir \"$W/o_wide\" --train-batch-size 32 --max-steps 1"
+
 # ---- command line and output
 expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
   name="$1"; pat="$2"; shift 3

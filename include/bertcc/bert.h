@@ -168,12 +168,18 @@ class Bert {
   // probabilities at half size).
   void reserve_activations(int64_t B, int64_t T, Precision prec);
 
+  // Bytes of the activation arena a training batch of B x T tokens takes (the encoder's saved
+  // activations and gradient scratch; heads add their own, smaller buffers).
+  static double activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec);
+
   // FLOPs of one forward pass for (B, T) with M masked positions (GEMMs only).
   static double forward_flops(const BertConfig& c, int64_t B, int64_t T, int64_t M, bool heads);
 
  private:
   struct Acts;
   void ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec);
+  static int64_t plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
+                           Precision prec, std::vector<std::pair<float**, int64_t>>& plan);
   const float* w(const std::string& name) const { return params_.data() + table_.at(name).offset; }
   // bf16 copy of a weight (bf16 precision), or null in fp32.
   const bf16_t* w16(const std::string& name, Precision p) const {

@@ -16,4 +16,11 @@ CpuReport cpu_report();
 // One line for start-up logs; says plainly when bf16 runs without AMX or without native bf16.
 std::string describe_backend(bool bf16_requested);
 
+// Memory this process can still take: the smallest of /proc/meminfo's MemAvailable, the cgroup
+// (v2) limit less its usage, and the address-space limit (ulimit -v) less this process's size.
+double available_memory_bytes();
+// Refuses, before allocating, `bytes` more than available_memory_bytes(): the message names
+// `what`, both sizes in GiB and `advice`.
+void check_memory(double bytes, const std::string& what, const std::string& advice = "");
+
 }  // namespace bertcc

@@ -3,7 +3,16 @@
 #include <cpuid.h>
 #include <omp.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <limits>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <sstream>
+
+#include "bertcc/error.h"
 
 namespace bertcc {
 
@@ -12,6 +21,55 @@ void set_threads(int n) {
 }
 
 int threads() { return omp_get_max_threads(); }
+
+namespace {
+// The number after `key` in a /proc file of "key: value kB" lines, in bytes (-1 if absent).
+double proc_kb(const char* path, const std::string& key) {
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) {
+      std::istringstream in(line.substr(key.size()));
+      double kb = -1;
+      in >> kb;
+      return kb >= 0 ? kb * 1024.0 : -1;
+    }
+  return -1;
+}
+
+double file_number(const char* path) {  // a cgroup file holding a number, or "max" / absent: -1
+  std::ifstream f(path);
+  std::string s;
+  if (!(f >> s) || s == "max") return -1;
+  try {
+    return std::stod(s);
+  } catch (...) {
+    return -1;
+  }
+}
+}  // namespace
+
+double available_memory_bytes() {
+  double avail = std::numeric_limits<double>::infinity();
+  const double m = proc_kb("/proc/meminfo", "MemAvailable:");
+  if (m >= 0) avail = m;
+  const double limit = file_number("/sys/fs/cgroup/memory.max"), used = file_number("/sys/fs/cgroup/memory.current");
+  if (limit >= 0 && used >= 0) avail = std::min(avail, std::max(0.0, limit - used));
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const double vm = proc_kb("/proc/self/status", "VmSize:");
+    avail = std::min(avail, std::max(0.0, static_cast<double>(rl.rlim_cur) - std::max(vm, 0.0)));
+  }
+  return avail;
+}
+
+void check_memory(double bytes, const std::string& what, const std::string& advice) {
+  const double avail = available_memory_bytes();
+  if (bytes <= avail) return;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.2f GiB, but %.2f GiB are available", bytes / 1073741824.0, avail / 1073741824.0);
+  fail(what, " would take about ", buf, advice.empty() ? "" : "; ", advice);
+}
 
 CpuReport cpu_report() {
   CpuReport r;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "bertcc/error.h"
+#include "bertcc/runtime.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
@@ -204,6 +205,9 @@ Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads) 
   cfg_.validate("config");
   pooler_ = has_pooler(heads_) && !cfg_.electra();
   build_table(table_, cfg_, heads_);
+  check_memory(8.0 * static_cast<double>(table_.total()),
+               "the weights and gradients of this model (" + std::to_string(table_.total()) + " parameters)",
+               "check the config's sizes");
   params_.assign(table_.total(), 0.0f);
   grads_.assign(table_.total(), 0.0f);
 }
@@ -261,21 +265,12 @@ void Bert::refresh_bf16(Precision p) {
   params16_valid_ = true;
 }
 
-void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec) {
-  if (acts_ && acts_->B == B && acts_->T == T && acts_->attention_dropout == attention_dropout && acts_->prec == prec)
-    return;
-  // The arena only grows: batches of varying length (fine-tuning pads each batch to its longest
-  // row) re-carve the same memory instead of reallocating and faulting in fresh pages.
-  if (!acts_) acts_ = std::make_unique<Acts>();
-  Acts& a = *acts_;
-  a.B = B;
-  a.T = T;
-  a.attention_dropout = attention_dropout;
-  a.prec = prec;
-  const int64_t N = B * T, C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
-  const int64_t L = cfg_.num_hidden_layers, E = cfg_.embedding_dim();
-  // Count first, then carve (one allocation).
-  std::vector<std::pair<float**, int64_t>> plan;
+// The activation arena's slices for (B, T): (where the slice pointer goes, floats). Returns the
+// arena's size in floats (64-byte aligned slices).
+int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
+                        std::vector<std::pair<float**, int64_t>>& plan) {
+  const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
+  const int64_t L = cfg.num_hidden_layers, E = cfg.embedding_dim();
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
   plan.push_back({&a.emb_sum, N * E});
@@ -307,10 +302,40 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   plan.push_back({&a.dcls, B * C});
   plan.push_back({&a.dpool, B * C});
   int64_t total = 0;
-  for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;  // 64-byte aligned slices
+  for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;
+  return total;
+}
+
+double Bert::activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec) {
+  Acts a;
+  std::vector<std::pair<float**, int64_t>> plan;
+  return 4.0 * static_cast<double>(plan_acts(a, cfg, B, T, attention_dropout, prec, plan)) + 4.0 * B * T;
+}
+
+void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec) {
+  if (acts_ && acts_->B == B && acts_->T == T && acts_->attention_dropout == attention_dropout && acts_->prec == prec)
+    return;
+  // The arena only grows: batches of varying length (fine-tuning pads each batch to its longest
+  // row) re-carve the same memory instead of reallocating and faulting in fresh pages.
+  if (!acts_) acts_ = std::make_unique<Acts>();
+  Acts& a = *acts_;
+  a.B = B;
+  a.T = T;
+  a.attention_dropout = attention_dropout;
+  a.prec = prec;
+  std::vector<std::pair<float**, int64_t>> plan;  // count first, then carve (one allocation)
+  const int64_t total = plan_acts(a, cfg_, B, T, attention_dropout, prec, plan);
   if (a.arena.size() < static_cast<size_t>(total)) {
     a.arena.clear();
     a.arena.shrink_to_fit();
+    try {
+      check_memory(4.0 * static_cast<double>(total),
+                   "the activations of a batch of " + std::to_string(B) + " x " + std::to_string(T) + " tokens",
+                   "use a smaller batch (or more gradient accumulation) or a shorter sequence");
+    } catch (...) {
+      a.B = a.T = 0;  // no arena: the next call carves again
+      throw;
+    }
     a.arena.assign(static_cast<size_t>(total), 0.0f);
   }
   int64_t off = 0;
@@ -318,7 +343,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
     *p = a.arena.data() + off;
     off += (n + 15) / 16 * 16;
   }
-  a.mask_add.assign(static_cast<size_t>(N), 0.0f);
+  a.mask_add.assign(static_cast<size_t>(B * T), 0.0f);
 }
 
 void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {

@@ -1,5 +1,7 @@
 #include "train/data_parallel.h"
 
+#include "bertcc/runtime.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -20,6 +22,23 @@ int threads_per_rank(int requested, const dist::Communicator& comm) {
   if (comm.local_world() <= 1 || std::getenv("OMP_NUM_THREADS")) return 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / comm.local_world());
+}
+
+void check_training_memory(const std::vector<const Bert*>& models, int64_t B, int64_t T, Precision prec,
+                           const char* who) {
+  double need = 0;
+  int64_t params = 0;
+  for (const Bert* m : models) {
+    const double P = static_cast<double>(m->table().total());
+    params += m->table().total();
+    need += P * (8.0 + (prec == Precision::BF16 ? 2.0 : 0.0));
+    need += Bert::activation_bytes(m->config(), B, T, m->config().attention_probs_dropout_prob > 0, prec);
+  }
+  check_memory(need,
+               std::string(who) + ": a training step (micro-batches of " + std::to_string(B) + " x " +
+                   std::to_string(T) + " tokens, " + std::to_string(params) +
+                   " parameters: optimizer moments, activations)",
+               "lower --train-batch-size, raise --gradient-accumulation-steps or shorten the sequences");
 }
 
 Rng micro_batch_rng(uint64_t seed, int phase, int64_t step, int64_t k) {

@@ -21,6 +21,13 @@ namespace bertcc {
 // shared by its ranks.
 int threads_per_rank(int requested, const dist::Communicator& comm);
 
+// Refuses a run whose training step would not fit in memory, before it allocates: for each model
+// the optimizer moments (8 bytes per parameter), the bf16 weight copy (bf16) and the activations
+// of a micro-batch of B x T tokens (the weights and gradients are already held). `who` prefixes
+// the message.
+void check_training_memory(const std::vector<const Bert*>& models, int64_t B, int64_t T, Precision prec,
+                           const char* who);
+
 // The dropout RNG of micro-batch k of optimizer step `step` (phase 1 or 2).
 Rng micro_batch_rng(uint64_t seed, int phase, int64_t step, int64_t k);
 

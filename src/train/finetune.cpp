@@ -142,8 +142,9 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   const int64_t n = static_cast<int64_t>(train.size());
   int64_t longest = 1;  // the longest training batch, padded as make_finetune_batch pads it
   for (const FtFeature& f : train) longest = std::max(longest, static_cast<int64_t>(f.input_ids.size()));
-  model.reserve_activations(std::min(micro, n), padded_length(longest, model.config().max_position_embeddings),
-                            o.precision);
+  const int64_t padded = padded_length(longest, model.config().max_position_embeddings);
+  check_training_memory({&model}, std::min(micro, n), padded, o.precision, "finetune");
+  model.reserve_activations(std::min(micro, n), padded, o.precision);
   const int64_t steps_per_epoch = (n + global_batch - 1) / global_batch;
   const int64_t total = o.max_steps > 0 ? o.max_steps
                                         : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(

@@ -389,6 +389,7 @@ int run_pretraining(const PretrainOptions& o) {
       syncs.push_back(std::make_unique<GradSync>(
           comm, wire, static_cast<size_t>(std::max(1.0, o.dp.bucket_cap_mb * 1048576.0 / sizeof(float))), false));
   bool stopped = false;
+  bool memory_checked = false;
   while (st.step < o.max_steps) {
     watchdog.beat("loading the step's batches", st.step + st.step_offset);
     DataCursor next_cursor = st.cursor;
@@ -411,6 +412,11 @@ int run_pretraining(const PretrainOptions& o) {
       break;
     }
     st.cursor = next_cursor;
+    if (!memory_checked && !batches.empty()) {  // the sequence length is the shards'
+      check_training_memory(std::vector<const Bert*>(models.begin(), models.end()), batches[0].B, batches[0].T, prec,
+                            "pretrain");
+      memory_checked = true;
+    }
     const float scale = static_cast<float>(st.loss_scale);
     const float mlm_denom = static_cast<float>(std::max(1.0, head[0]));
     const float nsp_denom = static_cast<float>(global_batch);
