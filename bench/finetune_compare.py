@@ -5,7 +5,10 @@ identical hyper-parameters for both. Prints per-task mean, min-max spread and wa
 writes every run's metrics as JSON lines.
 
   bench/finetune_compare.py --pretrained DIR --scratch DIR [--vocab V] [--seeds 1 2 3] [--jobs 2]
-                            [--inits pretrained scratch] [--out DIR]
+                            [--inits pretrained scratch] [--out DIR] [--names pretrained scratch]
+
+--names relabels the two models (e.g. `--names electra bert` to compare two pre-trained models;
+--inits then takes those names).
 
 Runs already in OUT/runs.jsonl are kept (a run of the same task, init and seed is replaced), so the
 two halves can run at different times (--inits scratch, later --inits pretrained) and the table
@@ -63,7 +66,8 @@ def main():
     ap.add_argument("--vocab", default="")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--tasks", nargs="+", default=list(TASKS))
-    ap.add_argument("--inits", nargs="+", choices=["pretrained", "scratch"], default=["pretrained", "scratch"])
+    ap.add_argument("--names", nargs=2, default=["pretrained", "scratch"], help="labels of --pretrained and --scratch")
+    ap.add_argument("--inits", nargs="+", default=None, help="which of the two to run (default both)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", default="1e-4")
@@ -71,8 +75,11 @@ def main():
     ap.add_argument("--out", default="finetune-compare")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    A, Bn = args.names
+    inits = args.inits or [A, Bn]
+    assert all(i in (A, Bn) for i in inits), f"--inits must name {A} or {Bn}"
     jobs = [(t, i, c, s) for t in args.tasks for s in args.seeds
-            for i, c in (("pretrained", args.pretrained), ("scratch", args.scratch)) if i in args.inits]
+            for i, c in ((A, args.pretrained), (Bn, args.scratch)) if i in inits]
     path = os.path.join(args.out, "runs.jsonl")
     old = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
     with ThreadPoolExecutor(args.jobs) as ex:
@@ -84,21 +91,23 @@ def main():
         for r in recs:
             f.write(json.dumps(r) + "\n")
     os.replace(path + ".tmp", path)
-    print(f"\n{'task':7s} {'metric':11s} {'pre-trained (seeds)':32s} {'from scratch (seeds)':32s} {'gap':>7s} "
+    heads = ("pre-trained (seeds)", "from scratch (seeds)") if (A, Bn) == ("pretrained", "scratch") else \
+        (f"{A} (seeds)", f"{Bn} (seeds)")
+    print(f"\n{'task':7s} {'metric':11s} {heads[0]:32s} {heads[1]:32s} {'gap':>7s} "
           f"{'spread':>7s} {'wall s/run':>10s}")
     for t in args.tasks:
-        if any(not [r for r in recs if r["task"] == t and r["init"] == i] for i in ("pretrained", "scratch")):
+        if any(not [r for r in recs if r["task"] == t and r["init"] == i] for i in (A, Bn)):
             continue
         row = {}
-        for i in ("pretrained", "scratch"):
+        for i in (A, Bn):
             v = [r["value"] for r in recs if r["task"] == t and r["init"] == i]
             w = [r["wall_s"] for r in recs if r["task"] == t and r["init"] == i]
             row[i] = (v, sum(v) / len(v), max(v) - min(v), sum(w) / len(w))
-        gap = row["pretrained"][1] - row["scratch"][1]
-        spread = max(row["pretrained"][2], row["scratch"][2])
+        gap = row[A][1] - row[Bn][1]
+        spread = max(row[A][2], row[Bn][2])
         fmt = lambda x: f"{x[1]:.4f} [" + " ".join(f"{v:.3f}" for v in x[0]) + "]"
-        print(f"{t:7s} {TASKS[t][1]:11s} {fmt(row['pretrained']):32s} {fmt(row['scratch']):32s} {gap:7.4f} "
-              f"{spread:7.4f} {row['pretrained'][3]:5.0f}/{row['scratch'][3]:.0f}"
+        print(f"{t:7s} {TASKS[t][1]:11s} {fmt(row[A]):32s} {fmt(row[Bn]):32s} {gap:7.4f} "
+              f"{spread:7.4f} {row[A][3]:5.0f}/{row[Bn][3]:.0f}"
               + ("  gap > spread" if gap > spread else "  gap <= spread"))
 
 
