@@ -12,11 +12,9 @@ different so that a transposed index shows). Compared: loss, logits at the open 
 gradient (max |ours - ref| <= tol * max |ref|: fp32 1e-4, bf16 3e-2), and the beams: fp32 the same
 start and end positions with log-probabilities within 1e-4; bf16 each log-probability within 3e-2
 of the reference's at the positions bertcc chose, and the answer-class logit within 3e-2."""
-import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -74,11 +72,7 @@ def head(P, cfg, h, pm):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bertcc", required=True)
-    ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
+    args = gradcheck.step_args()
     rng = np.random.default_rng(5)
     cfg = {"model_type": "electra", "architectures": ["ElectraForQuestionAnsweringJoint"], "vocab_size": 89,
            "embedding_size": 24, "hidden_size": 36, "num_hidden_layers": 2, "num_attention_heads": 3,
@@ -106,12 +100,8 @@ def main():
     batch = {"input_ids": ids, "segment_ids": seg, "input_mask": mask, "start_positions": sp, "end_positions": ep}
     st.save(os.path.join(wd, "batch.safetensors"), {k: v.astype(np.float32) for k, v in batch.items()})
     out = os.path.join(wd, "step.safetensors")
-    r = subprocess.run([args.bertcc, "dump-step", "--head", "qa-joint", "--model", os.path.join(wd, "model"),
-                        "--batch", os.path.join(wd, "batch.safetensors"), "--precision", args.precision, "--out", out],
-                       capture_output=True, text=True)
-    print(r.stdout, end="")
-    if r.returncode != 0:
-        print(r.stderr)
+    if gradcheck.dump_step(args.bertcc, ["--head", "qa-joint", "--model", os.path.join(wd, "model"), "--batch",
+                                         os.path.join(wd, "batch.safetensors"), "--precision", args.precision], out):
         return 1
     ours = st.load(out)
 

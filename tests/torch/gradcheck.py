@@ -1,7 +1,28 @@
-"""Gradient comparison and random test parameters shared by the check_*_step.py scripts."""
+"""Gradient comparison, random test parameters and the dump-step call shared by the check_*.py scripts."""
+import argparse
 import os
+import subprocess
 
 import numpy as np
+
+
+def step_args():
+    """--bertcc, --precision (fp32), --workdir: the arguments of a dump-step check."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bertcc", required=True)
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--workdir", required=True)
+    return ap.parse_args()
+
+
+def dump_step(bertcc, args, out):
+    """Runs `bertcc dump-step ARGS --out OUT`, prints its stdout (and stderr on failure); returns
+    the exit code."""
+    r = subprocess.run([bertcc, "dump-step", *args, "--out", out], capture_output=True, text=True)
+    print(r.stdout, end="")
+    if r.returncode != 0:
+        print(r.stderr)
+    return r.returncode
 
 
 def compare_gradients(ours, P, tol, zero_rel, label=""):
