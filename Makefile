@@ -18,7 +18,7 @@ test: deps build
 	@cd $(BUILD) && ctest --output-on-failure
 
 test-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_SANITIZE=ON >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_SANITIZE=ON -DBERTCC_CUDA=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target bertcc_tests
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(ASAN_BUILD)/bertcc_tests
 

@@ -10,7 +10,7 @@ HERE="$(cd "$(dirname "$0")/.." && pwd)"
 B="$HERE/build-fuzz"; S="$HERE/../shared/data"
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (Debian: clang, libclang-rt-14-dev)"; exit 1; }
 mkdir -p "$B"
-CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_MPI=OFF > "$B/configure.log" 2>&1 \
+CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_MPI=OFF -DBERTCC_CUDA=OFF > "$B/configure.log" 2>&1 \
   || { tail -20 "$B/configure.log"; exit 1; }
 cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve > "$B/build.log" 2>&1 \
   || { grep -E "error" "$B/build.log" | head -20; exit 1; }

@@ -1,0 +1,256 @@
+// Fused multi-head attention, FlashAttention-2's shape without Tensor Cores yet: the T x T scores
+// are never written to memory. Forward: one thread per query row, key/value tiles in shared memory,
+// an online softmax; it saves the row log-sum-exp. Backward recomputes P = exp(S - lse) and
+// regenerates the dropout mask from Philox (element (r, j) is number base + r*T + j, as the CPU
+// kernel), in two passes without atomics: one thread per query row for dq, one per key row for
+// dk and dv (so the result does not depend on scheduling).
+#include <cmath>
+#include <type_traits>
+
+#include "cuda/common.cuh"
+#include "cuda/cuda_kernels.h"
+
+namespace bertcc::cuda {
+namespace {
+
+constexpr int kRows = 64;  // query (or key) rows per block, one per thread
+constexpr int kTile = 32;  // keys (or queries) per shared-memory tile
+
+struct Shape {
+  int64_t B, T, C, NH;
+  float scale;         // 1/sqrt(HS)
+  bool drop;
+  float keep_scale;    // 1/(1-p)
+  uint32_t thr;        // keep iff (x >> 8) >= thr
+  uint64_t seed, base;
+};
+
+__device__ inline bool keep(const Shape& s, int64_t bh, int64_t i, int64_t j) {
+  return (philox_u32(s.seed, s.base + static_cast<uint64_t>((bh * s.T + i) * s.T + j)) >> 8) >= s.thr;
+}
+
+// Loads rows [r0, r0 + kTile) of part `part` (0 q, 1 k, 2 v) of head h into tile[kTile][HS] (zeros past T).
+template <int HS>
+__device__ inline void load_tile(float (*tile)[HS], const float* qkv, const Shape& s, int64_t b, int64_t h,
+                                 int64_t r0, int part) {
+  for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
+    const int jj = idx / HS, c = idx % HS;
+    const int64_t r = r0 + jj;
+    tile[jj][c] = r < s.T ? qkv[(b * s.T + r) * 3 * s.C + part * s.C + h * HS + c] : 0.0f;
+  }
+}
+
+template <int HS>
+__global__ void __launch_bounds__(kRows) attn_fwd(float* out, float* lse, const float* qkv, const float* mask_add,
+                                                  Shape s) {
+  __shared__ float Ks[kTile][HS], Vs[kTile][HS];
+  __shared__ float Ms[kTile];
+  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kRows) + threadIdx.x;
+  const bool active = i < s.T;
+  float q[HS], acc[HS];
+#pragma unroll
+  for (int c = 0; c < HS; ++c) {
+    q[c] = active ? qkv[(b * s.T + i) * 3 * s.C + h * HS + c] : 0.0f;
+    acc[c] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j0 = 0; j0 < s.T; j0 += kTile) {
+    __syncthreads();
+    load_tile<HS>(Ks, qkv, s, b, h, j0, 1);
+    load_tile<HS>(Vs, qkv, s, b, h, j0, 2);
+    for (int jj = threadIdx.x; jj < kTile; jj += blockDim.x) Ms[jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : 0.0f;
+    __syncthreads();
+    if (!active) continue;
+    const int n = static_cast<int>(s.T - j0 < kTile ? s.T - j0 : kTile);
+    for (int jj = 0; jj < n; ++jj) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int c = 0; c < HS; ++c) dot += q[c] * Ks[jj][c];
+      const float sc = dot * s.scale + Ms[jj];
+      if (sc > m) {
+        const float corr = m == -INFINITY ? 0.0f : expf(m - sc);
+        l *= corr;
+#pragma unroll
+        for (int c = 0; c < HS; ++c) acc[c] *= corr;
+        m = sc;
+      }
+      const float p = sc == -INFINITY ? 0.0f : expf(sc - m);
+      l += p;
+      const float pd = !s.drop ? p : keep(s, bh, i, j0 + jj) ? p * s.keep_scale : 0.0f;
+#pragma unroll
+      for (int c = 0; c < HS; ++c) acc[c] += pd * Vs[jj][c];
+    }
+  }
+  if (!active) return;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int c = 0; c < HS; ++c) out[(b * s.T + i) * s.C + h * HS + c] = acc[c] * inv;
+  lse[bh * s.T + i] = m + logf(l);
+}
+
+// D[bh, i] = sum over the head's channels of dout * out (= sum_j dPd_ij Pd_ij)
+__global__ void attn_bwd_dot(float* D, const float* dout, const float* out, Shape s, int64_t HS) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= s.B * s.NH * s.T) return;
+  const int64_t i = r % s.T, bh = r / s.T, b = bh / s.NH, h = bh % s.NH;
+  const float* d = dout + (b * s.T + i) * s.C + h * HS;
+  const float* o = out + (b * s.T + i) * s.C + h * HS;
+  float acc = 0.0f;
+  for (int64_t c = 0; c < HS; ++c) acc += d[c] * o[c];
+  D[r] = acc;
+}
+
+template <int HS>
+__global__ void __launch_bounds__(kRows) attn_bwd_dq(float* dqkv, const float* dout, const float* qkv,
+                                                     const float* lse, const float* D, const float* mask_add, Shape s) {
+  __shared__ float Ks[kTile][HS], Vs[kTile][HS];
+  __shared__ float Ms[kTile];
+  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kRows) + threadIdx.x;
+  const bool active = i < s.T;
+  float q[HS], dO[HS], dq[HS];
+#pragma unroll
+  for (int c = 0; c < HS; ++c) {
+    q[c] = active ? qkv[(b * s.T + i) * 3 * s.C + h * HS + c] : 0.0f;
+    dO[c] = active ? dout[(b * s.T + i) * s.C + h * HS + c] : 0.0f;
+    dq[c] = 0.0f;
+  }
+  const float L = active ? lse[bh * s.T + i] : 0.0f, Di = active ? D[bh * s.T + i] : 0.0f;
+  for (int64_t j0 = 0; j0 < s.T; j0 += kTile) {
+    __syncthreads();
+    load_tile<HS>(Ks, qkv, s, b, h, j0, 1);
+    load_tile<HS>(Vs, qkv, s, b, h, j0, 2);
+    for (int jj = threadIdx.x; jj < kTile; jj += blockDim.x) Ms[jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : 0.0f;
+    __syncthreads();
+    if (!active) continue;
+    const int n = static_cast<int>(s.T - j0 < kTile ? s.T - j0 : kTile);
+    for (int jj = 0; jj < n; ++jj) {
+      float dot = 0.0f, dpd = 0.0f;
+#pragma unroll
+      for (int c = 0; c < HS; ++c) {
+        dot += q[c] * Ks[jj][c];
+        dpd += dO[c] * Vs[jj][c];
+      }
+      const float p = expf(dot * s.scale + Ms[jj] - L);
+      const float dp = !s.drop ? dpd : keep(s, bh, i, j0 + jj) ? dpd * s.keep_scale : 0.0f;
+      const float ds = p * (dp - Di) * s.scale;
+#pragma unroll
+      for (int c = 0; c < HS; ++c) dq[c] += ds * Ks[jj][c];
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int c = 0; c < HS; ++c) dqkv[(b * s.T + i) * 3 * s.C + h * HS + c] = dq[c];
+}
+
+template <int HS>
+__global__ void __launch_bounds__(kRows) attn_bwd_dkdv(float* dqkv, const float* dout, const float* qkv,
+                                                       const float* lse, const float* D, const float* mask_add,
+                                                       Shape s) {
+  __shared__ float Qs[kTile][HS], dOs[kTile][HS];
+  __shared__ float Ls[kTile], Ds[kTile];
+  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH;
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kRows) + threadIdx.x;
+  const bool active = j < s.T;
+  float k[HS], v[HS], dk[HS], dv[HS];
+#pragma unroll
+  for (int c = 0; c < HS; ++c) {
+    k[c] = active ? qkv[(b * s.T + j) * 3 * s.C + s.C + h * HS + c] : 0.0f;
+    v[c] = active ? qkv[(b * s.T + j) * 3 * s.C + 2 * s.C + h * HS + c] : 0.0f;
+    dk[c] = 0.0f;
+    dv[c] = 0.0f;
+  }
+  const float mj = active ? mask_add[b * s.T + j] : 0.0f;
+  for (int64_t i0 = 0; i0 < s.T; i0 += kTile) {
+    __syncthreads();
+    load_tile<HS>(Qs, qkv, s, b, h, i0, 0);
+    for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
+      const int ii = idx / HS, c = idx % HS;
+      const int64_t r = i0 + ii;
+      dOs[ii][c] = r < s.T ? dout[(b * s.T + r) * s.C + h * HS + c] : 0.0f;
+    }
+    for (int ii = threadIdx.x; ii < kTile; ii += blockDim.x) {
+      Ls[ii] = i0 + ii < s.T ? lse[bh * s.T + i0 + ii] : 0.0f;
+      Ds[ii] = i0 + ii < s.T ? D[bh * s.T + i0 + ii] : 0.0f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    const int n = static_cast<int>(s.T - i0 < kTile ? s.T - i0 : kTile);
+    for (int ii = 0; ii < n; ++ii) {
+      float dot = 0.0f, dpd = 0.0f;
+#pragma unroll
+      for (int c = 0; c < HS; ++c) {
+        dot += Qs[ii][c] * k[c];
+        dpd += dOs[ii][c] * v[c];
+      }
+      const float p = expf(dot * s.scale + mj - Ls[ii]);
+      const bool kept = !s.drop || keep(s, bh, i0 + ii, j);
+      const float pd = !s.drop ? p : kept ? p * s.keep_scale : 0.0f;
+      const float dp = !s.drop ? dpd : kept ? dpd * s.keep_scale : 0.0f;
+      const float ds = p * (dp - Ds[ii]) * s.scale;
+#pragma unroll
+      for (int c = 0; c < HS; ++c) {
+        dv[c] += pd * dOs[ii][c];
+        dk[c] += ds * Qs[ii][c];
+      }
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int c = 0; c < HS; ++c) {
+    dqkv[(b * s.T + j) * 3 * s.C + s.C + h * HS + c] = dk[c];
+    dqkv[(b * s.T + j) * 3 * s.C + 2 * s.C + h * HS + c] = dv[c];
+  }
+}
+
+Shape make_shape(int64_t B, int64_t T, int64_t C, int64_t NH, float p, const Rng& rng, uint64_t base) {
+  BERTCC_CHECK(NH > 0 && C % NH == 0, "attention: hidden size ", C, " is not a multiple of the ", NH, " heads");
+  Shape s{B, T, C, NH, 1.0f / std::sqrt(static_cast<float>(C / NH)), p > 0.0f, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
+          p > 0.0f ? dropout_threshold(p) : 0u, rng.seed, base};
+  BERTCC_CHECK(B * NH <= 65535, "attention: batch x heads = ", B * NH, " exceeds the CUDA grid (65535)");
+  return s;
+}
+
+template <class F>
+void dispatch_hs(int64_t HS, F f) {
+  switch (HS) {
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 128: f(std::integral_constant<int, 128>{}); break;
+    default: fail("attention on CUDA: head size ", HS, " is not supported (8, 16, 32, 64 or 128)");
+  }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
+                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base) {
+  if (B * T == 0) return;
+  const Shape s = make_shape(B, T, C, NH, dropout_p, rng, base);
+  const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
+  dispatch_hs(C / NH, [&](auto hs) { attn_fwd<decltype(hs)::value><<<grid, kRows>>>(out, lse, qkv, mask_add, s); });
+  BERTCC_CUDA_LAUNCHED("attention_forward");
+}
+
+int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH) { return B * NH * T; }
+
+void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
+                        const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
+                        float dropout_p, const Rng& rng, uint64_t base) {
+  if (B * T == 0) return;
+  const Shape s = make_shape(B, T, C, NH, dropout_p, rng, base);
+  attn_bwd_dot<<<grid_for(B * NH * T, 256), 256>>>(work, dout, out, s, C / NH);
+  BERTCC_CUDA_LAUNCHED("attention_backward (row dots)");
+  const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
+  dispatch_hs(C / NH, [&](auto hs) {
+    attn_bwd_dq<decltype(hs)::value><<<grid, kRows>>>(dqkv, dout, qkv, lse, work, mask_add, s);
+    BERTCC_CUDA_LAUNCHED("attention_backward (dq)");
+    attn_bwd_dkdv<decltype(hs)::value><<<grid, kRows>>>(dqkv, dout, qkv, lse, work, mask_add, s);
+    BERTCC_CUDA_LAUNCHED("attention_backward (dk, dv)");
+  });
+}
+
+}  // namespace bertcc::cuda

@@ -1,0 +1,82 @@
+// Shared device helpers for the CUDA kernels: error checks, Philox4x32-10 (bertcc::philox4x32's
+// twin: the same counters give the same numbers), block and warp reductions in a fixed order.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "bertcc/error.h"
+#include "bertcc/rng.h"
+
+namespace bertcc::cuda {
+
+inline void check_cuda(cudaError_t e, const char* what, const char* file, int line) {
+  if (e != cudaSuccess) fail("CUDA error in ", what, " (", file, ":", line, "): ", cudaGetErrorString(e));
+}
+#define BERTCC_CUDA_CHECK(expr) ::bertcc::cuda::check_cuda((expr), #expr, __FILE__, __LINE__)
+// After a launch: configuration errors now, execution errors at the next synchronisation.
+#define BERTCC_CUDA_LAUNCHED(name) ::bertcc::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__)
+
+inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// Number `idx` of the dropout stream of `seed` (block idx / 4, word idx % 4), as Rng::fill_u32.
+__device__ inline uint32_t philox_u32(uint64_t seed, uint64_t idx) {
+  const uint64_t block = idx >> 2;
+  uint32_t c0 = static_cast<uint32_t>(block), c1 = static_cast<uint32_t>(block >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    const uint32_t h0 = __umulhi(0xD2511F53u, c0), l0 = 0xD2511F53u * c0;
+    const uint32_t h1 = __umulhi(0xCD9E8D57u, c2), l1 = 0xCD9E8D57u * c2;
+    c0 = h1 ^ c1 ^ k0;
+    c1 = l1;
+    c2 = h0 ^ c3 ^ k1;
+    c3 = l0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  switch (idx & 3) {
+    case 0: return c0;
+    case 1: return c1;
+    case 2: return c2;
+    default: return c3;
+  }
+}
+
+__device__ inline float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ inline double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// The tree is fixed, so the result depends only on the inputs and the block size.
+template <class T>
+__device__ inline T block_sum(T v) {
+  __shared__ T part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  T r = lane < nw ? part[lane] : T(0);
+  return warp_sum(r);
+}
+
+__device__ inline uint16_t f32_to_bf16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+}  // namespace bertcc::cuda

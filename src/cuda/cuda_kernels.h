@@ -1,0 +1,113 @@
+// CUDA kernels: the device twins of kernels/kernels.h, kernels/gemm.h and bertcc/optim.h.
+// Same layouts and conventions as the CPU kernels (row-major, size letters as kernels.h, backward
+// kernels ADD into gradients, dropout element i of a site uses number base + i of the Philox stream,
+// so GPU masks equal CPU masks bit for bit). Every pointer named like a tensor is device memory;
+// ids, labels and row indices too. Work is queued on the current device's default stream; the
+// functions that return a host value (a count, a norm) synchronise.
+//
+// Differences from the CPU API, all owed to a fused attention that never writes T x T:
+//   attention_forward saves the row log-sum-exp lse[B,NH,T] instead of P (and Pd);
+//   attention_backward recomputes P from q, k and lse, and takes the forward output `out`.
+// This header is plain C++ (no CUDA types) so host code and tests include it without nvcc.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "bertcc/config.h"
+#include "bertcc/dtype.h"
+#include "bertcc/optim.h"
+#include "bertcc/params.h"
+#include "bertcc/rng.h"
+#include "kernels/gemm.h"
+
+namespace bertcc::cuda {
+
+// ---- runtime ----
+// Number of usable devices; 0 with the reason in *why (no driver, no device, driver too old).
+int device_count(std::string* why);
+struct DeviceInfo {
+  std::string name;
+  int cc_major = 0, cc_minor = 0, sm_count = 0;
+  size_t total_mem = 0;
+};
+DeviceInfo device_info(int device);
+void set_device(int device);
+void* alloc(size_t bytes);  // throws bertcc::Error naming the size when the device is out of memory
+void free(void* p);
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void copy_device(void* dst, const void* src, size_t bytes);
+void zero(void* p, size_t bytes);
+void synchronize();  // waits for queued work; throws with the CUDA error of any failed kernel
+// fp32 -> bf16, round to nearest even (bit-identical to bertcc::f32_to_bf16)
+void to_bf16(bf16_t* out, const float* in, int64_t n);
+
+// ---- embeddings, LayerNorm, residual ----
+void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
+                        const float* wtt, int64_t B, int64_t T, int64_t C);
+// Deterministic: each column adds its rows in order (the CPU kernel's order, so equal bits).
+void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
+                         const int32_t* seg, int64_t B, int64_t T, int64_t C);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int64_t C);
+void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                                const float* w, const float* b, int64_t N, int64_t C, float eps);
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+
+// ---- activations, dropout ----
+void gelu_forward(float* out, const float* inp, int64_t n, Activation act);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act);
+void tanh_forward(float* out, const float* inp, int64_t n);
+void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n);
+void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base);
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base);
+
+// ---- rows ----
+void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C);
+void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C);
+
+// ---- fused attention (no T x T tensor in memory) ----
+// qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on keys; out[B,T,C]; lse[B,NH,T] saved.
+// Head sizes up to 128 (multiples of 16). Dropout on the probabilities as the CPU kernel: element
+// (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j.
+void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
+                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base);
+// dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.
+int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH);
+void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
+                        const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
+                        float dropout_p, const Rng& rng, uint64_t base);
+
+// ---- softmax cross-entropy with its gradient (as kernels::softmax_xent_forward_backward) ----
+int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
+                                      int32_t ignore_index, float grad_scale, int64_t* num_correct = nullptr);
+
+// ---- GEMM (cuBLASLt) ----
+// kernels::GemmArgs with device pointers. fp32: exact fp32 products (TF32 only after
+// set_allow_tf32(true)); bf16: A and B rounded to bf16 (or taken from A16/B16), fp32 accumulate
+// and output. Bias through cuBLASLt's epilogue.
+void set_allow_tf32(bool on);
+void gemm(const kernels::GemmArgs& g, Precision p);
+void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
+                    Precision p, const bf16_t* W16 = nullptr);
+void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr);
+void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (rows in order)
+
+// ---- optimizers over flat device buffers (bertcc/optim.h semantics) ----
+// Deterministic global L2 norm (fixed blocks, partials summed in order in double).
+double global_norm(const float* x, size_t n);
+struct DeviceAdamState {
+  float* m = nullptr;  // [t.total()] device
+  float* v = nullptr;
+  int64_t step = 0;
+};
+double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr, const LambOptions& o,
+                 double grad_norm = -1);
+double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr,
+                  const AdamWOptions& o, double grad_norm = -1);
+
+}  // namespace bertcc::cuda

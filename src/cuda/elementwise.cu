@@ -1,0 +1,274 @@
+// Embeddings, LayerNorm, residual, GELU, tanh, dropout, row gather/scatter, bias gradient.
+// Gradients of shared rows (embeddings, scatter, LayerNorm and bias parameters) are summed by one
+// thread per column over the rows in order: the CPU kernels' order, so the bits are the same and
+// do not depend on the launch. (Fast enough to be correct; the split-and-merge version is to come.)
+#include <cmath>
+
+#include "cuda/common.cuh"
+#include "cuda/cuda_kernels.h"
+
+namespace bertcc::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kTanhCoef = 0.044715f;
+
+__global__ void embeddings_fwd(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
+                               const float* wtt, int64_t T, int64_t C) {
+  const int64_t n = blockIdx.x;
+  const float* a = wte + static_cast<int64_t>(ids[n]) * C;
+  const float* p = wpe + (n % T) * C;
+  const float* s = wtt + static_cast<int64_t>(seg[n]) * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[n * C + c] = a[c] + p[c] + s[c];
+}
+
+__global__ void embeddings_bwd(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
+                               const int32_t* seg, int64_t N, int64_t T, int64_t C) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  for (int64_t n = 0; n < N; ++n) {
+    const float d = dout[n * C + c];
+    dwte[static_cast<int64_t>(ids[n]) * C + c] += d;
+    dwpe[(n % T) * C + c] += d;
+    dwtt[static_cast<int64_t>(seg[n]) * C + c] += d;
+  }
+}
+
+// One warp per row: two-pass mean and variance, as the CPU kernel.
+__device__ void ln_row(float* o, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t C,
+                       float eps) {
+  const int lane = threadIdx.x & 31;
+  float s = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / static_cast<float>(C);
+  float v = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float d = x[c] - m;
+    v += d * d;
+  }
+  const float r = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(C) + eps);
+  for (int64_t c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  if (lane == 0) {
+    *mean = m;
+    *rstd = r;
+  }
+}
+
+__global__ void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                              int64_t N, int64_t C, float eps) {
+  const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (n >= N) return;
+  ln_row(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
+}
+
+__global__ void residual_layernorm_fwd(float* out, float* sum, float* mean, float* rstd, const float* a,
+                                       const float* r, const float* w, const float* b, int64_t N, int64_t C,
+                                       float eps) {
+  const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int lane = threadIdx.x & 31;
+  for (int64_t c = lane; c < C; c += 32) sum[n * C + c] = a[n * C + c] + r[n * C + c];
+  __syncwarp();
+  ln_row(out + n * C, mean + n, rstd + n, sum + n * C, w, b, C, eps);
+}
+
+__global__ void layernorm_bwd_input(float* dinp, const float* dout, const float* inp, const float* w,
+                                    const float* mean, const float* rstd, int64_t N, int64_t C) {
+  const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int lane = threadIdx.x & 31;
+  const float* d = dout + n * C;
+  const float* x = inp + n * C;
+  const float m = mean[n], s = rstd[n];
+  float a = 0.0f, bsum = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float dn = w[c] * d[c];
+    a += dn;
+    bsum += dn * ((x[c] - m) * s);
+  }
+  const float dnorm_mean = warp_sum(a) / static_cast<float>(C);
+  const float dnorm_norm_mean = warp_sum(bsum) / static_cast<float>(C);
+  for (int64_t c = lane; c < C; c += 32) {
+    const float xhat = (x[c] - m) * s;
+    dinp[n * C + c] += (w[c] * d[c] - dnorm_mean - xhat * dnorm_norm_mean) * s;
+  }
+}
+
+__global__ void layernorm_bwd_params(float* dw, float* db, const float* dout, const float* inp, const float* mean,
+                                     const float* rstd, int64_t N, int64_t C) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float aw = 0.0f, ab = 0.0f;
+  for (int64_t n = 0; n < N; ++n) {
+    const float d = dout[n * C + c];
+    aw += (inp[n * C + c] - mean[n]) * rstd[n] * d;
+    ab += d;
+  }
+  dw[c] += aw;
+  db[c] += ab;
+}
+
+__global__ void residual_fwd(float* out, const float* a, const float* b, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ void gelu_fwd(float* out, const float* inp, int64_t n, bool erf_form) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  out[i] = erf_form ? 0.5f * x * (1.0f + erff(x * kInvSqrt2))
+                    : 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
+}
+
+__global__ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n, bool erf_form) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  float g;
+  if (erf_form) {
+    g = 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
+  } else {
+    const float t = tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCoef * x * x);
+    g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  }
+  dinp[i] += dout[i] * g;
+}
+
+__global__ void tanh_fwd(float* out, const float* inp, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = tanhf(inp[i]);
+}
+__global__ void tanh_bwd(float* dinp, const float* out, const float* dout, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+
+__global__ void dropout_fwd(float* out, const float* inp, int64_t n, float scale, uint32_t thr, uint64_t seed,
+                            uint64_t base) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t x = philox_u32(seed, base + static_cast<uint64_t>(i));
+  out[i] = (x >> 8) >= thr ? inp[i] * scale : 0.0f;
+}
+__global__ void dropout_bwd(float* dinp, const float* dout, int64_t n, float scale, uint32_t thr, uint64_t seed,
+                            uint64_t base) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t x = philox_u32(seed, base + static_cast<uint64_t>(i));
+  dinp[i] += (x >> 8) >= thr ? dout[i] * scale : 0.0f;
+}
+
+__global__ void gather_rows_k(float* out, const float* inp, const int64_t* rows, int64_t C) {
+  const int64_t m = blockIdx.x;
+  const int64_t r = rows[m];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[m * C + c] = inp[r * C + c];
+}
+__global__ void scatter_add_rows_k(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  for (int64_t m = 0; m < M; ++m) dinp[rows[m] * C + c] += dout[m * C + c];
+}
+
+__global__ void bias_bwd(float* db, const float* dy, int64_t M, int64_t N) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= N) return;
+  float acc = 0.0f;
+  for (int64_t r = 0; r < M; ++r) acc += dy[r * N + c];
+  db[c] += acc;
+}
+
+unsigned rows_grid(int64_t N) { return grid_for(N, kThreads / 32); }
+
+}  // namespace
+
+void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
+                        const float* wtt, int64_t B, int64_t T, int64_t C) {
+  if (B * T == 0) return;
+  embeddings_fwd<<<static_cast<unsigned>(B * T), 128>>>(out, ids, seg, wte, wpe, wtt, T, C);
+  BERTCC_CUDA_LAUNCHED("embeddings_forward");
+}
+void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
+                         const int32_t* seg, int64_t B, int64_t T, int64_t C) {
+  if (C == 0) return;
+  embeddings_bwd<<<grid_for(C, 64), 64>>>(dwte, dwpe, dwtt, dout, ids, seg, B * T, T, C);
+  BERTCC_CUDA_LAUNCHED("embeddings_backward");
+}
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps) {
+  if (N == 0) return;
+  layernorm_fwd<<<rows_grid(N), kThreads>>>(out, mean, rstd, inp, w, b, N, C, eps);
+  BERTCC_CUDA_LAUNCHED("layernorm_forward");
+}
+void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                                const float* w, const float* b, int64_t N, int64_t C, float eps) {
+  if (N == 0) return;
+  residual_layernorm_fwd<<<rows_grid(N), kThreads>>>(out, sum, mean, rstd, a, r, w, b, N, C, eps);
+  BERTCC_CUDA_LAUNCHED("residual_layernorm_forward");
+}
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int64_t C) {
+  if (N == 0) return;
+  layernorm_bwd_input<<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  BERTCC_CUDA_LAUNCHED("layernorm_backward (input)");
+  layernorm_bwd_params<<<grid_for(C, 64), 64>>>(dw, db, dout, inp, mean, rstd, N, C);
+  BERTCC_CUDA_LAUNCHED("layernorm_backward (parameters)");
+}
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  if (n == 0) return;
+  residual_fwd<<<grid_for(n, kThreads), kThreads>>>(out, a, b, n);
+  BERTCC_CUDA_LAUNCHED("residual_forward");
+}
+void gelu_forward(float* out, const float* inp, int64_t n, Activation act) {
+  if (n == 0) return;
+  gelu_fwd<<<grid_for(n, kThreads), kThreads>>>(out, inp, n, act == Activation::GeluErf);
+  BERTCC_CUDA_LAUNCHED("gelu_forward");
+}
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) {
+  if (n == 0) return;
+  gelu_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, inp, dout, n, act == Activation::GeluErf);
+  BERTCC_CUDA_LAUNCHED("gelu_backward");
+}
+void tanh_forward(float* out, const float* inp, int64_t n) {
+  if (n == 0) return;
+  tanh_fwd<<<grid_for(n, kThreads), kThreads>>>(out, inp, n);
+  BERTCC_CUDA_LAUNCHED("tanh_forward");
+}
+void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) {
+  if (n == 0) return;
+  tanh_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, out, dout, n);
+  BERTCC_CUDA_LAUNCHED("tanh_backward");
+}
+void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) {
+  if (n == 0) return;
+  dropout_fwd<<<grid_for(n, kThreads), kThreads>>>(out, inp, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed,
+                                                   base);
+  BERTCC_CUDA_LAUNCHED("dropout_forward");
+}
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) {
+  if (n == 0) return;
+  dropout_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dout, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed,
+                                                   base);
+  BERTCC_CUDA_LAUNCHED("dropout_backward");
+}
+void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) {
+  if (M == 0) return;
+  gather_rows_k<<<static_cast<unsigned>(M), 128>>>(out, inp, rows, C);
+  BERTCC_CUDA_LAUNCHED("gather_rows");
+}
+void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) {
+  if (C == 0) return;
+  scatter_add_rows_k<<<grid_for(C, 64), 64>>>(dinp, dout, rows, M, C);
+  BERTCC_CUDA_LAUNCHED("scatter_add_rows");
+}
+void bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
+  if (N == 0) return;
+  bias_bwd<<<grid_for(N, 64), 64>>>(db, dy, M, N);
+  BERTCC_CUDA_LAUNCHED("bias_backward");
+}
+
+}  // namespace bertcc::cuda

@@ -1,0 +1,213 @@
+// GEMMs through cuBLASLt. Row-major C[M,N] = alpha op(A) op(B) (+ bias) (+ C) is computed as the
+// column-major product C^T = op(B)^T op(A)^T, so no operand is copied or transposed. fp32 runs
+// CUBLAS_COMPUTE_32F (exact fp32 products; TF32 only with set_allow_tf32); bf16 rounds A and B to
+// bf16 in scratch buffers (or takes the caller's A16/B16) and accumulates and writes fp32. The bias
+// rides on cuBLASLt's epilogue; if no algorithm offers it for a shape it is added by a kernel.
+#include <cublasLt.h>
+
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/cuda_kernels.h"
+
+namespace bertcc::cuda {
+namespace {
+
+inline void check_lt(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in ", what, ": status ", static_cast<int>(st));
+}
+
+struct Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+  void* get(size_t n) {
+    if (n > bytes) {
+      free(p);
+      p = alloc(n);
+      bytes = n;
+    }
+    return p;
+  }
+};
+
+struct Context {
+  cublasLtHandle_t lt = nullptr;
+  Scratch workspace, a16, b16;
+  bool tf32 = false;
+  static constexpr size_t kWorkspace = 32u << 20;
+  Context() { check_lt(cublasLtCreate(&lt), "cublasLtCreate"); }
+};
+Context& ctx() {
+  static Context c;  // one per process: bertcc drives one device per process
+  return c;
+}
+
+__global__ void add_bias(float* C, const float* bias, int64_t M, int64_t N, int64_t ldc) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= M * N) return;
+  const int64_t r = idx / N, c = idx % N;
+  C[r * ldc + c] += bias[c];
+}
+
+// Elements spanned by a (possibly batched) row-major operand of `rows` x `cols` with leading dim ld.
+int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+struct Layout {
+  cublasLtMatrixLayout_t d = nullptr;
+  Layout(cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+    check_lt(cublasLtMatrixLayoutCreate(&d, t, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+             "cublasLtMatrixLayoutCreate");
+    if (batch > 1) {
+      const int32_t bc = static_cast<int32_t>(batch);
+      check_lt(cublasLtMatrixLayoutSetAttribute(d, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), "batch count");
+      check_lt(cublasLtMatrixLayoutSetAttribute(d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+               "batch stride");
+    }
+  }
+  ~Layout() { cublasLtMatrixLayoutDestroy(d); }
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+};
+
+bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute,
+         bool with_bias) {
+  Context& c = ctx();
+  cublasLtMatmulDesc_t desc = nullptr;
+  check_lt(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // cuBLAS operand 1 is our B (giving op(B)^T, N x K), operand 2 our A (op(A)^T, K x M).
+  const cublasOperation_t ta = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+  if (with_bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType bt = CUDA_R_32F;
+    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias), "bias");
+    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "bias type");
+  }
+  const Layout la(ab, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b);
+  const Layout lb(ab, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a);
+  const Layout lc(CUDA_R_32F, g.N, g.M, g.ldc, g.batch, g.stride_c);
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const uint64_t ws = Context::kWorkspace;
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+           "workspace preference");
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(c.lt, desc, la.d, lb.d, lc.d, lc.d, pref, 1, &heur, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatmulDescDestroy(desc);
+    if (with_bias) return false;
+    fail("cuBLASLt: no algorithm for a ", g.M, "x", g.N, "x", g.K, " GEMM (batch ", g.batch, ")");
+  }
+  const float alpha = g.alpha, beta = g.accumulate ? 1.0f : 0.0f;
+  const cublasStatus_t st = cublasLtMatmul(c.lt, desc, &alpha, B, la.d, A, lb.d, &beta,
+                                           g.C, lc.d, g.C, lc.d, &heur.algo, c.workspace.get(Context::kWorkspace),
+                                           Context::kWorkspace, nullptr);
+  cublasLtMatmulDescDestroy(desc);
+  check_lt(st, "cublasLtMatmul");
+  return true;
+}
+
+}  // namespace
+
+void set_allow_tf32(bool on) { ctx().tf32 = on; }
+
+void gemm(const kernels::GemmArgs& g, Precision p) {
+  BERTCC_CHECK(p != Precision::F16, "GEMM on CUDA: fp16 is not implemented yet (use fp32 or bf16)");
+  BERTCC_CHECK(g.bias == nullptr || g.batch == 1, "GEMM on CUDA: a bias with a batched GEMM");
+  if (g.M == 0 || g.N == 0) return;
+  BERTCC_CHECK(g.K > 0, "GEMM on CUDA: inner dimension 0");
+  Context& c = ctx();
+  const void *A = g.A, *B = g.B;
+  cudaDataType ab = CUDA_R_32F;
+  cublasComputeType_t compute = c.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  if (p == Precision::BF16) {
+    ab = CUDA_R_16BF;
+    compute = CUBLAS_COMPUTE_32F;
+    if (g.A16) {
+      A = g.A16;
+    } else {
+      const int64_t n = span(g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.lda, g.batch, g.stride_a);
+      auto* a16 = static_cast<bf16_t*>(c.a16.get(static_cast<size_t>(n) * sizeof(bf16_t)));
+      to_bf16(a16, g.A, n);
+      A = a16;
+    }
+    if (g.B16) {
+      B = g.B16;
+    } else {
+      const int64_t n = span(g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.ldb, g.batch, g.stride_b);
+      auto* b16 = static_cast<bf16_t*>(c.b16.get(static_cast<size_t>(n) * sizeof(bf16_t)));
+      to_bf16(b16, g.B, n);
+      B = b16;
+    }
+  }
+  const bool bias = g.bias != nullptr;
+  if (!run(g, A, B, ab, compute, bias)) {  // no algorithm with the bias epilogue: add it afterwards
+    kernels::GemmArgs h = g;
+    h.bias = nullptr;
+    run(h, A, B, ab, compute, false);
+    add_bias<<<grid_for(g.M * g.N, 256), 256>>>(g.C, g.bias, g.M, g.N, g.ldc);
+    BERTCC_CUDA_LAUNCHED("gemm bias");
+  }
+}
+
+void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
+                    Precision p, const bf16_t* W16) {
+  kernels::GemmArgs g;
+  g.B16 = W16;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = x;
+  g.lda = K;
+  g.B = W;
+  g.ldb = K;
+  g.trans_b = true;
+  g.C = y;
+  g.ldc = N;
+  g.bias = b;
+  cuda::gemm(g, p);
+}
+
+void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16) {
+  if (dx) {  // dx[M,K] += dy[M,N] @ W[N,K]
+    kernels::GemmArgs g;
+    g.B16 = W16;
+    g.M = M;
+    g.N = K;
+    g.K = N;
+    g.A = dy;
+    g.lda = N;
+    g.B = W;
+    g.ldb = K;
+    g.C = dx;
+    g.ldc = K;
+    g.accumulate = true;
+    cuda::gemm(g, p);
+  }
+  if (dW) {  // dW[N,K] += dy^T[N,M] @ x[M,K]
+    kernels::GemmArgs g;
+    g.M = N;
+    g.N = K;
+    g.K = M;
+    g.A = dy;
+    g.lda = N;
+    g.trans_a = true;
+    g.B = x;
+    g.ldb = K;
+    g.C = dW;
+    g.ldc = K;
+    g.accumulate = true;
+    cuda::gemm(g, p);
+  }
+  if (db) bias_backward(db, dy, M, N);
+}
+
+}  // namespace bertcc::cuda

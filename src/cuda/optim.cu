@@ -1,0 +1,196 @@
+// LAMB and AdamW over the flat device buffers (bertcc/optim.h semantics, apex FusedLAMB's trust
+// ratio). The parameters are cut into chunks of whole tensors' pieces (8192 elements, as the CPU
+// code's blocks); a chunk's squared norms are a fixed-tree block sum, a tensor's are its chunks'
+// partials added in order, so every result is independent of scheduling.
+#include <cmath>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/cuda_kernels.h"
+
+namespace bertcc::cuda {
+namespace {
+
+constexpr int64_t kBlock = 8192;
+constexpr int kThreads = 256;
+
+struct Chunk {
+  int64_t begin, end;  // element range in the flat buffers
+  int32_t entry;       // index into the per-tensor arrays
+  float wd;            // weight decay of its tensor (0 for biases and LayerNorm)
+  float lr;            // lr x lr_scale of its tensor
+};
+
+struct Plan {
+  std::vector<Chunk> chunks;
+  std::vector<int32_t> first, count;  // per tensor: its chunks
+  std::vector<float> wd;
+};
+
+Plan make_plan(const ParamTable& t, float lr, float weight_decay) {
+  Plan p;
+  for (const ParamEntry& e : t.entries()) {
+    if (!e.trainable || e.numel == 0) continue;
+    const auto idx = static_cast<int32_t>(p.first.size());
+    p.first.push_back(static_cast<int32_t>(p.chunks.size()));
+    const float wd = e.weight_decay ? weight_decay : 0.0f;
+    p.wd.push_back(wd);
+    for (size_t i = 0; i < e.numel; i += kBlock) {
+      const auto b = static_cast<int64_t>(e.offset + i);
+      p.chunks.push_back({b, b + std::min<int64_t>(kBlock, static_cast<int64_t>(e.numel - i)), idx, wd, lr * e.lr_scale});
+    }
+    p.count.push_back(static_cast<int32_t>(p.chunks.size()) - p.first.back());
+  }
+  return p;
+}
+
+// A device copy of a host vector, freed at scope exit.
+template <class T>
+struct DeviceVec {
+  T* p = nullptr;
+  explicit DeviceVec(const std::vector<T>& v) {
+    p = static_cast<T*>(alloc(v.size() * sizeof(T)));
+    copy_to_device(p, v.data(), v.size() * sizeof(T));
+  }
+  explicit DeviceVec(size_t n) { p = static_cast<T*>(alloc(n * sizeof(T))); }
+  ~DeviceVec() { free(p); }
+  DeviceVec(const DeviceVec&) = delete;
+  DeviceVec& operator=(const DeviceVec&) = delete;
+};
+
+__global__ void sumsq_blocks(double* part, const float* x, int64_t n) {
+  const int64_t i0 = blockIdx.x * kBlock, i1 = min(n, i0 + kBlock);
+  float acc = 0.0f;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += x[i] * x[i];
+  const double s = block_sum(static_cast<double>(acc));
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+struct AdamScalars {
+  float b1, b2, eps, clip, bc1, bc2;
+};
+
+__global__ void lamb_update(float* w, float* g, float* m, float* v, const Chunk* chunks, AdamScalars a, double* wsq,
+                            double* usq) {
+  const Chunk ch = chunks[blockIdx.x];
+  float ws = 0.0f, us = 0.0f;
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
+    const float gi = g[i] * a.clip;
+    const float mi = a.b1 * m[i] + (1.0f - a.b1) * gi;
+    const float vi = a.b2 * v[i] + (1.0f - a.b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    const float u = (mi / a.bc1) / (sqrtf(vi / a.bc2) + a.eps) + ch.wd * w[i];
+    g[i] = u;
+    ws += w[i] * w[i];
+    us += u * u;
+  }
+  const double wsum = block_sum(static_cast<double>(ws));
+  const double usum = block_sum(static_cast<double>(us));
+  if (threadIdx.x == 0) {
+    wsq[blockIdx.x] = wsum;
+    usq[blockIdx.x] = usum;
+  }
+}
+
+__global__ void lamb_ratio(float* ratio, const int32_t* first, const int32_t* count, const float* wd,
+                           const double* wsq, const double* usq, int32_t ntensors, bool nvlamb) {
+  const int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= ntensors) return;
+  float r = 1.0f;
+  if (wd[e] != 0.0f || nvlamb) {
+    double wn = 0.0, un = 0.0;
+    for (int32_t c = first[e]; c < first[e] + count[e]; ++c) {
+      wn += wsq[c];
+      un += usq[c];
+    }
+    if (wn > 0 && un > 0) r = static_cast<float>(sqrt(wn) / sqrt(un));
+  }
+  ratio[e] = r;
+}
+
+__global__ void lamb_apply(float* w, const float* u, const Chunk* chunks, const float* ratio) {
+  const Chunk ch = chunks[blockIdx.x];
+  const float step = ch.lr * ratio[ch.entry];
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) w[i] -= step * u[i];
+}
+
+__global__ void adamw_update(float* w, const float* g, float* m, float* v, const Chunk* chunks, AdamScalars a,
+                             float weight_decay) {
+  const Chunk ch = chunks[blockIdx.x];
+  const float decay = ch.wd != 0.0f ? 1.0f - ch.lr * weight_decay : 1.0f;
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
+    const float gi = g[i] * a.clip;
+    const float mi = a.b1 * m[i] + (1.0f - a.b1) * gi;
+    const float vi = a.b2 * v[i] + (1.0f - a.b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = w[i] * decay - ch.lr * (mi / a.bc1) / (sqrtf(vi / a.bc2) + a.eps);
+  }
+}
+
+AdamScalars start(const ParamTable& t, const float* g, DeviceAdamState& s, double& gnorm, float max_grad_norm,
+                  float b1, float b2, float eps, bool bias_correction) {
+  BERTCC_CHECK(s.m && s.v, "optimizer on CUDA: moments not allocated");
+  s.step += 1;
+  if (gnorm < 0) gnorm = global_norm(g, t.total());
+  AdamScalars a{b1, b2, eps, 1.0f, 1.0f, 1.0f};
+  a.clip = (max_grad_norm > 0 && gnorm > max_grad_norm) ? static_cast<float>(max_grad_norm / gnorm) : 1.0f;
+  if (bias_correction) {
+    a.bc1 = 1.0f - std::pow(b1, static_cast<float>(s.step));
+    a.bc2 = 1.0f - std::pow(b2, static_cast<float>(s.step));
+  }
+  return a;
+}
+
+}  // namespace
+
+double global_norm(const float* x, size_t n) {
+  if (n == 0) return 0.0;
+  const int64_t nb = (static_cast<int64_t>(n) + kBlock - 1) / kBlock;
+  DeviceVec<double> part(static_cast<size_t>(nb));
+  sumsq_blocks<<<static_cast<unsigned>(nb), kThreads>>>(part.p, x, static_cast<int64_t>(n));
+  BERTCC_CUDA_LAUNCHED("global_norm");
+  std::vector<double> h(static_cast<size_t>(nb));
+  copy_to_host(h.data(), part.p, h.size() * sizeof(double));
+  double s = 0.0;
+  for (double v : h) s += v;
+  return std::sqrt(s);
+}
+
+double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr, const LambOptions& o,
+                 double grad_norm) {
+  const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, true);
+  const Plan p = make_plan(t, lr, o.weight_decay);
+  if (p.chunks.empty()) return grad_norm;
+  const DeviceVec<Chunk> chunks(p.chunks);
+  const DeviceVec<int32_t> first(p.first), count(p.count);
+  const DeviceVec<float> wd(p.wd);
+  DeviceVec<double> wsq(p.chunks.size()), usq(p.chunks.size());
+  DeviceVec<float> ratio(p.first.size());
+  const auto nc = static_cast<unsigned>(p.chunks.size());
+  const auto nt = static_cast<int32_t>(p.first.size());
+  lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, chunks.p, a, wsq.p, usq.p);
+  BERTCC_CUDA_LAUNCHED("lamb_step (update)");
+  lamb_ratio<<<grid_for(nt, 128), 128>>>(ratio.p, first.p, count.p, wd.p, wsq.p, usq.p, nt, o.nvlamb);
+  BERTCC_CUDA_LAUNCHED("lamb_step (trust ratios)");
+  lamb_apply<<<nc, kThreads>>>(params, grads, chunks.p, ratio.p);
+  BERTCC_CUDA_LAUNCHED("lamb_step (apply)");
+  synchronize();  // the scoped device vectors are freed next
+  return grad_norm;
+}
+
+double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr,
+                  const AdamWOptions& o, double grad_norm) {
+  const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, o.bias_correction);
+  const Plan p = make_plan(t, lr, o.weight_decay);
+  if (p.chunks.empty()) return grad_norm;
+  const DeviceVec<Chunk> chunks(p.chunks);
+  adamw_update<<<static_cast<unsigned>(p.chunks.size()), kThreads>>>(params, grads, s.m, s.v, chunks.p, a,
+                                                                     o.weight_decay);
+  BERTCC_CUDA_LAUNCHED("adamw_step");
+  synchronize();
+  return grad_norm;
+}
+
+}  // namespace bertcc::cuda

@@ -1,0 +1,82 @@
+// Device selection, memory and copies for the CUDA kernels.
+#include "cuda/common.cuh"
+#include "cuda/cuda_kernels.h"
+
+namespace bertcc::cuda {
+
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device found";
+  return n;
+}
+
+DeviceInfo device_info(int device) {
+  cudaDeviceProp p{};
+  BERTCC_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  DeviceInfo d;
+  d.name = p.name;
+  d.cc_major = p.major;
+  d.cc_minor = p.minor;
+  d.sm_count = p.multiProcessorCount;
+  d.total_mem = p.totalGlobalMem;
+  return d;
+}
+
+void set_device(int device) { BERTCC_CUDA_CHECK(cudaSetDevice(device)); }
+
+void* alloc(size_t bytes) {
+  void* p = nullptr;
+  if (bytes == 0) return nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    fail("GPU memory: cannot allocate ", static_cast<double>(bytes) / (1 << 20), " MiB (", cudaGetErrorString(e),
+         "; ", static_cast<double>(free_b) / (1 << 20), " MiB free of ", static_cast<double>(total_b) / (1 << 20),
+         ")");
+  }
+  return p;
+}
+
+void free(void* p) {
+  if (p) BERTCC_CUDA_CHECK(cudaFree(p));
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void copy_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+void zero(void* p, size_t bytes) {
+  if (bytes) BERTCC_CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+void synchronize() {
+  BERTCC_CUDA_CHECK(cudaGetLastError());
+  BERTCC_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+namespace {
+__global__ void to_bf16_kernel(uint16_t* out, const float* in, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = f32_to_bf16_bits(in[i]);
+}
+}  // namespace
+
+void to_bf16(bf16_t* out, const float* in, int64_t n) {
+  if (n <= 0) return;
+  to_bf16_kernel<<<grid_for(n, 256), 256>>>(reinterpret_cast<uint16_t*>(out), in, n);
+  BERTCC_CUDA_LAUNCHED("to_bf16");
+}
+
+}  // namespace bertcc::cuda

@@ -1,0 +1,425 @@
+// Every CUDA kernel against the CPU kernel it mirrors, on random data of odd sizes.
+// Error = max |gpu - cpu| / max |cpu| over the tensor; fp32 within 1e-5, bf16 within 1e-2. Dropout
+// masks, embedding and scatter gradients (same summation order) and the counts must be equal bit
+// for bit; attention backward must give the same bits twice. Exit 0 all passed, 1 a failure,
+// 77 no CUDA device (ctest: skipped).
+//   test_cuda_kernels [--device N] [--filter SUBSTRING]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bertcc/optim.h"
+#include "bertcc/params.h"
+#include "bertcc/rng.h"
+#include "cuda/cuda_kernels.h"
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+
+using namespace bertcc;
+namespace K = bertcc::kernels;
+namespace G = bertcc::cuda;
+
+namespace {
+
+int g_failures = 0, g_checks = 0;
+std::string g_filter;
+std::mt19937 g_rng(1234);
+
+std::vector<float> randv(size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g_rng);
+  return v;
+}
+std::vector<int32_t> randi(size_t n, int32_t hi) {
+  std::uniform_int_distribution<int32_t> d(0, hi - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = d(g_rng);
+  return v;
+}
+
+// A device copy of a host vector; back() copies it back.
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(const std::vector<T>& v) : n(v.size()) {
+    p = static_cast<T*>(G::alloc(std::max<size_t>(n, 1) * sizeof(T)));
+    G::copy_to_device(p, v.data(), n * sizeof(T));
+  }
+  explicit Dev(size_t count) : n(count) {
+    p = static_cast<T*>(G::alloc(std::max<size_t>(n, 1) * sizeof(T)));
+    G::zero(p, n * sizeof(T));
+  }
+  ~Dev() { G::free(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  std::vector<T> back() const {
+    G::synchronize();
+    std::vector<T> h(n);
+    G::copy_to_host(h.data(), p, n * sizeof(T));
+    return h;
+  }
+};
+
+void check(const std::string& name, const std::vector<float>& cpu, const std::vector<float>& gpu, double tol) {
+  ++g_checks;
+  double mx = 0, err = 0;
+  bool finite = cpu.size() == gpu.size();
+  for (size_t i = 0; i < cpu.size() && i < gpu.size(); ++i) {
+    mx = std::max(mx, std::fabs(static_cast<double>(cpu[i])));
+    if (!std::isfinite(gpu[i])) finite = false;
+    err = std::max(err, std::fabs(static_cast<double>(cpu[i]) - gpu[i]));
+  }
+  const double rel = err / std::max(mx, 1e-30);
+  const bool ok = finite && rel <= tol;
+  std::printf("%-58s rel err %.3e (tol %.0e)%s\n", name.c_str(), rel, tol, ok ? "" : "  FAIL");
+  if (!ok) ++g_failures;
+}
+template <class T>
+void check_equal(const std::string& name, const std::vector<T>& cpu, const std::vector<T>& gpu) {
+  ++g_checks;
+  size_t diff = cpu.size() == gpu.size() ? 0 : 1;
+  for (size_t i = 0; i < cpu.size() && i < gpu.size(); ++i) diff += std::memcmp(&cpu[i], &gpu[i], sizeof(T)) != 0;
+  std::printf("%-58s %zu of %zu differ (must be 0)%s\n", name.c_str(), diff, cpu.size(), diff ? "  FAIL" : "");
+  if (diff) ++g_failures;
+}
+bool selected(const char* group) { return g_filter.empty() || std::string(group).find(g_filter) != std::string::npos; }
+
+void test_embeddings() {
+  const int64_t B = 3, T = 37, C = 75, V = 101, TT = 2;
+  auto ids = randi(B * T, V), seg = randi(B * T, TT);
+  ids[5] = ids[9] = ids[40];  // repeated ids
+  auto wte = randv(V * C), wpe = randv(T * C), wtt = randv(TT * C), dout = randv(B * T * C);
+  std::vector<float> out(B * T * C), dwte(V * C, 0.5f), dwpe(T * C, 0.5f), dwtt(TT * C, 0.5f);
+  K::embeddings_forward(out.data(), ids.data(), seg.data(), wte.data(), wpe.data(), wtt.data(), B, T, C);
+  K::embeddings_backward(dwte.data(), dwpe.data(), dwtt.data(), dout.data(), ids.data(), seg.data(), B, T, C, V, TT);
+  Dev<int32_t> gids(ids), gseg(seg);
+  Dev<float> gwte(wte), gwpe(wpe), gwtt(wtt), gdout(dout), gout(out.size());
+  Dev<float> gdwte(std::vector<float>(V * C, 0.5f)), gdwpe(std::vector<float>(T * C, 0.5f)),
+      gdwtt(std::vector<float>(TT * C, 0.5f));
+  G::embeddings_forward(gout.p, gids.p, gseg.p, gwte.p, gwpe.p, gwtt.p, B, T, C);
+  G::embeddings_backward(gdwte.p, gdwpe.p, gdwtt.p, gdout.p, gids.p, gseg.p, B, T, C);
+  check_equal("embeddings_forward", out, gout.back());
+  check_equal("embeddings_backward dwte (rows in order)", dwte, gdwte.back());
+  check_equal("embeddings_backward dwpe", dwpe, gdwpe.back());
+  check_equal("embeddings_backward dwtt", dwtt, gdwtt.back());
+}
+
+void test_layernorm() {
+  for (int64_t C : {75, 768}) {
+    const int64_t N = 111;
+    const std::string tag = " C=" + std::to_string(C);
+    auto x = randv(N * C, -2, 3), r = randv(N * C), w = randv(C), b = randv(C), dout = randv(N * C);
+    std::vector<float> out(N * C), mean(N), rstd(N), sum(N * C), dinp(N * C, 0.25f), dw(C, 0.5f), db(C, 0.5f);
+    K::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-12f);
+    K::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+    Dev<float> gx(x), gr(r), gw(w), gb(b), gdout(dout), gout(N * C), gmean(N), grstd(N), gsum(N * C);
+    Dev<float> gdinp(std::vector<float>(N * C, 0.25f)), gdw(std::vector<float>(C, 0.5f)),
+        gdb(std::vector<float>(C, 0.5f));
+    G::layernorm_forward(gout.p, gmean.p, grstd.p, gx.p, gw.p, gb.p, N, C, 1e-12f);
+    check("layernorm_forward" + tag, out, gout.back(), 1e-5);
+    check("layernorm_forward rstd" + tag, rstd, grstd.back(), 1e-5);
+    G::layernorm_backward(gdinp.p, gdw.p, gdb.p, gdout.p, gx.p, gw.p, gmean.p, grstd.p, N, C);
+    check("layernorm_backward dinp" + tag, dinp, gdinp.back(), 1e-5);
+    check("layernorm_backward dw" + tag, dw, gdw.back(), 1e-5);
+    check("layernorm_backward db" + tag, db, gdb.back(), 1e-5);
+    K::residual_layernorm_forward(out.data(), sum.data(), mean.data(), rstd.data(), x.data(), r.data(), w.data(),
+                                  b.data(), N, C, 1e-5f);
+    G::residual_layernorm_forward(gout.p, gsum.p, gmean.p, grstd.p, gx.p, gr.p, gw.p, gb.p, N, C, 1e-5f);
+    check_equal("residual_layernorm_forward sum" + tag, sum, gsum.back());
+    check("residual_layernorm_forward" + tag, out, gout.back(), 1e-5);
+    K::residual_forward(out.data(), x.data(), r.data(), N * C);
+    G::residual_forward(gout.p, gx.p, gr.p, N * C);
+    check_equal("residual_forward" + tag, out, gout.back());
+  }
+}
+
+void test_activations() {
+  const int64_t n = 10007;
+  auto x = randv(n, -6, 6), dout = randv(n);
+  for (Activation act : {Activation::GeluErf, Activation::GeluTanh}) {
+    const std::string tag = act == Activation::GeluErf ? " (erf)" : " (tanh)";
+    std::vector<float> out(n), dinp(n, 0.5f);
+    K::gelu_forward(out.data(), x.data(), n, act);
+    K::gelu_backward(dinp.data(), x.data(), dout.data(), n, act);
+    Dev<float> gx(x), gdout(dout), gout(n), gdinp(std::vector<float>(n, 0.5f));
+    G::gelu_forward(gout.p, gx.p, n, act);
+    G::gelu_backward(gdinp.p, gx.p, gdout.p, n, act);
+    check("gelu_forward" + tag, out, gout.back(), 1e-5);
+    check("gelu_backward" + tag, dinp, gdinp.back(), 1e-5);
+  }
+  std::vector<float> out(n), dinp(n, 0.5f);
+  K::tanh_forward(out.data(), x.data(), n);
+  K::tanh_backward(dinp.data(), out.data(), dout.data(), n);
+  Dev<float> gx(x), gdout(dout), gout(n), gdinp(std::vector<float>(n, 0.5f));
+  G::tanh_forward(gout.p, gx.p, n);
+  G::tanh_backward(gdinp.p, gout.p, gdout.p, n);
+  check("tanh_forward", out, gout.back(), 1e-6);
+  check("tanh_backward", dinp, gdinp.back(), 1e-5);
+
+  Rng rng(0x5eed, 0);
+  for (uint64_t base : {uint64_t{0}, uint64_t{12}, (uint64_t{1} << 33) + 4}) {
+    const float p = 0.1f;
+    std::vector<float> o(n), d(n, 0.5f);
+    K::dropout_forward(o.data(), x.data(), n, p, rng, base);
+    K::dropout_backward(d.data(), dout.data(), n, p, rng, base);
+    Dev<float> go(n), gd(std::vector<float>(n, 0.5f));
+    G::dropout_forward(go.p, gx.p, n, p, rng, base);
+    G::dropout_backward(gd.p, gdout.p, n, p, rng, base);
+    check_equal("dropout_forward (Philox mask) base " + std::to_string(base), o, go.back());
+    check_equal("dropout_backward base " + std::to_string(base), d, gd.back());
+  }
+}
+
+void test_rows() {
+  const int64_t N = 53, C = 75, M = 17;
+  auto x = randv(N * C), dout = randv(M * C);
+  std::vector<int64_t> rows(M);
+  for (int64_t m = 0; m < M; ++m) rows[m] = (m * 7) % N;
+  rows[3] = rows[11];  // a repeated row
+  std::vector<float> out(M * C), dinp(N * C, 0.5f);
+  K::gather_rows(out.data(), x.data(), rows.data(), M, C);
+  K::scatter_add_rows(dinp.data(), dout.data(), rows.data(), M, C);
+  Dev<int64_t> grows(rows);
+  Dev<float> gx(x), gdout(dout), gout(M * C), gdinp(std::vector<float>(N * C, 0.5f));
+  G::gather_rows(gout.p, gx.p, grows.p, M, C);
+  G::scatter_add_rows(gdinp.p, gdout.p, grows.p, M, C);
+  check_equal("gather_rows", out, gout.back());
+  check_equal("scatter_add_rows (rows in order)", dinp, gdinp.back());
+}
+
+void test_xent() {
+  for (int64_t V : {1001, 30522}) {
+    const int64_t N = 37;
+    auto logits = randv(N * V, -8, 8);
+    auto labels = randi(N, static_cast<int32_t>(V));
+    labels[2] = labels[20] = -1;  // ignored rows
+    labels[5] = 7;
+    logits[5 * V + 7] = 50.0f;  // a row whose prediction is right
+    logits[6 * V + 3] = logits[6 * V + 9] = 60.0f;  // ties: the first maximum counts
+    labels[6] = 9;
+    std::vector<float> g = logits, losses(N);
+    int64_t correct = 0, gcorrect = 0;
+    const int64_t valid = K::softmax_xent_forward_backward(g.data(), losses.data(), labels.data(), N, V, -1, 0.25f,
+                                                           &correct);
+    Dev<float> gl(logits), glosses(N);
+    Dev<int32_t> glabels(labels);
+    const int64_t gvalid =
+        G::softmax_xent_forward_backward(gl.p, glosses.p, glabels.p, N, V, -1, 0.25f, &gcorrect);
+    const std::string tag = " V=" + std::to_string(V);
+    check("softmax_xent losses" + tag, losses, glosses.back(), 1e-5);
+    check("softmax_xent gradient" + tag, g, gl.back(), 1e-5);
+    check_equal("softmax_xent valid and correct counts" + tag, std::vector<int64_t>{valid, correct},
+                std::vector<int64_t>{gvalid, gcorrect});
+  }
+}
+
+void test_gemm() {
+  struct Case {
+    bool ta, tb;
+    int64_t M, N, K, batch;
+    bool bias, acc;
+    float alpha;
+  };
+  const Case cases[] = {{false, false, 67, 45, 93, 1, false, false, 1.0f}, {false, true, 67, 45, 93, 1, true, false, 1.0f},
+                        {true, false, 67, 45, 93, 1, false, true, 1.0f},  {true, true, 31, 129, 17, 1, false, true, 0.5f},
+                        {false, true, 37, 37, 64, 6, false, false, 0.125f}, {true, false, 37, 64, 37, 6, false, true, 1.0f},
+                        {false, true, 256, 768, 768, 1, true, false, 1.0f}};
+  for (Precision p : {Precision::F32, Precision::BF16}) {
+    for (const Case& c : cases) {
+      K::GemmArgs g;
+      g.trans_a = c.ta;
+      g.trans_b = c.tb;
+      g.M = c.M;
+      g.N = c.N;
+      g.K = c.K;
+      g.lda = c.ta ? c.M : c.K;
+      g.ldb = c.tb ? c.K : c.N;
+      g.ldc = c.N;
+      g.batch = c.batch;
+      g.stride_a = c.M * c.K;
+      g.stride_b = c.K * c.N;
+      g.stride_c = c.M * c.N;
+      g.alpha = c.alpha;
+      g.accumulate = c.acc;
+      auto A = randv(c.batch * c.M * c.K), Bm = randv(c.batch * c.K * c.N), C0 = randv(c.batch * c.M * c.N),
+           bias = randv(c.N);
+      std::vector<float> Cc = C0;
+      g.A = A.data();
+      g.B = Bm.data();
+      g.C = Cc.data();
+      g.bias = c.bias ? bias.data() : nullptr;
+      K::gemm(g, p);
+      Dev<float> gA(A), gB(Bm), gC(C0), gbias(bias);
+      K::GemmArgs d = g;
+      d.A = gA.p;
+      d.B = gB.p;
+      d.C = gC.p;
+      d.bias = c.bias ? gbias.p : nullptr;
+      G::gemm(d, p);
+      char name[160];
+      std::snprintf(name, sizeof name, "gemm %s %c%c %ldx%ldx%ld batch %ld%s%s alpha %g",
+                    p == Precision::BF16 ? "bf16" : "fp32", c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', long(c.M), long(c.N),
+                    long(c.K), long(c.batch), c.bias ? " bias" : "", c.acc ? " acc" : "", double(c.alpha));
+      check(name, Cc, gC.back(), p == Precision::BF16 ? 1e-2 : 1e-5);
+    }
+    // Linear layer forward and backward (with the bf16 weight copy given)
+    const int64_t M = 45, N = 77, Kd = 96;
+    auto x = randv(M * Kd), W = randv(N * Kd), b = randv(N), dy = randv(M * N);
+    std::vector<bf16_t> W16(W.size());
+    for (size_t i = 0; i < W.size(); ++i) W16[i] = f32_to_bf16(W[i]);
+    std::vector<float> y(M * N), dx(M * Kd, 0.5f), dW(N * Kd, 0.5f), db(N, 0.5f);
+    const bf16_t* w16 = p == Precision::BF16 ? W16.data() : nullptr;
+    K::linear_forward(y.data(), x.data(), W.data(), b.data(), M, N, Kd, p, w16);
+    K::linear_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), M, N, Kd, p, w16);
+    Dev<float> gx(x), gW(W), gb(b), gdy(dy), gy(M * N), gdx(std::vector<float>(M * Kd, 0.5f)),
+        gdW(std::vector<float>(N * Kd, 0.5f)), gdb(std::vector<float>(N, 0.5f));
+    Dev<bf16_t> gW16(W16);
+    const bf16_t* gw16 = p == Precision::BF16 ? gW16.p : nullptr;
+    G::linear_forward(gy.p, gx.p, gW.p, gb.p, M, N, Kd, p, gw16);
+    G::linear_backward(gdx.p, gdW.p, gdb.p, gdy.p, gx.p, gW.p, M, N, Kd, p, gw16);
+    const double tol = p == Precision::BF16 ? 1e-2 : 1e-5;
+    const std::string tag = p == Precision::BF16 ? " bf16" : " fp32";
+    check("linear_forward" + tag, y, gy.back(), tol);
+    check("linear_backward dx" + tag, dx, gdx.back(), tol);
+    check("linear_backward dW" + tag, dW, gdW.back(), tol);
+    check("linear_backward db" + tag, db, gdb.back(), 1e-5);
+  }
+}
+
+void test_attention() {
+  struct Case {
+    int64_t B, T, NH, HS;
+    float p;
+  };
+  const Case cases[] = {{3, 37, 3, 64, 0.0f}, {2, 77, 2, 64, 0.1f}, {2, 130, 2, 128, 0.0f},
+                        {1, 97, 3, 128, 0.1f}, {3, 19, 5, 16, 0.1f}, {1, 512, 2, 64, 0.1f}};
+  for (const Case& c : cases) {
+    const int64_t B = c.B, T = c.T, NH = c.NH, C = NH * c.HS;
+    auto qkv = randv(B * T * 3 * C, -2, 2), dout = randv(B * T * C);
+    std::vector<float> mask(B * T, 0.0f);
+    for (int64_t b = 0; b < B; ++b)  // padding at the end of every sequence but the first
+      for (int64_t t = T - b * (T / 4); t < T; ++t) mask[b * T + t] = -10000.0f;
+    Rng rng(77, 0);
+    const uint64_t base = 1000;
+    for (Precision prec : {Precision::F32, Precision::BF16}) {
+      std::vector<float> out(B * T * C), probs(K::attention_saved_size(B, T, NH, c.p > 0, prec)),
+          work(K::attention_work_size(B, T, C, NH)), dqkv(B * T * 3 * C);
+      K::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask.data(), B, T, C, NH, c.p, rng, base,
+                           prec);
+      K::attention_backward(dqkv.data(), work.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, c.p, prec);
+      Dev<float> gqkv(qkv), gmask(mask), gdout(dout), gout(B * T * C), glse(B * NH * T), gd(B * T * 3 * C),
+          gwork(static_cast<size_t>(G::attention_backward_work_size(B, T, NH)));
+      G::attention_forward(gout.p, glse.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, base);
+      G::attention_backward(gd.p, gwork.p, gdout.p, gqkv.p, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base);
+      char name[160];
+      std::snprintf(name, sizeof name, "attention B%ld T%ld NH%ld HS%ld p%.1f vs CPU %s", long(B), long(T), long(NH),
+                    long(c.HS), double(c.p), prec == Precision::BF16 ? "bf16" : "fp32");
+      const double tol = prec == Precision::BF16 ? 1e-2 : 1e-5;
+      check(std::string(name) + " out", out, gout.back(), tol);
+      const auto g1 = gd.back();
+      check(std::string(name) + " dqkv", dqkv, g1, tol);
+      if (prec == Precision::F32) {  // the same bits on a second run
+        G::attention_backward(gd.p, gwork.p, gdout.p, gqkv.p, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base);
+        check_equal(std::string(name) + " dqkv twice", g1, gd.back());
+      }
+    }
+  }
+}
+
+ParamTable optim_table() {
+  ParamTable t;
+  t.add("a.weight", {97, 131}, true);  // two 8192-element blocks
+  t.add("a.bias", {97}, false);
+  t.add("frozen.weight", {13, 7}, true);
+  t.add("b.weight", {33, 5}, true);
+  t.add("b.LayerNorm.weight", {33}, false);
+  t.set_trainable("frozen.weight", false);
+  t.set_lr_scale("b.weight", 0.5f);
+  return t;
+}
+
+void test_optim() {
+  const ParamTable t = optim_table();
+  const size_t n = t.total();
+  auto x = randv(n, -3, 3);
+  const double cn = global_norm(x.data(), n);
+  Dev<float> gx(x);
+  const double gn = G::global_norm(gx.p, n);
+  check("global_norm", {static_cast<float>(cn)}, {static_cast<float>(gn)}, 1e-6);
+  for (int which = 0; which < 2; ++which) {
+    auto w = randv(n);
+    AdamState cs;
+    G::DeviceAdamState gs;
+    Dev<float> gw(w), gm(n), gv(n);
+    gs.m = gm.p;
+    gs.v = gv.p;
+    LambOptions lo;
+    lo.max_grad_norm = 1.0f;
+    AdamWOptions ao;
+    ao.max_grad_norm = 1.0f;
+    for (int step = 0; step < 3; ++step) {
+      auto g = randv(n, -0.5f, 0.5f);  // norm above 1: clipping is on
+      Dev<float> gg(g);
+      double c_norm, g_norm;
+      if (which == 0) {
+        c_norm = lamb_step(t, w.data(), g.data(), cs, 1e-2f, lo);
+        g_norm = G::lamb_step(t, gw.p, gg.p, gs, 1e-2f, lo);
+      } else {
+        c_norm = adamw_step(t, w.data(), g.data(), cs, 1e-2f, ao);
+        g_norm = G::adamw_step(t, gw.p, gg.p, gs, 1e-2f, ao);
+      }
+      const std::string tag = std::string(which == 0 ? "lamb_step" : "adamw_step") + " step " + std::to_string(step + 1);
+      check(tag + " gradient norm", {static_cast<float>(c_norm)}, {static_cast<float>(g_norm)}, 1e-6);
+      check(tag + " parameters", w, gw.back(), 1e-5);
+    }
+    check(std::string(which == 0 ? "lamb" : "adamw") + " first moment", cs.m, gm.back(), 1e-5);
+    check(std::string(which == 0 ? "lamb" : "adamw") + " second moment", cs.v, gv.back(), 1e-5);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int device = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc) device = std::atoi(argv[++i]);
+    else if (a == "--filter" && i + 1 < argc) g_filter = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: test_cuda_kernels [--device N] [--filter SUBSTRING]\n");
+      return 2;
+    }
+  }
+  std::string why;
+  if (G::device_count(&why) == 0) {
+    std::printf("SKIPPED: %s\n", why.c_str());
+    return 77;
+  }
+  try {
+    G::set_device(device);
+    const G::DeviceInfo d = G::device_info(device);
+    std::printf("device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB\n", device, d.name.c_str(), d.cc_major,
+                d.cc_minor, d.sm_count, static_cast<double>(d.total_mem) / (1 << 30));
+    if (selected("embeddings")) test_embeddings();
+    if (selected("layernorm")) test_layernorm();
+    if (selected("activations")) test_activations();
+    if (selected("rows")) test_rows();
+    if (selected("xent")) test_xent();
+    if (selected("gemm")) test_gemm();
+    if (selected("attention")) test_attention();
+    if (selected("optim")) test_optim();
+    G::synchronize();
+  } catch (const std::exception& e) {
+    std::printf("ERROR: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%d checks, %d failed\n", g_checks, g_failures);
+  return g_failures ? 1 : 0;
+}
