@@ -3,7 +3,7 @@
 # for FUZZ_SECONDS (default 60) from seed corpora made from ../shared/data when it is there (and
 # from small built-in seeds otherwise). Findings (crash-*, leak-*, timeout-*, oom-*) are kept in
 # build-fuzz/findings/<target>/; the script exits non-zero if there is any.
-#   fuzz/run.sh [SECONDS]
+#   fuzz/run.sh [SECONDS]        (FUZZ_TARGETS="fuzz_hdf5 ..." runs only those)
 set -eu
 SECONDS_EACH="${1:-${FUZZ_SECONDS:-60}}"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
@@ -12,7 +12,7 @@ command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (Debian: clang
 mkdir -p "$B"
 CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_MPI=OFF -DBERTCC_CUDA=OFF > "$B/configure.log" 2>&1 \
   || { tail -20 "$B/configure.log"; exit 1; }
-cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve > "$B/build.log" 2>&1 \
+cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 > "$B/build.log" 2>&1 \
   || { grep -E "error" "$B/build.log" | head -20; exit 1; }
 seeds() {  # seeds TARGET: fills $B/corpus/TARGET
   d="$B/corpus/$1"; mkdir -p "$d"
@@ -60,6 +60,22 @@ body = h + struct.pack("<4i", 101, 5, 6, 102)
 open(sys.argv[1] + "/binary", "wb").write(struct.pack("<H", len(h)) + body)
 PYEOF
       ;;
+    fuzz_hdf5)  # a masked (NVIDIA) and a dynamic-masking shard of 3 rows x 16 tokens
+      /usr/bin/python3 - "$d" <<'PYEOF' 2>/dev/null || true
+import sys, h5py, numpy as np
+ids = np.array([[2, 10, 11, 3, 12, 13, 3] + [0] * 9] * 3, dtype=np.int32)
+mask = (ids != 0).astype(np.int8); seg = np.array([[0] * 4 + [1] * 3 + [0] * 9] * 3, dtype=np.int8)
+with h5py.File(sys.argv[1] + "/masked.h5", "w") as f:
+    f["input_ids"] = ids; f["input_mask"] = mask; f["segment_ids"] = seg
+    f["masked_lm_positions"] = np.array([[1, 5, 0]] * 3, dtype=np.int32)
+    f["masked_lm_ids"] = np.array([[10, 13, 0]] * 3, dtype=np.int32)
+    f["next_sentence_labels"] = np.array([0, 1, 0], dtype=np.int8)
+with h5py.File(sys.argv[1] + "/dynamic.h5", "w") as f:
+    f["input_ids"] = ids; f["input_mask"] = mask; f["segment_ids"] = seg
+    f["next_sentence_labels"] = np.array([0, 1, 0], dtype=np.int8)
+    f["lengths"] = np.array([7, 7, 7], dtype=np.int32)
+PYEOF
+      ;;
     fuzz_torch)  # small torch.save files: a state dict (one transposed view) and NVIDIA's wrapping
       /usr/bin/python3 - "$d" <<'PYEOF' 2>/dev/null || true
 import collections, sys, torch
@@ -73,7 +89,7 @@ PYEOF
 }
 [ -f "$S/bert_vocab/bert-base-uncased-vocab.txt" ] && export BERTCC_FUZZ_VOCAB="$S/bert_vocab/bert-base-uncased-vocab.txt"
 status=0
-for t in fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve; do
+for t in ${FUZZ_TARGETS:-fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5}; do
   seeds "$t"
   mkdir -p "$B/findings/$t"
   (cd "$B/findings/$t" && "$B/$t" -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=4096 -timeout=20 \

@@ -62,6 +62,17 @@ expect "pretrain: shards of 32 tokens, a model of 16 positions" "long/part-0.h5.
 rm -rf "$W/mixed"; shard "$W/mixed" a.h5 16; shard "$W/mixed" b.h5 16; echo "not hdf5" > "$W/mixed/c.h5"
 expect "pretrain: a non-HDF5 file among the shards" "mixed/c.h5" -- "$B" pretrain $PRE --max-steps 40 --input-dir "$W/mixed" --output-dir "$W/o_mixed"
 
+# a shard whose input_ids claim 2^40 x 16 elements (chunked, never written: the file is small)
+rm -rf "$W/huge"; mkdir -p "$W/huge"
+$PY - "$W/huge/part-0.h5" <<'PYEOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    f.create_dataset("input_ids", shape=(2**40, 16), dtype="i4", chunks=(1, 16))
+    for k in ("input_mask", "segment_ids"): f.create_dataset(k, data=np.ones((4, 16), np.int8))
+PYEOF
+expect "pretrain: a dataset shape larger than memory" "huge/part-0.h5: dataset 'input_ids' \\[1099511627776,16\\].*GiB" \
+  -- "$B" pretrain $PRE --max-steps 6 --input-dir "$W/huge" --output-dir "$W/o_h5huge"
+
 # ---- resume against another model or other data: stop, touch nothing
 rm -rf "$W/good" "$W/run"; shard "$W/good" a.h5 16; shard "$W/good" b.h5 16
 "$B" pretrain $PRE --max-steps 6 --input-dir "$W/good" --output-dir "$W/run" > /dev/null 2>&1 || fail "good run"

@@ -13,6 +13,9 @@ struct CpuReport {
   std::string onednn_isa;  // what oneDNN will dispatch to
 };
 CpuReport cpu_report();
+// Whether oneDNN has a bf16 matmul for this CPU (avx512_core and up). Without one (AVX2 only) bf16
+// GEMMs are emulated: operands rounded to bf16, then fp32 GEMMs (the same products, fp32 sums).
+bool onednn_bf16_matmul();
 // One line for start-up logs; says plainly when bf16 runs without AMX or without native bf16.
 std::string describe_backend(bool bf16_requested);
 

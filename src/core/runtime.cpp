@@ -102,6 +102,22 @@ CpuReport cpu_report() {
   return r;
 }
 
+bool onednn_bf16_matmul() {
+  static const bool ok = [] {
+    try {
+      const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      using dt = dnnl::memory::data_type;
+      const dnnl::memory::desc a({16, 16}, dt::bf16, dnnl::memory::dims{16, 1});
+      const dnnl::memory::desc c({16, 16}, dt::f32, dnnl::memory::dims{16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 std::string describe_backend(bool bf16) {
   const CpuReport r = cpu_report();
   std::string s = "backend: cpu, oneDNN ISA " + r.onednn_isa + ", " + std::to_string(threads()) + " threads";
@@ -111,7 +127,9 @@ std::string describe_backend(bool bf16) {
     else if (r.avx512_bf16)
       s += "; bf16 GEMMs on AVX512-BF16 (this CPU has no AMX)";
     else
-      s += "; WARNING: this CPU has neither AMX-BF16 nor AVX512-BF16, bf16 GEMMs are emulated and slow";
+      s += onednn_bf16_matmul() ? "; WARNING: this CPU has neither AMX-BF16 nor AVX512-BF16, bf16 GEMMs are slow"
+                                : "; WARNING: oneDNN has no bf16 GEMM for this CPU (" + r.onednn_isa +
+                                      "): bf16 is emulated (operands rounded to bf16, fp32 GEMMs), slower than fp32";
   }
   return s;
 }

@@ -8,6 +8,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/pretrain_data.h"
+#include "bertcc/runtime.h"
 
 namespace bertcc {
 namespace {
@@ -57,8 +58,18 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
   H5Sget_simple_extent_dims(sp.id, dims.data(), nullptr);
   Handle ty{H5Dget_type(ds.id), H5Tclose};
   BERTCC_CHECK(H5Tget_class(ty.id) == H5T_INTEGER, path, ": dataset '", name, "' is not an integer dataset");
-  size_t n = 1;
-  for (hsize_t d : dims) n *= static_cast<size_t>(d);
+  // The shape comes from the file: an absurd one is refused before any allocation (an element
+  // count that overflows, or more than this machine's memory).
+  double n_elems = 1;
+  std::string shape;
+  for (hsize_t d : dims) {
+    n_elems *= static_cast<double>(d);
+    if (!shape.empty()) shape += ',';
+    shape += std::to_string(d);
+  }
+  BERTCC_CHECK(n_elems < 9.0e15, path, ": dataset '", name, "' has an impossible shape [", shape, "]");
+  check_memory(4.0 * n_elems, path + ": dataset '" + name + "' [" + shape + "]", "is the shard corrupt?");
+  const auto n = static_cast<size_t>(n_elems);
   std::vector<int32_t> out(n);
   if (n > 0)
     BERTCC_CHECK(H5Dread(ds.id, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0, path,

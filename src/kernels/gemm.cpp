@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bertcc/error.h"
+#include "bertcc/runtime.h"
 
 namespace bertcc::kernels {
 namespace {
@@ -59,6 +60,7 @@ void pack(const float* src, int64_t batch, int64_t stride, int64_t rows, int64_t
 }
 const auto to_bf16_elem = [](float x) { return f32_to_bf16(x); };
 const auto round_f16_elem = [](float x) { return f16_to_f32(f32_to_f16(x)); };
+const auto round_bf16_elem = [](float x) { return bf16_to_f32(f32_to_bf16(x)); };
 
 dnnl::memory::desc md(dt t, int64_t batch, int64_t rows, int64_t cols, int64_t bstride, int64_t rstride,
                       int64_t cstride) {
@@ -125,9 +127,43 @@ static void gemm_f16(const GemmArgs& g) {
   gemm_impl(h, Precision::F32);
 }
 
+// bf16 emulation, where oneDNN has no bf16 matmul for this CPU (AVX2 only): operands rounded to
+// bf16 and widened back (or widened from the caller's bf16 copies), then an exact fp32 GEMM — the
+// same bf16 x bf16 products, accumulated in fp32. Announced at start-up (describe_backend).
+static void gemm_bf16_emulated(const GemmArgs& g) {
+  thread_local std::vector<float> a32, b32;
+  const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
+  const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
+  auto widen = [](const bf16_t* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld,
+                  std::vector<float>& dst) {
+    dst.resize(static_cast<size_t>(batch * rows * cols));
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[(b * rows + r) * cols + c] = bf16_to_f32(src[b * stride + r * ld + c]);
+  };
+  if (g.A16)
+    widen(g.A16, g.batch, g.stride_a, a_rows, a_cols, g.lda, a32);
+  else
+    pack(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, a32, round_bf16_elem);
+  if (g.B16)
+    widen(g.B16, g.batch, g.stride_b, b_rows, b_cols, g.ldb, b32);
+  else
+    pack(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, b32, round_bf16_elem);
+  GemmArgs h = g;
+  h.A = a32.data();
+  h.lda = a_cols;
+  h.stride_a = a_rows * a_cols;
+  h.B = b32.data();
+  h.ldb = b_cols;
+  h.stride_b = b_rows * b_cols;
+  h.A16 = h.B16 = nullptr;
+  gemm_impl(h, Precision::F32);
+}
+
 static void gemm_impl(const GemmArgs& g, Precision p) {
   BERTCC_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "gemm: empty shape");
   if (p == Precision::F16) return gemm_f16(g);
+  if (p == Precision::BF16 && !onednn_bf16_matmul()) return gemm_bf16_emulated(g);
   Runtime& R = rt();
   const bool bf = p == Precision::BF16;
   const dt in_t = bf ? dt::bf16 : dt::f32;
@@ -291,6 +327,7 @@ namespace bertcc::kernels {
 
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) {
   Runtime& R = rt();
+  if (p == Precision::BF16 && !onednn_bf16_matmul()) p = Precision::F32;  // emulated: the fp32 GEMM is the ceiling
   const dt t = p == Precision::BF16 ? dt::bf16 : dt::f32;
   auto a_md = dnnl::memory::desc(dims{M, K}, t, dims{K, 1});
   auto b_md = dnnl::memory::desc(dims{K, N}, t, dims{N, 1});
