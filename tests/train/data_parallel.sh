@@ -77,7 +77,12 @@ same_model "pretrain --zero1, 2 ranks" "$W/pt1_fp32/model" "$W/zero1/model"
 cmp -s "$W/pt1_fp32/checkpoints/step_4/optimizer.safetensors" "$W/zero1/checkpoints/step_4/optimizer.safetensors" \
   && echo "ok   --zero1: checkpointed moments byte-identical; $(grep -o 'moments [0-9.]* MB on rank 0[^;]*' "$W/zero1.log")" \
   || fail "--zero1: checkpointed moments differ"
-# 2 ranks x 2 micro-batches vs 1 rank x 4: the sums group differently ((g0+g1)+(g2+g3)), so close, not equal
+# 2 ranks x 2 micro-batches vs 1 rank x 4: the sums group differently ((g0+g1)+(g2+g3) against
+# ((g0+g1)+g2)+g3), so close, not equal: the whole model and each tensor within 1e-6 and 1e-5
+# (relative L2). The attention key biases are left out of the per-tensor bound: their gradient is
+# zero in exact arithmetic (a key bias shifts all of a query's scores equally), so Adam's normalised
+# update turns pure rounding noise into steps of about the learning rate whatever the order (their
+# relative difference is of order 1 here, every other tensor's below 1e-6).
 "$B" pretrain $PT --train-batch-size 16 --gradient-accumulation-steps 4 --precision fp32 --output-dir "$W/pt1_a4" > "$W/pt1_a4.log" 2>&1 || fail "1 rank x 4"
 $MPI "$B" pretrain $PT --train-batch-size 8 --gradient-accumulation-steps 2 --precision fp32 --output-dir "$W/pt2_a2" > "$W/pt2_a2.log" 2>&1 || fail "2 ranks x 2"
 $PY - "$W/pt1_a4" "$W/pt2_a2" "$TORCH_DIR" <<'PYEOF' || fail "2 ranks x 2 micro-batches vs 1 rank x 4"
@@ -85,12 +90,15 @@ import sys
 sys.path.insert(0, sys.argv[3])
 import numpy as np, st
 a, b = st.load(sys.argv[1] + "/model/model.safetensors"), st.load(sys.argv[2] + "/model/model.safetensors")
-# per tensor, relative to its largest weight (at least 1e-3: the attention key biases get a zero
-# gradient in exact arithmetic, so theirs are rounding noise of ~1e-9)
-rel = max(float(np.max(np.abs(a[n].astype(np.float64) - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-3) for n in a)
-print(f"ok   pretrain, 2 ranks x 2 micro-batches vs 1 rank x 4: largest difference {rel:.1e} of a tensor's scale" if rel < 1e-5
-      else f"FAIL 2 ranks x 2 vs 1 rank x 4: {rel:.2e}")
-sys.exit(0 if rel < 1e-5 else 1)
+d2 = sum(float(np.sum((a[n].astype(np.float64) - b[n]) ** 2)) for n in a)
+n2 = sum(float(np.sum(a[n].astype(np.float64) ** 2)) for n in a)
+l2 = (d2 / n2) ** 0.5
+rel, worst = max((float(np.linalg.norm(a[n].astype(np.float64) - b[n])) / max(float(np.linalg.norm(a[n])), 1e-30), n)
+                 for n in a if not n.endswith("attention.self.key.bias"))
+ok = l2 < 1e-6 and rel < 1e-5
+print(f"{'ok  ' if ok else 'FAIL'} pretrain, 2 ranks x 2 micro-batches vs 1 rank x 4: model {l2:.1e} relative (L2, bound 1e-6); "
+      f"largest tensor difference {rel:.1e} ({worst}, bound 1e-5)")
+sys.exit(0 if ok else 1)
 PYEOF
 [ "$(ls "$W/pt2_fp32" | sort | tr '\n' ' ')" = "checkpoints dllogger.json model tensorboard " ] || fail "rank-0-only output: $(ls "$W/pt2_fp32")"
 [ "$(grep -c '"step":"PARAMETER"' "$W/pt2_fp32/dllogger.json")" = 1 ] || fail "dllogger written by more than one rank"
