@@ -15,6 +15,8 @@
 
 namespace bertcc {
 
+class Backend;
+
 // A batch in model form. Sizes B x T; masked-LM labels are per token, -1 = ignored.
 struct BertBatch {
   int64_t B = 0, T = 0;
@@ -93,9 +95,28 @@ class Bert {
   }
   float* grad(const std::string& name) { return grads_.data() + table_.at(name).offset; }
 
+  // The backend the model computes on: the CPU unless use_backend() moved it. On a device the
+  // weights and gradients that compute are device copies; params()/grads() stay the host copies:
+  // params_to_device() after changing the weights on the host, grads_to_host() before reading
+  // gradients. Only the encoder and the pre-training heads (pretrain_step) run on CUDA so far.
+  void use_backend(Backend& be);
+  Backend& backend() const { return *be_; }
+  void params_to_device();
+  void params_to_host();  // after the weights changed on the device (optimizer steps), before saving
+  void grads_to_host();
+  void grads_to_device();  // after the gradients changed on the host (a host all-reduce)
+  // The flat weights and gradients where the backend computes (for its optimizer steps);
+  // the weights' bf16 copy is refreshed before the next step.
+  float* params_on_backend() {
+    params16_valid_ = false;
+    return dev_params_ ? dev_params_ : params_.data();
+  }
+  float* grads_on_backend() { return dev_grads_ ? dev_grads_ : grads_.data(); }
+
   // HF/Google initialisation: N(0, initializer_range) weights, zero biases, LayerNorm 1/0,
   // the padding row of the word embeddings zeroed.
   void init_weights(uint64_t seed);
+  // Zeroes the gradients where the backend computes (on a device, the host copy is left as it is).
   void zero_grad();
 
   // Pre-training forward (and backward if `backward`): loss = mean MLM CE + mean NSP CE.
@@ -179,12 +200,18 @@ class Bert {
   struct Acts;
   void ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec);
   static int64_t plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
-                           Precision prec, std::vector<std::pair<float**, int64_t>>& plan);
-  const float* w(const std::string& name) const { return params_.data() + table_.at(name).offset; }
+                           Precision prec, const Backend& be, std::vector<std::pair<float**, int64_t>>& plan);
+  // Weights, gradients and bf16 weights where the backend computes (host vectors on the CPU).
+  const float* w(const std::string& name) const {
+    return (dev_params_ ? dev_params_ : params_.data()) + table_.at(name).offset;
+  }
+  float* dgrad(const std::string& name) { return (dev_grads_ ? dev_grads_ : grads_.data()) + table_.at(name).offset; }
   // bf16 copy of a weight (bf16 precision), or null in fp32.
   const bf16_t* w16(const std::string& name, Precision p) const {
-    return p == Precision::BF16 ? params16_.data() + table_.at(name).offset : nullptr;
+    return p == Precision::BF16 ? (dev_params16_ ? dev_params16_ : params16_.data()) + table_.at(name).offset
+                                : nullptr;
   }
+  void require_host(const char* what) const;  // throws when the model is on a device
   void refresh_bf16(Precision p);
 
   BertConfig cfg_;
@@ -193,6 +220,11 @@ class Bert {
   std::vector<float> params_, grads_;
   std::vector<bf16_t> params16_;  // bf16 rounding of params_, valid while params16_valid_
   bool params16_valid_ = false;
+  Backend* be_;
+  struct DeviceState;  // device copies of the weights, gradients and bf16 weights
+  std::unique_ptr<DeviceState> dev_;
+  float *dev_params_ = nullptr, *dev_grads_ = nullptr;
+  bf16_t* dev_params16_ = nullptr;
   std::unique_ptr<Acts> acts_;
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)

@@ -34,6 +34,8 @@ struct PretrainOptions {
   int64_t length_binning = 0;    // > 0: sort by length within groups of this many batches
   uint64_t seed = 12345;
   int threads = 0;                     // per rank; 0 = the host's cores shared by its ranks
+  // cpu | cuda | cuda:N | cpu-staged: where the model, its gradients and the optimizer compute
+  std::string device = "cpu";
   dist::Options dp;                    // data parallelism (mpirun/srun)
   int64_t max_nonfinite_steps = 10;    // consecutive skipped non-finite steps that stop the run
 };

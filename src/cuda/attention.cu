@@ -17,7 +17,7 @@ constexpr int kRows = 64;  // query (or key) rows per block, one per thread
 constexpr int kTile = 32;  // keys (or queries) per shared-memory tile
 
 struct Shape {
-  int64_t B, T, C, NH;
+  int64_t B, T, C, NH, hs;  // hs = C / NH, at most the kernel's HS (the rest of each row is zeros)
   float scale;         // 1/sqrt(HS)
   bool drop;
   float keep_scale;    // 1/(1-p)
@@ -36,7 +36,7 @@ __device__ inline void load_tile(float (*tile)[HS], const float* qkv, const Shap
   for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
     const int jj = idx / HS, c = idx % HS;
     const int64_t r = r0 + jj;
-    tile[jj][c] = r < s.T ? qkv[(b * s.T + r) * 3 * s.C + part * s.C + h * HS + c] : 0.0f;
+    tile[jj][c] = r < s.T && c < s.hs ? qkv[(b * s.T + r) * 3 * s.C + part * s.C + h * s.hs + c] : 0.0f;
   }
 }
 
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kRows) attn_fwd(float* out, float* lse, const 
   float q[HS], acc[HS];
 #pragma unroll
   for (int c = 0; c < HS; ++c) {
-    q[c] = active ? qkv[(b * s.T + i) * 3 * s.C + h * HS + c] : 0.0f;
+    q[c] = active && c < s.hs ? qkv[(b * s.T + i) * 3 * s.C + h * s.hs + c] : 0.0f;
     acc[c] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kRows) attn_fwd(float* out, float* lse, const 
   if (!active) return;
   const float inv = 1.0f / l;
 #pragma unroll
-  for (int c = 0; c < HS; ++c) out[(b * s.T + i) * s.C + h * HS + c] = acc[c] * inv;
+  for (int c = 0; c < HS; ++c)
+    if (c < s.hs) out[(b * s.T + i) * s.C + h * s.hs + c] = acc[c] * inv;
   lse[bh * s.T + i] = m + logf(l);
 }
 
@@ -112,8 +113,8 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dq(float* dqkv, const float* d
   float q[HS], dO[HS], dq[HS];
 #pragma unroll
   for (int c = 0; c < HS; ++c) {
-    q[c] = active ? qkv[(b * s.T + i) * 3 * s.C + h * HS + c] : 0.0f;
-    dO[c] = active ? dout[(b * s.T + i) * s.C + h * HS + c] : 0.0f;
+    q[c] = active && c < s.hs ? qkv[(b * s.T + i) * 3 * s.C + h * s.hs + c] : 0.0f;
+    dO[c] = active && c < s.hs ? dout[(b * s.T + i) * s.C + h * s.hs + c] : 0.0f;
     dq[c] = 0.0f;
   }
   const float L = active ? lse[bh * s.T + i] : 0.0f, Di = active ? D[bh * s.T + i] : 0.0f;
@@ -141,7 +142,8 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dq(float* dqkv, const float* d
   }
   if (!active) return;
 #pragma unroll
-  for (int c = 0; c < HS; ++c) dqkv[(b * s.T + i) * 3 * s.C + h * HS + c] = dq[c];
+  for (int c = 0; c < HS; ++c)
+    if (c < s.hs) dqkv[(b * s.T + i) * 3 * s.C + h * s.hs + c] = dq[c];
 }
 
 template <int HS>
@@ -156,8 +158,8 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dkdv(float* dqkv, const float*
   float k[HS], v[HS], dk[HS], dv[HS];
 #pragma unroll
   for (int c = 0; c < HS; ++c) {
-    k[c] = active ? qkv[(b * s.T + j) * 3 * s.C + s.C + h * HS + c] : 0.0f;
-    v[c] = active ? qkv[(b * s.T + j) * 3 * s.C + 2 * s.C + h * HS + c] : 0.0f;
+    k[c] = active && c < s.hs ? qkv[(b * s.T + j) * 3 * s.C + s.C + h * s.hs + c] : 0.0f;
+    v[c] = active && c < s.hs ? qkv[(b * s.T + j) * 3 * s.C + 2 * s.C + h * s.hs + c] : 0.0f;
     dk[c] = 0.0f;
     dv[c] = 0.0f;
   }
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dkdv(float* dqkv, const float*
     for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
       const int ii = idx / HS, c = idx % HS;
       const int64_t r = i0 + ii;
-      dOs[ii][c] = r < s.T ? dout[(b * s.T + r) * s.C + h * HS + c] : 0.0f;
+      dOs[ii][c] = r < s.T && c < s.hs ? dout[(b * s.T + r) * s.C + h * s.hs + c] : 0.0f;
     }
     for (int ii = threadIdx.x; ii < kTile; ii += blockDim.x) {
       Ls[ii] = i0 + ii < s.T ? lse[bh * s.T + i0 + ii] : 0.0f;
@@ -198,30 +200,29 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dkdv(float* dqkv, const float*
   }
   if (!active) return;
 #pragma unroll
-  for (int c = 0; c < HS; ++c) {
-    dqkv[(b * s.T + j) * 3 * s.C + s.C + h * HS + c] = dk[c];
-    dqkv[(b * s.T + j) * 3 * s.C + 2 * s.C + h * HS + c] = dv[c];
-  }
+  for (int c = 0; c < HS; ++c)
+    if (c < s.hs) {
+      dqkv[(b * s.T + j) * 3 * s.C + s.C + h * s.hs + c] = dk[c];
+      dqkv[(b * s.T + j) * 3 * s.C + 2 * s.C + h * s.hs + c] = dv[c];
+    }
 }
 
 Shape make_shape(int64_t B, int64_t T, int64_t C, int64_t NH, float p, const Rng& rng, uint64_t base) {
   BERTCC_CHECK(NH > 0 && C % NH == 0, "attention: hidden size ", C, " is not a multiple of the ", NH, " heads");
-  Shape s{B, T, C, NH, 1.0f / std::sqrt(static_cast<float>(C / NH)), p > 0.0f, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
+  Shape s{B, T, C, NH, C / NH, 1.0f / std::sqrt(static_cast<float>(C / NH)), p > 0.0f, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
           p > 0.0f ? dropout_threshold(p) : 0u, rng.seed, base};
   BERTCC_CHECK(B * NH <= 65535, "attention: batch x heads = ", B * NH, " exceeds the CUDA grid (65535)");
   return s;
 }
 
+// The kernel's head size: the smallest of 16, 32, 64, 128 that holds HS (the rest is zeros).
 template <class F>
 void dispatch_hs(int64_t HS, F f) {
-  switch (HS) {
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    case 16: f(std::integral_constant<int, 16>{}); break;
-    case 32: f(std::integral_constant<int, 32>{}); break;
-    case 64: f(std::integral_constant<int, 64>{}); break;
-    case 128: f(std::integral_constant<int, 128>{}); break;
-    default: fail("attention on CUDA: head size ", HS, " is not supported (8, 16, 32, 64 or 128)");
-  }
+  if (HS <= 16) return f(std::integral_constant<int, 16>{});
+  if (HS <= 32) return f(std::integral_constant<int, 32>{});
+  if (HS <= 64) return f(std::integral_constant<int, 64>{});
+  if (HS <= 128) return f(std::integral_constant<int, 128>{});
+  fail("attention on CUDA: head size ", HS, " is not supported (at most 128)");
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_device(void* dst, const void* src, size_t bytes);
 void zero(void* p, size_t bytes);
 void synchronize();  // waits for queued work; throws with the CUDA error of any failed kernel
+double memory_used_mb();  // the device's memory in use (cudaMemGetInfo: total - free)
 // fp32 -> bf16, round to nearest even (bit-identical to bertcc::f32_to_bf16)
 void to_bf16(bf16_t* out, const float* in, int64_t n);
 
@@ -66,12 +67,17 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base);
 
 // ---- rows ----
+// dst[r * dst_ld + c] = (or +=) src[r * src_ld + c]
+void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols);
+void add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols);
 void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C);
+// x[i] *= s (the fp16 loss scale's unscaling; one rounding per element, as the CPU loop)
+void scale(float* x, int64_t n, float s);
 void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C);
 
 // ---- fused attention (no T x T tensor in memory) ----
 // qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on keys; out[B,T,C]; lse[B,NH,T] saved.
-// Head sizes up to 128 (multiples of 16). Dropout on the probabilities as the CPU kernel: element
+// Head sizes up to 128. Dropout on the probabilities as the CPU kernel: element
 // (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j.
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
                        int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base);
@@ -96,6 +102,8 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr);
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (rows in order)
+// TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16 operands for bf16), best of `iters`.
+double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);
 
 // ---- optimizers over flat device buffers (bertcc/optim.h semantics) ----
 // Deterministic global L2 norm (fixed blocks, partials summed in order in double).

@@ -174,6 +174,17 @@ __global__ void scatter_add_rows_k(float* dinp, const float* dout, const int64_t
   for (int64_t m = 0; m < M; ++m) dinp[rows[m] * C + c] += dout[m * C + c];
 }
 
+__global__ void add_rows_k(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  dst[r * dst_ld + c] += src[r * src_ld + c];
+}
+
+__global__ void scale_k(float* x, int64_t n, float s) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
 __global__ void bias_bwd(float* db, const float* dy, int64_t M, int64_t N) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= N) return;
@@ -264,6 +275,21 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
   if (C == 0) return;
   scatter_add_rows_k<<<grid_for(C, 64), 64>>>(dinp, dout, rows, M, C);
   BERTCC_CUDA_LAUNCHED("scatter_add_rows");
+}
+void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  BERTCC_CUDA_CHECK(cudaMemcpy2D(dst, sizeof(float) * dst_ld, src, sizeof(float) * src_ld, sizeof(float) * cols, rows,
+                                 cudaMemcpyDeviceToDevice));
+}
+void add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  add_rows_k<<<grid_for(rows * cols, kThreads), kThreads>>>(dst, dst_ld, src, src_ld, rows, cols);
+  BERTCC_CUDA_LAUNCHED("add_rows");
+}
+void scale(float* x, int64_t n, float s) {
+  if (n <= 0) return;
+  scale_k<<<grid_for(n, kThreads), kThreads>>>(x, n, s);
+  BERTCC_CUDA_LAUNCHED("scale");
 }
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
   if (N == 0) return;

@@ -5,6 +5,7 @@
 // rides on cuBLASLt's epilogue; if no algorithm offers it for a shape it is added by a kernel.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -155,6 +156,51 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
     add_bias<<<grid_for(g.M * g.N, 256), 256>>>(g.C, g.bias, g.M, g.N, g.ldc);
     BERTCC_CUDA_LAUNCHED("gemm bias");
   }
+}
+
+double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) {
+  const bool bf = p == Precision::BF16;
+  const size_t es = bf ? 2 : 4;
+  void* a = alloc(static_cast<size_t>(M * K) * es);
+  void* b = alloc(static_cast<size_t>(K * N) * es);
+  auto* c = static_cast<float*>(alloc(static_cast<size_t>(M * N) * sizeof(float)));
+  BERTCC_CUDA_CHECK(cudaMemset(a, 0x3c, static_cast<size_t>(M * K) * es));  // small finite values
+  BERTCC_CUDA_CHECK(cudaMemset(b, 0x3c, static_cast<size_t>(K * N) * es));
+  kernels::GemmArgs g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.lda = K;
+  g.ldb = N;
+  g.ldc = N;
+  g.C = c;
+  if (bf) {
+    g.A16 = static_cast<const bf16_t*>(a);
+    g.B16 = static_cast<const bf16_t*>(b);
+  } else {
+    g.A = static_cast<const float*>(a);
+    g.B = static_cast<const float*>(b);
+  }
+  cudaEvent_t e0, e1;
+  BERTCC_CUDA_CHECK(cudaEventCreate(&e0));
+  BERTCC_CUDA_CHECK(cudaEventCreate(&e1));
+  cuda::gemm(g, p);  // warm-up (algorithm choice, workspace)
+  float best = 1e30f;
+  for (int i = 0; i < iters; ++i) {
+    BERTCC_CUDA_CHECK(cudaEventRecord(e0));
+    cuda::gemm(g, p);
+    BERTCC_CUDA_CHECK(cudaEventRecord(e1));
+    BERTCC_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    BERTCC_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  free(a);
+  free(b);
+  free(c);
+  return 2.0 * static_cast<double>(M) * N * K / (best * 1e-3) / 1e12;
 }
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,

@@ -8,7 +8,12 @@ int device_count(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    if (why) {
+      *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+      // cudart reports a missing driver (no libcuda.so.1 loaded) as an insufficient one
+      if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+        *why += " (is the NVIDIA driver installed and a GPU visible? nvidia-smi should list it)";
+    }
     (void)cudaGetLastError();
     return 0;
   }
@@ -64,6 +69,12 @@ void zero(void* p, size_t bytes) {
 void synchronize() {
   BERTCC_CUDA_CHECK(cudaGetLastError());
   BERTCC_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+double memory_used_mb() {
+  size_t free_b = 0, total_b = 0;
+  BERTCC_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<double>(total_b - free_b) / (1 << 20);
 }
 
 namespace {

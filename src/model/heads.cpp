@@ -44,6 +44,7 @@ int64_t check_labels(const BertBatch& b, Heads h, int64_t K) {
 
 FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                  float loss_scale) {
+  require_host("finetune_step");
   if (heads_ == Heads::JointQuestionAnswering) return joint_qa_step(batch, training, backward, prec, rng, loss_scale);
   BERTCC_CHECK(heads_ == Heads::QuestionAnswering || heads_ == Heads::SequenceClassification ||
                    heads_ == Heads::TokenClassification,
@@ -193,6 +194,7 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
 
 FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                       float loss_scale, float denom) {
+  require_host("discriminator_step");
   BERTCC_CHECK(heads_ == Heads::Discriminator, "discriminator_step: model has no ELECTRA discriminator head");
   const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
   BERTCC_CHECK(batch.labels.size() == static_cast<size_t>(N), "discriminator_step: needs labels [B*T = ", N, "]");

@@ -77,6 +77,7 @@ int joint_qa_output_size(const BertConfig& c) {
 
 FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                  float loss_scale) {
+  require_host("joint_qa_step");
   BERTCC_CHECK(heads_ == Heads::JointQuestionAnswering, "joint_qa_step: model has no joint QA head");
   const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
   const bool have_labels = backward || !batch.start_positions.empty();

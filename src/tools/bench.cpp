@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/electra.h"
+#include "bertcc/error.h"
 #include "bertcc/optim.h"
 #include "bertcc/runtime.h"
 #include "kernels/gemm.h"
@@ -49,7 +51,7 @@ double peak_rss_mb() {
 
 void add_bench(CLI::App& app) {
   struct Opts {
-    std::string mode, config = "bert-base", precision = "bf16";
+    std::string mode, config = "bert-base", precision = "bf16", device = "cpu";
     int64_t batch = 8, seq = 128, steps = 10, warmup = 2, max_pred = -1;
     int threads = 0;
   };
@@ -69,6 +71,7 @@ void add_bench(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
   sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
+  sub->add_option("--device", o->device, "cpu (default) | cuda | cuda:N (train and infer)");
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
@@ -78,7 +81,11 @@ void add_bench(CLI::App& app) {
     const int64_t B = o->batch, T = o->seq;
     const int64_t P = o->max_pred > 0 ? o->max_pred : std::max<int64_t>(1, (T * 20 + 64) / 128);
     if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);
-    std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+    Backend& be = backend_for(o->device);
+    const bool gpu = !be.on_host();
+    BERTCC_CHECK(!gpu || o->mode == "train" || o->mode == "infer", "bench ", o->mode, " --device ", o->device,
+                 ": only train and infer run on the GPU so far");
+    std::cerr << (gpu ? be.describe() : describe_backend(prec == Precision::BF16)) << "\n";
     if (electra) cfg.model_type = "electra";
     Bert model(cfg, electra ? Heads::Discriminator : train ? Heads::PreTraining : squad ? Heads::QuestionAnswering : Heads::None);
     model.init_weights(1);
@@ -91,6 +98,8 @@ void add_bench(CLI::App& app) {
       gen->init_weights(2);
       electra_share_embeddings(model, *gen);
     }
+    if (gpu) model.use_backend(be);
+    OptimizerState ostate;
     BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2);
     for (int64_t r = 0; r < B; ++r) {  // answer spans for the QA head
       batch.start_positions.push_back(static_cast<int32_t>((r * 37) % T));
@@ -112,6 +121,10 @@ void add_bench(CLI::App& app) {
         lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb, norm);
         lamb_step(gen->table(), gen->params().data(), gen->grads().data(), gen_state, 1e-4f, lamb, norm);
         electra_share_embeddings(model, *gen);
+      } else if (train && gpu) {
+        model.zero_grad();
+        masked = model.pretrain_step(batch, true, true, prec, rng).mlm_count;
+        be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 1e-4f, lamb);
       } else if (train) {
         model.zero_grad();
         masked = model.pretrain_step(batch, true, true, prec, rng).mlm_count;
@@ -123,6 +136,7 @@ void add_bench(CLI::App& app) {
       } else {
         model.encode(batch, false, prec, rng);
       }
+      be.synchronize();
     };
     for (int64_t i = 0; i < o->warmup; ++i) step();
     std::vector<double> times;
@@ -137,7 +151,7 @@ void add_bench(CLI::App& app) {
     const double fwd = electra ? electra_forward_flops(cfg, gcfg, B, T, masked)
                                : Bert::forward_flops(cfg, B, T, train ? masked : 0, train);
     const double flops = train || squad ? 3.0 * fwd : fwd;
-    const double probe = kernels::gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
+    const double probe = be.gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
     nlohmann::ordered_json j;
     j["mode"] = o->mode;
     j["config"] = o->config;
@@ -154,6 +168,11 @@ void add_bench(CLI::App& app) {
     j["gemm_probe_shape"] = std::to_string(B * T) + "x" + std::to_string(cfg.intermediate_size) + "x" +
                             std::to_string(cfg.hidden_size);
     j["peak_rss_mb"] = peak_rss_mb();
+    j["device"] = o->device;
+    if (gpu) {
+      j["gpu"] = be.describe();
+      j["peak_gpu_mem_mb"] = be.device_memory_used_mb();  // in use at the end of the run (buffers only grow)
+    }
     std::cout << o->mode << " " << o->config << " " << o->precision << " B=" << B << " S=" << T << ": "
               << j["seq_per_s"].get<double>() << " seq/s, " << j["model_tflops"].get<double>() << " TFLOP/s (GEMM probe "
               << probe << ")\n";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/electra.h"
 #include "bertcc/error.h"
@@ -17,6 +18,7 @@ namespace bertcc::tools {
 namespace {
 struct DumpOpts {
     std::string model, batch, out, precision = "fp32", head = "pretraining", model_type = "bert", generator;
+    std::string device = "cpu";
     int threads = 0;
     int64_t rows = 0;
 };
@@ -120,11 +122,12 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   batch.validate(model->config(), o.batch);
   Rng rng{0, 0};
   model->zero_grad();
+  if (o.device != "cpu") model->use_backend(backend_for(o.device));
   if (heads == Heads::Generator) {
-    // The logits buffer holds their gradient after backward: a forward pass alone first.
-    model->pretrain_step(batch, /*training=*/false, /*backward=*/false, prec, rng);
-    const std::vector<float> lg = model->mlm_logits();
-    const PretrainLoss pl = model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+    std::vector<float> lg;  // the logits before backward overwrites them with their gradient
+    const PretrainLoss pl =
+        model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng, 1.0f, 0.0f, 0.0f, &lg);
+    model->grads_to_host();
     const float l = static_cast<float>(pl.loss);
     std::vector<StWrite> w{{"loss", {1}, &l},
                            {"logits", {pl.mlm_count, model->config().vocab_size}, lg.data()}};
@@ -199,11 +202,17 @@ void add_dump_step(CLI::App& app) {
                   "(shared embeddings under the discriminator)")
       ->check(CLI::IsMember({"bert", "electra"}));
   sub->add_option("--generator", o->generator, "ELECTRA generator directory (ElectraForMaskedLM)");
+  sub->add_option("--device", o->device, "cpu (default) | cuda | cuda:N (--head pretraining and generator)");
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
-    std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+    if (o->device == "cpu")
+      std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+    else
+      std::cerr << backend_for(o->device).describe() << "\n";
+    BERTCC_CHECK(o->device == "cpu" || (o->model_type == "bert" && (o->head == "pretraining" || o->head == "generator")),
+                 "dump-step --device ", o->device, ": only --head pretraining and generator run on the GPU so far");
     if (o->model_type == "electra") return dump_electra_step(*o, prec);
     if (o->head != "pretraining") return dump_head_step(*o, prec);
     auto model = load_model_dir(o->model, Heads::PreTraining);
@@ -211,9 +220,11 @@ void add_dump_step(CLI::App& app) {
     const int64_t rows = o->rows > 0 ? std::min(o->rows, shard.N) : shard.N;
     BertBatch batch = make_pretrain_batch(shard, 0, rows, o->batch);
     batch.validate(model->config(), o->batch);
+    if (o->device != "cpu") model->use_backend(backend_for(o->device));
     Rng rng{0, 0};
     model->zero_grad();
     const PretrainLoss loss = model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+    model->grads_to_host();
     const float l[3] = {static_cast<float>(loss.loss), static_cast<float>(loss.mlm_loss),
                         static_cast<float>(loss.nsp_loss)};
     std::vector<StWrite> w{{"loss", {1}, &l[0]}, {"mlm_loss", {1}, &l[1]}, {"nsp_loss", {1}, &l[2]}};

@@ -1,4 +1,5 @@
 // bertcc pretrain: NVIDIA's run_pretraining.py flags in dash form (underscore aliases accepted).
+#include "backend/backend.h"
 #include "bertcc/trainer.h"
 #include "tools/cli_common.h"
 
@@ -61,6 +62,7 @@ void add_pretrain(CLI::App& app) {
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10; with "
                   "fp16 dynamic scaling, counted once the scale is 1)")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--device", o->device, device_help());
   sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
   add_data_parallel_flags(sub, o->dp);
   sub->callback([o]() {

@@ -192,6 +192,26 @@ void test_rows() {
   G::scatter_add_rows(gdinp.p, gdout.p, grows.p, M, C);
   check_equal("gather_rows", out, gout.back());
   check_equal("scatter_add_rows (rows in order)", dinp, gdinp.back());
+  // copy_rows / add_rows with leading dimensions (the [CLS] rows, the accumulation of gradients)
+  const int64_t R = 9, Cc = 31, ld_src = 40, ld_dst = 35;
+  auto src = randv(R * ld_src), dst0 = randv(R * ld_dst);
+  std::vector<float> cdst = dst0, adst = dst0;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < Cc; ++c) {
+      cdst[r * ld_dst + c] = src[r * ld_src + c];
+      adst[r * ld_dst + c] += src[r * ld_src + c];
+    }
+  Dev<float> gsrc(src), gc(dst0), ga(dst0);
+  G::copy_rows(gc.p, ld_dst, gsrc.p, ld_src, R, Cc);
+  G::add_rows(ga.p, ld_dst, gsrc.p, ld_src, R, Cc);
+  check_equal("copy_rows (strided)", cdst, gc.back());
+  check_equal("add_rows (strided)", adst, ga.back());
+  // scale (fp16 loss unscaling): one product per element, as the CPU loop
+  auto sx = randv(1001, -1e4f, 1e4f);
+  Dev<float> gs(sx);
+  for (auto& v : sx) v *= 1.0f / 3.0f;
+  G::scale(gs.p, 1001, 1.0f / 3.0f);
+  check_equal("scale", sx, gs.back());
 }
 
 void test_xent() {
@@ -299,7 +319,8 @@ void test_attention() {
     float p;
   };
   const Case cases[] = {{3, 37, 3, 64, 0.0f}, {2, 77, 2, 64, 0.1f}, {2, 130, 2, 128, 0.0f},
-                        {1, 97, 3, 128, 0.1f}, {3, 19, 5, 16, 0.1f}, {1, 512, 2, 64, 0.1f}};
+                        {1, 97, 3, 128, 0.1f}, {3, 19, 5, 16, 0.1f}, {3, 23, 3, 12, 0.1f},
+                        {2, 45, 2, 48, 0.0f},  {1, 512, 2, 64, 0.1f}};
   for (const Case& c : cases) {
     const int64_t B = c.B, T = c.T, NH = c.NH, C = NH * c.HS;
     auto qkv = randv(B * T * 3 * C, -2, 2), dout = randv(B * T * C);

@@ -30,6 +30,7 @@ def main():
                     help="store LayerNorm as gamma/beta, F16 weights, decoder.weight/decoder.bias present")
     ap.add_argument("--act", default="gelu")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--device", default="cpu", help="bertcc's --device (cuda: the GPU backend)")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     rng = np.random.default_rng(args.seed)
@@ -101,7 +102,7 @@ def main():
     if os.path.exists(out):
         os.remove(out)
     r = subprocess.run([args.bertcc, "dump-step", "--model", model_dir, "--batch", h5, "--precision",
-                        args.precision, "--out", out], capture_output=True, text=True)
+                        args.precision, "--device", args.device, "--out", out], capture_output=True, text=True)
     print(r.stdout, r.stderr, end="")
     if r.returncode != 0:
         print("FAIL: bertcc dump-step exited with", r.returncode)

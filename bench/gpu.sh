@@ -1,0 +1,37 @@
+#!/bin/sh
+# Same-run comparison on the GPU machine: `bertcc bench --device cuda` against transformers on the
+# same GPU (bench/peer_torch_gpu.py, eager and torch.compile), the issue's shapes by default.
+# Usage: bench/gpu.sh [BERTCC] ; env: CASES ("mode config batch seq" lines), PRECISION (bf16), STEPS (20)
+set -u
+B="${1:-build/bertcc}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+PY="${PYTHON:-python3}"; PREC="${PRECISION:-bf16}"; STEPS="${STEPS:-20}"
+CASES="${CASES:-train bert-base 128 128
+train bert-large 64 128
+train bert-large 16 512
+infer bert-large 64 384}"
+printf "%-6s %-10s %5s %4s %12s %12s %14s %8s %8s %9s\n" mode config batch seq "bertcc seq/s" "eager seq/s" "compile seq/s" \
+  "/eager" "/compile" "TFLOP/s"
+echo "$CASES" | while read -r mode cfg batch seq; do
+  [ -z "$mode" ] && continue
+  ours=$("$B" bench "$mode" --device cuda --config "$cfg" --batch "$batch" --seq "$seq" --precision "$PREC" \
+    --steps "$STEPS" --warmup 3 2>/dev/null | tail -1)
+  eager=$("$PY" "$HERE/peer_torch_gpu.py" "$mode" --config "$cfg" --batch "$batch" --seq "$seq" --precision "$PREC" \
+    --steps "$STEPS" 2>/dev/null | tail -1)
+  comp=$("$PY" "$HERE/peer_torch_gpu.py" "$mode" --config "$cfg" --batch "$batch" --seq "$seq" --precision "$PREC" \
+    --steps "$STEPS" --compile 2>/dev/null | tail -1)
+  echo "$ours"; echo "$eager"; echo "$comp"
+  "$PY" - "$mode" "$cfg" "$batch" "$seq" "$ours" "$eager" "$comp" <<'PYEOF'
+import json, sys
+def load(s):
+    try:
+        return json.loads(s)
+    except Exception:
+        return None
+m, c, b, s = sys.argv[1:5]
+o, e, k = (load(x) for x in sys.argv[5:8])
+f = lambda d: d["seq_per_s"] if d else float("nan")
+print(f"{m:6s} {c:10s} {b:>5s} {s:>4s} {f(o):12.1f} {f(e):12.1f} {f(k):14.1f} {f(o) / f(e):7.2f}x {f(o) / f(k):7.2f}x "
+      f"{o['model_tflops'] if o else float('nan'):9.1f}")
+PYEOF
+done

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The GPU peer of `bertcc bench --device cuda`: Hugging Face transformers on the same GPU, same
+shapes, random data, as the issue's baseline was measured: attn_implementation="sdpa", bf16
+autocast (or fp32), fused AdamW for training (LAMB is not in PyTorch), eager or torch.compile.
+  train: BertForPreTraining forward + backward + optimizer step, MLM labels on `--max-pred`
+         positions per sequence and NSP labels (as bertcc's bench);
+  infer: BertModel forward under torch.inference_mode.
+Prints one JSON line: seq_per_s, step_ms, model_tflops (GEMM FLOPs as bertcc counts them),
+peak_gpu_mem_mb, gpu, torch and transformers versions. For the GPU machine (torch 2.x +
+transformers); bench/gpu.sh runs it next to bertcc in one command.
+  peer_torch_gpu.py train|infer --config bert-base --batch 64 --seq 128 --precision bf16 [--compile]"""
+import argparse
+import json
+import time
+
+import torch
+
+PRESETS = {  # hidden, layers, heads, intermediate (bertcc's presets)
+    "bert-tiny": (128, 2, 2, 512), "bert-mini": (256, 4, 4, 1024), "bert-small": (512, 4, 8, 2048),
+    "bert-medium": (512, 8, 8, 2048), "bert-base": (768, 12, 12, 3072), "bert-large": (1024, 24, 16, 4096)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["train", "infer"])
+    ap.add_argument("--config", default="bert-base")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--max-pred", type=int, default=-1)
+    ap.add_argument("--compile", action="store_true")
+    a = ap.parse_args()
+    import transformers
+    from transformers import BertConfig, BertForPreTraining, BertModel
+
+    C, L, NH, I = PRESETS[a.config]
+    V = 30522
+    cfg = BertConfig(vocab_size=V, hidden_size=C, num_hidden_layers=L, num_attention_heads=NH, intermediate_size=I,
+                     max_position_embeddings=max(512, a.seq), attn_implementation="sdpa")
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as bertcc without --allow-tf32
+    torch.backends.cudnn.allow_tf32 = False
+    B, T = a.batch, a.seq
+    P = a.max_pred if a.max_pred > 0 else max(1, (T * 20 + 64) // 128)
+    g = torch.Generator(device="cpu").manual_seed(2)
+    ids = torch.randint(5, V, (B, T), generator=g).to(dev)
+    seg = torch.zeros(B, T, dtype=torch.long, device=dev)
+    seg[:, T // 2:] = 1
+    mask = torch.ones(B, T, dtype=torch.long, device=dev)
+    train = a.mode == "train"
+    model = (BertForPreTraining(cfg) if train else BertModel(cfg)).to(dev)
+    if train:
+        labels = torch.full((B, T), -100, dtype=torch.long)
+        for b in range(B):
+            pos = torch.randperm(T - 1, generator=g)[:P] + 1
+            labels[b, pos] = torch.randint(5, V, (len(pos),), generator=g)
+        labels = labels.to(dev)
+        nsp = torch.randint(0, 2, (B,), generator=g).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        model.train()
+    else:
+        model.eval()
+    fwd = torch.compile(model) if a.compile else model
+    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16")
+
+    def step():
+        if train:
+            opt.zero_grad(set_to_none=True)
+            with amp:
+                out = fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask, labels=labels,
+                          next_sentence_label=nsp)
+            out.loss.backward()
+            opt.step()
+        else:
+            with torch.inference_mode(), amp:
+                fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask)
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    mean = sum(times) / len(times)
+    N = B * T
+    per_layer = 2 * N * C * 3 * C + 2 * 2 * B * T * T * C + 2 * N * C * C + 2 * 2 * N * C * I
+    f = per_layer * L + 2.0 * B * C * C
+    if train:
+        f = 3 * (f + 2.0 * B * P * C * C + 2.0 * B * P * C * V + 2.0 * B * C * 2)
+    print(json.dumps({"peer": "transformers" + (" + torch.compile" if a.compile else " eager"), "mode": a.mode,
+                      "config": a.config, "precision": a.precision, "batch": B, "seq": T, "steps": a.steps,
+                      "step_ms": mean * 1e3, "seq_per_s": B / mean, "model_tflops": f / mean / 1e12,
+                      "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20,
+                      "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                      "transformers": transformers.__version__}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+// The compute backend seam: the model asks a Backend for memory and for every kernel, on buffers
+// that live where the backend computes (host memory for the CPU, device memory for CUDA). The CPU
+// backend is kernels/ (oneDNN + OpenMP) call for call, so CPU results are those of the kernels
+// themselves; the CUDA backend is src/cuda/. Conventions are kernels.h's: row-major, backward
+// kernels add into gradients, dropout element i of a site uses number base + i of the Philox stream.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "bertcc/config.h"
+#include "bertcc/dtype.h"
+#include "bertcc/optim.h"
+#include "bertcc/params.h"
+#include "bertcc/rng.h"
+
+namespace bertcc {
+
+// CPU: host memory, kernels/. CUDA: src/cuda. Staged: kernels/ behind the device interface, in
+// memory of its own (see staged_backend()).
+enum class DeviceKind { CPU, CUDA, Staged };
+struct OptimizerState;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string describe() const = 0;  // one line for start-up logs
+  bool on_host() const { return kind() == DeviceKind::CPU; }
+
+  // ---- memory (bytes) ----
+  virtual void* alloc(size_t bytes) = 0;  // zero-filled; throws naming the size when it does not fit
+  virtual void free(void* p) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+  // dst[r * dst_ld + c] = (or +=) src[r * src_ld + c] for r < rows, c < cols
+  virtual void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) = 0;
+  virtual void add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) = 0;
+  virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;
+  // x[i] *= s, one product per element (fp16 loss unscaling)
+  virtual void scale(float* x, int64_t n, float s) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- kernels (kernels/kernels.h, kernels/gemm.h) ----
+  virtual void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte,
+                                  const float* wpe, const float* wtt, int64_t B, int64_t T, int64_t C) = 0;
+  virtual void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
+                                   const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) = 0;
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                 const float* b, int64_t N, int64_t C, float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                  const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
+  virtual void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a,
+                                          const float* r, const float* w, const float* b, int64_t N, int64_t C,
+                                          float eps) = 0;
+  virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) = 0;
+  virtual void tanh_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) = 0;
+  virtual void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) = 0;
+  virtual void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng,
+                                uint64_t base) = 0;
+  virtual void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) = 0;
+  virtual void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) = 0;
+
+  // Attention saves what its backward needs in `saved` (CPU: P and the dropped-out P; CUDA: the
+  // row log-sum-exp) and uses `work` as scratch; both sizes in floats. Backward overwrites dqkv and
+  // may use the forward's output `out`, the mask and the dropout stream (CUDA regenerates P).
+  virtual int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) const = 0;
+  virtual int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const = 0;
+  virtual void attention_forward(float* out, float* saved, float* work, const float* qkv, const float* mask_add,
+                                 int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
+                                 uint64_t base, Precision prec) = 0;
+  virtual void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
+                                  const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C,
+                                  int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) = 0;
+
+  // kernels::softmax_xent_forward_backward (labels on the backend; the counts come back to the host)
+  virtual int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
+                               int32_t ignore_index, float grad_scale, int64_t* num_correct) = 0;
+  virtual void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,
+                              int64_t K, Precision p, const bf16_t* W16) = 0;
+  virtual void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W,
+                               int64_t M, int64_t N, int64_t K, Precision p, const bf16_t* W16) = 0;
+
+  // ---- optimizers over the flat buffers (bertcc/optim.h semantics); state where they compute ----
+  virtual double global_norm(const float* x, size_t n) = 0;
+  virtual double lamb_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr,
+                           const LambOptions& o, double grad_norm = -1) = 0;
+  virtual double adamw_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr,
+                            const AdamWOptions& o, double grad_norm = -1) = 0;
+  // The moments of `s` to and from host form (checkpoints): a whole-buffer AdamState for a table of
+  // n parameters (empty moments = a fresh optimizer).
+  virtual void moments_to_host(const OptimizerState& s, AdamState& out) = 0;
+  virtual void moments_from_host(const AdamState& in, size_t n, OptimizerState& s) = 0;
+
+  // ---- measurement ----
+  // TFLOP/s of a bare GEMM C[M,N] = A[M,K] B[K,N] in `p` (operands already in that precision).
+  virtual double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) = 0;
+  // Device memory in use by this process (0 on the CPU: see peak RSS instead).
+  virtual double device_memory_used_mb() const = 0;
+};
+
+// The process-wide CPU backend.
+Backend& cpu_backend();
+// The staged backend ("--device cpu-staged"): the CPU kernels behind the device interface. Its
+// memory is its own allocations, reached only through upload/download, and every call checks that
+// each buffer it is given is one of them (and that upload/download go between host and device), so
+// a run on it takes every device code path of the model and trainer (weights and gradients on the
+// device, the optimizer and its moments there, checkpoints through downloads) without a GPU, and
+// must give the bits of --device cpu. A host pointer passed as a device buffer, or the reverse, is
+// an error naming the call.
+Backend& staged_backend();
+// "cpu", "cpu-staged", "cuda" or "cuda:N". CUDA needs a build with the CUDA kernels (BERTCC_CUDA)
+// and a device; the error says which is missing.
+Backend& backend_for(const std::string& device);
+// One line for `--device` help texts.
+inline const char* device_help() { return "cpu (default) | cuda | cuda:N | cpu-staged (the device code paths on the CPU)"; }
+
+// A buffer of T on a backend, freed with it (moves, never copies).
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& be, size_t n) : be_(&be), n_(n), p_(static_cast<T*>(be.alloc(n * sizeof(T)))) {}
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr, o.n_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_, n_ = o.n_, p_ = o.p_;
+      o.p_ = nullptr, o.n_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  // At least n elements (grow only; contents are not kept when it grows).
+  T* ensure(Backend& be, size_t n) {
+    if (be_ != &be || n > n_) *this = DeviceBuffer(be, n);
+    return p_;
+  }
+  void reset() {
+    if (p_) be_->free(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  Backend* be_ = nullptr;
+  size_t n_ = 0;
+  T* p_ = nullptr;
+};
+
+// Adam moments of one model on its backend (host vectors on the CPU and the staged backend, device
+// buffers on CUDA).
+struct OptimizerState {
+  AdamState cpu;
+  DeviceBuffer<float> m, v;
+  int64_t step = 0;
+};
+
+}  // namespace bertcc

@@ -1,0 +1,266 @@
+// The CPU backend: kernels/ call for call (so results are the CPU kernels' own), host memory.
+// The staged backend is the same class with its allocations registered: every call first checks
+// that the buffers it is given are its own (and that upload/download cross between host and them).
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "bertcc/error.h"
+#include "bertcc/runtime.h"
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+
+namespace bertcc {
+namespace {
+
+// The staged backend's allocations: [begin, begin + bytes) by begin.
+class Allocations {
+ public:
+  void add(const void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_[reinterpret_cast<uintptr_t>(p)] = bytes;
+  }
+  void remove(const void* p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    BERTCC_CHECK(live_.erase(reinterpret_cast<uintptr_t>(p)) == 1,
+                 "cpu-staged: free of a pointer the backend did not allocate");
+  }
+  bool owns(const void* p) const {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = live_.upper_bound(a);
+    if (it == live_.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uintptr_t, size_t> live_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(bool staged) : staged_(staged) {}
+  DeviceKind kind() const override { return staged_ ? DeviceKind::Staged : DeviceKind::CPU; }
+  std::string describe() const override {
+    return staged_ ? "backend: cpu-staged (the CPU kernels behind the device interface, pointers checked); " +
+                         describe_backend(true)
+                   : describe_backend(true);
+  }
+
+  void* alloc(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = std::calloc(1, bytes);
+    BERTCC_CHECK(p, "out of memory allocating ", static_cast<double>(bytes) / (1 << 20), " MiB");
+    if (staged_) owned_.add(p, bytes);
+    return p;
+  }
+  void free(void* p) override {
+    if (staged_ && p) owned_.remove(p);
+    std::free(p);
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    if (staged_) {
+      mine("upload (destination)", dst);
+      BERTCC_CHECK(!owned_.owns(src), "cpu-staged: upload from a device buffer (use copy)");
+    }
+    std::memcpy(dst, src, bytes);
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    if (staged_) {
+      mine("download (source)", src);
+      BERTCC_CHECK(!owned_.owns(dst), "cpu-staged: download into a device buffer (use copy)");
+    }
+    std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    mine("copy", dst, src);
+    if (dst != src) std::memcpy(dst, src, bytes);
+  }
+  void zero(void* p, size_t bytes) override {
+    if (!bytes) return;
+    mine("zero", p);
+    std::memset(p, 0, bytes);
+  }
+  void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) override {
+    mine("copy_rows", dst, src);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, sizeof(float) * cols);
+  }
+  void add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) override {
+    mine("add_rows", dst, src);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* d = dst + r * dst_ld;
+      const float* s = src + r * src_ld;
+      for (int64_t c = 0; c < cols; ++c) d[c] += s[c];
+    }
+  }
+  void to_bf16(bf16_t* out, const float* in, int64_t n) override {
+    mine("to_bf16", out, in);
+    bertcc::to_bf16(in, out, static_cast<size_t>(n));
+  }
+  void scale(float* x, int64_t n, float s) override {
+    mine("scale", x);
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  }
+  void synchronize() override {}
+
+  void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
+                          const float* wtt, int64_t B, int64_t T, int64_t C) override {
+    mine("embeddings_forward", out, ids, seg, wte, wpe, wtt);
+    kernels::embeddings_forward(out, ids, seg, wte, wpe, wtt, B, T, C);
+  }
+  void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
+                           const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) override {
+    mine("embeddings_backward", dwte, dwpe, dwtt, dout, ids, seg);
+    kernels::embeddings_backward(dwte, dwpe, dwtt, dout, ids, seg, B, T, C, V, TT);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                         int64_t N, int64_t C, float eps) override {
+    mine("layernorm_forward", out, mean, rstd, inp, w, b);
+    kernels::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    mine("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd);
+    kernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+  void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                                  const float* w, const float* b, int64_t N, int64_t C, float eps) override {
+    mine("residual_layernorm_forward", out, sum, mean, rstd, a, r, w, b);
+    kernels::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps);
+  }
+  void gelu_forward(float* out, const float* inp, int64_t n, Activation act) override {
+    mine("gelu_forward", out, inp);
+    kernels::gelu_forward(out, inp, n, act);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) override {
+    mine("gelu_backward", dinp, inp, dout);
+    kernels::gelu_backward(dinp, inp, dout, n, act);
+  }
+  void tanh_forward(float* out, const float* inp, int64_t n) override {
+    mine("tanh_forward", out, inp);
+    kernels::tanh_forward(out, inp, n);
+  }
+  void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) override {
+    mine("tanh_backward", dinp, out, dout);
+    kernels::tanh_backward(dinp, out, dout, n);
+  }
+  void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) override {
+    mine("dropout_forward", out, inp);
+    kernels::dropout_forward(out, inp, n, p, rng, base);
+  }
+  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) override {
+    mine("dropout_backward", dinp, dout);
+    kernels::dropout_backward(dinp, dout, n, p, rng, base);
+  }
+  void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) override {
+    mine("gather_rows", out, inp, rows);
+    kernels::gather_rows(out, inp, rows, M, C);
+  }
+  void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) override {
+    mine("scatter_add_rows", dinp, dout, rows);
+    kernels::scatter_add_rows(dinp, dout, rows, M, C);
+  }
+  int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) const override {
+    return kernels::attention_saved_size(B, T, NH, dropout, prec);
+  }
+  int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const override {
+    return kernels::attention_work_size(B, T, C, NH);
+  }
+  void attention_forward(float* out, float* saved, float* work, const float* qkv, const float* mask_add, int64_t B,
+                         int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                         Precision prec) override {
+    mine("attention_forward", out, saved, work, qkv, mask_add);
+    kernels::attention_forward(out, saved, work, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
+  }
+  void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
+                          const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
+                          float dropout_p, const Rng& /*rng*/, uint64_t /*base*/, Precision prec) override {
+    mine("attention_backward", dqkv, work, dout, qkv, out, saved, mask_add);
+    kernels::attention_backward(dqkv, work, dout, qkv, saved, B, T, C, NH, dropout_p, prec);
+  }
+  int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V, int32_t ignore_index,
+                       float grad_scale, int64_t* num_correct) override {
+    mine("softmax_xent", logits, losses, labels);
+    return kernels::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
+  }
+  void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
+                      Precision p, const bf16_t* W16) override {
+    mine("linear_forward", y, x, W, b, W16);
+    kernels::linear_forward(y, x, W, b, M, N, K, p, W16);
+  }
+  void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
+                       int64_t N, int64_t K, Precision p, const bf16_t* W16) override {
+    mine("linear_backward", dx, dW, db, dy, x, W, W16);
+    kernels::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16);
+  }
+  double global_norm(const float* x, size_t n) override {
+    mine("global_norm", x);
+    return bertcc::global_norm(x, n);
+  }
+  double lamb_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr, const LambOptions& o,
+                   double grad_norm) override {
+    mine("lamb_step", params, grads);
+    const double g = bertcc::lamb_step(t, params, grads, s.cpu, lr, o, grad_norm);
+    s.step = s.cpu.step;
+    return g;
+  }
+  double adamw_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr,
+                    const AdamWOptions& o, double grad_norm) override {
+    mine("adamw_step", params, grads);
+    const double g = bertcc::adamw_step(t, params, grads, s.cpu, lr, o, grad_norm);
+    s.step = s.cpu.step;
+    return g;
+  }
+  void moments_to_host(const OptimizerState& s, AdamState& out) override {
+    out.m = s.cpu.m;
+    out.v = s.cpu.v;
+    out.step = s.step;
+    out.begin = out.end = 0;
+  }
+  void moments_from_host(const AdamState& in, size_t n, OptimizerState& s) override {
+    BERTCC_CHECK(in.m.empty() || (in.begin == 0 && in.m.size() == n && in.v.size() == n),
+                 "optimizer moments of ", in.m.size(), " values for ", n, " parameters");
+    s.cpu = in;
+    s.step = in.step;
+  }
+  double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) override {
+    return kernels::gemm_probe_tflops(M, N, K, p, iters);
+  }
+  double device_memory_used_mb() const override { return 0.0; }
+
+ private:
+  // Staged: each non-null buffer must lie in one of this backend's allocations.
+  template <class... P>
+  void mine(const char* call, const P*... ptrs) const {
+    if (!staged_) return;
+    int i = 0;
+    (check_one(call, ptrs, i++), ...);
+  }
+  void check_one(const char* call, const void* p, int i) const {
+    BERTCC_CHECK(!p || owned_.owns(p), "cpu-staged: ", call, ": buffer argument ", i + 1,
+                 " is host memory, not a buffer of the backend (a missing upload?)");
+  }
+  bool staged_;
+  Allocations owned_;
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend b(false);
+  return b;
+}
+
+Backend& staged_backend() {
+  static CpuBackend b(true);
+  return b;
+}
+
+}  // namespace bertcc

@@ -1,0 +1,43 @@
+// Backend selection from a --device string. The CUDA backend exists only in builds with the CUDA
+// kernels (BERTCC_HAVE_CUDA); elsewhere asking for it is an error that says so.
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "bertcc/error.h"
+#if BERTCC_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
+
+namespace bertcc {
+
+Backend& backend_for(const std::string& device) {
+  if (device.empty() || device == "cpu") return cpu_backend();
+  if (device == "cpu-staged") return staged_backend();
+  int index = 0;
+  if (device.rfind("cuda", 0) == 0) {
+    const std::string rest = device.substr(4);
+    if (!rest.empty()) {
+      BERTCC_CHECK(rest[0] == ':' && rest.size() > 1 && rest.find_first_not_of("0123456789", 1) == std::string::npos,
+                   "--device: '", device, "' is not cpu, cuda, cuda:N or cpu-staged");
+      index = std::stoi(rest.substr(1));
+    }
+  } else {
+    fail("--device: '", device, "' is not cpu, cuda, cuda:N or cpu-staged");
+  }
+#if BERTCC_HAVE_CUDA
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<Backend>> made;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& b = made[index];
+  if (!b) b = cuda::make_backend(index);
+  return *b;
+#else
+  (void)index;
+  fail("--device ", device, ": this bertcc was built without the CUDA kernels (configure found no nvcc; "
+       "install the CUDA toolkit at /usr/local/cuda and rebuild, or set BERTCC_CUDA=ON to be told why)");
+#endif
+}
+
+}  // namespace bertcc

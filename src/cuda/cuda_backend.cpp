@@ -1,0 +1,176 @@
+// The CUDA backend: src/cuda kernels behind the Backend interface, device memory.
+#include "cuda/cuda_backend.h"
+
+#include "bertcc/error.h"
+#include "cuda/cuda_kernels.h"
+
+namespace bertcc::cuda {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int index) : index_(index) {
+    std::string why;
+    const int n = device_count(&why);
+    BERTCC_CHECK(n > 0, "--device cuda:", index, ": ", why);
+    BERTCC_CHECK(index >= 0 && index < n, "--device cuda:", index, ": only ", n, " CUDA device(s) here");
+    set_device(index);
+    info_ = device_info(index);
+  }
+  DeviceKind kind() const override { return DeviceKind::CUDA; }
+  std::string describe() const override {
+    return "backend: cuda:" + std::to_string(index_) + ", " + info_.name + " (compute capability " +
+           std::to_string(info_.cc_major) + "." + std::to_string(info_.cc_minor) + ", " +
+           std::to_string(info_.sm_count) + " SMs, " + std::to_string(info_.total_mem >> 20) + " MiB)";
+  }
+  void* alloc(size_t bytes) override {
+    void* p = cuda::alloc(bytes);
+    cuda::zero(p, bytes);
+    return p;
+  }
+  void free(void* p) override { cuda::free(p); }
+  void upload(void* dst, const void* src, size_t bytes) override { copy_to_device(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { copy_to_host(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst != src) copy_device(dst, src, bytes);
+  }
+  void zero(void* p, size_t bytes) override { cuda::zero(p, bytes); }
+  void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) override {
+    cuda::copy_rows(dst, dst_ld, src, src_ld, rows, cols);
+  }
+  void add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) override {
+    cuda::add_rows(dst, dst_ld, src, src_ld, rows, cols);
+  }
+  void to_bf16(bf16_t* out, const float* in, int64_t n) override { cuda::to_bf16(out, in, n); }
+  void scale(float* x, int64_t n, float s) override { cuda::scale(x, n, s); }
+  void synchronize() override { cuda::synchronize(); }
+
+  void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
+                          const float* wtt, int64_t B, int64_t T, int64_t C) override {
+    cuda::embeddings_forward(out, ids, seg, wte, wpe, wtt, B, T, C);
+  }
+  void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
+                           const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t, int64_t) override {
+    cuda::embeddings_backward(dwte, dwpe, dwtt, dout, ids, seg, B, T, C);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                         int64_t N, int64_t C, float eps) override {
+    cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+  void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                                  const float* w, const float* b, int64_t N, int64_t C, float eps) override {
+    cuda::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps);
+  }
+  void gelu_forward(float* out, const float* inp, int64_t n, Activation act) override {
+    cuda::gelu_forward(out, inp, n, act);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) override {
+    cuda::gelu_backward(dinp, inp, dout, n, act);
+  }
+  void tanh_forward(float* out, const float* inp, int64_t n) override { cuda::tanh_forward(out, inp, n); }
+  void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) override {
+    cuda::tanh_backward(dinp, out, dout, n);
+  }
+  void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) override {
+    cuda::dropout_forward(out, inp, n, p, rng, base);
+  }
+  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) override {
+    cuda::dropout_backward(dinp, dout, n, p, rng, base);
+  }
+  void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) override {
+    cuda::gather_rows(out, inp, rows, M, C);
+  }
+  void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) override {
+    cuda::scatter_add_rows(dinp, dout, rows, M, C);
+  }
+  int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool, Precision) const override { return B * NH * T; }
+  int64_t attention_work_size(int64_t B, int64_t T, int64_t, int64_t NH) const override {
+    return attention_backward_work_size(B, T, NH);
+  }
+  void attention_forward(float* out, float* saved, float*, const float* qkv, const float* mask_add, int64_t B,
+                         int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                         Precision) override {
+    cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base);
+  }
+  void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
+                          const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
+                          float dropout_p, const Rng& rng, uint64_t base, Precision) override {
+    cuda::attention_backward(dqkv, work, dout, qkv, out, saved, mask_add, B, T, C, NH, dropout_p, rng, base);
+  }
+  int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V, int32_t ignore_index,
+                       float grad_scale, int64_t* num_correct) override {
+    return cuda::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
+  }
+  void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
+                      Precision p, const bf16_t* W16) override {
+    cuda::linear_forward(y, x, W, b, M, N, K, p, W16);
+  }
+  void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
+                       int64_t N, int64_t K, Precision p, const bf16_t* W16) override {
+    cuda::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16);
+  }
+  double global_norm(const float* x, size_t n) override { return cuda::global_norm(x, n); }
+  double lamb_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr, const LambOptions& o,
+                   double grad_norm) override {
+    DeviceAdamState d = moments(t, s);
+    const double g = cuda::lamb_step(t, params, grads, d, lr, o, grad_norm);
+    s.step = d.step;
+    return g;
+  }
+  double adamw_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr,
+                    const AdamWOptions& o, double grad_norm) override {
+    DeviceAdamState d = moments(t, s);
+    const double g = cuda::adamw_step(t, params, grads, d, lr, o, grad_norm);
+    s.step = d.step;
+    return g;
+  }
+  void moments_to_host(const OptimizerState& s, AdamState& out) override {
+    out = AdamState{};
+    out.step = s.step;
+    if (s.m.size() == 0) return;
+    out.m.resize(s.m.size());
+    out.v.resize(s.v.size());
+    copy_to_host(out.m.data(), s.m.get(), sizeof(float) * s.m.size());
+    copy_to_host(out.v.data(), s.v.get(), sizeof(float) * s.v.size());
+  }
+  void moments_from_host(const AdamState& in, size_t n, OptimizerState& s) override {
+    BERTCC_CHECK(in.m.empty() || (in.begin == 0 && in.m.size() == n && in.v.size() == n),
+                 "optimizer moments of ", in.m.size(), " values for ", n, " parameters");
+    s.step = in.step;
+    s.m = DeviceBuffer<float>(*this, n);  // zeroed: a fresh optimizer when `in` has no moments
+    s.v = DeviceBuffer<float>(*this, n);
+    if (in.m.empty()) return;
+    copy_to_device(s.m.get(), in.m.data(), sizeof(float) * n);
+    copy_to_device(s.v.get(), in.v.data(), sizeof(float) * n);
+  }
+  double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) override {
+    return cuda::gemm_probe_tflops(M, N, K, p, iters);
+  }
+  double device_memory_used_mb() const override { return cuda::memory_used_mb(); }
+
+ private:
+  // The moments on this device, allocated (zeroed) at the first step.
+  DeviceAdamState moments(const ParamTable& t, OptimizerState& s) {
+    if (s.m.size() != t.total()) {
+      s.m = DeviceBuffer<float>(*this, t.total());
+      s.v = DeviceBuffer<float>(*this, t.total());
+    }
+    DeviceAdamState d;
+    d.m = s.m.get();
+    d.v = s.v.get();
+    d.step = s.step;
+    return d;
+  }
+  int index_;
+  DeviceInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(int index) { return std::make_unique<CudaBackend>(index); }
+
+}  // namespace bertcc::cuda
