@@ -98,7 +98,7 @@ class Bert {
   // The backend the model computes on: the CPU unless use_backend() moved it. On a device the
   // weights and gradients that compute are device copies; params()/grads() stay the host copies:
   // params_to_device() after changing the weights on the host, grads_to_host() before reading
-  // gradients. Only the encoder and the pre-training heads (pretrain_step) run on CUDA so far.
+  // gradients. Every head computes there except the joint SQuAD head's layers (host, see joint_qa.cpp).
   void use_backend(Backend& be);
   Backend& backend() const { return *be_; }
   void params_to_device();
@@ -112,6 +112,10 @@ class Bert {
     return dev_params_ ? dev_params_ : params_.data();
   }
   float* grads_on_backend() { return dev_grads_ ? dev_grads_ : grads_.data(); }
+  // One tensor of those, by name.
+  float* param_on_backend(const std::string& name) { return params_on_backend() + table_.at(name).offset; }
+  const float* param_on_backend(const std::string& name) const { return w(name); }
+  float* grad_on_backend(const std::string& name) { return grads_on_backend() + table_.at(name).offset; }
 
   // HF/Google initialisation: N(0, initializer_range) weights, zero biases, LayerNorm 1/0,
   // the padding row of the word embeddings zeroed.
@@ -126,7 +130,7 @@ class Bert {
   // gradient's normalisers (a step of several micro-batches or ranks normalises by its global
   // counts); the returned means stay this batch's own.
   // `mlm_logits_out`, if given, receives the MLM logits [M, vocab] before the loss overwrites them
-  // (ELECTRA samples its replacements from them).
+  // (ELECTRA samples its replacements from them; fill-mask ranks them).
   PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f, float mlm_denom = 0.0f, float nsp_denom = 0.0f,
                              std::vector<float>* mlm_logits_out = nullptr);
@@ -157,9 +161,6 @@ class Bert {
   // `denom` > 0 replaces the batch's own count of those tokens as the normaliser.
   FinetuneLoss discriminator_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                   float loss_scale = 1.0f, float denom = 0.0f);
-  // After pretrain_step(..., backward=false): MLM logits [M, vocab_size] of the positions whose
-  // mlm_labels are not -1, in token order (the buffer holds gradients after a backward step).
-  const std::vector<float>& mlm_logits() const;
 
   // Fine-tune only the top `layers` encoder layers (and the pooler/head): the embeddings and the
   // layers below are frozen (no gradient computed, no update). Negative = everything trainable;
@@ -175,6 +176,8 @@ class Bert {
   void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng);
   const float* sequence_output() const;
   const float* pooled_output() const;
+  // sequence_output() readable on the host: the pointer itself on the CPU, else downloaded into buf.
+  const float* sequence_output_on_host(std::vector<float>& buf) const;
   // Backward from gradients of the sequence output (may be null) and the pooled output (may be null).
   void encode_backward(const float* dseq, const float* dpooled, Precision prec);
 
@@ -211,8 +214,15 @@ class Bert {
     return p == Precision::BF16 ? (dev_params16_ ? dev_params16_ : params16_.data()) + table_.at(name).offset
                                 : nullptr;
   }
-  void require_host(const char* what) const;  // throws when the model is on a device
   void refresh_bf16(Precision p);
+  // Head scratch where the backend computes: on the host the vector itself (resized; zero-filled
+  // when `zeroed`), on a device a buffer of n floats kept for that vector. The vector must outlive
+  // the model's activations (a member, not a local).
+  float* scratch(std::vector<float>& v, int64_t n, bool zeroed);
+  // The backend's copy of n floats at p in host vector v (a download on a device; on the host p is
+  // v's own data), and the reverse: v's contents where the backend computes (an upload).
+  const std::vector<float>& to_host(std::vector<float>& v, const float* p, int64_t n);
+  float* to_backend(std::vector<float>& v);
 
   BertConfig cfg_;
   Heads heads_;
@@ -229,6 +239,10 @@ class Bert {
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
   std::vector<float> head_in_, head_din_, head_dseq_;  // head input after dropout, its gradient
+  // more head scratch: ELECTRA's classification head ([CLS] rows, dropout, dense, gelu and their
+  // gradients), the discriminator's dense and gelu, the logits' gradient
+  std::vector<float> head_cls_, head_a1_, head_d1_, head_g1_, head_dd1_, head_da1_, head_dcls_, head_dlogits_;
+  std::vector<float> head_out_;  // head_logits_ where the backend computes
   int first_trainable_layer_ = 0;                // layers below are frozen
   bool pooler_ = false;                          // BERT's heads that have one; never ELECTRA
   std::function<void(size_t)> grad_ready_;

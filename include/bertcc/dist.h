@@ -27,7 +27,9 @@ struct Options {
   double bucket_cap_mb = 25;             // gradient all-reduce bucket size (PyTorch DDP's default)
   bool allreduce_overlap = true;         // reduce buckets while backward goes on
   bool zero1 = false;                    // optimizer moments sharded across ranks (ZeRO stage 1)
+  std::string allreduce_backend = "auto";  // gradients on a GPU: auto (nccl with several ranks) | nccl | host
 };
+
 
 class Communicator {
  public:
@@ -55,10 +57,33 @@ class Communicator {
   virtual void allgatherv_inplace(float* data, const std::vector<size_t>& counts) = 0;
   // Rank r's `counts[r]` floats, rank-major, into `out` on `root` (out is ignored elsewhere).
   virtual void gatherv(const float* in, const std::vector<size_t>& counts, float* out, int root) = 0;
+  // `bytes` bytes from `root` to every rank, in place.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Ends every rank of the job now (after this rank has printed its message).
   [[noreturn]] virtual void abort(int code) = 0;
 };
+
+// This rank's --device: "cuda" with several ranks on this host is one GPU per rank
+// (cuda:<local rank>); "cuda:N" and the others as given.
+std::string device_for_rank(const std::string& device, const Communicator& comm);
+
+// Sums over ranks of buffers in GPU memory: NCCL, one rank per GPU, set up through a host
+// communicator (rank 0's NCCL id broadcast). Every rank makes the same calls in the same order.
+// The sum of a given world size and GPU set is the same run after run (NCCL's fixed ring), but
+// it is not the host's rank-order sum, so it does not give the bits of one rank with accumulation.
+class DeviceCommunicator {
+ public:
+  virtual ~DeviceCommunicator() = default;
+  virtual const char* name() const = 0;  // "nccl"
+  // In-place sum over ranks of n floats in the memory of this rank's GPU, ordered after the work
+  // already queued on the device and finished on return.
+  virtual void allreduce_sum(float* device_data, size_t n) = 0;
+};
+// NCCL over `host`'s ranks on CUDA device `device`. Throws, naming what is missing, in a build
+// without NCCL, or when NCCL cannot start (e.g. two ranks on one GPU: NCCL refuses).
+std::unique_ptr<DeviceCommunicator> make_nccl(Communicator& host, int device);
+bool nccl_available();
 
 // The process-wide communicator, created on first call. Launched by mpirun/srun with more than
 // one rank and built without MPI: throws, naming what is missing.
@@ -67,7 +92,7 @@ Communicator& world();
 bool is_distributed();
 // Tears MPI down at a normal exit (no-op for a single process or when never made).
 void finalize();
-// Which communicators this build has ("single, mpi" or "single").
+// Which communicators this build has ("single, mpi, nccl", "single, mpi" or "single").
 const char* available();
 
 // Progress watchdog: a rank that makes no progress (beat()) for `seconds` prints where it was

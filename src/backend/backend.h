@@ -43,6 +43,11 @@ class Backend {
   // x[i] *= s, one product per element (fp16 loss unscaling)
   virtual void scale(float* x, int64_t n, float s) = 0;
   virtual void synchronize() = 0;
+  // Makes this backend's device the calling thread's (CUDA: the current device is per thread); a
+  // thread other than the one that chose the backend calls it before computing (serve's batchers).
+  virtual void bind_thread() {}
+  // The CUDA device number (-1 elsewhere).
+  virtual int device_ordinal() const { return -1; }
 
   // ---- kernels (kernels/kernels.h, kernels/gemm.h) ----
   virtual void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte,

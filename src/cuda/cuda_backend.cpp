@@ -44,6 +44,8 @@ class CudaBackend final : public Backend {
   void to_bf16(bf16_t* out, const float* in, int64_t n) override { cuda::to_bf16(out, in, n); }
   void scale(float* x, int64_t n, float s) override { cuda::scale(x, n, s); }
   void synchronize() override { cuda::synchronize(); }
+  void bind_thread() override { set_device(index_); }
+  int device_ordinal() const override { return index_; }
 
   void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
                           const float* wtt, int64_t B, int64_t T, int64_t C) override {

@@ -55,6 +55,7 @@ class SingleProcess final : public Communicator {
   void gatherv(const float* in, const std::vector<size_t>& counts, float* out, int) override {
     std::memcpy(out, in, counts.at(0) * sizeof(float));
   }
+  void broadcast(void*, size_t, int) override {}
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
 };
@@ -84,7 +85,14 @@ std::unique_ptr<Communicator> g_comm;
 
 }  // namespace
 
-const char* available() { return mpi_available() ? "single, mpi" : "single"; }
+std::string device_for_rank(const std::string& device, const Communicator& comm) {
+  if (device == "cuda" && comm.local_world() > 1) return "cuda:" + std::to_string(comm.local_rank());
+  return device;
+}
+
+const char* available() {
+  return mpi_available() ? (nccl_available() ? "single, mpi, nccl" : "single, mpi") : "single";
+}
 
 Communicator& world() {
   std::lock_guard<std::mutex> lock(g_mu);

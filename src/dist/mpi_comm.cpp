@@ -109,6 +109,11 @@ class MpiComm final : public Communicator {
           "MPI_Gatherv");
   }
 
+  void broadcast(void* data, size_t bytes, int root) override {
+    BERTCC_CHECK(bytes < (size_t{1} << 31), "MPI broadcast: more than 2^31 bytes");
+    check(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  }
+
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
   [[noreturn]] void abort(int code) override {

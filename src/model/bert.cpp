@@ -313,9 +313,32 @@ void Bert::grads_to_device() {
   if (dev_grads_) be_->upload(dev_grads_, grads_.data(), sizeof(float) * grads_.size());
 }
 
-void Bert::require_host(const char* what) const {
-  BERTCC_CHECK(be_->on_host(), what, " runs on the CPU only so far (this model is on ", be_->describe(),
-               "; the CUDA backend covers the encoder and the pre-training heads)");
+float* Bert::scratch(std::vector<float>& v, int64_t n, bool zeroed) {
+  if (be_->on_host()) {
+    if (zeroed)
+      v.assign(static_cast<size_t>(n), 0.0f);
+    else
+      v.resize(static_cast<size_t>(n));
+    return v.data();
+  }
+  BERTCC_CHECK(acts_, "scratch: no forward pass yet");
+  float* p = acts_->head.dev[&v].ensure(*be_, static_cast<size_t>(n));
+  if (zeroed) be_->zero(p, sizeof(float) * static_cast<size_t>(n));
+  return p;
+}
+
+const std::vector<float>& Bert::to_host(std::vector<float>& v, const float* p, int64_t n) {
+  if (be_->on_host()) return v;
+  v.resize(static_cast<size_t>(n));
+  be_->download(v.data(), p, sizeof(float) * static_cast<size_t>(n));
+  return v;
+}
+
+float* Bert::to_backend(std::vector<float>& v) {
+  if (be_->on_host()) return v.data();
+  float* p = scratch(v, static_cast<int64_t>(v.size()), false);
+  be_->upload(p, v.data(), sizeof(float) * v.size());
+  return p;
 }
 
 void Bert::refresh_bf16(Precision p) {
@@ -428,14 +451,16 @@ void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
   ensure_acts(B, T, cfg_.attention_probs_dropout_prob > 0, prec);
 }
 
-const std::vector<float>& Bert::mlm_logits() const {
-  BERTCC_CHECK(acts_, "mlm_logits: no forward pass yet");
-  require_host("mlm_logits()");
-  return acts_->head.logits;
-}
-
 const float* Bert::sequence_output() const { return acts_->x.back(); }
 const float* Bert::pooled_output() const { return pooler_ ? acts_->pooled : nullptr; }
+
+const float* Bert::sequence_output_on_host(std::vector<float>& buf) const {
+  BERTCC_CHECK(acts_ && acts_->B > 0, "sequence_output: no forward pass yet");
+  if (be_->on_host()) return sequence_output();
+  buf.resize(static_cast<size_t>(acts_->B * acts_->T * cfg_.hidden_size));
+  be_->download(buf.data(), sequence_output(), sizeof(float) * buf.size());
+  return buf.data();
+}
 
 void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng) {
   const int64_t B = batch.B, T = batch.T, N = B * T;
@@ -655,18 +680,7 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   Backend& be = *be_;
   // A head buffer of n floats where the backend computes (the vector itself on the CPU);
   // zeroed when `zeroed` (what backward accumulates into).
-  auto buf = [&](std::vector<float>& v, int64_t n, bool zeroed) -> float* {
-    if (be.on_host()) {
-      if (zeroed)
-        v.assign(static_cast<size_t>(n), 0.0f);
-      else
-        v.resize(static_cast<size_t>(n));
-      return v.data();
-    }
-    float* p = h.dev[&v].ensure(be, static_cast<size_t>(n));
-    if (zeroed) be.zero(p, sizeof(float) * static_cast<size_t>(n));
-    return p;
-  };
+  auto buf = [&](std::vector<float>& v, int64_t n, bool zeroed) { return scratch(v, n, zeroed); };
   // The per-row losses summed in order on the host (downloaded from a device).
   auto host_sum = [&](std::vector<float>& v, const float* p, int64_t n) {
     if (!be.on_host()) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/backend.h"
 #include "bertcc/error.h"
 
 namespace bertcc {
@@ -39,12 +40,14 @@ double electra_forward_flops(const BertConfig& disc, const BertConfig& gen, int6
 }
 
 void electra_share_embeddings(const Bert& disc, Bert& gen) {
+  BERTCC_CHECK(&disc.backend() == &gen.backend(), "ELECTRA: the generator and the discriminator compute on different "
+               "backends (", gen.backend().describe(), " and ", disc.backend().describe(), ")");
   for (const char* n : kShared) {
     const ParamEntry& d = disc.table().at(n);
     const ParamEntry& g = gen.table().at(n);
     BERTCC_CHECK(d.shape == g.shape, "ELECTRA: the generator's ", n, " differs in shape from the discriminator's "
                  "(they share embeddings: same vocab_size, embedding_size, max_position_embeddings, type_vocab_size)");
-    std::memcpy(gen.param(n), disc.params().data() + d.offset, sizeof(float) * d.numel);
+    gen.backend().copy(gen.param_on_backend(n), disc.param_on_backend(n), sizeof(float) * d.numel);
   }
 }
 
@@ -54,6 +57,8 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   const float disc_weight = so.disc_weight;
   BERTCC_CHECK(gen.heads() == Heads::Generator && disc.heads() == Heads::Discriminator,
                "ELECTRA step: needs an ElectraForMaskedLM generator and an ElectraForPreTraining discriminator");
+  BERTCC_CHECK(&disc.backend() == &gen.backend(), "ELECTRA step: the generator and the discriminator compute on "
+               "different backends");
   const int64_t V = gen.config().vocab_size, N = batch.B * batch.T;
   ElectraLoss out;
   // ---- generator: masked LM, logits kept for sampling ----
@@ -131,12 +136,12 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   out.loss = out.gen_loss + disc_weight * out.disc_loss;
   if (!backward) return out;
   // ---- shared embeddings: one gradient, in the discriminator ----
+  Backend& be = disc.backend();
   for (const char* n : kShared) {
     const ParamEntry& e = gen.table().at(n);
-    float* gg = gen.grad(n);
-    float* dg = disc.grad(n);
-    for (size_t i = 0; i < e.numel; ++i) dg[i] += gg[i];
-    std::fill(gg, gg + e.numel, 0.0f);
+    float* gg = gen.grad_on_backend(n);
+    be.add_rows(disc.grad_on_backend(n), 0, gg, 0, 1, static_cast<int64_t>(e.numel));
+    be.zero(gg, sizeof(float) * e.numel);
   }
   return out;
 }

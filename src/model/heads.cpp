@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
 #include "kernels/gemm.h"
@@ -44,7 +45,6 @@ int64_t check_labels(const BertBatch& b, Heads h, int64_t K) {
 
 FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                  float loss_scale) {
-  require_host("finetune_step");
   if (heads_ == Heads::JointQuestionAnswering) return joint_qa_step(batch, training, backward, prec, rng, loss_scale);
   BERTCC_CHECK(heads_ == Heads::QuestionAnswering || heads_ == Heads::SequenceClassification ||
                    heads_ == Heads::TokenClassification,
@@ -55,43 +55,46 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
                                          batch.start_positions.empty());
   const int64_t count = have_labels ? check_labels(batch, heads_, K) : 0;
   encode(batch, training, prec, rng);
+  Backend& be = *be_;
   FinetuneLoss out;
   out.count = count;
 
   // Head input: sequence output (QA: no dropout, as HF) or dropout(pooled) / dropout(sequence).
   // ELECTRA's sequence classifier (HF ElectraClassificationHead) instead takes h[:, 0] through
-  // dropout, dense, gelu, dropout into out_proj.
+  // dropout, dense, gelu, dropout into out_proj. The head's layers run on the backend; the loss
+  // runs on the host over the (small) logits, whose gradient goes back up.
   const bool per_token = heads_ != Heads::SequenceClassification;
   const bool electra_cls = !per_token && cfg_.electra();
   const int64_t R = per_token ? N : B;  // rows the head sees
-  std::vector<float> cls, a1, d1, g1;   // ELECTRA head: h[:, 0], its dropout, dense, gelu
+  float *cls = nullptr, *a1 = nullptr, *d1 = nullptr, *g1 = nullptr;  // ELECTRA head: h[:, 0], dropout, dense, gelu
   uint64_t drop_cls = 0;
   if (electra_cls) {
-    cls.resize(static_cast<size_t>(B * C));
-    for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * C, sequence_output() + b * T * C, sizeof(float) * C);
+    cls = scratch(head_cls_, B * C, false);
+    be.copy_rows(cls, C, sequence_output(), T * C, B, C);
   }
   const float* src = per_token ? sequence_output() : electra_cls ? nullptr : pooled_output();
   const float p = (training && heads_ != Heads::QuestionAnswering) ? cfg_.head_dropout() : 0.0f;
   if (electra_cls) {
-    a1 = cls;
+    a1 = scratch(head_a1_, B * C, false);
+    be.copy(a1, cls, sizeof(float) * static_cast<size_t>(B * C));
     if (p > 0) {
       drop_cls = rng.reserve(B * C);
-      dropout_forward(a1.data(), cls.data(), B * C, p, rng, drop_cls);
+      be.dropout_forward(a1, cls, B * C, p, rng, drop_cls);
     }
-    d1.resize(static_cast<size_t>(B * C));
-    g1.resize(static_cast<size_t>(B * C));
-    linear_forward(d1.data(), a1.data(), w("classifier.dense.weight"), w("classifier.dense.bias"), B, C, C, prec,
-                   w16("classifier.dense.weight", prec));
-    gelu_forward(g1.data(), d1.data(), B * C, Activation::GeluErf);
-    src = g1.data();
+    d1 = scratch(head_d1_, B * C, false);
+    g1 = scratch(head_g1_, B * C, false);
+    be.linear_forward(d1, a1, w("classifier.dense.weight"), w("classifier.dense.bias"), B, C, C, prec,
+                      w16("classifier.dense.weight", prec));
+    be.gelu_forward(g1, d1, B * C, Activation::GeluErf);
+    src = g1;
   }
   uint64_t drop_base = 0;
   const float* hin = src;
   if (p > 0) {
-    head_in_.resize(R * C);
+    float* hd = scratch(head_in_, R * C, false);
     drop_base = rng.reserve(R * C);
-    dropout_forward(head_in_.data(), src, R * C, p, rng, drop_base);
-    hin = head_in_.data();
+    be.dropout_forward(hd, src, R * C, p, rng, drop_base);
+    hin = hd;
   }
   const std::string wn = heads_ == Heads::QuestionAnswering ? "qa_outputs.weight"
                          : electra_cls                      ? "classifier.out_proj.weight"
@@ -99,12 +102,13 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
   const std::string bn = heads_ == Heads::QuestionAnswering ? "qa_outputs.bias"
                          : electra_cls                      ? "classifier.out_proj.bias"
                                                             : "classifier.bias";
-  head_logits_.resize(R * K);
-  linear_forward(head_logits_.data(), hin, w(wn), w(bn), R, K, C, prec, w16(wn, prec));
+  float* logits = be.on_host() ? (head_logits_.resize(R * K), head_logits_.data()) : scratch(head_out_, R * K, false);
+  be.linear_forward(logits, hin, w(wn), w(bn), R, K, C, prec, w16(wn, prec));
+  to_host(head_logits_, logits, R * K);
   if (!have_labels) return out;
 
-  // ---- loss, and d(loss)/d(logits) in `dlogits` ----
-  std::vector<float> dlogits;
+  // ---- loss, and d(loss)/d(logits) in `dlogits` (host) ----
+  std::vector<float>& dlogits = head_dlogits_;
   if (heads_ == Heads::QuestionAnswering) {
     // logits [B,T,2] -> start [B,T], end [B,T]; CE with ignore index T after clamping to [0,T]
     std::vector<float> st(N), en(N), ls(B);
@@ -164,26 +168,31 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
   }
 
   // ---- backward: head linear -> dropout -> encoder ----
-  head_din_.assign(R * C, 0.0f);
-  linear_backward(head_din_.data(), grad(wn), grad(bn), dlogits.data(), hin, w(wn), R, K, C, prec, w16(wn, prec));
-  const float* dsrc = head_din_.data();
+  const float* dl = to_backend(dlogits);
+  float* din = scratch(head_din_, R * C, true);
+  be.linear_backward(din, dgrad(wn), dgrad(bn), dl, hin, w(wn), R, K, C, prec, w16(wn, prec));
+  const float* dsrc = din;
   if (p > 0) {
-    head_dseq_.assign(R * C, 0.0f);
-    dropout_backward(head_dseq_.data(), head_din_.data(), R * C, p, rng, drop_base);
-    dsrc = head_dseq_.data();
+    float* dd = scratch(head_dseq_, R * C, true);
+    be.dropout_backward(dd, din, R * C, p, rng, drop_base);
+    dsrc = dd;
   }
   if (electra_cls) {
     // dsrc = d(gelu out) -> gelu -> dense -> dropout -> rows 0 of the sequence gradient
-    std::vector<float> dd1(static_cast<size_t>(B * C), 0.0f), da1(static_cast<size_t>(B * C), 0.0f);
-    gelu_backward(dd1.data(), d1.data(), dsrc, B * C, Activation::GeluErf);
-    linear_backward(da1.data(), grad("classifier.dense.weight"), grad("classifier.dense.bias"), dd1.data(), a1.data(),
-                    w("classifier.dense.weight"), B, C, C, prec, w16("classifier.dense.weight", prec));
-    std::vector<float> dcls(static_cast<size_t>(B * C), 0.0f);
-    if (p > 0) dropout_backward(dcls.data(), da1.data(), B * C, p, rng, drop_cls);
-    else dcls = da1;
-    head_dseq_.assign(static_cast<size_t>(N * C), 0.0f);
-    for (int64_t b = 0; b < B; ++b) std::memcpy(head_dseq_.data() + b * T * C, dcls.data() + b * C, sizeof(float) * C);
-    encode_backward(head_dseq_.data(), nullptr, prec);
+    float* dd1 = scratch(head_dd1_, B * C, true);
+    float* da1 = scratch(head_da1_, B * C, true);
+    be.gelu_backward(dd1, d1, dsrc, B * C, Activation::GeluErf);
+    be.linear_backward(da1, dgrad("classifier.dense.weight"), dgrad("classifier.dense.bias"), dd1, a1,
+                       w("classifier.dense.weight"), B, C, C, prec, w16("classifier.dense.weight", prec));
+    const float* dcls = da1;
+    if (p > 0) {
+      float* dc = scratch(head_dcls_, B * C, true);
+      be.dropout_backward(dc, da1, B * C, p, rng, drop_cls);
+      dcls = dc;
+    }
+    float* dseq = scratch(head_dseq_, N * C, true);
+    be.copy_rows(dseq, T * C, dcls, C, B, C);
+    encode_backward(dseq, nullptr, prec);
   } else if (per_token) {
     encode_backward(dsrc, nullptr, prec);
   } else {
@@ -194,7 +203,6 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
 
 FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                       float loss_scale, float denom) {
-  require_host("discriminator_step");
   BERTCC_CHECK(heads_ == Heads::Discriminator, "discriminator_step: model has no ELECTRA discriminator head");
   const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
   BERTCC_CHECK(batch.labels.size() == static_cast<size_t>(N), "discriminator_step: needs labels [B*T = ", N, "]");
@@ -206,21 +214,25 @@ FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, boo
     ++count;
   }
   encode(batch, training, prec, rng);
+  Backend& be = *be_;
   const Activation act = cfg_.activation();
   FinetuneLoss out;
   out.count = count;
   // dense -> activation -> dense_prediction, on every token (HF computes padding too; the loss skips it)
-  std::vector<float> t1(static_cast<size_t>(N * C)), tg(static_cast<size_t>(N * C));
+  float* t1 = scratch(head_d1_, N * C, false);
+  float* tg = scratch(head_g1_, N * C, false);
   const float* h = sequence_output();
-  linear_forward(t1.data(), h, w("discriminator_predictions.dense.weight"), w("discriminator_predictions.dense.bias"), N,
-                 C, C, prec, w16("discriminator_predictions.dense.weight", prec));
-  gelu_forward(tg.data(), t1.data(), N * C, act);
-  head_logits_.resize(static_cast<size_t>(N));
-  linear_forward(head_logits_.data(), tg.data(), w("discriminator_predictions.dense_prediction.weight"),
-                 w("discriminator_predictions.dense_prediction.bias"), N, 1, C, prec,
-                 w16("discriminator_predictions.dense_prediction.weight", prec));
+  be.linear_forward(t1, h, w("discriminator_predictions.dense.weight"), w("discriminator_predictions.dense.bias"), N,
+                    C, C, prec, w16("discriminator_predictions.dense.weight", prec));
+  be.gelu_forward(tg, t1, N * C, act);
+  float* logits = be.on_host() ? (head_logits_.resize(N), head_logits_.data()) : scratch(head_out_, N, false);
+  be.linear_forward(logits, tg, w("discriminator_predictions.dense_prediction.weight"),
+                    w("discriminator_predictions.dense_prediction.bias"), N, 1, C, prec,
+                    w16("discriminator_predictions.dense_prediction.weight", prec));
+  to_host(head_logits_, logits, N);
   // BCE with logits, stable form: max(x, 0) - x y + log(1 + exp(-|x|)); d/dx = sigmoid(x) - y.
-  std::vector<float> dlogits(static_cast<size_t>(N), 0.0f);
+  std::vector<float>& dlogits = head_dlogits_;
+  dlogits.assign(static_cast<size_t>(N), 0.0f);
   const double norm = denom > 0 ? denom : static_cast<double>(std::max<int64_t>(count, 1));
   double s = 0;
   for (int64_t n = 0; n < N; ++n) {
@@ -232,17 +244,19 @@ FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, boo
   }
   out.loss = count > 0 ? s / static_cast<double>(count) : 0.0;
   if (!backward) return out;
-  std::vector<float> dtg(static_cast<size_t>(N * C), 0.0f), dt1(static_cast<size_t>(N * C), 0.0f);
-  linear_backward(dtg.data(), grad("discriminator_predictions.dense_prediction.weight"),
-                  grad("discriminator_predictions.dense_prediction.bias"), dlogits.data(), tg.data(),
-                  w("discriminator_predictions.dense_prediction.weight"), N, 1, C, prec,
-                  w16("discriminator_predictions.dense_prediction.weight", prec));
-  gelu_backward(dt1.data(), t1.data(), dtg.data(), N * C, act);
-  head_dseq_.assign(static_cast<size_t>(N * C), 0.0f);
-  linear_backward(head_dseq_.data(), grad("discriminator_predictions.dense.weight"),
-                  grad("discriminator_predictions.dense.bias"), dt1.data(), h, w("discriminator_predictions.dense.weight"),
-                  N, C, C, prec, w16("discriminator_predictions.dense.weight", prec));
-  encode_backward(head_dseq_.data(), nullptr, prec);
+  const float* dl = to_backend(dlogits);
+  float* dtg = scratch(head_dd1_, N * C, true);
+  float* dt1 = scratch(head_da1_, N * C, true);
+  be.linear_backward(dtg, dgrad("discriminator_predictions.dense_prediction.weight"),
+                     dgrad("discriminator_predictions.dense_prediction.bias"), dl, tg,
+                     w("discriminator_predictions.dense_prediction.weight"), N, 1, C, prec,
+                     w16("discriminator_predictions.dense_prediction.weight", prec));
+  be.gelu_backward(dt1, t1, dtg, N * C, act);
+  float* dseq = scratch(head_dseq_, N * C, true);
+  be.linear_backward(dseq, dgrad("discriminator_predictions.dense.weight"),
+                     dgrad("discriminator_predictions.dense.bias"), dt1, h, w("discriminator_predictions.dense.weight"),
+                     N, C, C, prec, w16("discriminator_predictions.dense.weight", prec));
+  encode_backward(dseq, nullptr, prec);
   return out;
 }
 

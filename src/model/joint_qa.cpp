@@ -10,11 +10,16 @@
 // ends given that start, and the answer class from the start probabilities' expected hidden state.
 // p_mask (NVIDIA's, from the token types): 1 for the question, the [SEP]s and padding; 0 for the
 // context and [CLS].
+// On a device (use_backend) the encoder runs there and this head on the host with the CPU kernels:
+// the sequence output and the head's weights (a few C x 2C matrices) come down, the head's weight
+// gradients and the sequence output's gradient go back up. The beam search and the losses are
+// host work anyway; the head's GEMMs are small next to the encoder's.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 
+#include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
 #include "kernels/gemm.h"
@@ -77,7 +82,6 @@ int joint_qa_output_size(const BertConfig& c) {
 
 FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                  float loss_scale) {
-  require_host("joint_qa_step");
   BERTCC_CHECK(heads_ == Heads::JointQuestionAnswering, "joint_qa_step: model has no joint QA head");
   const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
   const bool have_labels = backward || !batch.start_positions.empty();
@@ -91,7 +95,35 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
                    " outside the window [0, ", T, ") (the joint head conditions the end on the start)");
   }
   encode(batch, training, prec, rng);
-  const float* h = sequence_output();
+  // The head's weights and gradients on the host: the model's own where it computes on the host;
+  // on a device, the head's slice [lo, hi) of the flat weights downloaded into the host copy (with
+  // its bf16 rounding) and a zeroed host buffer for its gradients, added to the device's at the end.
+  const bool dev = !be_->on_host();
+  size_t lo = params_.size(), hi = 0, sum = 0;
+  for (const ParamEntry& e : table_.entries())
+    if (e.name.rfind("start_logits.", 0) == 0 || e.name.rfind("end_logits.", 0) == 0 ||
+        e.name.rfind("answer_class.", 0) == 0) {
+      lo = std::min(lo, e.offset);
+      hi = std::max(hi, e.offset + e.numel);
+      sum += e.numel;
+    }
+  BERTCC_CHECK(lo < hi && sum == hi - lo, "joint QA: the head's tensors are not contiguous in the parameter table");
+  std::vector<float> hbuf, hgrad;
+  std::vector<bf16_t> h16;
+  if (dev) {
+    be_->download(params_.data() + lo, dev_params_ + lo, sizeof(float) * (hi - lo));
+    if (prec == Precision::BF16) {
+      h16.resize(hi - lo);
+      to_bf16(params_.data() + lo, h16.data(), hi - lo);
+    }
+    if (backward) hgrad.assign(hi - lo, 0.0f);
+  }
+  auto w = [&](const char* n) -> const float* { return dev ? params_.data() + table_.at(n).offset : this->w(n); };
+  auto w16 = [&](const char* n, Precision p) -> const bf16_t* {
+    return !dev ? this->w16(n, p) : p == Precision::BF16 ? h16.data() + (table_.at(n).offset - lo) : nullptr;
+  };
+  auto grad = [&](const char* n) { return dev ? hgrad.data() + (table_.at(n).offset - lo) : this->grad(n); };
+  const float* h = sequence_output_on_host(hbuf);
   const std::vector<float> pm = answer_mask(batch);
   FinetuneLoss out;
   // ---- start logits ----
@@ -261,7 +293,13 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   for (int64_t b = 0; b < B; ++b)
     for (int64_t k = 0; k < C; ++k) dh[(b * T + sp[b]) * C + k] += dhs[b * C + k];
   head_dseq_ = std::move(dh);
-  encode_backward(head_dseq_.data(), nullptr, prec);
+  if (dev) {  // the head's gradients into the device's (zero before this micro-batch: 0 + g = g)
+    DeviceBuffer<float> g;
+    g.ensure(*be_, hgrad.size());
+    be_->upload(g.get(), hgrad.data(), sizeof(float) * hgrad.size());
+    be_->add_rows(dev_grads_ + lo, 0, g.get(), 0, 1, static_cast<int64_t>(hgrad.size()));
+  }
+  encode_backward(to_backend(head_dseq_), nullptr, prec);
   return out;
 }
 

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/finetune.h"
@@ -277,7 +278,7 @@ Heads heads_of(const std::string& dir, std::vector<std::string>& tasks) {
 }
 
 std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Precision prec, Metrics& m,
-                            std::mutex& device) {
+                            std::mutex& device, Backend& be) {
   auto md = std::make_unique<Model>();
   const size_t eq = spec.find('=');
   md->dir = eq == std::string::npos ? spec : spec.substr(eq + 1);
@@ -292,6 +293,8 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->vocab = std::make_unique<Vocab>(Vocab::load(vp));
   md->tok = std::make_unique<BertTokenizer>(*md->vocab, model_dir_lower_case(md->dir, *md->vocab));
   md->bert = load_model_dir(md->dir, md->heads);
+  // one forward pass at a time (the `device` mutex), so one backend serves every model
+  if (!be.on_host()) md->bert->use_backend(be);
   const BertConfig& c = md->bert->config();
   BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
   BERTCC_CHECK((md->heads != Heads::SequenceClassification && md->heads != Heads::TokenClassification) ||
@@ -310,6 +313,10 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
     else if (t == "fill-mask")
       fn = [bert, bs, prec, mask](const std::vector<FtFeature>& f) { return predict_masked(*bert, f, bs, prec, mask); };
     else fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_logits(*bert, f, bs, prec); };
+    if (!be.on_host()) fn = [fn, &be](const std::vector<FtFeature>& f) {
+      be.bind_thread();  // the batcher's thread
+      return fn(f);
+    };
     md->batchers[t] = std::make_unique<Batcher>(md->name, fn, o, m, device);
   }
   return md;
@@ -452,13 +459,14 @@ int run_server(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   set_threads(o.threads);
   const Precision prec = parse_precision(o.precision);
-  std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+  Backend& be = backend_for(o.device);
+  std::cerr << (be.on_host() ? describe_backend(prec == Precision::BF16) : be.describe()) << "\n";
   Metrics metrics;
   std::mutex device;
   std::vector<std::unique_ptr<Model>> models;
   std::map<std::string, Model*> by_name;
   for (const auto& spec : o.models) {
-    models.push_back(load(spec, o, prec, metrics, device));
+    models.push_back(load(spec, o, prec, metrics, device, be));
     Model* m = models.back().get();
     BERTCC_CHECK(!by_name.count(m->name), "--model ", spec, ": two models are named '", m->name, "' (use NAME=DIR)");
     by_name[m->name] = m;

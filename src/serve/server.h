@@ -25,6 +25,7 @@ struct ServeOptions {
   int http_threads = 0;             // connection threads (0: 1024)
   int threads = 0;                  // compute threads (0: all cores)
   std::string precision = "bf16";
+  std::string device = "cpu";       // cpu | cuda[:N] | cpu-staged: where every model computes
   int64_t max_body_bytes = 8 << 20;
   int64_t max_inputs = 256;         // inputs (texts, rows) per request
   double request_timeout_s = 30;    // longest wait for a forward pass before 504

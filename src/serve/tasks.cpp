@@ -180,9 +180,10 @@ std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vecto
   const int64_t C = model.config().hidden_size;
   std::vector<std::vector<float>> out(f.size());
   Rng rng{0, 0};
+  std::vector<float> buf;
   for_each_batch(model, f, batch_size, [&](const BertBatch& b, const std::vector<size_t>& idx) {
     model.encode(b, /*training=*/false, prec, rng);
-    const float* h = model.sequence_output();
+    const float* h = model.sequence_output_on_host(buf);
     for (size_t r = 0; r < idx.size(); ++r) {
       std::vector<float>& v = out[idx[r]];
       v.assign(static_cast<size_t>(2 * C), 0.0f);
@@ -204,13 +205,13 @@ std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<Ft
   const size_t V = static_cast<size_t>(model.config().vocab_size);
   std::vector<std::vector<float>> out(f.size());
   Rng rng{0, 0};
+  std::vector<float> lg;  // [masked rows, V], on the host whatever the backend
   for_each_batch(model, f, batch_size, [&](BertBatch b, const std::vector<size_t>& idx) {
     b.mlm_labels.assign(b.input_ids.size(), -1);
     b.nsp_labels.assign(static_cast<size_t>(b.B), 0);
     for (size_t n = 0; n < b.input_ids.size(); ++n)
       if (b.input_ids[n] == mask_id && b.input_mask[n]) b.mlm_labels[n] = 0;  // any id: only the logits are used
-    model.pretrain_step(b, /*training=*/false, /*backward=*/false, prec, rng);
-    const std::vector<float>& lg = model.mlm_logits();
+    model.pretrain_step(b, /*training=*/false, /*backward=*/false, prec, rng, 1.0f, 0.0f, 0.0f, &lg);
     size_t m = 0;  // masked rows come in token order, row by row
     for (size_t r = 0; r < idx.size(); ++r)
       for (int64_t t = 0; t < b.T; ++t)

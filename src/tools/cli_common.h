@@ -50,6 +50,10 @@ inline void add_data_parallel_flags(CLI::App* sub, bertcc::dist::Options& o) {
                 "all-gathered; results identical to unsharded");
   sub->add_flag(flag("--no-allreduce-overlap"), [&o](int64_t) { o.allreduce_overlap = false; },
                 "data parallel: reduce the gradients after backward instead of bucket by bucket during it");
+  sub->add_option(flag("--allreduce-backend"), o.allreduce_backend,
+                  "data parallel with --device cuda: gradients reduced GPU to GPU by nccl (auto's choice with "
+                  "several ranks) or through the host's MPI communicator (host: e.g. two ranks sharing one GPU)")
+      ->check(CLI::IsMember({"auto", "nccl", "host"}));
   sub->add_option(flag("--watchdog-timeout"), o.watchdog_timeout,
                   "data parallel: seconds without progress after which a rank ends the job (default 600, 0 = off)")
       ->check(CLI::NonNegativeNumber);

@@ -76,12 +76,19 @@ void dump_electra_step(const DumpOpts& o, Precision prec) {
     noise = &gumbel;
   }
   electra_share_embeddings(*disc, *gen);
+  if (o.device != "cpu") {
+    Backend& be = backend_for(o.device);
+    disc->use_backend(be);
+    gen->use_backend(be);
+  }
   Rng rng{0, 0};
   gen->zero_grad();
   disc->zero_grad();
   std::vector<int32_t> sampled;
   const ElectraLoss l = electra_step(*gen, *disc, batch, /*training=*/false, /*backward=*/true, prec, rng, {}, noise,
                                      &sampled);
+  gen->grads_to_host();
+  disc->grads_to_host();
   const float losses[3] = {static_cast<float>(l.loss), static_cast<float>(l.gen_loss), static_cast<float>(l.disc_loss)};
   std::vector<float> sampled_f(sampled.begin(), sampled.end());
   std::vector<StWrite> w{{"loss", {1}, &losses[0]},
@@ -140,6 +147,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   const FinetuneLoss loss = heads == Heads::Discriminator
                                 ? model->discriminator_step(batch, /*training=*/false, /*backward=*/true, prec, rng)
                                 : model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+  model->grads_to_host();
   const float l = static_cast<float>(loss.loss);
   if (heads == Heads::JointQuestionAnswering) {
     // training-form logits (end and class given the true start), gradients, then the beam search
@@ -202,7 +210,7 @@ void add_dump_step(CLI::App& app) {
                   "(shared embeddings under the discriminator)")
       ->check(CLI::IsMember({"bert", "electra"}));
   sub->add_option("--generator", o->generator, "ELECTRA generator directory (ElectraForMaskedLM)");
-  sub->add_option("--device", o->device, "cpu (default) | cuda | cuda:N (--head pretraining and generator)");
+  sub->add_option("--device", o->device, device_help());
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);
@@ -211,8 +219,6 @@ void add_dump_step(CLI::App& app) {
       std::cerr << describe_backend(prec == Precision::BF16) << "\n";
     else
       std::cerr << backend_for(o->device).describe() << "\n";
-    BERTCC_CHECK(o->device == "cpu" || (o->model_type == "bert" && (o->head == "pretraining" || o->head == "generator")),
-                 "dump-step --device ", o->device, ": only --head pretraining and generator run on the GPU so far");
     if (o->model_type == "electra") return dump_electra_step(*o, prec);
     if (o->head != "pretraining") return dump_head_step(*o, prec);
     auto model = load_model_dir(o->model, Heads::PreTraining);

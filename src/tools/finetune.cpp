@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "backend/backend.h"
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -72,6 +73,7 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
                 "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run)");
   sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
   sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
+  sub->add_option("--device", o.device, device_help());
   sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10)")
       ->check(CLI::PositiveNumber);
@@ -98,7 +100,8 @@ FtSetup ft_setup(const FtCli& o) {
   BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
   set_threads(threads_per_rank(o.threads, dist::world()));
   s.prec = parse_precision(o.precision);
-  if (is_lead()) std::cerr << describe_backend(s.prec == Precision::BF16) << "\n";
+  Backend& be = backend_for(dist::device_for_rank(o.device, dist::world()));
+  if (is_lead()) std::cerr << (be.on_host() ? describe_backend(s.prec == Precision::BF16) : be.describe()) << "\n";
   s.vocab_path = o.vocab.empty() ? join_path(o.init_checkpoint, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(s.vocab_path), s.vocab_path, ": no vocabulary (pass --vocab)");
   s.vocab = std::make_unique<Vocab>(Vocab::load(s.vocab_path));
@@ -129,6 +132,8 @@ std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads head
                " exceeds the model's max_position_embeddings ", m->config().max_position_embeddings, " (",
                join_path(o.init_checkpoint, "config.json"), "); pass --max-seq-length ",
                m->config().max_position_embeddings, " or less");
+  Backend& be = backend_for(dist::device_for_rank(o.device, dist::world()));
+  if (!be.on_host()) m->use_backend(be);
   return m;
 }
 

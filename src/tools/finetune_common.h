@@ -14,7 +14,7 @@ namespace bertcc::tools {
 
 struct FtCli {
   std::string mode = "train eval", init_checkpoint, vocab, data_dir, train_file, predict_file, task_name,
-              output_dir, precision = "bf16";
+              output_dir, precision = "bf16", device = "cpu";
   bool do_lower_case = false, no_lower_case = false, no_bias_correction = false, group_by_length = false;
   bool resume = false;
   int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "backend/backend.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
@@ -17,7 +18,7 @@ namespace bertcc::tools {
 namespace {
 
 struct InferCli {
-  std::string model, vocab, precision = "bf16", text, text_pair, question, context;
+  std::string model, vocab, precision = "bf16", text, text_pair, question, context, device = "cpu";
   int max_seq_length = 0, threads = 0, doc_stride = 128, max_answer_length = 30;
   std::string pooling = "cls";
   int64_t top_k = 5;
@@ -50,6 +51,11 @@ Loaded load(const InferCli& o, Heads heads) {
   BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
                " exceeds the model's max_position_embeddings ", c.max_position_embeddings, " (",
                join_path(o.model, "config.json"), ")");
+  Backend& be = backend_for(o.device);
+  if (!be.on_host()) {
+    std::cerr << be.describe() << "\n";
+    l.model->use_backend(be);
+  }
   return l;
 }
 
@@ -157,6 +163,7 @@ void common(CLI::App* c, InferCli& o) {
   c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa, 512 otherwise)");
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
+  c->add_option("--device", o.device, device_help());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // bertcc serve: see src/serve/server.h.
 #include "tools/cli_common.h"
 
+#include "backend/backend.h"
+
 #ifdef BERTCC_HAVE_HTTPLIB
 #include "serve/server.h"
 #endif
@@ -33,6 +35,7 @@ void add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 10000));
   s->add_option("--threads", o->threads, "compute threads (default: all cores)")->check(threads_check());
   s->add_option("--precision", o->precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
+  s->add_option("--device", o->device, device_help());
   s->callback([o]() {
     const int rc = serve::run_server(*o);
     if (rc != 0) std::exit(rc);

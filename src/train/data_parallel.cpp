@@ -193,6 +193,69 @@ void GradSync::finish(int64_t count, std::vector<float>& grads) {
   wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& comm, const dist::Options& o,
+                                                           Backend& be, const char* who) {
+  const std::string& b = o.allreduce_backend;
+  BERTCC_CHECK(b == "auto" || b == "nccl" || b == "host", who, ": --allreduce-backend ", b, " is not auto, nccl or host");
+  const bool cuda = be.kind() == DeviceKind::CUDA;
+  BERTCC_CHECK(b != "nccl" || cuda, who, ": --allreduce-backend nccl reduces GPU buffers: it needs --device cuda");
+  if (comm.world() == 1 && b != "nccl") return nullptr;
+  if (!cuda || b == "host") return nullptr;
+  BERTCC_CHECK(dist::parse_wire_dtype(o.allreduce_dtype) == dist::WireDtype::F32, who, ": --allreduce-dtype ",
+               o.allreduce_dtype, " with NCCL is not implemented yet (NCCL reduces fp32 here); use "
+               "--allreduce-backend host for compressed gradients");
+  return dist::make_nccl(comm, be.device_ordinal());
+}
+
+DeviceGradSync::DeviceGradSync(dist::Communicator& comm, const dist::Options& o, Bert& model,
+                               dist::DeviceCommunicator* dcomm)
+    : model_(model), dcomm_(dcomm) {
+  if (comm.world() > 1 && !dcomm_)
+    host_ = std::make_unique<GradSync>(comm, dist::parse_wire_dtype(o.allreduce_dtype),
+                                       static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / sizeof(float))),
+                                       false);
+}
+
+void DeviceGradSync::before(int64_t a, int64_t count) {
+  if (host_) host_->before(a, count, model_.grads());
+  if (a > 0) model_.zero_grad();
+}
+
+void DeviceGradSync::after(int64_t a, int64_t count) {
+  Backend& be = model_.backend();
+  const size_t n = model_.table().total();
+  if (host_) {
+    model_.grads_to_host();
+    host_->after(a, count, model_.grads());
+    return;
+  }
+  if (count <= 1) return;
+  if (a == 0) {
+    acc_.ensure(be, n);
+    be.copy(acc_.get(), model_.grads_on_backend(), sizeof(float) * n);
+  } else {
+    be.add_rows(acc_.get(), 0, model_.grads_on_backend(), 0, 1, static_cast<int64_t>(n));
+  }
+}
+
+void DeviceGradSync::finish(int64_t count) {
+  if (host_) {
+    if (count == 0) std::fill(model_.grads().begin(), model_.grads().end(), 0.0f);  // nothing run here
+    host_->finish(count, model_.grads());
+    model_.grads_to_device();
+    return;
+  }
+  Backend& be = model_.backend();
+  const size_t n = model_.table().total();
+  if (count == 0) be.zero(model_.grads_on_backend(), sizeof(float) * n);  // nothing run here
+  if (count > 1) be.copy(model_.grads_on_backend(), acc_.get(), sizeof(float) * n);
+  if (dcomm_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dcomm_->allreduce_sum(model_.grads_on_backend(), n);
+    wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+}
+
 OptimizerShards::OptimizerShards(const ParamTable& t, int world) {
   const size_t P = t.total(), W = static_cast<size_t>(world);
   bounds_.assign(W + 1, P);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/dist.h"
 #include "bertcc/optim.h"
@@ -79,6 +80,36 @@ class GradSync {
   double wait_s_ = 0;
   std::unique_ptr<Thread> th_;
   Bert* hooked_ = nullptr;
+};
+
+// The device communicator for gradients on `be` (NCCL: --device cuda with several ranks, unless
+// --allreduce-backend host), or null for the host path. Refuses what cannot work: nccl without
+// a CUDA device, a wire dtype other than fp32 on NCCL. One per process, shared by its models.
+std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& comm, const dist::Options& o,
+                                                           Backend& be, const char* who);
+
+// The same for a model on a device (Bert::use_backend): the micro-batch gradients are summed on
+// the device in GradSync's order (acc = g0; acc += g1; ...: the host's bits). With several ranks
+// and a device communicator (NCCL), the sum is then reduced GPU to GPU; without one, each
+// micro-batch's gradients come down to the host, where a GradSync (without overlap) accumulates
+// and reduces them, and the global sum goes back up (the host's bits). Call before(a) and
+// after(a) around micro-batch a of this rank's `count`, then finish(count) (also with count 0);
+// zero_grad() before the step's first micro-batch.
+class DeviceGradSync {
+ public:
+  DeviceGradSync(dist::Communicator& comm, const dist::Options& o, Bert& model,
+                 dist::DeviceCommunicator* dcomm = nullptr);
+  void before(int64_t a, int64_t count);
+  void after(int64_t a, int64_t count);
+  void finish(int64_t count);
+  double last_wait_seconds() const { return host_ ? host_->last_wait_seconds() : wait_s_; }
+
+ private:
+  Bert& model_;
+  std::unique_ptr<GradSync> host_;          // several ranks through the host
+  dist::DeviceCommunicator* dcomm_;         // several ranks GPU to GPU (or null)
+  DeviceBuffer<float> acc_;                 // accumulation on the device
+  double wait_s_ = 0;
 };
 
 // ZeRO-1 (--zero1): the optimizer moments are split across ranks by whole tensors (rank r owns the

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <numeric>
 
+#include "backend/backend.h"
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -143,7 +144,13 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   int64_t longest = 1;  // the longest training batch, padded as make_finetune_batch pads it
   for (const FtFeature& f : train) longest = std::max(longest, static_cast<int64_t>(f.input_ids.size()));
   const int64_t padded = padded_length(longest, model.config().max_position_embeddings);
-  check_training_memory({&model}, std::min(micro, n), padded, o.precision, "finetune");
+  // The model computes where it was put (Bert::use_backend): weights, gradients and moments on a
+  // device stay there; checkpoints and saved models are downloaded.
+  Backend& be = model.backend();
+  const bool dev = !be.on_host();
+  BERTCC_CHECK(!dev || !o.dp.zero1, "finetune --device: --zero1 runs on the CPU only so far");
+  std::unique_ptr<dist::DeviceCommunicator> dcomm = dev ? make_device_comm(comm, o.dp, be, "finetune") : nullptr;
+  if (!dev) check_training_memory({&model}, std::min(micro, n), padded, o.precision, "finetune");
   model.reserve_activations(std::min(micro, n), padded, o.precision);
   const int64_t steps_per_epoch = (n + global_batch - 1) / global_batch;
   const int64_t total = o.max_steps > 0 ? o.max_steps
@@ -181,6 +188,12 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   TrainerState st;
   st.rng = Rng{o.seed, 0};
   const bool loaded = o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune", lead);
+  OptimizerState dopt;
+  if (dev) {
+    if (loaded) model.params_to_device();
+    be.moments_from_host(opt, model.table().total(), dopt);
+    opt = AdamState{};  // the moments live on the device now
+  }
   if (W > 1)
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
@@ -192,6 +205,10 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   std::unique_ptr<dist::Watchdog> watchdog_ptr;  // made below; evaluation and checkpoints pause it
   // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
   auto save = [&]() {
+    if (dev && lead) {
+      model.params_to_host();
+      be.moments_to_host(dopt, opt);
+    }
     AdamState full;
     if (shards) full = shards->gather_full(comm, opt);
     if (watchdog_ptr) watchdog_ptr->beat("writing a checkpoint (rank 0)", st.step, /*paused=*/true);
@@ -229,6 +246,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
       st.best_score = r.score;
       st.best_metrics = r.metrics.dump();
       res.best_eval = r.metrics;
+      if (lead && dev) model.params_to_host();
       if (lead) save_dir_atomic(model, o.output_dir + "/best", o.vocab_path, o.do_lower_case);
     }
     comm.barrier();
@@ -244,7 +262,12 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   watchdog_ptr = std::make_unique<dist::Watchdog>(comm, W > 1 ? o.dp.watchdog_timeout : 0);
   dist::Watchdog& watchdog = *watchdog_ptr;
   int64_t bad_run = 0;  // consecutive non-finite steps
-  GradSync sync(comm, o.dp, model, "finetune");
+  std::unique_ptr<GradSync> sync;  // on a device: DeviceGradSync (data_parallel.h)
+  std::unique_ptr<DeviceGradSync> dsync;
+  if (dev)
+    dsync = std::make_unique<DeviceGradSync>(comm, o.dp, model, dcomm.get());
+  else
+    sync = std::make_unique<GradSync>(comm, o.dp, model, "finetune");
   while (step < total) {
     watchdog.beat("the step's first all-reduce", step);
     double stop = stop_signal() ? 1.0 : 0.0;  // a signal to any rank stops every rank at this step
@@ -276,25 +299,38 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
       // Each micro-batch's mean loss weighs by its share of the step's examples.
       const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
       Rng rng = micro_batch_rng(o.seed, 1, step, k);
-      sync.before(done, count, model.grads());
+      if (dsync)
+        dsync->before(done, count);
+      else
+        sync->before(done, count, model.grads());
       const FinetuneLoss l = model.finetune_step(b, /*training=*/true, /*backward=*/true, o.precision, rng, w);
-      sync.after(done, count, model.grads());
+      if (dsync)
+        dsync->after(done, count);
+      else
+        sync->after(done, count, model.grads());
       ++done;
       step_loss += w * l.loss;
     }
     BERTCC_CHECK(done == count, "finetune: internal error: ", done, " micro-batches run, ", count, " expected");
     watchdog.beat("the gradient all-reduce", step);
-    sync.finish(count, model.grads());
+    if (dsync)
+      dsync->finish(count);
+    else
+      sync->finish(count, model.grads());
     comm.allreduce_sum(sv, 4);
     padded_tokens += static_cast<int64_t>(sv[1]);
     padded_since += static_cast<int64_t>(sv[1]);
     real_tokens += static_cast<int64_t>(sv[2]);
     rows_since += static_cast<int64_t>(sv[3]);
     const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
-    const double gnorm = global_norm(model.grads().data(), model.grads().size());
+    const double gnorm = dev ? be.global_norm(model.grads_on_backend(), model.table().total())
+                             : global_norm(model.grads().data(), model.grads().size());
     if (std::isfinite(gnorm) && std::isfinite(step_loss)) {
       bad_run = 0;
-      adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao, gnorm);
+      if (dev)
+        be.adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), dopt, lr, ao, gnorm);
+      else
+        adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao, gnorm);
       if (shards) shards->allgather_params(comm, model.params().data());
     } else {  // skipped; a run of them means divergence: stop before anything non-finite is saved
       if (lead)
@@ -344,6 +380,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     res.steps = step;
     return res;
   }
+  if (dev) model.params_to_host();
   save_model_dir(model, o.output_dir, o.vocab_path, o.do_lower_case);
   res.steps = step;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -90,8 +90,10 @@ int run_pretraining(const PretrainOptions& o) {
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
   BERTCC_CHECK(o.dp.watchdog_timeout >= 0, "--watchdog-timeout must be >= 0");
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
-  Backend& be = backend_for(o.device);
+  Backend& be = backend_for(dist::device_for_rank(o.device, comm));
   const bool dev = !be.on_host();  // weights, gradients and moments on a device
+  // (NCCL for the gradients of several GPUs; refusals before anything is written)
+  std::unique_ptr<dist::DeviceCommunicator> dcomm = dev ? make_device_comm(comm, o.dp, be, "pretrain") : nullptr;
   if (lead) {
     std::filesystem::create_directories(o.output_dir);
     std::cerr << (dev ? be.describe() : describe_backend(prec == Precision::BF16)) << "\n";
@@ -136,8 +138,6 @@ int run_pretraining(const PretrainOptions& o) {
     }
   }
   if (dev) {
-    BERTCC_CHECK(!pm.electra, "pretrain --device ", o.device, ": ELECTRA pre-training runs on the CPU only so far "
-                 "(the discriminator head is not on the backend seam yet)");
     BERTCC_CHECK(!o.dp.zero1, "pretrain --device ", o.device, ": --zero1 runs on the CPU only so far");
     BERTCC_CHECK(be.kind() != DeviceKind::CUDA || prec != Precision::F16, "pretrain --device ", o.device,
                  ": fp16 GEMMs are not implemented on CUDA yet (use --precision bf16 or fp32)");
@@ -244,12 +244,16 @@ int run_pretraining(const PretrainOptions& o) {
                ": the newest checkpoint is from phase 2; add --phase2 to resume it");
   // On a device: the weights and the moments (fresh or resumed) move there; the host copies are
   // refreshed from it before each checkpoint.
-  OptimizerState dopt;
+  // ELECTRA: both models, each with its own moments (parts() order).
+  OptimizerState dopt, dgen_opt;
   if (dev) {
-    model->use_backend(be);
-    be.moments_from_host(opt, model->table().total(), dopt);
-    opt = AdamState{};  // the moments live on the device now
+    for (const CheckpointPart& p : pm.parts()) {
+      p.model->use_backend(be);
+      be.moments_from_host(*p.opt, p.model->table().total(), p.opt == &pm.opt ? dopt : dgen_opt);
+      *p.opt = AdamState{};  // the moments live on the device now
+    }
   }
+  auto device_moments = [&](const CheckpointPart& p) -> OptimizerState& { return p.opt == &pm.opt ? dopt : dgen_opt; };
   // Logs exist on rank 0 only.
   std::unique_ptr<DLLogger> log;
   std::unique_ptr<TensorBoardWriter> tb;
@@ -384,10 +388,11 @@ int run_pretraining(const PretrainOptions& o) {
   // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
   auto save = [&]() {
     watchdog.beat("gathering the moments for a checkpoint", st.step + st.step_offset);
-    if (dev && lead) {
-      model->params_to_host();
-      be.moments_to_host(dopt, opt);
-    }
+    if (dev && lead)
+      for (const CheckpointPart& p : pm.parts()) {
+        p.model->params_to_host();
+        be.moments_to_host(device_moments(p), *p.opt);
+      }
     AdamState full;
     if (shards) full = shards->gather_full(comm, opt);
     watchdog.beat("writing a checkpoint (rank 0)", st.step + st.step_offset, /*paused=*/true);
@@ -404,20 +409,18 @@ int run_pretraining(const PretrainOptions& o) {
   // embedding gradients after both backward passes, so its buckets are not reduced during backward.
   const std::vector<Bert*> models = pm.all();
   std::vector<std::unique_ptr<GradSync>> syncs;
-  // On a device: with one rank, micro-batch gradients are summed there in GradSync's order
-  // (((g0 + g1) + g2) ...: the same bits as on the host); with several ranks, each micro-batch's
-  // gradients come to the host and GradSync accumulates and reduces them there (no overlap),
-  // the sum going back up before the optimizer step.
-  const size_t nparams = model->table().total();
-  const bool host_sync = dev && W > 1;
-  DeviceBuffer<float> dev_acc;
-  if (dev && W == 1 && A > 1) dev_acc = DeviceBuffer<float>(be, nparams);
+  // On a device, one DeviceGradSync per model instead (data_parallel.h).
+  std::vector<std::unique_ptr<DeviceGradSync>> dsyncs;
   const size_t bucket_elems = static_cast<size_t>(std::max(1.0, o.dp.bucket_cap_mb * 1048576.0 / sizeof(float)));
-  if (host_sync)  // (one rank on a device has nothing to reduce: no synchroniser)
-    syncs.push_back(std::make_unique<GradSync>(comm, wire, bucket_elems, false));
-  else if (!dev && !pm.electra)
+  if (lead && dev && (W > 1 || dcomm))
+    std::cerr << "pretrain: gradients reduced " << (dcomm ? "GPU to GPU by " + std::string(dcomm->name())
+                                                           : std::string("through the host (") + comm.name() + ")")
+              << "\n";
+  if (dev)
+    for (Bert* m : models) dsyncs.push_back(std::make_unique<DeviceGradSync>(comm, o.dp, *m, dcomm.get()));
+  else if (!pm.electra)
     syncs.push_back(std::make_unique<GradSync>(comm, o.dp, *model, "pretrain"));
-  else if (!dev)
+  else
     for (size_t i = 0; i < models.size(); ++i)
       syncs.push_back(std::make_unique<GradSync>(comm, wire, bucket_elems, false));
   bool stopped = false;
@@ -466,7 +469,7 @@ int run_pretraining(const PretrainOptions& o) {
       const BertBatch& batch = batches[static_cast<size_t>(a)];
       Rng rng = micro_batch_rng(o.seed, st.phase, st.step, R * A + a);
       for (size_t i = 0; i < syncs.size(); ++i) syncs[i]->before(a, A, models[i]->grads());
-      if (dev && a > 0) model->zero_grad();
+      for (auto& d : dsyncs) d->before(a, A);
       if (pm.electra) {
         add_electra(loss_sums.data(), electra_step(*pm.gen, *model, batch, true, true, prec, rng, so));
       } else {
@@ -474,17 +477,10 @@ int run_pretraining(const PretrainOptions& o) {
         loss_sums[0] += l.mlm_loss_sum;
         loss_sums[1] += l.nsp_loss_sum;
       }
-      if (host_sync) model->grads_to_host();
       for (size_t i = 0; i < syncs.size(); ++i) syncs[i]->after(a, A, models[i]->grads());
-      if (dev_acc.get()) {
-        if (a == 0)
-          be.copy(dev_acc.get(), model->grads_on_backend(), sizeof(float) * nparams);
-        else
-          be.add_rows(dev_acc.get(), 0, model->grads_on_backend(), 0, 1, static_cast<int64_t>(nparams));
-      }
+      for (auto& d : dsyncs) d->after(a, A);
       if (lead) seqs_since += batch.B * W;  // for the logged rate
     }
-    if (dev_acc.get()) be.copy(model->grads_on_backend(), dev_acc.get(), sizeof(float) * nparams);
     // Gradients reduced once per optimizer step, after accumulation (NVIDIA's
     // allreduce_post_accumulation), in buckets overlapped with the last micro-batch's backward;
     // every rank then holds the same global gradient.
@@ -493,7 +489,10 @@ int run_pretraining(const PretrainOptions& o) {
       syncs[i]->finish(A, models[i]->grads());
       allreduce_seconds += syncs[i]->last_wait_seconds();
     }
-    if (host_sync) model->grads_to_device();
+    for (auto& d : dsyncs) {
+      d->finish(A);
+      allreduce_seconds += d->last_wait_seconds();
+    }
     ++allreduce_steps;
     comm.allreduce_sum(loss_sums.data(), loss_sums.size());
     // BERT: MLM and NSP; ELECTRA: generator MLM and discriminator losses (global means).
@@ -503,11 +502,14 @@ int run_pretraining(const PretrainOptions& o) {
     const double step_loss = pm.electra ? mlm_loss + o.disc_weight * nsp_loss : mlm_loss + nsp_loss;
     // The global gradient norm over every trained model (ELECTRA: one optimizer over both).
     auto grad_norm = [&]() {
-      if (dev) return be.global_norm(model->grads_on_backend(), nparams);
-      if (models.size() == 1) return global_norm(model->grads().data(), model->grads().size());
+      auto norm_of = [&](Bert* m) {
+        return dev ? be.global_norm(m->grads_on_backend(), m->table().total())
+                   : global_norm(m->grads().data(), m->grads().size());
+      };
+      if (models.size() == 1) return norm_of(model);
       double sq = 0;
       for (Bert* m : models) {
-        const double n = global_norm(m->grads().data(), m->grads().size());
+        const double n = norm_of(m);
         sq += n * n;
       }
       return std::sqrt(sq);
@@ -544,7 +546,7 @@ int run_pretraining(const PretrainOptions& o) {
       bad_run = 0;
       const float unscale = static_cast<float>(1.0 / st.loss_scale);
       if (unscale != 1.0f && dev)
-        be.scale(model->grads_on_backend(), static_cast<int64_t>(nparams), unscale);
+        for (Bert* m : models) be.scale(m->grads_on_backend(), static_cast<int64_t>(m->table().total()), unscale);
       else if (unscale != 1.0f)
         for (Bert* m : models)
           for (auto& g : m->grads()) g *= unscale;
@@ -553,9 +555,9 @@ int run_pretraining(const PretrainOptions& o) {
       for (const CheckpointPart& p : pm.parts()) {
         Bert& m = *p.model;
         if (dev && o.optimizer == "lamb")
-          be.lamb_step(m.table(), m.params_on_backend(), m.grads_on_backend(), dopt, lr, lamb, norm);
+          be.lamb_step(m.table(), m.params_on_backend(), m.grads_on_backend(), device_moments(p), lr, lamb, norm);
         else if (dev)
-          be.adamw_step(m.table(), m.params_on_backend(), m.grads_on_backend(), dopt, lr, adamw, norm);
+          be.adamw_step(m.table(), m.params_on_backend(), m.grads_on_backend(), device_moments(p), lr, adamw, norm);
         else if (o.optimizer == "lamb")
           lamb_step(m.table(), m.params().data(), m.grads().data(), *p.opt, lr, lamb, norm);
         else

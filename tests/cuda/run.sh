@@ -5,9 +5,11 @@
 #   2. the same under compute-sanitizer memcheck (all kernels) and racecheck (the kernels that share
 #      memory between threads), when the toolkit's compute-sanitizer is there;
 #   3. the model: tests/torch/check_dump_step.py --device cuda (fp32, bf16: against PyTorch in
-#      float64) when torch and h5py import, then tests/cuda/check_model.py (CUDA against CPU) on its
+#      float64), check_electra_pretrain.py and check_joint_qa.py --device cuda when torch and h5py
+#      import, then tests/cuda/check_model.py (CUDA against CPU) on its
 #      model and batch, or on MODEL_DATA (a directory with model/ and batch.h5 made elsewhere by
-#      check_dump_step.py).
+#      check_dump_step.py);
+#   4. tests/cuda/nccl.sh: the NCCL communicator at world size 1 (no mpirun needed).
 # Exit 0 when everything passed, 77 when there is no GPU, 1 otherwise. Logs go to OUT.
 #   tests/cuda/run.sh BIN_DIR OUT     (BIN_DIR holds test_cuda_kernels and bertcc: build/ or a bundle)
 set -u
@@ -43,7 +45,20 @@ if [ -x "$BIN/bertcc" ]; then
       [ $r -ne 0 ] && status=1
     done
     data="$OUT/torch_fp32"
+    for p in fp32 bf16; do  # ELECTRA's joint step (generator, sampling, discriminator, shared embeddings)
+      "$PY" "$HERE/../torch/check_electra_pretrain.py" --bertcc "$BIN/bertcc" --precision $p --device cuda \
+        --workdir "$OUT/electra_$p" > "$OUT/electra_$p.log" 2>&1; r=$?
+      echo "check_electra_pretrain --device cuda $p: exit $r"; tail -2 "$OUT/electra_$p.log"
+      [ $r -ne 0 ] && status=1
+      "$PY" "$HERE/../torch/check_joint_qa.py" --bertcc "$BIN/bertcc" --precision $p --device cuda \
+        --workdir "$OUT/joint_qa_$p" > "$OUT/joint_qa_$p.log" 2>&1; r=$?
+      echo "check_joint_qa --device cuda $p: exit $r"; tail -2 "$OUT/joint_qa_$p.log"
+      [ $r -ne 0 ] && status=1
+    done
   fi
+  sh "$HERE/nccl.sh" "$BIN/bertcc" "$OUT/nccl" > "$OUT/nccl.log" 2>&1; r=$?
+  echo "nccl.sh: exit $r"; tail -4 "$OUT/nccl.log"
+  [ $r -ne 0 ] && [ $r -ne 77 ] && status=1
   if [ -n "$data" ]; then
     "$PY" "$HERE/check_model.py" "$BIN/bertcc" "$data/model" "$data/batch.h5" "$OUT/model" > "$OUT/model.log" 2>&1; r=$?
     cat "$OUT/model.log"

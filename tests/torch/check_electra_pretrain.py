@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--bertcc", required=True)
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--device", default="cpu", help="bertcc's --device (cuda on the GPU machine)")
     args = ap.parse_args()
     rng = np.random.default_rng(23)
     base = {"model_type": "electra", "vocab_size": 89, "embedding_size": 24, "num_hidden_layers": 2,
@@ -84,7 +85,7 @@ def main():
     res = subprocess.run([args.bertcc, "dump-step", "--model-type", "electra", "--model",
                           os.path.join(args.workdir, "disc"), "--generator", os.path.join(args.workdir, "gen"),
                           "--batch", os.path.join(args.workdir, "batch.safetensors"), "--precision", args.precision,
-                          "--out", out], capture_output=True, text=True)
+                          "--device", args.device, "--out", out], capture_output=True, text=True)
     print(res.stdout, end="")
     if res.returncode != 0:
         print(res.stderr)

@@ -101,7 +101,7 @@ def main():
     st.save(os.path.join(wd, "batch.safetensors"), {k: v.astype(np.float32) for k, v in batch.items()})
     out = os.path.join(wd, "step.safetensors")
     if gradcheck.dump_step(args.bertcc, ["--head", "qa-joint", "--model", os.path.join(wd, "model"), "--batch",
-                                         os.path.join(wd, "batch.safetensors"), "--precision", args.precision], out):
+                                         os.path.join(wd, "batch.safetensors"), "--precision", args.precision, "--device", args.device], out):
         return 1
     ours = st.load(out)
 

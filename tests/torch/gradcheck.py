@@ -7,11 +7,12 @@ import numpy as np
 
 
 def step_args():
-    """--bertcc, --precision (fp32), --workdir: the arguments of a dump-step check."""
+    """--bertcc, --precision (fp32), --workdir, --device (cpu): the arguments of a dump-step check."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--bertcc", required=True)
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--device", default="cpu", help="bertcc's --device (cuda on the GPU machine)")
     return ap.parse_args()
 
 

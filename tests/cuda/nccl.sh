@@ -1,0 +1,31 @@
+#!/bin/sh
+# The NCCL device communicator on the GPU machine, without mpirun: one process with
+# --allreduce-backend nccl (NCCL set up for one rank, the gradients reduced GPU to GPU after
+# accumulation) must give the bits of the same run without it; a wire dtype NCCL does not do here
+# is refused. (Two ranks sharing one GPU go through the host: NCCL refuses a GPU per two ranks.)
+# Exit 0 when both hold, 77 without a GPU or without NCCL in this build, 1 otherwise.
+#   tests/cuda/nccl.sh BERTCC WORKDIR
+set -u
+B="$1"; W="$2"
+. "$(dirname "$0")/../train/common.sh"
+rm -rf "$W"; mkdir -p "$W"
+"$B" bench train --config bert-tiny --batch 1 --seq 8 --steps 1 --device cuda > /dev/null 2>&1 || { echo "SKIPPED: no usable CUDA device"; exit 77; }
+make_corpus "$B" "$W"
+"$B" create-pretraining-data --input "$W/corpus/train" --output "$W/h5" --vocab "$W/vocab.txt" --max-seq-length 64 \
+  --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
+PT="--config bert-mini --vocab $W/vocab.txt --input-dir $W/h5 --learning-rate 1e-3 --warmup-proportion 0.25 --log-freq 1 \
+--seed 7 --max-steps 6 --train-batch-size 16 --gradient-accumulation-steps 2 --precision bf16 --device cuda"
+"$B" pretrain $PT --output-dir "$W/plain" > "$W/plain.log" 2>&1 || fail "cuda run: $(tail -3 "$W/plain.log")"
+"$B" pretrain $PT --allreduce-backend nccl --output-dir "$W/nccl" > "$W/nccl.log" 2>&1; rc=$?
+if [ $rc -ne 0 ] && grep -q "built without NCCL" "$W/nccl.log"; then echo "SKIPPED: $(grep -m1 NCCL "$W/nccl.log")"; exit 77; fi
+[ $rc -eq 0 ] || fail "nccl run: $(tail -3 "$W/nccl.log")"
+grep -q "GPU to GPU by nccl" "$W/nccl.log" || fail "the nccl run does not say it reduces through NCCL: $(head -5 "$W/nccl.log")"
+cmp -s "$W/plain/model/model.safetensors" "$W/nccl/model/model.safetensors" \
+  && echo "ok   NCCL at world size 1: the model is byte-identical to the run without it" || fail "NCCL at world size 1 changed the model"
+if "$B" pretrain $PT --allreduce-backend nccl --allreduce-dtype bf16 --output-dir "$W/x" > "$W/x.log" 2>&1; then
+  fail "--allreduce-dtype bf16 with NCCL accepted"
+else
+  grep -q "allreduce-dtype bf16 with NCCL" "$W/x.log" && echo "ok   NCCL with a bf16 wire dtype is refused by name" \
+    || fail "bf16 wire on NCCL: $(tail -2 "$W/x.log")"
+fi
+[ $fails -eq 0 ] && echo "PASS nccl" || { echo "$fails failure(s)"; exit 1; }

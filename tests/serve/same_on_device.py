@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""bertcc serve --device DEVICE against serve --device cpu: the same requests to both servers (every
+text endpoint, batched inputs, and a KServe v2 infer request) must give the same response bodies,
+byte for byte (fp32). Used by tests/train/device.sh with the cpu-staged device, where the bits must
+agree; prints one line per request and exits 1 on any difference.
+  same_on_device.py BERTCC DEVICE CLASSIFIER QA TAGGER MLM"""
+import http.client
+import json
+import subprocess
+import sys
+
+bertcc, device, clf, qa, tagger, mlm = sys.argv[1:7]
+
+
+def start(dev):
+    p = subprocess.Popen([bertcc, "serve", "--port", "0", "--precision", "fp32", "--threads", "2", "--device", dev,
+                          "--max-queue-delay-us", "2000", "--model", "clf=" + clf, "--model", "qa=" + qa,
+                          "--model", "tagger=" + tagger, "--model", "mlm=" + mlm],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if "listening on" not in line:
+        p.kill()
+        sys.exit(f"serve --device {dev} did not start: {line}{p.stderr.read()}")
+    return p, int(line.strip().rsplit(":", 1)[1])
+
+
+def post(port, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+ids = [[2, 17, 30, 41, 52, 3, 0, 0], [2, 60, 61, 62, 63, 64, 65, 3]]
+requests = [
+    ("/v1/classify", {"model": "clf", "inputs": [{"text": "a gorgeous, witty film"}, {"text": "dull and long", "text_pair": "boring"}]}),
+    ("/v1/qa", {"model": "qa", "inputs": [{"question": "Who lives in Berlin?", "context": "John lives in Berlin. Mary lives in Paris."}]}),
+    ("/v1/tag", {"model": "tagger", "inputs": [{"text": "John lives in Berlin"}, {"text": "Mary met Peter in Paris last year"}]}),
+    ("/v1/fill-mask", {"model": "mlm", "inputs": [{"text": "sentence one of [MASK] is here.", "top_k": 3}]}),
+    ("/v1/embed", {"model": "mlm", "inputs": [{"text": "a third one ends the paragraph"},
+                              {"text": "then a fourth line appears", "pooling": "mean"}]}),
+    ("/v2/models/clf/infer", {"inputs": [
+        {"name": "input_ids", "shape": [2, 8], "datatype": "INT64", "data": sum(ids, [])},
+        {"name": "attention_mask", "shape": [2, 8], "datatype": "INT64",
+         "data": [1, 1, 1, 1, 1, 1, 0, 0] + [1] * 8},
+        {"name": "token_type_ids", "shape": [2, 8], "datatype": "INT64", "data": [0] * 16}]}),
+]
+servers = {d: start(d) for d in ("cpu", device)}
+fails = 0
+try:
+    for path, body in requests:
+        (sa, a), (sb, b) = (post(servers[d][1], path, body) for d in ("cpu", device))
+        if sa == 200 and sa == sb and a == b:
+            print(f"ok   serve {path} on {device}: {a[:90].decode(errors='replace')}")
+        else:
+            fails += 1
+            print(f"FAIL serve {path}: {device} {sb} {b[:200]!r} vs cpu {sa} {a[:200]!r}")
+finally:
+    for p, _ in servers.values():
+        p.terminate()
+        p.wait(timeout=30)
+sys.exit(1 if fails else 0)
