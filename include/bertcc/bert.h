@@ -178,6 +178,7 @@ class Bert {
   const float* pooled_output() const;
   // sequence_output() readable on the host: the pointer itself on the CPU, else downloaded into buf.
   const float* sequence_output_on_host(std::vector<float>& buf) const;
+  const float* pooled_output_on_host(std::vector<float>& buf) const;  // null without a pooler
   // Backward from gradients of the sequence output (may be null) and the pooled output (may be null).
   void encode_backward(const float* dseq, const float* dpooled, Precision prec);
 

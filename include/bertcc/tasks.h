@@ -56,5 +56,9 @@ std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vecto
                                                    Precision prec);
 std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
                                                Precision prec, int32_t mask_id);
+// BertModel's outputs: per feature, the last hidden state of its tokens [length, hidden] followed
+// by the pooler output [hidden] when the model has a pooler (BERT's; ELECTRA has none).
+std::vector<std::vector<float>> predict_hidden(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
+                                               Precision prec);
 
 }  // namespace bertcc

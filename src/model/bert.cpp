@@ -454,6 +454,14 @@ void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
 const float* Bert::sequence_output() const { return acts_->x.back(); }
 const float* Bert::pooled_output() const { return pooler_ ? acts_->pooled : nullptr; }
 
+const float* Bert::pooled_output_on_host(std::vector<float>& buf) const {
+  BERTCC_CHECK(acts_ && acts_->B > 0, "pooled_output: no forward pass yet");
+  if (!pooler_ || be_->on_host()) return pooled_output();
+  buf.resize(static_cast<size_t>(acts_->B * cfg_.hidden_size));
+  be_->download(buf.data(), pooled_output(), sizeof(float) * buf.size());
+  return buf.data();
+}
+
 const float* Bert::sequence_output_on_host(std::vector<float>& buf) const {
   BERTCC_CHECK(acts_ && acts_->B > 0, "sequence_output: no forward pass yet");
   if (be_->on_host()) return sequence_output();

@@ -254,6 +254,7 @@ struct Model {
   bool does(const std::string& t) const { return std::find(tasks.begin(), tasks.end(), t) != tasks.end(); }
   Batcher& batcher(const std::string& t) { return *batchers.at(t); }
   bool has_head() const { return heads != Heads::None && heads != Heads::PreTraining; }
+  bool has_pooler() const { return bert->table().find("bert.pooler.dense.weight") != nullptr; }
 };
 
 // The head follows config.json's architectures: a fine-tuned head serves its task; a
@@ -319,6 +320,14 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
     };
     md->batchers[t] = std::make_unique<Batcher>(md->name, fn, o, m, device);
   }
+  if (!md->has_head()) {  // the Triton outputs of BertModel: last_hidden_state, pooler_output
+    Compute fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_hidden(*bert, f, bs, prec); };
+    if (!be.on_host()) fn = [fn, &be](const std::vector<FtFeature>& f) {
+      be.bind_thread();
+      return fn(f);
+    };
+    md->batchers["hidden"] = std::make_unique<Batcher>(md->name, fn, o, m, device);
+  }
   return md;
 }
 
@@ -330,9 +339,6 @@ struct OutTensor {
 
 // POST /v2/models/NAME/infer. Returns the body and sets the content type / header length.
 std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request& req, httplib::Response& res) {
-  if (!m.has_head())
-    throw HttpError(400, "model '" + m.name + "' has no fine-tuned head; it serves /v1/embed" +
-                             (m.does("fill-mask") ? std::string(" and /v1/fill-mask") : std::string()));
   size_t json_len = req.body.size();
   if (req.has_header("Inference-Header-Content-Length")) {
     const std::string h = req.get_header_value("Inference-Header-Content-Length");
@@ -348,10 +354,22 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
   const int64_t B = kin.B, S = kin.S;
   const std::vector<int64_t>& len = kin.lengths;
   const std::vector<FtFeature>& f = kin.features;
-  const auto logits = m.batcher(m.tasks[0]).run(f);
+  const auto logits = m.batcher(m.has_head() ? m.tasks[0] : "hidden").run(f);
   // Outputs as an ONNX BERT under Triton names them; padded positions hold 0.
   std::vector<OutTensor> outs;
-  if (m.heads == Heads::SequenceClassification) {
+  if (!m.has_head()) {  // BertModel (a pre-training checkpoint's encoder)
+    const int64_t C = c.hidden_size;
+    OutTensor hs{"last_hidden_state", {B, S, C}, std::vector<float>(static_cast<size_t>(B * S * C), 0.0f)};
+    OutTensor po{"pooler_output", {B, C}, {}};
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<float>& v = logits[static_cast<size_t>(b)];
+      const int64_t n = len[static_cast<size_t>(b)] * C;
+      std::copy(v.begin(), v.begin() + n, hs.data.begin() + b * S * C);
+      if (m.has_pooler()) po.data.insert(po.data.end(), v.begin() + n, v.begin() + n + C);
+    }
+    outs.push_back(std::move(hs));
+    if (m.has_pooler()) outs.push_back(std::move(po));
+  } else if (m.heads == Heads::SequenceClassification) {
     const int64_t K = c.num_labels();
     OutTensor t{"logits", {B, K}, {}};
     for (const auto& row : logits) t.data.insert(t.data.end(), row.begin(), row.begin() + K);
@@ -431,7 +449,8 @@ ojson model_metadata(const Model& m) {
     in.push_back({{"name", n}, {"datatype", "INT64"}, {"shape", {-1, -1}}});
   ojson out = ojson::array();
   if (!m.has_head()) {
-    // no Triton outputs: the text endpoints serve this model
+    out.push_back({{"name", "last_hidden_state"}, {"datatype", "FP32"}, {"shape", {-1, -1, c.hidden_size}}});
+    if (m.has_pooler()) out.push_back({{"name", "pooler_output"}, {"datatype", "FP32"}, {"shape", {-1, c.hidden_size}}});
   } else if (m.heads == Heads::QuestionAnswering) {
     out.push_back({{"name", "start_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
     out.push_back({{"name", "end_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});

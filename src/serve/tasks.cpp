@@ -199,6 +199,27 @@ std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vecto
   return out;
 }
 
+std::vector<std::vector<float>> predict_hidden(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
+                                               Precision prec) {
+  const int64_t C = model.config().hidden_size;
+  std::vector<std::vector<float>> out(f.size());
+  Rng rng{0, 0};
+  std::vector<float> hbuf, pbuf;
+  for_each_batch(model, f, batch_size, [&](const BertBatch& b, const std::vector<size_t>& idx) {
+    model.encode(b, /*training=*/false, prec, rng);
+    const float* h = model.sequence_output_on_host(hbuf);
+    const float* p = model.pooled_output_on_host(pbuf);
+    for (size_t r = 0; r < idx.size(); ++r) {
+      const int64_t L = static_cast<int64_t>(f[idx[r]].input_ids.size());
+      const float* row = h + static_cast<int64_t>(r) * b.T * C;
+      std::vector<float>& v = out[idx[r]];
+      v.assign(row, row + L * C);
+      if (p) v.insert(v.end(), p + static_cast<int64_t>(r) * C, p + static_cast<int64_t>(r + 1) * C);
+    }
+  });
+  return out;
+}
+
 std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
                                                Precision prec, int32_t mask_id) {
   BERTCC_CHECK(model.heads() == Heads::PreTraining, "fill-mask needs a model with its masked-LM head (BertForPreTraining)");

@@ -227,9 +227,31 @@ check(s == 200 and np.abs(np.array(got[0]["embedding"]) - cls_ref).max() < 1e-5
       and np.abs(np.array(got[1]["embedding"]) - mean_ref).max() < 1e-5 and got[1]["pooling"] == "mean",
       "/v1/embed cls and mean pooling = PyTorch's last hidden state (1e-5)")
 check(close(got[0], cli("embed", M["base"], "--text", "a quiet harbour town")[0], 1e-6), "/v1/embed = `bertcc embed`")
-s, j = jreq("POST", "/v2/models/mlm/infer", {"inputs": [{"name": "input_ids", "shape": [1, 3], "datatype": "INT64",
-                                                         "data": [101, 2009, 102]}]})
-check(s == 400 and "/v1/embed" in j["error"], "Triton infer on a model without a fine-tuned head: 400 naming the endpoints")
+# Triton on a model without a fine-tuned head: BertModel's outputs, as an ONNX BertModel names them
+Lp = len(ids_e)
+short = [101, 2009, 102]
+s, j = jreq("POST", "/v2/models/mlm/infer", {"inputs": [
+    {"name": "input_ids", "shape": [2, Lp], "datatype": "INT64", "data": ids_e + short + [0] * (Lp - 3)},
+    {"name": "attention_mask", "shape": [2, Lp], "datatype": "INT64", "data": [1] * Lp + [1, 1, 1] + [0] * (Lp - 3)}]})
+outs = {o["name"]: o for o in j.get("outputs", [])} if s == 200 else {}
+x2 = torch.tensor([short])
+with torch.no_grad():
+    h1, p1 = torch_bert.encoder(P, bcfg, x, torch.zeros_like(x), torch.ones_like(x))
+    h2, p2 = torch_bert.encoder(P, bcfg, x2, torch.zeros_like(x2), torch.ones_like(x2))
+C = bcfg["hidden_size"]
+ok = s == 200 and sorted(outs) == ["last_hidden_state", "pooler_output"]
+if ok:
+    hs = np.array(outs["last_hidden_state"]["data"], dtype=np.float64).reshape(2, Lp, C)
+    po = np.array(outs["pooler_output"]["data"], dtype=np.float64).reshape(2, C)
+    ok = (outs["last_hidden_state"]["shape"] == [2, Lp, C] and outs["pooler_output"]["shape"] == [2, C]
+          and np.abs(hs[0] - h1[0].numpy()).max() < 1e-5 and np.abs(hs[1, :3] - h2[0].numpy()).max() < 1e-5
+          and not hs[1, 3:].any() and np.abs(po[0] - p1[0].numpy()).max() < 1e-5
+          and np.abs(po[1] - p2[0].numpy()).max() < 1e-5)
+check(ok, "Triton infer on a BertForPreTraining checkpoint: last_hidden_state [2,S,C] and pooler_output [2,C] = "
+      "PyTorch's (1e-5; a padded row's padding 0)")
+s, j = jreq("GET", "/v2/models/mlm")
+check(s == 200 and [o["name"] for o in j["outputs"]] == ["last_hidden_state", "pooler_output"],
+      "model metadata of a model without a head lists last_hidden_state and pooler_output")
 s, h, d = req("GET", "/")
 check(s == 200 and b"<title>bertcc serve</title>" in d and h.get("Content-Type", "").startswith("text/html"), "page at /")
 
