@@ -263,10 +263,7 @@ struct Model {
 Heads heads_of(const std::string& dir, std::vector<std::string>& tasks) {
   Heads h = architecture_heads(dir);
   if (h == Heads::Discriminator) h = Heads::None;  // ELECTRA's pre-training checkpoint: its encoder embeds
-  BERTCC_CHECK(h != Heads::JointQuestionAnswering, dir,
-               ": the joint SQuAD head (beam search) is not served yet; answer with bertcc qa, or fine-tune with "
-               "--no-joint-head for a servable BertForQuestionAnswering/ElectraForQuestionAnswering");
-  if (h == Heads::QuestionAnswering) tasks = {"qa"};
+  if (h == Heads::QuestionAnswering || h == Heads::JointQuestionAnswering) tasks = {"qa"};
   if (h == Heads::SequenceClassification) tasks = {"classify"};
   if (h == Heads::TokenClassification) tasks = {"tag"};
   if (h != Heads::None) return h;
@@ -305,6 +302,10 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
                " exceeds max_position_embeddings ", c.max_position_embeddings, " of ", md->dir);
   md->topt.max_seq_length = o.max_seq_length;
   md->topt.max_position_embeddings = c.max_position_embeddings;
+  if (md->heads == Heads::JointQuestionAnswering) {  // /v1/qa with the beams it was fine-tuned with
+    md->topt.start_n_top = c.start_n_top > 0 ? c.start_n_top : 4;
+    md->topt.end_n_top = c.end_n_top > 0 ? c.end_n_top : 4;
+  }
   Bert* bert = md->bert.get();
   const int64_t bs = o.max_batch_size;
   const int32_t mask = md->vocab->id("[MASK]");
@@ -339,6 +340,9 @@ struct OutTensor {
 
 // POST /v2/models/NAME/infer. Returns the body and sets the content type / header length.
 std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request& req, httplib::Response& res) {
+  if (m.heads == Heads::JointQuestionAnswering)
+    throw HttpError(400, "model '" + m.name + "' has the joint SQuAD head (beam search), which has no Triton "
+                         "outputs; it answers at /v1/qa");
   size_t json_len = req.body.size();
   if (req.has_header("Inference-Header-Content-Length")) {
     const std::string h = req.get_header_value("Inference-Header-Content-Length");
@@ -451,6 +455,8 @@ ojson model_metadata(const Model& m) {
   if (!m.has_head()) {
     out.push_back({{"name", "last_hidden_state"}, {"datatype", "FP32"}, {"shape", {-1, -1, c.hidden_size}}});
     if (m.has_pooler()) out.push_back({{"name", "pooler_output"}, {"datatype", "FP32"}, {"shape", {-1, c.hidden_size}}});
+  } else if (m.heads == Heads::JointQuestionAnswering) {
+    // no Triton outputs: /v1/qa serves the beam search
   } else if (m.heads == Heads::QuestionAnswering) {
     out.push_back({{"name", "start_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
     out.push_back({{"name", "end_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});

@@ -2,20 +2,23 @@
 """bertcc serve --device DEVICE against serve --device cpu: the same requests to both servers (every
 text endpoint, batched inputs, and a KServe v2 infer request) must give the same response bodies,
 byte for byte (fp32). Used by tests/train/device.sh with the cpu-staged device, where the bits must
-agree; prints one line per request and exits 1 on any difference.
-  same_on_device.py BERTCC DEVICE CLASSIFIER QA TAGGER MLM"""
+agree; prints one line per request and exits 1 on any difference. With JOINT (a model with ELECTRA's
+joint SQuAD head), its /v1/qa answers must also equal `bertcc qa`'s.
+  same_on_device.py BERTCC DEVICE CLASSIFIER QA TAGGER MLM [JOINT]"""
 import http.client
 import json
 import subprocess
 import sys
 
 bertcc, device, clf, qa, tagger, mlm = sys.argv[1:7]
+joint = sys.argv[7] if len(sys.argv) > 7 else None
 
 
 def start(dev):
     p = subprocess.Popen([bertcc, "serve", "--port", "0", "--precision", "fp32", "--threads", "2", "--device", dev,
                           "--max-queue-delay-us", "2000", "--model", "clf=" + clf, "--model", "qa=" + qa,
-                          "--model", "tagger=" + tagger, "--model", "mlm=" + mlm],
+                          "--model", "tagger=" + tagger, "--model", "mlm=" + mlm]
+                         + (["--model", "joint=" + joint] if joint else []),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     if "listening on" not in line:
@@ -46,7 +49,15 @@ requests = [
         {"name": "attention_mask", "shape": [2, 8], "datatype": "INT64",
          "data": [1, 1, 1, 1, 1, 1, 0, 0] + [1] * 8},
         {"name": "token_type_ids", "shape": [2, 8], "datatype": "INT64", "data": [0] * 16}]}),
+    ("/v2/models/mlm/infer", {"inputs": [
+        {"name": "input_ids", "shape": [2, 8], "datatype": "INT64", "data": sum(ids, [])},
+        {"name": "attention_mask", "shape": [2, 8], "datatype": "INT64",
+         "data": [1, 1, 1, 1, 1, 1, 0, 0] + [1] * 8}]}),
 ]
+qa_in = [{"question": "Who lives in Berlin?", "context": "John lives in Berlin. Mary lives in Paris."},
+         {"question": "Where does Mary live?", "context": "John lives in Berlin. Mary lives in Paris."}]
+if joint:
+    requests.append(("/v1/qa", {"model": "joint", "inputs": qa_in}))
 servers = {d: start(d) for d in ("cpu", device)}
 fails = 0
 try:
@@ -57,6 +68,17 @@ try:
         else:
             fails += 1
             print(f"FAIL serve {path}: {device} {sb} {b[:200]!r} vs cpu {sa} {a[:200]!r}")
+    if joint:  # the joint head's beam search served = the command line's
+        _, body = post(servers[device][1], "/v1/qa", {"model": "joint", "inputs": qa_in})
+        served = json.loads(body)["results"]
+        cli = [json.loads(subprocess.run([bertcc, "qa", "--model", joint, "--precision", "fp32", "--question",
+                                          q["question"], "--context", q["context"]], capture_output=True, text=True,
+                                         check=True).stdout) for q in qa_in]
+        if served == cli:
+            print(f"ok   serve /v1/qa with the joint SQuAD head = bertcc qa: {served}"[:200])
+        else:
+            fails += 1
+            print(f"FAIL serve /v1/qa with the joint head: {served} vs bertcc qa {cli}")
 finally:
     for p, _ in servers.values():
         p.terminate()

@@ -15,7 +15,8 @@
 #  - finetune glue (SST-2, STS-B regression, an ELECTRA classifier), ner, squad and SQuAD v2.0 with
 #    ELECTRA's joint head (bf16) with dropout,
 #    accumulation and checkpoints: models, metrics and prediction files; qa, classify, tag, embed
-#    and fill-mask; serve (every text endpoint and KServe v2) against serve on the cpu;
+#    and fill-mask; serve (every text endpoint, KServe v2 with and without a head, the joint SQuAD
+#    head's /v1/qa = bertcc qa) against serve on the cpu;
 #  - refusals: what is not on the seam yet says so, and --device cuda without a GPU says why.
 # A real GPU is checked against the CPU within tolerances by tests/cuda/run.sh (GPU machine).
 #   tests/train/device.sh BERTCC WORKDIR
@@ -228,7 +229,7 @@ PYEOF
   # serve --device: every text endpoint and a KServe v2 request, the same bodies as serve on the cpu
   if "$B" serve --help > /dev/null 2>&1; then
     "$PY" "$(dirname "$0")/../serve/same_on_device.py" "$B" $D "$W/ft_sst2_cpu" "$W/ft_squad_cpu" "$W/ft_ner_cpu" \
-      "$W/cpu_fp32/model" > "$W/serve.log" 2>&1 || fail "serve on $D: $(grep -v '^ok' "$W/serve.log" | head -5)"
+      "$W/cpu_fp32/model" "$W/ft_squad2_joint_cpu" > "$W/serve.log" 2>&1 || fail "serve on $D: $(grep -v '^ok' "$W/serve.log" | head -5)"
     grep '^ok' "$W/serve.log"
   else
     echo "note: this build has no serve (cpp-httplib missing): serve --device not checked"
