@@ -6,7 +6,7 @@ embeddings and the embeddings' LayerNorm; forward with dropout 0.1, Gumbel-max s
 masked positions (no gradient), generator MLM loss + 50 x discriminator loss, backward, LAMB over
 both models (peer_torch.lamb_step: apex FusedLAMB semantics, one global gradient norm). The model is
 tests/torch/check_electra_step.electra (HF's ElectraForPreTraining / ElectraForMaskedLM forward),
-bf16 via torch.autocast("cpu"). transformers' ELECTRA classes are not installed on the CPU machines
+bf16 via torch.autocast on --device (cpu, or cuda on the GPU machine). transformers' ELECTRA classes are not installed on the CPU machines
 (Debian's torch only); on the GPU machine they are. Prints one JSON line like `bertcc bench`."""
 import argparse
 import json
@@ -59,7 +59,14 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--device", default="cpu", help="cpu | cuda")
     args = ap.parse_args()
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     dcfg, gcfg = configs(args.config)
@@ -70,7 +77,7 @@ def main():
         out = {}
         for n, s in shapes.items():
             t = torch.ones(s) if n.endswith("LayerNorm.weight") else torch.randn(s) * 0.02 if len(s) == 2 else torch.zeros(s)
-            out[n] = t.requires_grad_(True)
+            out[n] = t.to(dev).requires_grad_(True)
         return out
     Pd = init(ce.shapes(dcfg, "discriminator"))
     Pg = init(ce.shapes(gcfg, "generator"))
@@ -87,6 +94,7 @@ def main():
     labels = torch.full((B, T), -100, dtype=torch.long)
     for b in range(B):
         labels[b, torch.randint(1, T, (P,))] = torch.randint(0, V, (P,))
+    ids, seg, mask, labels = ids.to(dev), seg.to(dev), mask.to(dev), labels.to(dev)
     sel = labels != -100
     M = int(sel.sum())
     bf16 = args.precision == "bf16"
@@ -95,10 +103,10 @@ def main():
     def step():
         for p in plist:
             p.grad = None
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             gen_loss, logits = ce.electra(Pg, gcfg, "generator", ids, seg, mask, labels, dropout=0.1)
             with torch.no_grad():  # Gumbel-max sampling
-                u = torch.rand(logits.shape).clamp_(1e-9, 1.0)
+                u = torch.rand(logits.shape, device=dev).clamp_(1e-9, 1.0)
                 sample = (logits.float() - torch.log(-torch.log(u))).argmax(-1)
             dids = ids.clone()
             dids[sel] = sample
@@ -115,11 +123,14 @@ def main():
         step()
     times = []
     for _ in range(args.steps):
+        sync()
         t0 = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - t0)
     mean = sum(times) / len(times)
-    print(json.dumps({"peer": "pytorch " + torch.__version__, "mode": "electra", "config": args.config,
+    print(json.dumps({"peer": "pytorch " + torch.__version__, "device": args.device, "mode": "electra",
+                      "config": args.config,
                       "precision": args.precision, "batch": B, "seq": T, "generator_hidden_size": gcfg["hidden_size"],
                       "threads": torch.get_num_threads(), "steps": args.steps, "step_ms": mean * 1e3,
                       "seq_per_s": B / mean, "model_tflops": 3 * flops(dcfg, gcfg, B, T, M) / mean / 1e12,

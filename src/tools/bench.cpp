@@ -71,7 +71,7 @@ void add_bench(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
   sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
-  sub->add_option("--device", o->device, "cpu (default) | cuda | cuda:N (train and infer)");
+  sub->add_option("--device", o->device, device_help());
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
@@ -83,8 +83,6 @@ void add_bench(CLI::App& app) {
     if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);
     Backend& be = backend_for(o->device);
     const bool gpu = !be.on_host();
-    BERTCC_CHECK(!gpu || o->mode == "train" || o->mode == "infer", "bench ", o->mode, " --device ", o->device,
-                 ": only train and infer run on the GPU so far");
     std::cerr << (gpu ? be.describe() : describe_backend(prec == Precision::BF16)) << "\n";
     if (electra) cfg.model_type = "electra";
     Bert model(cfg, electra ? Heads::Discriminator : train ? Heads::PreTraining : squad ? Heads::QuestionAnswering : Heads::None);
@@ -98,8 +96,11 @@ void add_bench(CLI::App& app) {
       gen->init_weights(2);
       electra_share_embeddings(model, *gen);
     }
-    if (gpu) model.use_backend(be);
-    OptimizerState ostate;
+    if (gpu) {
+      model.use_backend(be);
+      if (gen) gen->use_backend(be);
+    }
+    OptimizerState ostate, gen_ostate;
     BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2);
     for (int64_t r = 0; r < B; ++r) {  // answer spans for the QA head
       batch.start_positions.push_back(static_cast<int32_t>((r * 37) % T));
@@ -115,11 +116,19 @@ void add_bench(CLI::App& app) {
         model.zero_grad();
         gen->zero_grad();
         masked = electra_step(*gen, model, batch, true, true, prec, rng).masked;
-        const double gn = global_norm(gen->grads().data(), gen->grads().size());
-        const double dn = global_norm(model.grads().data(), model.grads().size());
-        const double norm = std::sqrt(gn * gn + dn * dn);
-        lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb, norm);
-        lamb_step(gen->table(), gen->params().data(), gen->grads().data(), gen_state, 1e-4f, lamb, norm);
+        if (gpu) {
+          const double gn = be.global_norm(gen->grads_on_backend(), gen->table().total());
+          const double dn = be.global_norm(model.grads_on_backend(), model.table().total());
+          const double norm = std::sqrt(gn * gn + dn * dn);
+          be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 1e-4f, lamb, norm);
+          be.lamb_step(gen->table(), gen->params_on_backend(), gen->grads_on_backend(), gen_ostate, 1e-4f, lamb, norm);
+        } else {
+          const double gn = global_norm(gen->grads().data(), gen->grads().size());
+          const double dn = global_norm(model.grads().data(), model.grads().size());
+          const double norm = std::sqrt(gn * gn + dn * dn);
+          lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb, norm);
+          lamb_step(gen->table(), gen->params().data(), gen->grads().data(), gen_state, 1e-4f, lamb, norm);
+        }
         electra_share_embeddings(model, *gen);
       } else if (train && gpu) {
         model.zero_grad();
@@ -132,7 +141,10 @@ void add_bench(CLI::App& app) {
       } else if (squad) {
         model.zero_grad();
         model.finetune_step(batch, true, true, prec, rng);
-        adamw_step(model.table(), model.params().data(), model.grads().data(), state, 3e-5f, adamw);
+        if (gpu)
+          be.adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 3e-5f, adamw);
+        else
+          adamw_step(model.table(), model.params().data(), model.grads().data(), state, 3e-5f, adamw);
       } else {
         model.encode(batch, false, prec, rng);
       }
