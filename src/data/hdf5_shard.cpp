@@ -1,7 +1,9 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <mutex>
 
@@ -36,6 +38,12 @@ struct Handle {
   }
 };
 
+uint64_t file_size_or_zero(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<uint64_t>(n);
+}
+
 // Opens an existing HDF5 file read-only (the caller holds h5_mutex); errors name the file.
 hid_t open_for_reading(const std::string& path) {
   thread_local H5Quiet quiet;
@@ -69,6 +77,27 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
   }
   BERTCC_CHECK(n_elems < 9.0e15, path, ": dataset '", name, "' has an impossible shape [", shape, "]");
   check_memory(4.0 * n_elems, path + ": dataset '" + name + "' [" + shape + "]", "is the shard corrupt?");
+  // The values come from the bytes the file stores for the dataset, which the file must hold:
+  // deflate expands at most about 1032:1, and shards are written whole (no unallocated chunks).
+  // A shape far beyond that is a corrupt header, refused before its memory is taken.
+  const double stored = static_cast<double>(H5Dget_storage_size(ds.id));
+  const double logical = n_elems * static_cast<double>(H5Tget_size(ty.id));
+  const double file_bytes = static_cast<double>(file_size_or_zero(path));
+  BERTCC_CHECK(logical <= 4096.0 + 1100.0 * std::min(stored, file_bytes), path, ": dataset '", name, "' declares [",
+               shape, "] (", logical, " bytes) but the file stores ", stored, " bytes of it in a file of ", file_bytes,
+               " bytes: truncated or corrupt shard");
+  // Contiguous and compact storage hold every value as is (contiguous: inside the file).
+  Handle dcpl{H5Dget_create_plist(ds.id), H5Pclose};
+  const H5D_layout_t layout = dcpl.id >= 0 ? H5Pget_layout(dcpl.id) : H5D_LAYOUT_ERROR;
+  BERTCC_CHECK(layout != H5D_COMPACT || stored == logical, path, ": dataset '", name, "' [", shape,
+               "] has compact storage of ", stored, " bytes for ", logical, ": corrupt shard");
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t at = H5Dget_offset(ds.id);
+    BERTCC_CHECK(stored == logical && (n_elems == 0 || (at != HADDR_UNDEF && static_cast<double>(at) + stored <= file_bytes)),
+                 path, ": dataset '", name, "' [", shape, "] claims contiguous storage of ", stored, " bytes at offset ",
+                 at == HADDR_UNDEF ? -1.0 : static_cast<double>(at), " in a file of ", file_bytes,
+                 " bytes: truncated or corrupt shard");
+  }
   const auto n = static_cast<size_t>(n_elems);
   std::vector<int32_t> out(n);
   if (n > 0)
