@@ -38,6 +38,27 @@ printf 'garbage' > "$WORK/m/model.safetensors"
 check bad-weights nonzero "model.safetensors" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out "$WORK/o.safetensors"
 check bad-precision nonzero "precision" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out o --precision fp8
 check bad-preset nonzero "bert-huge" -- "$BERTCC" bench train --config bert-huge --steps 1
+# SIGTERM outside training ends the process by the signal (exit 143), as with no handler: bertcc
+# blocks it in every thread and one signal thread re-raises it (bertcc/signals.h). A SIGINT that
+# the launcher ignored (sh ignores it in background jobs) stays ignored.
+mkfifo "$WORK/fifo"
+"$BERTCC" tokenize --vocab "$WORK/okvocab.txt" --input "$WORK/fifo" > /dev/null 2>&1 &
+pid=$!
+exec 9> "$WORK/fifo"  # the writer end stays open: tokenize waits for its first line
+sleep 0.5
+kill -INT $pid
+sleep 0.5
+kill -0 $pid 2>/dev/null && echo "ok   an inherited-ignored SIGINT stays ignored" \
+  || { echo "FAIL: an ignored SIGINT ended tokenize"; fails=$((fails+1)); }
+kill -TERM $pid
+n=0; while kill -0 $pid 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+if kill -0 $pid 2>/dev/null; then
+  echo "FAIL: SIGTERM did not end a waiting tokenize in 10 s"; fails=$((fails+1)); kill -9 $pid
+fi
+wait $pid; rc=$?
+exec 9>&-
+[ $rc -eq 143 ] && echo "ok   SIGTERM ends a waiting tokenize with exit 143" \
+  || { echo "FAIL: SIGTERM: exit $rc, wanted 143"; fails=$((fails+1)); }
 [ ! -e "$WORK/o.safetensors" ] || { echo "FAIL: output written despite errors"; fails=$((fails+1)); }
 ls "$WORK"/*.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary files left behind"; fails=$((fails+1)); }
 [ $fails -eq 0 ] && echo "all CLI checks passed"

@@ -23,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
+#include "bertcc/signals.h"
 #include "bertcc/fileio.h"
 #include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
@@ -476,12 +477,9 @@ int run_server(const ServeOptions& o) {
   BERTCC_CHECK(!o.models.empty(), "serve: pass at least one --model");
   BERTCC_CHECK(o.max_batch_size >= 1 && o.max_queue >= 1 && o.max_inputs >= 1 && o.request_timeout_s > 0,
                "serve: --max-batch-size, --max-queue, --max-inputs and --request-timeout must be positive");
-  // SIGTERM and SIGINT are taken by one thread (sigwait), so every other thread runs undisturbed.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // SIGTERM and SIGINT are taken by bertcc's signal thread (bertcc/signals.h): from here on they
+  // stop the server instead of ending the process.
+  signals::take_stop_signals();
   set_threads(o.threads);
   const Precision prec = parse_precision(o.precision);
   Backend& be = backend_for(o.device);
@@ -651,20 +649,20 @@ int run_server(const ServeOptions& o) {
     BERTCC_CHECK(svr.bind_to_port(o.host.c_str(), port), "serve: cannot bind ", o.host, ":", port,
                  " (in use, or not an address of this machine)");
   }
-  std::thread signals([&svr, sigs]() {
-    int sig = 0;
-    sigwait(&sigs, &sig);
+  std::thread stopper([&svr]() {
+    const int sig = signals::wait_stop();
+    if (sig == 0) return;  // woken: the listener failed
     g_stopping = true;
     std::cerr << "serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", finishing requests in flight\n";
     svr.stop();
   });
   std::cout << "bertcc serve: listening on http://" << o.host << ":" << port << std::endl;
   const bool ok = svr.listen_after_bind();  // returns once stopped and every request thread finished
-  if (!g_stopping) {                        // the listener failed: wake the signal thread
+  if (!g_stopping) {                        // the listener failed: wake the stopper
     g_stopping = true;
-    pthread_kill(signals.native_handle(), SIGTERM);
+    signals::wake();
   }
-  signals.join();
+  stopper.join();
   for (auto& m : models)
     for (auto& [t, b] : m->batchers) b->stop();
   std::cerr << "serve: stopped after answering " << metrics.answered() << " requests\n";

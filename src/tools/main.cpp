@@ -8,9 +8,12 @@
 
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
+#include "bertcc/signals.h"
 #include "tools/cli_common.h"
 
 int main(int argc, char** argv) {
+  // Before any thread exists: SIGINT/SIGTERM go to one signal thread only (bertcc/signals.h).
+  bertcc::signals::start();
   // A file-size limit (ulimit -f) must end in a write error that names the file, not in SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"bertcc: BERT pre-training, fine-tuning and inference on CPU (oneDNN)"};

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
+#include "bertcc/signals.h"
 #include "bertcc/fileio.h"
 #include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
@@ -22,7 +23,6 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/dllogger.h"
-#include "train/stop_signal.h"
 
 namespace bertcc {
 namespace fs = std::filesystem;
@@ -258,7 +258,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     for (const FtFeature& f : train) lengths.push_back(f.input_ids.size());
   std::vector<size_t> perm;
   int64_t perm_epoch = -1;
-  install_stop_signals();
+  signals::take_stop_signals();  // SIGINT/SIGTERM: finish the step, save, return
   watchdog_ptr = std::make_unique<dist::Watchdog>(comm, W > 1 ? o.dp.watchdog_timeout : 0);
   dist::Watchdog& watchdog = *watchdog_ptr;
   int64_t bad_run = 0;  // consecutive non-finite steps
@@ -270,7 +270,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     sync = std::make_unique<GradSync>(comm, o.dp, model, "finetune");
   while (step < total) {
     watchdog.beat("the step's first all-reduce", step);
-    double stop = stop_signal() ? 1.0 : 0.0;  // a signal to any rank stops every rank at this step
+    double stop = signals::stop_requested() ? 1.0 : 0.0;  // a signal to any rank stops every rank at this step
     comm.allreduce_sum(&stop, 1);
     if (stop > 0) break;
     watchdog.beat("forward/backward", step);

@@ -15,6 +15,7 @@
 #include "bertcc/dist.h"
 #include "bertcc/electra.h"
 #include "bertcc/error.h"
+#include "bertcc/signals.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
@@ -23,7 +24,6 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/dllogger.h"
-#include "train/stop_signal.h"
 
 namespace bertcc {
 
@@ -374,7 +374,7 @@ int run_pretraining(const PretrainOptions& o) {
   };
   const int64_t eval_every = o.eval_freq > 0 ? o.eval_freq : o.num_steps_per_checkpoint;
 
-  install_stop_signals();
+  signals::take_stop_signals();  // SIGINT/SIGTERM: finish the step, save, return
   dist::Watchdog watchdog(comm, W > 1 ? o.dp.watchdog_timeout : 0);
   LambOptions lamb;
   AdamWOptions adamw;
@@ -433,7 +433,7 @@ int run_pretraining(const PretrainOptions& o) {
     // every masked token of the global batch) and the stop flag (a signal to any rank stops all
     // ranks at the same step).
     // ELECTRA's discriminator loss is the mean over the real tokens: their count too.
-    double head[3] = {0, 0, stop_signal() ? 1.0 : 0.0};
+    double head[3] = {0, 0, signals::stop_requested() ? 1.0 : 0.0};
     for (const BertBatch& b : batches) {
       b.validate(model->config(), b.source);  // ids, positions, labels in range before they index anything
       for (int32_t label : b.mlm_labels) head[0] += label != -1;

@@ -133,11 +133,14 @@ done
 # the checkpoint at the other world size.
 wait_for() { n=0; while [ ! -d "$1" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done; }
 ranks_of() { pgrep -f "bertcc pretrain .*--output-dir $1" | sort -n; }
+# SIGTERM every 5 ms until the process is gone: however many arrive, none may disturb the step
+# in flight (see resume.sh)
+term_until_gone() { k=0; while kill -TERM "$1" 2>/dev/null && [ $k -lt 4000 ]; do k=$((k + 1)); sleep 0.005; done; }
 $MPI "$B" pretrain $PT $TWO --precision fp32 --output-dir "$W/term2" > "$W/term2a.log" 2>&1 &
 job=$!
 wait_for "$W/term2/checkpoints/step_2"
 last=$(ranks_of "$W/term2" | tail -1)
-[ -n "$last" ] && kill -TERM "$last"
+[ -n "$last" ] && term_until_gone "$last"
 wait $job; rc=$?
 [ $rc -eq 0 ] || fail "SIGTERM to one of 2 ranks: exit code $rc: $(tail -3 "$W/term2a.log")"
 if grep -q "stopped by signal after step" "$W/term2a.log"; then
@@ -153,7 +156,7 @@ same_losses "2 ranks -> 1 rank" "$W/pt1_fp32" "$W/term2"
 "$B" pretrain $PT $ONE --precision fp32 --output-dir "$W/term1" > "$W/term1a.log" 2>&1 &
 job=$!
 wait_for "$W/term1/checkpoints/step_2"
-kill -TERM $job; wait $job; rc=$?
+term_until_gone $job; wait $job; rc=$?
 [ $rc -eq 0 ] || fail "SIGTERM to 1 rank: exit code $rc"
 $MPI "$B" pretrain $PT $ONE --precision fp32 --output-dir "$W/term1" --resume-from-checkpoint > "$W/term1b.log" 2>&1 || fail "resume 1 -> 2: $(tail -3 "$W/term1b.log")"
 grep -q "resuming from" "$W/term1b.log" || fail "1 -> 2 did not resume"
