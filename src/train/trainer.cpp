@@ -142,10 +142,7 @@ int run_pretraining(const PretrainOptions& o) {
     BERTCC_CHECK(be.kind() != DeviceKind::CUDA || prec != Precision::F16, "pretrain --device ", o.device,
                  ": fp16 GEMMs are not implemented on CUDA yet (use --precision bf16 or fp32)");
   }
-  if (pm.electra) {
-    BERTCC_CHECK(!o.dp.zero1, "--zero1 is not supported with --model-type electra yet");
-    electra_share_embeddings(*pm.main, *pm.gen);  // also checks that the shared shapes agree
-  }
+  if (pm.electra) electra_share_embeddings(*pm.main, *pm.gen);  // also checks that the shared shapes agree
   Bert* model = pm.main.get();
   if (vocab) {
     const Vocab& v = *vocab;
@@ -205,18 +202,25 @@ int run_pretraining(const PretrainOptions& o) {
     }
   }
   st.global_batch = global_batch;
-  std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
-  if (o.dp.zero1 && W > 1) {
-    shards = std::make_unique<OptimizerShards>(model->table(), W);
-    shards->keep_own(opt, R);
-  }
+  // ZeRO-1: one set of shards per model (parts() order; ELECTRA's generator and discriminator
+  // each split their own moments).
+  std::vector<std::unique_ptr<OptimizerShards>> shards;
+  if (o.dp.zero1 && W > 1)
+    for (const CheckpointPart& p : pm.parts()) {
+      shards.push_back(std::make_unique<OptimizerShards>(p.model->table(), W));
+      shards.back()->keep_own(*p.opt, R);
+    }
   if (lead && W > 1) {
-    const double full_mb = 2.0 * 4 * static_cast<double>(model->table().total()) / 1048576.0;
-    const double own_mb = shards ? 2.0 * 4 * static_cast<double>(shards->end(0) - shards->begin(0)) / 1048576.0 : full_mb;
+    double full_mb = 0, own_mb = 0;
+    for (size_t i = 0; i < pm.parts().size(); ++i) {
+      const double full = 2.0 * 4 * static_cast<double>(pm.parts()[i].model->table().total()) / 1048576.0;
+      full_mb += full;
+      own_mb += shards.empty() ? full : 2.0 * 4 * static_cast<double>(shards[i]->end(0) - shards[i]->begin(0)) / 1048576.0;
+    }
     std::cerr << "pretrain: optimizer moments " << own_mb << " MB on rank 0"
-              << (shards ? " (ZeRO-1: sharded over " + std::to_string(W) + " ranks; unsharded " +
-                               std::to_string(static_cast<int64_t>(full_mb + 0.5)) + " MB)"
-                         : std::string(" (replicated on every rank; --zero1 shards them)"))
+              << (!shards.empty() ? " (ZeRO-1: sharded over " + std::to_string(W) + " ranks; unsharded " +
+                                        std::to_string(static_cast<int64_t>(full_mb + 0.5)) + " MB)"
+                                  : std::string(" (replicated on every rank; --zero1 shards them)"))
               << "\n";
   }
   if (lead && W > 1)
@@ -393,15 +397,14 @@ int run_pretraining(const PretrainOptions& o) {
         p.model->params_to_host();
         be.moments_to_host(device_moments(p), *p.opt);
       }
-    AdamState full;
-    if (shards) full = shards->gather_full(comm, opt);
-    watchdog.beat("writing a checkpoint (rank 0)", st.step + st.step_offset, /*paused=*/true);
-    if (lead) {
-      if (shards)
-        save_checkpoint(o.output_dir, *model, full, st, o.vocab, o.keep_checkpoints);
-      else
-        save_checkpoint(o.output_dir, pm.parts(), st, o.vocab, o.keep_checkpoints);
+    std::vector<CheckpointPart> parts = pm.parts();
+    std::vector<AdamState> full(parts.size());  // ZeRO-1: the full moments, on rank 0
+    for (size_t i = 0; i < shards.size(); ++i) {
+      full[i] = shards[i]->gather_full(comm, *parts[i].opt);
+      parts[i].opt = &full[i];
     }
+    watchdog.beat("writing a checkpoint (rank 0)", st.step + st.step_offset, /*paused=*/true);
+    if (lead) save_checkpoint(o.output_dir, parts, st, o.vocab, o.keep_checkpoints);
     comm.barrier();  // the other ranks wait here, unwatched, however long the file system takes
     watchdog.beat("after a checkpoint", st.step + st.step_offset);
   };
@@ -563,12 +566,12 @@ int run_pretraining(const PretrainOptions& o) {
         else
           adamw_step(m.table(), m.params().data(), m.grads().data(), *p.opt, lr, adamw, norm);
       }
+      if (!shards.empty()) {  // every rank updated its own tensors: share them
+        watchdog.beat("the ZeRO-1 parameter all-gather", st.step + st.step_offset);
+        for (size_t i = 0; i < shards.size(); ++i) shards[i]->allgather_params(comm, pm.parts()[i].model->params().data());
+      }
       // ELECTRA: the generator's copies of the shared embeddings follow the discriminator's.
       if (pm.electra) electra_share_embeddings(*pm.main, *pm.gen);
-      if (shards) {  // every rank updated its own tensors: share them
-        watchdog.beat("the ZeRO-1 parameter all-gather", st.step + st.step_offset);
-        shards->allgather_params(comm, model->params().data());
-      }
       if (dynamic_scale && ++st.clean_steps >= o.loss_scale_window) {
         st.loss_scale *= 2;
         st.clean_steps = 0;
