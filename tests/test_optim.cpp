@@ -1,6 +1,7 @@
 // Optimizers against straightforward double-precision transcriptions of apex FusedLAMB / HF AdamW.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "bertcc/optim.h"
@@ -101,6 +102,42 @@ TEST(GlobalNorm, Accurate) {
   for (float v : x) s += double(v) * v;
   // fp32 lanes within 8192-element blocks, double across blocks: ~1e-8 relative.
   EXPECT_NEAR(global_norm(x.data(), x.size()), std::sqrt(s), 1e-6 * std::sqrt(s));
+}
+
+// Slices of a buffer, as ZeRO-1 ranks hold them, give global_norm's bits when their block sums
+// are added in order and the lanes of cut blocks are carried from slice to slice.
+TEST(GlobalNorm, SlicesGiveTheSameBits) {
+  for (size_t n : {size_t{5}, size_t{8192}, size_t{3 * 8192 + 1234}, size_t{70001}}) {
+    // large values make rounding differences visible in the last bits
+    const auto x = bertcc::testing::randn(n, static_cast<uint32_t>(n), 3.0f);
+    std::vector<std::vector<size_t>> cuts = {{}, {n / 2}, {1, 2, 3}, {17, 8191, 8192, 8193}, {n / 3, n / 3, 2 * n / 3 + 5}};
+    for (size_t k = 1; k < 40; ++k) cuts.back().push_back(std::min(n, (k * 7919 + 13) % (n + 1)));
+    for (auto c : cuts) {
+      std::sort(c.begin(), c.end());
+      c.erase(std::remove_if(c.begin(), c.end(), [&](size_t v) { return v > n; }), c.end());
+      std::vector<size_t> bounds{0};
+      bounds.insert(bounds.end(), c.begin(), c.end());
+      bounds.push_back(n);
+      float carry[16] = {0};
+      std::vector<double> all((n + kNormBlock - 1) / kNormBlock, -1.0);
+      for (size_t r = 0; r + 1 < bounds.size(); ++r) {
+        std::vector<double> blocks;
+        size_t first = 0;
+        sumsq_slice(x.data(), n, bounds[r], bounds[r + 1], carry, blocks, first);
+        for (size_t k = 0; k < blocks.size(); ++k) {
+          ASSERT_LT(first + k, all.size());
+          ASSERT_EQ(all[first + k], -1.0) << "block " << first + k << " completed twice";
+          all[first + k] = blocks[k];
+        }
+      }
+      double s = 0;
+      for (double v : all) {
+        ASSERT_GE(v, 0.0) << "a block never completed";
+        s += v;
+      }
+      EXPECT_EQ(std::sqrt(s), global_norm(x.data(), n)) << "n " << n << ", " << c.size() << " cuts";
+    }
+  }
 }
 
 TEST(Optimizers, PerTensorLearningRateScale) {

@@ -46,6 +46,11 @@ class Communicator {
   // In-place sum over ranks of n floats (n may exceed INT_MAX: sent in chunks). `wire` as above;
   // a single process returns the data untouched.
   virtual void allreduce_sum(float* data, size_t n, WireDtype wire = WireDtype::F32) = 0;
+  // The sum over ranks, kept only where each rank needs it (ZeRO-1: half an all-reduce's traffic):
+  // afterwards rank r's part data[displ_r, displ_r + counts[r]) (displ = prefix sums of counts,
+  // which add up to the buffer's length, below 2^31) holds allreduce_sum's bits for it; the rest of
+  // `data` is left as it was.
+  virtual void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, WireDtype wire = WireDtype::F32) = 0;
   // In-place sum of a few doubles (counts, loss sums), deterministic as above.
   virtual void allreduce_sum(double* data, size_t n) = 0;
   // Every rank's `n` doubles, rank-major, into out[world * n].

@@ -31,6 +31,17 @@ struct AdamWOptions {
 // Global L2 norm of a buffer; blocked, so the result does not depend on the thread count.
 double global_norm(const float* x, size_t n);
 
+// global_norm's arithmetic over a slice [b, e) of x[0, n), for a buffer whose slices live on
+// different ranks (ZeRO-1's reduce-scattered gradients): the blocks' partial sums, when added in
+// block order, give global_norm's bits exactly. A block cut by b or e is carried between slices:
+// `carry` holds its 16 lane accumulators over the elements before b (zeros when b starts a block)
+// and, on return, over [block start, e) when e cuts a block (zeros otherwise). The partial sums of
+// the blocks that end in (b, e] are appended to `blocks`; `first_block` is set to the first one's
+// index.
+constexpr size_t kNormBlock = 8192;
+void sumsq_slice(const float* x, size_t n, size_t b, size_t e, float carry[16], std::vector<double>& blocks,
+                 size_t& first_block);
+
 // One LAMB step (apex FusedLAMB semantics). `grads` is consumed (overwritten with the update).
 // Returns the global gradient norm before clipping; pass it as `grad_norm` if already known.
 double lamb_step(const ParamTable& t, float* params, float* grads, AdamState& s, float lr, const LambOptions& o,

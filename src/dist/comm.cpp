@@ -46,6 +46,7 @@ class SingleProcess final : public Communicator {
   bool other_thread_ok() const override { return true; }
   void allreduce_sum(float*, size_t, WireDtype) override {}
   void allreduce_sum(double*, size_t) override {}
+  void reduce_scatter_sum(float*, const std::vector<size_t>&, WireDtype) override {}
   void allgather(const double* in, size_t n, double* out) override { std::memcpy(out, in, n * sizeof(double)); }
   void allgatherv(const float* in, size_t n, std::vector<float>& out, std::vector<size_t>& counts) override {
     out.assign(in, in + n);

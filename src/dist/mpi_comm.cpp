@@ -66,6 +66,43 @@ class MpiComm final : public Communicator {
     for (size_t off = 0; off < n; off += kBucket) bucket(data + off, std::min(kBucket, n - off), wire);
   }
 
+  void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, WireDtype wire) override {
+    std::vector<int> c, d;
+    displacements(counts, c, d);
+    const size_t W = static_cast<size_t>(world_), r = static_cast<size_t>(rank_);
+    const size_t n = static_cast<size_t>(d.back()) + static_cast<size_t>(c.back());
+    const size_t mine = static_cast<size_t>(c[r]), my0 = static_cast<size_t>(d[r]);
+    std::vector<int> rcounts(W, static_cast<int>(mine)), rdispls(W);
+    for (size_t j = 0; j < W; ++j) rdispls[j] = static_cast<int>(j * mine);
+    // As bucket(): every rank's values of my part, summed here in rank order.
+    if (wire == WireDtype::F32) {
+      recv_.resize(mine * W);
+      check(MPI_Alltoallv(data, c.data(), d.data(), MPI_FLOAT, recv_.data(), rcounts.data(), rdispls.data(), MPI_FLOAT,
+                          MPI_COMM_WORLD),
+            "MPI_Alltoallv");
+      for (size_t i = 0; i < mine; ++i) {
+        float s = recv_[i];
+        for (size_t j = 1; j < W; ++j) s += recv_[j * mine + i];
+        data[my0 + i] = s;
+      }
+      return;
+    }
+    const bool bf = wire == WireDtype::BF16;
+    auto to16 = [bf](float f) { return bf ? f32_to_bf16(f) : f32_to_f16(f); };
+    auto from16 = [bf](uint16_t h) { return bf ? bf16_to_f32(h) : f16_to_f32(h); };
+    send16_.resize(n);
+    for (size_t i = 0; i < n; ++i) send16_[i] = to16(data[i]);
+    recv16_.resize(mine * W);
+    check(MPI_Alltoallv(send16_.data(), c.data(), d.data(), MPI_UINT16_T, recv16_.data(), rcounts.data(),
+                        rdispls.data(), MPI_UINT16_T, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+    for (size_t i = 0; i < mine; ++i) {
+      float s = from16(recv16_[i]);
+      for (size_t j = 1; j < W; ++j) s += from16(recv16_[j * mine + i]);
+      data[my0 + i] = from16(to16(s));  // the all-reduce sends its sums back in 16 bits, its own too
+    }
+  }
+
   void allreduce_sum(double* data, size_t n) override {
     std::vector<double> all(n * static_cast<size_t>(world_));
     allgather(data, n, all.data());

@@ -1,12 +1,30 @@
 #include "bertcc/optim.h"
 
+#include "bertcc/error.h"
+
 #include <algorithm>
 #include <cmath>
 
 namespace bertcc {
 namespace {
 
-constexpr size_t kBlock = 8192;
+constexpr size_t kBlock = kNormBlock;
+
+// Lane accumulators of a block over x[i0, i1), i0 at a multiple of 16 from the block's start:
+// element j goes to lane (j - block start) % 16, in order. One function for whole blocks and
+// for the pieces of cut ones (sumsq_slice), so both round alike.
+inline void sumsq_lanes(const float* x, size_t i0, size_t i1, float acc[16]) {
+  for (size_t j = i0; j < i1; j += 16) {
+    const size_t len = std::min<size_t>(16, i1 - j);
+    for (size_t k = 0; k < len; ++k) acc[k] += x[j + k] * x[j + k];
+  }
+}
+
+inline double lanes_sum(const float acc[16]) {
+  double s = 0;
+  for (size_t k = 0; k < 16; ++k) s += acc[k];
+  return s;
+}
 
 // Sum of squares over fixed blocks, partials added in order: thread-count independent.
 // Sum of squares: 16 fp32 lanes within a block (vectorisable), blocks combined in double in order.
@@ -15,15 +33,9 @@ double blocked_sumsq(const float* x, size_t n) {
   std::vector<double> part(nb, 0.0);
 #pragma omp parallel for schedule(static) if (nb > 4)
   for (size_t b = 0; b < nb; ++b) {
-    const size_t i0 = b * kBlock, i1 = std::min(n, (b + 1) * kBlock);
     float acc[16] = {0};
-    for (size_t j = i0; j < i1; j += 16) {
-      const size_t len = std::min<size_t>(16, i1 - j);
-      for (size_t k = 0; k < len; ++k) acc[k] += x[j + k] * x[j + k];
-    }
-    double s = 0;
-    for (float a : acc) s += a;
-    part[b] = s;
+    sumsq_lanes(x, b * kBlock, std::min(n, (b + 1) * kBlock), acc);
+    part[b] = lanes_sum(acc);
   }
   double s = 0;
   for (double p : part) s += p;
@@ -40,6 +52,48 @@ void ensure_state(AdamState& s, size_t n) {
 }  // namespace
 
 double global_norm(const float* x, size_t n) { return std::sqrt(blocked_sumsq(x, n)); }
+
+void sumsq_slice(const float* x, size_t n, size_t b, size_t e, float carry[16], std::vector<double>& blocks,
+                 size_t& first_block) {
+  BERTCC_CHECK(b <= e && e <= n, "sumsq_slice: slice [", b, ", ", e, ") of ", n);
+  first_block = b / kBlock;  // the cut block b is in, or the first whole one
+  if (b == e) return;
+  auto block_end = [&](size_t k) { return std::min(n, (k + 1) * kBlock); };
+  // [p, q) inside one block: lanes continue from p's position in its 16-element row
+  auto piece = [&](size_t p, size_t q) {
+    const size_t lane = (p - p / kBlock * kBlock) % 16;
+    if (lane != 0) {
+      const size_t row_end = std::min(q, p + (16 - lane));
+      for (size_t j = p; j < row_end; ++j) carry[lane + (j - p)] += x[j] * x[j];
+      p = row_end;
+    }
+    sumsq_lanes(x, p, q, carry);
+  };
+  size_t i = b;
+  if (b % kBlock != 0) {  // the block b cuts: the carried lanes continue
+    const size_t end = std::min(e, block_end(b / kBlock));
+    piece(b, end);
+    i = end;
+    if (end == block_end(b / kBlock)) {  // it ends in this slice
+      blocks.push_back(lanes_sum(carry));
+      std::fill(carry, carry + 16, 0.0f);
+    }
+  }
+  if (i == e) return;
+  // i starts a block: the whole blocks that end by e
+  const size_t k0 = i / kBlock, k1 = e == n ? (n + kBlock - 1) / kBlock : e / kBlock;
+  const size_t nwhole = k1 > k0 ? k1 - k0 : 0;
+  const size_t base = blocks.size();
+  blocks.resize(base + nwhole);
+#pragma omp parallel for schedule(static) if (nwhole > 4)
+  for (size_t k = 0; k < nwhole; ++k) {
+    float acc[16] = {0};
+    sumsq_lanes(x, (k0 + k) * kBlock, block_end(k0 + k), acc);
+    blocks[base + k] = lanes_sum(acc);
+  }
+  i = std::min(e, (k0 + nwhole) * kBlock);
+  if (i < e) piece(i, e);  // the block e cuts: its lanes go on to the next slice
+}
 
 namespace {
 // What every Adam-family step starts with: moments allocated, step counted, gradient norm and

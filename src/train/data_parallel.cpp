@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <condition_variable>
 #include <exception>
@@ -114,7 +115,19 @@ GradSync::~GradSync() {
 
 void GradSync::reduce_bucket(size_t i) {
   const size_t b = bucket_begin(n_, bucket_elems_, i), e = n_ - i * bucket_elems_;
-  comm_.allreduce_sum(buf_ + b, e - b, wire_);
+  if (scatter_bounds_.empty()) {
+    comm_.allreduce_sum(buf_ + b, e - b, wire_);
+    return;
+  }
+  // ZeRO-1: the bucket's elements go to the ranks whose parts they fall in
+  BERTCC_CHECK(scatter_bounds_.size() == static_cast<size_t>(comm_.world()) + 1 && scatter_bounds_.back() == n_,
+               "GradSync: ZeRO-1 bounds for ", scatter_bounds_.back(), " gradients, not ", n_);
+  std::vector<size_t> counts(static_cast<size_t>(comm_.world()));
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const size_t lo = std::max(b, scatter_bounds_[r]), hi = std::min(e, scatter_bounds_[r + 1]);
+    counts[r] = hi > lo ? hi - lo : 0;
+  }
+  comm_.reduce_scatter_sum(buf_ + b, counts, wire_);
 }
 
 void GradSync::before(int64_t a, int64_t count, std::vector<float>& grads) {
@@ -301,6 +314,35 @@ AdamState OptimizerShards::gather_full(dist::Communicator& comm, const AdamState
 
 void OptimizerShards::allgather_params(dist::Communicator& comm, float* params) const {
   comm.allgatherv_inplace(params, counts_);
+}
+
+double sharded_global_norm(dist::Communicator& comm, const float* x, size_t n, const OptimizerShards& shards) {
+  const int W = comm.world(), r = comm.rank();
+  const size_t b = shards.begin(r), e = shards.end(r);
+  BERTCC_CHECK(shards.bounds().back() == n, "sharded_global_norm: shards of ", shards.bounds().back(), " values, not ", n);
+  // [b, h): the piece of the block that b cuts (needs the lanes of the ranks before); [h, e): the
+  // rest, summed now without waiting for anyone.
+  const size_t h = std::min(e, b % kNormBlock ? (b / kNormBlock + 1) * kNormBlock : b);
+  std::vector<double> head, tail;
+  size_t head_first = 0, tail_first = 0;
+  float carry[16] = {0}, tail_carry[16] = {0}, out[16] = {0};
+  sumsq_slice(x, n, h, e, tail_carry, tail, tail_first);
+  for (int i = 0; i < W; ++i) {
+    if (i == r) {
+      sumsq_slice(x, n, b, h, carry, head, head_first);
+      std::copy(h < e ? tail_carry : carry, (h < e ? tail_carry : carry) + 16, out);
+    }
+    if (i == W - 1) break;
+    comm.broadcast(out, sizeof out, i);  // rank i's open lanes, for rank i + 1
+    if (r == i + 1) std::copy(out, out + 16, carry);
+  }
+  std::vector<double> blocks((n + kNormBlock - 1) / kNormBlock, 0.0);
+  for (size_t k = 0; k < head.size(); ++k) blocks[head_first + k] = head[k];
+  for (size_t k = 0; k < tail.size(); ++k) blocks[tail_first + k] = tail[k];
+  comm.allreduce_sum(blocks.data(), blocks.size());  // each block from one rank: x + 0 is exact
+  double s = 0;
+  for (double v : blocks) s += v;
+  return std::sqrt(s);
 }
 
 void check_same_on_all_ranks(dist::Communicator& comm, double value, const std::string& what) {

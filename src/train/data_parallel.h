@@ -61,6 +61,10 @@ class GradSync {
   void after(int64_t a, int64_t count, std::vector<float>& grads);
   // After this rank's last micro-batch (also with count 0): `grads` holds the global sum.
   void finish(int64_t count, std::vector<float>& grads);
+  // ZeRO-1: reduce-scatter instead of all-reduce. Rank r's sums land in [bounds[r], bounds[r+1])
+  // (OptimizerShards::bounds()), the rest of its gradient buffer is left unreduced; read the global
+  // norm with sharded_global_norm().
+  void scatter_to(std::vector<size_t> bounds) { scatter_bounds_ = std::move(bounds); }
   bool overlapping() const { return overlap_; }
   double last_wait_seconds() const { return wait_s_; }  // time finish() waited for communication
 
@@ -80,6 +84,7 @@ class GradSync {
   double wait_s_ = 0;
   std::unique_ptr<Thread> th_;
   Bert* hooked_ = nullptr;
+  std::vector<size_t> scatter_bounds_;  // ZeRO-1 (empty: all-reduce)
 };
 
 // The device communicator for gradients on `be` (NCCL: --device cuda with several ranks, unless
@@ -126,10 +131,16 @@ class OptimizerShards {
   // This rank's shard -> the full moments on rank 0 (others: the state is returned unchanged).
   AdamState gather_full(dist::Communicator& comm, const AdamState& own) const;
   void allgather_params(dist::Communicator& comm, float* params) const;
+  const std::vector<size_t>& bounds() const { return bounds_; }
 
  private:
   std::vector<size_t> bounds_, counts_;
 };
+
+// global_norm() of a gradient that GradSync::scatter_to() reduce-scattered by `shards`, with the
+// same bits: each rank sums its part's blocks, the lanes of a block cut by a part boundary pass
+// from rank to rank (W - 1 broadcasts of 64 bytes), and the block sums are added in order.
+double sharded_global_norm(dist::Communicator& comm, const float* x, size_t n, const OptimizerShards& shards);
 
 // Every rank must agree on a value (a resumed step, a data-set size): throws naming `what` and
 // each rank's value when they differ.

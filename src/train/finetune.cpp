@@ -268,6 +268,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     dsync = std::make_unique<DeviceGradSync>(comm, o.dp, model, dcomm.get());
   else
     sync = std::make_unique<GradSync>(comm, o.dp, model, "finetune");
+  if (shards && sync) sync->scatter_to(shards->bounds());  // ZeRO-1: each rank receives its part's sums
   while (step < total) {
     watchdog.beat("the step's first all-reduce", step);
     double stop = signals::stop_requested() ? 1.0 : 0.0;  // a signal to any rank stops every rank at this step
@@ -323,8 +324,9 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     real_tokens += static_cast<int64_t>(sv[2]);
     rows_since += static_cast<int64_t>(sv[3]);
     const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
-    const double gnorm = dev ? be.global_norm(model.grads_on_backend(), model.table().total())
-                             : global_norm(model.grads().data(), model.grads().size());
+    const double gnorm = dev      ? be.global_norm(model.grads_on_backend(), model.table().total())
+                         : shards ? sharded_global_norm(comm, model.grads().data(), model.grads().size(), *shards)
+                                  : global_norm(model.grads().data(), model.grads().size());
     if (std::isfinite(gnorm) && std::isfinite(step_loss)) {
       bad_run = 0;
       if (dev)

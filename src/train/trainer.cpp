@@ -219,7 +219,8 @@ int run_pretraining(const PretrainOptions& o) {
     }
     std::cerr << "pretrain: optimizer moments " << own_mb << " MB on rank 0"
               << (!shards.empty() ? " (ZeRO-1: sharded over " + std::to_string(W) + " ranks; unsharded " +
-                                        std::to_string(static_cast<int64_t>(full_mb + 0.5)) + " MB)"
+                                        std::to_string(static_cast<int64_t>(full_mb + 0.5)) +
+                                        " MB; gradients reduce-scattered, parameters all-gathered)"
                                   : std::string(" (replicated on every rank; --zero1 shards them)"))
               << "\n";
   }
@@ -426,6 +427,9 @@ int run_pretraining(const PretrainOptions& o) {
   else
     for (size_t i = 0; i < models.size(); ++i)
       syncs.push_back(std::make_unique<GradSync>(comm, wire, bucket_elems, false));
+  // ZeRO-1: each rank receives only its part's gradient sums (a reduce-scatter), updates its part
+  // and all-gathers the parameters: a third less traffic than all-reduce + all-gather.
+  for (size_t i = 0; i < shards.size() && i < syncs.size(); ++i) syncs[i]->scatter_to(shards[i]->bounds());
   bool stopped = false;
   bool memory_checked = false;
   while (st.step < o.max_steps) {
@@ -506,6 +510,8 @@ int run_pretraining(const PretrainOptions& o) {
     // The global gradient norm over every trained model (ELECTRA: one optimizer over both).
     auto grad_norm = [&]() {
       auto norm_of = [&](Bert* m) {
+        const size_t i = static_cast<size_t>(std::find(models.begin(), models.end(), m) - models.begin());
+        if (i < shards.size()) return sharded_global_norm(comm, m->grads().data(), m->grads().size(), *shards[i]);
         return dev ? be.global_norm(m->grads_on_backend(), m->table().total())
                    : global_norm(m->grads().data(), m->grads().size());
       };

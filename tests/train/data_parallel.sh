@@ -77,6 +77,11 @@ same_model "pretrain --zero1, 2 ranks" "$W/pt1_fp32/model" "$W/zero1/model"
 cmp -s "$W/pt1_fp32/checkpoints/step_4/optimizer.safetensors" "$W/zero1/checkpoints/step_4/optimizer.safetensors" \
   && echo "ok   --zero1: checkpointed moments byte-identical; $(grep -o 'moments [0-9.]* MB on rank 0[^;]*' "$W/zero1.log")" \
   || fail "--zero1: checkpointed moments differ"
+grep -q "gradients reduce-scattered" "$W/zero1.log" || fail "--zero1: gradients not reduce-scattered: $(grep moments "$W/zero1.log")"
+# ... also with small buckets reduce-scattered during backward (buckets straddle the two parts)
+$MPI "$B" pretrain $PT $TWO --precision fp32 --zero1 --bucket-cap-mb 0.25 --output-dir "$W/zero1_b" > "$W/zero1_b.log" 2>&1 || fail "--zero1 small buckets: $(tail -3 "$W/zero1_b.log")"
+same_model "pretrain --zero1 with 0.25 MB buckets, 2 ranks" "$W/pt1_fp32/model" "$W/zero1_b/model"
+rm -rf "$W/zero1_b"
 # 2 ranks x 2 micro-batches vs 1 rank x 4: the sums group differently ((g0+g1)+(g2+g3) against
 # ((g0+g1)+g2)+g3), so close, not equal: the whole model and each tensor within 1e-6 and 1e-5
 # (relative L2). The attention key biases are left out of the per-tensor bound: their gradient is
@@ -106,6 +111,10 @@ PYEOF
 # --- compressed all-reduce: bf16 / fp16 gradients on the wire stay within their precision
 for d in bf16 fp16; do
   $MPI "$B" pretrain $PT $TWO --precision fp32 --allreduce-dtype $d --output-dir "$W/ar_$d" > "$W/ar_$d.log" 2>&1 || fail "allreduce $d: $(tail -3 "$W/ar_$d.log")"
+  # ZeRO-1's reduce-scatter rounds its sums to the wire dtype as the all-reduce does: same bits
+  $MPI "$B" pretrain $PT $TWO --precision fp32 --allreduce-dtype $d --zero1 --output-dir "$W/arz_$d" > "$W/arz_$d.log" 2>&1 || fail "allreduce $d --zero1: $(tail -3 "$W/arz_$d.log")"
+  same_model "--allreduce-dtype $d --zero1 vs without --zero1" "$W/ar_$d/model" "$W/arz_$d/model"
+  rm -rf "$W/arz_$d"
   $PY - "$W/pt1_fp32" "$W/ar_$d" "$d" "$TORCH_DIR" <<'PYEOF' || fail "allreduce $d out of tolerance"
 import json, sys
 sys.path.insert(0, sys.argv[4])
