@@ -99,9 +99,9 @@ export LSAN_OPTIONS="suppressions=$HERE/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPT
 for t in ${FUZZ_TARGETS:-fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5}; do
   seeds "$t"
   mkdir -p "$B/findings/$t"
+  asan=""; lim=""; [ "$t" = fuzz_hdf5 ] && asan="allocator_may_return_null=1" && lim="-malloc_limit_mb=1048576"
   # earlier findings (fuzz/regressions/TARGET/) are replayed first: each must now run clean
   if [ -d "$HERE/fuzz/regressions/$t" ]; then
-    asan=""; lim=""; [ "$t" = fuzz_hdf5 ] && asan="allocator_may_return_null=1" && lim="-malloc_limit_mb=1048576"
     if ASAN_OPTIONS="${asan}${ASAN_OPTIONS:+:$ASAN_OPTIONS}" "$B/$t" -rss_limit_mb=4096 $lim -timeout=20 "$HERE/fuzz/regressions/$t"/* \
          > "$B/findings/$t.regressions.log" 2>&1; then
       echo "fuzz $t: $(ls "$HERE/fuzz/regressions/$t" | wc -l) earlier finding(s) replayed clean"
@@ -110,7 +110,6 @@ for t in ${FUZZ_TARGETS:-fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config 
       status=1
     fi
   fi
-  asan=""; lim=""; [ "$t" = fuzz_hdf5 ] && asan="allocator_may_return_null=1" && lim="-malloc_limit_mb=1048576"
   # libhdf5 1.10 itself still crashes on some malformed files, inside calls bertcc cannot check
   # before making (e.g. H5Lexists -> H5F__accum_read copying to a failed allocation). So the default
   # run replays the HDF5 seeds and earlier findings; timed fuzzing of it needs FUZZ_TARGETS=fuzz_hdf5.

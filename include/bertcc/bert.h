@@ -240,6 +240,7 @@ class Bert {
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
   std::vector<float> head_in_, head_din_, head_dseq_;  // head input after dropout, its gradient
+  std::vector<float> head_grad_;  // the joint QA head's gradients on the host, when the model is on a device
   // more head scratch: ELECTRA's classification head ([CLS] rows, dropout, dense, gelu and their
   // gradients), the discriminator's dense and gelu, the logits' gradient
   std::vector<float> head_cls_, head_a1_, head_d1_, head_g1_, head_dd1_, head_da1_, head_dcls_, head_dlogits_;

@@ -3,8 +3,7 @@
 // below that thread's stack pointer. oneDNN's JIT f32 GEMM kernels (Debian's 2.6 and every release
 // before the fix of uxlfoundation/oneDNN#4845) point rsp into a heap workspace while they run, so
 // a handled SIGTERM that lands in one of them overwrites the heap. bertcc saw that as a crash in
-// about one of 16 SIGTERM-stopped runs, and in two of three runs that received a stream of
-// handled signals.
+// about one of 16 SIGTERM-stopped runs, and in each of 5 runs sent one SIGTERM every 5 ms.
 //
 // start() blocks the two signals in the calling thread, and every thread created afterwards
 // inherits that mask. Call it first in main(), before any thread exists. Until take_stop_signals()

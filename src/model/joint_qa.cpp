@@ -108,7 +108,8 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
       sum += e.numel;
     }
   BERTCC_CHECK(lo < hi && sum == hi - lo, "joint QA: the head's tensors are not contiguous in the parameter table");
-  std::vector<float> hbuf, hgrad;
+  std::vector<float> hbuf;
+  std::vector<float>& hgrad = head_grad_;  // a member: its device copy is the model's scratch
   std::vector<bf16_t> h16;
   if (dev) {
     be_->download(params_.data() + lo, dev_params_ + lo, sizeof(float) * (hi - lo));
@@ -294,10 +295,7 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
     for (int64_t k = 0; k < C; ++k) dh[(b * T + sp[b]) * C + k] += dhs[b * C + k];
   head_dseq_ = std::move(dh);
   if (dev) {  // the head's gradients into the device's (zero before this micro-batch: 0 + g = g)
-    DeviceBuffer<float> g;
-    g.ensure(*be_, hgrad.size());
-    be_->upload(g.get(), hgrad.data(), sizeof(float) * hgrad.size());
-    be_->add_rows(dev_grads_ + lo, 0, g.get(), 0, 1, static_cast<int64_t>(hgrad.size()));
+    be_->add_rows(dev_grads_ + lo, 0, to_backend(hgrad), 0, 1, static_cast<int64_t>(hgrad.size()));
   }
   encode_backward(to_backend(head_dseq_), nullptr, prec);
   return out;

@@ -310,25 +310,25 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   Bert* bert = md->bert.get();
   const int64_t bs = o.max_batch_size;
   const int32_t mask = md->vocab->id("[MASK]");
+  // On a device, the batcher's thread first makes it current (the current device is per thread).
+  auto on_backend = [&be](Compute fn) -> Compute {
+    if (be.on_host()) return fn;
+    return [fn, &be](const std::vector<FtFeature>& f) {
+      be.bind_thread();
+      return fn(f);
+    };
+  };
   for (const auto& t : md->tasks) {
     Compute fn;
     if (t == "embed") fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_embeddings(*bert, f, bs, prec); };
     else if (t == "fill-mask")
       fn = [bert, bs, prec, mask](const std::vector<FtFeature>& f) { return predict_masked(*bert, f, bs, prec, mask); };
     else fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_logits(*bert, f, bs, prec); };
-    if (!be.on_host()) fn = [fn, &be](const std::vector<FtFeature>& f) {
-      be.bind_thread();  // the batcher's thread
-      return fn(f);
-    };
-    md->batchers[t] = std::make_unique<Batcher>(md->name, fn, o, m, device);
+    md->batchers[t] = std::make_unique<Batcher>(md->name, on_backend(fn), o, m, device);
   }
   if (!md->has_head()) {  // the Triton outputs of BertModel: last_hidden_state, pooler_output
     Compute fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_hidden(*bert, f, bs, prec); };
-    if (!be.on_host()) fn = [fn, &be](const std::vector<FtFeature>& f) {
-      be.bind_thread();
-      return fn(f);
-    };
-    md->batchers["hidden"] = std::make_unique<Batcher>(md->name, fn, o, m, device);
+    md->batchers["hidden"] = std::make_unique<Batcher>(md->name, on_backend(fn), o, m, device);
   }
   return md;
 }

@@ -90,7 +90,6 @@ void add_bench(CLI::App& app) {
     // ELECTRA: Google's generator for this discriminator, sharing its embeddings.
     const BertConfig gcfg = electra_generator_config(cfg);
     std::unique_ptr<Bert> gen;
-    AdamState gen_state;
     if (electra) {
       gen = std::make_unique<Bert>(gcfg, Heads::Generator);
       gen->init_weights(2);
@@ -108,43 +107,28 @@ void add_bench(CLI::App& app) {
     }
     AdamWOptions adamw;
     Rng rng{3, 0};
-    AdamState state;
     LambOptions lamb;
     int64_t masked = 0;
+    // The optimizer through the backend whatever it is (the CPU backend calls the CPU optimizers).
     auto step = [&]() {
       if (electra) {
         model.zero_grad();
         gen->zero_grad();
         masked = electra_step(*gen, model, batch, true, true, prec, rng).masked;
-        if (gpu) {
-          const double gn = be.global_norm(gen->grads_on_backend(), gen->table().total());
-          const double dn = be.global_norm(model.grads_on_backend(), model.table().total());
-          const double norm = std::sqrt(gn * gn + dn * dn);
-          be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 1e-4f, lamb, norm);
-          be.lamb_step(gen->table(), gen->params_on_backend(), gen->grads_on_backend(), gen_ostate, 1e-4f, lamb, norm);
-        } else {
-          const double gn = global_norm(gen->grads().data(), gen->grads().size());
-          const double dn = global_norm(model.grads().data(), model.grads().size());
-          const double norm = std::sqrt(gn * gn + dn * dn);
-          lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb, norm);
-          lamb_step(gen->table(), gen->params().data(), gen->grads().data(), gen_state, 1e-4f, lamb, norm);
-        }
+        const double gn = be.global_norm(gen->grads_on_backend(), gen->table().total());
+        const double dn = be.global_norm(model.grads_on_backend(), model.table().total());
+        const double norm = std::sqrt(gn * gn + dn * dn);
+        be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 1e-4f, lamb, norm);
+        be.lamb_step(gen->table(), gen->params_on_backend(), gen->grads_on_backend(), gen_ostate, 1e-4f, lamb, norm);
         electra_share_embeddings(model, *gen);
-      } else if (train && gpu) {
-        model.zero_grad();
-        masked = model.pretrain_step(batch, true, true, prec, rng).mlm_count;
-        be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 1e-4f, lamb);
       } else if (train) {
         model.zero_grad();
         masked = model.pretrain_step(batch, true, true, prec, rng).mlm_count;
-        lamb_step(model.table(), model.params().data(), model.grads().data(), state, 1e-4f, lamb);
+        be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 1e-4f, lamb);
       } else if (squad) {
         model.zero_grad();
         model.finetune_step(batch, true, true, prec, rng);
-        if (gpu)
-          be.adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 3e-5f, adamw);
-        else
-          adamw_step(model.table(), model.params().data(), model.grads().data(), state, 3e-5f, adamw);
+        be.adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 3e-5f, adamw);
       } else {
         model.encode(batch, false, prec, rng);
       }

@@ -117,7 +117,9 @@ echo "resume: from step 10 of 24, final and best models byte-identical"
 pid=$!
 n=0
 while [ ! -d "$W/rs_t/checkpoints/step_40" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done
-kill -TERM $pid; wait $pid; rc=$?
+# one SIGTERM every 5 ms until the process is gone: none may disturb the step in flight (resume.sh)
+k=0; while kill -TERM $pid 2>/dev/null && [ $k -lt 4000 ]; do k=$((k + 1)); sleep 0.005; done
+wait $pid; rc=$?
 [ $rc -eq 0 ] || fail "SIGTERM exit code $rc"
 grep -q "stopped by signal after step" "$W/rs_t.err" || fail "SIGTERM message: $(tail -2 "$W/rs_t.err")"
 last=$(grep -o "after step [0-9]*" "$W/rs_t.err" | grep -o "[0-9]*$")
