@@ -69,38 +69,7 @@ class MpiComm final : public Communicator {
   void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, WireDtype wire) override {
     std::vector<int> c, d;
     displacements(counts, c, d);
-    const size_t W = static_cast<size_t>(world_), r = static_cast<size_t>(rank_);
-    const size_t n = static_cast<size_t>(d.back()) + static_cast<size_t>(c.back());
-    const size_t mine = static_cast<size_t>(c[r]), my0 = static_cast<size_t>(d[r]);
-    std::vector<int> rcounts(W, static_cast<int>(mine)), rdispls(W);
-    for (size_t j = 0; j < W; ++j) rdispls[j] = static_cast<int>(j * mine);
-    // As bucket(): every rank's values of my part, summed here in rank order.
-    if (wire == WireDtype::F32) {
-      recv_.resize(mine * W);
-      check(MPI_Alltoallv(data, c.data(), d.data(), MPI_FLOAT, recv_.data(), rcounts.data(), rdispls.data(), MPI_FLOAT,
-                          MPI_COMM_WORLD),
-            "MPI_Alltoallv");
-      for (size_t i = 0; i < mine; ++i) {
-        float s = recv_[i];
-        for (size_t j = 1; j < W; ++j) s += recv_[j * mine + i];
-        data[my0 + i] = s;
-      }
-      return;
-    }
-    const bool bf = wire == WireDtype::BF16;
-    auto to16 = [bf](float f) { return bf ? f32_to_bf16(f) : f32_to_f16(f); };
-    auto from16 = [bf](uint16_t h) { return bf ? bf16_to_f32(h) : f16_to_f32(h); };
-    send16_.resize(n);
-    for (size_t i = 0; i < n; ++i) send16_[i] = to16(data[i]);
-    recv16_.resize(mine * W);
-    check(MPI_Alltoallv(send16_.data(), c.data(), d.data(), MPI_UINT16_T, recv16_.data(), rcounts.data(),
-                        rdispls.data(), MPI_UINT16_T, MPI_COMM_WORLD),
-          "MPI_Alltoallv");
-    for (size_t i = 0; i < mine; ++i) {
-      float s = from16(recv16_[i]);
-      for (size_t j = 1; j < W; ++j) s += from16(recv16_[j * mine + i]);
-      data[my0 + i] = from16(to16(s));  // the all-reduce sends its sums back in 16 bits, its own too
-    }
+    reduce_parts(data, static_cast<size_t>(d.back()) + static_cast<size_t>(c.back()), c, d, wire);
   }
 
   void allreduce_sum(double* data, size_t n) override {
@@ -170,15 +139,13 @@ class MpiComm final : public Communicator {
     }
   }
 
-  // One chunk: slice j = [bounds[j], bounds[j+1]) is summed by rank j.
-  void bucket(float* data, size_t n, WireDtype wire) {
+  // The reduce-scatter half of an all-reduce: rank j receives every rank's part j (data[displs[j],
+  // displs[j] + counts[j])) and sums it in rank order into its own data. On a 16-bit wire the
+  // values travel in 16 bits, are summed in fp32, and the sums are rounded to 16 bits (as the
+  // all-reduce sends them back), kept in send16_ for bucket()'s all-gather.
+  void reduce_parts(float* data, size_t n, const std::vector<int>& counts, const std::vector<int>& displs,
+                    WireDtype wire) {
     const size_t W = static_cast<size_t>(world_), r = static_cast<size_t>(rank_);
-    std::vector<int> counts(W), displs(W);
-    for (size_t j = 0; j < W; ++j) {
-      const size_t b = n * j / W, e = n * (j + 1) / W;
-      displs[j] = static_cast<int>(b);
-      counts[j] = static_cast<int>(e - b);
-    }
     const size_t mine = static_cast<size_t>(counts[r]), my0 = static_cast<size_t>(displs[r]);
     std::vector<int> rcounts(W, static_cast<int>(mine)), rdispls(W);
     for (size_t j = 0; j < W; ++j) rdispls[j] = static_cast<int>(j * mine);
@@ -192,31 +159,49 @@ class MpiComm final : public Communicator {
         for (size_t j = 1; j < W; ++j) s += recv_[j * mine + i];
         data[my0 + i] = s;
       }
-      check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), MPI_FLOAT,
-                           MPI_COMM_WORLD),
-            "MPI_Allgatherv");
       return;
     }
-    // Compressed: 16-bit values on the wire both ways; sums in fp32.
     const bool bf = wire == WireDtype::BF16;
-    auto to16 = [bf](float f) { return bf ? f32_to_bf16(f) : f32_to_f16(f); };
-    auto from16 = [bf](uint16_t h) { return bf ? bf16_to_f32(h) : f16_to_f32(h); };
     send16_.resize(n);
-    for (size_t i = 0; i < n; ++i) send16_[i] = to16(data[i]);
+    for (size_t i = 0; i < n; ++i) send16_[i] = to16(bf, data[i]);
     recv16_.resize(mine * W);
     check(MPI_Alltoallv(send16_.data(), counts.data(), displs.data(), MPI_UINT16_T, recv16_.data(), rcounts.data(),
                         rdispls.data(), MPI_UINT16_T, MPI_COMM_WORLD),
           "MPI_Alltoallv");
     for (size_t i = 0; i < mine; ++i) {
-      float s = from16(recv16_[i]);
-      for (size_t j = 1; j < W; ++j) s += from16(recv16_[j * mine + i]);
-      send16_[my0 + i] = to16(s);
+      float s = from16(bf, recv16_[i]);
+      for (size_t j = 1; j < W; ++j) s += from16(bf, recv16_[j * mine + i]);
+      send16_[my0 + i] = to16(bf, s);
+      data[my0 + i] = from16(bf, send16_[my0 + i]);
     }
+  }
+
+  // One chunk: slice j = [n j / W, n (j+1) / W) is summed by rank j, then every rank gets every sum.
+  void bucket(float* data, size_t n, WireDtype wire) {
+    const size_t W = static_cast<size_t>(world_);
+    std::vector<int> counts(W), displs(W);
+    for (size_t j = 0; j < W; ++j) {
+      const size_t b = n * j / W, e = n * (j + 1) / W;
+      displs[j] = static_cast<int>(b);
+      counts[j] = static_cast<int>(e - b);
+    }
+    reduce_parts(data, n, counts, displs, wire);
+    if (wire == WireDtype::F32) {
+      check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), MPI_FLOAT,
+                           MPI_COMM_WORLD),
+            "MPI_Allgatherv");
+      return;
+    }
+    // Compressed: the 16-bit sums travel back in 16 bits.
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, send16_.data(), counts.data(), displs.data(),
                          MPI_UINT16_T, MPI_COMM_WORLD),
           "MPI_Allgatherv");
-    for (size_t i = 0; i < n; ++i) data[i] = from16(send16_[i]);
+    const bool bf = wire == WireDtype::BF16;
+    for (size_t i = 0; i < n; ++i) data[i] = from16(bf, send16_[i]);
   }
+
+  static uint16_t to16(bool bf, float f) { return bf ? f32_to_bf16(f) : f32_to_f16(f); }
+  static float from16(bool bf, uint16_t h) { return bf ? bf16_to_f32(h) : f16_to_f32(h); }
 
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1, provided_ = MPI_THREAD_SINGLE;
   std::vector<float> recv_;

@@ -212,8 +212,9 @@ int run_pretraining(const PretrainOptions& o) {
     }
   if (lead && W > 1) {
     double full_mb = 0, own_mb = 0;
-    for (size_t i = 0; i < pm.parts().size(); ++i) {
-      const double full = 2.0 * 4 * static_cast<double>(pm.parts()[i].model->table().total()) / 1048576.0;
+    const std::vector<CheckpointPart> parts = pm.parts();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const double full = 2.0 * 4 * static_cast<double>(parts[i].model->table().total()) / 1048576.0;
       full_mb += full;
       own_mb += shards.empty() ? full : 2.0 * 4 * static_cast<double>(shards[i]->end(0) - shards[i]->begin(0)) / 1048576.0;
     }
@@ -509,16 +510,16 @@ int run_pretraining(const PretrainOptions& o) {
     const double step_loss = pm.electra ? mlm_loss + o.disc_weight * nsp_loss : mlm_loss + nsp_loss;
     // The global gradient norm over every trained model (ELECTRA: one optimizer over both).
     auto grad_norm = [&]() {
-      auto norm_of = [&](Bert* m) {
-        const size_t i = static_cast<size_t>(std::find(models.begin(), models.end(), m) - models.begin());
+      auto norm_of = [&](size_t i) {  // models[i] and shards[i] are the same model (parts() order)
+        Bert* m = models[i];
         if (i < shards.size()) return sharded_global_norm(comm, m->grads().data(), m->grads().size(), *shards[i]);
         return dev ? be.global_norm(m->grads_on_backend(), m->table().total())
                    : global_norm(m->grads().data(), m->grads().size());
       };
-      if (models.size() == 1) return norm_of(model);
+      if (models.size() == 1) return norm_of(0);
       double sq = 0;
-      for (Bert* m : models) {
-        const double n = norm_of(m);
+      for (size_t i = 0; i < models.size(); ++i) {
+        const double n = norm_of(i);
         sq += n * n;
       }
       return std::sqrt(sq);
@@ -574,7 +575,7 @@ int run_pretraining(const PretrainOptions& o) {
       }
       if (!shards.empty()) {  // every rank updated its own tensors: share them
         watchdog.beat("the ZeRO-1 parameter all-gather", st.step + st.step_offset);
-        for (size_t i = 0; i < shards.size(); ++i) shards[i]->allgather_params(comm, pm.parts()[i].model->params().data());
+        for (size_t i = 0; i < shards.size(); ++i) shards[i]->allgather_params(comm, models[i]->params().data());
       }
       // ELECTRA: the generator's copies of the shared embeddings follow the discriminator's.
       if (pm.electra) electra_share_embeddings(*pm.main, *pm.gen);
