@@ -1,7 +1,9 @@
 // ONNX export (opset 17) of a BERT model and its head, with Hugging Face's input and output names:
 // input_ids, attention_mask, token_type_ids (INT64, dynamic batch and sequence axes) ->
 //   logits (sequence or token classification), start_logits + end_logits (question answering), or
-//   last_hidden_state + pooler_output (BertModel, and the encoder of BertForPreTraining).
+//   last_hidden_state + pooler_output (BertModel, and the encoder of BertForPreTraining), or the
+//   joint SQuAD head's beam search (start_top_log_probs, start_top_index, end_top_log_probs,
+//   end_top_index, cls_logits: XLNet's and NVIDIA's ELECTRA's names, as bertcc serve gives them).
 #pragma once
 #include <string>
 

@@ -104,6 +104,7 @@ class Graph {
     graph_.msg(1, nd);
     return out;
   }
+  void raw_node(const Pb& nd) { graph_.msg(1, nd); }
   // A weight: stored at the export precision, Cast to fp32 when that is 16-bit.
   std::string weight(const std::string& name, const std::vector<int64_t>& dims, const float* data) {
     int64_t n = 1;
@@ -154,8 +155,8 @@ class Graph {
   void input(const std::string& name, int elem, const std::vector<std::string>& dims) {
     graph_.msg(11, value_info(name, elem, dims));
   }
-  void output(const std::string& name, const std::vector<std::string>& dims) {
-    graph_.msg(12, value_info(name, kFloat, dims));
+  void output(const std::string& name, const std::vector<std::string>& dims, int elem = kFloat) {
+    graph_.msg(12, value_info(name, elem, dims));
   }
   std::string model(const std::string& doc) {
     graph_.bytes(2, "bertcc");
@@ -179,9 +180,9 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
                "export-onnx: weights must be fp32, fp16 or bf16");
   const BertConfig& c = model.config();
   const Heads heads = model.heads();
-  BERTCC_CHECK(heads != Heads::PreTraining && heads != Heads::Generator && heads != Heads::JointQuestionAnswering,
+  BERTCC_CHECK(heads != Heads::PreTraining && heads != Heads::Generator,
                "export-onnx: ", architecture_name(heads, c.electra()), " has no ONNX export (encoders, classifiers, QA "
-               "and token classifiers, and ELECTRA's discriminator do)");
+               "heads and token classifiers, and ELECTRA's discriminator do)");
   const int64_t C = c.hidden_size, NH = c.num_attention_heads, HD = c.head_size();
   Graph g(weights);
   auto W = [&](const std::string& n) { return model.params().data() + model.table().at(n).offset; };
@@ -252,7 +253,91 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
   }
   const std::vector<std::string> bs{"batch", "sequence"};
   auto rename = [&](const std::string& x, const std::string& name) { return g.node("Identity", {x}, {}, name); };
-  if (heads == Heads::QuestionAnswering) {
+  // ELECTRA's (and XLNet's) joint SQuAD head at inference, as bertcc's beam search
+  // (src/model/joint_qa.cpp) and NVIDIA's TFElectraForQuestionAnswering with joint_head: outputs
+  // start_top_log_probs / start_top_index [B, K1], end_top_log_probs / end_top_index [B, K1*K2]
+  // (start-major: i * K2 + j), cls_logits [B]. dense_0 of the end and answer-class layers takes
+  // [x ; y] (2C inputs); it is applied as x @ Wx + y @ Wy, so the [B, K1, S, 2C] concatenation is
+  // never formed.
+  auto joint_qa_head = [&](const std::string& h, const std::string& positions) {
+    const int64_t K1 = c.start_n_top > 0 ? c.start_n_top : 4, K2 = c.end_n_top > 0 ? c.end_n_top : 4;
+    // columns [c0, c0 + C) of a [C, 2C] weight, transposed for MatMul
+    auto half = [&](const std::string& n, int64_t c0) {
+      const float* w = W(n);
+      std::vector<float> t(static_cast<size_t>(C * C));
+      for (int64_t o = 0; o < C; ++o)
+        for (int64_t i = 0; i < C; ++i) t[static_cast<size_t>(i * C + o)] = w[o * 2 * C + c0 + i];
+      return g.weight(n + (c0 == 0 ? "_t_first" : "_t_second"), {C, C}, t.data());
+    };
+    auto row = [&](const std::string& n) { return g.weight(n + "_t", {C, 1}, W(n)); };  // [1, C] -> [C, 1]
+    // p_mask as bertcc's: open are [CLS] (position 0) and segment-1 real tokens but the last one
+    const std::string len = g.node("ReduceSum", {"attention_mask", g.const_i64({1})}, {Attr::i("keepdims", 1)});
+    const std::string last = g.node("Sub", {len, g.const_i64_scalar(1)});  // [B, 1]
+    const std::string one = g.const_i64_scalar(1);
+    const std::string in_context = g.node(
+        "And", {g.node("And", {g.node("Equal", {"token_type_ids", one}), g.node("Equal", {"attention_mask", one})}),
+                g.node("Not", {g.node("Equal", {positions, last})})});
+    const std::string open = g.node("Or", {g.node("Equal", {positions, g.const_i64_scalar(0)}), in_context});  // [B, S]
+    const std::string closed = g.const_f32(-1e30f);
+    // start: log-softmax of the masked logits, the K1 best
+    const std::string s = g.node("Where", {open, g.node("Squeeze", {linear(h, "start_logits.dense"), g.const_i64({2})}),
+                                           closed});
+    const std::string slp = g.node("LogSoftmax", {s}, {Attr::i("axis", -1)});
+    std::vector<std::string> st = {"TopK_start_values", "TopK_start_indices"};
+    {
+      Pb nd;  // TopK has two outputs
+      nd.bytes(1, slp).bytes(1, g.const_i64({K1})).bytes(2, st[0]).bytes(2, st[1]).bytes(3, "TopK_start").bytes(4, "TopK");
+      nd.msg(5, Attr::i("axis", -1).p).msg(5, Attr::i("largest", 1).p).msg(5, Attr::i("sorted", 1).p);
+      g.raw_node(nd);
+    }
+    rename(st[0], "start_top_log_probs");
+    rename(st[1], "start_top_index");
+    // the hidden states at those starts [B, K1, C]
+    const std::string gidx = g.node(
+        "Expand", {g.node("Unsqueeze", {st[1], g.const_i64({2})}),
+                   g.node("Concat", {g.node("Shape", {st[1]}), g.const_i64({C})}, {Attr::i("axis", 0)})});
+    const std::string hs = g.node("GatherElements", {h, gidx}, {Attr::i("axis", 1)});
+    // end logits for every (start i, position t): dense_1(LN(tanh(dense_0([h_t ; h_start_i]))))
+    const std::string a_t = g.node("MatMul", {h, half("end_logits.dense_0.weight", 0)});  // [B, S, C]
+    const std::string a_s = g.node("Add", {g.node("MatMul", {hs, half("end_logits.dense_0.weight", C)}),
+                                           param("end_logits.dense_0.bias")});  // [B, K1, C]
+    const std::string a = g.node("Tanh", {g.node("Add", {g.node("Unsqueeze", {a_t, g.const_i64({1})}),
+                                                         g.node("Unsqueeze", {a_s, g.const_i64({2})})})});
+    const std::string e0 = g.node("Add", {g.node("MatMul", {layer_norm(a, "end_logits.LayerNorm"), row("end_logits.dense_1.weight")}),
+                                          param("end_logits.dense_1.bias")});  // [B, K1, S, 1]
+    const std::string e = g.node("Where", {g.node("Unsqueeze", {open, g.const_i64({1})}),
+                                           g.node("Squeeze", {e0, g.const_i64({3})}), closed});
+    const std::string elp = g.node("LogSoftmax", {e}, {Attr::i("axis", -1)});
+    std::vector<std::string> en = {"TopK_end_values", "TopK_end_indices"};
+    {
+      Pb nd;
+      nd.bytes(1, elp).bytes(1, g.const_i64({K2})).bytes(2, en[0]).bytes(2, en[1]).bytes(3, "TopK_end").bytes(4, "TopK");
+      nd.msg(5, Attr::i("axis", -1).p).msg(5, Attr::i("largest", 1).p).msg(5, Attr::i("sorted", 1).p);
+      g.raw_node(nd);
+    }
+    const std::string flat = g.const_i64({0, K1 * K2});
+    rename(g.node("Reshape", {en[0], flat}), "end_top_log_probs");
+    rename(g.node("Reshape", {en[1], flat}), "end_top_index");
+    // answer class from the expected start state sum_t softmax(s)_t h_t and h_[CLS]
+    const std::string hexp = g.node(
+        "Squeeze", {g.node("MatMul", {g.node("Unsqueeze", {g.node("Softmax", {s}, {Attr::i("axis", -1)}), g.const_i64({1})}), h}),
+                    g.const_i64({1})});  // [B, C]
+    const std::string hcls = g.node("Gather", {h, g.const_i64_scalar(0)}, {Attr::i("axis", 1)});  // [B, C]
+    const std::string z = g.node(
+        "Tanh", {g.node("Add", {g.node("Add", {g.node("MatMul", {hexp, half("answer_class.dense_0.weight", 0)}),
+                                               g.node("MatMul", {hcls, half("answer_class.dense_0.weight", C)})}),
+                                param("answer_class.dense_0.bias")})});
+    rename(g.node("Squeeze", {g.node("MatMul", {z, row("answer_class.dense_1.weight")}), g.const_i64({1})}), "cls_logits");
+    const std::string k1 = std::to_string(K1), k12 = std::to_string(K1 * K2);
+    g.output("start_top_log_probs", {"batch", k1});
+    g.output("start_top_index", {"batch", k1}, kInt64);
+    g.output("end_top_log_probs", {"batch", k12});
+    g.output("end_top_index", {"batch", k12}, kInt64);
+    g.output("cls_logits", {"batch"});
+  };
+  if (heads == Heads::JointQuestionAnswering) {
+    joint_qa_head(h, positions);
+  } else if (heads == Heads::QuestionAnswering) {
     const std::string lg = linear(h, "qa_outputs");  // [B, S, 2]
     for (int k = 0; k < 2; ++k) {
       const std::string one = g.node("Squeeze", {g.node("Slice", {lg, g.const_i64({k}), g.const_i64({k + 1}), g.const_i64({2})}),

@@ -337,13 +337,11 @@ struct OutTensor {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<float> data;
+  std::vector<int64_t> idata{};  // INT64 outputs (the joint head's beam indices) instead of data
 };
 
 // POST /v2/models/NAME/infer. Returns the body and sets the content type / header length.
 std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request& req, httplib::Response& res) {
-  if (m.heads == Heads::JointQuestionAnswering)
-    throw HttpError(400, "model '" + m.name + "' has the joint SQuAD head (beam search), which has no Triton "
-                         "outputs; it answers at /v1/qa");
   size_t json_len = req.body.size();
   if (req.has_header("Inference-Header-Content-Length")) {
     const std::string h = req.get_header_value("Inference-Header-Content-Length");
@@ -359,6 +357,13 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
   const int64_t B = kin.B, S = kin.S;
   const std::vector<int64_t>& len = kin.lengths;
   const std::vector<FtFeature>& f = kin.features;
+  const int64_t K1 = c.start_n_top > 0 ? c.start_n_top : 4, K2 = c.end_n_top > 0 ? c.end_n_top : 4;
+  if (m.heads == Heads::JointQuestionAnswering)
+    for (int64_t b = 0; b < B; ++b)
+      if (len[static_cast<size_t>(b)] < std::max(K1, K2))
+        throw HttpError(400, "row " + std::to_string(b) + ": " + std::to_string(len[static_cast<size_t>(b)]) +
+                                 " tokens, fewer than the joint head's beam (start_n_top " + std::to_string(K1) +
+                                 ", end_n_top " + std::to_string(K2) + ")");
   const auto logits = m.batcher(m.has_head() ? m.tasks[0] : "hidden").run(f);
   // Outputs as an ONNX BERT under Triton names them; padded positions hold 0.
   std::vector<OutTensor> outs;
@@ -379,6 +384,20 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
     OutTensor t{"logits", {B, K}, {}};
     for (const auto& row : logits) t.data.insert(t.data.end(), row.begin(), row.begin() + K);
     outs.push_back(std::move(t));
+  } else if (m.heads == Heads::JointQuestionAnswering) {
+    // The beam search's results as ONNX export names them (XLNet's and NVIDIA's ELECTRA's names);
+    // each row is [K1 start log-probs | K1 starts | K1*K2 end log-probs | K1*K2 ends | class].
+    OutTensor slp{"start_top_log_probs", {B, K1}, {}}, sti{"start_top_index", {B, K1}, {}},
+        elp{"end_top_log_probs", {B, K1 * K2}, {}}, eni{"end_top_index", {B, K1 * K2}, {}}, cls{"cls_logits", {B}, {}};
+    for (const auto& row : logits) {
+      const auto at = [&row](int64_t i) { return row[static_cast<size_t>(i)]; };
+      for (int64_t i = 0; i < K1; ++i) slp.data.push_back(at(i));
+      for (int64_t i = 0; i < K1; ++i) sti.idata.push_back(static_cast<int64_t>(at(K1 + i)));
+      for (int64_t i = 0; i < K1 * K2; ++i) elp.data.push_back(at(2 * K1 + i));
+      for (int64_t i = 0; i < K1 * K2; ++i) eni.idata.push_back(static_cast<int64_t>(at(2 * K1 + K1 * K2 + i)));
+      cls.data.push_back(at(2 * K1 + 2 * K1 * K2));
+    }
+    for (OutTensor* t : {&slp, &sti, &elp, &eni, &cls}) outs.push_back(std::move(*t));
   } else if (m.heads == Heads::QuestionAnswering) {
     OutTensor st{"start_logits", {B, S}, std::vector<float>(static_cast<size_t>(B * S), 0.0f)};
     OutTensor en{"end_logits", {B, S}, std::vector<float>(static_cast<size_t>(B * S), 0.0f)};
@@ -428,10 +447,15 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
   for (const auto& t : outs) {
     auto it = want.find(t.name);
     if (it == want.end()) continue;
-    ojson o_{{"name", t.name}, {"datatype", "FP32"}, {"shape", t.shape}};
+    const bool i64 = !t.idata.empty();
+    ojson o_{{"name", t.name}, {"datatype", i64 ? "INT64" : "FP32"}, {"shape", t.shape}};
     if (it->second) {
-      o_["parameters"] = {{"binary_data_size", t.data.size() * 4}};
-      blob.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
+      const size_t bytes = i64 ? t.idata.size() * 8 : t.data.size() * 4;
+      o_["parameters"] = {{"binary_data_size", bytes}};
+      blob.append(i64 ? reinterpret_cast<const char*>(t.idata.data()) : reinterpret_cast<const char*>(t.data.data()),
+                  bytes);
+    } else if (i64) {
+      o_["data"] = t.idata;
     } else {
       o_["data"] = t.data;
     }
@@ -456,8 +480,13 @@ ojson model_metadata(const Model& m) {
   if (!m.has_head()) {
     out.push_back({{"name", "last_hidden_state"}, {"datatype", "FP32"}, {"shape", {-1, -1, c.hidden_size}}});
     if (m.has_pooler()) out.push_back({{"name", "pooler_output"}, {"datatype", "FP32"}, {"shape", {-1, c.hidden_size}}});
-  } else if (m.heads == Heads::JointQuestionAnswering) {
-    // no Triton outputs: /v1/qa serves the beam search
+  } else if (m.heads == Heads::JointQuestionAnswering) {  // the beam search, as export-onnx writes it
+    const int64_t K1 = c.start_n_top > 0 ? c.start_n_top : 4, K2 = c.end_n_top > 0 ? c.end_n_top : 4;
+    out.push_back({{"name", "start_top_log_probs"}, {"datatype", "FP32"}, {"shape", {-1, K1}}});
+    out.push_back({{"name", "start_top_index"}, {"datatype", "INT64"}, {"shape", {-1, K1}}});
+    out.push_back({{"name", "end_top_log_probs"}, {"datatype", "FP32"}, {"shape", {-1, K1 * K2}}});
+    out.push_back({{"name", "end_top_index"}, {"datatype", "INT64"}, {"shape", {-1, K1 * K2}}});
+    out.push_back({{"name", "cls_logits"}, {"datatype", "FP32"}, {"shape", {-1}}});
   } else if (m.heads == Heads::QuestionAnswering) {
     out.push_back({{"name", "start_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
     out.push_back({{"name", "end_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});

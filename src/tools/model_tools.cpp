@@ -192,11 +192,7 @@ void add_model_tools(CLI::App& app) {
   ox->add_option("--weights", oo->weights, "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   ox->callback([oo]() {
-    const Heads heads = architecture_heads(oo->model);
-    BERTCC_CHECK(heads != Heads::JointQuestionAnswering, oo->model,
-                 ": the joint SQuAD head (beam search over start and end) has no ONNX export yet; fine-tune with "
-                 "--no-joint-head for the exportable start_logits/end_logits head");
-    const auto model = load_model_dir(oo->model, heads);
+    const auto model = load_model_dir(oo->model, architecture_heads(oo->model));
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
     export_onnx(*model, oo->out, dt);
     std::cout << "wrote " << oo->out << " (" << model->architecture() << ", "

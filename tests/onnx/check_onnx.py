@@ -11,7 +11,9 @@ last_hidden_state and pooler_output are compared with the PyTorch reference (tes
 torch_bert.py, itself checked against bertcc to ~1e-6). fp16 and bf16 weight exports must be
 about half the size and stay close (5e-2) to fp32. A GELU-tanh (gelu_new) model is exported too.
 ELECTRA (narrower embeddings than the encoder): ElectraModel against PyTorch, ElectraForSequence-
-Classification and ElectraForPreTraining against bertcc's dump-step.
+Classification and ElectraForPreTraining against bertcc's dump-step; the joint SQuAD head's beam
+search (start_top_log_probs ... cls_logits) against bertcc's (dump-step) and bertcc serve's Triton
+outputs.
 """
 import http.client
 import json
@@ -178,4 +180,76 @@ for name, head, arch in [("electra", "none", "ElectraModel"), ("electra_cls", "c
                     "--precision", "fp32", "--out", out], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     want = st.load(out)["logits"].astype(np.float64).reshape(got["logits"].shape)
     compare(f"{name} logits", got["logits"], want, np.ones(want.shape, bool) if head == "classify" else valid_tok)
+
+# ELECTRA's joint SQuAD head (beam search; start_n_top 3 != end_n_top 2 so that a transposed index
+# shows): the graph's start_top_log_probs / start_top_index / end_top_log_probs / end_top_index /
+# cls_logits against bertcc's beam search (dump-step's "beam", fp32) and against bertcc serve's
+# Triton outputs (JSON and the binary extension), indices exactly, values within 1e-4.
+import check_joint_qa as cj  # noqa: E402
+
+K1, K2 = 3, 2
+jcfg = dict(ecfg, architectures=["ElectraForQuestionAnsweringJoint"], start_n_top=K1, end_n_top=K2)
+jd = os.path.join(work, "electra_joint")
+os.makedirs(jd, exist_ok=True)
+st.save(os.path.join(jd, "model.safetensors"), gradcheck.random_params(cj.joint_shapes(jcfg), erng))
+json.dump(jcfg, open(os.path.join(jd, "config.json"), "w"))
+with open(os.path.join(work, "base", "vocab.txt")) as src, open(os.path.join(jd, "vocab.txt"), "w") as dst:
+    dst.write(src.read())
+got = ort(export("electra_joint"), feeds)
+names = ["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits"]
+check(sorted(got) == sorted(names) and got["start_top_index"].shape == (4, K1) and got["end_top_index"].shape == (4, K1 * K2)
+      and got["cls_logits"].shape == (4,), f"electra_joint: outputs {[(n, list(got[n].shape)) for n in sorted(got)]}")
+jb = dict(batch, start_positions=np.zeros(4, np.int64), end_positions=np.zeros(4, np.int64))
+st.save(os.path.join(work, "joint_batch.safetensors"), {k: np.asarray(v).astype(np.float32) for k, v in jb.items()})
+out = os.path.join(work, "joint_step.safetensors")
+subprocess.run([bertcc, "dump-step", "--head", "qa-joint", "--model", jd, "--batch", os.path.join(work, "joint_batch.safetensors"),
+                "--precision", "fp32", "--out", out], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+beam = st.load(out)["beam"].astype(np.float64)
+want = {"start_top_log_probs": beam[:, :K1], "start_top_index": beam[:, K1:2 * K1],
+        "end_top_log_probs": beam[:, 2 * K1:2 * K1 + K1 * K2], "end_top_index": beam[:, 2 * K1 + K1 * K2:2 * K1 + 2 * K1 * K2],
+        "cls_logits": beam[:, -1]}
+
+
+def joint_compare(who, got, want):
+    for n in names:
+        if n.endswith("_index"):
+            check(np.array_equal(got[n], want[n]), f"electra_joint {n}: {who} = bertcc's beam search {got[n].astype(int).tolist()}")
+        else:
+            d = (np.abs(got[n] - want[n]) / np.maximum(1.0, np.abs(want[n]))).max()
+            check(d <= 1e-4, f"electra_joint {n}: {who} vs bertcc's beam search, max rel. difference {d:.2e}")
+
+
+joint_compare("ONNX Runtime", got, want)
+srv = subprocess.Popen([bertcc, "serve", "--port", "0", "--precision", "fp32", "--model", jd],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+port = int(srv.stdout.readline().strip().rsplit(":", 1)[1])
+served = ours("electra_joint")
+joint_compare("bertcc serve (Triton protocol)", served, want)
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+c.request("GET", "/v2/models/electra_joint")
+meta = json.loads(c.getresponse().read())
+check([(o["name"], o["datatype"], o["shape"]) for o in meta["outputs"]] ==
+      [("start_top_log_probs", "FP32", [-1, K1]), ("start_top_index", "INT64", [-1, K1]),
+       ("end_top_log_probs", "FP32", [-1, K1 * K2]), ("end_top_index", "INT64", [-1, K1 * K2]), ("cls_logits", "FP32", [-1])],
+      f"electra_joint metadata outputs: {[(o['name'], o['datatype'], o['shape']) for o in meta['outputs']]}")
+# the binary extension carries the INT64 indices as 8-byte little-endian integers
+body = json.dumps({"inputs": [{"name": n, "shape": [4, S], "datatype": "INT64", "data": np.array(v).ravel().tolist()}
+                              for n, v in feeds.items()],
+                   "outputs": [{"name": "end_top_index", "parameters": {"binary_data": True}}]})
+c.request("POST", "/v2/models/electra_joint/infer", body=body)
+r = c.getresponse()
+raw = r.read()
+hl = int(r.getheader("Inference-Header-Content-Length"))
+hdr = json.loads(raw[:hl])
+bin_idx = np.frombuffer(raw[hl:], dtype="<i8").reshape(4, K1 * K2)
+check(hdr["outputs"][0]["datatype"] == "INT64" and hdr["outputs"][0]["parameters"]["binary_data_size"] == 4 * K1 * K2 * 8
+      and np.array_equal(bin_idx, want["end_top_index"]), "electra_joint end_top_index as binary INT64")
+# a row shorter than the beam is refused by name
+short = {"inputs": [{"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [101, 102]}]}
+c.request("POST", "/v2/models/electra_joint/infer", body=json.dumps(short))
+r = c.getresponse()
+msg = json.loads(r.read()).get("error", "")
+check(r.status == 400 and "fewer than the joint head's beam" in msg, f"electra_joint 2-token row: {r.status} {msg}")
+srv.terminate()
+srv.wait()
 sys.exit(1 if fails else 0)

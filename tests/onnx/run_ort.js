@@ -2,7 +2,7 @@
 // ONNX Runtime (CPU, onnxruntime-node) on a bertcc export.
 //   node run_ort.js MODEL.onnx INPUTS.json OUTPUTS.json
 //     INPUTS.json: {"input_ids": [[...], ...], "attention_mask": [[...]], "token_type_ids": [[...]]}
-//     OUTPUTS.json: {NAME: {"dims": [...], "data": [...]}} for every graph output
+//     OUTPUTS.json: {NAME: {"dims": [...], "type": "float32"|"int64", "data": [...]}} for every graph output
 //   node run_ort.js MODEL.onnx --bench BATCH SEQ THREADS STEPS
 //     times STEPS runs on random ids (after 3 warm-up runs) with THREADS intra-op threads and
 //     prints {"peer": "onnxruntime", "seq_per_s": ...} as JSON.
@@ -36,7 +36,8 @@ async function main() {
   for (const name of s.inputNames) feeds[name] = i64(inp[name]);
   const res = await s.run(feeds);
   const out = {};
-  for (const name of s.outputNames) out[name] = { dims: res[name].dims, data: Array.from(res[name].data) };
+  for (const name of s.outputNames)  // int64 outputs (BigInt) as JSON numbers
+    out[name] = { dims: res[name].dims, type: res[name].type, data: Array.from(res[name].data, Number) };
   fs.writeFileSync(b, JSON.stringify(out));
 }
 main().catch((e) => { console.error(String(e && e.stack || e)); process.exit(1); });
