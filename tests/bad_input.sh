@@ -73,6 +73,20 @@ PYEOF
 expect "pretrain: a dataset shape larger than memory" "huge/part-0.h5: dataset 'input_ids' \\[1099511627776,16\\].*GiB" \
   -- "$B" pretrain $PRE --max-steps 6 --input-dir "$W/huge" --output-dir "$W/o_h5huge"
 
+# shards on which libhdf5 1.10 itself crashes (found by fuzz_hdf5: H5HL_protect -> H5F__accum_read
+# copies into a failed allocation; bertcc without its reader process died with SIGSEGV): bertcc reads
+# shards in a child process, so the crash is an error naming the file, mid-run on the prefetch
+# thread as in dump-step
+HC="$(cd "$(dirname "$0")/data/libhdf5_crashes" && pwd)"
+for f in "$HC"/*.h5; do
+  c=$(basename "$f")
+  rm -rf "$W/h5crash"; shard "$W/h5crash" a.h5 16; cp "$f" "$W/h5crash/b.h5"
+  expect "pretrain: a shard that crashes libhdf5 ($c)" "h5crash/b.h5: libhdf5 crashed reading this file \\(Segmentation fault" \
+    -- "$B" pretrain $PRE --max-steps 40 --input-dir "$W/h5crash" --output-dir "$W/o_h5crash"
+  expect "dump-step: a batch file that crashes libhdf5 ($c)" "$c: libhdf5 crashed reading this file" \
+    -- "$B" dump-step --model "$W/model_init" --batch "$f" --out "$W/h5crash.safetensors"
+done
+
 # ---- resume against another model or other data: stop, touch nothing
 rm -rf "$W/good" "$W/run"; shard "$W/good" a.h5 16; shard "$W/good" b.h5 16
 "$B" pretrain $PRE --max-steps 6 --input-dir "$W/good" --output-dir "$W/run" > /dev/null 2>&1 || fail "good run"

@@ -33,4 +33,12 @@ void write_pretrain_shard_layout(const std::string& path, const PretrainShard& s
 PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths);
 bool pretrain_shard_has_masks(const std::string& path);
 
+// From now on, this process reads shards through a child process (`bertcc __hdf5-reader`, started
+// on the first read): libhdf5 1.10 crashes inside itself on some malformed files, and a crash in the
+// child is an error naming the file instead of the end of bertcc. The bertcc binary calls it at
+// start-up; other programs (tests, fuzzers) read in-process.
+void isolate_hdf5_reads();
+// The child's main loop (stdin/stdout: the socket to its bertcc); returns the exit status.
+int hdf5_reader_main();
+
 }  // namespace bertcc

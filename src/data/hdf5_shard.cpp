@@ -1,5 +1,12 @@
 #include <hdf5.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 
 #include <algorithm>
 #include <cstdio>
@@ -108,15 +115,15 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
 
 }  // namespace
 
-PretrainShard read_pretrain_shard(const std::string& path) { return read_pretrain_shard_layout(path, nullptr); }
+namespace {
 
-bool pretrain_shard_has_masks(const std::string& path) {
+bool has_masks_in_process(const std::string& path) {
   std::lock_guard<std::mutex> lock(h5_mutex());
   Handle f{open_for_reading(path), H5Fclose};
   return H5Lexists(f.id, "masked_lm_positions", H5P_DEFAULT) > 0;
 }
 
-PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths) {
+PretrainShard read_in_process(const std::string& path, std::vector<int32_t>* lengths) {
   std::lock_guard<std::mutex> lock(h5_mutex());
   Handle f{open_for_reading(path), H5Fclose};
   PretrainShard s;
@@ -146,6 +153,209 @@ PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<in
   BERTCC_CHECK(static_cast<int64_t>(d[0]) == s.N, path, ": dataset 'next_sentence_labels' has ", d[0],
                " rows, input_ids has ", s.N);
   return s;
+}
+
+// ---- the isolated reader ----------------------------------------------------------------------
+// Debian's libhdf5 1.10 crashes inside itself on some malformed files (e.g. H5Lexists ->
+// H5F__accum_read copying into a failed allocation), in calls bertcc cannot check before making.
+// So a bertcc process reads shards through a child, `bertcc __hdf5-reader` (hdf5_reader_main),
+// started on the first read and kept for the next ones: requests and replies go over a socket pair;
+// a child killed by a signal becomes an error naming the file, and the next read starts a new child.
+// Request: u8 kind (0 NVIDIA layout, 1 dynamic-masking layout, 2 has-masks probe), u32 length, path.
+// Reply: u32 magic, u8 status; status 1: u64 length, the error message; status 0: u8 has_masks and,
+// for reads, i64 N, S, P, then 7 arrays (u64 count, int32 values): input_ids, input_mask,
+// segment_ids, masked_lm_positions, masked_lm_ids, next_sentence_labels, lengths.
+constexpr uint32_t kReplyMagic = 0x31485342;  // "BSH1"
+constexpr uint8_t kReadMasked = 0, kReadLengths = 1, kProbeMasks = 2;
+
+bool write_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+template <typename T>
+bool put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  return true;
+}
+
+class IsolatedReader {
+ public:
+  // Returns has_masks; fills `shard` (and `lengths`) for the read kinds.
+  bool request(const std::string& path, uint8_t kind, PretrainShard* shard, std::vector<int32_t>* lengths) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string req;
+    put(req, kind);
+    put(req, static_cast<uint32_t>(path.size()));
+    req += path;
+    if (pid_ < 0) start(path);
+    if (!write_all(fd_, req.data(), req.size())) {  // the child ended before this request: a new one
+      reap();
+      start(path);
+      if (!write_all(fd_, req.data(), req.size())) died(path);
+    }
+    uint32_t magic = 0;
+    uint8_t status = 0;
+    if (!read_all(fd_, &magic, 4) || !read_all(fd_, &status, 1) || magic != kReplyMagic) died(path);
+    if (status != 0) {
+      uint64_t n = 0;
+      if (!read_all(fd_, &n, 8) || n > (1u << 20)) died(path);
+      std::string msg(static_cast<size_t>(n), '\0');
+      if (!read_all(fd_, msg.data(), msg.size())) died(path);
+      throw Error(msg);
+    }
+    uint8_t has_masks = 0;
+    if (!read_all(fd_, &has_masks, 1)) died(path);
+    if (kind == kProbeMasks) return has_masks != 0;
+    int64_t nsp[3];
+    if (!read_all(fd_, nsp, sizeof nsp)) died(path);
+    shard->N = nsp[0];
+    shard->S = nsp[1];
+    shard->P = nsp[2];
+    std::vector<int32_t> unused;
+    for (std::vector<int32_t>* v : {&shard->input_ids, &shard->input_mask, &shard->segment_ids, &shard->masked_lm_positions,
+                                    &shard->masked_lm_ids, &shard->next_sentence_labels, lengths ? lengths : &unused}) {
+      uint64_t n = 0;
+      if (!read_all(fd_, &n, 8)) died(path);
+      check_memory(4.0 * static_cast<double>(n), path, "(the HDF5 reader's reply)");
+      v->resize(static_cast<size_t>(n));
+      if (n > 0 && !read_all(fd_, v->data(), v->size() * 4)) died(path);
+    }
+    return has_masks != 0;
+  }
+
+ private:
+  void start(const std::string& path) {
+    int sv[2];
+    BERTCC_CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, path,
+                 ": cannot start the HDF5 reader process (socketpair: ", std::strerror(errno), ")");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+    char arg0[] = "bertcc", arg1[] = "__hdf5-reader";
+    char* argv[] = {arg0, arg1, nullptr};
+    // The signal mask is this thread's (SIGINT/SIGTERM blocked, bertcc/signals.h): an interrupt to
+    // the process group stops bertcc through its signal thread, not the reader under a read.
+    const int rc = ::posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(sv[1]);
+    if (rc != 0) {
+      ::close(sv[0]);
+      pid_ = -1;
+      throw Error(path + ": cannot start the HDF5 reader process (/proc/self/exe __hdf5-reader): " + std::strerror(rc));
+    }
+    fd_ = sv[0];
+  }
+  int reap() {  // closes the socket and waits for the child; its wait status
+    ::close(fd_);
+    fd_ = -1;
+    int st = 0;
+    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return st;
+  }
+  [[noreturn]] void died(const std::string& path) {
+    const int st = reap();
+    if (!WIFSIGNALED(st))
+      throw Error(path + ": bertcc's HDF5 reader process ended (exit status " + std::to_string(WEXITSTATUS(st)) +
+                  ") without a reply");
+    const int sig = WTERMSIG(st);
+    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGFPE || sig == SIGILL)
+      throw Error(path + ": libhdf5 crashed reading this file (" + strsignal(sig) +
+                  " in bertcc's HDF5 reader process): a malformed HDF5 file");
+    throw Error(path + ": bertcc's HDF5 reader process was killed (" + strsignal(sig) + ") while reading this file" +
+                (sig == SIGKILL ? " (out of memory?)" : ""));
+  }
+  std::mutex mu_;
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
+
+std::atomic<bool> g_isolated{false};
+
+IsolatedReader& isolated_reader() {
+  static IsolatedReader r;
+  return r;
+}
+
+}  // namespace
+
+void isolate_hdf5_reads() { g_isolated = true; }
+
+int hdf5_reader_main() {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive bertcc
+  for (;;) {
+    uint8_t kind = 0;
+    uint32_t n = 0;
+    if (!read_all(0, &kind, 1)) return 0;  // bertcc closed its end
+    if (!read_all(0, &n, 4) || n > 65536) return 1;
+    std::string path(n, '\0');
+    if (!read_all(0, path.data(), n)) return 1;
+    std::string out;
+    put(out, kReplyMagic);
+    try {
+      const bool masks = has_masks_in_process(path);
+      if (kind == kProbeMasks) {
+        put(out, uint8_t{0});
+        put(out, static_cast<uint8_t>(masks));
+      } else {
+        std::vector<int32_t> lengths;
+        const PretrainShard s = read_in_process(path, kind == kReadLengths ? &lengths : nullptr);
+        put(out, uint8_t{0});
+        put(out, static_cast<uint8_t>(masks));
+        for (int64_t v : {s.N, s.S, s.P}) put(out, v);
+        const std::vector<int32_t>* arrays[] = {&s.input_ids,     &s.input_mask,    &s.segment_ids,
+                                                &s.masked_lm_positions, &s.masked_lm_ids, &s.next_sentence_labels,
+                                                &lengths};
+        for (const std::vector<int32_t>* v : arrays) {
+          put(out, static_cast<uint64_t>(v->size()));
+          out.append(reinterpret_cast<const char*>(v->data()), v->size() * 4);
+        }
+      }
+    } catch (const std::exception& e) {
+      out.resize(4);
+      put(out, uint8_t{1});
+      const std::string msg = e.what();
+      put(out, static_cast<uint64_t>(msg.size()));
+      out += msg;
+    }
+    if (!write_all(1, out.data(), out.size())) return 1;
+  }
+}
+
+PretrainShard read_pretrain_shard(const std::string& path) { return read_pretrain_shard_layout(path, nullptr); }
+
+PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths) {
+  if (!g_isolated) return read_in_process(path, lengths);
+  PretrainShard s;
+  isolated_reader().request(path, lengths ? kReadLengths : kReadMasked, &s, lengths);
+  return s;
+}
+
+bool pretrain_shard_has_masks(const std::string& path) {
+  if (!g_isolated) return has_masks_in_process(path);
+  return isolated_reader().request(path, kProbeMasks, nullptr, nullptr);
 }
 
 BertBatch make_pretrain_batch(const PretrainShard& s, int64_t first, int64_t count, const std::string& where) {

@@ -8,12 +8,17 @@
 
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
+#include "bertcc/pretrain_data.h"
 #include "bertcc/signals.h"
 #include "tools/cli_common.h"
 
 int main(int argc, char** argv) {
+  // bertcc's own HDF5 reader process (bertcc/pretrain_data.h), not a user command.
+  if (argc == 2 && std::strcmp(argv[1], "__hdf5-reader") == 0) return bertcc::hdf5_reader_main();
   // Before any thread exists: SIGINT/SIGTERM go to one signal thread only (bertcc/signals.h).
   bertcc::signals::start();
+  // Shards are read by a child process, so that libhdf5 crashing on a malformed file is an error.
+  bertcc::isolate_hdf5_reads();
   // A file-size limit (ulimit -f) must end in a write error that names the file, not in SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"bertcc: BERT pre-training, fine-tuning and inference on CPU (oneDNN)"};
