@@ -1,6 +1,5 @@
 #include <hdf5.h>
 #include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -304,7 +303,9 @@ IsolatedReader& isolated_reader() {
 void isolate_hdf5_reads() { g_isolated = true; }
 
 int hdf5_reader_main() {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive bertcc
+  // It ends when bertcc closes its end of the socket (bertcc's exit, whatever the cause), after the
+  // read at hand. (Not PR_SET_PDEATHSIG: that fires when the spawning *thread* ends, and shards are
+  // read on short-lived prefetch threads.)
   for (;;) {
     uint8_t kind = 0;
     uint32_t n = 0;
