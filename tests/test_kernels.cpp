@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "backend/backend.h"
 #include "bertcc/dtype.h"
 #include "bertcc/rng.h"
 #include "kernels/gemm.h"
@@ -370,6 +371,56 @@ TEST(Dtype, FastF16ConversionsMatchReference) {
     if (!std::isnan(f)) xs.push_back(f);
   }
   for (float f : xs) ASSERT_EQ(f32_to_f16(f), f32_to_f16_ref(f)) << f;
+  // the bulk conversions (F16C eight at a time, a scalar tail), parallel or not
+  for (bool par : {true, false}) {
+    std::vector<uint16_t> h(xs.size());
+    to_f16(xs.data(), h.data(), xs.size(), par);
+    for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(h[i], f32_to_f16_ref(xs[i])) << xs[i];
+    std::vector<uint16_t> all(65536 + 5);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+    std::vector<float> w(all.size());
+    from_f16(all.data(), w.data(), all.size(), par);
+    for (size_t i = 0; i < all.size(); ++i) {
+      const float r = f16_to_f32_ref(all[i]);
+      ASSERT_TRUE(w[i] == r || (std::isnan(w[i]) && std::isnan(r))) << i;
+    }
+  }
+}
+
+// The backends' 16-bit wire conversions (NCCL's --allreduce-dtype bf16|fp16) give the scalar
+// conversions' bits, on the CPU and through the staged device interface (its own buffers).
+TEST(Dtype, BackendNarrowWiden16) {
+  std::mt19937 g(9);
+  std::vector<float> x(20001);
+  for (auto& v : x) {
+    uint32_t u = g();
+    std::memcpy(&v, &u, 4);
+    if (std::isnan(v)) v = 1.5f;
+  }
+  x[0] = 65520.0f, x[1] = -0.0f, x[2] = 2.98e-8f, x[3] = 1.00390625f, x[4] = INFINITY;
+  const size_t n = x.size();
+  for (Backend* be : {&cpu_backend(), &staged_backend()})
+    for (bool bf : {true, false}) {
+      float* dx = static_cast<float*>(be->alloc(n * 4));
+      float* dw = static_cast<float*>(be->alloc(n * 4));
+      uint16_t* d16 = static_cast<uint16_t*>(be->alloc(n * 2));
+      be->upload(dx, x.data(), n * 4);
+      be->narrow16(d16, dx, static_cast<int64_t>(n), bf);
+      be->widen16(dw, d16, static_cast<int64_t>(n), bf);
+      std::vector<uint16_t> h16(n);
+      std::vector<float> w(n);
+      be->download(h16.data(), d16, n * 2);
+      be->download(w.data(), dw, n * 4);
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t want = bf ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+        ASSERT_EQ(h16[i], want) << be->describe() << (bf ? " bf16 " : " fp16 ") << x[i];
+        const float back = bf ? bf16_to_f32(want) : f16_to_f32(want);
+        ASSERT_EQ(std::memcmp(&w[i], &back, 4), 0) << be->describe() << (bf ? " bf16 " : " fp16 ") << x[i];
+      }
+      be->free(dx);
+      be->free(dw);
+      be->free(d16);
+    }
 }
 
 // The integer keep test used by the vectorised dropout loops equals the float one for every

@@ -84,6 +84,8 @@ class DeviceCommunicator {
   // In-place sum over ranks of n floats in the memory of this rank's GPU, ordered after the work
   // already queued on the device and finished on return.
   virtual void allreduce_sum(float* device_data, size_t n) = 0;
+  // The same for 16-bit values (wire BF16 or F16; NCCL sums them in that format), in place.
+  virtual void allreduce_sum16(uint16_t* device_data, size_t n, WireDtype wire) = 0;
 };
 // NCCL over `host`'s ranks on CUDA device `device`. Throws, naming what is missing, in a build
 // without NCCL, or when NCCL cannot start (e.g. two ranks on one GPU: NCCL refuses).

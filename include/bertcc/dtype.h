@@ -57,9 +57,12 @@ inline uint16_t f32_to_f16(float f) {
 #endif
 }
 
-// Bulk conversions (vectorised by the compiler; OpenMP over large arrays).
-void to_bf16(const float* src, bf16_t* dst, size_t n);
-void from_bf16(const bf16_t* src, float* dst, size_t n);
+// Bulk conversions (vectorised; OpenMP over large arrays unless `parallel` is false, as on the
+// communication thread, which must not take cores from the compute threads).
+void to_bf16(const float* src, bf16_t* dst, size_t n, bool parallel = true);
+void from_bf16(const bf16_t* src, float* dst, size_t n, bool parallel = true);
+void to_f16(const float* src, uint16_t* dst, size_t n, bool parallel = true);
+void from_f16(const uint16_t* src, float* dst, size_t n, bool parallel = true);
 // Round fp32 values to the nearest bf16 and back, in place (used by the reference path).
 void round_to_bf16(float* x, size_t n);
 

@@ -40,6 +40,10 @@ class Backend {
   virtual void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) = 0;
   virtual void add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) = 0;
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;
+  // 16-bit gradients on the wire (--allreduce-dtype bf16|fp16 over NCCL): fp32 -> bf16 or fp16,
+  // round to nearest even (bertcc::f32_to_bf16 / f32_to_f16's bits), and back.
+  virtual void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) = 0;
+  virtual void widen16(float* out, const uint16_t* in, int64_t n, bool bf16) = 0;
   // x[i] *= s, one product per element (fp16 loss unscaling)
   virtual void scale(float* x, int64_t n, float s) = 0;
   virtual void synchronize() = 0;

@@ -104,6 +104,16 @@ class CpuBackend final : public Backend {
     mine("to_bf16", out, in);
     bertcc::to_bf16(in, out, static_cast<size_t>(n));
   }
+  void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) override {
+    mine("narrow16", out, in);
+    if (bf16) bertcc::to_bf16(in, out, static_cast<size_t>(n));
+    else bertcc::to_f16(in, out, static_cast<size_t>(n));
+  }
+  void widen16(float* out, const uint16_t* in, int64_t n, bool bf16) override {
+    mine("widen16", out, in);
+    if (bf16) bertcc::from_bf16(in, out, static_cast<size_t>(n));
+    else bertcc::from_f16(in, out, static_cast<size_t>(n));
+  }
   void scale(float* x, int64_t n, float s) override {
     mine("scale", x);
     for (int64_t i = 0; i < n; ++i) x[i] *= s;

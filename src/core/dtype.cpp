@@ -1,6 +1,9 @@
 #include "bertcc/dtype.h"
 
 #include <cmath>
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "bertcc/error.h"
 
@@ -85,14 +88,45 @@ uint16_t f32_to_f16_ref(float f) {
   return sign | static_cast<uint16_t>((exp << 10) | (static_cast<uint32_t>(scaled) & 0x3ff));
 }
 
-void to_bf16(const float* src, bf16_t* dst, size_t n) {
-#pragma omp parallel for schedule(static) if (n > (1u << 16))
+void to_bf16(const float* src, bf16_t* dst, size_t n, bool parallel) {
+#pragma omp parallel for schedule(static) if (parallel && n > (1u << 16))
   for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
-void from_bf16(const bf16_t* src, float* dst, size_t n) {
-#pragma omp parallel for schedule(static) if (n > (1u << 16))
+void from_bf16(const bf16_t* src, float* dst, size_t n, bool parallel) {
+#pragma omp parallel for schedule(static) if (parallel && n > (1u << 16))
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+// fp16: eight at a time with F16C where the build targets it (the same instruction as the scalar
+// _Float16 conversion, so the same bits), else one by one.
+void to_f16(const float* src, uint16_t* dst, size_t n, bool parallel) {
+  const int64_t blocks = static_cast<int64_t>(n / 8);
+#pragma omp parallel for schedule(static) if (parallel && n > (1u << 16))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t i = static_cast<size_t>(b) * 8;
+#if defined(__F16C__) && defined(__AVX__)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+    for (size_t k = i; k < i + 8; ++k) dst[k] = f32_to_f16(src[k]);
+#endif
+  }
+  for (size_t k = static_cast<size_t>(blocks) * 8; k < n; ++k) dst[k] = f32_to_f16(src[k]);
+}
+
+void from_f16(const uint16_t* src, float* dst, size_t n, bool parallel) {
+  const int64_t blocks = static_cast<int64_t>(n / 8);
+#pragma omp parallel for schedule(static) if (parallel && n > (1u << 16))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t i = static_cast<size_t>(b) * 8;
+#if defined(__F16C__) && defined(__AVX__)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#else
+    for (size_t k = i; k < i + 8; ++k) dst[k] = f16_to_f32(src[k]);
+#endif
+  }
+  for (size_t k = static_cast<size_t>(blocks) * 8; k < n; ++k) dst[k] = f16_to_f32(src[k]);
 }
 
 void round_to_bf16(float* x, size_t n) {

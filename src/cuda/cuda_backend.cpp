@@ -42,6 +42,8 @@ class CudaBackend final : public Backend {
     cuda::add_rows(dst, dst_ld, src, src_ld, rows, cols);
   }
   void to_bf16(bf16_t* out, const float* in, int64_t n) override { cuda::to_bf16(out, in, n); }
+  void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) override { cuda::narrow16(out, in, n, bf16); }
+  void widen16(float* out, const uint16_t* in, int64_t n, bool bf16) override { cuda::widen16(out, in, n, bf16); }
   void scale(float* x, int64_t n, float s) override { cuda::scale(x, n, s); }
   void synchronize() override { cuda::synchronize(); }
   void bind_thread() override { set_device(index_); }

@@ -43,6 +43,9 @@ void synchronize();  // waits for queued work; throws with the CUDA error of any
 double memory_used_mb();  // the device's memory in use (cudaMemGetInfo: total - free)
 // fp32 -> bf16, round to nearest even (bit-identical to bertcc::f32_to_bf16)
 void to_bf16(bf16_t* out, const float* in, int64_t n);
+// fp32 -> bf16 or fp16 (round to nearest even) and back: gradients on a 16-bit wire
+void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16);
+void widen16(float* out, const uint16_t* in, int64_t n, bool bf16);
 
 // ---- embeddings, LayerNorm, residual ----
 void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,

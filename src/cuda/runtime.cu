@@ -1,4 +1,6 @@
 // Device selection, memory and copies for the CUDA kernels.
+#include <cuda_fp16.h>
+
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
 
@@ -88,6 +90,30 @@ void to_bf16(bf16_t* out, const float* in, int64_t n) {
   if (n <= 0) return;
   to_bf16_kernel<<<grid_for(n, 256), 256>>>(reinterpret_cast<uint16_t*>(out), in, n);
   BERTCC_CUDA_LAUNCHED("to_bf16");
+}
+
+namespace {
+__global__ void to_f16_kernel(uint16_t* out, const float* in, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __half_as_ushort(__float2half_rn(in[i]));
+}
+__global__ void widen16_kernel(float* out, const uint16_t* in, int64_t n, bool bf16) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = bf16 ? __uint_as_float(static_cast<uint32_t>(in[i]) << 16) : __half2float(__ushort_as_half(in[i]));
+}
+}  // namespace
+
+void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) {
+  if (n <= 0) return;
+  if (bf16) to_bf16_kernel<<<grid_for(n, 256), 256>>>(out, in, n);
+  else to_f16_kernel<<<grid_for(n, 256), 256>>>(out, in, n);
+  BERTCC_CUDA_LAUNCHED("narrow16");
+}
+
+void widen16(float* out, const uint16_t* in, int64_t n, bool bf16) {
+  if (n <= 0) return;
+  widen16_kernel<<<grid_for(n, 256), 256>>>(out, in, n, bf16);
+  BERTCC_CUDA_LAUNCHED("widen16");
 }
 
 }  // namespace bertcc::cuda

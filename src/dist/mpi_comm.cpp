@@ -161,19 +161,43 @@ class MpiComm final : public Communicator {
       }
       return;
     }
-    const bool bf = wire == WireDtype::BF16;
+    reduce16(data, n, counts, displs, rcounts, rdispls, wire == WireDtype::BF16);
+  }
+  // The 16-bit wire's reduce-scatter: bulk conversions (vectorised), the sums in fp32 in rank order.
+  void reduce16(float* data, size_t n, const std::vector<int>& counts, const std::vector<int>& displs,
+                const std::vector<int>& rcounts, const std::vector<int>& rdispls, bool bf) {
+    const size_t W = static_cast<size_t>(world_), r = static_cast<size_t>(rank_);
+    const size_t mine = static_cast<size_t>(counts[r]), my0 = static_cast<size_t>(displs[r]);
     send16_.resize(n);
-    for (size_t i = 0; i < n; ++i) send16_[i] = to16(bf, data[i]);
+    narrow(bf, data, send16_.data(), n);
     recv16_.resize(mine * W);
     check(MPI_Alltoallv(send16_.data(), counts.data(), displs.data(), MPI_UINT16_T, recv16_.data(), rcounts.data(),
                         rdispls.data(), MPI_UINT16_T, MPI_COMM_WORLD),
           "MPI_Alltoallv");
-    for (size_t i = 0; i < mine; ++i) {
-      float s = from16(bf, recv16_[i]);
-      for (size_t j = 1; j < W; ++j) s += from16(bf, recv16_[j * mine + i]);
-      send16_[my0 + i] = to16(bf, s);
-      data[my0 + i] = from16(bf, send16_[my0 + i]);
+    // in blocks that stay in cache: acc = part of rank 0, += rank 1, ... (rank order, as fp32)
+    constexpr size_t kBlock = 2048;
+    float acc[kBlock], tmp[kBlock];
+    const uint16_t* rcv = recv16_.data();
+    for (size_t b = 0; b < mine; b += kBlock) {
+      const size_t m = std::min(kBlock, mine - b);
+      widen(bf, rcv + b, acc, m);
+      for (size_t j = 1; j < W; ++j) {
+        widen(bf, rcv + j * mine + b, tmp, m);
+        for (size_t i = 0; i < m; ++i) acc[i] += tmp[i];
+      }
+      narrow(bf, acc, send16_.data() + my0 + b, m);  // the sums as they travel back
+      widen(bf, send16_.data() + my0 + b, data + my0 + b, m);
     }
+  }
+
+  // Serial: this may run on the communication thread while backward computes.
+  static void narrow(bool bf, const float* in, uint16_t* out, size_t n) {
+    if (bf) to_bf16(in, out, n, false);
+    else to_f16(in, out, n, false);
+  }
+  static void widen(bool bf, const uint16_t* in, float* out, size_t n) {
+    if (bf) from_bf16(in, out, n, false);
+    else from_f16(in, out, n, false);
   }
 
   // One chunk: slice j = [n j / W, n (j+1) / W) is summed by rank j, then every rank gets every sum.
@@ -196,12 +220,8 @@ class MpiComm final : public Communicator {
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, send16_.data(), counts.data(), displs.data(),
                          MPI_UINT16_T, MPI_COMM_WORLD),
           "MPI_Allgatherv");
-    const bool bf = wire == WireDtype::BF16;
-    for (size_t i = 0; i < n; ++i) data[i] = from16(bf, send16_[i]);
+    widen(wire == WireDtype::BF16, send16_.data(), data, n);
   }
-
-  static uint16_t to16(bool bf, float f) { return bf ? f32_to_bf16(f) : f32_to_f16(f); }
-  static float from16(bool bf, uint16_t h) { return bf ? bf16_to_f32(h) : f16_to_f32(h); }
 
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1, provided_ = MPI_THREAD_SINGLE;
   std::vector<float> recv_;

@@ -46,6 +46,14 @@ class Nccl final : public DeviceCommunicator {
     check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, /*stream=*/nullptr), "ncclAllReduce");
     check_cuda(cudaStreamSynchronize(nullptr), "after ncclAllReduce");
   }
+  void allreduce_sum16(uint16_t* data, size_t n, WireDtype wire) override {
+    BERTCC_CHECK(wire == WireDtype::BF16 || wire == WireDtype::F16, "NCCL: allreduce_sum16 needs a 16-bit wire dtype");
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_nccl(ncclAllReduce(data, data, n, wire == WireDtype::BF16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_,
+                             /*stream=*/nullptr),
+               "ncclAllReduce (16-bit)");
+    check_cuda(cudaStreamSynchronize(nullptr), "after ncclAllReduce");
+  }
 
  private:
   int device_;

@@ -214,15 +214,13 @@ std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& c
   BERTCC_CHECK(b != "nccl" || cuda, who, ": --allreduce-backend nccl reduces GPU buffers: it needs --device cuda");
   if (comm.world() == 1 && b != "nccl") return nullptr;
   if (!cuda || b == "host") return nullptr;
-  BERTCC_CHECK(dist::parse_wire_dtype(o.allreduce_dtype) == dist::WireDtype::F32, who, ": --allreduce-dtype ",
-               o.allreduce_dtype, " with NCCL is not implemented yet (NCCL reduces fp32 here); use "
-               "--allreduce-backend host for compressed gradients");
+  dist::parse_wire_dtype(o.allreduce_dtype);  // a bad name is refused before NCCL starts
   return dist::make_nccl(comm, be.device_ordinal());
 }
 
 DeviceGradSync::DeviceGradSync(dist::Communicator& comm, const dist::Options& o, Bert& model,
                                dist::DeviceCommunicator* dcomm)
-    : model_(model), dcomm_(dcomm) {
+    : model_(model), dcomm_(dcomm), wire_(dist::parse_wire_dtype(o.allreduce_dtype)) {
   if (comm.world() > 1 && !dcomm_)
     host_ = std::make_unique<GradSync>(comm, dist::parse_wire_dtype(o.allreduce_dtype),
                                        static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / sizeof(float))),
@@ -264,7 +262,15 @@ void DeviceGradSync::finish(int64_t count) {
   if (count > 1) be.copy(model_.grads_on_backend(), acc_.get(), sizeof(float) * n);
   if (dcomm_) {
     const auto t0 = std::chrono::steady_clock::now();
-    dcomm_->allreduce_sum(model_.grads_on_backend(), n);
+    if (wire_ != dist::WireDtype::F32) {  // 16 bits on the wire: round, sum in 16 bits, widen
+      const bool bf = wire_ == dist::WireDtype::BF16;
+      wire16_.ensure(be, n);
+      be.narrow16(wire16_.get(), model_.grads_on_backend(), static_cast<int64_t>(n), bf);
+      dcomm_->allreduce_sum16(wire16_.get(), n, wire_);
+      be.widen16(model_.grads_on_backend(), wire16_.get(), static_cast<int64_t>(n), bf);
+    } else {
+      dcomm_->allreduce_sum(model_.grads_on_backend(), n);
+    }
     wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 }

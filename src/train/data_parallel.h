@@ -89,7 +89,7 @@ class GradSync {
 
 // The device communicator for gradients on `be` (NCCL: --device cuda with several ranks, unless
 // --allreduce-backend host), or null for the host path. Refuses what cannot work: nccl without
-// a CUDA device, a wire dtype other than fp32 on NCCL. One per process, shared by its models.
+// a CUDA device. One per process, shared by its models.
 std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& comm, const dist::Options& o,
                                                            Backend& be, const char* who);
 
@@ -97,7 +97,9 @@ std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& c
 // the device in GradSync's order (acc = g0; acc += g1; ...: the host's bits). With several ranks
 // and a device communicator (NCCL), the sum is then reduced GPU to GPU; without one, each
 // micro-batch's gradients come down to the host, where a GradSync (without overlap) accumulates
-// and reduces them, and the global sum goes back up (the host's bits). Call before(a) and
+// and reduces them, and the global sum goes back up (the host's bits). With NCCL and
+// --allreduce-dtype bf16|fp16, the summed gradients are rounded to 16 bits on the device, NCCL
+// sums them in that format, and the sums come back to fp32 (Horovod/NVIDIA fp16 compression). Call before(a) and
 // after(a) around micro-batch a of this rank's `count`, then finish(count) (also with count 0);
 // zero_grad() before the step's first micro-batch.
 class DeviceGradSync {
@@ -113,7 +115,9 @@ class DeviceGradSync {
   Bert& model_;
   std::unique_ptr<GradSync> host_;          // several ranks through the host
   dist::DeviceCommunicator* dcomm_;         // several ranks GPU to GPU (or null)
+  dist::WireDtype wire_;                    // what NCCL reduces: fp32, or the gradients in 16 bits
   DeviceBuffer<float> acc_;                 // accumulation on the device
+  DeviceBuffer<uint16_t> wire16_;           // the 16-bit gradients NCCL reduces
   double wait_s_ = 0;
 };
 

@@ -420,7 +420,7 @@ int run_pretraining(const PretrainOptions& o) {
   if (lead && dev && (W > 1 || dcomm))
     std::cerr << "pretrain: gradients reduced " << (dcomm ? "GPU to GPU by " + std::string(dcomm->name())
                                                            : std::string("through the host (") + comm.name() + ")")
-              << "\n";
+              << (dcomm && o.dp.allreduce_dtype != "fp32" ? ", " + o.dp.allreduce_dtype + " on the wire" : "") << "\n";
   if (dev)
     for (Bert* m : models) dsyncs.push_back(std::make_unique<DeviceGradSync>(comm, o.dp, *m, dcomm.get()));
   else if (!pm.electra)

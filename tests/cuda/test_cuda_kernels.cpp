@@ -212,6 +212,29 @@ void test_rows() {
   for (auto& v : sx) v *= 1.0f / 3.0f;
   G::scale(gs.p, 1001, 1.0f / 3.0f);
   check_equal("scale", sx, gs.back());
+  // narrow16 / widen16 (gradients on a 16-bit wire): the host conversions' bits, with ties,
+  // subnormals, overflow and infinities among random values of every magnitude (NaN's payload bits
+  // are the format's business: non-finite gradients are caught by their value)
+  std::vector<float> w16 = randv(4097, -7e4f, 7e4f);
+  for (size_t i = 0; i < 1000; ++i) w16[i] = std::ldexp(w16[i] / 7e4f, -static_cast<int>(i % 40));
+  const float specials[] = {0.0f, -0.0f, 65504.0f, 65520.0f, -65536.0f, 1e-8f, 5.9604645e-08f, 2.9802322e-08f,
+                            1.0009765625f + 0.00048828125f, 3.0e38f, INFINITY, -INFINITY, 1.00390625f};
+  for (size_t i = 0; i < sizeof specials / sizeof specials[0]; ++i) w16[1000 + i] = specials[i];
+  for (bool bf : {true, false}) {
+    const std::string tag = bf ? " bf16" : " fp16";
+    std::vector<uint16_t> h16(w16.size());
+    std::vector<float> wide(w16.size());
+    for (size_t i = 0; i < w16.size(); ++i) {
+      h16[i] = bf ? f32_to_bf16(w16[i]) : f32_to_f16(w16[i]);
+      wide[i] = bf ? bf16_to_f32(h16[i]) : f16_to_f32(h16[i]);
+    }
+    Dev<float> gw(w16), gwide(w16.size());
+    Dev<uint16_t> g16(w16.size());
+    G::narrow16(g16.p, gw.p, static_cast<int64_t>(w16.size()), bf);
+    check_equal("narrow16" + tag, h16, g16.back());
+    G::widen16(gwide.p, g16.p, static_cast<int64_t>(w16.size()), bf);
+    check_equal("widen16" + tag, wide, gwide.back());
+  }
 }
 
 void test_xent() {
