@@ -4,10 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
-
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <cstring>
@@ -192,9 +191,8 @@ bool read_all(int fd, void* p, size_t n) {
 }
 
 template <typename T>
-bool put(std::string& out, const T& v) {
+void put(std::string& out, const T& v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(T));
-  return true;
 }
 
 class IsolatedReader {
@@ -313,35 +311,35 @@ int hdf5_reader_main() {
     if (!read_all(0, &n, 4) || n > 65536) return 1;
     std::string path(n, '\0');
     if (!read_all(0, path.data(), n)) return 1;
-    std::string out;
-    put(out, kReplyMagic);
+    // The reply: the header, then each array straight from the shard (no second copy of it here).
+    std::string head;
+    put(head, kReplyMagic);
+    PretrainShard s;
+    std::vector<int32_t> lengths;
     try {
       const bool masks = has_masks_in_process(path);
-      if (kind == kProbeMasks) {
-        put(out, uint8_t{0});
-        put(out, static_cast<uint8_t>(masks));
-      } else {
-        std::vector<int32_t> lengths;
-        const PretrainShard s = read_in_process(path, kind == kReadLengths ? &lengths : nullptr);
-        put(out, uint8_t{0});
-        put(out, static_cast<uint8_t>(masks));
-        for (int64_t v : {s.N, s.S, s.P}) put(out, v);
-        const std::vector<int32_t>* arrays[] = {&s.input_ids,     &s.input_mask,    &s.segment_ids,
-                                                &s.masked_lm_positions, &s.masked_lm_ids, &s.next_sentence_labels,
-                                                &lengths};
-        for (const std::vector<int32_t>* v : arrays) {
-          put(out, static_cast<uint64_t>(v->size()));
-          out.append(reinterpret_cast<const char*>(v->data()), v->size() * 4);
-        }
-      }
+      if (kind != kProbeMasks) s = read_in_process(path, kind == kReadLengths ? &lengths : nullptr);
+      put(head, uint8_t{0});
+      put(head, static_cast<uint8_t>(masks));
+      if (kind != kProbeMasks)
+        for (int64_t v : {s.N, s.S, s.P}) put(head, v);
     } catch (const std::exception& e) {
-      out.resize(4);
-      put(out, uint8_t{1});
+      put(head, uint8_t{1});
       const std::string msg = e.what();
-      put(out, static_cast<uint64_t>(msg.size()));
-      out += msg;
+      put(head, static_cast<uint64_t>(msg.size()));
+      head += msg;
+      if (!write_all(1, head.data(), head.size())) return 1;
+      continue;
     }
-    if (!write_all(1, out.data(), out.size())) return 1;
+    if (!write_all(1, head.data(), head.size())) return 1;
+    if (kind == kProbeMasks) continue;
+    const std::vector<int32_t>* arrays[] = {&s.input_ids,           &s.input_mask,    &s.segment_ids,
+                                            &s.masked_lm_positions, &s.masked_lm_ids, &s.next_sentence_labels,
+                                            &lengths};
+    for (const std::vector<int32_t>* v : arrays) {
+      const uint64_t count = v->size();
+      if (!write_all(1, &count, 8) || !write_all(1, v->data(), v->size() * 4)) return 1;
+    }
   }
 }
 
