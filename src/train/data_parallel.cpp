@@ -222,7 +222,7 @@ DeviceGradSync::DeviceGradSync(dist::Communicator& comm, const dist::Options& o,
                                dist::DeviceCommunicator* dcomm)
     : model_(model), dcomm_(dcomm), wire_(dist::parse_wire_dtype(o.allreduce_dtype)) {
   if (comm.world() > 1 && !dcomm_)
-    host_ = std::make_unique<GradSync>(comm, dist::parse_wire_dtype(o.allreduce_dtype),
+    host_ = std::make_unique<GradSync>(comm, wire_,
                                        static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / sizeof(float))),
                                        false);
 }

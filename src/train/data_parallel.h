@@ -115,7 +115,7 @@ class DeviceGradSync {
   Bert& model_;
   std::unique_ptr<GradSync> host_;          // several ranks through the host
   dist::DeviceCommunicator* dcomm_;         // several ranks GPU to GPU (or null)
-  dist::WireDtype wire_;                    // what NCCL reduces: fp32, or the gradients in 16 bits
+  dist::WireDtype wire_;                    // gradients on the wire: fp32, bf16 or fp16
   DeviceBuffer<float> acc_;                 // accumulation on the device
   DeviceBuffer<uint16_t> wire16_;           // the 16-bit gradients NCCL reduces
   double wait_s_ = 0;
