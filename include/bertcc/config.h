@@ -34,6 +34,8 @@ struct BertConfig {
   // per start (config keys as XLNet's; 0 = not set, 4 used).
   int start_n_top = 0, end_n_top = 0;
 
+  int start_beam() const { return start_n_top > 0 ? start_n_top : 4; }
+  int end_beam() const { return end_n_top > 0 ? end_n_top : 4; }
   int num_labels() const { return static_cast<int>(id2label.size()); }
   float head_dropout() const { return classifier_dropout >= 0 ? classifier_dropout : hidden_dropout_prob; }
 

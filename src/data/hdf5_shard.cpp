@@ -317,7 +317,8 @@ int hdf5_reader_main() {
     PretrainShard s;
     std::vector<int32_t> lengths;
     try {
-      const bool masks = has_masks_in_process(path);
+      // a read succeeds only in its layout, so only the probe opens the file to ask
+      const bool masks = kind == kProbeMasks ? has_masks_in_process(path) : kind == kReadMasked;
       if (kind != kProbeMasks) s = read_in_process(path, kind == kReadLengths ? &lengths : nullptr);
       put(head, uint8_t{0});
       put(head, static_cast<uint8_t>(masks));

@@ -97,14 +97,23 @@ class Graph {
   std::string node(const char* op, const std::vector<std::string>& in, const std::vector<Attr>& attrs = {},
                    const std::string& out_name = "") {
     const std::string out = out_name.empty() ? std::string(op) + "_" + std::to_string(n_++) : out_name;
+    return nodes(op, in, attrs, {out})[0];
+  }
+  // A node with several outputs (TopK: values, indices), named op_N_0, op_N_1, ...
+  std::vector<std::string> nodes(const char* op, const std::vector<std::string>& in, const std::vector<Attr>& attrs,
+                                 std::vector<std::string> outs) {
+    if (outs.empty() || outs[0].empty()) {
+      const std::string base = std::string(op) + "_" + std::to_string(n_++);
+      for (size_t k = 0; k < outs.size(); ++k) outs[k] = base + "_" + std::to_string(k);
+    }
     Pb nd;
     for (const auto& i : in) nd.bytes(1, i);
-    nd.bytes(2, out).bytes(3, out).bytes(4, op);
+    for (const auto& o : outs) nd.bytes(2, o);
+    nd.bytes(3, outs[0]).bytes(4, op);
     for (const auto& a : attrs) nd.msg(5, a.p);
     graph_.msg(1, nd);
-    return out;
+    return outs;
   }
-  void raw_node(const Pb& nd) { graph_.msg(1, nd); }
   // A weight: stored at the export precision, Cast to fp32 when that is 16-bit.
   std::string weight(const std::string& name, const std::vector<int64_t>& dims, const float* data) {
     int64_t n = 1;
@@ -260,7 +269,7 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
   // [x ; y] (2C inputs); it is applied as x @ Wx + y @ Wy, so the [B, K1, S, 2C] concatenation is
   // never formed.
   auto joint_qa_head = [&](const std::string& h, const std::string& positions) {
-    const int64_t K1 = c.start_n_top > 0 ? c.start_n_top : 4, K2 = c.end_n_top > 0 ? c.end_n_top : 4;
+    const int64_t K1 = c.start_beam(), K2 = c.end_beam();
     // columns [c0, c0 + C) of a [C, 2C] weight, transposed for MatMul
     auto half = [&](const std::string& n, int64_t c0) {
       const float* w = W(n);
@@ -282,14 +291,12 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
     // start: log-softmax of the masked logits, the K1 best
     const std::string s = g.node("Where", {open, g.node("Squeeze", {linear(h, "start_logits.dense"), g.const_i64({2})}),
                                            closed});
-    const std::string slp = g.node("LogSoftmax", {s}, {Attr::i("axis", -1)});
-    std::vector<std::string> st = {"TopK_start_values", "TopK_start_indices"};
-    {
-      Pb nd;  // TopK has two outputs
-      nd.bytes(1, slp).bytes(1, g.const_i64({K1})).bytes(2, st[0]).bytes(2, st[1]).bytes(3, "TopK_start").bytes(4, "TopK");
-      nd.msg(5, Attr::i("axis", -1).p).msg(5, Attr::i("largest", 1).p).msg(5, Attr::i("sorted", 1).p);
-      g.raw_node(nd);
-    }
+    // the k largest along the last axis, sorted: [values, indices]
+    auto top_k = [&](const std::string& x, int64_t k) {
+      return g.nodes("TopK", {x, g.const_i64({k})}, {Attr::i("axis", -1), Attr::i("largest", 1), Attr::i("sorted", 1)},
+                     {"", ""});
+    };
+    const std::vector<std::string> st = top_k(g.node("LogSoftmax", {s}, {Attr::i("axis", -1)}), K1);
     rename(st[0], "start_top_log_probs");
     rename(st[1], "start_top_index");
     // the hidden states at those starts [B, K1, C]
@@ -307,14 +314,7 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
                                           param("end_logits.dense_1.bias")});  // [B, K1, S, 1]
     const std::string e = g.node("Where", {g.node("Unsqueeze", {open, g.const_i64({1})}),
                                            g.node("Squeeze", {e0, g.const_i64({3})}), closed});
-    const std::string elp = g.node("LogSoftmax", {e}, {Attr::i("axis", -1)});
-    std::vector<std::string> en = {"TopK_end_values", "TopK_end_indices"};
-    {
-      Pb nd;
-      nd.bytes(1, elp).bytes(1, g.const_i64({K2})).bytes(2, en[0]).bytes(2, en[1]).bytes(3, "TopK_end").bytes(4, "TopK");
-      nd.msg(5, Attr::i("axis", -1).p).msg(5, Attr::i("largest", 1).p).msg(5, Attr::i("sorted", 1).p);
-      g.raw_node(nd);
-    }
+    const std::vector<std::string> en = top_k(g.node("LogSoftmax", {e}, {Attr::i("axis", -1)}), K2);
     const std::string flat = g.const_i64({0, K1 * K2});
     rename(g.node("Reshape", {en[0], flat}), "end_top_log_probs");
     rename(g.node("Reshape", {en[1], flat}), "end_top_index");

@@ -76,7 +76,7 @@ std::vector<int64_t> top_k(const std::vector<double>& v, int64_t k) {
 }  // namespace
 
 int joint_qa_output_size(const BertConfig& c) {
-  const int k1 = c.start_n_top > 0 ? c.start_n_top : 4, k2 = c.end_n_top > 0 ? c.end_n_top : 4;
+  const int k1 = c.start_beam(), k2 = c.end_beam();
   return 2 * k1 + 2 * k1 * k2 + 1;
 }
 
@@ -145,9 +145,8 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   };
 
   if (!have_labels) {  // ---- beam search ----
-    const int64_t k1 = std::min<int64_t>(cfg_.start_n_top > 0 ? cfg_.start_n_top : 4, T);
-    const int64_t k2 = std::min<int64_t>(cfg_.end_n_top > 0 ? cfg_.end_n_top : 4, T);
-    const int64_t K1 = cfg_.start_n_top > 0 ? cfg_.start_n_top : 4, K2 = cfg_.end_n_top > 0 ? cfg_.end_n_top : 4;
+    const int64_t K1 = cfg_.start_beam(), K2 = cfg_.end_beam();
+    const int64_t k1 = std::min<int64_t>(K1, T), k2 = std::min<int64_t>(K2, T);
     const int64_t per_row = 2 * K1 + 2 * K1 * K2 + 1;
     head_logits_.assign(static_cast<size_t>(B * per_row), 0.0f);
     std::vector<float> xin(static_cast<size_t>(T * k1 * 2 * C)), x(static_cast<size_t>(T * k1 * C)),

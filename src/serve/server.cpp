@@ -304,8 +304,8 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->topt.max_seq_length = o.max_seq_length;
   md->topt.max_position_embeddings = c.max_position_embeddings;
   if (md->heads == Heads::JointQuestionAnswering) {  // /v1/qa with the beams it was fine-tuned with
-    md->topt.start_n_top = c.start_n_top > 0 ? c.start_n_top : 4;
-    md->topt.end_n_top = c.end_n_top > 0 ? c.end_n_top : 4;
+    md->topt.start_n_top = c.start_beam();
+    md->topt.end_n_top = c.end_beam();
   }
   Bert* bert = md->bert.get();
   const int64_t bs = o.max_batch_size;
@@ -357,7 +357,7 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
   const int64_t B = kin.B, S = kin.S;
   const std::vector<int64_t>& len = kin.lengths;
   const std::vector<FtFeature>& f = kin.features;
-  const int64_t K1 = c.start_n_top > 0 ? c.start_n_top : 4, K2 = c.end_n_top > 0 ? c.end_n_top : 4;
+  const int64_t K1 = c.start_beam(), K2 = c.end_beam();
   if (m.heads == Heads::JointQuestionAnswering)
     for (int64_t b = 0; b < B; ++b)
       if (len[static_cast<size_t>(b)] < std::max(K1, K2))
@@ -481,7 +481,7 @@ ojson model_metadata(const Model& m) {
     out.push_back({{"name", "last_hidden_state"}, {"datatype", "FP32"}, {"shape", {-1, -1, c.hidden_size}}});
     if (m.has_pooler()) out.push_back({{"name", "pooler_output"}, {"datatype", "FP32"}, {"shape", {-1, c.hidden_size}}});
   } else if (m.heads == Heads::JointQuestionAnswering) {  // the beam search, as export-onnx writes it
-    const int64_t K1 = c.start_n_top > 0 ? c.start_n_top : 4, K2 = c.end_n_top > 0 ? c.end_n_top : 4;
+    const int64_t K1 = c.start_beam(), K2 = c.end_beam();
     out.push_back({{"name", "start_top_log_probs"}, {"datatype", "FP32"}, {"shape", {-1, K1}}});
     out.push_back({{"name", "start_top_index"}, {"datatype", "INT64"}, {"shape", {-1, K1}}});
     out.push_back({{"name", "end_top_log_probs"}, {"datatype", "FP32"}, {"shape", {-1, K1 * K2}}});

@@ -48,8 +48,8 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   BERTCC_CHECK(joint || q.beam_size == 0, "--beam-size is for the joint head (--joint-head)");
   if (joint) {
     const BertConfig& c = model->config();
-    const int k1 = q.beam_size > 0 ? q.beam_size : c.start_n_top > 0 ? c.start_n_top : 4;
-    const int k2 = q.beam_size > 0 ? q.beam_size : c.end_n_top > 0 ? c.end_n_top : 4;
+    const int k1 = q.beam_size > 0 ? q.beam_size : c.start_beam();
+    const int k2 = q.beam_size > 0 ? q.beam_size : c.end_beam();
     model->set_joint_beam(k1, k2);
     std::cerr << "squad: joint head (start, end given the start, answer class), beam search " << k1 << " starts x "
               << k2 << " ends\n";

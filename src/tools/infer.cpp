@@ -88,8 +88,8 @@ TaskOptions task_options(const InferCli& o, const Bert& m) {
   t.max_answer_length = o.max_answer_length;
   t.max_position_embeddings = m.config().max_position_embeddings;
   if (m.heads() == Heads::JointQuestionAnswering) {  // beams as the model was fine-tuned with
-    t.start_n_top = m.config().start_n_top > 0 ? m.config().start_n_top : 4;
-    t.end_n_top = m.config().end_n_top > 0 ? m.config().end_n_top : 4;
+    t.start_n_top = m.config().start_beam();
+    t.end_n_top = m.config().end_beam();
   }
   return t;
 }
