@@ -86,6 +86,12 @@ class DeviceCommunicator {
   virtual void allreduce_sum(float* device_data, size_t n) = 0;
   // The same for 16-bit values (wire BF16 or F16; NCCL sums them in that format), in place.
   virtual void allreduce_sum16(uint16_t* device_data, size_t n, WireDtype wire) = 0;
+  // ZeRO-1 (uneven parts of whole tensors): rank r's part is [bounds[r], bounds[r + 1]) of a buffer
+  // of bounds.back() values. reduce_scatter_sum leaves the sum over ranks of its own part in place
+  // (other parts: unspecified), in fp32 or 16 bits; allgather sends each rank's part to every rank.
+  virtual void reduce_scatter_sum(float* device_data, const std::vector<size_t>& bounds) = 0;
+  virtual void reduce_scatter_sum16(uint16_t* device_data, const std::vector<size_t>& bounds, WireDtype wire) = 0;
+  virtual void allgather(float* device_data, const std::vector<size_t>& bounds) = 0;
 };
 // NCCL over `host`'s ranks on CUDA device `device`. Throws, naming what is missing, in a build
 // without NCCL, or when NCCL cannot start (e.g. two ranks on one GPU: NCCL refuses).

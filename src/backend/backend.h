@@ -101,8 +101,10 @@ class Backend {
                            const LambOptions& o, double grad_norm = -1) = 0;
   virtual double adamw_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr,
                             const AdamWOptions& o, double grad_norm = -1) = 0;
-  // The moments of `s` to and from host form (checkpoints): a whole-buffer AdamState for a table of
-  // n parameters (empty moments = a fresh optimizer).
+  // The moments of `s` to and from host form (checkpoints): an AdamState for a table of n
+  // parameters (empty moments = a fresh optimizer), whole-buffer or (ZeRO-1, begin/end set) the
+  // moments of one shard [begin, end) of whole tensors, which the steps then update alone (the
+  // other parameters are left as they are; grad_norm must then be given: it is global).
   virtual void moments_to_host(const OptimizerState& s, AdamState& out) = 0;
   virtual void moments_from_host(const AdamState& in, size_t n, OptimizerState& s) = 0;
 
@@ -168,10 +170,15 @@ class DeviceBuffer {
 
 // Adam moments of one model on its backend (host vectors on the CPU and the staged backend, device
 // buffers on CUDA).
+// Throws unless `in` holds moments moments_from_host() takes for a table of n parameters: none,
+// all n, or a shard [begin, end) of them.
+void check_moments(const AdamState& in, size_t n);
+
 struct OptimizerState {
   AdamState cpu;
-  DeviceBuffer<float> m, v;
+  DeviceBuffer<float> m, v;  // [end - begin] (whole buffer: [n])
   int64_t step = 0;
+  size_t begin = 0, end = 0;  // ZeRO-1: the shard these moments update (end = 0: the whole buffer)
 };
 
 }  // namespace bertcc

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
@@ -13,6 +14,16 @@
 #include "kernels/kernels.h"
 
 namespace bertcc {
+
+void check_moments(const AdamState& in, size_t n) {
+  if (in.m.empty() && in.v.empty()) return;
+  const size_t want = in.end ? in.end - in.begin : n;
+  BERTCC_CHECK(in.begin <= in.end && in.end <= n && (in.end || !in.begin) && in.m.size() == want && in.v.size() == want,
+               "optimizer moments of ", in.m.size(), "/", in.v.size(), " values for ",
+               in.end ? "the shard [" + std::to_string(in.begin) + ", " + std::to_string(in.end) + ") of " : "", n,
+               " parameters");
+}
+
 namespace {
 
 // The staged backend's allocations: [begin, begin + bytes) by begin.
@@ -232,13 +243,15 @@ class CpuBackend final : public Backend {
     out.m = s.cpu.m;
     out.v = s.cpu.v;
     out.step = s.step;
-    out.begin = out.end = 0;
+    out.begin = s.cpu.begin;
+    out.end = s.cpu.end;
   }
   void moments_from_host(const AdamState& in, size_t n, OptimizerState& s) override {
-    BERTCC_CHECK(in.m.empty() || (in.begin == 0 && in.m.size() == n && in.v.size() == n),
-                 "optimizer moments of ", in.m.size(), " values for ", n, " parameters");
+    check_moments(in, n);
     s.cpu = in;
     s.step = in.step;
+    s.begin = in.begin;
+    s.end = in.end;
   }
   double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) override {
     return kernels::gemm_probe_tflops(M, N, K, p, iters);

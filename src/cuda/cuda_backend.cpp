@@ -135,6 +135,8 @@ class CudaBackend final : public Backend {
   void moments_to_host(const OptimizerState& s, AdamState& out) override {
     out = AdamState{};
     out.step = s.step;
+    out.begin = s.begin;
+    out.end = s.end;
     if (s.m.size() == 0) return;
     out.m.resize(s.m.size());
     out.v.resize(s.v.size());
@@ -142,14 +144,16 @@ class CudaBackend final : public Backend {
     copy_to_host(out.v.data(), s.v.get(), sizeof(float) * s.v.size());
   }
   void moments_from_host(const AdamState& in, size_t n, OptimizerState& s) override {
-    BERTCC_CHECK(in.m.empty() || (in.begin == 0 && in.m.size() == n && in.v.size() == n),
-                 "optimizer moments of ", in.m.size(), " values for ", n, " parameters");
+    check_moments(in, n);
     s.step = in.step;
-    s.m = DeviceBuffer<float>(*this, n);  // zeroed: a fresh optimizer when `in` has no moments
-    s.v = DeviceBuffer<float>(*this, n);
+    s.begin = in.begin;
+    s.end = in.end;
+    const size_t own = in.end ? in.end - in.begin : n;
+    s.m = DeviceBuffer<float>(*this, own);  // zeroed: a fresh optimizer when `in` has no moments
+    s.v = DeviceBuffer<float>(*this, own);
     if (in.m.empty()) return;
-    copy_to_device(s.m.get(), in.m.data(), sizeof(float) * n);
-    copy_to_device(s.v.get(), in.v.data(), sizeof(float) * n);
+    copy_to_device(s.m.get(), in.m.data(), sizeof(float) * own);
+    copy_to_device(s.v.get(), in.v.data(), sizeof(float) * own);
   }
   double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) override {
     return cuda::gemm_probe_tflops(M, N, K, p, iters);
@@ -157,16 +161,19 @@ class CudaBackend final : public Backend {
   double device_memory_used_mb() const override { return cuda::memory_used_mb(); }
 
  private:
-  // The moments on this device, allocated (zeroed) at the first step.
+  // The moments on this device (of its shard with ZeRO-1), allocated (zeroed) at the first step.
   DeviceAdamState moments(const ParamTable& t, OptimizerState& s) {
-    if (s.m.size() != t.total()) {
-      s.m = DeviceBuffer<float>(*this, t.total());
-      s.v = DeviceBuffer<float>(*this, t.total());
+    const size_t own = s.end ? s.end - s.begin : t.total();
+    if (s.m.size() != own) {
+      s.m = DeviceBuffer<float>(*this, own);
+      s.v = DeviceBuffer<float>(*this, own);
     }
     DeviceAdamState d;
     d.m = s.m.get();
     d.v = s.v.get();
     d.step = s.step;
+    d.begin = s.begin;
+    d.end = s.end;
     return d;
   }
   int index_;

@@ -105,16 +105,19 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr);
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (rows in order)
-// TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16 operands for bf16), best of `iters`.
+// TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16/fp16 operands for bf16/fp16), best of `iters`.
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);
 
 // ---- optimizers over flat device buffers (bertcc/optim.h semantics) ----
 // Deterministic global L2 norm (fixed blocks, partials summed in order in double).
 double global_norm(const float* x, size_t n);
 struct DeviceAdamState {
-  float* m = nullptr;  // [t.total()] device
+  float* m = nullptr;  // [t.total()] device, or [end - begin] for a shard
   float* v = nullptr;
   int64_t step = 0;
+  // ZeRO-1: the moments of the tensors starting in [begin, end) only, which the step updates alone
+  // (grad_norm must then be given); end = 0: the whole buffer.
+  size_t begin = 0, end = 0;
 };
 double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr, const LambOptions& o,
                  double grad_norm = -1);

@@ -1,7 +1,9 @@
 // GEMMs through cuBLASLt. Row-major C[M,N] = alpha op(A) op(B) (+ bias) (+ C) is computed as the
 // column-major product C^T = op(B)^T op(A)^T, so no operand is copied or transposed. fp32 runs
 // CUBLAS_COMPUTE_32F (exact fp32 products; TF32 only with set_allow_tf32); bf16 rounds A and B to
-// bf16 in scratch buffers (or takes the caller's A16/B16) and accumulates and writes fp32. The bias
+// bf16 in scratch buffers (or takes the caller's A16/B16) and accumulates and writes fp32; fp16
+// (NVIDIA's --fp16 recipe; the CPU's emulation rounds the same way) rounds A and B to fp16, round to
+// nearest even, and accumulates and writes fp32 (A16/B16, bf16 copies, are not used). The bias
 // rides on cuBLASLt's epilogue; if no algorithm offers it for a shape it is added by a kernel.
 #include <cublasLt.h>
 
@@ -120,7 +122,6 @@ bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType 
 void set_allow_tf32(bool on) { ctx().tf32 = on; }
 
 void gemm(const kernels::GemmArgs& g, Precision p) {
-  BERTCC_CHECK(p != Precision::F16, "GEMM on CUDA: fp16 is not implemented yet (use fp32 or bf16)");
   BERTCC_CHECK(g.bias == nullptr || g.batch == 1, "GEMM on CUDA: a bias with a batched GEMM");
   if (g.M == 0 || g.N == 0) return;
   BERTCC_CHECK(g.K > 0, "GEMM on CUDA: inner dimension 0");
@@ -128,7 +129,19 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
   const void *A = g.A, *B = g.B;
   cudaDataType ab = CUDA_R_32F;
   cublasComputeType_t compute = c.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  if (p == Precision::BF16) {
+  if (p == Precision::F16) {
+    BERTCC_CHECK(g.A && g.B, "GEMM on CUDA: fp16 needs the fp32 operands (it rounds them itself)");
+    ab = CUDA_R_16F;
+    compute = CUBLAS_COMPUTE_32F;
+    const int64_t na = span(g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.lda, g.batch, g.stride_a);
+    const int64_t nb = span(g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.ldb, g.batch, g.stride_b);
+    auto* a16 = static_cast<uint16_t*>(c.a16.get(static_cast<size_t>(na) * sizeof(uint16_t)));
+    auto* b16 = static_cast<uint16_t*>(c.b16.get(static_cast<size_t>(nb) * sizeof(uint16_t)));
+    narrow16(a16, g.A, na, /*bf16=*/false);
+    narrow16(b16, g.B, nb, /*bf16=*/false);
+    A = a16;
+    B = b16;
+  } else if (p == Precision::BF16) {
     ab = CUDA_R_16BF;
     compute = CUBLAS_COMPUTE_32F;
     if (g.A16) {
@@ -159,8 +172,11 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
 }
 
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) {
-  const bool bf = p == Precision::BF16;
-  const size_t es = bf ? 2 : 4;
+  // A bare cuBLASLt GEMM on operands already in p's format (no rounding pass timed).
+  const bool half = p != Precision::F32;
+  const size_t es = half ? 2 : 4;
+  const cudaDataType ab = p == Precision::BF16 ? CUDA_R_16BF : p == Precision::F16 ? CUDA_R_16F : CUDA_R_32F;
+  const cublasComputeType_t compute = !half && ctx().tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   void* a = alloc(static_cast<size_t>(M * K) * es);
   void* b = alloc(static_cast<size_t>(K * N) * es);
   auto* c = static_cast<float*>(alloc(static_cast<size_t>(M * N) * sizeof(float)));
@@ -174,21 +190,14 @@ double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters
   g.ldb = N;
   g.ldc = N;
   g.C = c;
-  if (bf) {
-    g.A16 = static_cast<const bf16_t*>(a);
-    g.B16 = static_cast<const bf16_t*>(b);
-  } else {
-    g.A = static_cast<const float*>(a);
-    g.B = static_cast<const float*>(b);
-  }
   cudaEvent_t e0, e1;
   BERTCC_CUDA_CHECK(cudaEventCreate(&e0));
   BERTCC_CUDA_CHECK(cudaEventCreate(&e1));
-  cuda::gemm(g, p);  // warm-up (algorithm choice, workspace)
+  run(g, a, b, ab, compute, false);  // warm-up (algorithm choice, workspace)
   float best = 1e30f;
   for (int i = 0; i < iters; ++i) {
     BERTCC_CUDA_CHECK(cudaEventRecord(e0));
-    cuda::gemm(g, p);
+    run(g, a, b, ab, compute, false);
     BERTCC_CUDA_CHECK(cudaEventRecord(e1));
     BERTCC_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;

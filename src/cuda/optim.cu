@@ -27,10 +27,13 @@ struct Plan {
   std::vector<float> wd;
 };
 
-Plan make_plan(const ParamTable& t, float lr, float weight_decay) {
+// The tensors starting in [begin, end) (end = 0: all of them; ZeRO-1 shards are whole tensors).
+Plan make_plan(const ParamTable& t, float lr, float weight_decay, size_t begin, size_t end) {
   Plan p;
+  if (end == 0) end = t.total();
   for (const ParamEntry& e : t.entries()) {
     if (!e.trainable || e.numel == 0) continue;
+    if (e.offset < begin || e.offset >= end) continue;  // another rank's shard (ZeRO-1)
     const auto idx = static_cast<int32_t>(p.first.size());
     p.first.push_back(static_cast<int32_t>(p.chunks.size()));
     const float wd = e.weight_decay ? weight_decay : 0.0f;
@@ -70,16 +73,17 @@ struct AdamScalars {
   float b1, b2, eps, clip, bc1, bc2;
 };
 
-__global__ void lamb_update(float* w, float* g, float* m, float* v, const Chunk* chunks, AdamScalars a, double* wsq,
-                            double* usq) {
+// The moments m, v hold elements [mbase, ...) of the flat buffers (a ZeRO-1 shard; 0 otherwise).
+__global__ void lamb_update(float* w, float* g, float* m, float* v, int64_t mbase, const Chunk* chunks, AdamScalars a,
+                            double* wsq, double* usq) {
   const Chunk ch = chunks[blockIdx.x];
   float ws = 0.0f, us = 0.0f;
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
     const float gi = g[i] * a.clip;
-    const float mi = a.b1 * m[i] + (1.0f - a.b1) * gi;
-    const float vi = a.b2 * v[i] + (1.0f - a.b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
+    const float mi = a.b1 * m[i - mbase] + (1.0f - a.b1) * gi;
+    const float vi = a.b2 * v[i - mbase] + (1.0f - a.b2) * gi * gi;
+    m[i - mbase] = mi;
+    v[i - mbase] = vi;
     const float u = (mi / a.bc1) / (sqrtf(vi / a.bc2) + a.eps) + ch.wd * w[i];
     g[i] = u;
     ws += w[i] * w[i];
@@ -115,16 +119,16 @@ __global__ void lamb_apply(float* w, const float* u, const Chunk* chunks, const 
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) w[i] -= step * u[i];
 }
 
-__global__ void adamw_update(float* w, const float* g, float* m, float* v, const Chunk* chunks, AdamScalars a,
-                             float weight_decay) {
+__global__ void adamw_update(float* w, const float* g, float* m, float* v, int64_t mbase, const Chunk* chunks,
+                             AdamScalars a, float weight_decay) {
   const Chunk ch = chunks[blockIdx.x];
   const float decay = ch.wd != 0.0f ? 1.0f - ch.lr * weight_decay : 1.0f;
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
     const float gi = g[i] * a.clip;
-    const float mi = a.b1 * m[i] + (1.0f - a.b1) * gi;
-    const float vi = a.b2 * v[i] + (1.0f - a.b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
+    const float mi = a.b1 * m[i - mbase] + (1.0f - a.b1) * gi;
+    const float vi = a.b2 * v[i - mbase] + (1.0f - a.b2) * gi * gi;
+    m[i - mbase] = mi;
+    v[i - mbase] = vi;
     w[i] = w[i] * decay - ch.lr * (mi / a.bc1) / (sqrtf(vi / a.bc2) + a.eps);
   }
 }
@@ -132,6 +136,7 @@ __global__ void adamw_update(float* w, const float* g, float* m, float* v, const
 AdamScalars start(const ParamTable& t, const float* g, DeviceAdamState& s, double& gnorm, float max_grad_norm,
                   float b1, float b2, float eps, bool bias_correction) {
   BERTCC_CHECK(s.m && s.v, "optimizer on CUDA: moments not allocated");
+  BERTCC_CHECK(s.end == 0 || gnorm >= 0, "optimizer on CUDA: a ZeRO-1 shard's step needs the global gradient norm");
   s.step += 1;
   if (gnorm < 0) gnorm = global_norm(g, t.total());
   AdamScalars a{b1, b2, eps, 1.0f, 1.0f, 1.0f};
@@ -161,7 +166,7 @@ double global_norm(const float* x, size_t n) {
 double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr, const LambOptions& o,
                  double grad_norm) {
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, true);
-  const Plan p = make_plan(t, lr, o.weight_decay);
+  const Plan p = make_plan(t, lr, o.weight_decay, s.begin, s.end);
   if (p.chunks.empty()) return grad_norm;
   const DeviceVec<Chunk> chunks(p.chunks);
   const DeviceVec<int32_t> first(p.first), count(p.count);
@@ -170,7 +175,7 @@ double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamSta
   DeviceVec<float> ratio(p.first.size());
   const auto nc = static_cast<unsigned>(p.chunks.size());
   const auto nt = static_cast<int32_t>(p.first.size());
-  lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, chunks.p, a, wsq.p, usq.p);
+  lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), chunks.p, a, wsq.p, usq.p);
   BERTCC_CUDA_LAUNCHED("lamb_step (update)");
   lamb_ratio<<<grid_for(nt, 128), 128>>>(ratio.p, first.p, count.p, wd.p, wsq.p, usq.p, nt, o.nvlamb);
   BERTCC_CUDA_LAUNCHED("lamb_step (trust ratios)");
@@ -183,10 +188,11 @@ double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamSta
 double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr,
                   const AdamWOptions& o, double grad_norm) {
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, o.bias_correction);
-  const Plan p = make_plan(t, lr, o.weight_decay);
+  const Plan p = make_plan(t, lr, o.weight_decay, s.begin, s.end);
   if (p.chunks.empty()) return grad_norm;
   const DeviceVec<Chunk> chunks(p.chunks);
-  adamw_update<<<static_cast<unsigned>(p.chunks.size()), kThreads>>>(params, grads, s.m, s.v, chunks.p, a,
+  adamw_update<<<static_cast<unsigned>(p.chunks.size()), kThreads>>>(params, grads, s.m, s.v,
+                                                                     static_cast<int64_t>(s.begin), chunks.p, a,
                                                                      o.weight_decay);
   BERTCC_CUDA_LAUNCHED("adamw_step");
   synchronize();

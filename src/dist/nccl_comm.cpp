@@ -54,8 +54,37 @@ class Nccl final : public DeviceCommunicator {
                "ncclAllReduce (16-bit)");
     check_cuda(cudaStreamSynchronize(nullptr), "after ncclAllReduce");
   }
+  // NCCL's own ReduceScatter and AllGather take equal parts; ZeRO-1's are whole tensors, so
+  // rank r's part goes by one ncclReduce (root r) or ncclBroadcast (from r), all in one group.
+  void reduce_scatter_sum(float* data, const std::vector<size_t>& bounds) override {
+    parts(bounds, "ncclReduce (ZeRO-1)", [&](size_t b, size_t n, int r) {
+      return ncclReduce(data + b, data + b, n, ncclFloat32, ncclSum, r, comm_, nullptr);
+    });
+  }
+  void reduce_scatter_sum16(uint16_t* data, const std::vector<size_t>& bounds, WireDtype wire) override {
+    BERTCC_CHECK(wire == WireDtype::BF16 || wire == WireDtype::F16, "NCCL: reduce_scatter_sum16 needs a 16-bit wire dtype");
+    const ncclDataType_t t = wire == WireDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+    parts(bounds, "ncclReduce (ZeRO-1, 16-bit)", [&](size_t b, size_t n, int r) {
+      return ncclReduce(data + b, data + b, n, t, ncclSum, r, comm_, nullptr);
+    });
+  }
+  void allgather(float* data, const std::vector<size_t>& bounds) override {
+    parts(bounds, "ncclBroadcast (ZeRO-1)", [&](size_t b, size_t n, int r) {
+      return ncclBroadcast(data + b, data + b, n, ncclFloat32, r, comm_, nullptr);
+    });
+  }
 
  private:
+  template <class F>
+  void parts(const std::vector<size_t>& bounds, const char* what, F call) {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (size_t r = 0; r + 1 < bounds.size(); ++r)
+      if (bounds[r + 1] > bounds[r]) check_nccl(call(bounds[r], bounds[r + 1] - bounds[r], static_cast<int>(r)), what);
+    check_nccl(ncclGroupEnd(), what);
+    check_cuda(cudaStreamSynchronize(nullptr), what);
+  }
+
   int device_;
   ncclComm_t comm_ = nullptr;
 };

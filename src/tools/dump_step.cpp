@@ -192,7 +192,8 @@ void add_dump_step(CLI::App& app) {
   sub->add_option("--batch", o->batch, "HDF5 file in NVIDIA's pre-training layout; every row is one batch")
       ->required();
   sub->add_option("--out", o->out, "output .safetensors")->required();
-  sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--precision", o->precision, "fp32 | bf16 | fp16 (GEMM operands rounded to fp16, no loss scale)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->add_option("--head", o->head,
                   "pretraining (HDF5 batch) | qa | qa-joint | classify | token | discriminator | generator (ELECTRA): the "

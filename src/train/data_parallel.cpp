@@ -220,11 +220,18 @@ std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& c
 
 DeviceGradSync::DeviceGradSync(dist::Communicator& comm, const dist::Options& o, Bert& model,
                                dist::DeviceCommunicator* dcomm)
-    : model_(model), dcomm_(dcomm), wire_(dist::parse_wire_dtype(o.allreduce_dtype)) {
+    : model_(model), dcomm_(dcomm), wire_(dist::parse_wire_dtype(o.allreduce_dtype)), rank_(comm.rank()) {
   if (comm.world() > 1 && !dcomm_)
     host_ = std::make_unique<GradSync>(comm, wire_,
                                        static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / sizeof(float))),
                                        false);
+}
+
+void DeviceGradSync::scatter_to(std::vector<size_t> bounds) {
+  BERTCC_CHECK(bounds.size() >= 2 && bounds.back() == model_.table().total(), "ZeRO-1: shards of ",
+               bounds.empty() ? 0 : bounds.back(), " values for a model of ", model_.table().total());
+  if (host_) host_->scatter_to(bounds);
+  scatter_bounds_ = std::move(bounds);
 }
 
 void DeviceGradSync::before(int64_t a, int64_t count) {
@@ -262,12 +269,21 @@ void DeviceGradSync::finish(int64_t count) {
   if (count > 1) be.copy(model_.grads_on_backend(), acc_.get(), sizeof(float) * n);
   if (dcomm_) {
     const auto t0 = std::chrono::steady_clock::now();
+    const bool scatter = !scatter_bounds_.empty();
     if (wire_ != dist::WireDtype::F32) {  // 16 bits on the wire: round, sum in 16 bits, widen
       const bool bf = wire_ == dist::WireDtype::BF16;
       wire16_.ensure(be, n);
       be.narrow16(wire16_.get(), model_.grads_on_backend(), static_cast<int64_t>(n), bf);
-      dcomm_->allreduce_sum16(wire16_.get(), n, wire_);
-      be.widen16(model_.grads_on_backend(), wire16_.get(), static_cast<int64_t>(n), bf);
+      if (scatter) {  // only this rank's part is summed: widen that
+        dcomm_->reduce_scatter_sum16(wire16_.get(), scatter_bounds_, wire_);
+        const size_t b = scatter_bounds_[static_cast<size_t>(rank_)], e = scatter_bounds_[static_cast<size_t>(rank_) + 1];
+        be.widen16(model_.grads_on_backend() + b, wire16_.get() + b, static_cast<int64_t>(e - b), bf);
+      } else {
+        dcomm_->allreduce_sum16(wire16_.get(), n, wire_);
+        be.widen16(model_.grads_on_backend(), wire16_.get(), static_cast<int64_t>(n), bf);
+      }
+    } else if (scatter) {
+      dcomm_->reduce_scatter_sum(model_.grads_on_backend(), scatter_bounds_);
     } else {
       dcomm_->allreduce_sum(model_.grads_on_backend(), n);
     }
@@ -320,6 +336,29 @@ AdamState OptimizerShards::gather_full(dist::Communicator& comm, const AdamState
 
 void OptimizerShards::allgather_params(dist::Communicator& comm, float* params) const {
   comm.allgatherv_inplace(params, counts_);
+}
+
+void OptimizerShards::allgather_params(dist::Communicator& comm, dist::DeviceCommunicator* dcomm, Bert& m) const {
+  BERTCC_CHECK(bounds_.back() == m.table().total(), "ZeRO-1: shards of ", bounds_.back(), " values for a model of ",
+               m.table().total());
+  Backend& be = m.backend();
+  if (be.on_host()) return allgather_params(comm, m.params().data());
+  if (dcomm) return dcomm->allgather(m.params_on_backend(), bounds_);
+  const int r = comm.rank();
+  float* host = m.params().data();
+  be.download(host + begin(r), m.params_on_backend() + begin(r), sizeof(float) * (end(r) - begin(r)));
+  comm.allgatherv_inplace(host, counts_);
+  m.params_to_device();
+}
+
+double sharded_global_norm(dist::Communicator& comm, Bert& m, const OptimizerShards& shards) {
+  Backend& be = m.backend();
+  const int r = comm.rank();
+  float* host = m.grads().data();
+  if (!be.on_host())
+    be.download(host + shards.begin(r), m.grads_on_backend() + shards.begin(r),
+                sizeof(float) * (shards.end(r) - shards.begin(r)));
+  return sharded_global_norm(comm, host, m.grads().size(), shards);
 }
 
 double sharded_global_norm(dist::Communicator& comm, const float* x, size_t n, const OptimizerShards& shards) {

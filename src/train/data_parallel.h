@@ -109,6 +109,10 @@ class DeviceGradSync {
   void before(int64_t a, int64_t count);
   void after(int64_t a, int64_t count);
   void finish(int64_t count);
+  // ZeRO-1: reduce-scatter instead of all-reduce (GradSync::scatter_to): after finish() rank r's
+  // device gradients hold the global sums in [bounds[r], bounds[r+1]) (through the host, or NCCL's
+  // grouped reduces), the rest unreduced; read the norm with sharded_global_norm(comm, model, ...).
+  void scatter_to(std::vector<size_t> bounds);
   double last_wait_seconds() const { return host_ ? host_->last_wait_seconds() : wait_s_; }
 
  private:
@@ -118,6 +122,8 @@ class DeviceGradSync {
   dist::WireDtype wire_;                    // gradients on the wire: fp32, bf16 or fp16
   DeviceBuffer<float> acc_;                 // accumulation on the device
   DeviceBuffer<uint16_t> wire16_;           // the 16-bit gradients NCCL reduces
+  std::vector<size_t> scatter_bounds_;      // ZeRO-1 (empty: all-reduce)
+  int rank_ = 0;
   double wait_s_ = 0;
 };
 
@@ -125,6 +131,9 @@ class DeviceGradSync {
 // tensors starting in [r P/W, (r+1) P/W)); each rank updates its tensors with the all-reduced
 // gradients and the global norm (the same arithmetic as unsharded, so the same bits), then the
 // updated parameters are all-gathered. Checkpoints hold the full moments (gathered on rank 0).
+// On a device (Bert::use_backend) the moments of the shard live there (Backend::moments_from_host
+// with the shard's AdamState), the backend's optimizer step updates the shard alone, and the
+// parameters are all-gathered GPU to GPU (NCCL) or through the host.
 class OptimizerShards {
  public:
   OptimizerShards(const ParamTable& t, int world);
@@ -135,6 +144,9 @@ class OptimizerShards {
   // This rank's shard -> the full moments on rank 0 (others: the state is returned unchanged).
   AdamState gather_full(dist::Communicator& comm, const AdamState& own) const;
   void allgather_params(dist::Communicator& comm, float* params) const;
+  // The same for `m`'s parameters where its backend computes: NCCL when `dcomm` is given, else
+  // this rank's part comes down, the host all-gathers, and the whole buffer goes back up.
+  void allgather_params(dist::Communicator& comm, dist::DeviceCommunicator* dcomm, Bert& m) const;
   const std::vector<size_t>& bounds() const { return bounds_; }
 
  private:
@@ -145,6 +157,9 @@ class OptimizerShards {
 // same bits: each rank sums its part's blocks, the lanes of a block cut by a part boundary pass
 // from rank to rank (W - 1 broadcasts of 64 bytes), and the block sums are added in order.
 double sharded_global_norm(dist::Communicator& comm, const float* x, size_t n, const OptimizerShards& shards);
+// The same for `m`'s gradients where its backend computes: on a device this rank's part comes down
+// to the host copy first (1/W of the gradients), so a device run gets the host's bits.
+double sharded_global_norm(dist::Communicator& comm, Bert& m, const OptimizerShards& shards);
 
 // Every rank must agree on a value (a resumed step, a data-set size): throws naming `what` and
 // each rank's value when they differ.

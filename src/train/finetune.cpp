@@ -148,7 +148,6 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   // device stay there; checkpoints and saved models are downloaded.
   Backend& be = model.backend();
   const bool dev = !be.on_host();
-  BERTCC_CHECK(!dev || !o.dp.zero1, "finetune --device: --zero1 runs on the CPU only so far");
   std::unique_ptr<dist::DeviceCommunicator> dcomm = dev ? make_device_comm(comm, o.dp, be, "finetune") : nullptr;
   if (!dev) check_training_memory({&model}, std::min(micro, n), padded, o.precision, "finetune");
   model.reserve_activations(std::min(micro, n), padded, o.precision);
@@ -188,12 +187,6 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   TrainerState st;
   st.rng = Rng{o.seed, 0};
   const bool loaded = o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune", lead);
-  OptimizerState dopt;
-  if (dev) {
-    if (loaded) model.params_to_device();
-    be.moments_from_host(opt, model.table().total(), dopt);
-    opt = AdamState{};  // the moments live on the device now
-  }
   if (W > 1)
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
@@ -201,12 +194,22 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   if (o.dp.zero1 && W > 1) {
     shards = std::make_unique<OptimizerShards>(model.table(), static_cast<int>(W));
     shards->keep_own(opt, static_cast<int>(R));
+    if (lead)
+      std::cerr << "finetune: optimizer moments " << 8.0 * static_cast<double>(shards->end(0)) / 1048576.0
+                << " MB on rank 0 (ZeRO-1: sharded over " << W << " ranks; unsharded "
+                << 8.0 * static_cast<double>(model.table().total()) / 1048576.0 << " MB)\n";
+  }
+  OptimizerState dopt;
+  if (dev) {  // (with ZeRO-1, the moments of this rank's part)
+    if (loaded) model.params_to_device();
+    be.moments_from_host(opt, model.table().total(), dopt);
+    opt = AdamState{};  // the moments live on the device now
   }
   std::unique_ptr<dist::Watchdog> watchdog_ptr;  // made below; evaluation and checkpoints pause it
   // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
   auto save = [&]() {
-    if (dev && lead) {
-      model.params_to_host();
+    if (dev && (lead || shards)) {  // ZeRO-1: every rank's part of the moments comes down
+      if (lead) model.params_to_host();
       be.moments_to_host(dopt, opt);
     }
     AdamState full;
@@ -269,6 +272,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   else
     sync = std::make_unique<GradSync>(comm, o.dp, model, "finetune");
   if (shards && sync) sync->scatter_to(shards->bounds());  // ZeRO-1: each rank receives its part's sums
+  if (shards && dsync) dsync->scatter_to(shards->bounds());
   while (step < total) {
     watchdog.beat("the step's first all-reduce", step);
     double stop = signals::stop_requested() ? 1.0 : 0.0;  // a signal to any rank stops every rank at this step
@@ -324,16 +328,16 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     real_tokens += static_cast<int64_t>(sv[2]);
     rows_since += static_cast<int64_t>(sv[3]);
     const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
-    const double gnorm = dev      ? be.global_norm(model.grads_on_backend(), model.table().total())
-                         : shards ? sharded_global_norm(comm, model.grads().data(), model.grads().size(), *shards)
-                                  : global_norm(model.grads().data(), model.grads().size());
+    const double gnorm = shards ? sharded_global_norm(comm, model, *shards)
+                         : dev  ? be.global_norm(model.grads_on_backend(), model.table().total())
+                                : global_norm(model.grads().data(), model.grads().size());
     if (std::isfinite(gnorm) && std::isfinite(step_loss)) {
       bad_run = 0;
       if (dev)
         be.adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), dopt, lr, ao, gnorm);
       else
         adamw_step(model.table(), model.params().data(), model.grads().data(), opt, lr, ao, gnorm);
-      if (shards) shards->allgather_params(comm, model.params().data());
+      if (shards) shards->allgather_params(comm, dcomm.get(), model);
     } else {  // skipped; a run of them means divergence: stop before anything non-finite is saved
       if (lead)
         std::cerr << "finetune: step " << step + 1 << ": non-finite loss (" << step_loss << ") or gradient norm ("

@@ -137,11 +137,6 @@ int run_pretraining(const PretrainOptions& o) {
       pm.main->init_weights(o.seed);
     }
   }
-  if (dev) {
-    BERTCC_CHECK(!o.dp.zero1, "pretrain --device ", o.device, ": --zero1 runs on the CPU only so far");
-    BERTCC_CHECK(be.kind() != DeviceKind::CUDA || prec != Precision::F16, "pretrain --device ", o.device,
-                 ": fp16 GEMMs are not implemented on CUDA yet (use --precision bf16 or fp32)");
-  }
   if (pm.electra) electra_share_embeddings(*pm.main, *pm.gen);  // also checks that the shared shapes agree
   Bert* model = pm.main.get();
   if (vocab) {
@@ -394,9 +389,9 @@ int run_pretraining(const PretrainOptions& o) {
   // Rank 0 writes checkpoints; with ZeRO-1 every rank first sends it its moments.
   auto save = [&]() {
     watchdog.beat("gathering the moments for a checkpoint", st.step + st.step_offset);
-    if (dev && lead)
+    if (dev && (lead || !shards.empty()))  // ZeRO-1: every rank's part of the moments comes down
       for (const CheckpointPart& p : pm.parts()) {
-        p.model->params_to_host();
+        if (lead) p.model->params_to_host();
         be.moments_to_host(device_moments(p), *p.opt);
       }
     std::vector<CheckpointPart> parts = pm.parts();
@@ -431,6 +426,7 @@ int run_pretraining(const PretrainOptions& o) {
   // ZeRO-1: each rank receives only its part's gradient sums (a reduce-scatter), updates its part
   // and all-gathers the parameters: a third less traffic than all-reduce + all-gather.
   for (size_t i = 0; i < shards.size() && i < syncs.size(); ++i) syncs[i]->scatter_to(shards[i]->bounds());
+  for (size_t i = 0; i < shards.size() && i < dsyncs.size(); ++i) dsyncs[i]->scatter_to(shards[i]->bounds());
   bool stopped = false;
   bool memory_checked = false;
   while (st.step < o.max_steps) {
@@ -512,7 +508,7 @@ int run_pretraining(const PretrainOptions& o) {
     auto grad_norm = [&]() {
       auto norm_of = [&](size_t i) {  // models[i] and shards[i] are the same model (parts() order)
         Bert* m = models[i];
-        if (i < shards.size()) return sharded_global_norm(comm, m->grads().data(), m->grads().size(), *shards[i]);
+        if (i < shards.size()) return sharded_global_norm(comm, *m, *shards[i]);
         return dev ? be.global_norm(m->grads_on_backend(), m->table().total())
                    : global_norm(m->grads().data(), m->grads().size());
       };
@@ -575,7 +571,7 @@ int run_pretraining(const PretrainOptions& o) {
       }
       if (!shards.empty()) {  // every rank updated its own tensors: share them
         watchdog.beat("the ZeRO-1 parameter all-gather", st.step + st.step_offset);
-        for (size_t i = 0; i < shards.size(); ++i) shards[i]->allgather_params(comm, models[i]->params().data());
+        for (size_t i = 0; i < shards.size(); ++i) shards[i]->allgather_params(comm, dcomm.get(), *models[i]);
       }
       // ELECTRA: the generator's copies of the shared embeddings follow the discriminator's.
       if (pm.electra) electra_share_embeddings(*pm.main, *pm.gen);

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """The model on the CUDA backend against the same model on the CPU: `bertcc dump-step` on one
-pre-training batch with --device cpu and --device cuda, fp32 and bf16; the losses and every
+pre-training batch with --device cpu and --device cuda, fp32, bf16 and fp16; the losses and every
 gradient compared (max |cuda - cpu| <= tol * max |cpu| per tensor; fp32 1e-4, bf16 3e-2: the two
-backends sum in different orders and bf16 rounds GEMM operands). Needs numpy only: the model
+backends sum in different orders; bf16 and fp16 (1e-2) round GEMM operands). Needs numpy only: the model
 directory and the HDF5 batch are made beforehand (tests/torch/check_dump_step.py --workdir W writes
 W/model and W/batch.h5). Exit 0 passed, 77 no GPU, 1 failed.
   check_model.py BERTCC MODEL_DIR BATCH.h5 WORKDIR"""
@@ -23,7 +23,7 @@ def main():
     bertcc, model, batch, work = sys.argv[1:]
     os.makedirs(work, exist_ok=True)
     failures = []
-    for prec, tol in (("fp32", 1e-4), ("bf16", 3e-2)):
+    for prec, tol in (("fp32", 1e-4), ("bf16", 3e-2), ("fp16", 1e-2)):
         outs = {}
         for dev in ("cpu", "cuda"):
             out = os.path.join(work, f"{dev}_{prec}.safetensors")

@@ -274,7 +274,10 @@ void test_gemm() {
                         {true, false, 67, 45, 93, 1, false, true, 1.0f},  {true, true, 31, 129, 17, 1, false, true, 0.5f},
                         {false, true, 37, 37, 64, 6, false, false, 0.125f}, {true, false, 37, 64, 37, 6, false, true, 1.0f},
                         {false, true, 256, 768, 768, 1, true, false, 1.0f}};
-  for (Precision p : {Precision::F32, Precision::BF16}) {
+  // fp16: both sides round A and B to fp16 and sum exact products in fp32 (summation order apart)
+  auto pname = [](Precision p) { return p == Precision::BF16 ? "bf16" : p == Precision::F16 ? "fp16" : "fp32"; };
+  auto ptol = [](Precision p) { return p == Precision::BF16 ? 1e-2 : p == Precision::F16 ? 1e-3 : 1e-5; };
+  for (Precision p : {Precision::F32, Precision::BF16, Precision::F16}) {
     for (const Case& c : cases) {
       K::GemmArgs g;
       g.trans_a = c.ta;
@@ -308,9 +311,9 @@ void test_gemm() {
       G::gemm(d, p);
       char name[160];
       std::snprintf(name, sizeof name, "gemm %s %c%c %ldx%ldx%ld batch %ld%s%s alpha %g",
-                    p == Precision::BF16 ? "bf16" : "fp32", c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', long(c.M), long(c.N),
+                    pname(p), c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', long(c.M), long(c.N),
                     long(c.K), long(c.batch), c.bias ? " bias" : "", c.acc ? " acc" : "", double(c.alpha));
-      check(name, Cc, gC.back(), p == Precision::BF16 ? 1e-2 : 1e-5);
+      check(name, Cc, gC.back(), ptol(p));
     }
     // Linear layer forward and backward (with the bf16 weight copy given)
     const int64_t M = 45, N = 77, Kd = 96;
@@ -327,8 +330,8 @@ void test_gemm() {
     const bf16_t* gw16 = p == Precision::BF16 ? gW16.p : nullptr;
     G::linear_forward(gy.p, gx.p, gW.p, gb.p, M, N, Kd, p, gw16);
     G::linear_backward(gdx.p, gdW.p, gdb.p, gdy.p, gx.p, gW.p, M, N, Kd, p, gw16);
-    const double tol = p == Precision::BF16 ? 1e-2 : 1e-5;
-    const std::string tag = p == Precision::BF16 ? " bf16" : " fp32";
+    const double tol = ptol(p);
+    const std::string tag = std::string(" ") + pname(p);
     check("linear_forward" + tag, y, gy.back(), tol);
     check("linear_backward dx" + tag, dx, gdx.back(), tol);
     check("linear_backward dW" + tag, dW, gdW.back(), tol);
@@ -397,34 +400,44 @@ void test_optim() {
   Dev<float> gx(x);
   const double gn = G::global_norm(gx.p, n);
   check("global_norm", {static_cast<float>(cn)}, {static_cast<float>(gn)}, 1e-6);
+  // which: LAMB, AdamW; shard: the whole buffer, or (ZeRO-1) the moments of the tensors from
+  // frozen.weight on only, with the global norm given, the parameters before it left alone
+  for (int shard = 0; shard < 2; ++shard)
   for (int which = 0; which < 2; ++which) {
+    const size_t b = shard ? t.at("frozen.weight").offset : 0, e = shard ? n : 0, own = shard ? n - b : n;
     auto w = randv(n);
     AdamState cs;
+    cs.begin = b;
+    cs.end = e;
     G::DeviceAdamState gs;
-    Dev<float> gw(w), gm(n), gv(n);
+    gs.begin = b;
+    gs.end = e;
+    Dev<float> gw(w), gm(own), gv(own);
     gs.m = gm.p;
     gs.v = gv.p;
     LambOptions lo;
     lo.max_grad_norm = 1.0f;
     AdamWOptions ao;
     ao.max_grad_norm = 1.0f;
+    const std::string name = std::string(which == 0 ? "lamb" : "adamw") + (shard ? " (ZeRO-1 shard)" : "");
     for (int step = 0; step < 3; ++step) {
       auto g = randv(n, -0.5f, 0.5f);  // norm above 1: clipping is on
+      const double given = shard ? global_norm(g.data(), n) : -1.0;
       Dev<float> gg(g);
       double c_norm, g_norm;
       if (which == 0) {
-        c_norm = lamb_step(t, w.data(), g.data(), cs, 1e-2f, lo);
-        g_norm = G::lamb_step(t, gw.p, gg.p, gs, 1e-2f, lo);
+        c_norm = lamb_step(t, w.data(), g.data(), cs, 1e-2f, lo, given);
+        g_norm = G::lamb_step(t, gw.p, gg.p, gs, 1e-2f, lo, given);
       } else {
-        c_norm = adamw_step(t, w.data(), g.data(), cs, 1e-2f, ao);
-        g_norm = G::adamw_step(t, gw.p, gg.p, gs, 1e-2f, ao);
+        c_norm = adamw_step(t, w.data(), g.data(), cs, 1e-2f, ao, given);
+        g_norm = G::adamw_step(t, gw.p, gg.p, gs, 1e-2f, ao, given);
       }
-      const std::string tag = std::string(which == 0 ? "lamb_step" : "adamw_step") + " step " + std::to_string(step + 1);
+      const std::string tag = name + " step " + std::to_string(step + 1);
       check(tag + " gradient norm", {static_cast<float>(c_norm)}, {static_cast<float>(g_norm)}, 1e-6);
       check(tag + " parameters", w, gw.back(), 1e-5);
     }
-    check(std::string(which == 0 ? "lamb" : "adamw") + " first moment", cs.m, gm.back(), 1e-5);
-    check(std::string(which == 0 ? "lamb" : "adamw") + " second moment", cs.v, gv.back(), 1e-5);
+    check(name + " first moment", cs.m, gm.back(), 1e-5);
+    check(name + " second moment", cs.v, gv.back(), 1e-5);
   }
 }
 
