@@ -4,7 +4,8 @@
 # from small built-in seeds otherwise). Findings (crash-*, leak-*, timeout-*, oom-*) are kept in
 # build-fuzz/findings/<target>/; the script exits non-zero if there is any. Findings fixed since are
 # kept in fuzz/regressions/<target>/ and replayed before each target's run.
-#   fuzz/run.sh [SECONDS]        (FUZZ_TARGETS="fuzz_hdf5 ..." runs only those)
+#   fuzz/run.sh [SECONDS]        (FUZZ_TARGETS="fuzz_hdf5 ..." runs only those; FUZZ_RUNS=N also
+#                                 ends a target after N executions: the 10-million campaign)
 set -eu
 SECONDS_EACH="${1:-${FUZZ_SECONDS:-60}}"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
@@ -136,11 +137,11 @@ for t in ${FUZZ_TARGETS:-fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config 
     [ "$found" -eq 0 ] || status=1
     continue
   fi
-  (cd "$B/findings/$t" && ASAN_OPTIONS="${asan}${ASAN_OPTIONS:+:$ASAN_OPTIONS}" "$B/$t" -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=4096 $lim -timeout=20 \
+  (cd "$B/findings/$t" && ASAN_OPTIONS="${asan}${ASAN_OPTIONS:+:$ASAN_OPTIONS}" "$B/$t" -max_total_time="$SECONDS_EACH" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -max_len=65536 -rss_limit_mb=4096 $lim -timeout=20 \
      -print_final_stats=1 "$B/corpus/$t" > "$B/findings/$t.log" 2>&1) || status=1
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$B/findings/$t.log" | grep -o '[0-9]*$' || echo "?")
   found=$(ls "$B/findings/$t" | wc -l)
-  echo "fuzz $t: $runs executions in ${SECONDS_EACH} s, $found finding(s)$( [ "$found" -gt 0 ] && echo ": $(ls "$B/findings/$t" | head -3 | tr '\n' ' ')")"
+  echo "fuzz $t: $runs executions in $(t_s=$(sed -n 's/.*Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$B/findings/$t.log" | tail -1); echo "${t_s:-$SECONDS_EACH} s"), $found finding(s)$( [ "$found" -gt 0 ] && echo ": $(ls "$B/findings/$t" | head -3 | tr '\n' ' ')")"
   [ "$found" -eq 0 ] || status=1
 done
 exit $status
