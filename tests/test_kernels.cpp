@@ -2,12 +2,14 @@
 // differences of the reference, on odd sizes. Fused kernels against the composed ones.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
 #include "backend/backend.h"
 #include "bertcc/dtype.h"
 #include "bertcc/rng.h"
+#include "bertcc/runtime.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/reference.h"
@@ -305,6 +307,52 @@ TEST(CrossEntropy, LossAndGradientWithIgnoreIndex) {
   EXPECT_EQ(losses[1], 0.0f);
   auto g = fd_grad([&](const std::vector<double>& v) { return ref::xent(v, labels, N, V, -1); }, to_d(x));
   EXPECT_LT(max_rel(to_d(logits), g), 1e-5);  // the logits buffer now holds the gradient
+}
+
+// ELECTRA's Gumbel-max sampling: against a plain reference (one uniform per element of the whole
+// [M, V] stream, noise and argmax written out), as a sampler (the picks of many rows of the same
+// logits follow softmax), NaN/-inf rows, and the same picks with 1 or 2 threads.
+TEST(Gumbel, ArgmaxSamplesTheSoftmax) {
+  const Rng rng{99, 0};
+  const int64_t V = 5, M = 40000;
+  const float l[V] = {1.0f, 0.0f, -1.0f, 2.0f, 0.5f};
+  std::vector<float> logits(static_cast<size_t>(M * V));
+  for (int64_t m = 0; m < M; ++m) std::copy(l, l + V, logits.begin() + m * V);
+  for (int64_t v = 0; v < V; ++v) logits[static_cast<size_t>(V + v)] = -INFINITY;  // row 1: nothing finite
+  logits[static_cast<size_t>(V + 2)] = NAN;
+  const uint64_t base = 4 * 77;
+  std::vector<int32_t> picks(static_cast<size_t>(M));
+  kernels::gumbel_argmax(picks.data(), logits.data(), M, V, rng, base);
+  EXPECT_EQ(picks[1], 0);
+  std::vector<uint32_t> raw(static_cast<size_t>(M * V));
+  rng.fill_u32(base, raw.size(), raw.data());
+  for (int64_t m = 0; m < M; ++m) {  // reference
+    int32_t best = 0;
+    double bv = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) {
+      const double u = (static_cast<double>(raw[m * V + v] >> 8) + 0.5) / 16777216.0;
+      const double sc = static_cast<double>(logits[m * V + v]) + (-std::log(-std::log(u)));
+      if (sc > bv) {
+        bv = sc;
+        best = static_cast<int32_t>(v);
+      }
+    }
+    ASSERT_EQ(picks[m], best) << "row " << m;
+  }
+  double z = 0;
+  for (float x : l) z += std::exp(static_cast<double>(x));
+  std::vector<int64_t> count(V, 0);
+  for (int64_t m = 2; m < M; ++m) ++count[picks[m]];
+  for (int64_t v = 0; v < V; ++v) {
+    const double p = std::exp(static_cast<double>(l[v])) / z, n = static_cast<double>(M - 2);
+    EXPECT_NEAR(static_cast<double>(count[v]) / n, p, 4.5 * std::sqrt(p * (1 - p) / n)) << "token " << v;
+  }
+  const int nt = threads();
+  set_threads(1);
+  std::vector<int32_t> one(static_cast<size_t>(M));
+  kernels::gumbel_argmax(one.data(), logits.data(), M, V, rng, base);
+  set_threads(nt);
+  EXPECT_EQ(one, picks);
 }
 
 TEST(Rows, GatherScatterAreAdjoint) {

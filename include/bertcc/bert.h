@@ -130,10 +130,15 @@ class Bert {
   // gradient's normalisers (a step of several micro-batches or ranks normalises by its global
   // counts); the returned means stay this batch's own.
   // `mlm_logits_out`, if given, receives the MLM logits [M, vocab] before the loss overwrites them
-  // (ELECTRA samples its replacements from them; fill-mask ranks them).
+  // (fill-mask ranks them). `sample`, if given, receives ELECTRA's replacements drawn from them
+  // where they are computed (Backend::gumbel_argmax: nothing vocabulary-wide leaves a device), with
+  // M x vocab numbers of `rng` reserved after the forward pass's (the order electra_step keeps).
+  struct GumbelSample {
+    std::vector<int32_t> picks;  // per masked position, in token order
+  };
   PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f, float mlm_denom = 0.0f, float nsp_denom = 0.0f,
-                             std::vector<float>* mlm_logits_out = nullptr);
+                             std::vector<float>* mlm_logits_out = nullptr, GumbelSample* sample = nullptr);
 
   // Fine-tuning forward (and backward): the head's loss as HF computes it (QA: mean of start and
   // end cross-entropy; classification: mean cross-entropy; regression: mean squared error; tokens:

@@ -87,6 +87,10 @@ class Backend {
                                   const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C,
                                   int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) = 0;
 
+  // ELECTRA's replacement sampling, kernels::gumbel_argmax on the backend's logits [M, V]; the M
+  // picks come back to the host (no vocabulary-wide download)
+  virtual void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
+                             uint64_t base) = 0;
   // kernels::softmax_xent_forward_backward (labels on the backend; the counts come back to the host)
   virtual int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                                int32_t ignore_index, float grad_scale, int64_t* num_correct) = 0;

@@ -206,6 +206,11 @@ class CpuBackend final : public Backend {
     mine("attention_backward", dqkv, work, dout, qkv, out, saved, mask_add);
     kernels::attention_backward(dqkv, work, dout, qkv, saved, B, T, C, NH, dropout_p, prec);
   }
+  void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
+                     uint64_t base) override {
+    mine("gumbel_argmax", logits);
+    kernels::gumbel_argmax(picks_host, logits, M, V, rng, base);
+  }
   int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V, int32_t ignore_index,
                        float grad_scale, int64_t* num_correct) override {
     mine("softmax_xent", logits, losses, labels);

@@ -105,6 +105,10 @@ class CudaBackend final : public Backend {
                           float dropout_p, const Rng& rng, uint64_t base, Precision) override {
     cuda::attention_backward(dqkv, work, dout, qkv, out, saved, mask_add, B, T, C, NH, dropout_p, rng, base);
   }
+  void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
+                     uint64_t base) override {
+    cuda::gumbel_argmax(picks_host, logits, M, V, rng, base);
+  }
   int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V, int32_t ignore_index,
                        float grad_scale, int64_t* num_correct) override {
     return cuda::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);

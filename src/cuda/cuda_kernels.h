@@ -90,6 +90,8 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                         const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
                         float dropout_p, const Rng& rng, uint64_t base);
 
+// ---- ELECTRA's Gumbel-max sampling (as kernels::gumbel_argmax; the picks land in host memory) ----
+void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);
 // ---- softmax cross-entropy with its gradient (as kernels::softmax_xent_forward_backward) ----
 int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                                       int32_t ignore_index, float grad_scale, int64_t* num_correct = nullptr);

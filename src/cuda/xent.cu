@@ -1,6 +1,7 @@
 // Softmax cross-entropy fused with its gradient, one block per row (kernels/xent.cpp's twin: the
 // first maximum, the sum of exponentials in double, the loss and the gradient as there).
 #include <cfloat>
+#include <cstdint>
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
@@ -84,7 +85,54 @@ __global__ void xent_rows(float* logits, float* losses, const int32_t* labels, i
   }
 }
 
+// One block per masked position: each thread keeps its first maximum over v = tid, tid + blockDim,
+// ... (ascending, strictly greater wins, NaN never), then the block keeps the largest value and,
+// among equal ones, the lowest index: kernels::gumbel_argmax's first maximum. The noise is
+// computed in double as there (CUDA's log is within 1 ulp of glibc's: a pick can differ only where
+// two candidates are within an ulp of double).
+__global__ void gumbel_rows(int32_t* picks, const float* logits, int64_t V, uint64_t seed, uint64_t base) {
+  const int64_t m = blockIdx.x;
+  const float* x = logits + m * V;
+  double best_v = -INFINITY;
+  int32_t best = INT32_MAX;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    const uint32_t r = philox_u32(seed, base + static_cast<uint64_t>(m * V + v));
+    const double u = (static_cast<double>(r >> 8) + 0.5) / 16777216.0;
+    const double s = static_cast<double>(x[v]) - log(-log(u));
+    if (s > best_v) {
+      best_v = s;
+      best = static_cast<int32_t>(v);
+    }
+  }
+  __shared__ double sv[kThreads];
+  __shared__ int32_t si[kThreads];
+  sv[threadIdx.x] = best_v;
+  si[threadIdx.x] = best;
+  __syncthreads();
+  for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) {
+      const double ov = sv[threadIdx.x + w];
+      const int32_t oi = si[threadIdx.x + w];
+      if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x])) {
+        sv[threadIdx.x] = ov;
+        si[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) picks[m] = si[0] == INT32_MAX ? 0 : si[0];  // no finite candidate: 0, as the host
+}
+
 }  // namespace
+
+void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base) {
+  if (M == 0) return;
+  auto* picks = static_cast<int32_t*>(alloc(static_cast<size_t>(M) * sizeof(int32_t)));
+  gumbel_rows<<<static_cast<unsigned>(M), kThreads>>>(picks, logits, V, rng.seed, base);
+  BERTCC_CUDA_LAUNCHED("gumbel_argmax");
+  copy_to_host(picks_host, picks, static_cast<size_t>(M) * sizeof(int32_t));
+  free(picks);
+}
 
 int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                                       int32_t ignore_index, float grad_scale, int64_t* num_correct) {

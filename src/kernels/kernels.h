@@ -68,4 +68,11 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
 int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                                       int32_t ignore_index, float grad_scale, int64_t* num_correct = nullptr);
 
+// ---- ELECTRA's replacement sampling (Gumbel-max) ----
+// picks[m] = argmax over v of logits[m,v] + g(m,v), g = -log(-log(u)) in double, u = ((x >> 8) + 0.5)
+// / 2^24 from number base + m*V + v of rng's dropout stream: a sample of softmax(logits[m]). The
+// first maximum wins; NaN never does (a row of NaN/-inf gives 0). Rows are independent (threads do
+// not change the result).
+void gumbel_argmax(int32_t* picks, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);
+
 }  // namespace bertcc::kernels

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -37,6 +38,29 @@ int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_
   }
   if (num_correct) *num_correct += correct;
   return valid;
+}
+
+void gumbel_argmax(int32_t* picks, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base) {
+#pragma omp parallel
+  {
+    std::vector<uint32_t> raw(static_cast<size_t>(V));
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      rng.fill_u32(base + static_cast<uint64_t>(m * V), raw.size(), raw.data());
+      const float* x = logits + m * V;
+      int32_t best = 0;
+      double best_v = -INFINITY;
+      for (int64_t v = 0; v < V; ++v) {
+        const double u = (static_cast<double>(raw[v] >> 8) + 0.5) / 16777216.0;  // in (0, 1)
+        const double s = static_cast<double>(x[v]) - std::log(-std::log(u));
+        if (s > best_v) {
+          best_v = s;
+          best = static_cast<int32_t>(v);
+        }
+      }
+      picks[m] = best;
+    }
+  }
 }
 
 }  // namespace bertcc::kernels

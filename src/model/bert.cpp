@@ -664,7 +664,8 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
 }
 
 PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                                 float loss_scale, float mlm_denom, float nsp_denom, std::vector<float>* mlm_logits_out) {
+                                 float loss_scale, float mlm_denom, float nsp_denom, std::vector<float>* mlm_logits_out,
+                                 GumbelSample* sample) {
   BERTCC_CHECK(heads_ == Heads::PreTraining || heads_ == Heads::Generator, "pretrain_step: model has no pre-training heads");
   const bool nsp = heads_ == Heads::PreTraining;  // ELECTRA's generator: masked LM only
   BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && (!nsp || batch.nsp_labels.size() == size_t(batch.B)),
@@ -682,6 +683,7 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   const std::string obias = nsp ? "cls.predictions.bias" : "generator_lm_head.bias";
   PretrainLoss out;
   if (mlm_logits_out) mlm_logits_out->clear();
+  if (sample) sample->picks.clear();
 
   // ---- MLM head on the masked positions only ----
   Acts::Head& h = acts_->head;
@@ -736,6 +738,10 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
     if (mlm_logits_out) {
       mlm_logits_out->resize(static_cast<size_t>(M * V));
       be.download(mlm_logits_out->data(), logits, sizeof(float) * static_cast<size_t>(M * V));
+    }
+    if (sample) {  // the forward pass has reserved its dropout streams: the noise comes next
+      sample->picks.resize(static_cast<size_t>(M));
+      be.gumbel_argmax(sample->picks.data(), logits, M, V, rng, rng.reserve(static_cast<uint64_t>(M * V)));
     }
     be.softmax_xent(logits, losses, labels, M, V, -1,
                     backward ? loss_scale / (mlm_denom > 0 ? mlm_denom : static_cast<float>(M)) : 0.0f,

@@ -61,9 +61,13 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
                "different backends");
   const int64_t V = gen.config().vocab_size, N = batch.B * batch.T;
   ElectraLoss out;
-  // ---- generator: masked LM, logits kept for sampling ----
+  // ---- generator: masked LM; replacements sampled from its logits (no gradient through them) ----
+  // argmax(logits + Gumbel(0, 1)) per masked position: on the generator's backend from the counter
+  // RNG (Backend::gumbel_argmax), or on the host from a given noise tensor (dump-step's batch file).
   std::vector<float> logits;
-  const PretrainLoss g = gen.pretrain_step(batch, training, backward, prec, rng, so.loss_scale, so.mlm_denom, 0.0f, &logits);
+  Bert::GumbelSample gs;
+  const PretrainLoss g = gen.pretrain_step(batch, training, backward, prec, rng, so.loss_scale, so.mlm_denom, 0.0f,
+                                           gumbel ? &logits : nullptr, gumbel ? nullptr : &gs);
   out.gen_loss = g.mlm_count > 0 ? g.mlm_loss_sum / static_cast<double>(g.mlm_count) : 0.0;
   out.gen_loss_sum = g.mlm_loss_sum;
   out.masked = g.mlm_count;
@@ -71,14 +75,6 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   const int64_t M = g.mlm_count;
   BERTCC_CHECK(!gumbel || gumbel->size() == static_cast<size_t>(M * V), "ELECTRA step: Gumbel noise has ",
                gumbel ? gumbel->size() : 0, " values, expected masked tokens x vocab = ", M, " x ", V);
-  // ---- sampling: argmax(logits + Gumbel(0, 1)) per masked position (no gradient) ----
-  std::vector<uint32_t> raw;
-  uint64_t base = 0;
-  if (!gumbel && M > 0) {
-    base = rng.reserve(static_cast<uint64_t>(M * V));
-    raw.resize(static_cast<size_t>(M * V));
-    rng.fill_u32(base, raw.size(), raw.data());
-  }
   BertBatch d = batch;  // the discriminator sees the original tokens with the masked ones replaced
   d.mlm_labels.clear();
   d.nsp_labels.clear();
@@ -87,31 +83,26 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   for (int64_t n = 0; n < N; ++n)
     if (batch.mlm_labels[n] != -1) at.push_back(n);
   BERTCC_CHECK(static_cast<int64_t>(at.size()) == M, "ELECTRA step: ", at.size(), " masked labels but the generator counted ", M);
-  std::vector<int32_t> pick(at.size());
-  // Positions are independent (each reads its own noise), so threads do not change the result.
+  std::vector<int32_t> pick = std::move(gs.picks);
+  if (gumbel) {
+    pick.assign(at.size(), 0);
 #pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < M; ++m) {
-    const float* x = logits.data() + m * V;
-    const float* gz = gumbel ? gumbel->data() + m * V : nullptr;
-    const uint32_t* rz = gumbel ? nullptr : raw.data() + m * V;
-    int32_t best = 0;
-    double best_v = -INFINITY;
-    for (int64_t v = 0; v < V; ++v) {
-      double gn;
-      if (gz) {
-        gn = gz[v];
-      } else {  // u in (0, 1): 24 random bits, centred
-        const double u = (static_cast<double>(rz[v] >> 8) + 0.5) / 16777216.0;
-        gn = -std::log(-std::log(u));
+    for (int64_t m = 0; m < M; ++m) {
+      const float* x = logits.data() + m * V;
+      const float* gz = gumbel->data() + m * V;
+      int32_t best = 0;
+      double best_v = -INFINITY;
+      for (int64_t v = 0; v < V; ++v) {
+        const double s = static_cast<double>(x[v]) + static_cast<double>(gz[v]);
+        if (s > best_v) {
+          best_v = s;
+          best = static_cast<int32_t>(v);
+        }
       }
-      const double s = static_cast<double>(x[v]) + gn;
-      if (s > best_v) {
-        best_v = s;
-        best = static_cast<int32_t>(v);
-      }
+      pick[static_cast<size_t>(m)] = best;
     }
-    pick[static_cast<size_t>(m)] = best;
   }
+  BERTCC_CHECK(pick.size() == at.size(), "ELECTRA step: ", pick.size(), " replacements for ", at.size(), " masked tokens");
   if (sampled) *sampled = pick;
   for (size_t m = 0; m < at.size(); ++m) {
     const int64_t n = at[m];

@@ -441,6 +441,26 @@ void test_optim() {
   }
 }
 
+// ELECTRA's Gumbel-max sampling: the same picks as the host from the same counters (a BERT
+// vocabulary and an odd one; a row of -inf with one NaN gives 0 on both; equal logits leave the
+// choice to the noise alone)
+void test_gumbel() {
+  const Rng rng{1234, 0};
+  for (int64_t V : {30522, 97}) {
+    const int64_t M = 41;
+    auto logits = randv(static_cast<size_t>(M * V), -4, 4);
+    for (int64_t v = 0; v < V; ++v) logits[static_cast<size_t>(V + v)] = -INFINITY;
+    logits[static_cast<size_t>(V + 3)] = NAN;
+    for (int64_t v = 0; v < V; ++v) logits[static_cast<size_t>(2 * V + v)] = 0.5f;
+    const uint64_t base = 4 * 1001;
+    std::vector<int32_t> cpu(static_cast<size_t>(M)), gpu(static_cast<size_t>(M));
+    K::gumbel_argmax(cpu.data(), logits.data(), M, V, rng, base);
+    Dev<float> gl(logits);
+    G::gumbel_argmax(gpu.data(), gl.p, M, V, rng, base);
+    check_equal("gumbel_argmax V=" + std::to_string(V), cpu, gpu);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -472,6 +492,7 @@ int main(int argc, char** argv) {
     if (selected("gemm")) test_gemm();
     if (selected("attention")) test_attention();
     if (selected("optim")) test_optim();
+    if (selected("gumbel")) test_gumbel();
     G::synchronize();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
