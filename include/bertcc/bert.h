@@ -229,6 +229,8 @@ class Bert {
   // v's own data), and the reverse: v's contents where the backend computes (an upload).
   const std::vector<float>& to_host(std::vector<float>& v, const float* p, int64_t n);
   float* to_backend(std::vector<float>& v);
+  // Row indices where the backend computes (v itself on the host; an upload to a buffer kept for v).
+  const int64_t* rows_on_backend(std::vector<int64_t>& v);
 
   BertConfig cfg_;
   Heads heads_;
@@ -245,7 +247,11 @@ class Bert {
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
   std::vector<float> head_in_, head_din_, head_dseq_;  // head input after dropout, its gradient
-  std::vector<float> head_grad_;  // the joint QA head's gradients on the host, when the model is on a device
+  // the joint QA head's training scratch (keys of scratch() on a device) and row indices
+  struct JointScratch {
+    std::vector<float> s, xin, tmp, a, y, mean, rstd, e, zin, tmpb, za, c, dc, dza, dz, dzin, dhs, dy, da, dx, dxin;
+    std::vector<int64_t> start_rows, cls_rows, start_of, row_b;
+  } joint_;
   // more head scratch: ELECTRA's classification head ([CLS] rows, dropout, dense, gelu and their
   // gradients), the discriminator's dense and gelu, the logits' gradient
   std::vector<float> head_cls_, head_a1_, head_d1_, head_g1_, head_dd1_, head_da1_, head_dcls_, head_dlogits_;

@@ -206,6 +206,7 @@ struct Bert::Acts {
     std::vector<float> hm, t1, tg, tl, tmean, trstd, logits, losses, dtl, dtg, dt1, dhm, dseq, dpooled, nsp, nsp_losses;
     // On a device: each vector's buffer there, the rows and labels there.
     std::unordered_map<const std::vector<float>*, DeviceBuffer<float>> dev;
+    std::unordered_map<const std::vector<int64_t>*, DeviceBuffer<int64_t>> devi;
     DeviceBuffer<int64_t> drows;
     DeviceBuffer<int32_t> dlabels, dnsp_labels;
   } head;
@@ -338,6 +339,14 @@ float* Bert::to_backend(std::vector<float>& v) {
   if (be_->on_host()) return v.data();
   float* p = scratch(v, static_cast<int64_t>(v.size()), false);
   be_->upload(p, v.data(), sizeof(float) * v.size());
+  return p;
+}
+
+const int64_t* Bert::rows_on_backend(std::vector<int64_t>& v) {
+  if (be_->on_host()) return v.data();
+  BERTCC_CHECK(acts_, "rows_on_backend: no forward pass yet");
+  int64_t* p = acts_->head.devi[&v].ensure(*be_, std::max<size_t>(1, v.size()));
+  be_->upload(p, v.data(), sizeof(int64_t) * v.size());
   return p;
 }
 

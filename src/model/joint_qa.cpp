@@ -10,10 +10,11 @@
 // ends given that start, and the answer class from the start probabilities' expected hidden state.
 // p_mask (NVIDIA's, from the token types): 1 for the question, the [SEP]s and padding; 0 for the
 // context and [CLS].
-// On a device (use_backend) the encoder runs there and this head on the host with the CPU kernels:
-// the sequence output and the head's weights (a few C x 2C matrices) come down, the head's weight
-// gradients and the sequence output's gradient go back up. The beam search and the losses are
-// host work anyway; the head's GEMMs are small next to the encoder's.
+// Training (and evaluation with labels) runs on the model's backend: the GEMMs over [h_t ; h_start]
+// (B x T rows of 2C), tanh, LayerNorm and the row moves where the encoder ran; only the logits
+// (B x T start, B x T end, B answer classes) come to the host for the masks, the losses and their
+// gradients, which go back up. The beam search (inference) runs on the host with the CPU kernels:
+// on a device the sequence output and the head's weights come down.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -95,56 +96,52 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
                    " outside the window [0, ", T, ") (the joint head conditions the end on the start)");
   }
   encode(batch, training, prec, rng);
-  // The head's weights and gradients on the host: the model's own where it computes on the host;
-  // on a device, the head's slice [lo, hi) of the flat weights downloaded into the host copy (with
-  // its bf16 rounding) and a zeroed host buffer for its gradients, added to the device's at the end.
-  const bool dev = !be_->on_host();
-  size_t lo = params_.size(), hi = 0, sum = 0;
-  for (const ParamEntry& e : table_.entries())
-    if (e.name.rfind("start_logits.", 0) == 0 || e.name.rfind("end_logits.", 0) == 0 ||
-        e.name.rfind("answer_class.", 0) == 0) {
-      lo = std::min(lo, e.offset);
-      hi = std::max(hi, e.offset + e.numel);
-      sum += e.numel;
-    }
-  BERTCC_CHECK(lo < hi && sum == hi - lo, "joint QA: the head's tensors are not contiguous in the parameter table");
-  std::vector<float> hbuf;
-  std::vector<float>& hgrad = head_grad_;  // a member: its device copy is the model's scratch
-  std::vector<bf16_t> h16;
-  if (dev) {
-    be_->download(params_.data() + lo, dev_params_ + lo, sizeof(float) * (hi - lo));
-    if (prec == Precision::BF16) {
-      h16.resize(hi - lo);
-      to_bf16(params_.data() + lo, h16.data(), hi - lo);
-    }
-    if (backward) hgrad.assign(hi - lo, 0.0f);
-  }
-  auto w = [&](const char* n) -> const float* { return dev ? params_.data() + table_.at(n).offset : this->w(n); };
-  auto w16 = [&](const char* n, Precision p) -> const bf16_t* {
-    return !dev ? this->w16(n, p) : p == Precision::BF16 ? h16.data() + (table_.at(n).offset - lo) : nullptr;
-  };
-  auto grad = [&](const char* n) { return dev ? hgrad.data() + (table_.at(n).offset - lo) : this->grad(n); };
-  const float* h = sequence_output_on_host(hbuf);
   const std::vector<float> pm = answer_mask(batch);
   FinetuneLoss out;
-  // ---- start logits ----
-  std::vector<float> s(static_cast<size_t>(N));
-  linear_forward(s.data(), h, w("start_logits.dense.weight"), w("start_logits.dense.bias"), N, 1, C, prec,
-                 w16("start_logits.dense.weight", prec));
-  apply_mask(s.data(), pm.data(), N);
-  const float* W0 = w("end_logits.dense_0.weight");
-  const float* Wc0 = w("answer_class.dense_0.weight");
-  // end logits of M rows [h_t ; h_start]: a = tanh(dense_0), y = LayerNorm(a) (mean, rstd kept), e = dense_1(y)
-  auto end_logits = [&](const float* xin, int64_t M, float* a, float* y, float* mean, float* rstd, float* e) {
-    linear_forward(a, xin, W0, w("end_logits.dense_0.bias"), M, C, 2 * C, prec, w16("end_logits.dense_0.weight", prec));
-    tanh_forward(a, a, M * C);
-    layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), M, C,
-                      cfg_.layer_norm_eps);
-    linear_forward(e, y, w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), M, 1, C, prec,
-                   w16("end_logits.dense_1.weight", prec));
-  };
-
-  if (!have_labels) {  // ---- beam search ----
+  if (!have_labels) {  // ---- beam search, on the host ----
+    // The head's weights: the model's own where it computes on the host; on a device, the head's
+    // slice [lo, hi) of the flat weights downloaded into the host copy (with its bf16 rounding).
+    const bool dev = !be_->on_host();
+    size_t lo = params_.size(), hi = 0, sum = 0;
+    for (const ParamEntry& e : table_.entries())
+      if (e.name.rfind("start_logits.", 0) == 0 || e.name.rfind("end_logits.", 0) == 0 ||
+          e.name.rfind("answer_class.", 0) == 0) {
+        lo = std::min(lo, e.offset);
+        hi = std::max(hi, e.offset + e.numel);
+        sum += e.numel;
+      }
+    BERTCC_CHECK(lo < hi && sum == hi - lo, "joint QA: the head's tensors are not contiguous in the parameter table");
+    std::vector<float> hbuf;
+    std::vector<bf16_t> h16;
+    if (dev) {
+      be_->download(params_.data() + lo, dev_params_ + lo, sizeof(float) * (hi - lo));
+      if (prec == Precision::BF16) {
+        h16.resize(hi - lo);
+        to_bf16(params_.data() + lo, h16.data(), hi - lo);
+      }
+    }
+    auto w = [&](const char* n) -> const float* { return dev ? params_.data() + table_.at(n).offset : this->w(n); };
+    auto w16 = [&](const char* n, Precision p) -> const bf16_t* {
+      return !dev ? this->w16(n, p) : p == Precision::BF16 ? h16.data() + (table_.at(n).offset - lo) : nullptr;
+    };
+    const float* h = sequence_output_on_host(hbuf);
+    // ---- start logits ----
+    std::vector<float> s(static_cast<size_t>(N));
+    linear_forward(s.data(), h, w("start_logits.dense.weight"), w("start_logits.dense.bias"), N, 1, C, prec,
+                   w16("start_logits.dense.weight", prec));
+    apply_mask(s.data(), pm.data(), N);
+    const float* W0 = w("end_logits.dense_0.weight");
+    const float* Wc0 = w("answer_class.dense_0.weight");
+    // end logits of M rows [h_t ; h_start]: a = tanh(dense_0), y = LayerNorm(a) (mean, rstd kept), e = dense_1(y)
+    auto end_logits = [&](const float* xin, int64_t M, float* a, float* y, float* mean, float* rstd, float* e) {
+      linear_forward(a, xin, W0, w("end_logits.dense_0.bias"), M, C, 2 * C, prec,
+                     w16("end_logits.dense_0.weight", prec));
+      tanh_forward(a, a, M * C);
+      layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), M, C,
+                        cfg_.layer_norm_eps);
+      linear_forward(e, y, w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), M, 1, C, prec,
+                     w16("end_logits.dense_1.weight", prec));
+    };
     const int64_t K1 = cfg_.start_beam(), K2 = cfg_.end_beam();
     const int64_t k1 = std::min<int64_t>(K1, T), k2 = std::min<int64_t>(K2, T);
     const int64_t per_row = 2 * K1 + 2 * K1 * K2 + 1;
@@ -154,7 +151,8 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
         e(static_cast<size_t>(T * k1));
     std::vector<double> lp, elp;
     for (int64_t b = 0; b < B; ++b) {
-      float* o = head_logits_.data() + b * per_row;  // [K1 start lp | K1 start idx | K1*K2 end lp | K1*K2 end idx | cls]
+      float* o =
+          head_logits_.data() + b * per_row;  // [K1 start lp | K1 start idx | K1*K2 end lp | K1*K2 end idx | cls]
       log_softmax(s.data() + b * T, T, lp);
       const std::vector<int64_t> st = top_k(lp, k1);
       // rows (i, t): [h_t ; h_start_i]
@@ -194,109 +192,145 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
     return out;
   }
 
-  // ---- training: end and answer class conditioned on the true start ----
+  // ---- training: end and answer class conditioned on the true start, on the backend ----
+  Backend& be = *be_;
+  JointScratch& J = joint_;
+  const float* h = sequence_output();
   std::vector<int32_t> sp(batch.start_positions.begin(), batch.start_positions.end());
   std::vector<int32_t> ep(batch.end_positions.begin(), batch.end_positions.end());
-  std::vector<float> xin(static_cast<size_t>(N * 2 * C)), a(static_cast<size_t>(N * C)), y(static_cast<size_t>(N * C)),
-      mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), e(static_cast<size_t>(N));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      float* r = xin.data() + (b * T + t) * 2 * C;
-      std::memcpy(r, h + (b * T + t) * C, sizeof(float) * C);
-      std::memcpy(r + C, h + (b * T + sp[b]) * C, sizeof(float) * C);
-    }
-  end_logits(xin.data(), N, a.data(), y.data(), mean.data(), rstd.data(), e.data());
-  apply_mask(e.data(), pm.data(), N);
-  std::vector<float> zin(static_cast<size_t>(B * 2 * C)), za(static_cast<size_t>(B * C)), c(static_cast<size_t>(B));
+  J.start_rows.resize(static_cast<size_t>(B));
+  J.cls_rows.resize(static_cast<size_t>(B));
+  J.start_of.resize(static_cast<size_t>(N));
+  J.row_b.resize(static_cast<size_t>(N));
   for (int64_t b = 0; b < B; ++b) {
-    std::memcpy(zin.data() + b * 2 * C, h + (b * T + sp[b]) * C, sizeof(float) * C);
-    std::memcpy(zin.data() + b * 2 * C + C, h + b * T * C, sizeof(float) * C);
+    J.start_rows[b] = b * T + sp[b];
+    J.cls_rows[b] = b * T;
+    for (int64_t t = 0; t < T; ++t) {
+      J.start_of[b * T + t] = b * T + sp[b];
+      J.row_b[b * T + t] = b;
+    }
   }
-  linear_forward(za.data(), zin.data(), Wc0, w("answer_class.dense_0.bias"), B, C, 2 * C, prec,
-                 w16("answer_class.dense_0.weight", prec));
-  tanh_forward(za.data(), za.data(), B * C);
-  linear_forward(c.data(), za.data(), w("answer_class.dense_1.weight"), nullptr, B, 1, C, prec,
-                 w16("answer_class.dense_1.weight", prec));
+  const int64_t* start_rows = rows_on_backend(J.start_rows);
+  const int64_t* cls_rows = rows_on_backend(J.cls_rows);
+  const int64_t* start_of = rows_on_backend(J.start_of);
+  const int64_t* row_b = rows_on_backend(J.row_b);
+  const float* W0 = w("end_logits.dense_0.weight");
+  const float* W1 = w("end_logits.dense_1.weight");
+  const float* Ws = w("start_logits.dense.weight");
+  const float* Wc0 = w("answer_class.dense_0.weight");
+  const float* Wc1 = w("answer_class.dense_1.weight");
+  // start logits
+  float* s = scratch(J.s, N, false);
+  be.linear_forward(s, h, Ws, w("start_logits.dense.bias"), N, 1, C, prec, w16("start_logits.dense.weight", prec));
+  // end logits of the rows [h_t ; h_start]: a = tanh(dense_0), y = LayerNorm(a) (mean, rstd kept), e = dense_1(y)
+  float* xin = scratch(J.xin, N * 2 * C, false);
+  float* tmp = scratch(J.tmp, N * C, false);
+  be.copy_rows(xin, 2 * C, h, C, N, C);
+  be.gather_rows(tmp, h, start_of, N, C);
+  be.copy_rows(xin + C, 2 * C, tmp, C, N, C);
+  float* a = scratch(J.a, N * C, false);
+  float* y = scratch(J.y, N * C, false);
+  float* mean = scratch(J.mean, N, false);
+  float* rstd = scratch(J.rstd, N, false);
+  float* e = scratch(J.e, N, false);
+  be.linear_forward(a, xin, W0, w("end_logits.dense_0.bias"), N, C, 2 * C, prec,
+                    w16("end_logits.dense_0.weight", prec));
+  be.tanh_forward(a, a, N * C);
+  be.layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), N, C,
+                       cfg_.layer_norm_eps);
+  be.linear_forward(e, y, W1, w("end_logits.dense_1.bias"), N, 1, C, prec, w16("end_logits.dense_1.weight", prec));
+  // answer class of [h_start ; h_cls]
+  float* zin = scratch(J.zin, B * 2 * C, false);
+  float* tb = scratch(J.tmpb, B * C, false);
+  be.gather_rows(tb, h, start_rows, B, C);
+  be.copy_rows(zin, 2 * C, tb, C, B, C);
+  be.gather_rows(tb, h, cls_rows, B, C);
+  be.copy_rows(zin + C, 2 * C, tb, C, B, C);
+  float* za = scratch(J.za, B * C, false);
+  float* c = scratch(J.c, B, false);
+  be.linear_forward(za, zin, Wc0, w("answer_class.dense_0.bias"), B, C, 2 * C, prec,
+                    w16("answer_class.dense_0.weight", prec));
+  be.tanh_forward(za, za, B * C);
+  be.linear_forward(c, za, Wc1, nullptr, B, 1, C, prec, w16("answer_class.dense_1.weight", prec));
+  // the logits on the host (the scratch itself there), masked
+  to_host(J.s, s, N);
+  to_host(J.e, e, N);
+  to_host(J.c, c, B);
+  std::vector<float>&hs = J.s, &he = J.e;
+  const std::vector<float>& hc = J.c;
+  apply_mask(hs.data(), pm.data(), N);
+  apply_mask(he.data(), pm.data(), N);
   // head_logits_: start [B*T], end [B*T], answer class [B] (for inspection; gradients use copies)
-  head_logits_.assign(s.begin(), s.end());
-  head_logits_.insert(head_logits_.end(), e.begin(), e.end());
-  head_logits_.insert(head_logits_.end(), c.begin(), c.end());
+  head_logits_.assign(hs.begin(), hs.end());
+  head_logits_.insert(head_logits_.end(), he.begin(), he.end());
+  head_logits_.insert(head_logits_.end(), hc.begin(), hc.begin() + B);
   // ---- losses: CE over the window for start and end, BCE for the answer class ----
   const float g = backward ? 0.5f * loss_scale / static_cast<float>(B) : 0.0f;
   std::vector<float> ls(static_cast<size_t>(B));
   double total = 0;
   for (int which = 0; which < 2; ++which) {
-    std::vector<float>& lg = which == 0 ? s : e;  // overwritten by the gradient when backward
-    softmax_xent_forward_backward(lg.data(), ls.data(), (which == 0 ? sp : ep).data(), B, T, static_cast<int32_t>(T),
-                                  g, &out.correct);
+    std::vector<float>& lg = which == 0 ? hs : he;  // overwritten by the gradient when backward
+    softmax_xent_forward_backward(lg.data(), ls.data(), (which == 0 ? sp : ep).data(), B, T, static_cast<int32_t>(T), g,
+                                  &out.correct);
     double sum = 0;
     for (int64_t b = 0; b < B; ++b) sum += ls[b];
     total += 0.5 * sum / static_cast<double>(B);
   }
-  std::vector<float> dc(static_cast<size_t>(B));
+  J.dc.resize(static_cast<size_t>(B));
   double bce = 0;
   for (int64_t b = 0; b < B; ++b) {
-    const double x = c[b], yb = (sp[b] == 0 && ep[b] == 0) ? 1.0 : 0.0;
+    const double x = hc[b], yb = (sp[b] == 0 && ep[b] == 0) ? 1.0 : 0.0;
     bce += std::max(x, 0.0) - x * yb + std::log1p(std::exp(-std::fabs(x)));
-    dc[b] = static_cast<float>((1.0 / (1.0 + std::exp(-x)) - yb) / static_cast<double>(B)) * 0.5f * loss_scale;
+    J.dc[b] = static_cast<float>((1.0 / (1.0 + std::exp(-x)) - yb) / static_cast<double>(B)) * 0.5f * loss_scale;
   }
   total += 0.5 * bce / static_cast<double>(B);
   out.loss = total;
   out.count = 2 * B;
   if (!backward) return out;
 
-  // ---- backward ----
-  std::vector<float> dh(static_cast<size_t>(N * C), 0.0f), dhs(static_cast<size_t>(B * C), 0.0f);
+  // ---- backward (on the backend; the masked positions get no gradient) ----
+  for (int64_t i = 0; i < N; ++i)
+    if (pm[i] > 0) hs[i] = he[i] = 0.0f;
+  const float* dc = to_backend(J.dc);
+  const float* de = to_backend(J.e);
+  const float* ds = to_backend(J.s);
+  float* dh = scratch(head_dseq_, N * C, true);
+  float* dhs = scratch(J.dhs, B * C, true);
   // answer class
   {
-    std::vector<float> dza(static_cast<size_t>(B * C), 0.0f), dz(static_cast<size_t>(B * C), 0.0f),
-        dzin(static_cast<size_t>(B * 2 * C), 0.0f);
-    linear_backward(dza.data(), grad("answer_class.dense_1.weight"), nullptr, dc.data(), za.data(),
-                    w("answer_class.dense_1.weight"), B, 1, C, prec, w16("answer_class.dense_1.weight", prec));
-    tanh_backward(dz.data(), za.data(), dza.data(), B * C);
-    linear_backward(dzin.data(), grad("answer_class.dense_0.weight"), grad("answer_class.dense_0.bias"), dz.data(),
-                    zin.data(), Wc0, B, C, 2 * C, prec, w16("answer_class.dense_0.weight", prec));
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t k = 0; k < C; ++k) {
-        dhs[b * C + k] += dzin[b * 2 * C + k];
-        dh[b * T * C + k] += dzin[b * 2 * C + C + k];
-      }
+    float* dza = scratch(J.dza, B * C, true);
+    float* dz = scratch(J.dz, B * C, true);
+    float* dzin = scratch(J.dzin, B * 2 * C, true);
+    be.linear_backward(dza, dgrad("answer_class.dense_1.weight"), nullptr, dc, za, Wc1, B, 1, C, prec,
+                       w16("answer_class.dense_1.weight", prec));
+    be.tanh_backward(dz, za, dza, B * C);
+    be.linear_backward(dzin, dgrad("answer_class.dense_0.weight"), dgrad("answer_class.dense_0.bias"), dz, zin, Wc0, B,
+                       C, 2 * C, prec, w16("answer_class.dense_0.weight", prec));
+    be.add_rows(dhs, C, dzin, 2 * C, B, C);
+    be.add_rows(dh, T * C, dzin + C, 2 * C, B, C);
   }
-  // end logits (the masked positions get no gradient)
+  // end logits
   {
-    for (int64_t i = 0; i < N; ++i)
-      if (pm[i] > 0) e[i] = 0.0f;
-    std::vector<float> dy(static_cast<size_t>(N * C), 0.0f), da(static_cast<size_t>(N * C), 0.0f),
-        dx(static_cast<size_t>(N * C), 0.0f), dxin(static_cast<size_t>(N * 2 * C), 0.0f);
-    linear_backward(dy.data(), grad("end_logits.dense_1.weight"), grad("end_logits.dense_1.bias"), e.data(), y.data(),
-                    w("end_logits.dense_1.weight"), N, 1, C, prec, w16("end_logits.dense_1.weight", prec));
-    layernorm_backward(da.data(), grad("end_logits.LayerNorm.weight"), grad("end_logits.LayerNorm.bias"), dy.data(),
-                       a.data(), w("end_logits.LayerNorm.weight"), mean.data(), rstd.data(), N, C);
-    tanh_backward(dx.data(), a.data(), da.data(), N * C);
-    linear_backward(dxin.data(), grad("end_logits.dense_0.weight"), grad("end_logits.dense_0.bias"), dx.data(),
-                    xin.data(), W0, N, C, 2 * C, prec, w16("end_logits.dense_0.weight", prec));
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        const float* r = dxin.data() + (b * T + t) * 2 * C;
-        float* d = dh.data() + (b * T + t) * C;
-        for (int64_t k = 0; k < C; ++k) {
-          d[k] += r[k];
-          dhs[b * C + k] += r[C + k];
-        }
-      }
+    float* dy = scratch(J.dy, N * C, true);
+    float* da = scratch(J.da, N * C, true);
+    float* dx = scratch(J.dx, N * C, true);
+    float* dxin = scratch(J.dxin, N * 2 * C, true);
+    be.linear_backward(dy, dgrad("end_logits.dense_1.weight"), dgrad("end_logits.dense_1.bias"), de, y, W1, N, 1, C,
+                       prec, w16("end_logits.dense_1.weight", prec));
+    be.layernorm_backward(da, dgrad("end_logits.LayerNorm.weight"), dgrad("end_logits.LayerNorm.bias"), dy, a,
+                          w("end_logits.LayerNorm.weight"), mean, rstd, N, C);
+    be.tanh_backward(dx, a, da, N * C);
+    be.linear_backward(dxin, dgrad("end_logits.dense_0.weight"), dgrad("end_logits.dense_0.bias"), dx, xin, W0, N, C,
+                       2 * C, prec, w16("end_logits.dense_0.weight", prec));
+    be.add_rows(dh, C, dxin, 2 * C, N, C);
+    be.copy_rows(tmp, C, dxin + C, 2 * C, N, C);
+    be.scatter_add_rows(dhs, tmp, row_b, N, C);  // dhs[b] += the rows of b, in order
   }
   // start logits
-  for (int64_t i = 0; i < N; ++i)
-    if (pm[i] > 0) s[i] = 0.0f;
-  linear_backward(dh.data(), grad("start_logits.dense.weight"), grad("start_logits.dense.bias"), s.data(), h,
-                  w("start_logits.dense.weight"), N, 1, C, prec, w16("start_logits.dense.weight", prec));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 0; k < C; ++k) dh[(b * T + sp[b]) * C + k] += dhs[b * C + k];
-  head_dseq_ = std::move(dh);
-  if (dev) {  // the head's gradients into the device's (zero before this micro-batch: 0 + g = g)
-    be_->add_rows(dev_grads_ + lo, 0, to_backend(hgrad), 0, 1, static_cast<int64_t>(hgrad.size()));
-  }
-  encode_backward(to_backend(head_dseq_), nullptr, prec);
+  be.linear_backward(dh, dgrad("start_logits.dense.weight"), dgrad("start_logits.dense.bias"), ds, h, Ws, N, 1, C, prec,
+                     w16("start_logits.dense.weight", prec));
+  be.scatter_add_rows(dh, dhs, start_rows, B, C);
+  encode_backward(dh, nullptr, prec);
   return out;
 }
 

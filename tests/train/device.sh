@@ -170,7 +170,7 @@ done
 cmp -s "$W/edump_cpu/step.safetensors" "$W/edump_$D/step.safetensors" \
   && echo "ok   dump-step --model-type electra: losses, sampled tokens, logits and every gradient byte-identical on $D" \
   || fail "dump-step --model-type electra: $D differs from cpu"
-# ELECTRA's joint SQuAD head (its layers on the host; the encoder, its gradients on the device)
+# ELECTRA's joint SQuAD head (training on the device, the logits' losses on the host; beams on the host)
 for prec in fp32 bf16; do
   for dv in cpu $D; do
     "$PY" "$TORCH_DIR/check_joint_qa.py" --bertcc "$B" --precision $prec --device $dv --workdir "$W/jdump_${dv}_$prec" \
@@ -234,7 +234,7 @@ PYEOF
   ft_case ner "predictions.txt" ner --train-file "$W/ner.txt" --predict-file "$W/ner.txt" --init-checkpoint "$W/tiny" \
     --mode "train eval prediction"
   ft_case squad "predictions.json" squad --train-file "$W/sq.json" --predict-file "$W/sq.json" --doc-stride 32 --init-checkpoint "$W/tiny"
-  # SQuAD v2.0 with ELECTRA's joint head (its layers on the host, the encoder on the device), bf16
+  # SQuAD v2.0 with ELECTRA's joint head (trained on the device, its beam search on the host), bf16
   $PY - "$S/squad/v2.0/dev-v2.0.first5articles.json" "$W/sq2.json" <<'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1])); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:2]
