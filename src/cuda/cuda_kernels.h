@@ -106,7 +106,7 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
                     Precision p, const bf16_t* W16 = nullptr);
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr);
-void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (rows in order)
+void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (fixed chunks, then in order)
 // TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16/fp16 operands for bf16/fp16), best of `iters`.
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);
 

@@ -97,18 +97,50 @@ __global__ void layernorm_bwd_input(float* dinp, const float* dout, const float*
   }
 }
 
-__global__ void layernorm_bwd_params(float* dw, float* db, const float* dout, const float* inp, const float* mean,
-                                     const float* rstd, int64_t N, int64_t C) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float aw = 0.0f, ab = 0.0f;
-  for (int64_t n = 0; n < N; ++n) {
-    const float d = dout[n * C + c];
-    aw += (inp[n * C + c] - mean[n]) * rstd[n] * d;
-    ab += d;
+// Deterministic column sums of a row-major [M, N] gradient (bias and LayerNorm parameter
+// gradients), in two passes whose partition depends only on M and N, so the bits are the same run
+// after run on any GPU: pass 1 sums chunks of kColRows rows for 32 columns per block (8 row lanes
+// striding by 8, then the lanes added in order), pass 2 adds the chunks' partials in order into the
+// output (+=). Terms: 1 = sum dy (bias); 2 = also sum (x - mean) rstd dy (LayerNorm weight). The
+// host sums rows in order instead (kernels/), so the two agree to rounding, not bit for bit.
+constexpr int64_t kColRows = 256;
+
+template <int kTerms>
+__global__ void colsum_pass1(float* part, const float* dy, const float* inp, const float* mean, const float* rstd,
+                             int64_t M, int64_t N) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(32) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * kColRows, r1 = min(M, r0 + kColRows);
+  float a = 0.0f, b = 0.0f;
+  if (c < N)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+      const float d = dy[r * N + c];
+      if (kTerms == 2) a += (inp[r * N + c] - mean[r]) * rstd[r] * d;
+      b += d;
+    }
+  __shared__ float sa[8][33], sb[8][33];
+  sa[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= N) return;
+  float ta = 0.0f, tb = 0.0f;
+  for (int y = 0; y < 8; ++y) {
+    ta += sa[y][threadIdx.x];
+    tb += sb[y][threadIdx.x];
   }
-  dw[c] += aw;
-  db[c] += ab;
+  part[blockIdx.y * N + c] = tb;
+  if (kTerms == 2) part[(gridDim.y + blockIdx.y) * N + c] = ta;  // the weighted sums after the plain ones
+}
+
+__global__ void colsum_pass2(float* out_b, float* out_a, const float* part, int64_t chunks, int64_t N) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= N) return;
+  float ta = 0.0f, tb = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) {
+    tb += part[k * N + c];
+    if (out_a) ta += part[(chunks + k) * N + c];
+  }
+  out_b[c] += tb;
+  if (out_a) out_a[c] += ta;
 }
 
 __global__ void residual_fwd(float* out, const float* a, const float* b, int64_t n) {
@@ -185,15 +217,37 @@ __global__ void scale_k(float* x, int64_t n, float s) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] *= s;
 }
-__global__ void bias_bwd(float* db, const float* dy, int64_t M, int64_t N) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= N) return;
-  float acc = 0.0f;
-  for (int64_t r = 0; r < M; ++r) acc += dy[r * N + c];
-  db[c] += acc;
+unsigned rows_grid(int64_t N) { return grid_for(N, kThreads / 32); }
+
+// The partials of colsum: one buffer, grown as needed (kernels run in order on the default stream).
+float* colsum_scratch(size_t n) {
+  static float* p = nullptr;
+  static size_t have = 0;
+  if (n > have) {
+    synchronize();  // a kernel queued earlier may still read the old buffer
+    free(p);
+    p = static_cast<float*>(alloc(n * sizeof(float)));
+    have = n;
+  }
+  return p;
 }
 
-unsigned rows_grid(int64_t N) { return grid_for(N, kThreads / 32); }
+// out_b[c] += sum_r dy[r, c]; with out_a (LayerNorm): out_a[c] += sum_r (x[r, c] - mean[r]) rstd[r] dy[r, c]
+void column_sums(float* out_b, float* out_a, const float* dy, const float* inp, const float* mean, const float* rstd,
+                 int64_t M, int64_t N, const char* what) {
+  if (M == 0 || N == 0) return;
+  const int64_t chunks = (M + kColRows - 1) / kColRows;
+  BERTCC_CHECK(chunks <= 65535, what, ": ", M, " rows is more than this kernel's grid takes");
+  float* part = colsum_scratch(static_cast<size_t>((out_a ? 2 : 1) * chunks * N));
+  const dim3 grid(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks)), block(32, 8);
+  if (out_a)
+    colsum_pass1<2><<<grid, block>>>(part, dy, inp, mean, rstd, M, N);
+  else
+    colsum_pass1<1><<<grid, block>>>(part, dy, nullptr, nullptr, nullptr, M, N);
+  BERTCC_CUDA_LAUNCHED(what);
+  colsum_pass2<<<grid_for(N, kThreads), kThreads>>>(out_b, out_a, part, chunks, N);
+  BERTCC_CUDA_LAUNCHED(what);
+}
 
 }  // namespace
 
@@ -226,8 +280,7 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   if (N == 0) return;
   layernorm_bwd_input<<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C);
   BERTCC_CUDA_LAUNCHED("layernorm_backward (input)");
-  layernorm_bwd_params<<<grid_for(C, 64), 64>>>(dw, db, dout, inp, mean, rstd, N, C);
-  BERTCC_CUDA_LAUNCHED("layernorm_backward (parameters)");
+  column_sums(db, dw, dout, inp, mean, rstd, N, C, "layernorm_backward (parameters)");
 }
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   if (n == 0) return;
@@ -293,8 +346,7 @@ void scale(float* x, int64_t n, float s) {
 }
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
   if (N == 0) return;
-  bias_bwd<<<grid_for(N, 64), 64>>>(db, dy, M, N);
-  BERTCC_CUDA_LAUNCHED("bias_backward");
+  column_sums(db, nullptr, dy, nullptr, nullptr, nullptr, M, N, "bias_backward");
 }
 
 }  // namespace bertcc::cuda

@@ -8,6 +8,8 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -33,10 +35,38 @@ struct Scratch {
   }
 };
 
+// The largest power of two up to 256 that divides p's address. cuBLASLt's heuristic assumes 256-byte
+// operands unless told otherwise, and an algorithm it picks for those fails on a weight that starts
+// inside the flat parameter buffer (after the 30522-float MLM bias, say): so it is told.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al >>= 1;
+  return al;
+}
+
+// What the heuristic's answer depends on; one query per distinct GEMM, not one per call.
+struct AlgoKey {
+  int64_t v[13];
+  uint32_t align[3];
+  bool operator<(const AlgoKey& o) const {
+    for (int i = 0; i < 13; ++i)
+      if (v[i] != o.v[i]) return v[i] < o.v[i];
+    for (int i = 0; i < 3; ++i)
+      if (align[i] != o.align[i]) return align[i] < o.align[i];
+    return false;
+  }
+};
+struct Algo {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
 struct Context {
   cublasLtHandle_t lt = nullptr;
   Scratch workspace, a16, b16;
   bool tf32 = false;
+  std::map<AlgoKey, Algo> algos;  // cuBLASLt's choice per distinct GEMM
   static constexpr size_t kWorkspace = 32u << 20;
   Context() { check_lt(cublasLtCreate(&lt), "cublasLtCreate"); }
 };
@@ -77,6 +107,7 @@ struct Layout {
 bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute,
          bool with_bias) {
   Context& c = ctx();
+  if (with_bias && alignment(g.bias) < 16) return false;  // the caller adds the bias with a kernel
   cublasLtMatmulDesc_t desc = nullptr;
   check_lt(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   // cuBLAS operand 1 is our B (giving op(B)^T, N x K), operand 2 our A (op(A)^T, K x M).
@@ -94,23 +125,41 @@ bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType 
   const Layout la(ab, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b);
   const Layout lb(ab, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a);
   const Layout lc(CUDA_R_32F, g.N, g.M, g.ldc, g.batch, g.stride_c);
-  cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
-  const uint64_t ws = Context::kWorkspace;
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-           "workspace preference");
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(c.lt, desc, la.d, lb.d, lc.d, lc.d, pref, 1, &heur, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+  // cuBLAS's A is our B, its B our A; C and D are g.C
+  const AlgoKey key{{g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c,
+                     (g.trans_a ? 1 : 0) + (g.trans_b ? 2 : 0) + (with_bias ? 4 : 0), static_cast<int64_t>(ab),
+                     static_cast<int64_t>(compute)},
+                    {alignment(B), alignment(A), alignment(g.C)}};
+  auto it = c.algos.find(key);
+  if (it == c.algos.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const uint64_t ws = Context::kWorkspace;
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+             "workspace preference");
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i)
+      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &key.align[i < 3 ? i : 2], sizeof(uint32_t)),
+               "alignment preference");
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(c.lt, desc, la.d, lb.d, lc.d, lc.d, pref, 1, &heur, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    Algo a;
+    a.found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    a.algo = heur.algo;
+    it = c.algos.emplace(key, a).first;
+  }
+  if (!it->second.found) {
     cublasLtMatmulDescDestroy(desc);
     if (with_bias) return false;
     fail("cuBLASLt: no algorithm for a ", g.M, "x", g.N, "x", g.K, " GEMM (batch ", g.batch, ")");
   }
   const float alpha = g.alpha, beta = g.accumulate ? 1.0f : 0.0f;
   const cublasStatus_t st = cublasLtMatmul(c.lt, desc, &alpha, B, la.d, A, lb.d, &beta,
-                                           g.C, lc.d, g.C, lc.d, &heur.algo, c.workspace.get(Context::kWorkspace),
+                                           g.C, lc.d, g.C, lc.d, &it->second.algo, c.workspace.get(Context::kWorkspace),
                                            Context::kWorkspace, nullptr);
   cublasLtMatmulDescDestroy(desc);
   check_lt(st, "cublasLtMatmul");

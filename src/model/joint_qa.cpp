@@ -13,8 +13,10 @@
 // Training (and evaluation with labels) runs on the model's backend: the GEMMs over [h_t ; h_start]
 // (B x T rows of 2C), tanh, LayerNorm and the row moves where the encoder ran; only the logits
 // (B x T start, B x T end, B answer classes) come to the host for the masks, the losses and their
-// gradients, which go back up. The beam search (inference) runs on the host with the CPU kernels:
-// on a device the sequence output and the head's weights come down.
+// gradients, which go back up. The beam search (inference) runs the head's layers there too, one
+// row's start_n_top x T candidates at a time; the top-k choices and log-softmaxes are host work on
+// the downloaded logits, and the answer class's expected start state is summed on the host (in
+// double) from the downloaded sequence output.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -98,74 +100,61 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   encode(batch, training, prec, rng);
   const std::vector<float> pm = answer_mask(batch);
   FinetuneLoss out;
-  if (!have_labels) {  // ---- beam search, on the host ----
-    // The head's weights: the model's own where it computes on the host; on a device, the head's
-    // slice [lo, hi) of the flat weights downloaded into the host copy (with its bf16 rounding).
-    const bool dev = !be_->on_host();
-    size_t lo = params_.size(), hi = 0, sum = 0;
-    for (const ParamEntry& e : table_.entries())
-      if (e.name.rfind("start_logits.", 0) == 0 || e.name.rfind("end_logits.", 0) == 0 ||
-          e.name.rfind("answer_class.", 0) == 0) {
-        lo = std::min(lo, e.offset);
-        hi = std::max(hi, e.offset + e.numel);
-        sum += e.numel;
-      }
-    BERTCC_CHECK(lo < hi && sum == hi - lo, "joint QA: the head's tensors are not contiguous in the parameter table");
+  if (!have_labels) {  // ---- beam search: the head's layers on the backend, the top-k on the host ----
+    Backend& be = *be_;
+    JointScratch& J = joint_;
+    const float* hd = sequence_output();
+    // the answer class's expected start state is summed in double on the host: h comes down
     std::vector<float> hbuf;
-    std::vector<bf16_t> h16;
-    if (dev) {
-      be_->download(params_.data() + lo, dev_params_ + lo, sizeof(float) * (hi - lo));
-      if (prec == Precision::BF16) {
-        h16.resize(hi - lo);
-        to_bf16(params_.data() + lo, h16.data(), hi - lo);
-      }
-    }
-    auto w = [&](const char* n) -> const float* { return dev ? params_.data() + table_.at(n).offset : this->w(n); };
-    auto w16 = [&](const char* n, Precision p) -> const bf16_t* {
-      return !dev ? this->w16(n, p) : p == Precision::BF16 ? h16.data() + (table_.at(n).offset - lo) : nullptr;
-    };
     const float* h = sequence_output_on_host(hbuf);
-    // ---- start logits ----
-    std::vector<float> s(static_cast<size_t>(N));
-    linear_forward(s.data(), h, w("start_logits.dense.weight"), w("start_logits.dense.bias"), N, 1, C, prec,
-                   w16("start_logits.dense.weight", prec));
+    float* sd = scratch(J.s, N, false);
+    be.linear_forward(sd, hd, w("start_logits.dense.weight"), w("start_logits.dense.bias"), N, 1, C, prec,
+                      w16("start_logits.dense.weight", prec));
+    to_host(J.s, sd, N);
+    std::vector<float>& s = J.s;
     apply_mask(s.data(), pm.data(), N);
     const float* W0 = w("end_logits.dense_0.weight");
-    const float* Wc0 = w("answer_class.dense_0.weight");
-    // end logits of M rows [h_t ; h_start]: a = tanh(dense_0), y = LayerNorm(a) (mean, rstd kept), e = dense_1(y)
-    auto end_logits = [&](const float* xin, int64_t M, float* a, float* y, float* mean, float* rstd, float* e) {
-      linear_forward(a, xin, W0, w("end_logits.dense_0.bias"), M, C, 2 * C, prec,
-                     w16("end_logits.dense_0.weight", prec));
-      tanh_forward(a, a, M * C);
-      layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), M, C,
-                        cfg_.layer_norm_eps);
-      linear_forward(e, y, w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), M, 1, C, prec,
-                     w16("end_logits.dense_1.weight", prec));
-    };
+    const float* W1 = w("end_logits.dense_1.weight");
     const int64_t K1 = cfg_.start_beam(), K2 = cfg_.end_beam();
     const int64_t k1 = std::min<int64_t>(K1, T), k2 = std::min<int64_t>(K2, T);
     const int64_t per_row = 2 * K1 + 2 * K1 * K2 + 1;
     head_logits_.assign(static_cast<size_t>(B * per_row), 0.0f);
-    std::vector<float> xin(static_cast<size_t>(T * k1 * 2 * C)), x(static_cast<size_t>(T * k1 * C)),
-        y(static_cast<size_t>(T * k1 * C)), mean(static_cast<size_t>(T * k1)), rstd(static_cast<size_t>(T * k1)),
-        e(static_cast<size_t>(T * k1));
+    // one row's k1 x T candidates at a time: rows (i, t) = [h_t ; h_start_i], end logits through
+    // a = tanh(dense_0), y = LayerNorm(a), e = dense_1(y)
+    const int64_t R = k1 * T;
+    float* xin = scratch(J.xin, R * 2 * C, false);
+    float* tmp = scratch(J.tmp, R * C, false);
+    float* a = scratch(J.a, R * C, false);
+    float* y = scratch(J.y, R * C, false);
+    float* mean = scratch(J.mean, R, false);
+    float* rstd = scratch(J.rstd, R, false);
+    float* e = scratch(J.e, R, false);
+    float* za = scratch(J.za, C, false);
+    float* c = scratch(J.c, 1, false);
+    J.start_of.resize(static_cast<size_t>(R));
     std::vector<double> lp, elp;
     for (int64_t b = 0; b < B; ++b) {
       float* o =
           head_logits_.data() + b * per_row;  // [K1 start lp | K1 start idx | K1*K2 end lp | K1*K2 end idx | cls]
       log_softmax(s.data() + b * T, T, lp);
       const std::vector<int64_t> st = top_k(lp, k1);
-      // rows (i, t): [h_t ; h_start_i]
-      for (int64_t i = 0; i < k1; ++i)
-        for (int64_t t = 0; t < T; ++t) {
-          float* r = xin.data() + (i * T + t) * 2 * C;
-          std::memcpy(r, h + (b * T + t) * C, sizeof(float) * C);
-          std::memcpy(r + C, h + (b * T + st[i]) * C, sizeof(float) * C);
-        }
-      end_logits(xin.data(), k1 * T, x.data(), y.data(), mean.data(), rstd.data(), e.data());
       for (int64_t i = 0; i < k1; ++i) {
-        apply_mask(e.data() + i * T, pm.data() + b * T, T);
-        log_softmax(e.data() + i * T, T, elp);
+        be.copy_rows(xin + i * T * 2 * C, 2 * C, hd + b * T * C, C, T, C);
+        for (int64_t t = 0; t < T; ++t) J.start_of[i * T + t] = b * T + st[i];
+      }
+      be.gather_rows(tmp, hd, rows_on_backend(J.start_of), R, C);
+      be.copy_rows(xin + C, 2 * C, tmp, C, R, C);
+      be.linear_forward(a, xin, W0, w("end_logits.dense_0.bias"), R, C, 2 * C, prec,
+                        w16("end_logits.dense_0.weight", prec));
+      be.tanh_forward(a, a, R * C);
+      be.layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), R, C,
+                           cfg_.layer_norm_eps);
+      be.linear_forward(e, y, W1, w("end_logits.dense_1.bias"), R, 1, C, prec, w16("end_logits.dense_1.weight", prec));
+      to_host(J.e, e, R);
+      for (int64_t i = 0; i < k1; ++i) {
+        float* ei = J.e.data() + i * T;
+        apply_mask(ei, pm.data() + b * T, T);
+        log_softmax(ei, T, elp);
         const std::vector<int64_t> en = top_k(elp, k2);
         o[i] = static_cast<float>(lp[st[i]]);
         o[K1 + i] = static_cast<float>(st[i]);
@@ -175,19 +164,20 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
         }
       }
       // answer class from the expected start state sum_t softmax(s)_t h_t and h_[CLS]
-      std::vector<float> zin(static_cast<size_t>(2 * C), 0.0f), z(static_cast<size_t>(C));
       std::vector<double> acc(static_cast<size_t>(C), 0.0);
       for (int64_t t = 0; t < T; ++t) {
         const double pt = std::exp(lp[t]);
-        for (int64_t c = 0; c < C; ++c) acc[c] += pt * h[(b * T + t) * C + c];
+        for (int64_t k = 0; k < C; ++k) acc[k] += pt * h[(b * T + t) * C + k];
       }
-      for (int64_t c = 0; c < C; ++c) zin[c] = static_cast<float>(acc[c]);
-      std::memcpy(zin.data() + C, h + b * T * C, sizeof(float) * C);
-      linear_forward(z.data(), zin.data(), Wc0, w("answer_class.dense_0.bias"), 1, C, 2 * C, prec,
-                     w16("answer_class.dense_0.weight", prec));
-      tanh_forward(z.data(), z.data(), C);
-      linear_forward(o + per_row - 1, z.data(), w("answer_class.dense_1.weight"), nullptr, 1, 1, C, prec,
-                     w16("answer_class.dense_1.weight", prec));
+      J.zin.resize(static_cast<size_t>(2 * C));
+      for (int64_t k = 0; k < C; ++k) J.zin[k] = static_cast<float>(acc[k]);
+      std::memcpy(J.zin.data() + C, h + b * T * C, sizeof(float) * C);
+      be.linear_forward(za, to_backend(J.zin), w("answer_class.dense_0.weight"), w("answer_class.dense_0.bias"), 1, C,
+                        2 * C, prec, w16("answer_class.dense_0.weight", prec));
+      be.tanh_forward(za, za, C);
+      be.linear_forward(c, za, w("answer_class.dense_1.weight"), nullptr, 1, 1, C, prec,
+                        w16("answer_class.dense_1.weight", prec));
+      o[per_row - 1] = to_host(J.c, c, 1)[0];
     }
     return out;
   }
