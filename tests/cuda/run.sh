@@ -29,7 +29,7 @@ else
   "$CS" --tool memcheck --leak-check full --error-exitcode 3 "$T" > "$OUT/memcheck.log" 2>&1; m=$?
   echo "memcheck: exit $m ($OUT/memcheck.log)"; tail -3 "$OUT/memcheck.log"
   [ $m -ne 0 ] && status=1
-  for f in attention xent optim layernorm; do
+  for f in attention xent optim layernorm gemm gumbel; do
     "$CS" --tool racecheck --error-exitcode 3 "$T" --filter $f > "$OUT/racecheck_$f.log" 2>&1; r=$?
     echo "racecheck $f: exit $r"; tail -2 "$OUT/racecheck_$f.log"
     [ $r -ne 0 ] && status=1
