@@ -1,7 +1,8 @@
 #!/bin/sh
 # Same-run comparison on the GPU machine: `bertcc bench --device cuda` against transformers on the
 # same GPU (bench/peer_torch_gpu.py, eager and torch.compile), the issue's shapes by default.
-# Usage: bench/gpu.sh [BERTCC] ; env: CASES ("mode config batch seq" lines), PRECISION (bf16), STEPS (20)
+# Usage: bench/gpu.sh [BERTCC] ; env: CASES ("mode config batch seq" lines), PRECISION (bf16; fp16 is NVIDIA's
+# recipe: the peer adds AMP's GradScaler), STEPS (20)
 set -u
 B="${1:-build/bertcc}"
 HERE="$(cd "$(dirname "$0")" && pwd)"

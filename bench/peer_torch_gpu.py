@@ -26,7 +26,7 @@ def main():
     ap.add_argument("--config", default="bert-base")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-pred", type=int, default=-1)
@@ -63,7 +63,10 @@ def main():
     else:
         model.eval()
     fwd = torch.compile(model) if a.compile else model
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16")
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+    amp = torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None)
+    # fp16 trains as NVIDIA's recipe and AMP do: a dynamic loss scale, unscaled before the step
+    scaler = torch.amp.GradScaler("cuda", enabled=a.precision == "fp16")
 
     def step():
         if train:
@@ -71,8 +74,9 @@ def main():
             with amp:
                 out = fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask, labels=labels,
                           next_sentence_label=nsp)
-            out.loss.backward()
-            opt.step()
+            scaler.scale(out.loss).backward()
+            scaler.step(opt)
+            scaler.update()
         else:
             with torch.inference_mode(), amp:
                 fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask)

@@ -66,7 +66,8 @@ void add_bench(CLI::App& app) {
                   "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
   sub->add_option("--batch", o->batch, "sequences per step")->check(CLI::PositiveNumber);
   sub->add_option("--seq", o->seq, "sequence length")->check(CLI::PositiveNumber);
-  sub->add_option("--precision", o->precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--precision", o->precision, "fp32 | bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
   sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
