@@ -355,6 +355,27 @@ TEST(Gumbel, ArgmaxSamplesTheSoftmax) {
   EXPECT_EQ(one, picks);
 }
 
+// The joint SQuAD head's expected start state: each row's weighted sum over t, written with a
+// stride (into the first half of [expected ; h_cls] rows), against sums in long double.
+TEST(Rows, WeightedRowSums) {
+  const int64_t B = 3, T = 7, C = 5, ld = 2 * C;
+  auto x = randn(B * T * C, 11, 1.0f);
+  std::vector<double> w(static_cast<size_t>(B * T));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05 * static_cast<double>(i % 9) + 0.01;
+  std::vector<float> out(static_cast<size_t>(B * ld), -7.0f);
+  kernels::weighted_row_sums(out.data(), ld, x.data(), w.data(), B, T, C);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < ld; ++c) {
+      if (c >= C) {
+        EXPECT_EQ(out[b * ld + c], -7.0f);  // the second half is not touched
+        continue;
+      }
+      long double want = 0;
+      for (int64_t t = 0; t < T; ++t) want += static_cast<long double>(w[b * T + t]) * x[(b * T + t) * C + c];
+      EXPECT_NEAR(out[b * ld + c], static_cast<double>(want), 1e-6) << b << "," << c;
+    }
+}
+
 TEST(Rows, GatherScatterAreAdjoint) {
   const int64_t N = 9, C = 5, M = 4;
   auto x = randn(N * C, 1), R = randn(M * C, 2);

@@ -91,6 +91,9 @@ class Backend {
   // picks come back to the host (no vocabulary-wide download)
   virtual void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                              uint64_t base) = 0;
+  // kernels::weighted_row_sums with the weights w [B, T] in host memory
+  virtual void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B,
+                                 int64_t T, int64_t C) = 0;
   // kernels::softmax_xent_forward_backward (labels on the backend; the counts come back to the host)
   virtual int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                                int32_t ignore_index, float grad_scale, int64_t* num_correct) = 0;

@@ -109,6 +109,10 @@ class CudaBackend final : public Backend {
                      uint64_t base) override {
     cuda::gumbel_argmax(picks_host, logits, M, V, rng, base);
   }
+  void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T,
+                         int64_t C) override {
+    cuda::weighted_row_sums(out, out_ld, x, w_host, B, T, C);
+  }
   int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V, int32_t ignore_index,
                        float grad_scale, int64_t* num_correct) override {
     return cuda::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);

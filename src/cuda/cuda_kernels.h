@@ -92,6 +92,8 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
 
 // ---- ELECTRA's Gumbel-max sampling (as kernels::gumbel_argmax; the picks land in host memory) ----
 void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);
+// as kernels::weighted_row_sums (double sums over t in order; the weights are uploaded from the host)
+void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T, int64_t C);
 // ---- softmax cross-entropy with its gradient (as kernels::softmax_xent_forward_backward) ----
 int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                                       int32_t ignore_index, float grad_scale, int64_t* num_correct = nullptr);

@@ -123,7 +123,26 @@ __global__ void gumbel_rows(int32_t* picks, const float* logits, int64_t V, uint
   if (threadIdx.x == 0) picks[m] = si[0] == INT32_MAX ? 0 : si[0];  // no finite candidate: 0, as the host
 }
 
+// One thread per (row b, column c), t in order, in double: kernels::weighted_row_sums's sums.
+__global__ void weighted_rows(float* out, int64_t out_ld, const float* x, const double* w, int64_t T, int64_t C) {
+  const int64_t b = blockIdx.y, c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  double acc = 0.0;
+  for (int64_t t = 0; t < T; ++t) acc += w[b * T + t] * static_cast<double>(x[(b * T + t) * C + c]);
+  out[b * out_ld + c] = static_cast<float>(acc);
+}
+
 }  // namespace
+
+void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T, int64_t C) {
+  if (B == 0 || C == 0) return;
+  BERTCC_CHECK(B <= 65535, "weighted_row_sums: ", B, " rows is more than this kernel's grid takes");
+  auto* w = static_cast<double*>(alloc(static_cast<size_t>(B * T) * sizeof(double)));
+  copy_to_device(w, w_host, static_cast<size_t>(B * T) * sizeof(double));
+  weighted_rows<<<dim3(grid_for(C, 128), static_cast<unsigned>(B)), 128>>>(out, out_ld, x, w, T, C);
+  BERTCC_CUDA_LAUNCHED("weighted_row_sums");
+  free(w);  // (cudaFree waits for the kernel)
+}
 
 void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base) {
   if (M == 0) return;

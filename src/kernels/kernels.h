@@ -75,4 +75,8 @@ int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_
 // not change the result).
 void gumbel_argmax(int32_t* picks, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);
 
+// ---- the joint SQuAD head's expected start state ----
+// out[b * out_ld + c] = sum over t (in order, in double) of w[b * T + t] * x[(b * T + t) * C + c]
+void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w, int64_t B, int64_t T, int64_t C);
+
 }  // namespace bertcc::kernels

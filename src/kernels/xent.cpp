@@ -63,4 +63,21 @@ void gumbel_argmax(int32_t* picks, const float* logits, int64_t M, int64_t V, co
   }
 }
 
+void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w, int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel
+  {
+    std::vector<double> acc(static_cast<size_t>(C));
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < B; ++b) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        const double pt = w[b * T + t];
+        const float* r = x + (b * T + t) * C;
+        for (int64_t c = 0; c < C; ++c) acc[c] += pt * r[c];
+      }
+      for (int64_t c = 0; c < C; ++c) out[b * out_ld + c] = static_cast<float>(acc[c]);
+    }
+  }
+}
+
 }  // namespace bertcc::kernels

@@ -15,8 +15,8 @@
 // (B x T start, B x T end, B answer classes) come to the host for the masks, the losses and their
 // gradients, which go back up. The beam search (inference) runs the head's layers there too, one
 // row's start_n_top x T candidates at a time; the top-k choices and log-softmaxes are host work on
-// the downloaded logits, and the answer class's expected start state is summed on the host (in
-// double) from the downloaded sequence output.
+// the downloaded logits; the answer class's expected start state is a weighted row sum there
+// (Backend::weighted_row_sums, in double), so the sequence output stays where it is.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -104,9 +104,6 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
     Backend& be = *be_;
     JointScratch& J = joint_;
     const float* hd = sequence_output();
-    // the answer class's expected start state is summed in double on the host: h comes down
-    std::vector<float> hbuf;
-    const float* h = sequence_output_on_host(hbuf);
     float* sd = scratch(J.s, N, false);
     be.linear_forward(sd, hd, w("start_logits.dense.weight"), w("start_logits.dense.bias"), N, 1, C, prec,
                       w16("start_logits.dense.weight", prec));
@@ -132,11 +129,22 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
     float* za = scratch(J.za, C, false);
     float* c = scratch(J.c, 1, false);
     J.start_of.resize(static_cast<size_t>(R));
-    std::vector<double> lp, elp;
+    // the start log-probabilities of every row; the answer class's inputs [expected start state
+    // sum_t softmax(s)_t h_t ; h_[CLS]] of every row, on the backend
+    std::vector<std::vector<double>> lps(static_cast<size_t>(B));
+    std::vector<double> probs(static_cast<size_t>(N));
+    for (int64_t b = 0; b < B; ++b) {
+      log_softmax(s.data() + b * T, T, lps[b]);
+      for (int64_t t = 0; t < T; ++t) probs[b * T + t] = std::exp(lps[b][t]);
+    }
+    float* zin = scratch(J.zin, B * 2 * C, false);
+    be.weighted_row_sums(zin, 2 * C, hd, probs.data(), B, T, C);
+    be.copy_rows(zin + C, 2 * C, hd, T * C, B, C);
+    std::vector<double> elp;
     for (int64_t b = 0; b < B; ++b) {
       float* o =
           head_logits_.data() + b * per_row;  // [K1 start lp | K1 start idx | K1*K2 end lp | K1*K2 end idx | cls]
-      log_softmax(s.data() + b * T, T, lp);
+      const std::vector<double>& lp = lps[b];
       const std::vector<int64_t> st = top_k(lp, k1);
       for (int64_t i = 0; i < k1; ++i) {
         be.copy_rows(xin + i * T * 2 * C, 2 * C, hd + b * T * C, C, T, C);
@@ -163,16 +171,8 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
           o[2 * K1 + K1 * K2 + i * K2 + j] = static_cast<float>(en[j]);
         }
       }
-      // answer class from the expected start state sum_t softmax(s)_t h_t and h_[CLS]
-      std::vector<double> acc(static_cast<size_t>(C), 0.0);
-      for (int64_t t = 0; t < T; ++t) {
-        const double pt = std::exp(lp[t]);
-        for (int64_t k = 0; k < C; ++k) acc[k] += pt * h[(b * T + t) * C + k];
-      }
-      J.zin.resize(static_cast<size_t>(2 * C));
-      for (int64_t k = 0; k < C; ++k) J.zin[k] = static_cast<float>(acc[k]);
-      std::memcpy(J.zin.data() + C, h + b * T * C, sizeof(float) * C);
-      be.linear_forward(za, to_backend(J.zin), w("answer_class.dense_0.weight"), w("answer_class.dense_0.bias"), 1, C,
+      // answer class (one row at a time, as the end logits)
+      be.linear_forward(za, zin + b * 2 * C, w("answer_class.dense_0.weight"), w("answer_class.dense_0.bias"), 1, C,
                         2 * C, prec, w16("answer_class.dense_0.weight", prec));
       be.tanh_forward(za, za, C);
       be.linear_forward(c, za, w("answer_class.dense_1.weight"), nullptr, 1, 1, C, prec,

@@ -461,6 +461,19 @@ void test_gumbel() {
   }
 }
 
+// The joint SQuAD head's expected start state, strided into [expected ; h_cls] rows
+void test_weighted_rows() {
+  const int64_t B = 5, T = 77, C = 96, ld = 2 * C;
+  auto x = randv(static_cast<size_t>(B * T * C));
+  std::vector<double> w(static_cast<size_t>(B * T));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 1.0 / static_cast<double>(1 + i % 13);
+  std::vector<float> out(static_cast<size_t>(B * ld), 0.25f);
+  K::weighted_row_sums(out.data(), ld, x.data(), w.data(), B, T, C);
+  Dev<float> gx(x), gout(std::vector<float>(static_cast<size_t>(B * ld), 0.25f));
+  G::weighted_row_sums(gout.p, ld, gx.p, w.data(), B, T, C);
+  check("weighted_row_sums (strided)", out, gout.back(), 1e-6);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -493,6 +506,7 @@ int main(int argc, char** argv) {
     if (selected("attention")) test_attention();
     if (selected("optim")) test_optim();
     if (selected("gumbel")) test_gumbel();
+    if (selected("rows")) test_weighted_rows();
     G::synchronize();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
