@@ -100,6 +100,18 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   encode(batch, training, prec, rng);
   const std::vector<float> pm = answer_mask(batch);
   FinetuneLoss out;
+  // end logits of M rows [h_t ; h_start] (xin, on the backend): a = tanh(dense_0), y = LayerNorm(a)
+  // (mean, rstd kept for backward), e = dense_1(y)
+  auto end_logits = [&](const float* xin, int64_t M, float* a, float* y, float* mean, float* rstd, float* e) {
+    Backend& be = *be_;
+    be.linear_forward(a, xin, w("end_logits.dense_0.weight"), w("end_logits.dense_0.bias"), M, C, 2 * C, prec,
+                      w16("end_logits.dense_0.weight", prec));
+    be.tanh_forward(a, a, M * C);
+    be.layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), M, C,
+                         cfg_.layer_norm_eps);
+    be.linear_forward(e, y, w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), M, 1, C, prec,
+                      w16("end_logits.dense_1.weight", prec));
+  };
   if (!have_labels) {  // ---- beam search: the head's layers on the backend, the top-k on the host ----
     Backend& be = *be_;
     JointScratch& J = joint_;
@@ -110,8 +122,6 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
     to_host(J.s, sd, N);
     std::vector<float>& s = J.s;
     apply_mask(s.data(), pm.data(), N);
-    const float* W0 = w("end_logits.dense_0.weight");
-    const float* W1 = w("end_logits.dense_1.weight");
     const int64_t K1 = cfg_.start_beam(), K2 = cfg_.end_beam();
     const int64_t k1 = std::min<int64_t>(K1, T), k2 = std::min<int64_t>(K2, T);
     const int64_t per_row = 2 * K1 + 2 * K1 * K2 + 1;
@@ -152,12 +162,7 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
       }
       be.gather_rows(tmp, hd, rows_on_backend(J.start_of), R, C);
       be.copy_rows(xin + C, 2 * C, tmp, C, R, C);
-      be.linear_forward(a, xin, W0, w("end_logits.dense_0.bias"), R, C, 2 * C, prec,
-                        w16("end_logits.dense_0.weight", prec));
-      be.tanh_forward(a, a, R * C);
-      be.layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), R, C,
-                           cfg_.layer_norm_eps);
-      be.linear_forward(e, y, W1, w("end_logits.dense_1.bias"), R, 1, C, prec, w16("end_logits.dense_1.weight", prec));
+      end_logits(xin, R, a, y, mean, rstd, e);
       to_host(J.e, e, R);
       for (int64_t i = 0; i < k1; ++i) {
         float* ei = J.e.data() + i * T;
@@ -223,12 +228,7 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   float* mean = scratch(J.mean, N, false);
   float* rstd = scratch(J.rstd, N, false);
   float* e = scratch(J.e, N, false);
-  be.linear_forward(a, xin, W0, w("end_logits.dense_0.bias"), N, C, 2 * C, prec,
-                    w16("end_logits.dense_0.weight", prec));
-  be.tanh_forward(a, a, N * C);
-  be.layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), N, C,
-                       cfg_.layer_norm_eps);
-  be.linear_forward(e, y, W1, w("end_logits.dense_1.bias"), N, 1, C, prec, w16("end_logits.dense_1.weight", prec));
+  end_logits(xin, N, a, y, mean, rstd, e);
   // answer class of [h_start ; h_cls]
   float* zin = scratch(J.zin, B * 2 * C, false);
   float* tb = scratch(J.tmpb, B * C, false);
