@@ -1,33 +1,21 @@
-// Fused multi-head attention, FlashAttention-2's shape without Tensor Cores yet: the T x T scores
-// are never written to memory. Forward: one thread per query row, key/value tiles in shared memory,
+// Fused multi-head attention in fp32 on CUDA cores (--precision fp32: exact fp32, no TF32), and the
+// entry points, which send bf16/fp16 to the Tensor Core kernels (attention_tc.cu). FlashAttention-2's
+// shape: the T x T scores are never written to memory. Forward: one thread per query row, key/value tiles in shared memory,
 // an online softmax; it saves the row log-sum-exp. Backward recomputes P = exp(S - lse) and
 // regenerates the dropout mask from Philox (element (r, j) is number base + r*T + j, as the CPU
 // kernel), in two passes without atomics: one thread per query row for dq, one per key row for
 // dk and dv (so the result does not depend on scheduling).
-#include <cmath>
-#include <type_traits>
-
-#include "cuda/common.cuh"
+#include "cuda/attention_common.cuh"
 #include "cuda/cuda_kernels.h"
 
 namespace bertcc::cuda {
 namespace {
 
+using attn::Shape;
+using attn::keep;
+
 constexpr int kRows = 64;  // query (or key) rows per block, one per thread
 constexpr int kTile = 32;  // keys (or queries) per shared-memory tile
-
-struct Shape {
-  int64_t B, T, C, NH, hs;  // hs = C / NH, at most the kernel's HS (the rest of each row is zeros)
-  float scale;         // 1/sqrt(HS)
-  bool drop;
-  float keep_scale;    // 1/(1-p)
-  uint32_t thr;        // keep iff (x >> 8) >= thr
-  uint64_t seed, base;
-};
-
-__device__ inline bool keep(const Shape& s, int64_t bh, int64_t i, int64_t j) {
-  return (philox_u32(s.seed, s.base + static_cast<uint64_t>((bh * s.T + i) * s.T + j)) >> 8) >= s.thr;
-}
 
 // Loads rows [r0, r0 + kTile) of part `part` (0 q, 1 k, 2 v) of head h into tile[kTile][HS] (zeros past T).
 template <int HS>
@@ -207,32 +195,15 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dkdv(float* dqkv, const float*
     }
 }
 
-Shape make_shape(int64_t B, int64_t T, int64_t C, int64_t NH, float p, const Rng& rng, uint64_t base) {
-  BERTCC_CHECK(NH > 0 && C % NH == 0, "attention: hidden size ", C, " is not a multiple of the ", NH, " heads");
-  Shape s{B, T, C, NH, C / NH, 1.0f / std::sqrt(static_cast<float>(C / NH)), p > 0.0f, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
-          p > 0.0f ? dropout_threshold(p) : 0u, rng.seed, base};
-  BERTCC_CHECK(B * NH <= 65535, "attention: batch x heads = ", B * NH, " exceeds the CUDA grid (65535)");
-  return s;
-}
-
-// The kernel's head size: the smallest of 16, 32, 64, 128 that holds HS (the rest is zeros).
-template <class F>
-void dispatch_hs(int64_t HS, F f) {
-  if (HS <= 16) return f(std::integral_constant<int, 16>{});
-  if (HS <= 32) return f(std::integral_constant<int, 32>{});
-  if (HS <= 64) return f(std::integral_constant<int, 64>{});
-  if (HS <= 128) return f(std::integral_constant<int, 128>{});
-  fail("attention on CUDA: head size ", HS, " is not supported (at most 128)");
-}
-
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
-                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base) {
+                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
   if (B * T == 0) return;
-  const Shape s = make_shape(B, T, C, NH, dropout_p, rng, base);
+  const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
+  if (prec != Precision::F32) return attn::forward_tc(out, lse, qkv, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
-  dispatch_hs(C / NH, [&](auto hs) { attn_fwd<decltype(hs)::value><<<grid, kRows>>>(out, lse, qkv, mask_add, s); });
+  attn::dispatch_hs(C / NH, [&](auto hs) { attn_fwd<decltype(hs)::value><<<grid, kRows>>>(out, lse, qkv, mask_add, s); });
   BERTCC_CUDA_LAUNCHED("attention_forward");
 }
 
@@ -240,13 +211,14 @@ int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH) { return 
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                         const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                        float dropout_p, const Rng& rng, uint64_t base) {
+                        float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
   if (B * T == 0) return;
-  const Shape s = make_shape(B, T, C, NH, dropout_p, rng, base);
+  const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
   attn_bwd_dot<<<grid_for(B * NH * T, 256), 256>>>(work, dout, out, s, C / NH);
   BERTCC_CUDA_LAUNCHED("attention_backward (row dots)");
+  if (prec != Precision::F32) return attn::backward_tc(dqkv, dout, qkv, lse, work, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
-  dispatch_hs(C / NH, [&](auto hs) {
+  attn::dispatch_hs(C / NH, [&](auto hs) {
     attn_bwd_dq<decltype(hs)::value><<<grid, kRows>>>(dqkv, dout, qkv, lse, work, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dq)");
     attn_bwd_dkdv<decltype(hs)::value><<<grid, kRows>>>(dqkv, dout, qkv, lse, work, mask_add, s);

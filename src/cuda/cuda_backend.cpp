@@ -97,13 +97,13 @@ class CudaBackend final : public Backend {
   }
   void attention_forward(float* out, float* saved, float*, const float* qkv, const float* mask_add, int64_t B,
                          int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                         Precision) override {
-    cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base);
+                         Precision prec) override {
+    cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
   }
   void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                           const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                          float dropout_p, const Rng& rng, uint64_t base, Precision) override {
-    cuda::attention_backward(dqkv, work, dout, qkv, out, saved, mask_add, B, T, C, NH, dropout_p, rng, base);
+                          float dropout_p, const Rng& rng, uint64_t base, Precision prec) override {
+    cuda::attention_backward(dqkv, work, dout, qkv, out, saved, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
   }
   void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                      uint64_t base) override {

@@ -81,14 +81,15 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // ---- fused attention (no T x T tensor in memory) ----
 // qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on keys; out[B,T,C]; lse[B,NH,T] saved.
 // Head sizes up to 128. Dropout on the probabilities as the CPU kernel: element
-// (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j.
+// (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j. fp32: exact fp32 on CUDA cores;
+// bf16/fp16: Tensor Cores (compute capability 8.0+), rounding where the CPU's bf16 attention does.
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
-                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base);
+                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec);
 // dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.
 int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH);
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                         const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                        float dropout_p, const Rng& rng, uint64_t base);
+                        float dropout_p, const Rng& rng, uint64_t base, Precision prec);
 
 // ---- ELECTRA's Gumbel-max sampling (as kernels::gumbel_argmax; the picks land in host memory) ----
 void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);

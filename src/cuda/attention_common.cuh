@@ -1,0 +1,51 @@
+// What the two fused attention implementations share: the problem's shape, the dropout mask
+// (element (r, j) of row r = (b*NH + h)*T + i is Philox number base + r*T + j, as the CPU kernel),
+// the head-size dispatch. attention.cu: fp32 on CUDA cores (--precision fp32, exact fp32);
+// attention_tc.cu: bf16/fp16 operands on Tensor Cores (--precision bf16/fp16).
+#pragma once
+#include <cmath>
+#include <type_traits>
+
+#include "bertcc/dtype.h"
+#include "bertcc/rng.h"
+#include "cuda/common.cuh"
+
+namespace bertcc::cuda::attn {
+
+struct Shape {
+  int64_t B, T, C, NH, hs;  // hs = C / NH, at most the kernel's HS (the rest of each row is zeros)
+  float scale;              // 1/sqrt(hs)
+  bool drop;
+  float keep_scale;         // 1/(1-p)
+  uint32_t thr;             // keep iff (x >> 8) >= thr
+  uint64_t seed, base;
+};
+
+__device__ inline bool keep(const Shape& s, int64_t bh, int64_t i, int64_t j) {
+  return (philox_u32(s.seed, s.base + static_cast<uint64_t>((bh * s.T + i) * s.T + j)) >> 8) >= s.thr;
+}
+
+inline Shape make_shape(int64_t B, int64_t T, int64_t C, int64_t NH, float p, const Rng& rng, uint64_t base) {
+  BERTCC_CHECK(NH > 0 && C % NH == 0, "attention: hidden size ", C, " is not a multiple of the ", NH, " heads");
+  Shape s{B, T, C, NH, C / NH, 1.0f / std::sqrt(static_cast<float>(C / NH)), p > 0.0f, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
+          p > 0.0f ? dropout_threshold(p) : 0u, rng.seed, base};
+  BERTCC_CHECK(B * NH <= 65535, "attention: batch x heads = ", B * NH, " exceeds the CUDA grid (65535)");
+  return s;
+}
+
+// The kernel's head size: the smallest of 16, 32, 64, 128 that holds hs (the rest is zeros).
+template <class F>
+void dispatch_hs(int64_t HS, F f) {
+  if (HS <= 16) return f(std::integral_constant<int, 16>{});
+  if (HS <= 32) return f(std::integral_constant<int, 32>{});
+  if (HS <= 64) return f(std::integral_constant<int, 64>{});
+  if (HS <= 128) return f(std::integral_constant<int, 128>{});
+  fail("attention on CUDA: head size ", HS, " is not supported (at most 128)");
+}
+
+// Tensor Core kernels (attention_tc.cu). D[bh*T + i] = sum_c dout*out, computed by the caller.
+void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add, const Shape& s, Precision prec);
+void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+                 const float* mask_add, const Shape& s, Precision prec);
+
+}  // namespace bertcc::cuda::attn
