@@ -1,0 +1,117 @@
+// Fused attention on the GPU: bertcc's CUDA kernels (fp32 on CUDA cores; bf16 and fp16 on Tensor
+// Cores) timed forward and backward on BERT's shapes, with a padding mask and dropout as in
+// pre-training. One JSON line per (shape, precision); bench/cuda/attention_peer.py times PyTorch's
+// scaled_dot_product_attention on the same shapes for the ratio. TFLOP/s count the usual
+// attention FLOPs: forward 4*B*NH*T^2*HS, backward 2.5x that (FlashAttention's convention; these
+// kernels recompute S in both backward kernels, so they do 14/10 of the counted backward work).
+//   bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] [--precisions fp32,bf16,fp16]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bertcc/rng.h"
+#include "cuda/cuda_kernels.h"
+
+using namespace bertcc;
+namespace G = bertcc::cuda;
+
+namespace {
+struct Buf {
+  float* p;
+  explicit Buf(const std::vector<float>& v) : p(static_cast<float*>(G::alloc(v.size() * sizeof(float)))) {
+    G::copy_to_device(p, v.data(), v.size() * sizeof(float));
+  }
+  ~Buf() { G::free(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+template <class F>
+double median_ms(int iters, F f) {
+  f();
+  G::synchronize();  // warm-up (module load, shared-memory attributes)
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    G::synchronize();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shapes = "16,512,16,64;64,128,16,64;128,128,12,64;8,512,8,128", precs = "fp32,bf16,fp16";
+  int iters = 20;
+  float p = 0.1f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--shapes" && i + 1 < argc) shapes = argv[++i];
+    else if (a == "--iters" && i + 1 < argc) iters = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--dropout" && i + 1 < argc) p = static_cast<float>(std::atof(argv[++i]));
+    else if (a == "--precisions" && i + 1 < argc) precs = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] "
+                           "[--precisions fp32,bf16,fp16]\n");
+      return 2;
+    }
+  }
+  std::string why;
+  if (G::device_count(&why) == 0) {
+    std::printf("SKIPPED: %s\n", why.c_str());
+    return 77;
+  }
+  try {
+    G::set_device(0);
+    const G::DeviceInfo d = G::device_info(0);
+    std::fprintf(stderr, "device: %s, compute capability %d.%d\n", d.name.c_str(), d.cc_major, d.cc_minor);
+    std::mt19937 gen(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::stringstream ss(shapes);
+    std::string shape;
+    while (std::getline(ss, shape, ';')) {
+      long B = 0, T = 0, NH = 0, HS = 0;
+      if (std::sscanf(shape.c_str(), "%ld,%ld,%ld,%ld", &B, &T, &NH, &HS) != 4) {
+        std::fprintf(stderr, "--shapes: '%s' is not B,T,NH,HS\n", shape.c_str());
+        return 2;
+      }
+      const long C = NH * HS;
+      std::vector<float> qkv(B * T * 3 * C), dout(B * T * C), mask(B * T, 0.0f);
+      for (auto& x : qkv) x = u(gen);
+      for (auto& x : dout) x = u(gen);
+      for (long b = 0; b < B; ++b)  // the last eighth of every other sequence is padding
+        for (long t = T - (b % 2) * (T / 8); t < T; ++t) mask[b * T + t] = -10000.0f;
+      Buf q(qkv), dO(dout), m(mask), out(std::vector<float>(B * T * C)), lse(std::vector<float>(B * NH * T)),
+          dqkv(std::vector<float>(B * T * 3 * C)),
+          work(std::vector<float>(static_cast<size_t>(G::attention_backward_work_size(B, T, NH))));
+      const Rng rng(42, 0);
+      std::stringstream ps(precs);
+      std::string pn;
+      while (std::getline(ps, pn, ',')) {
+        const Precision prec = pn == "bf16" ? Precision::BF16 : pn == "fp16" ? Precision::F16 : Precision::F32;
+        const double f = median_ms(iters, [&] {
+          G::attention_forward(out.p, lse.p, q.p, m.p, B, T, C, NH, p, rng, 7, prec);
+        });
+        const double bw = median_ms(iters, [&] {
+          G::attention_backward(dqkv.p, work.p, dO.p, q.p, out.p, lse.p, m.p, B, T, C, NH, p, rng, 7, prec);
+        });
+        const double flop = 4.0 * B * NH * double(T) * T * HS;
+        std::printf("{\"impl\": \"bertcc\", \"precision\": \"%s\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
+                    "\"dropout\": %.2f, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
+                    pn.c_str(), B, T, NH, HS, double(p), f, bw, flop / f * 1e-9, 2.5 * flop / bw * 1e-9);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ERROR: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,112 @@
+#!/bin/bash
+# One visit to the GPU machine, prepared here: everything the CUDA backend still has to prove, in
+# order of priority, inside a time budget (device time is short: 15 minutes a session, machine
+# start included, at most 10 minutes a command).
+#
+#   here:      scripts/gpu-visit.sh pack
+#                builds .gpu/bundle.tar.xz (git-ignored): bertcc, test_cuda_kernels and
+#                bertcc_cuda_attention_bench with the shared libraries the GPU machine lacks
+#                (../shared/tools/device-bundle), and the BERT vocabularies for the tokenizer check.
+#   device:    scripts/gpu-visit.sh run [SECONDS]          (device tool: carry [".gpu/bundle.tar.xz"])
+#                unpacks the bundle and runs the steps below, each under `timeout`, never past
+#                SECONDS in all (default 480); logs in $OUT/<step>.log, a summary table last.
+#
+# Steps: env (GPU, driver, Python packages) -> kernels (test_cuda_kernels: every kernel against the
+# CPU's) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> model
+# (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> bench (bench/gpu.sh, the
+# issue's shapes, bf16, without the torch.compile peer) -> hf (AutoTokenizer on bertcc's directories;
+# transformers' ELECTRA on bertcc's pre-training output) -> sanitizer (compute-sanitizer memcheck and
+# racecheck on the attention kernels). Exit 0 when every step that ran passed or skipped.
+set -u
+cmd="${1:-}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT" || exit 1
+
+if [ "$cmd" = pack ]; then
+  for b in bertcc test_cuda_kernels bertcc_cuda_attention_bench; do
+    [ -x "build/$b" ] || { echo "gpu-visit: build/$b is missing (build with the CUDA toolkit first)" >&2; exit 1; }
+  done
+  rm -rf .gpu/bundle .gpu/bundle.tar.xz
+  bash ../shared/tools/device-bundle build/bertcc .gpu/bundle || exit 1
+  cp build/test_cuda_kernels build/bertcc_cuda_attention_bench .gpu/bundle/
+  for b in test_cuda_kernels bertcc_cuda_attention_bench; do  # their libraries are bertcc's
+    missing=$(ldd "build/$b" | awk '/=> \//{print $3}' | while read -r l; do
+      n=$(basename "$l"); case $n in libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcuda*|libcudart*|libcublas*|libnccl*) ;;
+      *) [ -e ".gpu/bundle/lib/$n" ] || echo "$n" ;; esac; done)
+    [ -z "$missing" ] || { echo "gpu-visit: $b needs libraries bertcc does not: $missing" >&2; exit 1; }
+  done
+  mkdir -p .gpu/bundle/vocab
+  cp ../shared/data/bert_vocab/bert-base-cased-vocab.txt ../shared/data/bert_vocab/bert-base-uncased-vocab.txt .gpu/bundle/vocab/ 2>/dev/null ||
+    echo "gpu-visit: ../shared/data/bert_vocab not found: the AutoTokenizer step will be skipped" >&2
+  tar cJf .gpu/bundle.tar.xz -C .gpu bundle || exit 1
+  rm -rf .gpu/bundle
+  echo "gpu-visit: .gpu/bundle.tar.xz $(du -h .gpu/bundle.tar.xz | cut -f1) (carry it: the device call's limit is 64 MiB)"
+  exit 0
+fi
+
+[ "$cmd" = run ] || { echo "usage: scripts/gpu-visit.sh pack | run [SECONDS]" >&2; exit 2; }
+BUDGET="${2:-480}"
+OUT="${OUT:-$ROOT/gpu-visit-out}"
+mkdir -p "$OUT"
+[ -f .gpu/bundle.tar.xz ] || { echo "gpu-visit: .gpu/bundle.tar.xz is missing: run 'scripts/gpu-visit.sh pack' here first" >&2; exit 1; }
+tar xJf .gpu/bundle.tar.xz -C .gpu || exit 1
+# shellcheck disable=SC1091
+. .gpu/bundle/env.sh
+B=.gpu/bundle
+START=$(date +%s)
+STATUS=0
+: > "$OUT/summary.txt"
+
+# step NAME MAX_SECONDS COMMAND: runs COMMAND (sh -c) under a timeout of MAX_SECONDS or the time
+# left, logs to $OUT/NAME.log, records "NAME rc seconds" (rc 77 skipped, 124 timed out).
+step() {
+  name=$1; max=$2; shift 2
+  left=$((BUDGET - ($(date +%s) - START)))
+  [ "$left" -lt "$max" ] && max=$left
+  if [ "$max" -lt 15 ]; then
+    printf "%-10s %s\n" "$name" "not run: out of time" >> "$OUT/summary.txt"
+    return
+  fi
+  t0=$(date +%s)
+  timeout -k 5 "$max" sh -c "$*" > "$OUT/$name.log" 2>&1
+  rc=$?
+  dt=$(($(date +%s) - t0))
+  case $rc in
+    0) res=passed ;; 77) res=skipped ;; 124|137) res="timed out after ${max}s"; STATUS=1 ;; *) res="FAILED (exit $rc)"; STATUS=1 ;;
+  esac
+  printf "%-10s %-26s %4ss  %s\n" "$name" "$res" "$dt" "$OUT/$name.log" >> "$OUT/summary.txt"
+}
+
+step env 30 "nvidia-smi; nvcc --version 2>/dev/null | tail -1; python3 -c \"
+import importlib
+for m in ('torch', 'transformers', 'tokenizers', 'h5py', 'numpy', 'onnxruntime'):
+    try:
+        print(m, importlib.import_module(m).__version__)
+    except Exception as e:
+        print(m, 'missing:', e)
+\"; lscpu | grep -E 'Model name|^CPU\\(s\\)'"
+step kernels 150 "$B/test_cuda_kernels"
+step attention 120 "$B/bertcc_cuda_attention_bench --iters 10 && python3 bench/cuda/attention_peer.py --iters 10"
+step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
+step bench 240 "COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
+step hf 120 "python3 tests/hf/check_autotokenizer.py $B/bertcc tests/tokenizer/adversarial.txt $OUT/autotok $B/vocab/bert-base-uncased-vocab.txt $B/vocab/bert-base-cased-vocab.txt; a=\$?; python3 tests/hf/check_electra_transformers.py $B/bertcc $OUT/electra_hf; e=\$?; echo autotokenizer \$a electra \$e; [ \$a -eq 0 ] || [ \$a -eq 77 ] || exit 1; [ \$e -eq 0 ] || [ \$e -eq 77 ] || exit 1"
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$CS" ]; then
+  step sanitizer 150 "$CS --tool memcheck --error-exitcode 3 $B/test_cuda_kernels --filter attention && $CS --tool racecheck --error-exitcode 3 $B/test_cuda_kernels --filter attention"
+else
+  printf "%-10s %s\n" sanitizer "not run: no compute-sanitizer" >> "$OUT/summary.txt"
+fi
+
+echo "== kernel failures"; grep -h "FAIL\|ERROR" "$OUT/kernels.log" 2>/dev/null | head -20
+echo "== attention (ms, TFLOP/s)"
+python3 - "$OUT/attention.log" <<'PY' 2>/dev/null
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for r in rows:
+    print(f"{r['impl']:10s} {r['precision']:5s} B{r['B']} T{r['T']} NH{r['NH']} HS{r['HS']}: fwd {r['fwd_ms']:.3f} ms "
+          f"({r['fwd_tflops']:.1f}), bwd {r['bwd_ms']:.3f} ms ({r['bwd_tflops']:.1f})")
+PY
+echo "== bench"; grep -E "^(mode|train|infer)" "$OUT/bench.log" 2>/dev/null
+echo "== model"; grep -hiE "worst|fail|mismatch|ok" "$OUT/model.log" 2>/dev/null | tail -6
+echo "== summary (budget ${BUDGET}s, used $(($(date +%s) - START))s)"; cat "$OUT/summary.txt"
+exit $STATUS
