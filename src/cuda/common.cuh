@@ -7,6 +7,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/rng.h"
+#include "cuda/cuda_kernels.h"
 
 namespace bertcc::cuda {
 
@@ -16,6 +17,21 @@ inline void check_cuda(cudaError_t e, const char* what, const char* file, int li
 #define BERTCC_CUDA_CHECK(expr) ::bertcc::cuda::check_cuda((expr), #expr, __FILE__, __LINE__)
 // After a launch: configuration errors now, execution errors at the next synchronisation.
 #define BERTCC_CUDA_LAUNCHED(name) ::bertcc::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__)
+
+// A grow-only device buffer (kept for the next call of the same size or smaller; work is queued
+// in order on one stream, so reusing it is safe).
+struct Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+  void* get(size_t n) {
+    if (n > bytes) {
+      free(p);
+      p = alloc(n);
+      bytes = n;
+    }
+    return p;
+  }
+};
 
 inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 

@@ -54,8 +54,8 @@ class CudaBackend final : public Backend {
     cuda::embeddings_forward(out, ids, seg, wte, wpe, wtt, B, T, C);
   }
   void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
-                           const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t, int64_t) override {
-    cuda::embeddings_backward(dwte, dwpe, dwtt, dout, ids, seg, B, T, C);
+                           const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) override {
+    cuda::embeddings_backward(dwte, dwpe, dwtt, dout, ids, seg, B, T, C, V, TT);
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override {

@@ -50,9 +50,10 @@ void widen16(float* out, const uint16_t* in, int64_t n, bool bf16);
 // ---- embeddings, LayerNorm, residual ----
 void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
                         const float* wtt, int64_t B, int64_t T, int64_t C);
-// Deterministic: each column adds its rows in order (the CPU kernel's order, so equal bits).
+// Deterministic: each row of dwte/dwpe/dwtt adds its tokens in order (the CPU kernel's order, so
+// equal bits). ids < V and seg < TT (the tables' rows).
 void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
-                         const int32_t* seg, int64_t B, int64_t T, int64_t C);
+                         const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT);
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int64_t N, int64_t C, float eps);
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,

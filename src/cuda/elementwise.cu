@@ -4,6 +4,8 @@
 // do not depend on the launch. (Fast enough to be correct; the split-and-merge version is to come.)
 #include <cmath>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
 
@@ -25,16 +27,70 @@ __global__ void embeddings_fwd(float* out, const int32_t* ids, const int32_t* se
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[n * C + c] = a[c] + p[c] + s[c];
 }
 
-__global__ void embeddings_bwd(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
-                               const int32_t* seg, int64_t N, int64_t T, int64_t C) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+// dwpe[t] += dout[b*T + t] for b in order: one thread per (t, c), the sum in a register.
+// grid (T, column blocks of 128)
+__global__ void position_grad(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C) {
+  const int64_t t = blockIdx.x, c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
-  for (int64_t n = 0; n < N; ++n) {
-    const float d = dout[n * C + c];
-    dwte[static_cast<int64_t>(ids[n]) * C + c] += d;
-    dwpe[(n % T) * C + c] += d;
-    dwtt[static_cast<int64_t>(seg[n]) * C + c] += d;
+  float g = dwpe[t * C + c];
+  for (int64_t b = 0; b < B; ++b) g += dout[(b * T + t) * C + c];
+  dwpe[t * C + c] = g;
+}
+
+__global__ void iota_k(int32_t* v, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) v[i] = static_cast<int32_t>(i);
+}
+
+// After a stable sort of (key, n) by key: block (k, column block) works only where a run of equal
+// keys starts at k; it finds the run's end (the first different key, searched a block-width at a
+// time) and adds the run's rows (n ascending) into dst[key], one column per thread, the sum in a
+// register. N < 2^31.
+__global__ void run_add(float* dst, const float* src, const int32_t* keys, const int32_t* pos, int32_t N, int64_t C) {
+  __shared__ int end;
+  const int k = static_cast<int>(blockIdx.x);
+  const int32_t key = keys[k];
+  if (k > 0 && keys[k - 1] == key) return;  // uniform over the block
+  if (threadIdx.x == 0) end = N;
+  __syncthreads();
+  for (int base = k + 1; base < N; base += static_cast<int>(blockDim.x)) {
+    const int j = base + static_cast<int>(threadIdx.x);
+    if (j < N && keys[j] != key) atomicMin(&end, j);  // sorted: the first different key is the end
+    __syncthreads();
+    const int e = end;
+    __syncthreads();  // every thread has read it before the next round may lower it
+    if (e < base + static_cast<int>(blockDim.x)) break;  // the same decision in every thread
   }
+  const int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float* d = dst + static_cast<int64_t>(key) * C + c;
+  float g = *d;
+  for (int j = k; j < end; ++j) g += src[static_cast<int64_t>(pos[j]) * C + c];
+  *d = g;
+}
+
+// dst[keys[n]] += src[n] for n = 0..N-1, each row's additions in n order (the CPU kernel's, so the
+// same bits): a stable radix sort of (key, n), then one block per run of equal keys. keys < num_keys.
+void grouped_rows_add(float* dst, const float* src, const int32_t* keys, int64_t N, int64_t C, int64_t num_keys) {
+  static Scratch scratch;
+  BERTCC_CHECK(N < (int64_t{1} << 31), "embeddings_backward: ", N, " rows exceed int32 positions");
+  int end_bit = 1;
+  while (end_bit < 31 && (int64_t{1} << end_bit) < num_keys) ++end_bit;
+  const size_t n = static_cast<size_t>(N), arrays = 3 * n * sizeof(int32_t);
+  size_t temp = 0;
+  BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, static_cast<int32_t*>(nullptr),
+                                                    static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+                                                    N, 0, end_bit));
+  const size_t at = (temp + 255) / 256 * 256;  // CUB's temporary storage first, at the allocation's alignment
+  auto* base = static_cast<unsigned char*>(scratch.get(at + arrays));
+  auto* sorted = reinterpret_cast<int32_t*>(base + at);
+  int32_t* pos_in = sorted + n;
+  int32_t* pos = pos_in + n;
+  iota_k<<<grid_for(N, 256), 256>>>(pos_in, N);
+  BERTCC_CUDA_LAUNCHED("embeddings_backward (positions)");
+  BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base, temp, keys, sorted, pos_in, pos, N, 0, end_bit));
+  run_add<<<dim3(static_cast<unsigned>(N), grid_for(C, 128)), 128>>>(dst, src, sorted, pos, static_cast<int32_t>(N), C);
+  BERTCC_CUDA_LAUNCHED("embeddings_backward (runs)");
 }
 
 // One warp per row: two-pass mean and variance, as the CPU kernel.
@@ -258,10 +314,13 @@ void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, cons
   BERTCC_CUDA_LAUNCHED("embeddings_forward");
 }
 void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
-                         const int32_t* seg, int64_t B, int64_t T, int64_t C) {
+                         const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) {
   if (C == 0) return;
-  embeddings_bwd<<<grid_for(C, 64), 64>>>(dwte, dwpe, dwtt, dout, ids, seg, B * T, T, C);
-  BERTCC_CUDA_LAUNCHED("embeddings_backward");
+  if (B * T == 0) return;
+  grouped_rows_add(dwte, dout, ids, B * T, C, V);
+  position_grad<<<dim3(static_cast<unsigned>(T), grid_for(C, 128)), 128>>>(dwpe, dout, B, T, C);
+  BERTCC_CUDA_LAUNCHED("embeddings_backward (positions)");
+  grouped_rows_add(dwtt, dout, seg, B * T, C, TT);
 }
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int64_t N, int64_t C, float eps) {

@@ -22,19 +22,6 @@ inline void check_lt(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in ", what, ": status ", static_cast<int>(st));
 }
 
-struct Scratch {
-  void* p = nullptr;
-  size_t bytes = 0;
-  void* get(size_t n) {
-    if (n > bytes) {
-      free(p);
-      p = alloc(n);
-      bytes = n;
-    }
-    return p;
-  }
-};
-
 // The largest power of two up to 256 that divides p's address. cuBLASLt's heuristic assumes 256-byte
 // operands unless told otherwise, and an algorithm it picks for those fails on a weight that starts
 // inside the flat parameter buffer (after the 30522-float MLM bias, say): so it is told.
