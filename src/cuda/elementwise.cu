@@ -46,10 +46,11 @@ __global__ void iota_k(int32_t* v, int64_t n) {
 // keys starts at k; it finds the run's end (the first different key, searched a block-width at a
 // time) and adds the run's rows (n ascending) into dst[key], one column per thread, the sum in a
 // register. N < 2^31.
-__global__ void run_add(float* dst, const float* src, const int32_t* keys, const int32_t* pos, int32_t N, int64_t C) {
+template <class Key>
+__global__ void run_add(float* dst, const float* src, const Key* keys, const int32_t* pos, int32_t N, int64_t C) {
   __shared__ int end;
   const int k = static_cast<int>(blockIdx.x);
-  const int32_t key = keys[k];
+  const Key key = keys[k];
   if (k > 0 && keys[k - 1] == key) return;  // uniform over the block
   if (threadIdx.x == 0) end = N;
   __syncthreads();
@@ -70,27 +71,35 @@ __global__ void run_add(float* dst, const float* src, const int32_t* keys, const
 }
 
 // dst[keys[n]] += src[n] for n = 0..N-1, each row's additions in n order (the CPU kernel's, so the
-// same bits): a stable radix sort of (key, n), then one block per run of equal keys. keys < num_keys.
-void grouped_rows_add(float* dst, const float* src, const int32_t* keys, int64_t N, int64_t C, int64_t num_keys) {
-  static Scratch scratch;
-  BERTCC_CHECK(N < (int64_t{1} << 31), "embeddings_backward: ", N, " rows exceed int32 positions");
-  int end_bit = 1;
-  while (end_bit < 31 && (int64_t{1} << end_bit) < num_keys) ++end_bit;
-  const size_t n = static_cast<size_t>(N), arrays = 3 * n * sizeof(int32_t);
+// same bits): a stable radix sort of (key, n), then one block per run of equal keys. 0 <= keys <
+// num_keys (0: any non-negative key).
+template <class Key>
+void grouped_rows_add(float* dst, const float* src, const Key* keys, int64_t N, int64_t C, int64_t num_keys,
+                      const char* who) {
+  if (N == 0 || C == 0) return;
+  static Scratch scratch;  // one per key type
+  BERTCC_CHECK(N < (int64_t{1} << 31), who, ": ", N, " rows exceed int32 positions");
+  const int max_bits = static_cast<int>(8 * sizeof(Key)) - 1;
+  int end_bit = max_bits;
+  if (num_keys > 0) {
+    end_bit = 1;
+    while (end_bit < max_bits && (int64_t{1} << end_bit) < num_keys) ++end_bit;
+  }
+  const size_t n = static_cast<size_t>(N), arrays = n * sizeof(Key) + 2 * n * sizeof(int32_t);
   size_t temp = 0;
-  BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, static_cast<int32_t*>(nullptr),
+  BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, static_cast<Key*>(nullptr),
                                                     static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
                                                     N, 0, end_bit));
   const size_t at = (temp + 255) / 256 * 256;  // CUB's temporary storage first, at the allocation's alignment
   auto* base = static_cast<unsigned char*>(scratch.get(at + arrays));
-  auto* sorted = reinterpret_cast<int32_t*>(base + at);
-  int32_t* pos_in = sorted + n;
+  auto* sorted = reinterpret_cast<Key*>(base + at);
+  auto* pos_in = reinterpret_cast<int32_t*>(sorted + n);
   int32_t* pos = pos_in + n;
   iota_k<<<grid_for(N, 256), 256>>>(pos_in, N);
-  BERTCC_CUDA_LAUNCHED("embeddings_backward (positions)");
+  BERTCC_CUDA_LAUNCHED(who);
   BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base, temp, keys, sorted, pos_in, pos, N, 0, end_bit));
-  run_add<<<dim3(static_cast<unsigned>(N), grid_for(C, 128)), 128>>>(dst, src, sorted, pos, static_cast<int32_t>(N), C);
-  BERTCC_CUDA_LAUNCHED("embeddings_backward (runs)");
+  run_add<Key><<<dim3(static_cast<unsigned>(N), grid_for(C, 128)), 128>>>(dst, src, sorted, pos, static_cast<int32_t>(N), C);
+  BERTCC_CUDA_LAUNCHED(who);
 }
 
 // One warp per row: two-pass mean and variance, as the CPU kernel.
@@ -256,12 +265,6 @@ __global__ void gather_rows_k(float* out, const float* inp, const int64_t* rows,
   const int64_t r = rows[m];
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[m * C + c] = inp[r * C + c];
 }
-__global__ void scatter_add_rows_k(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  for (int64_t m = 0; m < M; ++m) dinp[rows[m] * C + c] += dout[m * C + c];
-}
-
 __global__ void add_rows_k(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
@@ -317,10 +320,10 @@ void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dou
                          const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) {
   if (C == 0) return;
   if (B * T == 0) return;
-  grouped_rows_add(dwte, dout, ids, B * T, C, V);
+  grouped_rows_add(dwte, dout, ids, B * T, C, V, "embeddings_backward (word rows)");
   position_grad<<<dim3(static_cast<unsigned>(T), grid_for(C, 128)), 128>>>(dwpe, dout, B, T, C);
   BERTCC_CUDA_LAUNCHED("embeddings_backward (positions)");
-  grouped_rows_add(dwtt, dout, seg, B * T, C, TT);
+  grouped_rows_add(dwtt, dout, seg, B * T, C, TT, "embeddings_backward (token-type rows)");
 }
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int64_t N, int64_t C, float eps) {
@@ -385,8 +388,7 @@ void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, i
 }
 void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) {
   if (C == 0) return;
-  scatter_add_rows_k<<<grid_for(C, 64), 64>>>(dinp, dout, rows, M, C);
-  BERTCC_CUDA_LAUNCHED("scatter_add_rows");
+  grouped_rows_add(dinp, dout, rows, M, C, 0, "scatter_add_rows");
 }
 void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0) return;

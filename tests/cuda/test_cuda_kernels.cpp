@@ -202,6 +202,18 @@ void test_rows() {
   G::scatter_add_rows(gdinp.p, gdout.p, grows.p, M, C);
   check_equal("gather_rows", out, gout.back());
   check_equal("scatter_add_rows (rows in order)", dinp, gdinp.back());
+  {  // long runs of one row (the joint SQuAD head: one start row per candidate, T times)
+    const int64_t N2 = 300, C2 = 130, M2 = 2000;
+    auto dout2 = randv(M2 * C2);
+    std::vector<int64_t> rows2(M2);
+    for (int64_t m = 0; m < M2; ++m) rows2[m] = m % 5 == 4 ? (m * 13) % N2 : (m / 97) * 3;
+    std::vector<float> dinp2(N2 * C2, 0.25f);
+    K::scatter_add_rows(dinp2.data(), dout2.data(), rows2.data(), M2, C2);
+    Dev<int64_t> grows2(rows2);
+    Dev<float> gdout2(dout2), gdinp2(std::vector<float>(N2 * C2, 0.25f));
+    G::scatter_add_rows(gdinp2.p, gdout2.p, grows2.p, M2, C2);
+    check_equal("scatter_add_rows (runs of 97, rows in order)", dinp2, gdinp2.back());
+  }
   // copy_rows / add_rows with leading dimensions (the [CLS] rows, the accumulation of gradients)
   const int64_t R = 9, Cc = 31, ld_src = 40, ld_dst = 35;
   auto src = randv(R * ld_src), dst0 = randv(R * ld_dst);
