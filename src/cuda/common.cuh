@@ -26,6 +26,8 @@ struct Scratch {
   void* get(size_t n) {
     if (n > bytes) {
       free(p);
+      p = nullptr;  // no dangling buffer if the allocation below throws
+      bytes = 0;
       p = alloc(n);
       bytes = n;
     }

@@ -285,6 +285,8 @@ float* colsum_scratch(size_t n) {
   if (n > have) {
     synchronize();  // a kernel queued earlier may still read the old buffer
     free(p);
+    p = nullptr;  // no dangling buffer if the allocation below throws
+    have = 0;
     p = static_cast<float*>(alloc(n * sizeof(float)));
     have = n;
   }
@@ -392,6 +394,12 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 }
 void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0) return;
+  if (rows == 1) {  // any leading dimension (cudaMemcpy2D refuses a pitch below the width)
+    BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, sizeof(float) * cols, cudaMemcpyDeviceToDevice));
+    return;
+  }
+  BERTCC_CHECK(dst_ld >= cols && src_ld >= cols, "copy_rows: leading dimensions ", dst_ld, ", ", src_ld,
+               " below the ", cols, " columns");
   BERTCC_CUDA_CHECK(cudaMemcpy2D(dst, sizeof(float) * dst_ld, src, sizeof(float) * src_ld, sizeof(float) * cols, rows,
                                  cudaMemcpyDeviceToDevice));
 }

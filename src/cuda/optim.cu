@@ -11,7 +11,7 @@
 namespace bertcc::cuda {
 namespace {
 
-constexpr int64_t kBlock = 8192;
+constexpr int64_t kBlock = static_cast<int64_t>(kNormBlock);  // optim.h: the CPU norm's block
 constexpr int kThreads = 256;
 
 struct Chunk {
@@ -61,12 +61,26 @@ struct DeviceVec {
   DeviceVec& operator=(const DeviceVec&) = delete;
 };
 
+// The CPU's blocked sum of squares (optim.cpp: blocked_sumsq / sumsq_slice), bit for bit: per
+// block of kBlock elements, 16 fp32 lanes, lane k taking elements k, k + 16, ... in order with a
+// fused multiply-add (what the CPU build compiles acc += x*x to: vfmadd, -march=native), then the
+// lanes added in double in lane order. So the unsharded norm on the device equals the ZeRO-1 norm,
+// which is summed on the host from each rank's downloaded part. One warp per block, 16 lanes busy.
 __global__ void sumsq_blocks(double* part, const float* x, int64_t n) {
+  __shared__ float lanes[16];
   const int64_t i0 = blockIdx.x * kBlock, i1 = min(n, i0 + kBlock);
-  float acc = 0.0f;
-  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += x[i] * x[i];
-  const double s = block_sum(static_cast<double>(acc));
-  if (threadIdx.x == 0) part[blockIdx.x] = s;
+  const int k = static_cast<int>(threadIdx.x);
+  if (k < 16) {
+    float acc = 0.0f;
+    for (int64_t i = i0 + k; i < i1; i += 16) acc = __fmaf_rn(x[i], x[i], acc);
+    lanes[k] = acc;
+  }
+  __syncwarp();
+  if (k == 0) {
+    double s = 0.0;
+    for (int j = 0; j < 16; ++j) s += lanes[j];
+    part[blockIdx.x] = s;
+  }
 }
 
 struct AdamScalars {
@@ -135,7 +149,8 @@ __global__ void adamw_update(float* w, const float* g, float* m, float* v, int64
 
 AdamScalars start(const ParamTable& t, const float* g, DeviceAdamState& s, double& gnorm, float max_grad_norm,
                   float b1, float b2, float eps, bool bias_correction) {
-  BERTCC_CHECK(s.m && s.v, "optimizer on CUDA: moments not allocated");
+  // A ZeRO-1 shard may be empty (a tensor longer than the parts spans a boundary): no moments then.
+  BERTCC_CHECK((s.m && s.v) || (s.end != 0 && s.end == s.begin), "optimizer on CUDA: moments not allocated");
   BERTCC_CHECK(s.end == 0 || gnorm >= 0, "optimizer on CUDA: a ZeRO-1 shard's step needs the global gradient norm");
   s.step += 1;
   if (gnorm < 0) gnorm = global_norm(g, t.total());
@@ -154,7 +169,7 @@ double global_norm(const float* x, size_t n) {
   if (n == 0) return 0.0;
   const int64_t nb = (static_cast<int64_t>(n) + kBlock - 1) / kBlock;
   DeviceVec<double> part(static_cast<size_t>(nb));
-  sumsq_blocks<<<static_cast<unsigned>(nb), kThreads>>>(part.p, x, static_cast<int64_t>(n));
+  sumsq_blocks<<<static_cast<unsigned>(nb), 32>>>(part.p, x, static_cast<int64_t>(n));
   BERTCC_CUDA_LAUNCHED("global_norm");
   std::vector<double> h(static_cast<size_t>(nb));
   copy_to_host(h.data(), part.p, h.size() * sizeof(double));

@@ -79,9 +79,12 @@ class Nccl final : public DeviceCommunicator {
   void parts(const std::vector<size_t>& bounds, const char* what, F call) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     check_nccl(ncclGroupStart(), "ncclGroupStart");
-    for (size_t r = 0; r + 1 < bounds.size(); ++r)
-      if (bounds[r + 1] > bounds[r]) check_nccl(call(bounds[r], bounds[r + 1] - bounds[r], static_cast<int>(r)), what);
-    check_nccl(ncclGroupEnd(), what);
+    ncclResult_t first = ncclSuccess;  // the group is closed whatever fails inside it
+    for (size_t r = 0; r + 1 < bounds.size() && first == ncclSuccess; ++r)
+      if (bounds[r + 1] > bounds[r]) first = call(bounds[r], bounds[r + 1] - bounds[r], static_cast<int>(r));
+    const ncclResult_t end = ncclGroupEnd();
+    check_nccl(first, what);
+    check_nccl(end, what);
     check_cuda(cudaStreamSynchronize(nullptr), what);
   }
 

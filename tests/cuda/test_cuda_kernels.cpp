@@ -425,6 +425,19 @@ void test_optim() {
   Dev<float> gx(x);
   const double gn = G::global_norm(gx.p, n);
   check("global_norm", {static_cast<float>(cn)}, {static_cast<float>(gn)}, 1e-6);
+  // the CPU's blocked arithmetic, bit for bit: the unsharded norm on the device must equal the
+  // ZeRO-1 norm summed on the host (three blocks and a cut one here)
+  check_equal("global_norm (the CPU's bits)", std::vector<double>{cn}, std::vector<double>{gn});
+  {  // ZeRO-1 with an empty part (begin == end): the step counts, nothing moves, no moments needed
+    auto w = randv(n), g = randv(n, -0.5f, 0.5f);
+    Dev<float> gw(w), gg(g);
+    G::DeviceAdamState es;
+    es.begin = es.end = t.at("b.weight").offset;
+    LambOptions lo;
+    G::lamb_step(t, gw.p, gg.p, es, 1e-2f, lo, global_norm(g.data(), n));
+    check_equal("lamb, empty ZeRO-1 part: parameters unchanged", w, gw.back());
+    check_equal("lamb, empty ZeRO-1 part: step counted", std::vector<int64_t>{1}, std::vector<int64_t>{es.step});
+  }
   // which: LAMB, AdamW; shard: the whole buffer, or (ZeRO-1) the moments of the tensors from
   // frozen.weight on only, with the global norm given, the parameters before it left alone
   for (int shard = 0; shard < 2; ++shard)
