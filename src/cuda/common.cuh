@@ -1,7 +1,11 @@
 // Shared device helpers for the CUDA kernels: error checks, Philox4x32-10 (bertcc::philox4x32's
 // twin: the same counters give the same numbers), block and warp reductions in a fixed order.
+// With BERTCC_CUDA_SIM defined (tests/cuda/sim: the kernels run on the CPU, one thread per CUDA
+// thread), the CUDA runtime is left out and the simulator supplies the intrinsics used here.
 #pragma once
+#ifndef BERTCC_CUDA_SIM
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 
@@ -11,12 +15,14 @@
 
 namespace bertcc::cuda {
 
+#ifndef BERTCC_CUDA_SIM
 inline void check_cuda(cudaError_t e, const char* what, const char* file, int line) {
   if (e != cudaSuccess) fail("CUDA error in ", what, " (", file, ":", line, "): ", cudaGetErrorString(e));
 }
 #define BERTCC_CUDA_CHECK(expr) ::bertcc::cuda::check_cuda((expr), #expr, __FILE__, __LINE__)
 // After a launch: configuration errors now, execution errors at the next synchronisation.
 #define BERTCC_CUDA_LAUNCHED(name) ::bertcc::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__)
+#endif
 
 // A grow-only device buffer (kept for the next call of the same size or smaller; work is queued
 // in order on one stream, so reusing it is safe).

@@ -1,5 +1,5 @@
 // Every CUDA kernel against the CPU kernel it mirrors, on random data of odd sizes.
-// Error = max |gpu - cpu| / max |cpu| over the tensor; fp32 within 1e-5, bf16/fp16 within 1e-2. Dropout
+// Error = max |gpu - cpu| / max |cpu| over the tensor; fp32 within 1e-5, bf16 1e-2 (fp16 attention 3e-3). Dropout
 // masks, embedding and scatter gradients (same summation order) and the counts must be equal bit
 // for bit; attention backward must give the same bits twice. Exit 0 all passed, 1 a failure,
 // 77 no CUDA device (ctest: skipped).
@@ -395,10 +395,19 @@ void test_attention() {
                     long(c.HS), double(c.p), pn);
       // bf16/fp16: the same rounding points as the CPU, but P is rounded before normalisation
       // (online softmax) where the CPU rounds the normalised P, so the two differ by roundings.
-      const double tol = prec == Precision::F32 ? 1e-5 : 1e-2;
+      // (tests/cuda/sim, the same kernels on the CPU: bf16 at most 4e-3, fp16 5e-4 against the CPU)
+      const double tol = prec == Precision::F32 ? 1e-5 : prec == Precision::BF16 ? 1e-2 : 3e-3;
       check(std::string(name) + " out", out, gout.back(), tol);
       const auto g1 = gd.back();
-      check(std::string(name) + " dqkv", dqkv, g1, tol);
+      for (int part = 0; part < 3; ++part) {  // dq, dk, dv each against its own scale
+        std::vector<float> c3, g3;
+        for (int64_t n = 0; n < B * T; ++n)
+          for (int64_t ch = 0; ch < C; ++ch) {
+            c3.push_back(dqkv[n * 3 * C + part * C + ch]);
+            g3.push_back(g1[n * 3 * C + part * C + ch]);
+          }
+        check(std::string(name) + (part == 0 ? " dq" : part == 1 ? " dk" : " dv"), c3, g3, tol);
+      }
       G::attention_backward(gd.p, gwork.p, gdout.p, gqkv.p, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
       check_equal(std::string(name) + " dqkv twice", g1, gd.back());  // the same bits on a second run
     }

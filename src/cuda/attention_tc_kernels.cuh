@@ -1,0 +1,380 @@
+// The Tensor Core attention kernels (host code: attention_tc.cu). A header so that
+// tests/cuda/sim can compile the same source for the CPU (BERTCC_CUDA_SIM: one thread per CUDA
+// thread, mma.sync computed from the PTX ISA's fragment layout) and check it where no GPU is.
+#pragma once
+#ifndef BERTCC_CUDA_SIM
+#include <cuda_fp16.h>
+#define BERTCC_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+#include "cuda/attention_common.cuh"
+
+namespace bertcc::cuda::attn::tc {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kBlockRows = 64;  // 16 per warp
+
+template <int HS>
+constexpr int tile_n() { return HS == 128 ? 32 : 64; }
+
+template <bool BF16>
+__device__ inline uint16_t to16(float x) {
+  return BF16 ? f32_to_bf16_bits(x) : __half_as_ushort(__float2half_rn(x));
+}
+template <bool BF16>
+__device__ inline uint32_t pack16(float lo, float hi) {
+  return static_cast<uint32_t>(to16<BF16>(lo)) | (static_cast<uint32_t>(to16<BF16>(hi)) << 16);
+}
+__device__ inline uint32_t ld32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// d += a * b (16x8 += 16x16 * 16x8)
+template <bool BF16>
+__device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(BERTCC_CUDA_SIM)
+  sim_mma<BF16>(d, a, b0, b1);  // tests/cuda/sim: the PTX ISA's fragment layout, computed on the CPU
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (BF16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)d, (void)a, (void)b0, (void)b1;
+  __trap();  // the host refuses devices below compute capability 8.0 before launching
+#endif
+}
+
+// A operand: rows r0..r0+15, columns k0..k0+15 of a row-major tile with row stride ld.
+__device__ inline void frag_a(uint32_t (&a)[4], const uint16_t* t, int ld, int r0, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = k0 + (lane & 3) * 2;
+  a[0] = ld32(t + (r0 + g) * ld + c);
+  a[1] = ld32(t + (r0 + g + 8) * ld + c);
+  a[2] = ld32(t + (r0 + g) * ld + c + 8);
+  a[3] = ld32(t + (r0 + g + 8) * ld + c + 8);
+}
+// B operand (k x n = 16 x 8) from a tile stored n-major: element (k, n) at t[(n0 + n) * ld + k0 + k].
+__device__ inline void frag_b(uint32_t& b0, uint32_t& b1, const uint16_t* t, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = k0 + (lane & 3) * 2;
+  b0 = ld32(t + (n0 + g) * ld + c);
+  b1 = ld32(t + (n0 + g) * ld + c + 8);
+}
+// Two adjacent fp32 C tiles (columns 0-7, 8-15), rounded: the 16 x 16 A operand.
+template <bool BF16>
+__device__ inline void c_to_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = pack16<BF16>(lo[0], lo[1]);
+  a[1] = pack16<BF16>(lo[2], lo[3]);
+  a[2] = pack16<BF16>(hi[0], hi[1]);
+  a[3] = pack16<BF16>(hi[2], hi[3]);
+}
+
+// Rows r0..r0+R-1 of src (row stride src_ld, channels 0..hs-1; zeros past T and hs), rounded, into
+// dst[r][c] (row stride ld) and, when dst_t is given, dst_t[c][r] (row stride ld_t).
+template <bool BF16, int R, int HS>
+__device__ inline void load_rows(uint16_t* dst, int ld, uint16_t* dst_t, int ld_t, const float* src, int64_t src_ld,
+                                 int64_t r0, const Shape& s) {
+  for (int idx = threadIdx.x; idx < R * HS; idx += kThreads) {
+    const int r = idx / HS, c = idx % HS;
+    const uint16_t x = to16<BF16>(r0 + r < s.T && c < s.hs ? src[(r0 + r) * src_ld + c] : 0.0f);
+    if (dst) dst[r * ld + c] = x;
+    if (dst_t) dst_t[c * ld_t + r] = x;
+  }
+}
+
+// ---- forward ----
+template <bool BF16, int HS>
+constexpr size_t fwd_smem() {
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  return sizeof(uint16_t) * (kBlockRows * LDH + BN * LDH + HS * LDN) + sizeof(float) * BN;
+}
+
+template <bool BF16, int HS>
+__global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, const float* qkv, const float* mask_add, Shape s) {
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  BERTCC_DYNAMIC_SMEM(smem);
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
+  uint16_t* Ks = Qs + kBlockRows * LDH;               // [BN][LDH]
+  uint16_t* Vt = Ks + BN * LDH;                       // [HS][LDN]
+  float* Ms = reinterpret_cast<float*>(Vt + HS * LDN);  // [BN], -inf past T
+  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  const int64_t ld3 = 3 * s.C;
+  const float* head = qkv + b * s.T * ld3 + h * s.hs;
+  load_rows<BF16, kBlockRows, HS>(Qs, LDH, nullptr, 0, head, ld3, q0, s);
+  __syncthreads();
+  uint32_t qf[HS / 16][4];
+#pragma unroll
+  for (int kt = 0; kt < HS / 16; ++kt) frag_a(qf[kt], Qs, LDH, warp * 16, kt * 16);
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  for (int64_t j0 = 0; j0 < s.T; j0 += BN) {
+    __syncthreads();  // the previous tile is no longer read
+    load_rows<BF16, BN, HS>(Ks, LDH, nullptr, 0, head + s.C, ld3, j0, s);
+    load_rows<BF16, BN, HS>(nullptr, 0, Vt, LDN, head + 2 * s.C, ld3, j0, s);
+    for (int jj = threadIdx.x; jj < BN; jj += kThreads) Ms[jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
+    __syncthreads();
+    float sc[BN / 8][4] = {};
+#pragma unroll
+    for (int kt = 0; kt < HS / 16; ++kt)
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        uint32_t b0, b1;
+        frag_b(b0, b1, Ks, LDH, nt * 8, kt * 16);
+        mma<BF16>(sc[nt], qf[kt], b0, b1);
+      }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float ma = Ms[nt * 8 + t2 + (e & 1)];
+        const float v = ma == -INFINITY ? -INFINITY : sc[nt][e] * s.scale + ma;
+        sc[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float mn = fmaxf(m[r], mx[r]);
+      const float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+      l[r] *= corr;
+#pragma unroll
+      for (int nt = 0; nt < HS / 8; ++nt) {
+        o[nt][2 * r] *= corr;
+        o[nt][2 * r + 1] *= corr;
+      }
+      m[r] = mn;
+    }
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const float p = sc[nt][e] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
+        l[r] += p;
+        sc[nt][e] = !s.drop ? p : keep(s, bh, row[r], j0 + nt * 8 + t2 + (e & 1)) ? p * s.keep_scale : 0.0f;
+      }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4];
+      c_to_a<BF16>(a, sc[2 * kk], sc[2 * kk + 1]);
+#pragma unroll
+      for (int nt = 0; nt < HS / 8; ++nt) {
+        uint32_t b0, b1;
+        frag_b(b0, b1, Vt, LDN, nt * 8, kk * 16);
+        mma<BF16>(o[nt], a, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= s.T) continue;
+    const float inv = 1.0f / l[r];
+    float* dst = out + (b * s.T + row[r]) * s.C + h * s.hs;
+#pragma unroll
+    for (int nt = 0; nt < HS / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (nt * 8 + t2 + e < s.hs) dst[nt * 8 + t2 + e] = o[nt][2 * r + e] * inv;
+    if ((lane & 3) == 0) lse[bh * s.T + row[r]] = m[r] + logf(l[r]);
+  }
+}
+
+// ---- backward: dq, per query block ----
+template <bool BF16, int HS>
+constexpr size_t dq_smem() {
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * BN * LDH + HS * LDN) + sizeof(float) * BN;
+}
+
+template <bool BF16, int HS>
+__global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                                    const float* D, const float* mask_add, Shape s) {
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  BERTCC_DYNAMIC_SMEM(smem);
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
+  uint16_t* dOs = Qs + kBlockRows * LDH;              // [64][LDH]
+  uint16_t* Ks = dOs + kBlockRows * LDH;              // [BN][LDH]
+  uint16_t* Vs = Ks + BN * LDH;                       // [BN][LDH]
+  uint16_t* Kt = Vs + BN * LDH;                       // [HS][LDN]
+  float* Ms = reinterpret_cast<float*>(Kt + HS * LDN);  // [BN], -inf past T
+  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  const int64_t ld3 = 3 * s.C;
+  const float* head = qkv + b * s.T * ld3 + h * s.hs;
+  load_rows<BF16, kBlockRows, HS>(Qs, LDH, nullptr, 0, head, ld3, q0, s);
+  load_rows<BF16, kBlockRows, HS>(dOs, LDH, nullptr, 0, dout + b * s.T * s.C + h * s.hs, s.C, q0, s);
+  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float L[2], Di[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    L[r] = row[r] < s.T ? lse[bh * s.T + row[r]] : 0.0f;
+    Di[r] = row[r] < s.T ? D[bh * s.T + row[r]] : 0.0f;
+  }
+  float dq[HS / 8][4] = {};
+  for (int64_t j0 = 0; j0 < s.T; j0 += BN) {
+    __syncthreads();
+    load_rows<BF16, BN, HS>(Ks, LDH, Kt, LDN, head + s.C, ld3, j0, s);
+    load_rows<BF16, BN, HS>(Vs, LDH, nullptr, 0, head + 2 * s.C, ld3, j0, s);
+    for (int jj = threadIdx.x; jj < BN; jj += kThreads) Ms[jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
+    __syncthreads();
+    float sc[BN / 8][4] = {}, dp[BN / 8][4] = {};
+#pragma unroll
+    for (int kt = 0; kt < HS / 16; ++kt) {
+      uint32_t aq[4], ad[4];
+      frag_a(aq, Qs, LDH, warp * 16, kt * 16);
+      frag_a(ad, dOs, LDH, warp * 16, kt * 16);
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        uint32_t b0, b1;
+        frag_b(b0, b1, Ks, LDH, nt * 8, kt * 16);
+        mma<BF16>(sc[nt], aq, b0, b1);
+        frag_b(b0, b1, Vs, LDH, nt * 8, kt * 16);
+        mma<BF16>(dp[nt], ad, b0, b1);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, jj = nt * 8 + t2 + (e & 1);
+        const float ma = Ms[jj];
+        const float p = ma == -INFINITY ? 0.0f : expf(sc[nt][e] * s.scale + ma - L[r]);
+        const float d = !s.drop ? dp[nt][e] : keep(s, bh, row[r], j0 + jj) ? dp[nt][e] * s.keep_scale : 0.0f;
+        sc[nt][e] = p * (d - Di[r]) * s.scale;  // dS
+      }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4];
+      c_to_a<BF16>(a, sc[2 * kk], sc[2 * kk + 1]);
+#pragma unroll
+      for (int nt = 0; nt < HS / 8; ++nt) {
+        uint32_t b0, b1;
+        frag_b(b0, b1, Kt, LDN, nt * 8, kk * 16);
+        mma<BF16>(dq[nt], a, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= s.T) continue;
+    float* dst = dqkv + (b * s.T + row[r]) * 3 * s.C + h * s.hs;
+#pragma unroll
+    for (int nt = 0; nt < HS / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (nt * 8 + t2 + e < s.hs) dst[nt * 8 + t2 + e] = dq[nt][2 * r + e];
+  }
+}
+
+// ---- backward: dk and dv, per key block ----
+template <bool BF16, int HS>
+constexpr size_t dkv_smem() {
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * BN * LDH + 2 * HS * LDN) + sizeof(float) * 2 * BN;
+}
+
+template <bool BF16, int HS>
+__global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                                      const float* D, const float* mask_add, Shape s) {
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  BERTCC_DYNAMIC_SMEM(smem);
+  uint16_t* Kb = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]: this block's keys
+  uint16_t* Vb = Kb + kBlockRows * LDH;               // [64][LDH]
+  uint16_t* Qs = Vb + kBlockRows * LDH;               // [BN][LDH]: a tile of queries
+  uint16_t* dOs = Qs + BN * LDH;                      // [BN][LDH]
+  uint16_t* Qt = dOs + BN * LDH;                      // [HS][LDN]
+  uint16_t* dOt = Qt + HS * LDN;                      // [HS][LDN]
+  float* Ls = reinterpret_cast<float*>(dOt + HS * LDN);  // [BN], +inf past T (P = 0)
+  float* Ds = Ls + BN;                                   // [BN]
+  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, k0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  const int64_t ld3 = 3 * s.C;
+  const float* head = qkv + b * s.T * ld3 + h * s.hs;
+  const float* dhead = dout + b * s.T * s.C + h * s.hs;
+  load_rows<BF16, kBlockRows, HS>(Kb, LDH, nullptr, 0, head + s.C, ld3, k0, s);
+  load_rows<BF16, kBlockRows, HS>(Vb, LDH, nullptr, 0, head + 2 * s.C, ld3, k0, s);
+  const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  float mj[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) mj[r] = key[r] < s.T ? mask_add[b * s.T + key[r]] : -INFINITY;  // P = 0 past T
+  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  for (int64_t i0 = 0; i0 < s.T; i0 += BN) {
+    __syncthreads();
+    load_rows<BF16, BN, HS>(Qs, LDH, Qt, LDN, head, ld3, i0, s);
+    load_rows<BF16, BN, HS>(dOs, LDH, dOt, LDN, dhead, s.C, i0, s);
+    for (int ii = threadIdx.x; ii < BN; ii += kThreads) {
+      const bool in = i0 + ii < s.T;
+      Ls[ii] = in ? lse[bh * s.T + i0 + ii] : INFINITY;
+      Ds[ii] = in ? D[bh * s.T + i0 + ii] : 0.0f;
+    }
+    __syncthreads();
+    float st[BN / 8][4] = {}, dpt[BN / 8][4] = {};  // S^T and dPd^T: rows are keys, columns queries
+#pragma unroll
+    for (int kt = 0; kt < HS / 16; ++kt) {
+      uint32_t ak[4], av[4];
+      frag_a(ak, Kb, LDH, warp * 16, kt * 16);
+      frag_a(av, Vb, LDH, warp * 16, kt * 16);
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        uint32_t b0, b1;
+        frag_b(b0, b1, Qs, LDH, nt * 8, kt * 16);
+        mma<BF16>(st[nt], ak, b0, b1);
+        frag_b(b0, b1, dOs, LDH, nt * 8, kt * 16);
+        mma<BF16>(dpt[nt], av, b0, b1);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, ii = nt * 8 + t2 + (e & 1);
+        const float p = expf(st[nt][e] * s.scale + mj[r] - Ls[ii]);
+        const bool kept = !s.drop || keep(s, bh, i0 + ii, key[r]);
+        const float pd = !s.drop ? p : kept ? p * s.keep_scale : 0.0f;
+        const float d = !s.drop ? dpt[nt][e] : kept ? dpt[nt][e] * s.keep_scale : 0.0f;
+        st[nt][e] = pd;
+        dpt[nt][e] = p * (d - Ds[ii]) * s.scale;  // dS^T
+      }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t ap[4], as[4];
+      c_to_a<BF16>(ap, st[2 * kk], st[2 * kk + 1]);
+      c_to_a<BF16>(as, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+      for (int nt = 0; nt < HS / 8; ++nt) {
+        uint32_t b0, b1;
+        frag_b(b0, b1, dOt, LDN, nt * 8, kk * 16);
+        mma<BF16>(dv[nt], ap, b0, b1);
+        frag_b(b0, b1, Qt, LDN, nt * 8, kk * 16);
+        mma<BF16>(dk[nt], as, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= s.T) continue;
+    float* dst = dqkv + (b * s.T + key[r]) * 3 * s.C + h * s.hs;
+#pragma unroll
+    for (int nt = 0; nt < HS / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (nt * 8 + t2 + e < s.hs) {
+          dst[s.C + nt * 8 + t2 + e] = dk[nt][2 * r + e];
+          dst[2 * s.C + nt * 8 + t2 + e] = dv[nt][2 * r + e];
+        }
+  }
+}
+
+}  // namespace bertcc::cuda::attn::tc

@@ -1,0 +1,173 @@
+// The Tensor Core attention kernels (src/cuda/attention_tc_kernels.cuh), compiled for the CPU and
+// run by tests/cuda/sim/sim_runtime.h, against a float64 reference of attention forward and
+// backward (dropout from the same Philox counters) and against the CPU engine's attention in the
+// same precision (what test_cuda_kernels checks on a GPU). Shared memory is poisoned with NaN
+// before each block and the outputs before each run, so an unwritten element or a read of an
+// unwritten tile fails. Relative errors: ||x - ref|| / ||ref|| per tensor (out, lse, dq, dk, dv).
+// Exit 0 all passed, 1 a failure.
+#define BERTCC_CUDA_SIM 1
+#include "sim_runtime.h"
+// the kernels' source, as nvcc compiles it for the GPU
+#include "cuda/attention_tc_kernels.cuh"
+
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "kernels/kernels.h"
+
+using namespace bertcc;
+namespace A = bertcc::cuda::attn;
+
+namespace {
+
+double rel_l2(const std::vector<float>& x, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return INFINITY;
+    num += (x[i] - ref[i]) * (x[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+double rel_max(const std::vector<float>& x, const std::vector<float>& ref) {
+  double mx = 0, err = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return INFINITY;
+    mx = std::max(mx, std::fabs(static_cast<double>(ref[i])));
+    err = std::max(err, std::fabs(static_cast<double>(x[i]) - ref[i]));
+  }
+  return err / std::max(mx, 1e-30);
+}
+
+int g_fail = 0;
+void expect(const std::string& what, double err, double tol) {
+  const bool ok = err <= tol;
+  std::printf("  %-34s %.2e (tol %.0e)%s\n", what.c_str(), err, tol, ok ? "" : "  FAIL");
+  if (!ok) ++g_fail;
+}
+
+template <bool BF>
+void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
+  const int64_t C = NH * hs;
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> qkv(B * T * 3 * C), dout(B * T * C), mask(B * T, 0.0f);
+  for (auto& x : qkv) x = 2.0f * u(gen);
+  for (auto& x : dout) x = u(gen);
+  for (int64_t b = 0; b < B; ++b)  // padding at the end of every sequence but the first
+    for (int64_t t = T - b * (T / 4); t < T; ++t) mask[b * T + t] = -10000.0f;
+  const Rng rng(77 + seed, 0);
+  const uint64_t base = 1000;
+  const A::Shape s = A::make_shape(B, T, C, NH, p, rng, base);
+  std::vector<float> out(B * T * C, NAN), lse(B * NH * T, NAN), dqkv(B * T * 3 * C, NAN), D(B * NH * T);
+  A::dispatch_hs(hs, [&](auto hsc) {
+    constexpr int HS = decltype(hsc)::value;
+    namespace K = A::tc;
+    const sim_dim3 grid{bertcc::cuda::grid_for(T, K::kBlockRows), static_cast<unsigned>(B * NH), 1};
+    sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS>(),
+                [&] { K::fwd<BF, HS>(out.data(), lse.data(), qkv.data(), mask.data(), s); });
+    for (int64_t r = 0; r < B * NH * T; ++r) {  // as attention.cu's attn_bwd_dot
+      const int64_t i = r % T, bh = r / T, b = bh / NH, h = bh % NH;
+      float acc = 0.0f;
+      for (int64_t c = 0; c < hs; ++c) acc += dout[(b * T + i) * C + h * hs + c] * out[(b * T + i) * C + h * hs + c];
+      D[r] = acc;
+    }
+    sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(), [&] {
+      K::bwd_dq<BF, HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), mask.data(), s);
+    });
+    sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(), [&] {
+      K::bwd_dkdv<BF, HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), mask.data(), s);
+    });
+  });
+
+  // float64 reference on the same inputs rounded as the kernels round them (q, k, v, dout)
+  auto r16 = [](float x) { return BF ? bf16_to_f32(f32_to_bf16(x)) : f16_to_f32(f32_to_f16(x)); };
+  std::vector<double> rout(B * T * C, 0.0), rlse(B * NH * T), rd(B * T * 3 * C, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs)), ks = p > 0 ? 1.0 / (1.0 - p) : 1.0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t bh = b * NH + h;
+      auto at = [&](int64_t t, int part, int64_t c) { return double(r16(qkv[(b * T + t) * 3 * C + part * C + h * hs + c])); };
+      auto dO = [&](int64_t t, int64_t c) { return double(r16(dout[(b * T + t) * C + h * hs + c])); };
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> P(T), kp(T), dP(T);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) {
+          double d = 0;
+          for (int64_t c = 0; c < hs; ++c) d += at(i, 0, c) * at(j, 1, c);
+          P[j] = d * scale + mask[b * T + j];
+          mx = std::max(mx, P[j]);
+        }
+        double l = 0;
+        for (int64_t j = 0; j < T; ++j) l += (P[j] = std::exp(P[j] - mx));
+        rlse[bh * T + i] = mx + std::log(l);
+        double Dd = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          P[j] /= l;
+          kp[j] = p > 0 ? (A::keep(s, bh, i, j) ? ks : 0.0) : 1.0;
+          double d = 0;
+          for (int64_t c = 0; c < hs; ++c) d += dO(i, c) * at(j, 2, c);
+          dP[j] = d * kp[j];
+          Dd += dP[j] * P[j];
+        }
+        for (int64_t c = 0; c < hs; ++c) {
+          double a = 0;
+          for (int64_t j = 0; j < T; ++j) a += P[j] * kp[j] * at(j, 2, c);
+          rout[(b * T + i) * C + h * hs + c] = a;
+        }
+        for (int64_t j = 0; j < T; ++j) {
+          const double ds = P[j] * (dP[j] - Dd) * scale;
+          for (int64_t c = 0; c < hs; ++c) {
+            rd[(b * T + i) * 3 * C + h * hs + c] += ds * at(j, 1, c);
+            rd[(b * T + j) * 3 * C + C + h * hs + c] += ds * at(i, 0, c);
+            rd[(b * T + j) * 3 * C + 2 * C + h * hs + c] += P[j] * kp[j] * dO(i, c);
+          }
+        }
+      }
+    }
+  // the CPU engine's attention in the same precision
+  const Precision prec = BF ? Precision::BF16 : Precision::F16;
+  std::vector<float> cout(B * T * C), probs(kernels::attention_saved_size(B, T, NH, p > 0, prec)),
+      work(kernels::attention_work_size(B, T, C, NH)), cd(B * T * 3 * C);
+  kernels::attention_forward(cout.data(), probs.data(), work.data(), qkv.data(), mask.data(), B, T, C, NH, p, rng, base,
+                             prec);
+  kernels::attention_backward(cd.data(), work.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, p, prec);
+
+  std::printf("%s B%ld T%ld NH%ld hs%ld dropout %.1f\n", BF ? "bf16" : "fp16", long(B), long(T), long(NH), long(hs),
+              double(p));
+  const double tol = BF ? 1e-2 : 2e-3;  // 16-bit operands: bf16 ~2e-3 seen, fp16 ~3e-4
+  expect("out vs float64", rel_l2(out, rout), tol);
+  expect("lse vs float64", rel_l2(lse, rlse), 1e-5);
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int k = 0; k < 3; ++k) {
+    std::vector<float> g;
+    std::vector<double> r;
+    for (int64_t n = 0; n < B * T; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        g.push_back(dqkv[n * 3 * C + k * C + c]);
+        r.push_back(rd[n * 3 * C + k * C + c]);
+      }
+    expect(std::string(names[k]) + " vs float64", rel_l2(g, r), tol);
+  }
+  expect("out vs the CPU kernel (max)", rel_max(out, cout), 1e-2);
+  expect("dqkv vs the CPU kernel (max)", rel_max(dqkv, cd), 1e-2);
+}
+
+}  // namespace
+
+int main() {
+  // head sizes 12 and 48 are padded to 16 and 64; T not a multiple of the 64-row block or the
+  // 64- (32-) key tile; dropout on and off; padding masks
+  run<true>(2, 70, 2, 64, 0.1f, 1);
+  run<true>(1, 33, 2, 64, 0.0f, 2);
+  run<true>(1, 70, 1, 128, 0.1f, 3);
+  run<true>(2, 19, 2, 16, 0.1f, 4);
+  run<true>(1, 45, 2, 48, 0.0f, 5);
+  run<true>(1, 23, 3, 12, 0.1f, 6);
+  run<true>(1, 130, 1, 32, 0.1f, 7);
+  run<false>(1, 70, 2, 64, 0.1f, 8);
+  run<false>(1, 33, 1, 128, 0.0f, 9);
+  std::printf("%d failed\n", g_fail);
+  return g_fail ? 1 : 0;
+}
