@@ -19,6 +19,10 @@ struct Shape {
   float keep_scale;         // 1/(1-p)
   uint32_t thr;             // keep iff (x >> 8) >= thr
   uint64_t seed, base;
+  // The counters of keys 4m .. 4m+3 of a row form one Philox block (base and T multiples of 4,
+  // as Rng::reserve and the usual sequence lengths give): the Tensor Core kernels then draw one
+  // block per 4 elements and share it between lanes.
+  bool quad;
 };
 
 __device__ inline bool keep(const Shape& s, int64_t bh, int64_t i, int64_t j) {
@@ -28,7 +32,7 @@ __device__ inline bool keep(const Shape& s, int64_t bh, int64_t i, int64_t j) {
 inline Shape make_shape(int64_t B, int64_t T, int64_t C, int64_t NH, float p, const Rng& rng, uint64_t base) {
   BERTCC_CHECK(NH > 0 && C % NH == 0, "attention: hidden size ", C, " is not a multiple of the ", NH, " heads");
   Shape s{B, T, C, NH, C / NH, 1.0f / std::sqrt(static_cast<float>(C / NH)), p > 0.0f, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
-          p > 0.0f ? dropout_threshold(p) : 0u, rng.seed, base};
+          p > 0.0f ? dropout_threshold(p) : 0u, rng.seed, base, base % 4 == 0 && T % 4 == 0};
   BERTCC_CHECK(B * NH <= 65535, "attention: batch x heads = ", B * NH, " exceeds the CUDA grid (65535)");
   return s;
 }

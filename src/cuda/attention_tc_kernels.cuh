@@ -72,6 +72,61 @@ __device__ inline void c_to_a(uint32_t (&a)[4], const float (&lo)[4], const floa
   a[3] = pack16<BF16>(hi[2], hi[3]);
 }
 
+// The dropout decisions of a thread's four C-fragment elements when its rows are queries: rows
+// row[0] (g) and row[1] (g+8), keys `key` and key+1 (key = tile + 8 nt + 2t); kp[r][e] for row r,
+// key + e. With s.quad, lanes t = 2k and 2k+1 need keys 4k..4k+3 of both rows: each draws the
+// Philox block of one row (even lane: row g; odd: row g+8) and they swap the half the other needs,
+// one draw per four elements instead of four. Every lane of the warp must call it.
+__device__ inline void keep_query_rows(const Shape& s, int64_t bh, const int64_t (&row)[2], int64_t key,
+                                       bool (&kp)[2][2]) {
+  if (!s.quad) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) kp[r][e] = keep(s, bh, row[r], key + e);
+    return;
+  }
+  const int odd = threadIdx.x & 1;  // t & 1
+  uint32_t w[4];
+  philox4(s.seed, (s.base + static_cast<uint64_t>((bh * s.T + (odd ? row[1] : row[0])) * s.T + key - 2 * odd)) >> 2, w);
+  // even lane: its row-g words 0, 1; wants row g+8's 0, 1. Odd lane: its row-(g+8) words 2, 3; wants row g's 2, 3.
+  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[2], 1);
+  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? w[1] : w[3], 1);
+  const uint32_t x[2][2] = {{odd ? got0 : w[0], odd ? got1 : w[1]}, {odd ? w[2] : got0, odd ? w[3] : got1}};
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) kp[r][e] = (x[r][e] >> 8) >= s.thr;
+}
+
+// The same when the thread's rows are keys (the dk/dv kernel): keys key[0] (g) and key[1] (g+8),
+// queries `query` and query+1; kp[r][e] for key r, query + e. With s.quad the four lanes of one t
+// whose g share g / 4 need keys 4m..4m+3 (and 8+4m..) of both queries, four Philox blocks: lane
+// q = g % 4 draws block q (query + (q & 1), keys of row q >> 1) and in three rounds of shuffles each
+// lane collects its word (q) of the other three.
+__device__ inline void keep_key_rows(const Shape& s, int64_t bh, const int64_t (&key)[2], int64_t query,
+                                     bool (&kp)[2][2]) {
+  if (!s.quad) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) kp[r][e] = keep(s, bh, query + e, key[r]);
+    return;
+  }
+  const int lane = threadIdx.x & 31, q = (lane >> 2) & 3;
+  auto pick = [](const uint32_t (&v)[4], int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
+  uint32_t w[4];
+  philox4(s.seed, (s.base + static_cast<uint64_t>((bh * s.T + query + (q & 1)) * s.T + ((q >> 1) ? key[1] : key[0]) - q)) >> 2, w);
+  // round k: send word (q + k) % 4, read the lane whose q is (q - k) % 4: that is its block's word q
+  uint32_t v[4];
+  v[0] = pick(w, q);
+#pragma unroll
+  for (int k = 1; k < 4; ++k)
+    v[k] = __shfl_sync(0xffffffffu, pick(w, (q + k) & 3), (lane & ~12) | (((q - k) & 3) << 2));
+#pragma unroll
+  for (int b = 0; b < 4; ++b) kp[b >> 1][b & 1] = (pick(v, (q - b) & 3) >> 8) >= s.thr;  // block b: key row b>>1, query + (b&1)
+}
+
 // Rows r0..r0+R-1 of src (row stride src_ld, channels 0..hs-1; zeros past T and hs), rounded, into
 // dst[r][c] (row stride ld) and, when dst_t is given, dst_t[c][r] (row stride ld_t).
 template <bool BF16, int R, int HS>
@@ -152,14 +207,17 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, const fl
       m[r] = mn;
     }
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt)
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      bool kp[2][2] = {{true, true}, {true, true}};
+      if (s.drop) keep_query_rows(s, bh, row, j0 + nt * 8 + t2, kp);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const float p = sc[nt][e] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
         l[r] += p;
-        sc[nt][e] = !s.drop ? p : keep(s, bh, row[r], j0 + nt * 8 + t2 + (e & 1)) ? p * s.keep_scale : 0.0f;
+        sc[nt][e] = !s.drop ? p : kp[r][e & 1] ? p * s.keep_scale : 0.0f;
       }
+    }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       uint32_t a[4];
@@ -245,15 +303,18 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, const float* dou
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt)
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      bool kp[2][2] = {{true, true}, {true, true}};
+      if (s.drop) keep_query_rows(s, bh, row, j0 + nt * 8 + t2, kp);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, jj = nt * 8 + t2 + (e & 1);
         const float ma = Ms[jj];
         const float p = ma == -INFINITY ? 0.0f : expf(sc[nt][e] * s.scale + ma - L[r]);
-        const float d = !s.drop ? dp[nt][e] : keep(s, bh, row[r], j0 + jj) ? dp[nt][e] * s.keep_scale : 0.0f;
+        const float d = !s.drop ? dp[nt][e] : kp[r][e & 1] ? dp[nt][e] * s.keep_scale : 0.0f;
         sc[nt][e] = p * (d - Di[r]) * s.scale;  // dS
       }
+    }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       uint32_t a[4];
@@ -336,17 +397,20 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, const float* d
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt)
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      bool kp[2][2] = {{true, true}, {true, true}};
+      if (s.drop) keep_key_rows(s, bh, key, i0 + nt * 8 + t2, kp);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, ii = nt * 8 + t2 + (e & 1);
         const float p = expf(st[nt][e] * s.scale + mj[r] - Ls[ii]);
-        const bool kept = !s.drop || keep(s, bh, i0 + ii, key[r]);
+        const bool kept = kp[r][e & 1];
         const float pd = !s.drop ? p : kept ? p * s.keep_scale : 0.0f;
         const float d = !s.drop ? dpt[nt][e] : kept ? dpt[nt][e] * s.keep_scale : 0.0f;
         st[nt][e] = pd;
         dpt[nt][e] = p * (d - Ds[ii]) * s.scale;  // dS^T
       }
+    }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       uint32_t ap[4], as[4];

@@ -43,9 +43,8 @@ struct Scratch {
 
 inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
-// Number `idx` of the dropout stream of `seed` (block idx / 4, word idx % 4), as Rng::fill_u32.
-__device__ inline uint32_t philox_u32(uint64_t seed, uint64_t idx) {
-  const uint64_t block = idx >> 2;
+// Block `block` of the dropout stream of `seed`: the four numbers of counters 4*block .. 4*block+3.
+__device__ inline void philox4(uint64_t seed, uint64_t block, uint32_t out[4]) {
   uint32_t c0 = static_cast<uint32_t>(block), c1 = static_cast<uint32_t>(block >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
 #pragma unroll
@@ -59,11 +58,21 @@ __device__ inline uint32_t philox_u32(uint64_t seed, uint64_t idx) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+// Number `idx` of the dropout stream of `seed` (block idx / 4, word idx % 4), as Rng::fill_u32.
+__device__ inline uint32_t philox_u32(uint64_t seed, uint64_t idx) {
+  uint32_t w[4];
+  philox4(seed, idx >> 2, w);
   switch (idx & 3) {
-    case 0: return c0;
-    case 1: return c1;
-    case 2: return c2;
-    default: return c3;
+    case 0: return w[0];
+    case 1: return w[1];
+    case 2: return w[2];
+    default: return w[3];
   }
 }
 

@@ -78,6 +78,15 @@ inline T __shfl_xor_sync(unsigned, T v, int o) {
   sim::warp_sync();
   return r;
 }
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src) {
+  const unsigned tid = threadIdx.x;
+  sim::exchange[tid] = static_cast<double>(v);
+  sim::warp_sync();
+  const T r = static_cast<T>(sim::exchange[(tid & ~31u) | (static_cast<unsigned>(src) & 31u)]);
+  sim::warp_sync();
+  return r;
+}
 inline uint32_t __umulhi(uint32_t a, uint32_t b) { return static_cast<uint32_t>((uint64_t{a} * b) >> 32); }
 inline uint32_t __float_as_uint(float f) {
   uint32_t u;
