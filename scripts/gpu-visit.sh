@@ -35,6 +35,12 @@ if [ "$cmd" = pack ]; then
       *) [ -e ".gpu/bundle/lib/$n" ] || echo "$n" ;; esac; done)
     [ -z "$missing" ] || { echo "gpu-visit: $b needs libraries bertcc does not: $missing" >&2; exit 1; }
   done
+  # built with -march=native here (an AMD EPYC lately), run on an Intel Xeon there: no AMD-only
+  # instruction (SSE4a, CLZERO, MONITORX) may be in the binaries
+  for b in bertcc test_cuda_kernels bertcc_cuda_attention_bench; do
+    n=$(objdump -d --no-show-raw-insn "build/$b" | grep -cE "[[:space:]](extrq|insertq|movntss|movntsd|clzero|monitorx|mwaitx)[[:space:]]")
+    [ "$n" -eq 0 ] || { echo "gpu-visit: build/$b has $n AMD-only instructions: configure with -DBERTCC_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3" >&2; exit 1; }
+  done
   mkdir -p .gpu/bundle/vocab
   cp ../shared/data/bert_vocab/bert-base-cased-vocab.txt ../shared/data/bert_vocab/bert-base-uncased-vocab.txt .gpu/bundle/vocab/ 2>/dev/null ||
     echo "gpu-visit: ../shared/data/bert_vocab not found: the AutoTokenizer step will be skipped" >&2
