@@ -2,6 +2,7 @@
 // ratio). The parameters are cut into chunks of whole tensors' pieces (8192 elements, as the CPU
 // code's blocks); a chunk's squared norms are a fixed-tree block sum, a tensor's are its chunks'
 // partials added in order, so every result is independent of scheduling.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -47,19 +48,19 @@ Plan make_plan(const ParamTable& t, float lr, float weight_decay, size_t begin, 
   return p;
 }
 
-// A device copy of a host vector, freed at scope exit.
+// A host vector's copy in a grow-only device buffer, one buffer per use (no cudaMalloc/cudaFree per
+// step: cudaFree waits for the device). The synchronous copy from host memory is ordered after the
+// work queued before it, so refilling a buffer cannot race the previous step's kernels.
 template <class T>
-struct DeviceVec {
-  T* p = nullptr;
-  explicit DeviceVec(const std::vector<T>& v) {
-    p = static_cast<T*>(alloc(v.size() * sizeof(T)));
-    copy_to_device(p, v.data(), v.size() * sizeof(T));
-  }
-  explicit DeviceVec(size_t n) { p = static_cast<T*>(alloc(n * sizeof(T))); }
-  ~DeviceVec() { free(p); }
-  DeviceVec(const DeviceVec&) = delete;
-  DeviceVec& operator=(const DeviceVec&) = delete;
-};
+T* staged(Scratch& s, const std::vector<T>& v) {
+  auto* p = static_cast<T*>(s.get(std::max<size_t>(v.size(), 1) * sizeof(T)));
+  copy_to_device(p, v.data(), v.size() * sizeof(T));
+  return p;
+}
+template <class T>
+T* staged(Scratch& s, size_t n) {
+  return static_cast<T*>(s.get(std::max<size_t>(n, 1) * sizeof(T)));
+}
 
 // The CPU's blocked sum of squares (optim.cpp: blocked_sumsq / sumsq_slice), bit for bit: per
 // block of kBlock elements, 16 fp32 lanes, lane k taking elements k, k + 16, ... in order with a
@@ -168,11 +169,12 @@ AdamScalars start(const ParamTable& t, const float* g, DeviceAdamState& s, doubl
 double global_norm(const float* x, size_t n) {
   if (n == 0) return 0.0;
   const int64_t nb = (static_cast<int64_t>(n) + kBlock - 1) / kBlock;
-  DeviceVec<double> part(static_cast<size_t>(nb));
-  sumsq_blocks<<<static_cast<unsigned>(nb), 32>>>(part.p, x, static_cast<int64_t>(n));
+  static Scratch buf;
+  double* part = staged<double>(buf, static_cast<size_t>(nb));
+  sumsq_blocks<<<static_cast<unsigned>(nb), 32>>>(part, x, static_cast<int64_t>(n));
   BERTCC_CUDA_LAUNCHED("global_norm");
   std::vector<double> h(static_cast<size_t>(nb));
-  copy_to_host(h.data(), part.p, h.size() * sizeof(double));
+  copy_to_host(h.data(), part, h.size() * sizeof(double));
   double s = 0.0;
   for (double v : h) s += v;
   return std::sqrt(s);
@@ -183,20 +185,22 @@ double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamSta
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, true);
   const Plan p = make_plan(t, lr, o.weight_decay, s.begin, s.end);
   if (p.chunks.empty()) return grad_norm;
-  const DeviceVec<Chunk> chunks(p.chunks);
-  const DeviceVec<int32_t> first(p.first), count(p.count);
-  const DeviceVec<float> wd(p.wd);
-  DeviceVec<double> wsq(p.chunks.size()), usq(p.chunks.size());
-  DeviceVec<float> ratio(p.first.size());
+  static Scratch b_chunks, b_first, b_count, b_wd, b_wsq, b_usq, b_ratio;
+  const Chunk* chunks = staged(b_chunks, p.chunks);
+  const int32_t* first = staged(b_first, p.first);
+  const int32_t* count = staged(b_count, p.count);
+  const float* wd = staged(b_wd, p.wd);
+  double* wsq = staged<double>(b_wsq, p.chunks.size());
+  double* usq = staged<double>(b_usq, p.chunks.size());
+  float* ratio = staged<float>(b_ratio, p.first.size());
   const auto nc = static_cast<unsigned>(p.chunks.size());
   const auto nt = static_cast<int32_t>(p.first.size());
-  lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), chunks.p, a, wsq.p, usq.p);
+  lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), chunks, a, wsq, usq);
   BERTCC_CUDA_LAUNCHED("lamb_step (update)");
-  lamb_ratio<<<grid_for(nt, 128), 128>>>(ratio.p, first.p, count.p, wd.p, wsq.p, usq.p, nt, o.nvlamb);
+  lamb_ratio<<<grid_for(nt, 128), 128>>>(ratio, first, count, wd, wsq, usq, nt, o.nvlamb);
   BERTCC_CUDA_LAUNCHED("lamb_step (trust ratios)");
-  lamb_apply<<<nc, kThreads>>>(params, grads, chunks.p, ratio.p);
+  lamb_apply<<<nc, kThreads>>>(params, grads, chunks, ratio);
   BERTCC_CUDA_LAUNCHED("lamb_step (apply)");
-  synchronize();  // the scoped device vectors are freed next
   return grad_norm;
 }
 
@@ -205,12 +209,12 @@ double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamSt
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, o.bias_correction);
   const Plan p = make_plan(t, lr, o.weight_decay, s.begin, s.end);
   if (p.chunks.empty()) return grad_norm;
-  const DeviceVec<Chunk> chunks(p.chunks);
+  static Scratch b_chunks;
+  const Chunk* chunks = staged(b_chunks, p.chunks);
   adamw_update<<<static_cast<unsigned>(p.chunks.size()), kThreads>>>(params, grads, s.m, s.v,
-                                                                     static_cast<int64_t>(s.begin), chunks.p, a,
+                                                                     static_cast<int64_t>(s.begin), chunks, a,
                                                                      o.weight_decay);
   BERTCC_CUDA_LAUNCHED("adamw_step");
-  synchronize();
   return grad_norm;
 }
 
