@@ -34,18 +34,28 @@ namespace {
 
 using namespace tc;
 
+// The kernel's dynamic shared-memory limit raised to `bytes`, once per kernel and device (a
+// process drives one device; the attribute is per device).
 template <class Kernel>
 void launch_smem(Kernel k, size_t bytes) {
+  static int done_for = -1;
+  int dev = 0;
+  BERTCC_CUDA_CHECK(cudaGetDevice(&dev));
+  if (done_for == dev) return;
   BERTCC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  done_for = dev;
 }
 
 void require_tensor_cores(Precision prec) {
+  static int checked_for = -1;
   int dev = 0, major = 0;
   BERTCC_CUDA_CHECK(cudaGetDevice(&dev));
+  if (checked_for == dev) return;
   BERTCC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   BERTCC_CHECK(major >= 8, "attention with --precision ", prec == Precision::BF16 ? "bf16" : "fp16",
                " on CUDA needs Tensor Cores with bf16/fp16 mma (compute capability 8.0 or later); device ", dev,
                " has ", major, ".x: use --precision fp32");
+  checked_for = dev;
 }
 
 template <class F>
