@@ -27,6 +27,10 @@
 // saves lse. Backward, without atomics (the result does not depend on scheduling), as the fp32
 // kernels: one kernel per query block for dq, one per key block for dk and dv, each recomputing
 // P = exp(S - lse) and the dropout mask.
+#include <mutex>
+#include <set>
+#include <utility>
+
 #include "cuda/attention_tc_kernels.cuh"
 
 namespace bertcc::cuda::attn {
@@ -34,16 +38,19 @@ namespace {
 
 using namespace tc;
 
-// The kernel's dynamic shared-memory limit raised to `bytes`, once per kernel and device (a
-// process drives one device; the attribute is per device).
+// The kernel's dynamic shared-memory limit raised to `bytes`, once per kernel and device (kernels
+// of one signature share a type, so they are told apart by address).
 template <class Kernel>
 void launch_smem(Kernel k, size_t bytes) {
-  static int done_for = -1;
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
   int dev = 0;
   BERTCC_CUDA_CHECK(cudaGetDevice(&dev));
-  if (done_for == dev) return;
+  const std::pair<const void*, int> key{reinterpret_cast<const void*>(k), dev};
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count(key)) return;
   BERTCC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  done_for = dev;
+  done.insert(key);
 }
 
 void require_tensor_cores(Precision prec) {
