@@ -65,44 +65,41 @@ void require_tensor_cores(Precision prec) {
   checked_for = dev;
 }
 
+// f(bf16?, head size) for the kernels of `prec` and s.hs, after the device check.
 template <class F>
-void dispatch_prec(Precision prec, F f) {
-  if (prec == Precision::BF16) return f(std::true_type{});
-  BERTCC_CHECK(prec == Precision::F16, "attention on Tensor Cores: fp32 has its own kernels");
-  f(std::false_type{});
+void dispatch_tc(const Shape& s, Precision prec, F f) {
+  require_tensor_cores(prec);
+  BERTCC_CHECK(prec == Precision::BF16 || prec == Precision::F16, "attention on Tensor Cores: fp32 has its own kernels");
+  auto with_hs = [&](auto bf) { dispatch_hs(s.hs, [&](auto hs) { f(bf, hs); }); };
+  if (prec == Precision::BF16) return with_hs(std::true_type{});
+  with_hs(std::false_type{});
 }
 
 }  // namespace
 
 void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add, const Shape& s, Precision prec) {
-  require_tensor_cores(prec);
   const dim3 grid(grid_for(s.T, kBlockRows), static_cast<unsigned>(s.B * s.NH));
-  dispatch_prec(prec, [&](auto bf) {
+  dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
-    dispatch_hs(s.hs, [&](auto hs) {
-      constexpr int HS = decltype(hs)::value;
-      launch_smem(fwd<BF, HS>, fwd_smem<BF, HS>());
-      fwd<BF, HS><<<grid, kThreads, fwd_smem<BF, HS>()>>>(out, lse, qkv, mask_add, s);
-      BERTCC_CUDA_LAUNCHED("attention_forward (Tensor Cores)");
-    });
+    constexpr int HS = decltype(hs)::value;
+    launch_smem(fwd<BF, HS>, fwd_smem<BF, HS>());
+    fwd<BF, HS><<<grid, kThreads, fwd_smem<BF, HS>()>>>(out, lse, qkv, mask_add, s);
+    BERTCC_CUDA_LAUNCHED("attention_forward (Tensor Cores)");
   });
 }
 
 void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
                  const float* mask_add, const Shape& s, Precision prec) {
-  require_tensor_cores(prec);
   const dim3 grid(grid_for(s.T, kBlockRows), static_cast<unsigned>(s.B * s.NH));
-  dispatch_prec(prec, [&](auto bf) {
+  dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
-    dispatch_hs(s.hs, [&](auto hs) {
-      constexpr int HS = decltype(hs)::value;
-      launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>());
-      bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, dout, qkv, lse, D, mask_add, s);
-      BERTCC_CUDA_LAUNCHED("attention_backward (dq, Tensor Cores)");
-      launch_smem(bwd_dkdv<BF, HS>, dkv_smem<BF, HS>());
-      bwd_dkdv<BF, HS><<<grid, kThreads, dkv_smem<BF, HS>()>>>(dqkv, dout, qkv, lse, D, mask_add, s);
-      BERTCC_CUDA_LAUNCHED("attention_backward (dk, dv, Tensor Cores)");
-    });
+    constexpr int HS = decltype(hs)::value;
+    launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>());
+    bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, dout, qkv, lse, D, mask_add, s);
+    BERTCC_CUDA_LAUNCHED("attention_backward (dq, Tensor Cores)");
+    launch_smem(bwd_dkdv<BF, HS>, dkv_smem<BF, HS>());
+    bwd_dkdv<BF, HS><<<grid, kThreads, dkv_smem<BF, HS>()>>>(dqkv, dout, qkv, lse, D, mask_add, s);
+    BERTCC_CUDA_LAUNCHED("attention_backward (dk, dv, Tensor Cores)");
   });
 }
 

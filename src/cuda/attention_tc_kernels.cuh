@@ -127,6 +127,29 @@ __device__ inline void keep_key_rows(const Shape& s, int64_t bh, const int64_t (
   for (int b = 0; b < 4; ++b) kp[b >> 1][b & 1] = (pick(v, (q - b) & 3) >> 8) >= s.thr;  // block b: key row b>>1, query + (b&1)
 }
 
+// The backward's two products over the head's channels that share their loop: c1 += A1 B1^T and
+// c2 += A2 B2^T for the warp's 16 rows (from row0) of A1, A2 (row-major, stride HS + 8) and the BN
+// rows of B1, B2 (row-major, stride HS + 8): S = Q K^T with dPd = dO V^T, or their transposes.
+template <bool BF16, int HS, int BN>
+__device__ inline void two_products(float (&c1)[BN / 8][4], float (&c2)[BN / 8][4], const uint16_t* A1,
+                                    const uint16_t* A2, const uint16_t* B1, const uint16_t* B2, int row0) {
+  constexpr int LDH = HS + 8;
+#pragma unroll
+  for (int kt = 0; kt < HS / 16; ++kt) {
+    uint32_t a1[4], a2[4];
+    frag_a(a1, A1, LDH, row0, kt * 16);
+    frag_a(a2, A2, LDH, row0, kt * 16);
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      uint32_t b0, b1;
+      frag_b(b0, b1, B1, LDH, nt * 8, kt * 16);
+      mma<BF16>(c1[nt], a1, b0, b1);
+      frag_b(b0, b1, B2, LDH, nt * 8, kt * 16);
+      mma<BF16>(c2[nt], a2, b0, b1);
+    }
+  }
+}
+
 // Rows r0..r0+R-1 of src (row stride src_ld, channels 0..hs-1; zeros past T and hs), rounded, into
 // dst[r][c] (row stride ld) and, when dst_t is given, dst_t[c][r] (row stride ld_t).
 template <bool BF16, int R, int HS>
@@ -288,20 +311,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, const float* dou
     for (int jj = threadIdx.x; jj < BN; jj += kThreads) Ms[jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
     __syncthreads();
     float sc[BN / 8][4] = {}, dp[BN / 8][4] = {};
-#pragma unroll
-    for (int kt = 0; kt < HS / 16; ++kt) {
-      uint32_t aq[4], ad[4];
-      frag_a(aq, Qs, LDH, warp * 16, kt * 16);
-      frag_a(ad, dOs, LDH, warp * 16, kt * 16);
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        uint32_t b0, b1;
-        frag_b(b0, b1, Ks, LDH, nt * 8, kt * 16);
-        mma<BF16>(sc[nt], aq, b0, b1);
-        frag_b(b0, b1, Vs, LDH, nt * 8, kt * 16);
-        mma<BF16>(dp[nt], ad, b0, b1);
-      }
-    }
+    two_products<BF16, HS, BN>(sc, dp, Qs, dOs, Ks, Vs, warp * 16);  // S = Q K^T, dPd = dO V^T
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
       bool kp[2][2] = {{true, true}, {true, true}};
@@ -382,20 +392,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, const float* d
     }
     __syncthreads();
     float st[BN / 8][4] = {}, dpt[BN / 8][4] = {};  // S^T and dPd^T: rows are keys, columns queries
-#pragma unroll
-    for (int kt = 0; kt < HS / 16; ++kt) {
-      uint32_t ak[4], av[4];
-      frag_a(ak, Kb, LDH, warp * 16, kt * 16);
-      frag_a(av, Vb, LDH, warp * 16, kt * 16);
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        uint32_t b0, b1;
-        frag_b(b0, b1, Qs, LDH, nt * 8, kt * 16);
-        mma<BF16>(st[nt], ak, b0, b1);
-        frag_b(b0, b1, dOs, LDH, nt * 8, kt * 16);
-        mma<BF16>(dpt[nt], av, b0, b1);
-      }
-    }
+    two_products<BF16, HS, BN>(st, dpt, Kb, Vb, Qs, dOs, warp * 16);  // S^T = K Q^T, dPd^T = V dO^T
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
       bool kp[2][2] = {{true, true}, {true, true}};
