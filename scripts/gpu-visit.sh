@@ -12,7 +12,8 @@
 #                SECONDS in all (default 480); logs in $OUT/<step>.log, a summary table last.
 #
 # Steps: env (GPU, driver, Python packages) -> kernels (test_cuda_kernels: every kernel against the
-# CPU's) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> model
+# CPU's) -> cudacpu (dump-step on CUDA against the CPU, fp32/bf16/fp16, two models made at pack time;
+# numpy only) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> model
 # (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> bench (bench/gpu.sh, the
 # issue's shapes, bf16, without the torch.compile peer) -> hf (AutoTokenizer on bertcc's directories;
 # transformers' ELECTRA on bertcc's pre-training output) -> sanitizer (compute-sanitizer memcheck and
@@ -41,6 +42,19 @@ if [ "$cmd" = pack ]; then
     n=$(objdump -d --no-show-raw-insn "build/$b" | grep -cE "[[:space:]](extrq|insertq|movntss|movntsd|clzero|monitorx|mwaitx)[[:space:]]")
     [ "$n" -eq 0 ] || { echo "gpu-visit: build/$b has $n AMD-only instructions: configure with -DBERTCC_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3" >&2; exit 1; }
   done
+  # models and batches for the CUDA-against-CPU model check, made here so that it needs only numpy
+  # there: the tiny odd-shaped model of check_dump_step.py (head size 12), and a small model with
+  # head size 64 on a 16 x 128 batch (the Tensor Core attention's shared Philox draws)
+  /usr/bin/python3 tests/torch/check_dump_step.py --bertcc build/bertcc --precision fp32 --workdir .gpu/bundle/tiny \
+    > /dev/null || { echo "gpu-visit: check_dump_step.py failed here" >&2; exit 1; }
+  mkdir -p .gpu/bundle/mini
+  printf '%s' '{"vocab_size": 1000, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "intermediate_size": 256, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 128, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
+    "model_type": "bert"}' > .gpu/bundle/mini/config.json
+  build/bertcc init-model --config .gpu/bundle/mini/config.json --output .gpu/bundle/mini/model --seed 3 > /dev/null &&
+    build/bertcc random-batch --model .gpu/bundle/mini/model --output .gpu/bundle/mini/batch.h5 --batch 16 --seq 128 \
+      --seed 4 > /dev/null || { echo "gpu-visit: could not make the bert-mini model and batch" >&2; exit 1; }
   mkdir -p .gpu/bundle/vocab
   cp ../shared/data/bert_vocab/bert-base-cased-vocab.txt ../shared/data/bert_vocab/bert-base-uncased-vocab.txt .gpu/bundle/vocab/ 2>/dev/null ||
     echo "gpu-visit: ../shared/data/bert_vocab not found: the AutoTokenizer step will be skipped" >&2
@@ -92,6 +106,7 @@ for m in ('torch', 'transformers', 'tokenizers', 'h5py', 'numpy', 'onnxruntime')
         print(m, 'missing:', e)
 \"; lscpu | grep -E 'Model name|^CPU\\(s\\)'"
 step kernels 150 "$B/test_cuda_kernels"
+step cudacpu 150 "for m in tiny mini; do python3 tests/cuda/check_model.py $B/bertcc $B/\$m/model $B/\$m/batch.h5 $OUT/cudacpu_\$m || exit \$?; done"
 step attention 120 "$B/bertcc_cuda_attention_bench --iters 10 && python3 bench/cuda/attention_peer.py --iters 10"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
 step bench 240 "COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
