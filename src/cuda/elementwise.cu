@@ -7,6 +7,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/common.cuh"
+#include "cuda/ordered_sums.cuh"
 #include "cuda/cuda_kernels.h"
 
 namespace bertcc::cuda {
@@ -25,49 +26,6 @@ __global__ void embeddings_fwd(float* out, const int32_t* ids, const int32_t* se
   const float* p = wpe + (n % T) * C;
   const float* s = wtt + static_cast<int64_t>(seg[n]) * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[n * C + c] = a[c] + p[c] + s[c];
-}
-
-// dwpe[t] += dout[b*T + t] for b in order: one thread per (t, c), the sum in a register.
-// grid (T, column blocks of 128)
-__global__ void position_grad(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C) {
-  const int64_t t = blockIdx.x, c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float g = dwpe[t * C + c];
-  for (int64_t b = 0; b < B; ++b) g += dout[(b * T + t) * C + c];
-  dwpe[t * C + c] = g;
-}
-
-__global__ void iota_k(int32_t* v, int64_t n) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) v[i] = static_cast<int32_t>(i);
-}
-
-// After a stable sort of (key, n) by key: block (k, column block) works only where a run of equal
-// keys starts at k; it finds the run's end (the first different key, searched a block-width at a
-// time) and adds the run's rows (n ascending) into dst[key], one column per thread, the sum in a
-// register. N < 2^31.
-template <class Key>
-__global__ void run_add(float* dst, const float* src, const Key* keys, const int32_t* pos, int32_t N, int64_t C) {
-  __shared__ int end;
-  const int k = static_cast<int>(blockIdx.x);
-  const Key key = keys[k];
-  if (k > 0 && keys[k - 1] == key) return;  // uniform over the block
-  if (threadIdx.x == 0) end = N;
-  __syncthreads();
-  for (int base = k + 1; base < N; base += static_cast<int>(blockDim.x)) {
-    const int j = base + static_cast<int>(threadIdx.x);
-    if (j < N && keys[j] != key) atomicMin(&end, j);  // sorted: the first different key is the end
-    __syncthreads();
-    const int e = end;
-    __syncthreads();  // every thread has read it before the next round may lower it
-    if (e < base + static_cast<int>(blockDim.x)) break;  // the same decision in every thread
-  }
-  const int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float* d = dst + static_cast<int64_t>(key) * C + c;
-  float g = *d;
-  for (int j = k; j < end; ++j) g += src[static_cast<int64_t>(pos[j]) * C + c];
-  *d = g;
 }
 
 // dst[keys[n]] += src[n] for n = 0..N-1, each row's additions in n order (the CPU kernel's, so the

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/ordered_sums.cuh"
 #include "cuda/cuda_kernels.h"
 
 namespace bertcc::cuda {
@@ -60,28 +61,6 @@ T* staged(Scratch& s, const std::vector<T>& v) {
 template <class T>
 T* staged(Scratch& s, size_t n) {
   return static_cast<T*>(s.get(std::max<size_t>(n, 1) * sizeof(T)));
-}
-
-// The CPU's blocked sum of squares (optim.cpp: blocked_sumsq / sumsq_slice), bit for bit: per
-// block of kBlock elements, 16 fp32 lanes, lane k taking elements k, k + 16, ... in order with a
-// fused multiply-add (what the CPU build compiles acc += x*x to: vfmadd, -march=native), then the
-// lanes added in double in lane order. So the unsharded norm on the device equals the ZeRO-1 norm,
-// which is summed on the host from each rank's downloaded part. One warp per block, 16 lanes busy.
-__global__ void sumsq_blocks(double* part, const float* x, int64_t n) {
-  __shared__ float lanes[16];
-  const int64_t i0 = blockIdx.x * kBlock, i1 = min(n, i0 + kBlock);
-  const int k = static_cast<int>(threadIdx.x);
-  if (k < 16) {
-    float acc = 0.0f;
-    for (int64_t i = i0 + k; i < i1; i += 16) acc = __fmaf_rn(x[i], x[i], acc);
-    lanes[k] = acc;
-  }
-  __syncwarp();
-  if (k == 0) {
-    double s = 0.0;
-    for (int j = 0; j < 16; ++j) s += lanes[j];
-    part[blockIdx.x] = s;
-  }
 }
 
 struct AdamScalars {

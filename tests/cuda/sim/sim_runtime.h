@@ -94,6 +94,15 @@ inline uint32_t __float_as_uint(float f) {
   return u;
 }
 inline void __trap() { std::abort(); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int atomicMin(int* p, int v) {
+  std::atomic_ref<int> a(*p);
+  int old = a.load();
+  while (v < old && !a.compare_exchange_weak(old, v)) {
+  }
+  return old;
+}
 struct __half {
   uint16_t bits;
 };
