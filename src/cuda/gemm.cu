@@ -180,7 +180,11 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
   } else if (p == Precision::BF16) {
     ab = CUDA_R_16BF;
     compute = CUBLAS_COMPUTE_32F;
-    if (g.A16) {
+    // A bf16 weight copy is used in place when 16-byte aligned. Weights start anywhere in the flat
+    // buffer (after the joint SQuAD head's 1-element bias, say), and cuBLASLt's kernels for 2- or
+    // 4-byte-aligned 16-bit operands are slow where they exist at all: such a weight is rounded
+    // again from its fp32 copy into the aligned scratch (the same bf16 values).
+    if (g.A16 && (g.A == nullptr || alignment(g.A16) >= 16)) {
       A = g.A16;
     } else {
       const int64_t n = span(g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.lda, g.batch, g.stride_a);
@@ -188,7 +192,7 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
       to_bf16(a16, g.A, n);
       A = a16;
     }
-    if (g.B16) {
+    if (g.B16 && (g.B == nullptr || alignment(g.B16) >= 16)) {
       B = g.B16;
     } else {
       const int64_t n = span(g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.ldb, g.batch, g.stride_b);

@@ -358,6 +358,15 @@ void test_gemm() {
     check("linear_backward dx" + tag, dx, gdx.back(), tol);
     check("linear_backward dW" + tag, dW, gdW.back(), tol);
     check("linear_backward db" + tag, db, gdb.back(), 1e-5);
+    if (p == Precision::BF16) {  // the bf16 weight copy 2 bytes past a 16-byte boundary (a weight after
+      // an odd-length bias in the flat buffer): staged into aligned memory, the same bits
+      std::vector<bf16_t> shifted(W16.size() + 1, 0);
+      std::copy(W16.begin(), W16.end(), shifted.begin() + 1);
+      Dev<bf16_t> gS(shifted);
+      Dev<float> gy2(M * N);
+      G::linear_forward(gy2.p, gx.p, gW.p, gb.p, M, N, Kd, p, gS.p + 1);
+      check_equal("linear_forward bf16, weight copy 2-byte aligned", gy.back(), gy2.back());
+    }
   }
 }
 
