@@ -118,7 +118,7 @@ class Backend {
   // ---- measurement ----
   // TFLOP/s of a bare GEMM C[M,N] = A[M,K] B[K,N] in `p` (operands already in that precision).
   virtual double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) = 0;
-  // Device memory in use by this process (0 on the CPU: see peak RSS instead).
+  // Device memory in use on the device, by every process (total - free; 0 on the CPU: see peak RSS).
   virtual double device_memory_used_mb() const = 0;
 };
 
@@ -137,6 +137,14 @@ Backend& staged_backend();
 Backend& backend_for(const std::string& device);
 // One line for `--device` help texts.
 inline const char* device_help() { return "cpu (default) | cuda | cuda:N | cpu-staged (the device code paths on the CPU)"; }
+// --allow-tf32: fp32 GEMMs on CUDA with TF32 products (PyTorch's torch.backends.cuda.matmul.
+// allow_tf32); off by default: exact fp32. Applies to the backends backend_for() hands out after it
+// is set; on the CPU it has no effect, and backend_for says so once.
+void set_allow_tf32(bool on);
+inline const char* allow_tf32_help() {
+  return "fp32 GEMMs on CUDA with TF32 products (10-bit mantissas, fp32 sums; PyTorch's allow_tf32); "
+         "default: exact fp32. No effect on the CPU or with --precision bf16/fp16";
+}
 
 // A buffer of T on a backend, freed with it (moves, never copies).
 template <class T>

@@ -1,5 +1,7 @@
 // Backend selection from a --device string. The CUDA backend exists only in builds with the CUDA
 // kernels (BERTCC_HAVE_CUDA); elsewhere asking for it is an error that says so.
+#include <atomic>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -8,13 +10,24 @@
 #include "bertcc/error.h"
 #if BERTCC_HAVE_CUDA
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_kernels.h"
 #endif
 
 namespace bertcc {
 
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool on) { g_allow_tf32 = on; }
+
 Backend& backend_for(const std::string& device) {
-  if (device.empty() || device == "cpu") return cpu_backend();
-  if (device == "cpu-staged") return staged_backend();
+  if (device.empty() || device == "cpu" || device == "cpu-staged") {
+    static std::once_flag said;
+    if (g_allow_tf32)
+      std::call_once(said, [] { std::cerr << "bertcc: --allow-tf32 has no effect on the CPU (its fp32 GEMMs are exact fp32)\n"; });
+    return device == "cpu-staged" ? staged_backend() : cpu_backend();
+  }
   int index = 0;
   if (device.rfind("cuda", 0) == 0) {
     const std::string rest = device.substr(4);
@@ -32,6 +45,7 @@ Backend& backend_for(const std::string& device) {
   std::lock_guard<std::mutex> lock(mu);
   auto& b = made[index];
   if (!b) b = cuda::make_backend(index);
+  cuda::set_allow_tf32(g_allow_tf32);
   return *b;
 #else
   (void)index;

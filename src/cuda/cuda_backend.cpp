@@ -21,7 +21,8 @@ class CudaBackend final : public Backend {
   std::string describe() const override {
     return "backend: cuda:" + std::to_string(index_) + ", " + info_.name + " (compute capability " +
            std::to_string(info_.cc_major) + "." + std::to_string(info_.cc_minor) + ", " +
-           std::to_string(info_.sm_count) + " SMs, " + std::to_string(info_.total_mem >> 20) + " MiB)";
+           std::to_string(info_.sm_count) + " SMs, " + std::to_string(info_.total_mem >> 20) + " MiB), fp32 GEMMs " +
+           (cuda::allow_tf32() ? "with TF32 products (--allow-tf32)" : "exact fp32");
   }
   void* alloc(size_t bytes) override {
     void* p = cuda::alloc(bytes);

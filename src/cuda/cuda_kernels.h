@@ -105,6 +105,7 @@ int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_
 // set_allow_tf32(true)); bf16: A and B rounded to bf16 (or taken from A16/B16), fp32 accumulate
 // and output. Bias through cuBLASLt's epilogue.
 void set_allow_tf32(bool on);
+bool allow_tf32();
 void gemm(const kernels::GemmArgs& g, Precision p);
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                     Precision p, const bf16_t* W16 = nullptr);

@@ -156,6 +156,7 @@ bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType 
 }  // namespace
 
 void set_allow_tf32(bool on) { ctx().tf32 = on; }
+bool allow_tf32() { return ctx().tf32; }
 
 void gemm(const kernels::GemmArgs& g, Precision p) {
   BERTCC_CHECK(g.bias == nullptr || g.batch == 1, "GEMM on CUDA: a bias with a batched GEMM");

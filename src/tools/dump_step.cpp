@@ -212,12 +212,13 @@ void add_dump_step(CLI::App& app) {
       ->check(CLI::IsMember({"bert", "electra"}));
   sub->add_option("--generator", o->generator, "ELECTRA generator directory (ElectraForMaskedLM)");
   sub->add_option("--device", o->device, device_help());
+  sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
     if (o->device == "cpu")
-      std::cerr << describe_backend(prec == Precision::BF16) << "\n";
+      std::cerr << (backend_for("cpu"), describe_backend(prec == Precision::BF16)) << "\n";  // (says if --allow-tf32 is moot)
     else
       std::cerr << backend_for(o->device).describe() << "\n";
     if (o->model_type == "electra") return dump_electra_step(*o, prec);

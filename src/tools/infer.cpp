@@ -164,6 +164,7 @@ void common(CLI::App* c, InferCli& o) {
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
   c->add_option("--device", o.device, device_help());
+  c->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ void add_pretrain(CLI::App& app) {
                   "fp16 dynamic scaling, counted once the scale is 1)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--device", o->device, device_help());
+  sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
   sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
   add_data_parallel_flags(sub, o->dp);
   sub->callback([o]() {
