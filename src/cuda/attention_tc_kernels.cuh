@@ -150,6 +150,42 @@ __device__ inline void two_products(float (&c1)[BN / 8][4], float (&c2)[BN / 8][
   }
 }
 
+// acc += round(c) * B for the warp's 16 rows: c holds BN columns of fp32 C fragments (probabilities
+// or score gradients), rounded into A operands; B (BN x HS) is given transposed, [channel][row] with
+// stride BN + 8: P.V, dS.K, Pd^T.dO, dS^T.Q.
+template <bool BF16, int HS, int BN>
+__device__ inline void rounded_product(float (&acc)[HS / 8][4], const float (&c)[BN / 8][4], const uint16_t* Bt) {
+  constexpr int LDN = BN + 8;
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    uint32_t a[4];
+    c_to_a<BF16>(a, c[2 * kk], c[2 * kk + 1]);
+#pragma unroll
+    for (int nt = 0; nt < HS / 8; ++nt) {
+      uint32_t b0, b1;
+      frag_b(b0, b1, Bt, LDN, nt * 8, kk * 16);
+      mma<BF16>(acc[nt], a, b0, b1);
+    }
+  }
+}
+
+// The warp's accumulator rows (r = 0: row g, 1: row g+8) times mul[r] into dst[r][0 .. hs), rows
+// at or past T skipped.
+template <int HS>
+__device__ inline void store_rows(float* const (&dst)[2], const int64_t (&row)[2], const float (&acc)[HS / 8][4],
+                                  const float (&mul)[2], const Shape& s) {
+  const int t2 = (threadIdx.x & 3) * 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= s.T) continue;
+#pragma unroll
+    for (int nt = 0; nt < HS / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (nt * 8 + t2 + e < s.hs) dst[r][nt * 8 + t2 + e] = acc[nt][2 * r + e] * mul[r];
+  }
+}
+
 // Rows r0..r0+R-1 of src (row stride src_ld, channels 0..hs-1; zeros past T and hs), rounded, into
 // dst[r][c] (row stride ld) and, when dst_t is given, dst_t[c][r] (row stride ld_t).
 template <bool BF16, int R, int HS>
@@ -241,35 +277,21 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, const fl
         sc[nt][e] = !s.drop ? p : kp[r][e & 1] ? p * s.keep_scale : 0.0f;
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t a[4];
-      c_to_a<BF16>(a, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int nt = 0; nt < HS / 8; ++nt) {
-        uint32_t b0, b1;
-        frag_b(b0, b1, Vt, LDN, nt * 8, kk * 16);
-        mma<BF16>(o[nt], a, b0, b1);
-      }
-    }
+    rounded_product<BF16, HS, BN>(o, sc, Vt);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= s.T) continue;
-    const float inv = 1.0f / l[r];
-    float* dst = out + (b * s.T + row[r]) * s.C + h * s.hs;
-#pragma unroll
-    for (int nt = 0; nt < HS / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (nt * 8 + t2 + e < s.hs) dst[nt * 8 + t2 + e] = o[nt][2 * r + e] * inv;
-    if ((lane & 3) == 0) lse[bh * s.T + row[r]] = m[r] + logf(l[r]);
+  {
+    float* const dst[2] = {out + (b * s.T + row[0]) * s.C + h * s.hs, out + (b * s.T + row[1]) * s.C + h * s.hs};
+    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+    store_rows<HS>(dst, row, o, inv, s);
   }
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    if (row[r] < s.T && (lane & 3) == 0) lse[bh * s.T + row[r]] = m[r] + logf(l[r]);
 }
 
 // ---- backward: dq, per query block ----
@@ -325,28 +347,10 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, const float* dou
         sc[nt][e] = p * (d - Di[r]) * s.scale;  // dS
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t a[4];
-      c_to_a<BF16>(a, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int nt = 0; nt < HS / 8; ++nt) {
-        uint32_t b0, b1;
-        frag_b(b0, b1, Kt, LDN, nt * 8, kk * 16);
-        mma<BF16>(dq[nt], a, b0, b1);
-      }
-    }
+    rounded_product<BF16, HS, BN>(dq, sc, Kt);
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= s.T) continue;
-    float* dst = dqkv + (b * s.T + row[r]) * 3 * s.C + h * s.hs;
-#pragma unroll
-    for (int nt = 0; nt < HS / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (nt * 8 + t2 + e < s.hs) dst[nt * 8 + t2 + e] = dq[nt][2 * r + e];
-  }
+  float* const dst[2] = {dqkv + (b * s.T + row[0]) * ld3 + h * s.hs, dqkv + (b * s.T + row[1]) * ld3 + h * s.hs};
+  store_rows<HS>(dst, row, dq, {1.0f, 1.0f}, s);
 }
 
 // ---- backward: dk and dv, per key block ----
@@ -408,34 +412,14 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, const float* d
         dpt[nt][e] = p * (d - Ds[ii]) * s.scale;  // dS^T
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t ap[4], as[4];
-      c_to_a<BF16>(ap, st[2 * kk], st[2 * kk + 1]);
-      c_to_a<BF16>(as, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-      for (int nt = 0; nt < HS / 8; ++nt) {
-        uint32_t b0, b1;
-        frag_b(b0, b1, dOt, LDN, nt * 8, kk * 16);
-        mma<BF16>(dv[nt], ap, b0, b1);
-        frag_b(b0, b1, Qt, LDN, nt * 8, kk * 16);
-        mma<BF16>(dk[nt], as, b0, b1);
-      }
-    }
+    rounded_product<BF16, HS, BN>(dv, st, dOt);  // dV += Pd^T dO
+    rounded_product<BF16, HS, BN>(dk, dpt, Qt);  // dK += dS^T Q
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (key[r] >= s.T) continue;
-    float* dst = dqkv + (b * s.T + key[r]) * 3 * s.C + h * s.hs;
-#pragma unroll
-    for (int nt = 0; nt < HS / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (nt * 8 + t2 + e < s.hs) {
-          dst[s.C + nt * 8 + t2 + e] = dk[nt][2 * r + e];
-          dst[2 * s.C + nt * 8 + t2 + e] = dv[nt][2 * r + e];
-        }
-  }
+  float* const dk_dst[2] = {dqkv + (b * s.T + key[0]) * ld3 + s.C + h * s.hs,
+                            dqkv + (b * s.T + key[1]) * ld3 + s.C + h * s.hs};
+  float* const dv_dst[2] = {dk_dst[0] + s.C, dk_dst[1] + s.C};
+  store_rows<HS>(dk_dst, key, dk, {1.0f, 1.0f}, s);
+  store_rows<HS>(dv_dst, key, dv, {1.0f, 1.0f}, s);
 }
 
 }  // namespace bertcc::cuda::attn::tc
