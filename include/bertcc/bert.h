@@ -256,6 +256,7 @@ class Bert {
   // gradients), the discriminator's dense and gelu, the logits' gradient
   std::vector<float> head_cls_, head_a1_, head_d1_, head_g1_, head_dd1_, head_da1_, head_dcls_, head_dlogits_;
   std::vector<float> head_out_;  // head_logits_ where the backend computes
+  std::vector<float> pad_row_;   // the padding row's gradient, kept across the embedding backward
   int first_trainable_layer_ = 0;                // layers below are frozen
   bool pooler_ = false;                          // BERT's heads that have one; never ELECTRA
   std::function<void(size_t)> grad_ready_;

@@ -662,13 +662,14 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                      a.emb_sum, w("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, E);
   // HF's nn.Embedding(padding_idx=pad) gives the padding row no gradient from the lookup.
   float* dwte = dgrad("bert.embeddings.word_embeddings.weight");
-  std::vector<float> pad_row(static_cast<size_t>(E));
-  be.download(pad_row.data(), dwte, sizeof(float) * E);
+  // (kept where the backend computes: a download here would wait for the whole backward on a device)
+  float* pad_row = scratch(pad_row_, E, false);
+  be.copy_rows(pad_row, E, dwte, E, 1, E);
   be.embeddings_backward(dwte, dgrad("bert.embeddings.position_embeddings.weight"),
                          dgrad("bert.embeddings.token_type_embeddings.weight"), dc,
                          be.on_host() ? batch_ids_.data() : a.dids.get(), be.on_host() ? batch_seg_.data() : a.dseg.get(),
                          B, T, E, cfg_.vocab_size, cfg_.type_vocab_size);
-  be.upload(dwte, pad_row.data(), sizeof(float) * E);
+  be.copy_rows(dwte, E, pad_row, E, 1, E);
   if (grad_ready_) grad_ready_(0);
 }
 
