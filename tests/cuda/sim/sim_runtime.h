@@ -1,6 +1,7 @@
-// A CPU stand-in for the few CUDA features the Tensor Core attention kernels use, so that their
-// source (src/cuda/attention_tc_kernels.cuh) runs here, where there is no GPU: one OS thread per
-// CUDA thread, one block at a time; __syncthreads and the warp's collectives are barriers.
+// A CPU stand-in for the few CUDA features the simulated kernels use (the Tensor Core attention,
+// src/cuda/attention_tc_kernels.cuh; the ordered sums, src/cuda/ordered_sums.cuh), so that their
+// source runs here, where there is no GPU: one OS thread per CUDA thread, one block at a time;
+// __syncthreads and the warp's collectives are barriers (blocks of whole warps only).
 // mma.sync.m16n8k16 is computed from the PTX ISA's fragment layout (written out below
 // independently of the kernels' own fragment loaders, so it checks them). Include before the
 // kernels, with BERTCC_CUDA_SIM defined.
