@@ -229,6 +229,45 @@ expect "pretrain: a step that does not fit in 2.6 GB of address space (ulimit -v
   "pretrain: a training step \(micro-batches of 32 x 16 tokens, [0-9]+ parameters: optimizer moments, activations\) would take about [0-9.]+ GiB, but [0-9.]+ GiB are available; lower --train-batch-size" \
   -- sh -c "ulimit -v 2600000; exec \"$B\" pretrain --config \"$W/wide.json\" --vocab \"$W/vocab.txt\" --input-dir \"$W/good\" --output-dir \"$W/o_wide\" --train-batch-size 32 --max-steps 1"
 
+# ---- model directories: safetensors and config.json damaged one way each, vocabularies
+mkst() {  # mkst NAME: a copy of the tiny model to damage
+  rm -rf "$W/md/$1"; mkdir -p "$W/md/$1"; cp "$W/model_init/config.json" "$W/model_init/vocab.txt" "$W/model_init/model.safetensors" "$W/md/$1/"
+}
+mkst trunc; head -c 5000 "$W/model_init/model.safetensors" > "$W/md/trunc/model.safetensors"
+expect "safetensors: truncated in the data" "trunc/model.safetensors: tensor '.*': data ends at byte [0-9]+ but the file holds only" \
+  -- "$B" embed --model "$W/md/trunc" --text "w5 w6"
+mkst hdr; $PY -c "import struct,sys; b=open(sys.argv[1],'rb').read(); open(sys.argv[2],'wb').write(struct.pack('<Q',10**9)+b[8:])" \
+  "$W/model_init/model.safetensors" "$W/md/hdr/model.safetensors"
+expect "safetensors: header larger than the file" "hdr/model.safetensors: truncated safetensors file \(header of 1000000000 bytes" \
+  -- "$B" embed --model "$W/md/hdr" --text "w5 w6"
+edit_header() {  # edit_header NAME PYTHON-EXPR-ON-h (the header bytes)
+  mkst "$1"
+  $PY -c "import struct,sys; b=open(sys.argv[1],'rb').read(); n=struct.unpack('<Q',b[:8])[0]; h=b[8:8+n]; h=$2; open(sys.argv[2],'wb').write(b[:8]+h+b[8+n:])" \
+    "$W/model_init/model.safetensors" "$W/md/$1/model.safetensors"
+}
+edit_header badjson "b'['+h[1:]"
+expect "safetensors: header not JSON" "badjson/model.safetensors: safetensors header is not valid JSON" -- "$B" embed --model "$W/md/badjson" --text "w5 w6"
+edit_header dtype "h.replace(b'\"F32\"', b'\"F8X\"', 1)"
+expect "safetensors: unknown dtype" "dtype/model.safetensors: tensor '.*': unsupported dtype 'F8X'" -- "$B" embed --model "$W/md/dtype" --text "w5 w6"
+for c in "del:hidden_size:missing field 'hidden_size'" "num_attention_heads:0:field 'num_attention_heads' must be positive, got 0" \
+         "num_attention_heads:3:field 'hidden_size' \\(16\\) is not a multiple of 'num_attention_heads' \\(3\\)" \
+         "hidden_size:\"abc\":field 'hidden_size' must be an integer" "intermediate_size:-5:field 'intermediate_size' must be positive, got -5"; do
+  key=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
+  mkst cfg
+  $PY -c "import json,sys; c=json.load(open(sys.argv[1])); k,v=sys.argv[2],sys.argv[3]
+if k=='del': del c[v]
+else: c[k]=json.loads(v)
+json.dump(c,open(sys.argv[1],'w'))" "$W/md/cfg/config.json" "$key" "$val"
+  expect "config.json: $key $val" "cfg/config.json: $msg" -- "$B" embed --model "$W/md/cfg" --text "w5 w6"
+done
+mkst vempty; : > "$W/md/vempty/vocab.txt"
+expect "vocab.txt: empty" "vempty/vocab.txt: empty vocabulary file" -- "$B" embed --model "$W/md/vempty" --text "w5 w6"
+mkst vunk; grep -v UNK "$W/model_init/vocab.txt" > "$W/md/vunk/vocab.txt"
+expect "vocab.txt: no [UNK]" "vunk/vocab.txt: the vocabulary has no \[UNK\] token" -- "$B" embed --model "$W/md/vunk" --text "w5 w6"
+expect "pretrain: --gradient-accumulation-steps 0" "--train-batch-size \(8\) must be a multiple of --gradient-accumulation-steps \(0\)" \
+  -- "$B" pretrain $PRE --max-steps 6 --gradient-accumulation-steps 0 --input-dir "$W/long" --output-dir "$W/o_acc"
+expect "pretrain: --max-steps 0" "--max-steps must be positive" -- "$B" pretrain $PRE --max-steps 0 --input-dir "$W/long" --output-dir "$W/o_steps"
+
 # ---- command line and output
 expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
   name="$1"; pat="$2"; shift 3
@@ -238,6 +277,7 @@ expect_cli() {  # like expect, for CLI11's own validation (exit code 105, messag
   grep -Eq -- "$pat" "$W/err.txt" && echo "ok   $name: $(grep -E -m1 -- "$pat" "$W/err.txt")" || fail "$name: $(head -2 "$W/err.txt")"
 }
 expect_cli "--threads -1" "--threads: -1 is outside 0 \(all cores\)" -- "$B" tokenize --vocab "$W/vocab.txt" --threads -1
+expect_cli "--max-seq-length -1" "--max-seq-length: Value -1 not in range 0 to 1048576" -- "$B" embed --model "$W/model_init" --text "w5" --max-seq-length -1
 expect_cli "--threads 10000" "--threads: 10000 is outside 0 \(all cores\) to [0-9]+" -- "$B" tokenize --vocab "$W/vocab.txt" --threads 10000
 n=$((n + 1))
 echo "w5 w6" | "$B" tokenize --vocab "$W/vocab.txt" > /dev/full 2> "$W/err.txt"; rc=$?

@@ -160,7 +160,8 @@ void common(CLI::App* c, InferCli& o) {
       ->required();
   c->add_option("--vocab", o.vocab, "vocab.txt (default: the model's)");
   c->add_option("--precision", o.precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
-  c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa, 512 otherwise)");
+  c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa, 512 otherwise)")
+      ->check(CLI::Range(0, 1 << 20));  // 0: the default (a negative length used to be taken as the default too)
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
   c->add_option("--device", o.device, device_help());
