@@ -268,6 +268,31 @@ expect "pretrain: --gradient-accumulation-steps 0" "--train-batch-size \(8\) mus
   -- "$B" pretrain $PRE --max-steps 6 --gradient-accumulation-steps 0 --input-dir "$W/long" --output-dir "$W/o_acc"
 expect "pretrain: --max-steps 0" "--max-steps must be positive" -- "$B" pretrain $PRE --max-steps 0 --input-dir "$W/long" --output-dir "$W/o_steps"
 
+# ---- task files and JSON lines on stdin
+FT="--init-checkpoint $W/model_init --max-seq-length 16 --max-steps 1 --threads 1 --mode train"
+printf 'label\ttext\n0\tw5 w6\n1\n0\tw7 w8\n' > "$W/rag.tsv"
+expect "classify TSV: a ragged row" "rag.tsv:3: expected at least 2 columns, found 1" \
+  -- "$B" finetune classify $FT --train-file "$W/rag.tsv" --text-columns 1 --output-dir "$W/o_rag"
+: > "$W/empty.tsv"
+expect "classify TSV: an empty file" "empty.tsv: no examples" \
+  -- "$B" finetune classify $FT --train-file "$W/empty.tsv" --text-columns 1 --output-dir "$W/o_empty"
+printf '{"data": [' > "$W/sq_bad.json"
+expect "SQuAD: malformed JSON" "sq_bad.json: invalid JSON" \
+  -- "$B" finetune squad $FT --train-file "$W/sq_bad.json" --doc-stride 4 --output-dir "$W/o_sqbad"
+printf '{"version":"1.1","data":[{"title":"t","paragraphs":[{"context":"w5 w6 w7","qas":[{"id":"a","question":"w5?","answers":[{"text":"w9 w9","answer_start":500}]}]}]}]}' > "$W/sq_out.json"
+expect "SQuAD: the only answer outside its context" "1 skipped: answer not found in the context" \
+  -- "$B" finetune squad $FT --train-file "$W/sq_out.json" --doc-stride 4 --output-dir "$W/o_sqout"
+printf 'w5 B-PER\nw6\nw7 O\n\n' > "$W/ner_rag.txt"
+expect "CoNLL: a ragged line" "ner_rag.txt:2: expected 2 columns like the first token line, found 1" \
+  -- "$B" finetune ner $FT --train-file "$W/ner_rag.txt" --output-dir "$W/o_nerrag"
+printf 'w5 X-FOO\nw6 O\n\n' > "$W/ner_tag.txt"
+expect "CoNLL: an unknown tag scheme" "ner_tag.txt:1: tag 'X-FOO' is not O or B-/I-/E-/S-TYPE" \
+  -- "$B" finetune ner $FT --train-file "$W/ner_tag.txt" --output-dir "$W/o_nertag"
+expect "classify, JSON lines on stdin: not JSON" "stdin:1: invalid JSON" \
+  -- sh -c 'echo "not json" | "$0" classify --model "$1" --max-seq-length 16' "$B" "$W/cls_model"
+expect "classify, JSON lines on stdin: no text field" 'input 1: missing field "text"' \
+  -- sh -c 'echo "{\"txt\": 5}" | "$0" classify --model "$1" --max-seq-length 16' "$B" "$W/cls_model"
+
 # ---- command line and output
 expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
   name="$1"; pat="$2"; shift 3
@@ -277,6 +302,7 @@ expect_cli() {  # like expect, for CLI11's own validation (exit code 105, messag
   grep -Eq -- "$pat" "$W/err.txt" && echo "ok   $name: $(grep -E -m1 -- "$pat" "$W/err.txt")" || fail "$name: $(head -2 "$W/err.txt")"
 }
 expect_cli "--threads -1" "--threads: -1 is outside 0 \(all cores\)" -- "$B" tokenize --vocab "$W/vocab.txt" --threads -1
+expect_cli "finetune --train-batch-size 0" "--train-batch-size: Value 0 not in range" -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --train-batch-size 0
 expect_cli "--max-seq-length -1" "--max-seq-length: Value -1 not in range 0 to 1048576" -- "$B" embed --model "$W/model_init" --text "w5" --max-seq-length -1
 expect_cli "--threads 10000" "--threads: 10000 is outside 0 \(all cores\) to [0-9]+" -- "$B" tokenize --vocab "$W/vocab.txt" --threads 10000
 n=$((n + 1))
