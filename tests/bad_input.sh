@@ -268,6 +268,28 @@ expect "pretrain: --gradient-accumulation-steps 0" "--train-batch-size \(8\) mus
   -- "$B" pretrain $PRE --max-steps 6 --gradient-accumulation-steps 0 --input-dir "$W/long" --output-dir "$W/o_acc"
 expect "pretrain: --max-steps 0" "--max-steps must be positive" -- "$B" pretrain $PRE --max-steps 0 --input-dir "$W/long" --output-dir "$W/o_steps"
 
+# ---- shards with a dataset missing, of the wrong type, or of another row count
+for v in "missing:missing dataset 'masked_lm_ids'" "dtype:dataset 'input_ids' is not an integer dataset" \
+         "ragged:dataset 'segment_ids' has shape \\[35,16\\], inconsistent with input_ids \\[40,16\\]"; do
+  k=${v%%:*}; rm -rf "$W/h5$k"; mkdir -p "$W/h5$k"
+  $PY - "$W/h5$k/part-0.h5" "$k" <<'PYEOF'
+import sys, h5py, numpy as np
+path, v = sys.argv[1], sys.argv[2]
+N, S, P = 40, 16, 3
+rng = np.random.default_rng(1)
+d = {"input_ids": rng.integers(5, 100, (N, S)).astype(np.int32), "input_mask": np.ones((N, S), np.int8),
+     "segment_ids": np.zeros((N, S), np.int8), "masked_lm_positions": np.tile(np.array([1, 2, 3], np.int32), (N, 1)),
+     "masked_lm_ids": rng.integers(5, 100, (N, P)).astype(np.int32), "next_sentence_labels": np.zeros(N, np.int8)}
+if v == "missing": del d["masked_lm_ids"]
+if v == "dtype": d["input_ids"] = d["input_ids"].astype(np.float32) + 0.5
+if v == "ragged": d["segment_ids"] = d["segment_ids"][:N - 5]
+with h5py.File(path, "w") as f:
+    for k, x in d.items(): f.create_dataset(k, data=x)
+PYEOF
+  expect "pretrain: a shard with ${k} datasets" "h5$k/part-0.h5: ${v#*:}" \
+    -- "$B" pretrain $PRE --max-steps 4 --input-dir "$W/h5$k" --output-dir "$W/o_h5$k"
+done
+
 # ---- task files and JSON lines on stdin
 FT="--init-checkpoint $W/model_init --max-seq-length 16 --max-steps 1 --threads 1 --mode train"
 printf 'label\ttext\n0\tw5 w6\n1\n0\tw7 w8\n' > "$W/rag.tsv"
