@@ -263,6 +263,8 @@ done
 mkst vempty; : > "$W/md/vempty/vocab.txt"
 expect "vocab.txt: empty" "vempty/vocab.txt: empty vocabulary file" -- "$B" embed --model "$W/md/vempty" --text "w5 w6"
 mkst vunk; grep -v UNK "$W/model_init/vocab.txt" > "$W/md/vunk/vocab.txt"
+mkst vutf; sed -i '50s/.*/w\xff\xfex/' "$W/md/vutf/vocab.txt"
+expect "vocab.txt: a line that is not UTF-8" "vutf/vocab.txt:50: vocabulary entry is not valid UTF-8 \\(byte 2\\)" -- "$B" embed --model "$W/md/vutf" --text "w5 w6"
 expect "vocab.txt: no [UNK]" "vunk/vocab.txt: the vocabulary has no \[UNK\] token" -- "$B" embed --model "$W/md/vunk" --text "w5 w6"
 expect "pretrain: --gradient-accumulation-steps 0" "--train-batch-size \(8\) must be a multiple of --gradient-accumulation-steps \(0\)" \
   -- "$B" pretrain $PRE --max-steps 6 --gradient-accumulation-steps 0 --input-dir "$W/long" --output-dir "$W/o_acc"
