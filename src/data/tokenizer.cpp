@@ -34,15 +34,12 @@ Vocab Vocab::load(const std::string& path) {
     std::string tok = text.substr(start, end - start);
     while (!tok.empty() && (tok.back() == '\r' || tok.back() == ' ' || tok.back() == '\t')) tok.pop_back();
     BERTCC_CHECK(!tok.empty(), path, ":", line, ": empty vocabulary entry");
-    {  // as Hugging Face's loader (Python reading UTF-8) refuses it; an invalid entry could never match
-      const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(tok.data());
-      const auto n = static_cast<utf8proc_ssize_t>(tok.size());
-      for (utf8proc_ssize_t i = 0; i < n;) {
-        utf8proc_int32_t cp = 0;
-        const utf8proc_ssize_t k = utf8proc_iterate(p + i, n - i, &cp);
-        BERTCC_CHECK(k > 0, path, ":", line, ": vocabulary entry is not valid UTF-8 (byte ", i + 1, ")");
-        i += k;
-      }
+    // As Hugging Face's loader (Python reading UTF-8) refuses it; an invalid entry could never match.
+    for (size_t i = 0; i < tok.size();) {
+      const size_t at = i;
+      bool invalid = false;
+      decode_utf8(reinterpret_cast<const unsigned char*>(tok.data()), tok.size(), i, invalid);
+      BERTCC_CHECK(!invalid, path, ":", line, ": vocabulary entry is not valid UTF-8 (byte ", at + 1, ")");
     }
     tokens.push_back(std::move(tok));
     start = end + 1;
