@@ -24,13 +24,16 @@ inline void check_cuda(cudaError_t e, const char* what, const char* file, int li
 #define BERTCC_CUDA_LAUNCHED(name) ::bertcc::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__)
 #endif
 
-// A grow-only device buffer (kept for the next call of the same size or smaller; work is queued
-// in order on one stream, so reusing it is safe).
+// A grow-only device buffer, kept for the next call of the same size or smaller (no cudaMalloc and
+// cudaFree per call). Work is queued in order on one stream, and a synchronous copy from host
+// memory waits for the work queued before it, so refilling the buffer cannot race the previous
+// call's kernels; growing it waits for them before the old buffer is freed.
 struct Scratch {
   void* p = nullptr;
   size_t bytes = 0;
   void* get(size_t n) {
     if (n > bytes) {
+      synchronize();  // a kernel queued earlier may still read the old buffer
       free(p);
       p = nullptr;  // no dangling buffer if the allocation below throws
       bytes = 0;
@@ -38,6 +41,16 @@ struct Scratch {
       bytes = n;
     }
     return p;
+  }
+  template <class T>
+  T* take(size_t n) {  // room for n (at least 1) values of T
+    return static_cast<T*>(get((n ? n : 1) * sizeof(T)));
+  }
+  template <class T>
+  T* upload(const T* host, size_t n) {  // a device copy of host[0, n)
+    T* d = take<T>(n);
+    copy_to_device(d, host, n * sizeof(T));
+    return d;
   }
 };
 

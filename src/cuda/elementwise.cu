@@ -236,28 +236,14 @@ __global__ void scale_k(float* x, int64_t n, float s) {
 }
 unsigned rows_grid(int64_t N) { return grid_for(N, kThreads / 32); }
 
-// The partials of colsum: one buffer, grown as needed (kernels run in order on the default stream).
-float* colsum_scratch(size_t n) {
-  static float* p = nullptr;
-  static size_t have = 0;
-  if (n > have) {
-    synchronize();  // a kernel queued earlier may still read the old buffer
-    free(p);
-    p = nullptr;  // no dangling buffer if the allocation below throws
-    have = 0;
-    p = static_cast<float*>(alloc(n * sizeof(float)));
-    have = n;
-  }
-  return p;
-}
-
 // out_b[c] += sum_r dy[r, c]; with out_a (LayerNorm): out_a[c] += sum_r (x[r, c] - mean[r]) rstd[r] dy[r, c]
 void column_sums(float* out_b, float* out_a, const float* dy, const float* inp, const float* mean, const float* rstd,
                  int64_t M, int64_t N, const char* what) {
   if (M == 0 || N == 0) return;
   const int64_t chunks = (M + kColRows - 1) / kColRows;
   BERTCC_CHECK(chunks <= 65535, what, ": ", M, " rows is more than this kernel's grid takes");
-  float* part = colsum_scratch(static_cast<size_t>((out_a ? 2 : 1) * chunks * N));
+  static Scratch buf;  // the partials, kept from call to call
+  float* part = buf.take<float>(static_cast<size_t>((out_a ? 2 : 1) * chunks * N));
   const dim3 grid(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks)), block(32, 8);
   if (out_a)
     colsum_pass1<2><<<grid, block>>>(part, dy, inp, mean, rstd, M, N);
@@ -278,8 +264,7 @@ void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, cons
 }
 void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
                          const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) {
-  if (C == 0) return;
-  if (B * T == 0) return;
+  if (C == 0 || B * T == 0) return;
   grouped_rows_add(dwte, dout, ids, B * T, C, V, "embeddings_backward (word rows)");
   position_grad<<<dim3(static_cast<unsigned>(T), grid_for(C, 128)), 128>>>(dwpe, dout, B, T, C);
   BERTCC_CUDA_LAUNCHED("embeddings_backward (positions)");
@@ -347,7 +332,6 @@ void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, i
   BERTCC_CUDA_LAUNCHED("gather_rows");
 }
 void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) {
-  if (C == 0) return;
   grouped_rows_add(dinp, dout, rows, M, C, 0, "scatter_add_rows");
 }
 void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {

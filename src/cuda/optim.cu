@@ -2,7 +2,6 @@
 // ratio). The parameters are cut into chunks of whole tensors' pieces (8192 elements, as the CPU
 // code's blocks); a chunk's squared norms are a fixed-tree block sum, a tensor's are its chunks'
 // partials added in order, so every result is independent of scheduling.
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -47,20 +46,6 @@ Plan make_plan(const ParamTable& t, float lr, float weight_decay, size_t begin, 
     p.count.push_back(static_cast<int32_t>(p.chunks.size()) - p.first.back());
   }
   return p;
-}
-
-// A host vector's copy in a grow-only device buffer, one buffer per use (no cudaMalloc/cudaFree per
-// step: cudaFree waits for the device). The synchronous copy from host memory is ordered after the
-// work queued before it, so refilling a buffer cannot race the previous step's kernels.
-template <class T>
-T* staged(Scratch& s, const std::vector<T>& v) {
-  auto* p = static_cast<T*>(s.get(std::max<size_t>(v.size(), 1) * sizeof(T)));
-  copy_to_device(p, v.data(), v.size() * sizeof(T));
-  return p;
-}
-template <class T>
-T* staged(Scratch& s, size_t n) {
-  return static_cast<T*>(s.get(std::max<size_t>(n, 1) * sizeof(T)));
 }
 
 struct AdamScalars {
@@ -149,7 +134,7 @@ double global_norm(const float* x, size_t n) {
   if (n == 0) return 0.0;
   const int64_t nb = (static_cast<int64_t>(n) + kBlock - 1) / kBlock;
   static Scratch buf;
-  double* part = staged<double>(buf, static_cast<size_t>(nb));
+  double* part = buf.take<double>(static_cast<size_t>(nb));
   sumsq_blocks<<<static_cast<unsigned>(nb), 32>>>(part, x, static_cast<int64_t>(n));
   BERTCC_CUDA_LAUNCHED("global_norm");
   std::vector<double> h(static_cast<size_t>(nb));
@@ -164,14 +149,14 @@ double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamSta
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, true);
   const Plan p = make_plan(t, lr, o.weight_decay, s.begin, s.end);
   if (p.chunks.empty()) return grad_norm;
-  static Scratch b_chunks, b_first, b_count, b_wd, b_wsq, b_usq, b_ratio;
-  const Chunk* chunks = staged(b_chunks, p.chunks);
-  const int32_t* first = staged(b_first, p.first);
-  const int32_t* count = staged(b_count, p.count);
-  const float* wd = staged(b_wd, p.wd);
-  double* wsq = staged<double>(b_wsq, p.chunks.size());
-  double* usq = staged<double>(b_usq, p.chunks.size());
-  float* ratio = staged<float>(b_ratio, p.first.size());
+  static Scratch b_chunks, b_first, b_count, b_wd, b_wsq, b_usq, b_ratio;  // kept from step to step
+  const Chunk* chunks = b_chunks.upload(p.chunks.data(), p.chunks.size());
+  const int32_t* first = b_first.upload(p.first.data(), p.first.size());
+  const int32_t* count = b_count.upload(p.count.data(), p.count.size());
+  const float* wd = b_wd.upload(p.wd.data(), p.wd.size());
+  double* wsq = b_wsq.take<double>(p.chunks.size());
+  double* usq = b_usq.take<double>(p.chunks.size());
+  float* ratio = b_ratio.take<float>(p.first.size());
   const auto nc = static_cast<unsigned>(p.chunks.size());
   const auto nt = static_cast<int32_t>(p.first.size());
   lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), chunks, a, wsq, usq);
@@ -189,7 +174,7 @@ double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamSt
   const Plan p = make_plan(t, lr, o.weight_decay, s.begin, s.end);
   if (p.chunks.empty()) return grad_norm;
   static Scratch b_chunks;
-  const Chunk* chunks = staged(b_chunks, p.chunks);
+  const Chunk* chunks = b_chunks.upload(p.chunks.data(), p.chunks.size());
   adamw_update<<<static_cast<unsigned>(p.chunks.size()), kThreads>>>(params, grads, s.m, s.v,
                                                                      static_cast<int64_t>(s.begin), chunks, a,
                                                                      o.weight_decay);

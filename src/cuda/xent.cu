@@ -137,12 +137,8 @@ __global__ void weighted_rows(float* out, int64_t out_ld, const float* x, const 
 void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T, int64_t C) {
   if (B == 0 || C == 0) return;
   BERTCC_CHECK(B <= 65535, "weighted_row_sums: ", B, " rows is more than this kernel's grid takes");
-  // Grow-only buffers here and below: no cudaMalloc/cudaFree (which waits for the device) per call.
-  // A synchronous copy from host memory is ordered after the kernels queued before it, so
-  // refilling the buffer cannot race the previous call's kernel.
-  static Scratch buf;
-  auto* w = static_cast<double*>(buf.get(static_cast<size_t>(B * T) * sizeof(double)));
-  copy_to_device(w, w_host, static_cast<size_t>(B * T) * sizeof(double));
+  static Scratch buf;  // (grow-only buffers here and below: no cudaMalloc/cudaFree per call)
+  const double* w = buf.upload(w_host, static_cast<size_t>(B * T));
   weighted_rows<<<dim3(grid_for(C, 128), static_cast<unsigned>(B)), 128>>>(out, out_ld, x, w, T, C);
   BERTCC_CUDA_LAUNCHED("weighted_row_sums");
 }
@@ -150,7 +146,7 @@ void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double*
 void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base) {
   if (M == 0) return;
   static Scratch buf;
-  auto* picks = static_cast<int32_t*>(buf.get(static_cast<size_t>(M) * sizeof(int32_t)));
+  int32_t* picks = buf.take<int32_t>(static_cast<size_t>(M));
   gumbel_rows<<<static_cast<unsigned>(M), kThreads>>>(picks, logits, V, rng.seed, base);
   BERTCC_CUDA_LAUNCHED("gumbel_argmax");
   copy_to_host(picks_host, picks, static_cast<size_t>(M) * sizeof(int32_t));
@@ -160,7 +156,7 @@ int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_
                                       int32_t ignore_index, float grad_scale, int64_t* num_correct) {
   if (N == 0) return 0;
   static Scratch buf;
-  auto* counts = static_cast<unsigned long long*>(buf.get(2 * sizeof(unsigned long long)));
+  auto* counts = buf.take<unsigned long long>(2);
   zero(counts, 2 * sizeof(unsigned long long));
   xent_rows<<<static_cast<unsigned>(N), kThreads>>>(logits, losses, labels, V, ignore_index, grad_scale, counts);
   BERTCC_CUDA_LAUNCHED("softmax_xent_forward_backward");
