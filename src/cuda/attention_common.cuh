@@ -25,8 +25,10 @@ struct Shape {
   bool quad;
 };
 
+// Whether the Philox number x keeps its element (as Rng's dropout: the top 24 bits against thr).
+__device__ inline bool kept(const Shape& s, uint32_t x) { return (x >> 8) >= s.thr; }
 __device__ inline bool keep(const Shape& s, int64_t bh, int64_t i, int64_t j) {
-  return (philox_u32(s.seed, s.base + static_cast<uint64_t>((bh * s.T + i) * s.T + j)) >> 8) >= s.thr;
+  return kept(s, philox_u32(s.seed, s.base + static_cast<uint64_t>((bh * s.T + i) * s.T + j)));
 }
 
 inline Shape make_shape(int64_t B, int64_t T, int64_t C, int64_t NH, float p, const Rng& rng, uint64_t base) {

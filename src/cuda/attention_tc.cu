@@ -27,10 +27,6 @@
 // saves lse. Backward, without atomics (the result does not depend on scheduling), as the fp32
 // kernels: one kernel per query block for dq, one per key block for dk and dv, each recomputing
 // P = exp(S - lse) and the dropout mask.
-#include <mutex>
-#include <set>
-#include <utility>
-
 #include "cuda/attention_tc_kernels.cuh"
 
 namespace bertcc::cuda::attn {
@@ -38,19 +34,11 @@ namespace {
 
 using namespace tc;
 
-// The kernel's dynamic shared-memory limit raised to `bytes`, once per kernel and device (kernels
-// of one signature share a type, so they are told apart by address).
+// The kernel's dynamic shared-memory limit raised to `bytes` (needed above 48 KB; a driver call
+// far cheaper than the kernel it precedes).
 template <class Kernel>
 void launch_smem(Kernel k, size_t bytes) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
-  int dev = 0;
-  BERTCC_CUDA_CHECK(cudaGetDevice(&dev));
-  const std::pair<const void*, int> key{reinterpret_cast<const void*>(k), dev};
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.count(key)) return;
   BERTCC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  done.insert(key);
 }
 
 void require_tensor_cores(Precision prec) {

@@ -96,7 +96,7 @@ __device__ inline void keep_query_rows(const Shape& s, int64_t bh, const int64_t
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) kp[r][e] = (x[r][e] >> 8) >= s.thr;
+    for (int e = 0; e < 2; ++e) kp[r][e] = kept(s, x[r][e]);
 }
 
 // The same when the thread's rows are keys (the dk/dv kernel): keys key[0] (g) and key[1] (g+8),
@@ -124,7 +124,7 @@ __device__ inline void keep_key_rows(const Shape& s, int64_t bh, const int64_t (
   for (int k = 1; k < 4; ++k)
     v[k] = __shfl_sync(0xffffffffu, pick(w, (q + k) & 3), (lane & ~12) | (((q - k) & 3) << 2));
 #pragma unroll
-  for (int b = 0; b < 4; ++b) kp[b >> 1][b & 1] = (pick(v, (q - b) & 3) >> 8) >= s.thr;  // block b: key row b>>1, query + (b&1)
+  for (int b = 0; b < 4; ++b) kp[b >> 1][b & 1] = kept(s, pick(v, (q - b) & 3));  // block b: key row b>>1, query + (b&1)
 }
 
 // The backward's two products over the head's channels that share their loop: c1 += A1 B1^T and
