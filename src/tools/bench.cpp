@@ -72,8 +72,7 @@ void add_bench(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
   sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
-  sub->add_option("--device", o->device, device_help());
-  sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
+  add_device_flags(sub, o->device);
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);

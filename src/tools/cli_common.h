@@ -3,6 +3,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/backend.h"
 #include "bertcc/dist.h"
 
 namespace bertcc::tools {
@@ -35,6 +36,12 @@ inline CLI::Validator threads_check() {
         return "";
       },
       "0 = all cores");
+}
+
+// --device and --allow-tf32, on every command that runs a model.
+inline void add_device_flags(CLI::App* sub, std::string& device) {
+  sub->add_option("--device", device, device_help());
+  sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
 }
 
 // The data-parallel flags (mpirun/srun) of pretrain and finetune.

@@ -211,16 +211,13 @@ void add_dump_step(CLI::App& app) {
                   "(shared embeddings under the discriminator)")
       ->check(CLI::IsMember({"bert", "electra"}));
   sub->add_option("--generator", o->generator, "ELECTRA generator directory (ElectraForMaskedLM)");
-  sub->add_option("--device", o->device, device_help());
-  sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
+  add_device_flags(sub, o->device);
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
-    if (o->device == "cpu")
-      std::cerr << (backend_for("cpu"), describe_backend(prec == Precision::BF16)) << "\n";  // (says if --allow-tf32 is moot)
-    else
-      std::cerr << backend_for(o->device).describe() << "\n";
+    Backend& be = backend_for(o->device);  // (on the CPU it says if --allow-tf32 is moot)
+    std::cerr << (o->device == "cpu" ? describe_backend(prec == Precision::BF16) : be.describe()) << "\n";
     if (o->model_type == "electra") return dump_electra_step(*o, prec);
     if (o->head != "pretraining") return dump_head_step(*o, prec);
     auto model = load_model_dir(o->model, Heads::PreTraining);
@@ -228,7 +225,7 @@ void add_dump_step(CLI::App& app) {
     const int64_t rows = o->rows > 0 ? std::min(o->rows, shard.N) : shard.N;
     BertBatch batch = make_pretrain_batch(shard, 0, rows, o->batch);
     batch.validate(model->config(), o->batch);
-    if (o->device != "cpu") model->use_backend(backend_for(o->device));
+    if (o->device != "cpu") model->use_backend(be);
     Rng rng{0, 0};
     model->zero_grad();
     const PretrainLoss loss = model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng);

@@ -73,8 +73,7 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
                 "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run)");
   sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
   sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
-  sub->add_option("--device", o.device, device_help());
-  sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
+  add_device_flags(sub, o.device);
   sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10)")
       ->check(CLI::PositiveNumber);

@@ -164,8 +164,7 @@ void common(CLI::App* c, InferCli& o) {
       ->check(CLI::Range(0, 1 << 20));  // 0: the default (a negative length used to be taken as the default too)
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
-  c->add_option("--device", o.device, device_help());
-  c->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
+  add_device_flags(c, o.device);
 }
 
 }  // namespace

@@ -62,8 +62,7 @@ void add_pretrain(CLI::App& app) {
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10; with "
                   "fp16 dynamic scaling, counted once the scale is 1)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--device", o->device, device_help());
-  sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
+  add_device_flags(sub, o->device);
   sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
   add_data_parallel_flags(sub, o->dp);
   sub->callback([o]() {

@@ -35,8 +35,7 @@ void add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 10000));
   s->add_option("--threads", o->threads, "compute threads (default: all cores)")->check(threads_check());
   s->add_option("--precision", o->precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
-  s->add_option("--device", o->device, device_help());
-  s->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
+  add_device_flags(s, o->device);
   s->callback([o]() {
     const int rc = serve::run_server(*o);
     if (rc != 0) std::exit(rc);
