@@ -71,22 +71,17 @@ void launch(sim_dim3 grid, unsigned threads, size_t smem_bytes, F body) {
 inline void __syncthreads() { sim::block_bar->arrive_and_wait(); }
 inline void __syncwarp() { sim::warp_sync(); }
 template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int o) {
-  const unsigned tid = threadIdx.x;
-  sim::exchange[tid] = static_cast<double>(v);
-  sim::warp_sync();
-  const T r = static_cast<T>(sim::exchange[(tid & ~31u) | ((tid & 31u) ^ static_cast<unsigned>(o))]);
-  sim::warp_sync();
-  return r;
-}
-template <class T>
-inline T __shfl_sync(unsigned, T v, int src) {
+inline T __shfl_sync(unsigned, T v, int src) {  // v of lane src of this thread's warp
   const unsigned tid = threadIdx.x;
   sim::exchange[tid] = static_cast<double>(v);
   sim::warp_sync();
   const T r = static_cast<T>(sim::exchange[(tid & ~31u) | (static_cast<unsigned>(src) & 31u)]);
   sim::warp_sync();
   return r;
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int o) {
+  return __shfl_sync(mask, v, static_cast<int>((threadIdx.x & 31u) ^ static_cast<unsigned>(o)));
 }
 inline uint32_t __umulhi(uint32_t a, uint32_t b) { return static_cast<uint32_t>((uint64_t{a} * b) >> 32); }
 inline uint32_t __float_as_uint(float f) {
