@@ -64,8 +64,9 @@ if [ "$cmd" = pack ]; then
   exit 0
 fi
 
-[ "$cmd" = run ] || { echo "usage: scripts/gpu-visit.sh pack | run [SECONDS]" >&2; exit 2; }
+[ "$cmd" = run ] || { echo "usage: scripts/gpu-visit.sh pack | run [SECONDS] [STEP,STEP...]" >&2; exit 2; }
 BUDGET="${2:-480}"
+ONLY="${3:-}"  # a comma-separated list of steps to run (default: all but profile)
 OUT="${OUT:-$ROOT/gpu-visit-out}"
 mkdir -p "$OUT"
 [ -f .gpu/bundle.tar.xz ] || { echo "gpu-visit: .gpu/bundle.tar.xz is missing: run 'scripts/gpu-visit.sh pack' here first" >&2; exit 1; }
@@ -81,6 +82,11 @@ STATUS=0
 # left, logs to $OUT/NAME.log, records "NAME rc seconds" (rc 77 skipped, 124 timed out).
 step() {
   name=$1; max=$2; shift 2
+  if [ -n "$ONLY" ]; then
+    case ",$ONLY," in *",$name,"*) ;; *) return ;; esac
+  elif [ "$name" = profile ]; then
+    return
+  fi
   left=$((BUDGET - ($(date +%s) - START)))
   [ "$left" -lt "$max" ] && max=$left
   if [ "$max" -lt 15 ]; then
@@ -111,6 +117,8 @@ step attention 120 "$B/bertcc_cuda_attention_bench --iters 10 && python3 bench/c
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
 step bench 240 "COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
 step hf 120 "python3 tests/hf/check_autotokenizer.py $B/bertcc tests/tokenizer/adversarial.txt $OUT/autotok $B/vocab/bert-base-uncased-vocab.txt $B/vocab/bert-base-cased-vocab.txt; a=\$?; python3 tests/hf/check_electra_transformers.py $B/bertcc $OUT/electra_hf; e=\$?; echo autotokenizer \$a electra \$e; [ \$a -eq 0 ] || [ \$a -eq 77 ] || exit 1; [ \$e -eq 0 ] || [ \$e -eq 77 ] || exit 1"
+# profile: where a bert-large training step's GPU time goes (bench/cuda/profile.sh; Nsight Systems)
+step profile 200 "sh bench/cuda/profile.sh $B/bertcc $OUT/profile && sh bench/cuda/profile.sh $B/bertcc $OUT/profile512 train --config bert-large --batch 16 --seq 512 --precision bf16"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$CS" ]; then
   step sanitizer 150 "$CS --tool memcheck --error-exitcode 3 $B/test_cuda_kernels --filter attention && $CS --tool racecheck --error-exitcode 3 $B/test_cuda_kernels --filter attention"

@@ -27,6 +27,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string describe() const = 0;  // one line for start-up logs
+  // Where the device time went, per operation, when the backend was asked to measure it
+  // (CUDA: BERTCC_CUDA_PROFILE=1); empty otherwise.
+  virtual std::string op_profile() const { return ""; }
   bool on_host() const { return kind() == DeviceKind::CPU; }
 
   // ---- memory (bytes) ----

@@ -79,15 +79,19 @@ __global__ void __launch_bounds__(kRows) attn_fwd(float* out, float* lse, const 
 }
 
 // D[bh, i] = sum over the head's channels of dout * out (= sum_j dPd_ij Pd_ij)
+// D[r] = sum_c dout[r, c] * out[r, c] over the head's channels: one warp per row (coalesced), a
+// fixed shuffle tree (the same bits every run).
 __global__ void attn_bwd_dot(float* D, const float* dout, const float* out, Shape s, int64_t HS) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= s.B * s.NH * s.T) return;
+  const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (r >= s.B * s.NH * s.T) return;  // the same for the whole warp
   const int64_t i = r % s.T, bh = r / s.T, b = bh / s.NH, h = bh % s.NH;
   const float* d = dout + (b * s.T + i) * s.C + h * HS;
   const float* o = out + (b * s.T + i) * s.C + h * HS;
   float acc = 0.0f;
-  for (int64_t c = 0; c < HS; ++c) acc += d[c] * o[c];
-  D[r] = acc;
+  for (int64_t c = lane; c < HS; c += 32) acc += d[c] * o[c];
+  acc = warp_sum(acc);
+  if (lane == 0) D[r] = acc;
 }
 
 template <int HS>
@@ -214,7 +218,7 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                         float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
   if (B * T == 0) return;
   const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
-  attn_bwd_dot<<<grid_for(B * NH * T, 256), 256>>>(work, dout, out, s, C / NH);
+  attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256>>>(work, dout, out, s, C / NH);
   BERTCC_CUDA_LAUNCHED("attention_backward (row dots)");
   if (prec != Precision::F32) return attn::backward_tc(dqkv, dout, qkv, lse, work, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));

@@ -10,10 +10,12 @@
 // agree to rounding (bit-equal only by chance); softmax statistics and every sum stay fp32.
 //
 // One block = 4 warps = 64 rows (16 per warp); its loop walks the other side in tiles of BN (64,
-// or 32 for head size 128). Inputs are read in fp32 from qkv[B,T,3C] and dout[B,T,C], rounded and
-// stored in shared memory, row-major ([row][channel], for A operands and the B operand of Q K^T)
-// and, where a product needs it, transposed ([channel][row]). Rows are padded by 8 elements
-// (16 bytes) so that a warp's 32-bit fragment loads hit 32 different banks.
+// or 32 for head size 128). A first pass (prep) rounds q, k, v and dout from qkv[B,T,3C] and
+// dout[B,T,C] to 16 bits, per head, token-major ([row][channel], for A operands and the B operand
+// of Q K^T) and, where a product needs it, channel-major ([channel][row]), zero-padded to whole
+// 64-row tiles. The attention kernels copy those tiles into shared memory with cp.async, the next
+// tile while they compute on the current one (two buffers). Shared-memory rows are padded by 8
+// elements (16 bytes) so that a warp's 32-bit fragment loads hit 32 different banks.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; CUTLASS's
 // SM80_16x8x16 traits agree): lane = 4*g + t.
@@ -27,7 +29,10 @@
 // saves lse. Backward, without atomics (the result does not depend on scheduling), as the fp32
 // kernels: one kernel per query block for dq, one per key block for dk and dv, each recomputing
 // P = exp(S - lse) and the dropout mask.
+#include <optional>
+
 #include "cuda/attention_tc_kernels.cuh"
+#include "cuda/op_timer.h"
 
 namespace bertcc::cuda::attn {
 namespace {
@@ -63,6 +68,22 @@ void dispatch_tc(const Shape& s, Precision prec, F f) {
   with_hs(std::false_type{});
 }
 
+// The 16-bit operands (attention_tc_kernels.cuh: Operands) of one call, in one grow-only buffer
+// (stream order keeps a later call from overwriting them before the kernels that read them ran).
+uint16_t* operand_buffer(size_t elems) {
+  static Scratch buf;
+  return buf.take<uint16_t>(elems);
+}
+
+template <bool BF, int HS>
+void launch_prep(uint16_t* rows, uint16_t* cols, const float* src, int64_t ld, const Shape& s) {
+  const int64_t Tp = padded_T(s.T);
+  const bool vec = s.hs % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  prep<BF, HS><<<dim3(static_cast<unsigned>(Tp / kBlockRows), static_cast<unsigned>(s.B * s.NH)), kThreads>>>(
+      rows, cols, src, ld, s, Tp, vec);
+  BERTCC_CUDA_LAUNCHED("attention (16-bit operands)");
+}
+
 }  // namespace
 
 void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add, const Shape& s, Precision prec) {
@@ -70,8 +91,19 @@ void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add,
   dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
     constexpr int HS = decltype(hs)::value;
+    const int64_t n = operand_elems<HS>(s);
+    std::optional<OpTimer> part(std::in_place, "attention_forward/16-bit operands");
+    uint16_t* q = operand_buffer(3 * static_cast<size_t>(n));
+    uint16_t *k = q + n, *vt = k + n;
+    launch_prep<BF, HS>(q, nullptr, qkv, 3 * s.C, s);
+    launch_prep<BF, HS>(k, nullptr, qkv + s.C, 3 * s.C, s);
+    launch_prep<BF, HS>(nullptr, vt, qkv + 2 * s.C, 3 * s.C, s);
+    Operands op;
+    op.q = q, op.k = k, op.vt = vt, op.Tp = padded_T(s.T);
+    part.reset();
+    const OpTimer kernel("attention_forward/kernel");
     launch_smem(fwd<BF, HS>, fwd_smem<BF, HS>());
-    fwd<BF, HS><<<grid, kThreads, fwd_smem<BF, HS>()>>>(out, lse, qkv, mask_add, s);
+    fwd<BF, HS><<<grid, kThreads, fwd_smem<BF, HS>()>>>(out, lse, op, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_forward (Tensor Cores)");
   });
 }
@@ -82,11 +114,23 @@ void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* 
   dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
     constexpr int HS = decltype(hs)::value;
+    const int64_t n = operand_elems<HS>(s);
+    std::optional<OpTimer> part(std::in_place, "attention_backward/16-bit operands");
+    uint16_t* q = operand_buffer(7 * static_cast<size_t>(n));
+    uint16_t *k = q + n, *v = k + n, *d = v + n, *qt = d + n, *kt = qt + n, *dt = kt + n;
+    launch_prep<BF, HS>(q, qt, qkv, 3 * s.C, s);
+    launch_prep<BF, HS>(k, kt, qkv + s.C, 3 * s.C, s);
+    launch_prep<BF, HS>(v, nullptr, qkv + 2 * s.C, 3 * s.C, s);
+    launch_prep<BF, HS>(d, dt, dout, s.C, s);
+    Operands op;
+    op.q = q, op.k = k, op.v = v, op.dout = d, op.qt = qt, op.kt = kt, op.doutt = dt, op.Tp = padded_T(s.T);
+    part.emplace("attention_backward/dq");
     launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>());
-    bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, dout, qkv, lse, D, mask_add, s);
+    bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, op, lse, D, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dq, Tensor Cores)");
+    part.emplace("attention_backward/dk dv");
     launch_smem(bwd_dkdv<BF, HS>, dkv_smem<BF, HS>());
-    bwd_dkdv<BF, HS><<<grid, kThreads, dkv_smem<BF, HS>()>>>(dqkv, dout, qkv, lse, D, mask_add, s);
+    bwd_dkdv<BF, HS><<<grid, kThreads, dkv_smem<BF, HS>()>>>(dqkv, op, lse, D, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dk, dv, Tensor Cores)");
   });
 }

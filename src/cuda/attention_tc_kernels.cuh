@@ -186,16 +186,98 @@ __device__ inline void store_rows(float* const (&dst)[2], const int64_t (&row)[2
   }
 }
 
-// Rows r0..r0+R-1 of src (row stride src_ld, channels 0..hs-1; zeros past T and hs), rounded, into
-// dst[r][c] (row stride ld) and, when dst_t is given, dst_t[c][r] (row stride ld_t).
-template <bool BF16, int R, int HS>
-__device__ inline void load_rows(uint16_t* dst, int ld, uint16_t* dst_t, int ld_t, const float* src, int64_t src_ld,
-                                 int64_t r0, const Shape& s) {
-  for (int idx = threadIdx.x; idx < R * HS; idx += kThreads) {
-    const int r = idx / HS, c = idx % HS;
-    const uint16_t x = to16<BF16>(r0 + r < s.T && c < s.hs ? src[(r0 + r) * src_ld + c] : 0.0f);
-    if (dst) dst[r * ld + c] = x;
-    if (dst_t) dst_t[c * ld_t + r] = x;
+// ---- the 16-bit operands ----
+// The kernels read q, k, v and dout as 16-bit tiles that `prep` makes from the fp32 activations
+// beforehand, per head: rows [bh][Tp][HS] (token-major) and, where a product needs its B operand
+// that way, columns [bh][HS][Tp] (channel-major); zeros past T and past hs, Tp = T rounded up to
+// kBlockRows. Every tile is then whole and 16-byte aligned, copied by cp.async into a second
+// shared-memory buffer while the block computes on the first.
+struct Operands {
+  const uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;      // rows
+  const uint16_t *qt = nullptr, *kt = nullptr, *vt = nullptr, *doutt = nullptr;  // columns
+  int64_t Tp = 0;
+};
+inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
+template <int HS>
+int64_t operand_elems(const Shape& s) { return s.B * s.NH * padded_T(s.T) * HS; }
+
+// kBlockRows tokens (blockIdx.x) of one head (blockIdx.y) of src (fp32, token-major with row
+// stride ld, head h at channel h * hs), rounded, into rows and/or cols (either may be null). vec:
+// hs, ld and src's address allow 16-byte loads of four channels (a group of four is then wholly
+// inside or wholly past hs).
+template <bool BF16, int HS>
+__global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, uint16_t* cols, const float* src, int64_t ld, Shape s,
+                                                 int64_t Tp, bool vec) {
+  __shared__ uint16_t tile[kBlockRows][HS + 2];
+  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, t0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  for (int idx = threadIdx.x; idx < kBlockRows * HS / 4; idx += kThreads) {
+    const int r = idx / (HS / 4), c = (idx % (HS / 4)) * 4;
+    const int64_t t = t0 + r;
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (t < s.T) {
+      const float* p = src + (b * s.T + t) * ld + h * s.hs + c;
+      if (vec) {
+        if (c < s.hs) {
+          const float4 v = *reinterpret_cast<const float4*>(p);
+          x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (c + k < s.hs) x[k] = p[k];
+      }
+    }
+    uint16_t y[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tile[r][c + k] = y[k] = to16<BF16>(x[k]);
+    if (rows) {
+      uint2 w;
+      w.x = static_cast<uint32_t>(y[0]) | (static_cast<uint32_t>(y[1]) << 16);
+      w.y = static_cast<uint32_t>(y[2]) | (static_cast<uint32_t>(y[3]) << 16);
+      *reinterpret_cast<uint2*>(rows + (bh * Tp + t) * HS + c) = w;  // 8-byte aligned: HS, c multiples of 4
+    }
+  }
+  if (!cols) return;  // the same for every thread of the block
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < HS * kBlockRows / 2; idx += kThreads) {  // two tokens per 32-bit store
+    const int c = idx / (kBlockRows / 2), r = (idx % (kBlockRows / 2)) * 2;
+    *reinterpret_cast<uint32_t*>(cols + (bh * HS + c) * Tp + t0 + r) =
+        static_cast<uint32_t>(tile[r][c]) | (static_cast<uint32_t>(tile[r + 1][c]) << 16);
+  }
+}
+
+// 16 bytes from global to shared memory without the registers (cp.async, sm_80 and later), and
+// its group fences: wait_group<N> returns when at most N of this thread's groups are in flight.
+__device__ inline void cp_async16(void* dst, const void* src) {
+#if defined(BERTCC_CUDA_SIM)
+  std::memcpy(dst, src, 16);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#else
+  (void)dst, (void)src;
+  __trap();
+#endif
+}
+__device__ inline void cp_async_commit() {
+#if !defined(BERTCC_CUDA_SIM) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ inline void cp_async_wait() {
+#if !defined(BERTCC_CUDA_SIM) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// An R x W tile of 16-bit elements (W a multiple of 8) from src (row stride src_ld) into dst (row
+// stride ld), asynchronously.
+template <int R, int W>
+__device__ inline void copy_tile(uint16_t* dst, int ld, const uint16_t* src, int64_t src_ld) {
+  constexpr int kChunks = W / 8;
+  for (int idx = threadIdx.x; idx < R * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = (idx % kChunks) * 8;
+    cp_async16(dst + r * ld + c, src + r * src_ld + c);
   }
 }
 
@@ -203,35 +285,55 @@ __device__ inline void load_rows(uint16_t* dst, int ld, uint16_t* dst_t, int ld_
 template <bool BF16, int HS>
 constexpr size_t fwd_smem() {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
-  return sizeof(uint16_t) * (kBlockRows * LDH + BN * LDH + HS * LDN) + sizeof(float) * BN;
+  return sizeof(uint16_t) * (kBlockRows * LDH + 2 * (BN * LDH + HS * LDN)) + sizeof(float) * 2 * BN;
 }
 
+// Operands: q, k (rows), vt (columns).
 template <bool BF16, int HS>
-__global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, const float* qkv, const float* mask_add, Shape s) {
+__global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands op, const float* mask_add, Shape s) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
   BERTCC_DYNAMIC_SMEM(smem);
+  constexpr int kTile = BN * LDH + HS * LDN;  // one buffer: Ks [BN][LDH], Vt [HS][LDN]
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
-  uint16_t* Ks = Qs + kBlockRows * LDH;               // [BN][LDH]
-  uint16_t* Vt = Ks + BN * LDH;                       // [HS][LDN]
-  float* Ms = reinterpret_cast<float*>(Vt + HS * LDN);  // [BN], -inf past T
+  uint16_t* tiles = Qs + kBlockRows * LDH;           // two buffers of kTile (offsets, not pointer arrays: no stack)
+  float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [2][BN], -inf past T
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
-  const int64_t ld3 = 3 * s.C;
-  const float* head = qkv + b * s.T * ld3 + h * s.hs;
-  load_rows<BF16, kBlockRows, HS>(Qs, LDH, nullptr, 0, head, ld3, q0, s);
-  __syncthreads();
+  const uint16_t* kg = op.k + bh * op.Tp * HS;
+  const uint16_t* vg = op.vt + bh * HS * op.Tp;
+  // tile j0 of keys into buffer `buf` (its mask with plain stores, seen after the next barrier)
+  auto issue = [&](int64_t j0, int buf) {
+    copy_tile<BN, HS>(tiles + buf * kTile, LDH, kg + j0 * HS, HS);
+    copy_tile<HS, BN>(tiles + buf * kTile + BN * LDH, LDN, vg + j0, op.Tp);
+    for (int jj = threadIdx.x; jj < BN; jj += kThreads)
+      Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
+  };
+  copy_tile<kBlockRows, HS>(Qs, LDH, op.q + (bh * op.Tp + q0) * HS, HS);
+  issue(0, 0);
+  cp_async_commit();
   uint32_t qf[HS / 16][4];
-#pragma unroll
-  for (int kt = 0; kt < HS / 16; ++kt) frag_a(qf[kt], Qs, LDH, warp * 16, kt * 16);
   float o[HS / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  for (int64_t j0 = 0; j0 < s.T; j0 += BN) {
-    __syncthreads();  // the previous tile is no longer read
-    load_rows<BF16, BN, HS>(Ks, LDH, nullptr, 0, head + s.C, ld3, j0, s);
-    load_rows<BF16, BN, HS>(nullptr, 0, Vt, LDN, head + 2 * s.C, ld3, j0, s);
-    for (int jj = threadIdx.x; jj < BN; jj += kThreads) Ms[jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
-    __syncthreads();
+  const int ntiles = static_cast<int>((s.T + BN - 1) / BN);
+  for (int jt = 0; jt < ntiles; ++jt) {
+    const int buf = jt & 1;
+    const int64_t j0 = static_cast<int64_t>(jt) * BN;
+    if (jt + 1 < ntiles) {
+      issue(j0 + BN, buf ^ 1);  // buffer buf ^ 1 was last read before the previous iteration's closing barrier
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile jt (and at jt = 0 the queries) in shared memory for every thread
+    if (jt == 0) {
+#pragma unroll
+      for (int kt = 0; kt < HS / 16; ++kt) frag_a(qf[kt], Qs, LDH, warp * 16, kt * 16);
+    }
+    const uint16_t* Ks = tiles + buf * kTile;
+    const uint16_t* Vt = Ks + BN * LDH;
+    const float* Mb = Ms + buf * BN;
     float sc[BN / 8][4] = {};
 #pragma unroll
     for (int kt = 0; kt < HS / 16; ++kt)
@@ -246,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, const fl
     for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float ma = Ms[nt * 8 + t2 + (e & 1)];
+        const float ma = Mb[nt * 8 + t2 + (e & 1)];
         const float v = ma == -INFINITY ? -INFINITY : sc[nt][e] * s.scale + ma;
         sc[nt][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -278,6 +380,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, const fl
       }
     }
     rounded_product<BF16, HS, BN>(o, sc, Vt);
+    __syncthreads();  // buffer buf is refilled by the next iteration's issue
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -298,26 +401,35 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, const fl
 template <bool BF16, int HS>
 constexpr size_t dq_smem() {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
-  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * BN * LDH + HS * LDN) + sizeof(float) * BN;
+  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH + HS * LDN)) + sizeof(float) * 2 * BN;
 }
 
+// Operands: q, dout, k, v (rows), kt (columns).
 template <bool BF16, int HS>
-__global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                                    const float* D, const float* mask_add, Shape s) {
+__global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, const float* lse, const float* D,
+                                                    const float* mask_add, Shape s) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  constexpr int kTile = 2 * BN * LDH + HS * LDN;  // one buffer: Ks [BN][LDH], Vs [BN][LDH], Kt [HS][LDN]
   BERTCC_DYNAMIC_SMEM(smem);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
   uint16_t* dOs = Qs + kBlockRows * LDH;              // [64][LDH]
-  uint16_t* Ks = dOs + kBlockRows * LDH;              // [BN][LDH]
-  uint16_t* Vs = Ks + BN * LDH;                       // [BN][LDH]
-  uint16_t* Kt = Vs + BN * LDH;                       // [HS][LDN]
-  float* Ms = reinterpret_cast<float*>(Kt + HS * LDN);  // [BN], -inf past T
+  uint16_t* tiles = dOs + kBlockRows * LDH;           // two buffers of kTile
+  float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [2][BN], -inf past T
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t ld3 = 3 * s.C;
-  const float* head = qkv + b * s.T * ld3 + h * s.hs;
-  load_rows<BF16, kBlockRows, HS>(Qs, LDH, nullptr, 0, head, ld3, q0, s);
-  load_rows<BF16, kBlockRows, HS>(dOs, LDH, nullptr, 0, dout + b * s.T * s.C + h * s.hs, s.C, q0, s);
+  auto issue = [&](int64_t j0, int buf) {
+    uint16_t* t = tiles + buf * kTile;
+    copy_tile<BN, HS>(t, LDH, op.k + (bh * op.Tp + j0) * HS, HS);
+    copy_tile<BN, HS>(t + BN * LDH, LDH, op.v + (bh * op.Tp + j0) * HS, HS);
+    copy_tile<HS, BN>(t + 2 * BN * LDH, LDN, op.kt + bh * HS * op.Tp + j0, op.Tp);
+    for (int jj = threadIdx.x; jj < BN; jj += kThreads)
+      Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
+  };
+  copy_tile<kBlockRows, HS>(Qs, LDH, op.q + (bh * op.Tp + q0) * HS, HS);
+  copy_tile<kBlockRows, HS>(dOs, LDH, op.dout + (bh * op.Tp + q0) * HS, HS);
+  issue(0, 0);
+  cp_async_commit();
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   float L[2], Di[2];
 #pragma unroll
@@ -326,12 +438,21 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, const float* dou
     Di[r] = row[r] < s.T ? D[bh * s.T + row[r]] : 0.0f;
   }
   float dq[HS / 8][4] = {};
-  for (int64_t j0 = 0; j0 < s.T; j0 += BN) {
+  const int ntiles = static_cast<int>((s.T + BN - 1) / BN);
+  for (int jt = 0; jt < ntiles; ++jt) {
+    const int buf = jt & 1;
+    const int64_t j0 = static_cast<int64_t>(jt) * BN;
+    if (jt + 1 < ntiles) {
+      issue(j0 + BN, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
-    load_rows<BF16, BN, HS>(Ks, LDH, Kt, LDN, head + s.C, ld3, j0, s);
-    load_rows<BF16, BN, HS>(Vs, LDH, nullptr, 0, head + 2 * s.C, ld3, j0, s);
-    for (int jj = threadIdx.x; jj < BN; jj += kThreads) Ms[jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
-    __syncthreads();
+    const uint16_t* Ks = tiles + buf * kTile;
+    const uint16_t* Vs = Ks + BN * LDH;
+    const uint16_t* Kt = Ks + 2 * BN * LDH;
     float sc[BN / 8][4] = {}, dp[BN / 8][4] = {};
     two_products<BF16, HS, BN>(sc, dp, Qs, dOs, Ks, Vs, warp * 16);  // S = Q K^T, dPd = dO V^T
 #pragma unroll
@@ -341,60 +462,80 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, const float* dou
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, jj = nt * 8 + t2 + (e & 1);
-        const float ma = Ms[jj];
+        const float ma = Ms[buf * BN + jj];
         const float p = ma == -INFINITY ? 0.0f : expf(sc[nt][e] * s.scale + ma - L[r]);
         const float d = !s.drop ? dp[nt][e] : kp[r][e & 1] ? dp[nt][e] * s.keep_scale : 0.0f;
-        sc[nt][e] = p * (d - Di[r]) * s.scale;  // dS
+        sc[nt][e] = p * (d - Di[r]);  // dS; the softmax scale is applied to dq, as the CPU does (fp16: less underflow)
       }
     }
     rounded_product<BF16, HS, BN>(dq, sc, Kt);
+    __syncthreads();
   }
   float* const dst[2] = {dqkv + (b * s.T + row[0]) * ld3 + h * s.hs, dqkv + (b * s.T + row[1]) * ld3 + h * s.hs};
-  store_rows<HS>(dst, row, dq, {1.0f, 1.0f}, s);
+  store_rows<HS>(dst, row, dq, {s.scale, s.scale}, s);
 }
 
 // ---- backward: dk and dv, per key block ----
 template <bool BF16, int HS>
 constexpr size_t dkv_smem() {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
-  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * BN * LDH + 2 * HS * LDN) + sizeof(float) * 2 * BN;
+  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH + 2 * HS * LDN)) + sizeof(float) * 4 * BN;
 }
 
+// Operands: k, v, q, dout (rows), qt, doutt (columns).
 template <bool BF16, int HS>
-__global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                                      const float* D, const float* mask_add, Shape s) {
+__global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, const float* lse, const float* D,
+                                                      const float* mask_add, Shape s) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  constexpr int kTile = 2 * BN * LDH + 2 * HS * LDN;  // Qs, dOs [BN][LDH]; Qt, dOt [HS][LDN]
   BERTCC_DYNAMIC_SMEM(smem);
   uint16_t* Kb = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]: this block's keys
   uint16_t* Vb = Kb + kBlockRows * LDH;               // [64][LDH]
-  uint16_t* Qs = Vb + kBlockRows * LDH;               // [BN][LDH]: a tile of queries
-  uint16_t* dOs = Qs + BN * LDH;                      // [BN][LDH]
-  uint16_t* Qt = dOs + BN * LDH;                      // [HS][LDN]
-  uint16_t* dOt = Qt + HS * LDN;                      // [HS][LDN]
-  float* Ls = reinterpret_cast<float*>(dOt + HS * LDN);  // [BN], +inf past T (P = 0)
-  float* Ds = Ls + BN;                                   // [BN]
+  uint16_t* tiles = Vb + kBlockRows * LDH;            // two buffers of kTile
+  float* LD = reinterpret_cast<float*>(tiles + 2 * kTile);  // per buffer: Ls [BN] (+inf past T: P = 0), Ds [BN]
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, k0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t ld3 = 3 * s.C;
-  const float* head = qkv + b * s.T * ld3 + h * s.hs;
-  const float* dhead = dout + b * s.T * s.C + h * s.hs;
-  load_rows<BF16, kBlockRows, HS>(Kb, LDH, nullptr, 0, head + s.C, ld3, k0, s);
-  load_rows<BF16, kBlockRows, HS>(Vb, LDH, nullptr, 0, head + 2 * s.C, ld3, k0, s);
+  auto issue = [&](int64_t i0, int buf) {
+    uint16_t* t = tiles + buf * kTile;
+    copy_tile<BN, HS>(t, LDH, op.q + (bh * op.Tp + i0) * HS, HS);
+    copy_tile<BN, HS>(t + BN * LDH, LDH, op.dout + (bh * op.Tp + i0) * HS, HS);
+    copy_tile<HS, BN>(t + 2 * BN * LDH, LDN, op.qt + bh * HS * op.Tp + i0, op.Tp);
+    copy_tile<HS, BN>(t + 2 * BN * LDH + HS * LDN, LDN, op.doutt + bh * HS * op.Tp + i0, op.Tp);
+    float* ls = LD + buf * 2 * BN;
+    for (int ii = threadIdx.x; ii < BN; ii += kThreads) {
+      const bool in = i0 + ii < s.T;
+      ls[ii] = in ? lse[bh * s.T + i0 + ii] : INFINITY;
+      ls[BN + ii] = in ? D[bh * s.T + i0 + ii] : 0.0f;
+    }
+  };
+  copy_tile<kBlockRows, HS>(Kb, LDH, op.k + (bh * op.Tp + k0) * HS, HS);
+  copy_tile<kBlockRows, HS>(Vb, LDH, op.v + (bh * op.Tp + k0) * HS, HS);
+  issue(0, 0);
+  cp_async_commit();
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   float mj[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) mj[r] = key[r] < s.T ? mask_add[b * s.T + key[r]] : -INFINITY;  // P = 0 past T
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-  for (int64_t i0 = 0; i0 < s.T; i0 += BN) {
-    __syncthreads();
-    load_rows<BF16, BN, HS>(Qs, LDH, Qt, LDN, head, ld3, i0, s);
-    load_rows<BF16, BN, HS>(dOs, LDH, dOt, LDN, dhead, s.C, i0, s);
-    for (int ii = threadIdx.x; ii < BN; ii += kThreads) {
-      const bool in = i0 + ii < s.T;
-      Ls[ii] = in ? lse[bh * s.T + i0 + ii] : INFINITY;
-      Ds[ii] = in ? D[bh * s.T + i0 + ii] : 0.0f;
+  const int ntiles = static_cast<int>((s.T + BN - 1) / BN);
+  for (int it = 0; it < ntiles; ++it) {
+    const int buf = it & 1;
+    const int64_t i0 = static_cast<int64_t>(it) * BN;
+    if (it + 1 < ntiles) {
+      issue(i0 + BN, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
+    const uint16_t* Qs = tiles + buf * kTile;
+    const uint16_t* dOs = Qs + BN * LDH;
+    const uint16_t* Qt = Qs + 2 * BN * LDH;
+    const uint16_t* dOt = Qt + HS * LDN;
+    const float* Ls = LD + buf * 2 * BN;
+    const float* Ds = Ls + BN;
     float st[BN / 8][4] = {}, dpt[BN / 8][4] = {};  // S^T and dPd^T: rows are keys, columns queries
     two_products<BF16, HS, BN>(st, dpt, Kb, Vb, Qs, dOs, warp * 16);  // S^T = K Q^T, dPd^T = V dO^T
 #pragma unroll
@@ -409,16 +550,17 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, const float* d
         const float pd = !s.drop ? p : kept ? p * s.keep_scale : 0.0f;
         const float d = !s.drop ? dpt[nt][e] : kept ? dpt[nt][e] * s.keep_scale : 0.0f;
         st[nt][e] = pd;
-        dpt[nt][e] = p * (d - Ds[ii]) * s.scale;  // dS^T
+        dpt[nt][e] = p * (d - Ds[ii]);  // dS^T (unscaled, as in bwd_dq)
       }
     }
     rounded_product<BF16, HS, BN>(dv, st, dOt);  // dV += Pd^T dO
     rounded_product<BF16, HS, BN>(dk, dpt, Qt);  // dK += dS^T Q
+    __syncthreads();
   }
   float* const dk_dst[2] = {dqkv + (b * s.T + key[0]) * ld3 + s.C + h * s.hs,
                             dqkv + (b * s.T + key[1]) * ld3 + s.C + h * s.hs};
   float* const dv_dst[2] = {dk_dst[0] + s.C, dk_dst[1] + s.C};
-  store_rows<HS>(dk_dst, key, dk, {1.0f, 1.0f}, s);
+  store_rows<HS>(dk_dst, key, dk, {s.scale, s.scale}, s);
   store_rows<HS>(dv_dst, key, dv, {1.0f, 1.0f}, s);
 }
 

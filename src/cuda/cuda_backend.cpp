@@ -3,6 +3,7 @@
 
 #include "bertcc/error.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/op_timer.h"
 
 namespace bertcc::cuda {
 namespace {
@@ -18,6 +19,7 @@ class CudaBackend final : public Backend {
     info_ = device_info(index);
   }
   DeviceKind kind() const override { return DeviceKind::CUDA; }
+  std::string op_profile() const override { return op_profile_report(); }
   std::string describe() const override {
     return "backend: cuda:" + std::to_string(index_) + ", " + info_.name + " (compute capability " +
            std::to_string(info_.cc_major) + "." + std::to_string(info_.cc_minor) + ", " +
@@ -30,66 +32,105 @@ class CudaBackend final : public Backend {
     return p;
   }
   void free(void* p) override { cuda::free(p); }
-  void upload(void* dst, const void* src, size_t bytes) override { copy_to_device(dst, src, bytes); }
-  void download(void* dst, const void* src, size_t bytes) override { copy_to_host(dst, src, bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    const OpTimer timer("upload");
+    copy_to_device(dst, src, bytes);
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    const OpTimer timer("download");
+    copy_to_host(dst, src, bytes);
+  }
   void copy(void* dst, const void* src, size_t bytes) override {
+    const OpTimer timer("copy");
     if (dst != src) copy_device(dst, src, bytes);
   }
-  void zero(void* p, size_t bytes) override { cuda::zero(p, bytes); }
+  void zero(void* p, size_t bytes) override {
+    const OpTimer timer("zero");
+    cuda::zero(p, bytes);
+  }
   void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) override {
+    const OpTimer timer("copy_rows");
     cuda::copy_rows(dst, dst_ld, src, src_ld, rows, cols);
   }
   void add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) override {
+    const OpTimer timer("add_rows");
     cuda::add_rows(dst, dst_ld, src, src_ld, rows, cols);
   }
-  void to_bf16(bf16_t* out, const float* in, int64_t n) override { cuda::to_bf16(out, in, n); }
-  void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) override { cuda::narrow16(out, in, n, bf16); }
-  void widen16(float* out, const uint16_t* in, int64_t n, bool bf16) override { cuda::widen16(out, in, n, bf16); }
-  void scale(float* x, int64_t n, float s) override { cuda::scale(x, n, s); }
+  void to_bf16(bf16_t* out, const float* in, int64_t n) override {
+    const OpTimer timer("to_bf16");
+    cuda::to_bf16(out, in, n);
+  }
+  void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) override {
+    const OpTimer timer("narrow16");
+    cuda::narrow16(out, in, n, bf16);
+  }
+  void widen16(float* out, const uint16_t* in, int64_t n, bool bf16) override {
+    const OpTimer timer("widen16");
+    cuda::widen16(out, in, n, bf16);
+  }
+  void scale(float* x, int64_t n, float s) override {
+    const OpTimer timer("scale");
+    cuda::scale(x, n, s);
+  }
   void synchronize() override { cuda::synchronize(); }
   void bind_thread() override { set_device(index_); }
   int device_ordinal() const override { return index_; }
 
   void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
                           const float* wtt, int64_t B, int64_t T, int64_t C) override {
+    const OpTimer timer("embeddings_forward");
     cuda::embeddings_forward(out, ids, seg, wte, wpe, wtt, B, T, C);
   }
   void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
                            const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) override {
+    const OpTimer timer("embeddings_backward");
     cuda::embeddings_backward(dwte, dwpe, dwtt, dout, ids, seg, B, T, C, V, TT);
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override {
+    const OpTimer timer("layernorm_forward");
     cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
   }
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                           const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    const OpTimer timer("layernorm_backward");
     cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
   void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                   const float* w, const float* b, int64_t N, int64_t C, float eps) override {
+    const OpTimer timer("residual_layernorm_forward");
     cuda::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps);
   }
   void gelu_forward(float* out, const float* inp, int64_t n, Activation act) override {
+    const OpTimer timer("gelu_forward");
     cuda::gelu_forward(out, inp, n, act);
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) override {
+    const OpTimer timer("gelu_backward");
     cuda::gelu_backward(dinp, inp, dout, n, act);
   }
-  void tanh_forward(float* out, const float* inp, int64_t n) override { cuda::tanh_forward(out, inp, n); }
+  void tanh_forward(float* out, const float* inp, int64_t n) override {
+    const OpTimer timer("tanh_forward");
+    cuda::tanh_forward(out, inp, n);
+  }
   void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) override {
+    const OpTimer timer("tanh_backward");
     cuda::tanh_backward(dinp, out, dout, n);
   }
   void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) override {
+    const OpTimer timer("dropout_forward");
     cuda::dropout_forward(out, inp, n, p, rng, base);
   }
   void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) override {
+    const OpTimer timer("dropout_backward");
     cuda::dropout_backward(dinp, dout, n, p, rng, base);
   }
   void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) override {
+    const OpTimer timer("gather_rows");
     cuda::gather_rows(out, inp, rows, M, C);
   }
   void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) override {
+    const OpTimer timer("scatter_add_rows");
     cuda::scatter_add_rows(dinp, dout, rows, M, C);
   }
   int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool, Precision) const override { return B * NH * T; }
@@ -99,36 +140,47 @@ class CudaBackend final : public Backend {
   void attention_forward(float* out, float* saved, float*, const float* qkv, const float* mask_add, int64_t B,
                          int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                          Precision prec) override {
+    const OpTimer timer("attention_forward");
     cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
   }
   void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                           const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
                           float dropout_p, const Rng& rng, uint64_t base, Precision prec) override {
+    const OpTimer timer("attention_backward");
     cuda::attention_backward(dqkv, work, dout, qkv, out, saved, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
   }
   void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                      uint64_t base) override {
+    const OpTimer timer("gumbel_argmax");
     cuda::gumbel_argmax(picks_host, logits, M, V, rng, base);
   }
   void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T,
                          int64_t C) override {
+    const OpTimer timer("weighted_row_sums");
     cuda::weighted_row_sums(out, out_ld, x, w_host, B, T, C);
   }
   int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V, int32_t ignore_index,
                        float grad_scale, int64_t* num_correct) override {
+    const OpTimer timer("softmax_xent");
     return cuda::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
   }
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                       Precision p, const bf16_t* W16) override {
+    const OpTimer timer("linear_forward");
     cuda::linear_forward(y, x, W, b, M, N, K, p, W16);
   }
   void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                        int64_t N, int64_t K, Precision p, const bf16_t* W16) override {
+    const OpTimer timer("linear_backward");
     cuda::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16);
   }
-  double global_norm(const float* x, size_t n) override { return cuda::global_norm(x, n); }
+  double global_norm(const float* x, size_t n) override {
+    const OpTimer timer("global_norm");
+    return cuda::global_norm(x, n);
+  }
   double lamb_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr, const LambOptions& o,
                    double grad_norm) override {
+    const OpTimer timer("lamb_step");
     DeviceAdamState d = moments(t, s);
     const double g = cuda::lamb_step(t, params, grads, d, lr, o, grad_norm);
     s.step = d.step;
@@ -136,6 +188,7 @@ class CudaBackend final : public Backend {
   }
   double adamw_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr,
                     const AdamWOptions& o, double grad_norm) override {
+    const OpTimer timer("adamw_step");
     DeviceAdamState d = moments(t, s);
     const double g = cuda::adamw_step(t, params, grads, d, lr, o, grad_norm);
     s.step = d.step;

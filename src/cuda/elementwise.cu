@@ -215,7 +215,8 @@ __global__ void dropout_bwd(float* dinp, const float* dout, int64_t n, float sca
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const uint32_t x = philox_u32(seed, base + static_cast<uint64_t>(i));
-  dinp[i] += (x >> 8) >= thr ? dout[i] * scale : 0.0f;
+  // one fused multiply-add, as the CPU's kernel (the same bits)
+  dinp[i] = fmaf((x >> 8) >= thr ? dout[i] : 0.0f, scale, dinp[i]);
 }
 
 __global__ void gather_rows_k(float* out, const float* inp, const int64_t* rows, int64_t C) {

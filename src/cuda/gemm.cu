@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <map>
 #include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
+#include "cuda/op_timer.h"
 
 namespace bertcc::cuda {
 namespace {
@@ -164,6 +166,8 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
   BERTCC_CHECK(g.K > 0, "GEMM on CUDA: inner dimension 0");
   Context& c = ctx();
   const void *A = g.A, *B = g.B;
+  std::optional<OpTimer> cast_timer;
+  if (p != Precision::F32) cast_timer.emplace("gemm/cast to 16 bits");
   cudaDataType ab = CUDA_R_32F;
   cublasComputeType_t compute = c.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   if (p == Precision::F16) {
@@ -202,6 +206,8 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
       B = b16;
     }
   }
+  cast_timer.reset();
+  const OpTimer timer("gemm/cuBLASLt");
   const bool bias = g.bias != nullptr;
   if (!run(g, A, B, ab, compute, bias)) {  // no algorithm with the bias epilogue: add it afterwards
     kernels::GemmArgs h = g;
@@ -273,8 +279,18 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16) {
+  // bf16: dy rounded once for both products (each would otherwise round it itself)
+  const bf16_t* dy16 = nullptr;
+  if (p == Precision::BF16 && dx && dW && M * N > 0) {
+    static Scratch buf;
+    auto* d = buf.take<bf16_t>(static_cast<size_t>(M * N));
+    const OpTimer timer("gemm/cast to 16 bits");
+    to_bf16(d, dy, M * N);
+    dy16 = d;
+  }
   if (dx) {  // dx[M,K] += dy[M,N] @ W[N,K]
     kernels::GemmArgs g;
+    g.A16 = dy16;
     g.B16 = W16;
     g.M = M;
     g.N = K;
@@ -294,6 +310,7 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
     g.N = K;
     g.K = M;
     g.A = dy;
+    g.A16 = dy16;
     g.lda = N;
     g.trans_a = true;
     g.B = x;

@@ -174,6 +174,8 @@ void add_bench(CLI::App& app) {
               << j["seq_per_s"].get<double>() << " seq/s, " << j["model_tflops"].get<double>() << " TFLOP/s (GEMM probe "
               << probe << ")\n";
     std::cout << j.dump() << std::endl;
+    const std::string prof = be.op_profile();
+    if (!prof.empty()) std::cerr << prof;
   });
 }
 

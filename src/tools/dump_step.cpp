@@ -17,6 +17,7 @@ namespace bertcc::tools {
 
 namespace {
 struct DumpOpts {
+    double loss_scale = 1.0;
     std::string model, batch, out, precision = "fp32", head = "pretraining", model_type = "bert", generator;
     std::string device = "cpu";
     int threads = 0;
@@ -212,6 +213,10 @@ void add_dump_step(CLI::App& app) {
       ->check(CLI::IsMember({"bert", "electra"}));
   sub->add_option("--generator", o->generator, "ELECTRA generator directory (ElectraForMaskedLM)");
   add_device_flags(sub, o->device);
+  sub->add_option(flag("--loss-scale"), o->loss_scale,
+                  "pre-training: multiply the loss by S before backward and divide the gradients by S after (fp16's "
+                  "loss scaling, keeping small gradients above fp16's underflow; default 1)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
     set_threads(o->threads);
@@ -228,8 +233,11 @@ void add_dump_step(CLI::App& app) {
     if (o->device != "cpu") model->use_backend(be);
     Rng rng{0, 0};
     model->zero_grad();
-    const PretrainLoss loss = model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+    const auto scale = static_cast<float>(o->loss_scale);
+    const PretrainLoss loss = model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng, scale);
     model->grads_to_host();
+    if (scale != 1.0f)  // unscaled as the trainer unscales them (the reported losses are never scaled)
+      for (float& g : model->grads()) g /= scale;
     const float l[3] = {static_cast<float>(loss.loss), static_cast<float>(loss.mlm_loss),
                         static_cast<float>(loss.nsp_loss)};
     std::vector<StWrite> w{{"loss", {1}, &l[0]}, {"mlm_loss", {1}, &l[1]}, {"nsp_loss", {1}, &l[2]}};

@@ -27,8 +27,12 @@ def main():
         outs = {}
         for dev in ("cpu", "cuda"):
             out = os.path.join(work, f"{dev}_{prec}.safetensors")
+            # fp16 with a loss scale, as fp16 training runs: unscaled, the attention's small score
+            # gradients fall below fp16's normal range, and the two backends' (equally valid)
+            # roundings of those subnormals differ by more than the tolerance
+            extra = ["--loss-scale", "1024"] if prec == "fp16" else []
             r = subprocess.run([bertcc, "dump-step", "--model", model, "--batch", batch, "--precision", prec,
-                                "--device", dev, "--out", out], capture_output=True, text=True)
+                                "--device", dev, "--out", out] + extra, capture_output=True, text=True)
             print(r.stdout.strip(), "|", r.stderr.strip().splitlines()[0] if r.stderr.strip() else "")
             if r.returncode != 0:
                 if dev == "cuda" and ("no usable CUDA device" in r.stderr or "no CUDA device" in r.stderr):
@@ -45,6 +49,10 @@ def main():
         for name in sorted(a):
             x, y = a[name].astype(np.float64), b[name].astype(np.float64)
             scale = max(np.abs(x).max(), 1e-30)
+            if name.endswith("attention.self.key.bias"):
+                # exactly zero in exact arithmetic (softmax is shift-invariant per row): what is
+                # left is rounding noise, judged against the model's largest gradient
+                scale = max(scale, max(np.abs(v).max() for k, v in a.items() if k.startswith("grad.")))
             err = np.abs(x - y).max() / scale
             if not np.isfinite(y).all() or err > tol:
                 failures.append(f"{prec} {name}: {err:.2e}")

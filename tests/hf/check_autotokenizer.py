@@ -21,7 +21,9 @@ except ImportError:
 
 bertcc, texts, work, *vocabs = sys.argv[1:]
 os.makedirs(work, exist_ok=True)
-lines = open(texts, encoding="utf-8").read().split("\n")
+# Lines that are not UTF-8 are read as npm tokenizers and bertcc read them: each invalid byte
+# sequence becomes U+FFFD.
+lines = open(texts, "rb").read().decode("utf-8", errors="replace").split("\n")
 if lines and lines[-1] == "":
     lines.pop()
 fails = 0

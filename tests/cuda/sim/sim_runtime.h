@@ -99,6 +99,12 @@ inline int atomicMin(int* p, int v) {
   }
   return old;
 }
+struct float4 {
+  float x, y, z, w;
+};
+struct uint2 {
+  uint32_t x, y;
+};
 struct __half {
   uint16_t bits;
 };
