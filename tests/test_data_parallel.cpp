@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "bertcc/dist.h"
+#include "bertcc/dynamic_masking.h"
+#include "bertcc/error.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/pretrain_loader.h"
 #include "test_shards.h"
@@ -17,41 +19,130 @@ using namespace bertcc;
 
 using bertcc::testing::make_shard;
 
+namespace {
+// The same rows in the dynamic-masking layout (no masks stored; lengths from input_mask).
+std::string make_dynamic_shard(const std::string& dir, int idx, int64_t N, int64_t S) {
+  const std::string masked = make_shard(dir, idx, N, S);
+  PretrainShard p = read_pretrain_shard(masked);
+  std::vector<int32_t> lengths;
+  for (int64_t r = 0; r < N; ++r) {
+    int32_t n = 0;
+    for (int64_t t = 0; t < S; ++t) n += p.input_mask[size_t(r * S + t)];
+    lengths.push_back(n);
+  }
+  std::filesystem::remove(masked);
+  const std::string path = dir + "/d" + std::to_string(idx) + ".h5";
+  write_unmasked_shard(path, unmasked_from(std::move(p), lengths));
+  return path;
+}
+}  // namespace
+
 // Every (world, accumulation) with the same micro-batches per step walks the same global order:
-// concatenating each step's rank slices gives next()'s sequence, across shard tails and epochs.
+// concatenating each step's rank slices gives next()'s sequence, across shard tails and epochs,
+// in both shard layouts (dynamic masking: the same masks, seeded by the row's number in its file),
+// with and without length binning. A rank of several reads only its micro-batches' rows.
 TEST(DataParallel, StepSlicesOfAnyWorldSizeFormTheGlobalOrder) {
-  const auto dir = std::filesystem::temp_directory_path() / ("bertcc_dp_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  // 42 rows per shard, micro-batch 4: each shard drops a 2-row tail.
-  std::vector<std::string> shards{make_shard(dir.string(), 0, 42, 8), make_shard(dir.string(), 1, 42, 8),
-                                  make_shard(dir.string(), 2, 42, 8)};
-  MaskingOptions m;
-  const int64_t per_step = 4, steps = 9;  // 36 micro-batches: more than one epoch (30)
-  std::vector<std::vector<int32_t>> reference;
-  PretrainLoader seq(shards, 4, 5, m);
-  DataCursor cs;
-  std::vector<DataCursor> step_cursors;
-  for (int64_t k = 0; k < per_step * steps; ++k) {
-    reference.push_back(seq.next(cs).input_ids);
-    if ((k + 1) % per_step == 0) step_cursors.push_back(cs);
-  }
-  for (int64_t world : {1, 2, 4}) {
-    const int64_t A = per_step / world;
-    std::vector<std::unique_ptr<PretrainLoader>> loaders;
-    std::vector<DataCursor> cur(static_cast<size_t>(world));
-    for (int64_t r = 0; r < world; ++r) loaders.push_back(std::make_unique<PretrainLoader>(shards, 4, 5, m));
-    size_t k = 0;
-    for (int64_t s = 0; s < steps; ++s)
-      for (int64_t r = 0; r < world; ++r) {
-        const auto got = loaders[size_t(r)]->next_step(cur[size_t(r)], per_step, r * A, A);
-        ASSERT_EQ(got.size(), size_t(A));
-        for (const BertBatch& b : got) ASSERT_EQ(b.input_ids, reference[k++]) << "world " << world << " step " << s;
-        const DataCursor& want = step_cursors[size_t(s)];
-        EXPECT_EQ(cur[size_t(r)].epoch, want.epoch);
-        EXPECT_EQ(cur[size_t(r)].shard_pos, want.shard_pos);
-        EXPECT_EQ(cur[size_t(r)].row, want.row);
+  for (bool dynamic : {false, true})
+    for (int64_t bins : {0, 2}) {
+      const auto dir = std::filesystem::temp_directory_path() / ("bertcc_dp_" + std::to_string(getpid()));
+      std::filesystem::create_directories(dir);
+      // 42 rows per shard, micro-batch 4: each shard drops a 2-row tail.
+      std::vector<std::string> shards;
+      for (int i = 0; i < 3; ++i)
+        shards.push_back(dynamic ? make_dynamic_shard(dir.string(), i, 42, 8) : make_shard(dir.string(), i, 42, 8));
+      MaskingOptions m;
+      m.vocab_size = 30000, m.cls_id = 101, m.sep_id = 102, m.mask_id = 103;
+      const int64_t per_step = 4, steps = 9;  // 36 micro-batches: more than one epoch (30)
+      std::vector<BertBatch> reference;
+      PretrainLoader seq(shards, 4, 5, m, 0, 1, bins);
+      DataCursor cs;
+      std::vector<DataCursor> step_cursors;
+      for (int64_t k = 0; k < per_step * steps; ++k) {
+        reference.push_back(seq.next(cs));
+        if ((k + 1) % per_step == 0) step_cursors.push_back(cs);
       }
+      EXPECT_EQ(seq.held_rows(), 42);
+      for (int64_t world : {1, 2, 4}) {
+        const int64_t A = per_step / world;
+        std::vector<std::unique_ptr<PretrainLoader>> loaders;
+        std::vector<DataCursor> cur(static_cast<size_t>(world));
+        for (int64_t r = 0; r < world; ++r) loaders.push_back(std::make_unique<PretrainLoader>(shards, 4, 5, m, 0, 1, bins));
+        size_t k = 0;
+        for (int64_t s = 0; s < steps; ++s)
+          for (int64_t r = 0; r < world; ++r) {
+            const auto got = loaders[size_t(r)]->next_step(cur[size_t(r)], per_step, r * A, A);
+            ASSERT_EQ(got.size(), size_t(A));
+            for (const BertBatch& b : got) {
+              const BertBatch& want = reference[k++];
+              ASSERT_EQ(b.input_ids, want.input_ids) << "world " << world << " step " << s << " dynamic " << dynamic;
+              ASSERT_EQ(b.mlm_labels, want.mlm_labels) << "world " << world << " step " << s << " dynamic " << dynamic;
+              ASSERT_EQ(b.input_mask, want.input_mask);
+            }
+            const DataCursor& want = step_cursors[size_t(s)];
+            EXPECT_EQ(cur[size_t(r)].epoch, want.epoch);
+            EXPECT_EQ(cur[size_t(r)].shard_pos, want.shard_pos);
+            EXPECT_EQ(cur[size_t(r)].row, want.row);
+            // 10 micro-batches per shard, this rank's share of them (its place in the step
+            // shifts from shard to shard: one more at most)
+            const int64_t held = loaders[size_t(r)]->held_rows();
+            if (world == 1) {
+              EXPECT_EQ(held, 42);
+            } else {
+              EXPECT_GT(held, 0);
+              EXPECT_LE(held, (10 / world + 1) * 4) << "world " << world << " rank " << r;
+            }
+          }
+        // Resumed at each step boundary by fresh loaders (a shard then opens mid-way, at the
+        // cursor's row): the same batches from there on.
+        for (int64_t s0 = 1; s0 < steps; ++s0) {
+          std::vector<std::unique_ptr<PretrainLoader>> fresh;
+          std::vector<DataCursor> rc(static_cast<size_t>(world), step_cursors[size_t(s0 - 1)]);
+          for (int64_t r = 0; r < world; ++r) fresh.push_back(std::make_unique<PretrainLoader>(shards, 4, 5, m, 0, 1, bins));
+          size_t kk = size_t(s0 * per_step);
+          for (int64_t s = s0; s < steps; ++s)
+            for (int64_t r = 0; r < world; ++r)
+              for (const BertBatch& b : fresh[size_t(r)]->next_step(rc[size_t(r)], per_step, r * A, A)) {
+                ASSERT_EQ(b.input_ids, reference[kk].input_ids) << "resumed at step " << s0 << ", world " << world;
+                ASSERT_EQ(b.mlm_labels, reference[kk++].mlm_labels);
+              }
+        }
+      }
+      std::filesystem::remove_all(dir);
+    }
+}
+
+// Rows read by number, across the reader's 4096-row slabs, equal those rows of the whole shard.
+TEST(DataParallel, ShardRowsReadBySlabEqualTheWholeShard) {
+  const auto dir = std::filesystem::temp_directory_path() / ("bertcc_rows_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = make_shard(dir.string(), 3, 9000, 8);
+  const PretrainShard all = read_pretrain_shard(path);
+  const std::vector<int64_t> rows{0, 1, 4095, 4096, 4097, 6000, 8191, 8192, 8999};
+  const PretrainShard some = read_pretrain_shard_layout(path, nullptr, &rows);
+  ASSERT_EQ(some.N, int64_t(rows.size()));
+  ASSERT_EQ(some.S, all.S);
+  ASSERT_EQ(some.P, all.P);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const auto r = size_t(rows[k]);
+    for (int64_t t = 0; t < all.S; ++t) {
+      EXPECT_EQ(some.input_ids[k * 8 + size_t(t)], all.input_ids[r * 8 + size_t(t)]) << "row " << r;
+      EXPECT_EQ(some.input_mask[k * 8 + size_t(t)], all.input_mask[r * 8 + size_t(t)]);
+    }
+    EXPECT_EQ(some.masked_lm_positions[k * 2], all.masked_lm_positions[r * 2]);
+    EXPECT_EQ(some.next_sentence_labels[k], all.next_sentence_labels[r]);
   }
+  std::vector<int32_t> lengths;
+  EXPECT_EQ(probe_shard_rows(path, &lengths), 9000);
+  ASSERT_EQ(lengths.size(), size_t(9000));
+  for (int64_t r : rows) {
+    int32_t n = 0;
+    for (int64_t t = 0; t < 8; ++t) n += all.input_mask[size_t(r * 8 + t)];
+    EXPECT_EQ(lengths[size_t(r)], n);
+  }
+  const std::vector<int64_t> bad{5, 3};
+  EXPECT_THROW(read_pretrain_shard_layout(path, nullptr, &bad), Error);
+  const std::vector<int64_t> past{9000};
+  EXPECT_THROW(read_pretrain_shard_layout(path, nullptr, &past), Error);
   std::filesystem::remove_all(dir);
 }
 

@@ -20,7 +20,8 @@ struct UnmaskedShard {
 // From the masked layout's common fields (input_ids, input_mask, segment_ids, NSP labels).
 UnmaskedShard unmasked_from(PretrainShard&& p, std::vector<int32_t> lengths);
 void write_unmasked_shard(const std::string& path, const UnmaskedShard& s);
-UnmaskedShard read_unmasked_shard(const std::string& path);
+// rows (sorted, distinct): only those rows, in that order (see read_pretrain_shard_layout).
+UnmaskedShard read_unmasked_shard(const std::string& path, const std::vector<int64_t>* rows = nullptr);
 // True if the file has no masked_lm_positions dataset (i.e. is a dynamic-masking shard).
 bool is_unmasked_shard(const std::string& path);
 
@@ -42,7 +43,10 @@ class DynamicMasker {
   // out_ids/labels are [S]; labels hold the original id at masked positions and -1 elsewhere.
   void mask_row(const int32_t* ids, int64_t len, int64_t S, uint64_t epoch, uint64_t row, int32_t* out_ids,
                 int32_t* labels) const;
-  BertBatch make_batch(const UnmaskedShard& s, const std::vector<int64_t>& rows, uint64_t epoch) const;
+  // ids: each row's number in its file (the seed of its masks) where s holds only some of the
+  // file's rows; nullptr: rows are those numbers.
+  BertBatch make_batch(const UnmaskedShard& s, const std::vector<int64_t>& rows, uint64_t epoch,
+                       const std::vector<int64_t>* ids = nullptr) const;
 
  private:
   MaskingOptions o_;

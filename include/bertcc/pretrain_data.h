@@ -30,7 +30,13 @@ void write_pretrain_shard(const std::string& path, const PretrainShard& shard);
 // skipped and a `lengths` dataset is written/read instead.
 void write_pretrain_shard_layout(const std::string& path, const PretrainShard& shard,
                                  const std::vector<int32_t>* lengths);
-PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths);
+// rows (sorted, distinct): only those rows, in that order (the result's N is rows->size()); the
+// file is read a slab of rows at a time, so a data-parallel rank holds its rows, not the shard.
+PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths,
+                                         const std::vector<int64_t>* rows = nullptr);
+// The shard's row count, without reading its tokens; with `lengths`, each row's real tokens (the
+// sum of its input_mask row), read a slab at a time.
+int64_t probe_shard_rows(const std::string& path, std::vector<int32_t>* lengths = nullptr);
 bool pretrain_shard_has_masks(const std::string& path);
 
 // From now on, this process reads shards through a child process (`bertcc __hdf5-reader`, started

@@ -37,12 +37,21 @@ class PretrainLoader {
   // background thread.
   std::vector<BertBatch> next_step(DataCursor& c, int64_t per_step, int64_t first, int64_t count);
   size_t num_shards() const { return shards_.size(); }
+  // Rows of the shard opened last that this loader read from it: all of them for a whole step
+  // (count == per_step), else only those of this rank's micro-batches.
+  int64_t held_rows() const { return held_rows_; }
 
  private:
   struct Loaded;
-  BertBatch load(DataCursor& c, bool build = true);
+  // A step's slice (per_step, first, count), and the place k in its step of the micro-batch that
+  // starts at shard row `row`.
+  struct Slice {
+    int64_t per_step, first, count, k, row;
+  };
+  BertBatch load(DataCursor& c, bool build, const Slice& step);
   std::vector<BertBatch> load_step(DataCursor& c, int64_t per_step, int64_t first, int64_t count);
-  std::shared_ptr<Loaded> shard(int64_t epoch, int64_t pos);
+  std::shared_ptr<Loaded> shard(int64_t epoch, int64_t pos, const Slice& sl);
+  int64_t held_rows_ = 0;
   std::vector<std::string> shards_;
   int64_t B_;
   uint64_t seed_;

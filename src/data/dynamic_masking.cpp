@@ -49,13 +49,13 @@ UnmaskedShard unmasked_from(PretrainShard&& p, std::vector<int32_t> lengths) {
   return s;
 }
 
-UnmaskedShard read_unmasked_shard(const std::string& path) {
+UnmaskedShard read_unmasked_shard(const std::string& path, const std::vector<int64_t>* rows) {
   std::vector<int32_t> lengths;
-  PretrainShard p = read_pretrain_shard_layout(path, &lengths);
+  PretrainShard p = read_pretrain_shard_layout(path, &lengths, rows);
   UnmaskedShard s = unmasked_from(std::move(p), std::move(lengths));
   for (int64_t r = 0; r < s.N; ++r)
-    BERTCC_CHECK(s.lengths[r] >= 2 && s.lengths[r] <= s.S, path, ": lengths[", r, "] = ", s.lengths[r], " outside [2, ",
-                 s.S, "]");
+    BERTCC_CHECK(s.lengths[r] >= 2 && s.lengths[r] <= s.S, path, ": lengths[", rows ? (*rows)[r] : r, "] = ",
+                 s.lengths[r], " outside [2, ", s.S, "]");
   return s;
 }
 
@@ -90,7 +90,8 @@ void DynamicMasker::mask_row(const int32_t* ids, int64_t len, int64_t S, uint64_
   }
 }
 
-BertBatch DynamicMasker::make_batch(const UnmaskedShard& s, const std::vector<int64_t>& rows, uint64_t epoch) const {
+BertBatch DynamicMasker::make_batch(const UnmaskedShard& s, const std::vector<int64_t>& rows, uint64_t epoch,
+                                    const std::vector<int64_t>* ids) const {
   BertBatch b;
   b.B = static_cast<int64_t>(rows.size());
   b.T = s.S;
@@ -99,7 +100,8 @@ BertBatch DynamicMasker::make_batch(const UnmaskedShard& s, const std::vector<in
   b.mlm_labels.resize(rows.size() * S);
   for (size_t k = 0; k < rows.size(); ++k) {
     const size_t r = static_cast<size_t>(rows[k]);
-    mask_row(s.input_ids.data() + r * S, s.lengths[r], s.S, epoch, r, b.input_ids.data() + k * S,
+    const auto id = ids ? static_cast<size_t>((*ids)[k]) : r;  // the row's number in the file: its masks' seed
+    mask_row(s.input_ids.data() + r * S, s.lengths[r], s.S, epoch, id, b.input_ids.data() + k * S,
              b.mlm_labels.data() + k * S);
     b.input_mask.insert(b.input_mask.end(), s.input_mask.begin() + r * S, s.input_mask.begin() + (r + 1) * S);
     b.segment_ids.insert(b.segment_ids.end(), s.segment_ids.begin() + r * S, s.segment_ids.begin() + (r + 1) * S);

@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -59,8 +61,16 @@ hid_t open_for_reading(const std::string& path) {
   return id;
 }
 
+// rows (sorted, distinct): only those rows (first dimension) of the dataset, in that order; the
+// dataset is read in slabs of kSlabRows rows, so no more than a slab of the rows not kept is in
+// memory at once. nullptr: every row.
+constexpr hsize_t kSlabRows = 4096;
+
+// row_sums (with rows): each row's sum instead of its values (row_sums[k] for rows[k]; the
+// returned vector is empty).
 std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* name, int rank,
-                              std::vector<hsize_t>& dims) {
+                              std::vector<hsize_t>& dims, const std::vector<int64_t>* rows = nullptr,
+                              std::vector<int32_t>* row_sums = nullptr) {
   BERTCC_CHECK(H5Lexists(file, name, H5P_DEFAULT) > 0, path, ": missing dataset '", name, "'");
   Handle ds{H5Dopen2(file, name, H5P_DEFAULT), H5Dclose};
   BERTCC_CHECK(ds.id >= 0, path, ": cannot open dataset '", name, "'");
@@ -81,7 +91,9 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
     shape += std::to_string(d);
   }
   BERTCC_CHECK(n_elems < 9.0e15, path, ": dataset '", name, "' has an impossible shape [", shape, "]");
-  check_memory(4.0 * n_elems, path + ": dataset '" + name + "' [" + shape + "]", "is the shard corrupt?");
+  const double row_elems = dims.empty() || dims[0] == 0 ? 0.0 : n_elems / static_cast<double>(dims[0]);
+  check_memory(4.0 * (rows ? row_elems * static_cast<double>(rows->size() + kSlabRows) : n_elems),
+               path + ": dataset '" + name + "' [" + shape + "]", "is the shard corrupt?");
   // The values come from the bytes the file stores for the dataset, which the file must hold:
   // deflate expands at most about 1032:1, and shards are written whole (no unallocated chunks).
   // A shape far beyond that is a corrupt header, refused before its memory is taken.
@@ -103,6 +115,54 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
                  at == HADDR_UNDEF ? -1.0 : static_cast<double>(at), " in a file of ", file_bytes,
                  " bytes: truncated or corrupt shard");
   }
+  if (rows) {
+    const hsize_t N = dims[0];
+    const auto cols = static_cast<size_t>(row_elems);
+    // Slabs cut across chunks: the chunk cache holds the chunks one slab touches, so each chunk is
+    // decompressed once (a shard written as one chunk per dataset is then decompressed once, and
+    // held decompressed while its rows are picked). The cache is the dataset's from its first open.
+    if (layout == H5D_CHUNKED) {
+      std::vector<hsize_t> cd(static_cast<size_t>(rank), 0);
+      if (H5Pget_chunk(dcpl.id, rank, cd.data()) == rank && cd[0] > 0) {
+        double chunk_bytes = static_cast<double>(H5Tget_size(ty.id));
+        for (hsize_t c : cd) chunk_bytes *= static_cast<double>(c);
+        const double per_slab = std::ceil(static_cast<double>(kSlabRows) / static_cast<double>(cd[0])) + 1.0;
+        Handle dapl{H5Pcreate(H5P_DATASET_ACCESS), H5Pclose};
+        H5Dclose(ds.id);
+        ds.id = -1;
+        BERTCC_CHECK(dapl.id >= 0 && H5Pset_chunk_cache(dapl.id, 12421, static_cast<size_t>(chunk_bytes * per_slab) + 1,
+                                                         1.0) >= 0,
+                     path, ": dataset '", name, "': cannot set its chunk cache");
+        ds.id = H5Dopen2(file, name, dapl.id);
+        BERTCC_CHECK(ds.id >= 0, path, ": cannot open dataset '", name, "'");
+      }
+    }
+    for (size_t k = 0; k < rows->size(); ++k)
+      BERTCC_CHECK((*rows)[k] >= 0 && static_cast<hsize_t>((*rows)[k]) < N && (k == 0 || (*rows)[k] > (*rows)[k - 1]),
+                   path, ": dataset '", name, "': row ", (*rows)[k], " requested of its ", N,
+                   " rows (rows must be increasing)");
+    std::vector<int32_t> out(row_sums ? 0 : rows->size() * cols), slab;
+    if (row_sums) row_sums->assign(rows->size(), 0);
+    for (size_t k = 0; k < rows->size();) {
+      const hsize_t a = static_cast<hsize_t>((*rows)[k]) / kSlabRows * kSlabRows, b = std::min(a + kSlabRows, N);
+      hsize_t start[2] = {a, 0}, count[2] = {b - a, rank == 2 ? dims[1] : 1};
+      Handle fsp{H5Dget_space(ds.id), H5Sclose};
+      Handle msp{H5Screate_simple(rank, count, nullptr), H5Sclose};
+      slab.resize(static_cast<size_t>(b - a) * cols);
+      BERTCC_CHECK(fsp.id >= 0 && msp.id >= 0 &&
+                       H5Sselect_hyperslab(fsp.id, H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
+                       (slab.empty() || H5Dread(ds.id, H5T_NATIVE_INT32, msp.id, fsp.id, H5P_DEFAULT, slab.data()) >= 0),
+                   path, ": cannot read rows [", a, ",", b, ") of dataset '", name, "' (truncated or corrupt file?)");
+      for (; k < rows->size() && static_cast<hsize_t>((*rows)[k]) < b; ++k) {
+        const auto from = slab.begin() + static_cast<std::ptrdiff_t>((static_cast<hsize_t>((*rows)[k]) - a) * cols);
+        if (row_sums)
+          (*row_sums)[k] = std::accumulate(from, from + static_cast<std::ptrdiff_t>(cols), int32_t{0});
+        else
+          std::copy_n(from, cols, out.begin() + static_cast<std::ptrdiff_t>(k * cols));
+      }
+    }
+    return out;
+  }
   const auto n = static_cast<size_t>(n_elems);
   std::vector<int32_t> out(n);
   if (n > 0)
@@ -121,19 +181,21 @@ bool has_masks_in_process(const std::string& path) {
   return H5Lexists(f.id, "masked_lm_positions", H5P_DEFAULT) > 0;
 }
 
-PretrainShard read_in_process(const std::string& path, std::vector<int32_t>* lengths) {
+PretrainShard read_in_process(const std::string& path, std::vector<int32_t>* lengths,
+                              const std::vector<int64_t>* rows = nullptr) {
   std::lock_guard<std::mutex> lock(h5_mutex());
   Handle f{open_for_reading(path), H5Fclose};
   PretrainShard s;
   std::vector<hsize_t> d;
-  s.input_ids = read_i32(f.id, path, "input_ids", 2, d);
-  s.N = static_cast<int64_t>(d[0]);
+  s.input_ids = read_i32(f.id, path, "input_ids", 2, d, rows);
+  const auto N = static_cast<int64_t>(d[0]);  // the file's rows; s.N: those read
+  s.N = rows ? static_cast<int64_t>(rows->size()) : N;
   s.S = static_cast<int64_t>(d[1]);
   auto same2 = [&](const char* name, std::vector<int32_t>& dst, int64_t cols) {
     std::vector<hsize_t> dd;
-    dst = read_i32(f.id, path, name, 2, dd);
-    BERTCC_CHECK(static_cast<int64_t>(dd[0]) == s.N && (cols < 0 || static_cast<int64_t>(dd[1]) == cols), path,
-                 ": dataset '", name, "' has shape [", dd[0], ",", dd[1], "], inconsistent with input_ids [", s.N, ",",
+    dst = read_i32(f.id, path, name, 2, dd, rows);
+    BERTCC_CHECK(static_cast<int64_t>(dd[0]) == N && (cols < 0 || static_cast<int64_t>(dd[1]) == cols), path,
+                 ": dataset '", name, "' has shape [", dd[0], ",", dd[1], "], inconsistent with input_ids [", N, ",",
                  s.S, "]");
     return static_cast<int64_t>(dd[1]);
   };
@@ -143,14 +205,39 @@ PretrainShard read_in_process(const std::string& path, std::vector<int32_t>* len
     s.P = same2("masked_lm_positions", s.masked_lm_positions, -1);
     same2("masked_lm_ids", s.masked_lm_ids, s.P);
   } else {
-    *lengths = read_i32(f.id, path, "lengths", 1, d);
-    BERTCC_CHECK(static_cast<int64_t>(d[0]) == s.N, path, ": dataset 'lengths' has ", d[0], " rows, input_ids has ",
-                 s.N);
+    *lengths = read_i32(f.id, path, "lengths", 1, d, rows);
+    BERTCC_CHECK(static_cast<int64_t>(d[0]) == N, path, ": dataset 'lengths' has ", d[0], " rows, input_ids has ", N);
   }
-  s.next_sentence_labels = read_i32(f.id, path, "next_sentence_labels", 1, d);
-  BERTCC_CHECK(static_cast<int64_t>(d[0]) == s.N, path, ": dataset 'next_sentence_labels' has ", d[0],
-               " rows, input_ids has ", s.N);
+  s.next_sentence_labels = read_i32(f.id, path, "next_sentence_labels", 1, d, rows);
+  BERTCC_CHECK(static_cast<int64_t>(d[0]) == N, path, ": dataset 'next_sentence_labels' has ", d[0],
+               " rows, input_ids has ", N);
   return s;
+}
+
+// The shard's rows and, with `lengths`, each row's real tokens (the sum of its input_mask row), read
+// a slab at a time.
+int64_t probe_rows_in_process(const std::string& path, std::vector<int32_t>* lengths) {
+  std::vector<hsize_t> d;
+  {
+    std::lock_guard<std::mutex> lock(h5_mutex());
+    Handle f{open_for_reading(path), H5Fclose};
+    BERTCC_CHECK(H5Lexists(f.id, "input_ids", H5P_DEFAULT) > 0, path, ": missing dataset 'input_ids'");
+    Handle ds{H5Dopen2(f.id, "input_ids", H5P_DEFAULT), H5Dclose};
+    Handle sp{ds.id >= 0 ? H5Dget_space(ds.id) : -1, H5Sclose};
+    BERTCC_CHECK(sp.id >= 0 && H5Sget_simple_extent_ndims(sp.id) == 2, path, ": dataset 'input_ids' is not [N, S]");
+    d.assign(2, 0);
+    H5Sget_simple_extent_dims(sp.id, d.data(), nullptr);
+    if (!lengths) return static_cast<int64_t>(d[0]);
+  }
+  const auto N = static_cast<int64_t>(d[0]);
+  std::vector<int64_t> rows(static_cast<size_t>(N));
+  for (int64_t r = 0; r < N; ++r) rows[static_cast<size_t>(r)] = r;
+  std::lock_guard<std::mutex> lock(h5_mutex());
+  Handle f{open_for_reading(path), H5Fclose};
+  std::vector<hsize_t> dm;
+  read_i32(f.id, path, "input_mask", 2, dm, &rows, lengths);
+  BERTCC_CHECK(static_cast<int64_t>(dm[0]) == N, path, ": dataset 'input_mask' has ", dm[0], " rows, input_ids has ", N);
+  return N;
 }
 
 // ---- the isolated reader ----------------------------------------------------------------------
@@ -159,12 +246,16 @@ PretrainShard read_in_process(const std::string& path, std::vector<int32_t>* len
 // So a bertcc process reads shards through a child, `bertcc __hdf5-reader` (hdf5_reader_main),
 // started on the first read and kept for the next ones: requests and replies go over a socket pair;
 // a child killed by a signal becomes an error naming the file, and the next read starts a new child.
-// Request: u8 kind (0 NVIDIA layout, 1 dynamic-masking layout, 2 has-masks probe), u32 length, path.
+// Request: u8 kind (0 NVIDIA layout, 1 dynamic-masking layout, 2 has-masks probe, 3 row-count
+// probe, 4 row-count and row-length probe), u32 length, path, u64 row count (kAllRows: every row),
+// that many i64 rows.
 // Reply: u32 magic, u8 status; status 1: u64 length, the error message; status 0: u8 has_masks and,
 // for reads, i64 N, S, P, then 7 arrays (u64 count, int32 values): input_ids, input_mask,
-// segment_ids, masked_lm_positions, masked_lm_ids, next_sentence_labels, lengths.
-constexpr uint32_t kReplyMagic = 0x31485342;  // "BSH1"
-constexpr uint8_t kReadMasked = 0, kReadLengths = 1, kProbeMasks = 2;
+// segment_ids, masked_lm_positions, masked_lm_ids, next_sentence_labels, lengths; for the row
+// probes, i64 N and one array (the row lengths; empty for kind 3).
+constexpr uint32_t kReplyMagic = 0x32485342;  // "BSH2"
+constexpr uint8_t kReadMasked = 0, kReadLengths = 1, kProbeMasks = 2, kProbeRows = 3, kProbeRowLengths = 4;
+constexpr uint64_t kAllRows = ~uint64_t{0};
 
 bool write_all(int fd, const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
@@ -198,12 +289,16 @@ void put(std::string& out, const T& v) {
 class IsolatedReader {
  public:
   // Returns has_masks; fills `shard` (and `lengths`) for the read kinds.
-  bool request(const std::string& path, uint8_t kind, PretrainShard* shard, std::vector<int32_t>* lengths) {
+  // Row probes: shard->N is the row count, *lengths the row lengths (kProbeRowLengths).
+  bool request(const std::string& path, uint8_t kind, PretrainShard* shard, std::vector<int32_t>* lengths,
+               const std::vector<int64_t>* rows = nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     std::string req;
     put(req, kind);
     put(req, static_cast<uint32_t>(path.size()));
     req += path;
+    put(req, rows ? static_cast<uint64_t>(rows->size()) : kAllRows);
+    if (rows) req.append(reinterpret_cast<const char*>(rows->data()), rows->size() * sizeof(int64_t));
     if (pid_ < 0) start(path);
     if (!write_all(fd_, req.data(), req.size())) {  // the child ended before this request: a new one
       reap();
@@ -223,6 +318,18 @@ class IsolatedReader {
     uint8_t has_masks = 0;
     if (!read_all(fd_, &has_masks, 1)) died(path);
     if (kind == kProbeMasks) return has_masks != 0;
+    if (kind == kProbeRows || kind == kProbeRowLengths) {
+      int64_t n = 0;
+      uint64_t count = 0;
+      if (!read_all(fd_, &n, 8) || !read_all(fd_, &count, 8)) died(path);
+      shard->N = n;
+      check_memory(4.0 * static_cast<double>(count), path, "(the HDF5 reader's reply)");
+      std::vector<int32_t> unused;
+      std::vector<int32_t>& out = lengths ? *lengths : unused;
+      out.resize(static_cast<size_t>(count));
+      if (count > 0 && !read_all(fd_, out.data(), out.size() * 4)) died(path);
+      return false;
+    }
     int64_t nsp[3];
     if (!read_all(fd_, nsp, sizeof nsp)) died(path);
     shard->N = nsp[0];
@@ -311,6 +418,15 @@ int hdf5_reader_main() {
     if (!read_all(0, &n, 4) || n > 65536) return 1;
     std::string path(n, '\0');
     if (!read_all(0, path.data(), n)) return 1;
+    uint64_t nrows = 0;
+    if (!read_all(0, &nrows, 8)) return 1;
+    std::vector<int64_t> rows;
+    if (nrows != kAllRows) {
+      if (nrows > (uint64_t{1} << 40)) return 1;
+      rows.resize(static_cast<size_t>(nrows));
+      if (nrows > 0 && !read_all(0, rows.data(), rows.size() * 8)) return 1;
+    }
+    const std::vector<int64_t>* sel = nrows == kAllRows ? nullptr : &rows;
     // The reply: the header, then each array straight from the shard (no second copy of it here).
     std::string head;
     put(head, kReplyMagic);
@@ -318,12 +434,19 @@ int hdf5_reader_main() {
     std::vector<int32_t> lengths;
     try {
       // a read succeeds only in its layout, so only the probe opens the file to ask
+      const bool probe_rows = kind == kProbeRows || kind == kProbeRowLengths;
       const bool masks = kind == kProbeMasks ? has_masks_in_process(path) : kind == kReadMasked;
-      if (kind != kProbeMasks) s = read_in_process(path, kind == kReadLengths ? &lengths : nullptr);
+      if (probe_rows)
+        s.N = probe_rows_in_process(path, kind == kProbeRowLengths ? &lengths : nullptr);
+      else if (kind != kProbeMasks)
+        s = read_in_process(path, kind == kReadLengths ? &lengths : nullptr, sel);
       put(head, uint8_t{0});
       put(head, static_cast<uint8_t>(masks));
-      if (kind != kProbeMasks)
+      if (probe_rows) {
+        put(head, s.N);
+      } else if (kind != kProbeMasks) {
         for (int64_t v : {s.N, s.S, s.P}) put(head, v);
+      }
     } catch (const std::exception& e) {
       put(head, uint8_t{1});
       const std::string msg = e.what();
@@ -334,6 +457,11 @@ int hdf5_reader_main() {
     }
     if (!write_all(1, head.data(), head.size())) return 1;
     if (kind == kProbeMasks) continue;
+    if (kind == kProbeRows || kind == kProbeRowLengths) {
+      const uint64_t count = lengths.size();
+      if (!write_all(1, &count, 8) || !write_all(1, lengths.data(), lengths.size() * 4)) return 1;
+      continue;
+    }
     const std::vector<int32_t>* arrays[] = {&s.input_ids,           &s.input_mask,    &s.segment_ids,
                                             &s.masked_lm_positions, &s.masked_lm_ids, &s.next_sentence_labels,
                                             &lengths};
@@ -346,11 +474,19 @@ int hdf5_reader_main() {
 
 PretrainShard read_pretrain_shard(const std::string& path) { return read_pretrain_shard_layout(path, nullptr); }
 
-PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths) {
-  if (!g_isolated) return read_in_process(path, lengths);
+PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths,
+                                        const std::vector<int64_t>* rows) {
+  if (!g_isolated) return read_in_process(path, lengths, rows);
   PretrainShard s;
-  isolated_reader().request(path, lengths ? kReadLengths : kReadMasked, &s, lengths);
+  isolated_reader().request(path, lengths ? kReadLengths : kReadMasked, &s, lengths, rows);
   return s;
+}
+
+int64_t probe_shard_rows(const std::string& path, std::vector<int32_t>* lengths) {
+  if (!g_isolated) return probe_rows_in_process(path, lengths);
+  PretrainShard s;
+  isolated_reader().request(path, lengths ? kProbeRowLengths : kProbeRows, &s, lengths);
+  return s.N;
 }
 
 bool pretrain_shard_has_masks(const std::string& path) {

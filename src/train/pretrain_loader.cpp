@@ -11,12 +11,16 @@ namespace bertcc {
 
 struct PretrainLoader::Loaded {
   int64_t epoch = -1, pos = -1;
+  int64_t slice[3] = {1, 0, 1};  // the step slice (per_step, first, count) the held rows serve
   std::string path;
   bool dynamic = false;
-  PretrainShard masked;
+  int64_t N = 0;                // the file's rows
+  bool all = true;              // every row read; else only `held`
+  std::vector<int64_t> held;    // the rows read (sorted), when not all of them: this rank's
+  PretrainShard masked;         // the rows read, in `held` order
   UnmaskedShard unmasked;
-  std::vector<int64_t> order;  // row order for this epoch
-  int64_t rows() const { return dynamic ? unmasked.N : masked.N; }
+  std::vector<int64_t> order;   // row order for this epoch (the file's row numbers)
+  int64_t rows() const { return N; }
 };
 
 namespace {
@@ -53,8 +57,10 @@ PretrainLoader::~PretrainLoader() {
   if (has_step_ahead_) step_ahead_.wait();
 }
 
-std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int64_t pos) {
-  if (cache_ && cache_->epoch == epoch && cache_->pos == pos) return cache_;
+std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int64_t pos, const Slice& sl) {
+  if (cache_ && cache_->epoch == epoch && cache_->pos == pos && cache_->slice[0] == sl.per_step &&
+      cache_->slice[1] == sl.first && cache_->slice[2] == sl.count)
+    return cache_;
   BERTCC_CHECK(pos >= 0 && pos < static_cast<int64_t>(shards_.size()), "the data position (shard ", pos, " of epoch ",
                epoch, ") is past the ", shards_.size(), " shard(s) of the input folder: resuming with other data?");
   std::vector<int64_t> order(shards_.size());
@@ -64,26 +70,20 @@ std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int
   auto l = std::make_shared<Loaded>();
   l->epoch = epoch;
   l->pos = pos;
+  l->slice[0] = sl.per_step;
+  l->slice[1] = sl.first;
+  l->slice[2] = sl.count;
   l->path = path;
   l->dynamic = is_unmasked_shard(path);
-  if (l->dynamic)
-    l->unmasked = read_unmasked_shard(path);
-  else
-    l->masked = read_pretrain_shard(path);
-  BERTCC_CHECK(l->rows() >= B_, path, ": ", l->rows(), " rows, fewer than one batch of ", B_);
-  l->order.resize(static_cast<size_t>(l->rows()));
-  for (int64_t i = 0; i < l->rows(); ++i) l->order[static_cast<size_t>(i)] = i;
+  // The row order needs only the row count (and, for length binning, each row's length): probed
+  // first, so that a rank then reads only the rows of its own micro-batches.
+  std::vector<int32_t> lengths;
+  l->N = probe_shard_rows(path, bin_batches_ > 0 ? &lengths : nullptr);
+  BERTCC_CHECK(l->N >= B_, path, ": ", l->N, " rows, fewer than one batch of ", B_);
+  l->order.resize(static_cast<size_t>(l->N));
+  for (int64_t i = 0; i < l->N; ++i) l->order[static_cast<size_t>(i)] = i;
   shuffle(l->order, seed_ ^ splitmix64(static_cast<uint64_t>(epoch) * 1000003u + static_cast<uint64_t>(pos) + 1));
   if (bin_batches_ > 0) {
-    const int64_t S = l->dynamic ? l->unmasked.S : l->masked.S;
-    const auto& mask = l->dynamic ? l->unmasked.input_mask : l->masked.input_mask;
-    auto len = [&](int64_t r) {
-      int64_t n = 0;
-      for (int64_t t = 0; t < S; ++t) n += mask[static_cast<size_t>(r * S + t)];
-      return n;
-    };
-    std::vector<int64_t> lengths(static_cast<size_t>(l->rows()));
-    for (int64_t r = 0; r < l->rows(); ++r) lengths[static_cast<size_t>(r)] = len(r);
     const size_t group = static_cast<size_t>(bin_batches_ * B_);
     for (size_t g0 = 0; g0 < l->order.size(); g0 += group) {
       const auto e = l->order.begin() + static_cast<std::ptrdiff_t>(std::min(l->order.size(), g0 + group));
@@ -92,25 +92,53 @@ std::shared_ptr<PretrainLoader::Loaded> PretrainLoader::shard(int64_t epoch, int
       });
     }
   }
+  // This rank's rows: those of the shard's micro-batches, from the one at sl.row on, whose place in
+  // their step falls in [first, first + count); the micro-batch at sl.row has place sl.k.
+  l->all = sl.count == sl.per_step && sl.row == 0;
+  const std::vector<int64_t>* rows = nullptr;
+  if (!l->all) {
+    for (int64_t m = sl.row / B_; (m + 1) * B_ <= l->N; ++m) {
+      const int64_t place = (sl.k + m - sl.row / B_) % sl.per_step;
+      if (place >= sl.first && place < sl.first + sl.count)
+        l->held.insert(l->held.end(), l->order.begin() + m * B_, l->order.begin() + (m + 1) * B_);
+    }
+    std::sort(l->held.begin(), l->held.end());
+    rows = &l->held;
+  }
+  if (l->dynamic)
+    l->unmasked = read_unmasked_shard(path, rows);
+  else
+    l->masked = read_pretrain_shard_layout(path, nullptr, rows);
+  held_rows_ = l->all ? l->N : static_cast<int64_t>(l->held.size());
   cache_ = l;
   return l;
 }
 
-BertBatch PretrainLoader::load(DataCursor& c, bool build) {
-  auto l = shard(c.epoch, c.shard_pos);
+BertBatch PretrainLoader::load(DataCursor& c, bool build, const Slice& step) {
+  Slice sl = step;
+  sl.row = c.row;
+  auto l = shard(c.epoch, c.shard_pos, sl);
   if (c.row + B_ > l->rows()) {  // the incomplete tail of a shard is skipped (drop_last)
     c.row = 0;
     if (++c.shard_pos >= static_cast<int64_t>(shards_.size())) {
       c.shard_pos = 0;
       ++c.epoch;
     }
-    l = shard(c.epoch, c.shard_pos);
+    sl.row = 0;
+    l = shard(c.epoch, c.shard_pos, sl);
   }
   std::vector<int64_t> rows(l->order.begin() + c.row, l->order.begin() + c.row + B_);
   c.row += B_;
   if (!build) return {};
-  BertBatch b = l->dynamic ? DynamicMasker(masking_, seed_).make_batch(l->unmasked, rows, static_cast<uint64_t>(c.epoch))
-                           : make_pretrain_batch(l->masked, rows, l->path);
+  std::vector<int64_t> local = rows;  // the rows' places among those read
+  if (!l->all)
+    for (int64_t& r : local) {
+      const auto it = std::lower_bound(l->held.begin(), l->held.end(), r);
+      BERTCC_CHECK(it != l->held.end() && *it == r, l->path, ": row ", r, " was not read for this rank (loader bug)");
+      r = it - l->held.begin();
+    }
+  BertBatch b = l->dynamic ? DynamicMasker(masking_, seed_).make_batch(l->unmasked, local, static_cast<uint64_t>(c.epoch), &rows)
+                           : make_pretrain_batch(l->masked, local, l->path);
   b.source = l->path;
   return b;
 }
@@ -121,7 +149,7 @@ std::vector<BertBatch> PretrainLoader::load_step(DataCursor& c, int64_t per_step
   std::vector<BertBatch> out;
   for (int64_t k = 0; k < per_step; ++k) {
     const bool mine = k >= first && k < first + count;
-    BertBatch b = load(c, mine);
+    BertBatch b = load(c, mine, Slice{per_step, first, count, k, 0});
     if (mine) out.push_back(std::move(b));
   }
   return out;
