@@ -111,11 +111,13 @@ TEST(DataParallel, StepSlicesOfAnyWorldSizeFormTheGlobalOrder) {
     }
 }
 
-// Rows read by number, across the reader's 4096-row slabs, equal those rows of the whole shard.
+// Rows read by number, across the reader's 4096-row slabs and the writer's 2048-row chunks, equal
+// those rows of the whole shard.
 TEST(DataParallel, ShardRowsReadBySlabEqualTheWholeShard) {
   const auto dir = std::filesystem::temp_directory_path() / ("bertcc_rows_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  const std::string path = make_shard(dir.string(), 3, 9000, 8);
+  const int64_t S = 128;  // chunks of 2048 rows: slabs cut across chunks
+  const std::string path = make_shard(dir.string(), 3, 9000, S);
   const PretrainShard all = read_pretrain_shard(path);
   const std::vector<int64_t> rows{0, 1, 4095, 4096, 4097, 6000, 8191, 8192, 8999};
   const PretrainShard some = read_pretrain_shard_layout(path, nullptr, &rows);
@@ -125,8 +127,8 @@ TEST(DataParallel, ShardRowsReadBySlabEqualTheWholeShard) {
   for (size_t k = 0; k < rows.size(); ++k) {
     const auto r = size_t(rows[k]);
     for (int64_t t = 0; t < all.S; ++t) {
-      EXPECT_EQ(some.input_ids[k * 8 + size_t(t)], all.input_ids[r * 8 + size_t(t)]) << "row " << r;
-      EXPECT_EQ(some.input_mask[k * 8 + size_t(t)], all.input_mask[r * 8 + size_t(t)]);
+      EXPECT_EQ(some.input_ids[k * S + size_t(t)], all.input_ids[r * S + size_t(t)]) << "row " << r;
+      EXPECT_EQ(some.input_mask[k * S + size_t(t)], all.input_mask[r * S + size_t(t)]);
     }
     EXPECT_EQ(some.masked_lm_positions[k * 2], all.masked_lm_positions[r * 2]);
     EXPECT_EQ(some.next_sentence_labels[k], all.next_sentence_labels[r]);
@@ -136,7 +138,7 @@ TEST(DataParallel, ShardRowsReadBySlabEqualTheWholeShard) {
   ASSERT_EQ(lengths.size(), size_t(9000));
   for (int64_t r : rows) {
     int32_t n = 0;
-    for (int64_t t = 0; t < 8; ++t) n += all.input_mask[size_t(r * 8 + t)];
+    for (int64_t t = 0; t < S; ++t) n += all.input_mask[size_t(r * S + t)];
     EXPECT_EQ(lengths[size_t(r)], n);
   }
   const std::vector<int64_t> bad{5, 3};

@@ -227,6 +227,12 @@ int64_t probe_rows_in_process(const std::string& path, std::vector<int32_t>* len
     BERTCC_CHECK(sp.id >= 0 && H5Sget_simple_extent_ndims(sp.id) == 2, path, ": dataset 'input_ids' is not [N, S]");
     d.assign(2, 0);
     H5Sget_simple_extent_dims(sp.id, d.data(), nullptr);
+    // the loader keeps a row order (8 bytes a row), and the lengths: an absurd row count from a
+    // corrupt header is refused here, before either is allocated
+    check_memory(8.0 * static_cast<double>(d[0]) + (lengths ? 4.0 * static_cast<double>(d[0]) : 0.0),
+                 path + ": dataset 'input_ids' [" + std::to_string(d[0]) + "," + std::to_string(d[1]) +
+                     "] (its row order)",
+                 "is the shard corrupt?");
     if (!lengths) return static_cast<int64_t>(d[0]);
   }
   const auto N = static_cast<int64_t>(d[0]);
@@ -544,7 +550,13 @@ void write_pretrain_shard_layout(const std::string& path, const PretrainShard& s
       Handle sp{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
       Handle pl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
       if (dims[0] > 0) {
-        H5Pset_chunk(pl.id, static_cast<int>(dims.size()), dims.data());
+        // chunks of whole rows, about 1 MiB each (as h5py's), so that reading some rows
+        // decompresses only the chunks that hold them
+        std::vector<hsize_t> chunk = dims;
+        const double row_bytes = std::max(4.0, 4.0 * static_cast<double>(dims.size() > 1 ? dims[1] : 1));
+        chunk[0] = std::clamp<hsize_t>(static_cast<hsize_t>(1048576.0 / row_bytes), 1, dims[0]);
+        for (size_t i = 1; i < chunk.size(); ++i) chunk[i] = std::max<hsize_t>(chunk[i], 1);
+        H5Pset_chunk(pl.id, static_cast<int>(chunk.size()), chunk.data());
         H5Pset_deflate(pl.id, 4);
       }
       Handle ds{H5Dcreate2(f.id, name, type, sp.id, H5P_DEFAULT, pl.id, H5P_DEFAULT), H5Dclose};
