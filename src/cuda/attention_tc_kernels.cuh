@@ -21,10 +21,23 @@ template <bool BF16>
 __device__ inline uint16_t to16(float x) {
   return BF16 ? f32_to_bf16_bits(x) : __half_as_ushort(__float2half_rn(x));
 }
+// Two values rounded (to nearest, even) into one register, lo in the lower 16 bits: one cvt on
+// sm_80 and later (the same bits as to16 for every number; NaNs become the canonical NaN).
 template <bool BF16>
 __device__ inline uint32_t pack16(float lo, float hi) {
+#if !defined(BERTCC_CUDA_SIM) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t r;
+  if constexpr (BF16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
   return static_cast<uint32_t>(to16<BF16>(lo)) | (static_cast<uint32_t>(to16<BF16>(hi)) << 16);
+#endif
 }
+// The softmax runs in base 2 (exp2f: one MUFU.EX2 and little else): scores and masks times log2 e.
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 __device__ inline uint32_t ld32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // d += a * b (16x8 += 16x16 * 16x8)
@@ -227,15 +240,12 @@ __global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, uint16_t* cols,
           if (c + k < s.hs) x[k] = p[k];
       }
     }
-    uint16_t y[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) tile[r][c + k] = y[k] = to16<BF16>(x[k]);
-    if (rows) {
-      uint2 w;
-      w.x = static_cast<uint32_t>(y[0]) | (static_cast<uint32_t>(y[1]) << 16);
-      w.y = static_cast<uint32_t>(y[2]) | (static_cast<uint32_t>(y[3]) << 16);
-      *reinterpret_cast<uint2*>(rows + (bh * Tp + t) * HS + c) = w;  // 8-byte aligned: HS, c multiples of 4
-    }
+    uint2 w;
+    w.x = pack16<BF16>(x[0], x[1]);
+    w.y = pack16<BF16>(x[2], x[3]);
+    tile[r][c] = static_cast<uint16_t>(w.x), tile[r][c + 1] = static_cast<uint16_t>(w.x >> 16);
+    tile[r][c + 2] = static_cast<uint16_t>(w.y), tile[r][c + 3] = static_cast<uint16_t>(w.y >> 16);
+    if (rows) *reinterpret_cast<uint2*>(rows + (bh * Tp + t) * HS + c) = w;  // 8-byte aligned: HS, c multiples of 4
   }
   if (!cols) return;  // the same for every thread of the block
   __syncthreads();
@@ -306,10 +316,11 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
     copy_tile<BN, HS>(tiles + buf * kTile, LDH, kg + j0 * HS, HS);
     copy_tile<HS, BN>(tiles + buf * kTile + BN * LDH, LDN, vg + j0, op.Tp);
     for (int jj = threadIdx.x; jj < BN; jj += kThreads)
-      Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
+      Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] * kLog2e : -INFINITY;
   };
   copy_tile<kBlockRows, HS>(Qs, LDH, op.q + (bh * op.Tp + q0) * HS, HS);
   issue(0, 0);
+  const float scale2 = s.scale * kLog2e;
   cp_async_commit();
   uint32_t qf[HS / 16][4];
   float o[HS / 8][4] = {};
@@ -349,7 +360,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float ma = Mb[nt * 8 + t2 + (e & 1)];
-        const float v = ma == -INFINITY ? -INFINITY : sc[nt][e] * s.scale + ma;
+        const float v = ma == -INFINITY ? -INFINITY : sc[nt][e] * scale2 + ma;  // base 2
         sc[nt][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
@@ -358,7 +369,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
       const float mn = fmaxf(m[r], mx[r]);
-      const float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+      const float corr = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mn);
       l[r] *= corr;
 #pragma unroll
       for (int nt = 0; nt < HS / 8; ++nt) {
@@ -374,7 +385,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        const float p = sc[nt][e] == -INFINITY ? 0.0f : expf(sc[nt][e] - m[r]);
+        const float p = sc[nt][e] == -INFINITY ? 0.0f : exp2f(sc[nt][e] - m[r]);
         l[r] += p;
         sc[nt][e] = !s.drop ? p : kp[r][e & 1] ? p * s.keep_scale : 0.0f;
       }
@@ -394,7 +405,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r)
-    if (row[r] < s.T && (lane & 3) == 0) lse[bh * s.T + row[r]] = m[r] + logf(l[r]);
+    if (row[r] < s.T && (lane & 3) == 0) lse[bh * s.T + row[r]] = m[r] * kLn2 + logf(l[r]);
 }
 
 // ---- backward: dq, per query block ----
@@ -424,17 +435,18 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
     copy_tile<BN, HS>(t + BN * LDH, LDH, op.v + (bh * op.Tp + j0) * HS, HS);
     copy_tile<HS, BN>(t + 2 * BN * LDH, LDN, op.kt + bh * HS * op.Tp + j0, op.Tp);
     for (int jj = threadIdx.x; jj < BN; jj += kThreads)
-      Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] : -INFINITY;
+      Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] * kLog2e : -INFINITY;
   };
   copy_tile<kBlockRows, HS>(Qs, LDH, op.q + (bh * op.Tp + q0) * HS, HS);
   copy_tile<kBlockRows, HS>(dOs, LDH, op.dout + (bh * op.Tp + q0) * HS, HS);
   issue(0, 0);
   cp_async_commit();
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  const float scale2 = s.scale * kLog2e;
   float L[2], Di[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    L[r] = row[r] < s.T ? lse[bh * s.T + row[r]] : 0.0f;
+    L[r] = row[r] < s.T ? lse[bh * s.T + row[r]] * kLog2e : 0.0f;  // base 2, as the scores below
     Di[r] = row[r] < s.T ? D[bh * s.T + row[r]] : 0.0f;
   }
   float dq[HS / 8][4] = {};
@@ -463,7 +475,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, jj = nt * 8 + t2 + (e & 1);
         const float ma = Ms[buf * BN + jj];
-        const float p = ma == -INFINITY ? 0.0f : expf(sc[nt][e] * s.scale + ma - L[r]);
+        const float p = ma == -INFINITY ? 0.0f : exp2f(sc[nt][e] * scale2 + ma - L[r]);
         const float d = !s.drop ? dp[nt][e] : kp[r][e & 1] ? dp[nt][e] * s.keep_scale : 0.0f;
         sc[nt][e] = p * (d - Di[r]);  // dS; the softmax scale is applied to dq, as the CPU does (fp16: less underflow)
       }
@@ -505,7 +517,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
     float* ls = LD + buf * 2 * BN;
     for (int ii = threadIdx.x; ii < BN; ii += kThreads) {
       const bool in = i0 + ii < s.T;
-      ls[ii] = in ? lse[bh * s.T + i0 + ii] : INFINITY;
+      ls[ii] = in ? lse[bh * s.T + i0 + ii] * kLog2e : INFINITY;  // base 2
       ls[BN + ii] = in ? D[bh * s.T + i0 + ii] : 0.0f;
     }
   };
@@ -516,7 +528,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   float mj[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) mj[r] = key[r] < s.T ? mask_add[b * s.T + key[r]] : -INFINITY;  // P = 0 past T
+  for (int r = 0; r < 2; ++r) mj[r] = key[r] < s.T ? mask_add[b * s.T + key[r]] * kLog2e : -INFINITY;  // P = 0 past T
+  const float scale2 = s.scale * kLog2e;
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   const int ntiles = static_cast<int>((s.T + BN - 1) / BN);
   for (int it = 0; it < ntiles; ++it) {
@@ -545,7 +558,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, ii = nt * 8 + t2 + (e & 1);
-        const float p = expf(st[nt][e] * s.scale + mj[r] - Ls[ii]);
+        const float p = exp2f(st[nt][e] * scale2 + mj[r] - Ls[ii]);
         const bool kept = kp[r][e & 1];
         const float pd = !s.drop ? p : kept ? p * s.keep_scale : 0.0f;
         const float d = !s.drop ? dpt[nt][e] : kept ? dpt[nt][e] * s.keep_scale : 0.0f;
