@@ -17,7 +17,10 @@
 # (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> bench (bench/gpu.sh, the
 # issue's shapes, bf16, without the torch.compile peer) -> hf (AutoTokenizer on bertcc's directories;
 # transformers' ELECTRA on bertcc's pre-training output) -> sanitizer (compute-sanitizer memcheck and
-# racecheck on the attention kernels). Exit 0 when every step that ran passed or skipped.
+# racecheck on the attention kernels). Named in STEPS only: profile (bench/cuda/profile.sh: GPU time
+# per operation), stack (convert --from pt on the machine's torch, ONNX exports in Python's
+# onnxruntime), electra (ELECTRA-small against its PyTorch peer on the GPU), compile (one shape
+# against torch.compile). Exit 0 when every step that ran passed or skipped.
 set -u
 cmd="${1:-}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -66,7 +69,7 @@ fi
 
 [ "$cmd" = run ] || { echo "usage: scripts/gpu-visit.sh pack | run [SECONDS] [STEP,STEP...]" >&2; exit 2; }
 BUDGET="${2:-480}"
-ONLY="${3:-}"  # a comma-separated list of steps to run (default: all but profile)
+ONLY="${3:-}"  # a comma-separated list of steps to run (default: all but profile, stack, electra, compile)
 OUT="${OUT:-$ROOT/gpu-visit-out}"
 mkdir -p "$OUT"
 [ -f .gpu/bundle.tar.xz ] || { echo "gpu-visit: .gpu/bundle.tar.xz is missing: run 'scripts/gpu-visit.sh pack' here first" >&2; exit 1; }
@@ -84,8 +87,8 @@ step() {
   name=$1; max=$2; shift 2
   if [ -n "$ONLY" ]; then
     case ",$ONLY," in *",$name,"*) ;; *) return ;; esac
-  elif [ "$name" = profile ]; then
-    return
+  else
+    case $name in profile|stack|electra|compile) return ;; esac  # asked for by name only
   fi
   left=$((BUDGET - ($(date +%s) - START)))
   [ "$left" -lt "$max" ] && max=$left
@@ -117,6 +120,13 @@ step attention 120 "$B/bertcc_cuda_attention_bench --iters 10 && python3 bench/c
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
 step bench 240 "COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
 step hf 120 "python3 tests/hf/check_autotokenizer.py $B/bertcc tests/tokenizer/adversarial.txt $OUT/autotok $B/vocab/bert-base-uncased-vocab.txt $B/vocab/bert-base-cased-vocab.txt; a=\$?; python3 tests/hf/check_electra_transformers.py $B/bertcc $OUT/electra_hf; e=\$?; echo autotokenizer \$a electra \$e; [ \$a -eq 0 ] || [ \$a -eq 77 ] || exit 1; [ \$e -eq 0 ] || [ \$e -eq 77 ] || exit 1"
+# stack: the GPU machine's Python stack on bertcc's files, no GPU needed: `convert --from pt` on
+# torch 2.11's files, the ONNX exports in Python's onnxruntime
+step stack 150 "python3 tests/torch/check_convert.py $B/bertcc $OUT/convert $B/vocab/bert-base-uncased-vocab.txt && BERTCC_ORT=python python3 tests/onnx/check_onnx.py $B/bertcc $B/vocab/bert-base-uncased-vocab.txt $OUT/onnx"
+# electra: ELECTRA-small pre-training against the PyTorch peer, both on the GPU
+step electra 150 "DEVICE=cuda PYTHON=python3 OUT=$OUT/electra.jsonl sh bench/electra_peer.sh $B/bertcc"
+# compile: one shape against transformers + torch.compile (compiling takes minutes)
+step compile 300 "CASES='train bert-large 64 128' STEPS=10 sh bench/gpu.sh $B/bertcc"
 # profile: where a bert-large training step's GPU time goes (bench/cuda/profile.sh; Nsight Systems)
 step profile 200 "sh bench/cuda/profile.sh $B/bertcc $OUT/profile && sh bench/cuda/profile.sh $B/bertcc $OUT/profile512 train --config bert-large --batch 16 --seq 512 --precision bf16"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""bertcc export-onnx, run by ONNX Runtime (onnxruntime-node), against bertcc.
+"""bertcc export-onnx, run by ONNX Runtime (onnxruntime-node; with BERTCC_ORT=python, Python's
+onnxruntime, as on the GPU machine), against bertcc.
 
   check_onnx.py BERTCC VOCAB WORKDIR
 
@@ -50,6 +51,11 @@ def export(name, weights="fp32"):
 
 
 def ort(model, feeds):
+    if os.environ.get("BERTCC_ORT") == "python":  # the GPU machine: Python's onnxruntime, no node
+        import onnxruntime
+        sess = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+        res = sess.run(None, {x.name: np.array(feeds[x.name], dtype=np.int64) for x in sess.get_inputs()})
+        return {x.name: np.asarray(r, dtype=np.float64) for x, r in zip(sess.get_outputs(), res)}
     i, o = os.path.join(work, "in.json"), os.path.join(work, "out.json")
     json.dump(feeds, open(i, "w"))
     subprocess.run(["node", os.path.join(here, "run_ort.js"), model, i, o], check=True)
