@@ -273,3 +273,35 @@ TEST(Model, LayerwiseLearningRateDecayDepths) {
   EXPECT_FLOAT_EQ(scale("bert.embeddings.word_embeddings.weight"), 1.0f);
   EXPECT_THROW(m.set_layerwise_lr_decay(0.0f), Error);
 }
+
+// A forward that no backward follows runs in one layer's activation memory (every layer's slices
+// are layer 0's, the layer inputs alternate between two buffers): the same outputs and losses, bit
+// for bit, as the training-sized arena, with and without dropout, across re-carving; a backward
+// after such a forward is refused.
+TEST(Model, InferenceForwardInOneLayersMemoryGivesTheSameBits) {
+  BertConfig c = small_config();
+  c.num_hidden_layers = 5;  // odd and > 2: the alternating inputs and shared slices are exercised
+  const BertBatch batch = random_batch(c, 3, 11, 9);
+  Bert m(c, Heads::PreTraining);
+  m.init_weights(12);
+  for (bool training : {false, true}) {
+    Rng r1{21, 0}, r2{21, 0}, r3{21, 0};
+    m.encode(batch, training, Precision::F32, r1, /*backward=*/true);
+    const std::vector<float> seq_full(m.sequence_output(), m.sequence_output() + 3 * 11 * c.hidden_size);
+    const std::vector<float> pool_full(m.pooled_output(), m.pooled_output() + 3 * c.hidden_size);
+    m.encode(batch, training, Precision::F32, r2, /*backward=*/false);
+    const std::vector<float> seq_inf(m.sequence_output(), m.sequence_output() + 3 * 11 * c.hidden_size);
+    const std::vector<float> pool_inf(m.pooled_output(), m.pooled_output() + 3 * c.hidden_size);
+    EXPECT_EQ(seq_full, seq_inf) << "training " << training;
+    EXPECT_EQ(pool_full, pool_inf) << "training " << training;
+    // the losses too, through the heads, and a training step after an inference one
+    const double l_inf = m.pretrain_step(batch, training, /*backward=*/false, Precision::F32, r3).loss;
+    Rng r4{21, 0};
+    m.zero_grad();
+    const double l_full = m.pretrain_step(batch, training, /*backward=*/true, Precision::F32, r4).loss;
+    EXPECT_EQ(l_inf, l_full);
+  }
+  Rng r{1, 0};
+  m.encode(batch, false, Precision::F32, r, /*backward=*/false);
+  EXPECT_THROW(m.encode_backward(m.sequence_output(), nullptr, Precision::F32), Error);
+}

@@ -178,7 +178,9 @@ class Bert {
   int first_trainable_layer() const { return first_trainable_layer_; }
 
   // BertModel: sequence output [B,T,C] and pooled output [B,C] (valid until the next call).
-  void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng);
+  // backward = false: no backward follows (inference), and the activations take one layer's
+  // memory instead of every layer's (encode_backward then refuses).
+  void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward = true);
   const float* sequence_output() const;
   const float* pooled_output() const;
   // sequence_output() readable on the host: the pointer itself on the CPU, else downloaded into buf.
@@ -207,9 +209,10 @@ class Bert {
 
  private:
   struct Acts;
-  void ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec);
+  void ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec, bool inference = false);
   static int64_t plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
-                           Precision prec, const Backend& be, std::vector<std::pair<float**, int64_t>>& plan);
+                           Precision prec, const Backend& be, std::vector<std::pair<float**, int64_t>>& plan,
+                           bool inference = false);
   // Weights, gradients and bf16 weights where the backend computes (host vectors on the CPU).
   const float* w(const std::string& name) const {
     return (dev_params_ ? dev_params_ : params_.data()) + table_.at(name).offset;

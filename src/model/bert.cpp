@@ -177,6 +177,10 @@ void BertBatch::validate(const BertConfig& c, const std::string& where) const {
 struct Bert::Acts {
   int64_t B = 0, T = 0;
   bool attention_dropout = false;  // probs also hold the dropped-out probabilities
+  // A forward that no backward follows: every layer's slices are layer 0's, the layer inputs
+  // alternate between two buffers, and the backward's buffers are empty (a layer's activations,
+  // not the model's, whatever the depth).
+  bool inference = false;
   Precision prec = Precision::F32;  // ... in bf16 for bf16 GEMMs (half the slot)
   std::vector<float> arena;
   std::vector<float> mask_add;           // [B,T]
@@ -364,17 +368,20 @@ void Bert::refresh_bf16(Precision p) {
 // The activation arena's slices for (B, T): (where the slice pointer goes, floats). Returns the
 // arena's size in floats (64-byte aligned slices).
 int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
-                        const Backend& be, std::vector<std::pair<float**, int64_t>>& plan) {
+                        const Backend& be, std::vector<std::pair<float**, int64_t>>& plan, bool inference) {
   const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
   const int64_t L = cfg.num_hidden_layers, E = cfg.embedding_dim();
+  const int64_t bwd = inference ? 0 : 1;  // backward-only slices: empty for inference
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
   plan.push_back({&a.emb_sum, N * E});
-  for (float** p : {&a.emb_out, &a.demb_a, &a.demb_b, &a.demb_c}) plan.push_back({p, E != C ? N * E : 0});
+  plan.push_back({&a.emb_out, E != C ? N * E : 0});
+  for (float** p : {&a.demb_a, &a.demb_b, &a.demb_c}) plan.push_back({p, E != C ? N * E * bwd : 0});
   plan.push_back({&a.emb_mean, N});
   plan.push_back({&a.emb_rstd, N});
-  for (int64_t l = 0; l <= L; ++l) plan.push_back({&a.x[l], N * C});
+  for (int64_t l = 0; l <= (inference ? std::min<int64_t>(L, 1) : L); ++l) plan.push_back({&a.x[l], N * C});
   for (auto& ly : a.layers) {
+    if (inference && &ly != &a.layers.front()) break;  // the other layers alias layer 0 (alias_layers)
     plan.push_back({&ly.qkv, N * 3 * C});
     plan.push_back({&ly.probs, be.attention_saved_size(B, T, NH, attention_dropout, prec)});
     plan.push_back({&ly.ctx, N * C});
@@ -390,13 +397,14 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   }
   plan.push_back({&a.cls, B * C});
   plan.push_back({&a.pooled, B * C});
-  plan.push_back({&a.att_work, be.attention_work_size(B, T, C, NH)});
-  for (float** p : {&a.tmp_c, &a.g, &a.d1, &a.d2, &a.dh, &a.dc}) plan.push_back({p, N * C});
-  plan.push_back({&a.dqkv, N * 3 * C});
-  plan.push_back({&a.di, N * I});
-  plan.push_back({&a.di2, N * I});
-  plan.push_back({&a.dcls, B * C});
-  plan.push_back({&a.dpool, B * C});
+  plan.push_back({&a.att_work, be.attention_work_size(B, T, C, NH)});  // the CPU's forward uses it too
+  plan.push_back({&a.tmp_c, N * C});
+  for (float** p : {&a.g, &a.d1, &a.d2, &a.dh, &a.dc}) plan.push_back({p, N * C * bwd});
+  plan.push_back({&a.dqkv, N * 3 * C * bwd});
+  plan.push_back({&a.di, N * I * bwd});
+  plan.push_back({&a.di2, N * I * bwd});
+  plan.push_back({&a.dcls, B * C * bwd});
+  plan.push_back({&a.dpool, B * C * bwd});
   int64_t total = 0;
   for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;
   return total;
@@ -409,8 +417,9 @@ double Bert::activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool 
          4.0 * B * T;
 }
 
-void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec) {
-  if (acts_ && acts_->B == B && acts_->T == T && acts_->attention_dropout == attention_dropout && acts_->prec == prec)
+void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec, bool inference) {
+  if (acts_ && acts_->B == B && acts_->T == T && acts_->attention_dropout == attention_dropout && acts_->prec == prec &&
+      acts_->inference == inference)
     return;
   // The arena only grows: batches of varying length (fine-tuning pads each batch to its longest
   // row) re-carve the same memory instead of reallocating and faulting in fresh pages.
@@ -420,8 +429,21 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   a.T = T;
   a.attention_dropout = attention_dropout;
   a.prec = prec;
+  a.inference = inference;
   std::vector<std::pair<float**, int64_t>> plan;  // count first, then carve (one allocation)
-  const int64_t total = plan_acts(a, cfg_, B, T, attention_dropout, prec, *be_, plan);
+  const int64_t total = plan_acts(a, cfg_, B, T, attention_dropout, prec, *be_, plan, inference);
+  // Inference: layer l's slices are layer 0's, and the layer inputs alternate (x[l] = x[l % 2]).
+  auto alias = [&a] {
+    if (!a.inference) return;
+    for (size_t l = 2; l < a.x.size(); ++l) a.x[l] = a.x[l % 2];
+    const Acts::Layer& f = a.layers.front();
+    for (size_t l = 1; l < a.layers.size(); ++l) {
+      Acts::Layer& d = a.layers[l];
+      d.qkv = f.qkv, d.probs = f.probs, d.ctx = f.ctx, d.ln1_sum = f.ln1_sum, d.ln1_mean = f.ln1_mean;
+      d.ln1_rstd = f.ln1_rstd, d.h1 = f.h1, d.inter = f.inter, d.gelu = f.gelu, d.ln2_sum = f.ln2_sum;
+      d.ln2_mean = f.ln2_mean, d.ln2_rstd = f.ln2_rstd;
+    }
+  };
   if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
     float* base = a.darena.ensure(*be_, static_cast<size_t>(total));
     int64_t off = 0;
@@ -429,6 +451,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
       *p = base + off;
       off += (n + 15) / 16 * 16;
     }
+    alias();
     a.dmask.ensure(*be_, static_cast<size_t>(B * T));
     a.mask_add.assign(static_cast<size_t>(B * T), 0.0f);
     a.mask = a.dmask.get();
@@ -452,6 +475,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
     *p = a.arena.data() + off;
     off += (n + 15) / 16 * 16;
   }
+  alias();
   a.mask_add.assign(static_cast<size_t>(B * T), 0.0f);
   a.mask = a.mask_add.data();
 }
@@ -479,12 +503,12 @@ const float* Bert::sequence_output_on_host(std::vector<float>& buf) const {
   return buf.data();
 }
 
-void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng) {
+void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward) {
   const int64_t B = batch.B, T = batch.T, N = B * T;
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
   const float p_h = training ? cfg_.hidden_dropout_prob : 0.0f;
   const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
-  ensure_acts(B, T, p_a > 0, prec);
+  ensure_acts(B, T, p_a > 0, prec, /*inference=*/!backward);
   refresh_bf16(prec);
   batch_ids_ = batch.input_ids;
   batch_seg_ = batch.segment_ids;
@@ -561,6 +585,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
 }
 
 void Bert::encode_backward(const float* dseq, const float* dpooled, Precision prec) {
+  BERTCC_CHECK(acts_ && !acts_->inference, "encode_backward: the forward was run without backward (inference)");
   Acts& a = *acts_;
   const int64_t B = a.B, T = a.T, N = B * T;
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
@@ -682,7 +707,7 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
                "pretrain_step: batch has no masked-LM or next-sentence labels");
   const int64_t B = batch.B, T = batch.T, N = B * T;
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
-  encode(batch, training, prec, rng);
+  encode(batch, training, prec, rng, backward);
   // The MLM head: BERT's cls.predictions (transform to the hidden width, activation from the
   // config) or ELECTRA's generator_predictions + generator_lm_head (to embedding_size; HF fixes its
   // activation to gelu). Both decode with the word embeddings.

@@ -54,7 +54,7 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
   const bool have_labels = backward || !(batch.labels.empty() && batch.targets.empty() &&
                                          batch.start_positions.empty());
   const int64_t count = have_labels ? check_labels(batch, heads_, K) : 0;
-  encode(batch, training, prec, rng);
+  encode(batch, training, prec, rng, backward);
   Backend& be = *be_;
   FinetuneLoss out;
   out.count = count;
@@ -213,7 +213,7 @@ FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, boo
                  " is not 0 (original) or 1 (replaced)");
     ++count;
   }
-  encode(batch, training, prec, rng);
+  encode(batch, training, prec, rng, backward);
   Backend& be = *be_;
   const Activation act = cfg_.activation();
   FinetuneLoss out;

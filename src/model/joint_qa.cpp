@@ -97,7 +97,7 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
                    "joint QA: row ", b, ": start/end ", batch.start_positions[b], "/", batch.end_positions[b],
                    " outside the window [0, ", T, ") (the joint head conditions the end on the start)");
   }
-  encode(batch, training, prec, rng);
+  encode(batch, training, prec, rng, backward);
   const std::vector<float> pm = answer_mask(batch);
   FinetuneLoss out;
   // end logits of M rows [h_t ; h_start] (xin, on the backend): a = tanh(dense_0), y = LayerNorm(a)

@@ -182,7 +182,7 @@ std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vecto
   Rng rng{0, 0};
   std::vector<float> buf;
   for_each_batch(model, f, batch_size, [&](const BertBatch& b, const std::vector<size_t>& idx) {
-    model.encode(b, /*training=*/false, prec, rng);
+    model.encode(b, /*training=*/false, prec, rng, /*backward=*/false);
     const float* h = model.sequence_output_on_host(buf);
     for (size_t r = 0; r < idx.size(); ++r) {
       std::vector<float>& v = out[idx[r]];
@@ -206,7 +206,7 @@ std::vector<std::vector<float>> predict_hidden(Bert& model, const std::vector<Ft
   Rng rng{0, 0};
   std::vector<float> hbuf, pbuf;
   for_each_batch(model, f, batch_size, [&](const BertBatch& b, const std::vector<size_t>& idx) {
-    model.encode(b, /*training=*/false, prec, rng);
+    model.encode(b, /*training=*/false, prec, rng, /*backward=*/false);
     const float* h = model.sequence_output_on_host(hbuf);
     const float* p = model.pooled_output_on_host(pbuf);
     for (size_t r = 0; r < idx.size(); ++r) {

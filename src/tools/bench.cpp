@@ -131,7 +131,7 @@ void add_bench(CLI::App& app) {
         model.finetune_step(batch, true, true, prec, rng);
         be.adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 3e-5f, adamw);
       } else {
-        model.encode(batch, false, prec, rng);
+        model.encode(batch, false, prec, rng, /*backward=*/false);
       }
       be.synchronize();
     };
