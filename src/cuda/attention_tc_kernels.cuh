@@ -291,6 +291,21 @@ __device__ inline void copy_tile(uint16_t* dst, int ld, const uint16_t* src, int
   }
 }
 
+// The head of a double-buffered tile loop: starts copying tile t + 1 into the other buffer
+// (issue(its first row, its buffer); that buffer was last read before the previous iteration's
+// closing barrier) and waits until tile t is in shared memory for every thread.
+template <class Issue>
+__device__ inline void next_tile(int t, int ntiles, int64_t tile_rows, Issue&& issue) {
+  if (t + 1 < ntiles) {
+    issue(static_cast<int64_t>(t + 1) * tile_rows, (t + 1) & 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 // ---- forward ----
 template <bool BF16, int HS>
 constexpr size_t fwd_smem() {
@@ -330,14 +345,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
   for (int jt = 0; jt < ntiles; ++jt) {
     const int buf = jt & 1;
     const int64_t j0 = static_cast<int64_t>(jt) * BN;
-    if (jt + 1 < ntiles) {
-      issue(j0 + BN, buf ^ 1);  // buffer buf ^ 1 was last read before the previous iteration's closing barrier
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile jt (and at jt = 0 the queries) in shared memory for every thread
+    next_tile(jt, ntiles, BN, issue);
     if (jt == 0) {
 #pragma unroll
       for (int kt = 0; kt < HS / 16; ++kt) frag_a(qf[kt], Qs, LDH, warp * 16, kt * 16);
@@ -454,14 +462,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
   for (int jt = 0; jt < ntiles; ++jt) {
     const int buf = jt & 1;
     const int64_t j0 = static_cast<int64_t>(jt) * BN;
-    if (jt + 1 < ntiles) {
-      issue(j0 + BN, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_tile(jt, ntiles, BN, issue);
     const uint16_t* Ks = tiles + buf * kTile;
     const uint16_t* Vs = Ks + BN * LDH;
     const uint16_t* Kt = Ks + 2 * BN * LDH;
@@ -535,14 +536,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
   for (int it = 0; it < ntiles; ++it) {
     const int buf = it & 1;
     const int64_t i0 = static_cast<int64_t>(it) * BN;
-    if (it + 1 < ntiles) {
-      issue(i0 + BN, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_tile(it, ntiles, BN, issue);
     const uint16_t* Qs = tiles + buf * kTile;
     const uint16_t* dOs = Qs + BN * LDH;
     const uint16_t* Qt = Qs + 2 * BN * LDH;
