@@ -34,6 +34,7 @@ printf '{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1, "num_attent
 check bad-config nonzero "num_attention_heads" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out "$WORK/o.safetensors"
 printf '{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}' > "$WORK/m/config.json"
 check no-weights nonzero "model.safetensors" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out "$WORK/o.safetensors"
+check loss-scale-head nonzero "pre-training head only" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.safetensors --head qa --loss-scale 8 --out "$WORK/o.safetensors"
 printf 'garbage' > "$WORK/m/model.safetensors"
 check bad-weights nonzero "model.safetensors" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out "$WORK/o.safetensors"
 check bad-precision nonzero "precision" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out o --precision fp8

@@ -78,9 +78,8 @@ __global__ void __launch_bounds__(kRows) attn_fwd(float* out, float* lse, const 
   lse[bh * s.T + i] = m + logf(l);
 }
 
-// D[bh, i] = sum over the head's channels of dout * out (= sum_j dPd_ij Pd_ij)
-// D[r] = sum_c dout[r, c] * out[r, c] over the head's channels: one warp per row (coalesced), a
-// fixed shuffle tree (the same bits every run).
+// D[bh, i] = sum over the head's channels of dout * out (= sum_j dPd_ij Pd_ij): one warp per row
+// (coalesced), a fixed shuffle tree (the same bits every run).
 __global__ void attn_bwd_dot(float* D, const float* dout, const float* out, Shape s, int64_t HS) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;

@@ -217,29 +217,26 @@ PretrainShard read_in_process(const std::string& path, std::vector<int32_t>* len
 // The shard's rows and, with `lengths`, each row's real tokens (the sum of its input_mask row), read
 // a slab at a time.
 int64_t probe_rows_in_process(const std::string& path, std::vector<int32_t>* lengths) {
-  std::vector<hsize_t> d;
+  std::lock_guard<std::mutex> lock(h5_mutex());
+  Handle f{open_for_reading(path), H5Fclose};
+  std::vector<hsize_t> d(2, 0);
   {
-    std::lock_guard<std::mutex> lock(h5_mutex());
-    Handle f{open_for_reading(path), H5Fclose};
     BERTCC_CHECK(H5Lexists(f.id, "input_ids", H5P_DEFAULT) > 0, path, ": missing dataset 'input_ids'");
     Handle ds{H5Dopen2(f.id, "input_ids", H5P_DEFAULT), H5Dclose};
     Handle sp{ds.id >= 0 ? H5Dget_space(ds.id) : -1, H5Sclose};
     BERTCC_CHECK(sp.id >= 0 && H5Sget_simple_extent_ndims(sp.id) == 2, path, ": dataset 'input_ids' is not [N, S]");
-    d.assign(2, 0);
     H5Sget_simple_extent_dims(sp.id, d.data(), nullptr);
-    // the loader keeps a row order (8 bytes a row), and the lengths: an absurd row count from a
-    // corrupt header is refused here, before either is allocated
-    check_memory(8.0 * static_cast<double>(d[0]) + (lengths ? 4.0 * static_cast<double>(d[0]) : 0.0),
-                 path + ": dataset 'input_ids' [" + std::to_string(d[0]) + "," + std::to_string(d[1]) +
-                     "] (its row order)",
-                 "is the shard corrupt?");
-    if (!lengths) return static_cast<int64_t>(d[0]);
   }
+  // the loader keeps a row order (8 bytes a row), and the lengths: an absurd row count from a
+  // corrupt header is refused here, before either is allocated
+  check_memory(8.0 * static_cast<double>(d[0]) + (lengths ? 4.0 * static_cast<double>(d[0]) : 0.0),
+               path + ": dataset 'input_ids' [" + std::to_string(d[0]) + "," + std::to_string(d[1]) +
+                   "] (its row order)",
+               "is the shard corrupt?");
   const auto N = static_cast<int64_t>(d[0]);
+  if (!lengths) return N;
   std::vector<int64_t> rows(static_cast<size_t>(N));
   for (int64_t r = 0; r < N; ++r) rows[static_cast<size_t>(r)] = r;
-  std::lock_guard<std::mutex> lock(h5_mutex());
-  Handle f{open_for_reading(path), H5Fclose};
   std::vector<hsize_t> dm;
   read_i32(f.id, path, "input_mask", 2, dm, &rows, lengths);
   BERTCC_CHECK(static_cast<int64_t>(dm[0]) == N, path, ": dataset 'input_mask' has ", dm[0], " rows, input_ids has ", N);
@@ -438,9 +435,9 @@ int hdf5_reader_main() {
     put(head, kReplyMagic);
     PretrainShard s;
     std::vector<int32_t> lengths;
+    const bool probe_rows = kind == kProbeRows || kind == kProbeRowLengths;
     try {
       // a read succeeds only in its layout, so only the probe opens the file to ask
-      const bool probe_rows = kind == kProbeRows || kind == kProbeRowLengths;
       const bool masks = kind == kProbeMasks ? has_masks_in_process(path) : kind == kReadMasked;
       if (probe_rows)
         s.N = probe_rows_in_process(path, kind == kProbeRowLengths ? &lengths : nullptr);
@@ -463,7 +460,7 @@ int hdf5_reader_main() {
     }
     if (!write_all(1, head.data(), head.size())) return 1;
     if (kind == kProbeMasks) continue;
-    if (kind == kProbeRows || kind == kProbeRowLengths) {
+    if (probe_rows) {
       const uint64_t count = lengths.size();
       if (!write_all(1, &count, 8) || !write_all(1, lengths.data(), lengths.size() * 4)) return 1;
       continue;

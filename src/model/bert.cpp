@@ -381,7 +381,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   plan.push_back({&a.emb_rstd, N});
   for (int64_t l = 0; l <= (inference ? std::min<int64_t>(L, 1) : L); ++l) plan.push_back({&a.x[l], N * C});
   for (auto& ly : a.layers) {
-    if (inference && &ly != &a.layers.front()) break;  // the other layers alias layer 0 (alias_layers)
+    if (inference && &ly != &a.layers.front()) break;  // the other layers alias layer 0 (ensure_acts)
     plan.push_back({&ly.qkv, N * 3 * C});
     plan.push_back({&ly.probs, be.attention_saved_size(B, T, NH, attention_dropout, prec)});
     plan.push_back({&ly.ctx, N * C});
@@ -433,16 +433,12 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   std::vector<std::pair<float**, int64_t>> plan;  // count first, then carve (one allocation)
   const int64_t total = plan_acts(a, cfg_, B, T, attention_dropout, prec, *be_, plan, inference);
   // Inference: layer l's slices are layer 0's, and the layer inputs alternate (x[l] = x[l % 2]).
+  // (Copying the whole Layer copies its dropout seeds too: each forward sets them before use, and
+  // only a backward, refused after an inference forward, reads them afterwards.)
   auto alias = [&a] {
     if (!a.inference) return;
     for (size_t l = 2; l < a.x.size(); ++l) a.x[l] = a.x[l % 2];
-    const Acts::Layer& f = a.layers.front();
-    for (size_t l = 1; l < a.layers.size(); ++l) {
-      Acts::Layer& d = a.layers[l];
-      d.qkv = f.qkv, d.probs = f.probs, d.ctx = f.ctx, d.ln1_sum = f.ln1_sum, d.ln1_mean = f.ln1_mean;
-      d.ln1_rstd = f.ln1_rstd, d.h1 = f.h1, d.inter = f.inter, d.gelu = f.gelu, d.ln2_sum = f.ln2_sum;
-      d.ln2_mean = f.ln2_mean, d.ln2_rstd = f.ln2_rstd;
-    }
+    for (size_t l = 1; l < a.layers.size(); ++l) a.layers[l] = a.layers.front();
   };
   if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
     float* base = a.darena.ensure(*be_, static_cast<size_t>(total));

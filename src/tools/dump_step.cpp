@@ -223,6 +223,8 @@ void add_dump_step(CLI::App& app) {
     const Precision prec = parse_precision(o->precision);
     Backend& be = backend_for(o->device);  // (on the CPU it says if --allow-tf32 is moot)
     std::cerr << (o->device == "cpu" ? describe_backend(prec == Precision::BF16) : be.describe()) << "\n";
+    BERTCC_CHECK(o->loss_scale == 1.0 || (o->model_type != "electra" && o->head == "pretraining"),
+                 "dump-step: --loss-scale applies to BERT's pre-training head only");
     if (o->model_type == "electra") return dump_electra_step(*o, prec);
     if (o->head != "pretraining") return dump_head_step(*o, prec);
     auto model = load_model_dir(o->model, Heads::PreTraining);
