@@ -6,7 +6,8 @@
 #   here:      scripts/gpu-visit.sh pack
 #                builds .gpu/bundle.tar.xz (git-ignored): bertcc, test_cuda_kernels and
 #                bertcc_cuda_attention_bench with the shared libraries the GPU machine lacks
-#                (../shared/tools/device-bundle), and the BERT vocabularies for the tokenizer check.
+#                (../shared/tools/device-bundle), the BERT vocabularies for the tokenizer check and
+#                the fine-tuning cuts of ../shared/data for e2e.
 #   device:    scripts/gpu-visit.sh run [SECONDS]          (device tool: carry [".gpu/bundle.tar.xz"])
 #                unpacks the bundle and runs the steps below, each under `timeout`, never past
 #                SECONDS in all (default 480); logs in $OUT/<step>.log, a summary table last.
@@ -15,7 +16,8 @@
 # CPU's) -> cudacpu (dump-step on CUDA against the CPU, fp32/bf16/fp16, two models made at pack time;
 # numpy only) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> model
 # (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> bench (bench/gpu.sh, the
-# issue's shapes, bf16, without the torch.compile peer) -> hf (AutoTokenizer on bertcc's directories;
+# issue's shapes, bf16, without the torch.compile peer) -> e2e (tests/cuda/e2e.sh: the commands end to
+# end on the GPU against the CPU; determinism and resume bit-exact) -> hf (AutoTokenizer on bertcc's directories;
 # transformers' ELECTRA on bertcc's pre-training output) -> sanitizer (compute-sanitizer memcheck and
 # racecheck on the attention kernels). Named in STEPS only: profile (bench/cuda/profile.sh: GPU time
 # per operation), stack (convert --from pt on the machine's torch, ONNX exports in Python's
@@ -61,6 +63,9 @@ if [ "$cmd" = pack ]; then
   mkdir -p .gpu/bundle/vocab
   cp ../shared/data/bert_vocab/bert-base-cased-vocab.txt ../shared/data/bert_vocab/bert-base-uncased-vocab.txt .gpu/bundle/vocab/ 2>/dev/null ||
     echo "gpu-visit: ../shared/data/bert_vocab not found: the AutoTokenizer step will be skipped" >&2
+  # the fine-tuning cuts of ../shared/data for tests/cuda/e2e.sh (the GPU machine has no ../shared)
+  ( . tests/train/common.sh; PY=/usr/bin/python3 make_ft_data ../shared/data .gpu/bundle/ftdata ) ||
+    echo "gpu-visit: ../shared/data not found: e2e will not check fine-tuning" >&2
   tar cJf .gpu/bundle.tar.xz -C .gpu bundle || exit 1
   rm -rf .gpu/bundle
   echo "gpu-visit: .gpu/bundle.tar.xz $(du -h .gpu/bundle.tar.xz | cut -f1) (carry it: the device call's limit is 64 MiB)"
@@ -119,6 +124,9 @@ step cudacpu 150 "for m in tiny mini; do python3 tests/cuda/check_model.py $B/be
 step attention 120 "$B/bertcc_cuda_attention_bench --iters 10 && python3 bench/cuda/attention_peer.py --iters 10"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
 step bench 240 "COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
+# e2e: the commands end to end on the GPU against the CPU (pretrain, resume, checkpoints across
+# devices, ELECTRA, finetune every head, inference commands, serve), determinism and resume bit-exact
+step e2e 360 "FT_DATA=$B/ftdata sh tests/cuda/e2e.sh $B/bertcc $OUT/e2e cuda"
 step hf 120 "python3 tests/hf/check_autotokenizer.py $B/bertcc tests/tokenizer/adversarial.txt $OUT/autotok $B/vocab/bert-base-uncased-vocab.txt $B/vocab/bert-base-cased-vocab.txt; a=\$?; python3 tests/hf/check_electra_transformers.py $B/bertcc $OUT/electra_hf; e=\$?; echo autotokenizer \$a electra \$e; [ \$a -eq 0 ] || [ \$a -eq 77 ] || exit 1; [ \$e -eq 0 ] || [ \$e -eq 77 ] || exit 1"
 # stack: the GPU machine's Python stack on bertcc's files, no GPU needed: `convert --from pt` on
 # torch 2.11's files, the ONNX exports in Python's onnxruntime
@@ -146,6 +154,7 @@ for r in rows:
           f"({r['fwd_tflops']:.1f}), bwd {r['bwd_ms']:.3f} ms ({r['bwd_tflops']:.1f})")
 PY
 echo "== bench"; grep -E "^(mode|train|infer)" "$OUT/bench.log" 2>/dev/null
+echo "== e2e"; grep -E "^(FAIL|PASS|e2e)" "$OUT/e2e.log" 2>/dev/null | head -20
 echo "== model"; grep -hiE "worst|fail|mismatch|ok" "$OUT/model.log" 2>/dev/null | tail -6
 echo "== summary (budget ${BUDGET}s, used $(($(date +%s) - START))s)"; cat "$OUT/summary.txt"
 exit $STATUS

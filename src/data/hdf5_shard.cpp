@@ -92,8 +92,11 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
   }
   BERTCC_CHECK(n_elems < 9.0e15, path, ": dataset '", name, "' has an impossible shape [", shape, "]");
   const double row_elems = dims.empty() || dims[0] == 0 ? 0.0 : n_elems / static_cast<double>(dims[0]);
-  check_memory(4.0 * (rows ? row_elems * static_cast<double>(rows->size() + kSlabRows) : n_elems),
-               path + ": dataset '" + name + "' [" + shape + "]", "is the shard corrupt?");
+  // rows: the values kept (or one sum per row) and one slab
+  const double partial_bytes =
+      rows ? 4.0 * ((row_sums ? 1.0 : row_elems) * static_cast<double>(rows->size()) + row_elems * kSlabRows) : 0.0;
+  check_memory(rows ? partial_bytes : 4.0 * n_elems, path + ": dataset '" + name + "' [" + shape + "]",
+               "is the shard corrupt?");
   // The values come from the bytes the file stores for the dataset, which the file must hold:
   // deflate expands at most about 1032:1, and shards are written whole (no unallocated chunks).
   // A shape far beyond that is a corrupt header, refused before its memory is taken.
@@ -127,6 +130,11 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
         double chunk_bytes = static_cast<double>(H5Tget_size(ty.id));
         for (hsize_t c : cd) chunk_bytes *= static_cast<double>(c);
         const double per_slab = std::ceil(static_cast<double>(kSlabRows) / static_cast<double>(cd[0])) + 1.0;
+        // The cache's chunks are held besides the rows kept and the slab: a shard written as one
+        // chunk per dataset is held whole, decompressed, while its rows are picked.
+        check_memory(partial_bytes + std::min(chunk_bytes * per_slab, logical),
+                     path + ": dataset '" + name + "' [" + shape + "] (its rows, a slab and the chunk cache)",
+                     "is the shard corrupt?");
         Handle dapl{H5Pcreate(H5P_DATASET_ACCESS), H5Pclose};
         H5Dclose(ds.id);
         ds.id = -1;

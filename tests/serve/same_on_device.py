@@ -2,16 +2,35 @@
 """bertcc serve --device DEVICE against serve --device cpu: the same requests to both servers (every
 text endpoint, batched inputs, and a KServe v2 infer request) must give the same response bodies,
 byte for byte (fp32). Used by tests/train/device.sh with the cpu-staged device, where the bits must
-agree; prints one line per request and exits 1 on any difference. With JOINT (a model with ELECTRA's
+agree; prints one line per request and exits 1 on any difference. With RTOL in the environment (a
+real GPU: tests/cuda/e2e.sh) the bodies must instead have the same structure and strings, numbers
+within RTOL relative (and 1e-4 absolute). With JOINT (a model with ELECTRA's
 joint SQuAD head), its /v1/qa answers must also equal `bertcc qa`'s.
   same_on_device.py BERTCC DEVICE CLASSIFIER QA TAGGER MLM [JOINT]"""
 import http.client
 import json
+import os
 import subprocess
 import sys
 
 bertcc, device, clf, qa, tagger, mlm = sys.argv[1:7]
 joint = sys.argv[7] if len(sys.argv) > 7 else None
+rtol = float(os.environ["RTOL"]) if os.environ.get("RTOL") else None
+
+
+def close(x, y):
+    """Same structure and strings, numbers within rtol (the RTOL comparison)."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        return set(x) == set(y) and all(close(x[k], y[k]) for k in x)
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(close(p, q) for p, q in zip(x, y))
+    if isinstance(x, bool) or isinstance(y, bool) or not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
+        return x == y
+    return abs(x - y) <= 1e-4 + rtol * abs(y)
+
+
+def same(a, b):
+    return a == b if rtol is None else close(json.loads(a), json.loads(b))
 
 
 def start(dev):
@@ -63,7 +82,7 @@ fails = 0
 try:
     for path, body in requests:
         (sa, a), (sb, b) = (post(servers[d][1], path, body) for d in ("cpu", device))
-        if sa == 200 and sa == sb and a == b:
+        if sa == 200 and sa == sb and same(a, b):
             print(f"ok   serve {path} on {device}: {a[:90].decode(errors='replace')}")
         else:
             fails += 1
@@ -74,7 +93,7 @@ try:
         cli = [json.loads(subprocess.run([bertcc, "qa", "--model", joint, "--precision", "fp32", "--question",
                                           q["question"], "--context", q["context"]], capture_output=True, text=True,
                                          check=True).stdout) for q in qa_in]
-        if served == cli:
+        if (served == cli if rtol is None else close(served, cli)):
             print(f"ok   serve /v1/qa with the joint SQuAD head = bertcc qa: {served}"[:200])
         else:
             fails += 1

@@ -13,3 +13,22 @@ make_corpus() {
   "$1" prep-corpus --input "$2/text" --output "$2/corpus" --shards 2 > /dev/null 2>&1 || fail prep-corpus
   "$1" train-vocab --input "$2/corpus/train" --output "$2/vocab.txt" --vocab-size 400 --min-frequency 1 > /dev/null || fail train-vocab
 }
+
+# make_ft_data SHARED_DATA OUT: small fine-tuning sets cut from ../shared/data (the real files), for the
+# device checks: OUT/sst (SST-2: 48 train, 32 dev), OUT/stsb (32, 16), OUT/ner.txt (CoNLL-2003, 25
+# sentences), OUT/sq.json (SQuAD v1.1 dev, first article, 2 paragraphs), OUT/sq2.json (SQuAD v2.0, the
+# same cut), OUT/uncased_vocab.txt (bert-base-uncased). Returns 1 when SHARED_DATA lacks them.
+make_ft_data() {
+  [ -d "$1/glue" ] || return 1
+  mkdir -p "$2/sst" "$2/stsb"
+  head -49 "$1/glue/SST-2/train.tsv" > "$2/sst/train.tsv"; head -33 "$1/glue/SST-2/dev.tsv" > "$2/sst/dev.tsv"
+  head -33 "$1/glue/STS-B/train.tsv" > "$2/stsb/train.tsv"; head -17 "$1/glue/STS-B/dev.tsv" > "$2/stsb/dev.tsv"
+  awk 'BEGIN{n=0} /^$/{n++} n<=24{print}' "$1/conll2003/iob2/train.txt" > "$2/ner.txt"
+  cp "$1/bert_vocab/bert-base-uncased-vocab.txt" "$2/uncased_vocab.txt"
+  "${PY:-python3}" - "$1/squad/v1.1/dev-v1.1.json" "$2/sq.json" "$1/squad/v2.0/dev-v2.0.first5articles.json" "$2/sq2.json" <<'PYEOF'
+import json, sys
+for src, dst, version in ((sys.argv[1], sys.argv[2], "1.1"), (sys.argv[3], sys.argv[4], "v2.0")):
+    d = json.load(open(src)); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:2]
+    json.dump({"version": version, "data": [a]}, open(dst, "w"))
+PYEOF
+}

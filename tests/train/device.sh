@@ -184,20 +184,11 @@ done
 # --- fine-tuning every head on real data (../shared/data), with dropout, accumulation 2 and a
 # checkpoint, then inference: the same bytes on the device as on the cpu
 S="$(dirname "$0")/../../../shared/data"
-if [ -d "$S/glue" ]; then
-  "$B" init-model --config bert-tiny --vocab "$S/bert_vocab/bert-base-uncased-vocab.txt" --output "$W/tiny" --seed 1 > /dev/null 2>&1 || fail init-model
+if make_ft_data "$S" "$W"; then
+  "$B" init-model --config bert-tiny --vocab "$W/uncased_vocab.txt" --output "$W/tiny" --seed 1 > /dev/null 2>&1 || fail init-model
   printf '{"model_type": "electra", "vocab_size": 30522, "embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2,
  "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 512, "type_vocab_size": 2}\n' > "$W/electra.json"
-  "$B" init-model --config "$W/electra.json" --vocab "$S/bert_vocab/bert-base-uncased-vocab.txt" --output "$W/etiny" --seed 1 > /dev/null 2>&1 || fail "init-model electra"
-  mkdir -p "$W/sst" "$W/stsb"
-  head -49 "$S/glue/SST-2/train.tsv" > "$W/sst/train.tsv"; head -33 "$S/glue/SST-2/dev.tsv" > "$W/sst/dev.tsv"
-  head -33 "$S/glue/STS-B/train.tsv" > "$W/stsb/train.tsv"; head -17 "$S/glue/STS-B/dev.tsv" > "$W/stsb/dev.tsv"
-  awk 'BEGIN{n=0} /^$/{n++} n<=24{print}' "$S/conll2003/iob2/train.txt" > "$W/ner.txt"
-  $PY - "$S/squad/v1.1/dev-v1.1.json" "$W/sq.json" <<'PYEOF'
-import json, sys
-d = json.load(open(sys.argv[1])); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:2]
-json.dump({"version": "1.1", "data": [a]}, open(sys.argv[2], "w"))
-PYEOF
+  "$B" init-model --config "$W/electra.json" --vocab "$W/uncased_vocab.txt" --output "$W/etiny" --seed 1 > /dev/null 2>&1 || fail "init-model electra"
   PREC=fp32
   FT="--learning-rate 2e-3 --threads 2 --train-batch-size 8 --gradient-accumulation-steps 2 --log-freq 1000 \
 --max-seq-length 64 --num-train-epochs 2 --num-steps-per-checkpoint 3 --seed 5"
@@ -235,11 +226,6 @@ PYEOF
     --mode "train eval prediction"
   ft_case squad "predictions.json" squad --train-file "$W/sq.json" --predict-file "$W/sq.json" --doc-stride 32 --init-checkpoint "$W/tiny"
   # SQuAD v2.0 with ELECTRA's joint head (trained on the device, its beam search on the host), bf16
-  $PY - "$S/squad/v2.0/dev-v2.0.first5articles.json" "$W/sq2.json" <<'PYEOF'
-import json, sys
-d = json.load(open(sys.argv[1])); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:2]
-json.dump({"version": "v2.0", "data": [a]}, open(sys.argv[2], "w"))
-PYEOF
   PREC=bf16
   ft_case squad2_joint "predictions.json null_odds.json nbest_predictions.json" squad --train-file "$W/sq2.json" \
     --predict-file "$W/sq2.json" --doc-stride 32 --init-checkpoint "$W/etiny" --version-2-with-negative
