@@ -1,8 +1,14 @@
 // LAMB and AdamW over the flat device buffers (bertcc/optim.h semantics, apex FusedLAMB's trust
 // ratio). The parameters are cut into chunks of whole tensors' pieces (8192 elements, as the CPU
 // code's blocks); a chunk's squared norms are a fixed-tree block sum, a tensor's are its chunks'
-// partials added in order, so every result is independent of scheduling.
+// partials added in order, so every result is independent of scheduling. A table's chunk plan is
+// built and uploaded once and kept on the device (the learning rate, which changes every step, is
+// a kernel argument): a step launches its kernels without host work or copies in between.
 #include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -19,7 +25,7 @@ struct Chunk {
   int64_t begin, end;  // element range in the flat buffers
   int32_t entry;       // index into the per-tensor arrays
   float wd;            // weight decay of its tensor (0 for biases and LayerNorm)
-  float lr;            // lr x lr_scale of its tensor
+  float lr_scale;      // its tensor's learning-rate factor (the step's lr x this, in float, as the CPU)
 };
 
 struct Plan {
@@ -29,7 +35,7 @@ struct Plan {
 };
 
 // The tensors starting in [begin, end) (end = 0: all of them; ZeRO-1 shards are whole tensors).
-Plan make_plan(const ParamTable& t, float lr, float weight_decay, size_t begin, size_t end) {
+Plan make_plan(const ParamTable& t, float weight_decay, size_t begin, size_t end) {
   Plan p;
   if (end == 0) end = t.total();
   for (const ParamEntry& e : t.entries()) {
@@ -41,11 +47,58 @@ Plan make_plan(const ParamTable& t, float lr, float weight_decay, size_t begin, 
     p.wd.push_back(wd);
     for (size_t i = 0; i < e.numel; i += kBlock) {
       const auto b = static_cast<int64_t>(e.offset + i);
-      p.chunks.push_back({b, b + std::min<int64_t>(kBlock, static_cast<int64_t>(e.numel - i)), idx, wd, lr * e.lr_scale});
+      p.chunks.push_back({b, b + std::min<int64_t>(kBlock, static_cast<int64_t>(e.numel - i)), idx, wd, e.lr_scale});
     }
     p.count.push_back(static_cast<int32_t>(p.chunks.size()) - p.first.back());
   }
   return p;
+}
+
+// What a plan depends on, besides the table's address: a table rebuilt at the same address with
+// other tensors, factors or flags gets a new plan.
+uint64_t fingerprint(const ParamTable& t) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const ParamEntry& e : t.entries()) {
+    uint32_t scale;
+    std::memcpy(&scale, &e.lr_scale, sizeof scale);
+    mix(e.offset);
+    mix(e.numel);
+    mix((e.trainable ? 1u : 0u) | (e.weight_decay ? 2u : 0u) | (static_cast<uint64_t>(scale) << 2));
+  }
+  return h;
+}
+
+// A plan on the device, made once per (table, weight decay, shard).
+struct DevicePlan {
+  const Chunk* chunks = nullptr;
+  const int32_t* first = nullptr;
+  const int32_t* count = nullptr;
+  const float* wd = nullptr;
+  size_t nchunks = 0, ntensors = 0;
+  Scratch b_chunks, b_first, b_count, b_wd;
+};
+
+const DevicePlan& device_plan(const ParamTable& t, float weight_decay, size_t begin, size_t end) {
+  using Key = std::tuple<const ParamTable*, uint64_t, size_t, size_t, size_t, size_t, uint32_t>;
+  static std::map<Key, std::unique_ptr<DevicePlan>> plans;
+  uint32_t wd_bits;
+  std::memcpy(&wd_bits, &weight_decay, sizeof wd_bits);
+  const Key key{&t, fingerprint(t), t.entries().size(), t.total(), begin, end, wd_bits};
+  std::unique_ptr<DevicePlan>& d = plans[key];
+  if (!d) {
+    const Plan p = make_plan(t, weight_decay, begin, end);
+    d = std::make_unique<DevicePlan>();
+    d->nchunks = p.chunks.size();
+    d->ntensors = p.first.size();
+    if (d->nchunks > 0) {
+      d->chunks = d->b_chunks.upload(p.chunks.data(), p.chunks.size());
+      d->first = d->b_first.upload(p.first.data(), p.first.size());
+      d->count = d->b_count.upload(p.count.data(), p.count.size());
+      d->wd = d->b_wd.upload(p.wd.data(), p.wd.size());
+    }
+  }
+  return *d;
 }
 
 struct AdamScalars {
@@ -92,23 +145,25 @@ __global__ void lamb_ratio(float* ratio, const int32_t* first, const int32_t* co
   ratio[e] = r;
 }
 
-__global__ void lamb_apply(float* w, const float* u, const Chunk* chunks, const float* ratio) {
+__global__ void lamb_apply(float* w, const float* u, const Chunk* chunks, const float* ratio, float lr) {
   const Chunk ch = chunks[blockIdx.x];
-  const float step = ch.lr * ratio[ch.entry];
+  const float tensor_lr = lr * ch.lr_scale;
+  const float step = tensor_lr * ratio[ch.entry];
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) w[i] -= step * u[i];
 }
 
 __global__ void adamw_update(float* w, const float* g, float* m, float* v, int64_t mbase, const Chunk* chunks,
-                             AdamScalars a, float weight_decay) {
+                             AdamScalars a, float weight_decay, float lr) {
   const Chunk ch = chunks[blockIdx.x];
-  const float decay = ch.wd != 0.0f ? 1.0f - ch.lr * weight_decay : 1.0f;
+  const float tensor_lr = lr * ch.lr_scale;
+  const float decay = ch.wd != 0.0f ? 1.0f - tensor_lr * weight_decay : 1.0f;
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
     const float gi = g[i] * a.clip;
     const float mi = a.b1 * m[i - mbase] + (1.0f - a.b1) * gi;
     const float vi = a.b2 * v[i - mbase] + (1.0f - a.b2) * gi * gi;
     m[i - mbase] = mi;
     v[i - mbase] = vi;
-    w[i] = w[i] * decay - ch.lr * (mi / a.bc1) / (sqrtf(vi / a.bc2) + a.eps);
+    w[i] = w[i] * decay - tensor_lr * (mi / a.bc1) / (sqrtf(vi / a.bc2) + a.eps);
   }
 }
 
@@ -147,23 +202,19 @@ double global_norm(const float* x, size_t n) {
 double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr, const LambOptions& o,
                  double grad_norm) {
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, true);
-  const Plan p = make_plan(t, lr, o.weight_decay, s.begin, s.end);
-  if (p.chunks.empty()) return grad_norm;
-  static Scratch b_chunks, b_first, b_count, b_wd, b_wsq, b_usq, b_ratio;  // kept from step to step
-  const Chunk* chunks = b_chunks.upload(p.chunks.data(), p.chunks.size());
-  const int32_t* first = b_first.upload(p.first.data(), p.first.size());
-  const int32_t* count = b_count.upload(p.count.data(), p.count.size());
-  const float* wd = b_wd.upload(p.wd.data(), p.wd.size());
-  double* wsq = b_wsq.take<double>(p.chunks.size());
-  double* usq = b_usq.take<double>(p.chunks.size());
-  float* ratio = b_ratio.take<float>(p.first.size());
-  const auto nc = static_cast<unsigned>(p.chunks.size());
-  const auto nt = static_cast<int32_t>(p.first.size());
-  lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), chunks, a, wsq, usq);
+  const DevicePlan& p = device_plan(t, o.weight_decay, s.begin, s.end);
+  if (p.nchunks == 0) return grad_norm;
+  static Scratch b_wsq, b_usq, b_ratio;  // kept from step to step
+  double* wsq = b_wsq.take<double>(p.nchunks);
+  double* usq = b_usq.take<double>(p.nchunks);
+  float* ratio = b_ratio.take<float>(p.ntensors);
+  const auto nc = static_cast<unsigned>(p.nchunks);
+  const auto nt = static_cast<int32_t>(p.ntensors);
+  lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), p.chunks, a, wsq, usq);
   BERTCC_CUDA_LAUNCHED("lamb_step (update)");
-  lamb_ratio<<<grid_for(nt, 128), 128>>>(ratio, first, count, wd, wsq, usq, nt, o.nvlamb);
+  lamb_ratio<<<grid_for(nt, 128), 128>>>(ratio, p.first, p.count, p.wd, wsq, usq, nt, o.nvlamb);
   BERTCC_CUDA_LAUNCHED("lamb_step (trust ratios)");
-  lamb_apply<<<nc, kThreads>>>(params, grads, chunks, ratio);
+  lamb_apply<<<nc, kThreads>>>(params, grads, p.chunks, ratio, lr);
   BERTCC_CUDA_LAUNCHED("lamb_step (apply)");
   return grad_norm;
 }
@@ -171,13 +222,10 @@ double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamSta
 double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr,
                   const AdamWOptions& o, double grad_norm) {
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, o.bias_correction);
-  const Plan p = make_plan(t, lr, o.weight_decay, s.begin, s.end);
-  if (p.chunks.empty()) return grad_norm;
-  static Scratch b_chunks;
-  const Chunk* chunks = b_chunks.upload(p.chunks.data(), p.chunks.size());
-  adamw_update<<<static_cast<unsigned>(p.chunks.size()), kThreads>>>(params, grads, s.m, s.v,
-                                                                     static_cast<int64_t>(s.begin), chunks, a,
-                                                                     o.weight_decay);
+  const DevicePlan& p = device_plan(t, o.weight_decay, s.begin, s.end);
+  if (p.nchunks == 0) return grad_norm;
+  adamw_update<<<static_cast<unsigned>(p.nchunks), kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin),
+                                                               p.chunks, a, o.weight_decay, lr);
   BERTCC_CUDA_LAUNCHED("adamw_step");
   return grad_norm;
 }

@@ -480,14 +480,15 @@ void test_optim() {
     for (int step = 0; step < 3; ++step) {
       auto g = randv(n, -0.5f, 0.5f);  // norm above 1: clipping is on
       const double given = shard ? global_norm(g.data(), n) : -1.0;
+      const float lr = 1e-2f * static_cast<float>(step + 1);  // a new rate each step (the plan is kept)
       Dev<float> gg(g);
       double c_norm, g_norm;
       if (which == 0) {
-        c_norm = lamb_step(t, w.data(), g.data(), cs, 1e-2f, lo, given);
-        g_norm = G::lamb_step(t, gw.p, gg.p, gs, 1e-2f, lo, given);
+        c_norm = lamb_step(t, w.data(), g.data(), cs, lr, lo, given);
+        g_norm = G::lamb_step(t, gw.p, gg.p, gs, lr, lo, given);
       } else {
-        c_norm = adamw_step(t, w.data(), g.data(), cs, 1e-2f, ao, given);
-        g_norm = G::adamw_step(t, gw.p, gg.p, gs, 1e-2f, ao, given);
+        c_norm = adamw_step(t, w.data(), g.data(), cs, lr, ao, given);
+        g_norm = G::adamw_step(t, gw.p, gg.p, gs, lr, ao, given);
       }
       const std::string tag = name + " step " + std::to_string(step + 1);
       check(tag + " gradient norm", {static_cast<float>(c_norm)}, {static_cast<float>(g_norm)}, 1e-6);
@@ -495,6 +496,32 @@ void test_optim() {
     }
     check(name + " first moment", cs.m, gm.back(), 1e-5);
     check(name + " second moment", cs.v, gv.back(), 1e-5);
+  }
+  // the device keeps a table's chunk plan between steps: a table changed in place (the same
+  // address: a tensor's learning-rate factor, a tensor frozen) must get a new one
+  for (int which = 0; which < 2; ++which) {
+    ParamTable u = optim_table();
+    auto w = randv(n);
+    AdamState cs;
+    G::DeviceAdamState gs;
+    Dev<float> gw(w), gm(n), gv(n);
+    gs.m = gm.p;
+    gs.v = gv.p;
+    const std::string name = std::string(which == 0 ? "lamb" : "adamw") + ", table changed between steps";
+    for (int step = 0; step < 3; ++step) {
+      if (step == 1) u.set_lr_scale("b.weight", 0.25f);
+      if (step == 2) u.set_trainable("a.bias", false);
+      auto g = randv(n, -0.5f, 0.5f);
+      Dev<float> gg(g);
+      if (which == 0) {
+        lamb_step(u, w.data(), g.data(), cs, 1e-2f, LambOptions{}, -1.0);
+        G::lamb_step(u, gw.p, gg.p, gs, 1e-2f, LambOptions{}, -1.0);
+      } else {
+        adamw_step(u, w.data(), g.data(), cs, 1e-2f, AdamWOptions{}, -1.0);
+        G::adamw_step(u, gw.p, gg.p, gs, 1e-2f, AdamWOptions{}, -1.0);
+      }
+      check(name + " step " + std::to_string(step + 1) + " parameters", w, gw.back(), 1e-5);
+    }
   }
 }
 
