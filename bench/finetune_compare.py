@@ -6,6 +6,7 @@ writes every run's metrics as JSON lines.
 
   bench/finetune_compare.py --pretrained DIR --scratch DIR [--vocab V] [--seeds 1 2 3] [--jobs 2]
                             [--inits pretrained scratch] [--out DIR] [--names pretrained scratch]
+                            [--device cpu|cuda]          (GLUE_DATA: the data root, default ../shared/data)
 
 --names relabels the two models (e.g. `--names electra bert` to compare two pre-trained models;
 --inits then takes those names).
@@ -23,7 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+# the data root (../shared/data, or a copy of its glue/ and conll2003/ elsewhere: GLUE_DATA)
+SHARED = os.environ.get("GLUE_DATA") or os.path.join(HERE, "..", "..", "shared", "data")
 
 # task -> (subcommand args, metric key, extra flags)
 TASKS = {
@@ -44,7 +46,8 @@ def run(args, task, init, ckpt, seed):
     out = os.path.join(args.out, f"{task}-{init}-{seed}")
     cmd = [args.bertcc, "finetune", *sub, "--init-checkpoint", ckpt, "--output-dir", out, "--mode", "train eval",
            "--seed", str(seed), "--threads", str(args.threads), "--learning-rate", args.lr, "--train-batch-size", "32",
-           "--max-seq-length", "128", "--precision", args.precision, "--log-freq", "100000", *extra]
+           "--max-seq-length", "128", "--precision", args.precision, "--log-freq", "100000", "--device", args.device,
+           *extra]
     if args.vocab:
         cmd += ["--vocab", args.vocab]
     t0 = time.time()
@@ -72,6 +75,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", default="1e-4")
     ap.add_argument("--precision", default="bf16")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (every run on it)")
     ap.add_argument("--out", default="finetune-compare")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

@@ -21,8 +21,9 @@
 # transformers' ELECTRA on bertcc's pre-training output) -> sanitizer (compute-sanitizer memcheck and
 # racecheck on the attention kernels). Named in STEPS only: profile (bench/cuda/profile.sh: GPU time
 # per operation), stack (convert --from pt on the machine's torch, ONNX exports in Python's
-# onnxruntime), electra (ELECTRA-small against its PyTorch peer on the GPU), compile (one shape
-# against torch.compile). Exit 0 when every step that ran passed or skipped.
+# onnxruntime), electra (ELECTRA-small against its PyTorch peer on the GPU), electra_glue (ELECTRA-small
+# against BERT of its shape at equal pre-training time, then GLUE), compile (one shape against
+# torch.compile). Exit 0 when every step that ran passed or skipped.
 set -u
 cmd="${1:-}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -66,6 +67,13 @@ if [ "$cmd" = pack ]; then
   # the fine-tuning cuts of ../shared/data for tests/cuda/e2e.sh (the GPU machine has no ../shared)
   ( . tests/train/common.sh; PY=/usr/bin/python3 make_ft_data ../shared/data .gpu/bundle/ftdata ) ||
     echo "gpu-visit: ../shared/data not found: e2e will not check fine-tuning" >&2
+  # for the electra_glue step: make demo's corpus and vocabulary, GLUE's five dev/train sets
+  if [ -d demo-out/corpus/train ] && [ -d ../shared/data/glue ]; then
+    mkdir -p .gpu/bundle/demo .gpu/bundle/glue_data
+    cp -r demo-out/corpus demo-out/vocab.txt .gpu/bundle/demo/ && cp -r ../shared/data/glue .gpu/bundle/glue_data/
+  else
+    echo "gpu-visit: no demo-out/corpus (make demo) or ../shared/data/glue: the electra_glue step will fail" >&2
+  fi
   tar cJf .gpu/bundle.tar.xz -C .gpu bundle || exit 1
   rm -rf .gpu/bundle
   echo "gpu-visit: .gpu/bundle.tar.xz $(du -h .gpu/bundle.tar.xz | cut -f1) (carry it: the device call's limit is 64 MiB)"
@@ -93,7 +101,7 @@ step() {
   if [ -n "$ONLY" ]; then
     case ",$ONLY," in *",$name,"*) ;; *) return ;; esac
   else
-    case $name in profile|stack|electra|compile) return ;; esac  # asked for by name only
+    case $name in profile|stack|electra|electra_glue|compile) return ;; esac  # asked for by name only
   fi
   left=$((BUDGET - ($(date +%s) - START)))
   [ "$left" -lt "$max" ] && max=$left
@@ -133,6 +141,11 @@ step hf 120 "python3 tests/hf/check_autotokenizer.py $B/bertcc tests/tokenizer/a
 step stack 150 "python3 tests/torch/check_convert.py $B/bertcc $OUT/convert $B/vocab/bert-base-uncased-vocab.txt && BERTCC_ORT=python python3 tests/onnx/check_onnx.py $B/bertcc $B/vocab/bert-base-uncased-vocab.txt $OUT/onnx"
 # electra: ELECTRA-small pre-training against the PyTorch peer, both on the GPU
 step electra 150 "DEVICE=cuda PYTHON=python3 OUT=$OUT/electra.jsonl sh bench/electra_peer.sh $B/bertcc"
+# electra_glue: issue 13's comparison at a GPU's budget: ELECTRA-small (12 layers, hidden 256,
+# embedding 128, generator 1/4) against a BERT of its shape, 150 s of pre-training each on the demo
+# corpus, then MRPC, RTE, CoLA and STS-B with 3 seeds each (bench/electra_vs_bert.sh); about 8 minutes
+step electra_glue 540 "CORPUS=$B/demo/corpus VOCAB=$B/demo/vocab.txt GLUE_DATA=$B/glue_data DEVICE=cuda PYTHON=python3 \
+LAYERS=12 EMB=128 BATCH=128 BUDGET=150 JOBS=4 THREADS=4 OUT=$OUT/electra_glue sh bench/electra_vs_bert.sh $B/bertcc"
 # compile: one shape against transformers + torch.compile (compiling takes minutes)
 step compile 300 "CASES='train bert-large 64 128' STEPS=10 sh bench/gpu.sh $B/bertcc"
 # profile: where a bert-large training step's GPU time goes (bench/cuda/profile.sh; Nsight Systems)
