@@ -4,11 +4,13 @@
 # all-reduce overlapped with backward and not; prints seq/s (mean over the steps after the
 # first two) and the time ranks waited for the all-reduce after backward.
 #   bench/data_parallel.sh BERTCC [CONFIG] [WORLD] [THREADS] [MICRO] [STEPS]
+# env: VOCAB (../shared/data's bert-base-uncased), PYTHON (/usr/bin/python3), WORK
 set -eu
 B="$1"; CONFIG="${2:-bert-base}"; NP="${3:-2}"; THREADS="${4:-$(nproc)}"; MICRO="${5:-8}"; STEPS="${6:-10}"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${WORK:-/tmp/bertcc_dp_bench}"
-VOCAB="$HERE/../shared/data/bert_vocab/bert-base-uncased-vocab.txt"
+VOCAB="${VOCAB:-$HERE/../shared/data/bert_vocab/bert-base-uncased-vocab.txt}"
+PY="${PYTHON:-/usr/bin/python3}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 rm -rf "$WORK"; mkdir -p "$WORK/text"
 i=0
@@ -21,7 +23,7 @@ done
   --max-predictions-per-seq 20 --dupe-factor 10 > /dev/null
 P="--config $CONFIG --vocab $VOCAB --input-dir $WORK/h5 --max-steps $STEPS --learning-rate 1e-4 --num-steps-per-checkpoint 0 --log-freq 1 --precision bf16"
 rate() {  # mean seq/s over steps 3.. and the mean all-reduce wait
-  /usr/bin/python3 - "$1" <<'PYEOF'
+  "$PY" - "$1" <<'PYEOF'
 import json, sys
 r, w = [], []
 for line in open(sys.argv[1]):
@@ -38,6 +40,6 @@ echo "1 rank x $THREADS threads (accumulation $NP):    $1 seq/s"
 for v in "" "--no-allreduce-overlap"; do
   mpirun --oversubscribe --bind-to none -np "$NP" "$B" pretrain $P --train-batch-size "$MICRO" --threads $((THREADS / NP)) $v --output-dir "$WORK/many" > /dev/null 2>&1
   set -- $(rate "$WORK/many/dllogger.json")
-  echo "$NP ranks x $((THREADS / NP)) threads ${v:-(overlap)}: $1 seq/s ($(/usr/bin/python3 -c "print(f'{$1/$one:.2f}')")x), all-reduce wait after backward $2 s/step"
+  echo "$NP ranks x $((THREADS / NP)) threads ${v:-(overlap)}: $1 seq/s ($("$PY" -c "print(f'{$1/$one:.2f}')")x), all-reduce wait after backward $2 s/step"
   rm -rf "$WORK/many"
 done

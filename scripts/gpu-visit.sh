@@ -22,7 +22,8 @@
 # racecheck on the attention kernels). Named in STEPS only: profile (bench/cuda/profile.sh: GPU time
 # per operation), stack (convert --from pt on the machine's torch, ONNX exports in Python's
 # onnxruntime), electra (ELECTRA-small against its PyTorch peer on the GPU), electra_glue (ELECTRA-small
-# against BERT of its shape at equal pre-training time, then GLUE), compile (one shape against
+# against BERT of its shape at equal pre-training time, then GLUE), scaling (data-parallel CPU
+# scaling on the 16 cores, all-reduce against MPI_Allreduce), compile (one shape against
 # torch.compile). Exit 0 when every step that ran passed or skipped.
 set -u
 cmd="${1:-}"
@@ -64,6 +65,10 @@ if [ "$cmd" = pack ]; then
   mkdir -p .gpu/bundle/vocab
   cp ../shared/data/bert_vocab/bert-base-cased-vocab.txt ../shared/data/bert_vocab/bert-base-uncased-vocab.txt .gpu/bundle/vocab/ 2>/dev/null ||
     echo "gpu-visit: ../shared/data/bert_vocab not found: the AutoTokenizer step will be skipped" >&2
+  # Open MPI's launcher, relocated (the GPU machine has no MPI): 2 ranks sharing the GPU in e2e,
+  # the CPU scaling of the scaling step
+  cp build/bertcc_allreduce_bench .gpu/bundle/ 2>/dev/null || true
+  sh scripts/mpi-bundle.sh .gpu/bundle || echo "gpu-visit: no Open MPI here: e2e's 2-rank case and scaling will not run" >&2
   # the fine-tuning cuts of ../shared/data for tests/cuda/e2e.sh (the GPU machine has no ../shared)
   ( . tests/train/common.sh; PY=/usr/bin/python3 make_ft_data ../shared/data .gpu/bundle/ftdata ) ||
     echo "gpu-visit: ../shared/data not found: e2e will not check fine-tuning" >&2
@@ -89,6 +94,8 @@ mkdir -p "$OUT"
 tar xJf .gpu/bundle.tar.xz -C .gpu || exit 1
 # shellcheck disable=SC1091
 . .gpu/bundle/env.sh
+# shellcheck disable=SC1091
+[ -f .gpu/bundle/mpi/env.sh ] && . .gpu/bundle/mpi/env.sh
 B=.gpu/bundle
 START=$(date +%s)
 STATUS=0
@@ -101,7 +108,7 @@ step() {
   if [ -n "$ONLY" ]; then
     case ",$ONLY," in *",$name,"*) ;; *) return ;; esac
   else
-    case $name in profile|stack|electra|electra_glue|compile) return ;; esac  # asked for by name only
+    case $name in profile|stack|electra|electra_glue|scaling|compile) return ;; esac  # asked for by name only
   fi
   left=$((BUDGET - ($(date +%s) - START)))
   [ "$left" -lt "$max" ] && max=$left
@@ -146,6 +153,12 @@ step electra 150 "DEVICE=cuda PYTHON=python3 OUT=$OUT/electra.jsonl sh bench/ele
 # corpus, then MRPC, RTE, CoLA and STS-B with 3 seeds each (bench/electra_vs_bert.sh); about 8 minutes
 step electra_glue 540 "CORPUS=$B/demo/corpus VOCAB=$B/demo/vocab.txt GLUE_DATA=$B/glue_data DEVICE=cuda PYTHON=python3 \
 LAYERS=12 EMB=128 BATCH=128 BUDGET=150 JOBS=4 THREADS=4 OUT=$OUT/electra_glue sh bench/electra_vs_bert.sh $B/bertcc"
+# scaling: issue 12's CPU scaling on the machine's 16 cores: bert-base seq 128 bf16, 1 rank x 16
+# threads against 2/4/8 ranks x 16/ranks threads (bench/data_parallel.sh), and bertcc's all-reduce
+# against MPI_Allreduce at 2, 4 and 8 ranks
+step scaling 400 "for np in 2 4 8; do VOCAB=$B/vocab/bert-base-uncased-vocab.txt PYTHON=python3 WORK=/tmp/dp_\$np \
+sh bench/data_parallel.sh $B/bertcc bert-base \$np 16 8 8 || exit 1; done; for np in 2 4 8; do \
+mpirun --bind-to none -np \$np $B/bertcc_allreduce_bench --mb 1,25,418 --iters 5 || exit 1; done"
 # compile: one shape against transformers + torch.compile (compiling takes minutes)
 step compile 300 "CASES='train bert-large 64 128' STEPS=10 sh bench/gpu.sh $B/bertcc"
 # profile: where a bert-large training step's GPU time goes (bench/cuda/profile.sh; Nsight Systems)
