@@ -176,13 +176,7 @@ if [ -n "${FT_DATA:-}" ] || make_ft_data "$S" "$W/ftdata"; then
     done
     check "$1 on $D against cpu ($(head -c 70 "$W/inf_cpu.txt"))" $C json "$W/inf_$D.txt" "$W/inf_cpu.txt" 1e-3 1e-4
   done
-  if "$B" serve --help > /dev/null 2>&1; then
-    RTOL=1e-3 "$PY" "$HERE/../serve/same_on_device.py" "$B" "$D" "$W/ft_sst2_cpu" "$W/ft_squad_cpu" "$W/ft_ner_cpu" \
-      "$W/cpu_fp32/model" "$W/ft_squad2_joint_cpu" > "$W/serve.log" 2>&1 || fail "serve on $D: $(grep -v '^ok' "$W/serve.log" | head -5)"
-    grep '^ok' "$W/serve.log"
-  else
-    echo "note: this build has no serve (cpp-httplib missing): serve --device not checked"
-  fi
+  serve_same_on "$B" "$D" "$W" 1e-3
 else
   echo "note: ../shared/data not found and no FT_DATA: fine-tuning on $D not checked"
 fi

@@ -14,6 +14,20 @@ make_corpus() {
   "$1" train-vocab --input "$2/corpus/train" --output "$2/vocab.txt" --vocab-size 400 --min-frequency 1 > /dev/null || fail train-vocab
 }
 
+# serve_same_on BERTCC DEVICE W [RTOL]: serve --device DEVICE against serve on the cpu with the models
+# device.sh and e2e.sh fine-tune under W (tests/serve/same_on_device.py: the same bodies, or with RTOL
+# the same structure and strings and numbers within RTOL); needs PY.
+serve_same_on() {
+  if "$1" serve --help > /dev/null 2>&1; then
+    RTOL="${4:-}" "$PY" "$(dirname "$0")/../serve/same_on_device.py" "$1" "$2" "$3/ft_sst2_cpu" "$3/ft_squad_cpu" \
+      "$3/ft_ner_cpu" "$3/cpu_fp32/model" "$3/ft_squad2_joint_cpu" > "$3/serve.log" 2>&1 \
+      || fail "serve on $2: $(grep -v '^ok' "$3/serve.log" | head -5)"
+    grep '^ok' "$3/serve.log"
+  else
+    echo "note: this build has no serve (cpp-httplib missing): serve --device not checked"
+  fi
+}
+
 # make_ft_data SHARED_DATA OUT: small fine-tuning sets cut from ../shared/data (the real files), for the
 # device checks: OUT/sst (SST-2: 48 train, 32 dev), OUT/stsb (32, 16), OUT/ner.txt (CoNLL-2003, 25
 # sentences), OUT/sq.json (SQuAD v1.1 dev, first article, 2 paragraphs), OUT/sq2.json (SQuAD v2.0, the

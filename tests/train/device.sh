@@ -251,13 +251,7 @@ if make_ft_data "$S" "$W"; then
       || fail "$cmd on $D: $(head -c 300 "$W/inf_dev.txt") vs cpu $(head -c 300 "$W/inf_cpu.txt")"
   done
   # serve --device: every text endpoint and a KServe v2 request, the same bodies as serve on the cpu
-  if "$B" serve --help > /dev/null 2>&1; then
-    "$PY" "$(dirname "$0")/../serve/same_on_device.py" "$B" $D "$W/ft_sst2_cpu" "$W/ft_squad_cpu" "$W/ft_ner_cpu" \
-      "$W/cpu_fp32/model" "$W/ft_squad2_joint_cpu" > "$W/serve.log" 2>&1 || fail "serve on $D: $(grep -v '^ok' "$W/serve.log" | head -5)"
-    grep '^ok' "$W/serve.log"
-  else
-    echo "note: this build has no serve (cpp-httplib missing): serve --device not checked"
-  fi
+  serve_same_on "$B" "$D" "$W"
 else
   echo "note: ../shared/data not found: fine-tuning on the device not checked"
 fi
