@@ -24,8 +24,8 @@
 # per operation), stack (convert --from pt on the machine's torch, ONNX exports in Python's
 # onnxruntime), electra (ELECTRA-small against its PyTorch peer on the GPU), electra_glue (ELECTRA-small
 # against BERT of its shape at equal pre-training time, then GLUE), scaling (data-parallel CPU
-# scaling on the 16 cores, all-reduce against MPI_Allreduce), compile (one shape against
-# torch.compile). Exit 0 when every step that ran passed or skipped.
+# scaling on the 16 cores, all-reduce against MPI_Allreduce), serve_load (dynamic batching of serve
+# --device cuda under 64 clients), compile (one shape against torch.compile). Exit 0 when every step that ran passed or skipped.
 set -u
 cmd="${1:-}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -109,7 +109,7 @@ step() {
   if [ -n "$ONLY" ]; then
     case ",$ONLY," in *",$name,"*) ;; *) return ;; esac
   else
-    case $name in profile|stack|electra|electra_glue|scaling|compile) return ;; esac  # asked for by name only
+    case $name in profile|stack|electra|electra_glue|scaling|serve_load|compile) return ;; esac  # asked for by name only
   fi
   left=$((BUDGET - ($(date +%s) - START)))
   [ "$left" -lt "$max" ] && max=$left
@@ -162,6 +162,10 @@ LAYERS=12 EMB=128 BATCH=128 BUDGET=150 JOBS=4 THREADS=4 OUT=$OUT/electra_glue sh
 step scaling 400 "for np in 2 4 8; do VOCAB=$B/vocab/bert-base-uncased-vocab.txt PYTHON=python3 WORK=/tmp/dp_\$np \
 sh bench/data_parallel.sh $B/bertcc bert-base \$np 16 8 8 || exit 1; done; for np in 2 4 8; do \
 mpirun --bind-to none -np \$np $B/bertcc_allreduce_bench --mb 1,25,418 --iters 5 || exit 1; done"
+# serve_load: issue 14's dynamic batching on the GPU: serve --device cuda with a bert-base classifier,
+# 64 Python clients for 15 s on /v1/classify and /v2 infer, --max-batch-size 1 against 32
+step serve_load 150 "DEVICE=cuda LOADGEN=python VOCAB=$B/vocab/bert-base-uncased-vocab.txt PYTHON=python3 \
+WORK=/tmp/serve_load sh bench/serve.sh $B/bertcc 15 64 bert-base"
 # compile: one shape against transformers + torch.compile (compiling takes minutes)
 step compile 300 "CASES='train bert-large 64 128' STEPS=10 sh bench/gpu.sh $B/bertcc"
 # profile: where a bert-large training step's GPU time goes (bench/cuda/profile.sh; Nsight Systems)
