@@ -102,14 +102,13 @@ for prec in fp32 bf16; do
 done
 check "ELECTRA pretrain fp32, $D against cpu: discriminator" \
   $C model "$W/el_dev_fp32/discriminator/model.safetensors" "$W/el_cpu_fp32/discriminator/model.safetensors" 1e-3
-rm -rf "$W/el_res"; mkdir -p "$W/el_res/checkpoints"; cp -r "$W/el_dev_bf16/checkpoints/step_4" "$W/el_res/checkpoints/"
-"$B" pretrain $PT --model-type electra --precision bf16 --device "$D" --output-dir "$W/el_res" --resume-from-checkpoint \
-  > "$W/el_res.log" 2>&1 || fail "ELECTRA resume on $D: $(tail -3 "$W/el_res.log")"
-cmp -s "$W/el_dev_bf16/discriminator/model.safetensors" "$W/el_res/discriminator/model.safetensors" \
-  && cmp -s "$W/el_dev_bf16/generator/model.safetensors" "$W/el_res/generator/model.safetensors" \
-  && echo "ok   ELECTRA bf16 on $D resumed from step 4: discriminator and generator byte-identical to the uninterrupted run" \
-  || fail "ELECTRA bf16 on $D resumed from step 4 differs from the uninterrupted run: $(for m in discriminator generator; do
-       cmp "$W/el_dev_bf16/$m/model.safetensors" "$W/el_res/$m/model.safetensors" 2>&1; done | head -2)"
+if resume "$W/el_dev_bf16" "$W/el_res" "$D" --model-type electra --precision bf16; then
+  cmp -s "$W/el_dev_bf16/discriminator/model.safetensors" "$W/el_res/discriminator/model.safetensors" \
+    && cmp -s "$W/el_dev_bf16/generator/model.safetensors" "$W/el_res/generator/model.safetensors" \
+    && echo "ok   ELECTRA bf16 on $D resumed from step 4: discriminator and generator byte-identical to the uninterrupted run" \
+    || fail "ELECTRA bf16 on $D resumed from step 4 differs from the uninterrupted run: $(for m in discriminator generator; do
+         cmp "$W/el_dev_bf16/$m/model.safetensors" "$W/el_res/$m/model.safetensors" 2>&1; done | head -2)"
+fi
 
 # --- two MPI ranks sharing the device (gradients through the host) = one CPU rank x 2
 if command -v mpirun > /dev/null 2>&1; then
