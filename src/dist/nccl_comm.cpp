@@ -5,6 +5,12 @@
 // the backward pass that produced the gradients and the optimizer step waits for it.
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
@@ -95,6 +101,26 @@ class Nccl final : public DeviceCommunicator {
 }  // namespace
 
 bool nccl_available() { return true; }
+
+std::string ranks_sharing_gpu(Communicator& host, int device) {
+  char bus[32] = {0};
+  check_cuda(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device), "cudaDeviceGetPCIBusId");
+  char name[HOST_NAME_MAX + 1] = {0};
+  if (gethostname(name, sizeof name - 1) != 0) name[0] = 0;
+  // (host, bus id) as a 64-bit FNV-1a hash, sent as two exact doubles of 32 bits each
+  uint64_t h = 1469598103934665603ull;
+  for (const std::string& part : {std::string(name), std::string("/"), std::string(bus)})
+    for (unsigned char c : part) h = (h ^ c) * 1099511628211ull;
+  const double mine[2] = {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffull)};
+  std::vector<double> all(2 * static_cast<size_t>(host.world()));
+  host.allgather(mine, 2, all.data());
+  for (int a = 0; a < host.world(); ++a)
+    for (int b = a + 1; b < host.world(); ++b)
+      if (all[2 * a] == all[2 * b] && all[2 * a + 1] == all[2 * b + 1])
+        return "rank " + std::to_string(a) + " and rank " + std::to_string(b) + " share one GPU" +
+               (a == host.rank() || b == host.rank() ? std::string(" (") + bus + " on " + name + ")" : "");
+  return "";
+}
 
 std::unique_ptr<DeviceCommunicator> make_nccl(Communicator& host, int device) {
   return std::make_unique<Nccl>(host, device);

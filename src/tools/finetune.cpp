@@ -100,7 +100,7 @@ FtSetup ft_setup(const FtCli& o) {
   BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
   set_threads(threads_per_rank(o.threads, dist::world()));
   s.prec = parse_precision(o.precision);
-  Backend& be = backend_for(dist::device_for_rank(o.device, dist::world()));
+  Backend& be = backend_for_rank(o.device, dist::world());
   if (is_lead()) std::cerr << (be.on_host() ? describe_backend(s.prec == Precision::BF16) : be.describe()) << "\n";
   s.vocab_path = o.vocab.empty() ? join_path(o.init_checkpoint, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(s.vocab_path), s.vocab_path, ": no vocabulary (pass --vocab)");
@@ -132,7 +132,7 @@ std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads head
                " exceeds the model's max_position_embeddings ", m->config().max_position_embeddings, " (",
                join_path(o.init_checkpoint, "config.json"), "); pass --max-seq-length ",
                m->config().max_position_embeddings, " or less");
-  Backend& be = backend_for(dist::device_for_rank(o.device, dist::world()));
+  Backend& be = backend_for_rank(o.device, dist::world());
   if (!be.on_host()) m->use_backend(be);
   return m;
 }

@@ -215,7 +215,31 @@ std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& c
   if (comm.world() == 1 && b != "nccl") return nullptr;
   if (!cuda || b == "host") return nullptr;
   dist::parse_wire_dtype(o.allreduce_dtype);  // a bad name is refused before NCCL starts
+  // NCCL runs one rank per GPU; ranks that share one (--device cuda:0 on every rank) sum their
+  // gradients through the host communicator instead, said once at start-up (the same verdict on
+  // every rank, so all of them take the same path)
+  const std::string shared = comm.world() > 1 ? dist::ranks_sharing_gpu(comm, be.device_ordinal()) : "";
+  if (!shared.empty()) {
+    BERTCC_CHECK(b != "nccl", who, ": --allreduce-backend nccl: ", shared,
+                 ", and NCCL needs one GPU per rank: run one rank per GPU, or --allreduce-backend host");
+    if (comm.rank() == 0)
+      std::cerr << who << ": " << shared << ": NCCL needs one GPU per rank, so the gradients are summed through the "
+                << comm.name() << " communicator on the host (as --allreduce-backend host)\n";
+    return nullptr;
+  }
   return dist::make_nccl(comm, be.device_ordinal());
+}
+
+Backend& backend_for_rank(const std::string& device, dist::Communicator& comm) {
+  const std::string mine = dist::device_for_rank(device, comm);
+  try {
+    return backend_for(mine);
+  } catch (const Error& e) {
+    if (mine == device) throw;
+    fail(e.what(), " (", comm.local_world(), " ranks on this host and --device ", device,
+         ": one GPU per rank, local rank ", comm.local_rank(), " -> --device ", mine,
+         "; to share one GPU, name it: --device ", device, ":0, and the gradients go through the host)");
+  }
 }
 
 DeviceGradSync::DeviceGradSync(dist::Communicator& comm, const dist::Options& o, Bert& model,

@@ -88,10 +88,13 @@ class GradSync {
 };
 
 // The device communicator for gradients on `be` (NCCL: --device cuda with several ranks, unless
-// --allreduce-backend host), or null for the host path. Refuses what cannot work: nccl without
+// --allreduce-backend host or the ranks share a GPU), or null for the host path. Refuses what cannot work: nccl without
 // a CUDA device. One per process, shared by its models.
 std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& comm, const dist::Options& o,
                                                            Backend& be, const char* who);
+// This rank's backend for --device (dist::device_for_rank: "cuda" with several ranks on a host is
+// cuda:<local rank>); a rank without its GPU is refused naming the mapping and how to share one.
+Backend& backend_for_rank(const std::string& device, dist::Communicator& comm);
 
 // The same for a model on a device (Bert::use_backend): the micro-batch gradients are summed on
 // the device in GradSync's order (acc = g0; acc += g1; ...: the host's bits). With several ranks

@@ -90,7 +90,7 @@ int run_pretraining(const PretrainOptions& o) {
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
   BERTCC_CHECK(o.dp.watchdog_timeout >= 0, "--watchdog-timeout must be >= 0");
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
-  Backend& be = backend_for(dist::device_for_rank(o.device, comm));
+  Backend& be = backend_for_rank(o.device, comm);
   const bool dev = !be.on_host();  // weights, gradients and moments on a device
   // (NCCL for the gradients of several GPUs; refusals before anything is written)
   std::unique_ptr<dist::DeviceCommunicator> dcomm = dev ? make_device_comm(comm, o.dp, be, "pretrain") : nullptr;

@@ -19,6 +19,8 @@
 # Usage: tests/cuda/e2e.sh BERTCC WORKDIR [DEVICE]   (DEVICE: cuda, the default, or cpu-staged to check
 #        this script where there is no GPU: then every comparison holds exactly). FT_DATA: the
 #        fine-tuning cuts of make_ft_data (tests/train/common.sh); default: made from ../shared/data.
+#        E2E_ONLY: a comma list of sections to run (pretrain, electra, mpi, finetune, past; default all),
+#        for a short GPU visit that rechecks what failed.
 # Exit 0 when all passed, 77 when the device is not usable here, 1 otherwise.
 set -u
 B="$1"; W="$2"; D="${3:-cuda}"
@@ -30,6 +32,7 @@ C="$PY $HERE/close.py"
   || { echo "SKIPPED: --device $D is not usable here: $("$B" bench train --config bert-tiny --batch 1 --seq 8 --steps 1 --device "$D" 2>&1 | tail -1)"; exit 77; }
 rm -rf "$W"; mkdir -p "$W"
 T0=$(date +%s)
+want() { case ",${E2E_ONLY:-all}," in *",all,"*|*",$1,"*) return 0;; esac; return 1; }
 check() {  # NAME COMMAND...: runs a close.py comparison, prefixes its line with NAME
   what=$1; shift
   out=$("$@" 2>&1); rc=$?
@@ -59,7 +62,14 @@ resume() {  # SRC_DIR DST_DIR DEVICE ARGS...: SRC's step-4 checkpoint resumed on
   grep -q "resuming from .*step_4" "$dst.log" || { fail "$dst: did not resume from step 4: $(head -5 "$dst.log")"; return 1; }
 }
 
+cpu_fp32() {  # the CPU's fp32 pre-training run, which several sections compare against
+  [ -f "$W/cpu_fp32/model/model.safetensors" ] && return 0
+  "$B" pretrain $PT --precision fp32 --device cpu --output-dir "$W/cpu_fp32" > "$W/cpu_fp32.log" 2>&1 \
+    || { fail "cpu fp32: $(tail -3 "$W/cpu_fp32.log")"; return 1; }
+}
+
 # --- BERT pre-training: GPU against CPU, determinism, resume
+if want pretrain; then
 for prec in fp32 bf16 fp16; do
   X=""; [ $prec = fp16 ] && X=$X16
   tol=2e-2; [ $prec = fp32 ] && tol=1e-4
@@ -89,8 +99,10 @@ resume "$W/cpu_fp32" "$W/cpu_to_dev" "$D" --precision fp32 \
 resume "$W/dev_fp32_a" "$W/dev_to_cpu" cpu --precision fp32 \
   && check "$D step-4 checkpoint resumed on cpu, against the $D run" $C model "$W/dev_to_cpu/model/model.safetensors" "$W/dev_fp32_a/model/model.safetensors" 1e-3 \
   && check "$D step-4 checkpoint resumed on cpu: losses" $C losses "$W/dev_to_cpu/dllogger.json" "$W/dev_fp32_a/dllogger.json" 1e-4 resumed
+fi
 
 # --- ELECTRA pre-training (bf16; fp32 for the model comparison)
+if want electra; then
 for prec in fp32 bf16; do
   tol=2e-2; [ $prec = fp32 ] && tol=1e-4
   "$B" pretrain $PT --model-type electra --precision $prec --device cpu --output-dir "$W/el_cpu_$prec" > "$W/el_cpu_$prec.log" 2>&1 \
@@ -109,24 +121,49 @@ if resume "$W/el_dev_bf16" "$W/el_res" "$D" --model-type electra --precision bf1
     || fail "ELECTRA bf16 on $D resumed from step 4 differs from the uninterrupted run: $(for m in discriminator generator; do
          cmp "$W/el_dev_bf16/$m/model.safetensors" "$W/el_res/$m/model.safetensors" 2>&1; done | head -2)"
 fi
+fi
 
-# --- two MPI ranks sharing the device (gradients through the host) = one CPU rank x 2
-if command -v mpirun > /dev/null 2>&1; then
+# --- two MPI ranks sharing the device (gradients through the host) = one CPU rank x 2. Plain
+# "cuda" is one GPU per rank (cuda:<local rank>), so sharing names the GPU: cuda:0; NCCL cannot
+# run two ranks on one GPU, so auto sums through the host (said at start-up) and nccl is refused.
+if want mpi && command -v mpirun > /dev/null 2>&1 && cpu_fp32; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
     OMPI_MCA_btl_vader_single_copy_mechanism=none
   P2=$(echo "$PT" | sed 's/--train-batch-size 16 --gradient-accumulation-steps 2/--train-batch-size 8/; s/--threads 4/--threads 2/')
-  mpirun --oversubscribe -np 2 "$B" pretrain $P2 --precision fp32 --device "$D" --output-dir "$W/dev_2r" > "$W/dev_2r.log" 2>&1 \
-    || fail "2 ranks on $D: $(tail -5 "$W/dev_2r.log")"
-  grep -q "2 ranks (mpi)" "$W/dev_2r.log" || fail "2 ranks on $D: not run as 2 MPI ranks"
-  check "2 MPI ranks on $D against 1 cpu rank x 2: losses" $C losses "$W/dev_2r/dllogger.json" "$W/cpu_fp32/dllogger.json" 1e-4
-  check "2 MPI ranks on $D against 1 cpu rank x 2: model" $C model "$W/dev_2r/model/model.safetensors" "$W/cpu_fp32/model/model.safetensors" 1e-3
-else
+  D0=$D; [ "$D" = cuda ] && D0=cuda:0
+  errs() { grep -v "^\[\|^-\+$\|MPI_ABORT\|MPI_COMM_WORLD\|^You may\|^exactly when\|^NOTE\|^with errorcode\|^$" "$1" | head -3; }
+  mpirun --oversubscribe -np 2 "$B" pretrain $P2 --precision fp32 --device "$D0" --output-dir "$W/dev_2r" > "$W/dev_2r.log" 2>&1 \
+    || fail "2 ranks on $D0: $(errs "$W/dev_2r.log")"
+  grep -q "2 ranks (mpi)" "$W/dev_2r.log" || fail "2 ranks on $D0: not run as 2 MPI ranks"
+  check "2 MPI ranks on $D0 against 1 cpu rank x 2: losses" $C losses "$W/dev_2r/dllogger.json" "$W/cpu_fp32/dllogger.json" 1e-4
+  check "2 MPI ranks on $D0 against 1 cpu rank x 2: model" $C model "$W/dev_2r/model/model.safetensors" "$W/cpu_fp32/model/model.safetensors" 1e-3
+  if [ "$D" = cuda ]; then
+    grep -q "share one GPU.*through the mpi communicator on the host" "$W/dev_2r.log" \
+      && echo "ok   2 ranks on cuda:0: $(grep -m1 "share one GPU" "$W/dev_2r.log" | cut -c1-150)" \
+      || fail "2 ranks on cuda:0: start-up does not say that the gradients go through the host: $(head -4 "$W/dev_2r.log")"
+    mpirun --oversubscribe -np 2 "$B" pretrain $P2 --precision fp32 --device cuda:0 --allreduce-backend nccl \
+      --output-dir "$W/dev_2r_nccl" > "$W/dev_2r_nccl.log" 2>&1 \
+      && fail "2 ranks on cuda:0 with --allreduce-backend nccl: succeeded" \
+      || { grep -q "NCCL needs one GPU per rank" "$W/dev_2r_nccl.log" && [ ! -e "$W/dev_2r_nccl/checkpoints" ] \
+        && echo "ok   2 ranks on cuda:0 with --allreduce-backend nccl refused: $(grep -m1 "NCCL needs" "$W/dev_2r_nccl.log" | cut -c1-150)" \
+        || fail "2 ranks on cuda:0 with --allreduce-backend nccl: $(errs "$W/dev_2r_nccl.log")"; }
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    if [ "$n" = 1 ]; then  # plain cuda, 2 ranks, 1 GPU: rank 1 has no cuda:1, said with the mapping
+      mpirun --oversubscribe -np 2 "$B" pretrain $P2 --precision fp32 --device cuda --output-dir "$W/dev_2r_plain" > "$W/dev_2r_plain.log" 2>&1 \
+        && fail "2 ranks on 1 GPU with --device cuda: succeeded" \
+        || { grep -q "one GPU per rank, local rank 1 -> --device cuda:1" "$W/dev_2r_plain.log" \
+          && echo "ok   2 ranks on 1 GPU with --device cuda refused: $(grep -m1 "local rank 1" "$W/dev_2r_plain.log" | cut -c1-160)" \
+          || fail "2 ranks on 1 GPU with --device cuda: $(errs "$W/dev_2r_plain.log")"; }
+    fi
+  fi
+elif want mpi; then
   echo "note: mpirun not found: 2 ranks sharing the device not run"
 fi
 
 # --- fine-tuning every head on real data, then inference and serve
 S="$HERE/../../../shared/data"
-if [ -n "${FT_DATA:-}" ] || make_ft_data "$S" "$W/ftdata"; then
+if ! want finetune; then :
+elif cpu_fp32 && { [ -n "${FT_DATA:-}" ] || make_ft_data "$S" "$W/ftdata"; }; then
   F="${FT_DATA:-$W/ftdata}"
   "$B" init-model --config bert-tiny --vocab "$F/uncased_vocab.txt" --output "$W/tiny" --seed 1 > /dev/null 2>&1 || fail init-model
   printf '{"model_type": "electra", "vocab_size": 30522, "embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2,
@@ -181,7 +218,7 @@ else
 fi
 
 # --- a GPU past the last one is refused by name, before anything is written
-if [ "$D" = cuda ]; then
+if [ "$D" = cuda ] && want past; then
   n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   if [ "$n" -gt 0 ]; then
     if "$B" pretrain $PT --device "cuda:$n" --output-dir "$W/x_past" > "$W/x_past.log" 2>&1; then fail "--device cuda:$n ($n GPUs): succeeded"
