@@ -492,6 +492,86 @@ TEST(Dtype, BackendNarrowWiden16) {
     }
 }
 
+// The bf16 operands the model keeps (Linear16: x's rounding made once in the forward and taken by
+// the backward's dW product; gelu's output and gradient rounded by the activation itself) change no
+// bit of any result, on the CPU and through the staged device interface; the kept copies are the
+// roundings of their fp32 tensors.
+TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
+  const int64_t M = 37, N = 29, K = 48;
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rv = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = nd(g);
+    return v;
+  };
+  const auto x = rv(M * K), W = rv(N * K), b = rv(N), dy = rv(M * N);
+  for (Backend* be : {&cpu_backend(), &staged_backend()}) {
+    auto up = [&](const std::vector<float>& v) {
+      float* p = static_cast<float*>(be->alloc(v.size() * 4));
+      be->upload(p, v.data(), v.size() * 4);
+      return p;
+    };
+    auto down = [&](const float* p, int64_t n) {
+      std::vector<float> h(static_cast<size_t>(n));
+      be->download(h.data(), p, h.size() * 4);
+      return h;
+    };
+    auto down16 = [&](const bf16_t* p, int64_t n) {
+      std::vector<bf16_t> h(static_cast<size_t>(n));
+      be->download(h.data(), p, h.size() * 2);
+      return h;
+    };
+    auto rounded = [](const std::vector<float>& v) {
+      std::vector<bf16_t> r(v.size());
+      for (size_t i = 0; i < v.size(); ++i) r[i] = f32_to_bf16(v[i]);
+      return r;
+    };
+    float *dx = up(x), *dW = up(W), *db = up(b), *ddy = up(dy);
+    auto* x16 = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(M * K) * 2));
+    auto* dy16 = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(M * N) * 2));
+    be->upload(dy16, rounded(dy).data(), static_cast<size_t>(M * N) * 2);
+    std::vector<float> zeros_k(static_cast<size_t>(M * K), 0.25f), zeros_w(static_cast<size_t>(N * K), 0.25f),
+        zeros_b(static_cast<size_t>(N), 0.25f);
+    // plain, then with the kept and given roundings
+    float *y1 = up(std::vector<float>(M * N)), *y2 = up(std::vector<float>(M * N)), *y3 = up(std::vector<float>(M * N));
+    be->linear_forward(y1, dx, dW, db, M, N, K, Precision::BF16, nullptr);
+    be->linear_forward(y2, dx, dW, db, M, N, K, Precision::BF16, nullptr, Linear16{nullptr, x16, nullptr});
+    EXPECT_EQ(down16(x16, M * K), rounded(x)) << be->describe();
+    EXPECT_EQ(down(y1, M * N), down(y2, M * N)) << be->describe();
+    be->linear_forward(y3, dx, dW, db, M, N, K, Precision::BF16, nullptr, Linear16{x16, nullptr, nullptr});
+    EXPECT_EQ(down(y1, M * N), down(y3, M * N)) << be->describe();
+    float *gx1 = up(zeros_k), *gw1 = up(zeros_w), *gb1 = up(zeros_b);
+    float *gx2 = up(zeros_k), *gw2 = up(zeros_w), *gb2 = up(zeros_b);
+    be->linear_backward(gx1, gw1, gb1, ddy, dx, dW, M, N, K, Precision::BF16, nullptr);
+    be->linear_backward(gx2, gw2, gb2, ddy, dx, dW, M, N, K, Precision::BF16, nullptr, Linear16{x16, nullptr, dy16});
+    EXPECT_EQ(down(gx1, M * K), down(gx2, M * K)) << be->describe();
+    EXPECT_EQ(down(gw1, N * K), down(gw2, N * K)) << be->describe();
+    EXPECT_EQ(down(gb1, N), down(gb2, N)) << be->describe();
+    // gelu with its rounding: fp32 outputs unchanged, the copies their roundings
+    const int64_t n = M * K;
+    float *o1 = up(std::vector<float>(n)), *o2 = up(std::vector<float>(n));
+    float *d1 = up(zeros_k), *d2 = up(zeros_k);
+    auto* o16 = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(n) * 2));
+    auto* d16 = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(n) * 2));
+    be->gelu_forward(o1, dx, n, Activation::GeluErf);
+    be->gelu_forward(o2, dx, n, Activation::GeluErf, o16);
+    be->gelu_backward(d1, dx, o1, n, Activation::GeluErf);
+    be->gelu_backward(d2, dx, o1, n, Activation::GeluErf, d16);
+    EXPECT_EQ(down(o1, n), down(o2, n)) << be->describe();
+    EXPECT_EQ(down(d1, n), down(d2, n)) << be->describe();
+    EXPECT_EQ(down16(o16, n), rounded(down(o1, n))) << be->describe();
+    EXPECT_EQ(down16(d16, n), rounded(down(d1, n))) << be->describe();
+    for (void* p : {static_cast<void*>(dx), static_cast<void*>(dW), static_cast<void*>(db), static_cast<void*>(ddy),
+                    static_cast<void*>(x16), static_cast<void*>(dy16), static_cast<void*>(y1), static_cast<void*>(y2),
+                    static_cast<void*>(y3), static_cast<void*>(gx1), static_cast<void*>(gw1), static_cast<void*>(gb1),
+                    static_cast<void*>(gx2), static_cast<void*>(gw2), static_cast<void*>(gb2), static_cast<void*>(o1),
+                    static_cast<void*>(o2), static_cast<void*>(d1), static_cast<void*>(d2), static_cast<void*>(o16),
+                    static_cast<void*>(d16)})
+      be->free(p);
+  }
+}
+
 // The integer keep test used by the vectorised dropout loops equals the float one for every
 // 24-bit value at the probabilities in use and at awkward ones.
 TEST(Dropout, IntegerThresholdEqualsFloatTest) {

@@ -156,13 +156,20 @@ class CpuBackend final : public Backend {
     mine("residual_layernorm_forward", out, sum, mean, rstd, a, r, w, b);
     kernels::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps);
   }
-  void gelu_forward(float* out, const float* inp, int64_t n, Activation act) override {
-    mine("gelu_forward", out, inp);
+  using Backend::gelu_backward;
+  using Backend::gelu_forward;
+  using Backend::linear_backward;
+  using Backend::linear_forward;
+  void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) override {
+    mine("gelu_forward", out, inp, out16);
     kernels::gelu_forward(out, inp, n, act);
+    if (out16) bertcc::to_bf16(out, out16, static_cast<size_t>(n));
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) override {
-    mine("gelu_backward", dinp, inp, dout);
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
+                     bf16_t* dinp16) override {
+    mine("gelu_backward", dinp, inp, dout, dinp16);
     kernels::gelu_backward(dinp, inp, dout, n, act);
+    if (dinp16) bertcc::to_bf16(dinp, dinp16, static_cast<size_t>(n));
   }
   void tanh_forward(float* out, const float* inp, int64_t n) override {
     mine("tanh_forward", out, inp);
@@ -222,14 +229,23 @@ class CpuBackend final : public Backend {
     return kernels::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
   }
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                      Precision p, const bf16_t* W16) override {
-    mine("linear_forward", y, x, W, b, W16);
-    kernels::linear_forward(y, x, W, b, M, N, K, p, W16);
+                      Precision p, const bf16_t* W16, const Linear16& a16) override {
+    mine("linear_forward", y, x, W, b, W16, a16.x16, a16.keep_x16);
+    const bf16_t* x16 = nullptr;
+    if (p == Precision::BF16) {
+      x16 = a16.x16;
+      if (!x16 && a16.keep_x16) {
+        bertcc::to_bf16(x, a16.keep_x16, static_cast<size_t>(M * K));
+        x16 = a16.keep_x16;
+      }
+    }
+    kernels::linear_forward(y, x, W, b, M, N, K, p, W16, x16);
   }
   void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                       int64_t N, int64_t K, Precision p, const bf16_t* W16) override {
-    mine("linear_backward", dx, dW, db, dy, x, W, W16);
-    kernels::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16);
+                       int64_t N, int64_t K, Precision p, const bf16_t* W16, const Linear16& a16) override {
+    mine("linear_backward", dx, dW, db, dy, x, W, W16, a16.dy16, a16.x16);
+    const bool bf = p == Precision::BF16;
+    kernels::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, bf ? a16.dy16 : nullptr, bf ? a16.x16 : nullptr);
   }
   double global_norm(const float* x, size_t n) override {
     mine("global_norm", x);

@@ -101,13 +101,18 @@ class CudaBackend final : public Backend {
     const OpTimer timer("residual_layernorm_forward");
     cuda::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps);
   }
-  void gelu_forward(float* out, const float* inp, int64_t n, Activation act) override {
+  using Backend::gelu_backward;
+  using Backend::gelu_forward;
+  using Backend::linear_backward;
+  using Backend::linear_forward;
+  void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) override {
     const OpTimer timer("gelu_forward");
-    cuda::gelu_forward(out, inp, n, act);
+    cuda::gelu_forward(out, inp, n, act, out16);
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) override {
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
+                     bf16_t* dinp16) override {
     const OpTimer timer("gelu_backward");
-    cuda::gelu_backward(dinp, inp, dout, n, act);
+    cuda::gelu_backward(dinp, inp, dout, n, act, dinp16);
   }
   void tanh_forward(float* out, const float* inp, int64_t n) override {
     const OpTimer timer("tanh_forward");
@@ -165,14 +170,14 @@ class CudaBackend final : public Backend {
     return cuda::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
   }
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                      Precision p, const bf16_t* W16) override {
+                      Precision p, const bf16_t* W16, const Linear16& a16) override {
     const OpTimer timer("linear_forward");
-    cuda::linear_forward(y, x, W, b, M, N, K, p, W16);
+    cuda::linear_forward(y, x, W, b, M, N, K, p, W16, a16.x16, a16.keep_x16);
   }
   void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                       int64_t N, int64_t K, Precision p, const bf16_t* W16) override {
+                       int64_t N, int64_t K, Precision p, const bf16_t* W16, const Linear16& a16) override {
     const OpTimer timer("linear_backward");
-    cuda::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16);
+    cuda::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, a16.dy16, a16.x16);
   }
   double global_norm(const float* x, size_t n) override {
     const OpTimer timer("global_norm");

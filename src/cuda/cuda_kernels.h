@@ -63,8 +63,10 @@ void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
 // ---- activations, dropout ----
-void gelu_forward(float* out, const float* inp, int64_t n, Activation act);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act);
+// out16 / dinp16 (optional): the result's bf16 rounding too, written by the same kernel
+void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16 = nullptr);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
+                   bf16_t* dinp16 = nullptr);
 void tanh_forward(float* out, const float* inp, int64_t n);
 void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n);
 void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base);
@@ -107,10 +109,13 @@ int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_
 void set_allow_tf32(bool on);
 bool allow_tf32();
 void gemm(const kernels::GemmArgs& g, Precision p);
+// bf16 only (ignored otherwise): x16 / dy16, x's and dy's roundings already made; keep_x16, where x16
+// is null, receives x's rounding (made for the product anyway) for the backward's dW product.
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                    Precision p, const bf16_t* W16 = nullptr);
+                    Precision p, const bf16_t* W16 = nullptr, const bf16_t* x16 = nullptr, bf16_t* keep_x16 = nullptr);
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                     int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr);
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
+                     const bf16_t* x16 = nullptr);
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (fixed chunks, then in order)
 // TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16/fp16 operands for bf16/fp16), best of `iters`.
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);

@@ -171,15 +171,17 @@ __global__ void residual_fwd(float* out, const float* a, const float* b, int64_t
   if (i < n) out[i] = a[i] + b[i];
 }
 
-__global__ void gelu_fwd(float* out, const float* inp, int64_t n, bool erf_form) {
+__global__ void gelu_fwd(float* out, uint16_t* out16, const float* inp, int64_t n, bool erf_form) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float x = inp[i];
-  out[i] = erf_form ? 0.5f * x * (1.0f + erff(x * kInvSqrt2))
-                    : 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
+  const float y = erf_form ? 0.5f * x * (1.0f + erff(x * kInvSqrt2))
+                           : 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
+  out[i] = y;
+  if (out16) out16[i] = f32_to_bf16_bits(y);
 }
 
-__global__ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n, bool erf_form) {
+__global__ void gelu_bwd(float* dinp, uint16_t* dinp16, const float* inp, const float* dout, int64_t n, bool erf_form) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float x = inp[i];
@@ -191,7 +193,9 @@ __global__ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCoef * x * x);
     g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
   }
-  dinp[i] += dout[i] * g;
+  const float d = dinp[i] + dout[i] * g;
+  dinp[i] = d;
+  if (dinp16) dinp16[i] = f32_to_bf16_bits(d);
 }
 
 __global__ void tanh_fwd(float* out, const float* inp, int64_t n) {
@@ -295,14 +299,14 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   residual_fwd<<<grid_for(n, kThreads), kThreads>>>(out, a, b, n);
   BERTCC_CUDA_LAUNCHED("residual_forward");
 }
-void gelu_forward(float* out, const float* inp, int64_t n, Activation act) {
+void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) {
   if (n == 0) return;
-  gelu_fwd<<<grid_for(n, kThreads), kThreads>>>(out, inp, n, act == Activation::GeluErf);
+  gelu_fwd<<<grid_for(n, kThreads), kThreads>>>(out, out16, inp, n, act == Activation::GeluErf);
   BERTCC_CUDA_LAUNCHED("gelu_forward");
 }
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) {
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act, bf16_t* dinp16) {
   if (n == 0) return;
-  gelu_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, inp, dout, n, act == Activation::GeluErf);
+  gelu_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dinp16, inp, dout, n, act == Activation::GeluErf);
   BERTCC_CUDA_LAUNCHED("gelu_backward");
 }
 void tanh_forward(float* out, const float* inp, int64_t n) {

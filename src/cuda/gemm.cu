@@ -260,9 +260,17 @@ double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters
 }
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                    Precision p, const bf16_t* W16) {
+                    Precision p, const bf16_t* W16, const bf16_t* x16, bf16_t* keep_x16) {
   kernels::GemmArgs g;
   g.B16 = W16;
+  if (p == Precision::BF16) {
+    if (!x16 && keep_x16 && M * K > 0) {  // the rounding the product needs, into the caller's buffer
+      const OpTimer timer("gemm/cast to 16 bits");
+      to_bf16(keep_x16, x, M * K);
+      x16 = keep_x16;
+    }
+    g.A16 = x16;
+  }
   g.M = M;
   g.N = N;
   g.K = K;
@@ -278,10 +286,10 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 }
 
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                     int64_t N, int64_t K, Precision p, const bf16_t* W16) {
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16, const bf16_t* dy16, const bf16_t* x16) {
+  if (p != Precision::BF16) dy16 = x16 = nullptr;
   // bf16: dy rounded once for both products (each would otherwise round it itself)
-  const bf16_t* dy16 = nullptr;
-  if (p == Precision::BF16 && dx && dW && M * N > 0) {
+  if (p == Precision::BF16 && !dy16 && dx && dW && M * N > 0) {
     static Scratch buf;
     auto* d = buf.take<bf16_t>(static_cast<size_t>(M * N));
     const OpTimer timer("gemm/cast to 16 bits");
@@ -314,6 +322,7 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
     g.lda = N;
     g.trans_a = true;
     g.B = x;
+    g.B16 = x16;
     g.ldb = K;
     g.C = dW;
     g.ldc = K;

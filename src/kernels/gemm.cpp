@@ -251,9 +251,10 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
 }
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                    Precision p, const bf16_t* W16) {
+                    Precision p, const bf16_t* W16, const bf16_t* x16) {
   GemmArgs g;
   g.B16 = W16;
+  g.A16 = x16;
   g.M = M;
   g.N = N;
   g.K = K;
@@ -269,10 +270,11 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 }
 
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                     int64_t N, int64_t K, Precision p, const bf16_t* W16) {
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16, const bf16_t* dy16, const bf16_t* x16) {
   if (dx) {  // dx[M,K] += dy[M,N] @ W[N,K]
     GemmArgs g;
     g.B16 = W16;
+    g.A16 = dy16;
     g.M = M;
     g.N = K;
     g.K = N;
@@ -291,9 +293,11 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
     g.N = K;
     g.K = M;
     g.A = dy;
+    g.A16 = dy16;
     g.lda = N;
     g.trans_a = true;
     g.B = x;
+    g.B16 = x16;
     g.ldb = K;
     g.C = dW;
     g.ldc = K;

@@ -33,11 +33,13 @@ void gemm(const GemmArgs& g, Precision p);
 // Convenience for Linear layers with HF weights W[N,K]:
 //   forward:   y[M,N] = x[M,K] W^T + b
 //   backward:  dx[M,K] += dy W ;  dW[N,K] += dy^T x   (backward adds, so tied weights just work)
-// W16: optional bf16 copy of W (bf16 precision only).
+// W16: optional bf16 copy of W; x16, dy16: optional bf16 roundings of x and dy (bf16 precision only;
+// the same bits as rounding x and dy here).
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                    Precision p, const bf16_t* W16 = nullptr);
+                    Precision p, const bf16_t* W16 = nullptr, const bf16_t* x16 = nullptr);
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                     int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr);
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
+                     const bf16_t* x16 = nullptr);
 
 // db[N] += sum over rows of dy[M,N]; deterministic for any thread count.
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);

@@ -163,6 +163,22 @@ void test_activations() {
     G::gelu_backward(gdinp.p, gx.p, gdout.p, n, act);
     check("gelu_forward" + tag, out, gout.back(), 1e-5);
     check("gelu_backward" + tag, dinp, gdinp.back(), 1e-5);
+    // with the bf16 rounding written by the same kernel: the fp32 results unchanged, and the copy
+    // the bits of rounding them (what the next GEMM would have made)
+    Dev<float> gout2(n), gdinp2(std::vector<float>(n, 0.5f));
+    Dev<bf16_t> gout16(n), gdinp16(n);
+    G::gelu_forward(gout2.p, gx.p, n, act, gout16.p);
+    G::gelu_backward(gdinp2.p, gx.p, gdout.p, n, act, gdinp16.p);
+    const auto o = gout2.back(), d = gdinp2.back();
+    check_equal("gelu_forward with its bf16 copy" + tag, gout.back(), o);
+    check_equal("gelu_backward with its bf16 copy" + tag, gdinp.back(), d);
+    std::vector<bf16_t> o16(n), d16(n);
+    for (int64_t i = 0; i < n; ++i) {
+      o16[i] = f32_to_bf16(o[i]);
+      d16[i] = f32_to_bf16(d[i]);
+    }
+    check_equal("gelu_forward bf16 copy = rounding of its output" + tag, o16, gout16.back());
+    check_equal("gelu_backward bf16 copy = rounding of its output" + tag, d16, gdinp16.back());
   }
   std::vector<float> out(n), dinp(n, 0.5f);
   K::tanh_forward(out.data(), x.data(), n);
@@ -366,6 +382,24 @@ void test_gemm() {
       Dev<float> gy2(M * N);
       G::linear_forward(gy2.p, gx.p, gW.p, gb.p, M, N, Kd, p, gS.p + 1);
       check_equal("linear_forward bf16, weight copy 2-byte aligned", gy.back(), gy2.back());
+      // the forward keeps x's rounding; the backward takes it and dy's: the same bits as without
+      Dev<bf16_t> gx16(M * Kd), gdy16(M * N);
+      Dev<float> gy3(M * N), gdx3(std::vector<float>(M * Kd, 0.5f)), gdW3(std::vector<float>(N * Kd, 0.5f)),
+          gdb3(std::vector<float>(N, 0.5f));
+      G::linear_forward(gy3.p, gx.p, gW.p, gb.p, M, N, Kd, p, gw16, nullptr, gx16.p);
+      std::vector<bf16_t> x16(x.size()), dy16(dy.size());
+      for (size_t i = 0; i < x.size(); ++i) x16[i] = f32_to_bf16(x[i]);
+      for (size_t i = 0; i < dy.size(); ++i) dy16[i] = f32_to_bf16(dy[i]);
+      check_equal("linear_forward bf16 keeps x's rounding", x16, gx16.back());
+      check_equal("linear_forward bf16, x's rounding kept: same output", gy.back(), gy3.back());
+      G::copy_to_device(gdy16.p, dy16.data(), dy16.size() * sizeof(bf16_t));
+      G::linear_backward(gdx3.p, gdW3.p, gdb3.p, gdy.p, gx.p, gW.p, M, N, Kd, p, gw16, gdy16.p, gx16.p);
+      check_equal("linear_backward bf16 with x's and dy's roundings given: dx", gdx.back(), gdx3.back());
+      check_equal("linear_backward bf16 with x's and dy's roundings given: dW", gdW.back(), gdW3.back());
+      check_equal("linear_backward bf16 with x's and dy's roundings given: db", gdb.back(), gdb3.back());
+      Dev<float> gy4(M * N);  // x16 given to the forward: taken as the product's operand
+      G::linear_forward(gy4.p, gx.p, gW.p, gb.p, M, N, Kd, p, gw16, gx16.p, nullptr);
+      check_equal("linear_forward bf16 with x's rounding given", gy.back(), gy4.back());
     }
   }
 }
