@@ -562,6 +562,20 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
     EXPECT_EQ(down(d1, n), down(d2, n)) << be->describe();
     EXPECT_EQ(down16(o16, n), rounded(down(o1, n))) << be->describe();
     EXPECT_EQ(down16(d16, n), rounded(down(d1, n))) << be->describe();
+    // the residual LayerNorm and the dropout backward with theirs
+    const Rng rng{77, 0};
+    float *e1 = up(zeros_k), *e2 = up(zeros_k);
+    be->dropout_backward(e1, dx, n, 0.1f, rng, 5);
+    be->dropout_backward(e2, dx, n, 0.1f, rng, 5, d16);
+    EXPECT_EQ(down(e1, n), down(e2, n)) << be->describe();
+    EXPECT_EQ(down16(d16, n), rounded(down(e1, n))) << be->describe();
+    float *lw = up(std::vector<float>(K, 1.25f)), *lb = up(std::vector<float>(K, -0.5f));
+    float *ls = up(zeros_k), *lm = up(std::vector<float>(M)), *lr = up(std::vector<float>(M));
+    be->residual_layernorm_forward(o1, ls, lm, lr, dx, d1, lw, lb, M, K, 1e-12f);
+    be->residual_layernorm_forward(o2, ls, lm, lr, dx, d1, lw, lb, M, K, 1e-12f, o16);
+    EXPECT_EQ(down(o1, n), down(o2, n)) << be->describe();
+    EXPECT_EQ(down16(o16, n), rounded(down(o1, n))) << be->describe();
+    for (float* q : {e1, e2, lw, lb, ls, lm, lr}) be->free(q);
     for (void* p : {static_cast<void*>(dx), static_cast<void*>(dW), static_cast<void*>(db), static_cast<void*>(ddy),
                     static_cast<void*>(x16), static_cast<void*>(dy16), static_cast<void*>(y1), static_cast<void*>(y2),
                     static_cast<void*>(y3), static_cast<void*>(gx1), static_cast<void*>(gw1), static_cast<void*>(gb1),

@@ -75,9 +75,14 @@ class Backend {
                                  const float* b, int64_t N, int64_t C, float eps) = 0;
   virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                   const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
+  // out16 (optional): out's bf16 rounding too (the next GEMM's operand)
   virtual void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a,
                                           const float* r, const float* w, const float* b, int64_t N, int64_t C,
-                                          float eps) = 0;
+                                          float eps, bf16_t* out16) = 0;
+  void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                                  const float* w, const float* b, int64_t N, int64_t C, float eps) {
+    residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, nullptr);
+  }
   // out16 / dinp16 (optional): the result's bf16 rounding too (the next GEMM's operand)
   virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
@@ -89,8 +94,12 @@ class Backend {
   virtual void tanh_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) = 0;
   virtual void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) = 0;
-  virtual void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng,
-                                uint64_t base) = 0;
+  // dinp16 (optional): dinp's bf16 rounding too, after the addition
+  virtual void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
+                                bf16_t* dinp16) = 0;
+  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) {
+    dropout_backward(dinp, dout, n, p, rng, base, nullptr);
+  }
   virtual void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) = 0;
   virtual void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) = 0;
 

@@ -151,10 +151,14 @@ class CpuBackend final : public Backend {
     mine("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd);
     kernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
+  using Backend::dropout_backward;
+  using Backend::residual_layernorm_forward;
   void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
-                                  const float* w, const float* b, int64_t N, int64_t C, float eps) override {
-    mine("residual_layernorm_forward", out, sum, mean, rstd, a, r, w, b);
+                                  const float* w, const float* b, int64_t N, int64_t C, float eps,
+                                  bf16_t* out16) override {
+    mine("residual_layernorm_forward", out, sum, mean, rstd, a, r, w, b, out16);
     kernels::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps);
+    if (out16) bertcc::to_bf16(out, out16, static_cast<size_t>(N * C));
   }
   using Backend::gelu_backward;
   using Backend::gelu_forward;
@@ -183,9 +187,11 @@ class CpuBackend final : public Backend {
     mine("dropout_forward", out, inp);
     kernels::dropout_forward(out, inp, n, p, rng, base);
   }
-  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) override {
-    mine("dropout_backward", dinp, dout);
+  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
+                        bf16_t* dinp16) override {
+    mine("dropout_backward", dinp, dout, dinp16);
     kernels::dropout_backward(dinp, dout, n, p, rng, base);
+    if (dinp16) bertcc::to_bf16(dinp, dinp16, static_cast<size_t>(n));
   }
   void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) override {
     mine("gather_rows", out, inp, rows);

@@ -96,10 +96,13 @@ class CudaBackend final : public Backend {
     const OpTimer timer("layernorm_backward");
     cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
+  using Backend::dropout_backward;
+  using Backend::residual_layernorm_forward;
   void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
-                                  const float* w, const float* b, int64_t N, int64_t C, float eps) override {
+                                  const float* w, const float* b, int64_t N, int64_t C, float eps,
+                                  bf16_t* out16) override {
     const OpTimer timer("residual_layernorm_forward");
-    cuda::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps);
+    cuda::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16);
   }
   using Backend::gelu_backward;
   using Backend::gelu_forward;
@@ -126,9 +129,10 @@ class CudaBackend final : public Backend {
     const OpTimer timer("dropout_forward");
     cuda::dropout_forward(out, inp, n, p, rng, base);
   }
-  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) override {
+  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
+                        bf16_t* dinp16) override {
     const OpTimer timer("dropout_backward");
-    cuda::dropout_backward(dinp, dout, n, p, rng, base);
+    cuda::dropout_backward(dinp, dout, n, p, rng, base, dinp16);
   }
   void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) override {
     const OpTimer timer("gather_rows");

@@ -59,7 +59,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                         const float* mean, const float* rstd, int64_t N, int64_t C);
 void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
-                                const float* w, const float* b, int64_t N, int64_t C, float eps);
+                                const float* w, const float* b, int64_t N, int64_t C, float eps,
+                                bf16_t* out16 = nullptr);  // out16: out's bf16 rounding too
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
 // ---- activations, dropout ----
@@ -70,7 +71,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, 
 void tanh_forward(float* out, const float* inp, int64_t n);
 void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n);
 void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base);
-void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base);
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
+                      bf16_t* dinp16 = nullptr);  // dinp16: dinp's bf16 rounding too
 
 // ---- rows ----
 // dst[r * dst_ld + c] = (or +=) src[r * src_ld + c]

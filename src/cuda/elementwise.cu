@@ -62,7 +62,7 @@ void grouped_rows_add(float* dst, const float* src, const Key* keys, int64_t N, 
 
 // One warp per row: two-pass mean and variance, as the CPU kernel.
 __device__ void ln_row(float* o, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t C,
-                       float eps) {
+                       float eps, uint16_t* o16 = nullptr) {
   const int lane = threadIdx.x & 31;
   float s = 0.0f;
   for (int64_t c = lane; c < C; c += 32) s += x[c];
@@ -73,7 +73,11 @@ __device__ void ln_row(float* o, float* mean, float* rstd, const float* x, const
     v += d * d;
   }
   const float r = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(C) + eps);
-  for (int64_t c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  for (int64_t c = lane; c < C; c += 32) {
+    const float y = (x[c] - m) * r * w[c] + b[c];
+    o[c] = y;
+    if (o16) o16[c] = f32_to_bf16_bits(y);
+  }
   if (lane == 0) {
     *mean = m;
     *rstd = r;
@@ -87,15 +91,15 @@ __global__ void layernorm_fwd(float* out, float* mean, float* rstd, const float*
   ln_row(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
 }
 
-__global__ void residual_layernorm_fwd(float* out, float* sum, float* mean, float* rstd, const float* a,
-                                       const float* r, const float* w, const float* b, int64_t N, int64_t C,
-                                       float eps) {
+__global__ void residual_layernorm_fwd(float* out, uint16_t* out16, float* sum, float* mean, float* rstd,
+                                       const float* a, const float* r, const float* w, const float* b, int64_t N,
+                                       int64_t C, float eps) {
   const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (n >= N) return;
   const int lane = threadIdx.x & 31;
   for (int64_t c = lane; c < C; c += 32) sum[n * C + c] = a[n * C + c] + r[n * C + c];
   __syncwarp();
-  ln_row(out + n * C, mean + n, rstd + n, sum + n * C, w, b, C, eps);
+  ln_row(out + n * C, mean + n, rstd + n, sum + n * C, w, b, C, eps, out16 ? out16 + n * C : nullptr);
 }
 
 __global__ void layernorm_bwd_input(float* dinp, const float* dout, const float* inp, const float* w,
@@ -214,13 +218,15 @@ __global__ void dropout_fwd(float* out, const float* inp, int64_t n, float scale
   const uint32_t x = philox_u32(seed, base + static_cast<uint64_t>(i));
   out[i] = (x >> 8) >= thr ? inp[i] * scale : 0.0f;
 }
-__global__ void dropout_bwd(float* dinp, const float* dout, int64_t n, float scale, uint32_t thr, uint64_t seed,
-                            uint64_t base) {
+__global__ void dropout_bwd(float* dinp, uint16_t* dinp16, const float* dout, int64_t n, float scale, uint32_t thr,
+                            uint64_t seed, uint64_t base) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const uint32_t x = philox_u32(seed, base + static_cast<uint64_t>(i));
   // one fused multiply-add, as the CPU's kernel (the same bits)
-  dinp[i] = fmaf((x >> 8) >= thr ? dout[i] : 0.0f, scale, dinp[i]);
+  const float d = fmaf((x >> 8) >= thr ? dout[i] : 0.0f, scale, dinp[i]);
+  dinp[i] = d;
+  if (dinp16) dinp16[i] = f32_to_bf16_bits(d);
 }
 
 __global__ void gather_rows_k(float* out, const float* inp, const int64_t* rows, int64_t C) {
@@ -282,9 +288,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   BERTCC_CUDA_LAUNCHED("layernorm_forward");
 }
 void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
-                                const float* w, const float* b, int64_t N, int64_t C, float eps) {
+                                const float* w, const float* b, int64_t N, int64_t C, float eps, bf16_t* out16) {
   if (N == 0) return;
-  residual_layernorm_fwd<<<rows_grid(N), kThreads>>>(out, sum, mean, rstd, a, r, w, b, N, C, eps);
+  residual_layernorm_fwd<<<rows_grid(N), kThreads>>>(out, out16, sum, mean, rstd, a, r, w, b, N, C, eps);
   BERTCC_CUDA_LAUNCHED("residual_layernorm_forward");
 }
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
@@ -325,9 +331,10 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng
                                                    base);
   BERTCC_CUDA_LAUNCHED("dropout_forward");
 }
-void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) {
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
+                      bf16_t* dinp16) {
   if (n == 0) return;
-  dropout_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dout, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed,
+  dropout_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dinp16, dout, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed,
                                                    base);
   BERTCC_CUDA_LAUNCHED("dropout_backward");
 }

@@ -207,6 +207,7 @@ struct Bert::Acts {
   // scratch
   float *att_work, *tmp_c, *g, *d1, *d2, *dh, *dc, *dqkv, *di, *di2, *dcls, *dpool;
   float* di2_16;  // bf16 only: di2's rounding, written by gelu_backward for both FFN1 products
+  float* d2_16;   // bf16 only: d2's rounding (the dropout backward's output), for the next products
   // a bf16 slice as such, or null outside bf16 (where the backend rounds nothing)
   bf16_t* as16(float* p) const { return prec == Precision::BF16 ? reinterpret_cast<bf16_t*>(p) : nullptr; }
   // pre-training heads: sized by the number of masked positions, reused across steps
@@ -413,6 +414,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   plan.push_back({&a.di, N * I * bwd});
   plan.push_back({&a.di2, N * I * bwd});
   plan.push_back({&a.di2_16, (prec == Precision::BF16 ? 1 : 0) * bwd * (N * I + 1) / 2});
+  plan.push_back({&a.d2_16, (prec == Precision::BF16 ? 1 : 0) * bwd * (N * C + 1) / 2});
   plan.push_back({&a.dcls, B * C * bwd});
   plan.push_back({&a.dpool, B * C * bwd});
   int64_t total = 0;
@@ -558,8 +560,11 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     Acts::Layer& ly = a.layers[l];
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     const float* xin = a.x[l];
+    // x[l]'s rounding: made here for layer 0 (after the embeddings' dropout), by the previous
+    // layer's LayerNorm for the others
     be.linear_forward(ly.qkv, xin, w(p + "attention.self.query.weight"), w(p + "attention.self.query.bias"), N, 3 * C, C,
-                   prec, w16(p + "attention.self.query.weight", prec), keep16(ly.x16));
+                   prec, w16(p + "attention.self.query.weight", prec),
+                   l == 0 ? keep16(ly.x16) : Linear16{a.as16(ly.x16), nullptr, nullptr});
     ly.seed_att = p_a > 0 ? rng.reserve(B * NH * T * T) : 0;  // the CPU saves Pd; CUDA regenerates it
     be.attention_forward(ly.ctx, ly.probs, a.att_work, ly.qkv, a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
     be.linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
@@ -570,9 +575,9 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     }
     be.residual_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
                                w(p + "attention.output.LayerNorm.weight"), w(p + "attention.output.LayerNorm.bias"), N,
-                               C, eps);
+                               C, eps, a.as16(ly.h1_16));
     be.linear_forward(ly.inter, ly.h1, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias"), N, I, C, prec,
-                   w16(p + "intermediate.dense.weight", prec), keep16(ly.h1_16));
+                   w16(p + "intermediate.dense.weight", prec), Linear16{a.as16(ly.h1_16), nullptr, nullptr});
     be.gelu_forward(ly.gelu, ly.inter, N * I, act, a.as16(ly.gelu16));
     be.linear_forward(a.tmp_c, ly.gelu, w(p + "output.dense.weight"), w(p + "output.dense.bias"), N, C, I, prec,
                    w16(p + "output.dense.weight", prec), Linear16{a.as16(ly.gelu16), nullptr, nullptr});
@@ -581,7 +586,8 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
       be.dropout_forward(a.tmp_c, a.tmp_c, N * C, p_h, rng, ly.seed_ffn_out);
     }
     be.residual_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
-                               w(p + "output.LayerNorm.weight"), w(p + "output.LayerNorm.bias"), N, C, eps);
+                               w(p + "output.LayerNorm.weight"), w(p + "output.LayerNorm.bias"), N, C, eps,
+                               l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr);
   }
 
   // pooler: tanh(dense(h[:, 0]))
@@ -630,16 +636,18 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                        w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C);
     be.copy(a.dh, a.d1, sizeof(float) * N * C);  // residual branch into h1
     const float* dffn = a.d1;
+    const bf16_t* dffn16 = nullptr;  // its rounding, where the dropout backward makes it
     if (p_h > 0) {
       zero(a.d2, N * C);
-      be.dropout_backward(a.d2, a.d1, N * C, p_h, rng, ly.seed_ffn_out);
+      be.dropout_backward(a.d2, a.d1, N * C, p_h, rng, ly.seed_ffn_out, a.as16(a.d2_16));
       dffn = a.d2;
+      dffn16 = a.as16(a.d2_16);
     }
     // ffn_out = gelu W2^T + b2
     zero(a.di, N * I);
     be.linear_backward(a.di, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn, ly.gelu,
                     w(p + "output.dense.weight"), N, C, I, prec, w16(p + "output.dense.weight", prec),
-                    Linear16{a.as16(ly.gelu16), nullptr, nullptr});
+                    Linear16{a.as16(ly.gelu16), nullptr, dffn16});
     zero(a.di2, N * I);
     be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, a.as16(a.di2_16));
     // inter = h1 W1^T + b1
@@ -652,15 +660,17 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                        a.dh, ly.ln1_sum, w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C);
     be.copy(a.g, a.d1, sizeof(float) * N * C);  // residual branch into x[l]
     const float* dattn = a.d1;
+    const bf16_t* dattn16 = nullptr;
     if (p_h > 0) {
       zero(a.d2, N * C);
-      be.dropout_backward(a.d2, a.d1, N * C, p_h, rng, ly.seed_attn_out);
+      be.dropout_backward(a.d2, a.d1, N * C, p_h, rng, ly.seed_attn_out, a.as16(a.d2_16));
       dattn = a.d2;
+      dattn16 = a.as16(a.d2_16);
     }
     zero(a.dc, N * C);
     be.linear_backward(a.dc, dgrad(p + "attention.output.dense.weight"), dgrad(p + "attention.output.dense.bias"), dattn,
                     ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
-                    w16(p + "attention.output.dense.weight", prec), Linear16{a.as16(ly.ctx16), nullptr, nullptr});
+                    w16(p + "attention.output.dense.weight", prec), Linear16{a.as16(ly.ctx16), nullptr, dattn16});
     be.attention_backward(a.dqkv, a.att_work, a.dc, ly.qkv, ly.ctx, ly.probs, a.mask, B, T, C, NH, p_a, rng,
                           ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)

@@ -144,6 +144,16 @@ void test_layernorm() {
     G::residual_layernorm_forward(gout.p, gsum.p, gmean.p, grstd.p, gx.p, gr.p, gw.p, gb.p, N, C, 1e-5f);
     check_equal("residual_layernorm_forward sum" + tag, sum, gsum.back());
     check("residual_layernorm_forward" + tag, out, gout.back(), 1e-5);
+    {  // with out's bf16 rounding written by the same kernel (the next GEMM's operand)
+      Dev<float> gout2(N * C);
+      Dev<bf16_t> gout16(N * C);
+      G::residual_layernorm_forward(gout2.p, gsum.p, gmean.p, grstd.p, gx.p, gr.p, gw.p, gb.p, N, C, 1e-5f, gout16.p);
+      const auto o2 = gout2.back();
+      check_equal("residual_layernorm_forward with its bf16 copy" + tag, gout.back(), o2);
+      std::vector<bf16_t> r16(o2.size());
+      for (size_t i = 0; i < o2.size(); ++i) r16[i] = f32_to_bf16(o2[i]);
+      check_equal("residual_layernorm_forward bf16 copy = rounding of its output" + tag, r16, gout16.back());
+    }
     K::residual_forward(out.data(), x.data(), r.data(), N * C);
     G::residual_forward(gout.p, gx.p, gr.p, N * C);
     check_equal("residual_forward" + tag, out, gout.back());
@@ -200,6 +210,13 @@ void test_activations() {
     G::dropout_backward(gd.p, gdout.p, n, p, rng, base);
     check_equal("dropout_forward (Philox mask) base " + std::to_string(base), o, go.back());
     check_equal("dropout_backward base " + std::to_string(base), d, gd.back());
+    Dev<float> gd2(std::vector<float>(n, 0.5f));
+    Dev<bf16_t> gd16(n);
+    G::dropout_backward(gd2.p, gdout.p, n, p, rng, base, gd16.p);
+    check_equal("dropout_backward with its bf16 copy base " + std::to_string(base), d, gd2.back());
+    std::vector<bf16_t> r16(n);
+    for (int64_t i = 0; i < n; ++i) r16[i] = f32_to_bf16(d[i]);
+    check_equal("dropout_backward bf16 copy = rounding of its output base " + std::to_string(base), r16, gd16.back());
   }
 }
 
