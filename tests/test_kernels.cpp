@@ -492,7 +492,7 @@ TEST(Dtype, BackendNarrowWiden16) {
     }
 }
 
-// The bf16 operands the model keeps (Linear16: x's rounding made once in the forward and taken by
+// The bf16 operands the model keeps (LinearIo: x's rounding made once in the forward and taken by
 // the backward's dW product; gelu's output and gradient rounded by the activation itself) change no
 // bit of any result, on the CPU and through the staged device interface; the kept copies are the
 // roundings of their fp32 tensors.
@@ -536,15 +536,15 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
     // plain, then with the kept and given roundings
     float *y1 = up(std::vector<float>(M * N)), *y2 = up(std::vector<float>(M * N)), *y3 = up(std::vector<float>(M * N));
     be->linear_forward(y1, dx, dW, db, M, N, K, Precision::BF16, nullptr);
-    be->linear_forward(y2, dx, dW, db, M, N, K, Precision::BF16, nullptr, Linear16{nullptr, x16, nullptr});
+    be->linear_forward(y2, dx, dW, db, M, N, K, Precision::BF16, nullptr, LinearIo{nullptr, x16, nullptr});
     EXPECT_EQ(down16(x16, M * K), rounded(x)) << be->describe();
     EXPECT_EQ(down(y1, M * N), down(y2, M * N)) << be->describe();
-    be->linear_forward(y3, dx, dW, db, M, N, K, Precision::BF16, nullptr, Linear16{x16, nullptr, nullptr});
+    be->linear_forward(y3, dx, dW, db, M, N, K, Precision::BF16, nullptr, LinearIo{x16, nullptr, nullptr});
     EXPECT_EQ(down(y1, M * N), down(y3, M * N)) << be->describe();
     float *gx1 = up(zeros_k), *gw1 = up(zeros_w), *gb1 = up(zeros_b);
     float *gx2 = up(zeros_k), *gw2 = up(zeros_w), *gb2 = up(zeros_b);
     be->linear_backward(gx1, gw1, gb1, ddy, dx, dW, M, N, K, Precision::BF16, nullptr);
-    be->linear_backward(gx2, gw2, gb2, ddy, dx, dW, M, N, K, Precision::BF16, nullptr, Linear16{x16, nullptr, dy16});
+    be->linear_backward(gx2, gw2, gb2, ddy, dx, dW, M, N, K, Precision::BF16, nullptr, LinearIo{x16, nullptr, dy16});
     EXPECT_EQ(down(gx1, M * K), down(gx2, M * K)) << be->describe();
     EXPECT_EQ(down(gw1, N * K), down(gw2, N * K)) << be->describe();
     EXPECT_EQ(down(gb1, N), down(gb2, N)) << be->describe();
@@ -557,7 +557,7 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
     be->gelu_forward(o1, dx, n, Activation::GeluErf);
     be->gelu_forward(o2, dx, n, Activation::GeluErf, o16);
     be->gelu_backward(d1, dx, o1, n, Activation::GeluErf);
-    be->gelu_backward(d2, dx, o1, n, Activation::GeluErf, d16);
+    be->gelu_backward(d2, dx, o1, n, Activation::GeluErf, d16, false);
     EXPECT_EQ(down(o1, n), down(o2, n)) << be->describe();
     EXPECT_EQ(down(d1, n), down(d2, n)) << be->describe();
     EXPECT_EQ(down16(o16, n), rounded(down(o1, n))) << be->describe();
@@ -566,7 +566,7 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
     const Rng rng{77, 0};
     float *e1 = up(zeros_k), *e2 = up(zeros_k);
     be->dropout_backward(e1, dx, n, 0.1f, rng, 5);
-    be->dropout_backward(e2, dx, n, 0.1f, rng, 5, d16);
+    be->dropout_backward(e2, dx, n, 0.1f, rng, 5, d16, false);
     EXPECT_EQ(down(e1, n), down(e2, n)) << be->describe();
     EXPECT_EQ(down16(d16, n), rounded(down(e1, n))) << be->describe();
     float *lw = up(std::vector<float>(K, 1.25f)), *lb = up(std::vector<float>(K, -0.5f));
@@ -575,7 +575,29 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
     be->residual_layernorm_forward(o2, ls, lm, lr, dx, d1, lw, lb, M, K, 1e-12f, o16);
     EXPECT_EQ(down(o1, n), down(o2, n)) << be->describe();
     EXPECT_EQ(down16(o16, n), rounded(down(o1, n))) << be->describe();
-    for (float* q : {e1, e2, lw, lb, ls, lm, lr}) be->free(q);
+    // overwrite: garbage in the destination, written as if it held +0 (the bits of zeroing it first)
+    float *z1 = up(std::vector<float>(n)), *z2 = up(std::vector<float>(n, 7.0f));
+    be->gelu_backward(z1, dx, o1, n, Activation::GeluErf);
+    be->gelu_backward(z2, dx, o1, n, Activation::GeluErf, nullptr, true);
+    EXPECT_EQ(down(z1, n), down(z2, n)) << be->describe();
+    be->upload(z1, std::vector<float>(n).data(), n * 4);
+    be->upload(z2, std::vector<float>(n, 7.0f).data(), n * 4);
+    be->dropout_backward(z1, dx, n, 0.1f, rng, 5);
+    be->dropout_backward(z2, dx, n, 0.1f, rng, 5, nullptr, true);
+    EXPECT_EQ(down(z1, n), down(z2, n)) << be->describe();
+    be->upload(z1, std::vector<float>(n).data(), n * 4);
+    be->upload(z2, std::vector<float>(n, 7.0f).data(), n * 4);
+    float *ldw = up(std::vector<float>(K)), *ldb = up(std::vector<float>(K));  // (added to: not compared)
+    be->layernorm_backward(z1, ldw, ldb, d1, ls, lw, lm, lr, M, K);
+    be->layernorm_backward(z2, ldw, ldb, d1, ls, lw, lm, lr, M, K, true);
+    EXPECT_EQ(down(z1, n), down(z2, n)) << be->describe();
+    be->upload(z1, std::vector<float>(n).data(), n * 4);
+    be->upload(z2, std::vector<float>(n, 7.0f).data(), n * 4);
+    be->linear_backward(z1, gw1, gb1, ddy, dx, dW, M, N, K, Precision::BF16, nullptr);
+    be->linear_backward(z2, gw1, gb1, ddy, dx, dW, M, N, K, Precision::BF16, nullptr,
+                        LinearIo{nullptr, nullptr, nullptr, true});
+    EXPECT_EQ(down(z1, n), down(z2, n)) << be->describe();
+    for (float* q : {e1, e2, lw, lb, ls, lm, lr, z1, z2, ldw, ldb}) be->free(q);
     for (void* p : {static_cast<void*>(dx), static_cast<void*>(dW), static_cast<void*>(db), static_cast<void*>(ddy),
                     static_cast<void*>(x16), static_cast<void*>(dy16), static_cast<void*>(y1), static_cast<void*>(y2),
                     static_cast<void*>(y3), static_cast<void*>(gx1), static_cast<void*>(gw1), static_cast<void*>(gb1),

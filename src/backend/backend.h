@@ -22,14 +22,16 @@ namespace bertcc {
 enum class DeviceKind { CPU, CUDA, Staged };
 struct OptimizerState;
 
-// bf16 operands of a linear layer that the model keeps where the backend computes, so that a
-// product's activation is rounded once (bf16 precision only: in fp32 and fp16 the backend ignores
-// them; null: the backend rounds the fp32 operand itself). Each holds the same bits as to_bf16 of
-// its fp32 operand, so results do not change, only the passes that round.
-struct Linear16 {
+// What a linear layer's call may reuse or skip. bf16 operands that the model keeps where the
+// backend computes, so that a product's activation is rounded once (bf16 precision only: in fp32
+// and fp16 the backend ignores them; null: the backend rounds the fp32 operand itself); each holds
+// the same bits as to_bf16 of its fp32 operand, so results do not change, only the passes that
+// round. overwrite_dx: the backward writes dx instead of adding to it (no zeroing pass first).
+struct LinearIo {
   const bf16_t* x16 = nullptr;  // x rounded: the forward product's A, the backward's dW operand
   bf16_t* keep_x16 = nullptr;   // forward, x16 null: x's rounding is written here (for the backward)
   const bf16_t* dy16 = nullptr; // backward: dy rounded (both products' operand)
+  bool overwrite_dx = false;    // backward: dx = dy W rather than dx += dy W
 };
 
 class Backend {
@@ -73,8 +75,15 @@ class Backend {
                                    const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) = 0;
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                                  const float* b, int64_t N, int64_t C, float eps) = 0;
+  // Backward kernels add into dinp; with overwrite they write it, as if it held +0 before (the bits
+  // of zeroing it first, without the zeroing pass). Parameter gradients are always added to.
   virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                  const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
+                                  const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                                  bool overwrite) = 0;
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int64_t N, int64_t C) {
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, false);
+  }
   // out16 (optional): out's bf16 rounding too (the next GEMM's operand)
   virtual void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a,
                                           const float* r, const float* w, const float* b, int64_t N, int64_t C,
@@ -86,19 +95,19 @@ class Backend {
   // out16 / dinp16 (optional): the result's bf16 rounding too (the next GEMM's operand)
   virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
-                             bf16_t* dinp16) = 0;
+                             bf16_t* dinp16, bool overwrite) = 0;
   void gelu_forward(float* out, const float* inp, int64_t n, Activation act) { gelu_forward(out, inp, n, act, nullptr); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) {
-    gelu_backward(dinp, inp, dout, n, act, nullptr);
+    gelu_backward(dinp, inp, dout, n, act, nullptr, false);
   }
   virtual void tanh_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) = 0;
   virtual void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) = 0;
   // dinp16 (optional): dinp's bf16 rounding too, after the addition
   virtual void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
-                                bf16_t* dinp16) = 0;
+                                bf16_t* dinp16, bool overwrite) = 0;
   void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base) {
-    dropout_backward(dinp, dout, n, p, rng, base, nullptr);
+    dropout_backward(dinp, dout, n, p, rng, base, nullptr, false);
   }
   virtual void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) = 0;
   virtual void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) = 0;
@@ -126,17 +135,17 @@ class Backend {
   virtual int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                                int32_t ignore_index, float grad_scale, int64_t* num_correct) = 0;
   virtual void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,
-                              int64_t K, Precision p, const bf16_t* W16, const Linear16& a16) = 0;
+                              int64_t K, Precision p, const bf16_t* W16, const LinearIo& a16) = 0;
   virtual void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W,
                                int64_t M, int64_t N, int64_t K, Precision p, const bf16_t* W16,
-                               const Linear16& a16) = 0;
+                               const LinearIo& a16) = 0;
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                       Precision p, const bf16_t* W16) {
-    linear_forward(y, x, W, b, M, N, K, p, W16, Linear16{});
+    linear_forward(y, x, W, b, M, N, K, p, W16, LinearIo{});
   }
   void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                        int64_t N, int64_t K, Precision p, const bf16_t* W16) {
-    linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, Linear16{});
+    linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, LinearIo{});
   }
 
   // ---- optimizers over the flat buffers (bertcc/optim.h semantics); state where they compute ----

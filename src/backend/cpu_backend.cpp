@@ -146,9 +146,12 @@ class CpuBackend final : public Backend {
     mine("layernorm_forward", out, mean, rstd, inp, w, b);
     kernels::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
   }
+  // overwrite: the CPU kernels add, so the destination is zeroed first (the same bits)
+  using Backend::layernorm_backward;
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                          const float* mean, const float* rstd, int64_t N, int64_t C) override {
+                          const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite) override {
     mine("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd);
+    if (overwrite) std::memset(dinp, 0, sizeof(float) * static_cast<size_t>(N * C));
     kernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
   using Backend::dropout_backward;
@@ -170,8 +173,9 @@ class CpuBackend final : public Backend {
     if (out16) bertcc::to_bf16(out, out16, static_cast<size_t>(n));
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
-                     bf16_t* dinp16) override {
+                     bf16_t* dinp16, bool overwrite) override {
     mine("gelu_backward", dinp, inp, dout, dinp16);
+    if (overwrite) std::memset(dinp, 0, sizeof(float) * static_cast<size_t>(n));
     kernels::gelu_backward(dinp, inp, dout, n, act);
     if (dinp16) bertcc::to_bf16(dinp, dinp16, static_cast<size_t>(n));
   }
@@ -188,8 +192,9 @@ class CpuBackend final : public Backend {
     kernels::dropout_forward(out, inp, n, p, rng, base);
   }
   void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
-                        bf16_t* dinp16) override {
+                        bf16_t* dinp16, bool overwrite) override {
     mine("dropout_backward", dinp, dout, dinp16);
+    if (overwrite) std::memset(dinp, 0, sizeof(float) * static_cast<size_t>(n));
     kernels::dropout_backward(dinp, dout, n, p, rng, base);
     if (dinp16) bertcc::to_bf16(dinp, dinp16, static_cast<size_t>(n));
   }
@@ -235,7 +240,7 @@ class CpuBackend final : public Backend {
     return kernels::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
   }
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                      Precision p, const bf16_t* W16, const Linear16& a16) override {
+                      Precision p, const bf16_t* W16, const LinearIo& a16) override {
     mine("linear_forward", y, x, W, b, W16, a16.x16, a16.keep_x16);
     const bf16_t* x16 = nullptr;
     if (p == Precision::BF16) {
@@ -248,8 +253,9 @@ class CpuBackend final : public Backend {
     kernels::linear_forward(y, x, W, b, M, N, K, p, W16, x16);
   }
   void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                       int64_t N, int64_t K, Precision p, const bf16_t* W16, const Linear16& a16) override {
+                       int64_t N, int64_t K, Precision p, const bf16_t* W16, const LinearIo& a16) override {
     mine("linear_backward", dx, dW, db, dy, x, W, W16, a16.dy16, a16.x16);
+    if (dx && a16.overwrite_dx) std::memset(dx, 0, sizeof(float) * static_cast<size_t>(M * K));
     const bool bf = p == Precision::BF16;
     kernels::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, bf ? a16.dy16 : nullptr, bf ? a16.x16 : nullptr);
   }

@@ -91,10 +91,11 @@ class CudaBackend final : public Backend {
     const OpTimer timer("layernorm_forward");
     cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
   }
+  using Backend::layernorm_backward;
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                          const float* mean, const float* rstd, int64_t N, int64_t C) override {
+                          const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite) override {
     const OpTimer timer("layernorm_backward");
-    cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, overwrite);
   }
   using Backend::dropout_backward;
   using Backend::residual_layernorm_forward;
@@ -113,9 +114,9 @@ class CudaBackend final : public Backend {
     cuda::gelu_forward(out, inp, n, act, out16);
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
-                     bf16_t* dinp16) override {
+                     bf16_t* dinp16, bool overwrite) override {
     const OpTimer timer("gelu_backward");
-    cuda::gelu_backward(dinp, inp, dout, n, act, dinp16);
+    cuda::gelu_backward(dinp, inp, dout, n, act, dinp16, overwrite);
   }
   void tanh_forward(float* out, const float* inp, int64_t n) override {
     const OpTimer timer("tanh_forward");
@@ -130,9 +131,9 @@ class CudaBackend final : public Backend {
     cuda::dropout_forward(out, inp, n, p, rng, base);
   }
   void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
-                        bf16_t* dinp16) override {
+                        bf16_t* dinp16, bool overwrite) override {
     const OpTimer timer("dropout_backward");
-    cuda::dropout_backward(dinp, dout, n, p, rng, base, dinp16);
+    cuda::dropout_backward(dinp, dout, n, p, rng, base, dinp16, overwrite);
   }
   void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) override {
     const OpTimer timer("gather_rows");
@@ -174,14 +175,14 @@ class CudaBackend final : public Backend {
     return cuda::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
   }
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                      Precision p, const bf16_t* W16, const Linear16& a16) override {
+                      Precision p, const bf16_t* W16, const LinearIo& a16) override {
     const OpTimer timer("linear_forward");
     cuda::linear_forward(y, x, W, b, M, N, K, p, W16, a16.x16, a16.keep_x16);
   }
   void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                       int64_t N, int64_t K, Precision p, const bf16_t* W16, const Linear16& a16) override {
+                       int64_t N, int64_t K, Precision p, const bf16_t* W16, const LinearIo& a16) override {
     const OpTimer timer("linear_backward");
-    cuda::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, a16.dy16, a16.x16);
+    cuda::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, a16.dy16, a16.x16, a16.overwrite_dx);
   }
   double global_norm(const float* x, size_t n) override {
     const OpTimer timer("global_norm");

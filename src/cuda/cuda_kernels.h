@@ -56,8 +56,9 @@ void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dou
                          const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT);
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int64_t N, int64_t C, float eps);
+// overwrite (here and below): dinp written, as if it held +0 before, instead of added to
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                        const float* mean, const float* rstd, int64_t N, int64_t C);
+                        const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite = false);
 void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                 const float* w, const float* b, int64_t N, int64_t C, float eps,
                                 bf16_t* out16 = nullptr);  // out16: out's bf16 rounding too
@@ -67,12 +68,12 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 // out16 / dinp16 (optional): the result's bf16 rounding too, written by the same kernel
 void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16 = nullptr);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
-                   bf16_t* dinp16 = nullptr);
+                   bf16_t* dinp16 = nullptr, bool overwrite = false);
 void tanh_forward(float* out, const float* inp, int64_t n);
 void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n);
 void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base);
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
-                      bf16_t* dinp16 = nullptr);  // dinp16: dinp's bf16 rounding too
+                      bf16_t* dinp16 = nullptr, bool overwrite = false);  // dinp16: dinp's bf16 rounding too
 
 // ---- rows ----
 // dst[r * dst_ld + c] = (or +=) src[r * src_ld + c]
@@ -117,7 +118,7 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
                     Precision p, const bf16_t* W16 = nullptr, const bf16_t* x16 = nullptr, bf16_t* keep_x16 = nullptr);
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
-                     const bf16_t* x16 = nullptr);
+                     const bf16_t* x16 = nullptr, bool overwrite_dx = false);
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (fixed chunks, then in order)
 // TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16/fp16 operands for bf16/fp16), best of `iters`.
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);

@@ -103,7 +103,7 @@ __global__ void residual_layernorm_fwd(float* out, uint16_t* out16, float* sum, 
 }
 
 __global__ void layernorm_bwd_input(float* dinp, const float* dout, const float* inp, const float* w,
-                                    const float* mean, const float* rstd, int64_t N, int64_t C) {
+                                    const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite) {
   const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (n >= N) return;
   const int lane = threadIdx.x & 31;
@@ -120,7 +120,8 @@ __global__ void layernorm_bwd_input(float* dinp, const float* dout, const float*
   const float dnorm_norm_mean = warp_sum(bsum) / static_cast<float>(C);
   for (int64_t c = lane; c < C; c += 32) {
     const float xhat = (x[c] - m) * s;
-    dinp[n * C + c] += (w[c] * d[c] - dnorm_mean - xhat * dnorm_norm_mean) * s;
+    const float prev = overwrite ? 0.0f : dinp[n * C + c];  // +0: the bits of adding to a zeroed buffer
+    dinp[n * C + c] = prev + (w[c] * d[c] - dnorm_mean - xhat * dnorm_norm_mean) * s;
   }
 }
 
@@ -185,7 +186,8 @@ __global__ void gelu_fwd(float* out, uint16_t* out16, const float* inp, int64_t 
   if (out16) out16[i] = f32_to_bf16_bits(y);
 }
 
-__global__ void gelu_bwd(float* dinp, uint16_t* dinp16, const float* inp, const float* dout, int64_t n, bool erf_form) {
+__global__ void gelu_bwd(float* dinp, uint16_t* dinp16, const float* inp, const float* dout, int64_t n, bool erf_form,
+                         bool overwrite) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float x = inp[i];
@@ -197,7 +199,7 @@ __global__ void gelu_bwd(float* dinp, uint16_t* dinp16, const float* inp, const 
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCoef * x * x);
     g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
   }
-  const float d = dinp[i] + dout[i] * g;
+  const float d = (overwrite ? 0.0f : dinp[i]) + dout[i] * g;
   dinp[i] = d;
   if (dinp16) dinp16[i] = f32_to_bf16_bits(d);
 }
@@ -219,12 +221,12 @@ __global__ void dropout_fwd(float* out, const float* inp, int64_t n, float scale
   out[i] = (x >> 8) >= thr ? inp[i] * scale : 0.0f;
 }
 __global__ void dropout_bwd(float* dinp, uint16_t* dinp16, const float* dout, int64_t n, float scale, uint32_t thr,
-                            uint64_t seed, uint64_t base) {
+                            uint64_t seed, uint64_t base, bool overwrite) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const uint32_t x = philox_u32(seed, base + static_cast<uint64_t>(i));
   // one fused multiply-add, as the CPU's kernel (the same bits)
-  const float d = fmaf((x >> 8) >= thr ? dout[i] : 0.0f, scale, dinp[i]);
+  const float d = fmaf((x >> 8) >= thr ? dout[i] : 0.0f, scale, overwrite ? 0.0f : dinp[i]);
   dinp[i] = d;
   if (dinp16) dinp16[i] = f32_to_bf16_bits(d);
 }
@@ -294,9 +296,9 @@ void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd
   BERTCC_CUDA_LAUNCHED("residual_layernorm_forward");
 }
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                        const float* mean, const float* rstd, int64_t N, int64_t C) {
+                        const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite) {
   if (N == 0) return;
-  layernorm_bwd_input<<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  layernorm_bwd_input<<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
   BERTCC_CUDA_LAUNCHED("layernorm_backward (input)");
   column_sums(db, dw, dout, inp, mean, rstd, N, C, "layernorm_backward (parameters)");
 }
@@ -310,9 +312,10 @@ void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_
   gelu_fwd<<<grid_for(n, kThreads), kThreads>>>(out, out16, inp, n, act == Activation::GeluErf);
   BERTCC_CUDA_LAUNCHED("gelu_forward");
 }
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act, bf16_t* dinp16) {
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act, bf16_t* dinp16,
+                   bool overwrite) {
   if (n == 0) return;
-  gelu_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dinp16, inp, dout, n, act == Activation::GeluErf);
+  gelu_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dinp16, inp, dout, n, act == Activation::GeluErf, overwrite);
   BERTCC_CUDA_LAUNCHED("gelu_backward");
 }
 void tanh_forward(float* out, const float* inp, int64_t n) {
@@ -332,10 +335,10 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng
   BERTCC_CUDA_LAUNCHED("dropout_forward");
 }
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
-                      bf16_t* dinp16) {
+                      bf16_t* dinp16, bool overwrite) {
   if (n == 0) return;
   dropout_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dinp16, dout, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed,
-                                                   base);
+                                                   base, overwrite);
   BERTCC_CUDA_LAUNCHED("dropout_backward");
 }
 void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) {

@@ -286,7 +286,8 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 }
 
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                     int64_t N, int64_t K, Precision p, const bf16_t* W16, const bf16_t* dy16, const bf16_t* x16) {
+                     int64_t N, int64_t K, Precision p, const bf16_t* W16, const bf16_t* dy16, const bf16_t* x16,
+                     bool overwrite_dx) {
   if (p != Precision::BF16) dy16 = x16 = nullptr;
   // bf16: dy rounded once for both products (each would otherwise round it itself)
   if (p == Precision::BF16 && !dy16 && dx && dW && M * N > 0) {
@@ -309,7 +310,7 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
     g.ldb = K;
     g.C = dx;
     g.ldc = K;
-    g.accumulate = true;
+    g.accumulate = !overwrite_dx;  // beta 0: an exact +0 sum written, the bits of adding to zeros
     cuda::gemm(g, p);
   }
   if (dW) {  // dW[N,K] += dy^T[N,M] @ x[M,K]

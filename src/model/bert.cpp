@@ -535,7 +535,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   const Activation act = cfg_.activation();
   const float eps = cfg_.layer_norm_eps;
   // a GEMM input's bf16 rounding, made by its forward product and kept for the backward's
-  auto keep16 = [&a](float* slot) { return Linear16{nullptr, a.as16(slot), nullptr}; };
+  auto keep16 = [&a](float* slot) { return LinearIo{nullptr, a.as16(slot), nullptr}; };
   for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
   if (!be.on_host()) be.upload(a.dmask.get(), a.mask_add.data(), sizeof(float) * N);
 
@@ -564,7 +564,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     // layer's LayerNorm for the others
     be.linear_forward(ly.qkv, xin, w(p + "attention.self.query.weight"), w(p + "attention.self.query.bias"), N, 3 * C, C,
                    prec, w16(p + "attention.self.query.weight", prec),
-                   l == 0 ? keep16(ly.x16) : Linear16{a.as16(ly.x16), nullptr, nullptr});
+                   l == 0 ? keep16(ly.x16) : LinearIo{a.as16(ly.x16), nullptr, nullptr});
     ly.seed_att = p_a > 0 ? rng.reserve(B * NH * T * T) : 0;  // the CPU saves Pd; CUDA regenerates it
     be.attention_forward(ly.ctx, ly.probs, a.att_work, ly.qkv, a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
     be.linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
@@ -577,10 +577,10 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
                                w(p + "attention.output.LayerNorm.weight"), w(p + "attention.output.LayerNorm.bias"), N,
                                C, eps, a.as16(ly.h1_16));
     be.linear_forward(ly.inter, ly.h1, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias"), N, I, C, prec,
-                   w16(p + "intermediate.dense.weight", prec), Linear16{a.as16(ly.h1_16), nullptr, nullptr});
+                   w16(p + "intermediate.dense.weight", prec), LinearIo{a.as16(ly.h1_16), nullptr, nullptr});
     be.gelu_forward(ly.gelu, ly.inter, N * I, act, a.as16(ly.gelu16));
     be.linear_forward(a.tmp_c, ly.gelu, w(p + "output.dense.weight"), w(p + "output.dense.bias"), N, C, I, prec,
-                   w16(p + "output.dense.weight", prec), Linear16{a.as16(ly.gelu16), nullptr, nullptr});
+                   w16(p + "output.dense.weight", prec), LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
     if (p_h > 0) {
       ly.seed_ffn_out = rng.reserve(N * C);
       be.dropout_forward(a.tmp_c, a.tmp_c, N * C, p_h, rng, ly.seed_ffn_out);
@@ -631,52 +631,49 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     Acts::Layer& ly = a.layers[l];
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     // x[l+1] = LN2(dropout(ffn_out) + h1)
-    zero(a.d1, N * C);
-    be.layernorm_backward(a.d1, dgrad(p + "output.LayerNorm.weight"), dgrad(p + "output.LayerNorm.bias"), a.g, ly.ln2_sum,
-                       w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C);
-    be.copy(a.dh, a.d1, sizeof(float) * N * C);  // residual branch into h1
-    const float* dffn = a.d1;
+    // (the layer's gradient buffers are written, not added to: no zeroing pass). The gradient
+    // into h1 goes straight to dh, the residual branch's buffer, which FFN1's backward adds to
+    // only after the FFN branch has read it (no copy)
+    be.layernorm_backward(a.dh, dgrad(p + "output.LayerNorm.weight"), dgrad(p + "output.LayerNorm.bias"), a.g, ly.ln2_sum,
+                       w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C, /*overwrite=*/true);
+    const float* dffn = a.dh;
     const bf16_t* dffn16 = nullptr;  // its rounding, where the dropout backward makes it
     if (p_h > 0) {
-      zero(a.d2, N * C);
-      be.dropout_backward(a.d2, a.d1, N * C, p_h, rng, ly.seed_ffn_out, a.as16(a.d2_16));
+      be.dropout_backward(a.d2, a.dh, N * C, p_h, rng, ly.seed_ffn_out, a.as16(a.d2_16), /*overwrite=*/true);
       dffn = a.d2;
       dffn16 = a.as16(a.d2_16);
     }
     // ffn_out = gelu W2^T + b2
-    zero(a.di, N * I);
     be.linear_backward(a.di, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn, ly.gelu,
                     w(p + "output.dense.weight"), N, C, I, prec, w16(p + "output.dense.weight", prec),
-                    Linear16{a.as16(ly.gelu16), nullptr, dffn16});
-    zero(a.di2, N * I);
-    be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, a.as16(a.di2_16));
+                    LinearIo{a.as16(ly.gelu16), nullptr, dffn16, /*overwrite_dx=*/true});
+    be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, a.as16(a.di2_16), /*overwrite=*/true);
     // inter = h1 W1^T + b1
     be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), dgrad(p + "intermediate.dense.bias"), a.di2, ly.h1,
                     w(p + "intermediate.dense.weight"), N, I, C, prec, w16(p + "intermediate.dense.weight", prec),
-                    Linear16{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
-    // h1 = LN1(dropout(attn_out) + x[l])
-    zero(a.d1, N * C);
-    be.layernorm_backward(a.d1, dgrad(p + "attention.output.LayerNorm.weight"), dgrad(p + "attention.output.LayerNorm.bias"),
-                       a.dh, ly.ln1_sum, w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C);
-    be.copy(a.g, a.d1, sizeof(float) * N * C);  // residual branch into x[l]
-    const float* dattn = a.d1;
+                    LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
+    // h1 = LN1(dropout(attn_out) + x[l]); the gradient into x[l] goes straight to g (read by LN2's
+    // backward above, added to by the QKV backward after the attention branch has read it)
+    be.layernorm_backward(a.g, dgrad(p + "attention.output.LayerNorm.weight"), dgrad(p + "attention.output.LayerNorm.bias"),
+                       a.dh, ly.ln1_sum, w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C,
+                       /*overwrite=*/true);
+    const float* dattn = a.g;
     const bf16_t* dattn16 = nullptr;
     if (p_h > 0) {
-      zero(a.d2, N * C);
-      be.dropout_backward(a.d2, a.d1, N * C, p_h, rng, ly.seed_attn_out, a.as16(a.d2_16));
+      be.dropout_backward(a.d2, a.g, N * C, p_h, rng, ly.seed_attn_out, a.as16(a.d2_16), /*overwrite=*/true);
       dattn = a.d2;
       dattn16 = a.as16(a.d2_16);
     }
-    zero(a.dc, N * C);
     be.linear_backward(a.dc, dgrad(p + "attention.output.dense.weight"), dgrad(p + "attention.output.dense.bias"), dattn,
                     ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
-                    w16(p + "attention.output.dense.weight", prec), Linear16{a.as16(ly.ctx16), nullptr, dattn16});
+                    w16(p + "attention.output.dense.weight", prec),
+                    LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
     be.attention_backward(a.dqkv, a.att_work, a.dc, ly.qkv, ly.ctx, ly.probs, a.mask, B, T, C, NH, p_a, rng,
                           ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
     be.linear_backward(a.g, dgrad(p + "attention.self.query.weight"), dgrad(p + "attention.self.query.bias"), a.dqkv, a.x[l],
                     w(p + "attention.self.query.weight"), N, 3 * C, C, prec,
-                    w16(p + "attention.self.query.weight", prec), Linear16{a.as16(ly.x16), nullptr, nullptr});
+                    w16(p + "attention.self.query.weight", prec), LinearIo{a.as16(ly.x16), nullptr, nullptr});
     if (grad_ready_) grad_ready_(table_.at(p + "attention.self.query.weight").offset);  // the layer's first tensor
   }
 
@@ -692,19 +689,17 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   float* dc = project ? a.demb_c : a.d1;
   const float* dx0 = a.g;
   if (project) {
-    zero(da, N * E);
     be.linear_backward(da, dgrad("bert.embeddings_project.weight"), dgrad("bert.embeddings_project.bias"), a.g, a.emb_out,
-                    w("bert.embeddings_project.weight"), N, C, E, prec, w16("bert.embeddings_project.weight", prec));
+                    w("bert.embeddings_project.weight"), N, C, E, prec, w16("bert.embeddings_project.weight", prec),
+                    LinearIo{nullptr, nullptr, nullptr, /*overwrite_dx=*/true});
     dx0 = da;
   }
   if (p_h > 0) {
-    zero(db, N * E);
-    be.dropout_backward(db, dx0, N * E, p_h, rng, a.seed_emb);
+    be.dropout_backward(db, dx0, N * E, p_h, rng, a.seed_emb, nullptr, /*overwrite=*/true);
     dx0 = db;
   }
-  zero(dc, N * E);
   be.layernorm_backward(dc, dgrad("bert.embeddings.LayerNorm.weight"), dgrad("bert.embeddings.LayerNorm.bias"), dx0,
-                     a.emb_sum, w("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, E);
+                     a.emb_sum, w("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, E, /*overwrite=*/true);
   // HF's nn.Embedding(padding_idx=pad) gives the padding row no gradient from the lookup.
   float* dwte = dgrad("bert.embeddings.word_embeddings.weight");
   // (kept where the backend computes: a download here would wait for the whole backward on a device)

@@ -137,6 +137,12 @@ void test_layernorm() {
     check("layernorm_forward rstd" + tag, rstd, grstd.back(), 1e-5);
     G::layernorm_backward(gdinp.p, gdw.p, gdb.p, gdout.p, gx.p, gw.p, gmean.p, grstd.p, N, C);
     check("layernorm_backward dinp" + tag, dinp, gdinp.back(), 1e-5);
+    {  // overwrite: a buffer holding garbage written as if it held +0 (the bits of zeroing it first)
+      Dev<float> gz(N * C), gg(std::vector<float>(N * C, 7.0f)), gdw2(C), gdb2(C);
+      G::layernorm_backward(gz.p, gdw2.p, gdb2.p, gdout.p, gx.p, gw.p, gmean.p, grstd.p, N, C);
+      G::layernorm_backward(gg.p, gdw2.p, gdb2.p, gdout.p, gx.p, gw.p, gmean.p, grstd.p, N, C, /*overwrite=*/true);
+      check_equal("layernorm_backward overwrite = added to zeros" + tag, gz.back(), gg.back());
+    }
     check("layernorm_backward dw" + tag, dw, gdw.back(), 1e-5);
     check("layernorm_backward db" + tag, db, gdb.back(), 1e-5);
     K::residual_layernorm_forward(out.data(), sum.data(), mean.data(), rstd.data(), x.data(), r.data(), w.data(),
@@ -189,6 +195,10 @@ void test_activations() {
     }
     check_equal("gelu_forward bf16 copy = rounding of its output" + tag, o16, gout16.back());
     check_equal("gelu_backward bf16 copy = rounding of its output" + tag, d16, gdinp16.back());
+    Dev<float> gz(n), gg(std::vector<float>(n, 7.0f));
+    G::gelu_backward(gz.p, gx.p, gdout.p, n, act);
+    G::gelu_backward(gg.p, gx.p, gdout.p, n, act, nullptr, /*overwrite=*/true);
+    check_equal("gelu_backward overwrite = added to zeros" + tag, gz.back(), gg.back());
   }
   std::vector<float> out(n), dinp(n, 0.5f);
   K::tanh_forward(out.data(), x.data(), n);
@@ -217,6 +227,10 @@ void test_activations() {
     std::vector<bf16_t> r16(n);
     for (int64_t i = 0; i < n; ++i) r16[i] = f32_to_bf16(d[i]);
     check_equal("dropout_backward bf16 copy = rounding of its output base " + std::to_string(base), r16, gd16.back());
+    Dev<float> gz(n), gg(std::vector<float>(n, 7.0f));
+    G::dropout_backward(gz.p, gdout.p, n, p, rng, base);
+    G::dropout_backward(gg.p, gdout.p, n, p, rng, base, nullptr, /*overwrite=*/true);
+    check_equal("dropout_backward overwrite = added to zeros base " + std::to_string(base), gz.back(), gg.back());
   }
 }
 
@@ -417,6 +431,12 @@ void test_gemm() {
       Dev<float> gy4(M * N);  // x16 given to the forward: taken as the product's operand
       G::linear_forward(gy4.p, gx.p, gW.p, gb.p, M, N, Kd, p, gw16, gx16.p, nullptr);
       check_equal("linear_forward bf16 with x's rounding given", gy.back(), gy4.back());
+    }
+    {  // the backward writing dx (beta 0) = adding it to zeros
+      Dev<float> gz(M * Kd), gg(std::vector<float>(M * Kd, 7.0f)), gdW5(N * Kd), gdb5(N);
+      G::linear_backward(gz.p, gdW5.p, gdb5.p, gdy.p, gx.p, gW.p, M, N, Kd, p, gw16);
+      G::linear_backward(gg.p, gdW5.p, gdb5.p, gdy.p, gx.p, gW.p, M, N, Kd, p, gw16, nullptr, nullptr, /*overwrite_dx=*/true);
+      check_equal("linear_backward dx overwrite = added to zeros" + tag, gz.back(), gg.back());
     }
   }
 }
