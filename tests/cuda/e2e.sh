@@ -14,7 +14,9 @@
 #  - finetune glue (SST-2, STS-B, an ELECTRA classifier), ner, squad (fp32) and SQuAD v2.0 with
 #    ELECTRA's joint head (bf16) on the GPU against the CPU: models, metrics, prediction files.
 #  - qa, classify, tag, embed, fill-mask; serve (every endpoint, KServe v2) against the CPU's.
-#  - 2 MPI ranks sharing the GPU (host-staged all-reduce) against 1 CPU rank x 2, if mpirun is here.
+#  - 2 MPI ranks sharing the GPU (host-staged all-reduce) against 1 CPU rank x 2, and on a GPU the
+#    model byte-identical to 1 GPU rank x accumulation 2; --allreduce-backend nccl and plain cuda
+#    with more ranks than GPUs refused by name (if mpirun is here).
 #  - --device cuda:N past the last GPU: refused by name, nothing written.
 # Usage: tests/cuda/e2e.sh BERTCC WORKDIR [DEVICE]   (DEVICE: cuda, the default, or cpu-staged to check
 #        this script where there is no GPU: then every comparison holds exactly). FT_DATA: the
@@ -138,6 +140,18 @@ if want mpi && command -v mpirun > /dev/null 2>&1 && cpu_fp32; then
   check "2 MPI ranks on $D0 against 1 cpu rank x 2: losses" $C losses "$W/dev_2r/dllogger.json" "$W/cpu_fp32/dllogger.json" 1e-4
   check "2 MPI ranks on $D0 against 1 cpu rank x 2: model" $C model "$W/dev_2r/model/model.safetensors" "$W/cpu_fp32/model/model.safetensors" 1e-3
   if [ "$D" = cuda ]; then
+    # the equivalence on the GPU itself: the host sums the two ranks' micro-batch gradients in the
+    # order the single rank's device accumulation does, so the bytes must match (the CPU's differ
+    # with the thread count, so cpu-staged is held to the tolerance above only)
+    [ -f "$W/dev_fp32_a/model/model.safetensors" ] || "$B" pretrain $PT --precision fp32 --device "$D" \
+      --output-dir "$W/dev_fp32_a" > "$W/dev_fp32_a.log" 2>&1 || fail "$D fp32: $(tail -3 "$W/dev_fp32_a.log")"
+    if cmp -s "$W/dev_2r/model/model.safetensors" "$W/dev_fp32_a/model/model.safetensors" \
+       && $PY "$HERE/close.py" losses "$W/dev_2r/dllogger.json" "$W/dev_fp32_a/dllogger.json" 1e-6 > /dev/null; then
+      echo "ok   2 MPI ranks on cuda:0 = 1 rank x accumulation 2 on cuda: model byte-identical, every logged loss within 1e-6 (evaluation sums by rank)"
+    else
+      fail "2 MPI ranks on cuda:0 against 1 rank x accumulation 2 on cuda: not byte-identical: $($C model \
+        "$W/dev_2r/model/model.safetensors" "$W/dev_fp32_a/model/model.safetensors" 1e-6)"
+    fi
     grep -q "share one GPU.*through the mpi communicator on the host" "$W/dev_2r.log" \
       && echo "ok   2 ranks on cuda:0: $(grep -m1 "share one GPU" "$W/dev_2r.log" | cut -c1-150)" \
       || fail "2 ranks on cuda:0: start-up does not say that the gradients go through the host: $(head -4 "$W/dev_2r.log")"
