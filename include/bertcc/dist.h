@@ -97,10 +97,10 @@ class DeviceCommunicator {
 // without NCCL, or when NCCL cannot start (e.g. two ranks on one GPU: NCCL refuses).
 std::unique_ptr<DeviceCommunicator> make_nccl(Communicator& host, int device);
 bool nccl_available();
-// Collective (every rank calls it, every rank gets the same answer): the first two ranks found on
-// one GPU (same host, same PCI bus id of `device`), as "rank A and rank B share GPU <bus id> on
-// <host>", or "" when each rank has a GPU of its own. NCCL cannot run two ranks on one GPU.
-// Without NCCL in the build: "".
+// Collective (every rank calls it; every rank gets the same verdict, empty or not): the first two
+// ranks found on one GPU (same host name, same PCI bus id of `device`), as "rank A and rank B
+// share one GPU" (with the bus id and host on those two ranks), or "" when each rank has a GPU of
+// its own. NCCL cannot run two ranks on one GPU. Without NCCL in the build: "".
 std::string ranks_sharing_gpu(Communicator& host, int device);
 
 // The process-wide communicator, created on first call. Launched by mpirun/srun with more than
