@@ -379,6 +379,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
   const int64_t L = cfg.num_hidden_layers, E = cfg.embedding_dim();
   const int64_t bwd = inference ? 0 : 1;  // backward-only slices: empty for inference
+  const int64_t h16 = prec == Precision::BF16 ? 1 : 0;  // bf16 copies (n bf16 in (n + 1) / 2 floats): bf16 only
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
   plan.push_back({&a.emb_sum, N * E});
@@ -401,9 +402,8 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
     plan.push_back({&ly.ln2_sum, N * C});
     plan.push_back({&ly.ln2_mean, N});
     plan.push_back({&ly.ln2_rstd, N});
-    const int64_t h = prec == Precision::BF16 ? 1 : 0;  // bf16 halves: (n + 1) / 2 floats
-    for (float** p : {&ly.x16, &ly.ctx16, &ly.h1_16}) plan.push_back({p, h * (N * C + 1) / 2});
-    plan.push_back({&ly.gelu16, h * (N * I + 1) / 2});
+    for (float** p : {&ly.x16, &ly.ctx16, &ly.h1_16}) plan.push_back({p, h16 * (N * C + 1) / 2});
+    plan.push_back({&ly.gelu16, h16 * (N * I + 1) / 2});
   }
   plan.push_back({&a.cls, B * C});
   plan.push_back({&a.pooled, B * C});
@@ -413,8 +413,8 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   plan.push_back({&a.dqkv, N * 3 * C * bwd});
   plan.push_back({&a.di, N * I * bwd});
   plan.push_back({&a.di2, N * I * bwd});
-  plan.push_back({&a.di2_16, (prec == Precision::BF16 ? 1 : 0) * bwd * (N * I + 1) / 2});
-  plan.push_back({&a.d2_16, (prec == Precision::BF16 ? 1 : 0) * bwd * (N * C + 1) / 2});
+  plan.push_back({&a.di2_16, h16 * bwd * (N * I + 1) / 2});
+  plan.push_back({&a.d2_16, h16 * bwd * (N * C + 1) / 2});
   plan.push_back({&a.dcls, B * C * bwd});
   plan.push_back({&a.dpool, B * C * bwd});
   int64_t total = 0;
