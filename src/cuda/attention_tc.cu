@@ -1,5 +1,6 @@
 // Fused multi-head attention on Tensor Cores, for --precision bf16 and fp16: FlashAttention-2's
-// tiling with mma.sync.m16n8k16 (bf16 or fp16 operands, fp32 accumulation; sm_80 and later). The
+// tiling with mma.sync.m16n8k16 (bf16 or fp16 operands, fp32 accumulation; sm_80 and later), its
+// operands loaded from shared memory by ldmatrix. The
 // kernels are in attention_tc_kernels.cuh (also compiled for the CPU by tests/cuda/sim); this file
 // launches them.
 //
@@ -11,11 +12,12 @@
 //
 // One block = 4 warps = 64 rows (16 per warp); its loop walks the other side in tiles of BN (64,
 // or 32 for head size 128). A first pass (prep) rounds q, k, v and dout from qkv[B,T,3C] and
-// dout[B,T,C] to 16 bits, per head, token-major ([row][channel], for A operands and the B operand
-// of Q K^T) and, where a product needs it, channel-major ([channel][row]), zero-padded to whole
-// 64-row tiles. The attention kernels copy those tiles into shared memory with cp.async, the next
-// tile while they compute on the current one (two buffers). Shared-memory rows are padded by 8
-// elements (16 bytes) so that a warp's 32-bit fragment loads hit 32 different banks.
+// dout[B,T,C] to 16 bits, per head and token-major ([row][channel]), zero-padded to whole 64-row
+// tiles. The attention kernels copy those tiles into shared memory with cp.async, the next tile
+// while they compute on the current one (two buffers). ldmatrix reads a tile as an A operand, as
+// the B operand of a product over channels (Q K^T) and, with .trans, as the B operand of a product
+// over tokens (P V, dS K, Pd^T dO, dS^T Q). Shared-memory rows are padded by 8 elements (16 bytes)
+// so that the eight 16-byte rows of each 8 x 8 matrix ldmatrix reads hit 32 different banks.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; CUTLASS's
 // SM80_16x8x16 traits agree): lane = 4*g + t.
@@ -75,12 +77,13 @@ uint16_t* operand_buffer(size_t elems) {
   return buf.take<uint16_t>(elems);
 }
 
+// `parts` consecutive operands (q, k, v from qkv: parts 3) from src, one launch.
 template <bool BF, int HS>
-void launch_prep(uint16_t* rows, uint16_t* cols, const float* src, int64_t ld, const Shape& s) {
+void launch_prep(uint16_t* rows, const float* src, int64_t ld, const Shape& s, unsigned parts) {
   const int64_t Tp = padded_T(s.T);
   const bool vec = s.hs % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  prep<BF, HS><<<dim3(static_cast<unsigned>(Tp / kBlockRows), static_cast<unsigned>(s.B * s.NH)), kThreads>>>(
-      rows, cols, src, ld, s, Tp, vec);
+  prep<BF, HS><<<dim3(static_cast<unsigned>(Tp / kBlockRows), static_cast<unsigned>(s.B * s.NH), parts), kThreads>>>(
+      rows, src, ld, s, Tp, vec);
   BERTCC_CUDA_LAUNCHED("attention (16-bit operands)");
 }
 
@@ -94,12 +97,9 @@ void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add,
     const int64_t n = operand_elems<HS>(s);
     std::optional<OpTimer> part(std::in_place, "attention_forward/16-bit operands");
     uint16_t* q = operand_buffer(3 * static_cast<size_t>(n));
-    uint16_t *k = q + n, *vt = k + n;
-    launch_prep<BF, HS>(q, nullptr, qkv, 3 * s.C, s);
-    launch_prep<BF, HS>(k, nullptr, qkv + s.C, 3 * s.C, s);
-    launch_prep<BF, HS>(nullptr, vt, qkv + 2 * s.C, 3 * s.C, s);
+    launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
     Operands op;
-    op.q = q, op.k = k, op.vt = vt, op.Tp = padded_T(s.T);
+    op.q = q, op.k = q + n, op.v = q + 2 * n, op.Tp = padded_T(s.T);
     part.reset();
     const OpTimer kernel("attention_forward/kernel");
     launch_smem(fwd<BF, HS>, fwd_smem<BF, HS>());
@@ -116,14 +116,11 @@ void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* 
     constexpr int HS = decltype(hs)::value;
     const int64_t n = operand_elems<HS>(s);
     std::optional<OpTimer> part(std::in_place, "attention_backward/16-bit operands");
-    uint16_t* q = operand_buffer(7 * static_cast<size_t>(n));
-    uint16_t *k = q + n, *v = k + n, *d = v + n, *qt = d + n, *kt = qt + n, *dt = kt + n;
-    launch_prep<BF, HS>(q, qt, qkv, 3 * s.C, s);
-    launch_prep<BF, HS>(k, kt, qkv + s.C, 3 * s.C, s);
-    launch_prep<BF, HS>(v, nullptr, qkv + 2 * s.C, 3 * s.C, s);
-    launch_prep<BF, HS>(d, dt, dout, s.C, s);
+    uint16_t* q = operand_buffer(4 * static_cast<size_t>(n));
+    launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
+    launch_prep<BF, HS>(q + 3 * n, dout, s.C, s, 1);
     Operands op;
-    op.q = q, op.k = k, op.v = v, op.dout = d, op.qt = qt, op.kt = kt, op.doutt = dt, op.Tp = padded_T(s.T);
+    op.q = q, op.k = q + n, op.v = q + 2 * n, op.dout = q + 3 * n, op.Tp = padded_T(s.T);
     part.emplace("attention_backward/dq");
     launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>());
     bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, op, lse, D, mask_add, s);

@@ -62,19 +62,48 @@ __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
 #endif
 }
 
-// A operand: rows r0..r0+15, columns k0..k0+15 of a row-major tile with row stride ld.
-__device__ inline void frag_a(uint32_t (&a)[4], const uint16_t* t, int ld, int r0, int k0) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = k0 + (lane & 3) * 2;
-  a[0] = ld32(t + (r0 + g) * ld + c);
-  a[1] = ld32(t + (r0 + g + 8) * ld + c);
-  a[2] = ld32(t + (r0 + g) * ld + c + 8);
-  a[3] = ld32(t + (r0 + g + 8) * ld + c + 8);
+// ldmatrix.x4: four 8 x 8 tiles of 16-bit elements from shared memory, one register each (sm_75
+// and later). Lane L gives the address of row L % 8 of tile L / 8 (8 contiguous elements, 16-byte
+// aligned). Register i of lane L then holds, without Trans, tile i's row L / 4, columns 2 (L % 4)
+// and + 1; with Trans, column L / 4 of rows 2 (L % 4) and + 1 (the lower index in the lower 16
+// bits). One instruction where 32-bit loads took four, and with Trans a B operand comes from a tile
+// stored k-major, so no operand needs a channel-major copy.
+template <bool Trans>
+__device__ inline void ldsm_x4(uint32_t (&r)[4], const uint16_t* p) {
+#if defined(BERTCC_CUDA_SIM)
+  sim_ldmatrix_x4<Trans>(r, p);  // tests/cuda/sim: the PTX ISA's description, computed on the CPU
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+  (void)r, (void)p;
+  __trap();
+#endif
 }
-// B operand (k x n = 16 x 8) from a tile stored n-major: element (k, n) at t[(n0 + n) * ld + k0 + k].
-__device__ inline void frag_b(uint32_t& b0, uint32_t& b1, const uint16_t* t, int ld, int n0, int k0) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = k0 + (lane & 3) * 2;
-  b0 = ld32(t + (n0 + g) * ld + c);
-  b1 = ld32(t + (n0 + g) * ld + c + 8);
+
+// A operand: rows r0..r0+15, columns k0..k0+15 of a row-major tile with row stride ld (tiles:
+// rows 0-7 and 8-15 of columns k0.., then of columns k0+8..: registers a0..a3 in order).
+__device__ inline void frag_a(uint32_t (&a)[4], const uint16_t* t, int ld, int r0, int k0) {
+  const int lane = threadIdx.x & 31, i = lane >> 3;
+  ldsm_x4<false>(a, t + (r0 + (i & 1) * 8 + (lane & 7)) * ld + k0 + (i >> 1) * 8);
+}
+// B operands (k x n = 16 x 8) of two adjacent n tiles, n0.. (b[0], b[1]) and n0+8.. (b[2], b[3]),
+// from a tile stored n-major: element (k, n) at t[(n0 + n) * ld + k0 + k] (K for Q K^T).
+__device__ inline void frag_b2(uint32_t (&b)[4], const uint16_t* t, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, i = lane >> 3;
+  ldsm_x4<false>(b, t + (n0 + (i >> 1) * 8 + (lane & 7)) * ld + k0 + (i & 1) * 8);
+}
+// The same from a tile stored k-major: element (k, n) at t[(k0 + k) * ld + n0 + n] (V for P V).
+__device__ inline void frag_b2_kmajor(uint32_t (&b)[4], const uint16_t* t, int ld, int k0, int n0) {
+  const int lane = threadIdx.x & 31, i = lane >> 3;
+  ldsm_x4<true>(b, t + (k0 + (i & 1) * 8 + (lane & 7)) * ld + n0 + (i >> 1) * 8);
 }
 // Two adjacent fp32 C tiles (columns 0-7, 8-15), rounded: the 16 x 16 A operand.
 template <bool BF16>
@@ -153,31 +182,34 @@ __device__ inline void two_products(float (&c1)[BN / 8][4], float (&c2)[BN / 8][
     frag_a(a1, A1, LDH, row0, kt * 16);
     frag_a(a2, A2, LDH, row0, kt * 16);
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-      uint32_t b0, b1;
-      frag_b(b0, b1, B1, LDH, nt * 8, kt * 16);
-      mma<BF16>(c1[nt], a1, b0, b1);
-      frag_b(b0, b1, B2, LDH, nt * 8, kt * 16);
-      mma<BF16>(c2[nt], a2, b0, b1);
+    for (int nt = 0; nt < BN / 8; nt += 2) {
+      uint32_t b[4];
+      frag_b2(b, B1, LDH, nt * 8, kt * 16);
+      mma<BF16>(c1[nt], a1, b[0], b[1]);
+      mma<BF16>(c1[nt + 1], a1, b[2], b[3]);
+      frag_b2(b, B2, LDH, nt * 8, kt * 16);
+      mma<BF16>(c2[nt], a2, b[0], b[1]);
+      mma<BF16>(c2[nt + 1], a2, b[2], b[3]);
     }
   }
 }
 
 // acc += round(c) * B for the warp's 16 rows: c holds BN columns of fp32 C fragments (probabilities
-// or score gradients), rounded into A operands; B (BN x HS) is given transposed, [channel][row] with
-// stride BN + 8: P.V, dS.K, Pd^T.dO, dS^T.Q.
+// or score gradients), rounded into A operands; B (BN x HS) row-major with stride HS + 8, as the
+// tiles are stored: P.V, dS.K, Pd^T.dO, dS^T.Q.
 template <bool BF16, int HS, int BN>
-__device__ inline void rounded_product(float (&acc)[HS / 8][4], const float (&c)[BN / 8][4], const uint16_t* Bt) {
-  constexpr int LDN = BN + 8;
+__device__ inline void rounded_product(float (&acc)[HS / 8][4], const float (&c)[BN / 8][4], const uint16_t* B) {
+  constexpr int LDH = HS + 8;
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
     uint32_t a[4];
     c_to_a<BF16>(a, c[2 * kk], c[2 * kk + 1]);
 #pragma unroll
-    for (int nt = 0; nt < HS / 8; ++nt) {
-      uint32_t b0, b1;
-      frag_b(b0, b1, Bt, LDN, nt * 8, kk * 16);
-      mma<BF16>(acc[nt], a, b0, b1);
+    for (int nt = 0; nt < HS / 8; nt += 2) {
+      uint32_t b[4];
+      frag_b2_kmajor(b, B, LDH, kk * 16, nt * 8);
+      mma<BF16>(acc[nt], a, b[0], b[1]);
+      mma<BF16>(acc[nt + 1], a, b[2], b[3]);
     }
   }
 }
@@ -201,28 +233,29 @@ __device__ inline void store_rows(float* const (&dst)[2], const int64_t (&row)[2
 
 // ---- the 16-bit operands ----
 // The kernels read q, k, v and dout as 16-bit tiles that `prep` makes from the fp32 activations
-// beforehand, per head: rows [bh][Tp][HS] (token-major) and, where a product needs its B operand
-// that way, columns [bh][HS][Tp] (channel-major); zeros past T and past hs, Tp = T rounded up to
-// kBlockRows. Every tile is then whole and 16-byte aligned, copied by cp.async into a second
-// shared-memory buffer while the block computes on the first.
+// beforehand, per head and token-major: [bh][Tp][HS], zeros past T and past hs, Tp = T rounded up
+// to kBlockRows. Every tile is then whole and 16-byte aligned, copied by cp.async into a second
+// shared-memory buffer while the block computes on the first. ldmatrix reads a tile as an A
+// operand, as the B operand of a product over channels (Q K^T: n-major) and, transposing, as the B
+// operand of a product over tokens (P V: k-major), so no channel-major copy is made.
 struct Operands {
-  const uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;      // rows
-  const uint16_t *qt = nullptr, *kt = nullptr, *vt = nullptr, *doutt = nullptr;  // columns
+  const uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;
   int64_t Tp = 0;
 };
 inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
 template <int HS>
 int64_t operand_elems(const Shape& s) { return s.B * s.NH * padded_T(s.T) * HS; }
 
-// kBlockRows tokens (blockIdx.x) of one head (blockIdx.y) of src (fp32, token-major with row
-// stride ld, head h at channel h * hs), rounded, into rows and/or cols (either may be null). vec:
-// hs, ld and src's address allow 16-byte loads of four channels (a group of four is then wholly
-// inside or wholly past hs).
+// kBlockRows tokens (blockIdx.x) of one head (blockIdx.y) of part blockIdx.z of src (fp32,
+// token-major with row stride ld; part z at channel z * C, head h at channel h * hs), rounded into
+// rows + z * operand_elems (q, k, v from qkv in one launch). vec: hs, ld and src's address allow
+// 16-byte loads of four channels (a group of four is then wholly inside or wholly past hs).
 template <bool BF16, int HS>
-__global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, uint16_t* cols, const float* src, int64_t ld, Shape s,
-                                                 int64_t Tp, bool vec) {
-  __shared__ uint16_t tile[kBlockRows][HS + 2];
+__global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, const float* src, int64_t ld, Shape s, int64_t Tp,
+                                                 bool vec) {
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, t0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  rows += static_cast<int64_t>(blockIdx.z) * s.B * s.NH * Tp * HS;
+  src += static_cast<int64_t>(blockIdx.z) * s.C;
   for (int idx = threadIdx.x; idx < kBlockRows * HS / 4; idx += kThreads) {
     const int r = idx / (HS / 4), c = (idx % (HS / 4)) * 4;
     const int64_t t = t0 + r;
@@ -243,16 +276,7 @@ __global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, uint16_t* cols,
     uint2 w;
     w.x = pack16<BF16>(x[0], x[1]);
     w.y = pack16<BF16>(x[2], x[3]);
-    tile[r][c] = static_cast<uint16_t>(w.x), tile[r][c + 1] = static_cast<uint16_t>(w.x >> 16);
-    tile[r][c + 2] = static_cast<uint16_t>(w.y), tile[r][c + 3] = static_cast<uint16_t>(w.y >> 16);
-    if (rows) *reinterpret_cast<uint2*>(rows + (bh * Tp + t) * HS + c) = w;  // 8-byte aligned: HS, c multiples of 4
-  }
-  if (!cols) return;  // the same for every thread of the block
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < HS * kBlockRows / 2; idx += kThreads) {  // two tokens per 32-bit store
-    const int c = idx / (kBlockRows / 2), r = (idx % (kBlockRows / 2)) * 2;
-    *reinterpret_cast<uint32_t*>(cols + (bh * HS + c) * Tp + t0 + r) =
-        static_cast<uint32_t>(tile[r][c]) | (static_cast<uint32_t>(tile[r + 1][c]) << 16);
+    *reinterpret_cast<uint2*>(rows + (bh * Tp + t) * HS + c) = w;  // 8-byte aligned: HS, c multiples of 4
   }
 }
 
@@ -309,27 +333,27 @@ __device__ inline void next_tile(int t, int ntiles, int64_t tile_rows, Issue&& i
 // ---- forward ----
 template <bool BF16, int HS>
 constexpr size_t fwd_smem() {
-  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
-  return sizeof(uint16_t) * (kBlockRows * LDH + 2 * (BN * LDH + HS * LDN)) + sizeof(float) * 2 * BN;
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8;
+  return sizeof(uint16_t) * (kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 2 * BN;
 }
 
-// Operands: q, k (rows), vt (columns).
+// Operands: q, k, v.
 template <bool BF16, int HS>
 __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands op, const float* mask_add, Shape s) {
-  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8;
   BERTCC_DYNAMIC_SMEM(smem);
-  constexpr int kTile = BN * LDH + HS * LDN;  // one buffer: Ks [BN][LDH], Vt [HS][LDN]
+  constexpr int kTile = 2 * BN * LDH;  // one buffer: Ks [BN][LDH], Vs [BN][LDH]
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
   uint16_t* tiles = Qs + kBlockRows * LDH;           // two buffers of kTile (offsets, not pointer arrays: no stack)
   float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [2][BN], -inf past T
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const uint16_t* kg = op.k + bh * op.Tp * HS;
-  const uint16_t* vg = op.vt + bh * HS * op.Tp;
+  const uint16_t* vg = op.v + bh * op.Tp * HS;
   // tile j0 of keys into buffer `buf` (its mask with plain stores, seen after the next barrier)
   auto issue = [&](int64_t j0, int buf) {
     copy_tile<BN, HS>(tiles + buf * kTile, LDH, kg + j0 * HS, HS);
-    copy_tile<HS, BN>(tiles + buf * kTile + BN * LDH, LDN, vg + j0, op.Tp);
+    copy_tile<BN, HS>(tiles + buf * kTile + BN * LDH, LDH, vg + j0 * HS, HS);
     for (int jj = threadIdx.x; jj < BN; jj += kThreads)
       Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] * kLog2e : -INFINITY;
   };
@@ -351,16 +375,17 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
       for (int kt = 0; kt < HS / 16; ++kt) frag_a(qf[kt], Qs, LDH, warp * 16, kt * 16);
     }
     const uint16_t* Ks = tiles + buf * kTile;
-    const uint16_t* Vt = Ks + BN * LDH;
+    const uint16_t* Vs = Ks + BN * LDH;
     const float* Mb = Ms + buf * BN;
     float sc[BN / 8][4] = {};
 #pragma unroll
     for (int kt = 0; kt < HS / 16; ++kt)
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        uint32_t b0, b1;
-        frag_b(b0, b1, Ks, LDH, nt * 8, kt * 16);
-        mma<BF16>(sc[nt], qf[kt], b0, b1);
+      for (int nt = 0; nt < BN / 8; nt += 2) {
+        uint32_t bk[4];
+        frag_b2(bk, Ks, LDH, nt * 8, kt * 16);
+        mma<BF16>(sc[nt], qf[kt], bk[0], bk[1]);
+        mma<BF16>(sc[nt + 1], qf[kt], bk[2], bk[3]);
       }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -398,7 +423,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
         sc[nt][e] = !s.drop ? p : kp[r][e & 1] ? p * s.keep_scale : 0.0f;
       }
     }
-    rounded_product<BF16, HS, BN>(o, sc, Vt);
+    rounded_product<BF16, HS, BN>(o, sc, Vs);
     __syncthreads();  // buffer buf is refilled by the next iteration's issue
   }
 #pragma unroll
@@ -419,16 +444,16 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
 // ---- backward: dq, per query block ----
 template <bool BF16, int HS>
 constexpr size_t dq_smem() {
-  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
-  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH + HS * LDN)) + sizeof(float) * 2 * BN;
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8;
+  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 2 * BN;
 }
 
-// Operands: q, dout, k, v (rows), kt (columns).
+// Operands: q, dout, k, v.
 template <bool BF16, int HS>
 __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, const float* lse, const float* D,
                                                     const float* mask_add, Shape s) {
-  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
-  constexpr int kTile = 2 * BN * LDH + HS * LDN;  // one buffer: Ks [BN][LDH], Vs [BN][LDH], Kt [HS][LDN]
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8;
+  constexpr int kTile = 2 * BN * LDH;  // one buffer: Ks [BN][LDH], Vs [BN][LDH]
   BERTCC_DYNAMIC_SMEM(smem);
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
   uint16_t* dOs = Qs + kBlockRows * LDH;              // [64][LDH]
@@ -441,7 +466,6 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
     uint16_t* t = tiles + buf * kTile;
     copy_tile<BN, HS>(t, LDH, op.k + (bh * op.Tp + j0) * HS, HS);
     copy_tile<BN, HS>(t + BN * LDH, LDH, op.v + (bh * op.Tp + j0) * HS, HS);
-    copy_tile<HS, BN>(t + 2 * BN * LDH, LDN, op.kt + bh * HS * op.Tp + j0, op.Tp);
     for (int jj = threadIdx.x; jj < BN; jj += kThreads)
       Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] * kLog2e : -INFINITY;
   };
@@ -465,7 +489,6 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
     next_tile(jt, ntiles, BN, issue);
     const uint16_t* Ks = tiles + buf * kTile;
     const uint16_t* Vs = Ks + BN * LDH;
-    const uint16_t* Kt = Ks + 2 * BN * LDH;
     float sc[BN / 8][4] = {}, dp[BN / 8][4] = {};
     two_products<BF16, HS, BN>(sc, dp, Qs, dOs, Ks, Vs, warp * 16);  // S = Q K^T, dPd = dO V^T
 #pragma unroll
@@ -481,7 +504,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
         sc[nt][e] = p * (d - Di[r]);  // dS; the softmax scale is applied to dq, as the CPU does (fp16: less underflow)
       }
     }
-    rounded_product<BF16, HS, BN>(dq, sc, Kt);
+    rounded_product<BF16, HS, BN>(dq, sc, Ks);  // dQ += dS K
     __syncthreads();
   }
   float* const dst[2] = {dqkv + (b * s.T + row[0]) * ld3 + h * s.hs, dqkv + (b * s.T + row[1]) * ld3 + h * s.hs};
@@ -491,16 +514,16 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
 // ---- backward: dk and dv, per key block ----
 template <bool BF16, int HS>
 constexpr size_t dkv_smem() {
-  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
-  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH + 2 * HS * LDN)) + sizeof(float) * 4 * BN;
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8;
+  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 4 * BN;
 }
 
-// Operands: k, v, q, dout (rows), qt, doutt (columns).
+// Operands: k, v, q, dout.
 template <bool BF16, int HS>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, const float* lse, const float* D,
                                                       const float* mask_add, Shape s) {
-  constexpr int BN = tile_n<HS>(), LDH = HS + 8, LDN = BN + 8;
-  constexpr int kTile = 2 * BN * LDH + 2 * HS * LDN;  // Qs, dOs [BN][LDH]; Qt, dOt [HS][LDN]
+  constexpr int BN = tile_n<HS>(), LDH = HS + 8;
+  constexpr int kTile = 2 * BN * LDH;  // one buffer: Qs, dOs [BN][LDH]
   BERTCC_DYNAMIC_SMEM(smem);
   uint16_t* Kb = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]: this block's keys
   uint16_t* Vb = Kb + kBlockRows * LDH;               // [64][LDH]
@@ -513,8 +536,6 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
     uint16_t* t = tiles + buf * kTile;
     copy_tile<BN, HS>(t, LDH, op.q + (bh * op.Tp + i0) * HS, HS);
     copy_tile<BN, HS>(t + BN * LDH, LDH, op.dout + (bh * op.Tp + i0) * HS, HS);
-    copy_tile<HS, BN>(t + 2 * BN * LDH, LDN, op.qt + bh * HS * op.Tp + i0, op.Tp);
-    copy_tile<HS, BN>(t + 2 * BN * LDH + HS * LDN, LDN, op.doutt + bh * HS * op.Tp + i0, op.Tp);
     float* ls = LD + buf * 2 * BN;
     for (int ii = threadIdx.x; ii < BN; ii += kThreads) {
       const bool in = i0 + ii < s.T;
@@ -539,8 +560,6 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
     next_tile(it, ntiles, BN, issue);
     const uint16_t* Qs = tiles + buf * kTile;
     const uint16_t* dOs = Qs + BN * LDH;
-    const uint16_t* Qt = Qs + 2 * BN * LDH;
-    const uint16_t* dOt = Qt + HS * LDN;
     const float* Ls = LD + buf * 2 * BN;
     const float* Ds = Ls + BN;
     float st[BN / 8][4] = {}, dpt[BN / 8][4] = {};  // S^T and dPd^T: rows are keys, columns queries
@@ -560,8 +579,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
         dpt[nt][e] = p * (d - Ds[ii]);  // dS^T (unscaled, as in bwd_dq)
       }
     }
-    rounded_product<BF16, HS, BN>(dv, st, dOt);  // dV += Pd^T dO
-    rounded_product<BF16, HS, BN>(dk, dpt, Qt);  // dK += dS^T Q
+    rounded_product<BF16, HS, BN>(dv, st, dOs);  // dV += Pd^T dO
+    rounded_product<BF16, HS, BN>(dk, dpt, Qs);  // dK += dS^T Q
     __syncthreads();
   }
   float* const dk_dst[2] = {dqkv + (b * s.T + key[0]) * ld3 + s.C + h * s.hs,

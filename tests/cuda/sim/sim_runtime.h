@@ -40,6 +40,7 @@ inline std::unique_ptr<std::barrier<>> warp_bar[32];
 inline unsigned char* dynamic_smem = nullptr;
 inline double exchange[1024];  // a warp's values in a collective
 inline uint32_t frag_a[1024][4], frag_b[1024][2];
+inline const uint16_t* row_addr[1024];  // a warp's ldmatrix row addresses
 inline void warp_sync() { warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
 
 template <class F>
@@ -48,6 +49,7 @@ void launch(sim_dim3 grid, unsigned threads, size_t smem_bytes, F body) {
   auto* p = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem.data()) + 15) & ~uintptr_t{15});
   blockDim = {threads, 1, 1};
   gridDim = grid;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       std::memset(p, 0xFF, smem_bytes);  // poison: NaN in bf16 and fp16, so an unwritten read shows
@@ -56,9 +58,9 @@ void launch(sim_dim3 grid, unsigned threads, size_t smem_bytes, F body) {
       for (unsigned w = 0; w < threads / 32; ++w) warp_bar[w] = std::make_unique<std::barrier<>>(32);
       std::vector<std::thread> th;
       for (unsigned t = 0; t < threads; ++t)
-        th.emplace_back([&, t, bx, by] {
+        th.emplace_back([&, t, bx, by, bz] {
           threadIdx = {t, 0, 0};
-          blockIdx = {bx, by, 0};
+          blockIdx = {bx, by, bz};
           body();
         });
       for (auto& x : th) x.join();
@@ -145,4 +147,31 @@ inline void sim_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
     for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
     d[i] = acc;
   }
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for the warp (PTX ISA, "Warp-level matrix load
+// instruction: ldmatrix"): lanes 8i .. 8i+7 give the addresses of rows 0..7 of matrix i, 8
+// contiguous 16-bit elements each, 16-byte aligned. Destination register i of lane L: without
+// .trans, elements 2 (L % 4) and 2 (L % 4) + 1 of row L / 4 of matrix i; with .trans, element L / 4
+// of rows 2 (L % 4) and 2 (L % 4) + 1 (the first in the lower 16 bits).
+template <bool Trans>
+inline void sim_ldmatrix_x4(uint32_t (&r)[4], const uint16_t* p) {
+  const unsigned tid = threadIdx.x, w0 = tid & ~31u;
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) std::abort();  // the instruction's alignment rule
+  sim::row_addr[tid] = p;
+  sim::warp_sync();
+  const unsigned L = tid % 32;
+  for (unsigned i = 0; i < 4; ++i) {
+    uint16_t lo, hi;
+    if (!Trans) {
+      const uint16_t* row = sim::row_addr[w0 + 8 * i + L / 4];
+      lo = row[2 * (L % 4)];
+      hi = row[2 * (L % 4) + 1];
+    } else {
+      lo = sim::row_addr[w0 + 8 * i + 2 * (L % 4)][L / 4];
+      hi = sim::row_addr[w0 + 8 * i + 2 * (L % 4) + 1][L / 4];
+    }
+    r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  sim::warp_sync();  // every address read before the next ldmatrix overwrites them
 }

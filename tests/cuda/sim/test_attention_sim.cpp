@@ -67,21 +67,18 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
     const sim_dim3 grid{bertcc::cuda::grid_for(T, K::kBlockRows), static_cast<unsigned>(B * NH), 1};
     // the 16-bit operands, as attention_tc.cu makes them (poisoned first: prep must write them all)
     const int64_t n = K::operand_elems<HS>(s), Tp = K::padded_T(T);
-    std::vector<uint16_t> ops(7 * n, 0xFFFF);
-    uint16_t *q = ops.data(), *k = q + n, *v = k + n, *d = v + n, *qt = d + n, *kt = qt + n, *vt = kt + n;
-    std::vector<uint16_t> dt(n, 0xFFFF);
-    const sim_dim3 pgrid{static_cast<unsigned>(Tp / K::kBlockRows), static_cast<unsigned>(B * NH), 1};
-    auto prep = [&](uint16_t* rows, uint16_t* cols, const float* src, int64_t ld) {
-      // both paths: 16-byte loads where attention_tc.cu takes them, and element by element
-      const bool vec = hs % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && seed % 2 == 0;
-      sim::launch(pgrid, K::kThreads, 0, [&] { K::prep<BF, HS>(rows, cols, src, ld, s, Tp, vec); });
+    std::vector<uint16_t> ops(4 * n, 0xFFFF);
+    uint16_t* q = ops.data();
+    // both paths: 16-byte loads where attention_tc.cu takes them, and element by element
+    const bool vec = hs % 4 == 0 && seed % 2 == 0;
+    auto prep = [&](uint16_t* rows, const float* src, int64_t ld, unsigned parts) {
+      const sim_dim3 pgrid{static_cast<unsigned>(Tp / K::kBlockRows), static_cast<unsigned>(B * NH), parts};
+      sim::launch(pgrid, K::kThreads, 0, [&] { K::prep<BF, HS>(rows, src, ld, s, Tp, vec); });
     };
-    prep(q, qt, qkv.data(), 3 * C);
-    prep(k, kt, qkv.data() + C, 3 * C);
-    prep(v, vt, qkv.data() + 2 * C, 3 * C);
-    prep(d, dt.data(), dout.data(), C);
+    prep(q, qkv.data(), 3 * C, 3);  // q, k, v in one launch, as attention_tc.cu
+    prep(q + 3 * n, dout.data(), C, 1);
     K::Operands op;
-    op.q = q, op.k = k, op.v = v, op.dout = d, op.qt = qt, op.kt = kt, op.vt = vt, op.doutt = dt.data(), op.Tp = Tp;
+    op.q = q, op.k = q + n, op.v = q + 2 * n, op.dout = q + 3 * n, op.Tp = Tp;
     sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS>(),
                 [&] { K::fwd<BF, HS>(out.data(), lse.data(), op, mask.data(), s); });
     for (int64_t r = 0; r < B * NH * T; ++r) {  // as attention.cu's attn_bwd_dot
