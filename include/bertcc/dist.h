@@ -92,6 +92,15 @@ class DeviceCommunicator {
   virtual void reduce_scatter_sum(float* device_data, const std::vector<size_t>& bounds) = 0;
   virtual void reduce_scatter_sum16(uint16_t* device_data, const std::vector<size_t>& bounds, WireDtype wire) = 0;
   virtual void allgather(float* device_data, const std::vector<size_t>& bounds) = 0;
+  // Buckets overlapped with backward: start_* begins the in-place sum of one bucket, ordered after
+  // the work queued on the device so far, and returns without waiting for it (NCCL: on a stream of
+  // its own); join() orders the device's later work after every sum started since the last join,
+  // again without the host waiting. Every rank starts the same buckets in the same order.
+  virtual void start_allreduce_sum(float* device_data, size_t n) = 0;
+  virtual void start_allreduce_sum16(uint16_t* device_data, size_t n, WireDtype wire) = 0;
+  virtual void join() = 0;
+  // How the gradients travel, for the start-up line: "GPU to GPU by nccl".
+  virtual std::string route() const = 0;
 };
 // NCCL over `host`'s ranks on CUDA device `device`. Throws, naming what is missing, in a build
 // without NCCL, or when NCCL cannot start (e.g. two ranks on one GPU: NCCL refuses).

@@ -1,8 +1,11 @@
 // The NCCL device communicator (built when CMake finds the CUDA toolkit's NCCL and MPI): one
 // ncclComm per rank over the host communicator's ranks, on this rank's GPU. Rank 0 makes the
-// NCCL id and the host communicator broadcasts it (NCCL's MPI bootstrap). Work goes on the
-// legacy default stream, where the CUDA backend queues its kernels, so a reduction starts after
-// the backward pass that produced the gradients and the optimizer step waits for it.
+// NCCL id and the host communicator broadcasts it (NCCL's MPI bootstrap). Whole-buffer work goes
+// on the default stream, where the CUDA backend queues its kernels, so a reduction starts after
+// the backward pass that produced the gradients and the optimizer step waits for it. Buckets
+// (start_*) go on a stream of their own, each after an event recorded on the default stream when
+// its gradients' kernels had been queued, so they run while backward goes on with the layers
+// below; join() makes the default stream wait for the last of them (PyTorch DDP's scheme).
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -43,10 +46,14 @@ class Nccl final : public DeviceCommunicator {
   }
   ~Nccl() override {
     if (comm_) ncclCommDestroy(comm_);
+    if (queued_) cudaEventDestroy(queued_);
+    if (done_) cudaEventDestroy(done_);
+    if (stream_) cudaStreamDestroy(stream_);
   }
   Nccl(const Nccl&) = delete;
   Nccl& operator=(const Nccl&) = delete;
   const char* name() const override { return "nccl"; }
+  std::string route() const override { return "GPU to GPU by nccl"; }
   void allreduce_sum(float* data, size_t n) override {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, /*stream=*/nullptr), "ncclAllReduce");
@@ -59,6 +66,18 @@ class Nccl final : public DeviceCommunicator {
                              /*stream=*/nullptr),
                "ncclAllReduce (16-bit)");
     check_cuda(cudaStreamSynchronize(nullptr), "after ncclAllReduce");
+  }
+  void start_allreduce_sum(float* data, size_t n) override { start(data, n, ncclFloat32); }
+  void start_allreduce_sum16(uint16_t* data, size_t n, WireDtype wire) override {
+    BERTCC_CHECK(wire == WireDtype::BF16 || wire == WireDtype::F16, "NCCL: start_allreduce_sum16 needs a 16-bit wire dtype");
+    start(data, n, wire == WireDtype::BF16 ? ncclBfloat16 : ncclFloat16);
+  }
+  void join() override {
+    if (!started_) return;
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord (buckets reduced)");
+    check_cuda(cudaStreamWaitEvent(nullptr, done_, 0), "cudaStreamWaitEvent (buckets reduced)");
+    started_ = false;
   }
   // NCCL's own ReduceScatter and AllGather take equal parts; ZeRO-1's are whole tensors, so
   // rank r's part goes by one ncclReduce (root r) or ncclBroadcast (from r), all in one group.
@@ -94,8 +113,26 @@ class Nccl final : public DeviceCommunicator {
     check_cuda(cudaStreamSynchronize(nullptr), what);
   }
 
+  // One bucket on the bucket stream, after the default stream's work queued so far (one event is
+  // enough: a wait takes the event's latest record at the time of the call).
+  void start(void* data, size_t n, ncclDataType_t type) {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    if (!stream_) {
+      check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+      check_cuda(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    }
+    check_cuda(cudaEventRecord(queued_, nullptr), "cudaEventRecord (bucket ready)");
+    check_cuda(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent (bucket ready)");
+    check_nccl(ncclAllReduce(data, data, n, type, ncclSum, comm_, stream_), "ncclAllReduce (bucket)");
+    started_ = true;
+  }
+
   int device_;
   ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the buckets' (made on first use)
+  cudaEvent_t queued_ = nullptr, done_ = nullptr;
+  bool started_ = false;
 };
 
 }  // namespace

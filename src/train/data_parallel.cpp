@@ -62,6 +62,81 @@ struct GradSync::Thread {
 namespace {
 size_t bucket_count(size_t n, size_t s) { return (n + s - 1) / s; }
 size_t bucket_begin(size_t n, size_t s, size_t i) { return n > (i + 1) * s ? n - (i + 1) * s : 0; }
+
+// --device cpu-staged's device communicator: what NCCL does GPU to GPU, through the host. A bucket
+// comes down, the host communicator sums it (rank order: the CPU's bits; a 16-bit wire as NCCL's,
+// the values rounded before and the sum after) and it goes back up. Synchronous: the staged
+// backend's work is done when it is queued, so start_* return with the sum made.
+class StagedComm final : public dist::DeviceCommunicator {
+ public:
+  StagedComm(dist::Communicator& host, Backend& be) : host_(host), be_(be) {}
+  const char* name() const override { return "staged"; }
+  std::string route() const override {
+    return std::string("on the device by the staged communicator (buckets through ") + host_.name() + ")";
+  }
+  void allreduce_sum(float* d, size_t n) override { sum(d, n); }
+  void allreduce_sum16(uint16_t* d, size_t n, dist::WireDtype wire) override { sum16(d, n, wire); }
+  void start_allreduce_sum(float* d, size_t n) override { sum(d, n); }
+  void start_allreduce_sum16(uint16_t* d, size_t n, dist::WireDtype wire) override { sum16(d, n, wire); }
+  void join() override {}
+  void reduce_scatter_sum(float* d, const std::vector<size_t>& bounds) override {
+    down(d, bounds.back());
+    host_.reduce_scatter_sum(tmp_.data(), counts(bounds));
+    up_own(d, bounds);
+  }
+  void reduce_scatter_sum16(uint16_t* d, const std::vector<size_t>& bounds, dist::WireDtype wire) override {
+    down16(d, bounds.back(), wire);
+    host_.reduce_scatter_sum(tmp_.data(), counts(bounds), wire);
+    const size_t b = bounds[static_cast<size_t>(host_.rank())], e = bounds[static_cast<size_t>(host_.rank()) + 1];
+    up16(d + b, tmp_.data() + b, e - b, wire);
+  }
+  void allgather(float* d, const std::vector<size_t>& bounds) override {
+    down(d, bounds.back());
+    host_.allgatherv_inplace(tmp_.data(), counts(bounds));
+    be_.upload(d, tmp_.data(), sizeof(float) * bounds.back());
+  }
+
+ private:
+  static std::vector<size_t> counts(const std::vector<size_t>& bounds) {
+    std::vector<size_t> c;
+    for (size_t r = 0; r + 1 < bounds.size(); ++r) c.push_back(bounds[r + 1] - bounds[r]);
+    return c;
+  }
+  void down(const float* d, size_t n) {
+    tmp_.resize(n);
+    be_.download(tmp_.data(), d, sizeof(float) * n);
+  }
+  void down16(const uint16_t* d, size_t n, dist::WireDtype wire) {
+    BERTCC_CHECK(wire != dist::WireDtype::F32, "staged communicator: a 16-bit sum needs a 16-bit wire dtype");
+    std::vector<uint16_t> h(n);
+    be_.download(h.data(), d, sizeof(uint16_t) * n);
+    tmp_.resize(n);
+    for (size_t i = 0; i < n; ++i) tmp_[i] = wire == dist::WireDtype::BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+  }
+  void up16(uint16_t* d, const float* x, size_t n, dist::WireDtype wire) {
+    std::vector<uint16_t> h(n);  // exact: the host rounded the sums to the wire's format
+    for (size_t i = 0; i < n; ++i) h[i] = wire == dist::WireDtype::BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+    be_.upload(d, h.data(), sizeof(uint16_t) * n);
+  }
+  void up_own(float* d, const std::vector<size_t>& bounds) {
+    const size_t b = bounds[static_cast<size_t>(host_.rank())], e = bounds[static_cast<size_t>(host_.rank()) + 1];
+    be_.upload(d + b, tmp_.data() + b, sizeof(float) * (e - b));
+  }
+  void sum(float* d, size_t n) {
+    down(d, n);
+    host_.allreduce_sum(tmp_.data(), n);
+    be_.upload(d, tmp_.data(), sizeof(float) * n);
+  }
+  void sum16(uint16_t* d, size_t n, dist::WireDtype wire) {
+    down16(d, n, wire);
+    host_.allreduce_sum(tmp_.data(), n, wire);
+    up16(d, tmp_.data(), n, wire);
+  }
+  dist::Communicator& host_;
+  Backend& be_;
+  std::vector<float> tmp_;
+};
+
 }  // namespace
 
 GradSync::GradSync(dist::Communicator& comm, dist::WireDtype wire, size_t bucket_elems, bool overlap)
@@ -213,6 +288,7 @@ std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& c
   const bool cuda = be.kind() == DeviceKind::CUDA;
   BERTCC_CHECK(b != "nccl" || cuda, who, ": --allreduce-backend nccl reduces GPU buffers: it needs --device cuda");
   if (comm.world() == 1 && b != "nccl") return nullptr;
+  if (be.kind() == DeviceKind::Staged && b == "auto") return std::make_unique<StagedComm>(comm, be);
   if (!cuda || b == "host") return nullptr;
   dist::parse_wire_dtype(o.allreduce_dtype);  // a bad name is refused before NCCL starts
   // NCCL runs one rank per GPU; ranks that share one (--device cuda:0 on every rank) sum their
@@ -243,12 +319,22 @@ Backend& backend_for_rank(const std::string& device, dist::Communicator& comm) {
 }
 
 DeviceGradSync::DeviceGradSync(dist::Communicator& comm, const dist::Options& o, Bert& model,
-                               dist::DeviceCommunicator* dcomm)
-    : model_(model), dcomm_(dcomm), wire_(dist::parse_wire_dtype(o.allreduce_dtype)), rank_(comm.rank()) {
-  if (comm.world() > 1 && !dcomm_)
-    host_ = std::make_unique<GradSync>(comm, wire_,
-                                       static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / sizeof(float))),
-                                       false);
+                               dist::DeviceCommunicator* dcomm, bool hook)
+    : model_(model), dcomm_(dcomm), wire_(dist::parse_wire_dtype(o.allreduce_dtype)), rank_(comm.rank()),
+      bucket_elems_(static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / sizeof(float)))),
+      overlap_(dcomm != nullptr && o.allreduce_overlap && hook) {
+  if (comm.world() > 1 && !dcomm_) host_ = std::make_unique<GradSync>(comm, wire_, bucket_elems_, false);
+  if (overlap_) {
+    model_.set_grad_ready_hook([this](size_t offset) { ready_from(offset); });
+    hooked_ = true;
+  }
+}
+
+DeviceGradSync::~DeviceGradSync() { unhook(); }
+
+void DeviceGradSync::unhook() {
+  if (hooked_) model_.set_grad_ready_hook(nullptr);
+  hooked_ = false;
 }
 
 void DeviceGradSync::scatter_to(std::vector<size_t> bounds) {
@@ -256,11 +342,45 @@ void DeviceGradSync::scatter_to(std::vector<size_t> bounds) {
                bounds.empty() ? 0 : bounds.back(), " values for a model of ", model_.table().total());
   if (host_) host_->scatter_to(bounds);
   scatter_bounds_ = std::move(bounds);
+  overlap_ = false;  // ZeRO-1's parts go by grouped reduces after backward
+  unhook();
 }
 
 void DeviceGradSync::before(int64_t a, int64_t count) {
   if (host_) host_->before(a, count, model_.grads());
   if (a > 0) model_.zero_grad();
+  last_ = overlap_ && a == count - 1;
+  if (!last_) return;
+  const size_t n = model_.table().total();
+  count_ = count;
+  watermark_ = n;
+  next_ = 0;
+  if (wire_ != dist::WireDtype::F32) wire16_.ensure(model_.backend(), n);
+}
+
+void DeviceGradSync::ready_from(size_t offset) {
+  if (!last_ || offset >= watermark_) return;
+  if (count_ > 1)  // accumulation: this range of the last micro-batch joins the sum now
+    model_.backend().add_rows(acc_.get() + offset, 0, model_.grads_on_backend() + offset, 0, 1,
+                              static_cast<int64_t>(watermark_ - offset));
+  watermark_ = offset;
+  start_buckets(offset);
+}
+
+// Every bucket not yet started that lies wholly in [offset, n).
+void DeviceGradSync::start_buckets(size_t offset) {
+  Backend& be = model_.backend();
+  const size_t n = model_.table().total(), nb = bucket_count(n, bucket_elems_);
+  float* buf = count_ > 1 ? acc_.get() : model_.grads_on_backend();
+  for (; next_ < nb && bucket_begin(n, bucket_elems_, next_) >= offset; ++next_) {
+    const size_t b = bucket_begin(n, bucket_elems_, next_), e = n - next_ * bucket_elems_;
+    if (wire_ == dist::WireDtype::F32) {
+      dcomm_->start_allreduce_sum(buf + b, e - b);
+    } else {
+      be.narrow16(wire16_.get() + b, buf + b, static_cast<int64_t>(e - b), wire_ == dist::WireDtype::BF16);
+      dcomm_->start_allreduce_sum16(wire16_.get() + b, e - b, wire_);
+    }
+  }
 }
 
 void DeviceGradSync::after(int64_t a, int64_t count) {
@@ -269,6 +389,10 @@ void DeviceGradSync::after(int64_t a, int64_t count) {
   if (host_) {
     model_.grads_to_host();
     host_->after(a, count, model_.grads());
+    return;
+  }
+  if (last_) {
+    ready_from(0);  // whatever the hook has not reported is final now
     return;
   }
   if (count <= 1) return;
@@ -289,6 +413,24 @@ void DeviceGradSync::finish(int64_t count) {
   }
   Backend& be = model_.backend();
   const size_t n = model_.table().total();
+  if (overlap_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!last_) {  // no micro-batch here this step: zeros, in the same buckets as the other ranks
+      be.zero(model_.grads_on_backend(), sizeof(float) * n);
+      count_ = 0;
+      next_ = 0;
+      if (wire_ != dist::WireDtype::F32) wire16_.ensure(be, n);
+      start_buckets(0);
+    }
+    last_ = false;
+    dcomm_->join();
+    if (wire_ != dist::WireDtype::F32)
+      be.widen16(model_.grads_on_backend(), wire16_.get(), static_cast<int64_t>(n), wire_ == dist::WireDtype::BF16);
+    else if (count_ > 1)
+      be.copy(model_.grads_on_backend(), acc_.get(), sizeof(float) * n);
+    wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return;
+  }
   if (count == 0) be.zero(model_.grads_on_backend(), sizeof(float) * n);  // nothing run here
   if (count > 1) be.copy(model_.grads_on_backend(), acc_.get(), sizeof(float) * n);
   if (dcomm_) {

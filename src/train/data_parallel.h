@@ -87,9 +87,12 @@ class GradSync {
   std::vector<size_t> scatter_bounds_;  // ZeRO-1 (empty: all-reduce)
 };
 
-// The device communicator for gradients on `be` (NCCL: --device cuda with several ranks, unless
-// --allreduce-backend host or the ranks share a GPU), or null for the host path. Refuses what cannot work: nccl without
-// a CUDA device. One per process, shared by its models.
+// The device communicator for gradients on `be`, or null for the host path: NCCL for --device cuda
+// with several ranks, unless --allreduce-backend host or the ranks share a GPU; for --device
+// cpu-staged with several ranks (unless --allreduce-backend host), the staged communicator: each
+// bucket downloaded, summed by the host communicator, uploaded, so the NCCL path's bookkeeping runs
+// (and gives the CPU's bits) without a GPU. Refuses what cannot work: nccl without a CUDA device.
+// One per process, shared by its models.
 std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& comm, const dist::Options& o,
                                                            Backend& be, const char* who);
 // This rank's backend for --device (dist::device_for_rank: "cuda" with several ranks on a host is
@@ -105,10 +108,22 @@ Backend& backend_for_rank(const std::string& device, dist::Communicator& comm);
 // sums them in that format, and the sums come back to fp32 (Horovod/NVIDIA fp16 compression). Call before(a) and
 // after(a) around micro-batch a of this rank's `count`, then finish(count) (also with count 0);
 // zero_grad() before the step's first micro-batch.
+//
+// With a device communicator and overlap (--allreduce-overlap, the default; not with ZeRO-1, and
+// not where `hook` is false: ELECTRA's discriminator gets the generator's share of the embedding
+// gradients after both backward passes), the reduction runs in GradSync's buckets: as the last
+// micro-batch's backward reports (the model's hook) that a range of gradients is final, that
+// range joins the accumulated sum on the device, and each bucket wholly inside the final part is
+// started on the communicator (NCCL: its own stream, after the kernels queued so far) while
+// backward goes on; finish() joins them. A rank without a micro-batch this step sends zeros in the
+// same buckets, so every rank makes the same calls.
 class DeviceGradSync {
  public:
   DeviceGradSync(dist::Communicator& comm, const dist::Options& o, Bert& model,
-                 dist::DeviceCommunicator* dcomm = nullptr);
+                 dist::DeviceCommunicator* dcomm = nullptr, bool hook = true);
+  ~DeviceGradSync();
+  DeviceGradSync(const DeviceGradSync&) = delete;
+  DeviceGradSync& operator=(const DeviceGradSync&) = delete;
   void before(int64_t a, int64_t count);
   void after(int64_t a, int64_t count);
   void finish(int64_t count);
@@ -117,8 +132,12 @@ class DeviceGradSync {
   // grouped reduces), the rest unreduced; read the norm with sharded_global_norm(comm, model, ...).
   void scatter_to(std::vector<size_t> bounds);
   double last_wait_seconds() const { return host_ ? host_->last_wait_seconds() : wait_s_; }
+  bool overlapping() const { return overlap_; }
 
  private:
+  void ready_from(size_t offset);  // the model's hook
+  void start_buckets(size_t offset);
+  void unhook();
   Bert& model_;
   std::unique_ptr<GradSync> host_;          // several ranks through the host
   dist::DeviceCommunicator* dcomm_;         // several ranks GPU to GPU (or null)
@@ -128,6 +147,12 @@ class DeviceGradSync {
   std::vector<size_t> scatter_bounds_;      // ZeRO-1 (empty: all-reduce)
   int rank_ = 0;
   double wait_s_ = 0;
+  size_t bucket_elems_ = 1;
+  bool overlap_ = false, hooked_ = false;
+  bool last_ = false;        // the running micro-batch's buckets go out during its backward
+  int64_t count_ = 0;        // this rank's micro-batches in the step
+  size_t watermark_ = 0;     // [watermark_, n) of the last micro-batch is final (and summed into acc_)
+  size_t next_ = 0;          // the next bucket to start
 };
 
 // ZeRO-1 (--zero1): the optimizer moments are split across ranks by whole tensors (rank r owns the

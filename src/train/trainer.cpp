@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
@@ -412,12 +413,8 @@ int run_pretraining(const PretrainOptions& o) {
   // On a device, one DeviceGradSync per model instead (data_parallel.h).
   std::vector<std::unique_ptr<DeviceGradSync>> dsyncs;
   const size_t bucket_elems = static_cast<size_t>(std::max(1.0, o.dp.bucket_cap_mb * 1048576.0 / sizeof(float)));
-  if (lead && dev && (W > 1 || dcomm))
-    std::cerr << "pretrain: gradients reduced " << (dcomm ? "GPU to GPU by " + std::string(dcomm->name())
-                                                           : std::string("through the host (") + comm.name() + ")")
-              << (dcomm && o.dp.allreduce_dtype != "fp32" ? ", " + o.dp.allreduce_dtype + " on the wire" : "") << "\n";
   if (dev)
-    for (Bert* m : models) dsyncs.push_back(std::make_unique<DeviceGradSync>(comm, o.dp, *m, dcomm.get()));
+    for (Bert* m : models) dsyncs.push_back(std::make_unique<DeviceGradSync>(comm, o.dp, *m, dcomm.get(), !pm.electra));
   else if (!pm.electra)
     syncs.push_back(std::make_unique<GradSync>(comm, o.dp, *model, "pretrain"));
   else
@@ -427,6 +424,14 @@ int run_pretraining(const PretrainOptions& o) {
   // and all-gathers the parameters: a third less traffic than all-reduce + all-gather.
   for (size_t i = 0; i < shards.size() && i < syncs.size(); ++i) syncs[i]->scatter_to(shards[i]->bounds());
   for (size_t i = 0; i < shards.size() && i < dsyncs.size(); ++i) dsyncs[i]->scatter_to(shards[i]->bounds());
+  if (lead && dev && (W > 1 || dcomm))
+    std::cerr << "pretrain: gradients reduced " << (dcomm ? dcomm->route()
+                                                           : std::string("through the host (") + comm.name() + ")")
+              << (dcomm && o.dp.allreduce_dtype != "fp32" ? ", " + o.dp.allreduce_dtype + " on the wire" : "")
+              << (dsyncs.front()->overlapping()
+                      ? ", in buckets of " + (std::ostringstream() << o.dp.bucket_cap_mb).str() + " MB started during backward"
+                      : "")
+              << "\n";
   bool stopped = false;
   bool memory_checked = false;
   while (st.step < o.max_steps) {

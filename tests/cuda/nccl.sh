@@ -1,7 +1,8 @@
 #!/bin/sh
 # The NCCL device communicator on the GPU machine, without mpirun: one process with
 # --allreduce-backend nccl (NCCL set up for one rank, the gradients reduced GPU to GPU after
-# accumulation) must give the bits of the same run without it; with a bf16 or fp16 wire it must
+# accumulation, in buckets started during backward) must give the bits of the same run without it,
+# with small buckets and without overlap too; with a bf16 or fp16 wire it must
 # run and stay within the rounding's reach of it. (Two ranks sharing one GPU go through the host: NCCL refuses a GPU per two ranks.)
 # Exit 0 when both hold, 77 without a GPU or without NCCL in this build, 1 otherwise.
 #   tests/cuda/nccl.sh BERTCC WORKDIR
@@ -22,6 +23,19 @@ if [ $rc -ne 0 ] && grep -q "built without NCCL" "$W/nccl.log"; then echo "SKIPP
 grep -q "GPU to GPU by nccl" "$W/nccl.log" || fail "the nccl run does not say it reduces through NCCL: $(head -5 "$W/nccl.log")"
 cmp -s "$W/plain/model/model.safetensors" "$W/nccl/model/model.safetensors" \
   && echo "ok   NCCL at world size 1: the model is byte-identical to the run without it" || fail "NCCL at world size 1 changed the model"
+# The buckets go on NCCL's own stream during the last micro-batch's backward (each after an event
+# on the default stream), joined before the optimizer: small buckets (one started at nearly every
+# layer) and no overlap must give the same bytes.
+grep -q "GPU to GPU by nccl, in buckets of 25 MB started during backward" "$W/nccl.log" \
+  || fail "the nccl run does not say it reduces buckets during backward: $(grep reduced "$W/nccl.log")"
+for v in "--bucket-cap-mb 0.25" "--no-allreduce-overlap"; do
+  tag=$(echo "$v" | tr -cd 'a-z0-9')
+  "$B" pretrain $PT --allreduce-backend nccl $v --output-dir "$W/nccl_$tag" > "$W/nccl_$tag.log" 2>&1 \
+    || { fail "nccl $v: $(tail -3 "$W/nccl_$tag.log")"; continue; }
+  cmp -s "$W/plain/model/model.safetensors" "$W/nccl_$tag/model/model.safetensors" \
+    && echo "ok   NCCL at world size 1 $v: the model is byte-identical to the run without NCCL" || fail "NCCL $v changed the model"
+done
+grep -q "started during backward" "$W/nccl_noallreduceoverlap.log" && fail "--no-allreduce-overlap still says it overlaps"
 # 16-bit gradients on the wire (rounded on the GPU, summed by NCCL in that format, widened): at
 # world size 1 the sum is the rounding itself, so the run differs from the fp32 one by bf16/fp16
 # gradient rounding only: it must say so and end within 2 % of its loss.

@@ -119,7 +119,31 @@ if command -v mpirun > /dev/null 2>&1; then
   mpirun --oversubscribe -np 2 "$B" pretrain $PT1 --train-batch-size 8 --precision fp32 --device $D \
     --output-dir "$W/dev_2r" > "$W/dev_2r.log" 2>&1 || fail "2 ranks on $D: $(tail -5 "$W/dev_2r.log")"
   grep -q "2 ranks (mpi)" "$W/dev_2r.log" || fail "2 ranks on $D: not run as 2 MPI ranks"
+  # the staged device communicator takes NCCL's path: buckets started during the backward (the
+  # model's hook), each downloaded, summed by MPI, uploaded
+  grep -q "gradients reduced on the device by the staged communicator (buckets through mpi), in buckets of 25 MB started during backward" \
+    "$W/dev_2r.log" || fail "2 ranks on $D: no bucketed device reduction announced: $(grep reduced "$W/dev_2r.log")"
   same_run "2 MPI ranks on $D vs 1 cpu rank x 2" "$W/cpu_1r" "$W/dev_2r"
+  # many small buckets (a start at every layer's hook), none started during backward, and the
+  # host path (each micro-batch's gradients down, GradSync, the sum up): the same bits
+  for v in "--bucket-cap-mb 0.25" "--no-allreduce-overlap" "--allreduce-backend host"; do
+    tag=$(echo "$v" | tr -cd 'a-z0-9')
+    mpirun --oversubscribe -np 2 "$B" pretrain $PT1 --train-batch-size 8 --precision fp32 --device $D $v \
+      --output-dir "$W/dev_2r_$tag" > "$W/dev_2r_$tag.log" 2>&1 || fail "2 ranks on $D $v: $(tail -5 "$W/dev_2r_$tag.log")"
+    same_run "2 MPI ranks on $D $v vs 1 cpu rank x 2" "$W/cpu_1r" "$W/dev_2r_$tag"
+  done
+  grep -q "started during backward" "$W/dev_2r_noallreduceoverlap.log" && fail "--no-allreduce-overlap on $D still says it overlaps"
+  grep -q "gradients reduced through the host (mpi)" "$W/dev_2r_allreducebackendhost.log" \
+    || fail "--allreduce-backend host on $D: $(grep reduced "$W/dev_2r_allreducebackendhost.log")"
+  # 2 ranks x accumulation 2 (the last micro-batch's ranges join the device's sum as the hook
+  # reports them), with a bf16 wire: the device path gives the bits of the CPU's GradSync
+  A2="--train-batch-size 16 --gradient-accumulation-steps 2 --precision bf16 --allreduce-dtype bf16 --bucket-cap-mb 0.5"
+  mpirun --oversubscribe -np 2 "$B" pretrain $PT1 $A2 --output-dir "$W/cpu_2ra" > "$W/cpu_2ra.log" 2>&1 || fail "cpu 2 ranks x 2: $(tail -3 "$W/cpu_2ra.log")"
+  mpirun --oversubscribe -np 2 "$B" pretrain $PT1 $A2 --device $D --output-dir "$W/dev_2ra" > "$W/dev_2ra.log" 2>&1 \
+    || fail "2 ranks x 2 on $D: $(tail -3 "$W/dev_2ra.log")"
+  grep -q "bf16 on the wire, in buckets of 0.5 MB started during backward" "$W/dev_2ra.log" \
+    || fail "2 ranks x 2 on $D: $(grep reduced "$W/dev_2ra.log")"
+  same_run "2 MPI ranks x accumulation 2, bf16 wire, on $D vs on cpu" "$W/cpu_2ra" "$W/dev_2ra"
   "$B" pretrain $PT1 $ONE --model-type electra --precision fp32 --output-dir "$W/el_cpu_1r" > "$W/el_cpu_1r.log" 2>&1 || fail "ELECTRA cpu 1 rank"
   mpirun --oversubscribe -np 2 "$B" pretrain $PT1 --train-batch-size 8 --model-type electra --precision fp32 --device $D \
     --output-dir "$W/el_dev_2r" > "$W/el_dev_2r.log" 2>&1 || fail "ELECTRA 2 ranks on $D: $(tail -5 "$W/el_dev_2r.log")"
@@ -219,6 +243,15 @@ if make_ft_data "$S" "$W"; then
       && grep -q "ZeRO-1: sharded over 2 ranks" "$W/ftz_dev.err" \
       && echo "ok   finetune sst-2 --zero1, 2 MPI ranks on $D: model, metrics, step-9 moments byte-identical to 1 cpu rank x 2" \
       || fail "finetune sst-2 --zero1, 2 ranks on $D differs from 1 cpu rank x 2: $(ls "$W/ftz_dev" "$W/ftz_dev/checkpoints" 2>&1 | tr '\n' ' ')"
+    # without ZeRO-1: the staged communicator's buckets, started during the backward of the
+    # classification head and the encoder (small buckets: several per step)
+    mpirun --oversubscribe -np 2 "$B" finetune glue --task-name sst-2 --data-dir "$W/sst" --init-checkpoint "$W/tiny" \
+      $(echo "$FT1" | sed 's/--train-batch-size 8 --gradient-accumulation-steps 2/--train-batch-size 4/') --precision $PREC \
+      --bucket-cap-mb 0.1 --device $D --output-dir "$W/ftb_dev" > "$W/ftb_dev.out" 2> "$W/ftb_dev.err" || fail "finetune 2 ranks on $D: $(tail -3 "$W/ftb_dev.err")"
+    cmp -s "$W/ftz_cpu/model.safetensors" "$W/ftb_dev/model.safetensors" && cmp -s "$W/ftz_cpu/eval_metrics.json" "$W/ftb_dev/eval_metrics.json" \
+      && cmp -s "$W/ftz_cpu/checkpoints/step_9/optimizer.safetensors" "$W/ftb_dev/checkpoints/step_9/optimizer.safetensors" \
+      && echo "ok   finetune sst-2, 2 MPI ranks on $D (buckets during backward): model, metrics, step-9 moments byte-identical to 1 cpu rank x 2" \
+      || fail "finetune sst-2, 2 ranks on $D (buckets during backward) differs from 1 cpu rank x 2"
   fi
   ft_case stsb "" glue --task-name sts-b --data-dir "$W/stsb" --init-checkpoint "$W/tiny"
   ft_case electra_sst2 "" glue --task-name sst-2 --data-dir "$W/sst" --init-checkpoint "$W/etiny"
