@@ -200,6 +200,10 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dkdv(float* dqkv, const float*
 
 }  // namespace
 
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) {
+  return attn::lse_floats(B, NH, T) + (dropout && prec != Precision::F32 ? attn::drop_bit_words(B, NH, T) : 0);
+}
+
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
                        int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
   if (B * T == 0) return;

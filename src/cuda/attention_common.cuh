@@ -49,7 +49,19 @@ void dispatch_hs(int64_t HS, F f) {
   fail("attention on CUDA: head size ", HS, " is not supported (at most 128)");
 }
 
+// What the forward saves for the backward (floats): the row log-sum-exp lse[B*NH*T], padded to a
+// multiple of 4 floats, and for the Tensor Core kernels with dropout the dropout decisions the
+// forward made, one bit per (query, key): words [B*NH][Tp/16][Tp/8][4] (Tp = T rounded up to 64;
+// attention_tc_kernels.cuh: drop_word), so the backward draws no random numbers.
+inline int64_t tc_padded_T(int64_t T) { return (T + 63) / 64 * 64; }
+inline int64_t lse_floats(int64_t B, int64_t NH, int64_t T) { return (B * NH * T + 3) / 4 * 4; }
+inline int64_t drop_bit_words(int64_t B, int64_t NH, int64_t T) {
+  const int64_t Tp = tc_padded_T(T);
+  return B * NH * (Tp / 16) * (Tp / 8) * 4;
+}
+
 // Tensor Core kernels (attention_tc.cu). D[bh*T + i] = sum_c dout*out, computed by the caller.
+// lse: the saved buffer (lse, then with dropout the decision bits).
 void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add, const Shape& s, Precision prec);
 void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
                  const float* mask_add, const Shape& s, Precision prec);

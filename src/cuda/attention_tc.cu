@@ -28,9 +28,10 @@
 // rounded, the A operand of the next product.
 //
 // Forward: per query row an online softmax (row max and sum reduced over the 4 lanes of a group);
-// saves lse. Backward, without atomics (the result does not depend on scheduling), as the fp32
-// kernels: one kernel per query block for dq, one per key block for dk and dv, each recomputing
-// P = exp(S - lse) and the dropout mask.
+// saves lse and, with dropout, its keep/drop decisions as bits (one Philox draw per 4 elements
+// there, none in the backward). Backward, without atomics (the result does not depend on
+// scheduling), as the fp32 kernels: one kernel per query block for dq, one per key block for dk
+// and dv, each recomputing P = exp(S - lse) and reading the decisions.
 #include <optional>
 
 #include "cuda/attention_tc_kernels.cuh"
@@ -100,6 +101,7 @@ void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add,
     launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
     Operands op;
     op.q = q, op.k = q + n, op.v = q + 2 * n, op.Tp = padded_T(s.T);
+    if (s.drop) op.drop_bits = reinterpret_cast<uint32_t*>(lse + lse_floats(s.B, s.NH, s.T));
     part.reset();
     const OpTimer kernel("attention_forward/kernel");
     launch_smem(fwd<BF, HS>, fwd_smem<BF, HS>());
@@ -121,6 +123,8 @@ void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* 
     launch_prep<BF, HS>(q + 3 * n, dout, s.C, s, 1);
     Operands op;
     op.q = q, op.k = q + n, op.v = q + 2 * n, op.dout = q + 3 * n, op.Tp = padded_T(s.T);
+    // the forward's dropout decisions (attention_common.cuh: after lse in the saved buffer)
+    if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
     part.emplace("attention_backward/dq");
     launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>());
     bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, op, lse, D, mask_add, s);

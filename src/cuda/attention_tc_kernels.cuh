@@ -12,7 +12,8 @@
 namespace bertcc::cuda::attn::tc {
 
 constexpr int kThreads = 128;  // 4 warps
-constexpr int kBlockRows = 64;  // 16 per warp
+constexpr int kBlockRows = 64;  // 16 per warp (tc_padded_T rounds to it)
+static_assert(kBlockRows == 64, "attention_common.cuh's tc_padded_T assumes 64-row blocks");
 
 template <int HS>
 constexpr int tile_n() { return HS == 128 ? 32 : 64; }
@@ -141,32 +142,12 @@ __device__ inline void keep_query_rows(const Shape& s, int64_t bh, const int64_t
     for (int e = 0; e < 2; ++e) kp[r][e] = kept(s, x[r][e]);
 }
 
-// The same when the thread's rows are keys (the dk/dv kernel): keys key[0] (g) and key[1] (g+8),
-// queries `query` and query+1; kp[r][e] for key r, query + e. With s.quad the four lanes of one t
-// whose g share g / 4 need keys 4m..4m+3 (and 8+4m..) of both queries, four Philox blocks: lane
-// q = g % 4 draws block q (query + (q & 1), keys of row q >> 1) and in three rounds of shuffles each
-// lane collects its word (q) of the other three.
-__device__ inline void keep_key_rows(const Shape& s, int64_t bh, const int64_t (&key)[2], int64_t query,
-                                     bool (&kp)[2][2]) {
-  if (!s.quad) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) kp[r][e] = keep(s, bh, query + e, key[r]);
-    return;
-  }
-  const int lane = threadIdx.x & 31, q = (lane >> 2) & 3;
-  auto pick = [](const uint32_t (&v)[4], int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
-  uint32_t w[4];
-  philox4(s.seed, (s.base + static_cast<uint64_t>((bh * s.T + query + (q & 1)) * s.T + ((q >> 1) ? key[1] : key[0]) - q)) >> 2, w);
-  // round k: send word (q + k) % 4, read the lane whose q is (q - k) % 4: that is its block's word q
-  uint32_t v[4];
-  v[0] = pick(w, q);
-#pragma unroll
-  for (int k = 1; k < 4; ++k)
-    v[k] = __shfl_sync(0xffffffffu, pick(w, (q + k) & 3), (lane & ~12) | (((q - k) & 3) << 2));
-#pragma unroll
-  for (int b = 0; b < 4; ++b) kp[b >> 1][b & 1] = kept(s, pick(v, (q - b) & 3));  // block b: key row b>>1, query + (b&1)
+// The forward's dropout decisions for the backward (drop_bit_words words after lse): for the
+// warp of query rows qg*16 .. qg*16+15 and the 8 keys kt*8 .., four words, word e bit L the
+// decision of lane L's C-fragment element e (rows g, g, g+8, g+8; keys 2t, 2t+1, 2t, 2t+1). The
+// dq kernel reads them in the same lanes; the dk/dv kernel, whose rows are keys, picks its bits.
+__device__ inline int64_t drop_word(int64_t bh, int64_t Tp, int64_t qg, int64_t kt) {
+  return ((bh * (Tp / 16) + qg) * (Tp / 8) + kt) * 4;
 }
 
 // The backward's two products over the head's channels that share their loop: c1 += A1 B1^T and
@@ -241,6 +222,7 @@ __device__ inline void store_rows(float* const (&dst)[2], const int64_t (&row)[2
 struct Operands {
   const uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;
   int64_t Tp = 0;
+  uint32_t* drop_bits = nullptr;  // with dropout: written by fwd, read by bwd_dq and bwd_dkdv
 };
 inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
 template <int HS>
@@ -414,7 +396,15 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
       bool kp[2][2] = {{true, true}, {true, true}};
-      if (s.drop) keep_query_rows(s, bh, row, j0 + nt * 8 + t2, kp);
+      if (s.drop) {
+        keep_query_rows(s, bh, row, j0 + nt * 8 + t2, kp);
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) w[e] = __ballot_sync(0xffffffffu, kp[e >> 1][e & 1]);
+        if (lane < 4)
+          op.drop_bits[drop_word(bh, op.Tp, q0 / 16 + warp, (j0 + nt * 8) / 8) + lane] =
+              lane == 0 ? w[0] : lane == 1 ? w[1] : lane == 2 ? w[2] : w[3];
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
@@ -494,7 +484,11 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
       bool kp[2][2] = {{true, true}, {true, true}};
-      if (s.drop) keep_query_rows(s, bh, row, j0 + nt * 8 + t2, kp);
+      if (s.drop) {  // the forward's decisions, in the same lanes
+        const uint32_t* w = op.drop_bits + drop_word(bh, op.Tp, q0 / 16 + warp, (j0 + nt * 8) / 8);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kp[e >> 1][e & 1] = (w[e] >> lane) & 1u;
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, jj = nt * 8 + t2 + (e & 1);
@@ -567,7 +561,20 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
       bool kp[2][2] = {{true, true}, {true, true}};
-      if (s.drop) keep_key_rows(s, bh, key, i0 + nt * 8 + t2, kp);
+      if (s.drop) {
+        // the forward's lane for (query i0 + nt*8 + t2 + e, key g mod 8): g' = t2 + e (the query
+        // mod 8), t' = g / 2, its element 2 (query row >= 8: nt odd) + g % 2, in the word group
+        // of the query's 16-row group and the key's 8-key tile. Keys past T (never written when
+        // the forward's key tiles stop short of the 64-row block) are not read: P = 0 there.
+        const int64_t qg = (i0 + nt * 8) / 16;
+        const int wi = 2 * (nt & 1) + (g & 1);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t w = key[r] < s.T ? op.drop_bits[drop_word(bh, op.Tp, qg, key[r] / 8) + wi] : 0u;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) kp[r][e] = (w >> ((t2 + e) * 4 + (g >> 1))) & 1u;
+        }
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, ii = nt * 8 + t2 + (e & 1);

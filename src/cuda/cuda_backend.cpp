@@ -143,7 +143,9 @@ class CudaBackend final : public Backend {
     const OpTimer timer("scatter_add_rows");
     cuda::scatter_add_rows(dinp, dout, rows, M, C);
   }
-  int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool, Precision) const override { return B * NH * T; }
+  int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) const override {
+    return cuda::attention_saved_size(B, T, NH, dropout, prec);
+  }
   int64_t attention_work_size(int64_t B, int64_t T, int64_t, int64_t NH) const override {
     return attention_backward_work_size(B, T, NH);
   }

@@ -85,10 +85,13 @@ void scale(float* x, int64_t n, float s);
 void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C);
 
 // ---- fused attention (no T x T tensor in memory) ----
-// qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on keys; out[B,T,C]; lse[B,NH,T] saved.
+// qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on keys; out[B,T,C]; `lse` is the saved buffer
+// of attention_saved_size() floats: lse[B,NH,T] and, in bf16/fp16 with dropout, the forward's
+// dropout decisions (one bit per element) for the backward.
 // Head sizes up to 128. Dropout on the probabilities as the CPU kernel: element
 // (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j. fp32: exact fp32 on CUDA cores;
 // bf16/fp16: Tensor Cores (compute capability 8.0+), rounding where the CPU's bf16 attention does.
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec);
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
                        int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec);
 // dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.

@@ -466,7 +466,7 @@ void test_attention() {
       K::attention_backward(dqkv.data(), work.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, c.p, prec);
       // outputs poisoned with NaN: every element must be written
       const std::vector<float> nan_out(B * T * C, NAN), nan_d(B * T * 3 * C, NAN);
-      Dev<float> gqkv(qkv), gmask(mask), gdout(dout), gout(nan_out), glse(B * NH * T), gd(nan_d),
+      Dev<float> gqkv(qkv), gmask(mask), gdout(dout), gout(nan_out), glse(static_cast<size_t>(G::attention_saved_size(B, T, NH, c.p > 0, prec))), gd(nan_d),
           gwork(static_cast<size_t>(G::attention_backward_work_size(B, T, NH)));
       G::attention_forward(gout.p, glse.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
       G::attention_backward(gd.p, gwork.p, gdout.p, gqkv.p, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);

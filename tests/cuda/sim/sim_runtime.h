@@ -85,6 +85,16 @@ template <class T>
 inline T __shfl_xor_sync(unsigned mask, T v, int o) {
   return __shfl_sync(mask, v, static_cast<int>((threadIdx.x & 31u) ^ static_cast<unsigned>(o)));
 }
+inline unsigned __ballot_sync(unsigned, int pred) {  // bit L: lane L's predicate
+  const unsigned tid = threadIdx.x, w0 = tid & ~31u;
+  sim::exchange[tid] = pred ? 1.0 : 0.0;
+  sim::warp_sync();
+  unsigned r = 0;
+  for (unsigned L = 0; L < 32; ++L)
+    if (sim::exchange[w0 + L] != 0.0) r |= 1u << L;
+  sim::warp_sync();
+  return r;
+}
 inline uint32_t __umulhi(uint32_t a, uint32_t b) { return static_cast<uint32_t>((uint64_t{a} * b) >> 32); }
 inline uint32_t __float_as_uint(float f) {
   uint32_t u;
