@@ -39,7 +39,6 @@ __device__ inline uint32_t pack16(float lo, float hi) {
 }
 // The softmax runs in base 2 (exp2f: one MUFU.EX2 and little else): scores and masks times log2 e.
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-__device__ inline uint32_t ld32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // d += a * b (16x8 += 16x16 * 16x8)
 template <bool BF16>

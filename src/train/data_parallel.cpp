@@ -12,6 +12,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "bertcc/error.h"
 
@@ -87,7 +88,7 @@ class StagedComm final : public dist::DeviceCommunicator {
   void reduce_scatter_sum16(uint16_t* d, const std::vector<size_t>& bounds, dist::WireDtype wire) override {
     down16(d, bounds.back(), wire);
     host_.reduce_scatter_sum(tmp_.data(), counts(bounds), wire);
-    const size_t b = bounds[static_cast<size_t>(host_.rank())], e = bounds[static_cast<size_t>(host_.rank()) + 1];
+    const auto [b, e] = own(bounds);
     up16(d + b, tmp_.data() + b, e - b, wire);
   }
   void allgather(float* d, const std::vector<size_t>& bounds) override {
@@ -118,8 +119,11 @@ class StagedComm final : public dist::DeviceCommunicator {
     for (size_t i = 0; i < n; ++i) h[i] = wire == dist::WireDtype::BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
     be_.upload(d, h.data(), sizeof(uint16_t) * n);
   }
+  std::pair<size_t, size_t> own(const std::vector<size_t>& bounds) const {
+    return {bounds[static_cast<size_t>(host_.rank())], bounds[static_cast<size_t>(host_.rank()) + 1]};
+  }
   void up_own(float* d, const std::vector<size_t>& bounds) {
-    const size_t b = bounds[static_cast<size_t>(host_.rank())], e = bounds[static_cast<size_t>(host_.rank()) + 1];
+    const auto [b, e] = own(bounds);
     be_.upload(d + b, tmp_.data() + b, sizeof(float) * (e - b));
   }
   void sum(float* d, size_t n) {
@@ -350,7 +354,11 @@ void DeviceGradSync::before(int64_t a, int64_t count) {
   if (host_) host_->before(a, count, model_.grads());
   if (a > 0) model_.zero_grad();
   last_ = overlap_ && a == count - 1;
-  if (!last_) return;
+  if (last_) arm_buckets(count);
+}
+
+// A step's buckets, none started yet, over the sum of `count` micro-batches.
+void DeviceGradSync::arm_buckets(int64_t count) {
   const size_t n = model_.table().total();
   count_ = count;
   watermark_ = n;
@@ -417,9 +425,7 @@ void DeviceGradSync::finish(int64_t count) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!last_) {  // no micro-batch here this step: zeros, in the same buckets as the other ranks
       be.zero(model_.grads_on_backend(), sizeof(float) * n);
-      count_ = 0;
-      next_ = 0;
-      if (wire_ != dist::WireDtype::F32) wire16_.ensure(be, n);
+      arm_buckets(0);
       start_buckets(0);
     }
     last_ = false;

@@ -136,6 +136,7 @@ class DeviceGradSync {
 
  private:
   void ready_from(size_t offset);  // the model's hook
+  void arm_buckets(int64_t count);
   void start_buckets(size_t offset);
   void unhook();
   Bert& model_;
