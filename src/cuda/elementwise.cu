@@ -3,21 +3,21 @@
 // thread per column over the rows in order: the CPU kernels' order, so the bits are the same and
 // do not depend on the launch. (Fast enough to be correct; the split-and-merge version is to come.)
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/common.cuh"
 #include "cuda/ordered_sums.cuh"
 #include "cuda/cuda_kernels.h"
+#include "cuda/pointwise_kernels.cuh"
 
 namespace bertcc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kTanhCoef = 0.044715f;
 
 __global__ void embeddings_fwd(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
                                const float* wtt, int64_t T, int64_t C) {
@@ -176,34 +176,6 @@ __global__ void residual_fwd(float* out, const float* a, const float* b, int64_t
   if (i < n) out[i] = a[i] + b[i];
 }
 
-__global__ void gelu_fwd(float* out, uint16_t* out16, const float* inp, int64_t n, bool erf_form) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
-  const float y = erf_form ? 0.5f * x * (1.0f + erff(x * kInvSqrt2))
-                           : 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
-  out[i] = y;
-  if (out16) out16[i] = f32_to_bf16_bits(y);
-}
-
-__global__ void gelu_bwd(float* dinp, uint16_t* dinp16, const float* inp, const float* dout, int64_t n, bool erf_form,
-                         bool overwrite) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
-  float g;
-  if (erf_form) {
-    g = 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
-  } else {
-    const float t = tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCoef * x * x);
-    g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-  }
-  const float d = (overwrite ? 0.0f : dinp[i]) + dout[i] * g;
-  dinp[i] = d;
-  if (dinp16) dinp16[i] = f32_to_bf16_bits(d);
-}
-
 __global__ void tanh_fwd(float* out, const float* inp, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = tanhf(inp[i]);
@@ -211,24 +183,6 @@ __global__ void tanh_fwd(float* out, const float* inp, int64_t n) {
 __global__ void tanh_bwd(float* dinp, const float* out, const float* dout, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
-}
-
-__global__ void dropout_fwd(float* out, const float* inp, int64_t n, float scale, uint32_t thr, uint64_t seed,
-                            uint64_t base) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const uint32_t x = philox_u32(seed, base + static_cast<uint64_t>(i));
-  out[i] = (x >> 8) >= thr ? inp[i] * scale : 0.0f;
-}
-__global__ void dropout_bwd(float* dinp, uint16_t* dinp16, const float* dout, int64_t n, float scale, uint32_t thr,
-                            uint64_t seed, uint64_t base, bool overwrite) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const uint32_t x = philox_u32(seed, base + static_cast<uint64_t>(i));
-  // one fused multiply-add, as the CPU's kernel (the same bits)
-  const float d = fmaf((x >> 8) >= thr ? dout[i] : 0.0f, scale, overwrite ? 0.0f : dinp[i]);
-  dinp[i] = d;
-  if (dinp16) dinp16[i] = f32_to_bf16_bits(d);
 }
 
 __global__ void gather_rows_k(float* out, const float* inp, const int64_t* rows, int64_t C) {
@@ -307,15 +261,38 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   residual_fwd<<<grid_for(n, kThreads), kThreads>>>(out, a, b, n);
   BERTCC_CUDA_LAUNCHED("residual_forward");
 }
+namespace {
+// The four-element kernels (pointwise_kernels.cuh) with 16-byte accesses where every pointer allows.
+bool vec_ok(std::initializer_list<const void*> f32, std::initializer_list<const void*> b16 = {}) {
+  for (const void* p : f32)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  for (const void* p : b16)
+    if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
+  return true;
+}
+unsigned groups_grid(int64_t n) { return grid_for((n + 3) / 4, kThreads); }
+}  // namespace
+
 void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) {
   if (n == 0) return;
-  gelu_fwd<<<grid_for(n, kThreads), kThreads>>>(out, out16, inp, n, act == Activation::GeluErf);
+  BERTCC_CHECK(out || out16, "gelu_forward: no output");
+  auto* o16 = reinterpret_cast<uint16_t*>(out16);
+  const bool erf_form = act == Activation::GeluErf;
+  if (vec_ok({out, inp}, {o16}))
+    pw::gelu_fwd<true><<<groups_grid(n), kThreads>>>(out, o16, inp, n, erf_form);
+  else
+    pw::gelu_fwd<false><<<groups_grid(n), kThreads>>>(out, o16, inp, n, erf_form);
   BERTCC_CUDA_LAUNCHED("gelu_forward");
 }
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act, bf16_t* dinp16,
                    bool overwrite) {
   if (n == 0) return;
-  gelu_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dinp16, inp, dout, n, act == Activation::GeluErf, overwrite);
+  auto* d16 = reinterpret_cast<uint16_t*>(dinp16);
+  const bool erf_form = act == Activation::GeluErf;
+  if (vec_ok({dinp, inp, dout}, {d16}))
+    pw::gelu_bwd<true><<<groups_grid(n), kThreads>>>(dinp, d16, inp, dout, n, erf_form, overwrite);
+  else
+    pw::gelu_bwd<false><<<groups_grid(n), kThreads>>>(dinp, d16, inp, dout, n, erf_form, overwrite);
   BERTCC_CUDA_LAUNCHED("gelu_backward");
 }
 void tanh_forward(float* out, const float* inp, int64_t n) {
@@ -328,17 +305,35 @@ void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) 
   tanh_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, out, dout, n);
   BERTCC_CUDA_LAUNCHED("tanh_backward");
 }
+namespace {
+// f(Vec, Quad) as template flags
+template <class F>
+void with_flags(bool vec, bool quad, F f) {
+  if (vec) {
+    if (quad) f(std::true_type{}, std::true_type{});
+    else f(std::true_type{}, std::false_type{});
+  } else {
+    if (quad) f(std::false_type{}, std::true_type{});
+    else f(std::false_type{}, std::false_type{});
+  }
+}
+}  // namespace
 void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) {
   if (n == 0) return;
-  dropout_fwd<<<grid_for(n, kThreads), kThreads>>>(out, inp, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed,
-                                                   base);
+  with_flags(vec_ok({out, inp}), base % 4 == 0, [&](auto vec, auto quad) {
+    pw::dropout_fwd<decltype(vec)::value, decltype(quad)::value><<<groups_grid(n), kThreads>>>(
+        out, inp, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed, base);
+  });
   BERTCC_CUDA_LAUNCHED("dropout_forward");
 }
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
                       bf16_t* dinp16, bool overwrite) {
   if (n == 0) return;
-  dropout_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, dinp16, dout, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed,
-                                                   base, overwrite);
+  auto* d16 = reinterpret_cast<uint16_t*>(dinp16);
+  with_flags(vec_ok({dinp, dout}, {d16}), base % 4 == 0, [&](auto vec, auto quad) {
+    pw::dropout_bwd<decltype(vec)::value, decltype(quad)::value><<<groups_grid(n), kThreads>>>(
+        dinp, d16, dout, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed, base, overwrite);
+  });
   BERTCC_CUDA_LAUNCHED("dropout_backward");
 }
 void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) {

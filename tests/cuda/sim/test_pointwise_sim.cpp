@@ -1,0 +1,172 @@
+// The four-element GELU and dropout kernels (src/cuda/pointwise_kernels.cuh), run on the CPU by
+// tests/cuda/sim/sim_runtime.h: every variant (16-byte accesses or element by element, one Philox
+// block per group or per element, fp32 and/or bf16 outputs, add or overwrite) on buffers whose
+// lengths end in every partial group, against
+// - the one-element-per-thread formulas the kernels replaced, bit for bit (GELU), and
+// - the CPU kernels: dropout bit for bit (the same stream, the same fused multiply-add), GELU within
+//   2e-6 (erf form) or 1e-5 (tanh form): the CPU's vectorised erf and tanh are not libm's.
+// Exit 0 when all agree, 1 otherwise.
+#define BERTCC_CUDA_SIM 1
+#include "sim_runtime.h"
+// the kernels' source, as nvcc compiles it for the GPU
+#include "cuda/pointwise_kernels.cuh"
+
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "bertcc/rng.h"
+#include "kernels/kernels.h"
+
+using namespace bertcc;
+
+namespace {
+
+int g_fail = 0;
+void report(const std::string& what, size_t bad, size_t n, const char* how) {
+  std::printf("%-64s %zu of %zu %s%s\n", what.c_str(), bad, n, how, bad ? "  FAIL" : "");
+  if (bad) ++g_fail;
+}
+template <class T>
+void expect_bits(const std::string& what, const T* want, const T* got, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += std::memcmp(&want[i], &got[i], sizeof(T)) != 0;
+  report(what, bad, n, "differ");
+}
+void expect_close(const std::string& what, const float* want, const float* got, size_t n, float tol) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += !(std::fabs(want[i] - got[i]) <= tol * std::max(1.0f, std::fabs(want[i])));
+  report(what + " (tol " + std::to_string(tol) + ")", bad, n, "outside");
+}
+
+unsigned groups(int64_t n) { return cuda::grid_for((n + 3) / 4, 128); }
+
+// 16-byte aligned storage with `shift` floats in front (shift 1: no vector access is allowed)
+struct Buf {
+  std::vector<float> v;
+  float* p;
+  Buf(int64_t n, int shift) : v(static_cast<size_t>(n) + 8) {
+    auto a = (reinterpret_cast<uintptr_t>(v.data()) + 15) & ~uintptr_t{15};
+    p = reinterpret_cast<float*>(a) + shift;
+  }
+};
+struct Buf16 {
+  std::vector<uint16_t> v;
+  uint16_t* p;
+  Buf16(int64_t n, int shift) : v(static_cast<size_t>(n) + 16) {
+    auto a = (reinterpret_cast<uintptr_t>(v.data()) + 15) & ~uintptr_t{15};
+    p = reinterpret_cast<uint16_t*>(a) + shift;
+  }
+};
+
+template <bool Vec>
+void gelu_case(int64_t n, int shift, bool erf_form, std::mt19937& gen) {
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const float tol = erf_form ? 2e-6f : 1e-5f;  // the CPU's vectorised erf and tanh against libm's
+  Buf x(n, shift), y(n, shift), ycpu(n, shift);
+  Buf16 y16(n, shift), y16only(n, shift);
+  for (int64_t i = 0; i < n; ++i) x.p[i] = nd(gen);
+  x.p[0] = -0.0f;
+  sim::launch({groups(n), 1, 1}, 128, 0, [&] { cuda::pw::gelu_fwd<Vec>(y.p, y16.p, x.p, n, erf_form); });
+  sim::launch({groups(n), 1, 1}, 128, 0, [&] { cuda::pw::gelu_fwd<Vec>(nullptr, y16only.p, x.p, n, erf_form); });
+  std::vector<float> want(static_cast<size_t>(n));
+  std::vector<uint16_t> want16(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    want[i] = cuda::pw::gelu_one(x.p[i], erf_form);
+    want16[i] = f32_to_bf16(want[i]);
+  }
+  const std::string tag = std::string(erf_form ? "erf" : "tanh") + " n=" + std::to_string(n) +
+                          (Vec ? " vec" : " scalar") + (shift ? " unaligned" : "");
+  expect_bits("gelu forward " + tag + " vs one per thread", want.data(), y.p, static_cast<size_t>(n));
+  expect_bits("gelu forward " + tag + " bf16 copy", want16.data(), y16.p, static_cast<size_t>(n));
+  expect_bits("gelu forward " + tag + " bf16 only (no fp32 output)", want16.data(), y16only.p, static_cast<size_t>(n));
+  if (shift == 0 && Vec) {
+    kernels::gelu_forward(ycpu.p, x.p, n, erf_form ? Activation::GeluErf : Activation::GeluTanh);
+    expect_close("gelu forward " + tag + " vs the CPU kernel", ycpu.p, y.p, static_cast<size_t>(n), tol);
+  }
+  // backward, adding and overwriting
+  for (const bool overwrite : {false, true}) {
+    Buf g(n, shift), d(n, shift), dcpu(n, shift);
+    Buf16 d16(n, shift);
+    std::vector<float> want_d(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      g.p[i] = nd(gen);
+      d.p[i] = dcpu.p[i] = overwrite ? std::nanf("") : nd(gen);  // overwrite must not read it
+      want_d[i] = (overwrite ? 0.0f : d.p[i]) + g.p[i] * cuda::pw::gelu_grad_one(x.p[i], erf_form);
+      want16[i] = f32_to_bf16(want_d[i]);
+    }
+    sim::launch({groups(n), 1, 1}, 128, 0,
+                [&] { cuda::pw::gelu_bwd<Vec>(d.p, d16.p, x.p, g.p, n, erf_form, overwrite); });
+    const std::string t2 = tag + (overwrite ? " overwrite" : " add");
+    expect_bits("gelu backward " + t2 + " vs one per thread", want_d.data(), d.p, static_cast<size_t>(n));
+    expect_bits("gelu backward " + t2 + " bf16 copy", want16.data(), d16.p, static_cast<size_t>(n));
+    if (shift == 0 && Vec) {
+      if (overwrite)
+        for (int64_t i = 0; i < n; ++i) dcpu.p[i] = 0.0f;
+      kernels::gelu_backward(dcpu.p, x.p, g.p, n, erf_form ? Activation::GeluErf : Activation::GeluTanh);
+      expect_close("gelu backward " + t2 + " vs the CPU kernel", dcpu.p, d.p, static_cast<size_t>(n), tol);
+    }
+  }
+}
+
+template <bool Vec, bool Quad>
+void dropout_case(int64_t n, int shift, uint64_t base, std::mt19937& gen) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const float p = 0.1f;
+  const Rng rng(0x5eed1234abcdull, 0);
+  Buf x(n, shift), y(n, shift), ycpu(n, shift);
+  for (int64_t i = 0; i < n; ++i) x.p[i] = nd(gen);
+  sim::launch({groups(n), 1, 1}, 128, 0, [&] {
+    cuda::pw::dropout_fwd<Vec, Quad>(y.p, x.p, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed, base);
+  });
+  kernels::dropout_forward(ycpu.p, x.p, n, p, rng, base);
+  const std::string tag = "n=" + std::to_string(n) + " base=" + std::to_string(base) + (Vec ? " vec" : " scalar") +
+                          (Quad ? " quad" : " per-element") + (shift ? " unaligned" : "");
+  expect_bits("dropout forward " + tag + " vs the CPU kernel", ycpu.p, y.p, static_cast<size_t>(n));
+  size_t dropped = 0;
+  for (int64_t i = 0; i < n; ++i) dropped += y.p[i] == 0.0f;
+  if (n >= 4000 && (dropped < static_cast<size_t>(n / 20) || dropped > static_cast<size_t>(n / 5))) report("dropout forward " + tag + ": dropped share", 1, 1, "off");
+  for (const bool overwrite : {false, true}) {
+    Buf g(n, shift), d(n, shift), dcpu(n, shift);
+    Buf16 d16(n, shift);
+    for (int64_t i = 0; i < n; ++i) {
+      g.p[i] = nd(gen);
+      d.p[i] = overwrite ? std::nanf("") : nd(gen);
+      dcpu.p[i] = overwrite ? 0.0f : d.p[i];
+    }
+    sim::launch({groups(n), 1, 1}, 128, 0, [&] {
+      cuda::pw::dropout_bwd<Vec, Quad>(d.p, d16.p, g.p, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed, base,
+                                       overwrite);
+    });
+    kernels::dropout_backward(dcpu.p, g.p, n, p, rng, base);
+    std::vector<uint16_t> want16(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want16[i] = f32_to_bf16(dcpu.p[i]);
+    const std::string t2 = tag + (overwrite ? " overwrite" : " add");
+    expect_bits("dropout backward " + t2 + " vs the CPU kernel", dcpu.p, d.p, static_cast<size_t>(n));
+    expect_bits("dropout backward " + t2 + " bf16 copy", want16.data(), d16.p, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 gen(11);
+  for (const int64_t n : {1, 3, 4, 7, 1002, 4099}) {
+    for (const bool erf_form : {true, false}) {
+      gelu_case<true>(n, 0, erf_form, gen);
+      gelu_case<false>(n, 0, erf_form, gen);
+      gelu_case<false>(n, 1, erf_form, gen);
+    }
+    for (const uint64_t base : {uint64_t{0}, uint64_t{4096}, uint64_t{4} * 1000003}) {
+      dropout_case<true, true>(n, 0, base, gen);
+      dropout_case<false, true>(n, 1, base, gen);
+      dropout_case<true, false>(n, 0, base, gen);  // the per-element draws give the same numbers
+    }
+    for (const uint64_t base : {uint64_t{1}, uint64_t{4098}, uint64_t{4} * 1000003 + 3}) {
+      dropout_case<true, false>(n, 0, base, gen);
+      dropout_case<false, false>(n, 1, base, gen);
+    }
+  }
+  std::printf("%d failed\n", g_fail);
+  return g_fail ? 1 : 0;
+}
