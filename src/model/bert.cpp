@@ -398,7 +398,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
     plan.push_back({&ly.ln1_rstd, N});
     plan.push_back({&ly.h1, N * C});
     plan.push_back({&ly.inter, N * I});
-    plan.push_back({&ly.gelu, N * I});
+    plan.push_back({&ly.gelu, (1 - h16) * N * I});  // bf16: FFN2 reads gelu16 alone (null_unkept)
     plan.push_back({&ly.ln2_sum, N * C});
     plan.push_back({&ly.ln2_mean, N});
     plan.push_back({&ly.ln2_rstd, N});
@@ -444,6 +444,12 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   a.inference = inference;
   std::vector<std::pair<float**, int64_t>> plan;  // count first, then carve (one allocation)
   const int64_t total = plan_acts(a, cfg_, B, T, attention_dropout, prec, *be_, plan, inference);
+  // bf16: the fp32 GELU output is not kept (its slice is empty): gelu_forward writes the bf16 copy
+  // only, and FFN2's products read that copy (linear_forward and _backward take x16 for x).
+  auto null_unkept = [&a, prec] {
+    if (prec == Precision::BF16)
+      for (auto& ly : a.layers) ly.gelu = nullptr;
+  };
   // Inference: layer l's slices are layer 0's, and the layer inputs alternate (x[l] = x[l % 2]).
   // (Copying the whole Layer copies its dropout seeds too: each forward sets them before use, and
   // only a backward, refused after an inference forward, reads them afterwards.)
@@ -459,6 +465,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
       *p = base + off;
       off += (n + 15) / 16 * 16;
     }
+    null_unkept();
     alias();
     a.dmask.ensure(*be_, static_cast<size_t>(B * T));
     a.mask_add.assign(static_cast<size_t>(B * T), 0.0f);
@@ -483,6 +490,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
     *p = a.arena.data() + off;
     off += (n + 15) / 16 * 16;
   }
+  null_unkept();
   alias();
   a.mask_add.assign(static_cast<size_t>(B * T), 0.0f);
   a.mask = a.mask_add.data();
