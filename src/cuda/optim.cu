@@ -106,10 +106,15 @@ struct AdamScalars {
 };
 
 // The moments m, v hold elements [mbase, ...) of the flat buffers (a ZeRO-1 shard; 0 otherwise).
-__global__ void lamb_update(float* w, float* g, float* m, float* v, int64_t mbase, const Chunk* chunks, AdamScalars a,
-                            double* wsq, double* usq) {
+// The element loops: the buffers never overlap (__restrict__), so the compiler may issue an unrolled
+// group's loads before the previous elements' stores (without it every iteration waited for its
+// loads); each thread's elements and the order of its sums are unchanged, so are the bits.
+__global__ void lamb_update(const float* __restrict__ w, float* __restrict__ g, float* __restrict__ m,
+                            float* __restrict__ v, int64_t mbase, const Chunk* chunks, AdamScalars a, double* wsq,
+                            double* usq) {
   const Chunk ch = chunks[blockIdx.x];
   float ws = 0.0f, us = 0.0f;
+#pragma unroll 4
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
     const float gi = g[i] * a.clip;
     const float mi = a.b1 * m[i - mbase] + (1.0f - a.b1) * gi;
@@ -145,18 +150,22 @@ __global__ void lamb_ratio(float* ratio, const int32_t* first, const int32_t* co
   ratio[e] = r;
 }
 
-__global__ void lamb_apply(float* w, const float* u, const Chunk* chunks, const float* ratio, float lr) {
+__global__ void lamb_apply(float* __restrict__ w, const float* __restrict__ u, const Chunk* chunks, const float* ratio,
+                           float lr) {
   const Chunk ch = chunks[blockIdx.x];
   const float tensor_lr = lr * ch.lr_scale;
   const float step = tensor_lr * ratio[ch.entry];
+#pragma unroll 4
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) w[i] -= step * u[i];
 }
 
-__global__ void adamw_update(float* w, const float* g, float* m, float* v, int64_t mbase, const Chunk* chunks,
-                             AdamScalars a, float weight_decay, float lr) {
+__global__ void adamw_update(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
+                             float* __restrict__ v, int64_t mbase, const Chunk* chunks, AdamScalars a,
+                             float weight_decay, float lr) {
   const Chunk ch = chunks[blockIdx.x];
   const float tensor_lr = lr * ch.lr_scale;
   const float decay = ch.wd != 0.0f ? 1.0f - tensor_lr * weight_decay : 1.0f;
+#pragma unroll 4
   for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
     const float gi = g[i] * a.clip;
     const float mi = a.b1 * m[i - mbase] + (1.0f - a.b1) * gi;
