@@ -15,19 +15,18 @@ except ImportError:
     sys.exit(77)
 
 
-def median_ms(iters, f):
+def mean_ms(iters, f):
+    """One call's mean time over `iters` calls queued back to back between two events: the same
+    method as bertcc_cuda_attention_bench."""
     f()
     torch.cuda.synchronize()
-    times = []
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
     for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
         f()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / iters
 
 
 def main():
@@ -59,13 +58,13 @@ def main():
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=a.dropout)
 
             with torch.no_grad():
-                f = median_ms(a.iters, fwd)
+                f = mean_ms(a.iters, fwd)
             out = fwd()
 
             def bwd():
                 torch.autograd.grad(out, qkv, dout, retain_graph=True)
 
-            bw = median_ms(a.iters, bwd)
+            bw = mean_ms(a.iters, bwd)
             flop = 4.0 * B * NH * T * T * HS
             print(json.dumps({"impl": "torch-sdpa", "precision": pn, "B": B, "T": T, "NH": NH, "HS": HS,
                               "dropout": a.dropout, "fwd_ms": round(f, 4), "bwd_ms": round(bw, 4),
