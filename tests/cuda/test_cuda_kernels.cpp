@@ -195,6 +195,17 @@ void test_activations() {
     }
     check_equal("gelu_forward bf16 copy = rounding of its output" + tag, o16, gout16.back());
     check_equal("gelu_backward bf16 copy = rounding of its output" + tag, d16, gdinp16.back());
+    // the bf16 copy alone (bf16 training keeps no fp32 GELU output)
+    Dev<bf16_t> gonly16(n);
+    G::gelu_forward(nullptr, gx.p, n, act, gonly16.p);
+    check_equal("gelu_forward bf16 copy only (no fp32 output)" + tag, o16, gonly16.back());
+    // buffers one float past 16-byte alignment: element by element, the same values
+    Dev<float> gu(n), gdu(std::vector<float>(n, 0.5f));
+    G::gelu_forward(gu.p + 1, gx.p + 1, n - 1, act);
+    G::gelu_backward(gdu.p + 1, gx.p + 1, gdout.p + 1, n - 1, act);
+    auto from1 = [](std::vector<float> v) { return std::vector<float>(v.begin() + 1, v.end()); };
+    check_equal("gelu_forward unaligned" + tag, from1(o), from1(gu.back()));
+    check_equal("gelu_backward unaligned" + tag, from1(d), from1(gdu.back()));
     Dev<float> gz(n), gg(std::vector<float>(n, 7.0f));
     G::gelu_backward(gz.p, gx.p, gdout.p, n, act);
     G::gelu_backward(gg.p, gx.p, gdout.p, n, act, nullptr, /*overwrite=*/true);
@@ -210,7 +221,8 @@ void test_activations() {
   check("tanh_backward", dinp, gdinp.back(), 1e-5);
 
   Rng rng(0x5eed, 0);
-  for (uint64_t base : {uint64_t{0}, uint64_t{12}, (uint64_t{1} << 33) + 4}) {
+  // offsets that are multiples of 4 (one Philox block per four elements) and not (one per element)
+  for (uint64_t base : {uint64_t{0}, uint64_t{12}, (uint64_t{1} << 33) + 4, uint64_t{3}, (uint64_t{1} << 33) + 5}) {
     const float p = 0.1f;
     std::vector<float> o(n), d(n, 0.5f);
     K::dropout_forward(o.data(), x.data(), n, p, rng, base);
@@ -231,6 +243,19 @@ void test_activations() {
     G::dropout_backward(gz.p, gdout.p, n, p, rng, base);
     G::dropout_backward(gg.p, gdout.p, n, p, rng, base, nullptr, /*overwrite=*/true);
     check_equal("dropout_backward overwrite = added to zeros base " + std::to_string(base), gz.back(), gg.back());
+  }
+  {  // buffers one float past 16-byte alignment
+    const float p = 0.1f;
+    const uint64_t base = 8;
+    std::vector<float> o(n), d(n, 0.5f);
+    K::dropout_forward(o.data() + 1, x.data() + 1, n - 1, p, rng, base);
+    K::dropout_backward(d.data() + 1, dout.data() + 1, n - 1, p, rng, base);
+    Dev<float> go(n), gd(std::vector<float>(n, 0.5f));
+    G::dropout_forward(go.p + 1, gx.p + 1, n - 1, p, rng, base);
+    G::dropout_backward(gd.p + 1, gdout.p + 1, n - 1, p, rng, base);
+    auto from1 = [](std::vector<float> v) { return std::vector<float>(v.begin() + 1, v.end()); };
+    check_equal("dropout_forward unaligned", from1(o), from1(go.back()));
+    check_equal("dropout_backward unaligned", from1(d), from1(gd.back()));
   }
 }
 
