@@ -12,6 +12,7 @@
 #include "cuda/common.cuh"
 #include "cuda/ordered_sums.cuh"
 #include "cuda/cuda_kernels.h"
+#include "cuda/layernorm_kernels.cuh"
 #include "cuda/pointwise_kernels.cuh"
 
 namespace bertcc::cuda {
@@ -237,22 +238,52 @@ void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dou
   BERTCC_CUDA_LAUNCHED("embeddings_backward (positions)");
   grouped_rows_add(dwtt, dout, seg, B * T, C, TT, "embeddings_backward (token-type rows)");
 }
+namespace {
+// The register-row kernels (layernorm_kernels.cuh) where C and the pointers allow: their V, else 0.
+int row_groups(int64_t C, std::initializer_list<const void*> f32, const void* b16 = nullptr) {
+  for (const void* p : f32)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return 0;
+  if (reinterpret_cast<uintptr_t>(b16) % 8 != 0) return 0;
+  return lnr::groups_for(C);
+}
+}  // namespace
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int64_t N, int64_t C, float eps) {
   if (N == 0) return;
-  layernorm_fwd<<<rows_grid(N), kThreads>>>(out, mean, rstd, inp, w, b, N, C, eps);
+  if (const int V = row_groups(C, {out, inp, w, b})) {
+    lnr::dispatch_groups(V, [&](auto v) {
+      lnr::fwd<decltype(v)::value, false><<<rows_grid(N), kThreads>>>(out, nullptr, nullptr, mean, rstd, inp, nullptr,
+                                                                      w, b, N, C, eps);
+    });
+  } else {
+    layernorm_fwd<<<rows_grid(N), kThreads>>>(out, mean, rstd, inp, w, b, N, C, eps);
+  }
   BERTCC_CUDA_LAUNCHED("layernorm_forward");
 }
 void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                 const float* w, const float* b, int64_t N, int64_t C, float eps, bf16_t* out16) {
   if (N == 0) return;
-  residual_layernorm_fwd<<<rows_grid(N), kThreads>>>(out, out16, sum, mean, rstd, a, r, w, b, N, C, eps);
+  auto* o16 = reinterpret_cast<uint16_t*>(out16);
+  if (const int V = row_groups(C, {out, sum, a, r, w, b}, o16)) {
+    lnr::dispatch_groups(V, [&](auto v) {
+      lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps);
+    });
+  } else {
+    residual_layernorm_fwd<<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps);
+  }
   BERTCC_CUDA_LAUNCHED("residual_layernorm_forward");
 }
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                         const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite) {
   if (N == 0) return;
-  layernorm_bwd_input<<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
+  if (const int V = row_groups(C, {dinp, dout, inp, w})) {
+    lnr::dispatch_groups(V, [&](auto v) {
+      lnr::bwd_input<decltype(v)::value><<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
+    });
+  } else {
+    layernorm_bwd_input<<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
+  }
   BERTCC_CUDA_LAUNCHED("layernorm_backward (input)");
   column_sums(db, dw, dout, inp, mean, rstd, N, C, "layernorm_backward (parameters)");
 }

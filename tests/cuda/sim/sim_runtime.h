@@ -114,6 +114,7 @@ inline int atomicMin(int* p, int v) {
 struct float4 {
   float x, y, z, w;
 };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct uint2 {
   uint32_t x, y;
 };
