@@ -91,6 +91,10 @@ int main(int argc, char** argv) {
           dqkv(std::vector<float>(B * T * 3 * C)),
           work(std::vector<float>(static_cast<size_t>(G::attention_backward_work_size(B, T, NH))));
       const Rng rng(42, 0);
+      // BERTCC_ATTENTION_FWD_ROWS (attention_tc.cu: 64 or 128 query rows per forward block) named
+      // in the label, so that runs of both forms can be told apart
+      const char* rows = std::getenv("BERTCC_ATTENTION_FWD_ROWS");
+      const std::string impl = rows && *rows ? std::string("bertcc-fwd") + rows : std::string("bertcc");
       std::stringstream ps(precs);
       std::string pn;
       while (std::getline(ps, pn, ',')) {
@@ -102,9 +106,9 @@ int main(int argc, char** argv) {
           G::attention_backward(dqkv.p, work.p, dO.p, q.p, out.p, lse.p, m.p, B, T, C, NH, p, rng, 7, prec);
         });
         const double flop = 4.0 * B * NH * double(T) * T * HS;
-        std::printf("{\"impl\": \"bertcc\", \"precision\": \"%s\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
+        std::printf("{\"impl\": \"%s\", \"precision\": \"%s\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
                     "\"dropout\": %.2f, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
-                    pn.c_str(), B, T, NH, HS, double(p), f, bw, flop / f * 1e-9, 2.5 * flop / bw * 1e-9);
+                    impl.c_str(), pn.c_str(), B, T, NH, HS, double(p), f, bw, flop / f * 1e-9, 2.5 * flop / bw * 1e-9);
         std::fflush(stdout);
       }
     }

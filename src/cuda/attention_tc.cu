@@ -10,8 +10,8 @@
 // products. The CPU's bf16 attention rounds the normalised Pd and dS before the scale, so the two
 // agree to rounding (bit-equal only by chance); softmax statistics and every sum stay fp32.
 //
-// One block = 4 warps = 64 rows (16 per warp); its loop walks the other side in tiles of BN (64,
-// or 32 for head size 128). A first pass (prep) rounds q, k, v and dout from qkv[B,T,3C] and
+// One block = 4 warps = 64 rows (16 per warp; the forward 128, 32 per warp, for head sizes up to
+// 64: fwd_rows below); its loop walks the other side in tiles of BN (64, or 32 for head size 128). A first pass (prep) rounds q, k, v and dout from qkv[B,T,3C] and
 // dout[B,T,C] to 16 bits, per head and token-major ([row][channel]), zero-padded to whole 64-row
 // tiles. The attention kernels copy those tiles into shared memory with cp.async, the next tile
 // while they compute on the current one (two buffers). ldmatrix reads a tile as an A operand, as
@@ -32,6 +32,9 @@
 // there, none in the backward). Backward, without atomics (the result does not depend on
 // scheduling), as the fp32 kernels: one kernel per query block for dq, one per key block for dk
 // and dv, each recomputing P = exp(S - lse) and reading the decisions.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "cuda/attention_tc_kernels.cuh"
@@ -71,6 +74,21 @@ void dispatch_tc(const Shape& s, Precision prec, F f) {
   with_hs(std::false_type{});
 }
 
+// Query rows per forward block for head size HS: 64 * fwd_max_mt (128 for head sizes up to 64),
+// or 64 where BERTCC_ATTENTION_FWD_ROWS=64 asks for it. That variable exists for the attention
+// bench, which times both forms on the GPU (the same bits either way); anything else is refused.
+template <int HS>
+int fwd_mt() {
+  static const int asked = [] {
+    const char* v = std::getenv("BERTCC_ATTENTION_FWD_ROWS");
+    if (!v || !*v) return 0;
+    BERTCC_CHECK(std::strcmp(v, "64") == 0 || std::strcmp(v, "128") == 0,
+                 "BERTCC_ATTENTION_FWD_ROWS: '", v, "' is not 64 or 128");
+    return std::atoi(v) / kBlockRows;
+  }();
+  return asked == 0 ? fwd_max_mt<HS>() : std::min(asked, fwd_max_mt<HS>());
+}
+
 // The 16-bit operands (attention_tc_kernels.cuh: Operands) of one call, in one grow-only buffer
 // (stream order keeps a later call from overwriting them before the kernels that read them ran).
 uint16_t* operand_buffer(size_t elems) {
@@ -91,7 +109,6 @@ void launch_prep(uint16_t* rows, const float* src, int64_t ld, const Shape& s, u
 }  // namespace
 
 void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add, const Shape& s, Precision prec) {
-  const dim3 grid(grid_for(s.T, kBlockRows), static_cast<unsigned>(s.B * s.NH));
   dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
     constexpr int HS = decltype(hs)::value;
@@ -104,8 +121,18 @@ void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add,
     if (s.drop) op.drop_bits = reinterpret_cast<uint32_t*>(lse + lse_floats(s.B, s.NH, s.T));
     part.reset();
     const OpTimer kernel("attention_forward/kernel");
-    launch_smem(fwd<BF, HS>, fwd_smem<BF, HS>());
-    fwd<BF, HS><<<grid, kThreads, fwd_smem<BF, HS>()>>>(out, lse, op, mask_add, s);
+    auto launch = [&](auto mtc) {
+      constexpr int MT = decltype(mtc)::value;
+      const dim3 grid(grid_for(s.T, MT * kBlockRows), static_cast<unsigned>(s.B * s.NH));
+      launch_smem(fwd<BF, HS, MT>, fwd_smem<BF, HS, MT>());
+      fwd<BF, HS, MT><<<grid, kThreads, fwd_smem<BF, HS, MT>()>>>(out, lse, op, mask_add, s);
+    };
+    if constexpr (fwd_max_mt<HS>() == 2) {
+      if (fwd_mt<HS>() == 2) launch(std::integral_constant<int, 2>{});
+      else launch(std::integral_constant<int, 1>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
     BERTCC_CUDA_LAUNCHED("attention_forward (Tensor Cores)");
   });
 }

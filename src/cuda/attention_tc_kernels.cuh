@@ -312,22 +312,31 @@ __device__ inline void next_tile(int t, int ntiles, int64_t tile_rows, Issue&& i
 }
 
 // ---- forward ----
-template <bool BF16, int HS>
+// MT m-tiles of 16 query rows per warp (1 or 2): a block takes 64 * MT rows, m-tile mt of warp w
+// rows mt * 64 + w * 16 .. + 15 of them. With MT = 2 every K and V fragment a warp loads from
+// shared memory feeds two products, and a warp has twice the independent products between its
+// waits (FlashAttention-2's forward takes 32 rows per warp for head size 64). Each row's arithmetic
+// is the same in either form, so are its bits.
+template <int HS>
+constexpr int fwd_max_mt() { return HS <= 64 ? 2 : 1; }  // 128: the accumulators would spill
+
+template <bool BF16, int HS, int MT>
 constexpr size_t fwd_smem() {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
-  return sizeof(uint16_t) * (kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 2 * BN;
+  return sizeof(uint16_t) * (MT * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 2 * BN;
 }
 
 // Operands: q, k, v.
-template <bool BF16, int HS>
+template <bool BF16, int HS, int MT>
 __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands op, const float* mask_add, Shape s) {
+  static_assert(MT == 1 || MT == 2, "one or two m-tiles per warp");
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
   BERTCC_DYNAMIC_SMEM(smem);
   constexpr int kTile = 2 * BN * LDH;  // one buffer: Ks [BN][LDH], Vs [BN][LDH]
-  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
-  uint16_t* tiles = Qs + kBlockRows * LDH;           // two buffers of kTile (offsets, not pointer arrays: no stack)
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64 MT][LDH]
+  uint16_t* tiles = Qs + MT * kBlockRows * LDH;      // two buffers of kTile (offsets, not pointer arrays: no stack)
   float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [2][BN], -inf past T
-  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * MT * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const uint16_t* kg = op.k + bh * op.Tp * HS;
   const uint16_t* vg = op.v + bh * op.Tp * HS;
@@ -338,96 +347,155 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
     for (int jj = threadIdx.x; jj < BN; jj += kThreads)
       Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] * kLog2e : -INFINITY;
   };
-  copy_tile<kBlockRows, HS>(Qs, LDH, op.q + (bh * op.Tp + q0) * HS, HS);
+  // the block's query rows, 64 at a time; a second 64 past the padded length (the last block of an
+  // odd number of 64-row blocks) is zeros, computed on and never stored
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    uint16_t* dst = Qs + mt * kBlockRows * LDH;
+    if (q0 + mt * kBlockRows < op.Tp) {
+      copy_tile<kBlockRows, HS>(dst, LDH, op.q + (bh * op.Tp + q0 + mt * kBlockRows) * HS, HS);
+    } else {
+      for (int idx = threadIdx.x; idx < kBlockRows * LDH; idx += kThreads) dst[idx] = 0;
+    }
+  }
   issue(0, 0);
   const float scale2 = s.scale * kLog2e;
   cp_async_commit();
-  uint32_t qf[HS / 16][4];
-  float o[HS / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  // Q's A fragments: kept in registers with one m-tile; with two, loaded again from shared memory
+  // for each key tile (2 x HS / 16 ldmatrix per tile), which leaves the registers to the two tiles'
+  // scores and outputs (kept, they made the kernel spill at head size 64)
+  constexpr bool kQInRegs = MT == 1;
+  uint32_t qf[kQInRegs ? HS / 16 : 1][4];
+  float o[MT][HS / 8][4] = {};
+  float m[MT][2], l[MT][2];
+  int64_t row[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+    row[mt][0] = q0 + mt * kBlockRows + warp * 16 + g;
+    row[mt][1] = row[mt][0] + 8;
+  }
   const int ntiles = static_cast<int>((s.T + BN - 1) / BN);
   for (int jt = 0; jt < ntiles; ++jt) {
     const int buf = jt & 1;
     const int64_t j0 = static_cast<int64_t>(jt) * BN;
     next_tile(jt, ntiles, BN, issue);
-    if (jt == 0) {
+    if (kQInRegs && jt == 0) {
 #pragma unroll
-      for (int kt = 0; kt < HS / 16; ++kt) frag_a(qf[kt], Qs, LDH, warp * 16, kt * 16);
+      for (int kt = 0; kt < HS / 16; ++kt) frag_a(qf[kQInRegs ? kt : 0], Qs, LDH, warp * 16, kt * 16);
     }
     const uint16_t* Ks = tiles + buf * kTile;
     const uint16_t* Vs = Ks + BN * LDH;
     const float* Mb = Ms + buf * BN;
-    float sc[BN / 8][4] = {};
+    float sc[MT][BN / 8][4] = {};
 #pragma unroll
-    for (int kt = 0; kt < HS / 16; ++kt)
+    for (int kt = 0; kt < HS / 16; ++kt) {
+      uint32_t qa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qa[mt][i] = qf[kQInRegs ? kt : 0][i];
+        } else {
+          frag_a(qa[mt], Qs, LDH, mt * kBlockRows + warp * 16, kt * 16);
+        }
+      }
 #pragma unroll
       for (int nt = 0; nt < BN / 8; nt += 2) {
         uint32_t bk[4];
         frag_b2(bk, Ks, LDH, nt * 8, kt * 16);
-        mma<BF16>(sc[nt], qf[kt], bk[0], bk[1]);
-        mma<BF16>(sc[nt + 1], qf[kt], bk[2], bk[3]);
-      }
-    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float ma = Mb[nt * 8 + t2 + (e & 1)];
-        const float v = ma == -INFINITY ? -INFINITY : sc[nt][e] * scale2 + ma;  // base 2
-        sc[nt][e] = v;
-        mx[e >> 1] = fmaxf(mx[e >> 1], v);
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float mn = fmaxf(m[r], mx[r]);
-      const float corr = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mn);
-      l[r] *= corr;
-#pragma unroll
-      for (int nt = 0; nt < HS / 8; ++nt) {
-        o[nt][2 * r] *= corr;
-        o[nt][2 * r + 1] *= corr;
-      }
-      m[r] = mn;
-    }
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-      bool kp[2][2] = {{true, true}, {true, true}};
-      if (s.drop) {
-        keep_query_rows(s, bh, row, j0 + nt * 8 + t2, kp);
-        uint32_t w[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) w[e] = __ballot_sync(0xffffffffu, kp[e >> 1][e & 1]);
-        if (lane < 4)
-          op.drop_bits[drop_word(bh, op.Tp, q0 / 16 + warp, (j0 + nt * 8) / 8) + lane] =
-              lane == 0 ? w[0] : lane == 1 ? w[1] : lane == 2 ? w[2] : w[3];
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const float p = sc[nt][e] == -INFINITY ? 0.0f : exp2f(sc[nt][e] - m[r]);
-        l[r] += p;
-        sc[nt][e] = !s.drop ? p : kp[r][e & 1] ? p * s.keep_scale : 0.0f;
+        for (int mt = 0; mt < MT; ++mt) {
+          mma<BF16>(sc[mt][nt], qa[mt], bk[0], bk[1]);
+          mma<BF16>(sc[mt][nt + 1], qa[mt], bk[2], bk[3]);
+        }
       }
     }
-    rounded_product<BF16, HS, BN>(o, sc, Vs);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float ma = Mb[nt * 8 + t2 + (e & 1)];
+          const float v = ma == -INFINITY ? -INFINITY : sc[mt][nt][e] * scale2 + ma;  // base 2
+          sc[mt][nt][e] = v;
+          mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float mn = fmaxf(m[mt][r], mx[r]);
+        const float corr = m[mt][r] == -INFINITY ? 0.0f : exp2f(m[mt][r] - mn);
+        l[mt][r] *= corr;
+#pragma unroll
+        for (int nt = 0; nt < HS / 8; ++nt) {
+          o[mt][nt][2 * r] *= corr;
+          o[mt][nt][2 * r + 1] *= corr;
+        }
+        m[mt][r] = mn;
+      }
+      // the 16-row group of this m-tile; its decision words exist for groups below Tp / 16
+      const int64_t qg = (q0 + mt * kBlockRows) / 16 + warp;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        bool kp[2][2] = {{true, true}, {true, true}};
+        if (s.drop) {
+          keep_query_rows(s, bh, row[mt], j0 + nt * 8 + t2, kp);
+          uint32_t w[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) w[e] = __ballot_sync(0xffffffffu, kp[e >> 1][e & 1]);
+          if (lane < 4 && qg < op.Tp / 16)
+            op.drop_bits[drop_word(bh, op.Tp, qg, (j0 + nt * 8) / 8) + lane] =
+                lane == 0 ? w[0] : lane == 1 ? w[1] : lane == 2 ? w[2] : w[3];
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          const float p = sc[mt][nt][e] == -INFINITY ? 0.0f : exp2f(sc[mt][nt][e] - m[mt][r]);
+          l[mt][r] += p;
+          sc[mt][nt][e] = !s.drop ? p : kp[r][e & 1] ? p * s.keep_scale : 0.0f;
+        }
+      }
+    }
+    // o += round(P) V: each V fragment feeds every m-tile (rounded_product, MT at a time)
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) c_to_a<BF16>(pa[mt], sc[mt][2 * kk], sc[mt][2 * kk + 1]);
+#pragma unroll
+      for (int nt = 0; nt < HS / 8; nt += 2) {
+        uint32_t bv[4];
+        frag_b2_kmajor(bv, Vs, LDH, kk * 16, nt * 8);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma<BF16>(o[mt][nt], pa[mt], bv[0], bv[1]);
+          mma<BF16>(o[mt][nt + 1], pa[mt], bv[2], bv[3]);
+        }
+      }
+    }
     __syncthreads();  // buffer buf is refilled by the next iteration's issue
   }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  {
-    float* const dst[2] = {out + (b * s.T + row[0]) * s.C + h * s.hs, out + (b * s.T + row[1]) * s.C + h * s.hs};
-    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
-    store_rows<HS>(dst, row, o, inv, s);
-  }
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
-    if (row[r] < s.T && (lane & 3) == 0) lse[bh * s.T + row[r]] = m[r] * kLn2 + logf(l[r]);
+    for (int r = 0; r < 2; ++r) {
+      l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
+      l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
+    }
+    {
+      float* const dst[2] = {out + (b * s.T + row[mt][0]) * s.C + h * s.hs, out + (b * s.T + row[mt][1]) * s.C + h * s.hs};
+      const float inv[2] = {1.0f / l[mt][0], 1.0f / l[mt][1]};
+      store_rows<HS>(dst, row[mt], o[mt], inv, s);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (row[mt][r] < s.T && (lane & 3) == 0) lse[bh * s.T + row[mt][r]] = m[mt][r] * kLn2 + logf(l[mt][r]);
+  }
 }
 
 // ---- backward: dq, per query block ----

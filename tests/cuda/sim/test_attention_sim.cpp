@@ -86,8 +86,25 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
       op.drop_bits = reinterpret_cast<uint32_t*>(lse.data() + A::lse_floats(B, NH, T));
       std::fill(op.drop_bits, op.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
     }
-    sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS>(),
-                [&] { K::fwd<BF, HS>(out.data(), lse.data(), op, mask.data(), s); });
+    sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(),
+                [&] { K::fwd<BF, HS, 1>(out.data(), lse.data(), op, mask.data(), s); });
+    if constexpr (K::fwd_max_mt<HS>() == 2) {
+      // two m-tiles per warp (128-row blocks, as attention_tc.cu launches it for these head sizes):
+      // each row's arithmetic is the same, so the outputs, lse and decision bits are the same bits
+      std::vector<float> out2(out.size(), NAN), lse2(lse.size(), NAN);
+      K::Operands op2 = op;
+      if (s.drop) {
+        op2.drop_bits = reinterpret_cast<uint32_t*>(lse2.data() + A::lse_floats(B, NH, T));
+        std::fill(op2.drop_bits, op2.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
+      }
+      const sim_dim3 grid2{bertcc::cuda::grid_for(T, 2 * K::kBlockRows), static_cast<unsigned>(B * NH), 1};
+      sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(),
+                  [&] { K::fwd<BF, HS, 2>(out2.data(), lse2.data(), op2, mask.data(), s); });
+      size_t diff = 0;
+      for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out2[i], sizeof(float)) != 0;
+      for (size_t i = 0; i < lse.size(); ++i) diff += std::memcmp(&lse[i], &lse2[i], sizeof(float)) != 0;
+      expect("fwd, 2 m-tiles per warp: differing", static_cast<double>(diff), 0.0);
+    }
     for (int64_t r = 0; r < B * NH * T; ++r) {  // as attention.cu's attn_bwd_dot
       const int64_t i = r % T, bh = r / T, b = bh / NH, h = bh % NH;
       float acc = 0.0f;
