@@ -92,6 +92,25 @@ class Backend {
                                   const float* w, const float* b, int64_t N, int64_t C, float eps) {
     residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, nullptr);
   }
+  // out = LN(dropout(a) + r): BERT's sublayer ends (dropout with p, rng, base; none when p == 0). a
+  // is the branch before its dropout and is scratch: this default drops out in place, then runs
+  // the residual LayerNorm; a backend may fuse the two without writing a (the same bits).
+  virtual void residual_dropout_layernorm_forward(float* out, float* sum, float* mean, float* rstd, float* a,
+                                                  const float* r, const float* w, const float* b, int64_t N,
+                                                  int64_t C, float eps, bf16_t* out16, float p, const Rng& rng,
+                                                  uint64_t base) {
+    if (p > 0) dropout_forward(a, a, N * C, p, rng, base);
+    residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16);
+  }
+  // Its backward: dinp = the LayerNorm's input gradient (overwritten; the residual's gradient) and
+  // dbranch = that through the dropout (overwritten; dbranch16, optional, its bf16 rounding). The
+  // default composes layernorm_backward and dropout_backward; a backend may fuse them.
+  virtual void layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                          const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                                          float* dbranch, bf16_t* dbranch16, float p, const Rng& rng, uint64_t base) {
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, /*overwrite=*/true);
+    dropout_backward(dbranch, dinp, N * C, p, rng, base, dbranch16, /*overwrite=*/true);
+  }
   // out16 / dinp16 (optional): the result's bf16 rounding too (the next GEMM's operand)
   virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,

@@ -98,6 +98,27 @@ class CudaBackend final : public Backend {
     cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, overwrite);
   }
   using Backend::dropout_backward;
+  void residual_dropout_layernorm_forward(float* out, float* sum, float* mean, float* rstd, float* a, const float* r,
+                                          const float* w, const float* b, int64_t N, int64_t C, float eps,
+                                          bf16_t* out16, float p, const Rng& rng, uint64_t base) override {
+    {
+      const OpTimer timer("residual_dropout_layernorm_forward");
+      if (cuda::residual_dropout_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16, p, rng, base))
+        return;
+    }
+    Backend::residual_dropout_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16, p, rng, base);
+  }
+  void layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                                  const float* mean, const float* rstd, int64_t N, int64_t C, float* dbranch,
+                                  bf16_t* dbranch16, float p, const Rng& rng, uint64_t base) override {
+    {
+      const OpTimer timer("layernorm_dropout_backward");
+      if (cuda::layernorm_dropout_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, dbranch, dbranch16, p, rng,
+                                           base))
+        return;
+    }
+    Backend::layernorm_dropout_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, dbranch, dbranch16, p, rng, base);
+  }
   using Backend::residual_layernorm_forward;
   void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                   const float* w, const float* b, int64_t N, int64_t C, float eps,

@@ -62,6 +62,15 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                 const float* w, const float* b, int64_t N, int64_t C, float eps,
                                 bf16_t* out16 = nullptr);  // out16: out's bf16 rounding too
+// LN(dropout(a) + r) and its backward (backend.h) in one kernel each, where the register-row
+// kernels take C and the pointers (and the backward has a dropout): false when not (the caller
+// composes them instead; the same bits either way).
+bool residual_dropout_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a,
+                                        const float* r, const float* w, const float* b, int64_t N, int64_t C, float eps,
+                                        bf16_t* out16, float p, const Rng& rng, uint64_t base);
+bool layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                                const float* mean, const float* rstd, int64_t N, int64_t C, float* dbranch,
+                                bf16_t* dbranch16, float p, const Rng& rng, uint64_t base);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
 // ---- activations, dropout ----

@@ -254,7 +254,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   if (const int V = row_groups(C, {out, inp, w, b})) {
     lnr::dispatch_groups(V, [&](auto v) {
       lnr::fwd<decltype(v)::value, false><<<rows_grid(N), kThreads>>>(out, nullptr, nullptr, mean, rstd, inp, nullptr,
-                                                                      w, b, N, C, eps);
+                                                                      w, b, N, C, eps, lnr::RowDropout{});
     });
   } else {
     layernorm_fwd<<<rows_grid(N), kThreads>>>(out, mean, rstd, inp, w, b, N, C, eps);
@@ -267,7 +267,8 @@ void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd
   auto* o16 = reinterpret_cast<uint16_t*>(out16);
   if (const int V = row_groups(C, {out, sum, a, r, w, b}, o16)) {
     lnr::dispatch_groups(V, [&](auto v) {
-      lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps);
+      lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps,
+                                                                     lnr::RowDropout{});
     });
   } else {
     residual_layernorm_fwd<<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps);
@@ -287,6 +288,50 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   BERTCC_CUDA_LAUNCHED("layernorm_backward (input)");
   column_sums(db, dw, dout, inp, mean, rstd, N, C, "layernorm_backward (parameters)");
 }
+namespace {
+lnr::RowDropout row_dropout(float p, const Rng& rng, uint64_t base) {
+  lnr::RowDropout d;
+  d.on = p > 0;
+  d.quad = base % 4 == 0;
+  d.scale = 1.0f / (1.0f - p);
+  d.thr = dropout_threshold(p);
+  d.seed = rng.seed;
+  d.base = base;
+  return d;
+}
+}  // namespace
+
+bool residual_dropout_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a,
+                                        const float* r, const float* w, const float* b, int64_t N, int64_t C, float eps,
+                                        bf16_t* out16, float p, const Rng& rng, uint64_t base) {
+  auto* o16 = reinterpret_cast<uint16_t*>(out16);
+  const int V = row_groups(C, {out, sum, a, r, w, b}, o16);
+  if (V == 0) return false;
+  if (N == 0) return true;
+  const lnr::RowDropout d = row_dropout(p, rng, base);
+  lnr::dispatch_groups(V, [&](auto v) {
+    lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps, d);
+  });
+  BERTCC_CUDA_LAUNCHED("residual_dropout_layernorm_forward");
+  return true;
+}
+bool layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                                const float* mean, const float* rstd, int64_t N, int64_t C, float* dbranch,
+                                bf16_t* dbranch16, float p, const Rng& rng, uint64_t base) {
+  auto* d16 = reinterpret_cast<uint16_t*>(dbranch16);
+  const int V = row_groups(C, {dinp, dout, inp, w, dbranch}, d16);
+  if (V == 0 || !(p > 0)) return false;
+  if (N == 0) return true;
+  const lnr::RowDropout d = row_dropout(p, rng, base);
+  lnr::dispatch_groups(V, [&](auto v) {
+    lnr::bwd_input<decltype(v)::value><<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C,
+                                                                   /*overwrite=*/true, d, dbranch, d16);
+  });
+  BERTCC_CUDA_LAUNCHED("layernorm_dropout_backward (input)");
+  column_sums(db, dw, dout, inp, mean, rstd, N, C, "layernorm_dropout_backward (parameters)");
+  return true;
+}
+
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   if (n == 0) return;
   residual_fwd<<<grid_for(n, kThreads), kThreads>>>(out, a, b, n);

@@ -20,16 +20,34 @@ __device__ inline float4 ld4(const float* p) { return *reinterpret_cast<const fl
 __device__ inline void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 __device__ inline float sum4(float4 v) { return ((v.x + v.y) + v.z) + v.w; }
 
+// Dropout fused into the row kernels (on: p > 0): element i of the [N, C] buffer is kept when
+// (number base + i of the seed's stream >> 8) >= thr, as dropout_fwd and dropout_bwd decide; with
+// quad (base % 4 == 0; C % 4 == 0 here) a float4 group's four numbers are one Philox block.
+struct RowDropout {
+  bool on = false, quad = false;
+  float scale = 1.0f;
+  uint32_t thr = 0;
+  uint64_t seed = 0, base = 0;
+};
+__device__ inline void draws(uint32_t (&w)[4], const RowDropout& d, uint64_t idx) {
+  if (d.quad) {
+    philox4(d.seed, (d.base + idx) >> 2, w);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[e] = philox_u32(d.seed, d.base + idx + static_cast<uint64_t>(e));
+  }
+}
+
 // The rows of a block: warp w of block b is row b * (blockDim.x / 32) + w.
 __device__ inline int64_t warp_row() {
   return blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
 }
 
-// out = (x - mean) * rstd * w + b, x = a (+ r, written to sum when Residual); out16 (may be null)
-// its bf16 rounding; mean and rstd per row.
+// out = (x - mean) * rstd * w + b, x = a (+ r, written to sum when Residual; a through the dropout
+// d first); out16 (may be null) its bf16 rounding; mean and rstd per row.
 template <int V, bool Residual>
 __global__ void fwd(float* out, uint16_t* out16, float* sum, float* mean, float* rstd, const float* a, const float* r,
-                    const float* w, const float* b, int64_t N, int64_t C, float eps) {
+                    const float* w, const float* b, int64_t N, int64_t C, float eps, RowDropout d) {
   const int64_t n = warp_row();
   if (n >= N) return;
   const int lane = threadIdx.x & 31;
@@ -42,6 +60,14 @@ __global__ void fwd(float* out, uint16_t* out16, float* sum, float* mean, float*
     x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (g < G) {
       x[k] = ld4(a + n * C + 4 * g);
+      if (Residual && d.on) {  // dropout_fwd's expression, element by element
+        uint32_t u[4];
+        draws(u, d, static_cast<uint64_t>(n * C + 4 * g));
+        x[k].x = (u[0] >> 8) >= d.thr ? x[k].x * d.scale : 0.0f;
+        x[k].y = (u[1] >> 8) >= d.thr ? x[k].y * d.scale : 0.0f;
+        x[k].z = (u[2] >> 8) >= d.thr ? x[k].z * d.scale : 0.0f;
+        x[k].w = (u[3] >> 8) >= d.thr ? x[k].w * d.scale : 0.0f;
+      }
       if (Residual) {
         const float4 y = ld4(r + n * C + 4 * g);
         x[k].x += y.x, x[k].y += y.y, x[k].z += y.z, x[k].w += y.w;
@@ -83,10 +109,13 @@ __global__ void fwd(float* out, uint16_t* out16, float* sum, float* mean, float*
   }
 }
 
-// dinp (+)= (w * dout - mean(w * dout) - xhat * mean(w * dout * xhat)) * rstd, xhat = (x - mean) * rstd
+// dinp (+)= (w * dout - mean(w * dout) - xhat * mean(w * dout * xhat)) * rstd, xhat = (x - mean) * rstd;
+// with the dropout d on, also dbranch = dinp through it (dropout_bwd's fused multiply-add onto +0)
+// and dbranch16 (may be null) its bf16 rounding
 template <int V>
 __global__ void bwd_input(float* dinp, const float* dout, const float* inp, const float* w, const float* mean,
-                          const float* rstd, int64_t N, int64_t C, bool overwrite) {
+                          const float* rstd, int64_t N, int64_t C, bool overwrite, RowDropout d = {},
+                          float* dbranch = nullptr, uint16_t* dbranch16 = nullptr) {
   const int64_t n = warp_row();
   if (n >= N) return;
   const int lane = threadIdx.x & 31;
@@ -120,6 +149,22 @@ __global__ void bwd_input(float* dinp, const float* dout, const float* inp, cons
     o.z = prev.z + (dn[k].z - dm - xh[k].z * dnm) * s;
     o.w = prev.w + (dn[k].w - dm - xh[k].w * dnm) * s;
     st4(dinp + n * C + 4 * g, o);
+    if (d.on) {
+      uint32_t u[4];
+      draws(u, d, static_cast<uint64_t>(n * C + 4 * g));
+      float4 q;
+      q.x = fmaf((u[0] >> 8) >= d.thr ? o.x : 0.0f, d.scale, 0.0f);
+      q.y = fmaf((u[1] >> 8) >= d.thr ? o.y : 0.0f, d.scale, 0.0f);
+      q.z = fmaf((u[2] >> 8) >= d.thr ? o.z : 0.0f, d.scale, 0.0f);
+      q.w = fmaf((u[3] >> 8) >= d.thr ? o.w : 0.0f, d.scale, 0.0f);
+      st4(dbranch + n * C + 4 * g, q);
+      if (dbranch16) {
+        uint2 h;
+        h.x = static_cast<uint32_t>(f32_to_bf16_bits(q.x)) | (static_cast<uint32_t>(f32_to_bf16_bits(q.y)) << 16);
+        h.y = static_cast<uint32_t>(f32_to_bf16_bits(q.z)) | (static_cast<uint32_t>(f32_to_bf16_bits(q.w)) << 16);
+        *reinterpret_cast<uint2*>(dbranch16 + n * C + 4 * g) = h;
+      }
+    }
   }
 }
 

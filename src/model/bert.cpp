@@ -577,25 +577,21 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     be.attention_forward(ly.ctx, ly.probs, a.att_work, ly.qkv, a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
     be.linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
                    C, prec, w16(p + "attention.output.dense.weight", prec), keep16(ly.ctx16));
-    if (p_h > 0) {
-      ly.seed_attn_out = rng.reserve(N * C);
-      be.dropout_forward(a.tmp_c, a.tmp_c, N * C, p_h, rng, ly.seed_attn_out);
-    }
-    be.residual_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
-                               w(p + "attention.output.LayerNorm.weight"), w(p + "attention.output.LayerNorm.bias"), N,
-                               C, eps, a.as16(ly.h1_16));
+    if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
+    be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
+                                          w(p + "attention.output.LayerNorm.weight"),
+                                          w(p + "attention.output.LayerNorm.bias"), N, C, eps, a.as16(ly.h1_16), p_h,
+                                          rng, ly.seed_attn_out);
     be.linear_forward(ly.inter, ly.h1, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias"), N, I, C, prec,
                    w16(p + "intermediate.dense.weight", prec), LinearIo{a.as16(ly.h1_16), nullptr, nullptr});
     be.gelu_forward(ly.gelu, ly.inter, N * I, act, a.as16(ly.gelu16));
     be.linear_forward(a.tmp_c, ly.gelu, w(p + "output.dense.weight"), w(p + "output.dense.bias"), N, C, I, prec,
                    w16(p + "output.dense.weight", prec), LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
-    if (p_h > 0) {
-      ly.seed_ffn_out = rng.reserve(N * C);
-      be.dropout_forward(a.tmp_c, a.tmp_c, N * C, p_h, rng, ly.seed_ffn_out);
-    }
-    be.residual_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
-                               w(p + "output.LayerNorm.weight"), w(p + "output.LayerNorm.bias"), N, C, eps,
-                               l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr);
+    if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
+    be.residual_dropout_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
+                                          w(p + "output.LayerNorm.weight"), w(p + "output.LayerNorm.bias"), N, C, eps,
+                                          l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr, p_h,
+                                          rng, ly.seed_ffn_out);
   }
 
   // pooler: tanh(dense(h[:, 0]))
@@ -642,14 +638,18 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     // (the layer's gradient buffers are written, not added to: no zeroing pass). The gradient
     // into h1 goes straight to dh, the residual branch's buffer, which FFN1's backward adds to
     // only after the FFN branch has read it (no copy)
-    be.layernorm_backward(a.dh, dgrad(p + "output.LayerNorm.weight"), dgrad(p + "output.LayerNorm.bias"), a.g, ly.ln2_sum,
-                       w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C, /*overwrite=*/true);
     const float* dffn = a.dh;
     const bf16_t* dffn16 = nullptr;  // its rounding, where the dropout backward makes it
     if (p_h > 0) {
-      be.dropout_backward(a.d2, a.dh, N * C, p_h, rng, ly.seed_ffn_out, a.as16(a.d2_16), /*overwrite=*/true);
+      be.layernorm_dropout_backward(a.dh, dgrad(p + "output.LayerNorm.weight"), dgrad(p + "output.LayerNorm.bias"), a.g,
+                                    ly.ln2_sum, w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C, a.d2,
+                                    a.as16(a.d2_16), p_h, rng, ly.seed_ffn_out);
       dffn = a.d2;
       dffn16 = a.as16(a.d2_16);
+    } else {
+      be.layernorm_backward(a.dh, dgrad(p + "output.LayerNorm.weight"), dgrad(p + "output.LayerNorm.bias"), a.g,
+                            ly.ln2_sum, w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C,
+                            /*overwrite=*/true);
     }
     // ffn_out = gelu W2^T + b2
     be.linear_backward(a.di, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn, ly.gelu,
@@ -662,15 +662,20 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                     LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
     // h1 = LN1(dropout(attn_out) + x[l]); the gradient into x[l] goes straight to g (read by LN2's
     // backward above, added to by the QKV backward after the attention branch has read it)
-    be.layernorm_backward(a.g, dgrad(p + "attention.output.LayerNorm.weight"), dgrad(p + "attention.output.LayerNorm.bias"),
-                       a.dh, ly.ln1_sum, w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C,
-                       /*overwrite=*/true);
     const float* dattn = a.g;
     const bf16_t* dattn16 = nullptr;
     if (p_h > 0) {
-      be.dropout_backward(a.d2, a.g, N * C, p_h, rng, ly.seed_attn_out, a.as16(a.d2_16), /*overwrite=*/true);
+      be.layernorm_dropout_backward(a.g, dgrad(p + "attention.output.LayerNorm.weight"),
+                                    dgrad(p + "attention.output.LayerNorm.bias"), a.dh, ly.ln1_sum,
+                                    w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C, a.d2,
+                                    a.as16(a.d2_16), p_h, rng, ly.seed_attn_out);
       dattn = a.d2;
       dattn16 = a.as16(a.d2_16);
+    } else {
+      be.layernorm_backward(a.g, dgrad(p + "attention.output.LayerNorm.weight"),
+                            dgrad(p + "attention.output.LayerNorm.bias"), a.dh, ly.ln1_sum,
+                            w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C,
+                            /*overwrite=*/true);
     }
     be.linear_backward(a.dc, dgrad(p + "attention.output.dense.weight"), dgrad(p + "attention.output.dense.bias"), dattn,
                     ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,

@@ -163,6 +163,42 @@ void test_layernorm() {
     K::residual_forward(out.data(), x.data(), r.data(), N * C);
     G::residual_forward(gout.p, gx.p, gr.p, N * C);
     check_equal("residual_forward" + tag, out, gout.back());
+    // dropout fused into the residual LayerNorm and into its backward: the composed kernels' bits
+    // (register-row kernels: C = 768 fused; C = 75 declined, the caller composes)
+    const Rng rng(0xd00d, 0);
+    for (uint64_t base : {uint64_t{4096}, uint64_t{4099}}) {
+      const float p = 0.1f;
+      const std::string dt = tag + " dropout base " + std::to_string(base);
+      Dev<float> ga(x), cout(N * C), csum(N * C), cmean(N), crstd(N), fout(N * C), fsum(N * C), fmean(N), frstd(N);
+      Dev<bf16_t> c16(N * C), f16(N * C);
+      G::dropout_forward(ga.p, ga.p, N * C, p, rng, base);
+      G::residual_layernorm_forward(cout.p, csum.p, cmean.p, crstd.p, ga.p, gr.p, gw.p, gb.p, N, C, 1e-5f, c16.p);
+      const bool fused = G::residual_dropout_layernorm_forward(fout.p, fsum.p, fmean.p, frstd.p, gx.p, gr.p, gw.p, gb.p,
+                                                               N, C, 1e-5f, f16.p, p, rng, base);
+      if (C % 4 != 0) {
+        check_equal("residual_dropout_layernorm_forward declined" + dt, std::vector<int>{0}, std::vector<int>{fused});
+        continue;
+      }
+      check_equal("residual_dropout_layernorm_forward fused" + dt, std::vector<int>{1}, std::vector<int>{fused});
+      check_equal("residual_dropout_layernorm_forward = composed: out" + dt, cout.back(), fout.back());
+      check_equal("residual_dropout_layernorm_forward = composed: sum" + dt, csum.back(), fsum.back());
+      check_equal("residual_dropout_layernorm_forward = composed: rstd" + dt, crstd.back(), frstd.back());
+      check_equal("residual_dropout_layernorm_forward = composed: bf16 copy" + dt, c16.back(), f16.back());
+      Dev<float> cdi(std::vector<float>(N * C, 7.0f)), cbr(N * C), fdi(std::vector<float>(N * C, 7.0f)), fbr(N * C);
+      Dev<float> cdw(std::vector<float>(C, 0.5f)), cdb(std::vector<float>(C, 0.5f)), fdw(std::vector<float>(C, 0.5f)),
+          fdb(std::vector<float>(C, 0.5f));
+      Dev<bf16_t> cbr16(N * C), fbr16(N * C);
+      G::layernorm_backward(cdi.p, cdw.p, cdb.p, gdout.p, csum.p, gw.p, cmean.p, crstd.p, N, C, /*overwrite=*/true);
+      G::dropout_backward(cbr.p, cdi.p, N * C, p, rng, base, cbr16.p, /*overwrite=*/true);
+      const bool fb = G::layernorm_dropout_backward(fdi.p, fdw.p, fdb.p, gdout.p, csum.p, gw.p, cmean.p, crstd.p, N, C,
+                                                    fbr.p, fbr16.p, p, rng, base);
+      check_equal("layernorm_dropout_backward fused" + dt, std::vector<int>{1}, std::vector<int>{fb});
+      check_equal("layernorm_dropout_backward = composed: input gradient" + dt, cdi.back(), fdi.back());
+      check_equal("layernorm_dropout_backward = composed: branch" + dt, cbr.back(), fbr.back());
+      check_equal("layernorm_dropout_backward = composed: branch bf16" + dt, cbr16.back(), fbr16.back());
+      check_equal("layernorm_dropout_backward = composed: dw" + dt, cdw.back(), fdw.back());
+      check_equal("layernorm_dropout_backward = composed: db" + dt, cdb.back(), fdb.back());
+    }
   }
 }
 

@@ -2,7 +2,9 @@
 // tests/cuda/sim/sim_runtime.h, against the CPU kernels: forward (plain and after a residual sum)
 // within 1e-5, its sum bit for bit, its bf16 copy the bits of rounding its output, mean and rstd
 // within 1e-5; the backward's input gradient within 1e-5, added and overwritten (garbage in the
-// buffer written as if it held +0: the bits of adding to zeros). Row lengths cover one to eight
+// buffer written as if it held +0: the bits of adding to zeros); with the dropout fused in, the
+// residual sum bit for bit against the CPU's dropout then sum, and the branch gradient bit for
+// bit against the CPU's dropout backward of the same input gradient. Row lengths cover one to eight
 // float4 groups per lane, with the last lanes idle (C / 4 not a multiple of 32). Exit 0 when all
 // agree, 1 otherwise.
 #define BERTCC_CUDA_SIM 1
@@ -14,6 +16,7 @@
 #include <random>
 #include <string>
 
+#include "bertcc/rng.h"
 #include "kernels/kernels.h"
 
 using namespace bertcc;
@@ -68,7 +71,8 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
       cuda::lnr::dispatch_groups(V, [&](auto v) {
         sim::launch({grid, 1, 1}, 256, 0, [&] {
           cuda::lnr::fwd<decltype(v)::value, true>(gout.data(), g16.data(), gsum.data(), gmean.data(), grstd.data(),
-                                                    x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f);
+                                                    x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f,
+                                                    cuda::lnr::RowDropout{});
         });
       });
     if (!residual) {  // the plain kernel: no sum, no bf16 copy
@@ -76,7 +80,8 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
       cuda::lnr::dispatch_groups(V, [&](auto v) {
         sim::launch({grid, 1, 1}, 256, 0, [&] {
           cuda::lnr::fwd<decltype(v)::value, false>(pout.data(), nullptr, nullptr, pmean.data(), prstd.data(), x.data(),
-                                                     nullptr, w.data(), b.data(), N, C, 1e-12f);
+                                                     nullptr, w.data(), b.data(), N, C, 1e-12f,
+                                                     cuda::lnr::RowDropout{});
         });
       });
       expect_close("layernorm forward " + tag, out, pout, 1e-5f);
@@ -112,6 +117,48 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
   });
   expect_close("layernorm backward input gradient (added) " + tag, dinp, gd, 1e-5f);
   expect_bits("layernorm backward overwrite = added to zeros " + tag, gz, gg);
+
+  // dropout fused in (BERT's sublayer ends), at offsets that are multiples of 4 and not
+  const Rng rng(0xd00d, 0);
+  const float p = 0.1f;
+  for (const uint64_t base : {uint64_t{4096}, uint64_t{4097}}) {
+    cuda::lnr::RowDropout d;
+    d.on = true, d.quad = base % 4 == 0, d.scale = 1.0f / (1.0f - p), d.thr = dropout_threshold(p), d.seed = rng.seed;
+    d.base = base;
+    const std::string dt = tag + " dropout base " + std::to_string(base);
+    // forward against the CPU's dropout then residual LayerNorm: the sum bit for bit
+    std::vector<float> dropped(NC), out(NC), sum(NC), mean2(N), rstd2(N);
+    kernels::dropout_forward(dropped.data(), x.data(), static_cast<int64_t>(NC), p, rng, base);
+    kernels::residual_layernorm_forward(out.data(), sum.data(), mean2.data(), rstd2.data(), dropped.data(), r.data(),
+                                        w.data(), b.data(), N, C, 1e-5f);
+    std::vector<float> gout(NC), gsum(NC), gmean(N), grstd(N);
+    std::vector<uint16_t> g16(NC);
+    cuda::lnr::dispatch_groups(V, [&](auto v) {
+      sim::launch({grid, 1, 1}, 256, 0, [&] {
+        cuda::lnr::fwd<decltype(v)::value, true>(gout.data(), g16.data(), gsum.data(), gmean.data(), grstd.data(),
+                                                  x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f, d);
+      });
+    });
+    expect_bits("residual dropout layernorm forward sum " + dt, sum, gsum);
+    expect_close("residual dropout layernorm forward " + dt, out, gout, 1e-5f);
+    // backward: the branch's gradient is the LayerNorm's input gradient through the dropout, bit
+    // for bit as the CPU's dropout backward makes it from the same numbers
+    std::vector<float> gdi(NC, std::nanf("")), gbr(NC, std::nanf(""));
+    std::vector<uint16_t> gbr16(NC);
+    cuda::lnr::dispatch_groups(V, [&](auto v) {
+      sim::launch({grid, 1, 1}, 256, 0, [&] {
+        cuda::lnr::bwd_input<decltype(v)::value>(gdi.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                                                 N, C, true, d, gbr.data(), gbr16.data());
+      });
+    });
+    expect_bits("layernorm dropout backward input gradient = without dropout " + dt, gz, gdi);
+    std::vector<float> want(NC, 0.0f);
+    kernels::dropout_backward(want.data(), gdi.data(), static_cast<int64_t>(NC), p, rng, base);
+    expect_bits("layernorm dropout backward branch = the CPU's dropout backward " + dt, want, gbr);
+    std::vector<uint16_t> want16(NC);
+    for (size_t i = 0; i < NC; ++i) want16[i] = f32_to_bf16(gbr[i]);
+    expect_bits("layernorm dropout backward branch bf16 copy " + dt, want16, gbr16);
+  }
 }
 
 }  // namespace
