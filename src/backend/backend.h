@@ -111,6 +111,17 @@ class Backend {
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, /*overwrite=*/true);
     dropout_backward(dbranch, dinp, N * C, p, rng, base, dbranch16, /*overwrite=*/true);
   }
+  // db[N] += the column sums of dy[M, N] (linear_backward's bias gradient, on its own)
+  virtual void bias_backward(float* db, const float* dy, int64_t M, int64_t N) = 0;
+  // FFN1's backward start in bf16: dinp16 = the bf16 rounding of dout * gelu'(inp) ([M, N]) and db
+  // += the column sums of the fp32 gradient, which is not an output: scratch (M x N floats) may
+  // hold it. The default composes gelu_backward into scratch and bias_backward; a backend may fuse
+  // them without writing the fp32 gradient (the same bits).
+  virtual void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float* dout, int64_t M, int64_t N,
+                                  Activation act, float* scratch) {
+    gelu_backward(scratch, inp, dout, M * N, act, dinp16, /*overwrite=*/true);
+    bias_backward(db, scratch, M, N);
+  }
   // out16 / dinp16 (optional): the result's bf16 rounding too (the next GEMM's operand)
   virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,

@@ -166,6 +166,10 @@ class CpuBackend final : public Backend {
     if (out16) bertcc::to_bf16(out, out16, static_cast<size_t>(N * C));
   }
   using Backend::gelu_backward;
+  void bias_backward(float* db, const float* dy, int64_t M, int64_t N) override {
+    mine("bias_backward", db, dy);
+    kernels::bias_backward(db, dy, M, N);
+  }
   using Backend::gelu_forward;
   using Backend::linear_backward;
   using Backend::linear_forward;

@@ -126,6 +126,15 @@ class CudaBackend final : public Backend {
     const OpTimer timer("residual_layernorm_forward");
     cuda::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16);
   }
+  void bias_backward(float* db, const float* dy, int64_t M, int64_t N) override {
+    const OpTimer timer("bias_backward");
+    cuda::bias_backward(db, dy, M, N);
+  }
+  void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float* dout, int64_t M, int64_t N,
+                          Activation act, float* /*scratch: not needed*/) override {
+    const OpTimer timer("gelu_bias_backward");
+    cuda::gelu_bias_backward(dinp16, db, inp, dout, M, N, act);
+  }
   using Backend::gelu_backward;
   using Backend::gelu_forward;
   using Backend::linear_backward;

@@ -131,6 +131,10 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
                      const bf16_t* x16 = nullptr, bool overwrite_dx = false);
+// FFN1's backward start: dinp16 = bf16(dout * gelu'(inp)) ([M, N]) and db += its fp32 column sums
+// (bias_backward's bits), without writing the fp32 gradient.
+void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float* dout, int64_t M, int64_t N,
+                        Activation act);
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (fixed chunks, then in order)
 // TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16/fp16 operands for bf16/fp16), best of `iters`.
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);

@@ -441,6 +441,21 @@ void scale(float* x, int64_t n, float s) {
   scale_k<<<grid_for(n, kThreads), kThreads>>>(x, n, s);
   BERTCC_CUDA_LAUNCHED("scale");
 }
+void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float* dout, int64_t M, int64_t N,
+                        Activation act) {
+  if (M == 0 || N == 0) return;
+  const int64_t chunks = (M + kColRows - 1) / kColRows;
+  BERTCC_CHECK(chunks <= 65535, "gelu_bias_backward: ", M, " rows is more than this kernel's grid takes");
+  static Scratch buf;  // the partials, kept from call to call
+  float* part = buf.take<float>(static_cast<size_t>(chunks * N));
+  const dim3 grid(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks));
+  pw::gelu_bwd_colsum<kColRows><<<grid, 256>>>(reinterpret_cast<uint16_t*>(dinp16), part, inp, dout, M, N,
+                                                act == Activation::GeluErf);
+  BERTCC_CUDA_LAUNCHED("gelu_bias_backward");
+  colsum_pass2<<<grid_for(N, kThreads), kThreads>>>(db, nullptr, part, chunks, N);
+  BERTCC_CUDA_LAUNCHED("gelu_bias_backward (bias)");
+}
+
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
   if (N == 0) return;
   column_sums(db, nullptr, dy, nullptr, nullptr, nullptr, M, N, "bias_backward");

@@ -154,4 +154,32 @@ __global__ void dropout_bwd(float* dinp, uint16_t* dinp16, const float* dout, in
   if (dinp16) store4_bf16<Vec>(dinp16 + i0, d, cnt);
 }
 
+// FFN1's backward start, fused: d = dout * gelu'(inp) (as gelu_bwd overwriting) for a row-major
+// [M, N] buffer, written only as its bf16 rounding (dinp16), and the first pass of the bias
+// gradient's column sums over d, in elementwise.cu's colsum_pass1 partition and order (block
+// (column block of 32, chunk of kRows rows), threads (32, 8): row lanes striding by 8, then the
+// lanes added in order), so that colsum_pass2 gives the bits bias_backward gives from d.
+template <int kRows>
+__global__ void gelu_bwd_colsum(uint16_t* dinp16, float* part, const float* inp, const float* dout, int64_t M,
+                                int64_t N, bool erf_form) {
+  // 256 threads: tx = column within the block's 32, ty = row lane (colsum_pass1's (32, 8) block)
+  const int tx = static_cast<int>(threadIdx.x & 31), ty = static_cast<int>(threadIdx.x >> 5);
+  const int64_t c = blockIdx.x * static_cast<int64_t>(32) + tx;
+  const int64_t r0 = blockIdx.y * static_cast<int64_t>(kRows), r1 = M < r0 + kRows ? M : r0 + kRows;
+  float b = 0.0f;
+  if (c < N)
+    for (int64_t r = r0 + ty; r < r1; r += 8) {
+      const float d = 0.0f + dout[r * N + c] * gelu_grad_one(inp[r * N + c], erf_form);
+      dinp16[r * N + c] = f32_to_bf16_bits(d);
+      b += d;
+    }
+  __shared__ float sb[8][33];
+  sb[ty][tx] = b;
+  __syncthreads();
+  if (ty != 0 || c >= N) return;
+  float tb = 0.0f;
+  for (int y = 0; y < 8; ++y) tb += sb[y][tx];
+  part[blockIdx.y * N + c] = tb;
+}
+
 }  // namespace bertcc::cuda::pw

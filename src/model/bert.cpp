@@ -655,11 +655,19 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     be.linear_backward(a.di, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn, ly.gelu,
                     w(p + "output.dense.weight"), N, C, I, prec, w16(p + "output.dense.weight", prec),
                     LinearIo{a.as16(ly.gelu16), nullptr, dffn16, /*overwrite_dx=*/true});
-    be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, a.as16(a.di2_16), /*overwrite=*/true);
-    // inter = h1 W1^T + b1
-    be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), dgrad(p + "intermediate.dense.bias"), a.di2, ly.h1,
-                    w(p + "intermediate.dense.weight"), N, I, C, prec, w16(p + "intermediate.dense.weight", prec),
-                    LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
+    // inter = h1 W1^T + b1. In bf16 both products read the gradient's rounding only, so the GELU
+    // backward makes that and the bias gradient (fused on CUDA: the fp32 gradient is not written)
+    if (prec == Precision::BF16) {
+      be.gelu_bias_backward(a.as16(a.di2_16), dgrad(p + "intermediate.dense.bias"), ly.inter, a.di, N, I, act, a.di2);
+      be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), nullptr, nullptr, ly.h1,
+                         w(p + "intermediate.dense.weight"), N, I, C, prec, w16(p + "intermediate.dense.weight", prec),
+                         LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
+    } else {
+      be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, nullptr, /*overwrite=*/true);
+      be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), dgrad(p + "intermediate.dense.bias"), a.di2,
+                         ly.h1, w(p + "intermediate.dense.weight"), N, I, C, prec,
+                         w16(p + "intermediate.dense.weight", prec), LinearIo{a.as16(ly.h1_16), nullptr, nullptr});
+    }
     // h1 = LN1(dropout(attn_out) + x[l]); the gradient into x[l] goes straight to g (read by LN2's
     // backward above, added to by the QKV backward after the attention branch has read it)
     const float* dattn = a.g;

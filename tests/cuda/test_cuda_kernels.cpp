@@ -231,6 +231,16 @@ void test_activations() {
     }
     check_equal("gelu_forward bf16 copy = rounding of its output" + tag, o16, gout16.back());
     check_equal("gelu_backward bf16 copy = rounding of its output" + tag, d16, gdinp16.back());
+    {  // FFN1's backward start fused (gelu_bias_backward): the composed kernels' bits, [M, N] = 103 x 97
+      const int64_t M = 103, Nc = 97;
+      Dev<bf16_t> c16(M * Nc), f16(M * Nc);
+      Dev<float> cd(M * Nc), cdb(std::vector<float>(Nc, 0.5f)), fdb(std::vector<float>(Nc, 0.5f));
+      G::gelu_backward(cd.p, gx.p, gdout.p, M * Nc, act, c16.p, /*overwrite=*/true);
+      G::bias_backward(cdb.p, cd.p, M, Nc);
+      G::gelu_bias_backward(f16.p, fdb.p, gx.p, gdout.p, M, Nc, act);
+      check_equal("gelu_bias_backward = composed: bf16 gradient" + tag, c16.back(), f16.back());
+      check_equal("gelu_bias_backward = composed: bias gradient" + tag, cdb.back(), fdb.back());
+    }
     // the bf16 copy alone (bf16 training keeps no fp32 GELU output)
     Dev<bf16_t> gonly16(n);
     G::gelu_forward(nullptr, gx.p, n, act, gonly16.p);

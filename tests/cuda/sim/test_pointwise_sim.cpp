@@ -5,6 +5,7 @@
 // - the one-element-per-thread formulas the kernels replaced, bit for bit (GELU), and
 // - the CPU kernels: dropout bit for bit (the same stream, the same fused multiply-add), GELU within
 //   2e-6 (erf form) or 1e-5 (tanh form): the CPU's vectorised erf and tanh are not libm's.
+// Also the fused FFN1 backward start (gelu_bwd_colsum) against gelu_bwd and the column-sum order.
 // Exit 0 when all agree, 1 otherwise.
 #define BERTCC_CUDA_SIM 1
 #include "sim_runtime.h"
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "bertcc/rng.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
 using namespace bertcc;
@@ -147,6 +149,52 @@ void dropout_case(int64_t n, int shift, uint64_t base, std::mt19937& gen) {
   }
 }
 
+// The fused FFN1 backward start (gelu_bwd_colsum): its bf16 gradient against gelu_bwd's rounding,
+// its column-sum partials bit for bit against colsum_pass1's order over gelu_bwd's fp32 gradient,
+// and the bias gradient they make against the CPU's bias_backward (within 1e-5).
+void gelu_bias_case(int64_t M, int64_t N, bool erf_form, std::mt19937& gen) {
+  constexpr int kRows = 256;  // elementwise.cu's kColRows
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const size_t n = static_cast<size_t>(M * N);
+  std::vector<float> x(n), g(n);
+  for (size_t i = 0; i < n; ++i) x[i] = nd(gen), g[i] = nd(gen);
+  std::vector<float> d(n, std::nanf(""));
+  std::vector<uint16_t> d16(n);
+  sim::launch({groups(static_cast<int64_t>(n)), 1, 1}, 128, 0, [&] {
+    cuda::pw::gelu_bwd<false>(d.data(), d16.data(), x.data(), g.data(), static_cast<int64_t>(n), erf_form, true);
+  });
+  const int64_t chunks = (M + kRows - 1) / kRows;
+  std::vector<uint16_t> f16(n);
+  std::vector<float> part(static_cast<size_t>(chunks * N), std::nanf(""));
+  sim::launch({static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks), 1}, 256, 0, [&] {
+    cuda::pw::gelu_bwd_colsum<kRows>(f16.data(), part.data(), x.data(), g.data(), M, N, erf_form);
+  });
+  std::vector<float> want(part.size());
+  for (int64_t k = 0; k < chunks; ++k)
+    for (int64_t c = 0; c < N; ++c) {
+      float lanes[8];
+      for (int y = 0; y < 8; ++y) {
+        lanes[y] = 0.0f;
+        for (int64_t r = k * kRows + y; r < std::min(M, (k + 1) * kRows); r += 8) lanes[y] += d[r * N + c];
+      }
+      float t = 0.0f;
+      for (int y = 0; y < 8; ++y) t += lanes[y];
+      want[k * N + c] = t;
+    }
+  std::vector<float> db(static_cast<size_t>(N), 0.5f), dbcpu(static_cast<size_t>(N), 0.5f);
+  for (int64_t c = 0; c < N; ++c) {
+    float t = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) t += part[k * N + c];  // colsum_pass2's order
+    db[c] += t;
+  }
+  kernels::bias_backward(dbcpu.data(), d.data(), M, N);
+  const std::string tag = std::string(erf_form ? "erf" : "tanh") + " " + std::to_string(M) + "x" + std::to_string(N);
+  expect_bits("gelu bias backward " + tag + ": bf16 gradient = gelu backward's", d16.data(), f16.data(), n);
+  expect_bits("gelu bias backward " + tag + ": column partials in colsum order", want.data(), part.data(), want.size());
+  expect_close("gelu bias backward " + tag + ": bias gradient vs the CPU's", dbcpu.data(), db.data(),
+               static_cast<size_t>(N), 1e-5f);
+}
+
 }  // namespace
 
 int main() {
@@ -166,6 +214,10 @@ int main() {
       dropout_case<true, false>(n, 0, base, gen);
       dropout_case<false, false>(n, 1, base, gen);
     }
+  }
+  for (const bool erf_form : {true, false}) {
+    gelu_bias_case(300, 70, erf_form, gen);  // a partial column block and a partial row chunk
+    gelu_bias_case(37, 32, erf_form, gen);
   }
   std::printf("%d failed\n", g_fail);
   return g_fail ? 1 : 0;
