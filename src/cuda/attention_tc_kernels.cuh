@@ -326,6 +326,18 @@ constexpr size_t fwd_smem() {
   return sizeof(uint16_t) * (MT * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 2 * BN;
 }
 
+// acc[mt][nt] += a[mt] b[0..1] and acc[mt][nt + 1] += a[mt] b[2..3] for every m-tile: one B
+// fragment pair (frag_b2, frag_b2_kmajor) into each m-tile's two adjacent C tiles.
+template <bool BF16, int MT, int NT>
+__device__ inline void mma_pair_each(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4], const uint32_t (&b)[4],
+                                     int nt) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    mma<BF16>(acc[mt][nt], a[mt], b[0], b[1]);
+    mma<BF16>(acc[mt][nt + 1], a[mt], b[2], b[3]);
+  }
+}
+
 // Operands: q, k, v.
 template <bool BF16, int HS, int MT>
 __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands op, const float* mask_add, Shape s) {
@@ -405,11 +417,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
       for (int nt = 0; nt < BN / 8; nt += 2) {
         uint32_t bk[4];
         frag_b2(bk, Ks, LDH, nt * 8, kt * 16);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma<BF16>(sc[mt][nt], qa[mt], bk[0], bk[1]);
-          mma<BF16>(sc[mt][nt + 1], qa[mt], bk[2], bk[3]);
-        }
+        mma_pair_each<BF16>(sc, qa, bk, nt);
       }
     }
 #pragma unroll
@@ -471,11 +479,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
       for (int nt = 0; nt < HS / 8; nt += 2) {
         uint32_t bv[4];
         frag_b2_kmajor(bv, Vs, LDH, kk * 16, nt * 8);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma<BF16>(o[mt][nt], pa[mt], bv[0], bv[1]);
-          mma<BF16>(o[mt][nt + 1], pa[mt], bv[2], bv[3]);
-        }
+        mma_pair_each<BF16>(o, pa, bv, nt);
       }
     }
     __syncthreads();  // buffer buf is refilled by the next iteration's issue

@@ -9,6 +9,7 @@
 // agree, 1 otherwise.
 #define BERTCC_CUDA_SIM 1
 #include "sim_runtime.h"
+#include "sim_check.h"
 // the kernels' source, as nvcc compiles it for the GPU
 #include "cuda/layernorm_kernels.cuh"
 
@@ -20,26 +21,9 @@
 #include "kernels/kernels.h"
 
 using namespace bertcc;
+using namespace sim_check;
 
 namespace {
-
-int g_fail = 0;
-void report(const std::string& what, size_t bad, size_t n, const char* how) {
-  std::printf("%-70s %zu of %zu %s%s\n", what.c_str(), bad, n, how, bad ? "  FAIL" : "");
-  if (bad) ++g_fail;
-}
-template <class T>
-void expect_bits(const std::string& what, const std::vector<T>& want, const std::vector<T>& got) {
-  size_t bad = want.size() == got.size() ? 0 : 1;
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i) bad += std::memcmp(&want[i], &got[i], sizeof(T)) != 0;
-  report(what, bad, want.size(), "differ");
-}
-void expect_close(const std::string& what, const std::vector<float>& want, const std::vector<float>& got, float tol) {
-  size_t bad = want.size() == got.size() ? 0 : 1;
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i)
-    bad += !(std::fabs(want[i] - got[i]) <= tol * std::max(1.0f, std::fabs(want[i])));
-  report(what, bad, want.size(), "outside 1e-5");
-}
 
 void run_case(int64_t N, int64_t C, std::mt19937& gen) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f), u2(-2.0f, 3.0f);

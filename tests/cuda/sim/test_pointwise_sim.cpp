@@ -9,6 +9,7 @@
 // Exit 0 when all agree, 1 otherwise.
 #define BERTCC_CUDA_SIM 1
 #include "sim_runtime.h"
+#include "sim_check.h"
 // the kernels' source, as nvcc compiles it for the GPU
 #include "cuda/pointwise_kernels.cuh"
 
@@ -21,45 +22,14 @@
 #include "kernels/kernels.h"
 
 using namespace bertcc;
+using namespace sim_check;
 
 namespace {
 
-int g_fail = 0;
-void report(const std::string& what, size_t bad, size_t n, const char* how) {
-  std::printf("%-64s %zu of %zu %s%s\n", what.c_str(), bad, n, how, bad ? "  FAIL" : "");
-  if (bad) ++g_fail;
-}
-template <class T>
-void expect_bits(const std::string& what, const T* want, const T* got, size_t n) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad += std::memcmp(&want[i], &got[i], sizeof(T)) != 0;
-  report(what, bad, n, "differ");
-}
-void expect_close(const std::string& what, const float* want, const float* got, size_t n, float tol) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad += !(std::fabs(want[i] - got[i]) <= tol * std::max(1.0f, std::fabs(want[i])));
-  report(what + " (tol " + std::to_string(tol) + ")", bad, n, "outside");
-}
-
 unsigned groups(int64_t n) { return cuda::grid_for((n + 3) / 4, 128); }
 
-// 16-byte aligned storage with `shift` floats in front (shift 1: no vector access is allowed)
-struct Buf {
-  std::vector<float> v;
-  float* p;
-  Buf(int64_t n, int shift) : v(static_cast<size_t>(n) + 8) {
-    auto a = (reinterpret_cast<uintptr_t>(v.data()) + 15) & ~uintptr_t{15};
-    p = reinterpret_cast<float*>(a) + shift;
-  }
-};
-struct Buf16 {
-  std::vector<uint16_t> v;
-  uint16_t* p;
-  Buf16(int64_t n, int shift) : v(static_cast<size_t>(n) + 16) {
-    auto a = (reinterpret_cast<uintptr_t>(v.data()) + 15) & ~uintptr_t{15};
-    p = reinterpret_cast<uint16_t*>(a) + shift;
-  }
-};
+using Buf = sim_check::AlignedBuf<float>;
+using Buf16 = sim_check::AlignedBuf<uint16_t>;
 
 template <bool Vec>
 void gelu_case(int64_t n, int shift, bool erf_form, std::mt19937& gen) {
