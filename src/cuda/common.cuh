@@ -124,5 +124,12 @@ __device__ inline uint16_t f32_to_bf16_bits(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+// Four values' bf16 roundings at p (8-byte aligned), the first in the lowest bits: one 8-byte store.
+__device__ inline void store_bf16x4(uint16_t* p, float a, float b, float c, float d) {
+  uint2 v;
+  v.x = static_cast<uint32_t>(f32_to_bf16_bits(a)) | (static_cast<uint32_t>(f32_to_bf16_bits(b)) << 16);
+  v.y = static_cast<uint32_t>(f32_to_bf16_bits(c)) | (static_cast<uint32_t>(f32_to_bf16_bits(d)) << 16);
+  *reinterpret_cast<uint2*>(p) = v;
+}
 
 }  // namespace bertcc::cuda

@@ -239,12 +239,20 @@ void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dou
   grouped_rows_add(dwtt, dout, seg, B * T, C, TT, "embeddings_backward (token-type rows)");
 }
 namespace {
+// 16-byte accesses to every fp32 pointer and 8-byte ones to every 16-bit pointer allowed (null
+// pointers allow anything): the four-element and register-row kernels' condition.
+bool vec_ok(std::initializer_list<const void*> f32, std::initializer_list<const void*> b16 = {}) {
+  for (const void* p : f32)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  for (const void* p : b16)
+    if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
+  return true;
+}
+// The four-element kernels' grid: one thread per group of four.
+unsigned groups_grid(int64_t n) { return grid_for((n + 3) / 4, kThreads); }
 // The register-row kernels (layernorm_kernels.cuh) where C and the pointers allow: their V, else 0.
 int row_groups(int64_t C, std::initializer_list<const void*> f32, const void* b16 = nullptr) {
-  for (const void* p : f32)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return 0;
-  if (reinterpret_cast<uintptr_t>(b16) % 8 != 0) return 0;
-  return lnr::groups_for(C);
+  return vec_ok(f32, {b16}) ? lnr::groups_for(C) : 0;
 }
 }  // namespace
 
@@ -337,17 +345,6 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   residual_fwd<<<grid_for(n, kThreads), kThreads>>>(out, a, b, n);
   BERTCC_CUDA_LAUNCHED("residual_forward");
 }
-namespace {
-// The four-element kernels (pointwise_kernels.cuh) with 16-byte accesses where every pointer allows.
-bool vec_ok(std::initializer_list<const void*> f32, std::initializer_list<const void*> b16 = {}) {
-  for (const void* p : f32)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  for (const void* p : b16)
-    if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
-  return true;
-}
-unsigned groups_grid(int64_t n) { return grid_for((n + 3) / 4, kThreads); }
-}  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) {
   if (n == 0) return;

@@ -96,12 +96,7 @@ __global__ void fwd(float* out, uint16_t* out16, float* sum, float* mean, float*
     y.z = (x[k].z - m) * rs * wg.z + bg.z;
     y.w = (x[k].w - m) * rs * wg.w + bg.w;
     st4(out + n * C + 4 * g, y);
-    if (out16) {
-      uint2 h;
-      h.x = static_cast<uint32_t>(f32_to_bf16_bits(y.x)) | (static_cast<uint32_t>(f32_to_bf16_bits(y.y)) << 16);
-      h.y = static_cast<uint32_t>(f32_to_bf16_bits(y.z)) | (static_cast<uint32_t>(f32_to_bf16_bits(y.w)) << 16);
-      *reinterpret_cast<uint2*>(out16 + n * C + 4 * g) = h;
-    }
+    if (out16) store_bf16x4(out16 + n * C + 4 * g, y.x, y.y, y.z, y.w);
   }
   if (lane == 0) {
     mean[n] = m;
@@ -158,12 +153,7 @@ __global__ void bwd_input(float* dinp, const float* dout, const float* inp, cons
       q.z = fmaf((u[2] >> 8) >= d.thr ? o.z : 0.0f, d.scale, 0.0f);
       q.w = fmaf((u[3] >> 8) >= d.thr ? o.w : 0.0f, d.scale, 0.0f);
       st4(dbranch + n * C + 4 * g, q);
-      if (dbranch16) {
-        uint2 h;
-        h.x = static_cast<uint32_t>(f32_to_bf16_bits(q.x)) | (static_cast<uint32_t>(f32_to_bf16_bits(q.y)) << 16);
-        h.y = static_cast<uint32_t>(f32_to_bf16_bits(q.z)) | (static_cast<uint32_t>(f32_to_bf16_bits(q.w)) << 16);
-        *reinterpret_cast<uint2*>(dbranch16 + n * C + 4 * g) = h;
-      }
+      if (dbranch16) store_bf16x4(dbranch16 + n * C + 4 * g, q.x, q.y, q.z, q.w);
     }
   }
 }

@@ -65,10 +65,7 @@ __device__ inline void store4(float* p, const float (&x)[4], int cnt) {
 template <bool Vec>
 __device__ inline void store4_bf16(uint16_t* p, const float (&x)[4], int cnt) {
   if (Vec && cnt == 4) {
-    uint2 v;
-    v.x = static_cast<uint32_t>(f32_to_bf16_bits(x[0])) | (static_cast<uint32_t>(f32_to_bf16_bits(x[1])) << 16);
-    v.y = static_cast<uint32_t>(f32_to_bf16_bits(x[2])) | (static_cast<uint32_t>(f32_to_bf16_bits(x[3])) << 16);
-    *reinterpret_cast<uint2*>(p) = v;
+    store_bf16x4(p, x[0], x[1], x[2], x[3]);
     return;
   }
 #pragma unroll
