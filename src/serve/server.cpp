@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <deque>
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <map>
@@ -500,6 +502,25 @@ ojson model_metadata(const Model& m) {
 
 std::atomic<bool> g_stopping{false};
 
+// Listens again, with `backlog`, on the one recorded socket that is listening (the others httplib
+// opened while trying addresses are closed); returns the backlog the kernel applies (it caps it at
+// net.core.somaxconn).
+int widen_backlog(const std::vector<int>& sockets, int backlog) {
+  int widened = 0;
+  for (int fd : sockets) {
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    BERTCC_CHECK(::listen(fd, backlog) == 0, "serve: listen(backlog ", backlog, "): ", std::strerror(errno));
+    ++widened;
+  }
+  BERTCC_CHECK(widened == 1, "serve: expected one listening socket from httplib, found ", widened);
+  std::ifstream f("/proc/sys/net/core/somaxconn");
+  int cap = 0;
+  if (f >> cap && cap > 0) backlog = std::min(backlog, cap);
+  return backlog;
+}
+
 }  // namespace
 
 int run_server(const ServeOptions& o) {
@@ -538,6 +559,16 @@ int run_server(const ServeOptions& o) {
     nofile.rlim_cur = nofile.rlim_max;  // as many connections as the hard limit allows
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
+  // httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when Debian compiled
+  // it). A burst of new connections then overflows the accept queue: the kernel drops handshakes
+  // (clients wait a second for the retransmission) and answers some with a reset. The listening
+  // socket is recorded here (httplib's own options kept) and listened on again with the full
+  // backlog once bound; Linux takes a second listen() as a new backlog.
+  std::vector<int> server_sockets;
+  svr.set_socket_options([&server_sockets](socket_t sock) {
+    httplib::default_socket_options(sock);
+    server_sockets.push_back(static_cast<int>(sock));
+  });
   svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
   svr.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
   svr.set_read_timeout(5, 0);
@@ -678,6 +709,7 @@ int run_server(const ServeOptions& o) {
     BERTCC_CHECK(svr.bind_to_port(o.host.c_str(), port), "serve: cannot bind ", o.host, ":", port,
                  " (in use, or not an address of this machine)");
   }
+  const int backlog = widen_backlog(server_sockets, o.listen_backlog);
   std::thread stopper([&svr]() {
     const int sig = signals::wait_stop();
     if (sig == 0) return;  // woken: the listener failed
@@ -685,6 +717,7 @@ int run_server(const ServeOptions& o) {
     std::cerr << "serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", finishing requests in flight\n";
     svr.stop();
   });
+  std::cerr << "serve: listen backlog " << backlog << "\n";
   std::cout << "bertcc serve: listening on http://" << o.host << ":" << port << std::endl;
   const bool ok = svr.listen_after_bind();  // returns once stopped and every request thread finished
   if (!g_stopping) {                        // the listener failed: wake the stopper

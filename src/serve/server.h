@@ -23,6 +23,7 @@ struct ServeOptions {
   int64_t max_queue_delay_us = 2000;
   int64_t max_queue = 1024;         // sequences waiting, over all requests of a model
   int http_threads = 0;             // connection threads (0: 1024)
+  int listen_backlog = 4096;        // connections the kernel queues before accept (capped by somaxconn)
   int threads = 0;                  // compute threads (0: all cores)
   std::string precision = "bf16";
   std::string device = "cpu";       // cpu | cuda[:N] | cpu-staged: where every model computes

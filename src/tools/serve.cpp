@@ -33,6 +33,9 @@ void add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   s->add_option(flag("--http-threads"), o->http_threads, "connection threads; each open connection holds one while it is read (default: 1024)")
       ->check(CLI::Range(0, 10000));
+  s->add_option(flag("--listen-backlog"), o->listen_backlog,
+                "connections the kernel queues before they are accepted (default 4096; capped by net.core.somaxconn)")
+      ->check(CLI::Range(1, 1 << 20));
   s->add_option("--threads", o->threads, "compute threads (default: all cores)")->check(threads_check());
   s->add_option("--precision", o->precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
   add_device_flags(s, o->device);
