@@ -305,3 +305,24 @@ TEST(Model, InferenceForwardInOneLayersMemoryGivesTheSameBits) {
   m.encode(batch, false, Precision::F32, r, /*backward=*/false);
   EXPECT_THROW(m.encode_backward(m.sequence_output(), nullptr, Precision::F32), Error);
 }
+
+TEST(Model, GradientsAreAllocatedOnlyForABackward) {
+  const BertConfig c = small_config();
+  const BertBatch batch = random_batch(c, 2, 9, 4);
+  Bert a(c, Heads::PreTraining), b(c, Heads::PreTraining);
+  a.init_weights(3);
+  b.init_weights(3);
+  EXPECT_FALSE(a.has_grads());
+  Rng r1{5, 0}, r2{5, 0}, r3{5, 0};
+  const double l_inf = a.pretrain_step(batch, false, /*backward=*/false, Precision::BF16, r1).loss;
+  EXPECT_FALSE(a.has_grads()) << "an inference forward allocated gradients";
+  b.zero_grad();  // b's gradients exist before its first forward, a's appear with its first backward
+  ASSERT_TRUE(b.has_grads());
+  const double lb = b.pretrain_step(batch, true, /*backward=*/true, Precision::BF16, r2).loss;
+  const double la = a.pretrain_step(batch, true, /*backward=*/true, Precision::BF16, r3).loss;
+  ASSERT_TRUE(a.has_grads());
+  EXPECT_EQ(la, lb);
+  EXPECT_EQ(a.grads(), b.grads());
+  EXPECT_NE(l_inf, la);  // dropout on in the training step
+  EXPECT_EQ(a.grads().size(), static_cast<size_t>(a.table().total()));
+}

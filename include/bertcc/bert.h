@@ -88,12 +88,22 @@ class Bert {
     return params_;
   }
   const std::vector<float>& params() const { return params_; }
-  std::vector<float>& grads() { return grads_; }
+  // The gradients are allocated on first use (here, the accessors below, zero_grad, or a forward
+  // that a backward follows), zeroed: a model that only infers (serve, qa, classify, tag, eval,
+  // bench infer) never holds them, on the host or on a device.
+  std::vector<float>& grads() {
+    ensure_grads();
+    return grads_;
+  }
   float* param(const std::string& name) {
     params16_valid_ = false;
     return params_.data() + table_.at(name).offset;
   }
-  float* grad(const std::string& name) { return grads_.data() + table_.at(name).offset; }
+  float* grad(const std::string& name) {
+    ensure_grads();
+    return grads_.data() + table_.at(name).offset;
+  }
+  bool has_grads() const { return !grads_.empty(); }
 
   // The backend the model computes on: the CPU unless use_backend() moved it. On a device the
   // weights and gradients that compute are device copies; params()/grads() stay the host copies:
@@ -111,7 +121,10 @@ class Bert {
     params16_valid_ = false;
     return dev_params_ ? dev_params_ : params_.data();
   }
-  float* grads_on_backend() { return dev_grads_ ? dev_grads_ : grads_.data(); }
+  float* grads_on_backend() {
+    ensure_grads();
+    return dev_grads_ ? dev_grads_ : grads_.data();
+  }
   // One tensor of those, by name.
   float* param_on_backend(const std::string& name) { return params_on_backend() + table_.at(name).offset; }
   const float* param_on_backend(const std::string& name) const { return w(name); }
@@ -217,7 +230,8 @@ class Bert {
   const float* w(const std::string& name) const {
     return (dev_params_ ? dev_params_ : params_.data()) + table_.at(name).offset;
   }
-  float* dgrad(const std::string& name) { return (dev_grads_ ? dev_grads_ : grads_.data()) + table_.at(name).offset; }
+  float* dgrad(const std::string& name) { return grads_on_backend() + table_.at(name).offset; }
+  void ensure_grads();
   // bf16 copy of a weight (bf16 precision), or null in fp32.
   const bf16_t* w16(const std::string& name, Precision p) const {
     return p == Precision::BF16 ? (dev_params16_ ? dev_params16_ : params16_.data()) + table_.at(name).offset

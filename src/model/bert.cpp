@@ -232,11 +232,23 @@ Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads),
   cfg_.validate("config");
   pooler_ = has_pooler(heads_) && !cfg_.electra();
   build_table(table_, cfg_, heads_);
-  check_memory(8.0 * static_cast<double>(table_.total()),
-               "the weights and gradients of this model (" + std::to_string(table_.total()) + " parameters)",
-               "check the config's sizes");
+  check_memory(4.0 * static_cast<double>(table_.total()),
+               "the weights of this model (" + std::to_string(table_.total()) + " parameters)", "check the config's sizes");
   params_.assign(table_.total(), 0.0f);
-  grads_.assign(table_.total(), 0.0f);
+}
+
+void Bert::ensure_grads() {
+  if (grads_.empty()) {
+    check_memory(4.0 * static_cast<double>(table_.total()),
+                 "the gradients of this model (" + std::to_string(table_.total()) + " parameters)",
+                 "check the config's sizes");
+    grads_.assign(table_.total(), 0.0f);
+  }
+  if (dev_ && !dev_grads_) {
+    dev_->grads = DeviceBuffer<float>(*be_, grads_.size());
+    dev_grads_ = dev_->grads.get();
+    be_->zero(dev_grads_, sizeof(float) * grads_.size());
+  }
 }
 
 Bert::~Bert() = default;
@@ -284,6 +296,7 @@ void Bert::set_layerwise_lr_decay(float decay) {
 }
 
 void Bert::zero_grad() {
+  ensure_grads();
   if (dev_grads_)
     be_->zero(dev_grads_, sizeof(float) * grads_.size());
   else
@@ -300,10 +313,8 @@ void Bert::use_backend(Backend& be) {
   if (be.on_host()) return;
   dev_ = std::make_unique<DeviceState>();
   dev_->params = DeviceBuffer<float>(be, params_.size());
-  dev_->grads = DeviceBuffer<float>(be, grads_.size());
   dev_->params16 = DeviceBuffer<bf16_t>(be, params_.size());
   dev_params_ = dev_->params.get();
-  dev_grads_ = dev_->grads.get();
   dev_params16_ = dev_->params16.get();
   params_to_device();
 }
@@ -318,10 +329,12 @@ void Bert::params_to_host() {
 }
 
 void Bert::grads_to_host() {
+  ensure_grads();
   if (dev_grads_) be_->download(grads_.data(), dev_grads_, sizeof(float) * grads_.size());
 }
 
 void Bert::grads_to_device() {
+  ensure_grads();
   if (dev_grads_) be_->upload(dev_grads_, grads_.data(), sizeof(float) * grads_.size());
 }
 
@@ -525,6 +538,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   const float p_h = training ? cfg_.hidden_dropout_prob : 0.0f;
   const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
   ensure_acts(B, T, p_a > 0, prec, /*inference=*/!backward);
+  if (backward) ensure_grads();  // before the backward's parallel regions take gradient pointers
   refresh_bf16(prec);
   batch_ids_ = batch.input_ids;
   batch_seg_ = batch.segment_ids;
