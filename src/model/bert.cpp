@@ -393,6 +393,11 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   const int64_t L = cfg.num_hidden_layers, E = cfg.embedding_dim();
   const int64_t bwd = inference ? 0 : 1;  // backward-only slices: empty for inference
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;  // bf16 copies (n bf16 in (n + 1) / 2 floats): bf16 only
+  // In bf16 the backward reads the roundings of the layer inputs and of h1 (x16, h1_16), never
+  // their fp32 values, which only the layer's own forward reads (the residual adds and the roundings
+  // made there): the layer inputs alternate between two buffers as in inference, and one h1 serves
+  // every layer (ensure_acts aliases them). The encoder's output x[L] is x[L % 2], read by the heads.
+  const bool transient = inference || h16;
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
   plan.push_back({&a.emb_sum, N * E});
@@ -400,7 +405,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   for (float** p : {&a.demb_a, &a.demb_b, &a.demb_c}) plan.push_back({p, E != C ? N * E * bwd : 0});
   plan.push_back({&a.emb_mean, N});
   plan.push_back({&a.emb_rstd, N});
-  for (int64_t l = 0; l <= (inference ? std::min<int64_t>(L, 1) : L); ++l) plan.push_back({&a.x[l], N * C});
+  for (int64_t l = 0; l <= (transient ? std::min<int64_t>(L, 1) : L); ++l) plan.push_back({&a.x[l], N * C});
   for (auto& ly : a.layers) {
     if (inference && &ly != &a.layers.front()) break;  // the other layers alias layer 0 (ensure_acts)
     plan.push_back({&ly.qkv, N * 3 * C});
@@ -409,7 +414,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
     plan.push_back({&ly.ln1_sum, N * C});
     plan.push_back({&ly.ln1_mean, N});
     plan.push_back({&ly.ln1_rstd, N});
-    plan.push_back({&ly.h1, N * C});
+    plan.push_back({&ly.h1, transient && &ly != &a.layers.front() ? 0 : N * C});
     plan.push_back({&ly.inter, N * I});
     plan.push_back({&ly.gelu, (1 - h16) * N * I});  // bf16: FFN2 reads gelu16 alone (null_unkept)
     plan.push_back({&ly.ln2_sum, N * C});
@@ -466,10 +471,16 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   // Inference: layer l's slices are layer 0's, and the layer inputs alternate (x[l] = x[l % 2]).
   // (Copying the whole Layer copies its dropout seeds too: each forward sets them before use, and
   // only a backward, refused after an inference forward, reads them afterwards.)
-  auto alias = [&a] {
-    if (!a.inference) return;
+  // bf16 training: the layer inputs alternate and h1 is layer 0's (plan_acts).
+  auto alias = [&a, prec] {
+    if (!a.inference && prec != Precision::BF16) return;
     for (size_t l = 2; l < a.x.size(); ++l) a.x[l] = a.x[l % 2];
-    for (size_t l = 1; l < a.layers.size(); ++l) a.layers[l] = a.layers.front();
+    for (size_t l = 1; l < a.layers.size(); ++l) {
+      if (a.inference)
+        a.layers[l] = a.layers.front();
+      else
+        a.layers[l].h1 = a.layers.front().h1;
+    }
   };
   if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
     float* base = a.darena.ensure(*be_, static_cast<size_t>(total));
@@ -673,7 +684,7 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     // backward makes that and the bias gradient (fused on CUDA: the fp32 gradient is not written)
     if (prec == Precision::BF16) {
       be.gelu_bias_backward(a.as16(a.di2_16), dgrad(p + "intermediate.dense.bias"), ly.inter, a.di, N, I, act, a.di2);
-      be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), nullptr, nullptr, ly.h1,
+      be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), nullptr, nullptr, /*x: h1_16 alone*/ nullptr,
                          w(p + "intermediate.dense.weight"), N, I, C, prec, w16(p + "intermediate.dense.weight", prec),
                          LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
     } else {
@@ -706,7 +717,9 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     be.attention_backward(a.dqkv, a.att_work, a.dc, ly.qkv, ly.ctx, ly.probs, a.mask, B, T, C, NH, p_a, rng,
                           ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
-    be.linear_backward(a.g, dgrad(p + "attention.self.query.weight"), dgrad(p + "attention.self.query.bias"), a.dqkv, a.x[l],
+    // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)
+    be.linear_backward(a.g, dgrad(p + "attention.self.query.weight"), dgrad(p + "attention.self.query.bias"), a.dqkv,
+                    prec == Precision::BF16 ? nullptr : a.x[l],
                     w(p + "attention.self.query.weight"), N, 3 * C, C, prec,
                     w16(p + "attention.self.query.weight", prec), LinearIo{a.as16(ly.x16), nullptr, nullptr});
     if (grad_ready_) grad_ready_(table_.at(p + "attention.self.query.weight").offset);  // the layer's first tensor
