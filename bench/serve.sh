@@ -3,7 +3,8 @@
 # (a ~20-word text) and /v2/models/NAME/infer (Triton protocol, 1 x 32 tokens), with dynamic
 # batching (--max-batch-size 32) and without it (--max-batch-size 1), for a bert-mini- and a
 # bert-base-shaped classifier (random weights). Prints requests/s, p50/p99 latency, errors and the
-# mean batch size from /metrics. One wrk thread: on a small machine wrk competes with the server.
+# mean batch size from /metrics. One wrk thread (WRK_THREADS): on a small machine wrk competes with
+# the server.
 # Without wrk (the GPU machine) or with LOADGEN=python, bench/serve_load.py drives the load instead
 # (Python client threads; it prints JSON lines). env: DEVICE (serve --device, default cpu), VOCAB,
 # PYTHON (/usr/bin/python3), WORK.
@@ -14,7 +15,7 @@ HERE="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${WORK:-/tmp/bertcc_serve_bench}"
 VOCAB="${VOCAB:-$HERE/../shared/data/bert_vocab/bert-base-uncased-vocab.txt}"
 PY="${PYTHON:-/usr/bin/python3}"; DEVICE="${DEVICE:-cpu}"
-LOADGEN="${LOADGEN:-wrk}"
+LOADGEN="${LOADGEN:-wrk}"; WRK_THREADS="${WRK_THREADS:-1}"
 command -v wrk > /dev/null || { LOADGEN=python; echo "serve bench: wrk not found (Debian: wrk): Python clients instead"; }
 mkdir -p "$WORK"
 cat > "$WORK/classify.lua" <<'LUA'
@@ -28,7 +29,7 @@ wrk.method = "POST"
 wrk.body = '{"inputs": [{"name": "input_ids", "shape": [1, 32], "datatype": "INT64", "data": [$ids]}]}'
 wrk.headers["Content-Type"] = "application/json"
 LUA
-echo "serve bench: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, --device $DEVICE; $LOADGEN, $CONN clients, ${SECS}s"
+echo "serve bench: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, --device $DEVICE; $LOADGEN$([ "$LOADGEN" = wrk ] && echo " ($WRK_THREADS threads)"), $CONN clients, ${SECS}s"
 for cfg in $CONFIGS; do
   SERVE_TEST_CONFIG=$cfg "$PY" "$HERE/tests/serve/make_models.py" "$B" "$VOCAB" "$WORK/$cfg" > /dev/null
   for ep in classify infer; do
@@ -48,8 +49,9 @@ for cfg in $CONFIGS; do
         continue
       fi
       url="http://127.0.0.1:$port/v1/classify"; [ $ep = infer ] && url="http://127.0.0.1:$port/v2/models/sst/infer"
-      wrk -t1 -c"$CONN" -d"${SECS}s" --timeout 30s --latency -s "$WORK/$ep.lua" "$url" > "$WORK/wrk.txt" 2>&1
-      metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+      wrk -t"$WRK_THREADS" -c"$CONN" -d"${SECS}s" --timeout 30s --latency -s "$WORK/$ep.lua" "$url" > "$WORK/wrk.txt" 2>&1
+      metrics=$("$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+        "http://127.0.0.1:$port/metrics")
       kill -TERM $pid; wait $pid || true
       rps=$(sed -n 's/^Requests\/sec: *//p' "$WORK/wrk.txt")
       p50=$(awk '$1 == "50%" {print $2}' "$WORK/wrk.txt"); p99=$(awk '$1 == "99%" {print $2}' "$WORK/wrk.txt")

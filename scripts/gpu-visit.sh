@@ -69,6 +69,13 @@ if [ "$cmd" = pack ]; then
   # Open MPI's launcher, relocated (the GPU machine has no MPI): 2 ranks sharing the GPU in e2e,
   # the CPU scaling of the scaling step
   cp build/bertcc_allreduce_bench .gpu/bundle/ 2>/dev/null || true
+  # wrk (Debian's, with its LuaJIT) for serve_load: Python's client threads share one interpreter
+  # lock and were the limit on the third visit (mean batch 5.7 of 32)
+  if command -v wrk > /dev/null; then
+    bash ../shared/tools/device-bundle "$(command -v wrk)" .gpu/bundle > /dev/null || exit 1
+  else
+    echo "gpu-visit: no wrk here (Debian: wrk): serve_load will use Python clients" >&2
+  fi
   sh scripts/mpi-bundle.sh .gpu/bundle || echo "gpu-visit: no Open MPI here: e2e's 2-rank case and scaling will not run" >&2
   # the fine-tuning cuts of ../shared/data for tests/cuda/e2e.sh (the GPU machine has no ../shared)
   ( . tests/train/common.sh; PY=/usr/bin/python3 make_ft_data ../shared/data .gpu/bundle/ftdata ) ||
@@ -164,8 +171,9 @@ step scaling 400 "for np in 2 4 8; do VOCAB=$B/vocab/bert-base-uncased-vocab.txt
 sh bench/data_parallel.sh $B/bertcc bert-base \$np 16 8 8 || exit 1; done; for np in 2 4 8; do \
 mpirun --bind-to none -np \$np $B/bertcc_allreduce_bench --mb 1,25,418 --iters 5 || exit 1; done"
 # serve_load: issue 14's dynamic batching on the GPU: serve --device cuda with a bert-base classifier,
-# 64 Python clients for 15 s on /v1/classify and /v2 infer, --max-batch-size 1 against 32
-step serve_load 150 "DEVICE=cuda LOADGEN=python VOCAB=$B/vocab/bert-base-uncased-vocab.txt PYTHON=python3 \
+# 64 connections for 15 s on /v1/classify and /v2 infer, --max-batch-size 1 against 32; the load from
+# the bundle's wrk (4 threads), else from Python clients
+step serve_load 150 "PATH=$B:\$PATH DEVICE=cuda WRK_THREADS=4 VOCAB=$B/vocab/bert-base-uncased-vocab.txt PYTHON=python3 \
 WORK=/tmp/serve_load sh bench/serve.sh $B/bertcc 15 64 bert-base"
 # compile: one shape against transformers + torch.compile (compiling takes minutes)
 step compile 300 "CASES='train bert-large 64 128' STEPS=10 sh bench/gpu.sh $B/bertcc"
