@@ -140,7 +140,7 @@ done
 
 # --- SIGTERM to one rank: every rank finishes the step, rank 0 saves, all exit 0; then resume
 # the checkpoint at the other world size.
-wait_for() { n=0; while [ ! -d "$1" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done; }
+wait_for() { n=0; while [ ! -d "$1" ] && [ $n -lt 6000 ]; do sleep 0.05; n=$((n + 1)); done; }
 ranks_of() { pgrep -f "bertcc pretrain .*--output-dir $1" | sort -n; }
 # SIGTERM every 5 ms until the process is gone: however many arrive, none may disturb the step
 # in flight (see resume.sh)

@@ -116,7 +116,7 @@ echo "resume: from step 10 of 24, final and best models byte-identical"
 "$B" finetune glue $R --num-train-epochs 400 --num-steps-per-checkpoint 40 --output-dir "$W/rs_t" > /dev/null 2> "$W/rs_t.err" &
 pid=$!
 n=0
-while [ ! -d "$W/rs_t/checkpoints/step_40" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done
+while [ ! -d "$W/rs_t/checkpoints/step_40" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
 # one SIGTERM every 5 ms until the process is gone: none may disturb the step in flight (resume.sh)
 k=0; while kill -TERM $pid 2>/dev/null && [ $k -lt 4000 ]; do k=$((k + 1)); sleep 0.005; done
 wait $pid; rc=$?

@@ -21,9 +21,11 @@ grep -q '"phase": *2' "$WORK/a/checkpoints/step_12/trainer_state.json" || fail "
 # Interrupted phase 2: kill -9 after step_8, then resume inside phase 2.
 "$BERTCC" pretrain $P2 --output-dir "$WORK/b" > "$WORK/p2b.log" 2>&1 &
 pid=$!
+# wait for step_8 while the run lives (no fixed time limit: a loaded machine can take minutes)
 n=0
-while [ ! -d "$WORK/b/checkpoints/step_8" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+while [ ! -d "$WORK/b/checkpoints/step_8" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+[ -d "$WORK/b/checkpoints/step_8" ] || fail "the interrupted phase-2 run wrote no step_8: $(tail -2 "$WORK/p2b.log")"
 "$BERTCC" pretrain $P2 --output-dir "$WORK/b" > "$WORK/p2c.log" 2>&1 || fail "phase-2 resume: $(tail -2 "$WORK/p2c.log")"
 grep -q "phase 2, step" "$WORK/p2c.log" || fail "did not resume a phase-2 checkpoint: $(head -3 "$WORK/p2c.log")"
 cmp -s "$WORK/a/model/model.safetensors" "$WORK/b/model/model.safetensors" && echo "ok   phase 2 with kill -9 + resume is byte-identical" || fail "phase-2 resume differs"

@@ -14,7 +14,7 @@ ARGS="--config bert-mini --vocab $WORK/vocab.txt --input-dir $WORK/h5 --train-ba
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/resumed" > "$WORK/first.log" 2>&1 &
 pid=$!
 n=0
-while [ ! -d "$WORK/resumed/checkpoints/step_8" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+while [ ! -d "$WORK/resumed/checkpoints/step_8" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
 sleep "0.$(od -An -N1 -tu1 /dev/urandom | tr -d ' ' | cut -c1)"
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 [ -f "$WORK/resumed/model/model.safetensors" ] && echo "note: the first run finished before the kill"
@@ -39,7 +39,7 @@ cmp -s "$WORK/straight/model/model.safetensors" "$WORK/resumed/model/model.safet
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/term" > "$WORK/term1.log" 2>&1 &
 pid=$!
 n=0
-while [ ! -d "$WORK/term/checkpoints/step_4" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+while [ ! -d "$WORK/term/checkpoints/step_4" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
 sent=0
 while kill -TERM $pid 2>/dev/null && [ $sent -lt 4000 ]; do sent=$((sent + 1)); sleep 0.005; done
 wait $pid; rc=$?
