@@ -12,8 +12,10 @@ CASES="${CASES:-train bert-base 128 128
 train bert-large 64 128
 train bert-large 16 512
 infer bert-large 64 384}"
-printf "%-6s %-10s %5s %4s %12s %12s %14s %8s %8s %9s\n" mode config batch seq "bertcc seq/s" "eager seq/s" "compile seq/s" \
-  "/eager" "/compile" "TFLOP/s"
+# memory: each side's own buffers at their peak (bertcc's peak_gpu_mem_mb; PyTorch's max_memory_allocated),
+# then the device's memory in use at the end, CUDA context and libraries included (cudaMemGetInfo)
+printf "%-6s %-10s %5s %4s %12s %12s %14s %8s %8s %9s %18s %18s\n" mode config batch seq "bertcc seq/s" "eager seq/s" "compile seq/s" \
+  "/eager" "/compile" "TFLOP/s" "peak MB ours/eager" "used MB ours/eager"
 echo "$CASES" | while read -r mode cfg batch seq; do
   [ -z "$mode" ] && continue
   ours=$("$B" bench "$mode" --device cuda --config "$cfg" --batch "$batch" --seq "$seq" --precision "$PREC" \
@@ -34,7 +36,9 @@ def load(s):
 m, c, b, s = sys.argv[1:5]
 o, e, k = (load(x) for x in sys.argv[5:8])
 f = lambda d: d["seq_per_s"] if d else float("nan")
+g = lambda d, k: d.get(k, float("nan")) if d else float("nan")
 print(f"{m:6s} {c:10s} {b:>5s} {s:>4s} {f(o):12.1f} {f(e):12.1f} {f(k):14.1f} {f(o) / f(e):7.2f}x {f(o) / f(k):7.2f}x "
-      f"{o['model_tflops'] if o else float('nan'):9.1f}")
+      f"{g(o, 'model_tflops'):9.1f} {g(o, 'peak_gpu_mem_mb'):8.0f}/{g(e, 'peak_gpu_mem_mb'):<9.0f} "
+      f"{g(o, 'gpu_mem_used_mb'):8.0f}/{g(e, 'gpu_mem_used_mb'):<9.0f}")
 PYEOF
 done

@@ -48,7 +48,7 @@ BENCHMARK(BM_Dropout)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_Attention(benchmark::State& st) {
   const Precision p = st.range(0) ? Precision::BF16 : Precision::F32;
-  auto qkv = filled(N * 3 * C, 0.01f), out = filled(N * C, 0), probs = filled(kernels::attention_saved_size(B, T, NH, true, p), 0),
+  auto qkv = filled(N * 3 * C, 0.01f), out = filled(N * C, 0), probs = filled(kernels::attention_saved_size(B, T, C, NH, true, p), 0),
        work = filled(kernels::attention_work_size(B, T, C, NH), 0), mask = filled(N, 0);
   Rng rng{1, 0};
   for (auto _ : st)

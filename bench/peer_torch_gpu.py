@@ -6,7 +6,8 @@ autocast (or fp32), fused AdamW for training (LAMB is not in PyTorch), eager or 
          positions per sequence and NSP labels (as bertcc's bench);
   infer: BertModel forward under torch.inference_mode.
 Prints one JSON line: seq_per_s, step_ms, model_tflops (GEMM FLOPs as bertcc counts them),
-peak_gpu_mem_mb, gpu, torch and transformers versions. For the GPU machine (torch 2.x +
+peak_gpu_mem_mb (max_memory_allocated: tensors only, as bertcc's figure counts its own buffers),
+gpu_mem_used_mb (the device's memory in use at the end, context included: cudaMemGetInfo), gpu, torch and transformers versions. For the GPU machine (torch 2.x +
 transformers); bench/gpu.sh runs it next to bertcc in one command.
   peer_torch_gpu.py train|infer --config bert-base --batch 64 --seq 128 --precision bf16 [--compile]"""
 import argparse
@@ -101,6 +102,7 @@ def main():
                       "config": a.config, "precision": a.precision, "batch": B, "seq": T, "steps": a.steps,
                       "step_ms": mean * 1e3, "seq_per_s": B / mean, "model_tflops": f / mean / 1e12,
                       "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20,
+                      "gpu_mem_used_mb": (lambda fb: (fb[1] - fb[0]) / 2**20)(torch.cuda.mem_get_info()),
                       "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                       "transformers": transformers.__version__}))
 

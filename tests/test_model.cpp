@@ -2,6 +2,7 @@
 // gradient accumulation semantics.
 #include <gtest/gtest.h>
 
+#include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
 #include "test_util.h"
@@ -279,31 +280,163 @@ TEST(Model, LayerwiseLearningRateDecayDepths) {
 // for bit, as the training-sized arena, with and without dropout, across re-carving; a backward
 // after such a forward is refused.
 TEST(Model, InferenceForwardInOneLayersMemoryGivesTheSameBits) {
-  BertConfig c = small_config();
-  c.num_hidden_layers = 5;  // odd and > 2: the alternating inputs and shared slices are exercised
-  const BertBatch batch = random_batch(c, 3, 11, 9);
-  Bert m(c, Heads::PreTraining);
-  m.init_weights(12);
-  for (bool training : {false, true}) {
-    Rng r1{21, 0}, r2{21, 0}, r3{21, 0};
-    m.encode(batch, training, Precision::F32, r1, /*backward=*/true);
-    const std::vector<float> seq_full(m.sequence_output(), m.sequence_output() + 3 * 11 * c.hidden_size);
-    const std::vector<float> pool_full(m.pooled_output(), m.pooled_output() + 3 * c.hidden_size);
-    m.encode(batch, training, Precision::F32, r2, /*backward=*/false);
-    const std::vector<float> seq_inf(m.sequence_output(), m.sequence_output() + 3 * 11 * c.hidden_size);
-    const std::vector<float> pool_inf(m.pooled_output(), m.pooled_output() + 3 * c.hidden_size);
-    EXPECT_EQ(seq_full, seq_inf) << "training " << training;
-    EXPECT_EQ(pool_full, pool_inf) << "training " << training;
-    // the losses too, through the heads, and a training step after an inference one
-    const double l_inf = m.pretrain_step(batch, training, /*backward=*/false, Precision::F32, r3).loss;
-    Rng r4{21, 0};
-    m.zero_grad();
-    const double l_full = m.pretrain_step(batch, training, /*backward=*/true, Precision::F32, r4).loss;
-    EXPECT_EQ(l_inf, l_full);
+  // Inference shares one region among buffers whose lives do not overlap and writes each layer's
+  // output over its input: the same bits as the training arena, in fp32 and bf16, with ELECTRA's
+  // projected embeddings, on the CPU and through the staged backend (device code paths).
+  for (int variant = 0; variant < 2; ++variant) {
+    BertConfig c = small_config();
+    c.num_hidden_layers = 5;  // odd and > 2: the shared slices are exercised
+    if (variant == 1) {
+      c.model_type = "electra";
+      c.embedding_size = 7;  // embeddings narrower than the encoder: the projection's buffers
+      c.hidden_act = "gelu";
+    }
+    const BertBatch batch = random_batch(c, 3, 11, 9);
+    for (Backend* be : {&cpu_backend(), &staged_backend()}) {
+      for (Precision prec : {Precision::F32, Precision::BF16}) {
+        SCOPED_TRACE(std::string(variant ? "electra " : "bert ") + (be->on_host() ? "cpu " : "staged ") +
+                     (prec == Precision::BF16 ? "bf16" : "fp32"));
+        Bert m(c, variant ? Heads::Discriminator : Heads::PreTraining);
+        m.init_weights(12);
+        m.use_backend(*be);
+        std::vector<float> buf;
+        for (bool training : {false, true}) {
+          Rng r1{21, 0}, r2{21, 0}, r3{21, 0};
+          m.encode(batch, training, prec, r1, /*backward=*/true);
+          const float* s = m.sequence_output_on_host(buf);
+          const std::vector<float> seq_full(s, s + 3 * 11 * c.hidden_size);
+          std::vector<float> pool_full;
+          if (m.pooled_output()) {
+            const float* q = m.pooled_output_on_host(buf);
+            pool_full.assign(q, q + 3 * c.hidden_size);
+          }
+          const double before = be->buffer_mb();
+          m.encode(batch, training, prec, r2, /*backward=*/false);
+          if (!be->on_host()) {
+            EXPECT_LT(be->buffer_mb(), before + 1e-9) << "the inference arena grew the memory";
+          }
+          s = m.sequence_output_on_host(buf);
+          EXPECT_EQ(seq_full, std::vector<float>(s, s + 3 * 11 * c.hidden_size)) << "training " << training;
+          if (m.pooled_output()) {
+            const float* q = m.pooled_output_on_host(buf);
+            EXPECT_EQ(pool_full, std::vector<float>(q, q + 3 * c.hidden_size)) << "training " << training;
+          }
+          if (variant == 1) continue;
+          // the losses too, through the heads, and a training step after an inference one
+          const double l_inf = m.pretrain_step(batch, training, /*backward=*/false, prec, r3).loss;
+          Rng r4{21, 0};
+          m.zero_grad();
+          const double l_full = m.pretrain_step(batch, training, /*backward=*/true, prec, r4).loss;
+          EXPECT_EQ(l_inf, l_full);
+        }
+        Rng r{1, 0};
+        m.encode(batch, false, prec, r, /*backward=*/false);
+        EXPECT_THROW(m.encode_backward(m.sequence_output(), nullptr, prec), Error);
+      }
+    }
   }
-  Rng r{1, 0};
-  m.encode(batch, false, Precision::F32, r, /*backward=*/false);
-  EXPECT_THROW(m.encode_backward(m.sequence_output(), nullptr, Precision::F32), Error);
+  // The inference arena is smaller than the training one, and on a fresh staged model an inference
+  // forward's buffers are below the training activations alone (BERT-large's shape, counted only).
+  const BertConfig big = [] {
+    BertConfig b;
+    b.vocab_size = 64;
+    b.hidden_size = 64;
+    b.num_hidden_layers = 4;
+    b.num_attention_heads = 4;
+    b.intermediate_size = 256;
+    b.max_position_embeddings = 32;
+    return b;
+  }();
+  const BertBatch bb = random_batch(big, 4, 32, 3);
+  for (Precision prec : {Precision::F32, Precision::BF16}) {
+    Backend& be = staged_backend();
+    Bert m(big, Heads::None);
+    m.init_weights(1);
+    m.use_backend(be);
+    const double weights = be.buffer_mb();
+    Rng r{1, 0};
+    m.encode(bb, false, prec, r, /*backward=*/false);
+    const double inference = be.buffer_mb() - weights;
+    // the former inference plan: layer 0's training slices, two alternating layer inputs
+    const int64_t N = 4 * 32, C = 64, I = 256;
+    const double h = prec == Precision::BF16 ? 1 : 0;
+    const double attention = static_cast<double>(be.attention_saved_size(4, 32, C, 4, false, prec) +
+                                                 be.attention_work_size(4, 32, C, 4));
+    const double before = 4.0 * (N * C /*emb_sum*/ + 2 * N * C /*x*/ + 3 * N * C + N * C /*qkv ctx*/ +
+                                 2 * N * C /*ln sums*/ + N * C /*h1*/ + N * I /*inter*/ + (1 - h) * N * I /*gelu*/ +
+                                 N * C /*tmp_c*/ + h * (1.5 * N * C + 0.5 * N * I) + attention) / (1 << 20);
+    EXPECT_LT(inference, 0.75 * before) << "inference activations " << inference << " MB against " << before;
+    EXPECT_GT(inference, 0.4 * before) << "inference activations " << inference << " MB against " << before;
+  }
+}
+
+TEST(Model, InferenceOnlyPlacementKeepsEncoderMatricesInBf16AloneWithTheSameBits) {
+  // use_backend_for_inference on a device in bf16: the encoder's GEMM matrices are there as bf16
+  // only. The logits of every kind of head are the bits of use_backend's; less device memory;
+  // whatever would need the fp32 matrices is refused by name.
+  BertConfig c = small_config();
+  c.hidden_size = 16;  // multiples of 8: the matrices' bf16 copies are 16-byte aligned, so dropped
+  c.num_attention_heads = 4;
+  c.intermediate_size = 40;
+  c.vocab_size = 40;
+  c.num_hidden_layers = 3;
+  c.id2label = {"a", "b", "c"};
+  const BertBatch batch = random_batch(c, 3, 11, 5);
+  Backend& be = staged_backend();
+  for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification,
+                  Heads::PreTraining}) {
+    SCOPED_TRACE(static_cast<int>(h));
+    Bert full(c, h), lean(c, h);
+    full.init_weights(4);
+    lean.init_weights(4);
+    const double m0 = be.buffer_mb();
+    full.use_backend(be);
+    const double m_full = be.buffer_mb() - m0;
+    lean.use_backend_for_inference(be, Precision::BF16);
+    const double m_lean = be.buffer_mb() - m0 - m_full;
+    EXPECT_TRUE(lean.inference_only());
+    // fp32 weights: 16x48 + 16x16 + 40x16 + 16x40 per layer dropped, bf16 kept
+    const double dropped = 4.0 * c.num_hidden_layers * (16 * 48 + 16 * 16 + 2 * 40 * 16) / (1 << 20);
+    EXPECT_NEAR(m_full - m_lean, dropped, 64.0 * 4 * 60 / (1 << 20)) << "alignment gaps aside";
+    for (int rep = 0; rep < 2; ++rep) {  // the second pass reuses the arena and the bf16 weights
+      Rng r1{7, 0}, r2{7, 0};
+      if (h == Heads::PreTraining) {
+        std::vector<float> l1, l2;
+        const double a = full.pretrain_step(batch, false, false, Precision::BF16, r1, 1.0f, 0, 0, &l1).loss;
+        const double b = lean.pretrain_step(batch, false, false, Precision::BF16, r2, 1.0f, 0, 0, &l2).loss;
+        EXPECT_EQ(a, b);
+        EXPECT_EQ(l1, l2);
+      } else {
+        full.finetune_step(batch, false, false, Precision::BF16, r1);
+        lean.finetune_step(batch, false, false, Precision::BF16, r2);
+        ASSERT_FALSE(full.head_logits().empty());
+        EXPECT_EQ(full.head_logits(), lean.head_logits());
+      }
+    }
+    Rng r{1, 0};
+    EXPECT_THROW(lean.encode(batch, false, Precision::F32, r, false), Error);
+    EXPECT_THROW(lean.encode(batch, true, Precision::BF16, r, /*backward=*/true), Error);
+    EXPECT_THROW(lean.params_to_host(), Error);
+    EXPECT_THROW(lean.params_to_device(), Error);
+    EXPECT_THROW(lean.params_on_backend(), Error);
+    lean.params();  // a change on the host cannot reach the device's bf16-only weights
+    EXPECT_THROW(lean.encode(batch, false, Precision::BF16, r, false), Error);
+    lean.use_backend(be);  // placed again in full: usable for anything
+    EXPECT_FALSE(lean.inference_only());
+    Rng r3{7, 0}, r4{7, 0};
+    if (h != Heads::PreTraining) {
+      full.finetune_step(batch, false, false, Precision::F32, r3);
+      lean.finetune_step(batch, false, false, Precision::F32, r4);
+      EXPECT_EQ(full.head_logits(), lean.head_logits());
+    }
+  }
+  // On the CPU, or in fp32, it is use_backend.
+  Bert m(c, Heads::SequenceClassification);
+  m.init_weights(1);
+  m.use_backend_for_inference(be, Precision::F32);
+  EXPECT_FALSE(m.inference_only());
+  m.use_backend_for_inference(cpu_backend(), Precision::BF16);
+  EXPECT_FALSE(m.inference_only());
 }
 
 TEST(Model, GradientsAreAllocatedOnlyForABackward) {

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
       for (auto& x : dout) x = u(gen);
       for (long b = 0; b < B; ++b)  // the last eighth of every other sequence is padding
         for (long t = T - (b % 2) * (T / 8); t < T; ++t) mask[b * T + t] = -10000.0f;
-      Buf q(qkv), dO(dout), m(mask), out(std::vector<float>(B * T * C)), lse(std::vector<float>(static_cast<size_t>(G::attention_saved_size(B, T, NH, p > 0, Precision::BF16)))),
+      Buf q(qkv), dO(dout), m(mask), out(std::vector<float>(B * T * C)), lse(std::vector<float>(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, p > 0, Precision::BF16)))),
           dqkv(std::vector<float>(B * T * 3 * C)),
           work(std::vector<float>(static_cast<size_t>(G::attention_backward_work_size(B, T, NH))));
       const Rng rng(42, 0);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "bertcc/config.h"
@@ -110,6 +111,13 @@ class Bert {
   // params_to_device() after changing the weights on the host, grads_to_host() before reading
   // gradients. Every head computes there except the joint SQuAD head's layers (host, see joint_qa.cpp).
   void use_backend(Backend& be);
+  // use_backend for a model that will only infer (qa, classify, tag, embed, fill-mask, serve, bench
+  // infer): on a device in bf16, the encoder layers' GEMM matrices are there only as their bf16
+  // roundings, the only form bf16 products read (about 3.6 of BERT-large's 5.4 bytes per weight
+  // less; the same bits). Such a model refuses backward, optimizer steps, fp32 forwards and
+  // params_to_device/_to_host, naming why. Elsewhere (the CPU, fp32) it is use_backend.
+  void use_backend_for_inference(Backend& be, Precision prec);
+  bool inference_only() const { return !dev_offset_.empty(); }
   Backend& backend() const { return *be_; }
   void params_to_device();
   void params_to_host();  // after the weights changed on the device (optimizer steps), before saving
@@ -118,6 +126,7 @@ class Bert {
   // The flat weights and gradients where the backend computes (for its optimizer steps);
   // the weights' bf16 copy is refreshed before the next step.
   float* params_on_backend() {
+    check_not_inference_only("params_on_backend");
     params16_valid_ = false;
     return dev_params_ ? dev_params_ : params_.data();
   }
@@ -226,10 +235,19 @@ class Bert {
   static int64_t plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
                            Precision prec, const Backend& be, std::vector<std::pair<float**, int64_t>>& plan,
                            bool inference = false);
+  static int64_t plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
+                                     Precision prec, const Backend& be,
+                                     std::vector<std::pair<float**, int64_t>>& plan);
+  static void place_inference_acts(Acts& a);
   // Weights, gradients and bf16 weights where the backend computes (host vectors on the CPU).
   const float* w(const std::string& name) const {
+    if (!dev_offset_.empty()) {  // inference only: null for the matrices kept in bf16 alone
+      const int64_t off = dev_offset_.at(name);
+      return off < 0 ? nullptr : dev_params_ + off;
+    }
     return (dev_params_ ? dev_params_ : params_.data()) + table_.at(name).offset;
   }
+  void check_not_inference_only(const char* what) const;
   float* dgrad(const std::string& name) { return grads_on_backend() + table_.at(name).offset; }
   void ensure_grads();
   // bf16 copy of a weight (bf16 precision), or null in fp32.
@@ -260,6 +278,9 @@ class Bert {
   std::unique_ptr<DeviceState> dev_;
   float *dev_params_ = nullptr, *dev_grads_ = nullptr;
   bf16_t* dev_params16_ = nullptr;
+  // inference only (use_backend_for_inference): each tensor's offset in the device's fp32 buffer,
+  // -1 for those kept in bf16 alone; empty otherwise
+  std::unordered_map<std::string, int64_t> dev_offset_;
   std::unique_ptr<Acts> acts_;
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)

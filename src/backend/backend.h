@@ -143,9 +143,13 @@ class Backend {
   virtual void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) = 0;
 
   // Attention saves what its backward needs in `saved` (CPU: P and the dropped-out P; CUDA: the
-  // row log-sum-exp) and uses `work` as scratch; both sizes in floats. Backward overwrites dqkv and
-  // may use the forward's output `out`, the mask and the dropout stream (CUDA regenerates P).
-  virtual int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) const = 0;
+  // row log-sum-exp and the dropout decisions) and uses `work` as scratch; both sizes in floats.
+  // Backward overwrites dqkv and may use the forward's output `out`, the mask and the dropout
+  // stream (CUDA regenerates P). In bf16 `saved` also holds q, k and v rounded to bf16, the only
+  // form bf16 products read, and the backward reads no qkv (it may be null), so a model need not
+  // keep each layer's fp32 qkv for it.
+  virtual int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout,
+                                       Precision prec) const = 0;
   virtual int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const = 0;
   virtual void attention_forward(float* out, float* saved, float* work, const float* qkv, const float* mask_add,
                                  int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
@@ -194,8 +198,15 @@ class Backend {
   // ---- measurement ----
   // TFLOP/s of a bare GEMM C[M,N] = A[M,K] B[K,N] in `p` (operands already in that precision).
   virtual double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) = 0;
-  // Device memory in use on the device, by every process (total - free; 0 on the CPU: see peak RSS).
+  // Device memory in use on the device, by every process (total - free; 0 on the CPU: see peak RSS):
+  // with the CUDA context, the libraries' modules and the allocator's slack.
   virtual double device_memory_used_mb() const = 0;
+  // The bytes of this process's own device buffers (CUDA, and the staged backend's allocations; 0 on
+  // the CPU), as PyTorch's memory_allocated counts its tensors, and their high-water mark since the
+  // start or reset_peak_buffer_mb (max_memory_allocated, reset_peak_memory_stats).
+  virtual double buffer_mb() const { return 0.0; }
+  virtual double peak_buffer_mb() const { return 0.0; }
+  virtual void reset_peak_buffer_mb() {}
 };
 
 // The process-wide CPU backend.

@@ -34,11 +34,27 @@ class Allocations {
   void add(const void* p, size_t bytes) {
     std::lock_guard<std::mutex> lk(mu_);
     live_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    bytes_ += bytes;
+    peak_ = std::max(peak_, bytes_);
   }
   void remove(const void* p) {
     std::lock_guard<std::mutex> lk(mu_);
-    BERTCC_CHECK(live_.erase(reinterpret_cast<uintptr_t>(p)) == 1,
-                 "cpu-staged: free of a pointer the backend did not allocate");
+    auto it = live_.find(reinterpret_cast<uintptr_t>(p));
+    BERTCC_CHECK(it != live_.end(), "cpu-staged: free of a pointer the backend did not allocate");
+    bytes_ -= it->second;
+    live_.erase(it);
+  }
+  size_t bytes() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return bytes_;
+  }
+  size_t peak() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return peak_;
+  }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lk(mu_);
+    peak_ = bytes_;
   }
   bool owns(const void* p) const {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -52,6 +68,7 @@ class Allocations {
  private:
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> live_;
+  size_t bytes_ = 0, peak_ = 0;
 };
 
 class CpuBackend final : public Backend {
@@ -224,8 +241,9 @@ class CpuBackend final : public Backend {
     mine("scatter_add_rows", dinp, dout, rows);
     kernels::scatter_add_rows(dinp, dout, rows, M, C);
   }
-  int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) const override {
-    return kernels::attention_saved_size(B, T, NH, dropout, prec);
+  int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout,
+                               Precision prec) const override {
+    return kernels::attention_saved_size(B, T, C, NH, dropout, prec);
   }
   int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const override {
     return kernels::attention_work_size(B, T, C, NH);
@@ -313,6 +331,9 @@ class CpuBackend final : public Backend {
     return kernels::gemm_probe_tflops(M, N, K, p, iters);
   }
   double device_memory_used_mb() const override { return 0.0; }
+  double buffer_mb() const override { return static_cast<double>(owned_.bytes()) / (1 << 20); }
+  double peak_buffer_mb() const override { return static_cast<double>(owned_.peak()) / (1 << 20); }
+  void reset_peak_buffer_mb() override { owned_.reset_peak(); }
 
  private:
   // Staged: each non-null buffer must lie in one of this backend's allocations.

@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dkdv(float* dqkv, const float*
 
 }  // namespace
 
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) {
-  return attn::lse_floats(B, NH, T) + (dropout && prec != Precision::F32 ? attn::drop_bit_words(B, NH, T) : 0);
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec) {
+  return attn::operands_offset(B, NH, T, dropout, prec) + (attn::saved_operand_elems(B, T, C, NH, prec) + 1) / 2;
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,

@@ -59,6 +59,17 @@ inline int64_t drop_bit_words(int64_t B, int64_t NH, int64_t T) {
   const int64_t Tp = tc_padded_T(T);
   return B * NH * (Tp / 16) * (Tp / 8) * 4;
 }
+// The kernel's head size for head size hs (dispatch_hs's choice; 0 past 128).
+inline int64_t kernel_hs(int64_t hs) { return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 : hs <= 128 ? 128 : 0; }
+// In bf16 the forward saves, after lse and the dropout bits (16-byte aligned: both are multiples of
+// 4 floats), its operands q, k and v rounded to bf16 in the kernels' layout ([3][B*NH][Tp][kernel
+// HS], attention_tc_kernels.cuh: prep), and the backward reads them instead of qkv.
+inline int64_t operands_offset(int64_t B, int64_t NH, int64_t T, bool drop, Precision prec) {
+  return lse_floats(B, NH, T) + (drop && prec != Precision::F32 ? drop_bit_words(B, NH, T) : 0);
+}
+inline int64_t saved_operand_elems(int64_t B, int64_t T, int64_t C, int64_t NH, Precision prec) {
+  return prec == Precision::BF16 ? 3 * B * NH * tc_padded_T(T) * kernel_hs(C / NH) : 0;
+}
 
 // Tensor Core kernels (attention_tc.cu). D[bh*T + i] = sum_c dout*out, computed by the caller.
 // lse: the saved buffer (lse, then with dropout the decision bits).

@@ -114,7 +114,9 @@ void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add,
     constexpr int HS = decltype(hs)::value;
     const int64_t n = operand_elems<HS>(s);
     std::optional<OpTimer> part(std::in_place, "attention_forward/16-bit operands");
-    uint16_t* q = operand_buffer(3 * static_cast<size_t>(n));
+    // bf16: into the saved buffer, for the backward (attention_common.cuh); fp16: scratch
+    uint16_t* q = BF ? reinterpret_cast<uint16_t*>(lse + operands_offset(s.B, s.NH, s.T, s.drop, prec))
+                     : operand_buffer(3 * static_cast<size_t>(n));
     launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
     Operands op;
     op.q = q, op.k = q + n, op.v = q + 2 * n, op.Tp = padded_T(s.T);
@@ -145,11 +147,19 @@ void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* 
     constexpr int HS = decltype(hs)::value;
     const int64_t n = operand_elems<HS>(s);
     std::optional<OpTimer> part(std::in_place, "attention_backward/16-bit operands");
-    uint16_t* q = operand_buffer(4 * static_cast<size_t>(n));
-    launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
-    launch_prep<BF, HS>(q + 3 * n, dout, s.C, s, 1);
     Operands op;
-    op.q = q, op.k = q + n, op.v = q + 2 * n, op.dout = q + 3 * n, op.Tp = padded_T(s.T);
+    if constexpr (BF) {  // q, k, v as the forward saved them; qkv is not read
+      const auto* saved = reinterpret_cast<const uint16_t*>(lse + operands_offset(s.B, s.NH, s.T, s.drop, prec));
+      uint16_t* d = operand_buffer(static_cast<size_t>(n));
+      launch_prep<BF, HS>(d, dout, s.C, s, 1);
+      op.q = saved, op.k = saved + n, op.v = saved + 2 * n, op.dout = d;
+    } else {
+      uint16_t* q = operand_buffer(4 * static_cast<size_t>(n));
+      launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
+      launch_prep<BF, HS>(q + 3 * n, dout, s.C, s, 1);
+      op.q = q, op.k = q + n, op.v = q + 2 * n, op.dout = q + 3 * n;
+    }
+    op.Tp = padded_T(s.T);
     // the forward's dropout decisions (attention_common.cuh: after lse in the saved buffer)
     if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
     part.emplace("attention_backward/dq");

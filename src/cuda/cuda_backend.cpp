@@ -173,8 +173,9 @@ class CudaBackend final : public Backend {
     const OpTimer timer("scatter_add_rows");
     cuda::scatter_add_rows(dinp, dout, rows, M, C);
   }
-  int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) const override {
-    return cuda::attention_saved_size(B, T, NH, dropout, prec);
+  int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout,
+                               Precision prec) const override {
+    return cuda::attention_saved_size(B, T, C, NH, dropout, prec);
   }
   int64_t attention_work_size(int64_t B, int64_t T, int64_t, int64_t NH) const override {
     return attention_backward_work_size(B, T, NH);
@@ -263,6 +264,9 @@ class CudaBackend final : public Backend {
     return cuda::gemm_probe_tflops(M, N, K, p, iters);
   }
   double device_memory_used_mb() const override { return cuda::memory_used_mb(); }
+  double buffer_mb() const override { return static_cast<double>(cuda::allocated_bytes()) / (1 << 20); }
+  double peak_buffer_mb() const override { return static_cast<double>(cuda::peak_allocated_bytes()) / (1 << 20); }
+  void reset_peak_buffer_mb() override { cuda::reset_peak_allocated(); }
 
  private:
   // The moments on this device (of its shard with ZeRO-1), allocated (zeroed) at the first step.

@@ -41,6 +41,11 @@ void copy_device(void* dst, const void* src, size_t bytes);
 void zero(void* p, size_t bytes);
 void synchronize();  // waits for queued work; throws with the CUDA error of any failed kernel
 double memory_used_mb();  // the device's memory in use (cudaMemGetInfo: total - free)
+// Bytes of bertcc's own device buffers (alloc/free) now, and their high-water mark since the start
+// or the last reset_peak_allocated (PyTorch's memory_allocated / max_memory_allocated).
+size_t allocated_bytes();
+size_t peak_allocated_bytes();
+void reset_peak_allocated();
 // fp32 -> bf16, round to nearest even (bit-identical to bertcc::f32_to_bf16)
 void to_bf16(bf16_t* out, const float* in, int64_t n);
 // fp32 -> bf16 or fp16 (round to nearest even) and back: gradients on a 16-bit wire
@@ -96,11 +101,12 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // ---- fused attention (no T x T tensor in memory) ----
 // qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on keys; out[B,T,C]; `lse` is the saved buffer
 // of attention_saved_size() floats: lse[B,NH,T] and, in bf16/fp16 with dropout, the forward's
-// dropout decisions (one bit per element) for the backward.
+// dropout decisions (one bit per element) for the backward; in bf16 then q, k and v rounded to bf16
+// in the Tensor Core kernels' layout, which the backward reads instead of qkv (it may be null).
 // Head sizes up to 128. Dropout on the probabilities as the CPU kernel: element
 // (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j. fp32: exact fp32 on CUDA cores;
 // bf16/fp16: Tensor Cores (compute capability 8.0+), rounding where the CPU's bf16 attention does.
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec);
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec);
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
                        int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec);
 // dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.

@@ -1,6 +1,10 @@
 // Device selection, memory and copies for the CUDA kernels.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
 
@@ -37,6 +41,15 @@ DeviceInfo device_info(int device) {
 
 void set_device(int device) { BERTCC_CUDA_CHECK(cudaSetDevice(device)); }
 
+namespace {
+// bertcc's own device buffers (every cudaMalloc goes through alloc below): the bytes live now and
+// their high-water mark, as PyTorch's memory_allocated / max_memory_allocated count its tensors
+// (neither counts the CUDA context, the libraries' modules or other processes).
+std::mutex g_mem_mu;
+std::unordered_map<void*, size_t> g_live;
+size_t g_live_bytes = 0, g_peak_bytes = 0;
+}  // namespace
+
 void* alloc(size_t bytes) {
   void* p = nullptr;
   if (bytes == 0) return nullptr;
@@ -47,13 +60,36 @@ void* alloc(size_t bytes) {
     (void)cudaMemGetInfo(&free_b, &total_b);
     fail("GPU memory: cannot allocate ", static_cast<double>(bytes) / (1 << 20), " MiB (", cudaGetErrorString(e),
          "; ", static_cast<double>(free_b) / (1 << 20), " MiB free of ", static_cast<double>(total_b) / (1 << 20),
-         ")");
+         "; bertcc's own buffers: ", static_cast<double>(allocated_bytes()) / (1 << 20), " MiB)");
   }
+  std::lock_guard<std::mutex> lk(g_mem_mu);
+  g_live[p] = bytes;
+  g_live_bytes += bytes;
+  g_peak_bytes = std::max(g_peak_bytes, g_live_bytes);
   return p;
 }
 
 void free(void* p) {
-  if (p) BERTCC_CUDA_CHECK(cudaFree(p));
+  if (!p) return;
+  BERTCC_CUDA_CHECK(cudaFree(p));
+  std::lock_guard<std::mutex> lk(g_mem_mu);
+  auto it = g_live.find(p);
+  if (it == g_live.end()) return;  // not ours: cudaFree has said what it had to
+  g_live_bytes -= it->second;
+  g_live.erase(it);
+}
+
+size_t allocated_bytes() {
+  std::lock_guard<std::mutex> lk(g_mem_mu);
+  return g_live_bytes;
+}
+size_t peak_allocated_bytes() {
+  std::lock_guard<std::mutex> lk(g_mem_mu);
+  return g_peak_bytes;
+}
+void reset_peak_allocated() {
+  std::lock_guard<std::mutex> lk(g_mem_mu);
+  g_peak_bytes = g_live_bytes;
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {

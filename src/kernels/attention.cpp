@@ -93,14 +93,21 @@ void head_gemm(bool ta, bool tb, int64_t BH, int64_t M, int64_t N, int64_t K, co
   gemm(g, prec);
 }
 
+// The saved buffer: P [B,NH,T,T] in fp32; with dropout Pd after it, in fp32 or, for bf16 GEMMs, in
+// bf16 (two per float); for bf16 GEMMs then q, k and v rounded to bf16 ([3][B,NH,T,HS]: the only
+// form bf16 GEMMs read them in), so that the backward reads no qkv. Where those roundings start:
+int64_t operands_offset(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) {
+  const int64_t n = B * NH * T * T;
+  return n + (!dropout ? 0 : prec == Precision::BF16 ? (n + 1) / 2 : n);
+}
+
 }  // namespace
 
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) {
   return 7 * B * T * C + B * NH * T * T + (B * NH * T * T + 1) / 2;
 }
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec) {
-  const int64_t n = B * NH * T * T;  // P in fp32, then Pd in fp32 or, for bf16 GEMMs, bf16 (two per float)
-  return n + (!dropout ? 0 : prec == Precision::BF16 ? (n + 1) / 2 : n);
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec) {
+  return operands_offset(B, T, NH, dropout, prec) + (prec == Precision::BF16 ? (3 * B * T * C + 1) / 2 : 0);
 }
 
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
@@ -110,6 +117,9 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C, NH);
   unpack_qkv(w, qkv, B, T, C, NH);
+  if (prec == Precision::BF16)  // q, k, v (contiguous in work) rounded, for the backward
+    to_bf16(w.q, reinterpret_cast<bf16_t*>(probs + operands_offset(B, T, NH, dropout_p > 0.0f, prec)),
+            static_cast<size_t>(3 * B * T * C));
 
   head_gemm(false, true, BH, T, T, HS, w.q, w.k, probs, scale, prec);  // probs = scale * q @ k^T
 
@@ -162,10 +172,14 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C, NH);
-  unpack_qkv(w, qkv, B, T, C, NH);
+  const bool bf = prec == Precision::BF16, drop = dropout_p > 0.0f;
+  if (bf)  // the forward's roundings of q, k, v: the GEMMs below round them again, to the same bits
+    from_bf16(reinterpret_cast<const bf16_t*>(probs + operands_offset(B, T, NH, drop, prec)), w.q,
+              static_cast<size_t>(3 * B * T * C));
+  else
+    unpack_qkv(w, qkv, B, T, C, NH);
   rows_to_heads(w.ctx, dout, B, T, C, NH);  // w.ctx now holds d(ctx) per head
 
-  const bool bf = prec == Precision::BF16, drop = dropout_p > 0.0f;
   const float* pdrop = drop && !bf ? probs + BH * T * T : nullptr;
   const bf16_t* pd16 = drop && bf ? reinterpret_cast<const bf16_t*>(probs + BH * T * T) : nullptr;
   head_gemm(true, false, BH, T, HS, T, pdrop ? pdrop : probs, w.ctx, w.dv, 1.0f, prec, pd16);  // dv = Pd^T @ dctx

@@ -48,15 +48,16 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // ---- attention: qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on key positions ----
 // Saves probs[B,NH,T,T] (softmax, before dropout) and, when dropout_p > 0, the dropped-out
 // probabilities Pd[B,NH,T,T] right after them (fp32, or bf16 when prec is BF16: all the GEMMs
-// read): `probs` holds attention_saved_size(B, T, NH, dropout_p > 0, prec) floats.
+// read), and when prec is BF16 then q, k and v rounded to bf16 (the backward reads no qkv):
+// `probs` holds attention_saved_size(B, T, C, NH, dropout_p > 0, prec) floats.
 // Element i of Pd uses number base + i of the dropout stream. `work` is scratch of attention_work_size().
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH);
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t NH, bool dropout, Precision prec);
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec);
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                        Precision prec);
 // dqkv[B,T,3C] is overwritten (not accumulated). `probs` and `dropout_p` as saved by the forward
-// pass (no random numbers are drawn); `work` as above.
+// pass (no random numbers are drawn); `work` as above. BF16: qkv is not read (may be null).
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
                         int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec);
 

@@ -204,6 +204,9 @@ struct Bert::Acts {
   uint64_t rng_seed = 0;  // dropout masks are regenerated from (rng_seed, per-site base)
   // pooler: cls [B,C], pooled_pre [B,C], pooled [B,C]
   float *cls, *pooled;
+  // inference: the region that buffers with disjoint lives share, and two places in it (floats)
+  float* region = nullptr;
+  int64_t region_ctx = 0, region_sum = 0;
   // scratch
   float *att_work, *tmp_c, *g, *d1, *d2, *dh, *dc, *dqkv, *di, *di2, *dcls, *dpool;
   float* di2_16;  // bf16 only: di2's rounding, written by gelu_backward for both FFN1 products
@@ -245,6 +248,7 @@ void Bert::ensure_grads() {
     grads_.assign(table_.total(), 0.0f);
   }
   if (dev_ && !dev_grads_) {
+    check_not_inference_only("a backward or an optimizer step");
     dev_->grads = DeviceBuffer<float>(*be_, grads_.size());
     dev_grads_ = dev_->grads.get();
     be_->zero(dev_grads_, sizeof(float) * grads_.size());
@@ -309,6 +313,7 @@ void Bert::use_backend(Backend& be) {
   dev_.reset();
   dev_params_ = dev_grads_ = nullptr;
   dev_params16_ = nullptr;
+  dev_offset_.clear();
   params16_valid_ = false;
   if (be.on_host()) return;
   dev_ = std::make_unique<DeviceState>();
@@ -319,12 +324,79 @@ void Bert::use_backend(Backend& be) {
   params_to_device();
 }
 
+namespace {
+// The encoder layers' GEMM matrices: read only by linear_forward/_backward, which in bf16 read
+// their bf16 roundings alone.
+bool encoder_gemm_matrix(const std::string& name) {
+  static const std::string lp = "bert.encoder.layer.";
+  if (name.rfind(lp, 0) != 0) return false;
+  for (const char* s : {".attention.self.query.weight", ".attention.self.key.weight", ".attention.self.value.weight",
+                        ".attention.output.dense.weight", ".intermediate.dense.weight", ".output.dense.weight"}) {
+    const std::string suffix = s;
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  }
+  return false;
+}
+}  // namespace
+
+void Bert::use_backend_for_inference(Backend& be, Precision prec) {
+  if (be.on_host() || prec != Precision::BF16) return use_backend(be);
+  acts_.reset();
+  be_ = &be;
+  dev_.reset();
+  dev_params_ = dev_grads_ = nullptr;
+  dev_params16_ = nullptr;
+  dev_offset_.clear();
+  params16_valid_ = false;
+  // fp32 on the device: every tensor but the encoder's GEMM matrices, each at its offset modulo 64
+  // floats (256 bytes) in the full layout, so that every kept tensor has the alignment it had there
+  // (GEMM algorithms and vector loads are chosen by alignment) and neighbours stay neighbours (the
+  // query, key and value biases are read as one). bf16: the full layout, rounded once on the host.
+  // A matrix whose bf16 copy is not 16-byte aligned keeps its fp32 copy too: the CUDA GEMM rounds
+  // such a weight again from fp32 into aligned scratch (see cuda::gemm); BERT's shapes (hidden
+  // sizes that are multiples of 8) have none.
+  int64_t next = 0;
+  for (const auto& e : table_.entries()) {
+    if (encoder_gemm_matrix(e.name) && e.offset % 8 == 0) {
+      dev_offset_[e.name] = -1;
+      continue;
+    }
+    const int64_t orig = static_cast<int64_t>(e.offset);
+    next += ((orig - next) % 64 + 64) % 64;
+    dev_offset_[e.name] = next;
+    next += static_cast<int64_t>(e.numel);
+  }
+  dev_ = std::make_unique<DeviceState>();
+  dev_->params = DeviceBuffer<float>(be, static_cast<size_t>(std::max<int64_t>(next, 1)));
+  dev_->params16 = DeviceBuffer<bf16_t>(be, params_.size());
+  dev_params_ = dev_->params.get();
+  dev_params16_ = dev_->params16.get();
+  for (const auto& e : table_.entries()) {
+    const int64_t off = dev_offset_.at(e.name);
+    if (off >= 0) be.upload(dev_params_ + off, params_.data() + e.offset, sizeof(float) * e.numel);
+  }
+  {
+    std::vector<bf16_t> r16(params_.size());  // bertcc::to_bf16: the bits of the device's rounding
+    to_bf16(params_.data(), r16.data(), params_.size());
+    be.upload(dev_params16_, r16.data(), sizeof(bf16_t) * r16.size());
+  }
+  params16_valid_ = true;
+}
+
+void Bert::check_not_inference_only(const char* what) const {
+  BERTCC_CHECK(dev_offset_.empty(), what, ": this model was placed on ", be_->describe(),
+               " for bf16 inference only (its encoder matrices are there in bf16 alone)");
+}
+
 void Bert::params_to_device() {
+  check_not_inference_only("params_to_device");
   params16_valid_ = false;
   if (dev_params_) be_->upload(dev_params_, params_.data(), sizeof(float) * params_.size());
 }
 
 void Bert::params_to_host() {
+  check_not_inference_only("params_to_host");
   if (dev_params_) be_->download(params_.data(), dev_params_, sizeof(float) * params_.size());
 }
 
@@ -375,6 +447,13 @@ const int64_t* Bert::rows_on_backend(std::vector<int64_t>& v) {
 }
 
 void Bert::refresh_bf16(Precision p) {
+  if (!dev_offset_.empty()) {  // inference only: the bf16 weights were made once, from the host's
+    BERTCC_CHECK(p == Precision::BF16, "this model was placed on the device for bf16 inference only; "
+                                       "--precision fp32 needs its fp32 weights there");
+    BERTCC_CHECK(params16_valid_, "the weights changed after the model was placed on the device for bf16 "
+                                  "inference only");
+    return;
+  }
   if (p != Precision::BF16 || params16_valid_) return;
   if (dev_params16_) {
     be_->to_bf16(dev_params16_, dev_params_, static_cast<int64_t>(params_.size()));
@@ -386,30 +465,32 @@ void Bert::refresh_bf16(Precision p) {
 }
 
 // The activation arena's slices for (B, T): (where the slice pointer goes, floats). Returns the
-// arena's size in floats (64-byte aligned slices).
+// arena's size in floats (64-byte aligned slices). Training: every layer's saved activations and the
+// backward's scratch; inference (no backward follows): plan_inference_acts.
 int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
                         const Backend& be, std::vector<std::pair<float**, int64_t>>& plan, bool inference) {
   const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
   const int64_t L = cfg.num_hidden_layers, E = cfg.embedding_dim();
-  const int64_t bwd = inference ? 0 : 1;  // backward-only slices: empty for inference
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;  // bf16 copies (n bf16 in (n + 1) / 2 floats): bf16 only
   // In bf16 the backward reads the roundings of the layer inputs and of h1 (x16, h1_16), never
   // their fp32 values, which only the layer's own forward reads (the residual adds and the roundings
-  // made there): the layer inputs alternate between two buffers as in inference, and one h1 serves
+  // made there): the layer inputs alternate between two buffers, and one h1 serves
   // every layer (ensure_acts aliases them). The encoder's output x[L] is x[L % 2], read by the heads.
-  const bool transient = inference || h16;
+  // Likewise qkv: in bf16 attention saves its rounded operands and its backward reads no qkv, so
+  // one qkv serves every layer.
+  const bool transient = h16;
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
+  if (inference) return plan_inference_acts(a, cfg, B, T, attention_dropout, prec, be, plan);
   plan.push_back({&a.emb_sum, N * E});
   plan.push_back({&a.emb_out, E != C ? N * E : 0});
-  for (float** p : {&a.demb_a, &a.demb_b, &a.demb_c}) plan.push_back({p, E != C ? N * E * bwd : 0});
+  for (float** p : {&a.demb_a, &a.demb_b, &a.demb_c}) plan.push_back({p, E != C ? N * E : 0});
   plan.push_back({&a.emb_mean, N});
   plan.push_back({&a.emb_rstd, N});
   for (int64_t l = 0; l <= (transient ? std::min<int64_t>(L, 1) : L); ++l) plan.push_back({&a.x[l], N * C});
   for (auto& ly : a.layers) {
-    if (inference && &ly != &a.layers.front()) break;  // the other layers alias layer 0 (ensure_acts)
-    plan.push_back({&ly.qkv, N * 3 * C});
-    plan.push_back({&ly.probs, be.attention_saved_size(B, T, NH, attention_dropout, prec)});
+    plan.push_back({&ly.qkv, transient && &ly != &a.layers.front() ? 0 : N * 3 * C});
+    plan.push_back({&ly.probs, be.attention_saved_size(B, T, C, NH, attention_dropout, prec)});
     plan.push_back({&ly.ctx, N * C});
     plan.push_back({&ly.ln1_sum, N * C});
     plan.push_back({&ly.ln1_mean, N});
@@ -427,17 +508,70 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   plan.push_back({&a.pooled, B * C});
   plan.push_back({&a.att_work, be.attention_work_size(B, T, C, NH)});  // the CPU's forward uses it too
   plan.push_back({&a.tmp_c, N * C});
-  for (float** p : {&a.g, &a.d1, &a.d2, &a.dh, &a.dc}) plan.push_back({p, N * C * bwd});
-  plan.push_back({&a.dqkv, N * 3 * C * bwd});
-  plan.push_back({&a.di, N * I * bwd});
-  plan.push_back({&a.di2, N * I * bwd});
-  plan.push_back({&a.di2_16, h16 * bwd * (N * I + 1) / 2});
-  plan.push_back({&a.d2_16, h16 * bwd * (N * C + 1) / 2});
-  plan.push_back({&a.dcls, B * C * bwd});
-  plan.push_back({&a.dpool, B * C * bwd});
+  for (float** p : {&a.g, &a.d1, &a.d2, &a.dh, &a.dc}) plan.push_back({p, N * C});
+  plan.push_back({&a.dqkv, N * 3 * C});
+  plan.push_back({&a.di, N * I});
+  plan.push_back({&a.di2, N * I});
+  plan.push_back({&a.di2_16, h16 * (N * I + 1) / 2});
+  plan.push_back({&a.d2_16, h16 * (N * C + 1) / 2});
+  plan.push_back({&a.dcls, B * C});
+  plan.push_back({&a.dpool, B * C});
   int64_t total = 0;
   for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;
   return total;
+}
+
+// A forward that no backward follows, in one layer's memory and less: each buffer is live only
+// between its writer and its last reader, so buffers whose lives do not overlap share one region R
+// (per layer: qkv and ctx, then the attention output and the first residual sum, then FFN1's
+// output, then FFN2's output and the second residual sum; before the layers, the embeddings' sum),
+// every layer uses layer 0's slices, and the layer input is written over by the layer's output
+// (x[l] is last read by the first residual LayerNorm). The same kernels in the same order on the
+// same values: the same bits as the training arena (Model.InferenceForwardInOneLayersMemory...).
+int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
+                                  Precision prec, const Backend& be, std::vector<std::pair<float**, int64_t>>& plan) {
+  const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
+  const int64_t E = cfg.embedding_dim();
+  const int64_t h16 = prec == Precision::BF16 ? 1 : 0;
+  auto up16 = [](int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned places inside R
+  a.region_ctx = up16(N * 3 * C);
+  a.region_sum = up16(N * C);
+  const int64_t R = std::max({a.region_ctx + N * C, N * I, N * E, a.region_sum + N * C});
+  Acts::Layer& ly = a.layers.front();
+  plan.push_back({&a.region, R});
+  plan.push_back({&a.emb_out, E != C ? N * E : 0});
+  plan.push_back({&a.emb_mean, N});
+  plan.push_back({&a.emb_rstd, N});
+  plan.push_back({&a.x[0], N * C});
+  plan.push_back({&ly.probs, be.attention_saved_size(B, T, C, NH, attention_dropout, prec)});
+  plan.push_back({&ly.ln1_mean, N});
+  plan.push_back({&ly.ln1_rstd, N});
+  plan.push_back({&ly.h1, N * C});
+  plan.push_back({&ly.gelu, (1 - h16) * N * I});  // fp32 only (bf16: FFN2 reads gelu16)
+  plan.push_back({&ly.ln2_mean, N});
+  plan.push_back({&ly.ln2_rstd, N});
+  for (float** p : {&ly.x16, &ly.ctx16, &ly.h1_16}) plan.push_back({p, h16 * (N * C + 1) / 2});
+  plan.push_back({&ly.gelu16, h16 * (N * I + 1) / 2});
+  plan.push_back({&a.cls, B * C});
+  plan.push_back({&a.pooled, B * C});
+  plan.push_back({&a.att_work, be.attention_work_size(B, T, C, NH)});
+  int64_t total = 0;
+  for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;
+  return total;
+}
+
+void Bert::place_inference_acts(Acts& a) {
+  Acts::Layer& ly = a.layers.front();
+  a.emb_sum = a.region;
+  ly.qkv = a.region;
+  ly.ctx = a.region + a.region_ctx;  // after qkv: attention reads one and writes the other
+  a.tmp_c = a.region;                // written after attention (qkv dead) and after GELU (inter dead)
+  ly.ln1_sum = ly.ln2_sum = a.region + a.region_sum;  // beside tmp_c, which their LayerNorms read
+  ly.inter = a.region;               // written after the first residual LayerNorm (ctx, tmp_c dead)
+  for (float*& x : a.x) x = a.x[0];  // the layer's output over its input
+  for (size_t l = 1; l < a.layers.size(); ++l) a.layers[l] = ly;
+  a.g = a.d1 = a.d2 = a.dh = a.dc = a.dqkv = a.di = a.di2 = a.di2_16 = a.d2_16 = a.dcls = a.dpool = nullptr;
+  a.demb_a = a.demb_b = a.demb_c = nullptr;
 }
 
 double Bert::activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec) {
@@ -468,18 +602,17 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
     if (prec == Precision::BF16)
       for (auto& ly : a.layers) ly.gelu = nullptr;
   };
-  // Inference: layer l's slices are layer 0's, and the layer inputs alternate (x[l] = x[l % 2]).
+  // Inference: layer l's slices are layer 0's, and buffers share a region (place_inference_acts).
   // (Copying the whole Layer copies its dropout seeds too: each forward sets them before use, and
   // only a backward, refused after an inference forward, reads them afterwards.)
   // bf16 training: the layer inputs alternate and h1 is layer 0's (plan_acts).
   auto alias = [&a, prec] {
-    if (!a.inference && prec != Precision::BF16) return;
+    if (a.inference) return place_inference_acts(a);
+    if (prec != Precision::BF16) return;
     for (size_t l = 2; l < a.x.size(); ++l) a.x[l] = a.x[l % 2];
     for (size_t l = 1; l < a.layers.size(); ++l) {
-      if (a.inference)
-        a.layers[l] = a.layers.front();
-      else
-        a.layers[l].h1 = a.layers.front().h1;
+      a.layers[l].h1 = a.layers.front().h1;
+      a.layers[l].qkv = a.layers.front().qkv;
     }
   };
   if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
@@ -714,8 +847,9 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                     ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
                     w16(p + "attention.output.dense.weight", prec),
                     LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
-    be.attention_backward(a.dqkv, a.att_work, a.dc, ly.qkv, ly.ctx, ly.probs, a.mask, B, T, C, NH, p_a, rng,
-                          ly.seed_att, prec);
+    // (bf16: null qkv, whose buffer holds the last layer's; the saved operands serve)
+    be.attention_backward(a.dqkv, a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv, ly.ctx, ly.probs,
+                          a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
     // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)
     be.linear_backward(a.g, dgrad(p + "attention.self.query.weight"), dgrad(p + "attention.self.query.bias"), a.dqkv,

@@ -295,7 +295,7 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->tok = std::make_unique<BertTokenizer>(*md->vocab, model_dir_lower_case(md->dir, *md->vocab));
   md->bert = load_model_dir(md->dir, md->heads);
   // one forward pass at a time (the `device` mutex), so one backend serves every model
-  if (!be.on_host()) md->bert->use_backend(be);
+  if (!be.on_host()) md->bert->use_backend_for_inference(be, prec);
   const BertConfig& c = md->bert->config();
   BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
   BERTCC_CHECK((md->heads != Heads::SequenceClassification && md->heads != Heads::TokenClassification) ||

@@ -96,7 +96,9 @@ void add_bench(CLI::App& app) {
       gen->init_weights(2);
       electra_share_embeddings(model, *gen);
     }
-    if (gpu) {
+    if (gpu && !train && !squad) {
+      model.use_backend_for_inference(be, prec);  // as qa, classify and serve place a model
+    } else if (gpu) {
       model.use_backend(be);
       if (gen) gen->use_backend(be);
     }
@@ -136,12 +138,14 @@ void add_bench(CLI::App& app) {
       be.synchronize();
     };
     for (int64_t i = 0; i < o->warmup; ++i) step();
+    be.reset_peak_buffer_mb();  // as the peer resets PyTorch's peak after its warm-up
     std::vector<double> times;
     for (int64_t i = 0; i < o->steps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       step();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    const double peak_buffers = be.peak_buffer_mb();  // before the GEMM probe allocates its operands
     double total = 0;
     for (double t : times) total += t;
     const double mean = total / static_cast<double>(times.size());
@@ -166,9 +170,15 @@ void add_bench(CLI::App& app) {
                             std::to_string(cfg.hidden_size);
     j["peak_rss_mb"] = peak_rss_mb();
     j["device"] = o->device;
-    if (gpu) {
+    if (be.kind() == DeviceKind::CUDA) {
       j["gpu"] = be.describe();
-      j["peak_gpu_mem_mb"] = be.device_memory_used_mb();  // in use at the end of the run (buffers only grow)
+      // bertcc's own device buffers at their highest during the timed steps (PyTorch's
+      // max_memory_allocated, which the peer reports), and the device's memory in use at the end
+      // (cudaMemGetInfo: with the CUDA context and the libraries; the peer's torch.cuda.mem_get_info)
+      j["peak_gpu_mem_mb"] = peak_buffers;
+      j["gpu_mem_used_mb"] = be.device_memory_used_mb();
+    } else if (!be.on_host()) {
+      j["peak_buffer_mb"] = peak_buffers;  // cpu-staged: its allocations (the moments are host vectors there)
     }
     std::cout << o->mode << " " << o->config << " " << o->precision << " B=" << B << " S=" << T << ": "
               << j["seq_per_s"].get<double>() << " seq/s, " << j["model_tflops"].get<double>() << " TFLOP/s (GEMM probe "

@@ -54,7 +54,7 @@ Loaded load(const InferCli& o, Heads heads) {
   Backend& be = backend_for(o.device);
   if (!be.on_host()) {
     std::cerr << be.describe() << "\n";
-    l.model->use_backend(be);
+    l.model->use_backend_for_inference(be, l.prec);
   }
   return l;
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "bertcc/bert.h"
 #include "bertcc/optim.h"
 #include "bertcc/params.h"
 #include "bertcc/rng.h"
@@ -530,17 +532,20 @@ void test_attention() {
     Rng rng(77, 0);
     const uint64_t base = 1000;
     for (Precision prec : {Precision::F32, Precision::BF16, Precision::F16}) {
-      std::vector<float> out(B * T * C), probs(K::attention_saved_size(B, T, NH, c.p > 0, prec)),
+      std::vector<float> out(B * T * C), probs(K::attention_saved_size(B, T, C, NH, c.p > 0, prec)),
           work(K::attention_work_size(B, T, C, NH)), dqkv(B * T * 3 * C);
       K::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask.data(), B, T, C, NH, c.p, rng, base,
                            prec);
-      K::attention_backward(dqkv.data(), work.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, c.p, prec);
       // outputs poisoned with NaN: every element must be written
       const std::vector<float> nan_out(B * T * C, NAN), nan_d(B * T * 3 * C, NAN);
-      Dev<float> gqkv(qkv), gmask(mask), gdout(dout), gout(nan_out), glse(static_cast<size_t>(G::attention_saved_size(B, T, NH, c.p > 0, prec))), gd(nan_d),
+      Dev<float> gqkv(qkv), gmask(mask), gdout(dout), gout(nan_out), glse(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, c.p > 0, prec))), gd(nan_d),
           gwork(static_cast<size_t>(G::attention_backward_work_size(B, T, NH)));
       G::attention_forward(gout.p, glse.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
-      G::attention_backward(gd.p, gwork.p, gdout.p, gqkv.p, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
+      // bf16: the backward reads the operands the forward saved, not qkv (null here, and on the CPU)
+      const float* bqkv = prec == Precision::BF16 ? nullptr : gqkv.p;
+      K::attention_backward(dqkv.data(), work.data(), dout.data(), prec == Precision::BF16 ? nullptr : qkv.data(),
+                            probs.data(), B, T, C, NH, c.p, prec);
+      G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
       const char* pn = prec == Precision::BF16 ? "bf16 (Tensor Cores)" : prec == Precision::F16 ? "fp16 (Tensor Cores)" : "fp32";
       char name[160];
       std::snprintf(name, sizeof name, "attention B%ld T%ld NH%ld HS%ld p%.1f vs CPU %s", long(B), long(T), long(NH),
@@ -560,7 +565,7 @@ void test_attention() {
           }
         check(std::string(name) + (part == 0 ? " dq" : part == 1 ? " dk" : " dv"), c3, g3, tol);
       }
-      G::attention_backward(gd.p, gwork.p, gdout.p, gqkv.p, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
+      G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
       check_equal(std::string(name) + " dqkv twice", g1, gd.back());  // the same bits on a second run
     }
   }
@@ -700,6 +705,63 @@ void test_weighted_rows() {
   check("weighted_row_sums (strided)", out, gout.back(), 1e-6);
 }
 
+// The model on the device, inference: the one-layer arena (buffers sharing a region, each layer's
+// output over its input) against the training arena, and the bf16-only encoder matrices
+// (use_backend_for_inference, W null in the products) against the full placement: the same bits
+// on this GPU, for a QA and a classification head, in bf16 and (arena only) fp32; the inference
+// placement must hold less memory.
+void test_model_inference() {
+  BertConfig c;
+  c.vocab_size = 512;
+  c.hidden_size = 128;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 384;
+  c.max_position_embeddings = 64;
+  c.id2label = {"a", "b", "c"};
+  BertBatch b;
+  b.B = 4;
+  b.T = 40;
+  std::mt19937 g(5);
+  for (int64_t i = 0; i < b.B * b.T; ++i) {
+    const bool pad = i % b.T >= b.T - 3 * (i / b.T);
+    b.input_ids.push_back(pad ? 0 : 1 + static_cast<int32_t>(g() % 500));
+    b.input_mask.push_back(pad ? 0 : 1);
+    b.segment_ids.push_back(i % b.T > 20 ? 1 : 0);
+  }
+  b.start_positions = {1, 5, 9, 2};  // labels: the training arena's step has a backward
+  b.end_positions = {3, 5, 12, 30};
+  b.labels = {0, 2, 1, 1};
+  Backend& be = backend_for("cuda");
+  for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification}) {
+    const std::string hn = h == Heads::QuestionAnswering ? "qa" : "classify";
+    for (Precision prec : {Precision::F32, Precision::BF16}) {
+      const std::string pn = prec == Precision::BF16 ? " bf16" : " fp32";
+      Bert full(c, h), lean(c, h);
+      full.init_weights(3);
+      lean.init_weights(3);
+      const double m0 = be.buffer_mb();
+      full.use_backend(be);
+      const double m_full = be.buffer_mb() - m0;
+      lean.use_backend_for_inference(be, prec);
+      const double m_lean = be.buffer_mb() - m0 - m_full;
+      Rng r1{9, 0}, r2{9, 0}, r3{9, 0};
+      full.zero_grad();
+      full.finetune_step(b, false, /*backward=*/true, prec, r1);  // the training arena
+      const std::vector<float> train_arena = full.head_logits();
+      full.finetune_step(b, false, /*backward=*/false, prec, r2);  // the inference arena
+      check_equal("model " + hn + pn + ": inference arena = training arena", train_arena, full.head_logits());
+      lean.finetune_step(b, false, false, prec, r3);
+      check_equal("model " + hn + pn + ": inference placement = full", train_arena, lean.head_logits());
+      ++g_checks;
+      const bool smaller = prec == Precision::BF16 ? m_lean < m_full : m_lean == m_full;
+      std::printf("%-58s %.3f MB against %.3f MB%s\n", ("model " + hn + pn + ": weights placed").c_str(), m_lean,
+                  m_full, smaller ? "" : "  FAIL");
+      if (!smaller) ++g_failures;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -733,6 +795,7 @@ int main(int argc, char** argv) {
     if (selected("optim")) test_optim();
     if (selected("gumbel")) test_gumbel();
     if (selected("rows")) test_weighted_rows();
+    if (selected("model")) test_model_inference();
     G::synchronize();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());

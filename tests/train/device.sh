@@ -267,24 +267,28 @@ if make_ft_data "$S" "$W"; then
   # inference commands on the device
   q="$($PY -c "import json;print(json.load(open('$W/sq.json'))['data'][0]['paragraphs'][0]['qas'][0]['question'])")"
   c="$($PY -c "import json;print(json.load(open('$W/sq.json'))['data'][0]['paragraphs'][0]['context'])")"
+  # (bf16: on a device the encoder's matrices are there in bf16 alone, use_backend_for_inference)
+  for prec in fp32 bf16; do
   for cmd in "qa --model $W/ft_squad_cpu" "qa --model $W/ft_squad2_joint_cpu" "classify --model $W/ft_sst2_cpu" "tag --model $W/ft_ner_cpu"; do
     set -- $cmd
     case $1 in qa) set -- "$@" --question "$q" --context "$c";; classify) set -- "$@" --text "a gorgeous, witty film";; tag) set -- "$@" --text "John lives in Berlin";; esac
-    "$B" "$@" --precision fp32 --device cpu > "$W/inf_cpu.txt" 2>/dev/null || fail "$1 on cpu"
-    "$B" "$@" --precision fp32 --device $D > "$W/inf_dev.txt" 2>/dev/null || fail "$1 on $D"
-    [ -s "$W/inf_cpu.txt" ] && cmp -s "$W/inf_cpu.txt" "$W/inf_dev.txt" && echo "ok   $1 on $D: $(head -c 100 "$W/inf_dev.txt")" \
-      || fail "$1 on $D: $(cat "$W/inf_dev.txt") vs cpu $(cat "$W/inf_cpu.txt")"
+    "$B" "$@" --precision $prec --device cpu > "$W/inf_cpu.txt" 2>/dev/null || fail "$1 $prec on cpu"
+    "$B" "$@" --precision $prec --device $D > "$W/inf_dev.txt" 2>/dev/null || fail "$1 $prec on $D"
+    [ -s "$W/inf_cpu.txt" ] && cmp -s "$W/inf_cpu.txt" "$W/inf_dev.txt" && echo "ok   $1 $prec on $D: $(head -c 100 "$W/inf_dev.txt")" \
+      || fail "$1 $prec on $D: $(cat "$W/inf_dev.txt") vs cpu $(cat "$W/inf_cpu.txt")"
   done
   # embed and fill-mask with the pre-trained model (BertForPreTraining), batched from stdin
   for cmd in embed fill-mask; do
     printf '{"text": "sentence one of [MASK] is here."}\n{"text": "then a fourth [MASK] appears about trains", "text_pair": "a third one"}\n' > "$W/inf_in.jsonl"
-    "$B" $cmd --model "$W/cpu_fp32/model" --precision fp32 --device cpu < "$W/inf_in.jsonl" > "$W/inf_cpu.txt" 2>/dev/null || fail "$cmd on cpu"
-    "$B" $cmd --model "$W/cpu_fp32/model" --precision fp32 --device $D < "$W/inf_in.jsonl" > "$W/inf_dev.txt" 2>/dev/null || fail "$cmd on $D"
-    [ "$(wc -l < "$W/inf_cpu.txt")" = 2 ] && cmp -s "$W/inf_cpu.txt" "$W/inf_dev.txt" && echo "ok   $cmd on $D: $(head -c 100 "$W/inf_dev.txt")" \
-      || fail "$cmd on $D: $(head -c 300 "$W/inf_dev.txt") vs cpu $(head -c 300 "$W/inf_cpu.txt")"
+    "$B" $cmd --model "$W/cpu_fp32/model" --precision $prec --device cpu < "$W/inf_in.jsonl" > "$W/inf_cpu.txt" 2>/dev/null || fail "$cmd $prec on cpu"
+    "$B" $cmd --model "$W/cpu_fp32/model" --precision $prec --device $D < "$W/inf_in.jsonl" > "$W/inf_dev.txt" 2>/dev/null || fail "$cmd $prec on $D"
+    [ "$(wc -l < "$W/inf_cpu.txt")" = 2 ] && cmp -s "$W/inf_cpu.txt" "$W/inf_dev.txt" && echo "ok   $cmd $prec on $D: $(head -c 100 "$W/inf_dev.txt")" \
+      || fail "$cmd $prec on $D: $(head -c 300 "$W/inf_dev.txt") vs cpu $(head -c 300 "$W/inf_cpu.txt")"
+  done
   done
   # serve --device: every text endpoint and a KServe v2 request, the same bodies as serve on the cpu
   serve_same_on "$B" "$D" "$W"
+  PRECISION=bf16 serve_same_on "$B" "$D" "$W"
 else
   echo "note: ../shared/data not found: fine-tuning on the device not checked"
 fi

@@ -166,7 +166,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
     }
   // the CPU engine's attention in the same precision
   const Precision prec = BF ? Precision::BF16 : Precision::F16;
-  std::vector<float> cout(B * T * C), probs(kernels::attention_saved_size(B, T, NH, p > 0, prec)),
+  std::vector<float> cout(B * T * C), probs(kernels::attention_saved_size(B, T, C, NH, p > 0, prec)),
       work(kernels::attention_work_size(B, T, C, NH)), cd(B * T * 3 * C);
   kernels::attention_forward(cout.data(), probs.data(), work.data(), qkv.data(), mask.data(), B, T, C, NH, p, rng, base,
                              prec);
