@@ -342,13 +342,8 @@ bool encoder_gemm_matrix(const std::string& name) {
 
 void Bert::use_backend_for_inference(Backend& be, Precision prec) {
   if (be.on_host() || prec != Precision::BF16) return use_backend(be);
-  acts_.reset();
+  use_backend(cpu_backend());  // off any device first: no arena, weights or gradients there
   be_ = &be;
-  dev_.reset();
-  dev_params_ = dev_grads_ = nullptr;
-  dev_params16_ = nullptr;
-  dev_offset_.clear();
-  params16_valid_ = false;
   // fp32 on the device: every tensor but the encoder's GEMM matrices, each at its offset modulo 64
   // floats (256 bytes) in the full layout, so that every kept tensor has the alignment it had there
   // (GEMM algorithms and vector loads are chosen by alignment) and neighbours stay neighbours (the
