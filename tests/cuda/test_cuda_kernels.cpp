@@ -28,6 +28,7 @@ namespace G = bertcc::cuda;
 namespace {
 
 int g_failures = 0, g_checks = 0;
+int g_device = 0;  // --device
 std::string g_filter;
 std::mt19937 g_rng(1234);
 
@@ -732,7 +733,7 @@ void test_model_inference() {
   b.start_positions = {1, 5, 9, 2};  // labels: the training arena's step has a backward
   b.end_positions = {3, 5, 12, 30};
   b.labels = {0, 2, 1, 1};
-  Backend& be = backend_for("cuda");
+  Backend& be = backend_for("cuda:" + std::to_string(g_device));
   for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification}) {
     const std::string hn = h == Heads::QuestionAnswering ? "qa" : "classify";
     for (Precision prec : {Precision::F32, Precision::BF16}) {
@@ -782,6 +783,7 @@ int main(int argc, char** argv) {
   }
   try {
     G::set_device(device);
+    g_device = device;
     const G::DeviceInfo d = G::device_info(device);
     std::printf("device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB\n", device, d.name.c_str(), d.cc_major,
                 d.cc_minor, d.sm_count, static_cast<double>(d.total_mem) / (1 << 30));
