@@ -459,6 +459,16 @@ void Bert::refresh_bf16(Precision p) {
   params16_valid_ = true;
 }
 
+namespace {
+// Floats a slice of n floats takes in the arena: slices start 64 bytes apart at least.
+int64_t slot_floats(int64_t n) { return (n + 15) / 16 * 16; }
+int64_t arena_floats(const std::vector<std::pair<float**, int64_t>>& plan) {
+  int64_t total = 0;
+  for (const auto& [p, n] : plan) total += slot_floats(n);
+  return total;
+}
+}  // namespace
+
 // The activation arena's slices for (B, T): (where the slice pointer goes, floats). Returns the
 // arena's size in floats (64-byte aligned slices). Training: every layer's saved activations and the
 // backward's scratch; inference (no backward follows): plan_inference_acts.
@@ -511,9 +521,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   plan.push_back({&a.d2_16, h16 * (N * C + 1) / 2});
   plan.push_back({&a.dcls, B * C});
   plan.push_back({&a.dpool, B * C});
-  int64_t total = 0;
-  for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;
-  return total;
+  return arena_floats(plan);
 }
 
 // A forward that no backward follows, in one layer's memory and less: each buffer is live only
@@ -528,9 +536,8 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int
   const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
   const int64_t E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;
-  auto up16 = [](int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned places inside R
-  a.region_ctx = up16(N * 3 * C);
-  a.region_sum = up16(N * C);
+  a.region_ctx = slot_floats(N * 3 * C);  // 64-byte aligned places inside R
+  a.region_sum = slot_floats(N * C);
   const int64_t R = std::max({a.region_ctx + N * C, N * I, N * E, a.region_sum + N * C});
   Acts::Layer& ly = a.layers.front();
   plan.push_back({&a.region, R});
@@ -550,9 +557,7 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int
   plan.push_back({&a.cls, B * C});
   plan.push_back({&a.pooled, B * C});
   plan.push_back({&a.att_work, be.attention_work_size(B, T, C, NH)});
-  int64_t total = 0;
-  for (auto& [p, n] : plan) total += (n + 15) / 16 * 16;
-  return total;
+  return arena_floats(plan);
 }
 
 void Bert::place_inference_acts(Acts& a) {
@@ -615,7 +620,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
     int64_t off = 0;
     for (auto& [p, n] : plan) {
       *p = base + off;
-      off += (n + 15) / 16 * 16;
+      off += slot_floats(n);
     }
     null_unkept();
     alias();
@@ -640,7 +645,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   int64_t off = 0;
   for (auto& [p, n] : plan) {
     *p = a.arena.data() + off;
-    off += (n + 15) / 16 * 16;
+    off += slot_floats(n);
   }
   null_unkept();
   alias();
