@@ -565,6 +565,30 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
     EXPECT_EQ(down(d1, n), down(d2, n)) << be->describe();
     EXPECT_EQ(down16(o16, n), rounded(down(o1, n))) << be->describe();
     EXPECT_EQ(down16(d16, n), rounded(down(d1, n))) << be->describe();
+    // gelu_forward with its input's rounding (bf16 training's FFN1 output); gelu_bias_backward on that
+    // rounding = gelu_backward on the widened values, overwriting, rounded, and their bias gradient
+    {
+      auto* x16k = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(n) * 2));
+      auto* g16 = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(n) * 2));
+      float* o3 = up(std::vector<float>(n));
+      be->gelu_forward(o3, dx, n, Activation::GeluErf, nullptr, x16k);
+      EXPECT_EQ(down(o1, n), down(o3, n)) << be->describe();
+      EXPECT_EQ(down16(x16k, n), rounded(x)) << be->describe();
+      std::vector<float> xw(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) xw[i] = bf16_to_f32(rounded(x)[i]);
+      float *dxw = up(xw), *dw = up(std::vector<float>(n, 3.0f)), *scratch = up(std::vector<float>(n, 7.0f));
+      float *bias1 = up(std::vector<float>(K, 0.25f)), *bias2 = up(std::vector<float>(K, 0.25f));
+      be->gelu_backward(dw, dxw, o1, n, Activation::GeluErf, nullptr, /*overwrite=*/true);
+      be->bias_backward(bias1, dw, M, K);
+      be->gelu_bias_backward(g16, bias2, x16k, o1, M, K, Activation::GeluErf, scratch);
+      EXPECT_EQ(down16(g16, n), rounded(down(dw, n))) << be->describe();
+      EXPECT_EQ(down(bias1, K), down(bias2, K)) << be->describe();
+      EXPECT_NE(down(dw, n), down(d1, n)) << "the widened input must differ from the fp32 one somewhere";
+      for (void* p : {static_cast<void*>(x16k), static_cast<void*>(g16), static_cast<void*>(o3), static_cast<void*>(dxw),
+                      static_cast<void*>(dw), static_cast<void*>(scratch), static_cast<void*>(bias1),
+                      static_cast<void*>(bias2)})
+        be->free(p);
+    }
     // the residual LayerNorm and the dropout backward with theirs
     const Rng rng{77, 0};
     float *e1 = up(zeros_k), *e2 = up(zeros_k);

@@ -113,20 +113,26 @@ class Backend {
   }
   // db[N] += the column sums of dy[M, N] (linear_backward's bias gradient, on its own)
   virtual void bias_backward(float* db, const float* dy, int64_t M, int64_t N) = 0;
-  // FFN1's backward start in bf16: dinp16 = the bf16 rounding of dout * gelu'(inp) ([M, N]) and db
+  // FFN1's backward start in bf16: dinp16 = the bf16 rounding of dout * gelu'(inp16) ([M, N]) and db
   // += the column sums of the fp32 gradient, which is not an output: scratch (M x N floats) may
-  // hold it. The default composes gelu_backward into scratch and bias_backward; a backend may fuse
-  // them without writing the fp32 gradient (the same bits).
-  virtual void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float* dout, int64_t M, int64_t N,
-                                  Activation act, float* scratch) {
-    gelu_backward(scratch, inp, dout, M * N, act, dinp16, /*overwrite=*/true);
-    bias_backward(db, scratch, M, N);
-  }
-  // out16 / dinp16 (optional): the result's bf16 rounding too (the next GEMM's operand)
-  virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) = 0;
+  // hold it. The input is FFN1's output as its bf16 rounding, the form bf16 training keeps of it
+  // (gelu_forward's inp16), as PyTorch's autocast keeps the GELU's bf16 input. The CPU composes
+  // gelu_backward on the widened input and bias_backward; CUDA fuses them without writing the
+  // fp32 gradient (the same bits).
+  virtual void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M,
+                                  int64_t N, Activation act, float* scratch) = 0;
+  // out16 / dinp16 (optional): the result's bf16 rounding too (the next GEMM's operand); inp16
+  // (optional): the input's bf16 rounding too (what bf16 training keeps for gelu_bias_backward)
+  virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16,
+                            bf16_t* inp16) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
                              bf16_t* dinp16, bool overwrite) = 0;
-  void gelu_forward(float* out, const float* inp, int64_t n, Activation act) { gelu_forward(out, inp, n, act, nullptr); }
+  void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) {
+    gelu_forward(out, inp, n, act, out16, nullptr);
+  }
+  void gelu_forward(float* out, const float* inp, int64_t n, Activation act) {
+    gelu_forward(out, inp, n, act, nullptr, nullptr);
+  }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) {
     gelu_backward(dinp, inp, dout, n, act, nullptr, false);
   }

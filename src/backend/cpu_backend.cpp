@@ -183,6 +183,7 @@ class CpuBackend final : public Backend {
     if (out16) bertcc::to_bf16(out, out16, static_cast<size_t>(N * C));
   }
   using Backend::gelu_backward;
+  static constexpr int64_t kChunk = int64_t{1} << 18;  // host scratch of the bf16-only GELU paths, in floats
   void bias_backward(float* db, const float* dy, int64_t M, int64_t N) override {
     mine("bias_backward", db, dy);
     kernels::bias_backward(db, dy, M, N);
@@ -190,12 +191,13 @@ class CpuBackend final : public Backend {
   using Backend::gelu_forward;
   using Backend::linear_backward;
   using Backend::linear_forward;
-  void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) override {
-    mine("gelu_forward", out, inp, out16);
+  void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16,
+                    bf16_t* inp16) override {
+    mine("gelu_forward", out, inp, out16, inp16);
+    if (inp16) bertcc::to_bf16(inp, inp16, static_cast<size_t>(n));
     if (!out) {  // the bf16 copy only: through a bounded scratch, the same values rounded
       BERTCC_CHECK(out16, "gelu_forward: no output");
       thread_local std::vector<float> tmp;
-      constexpr int64_t kChunk = int64_t{1} << 18;
       tmp.resize(static_cast<size_t>(std::min(n, kChunk)));
       for (int64_t i = 0; i < n; i += kChunk) {
         const int64_t len = std::min(kChunk, n - i);
@@ -206,6 +208,23 @@ class CpuBackend final : public Backend {
     }
     kernels::gelu_forward(out, inp, n, act);
     if (out16) bertcc::to_bf16(out, out16, static_cast<size_t>(n));
+  }
+  // gelu_backward (overwriting) on the widened input, a bounded chunk at a time (widening is exact,
+  // so the gradient is that of the input's values as bf16), its rounding, then bias_backward
+  void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
+                          Activation act, float* scratch) override {
+    mine("gelu_bias_backward", dinp16, db, inp16, dout, scratch);
+    const int64_t n = M * N;
+    thread_local std::vector<float> tmp;
+    tmp.resize(static_cast<size_t>(std::min(n, kChunk)));
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t len = std::min(kChunk, n - i);
+      bertcc::from_bf16(inp16 + i, tmp.data(), static_cast<size_t>(len));
+      std::memset(scratch + i, 0, sizeof(float) * static_cast<size_t>(len));
+      kernels::gelu_backward(scratch + i, tmp.data(), dout + i, len, act);
+    }
+    bertcc::to_bf16(scratch, dinp16, static_cast<size_t>(n));
+    kernels::bias_backward(db, scratch, M, N);
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
                      bf16_t* dinp16, bool overwrite) override {

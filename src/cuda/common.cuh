@@ -124,6 +124,7 @@ __device__ inline uint16_t f32_to_bf16_bits(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+__device__ inline float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 // Four values' bf16 roundings at p (8-byte aligned), the first in the lowest bits: one 8-byte store.
 __device__ inline void store_bf16x4(uint16_t* p, float a, float b, float c, float d) {
   uint2 v;

@@ -130,18 +130,19 @@ class CudaBackend final : public Backend {
     const OpTimer timer("bias_backward");
     cuda::bias_backward(db, dy, M, N);
   }
-  void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float* dout, int64_t M, int64_t N,
+  void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
                           Activation act, float* /*scratch: not needed*/) override {
     const OpTimer timer("gelu_bias_backward");
-    cuda::gelu_bias_backward(dinp16, db, inp, dout, M, N, act);
+    cuda::gelu_bias_backward(dinp16, db, inp16, dout, M, N, act);
   }
   using Backend::gelu_backward;
   using Backend::gelu_forward;
   using Backend::linear_backward;
   using Backend::linear_forward;
-  void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) override {
+  void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16,
+                    bf16_t* inp16) override {
     const OpTimer timer("gelu_forward");
-    cuda::gelu_forward(out, inp, n, act, out16);
+    cuda::gelu_forward(out, inp, n, act, out16, inp16);
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
                      bf16_t* dinp16, bool overwrite) override {

@@ -79,8 +79,10 @@ bool layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* 
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
 // ---- activations, dropout ----
-// out16 / dinp16 (optional): the result's bf16 rounding too, written by the same kernel
-void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16 = nullptr);
+// out16 / dinp16 (optional): the result's bf16 rounding too, written by the same kernel; inp16
+// (optional): the input's bf16 rounding too
+void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16 = nullptr,
+                  bf16_t* inp16 = nullptr);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
                    bf16_t* dinp16 = nullptr, bool overwrite = false);
 void tanh_forward(float* out, const float* inp, int64_t n);
@@ -137,9 +139,9 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
                      const bf16_t* x16 = nullptr, bool overwrite_dx = false);
-// FFN1's backward start: dinp16 = bf16(dout * gelu'(inp)) ([M, N]) and db += its fp32 column sums
-// (bias_backward's bits), without writing the fp32 gradient.
-void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float* dout, int64_t M, int64_t N,
+// FFN1's backward start: dinp16 = bf16(dout * gelu'(inp16)) ([M, N]; the input as bf16, widened)
+// and db += its fp32 column sums (bias_backward's bits), without writing the fp32 gradient.
+void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
                         Activation act);
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (fixed chunks, then in order)
 // TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16/fp16 operands for bf16/fp16), best of `iters`.

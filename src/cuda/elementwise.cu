@@ -346,15 +346,16 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   BERTCC_CUDA_LAUNCHED("residual_forward");
 }
 
-void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) {
+void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16, bf16_t* inp16) {
   if (n == 0) return;
   BERTCC_CHECK(out || out16, "gelu_forward: no output");
   auto* o16 = reinterpret_cast<uint16_t*>(out16);
+  auto* i16 = reinterpret_cast<uint16_t*>(inp16);
   const bool erf_form = act == Activation::GeluErf;
-  if (vec_ok({out, inp}, {o16}))
-    pw::gelu_fwd<true><<<groups_grid(n), kThreads>>>(out, o16, inp, n, erf_form);
+  if (vec_ok({out, inp}, {o16, i16}))
+    pw::gelu_fwd<true><<<groups_grid(n), kThreads>>>(out, o16, i16, inp, n, erf_form);
   else
-    pw::gelu_fwd<false><<<groups_grid(n), kThreads>>>(out, o16, inp, n, erf_form);
+    pw::gelu_fwd<false><<<groups_grid(n), kThreads>>>(out, o16, i16, inp, n, erf_form);
   BERTCC_CUDA_LAUNCHED("gelu_forward");
 }
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act, bf16_t* dinp16,
@@ -438,7 +439,7 @@ void scale(float* x, int64_t n, float s) {
   scale_k<<<grid_for(n, kThreads), kThreads>>>(x, n, s);
   BERTCC_CUDA_LAUNCHED("scale");
 }
-void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float* dout, int64_t M, int64_t N,
+void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
                         Activation act) {
   if (M == 0 || N == 0) return;
   const int64_t chunks = (M + kColRows - 1) / kColRows;
@@ -446,7 +447,8 @@ void gelu_bias_backward(bf16_t* dinp16, float* db, const float* inp, const float
   static Scratch buf;  // the partials, kept from call to call
   float* part = buf.take<float>(static_cast<size_t>(chunks * N));
   const dim3 grid(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks));
-  pw::gelu_bwd_colsum<kColRows><<<grid, 256>>>(reinterpret_cast<uint16_t*>(dinp16), part, inp, dout, M, N,
+  pw::gelu_bwd_colsum<kColRows><<<grid, 256>>>(reinterpret_cast<uint16_t*>(dinp16), part,
+                                                reinterpret_cast<const uint16_t*>(inp16), dout, M, N,
                                                 act == Activation::GeluErf);
   BERTCC_CUDA_LAUNCHED("gelu_bias_backward");
   colsum_pass2<<<grid_for(N, kThreads), kThreads>>>(db, nullptr, part, chunks, N);

@@ -86,14 +86,15 @@ __device__ inline void draws4(uint32_t (&w)[4], uint64_t seed, uint64_t first, i
 
 __device__ inline int group_count(int64_t i0, int64_t n) { return n - i0 >= 4 ? 4 : static_cast<int>(n - i0); }
 
-// out (may be null) and out16 (may be null) = gelu(inp)
+// out (may be null) and out16 (may be null) = gelu(inp); inp16 (may be null) = inp's rounding
 template <bool Vec>
-__global__ void gelu_fwd(float* out, uint16_t* out16, const float* inp, int64_t n, bool erf_form) {
+__global__ void gelu_fwd(float* out, uint16_t* out16, uint16_t* inp16, const float* inp, int64_t n, bool erf_form) {
   const int64_t i0 = group_start();
   if (i0 >= n) return;
   const int cnt = group_count(i0, n);
   float x[4];
   load4<Vec>(x, inp + i0, cnt);
+  if (inp16) store4_bf16<Vec>(inp16 + i0, x, cnt);
 #pragma unroll
   for (int e = 0; e < 4; ++e) x[e] = gelu_one(x[e], erf_form);
   if (out) store4<Vec>(out + i0, x, cnt);
@@ -151,13 +152,14 @@ __global__ void dropout_bwd(float* dinp, uint16_t* dinp16, const float* dout, in
   if (dinp16) store4_bf16<Vec>(dinp16 + i0, d, cnt);
 }
 
-// FFN1's backward start, fused: d = dout * gelu'(inp) (as gelu_bwd overwriting) for a row-major
+// FFN1's backward start, fused: d = dout * gelu'(inp16) (as gelu_bwd overwriting, on the input's
+// bf16 values widened: the form bf16 training keeps of FFN1's output) for a row-major
 // [M, N] buffer, written only as its bf16 rounding (dinp16), and the first pass of the bias
 // gradient's column sums over d, in elementwise.cu's colsum_pass1 partition and order (block
 // (column block of 32, chunk of kRows rows), threads (32, 8): row lanes striding by 8, then the
 // lanes added in order), so that colsum_pass2 gives the bits bias_backward gives from d.
 template <int kRows>
-__global__ void gelu_bwd_colsum(uint16_t* dinp16, float* part, const float* inp, const float* dout, int64_t M,
+__global__ void gelu_bwd_colsum(uint16_t* dinp16, float* part, const uint16_t* inp16, const float* dout, int64_t M,
                                 int64_t N, bool erf_form) {
   // 256 threads: tx = column within the block's 32, ty = row lane (colsum_pass1's (32, 8) block)
   const int tx = static_cast<int>(threadIdx.x & 31), ty = static_cast<int>(threadIdx.x >> 5);
@@ -166,7 +168,7 @@ __global__ void gelu_bwd_colsum(uint16_t* dinp16, float* part, const float* inp,
   float b = 0.0f;
   if (c < N)
     for (int64_t r = r0 + ty; r < r1; r += 8) {
-      const float d = 0.0f + dout[r * N + c] * gelu_grad_one(inp[r * N + c], erf_form);
+      const float d = 0.0f + dout[r * N + c] * gelu_grad_one(bf16_bits_to_f32(inp16[r * N + c]), erf_form);
       dinp16[r * N + c] = f32_to_bf16_bits(d);
       b += d;
     }

@@ -234,13 +234,21 @@ void test_activations() {
     }
     check_equal("gelu_forward bf16 copy = rounding of its output" + tag, o16, gout16.back());
     check_equal("gelu_backward bf16 copy = rounding of its output" + tag, d16, gdinp16.back());
-    {  // FFN1's backward start fused (gelu_bias_backward): the composed kernels' bits, [M, N] = 103 x 97
+    {  // FFN1's backward start fused (gelu_bias_backward, the input as bf16): the composed kernels'
+       // bits on the widened input, [M, N] = 103 x 97; the input's rounding written by gelu_forward
       const int64_t M = 103, Nc = 97;
-      Dev<bf16_t> c16(M * Nc), f16(M * Nc);
-      Dev<float> cd(M * Nc), cdb(std::vector<float>(Nc, 0.5f)), fdb(std::vector<float>(Nc, 0.5f));
-      G::gelu_backward(cd.p, gx.p, gdout.p, M * Nc, act, c16.p, /*overwrite=*/true);
+      Dev<bf16_t> c16(M * Nc), f16(M * Nc), gx16(n);
+      Dev<float> gscratch(n);
+      G::gelu_forward(gscratch.p, gx.p, n, act, nullptr, gx16.p);
+      std::vector<bf16_t> x16(n);
+      std::vector<float> xw(n);
+      for (int64_t i = 0; i < n; ++i) xw[i] = bf16_to_f32(x16[i] = f32_to_bf16(x[i]));
+      check_equal("gelu_forward input's bf16 copy = rounding of its input" + tag, x16, gx16.back());
+      check_equal("gelu_forward with the input's bf16 copy" + tag, o, gscratch.back());
+      Dev<float> gxw(xw), cd(M * Nc), cdb(std::vector<float>(Nc, 0.5f)), fdb(std::vector<float>(Nc, 0.5f));
+      G::gelu_backward(cd.p, gxw.p, gdout.p, M * Nc, act, c16.p, /*overwrite=*/true);
       G::bias_backward(cdb.p, cd.p, M, Nc);
-      G::gelu_bias_backward(f16.p, fdb.p, gx.p, gdout.p, M, Nc, act);
+      G::gelu_bias_backward(f16.p, fdb.p, gx16.p, gdout.p, M, Nc, act);
       check_equal("gelu_bias_backward = composed: bf16 gradient" + tag, c16.back(), f16.back());
       check_equal("gelu_bias_backward = composed: bias gradient" + tag, cdb.back(), fdb.back());
     }

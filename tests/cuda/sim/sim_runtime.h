@@ -101,6 +101,11 @@ inline uint32_t __float_as_uint(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 inline void __trap() { std::abort(); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }

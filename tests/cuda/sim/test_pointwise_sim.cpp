@@ -36,22 +36,25 @@ void gelu_case(int64_t n, int shift, bool erf_form, std::mt19937& gen) {
   std::normal_distribution<float> nd(0.0f, 2.0f);
   const float tol = erf_form ? 2e-6f : 1e-5f;  // the CPU's vectorised erf and tanh against libm's
   Buf x(n, shift), y(n, shift), ycpu(n, shift);
-  Buf16 y16(n, shift), y16only(n, shift);
+  Buf16 y16(n, shift), y16only(n, shift), x16(n, shift);
   for (int64_t i = 0; i < n; ++i) x.p[i] = nd(gen);
   x.p[0] = -0.0f;
-  sim::launch({groups(n), 1, 1}, 128, 0, [&] { cuda::pw::gelu_fwd<Vec>(y.p, y16.p, x.p, n, erf_form); });
-  sim::launch({groups(n), 1, 1}, 128, 0, [&] { cuda::pw::gelu_fwd<Vec>(nullptr, y16only.p, x.p, n, erf_form); });
+  sim::launch({groups(n), 1, 1}, 128, 0, [&] { cuda::pw::gelu_fwd<Vec>(y.p, y16.p, x16.p, x.p, n, erf_form); });
+  sim::launch({groups(n), 1, 1}, 128, 0,
+              [&] { cuda::pw::gelu_fwd<Vec>(nullptr, y16only.p, nullptr, x.p, n, erf_form); });
   std::vector<float> want(static_cast<size_t>(n));
-  std::vector<uint16_t> want16(static_cast<size_t>(n));
+  std::vector<uint16_t> want16(static_cast<size_t>(n)), wantx16(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     want[i] = cuda::pw::gelu_one(x.p[i], erf_form);
     want16[i] = f32_to_bf16(want[i]);
+    wantx16[i] = f32_to_bf16(x.p[i]);
   }
   const std::string tag = std::string(erf_form ? "erf" : "tanh") + " n=" + std::to_string(n) +
                           (Vec ? " vec" : " scalar") + (shift ? " unaligned" : "");
   expect_bits("gelu forward " + tag + " vs one per thread", want.data(), y.p, static_cast<size_t>(n));
   expect_bits("gelu forward " + tag + " bf16 copy", want16.data(), y16.p, static_cast<size_t>(n));
   expect_bits("gelu forward " + tag + " bf16 only (no fp32 output)", want16.data(), y16only.p, static_cast<size_t>(n));
+  expect_bits("gelu forward " + tag + " the input's bf16 copy", wantx16.data(), x16.p, static_cast<size_t>(n));
   if (shift == 0 && Vec) {
     kernels::gelu_forward(ycpu.p, x.p, n, erf_form ? Activation::GeluErf : Activation::GeluTanh);
     expect_close("gelu forward " + tag + " vs the CPU kernel", ycpu.p, y.p, static_cast<size_t>(n), tol);
@@ -119,15 +122,21 @@ void dropout_case(int64_t n, int shift, uint64_t base, std::mt19937& gen) {
   }
 }
 
-// The fused FFN1 backward start (gelu_bwd_colsum): its bf16 gradient against gelu_bwd's rounding,
-// its column-sum partials bit for bit against colsum_pass1's order over gelu_bwd's fp32 gradient,
-// and the bias gradient they make against the CPU's bias_backward (within 1e-5).
+// The fused FFN1 backward start (gelu_bwd_colsum), which reads its input as bf16: its bf16 gradient
+// against gelu_bwd's rounding on the widened input, its column-sum partials bit for bit against
+// colsum_pass1's order over gelu_bwd's fp32 gradient, and the bias gradient they make against the
+// CPU's bias_backward (within 1e-5).
 void gelu_bias_case(int64_t M, int64_t N, bool erf_form, std::mt19937& gen) {
   constexpr int kRows = 256;  // elementwise.cu's kColRows
   std::normal_distribution<float> nd(0.0f, 2.0f);
   const size_t n = static_cast<size_t>(M * N);
-  std::vector<float> x(n), g(n);
-  for (size_t i = 0; i < n; ++i) x[i] = nd(gen), g[i] = nd(gen);
+  std::vector<float> x(n), g(n);  // x: the widened bf16 input
+  std::vector<uint16_t> x16(n);
+  for (size_t i = 0; i < n; ++i) {
+    x16[i] = f32_to_bf16(nd(gen));
+    x[i] = bf16_to_f32(x16[i]);
+    g[i] = nd(gen);
+  }
   std::vector<float> d(n, std::nanf(""));
   std::vector<uint16_t> d16(n);
   sim::launch({groups(static_cast<int64_t>(n)), 1, 1}, 128, 0, [&] {
@@ -137,7 +146,7 @@ void gelu_bias_case(int64_t M, int64_t N, bool erf_form, std::mt19937& gen) {
   std::vector<uint16_t> f16(n);
   std::vector<float> part(static_cast<size_t>(chunks * N), std::nanf(""));
   sim::launch({static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks), 1}, 256, 0, [&] {
-    cuda::pw::gelu_bwd_colsum<kRows>(f16.data(), part.data(), x.data(), g.data(), M, N, erf_form);
+    cuda::pw::gelu_bwd_colsum<kRows>(f16.data(), part.data(), x16.data(), g.data(), M, N, erf_form);
   });
   std::vector<float> want(part.size());
   for (int64_t k = 0; k < chunks; ++k)
