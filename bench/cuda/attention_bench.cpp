@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
           G::attention_forward(out.p, lse.p, q.p, m.p, B, T, C, NH, p, rng, 7, prec);
         });
         const double bw = mean_ms(iters, [&] {
-          G::attention_backward(dqkv.p, work.p, dO.p, q.p, out.p, lse.p, m.p, B, T, C, NH, p, rng, 7, prec);
+          G::attention_backward(dqkv.p, work.p, dO.p, q.p, out.p, nullptr, lse.p, m.p, B, T, C, NH, p, rng, 7, prec);
         });
         const double flop = 4.0 * B * NH * double(T) * T * HS;
         std::printf("{\"impl\": \"%s\", \"precision\": \"%s\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "

@@ -153,7 +153,9 @@ class Backend {
   // Backward overwrites dqkv and may use the forward's output `out`, the mask and the dropout
   // stream (CUDA regenerates P). In bf16 `saved` also holds q, k and v rounded to bf16, the only
   // form bf16 products read, and the backward reads no qkv (it may be null), so a model need not
-  // keep each layer's fp32 qkv for it.
+  // keep each layer's fp32 qkv for it. Likewise in bf16 `out` may be null with out16, its bf16
+  // rounding, given instead (CUDA's row dots dO . O then read that, as FlashAttention's backward
+  // reads its bf16 O; the CPU reads neither), so a model need not keep each layer's fp32 output.
   virtual int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout,
                                        Precision prec) const = 0;
   virtual int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const = 0;
@@ -161,7 +163,7 @@ class Backend {
                                  int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
                                  uint64_t base, Precision prec) = 0;
   virtual void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                                  const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C,
+                                  const bf16_t* out16, const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C,
                                   int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) = 0;
 
   // ELECTRA's replacement sampling, kernels::gumbel_argmax on the backend's logits [M, V]; the M

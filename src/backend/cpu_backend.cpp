@@ -274,9 +274,10 @@ class CpuBackend final : public Backend {
     kernels::attention_forward(out, saved, work, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
   }
   void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                          const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                          float dropout_p, const Rng& /*rng*/, uint64_t /*base*/, Precision prec) override {
-    mine("attention_backward", dqkv, work, dout, qkv, out, saved, mask_add);
+                          const bf16_t* out16, const float* saved, const float* mask_add, int64_t B, int64_t T,
+                          int64_t C, int64_t NH, float dropout_p, const Rng& /*rng*/, uint64_t /*base*/,
+                          Precision prec) override {
+    mine("attention_backward", dqkv, work, dout, qkv, out, out16, saved, mask_add);  // (out, out16: not read)
     kernels::attention_backward(dqkv, work, dout, qkv, saved, B, T, C, NH, dropout_p, prec);
   }
   void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,

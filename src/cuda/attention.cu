@@ -80,15 +80,19 @@ __global__ void __launch_bounds__(kRows) attn_fwd(float* out, float* lse, const 
 
 // D[bh, i] = sum over the head's channels of dout * out (= sum_j dPd_ij Pd_ij): one warp per row
 // (coalesced), a fixed shuffle tree (the same bits every run).
-__global__ void attn_bwd_dot(float* D, const float* dout, const float* out, Shape s, int64_t HS) {
+// D[r] = dO . O over row r's head (a warp per row); O as fp32 or as bf16 bits (widened)
+__device__ inline float out_value(const float* o, int64_t c) { return o[c]; }
+__device__ inline float out_value(const uint16_t* o, int64_t c) { return bf16_bits_to_f32(o[c]); }
+template <class O>
+__global__ void attn_bwd_dot(float* D, const float* dout, const O* out, Shape s, int64_t HS) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (r >= s.B * s.NH * s.T) return;  // the same for the whole warp
   const int64_t i = r % s.T, bh = r / s.T, b = bh / s.NH, h = bh % s.NH;
   const float* d = dout + (b * s.T + i) * s.C + h * HS;
-  const float* o = out + (b * s.T + i) * s.C + h * HS;
+  const O* o = out + (b * s.T + i) * s.C + h * HS;
   float acc = 0.0f;
-  for (int64_t c = lane; c < HS; c += 32) acc += d[c] * o[c];
+  for (int64_t c = lane; c < HS; c += 32) acc += d[c] * out_value(o, c);
   acc = warp_sum(acc);
   if (lane == 0) D[r] = acc;
 }
@@ -217,11 +221,17 @@ void attention_forward(float* out, float* lse, const float* qkv, const float* ma
 int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH) { return B * NH * T; }
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                        const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                        float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
+                        const bf16_t* out16, const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C,
+                        int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
   if (B * T == 0) return;
+  BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
+               "attention_backward: no forward output (a null out needs its bf16 rounding, in bf16)");
   const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
-  attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256>>>(work, dout, out, s, C / NH);
+  if (out)
+    attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256>>>(work, dout, out, s, C / NH);
+  else
+    attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256>>>(work, dout, reinterpret_cast<const uint16_t*>(out16), s,
+                                                          C / NH);
   BERTCC_CUDA_LAUNCHED("attention_backward (row dots)");
   if (prec != Precision::F32) return attn::backward_tc(dqkv, dout, qkv, lse, work, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));

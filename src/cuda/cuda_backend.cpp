@@ -188,10 +188,12 @@ class CudaBackend final : public Backend {
     cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
   }
   void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                          const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                          float dropout_p, const Rng& rng, uint64_t base, Precision prec) override {
+                          const bf16_t* out16, const float* saved, const float* mask_add, int64_t B, int64_t T,
+                          int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                          Precision prec) override {
     const OpTimer timer("attention_backward");
-    cuda::attention_backward(dqkv, work, dout, qkv, out, saved, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
+    cuda::attention_backward(dqkv, work, dout, qkv, out, out16, saved, mask_add, B, T, C, NH, dropout_p, rng, base,
+                             prec);
   }
   void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                      uint64_t base) override {

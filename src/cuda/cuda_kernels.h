@@ -7,7 +7,8 @@
 //
 // Differences from the CPU API, all owed to a fused attention that never writes T x T:
 //   attention_forward saves the row log-sum-exp lse[B,NH,T] instead of P (and Pd);
-//   attention_backward recomputes P from q, k and lse, and takes the forward output `out`.
+//   attention_backward recomputes P from q, k and lse, and takes the forward output `out` (or in
+//   bf16 its rounding out16, with a null out) for the row dots dO . O.
 // This header is plain C++ (no CUDA types) so host code and tests include it without nvcc.
 #pragma once
 #include <cstddef>
@@ -114,7 +115,7 @@ void attention_forward(float* out, float* lse, const float* qkv, const float* ma
 // dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.
 int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH);
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                        const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
+                        const bf16_t* out16, const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
                         float dropout_p, const Rng& rng, uint64_t base, Precision prec);
 
 // ---- ELECTRA's Gumbel-max sampling (as kernels::gumbel_argmax; the picks land in host memory) ----

@@ -485,7 +485,8 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   // Likewise qkv: in bf16 attention saves its rounded operands and its backward reads no qkv, so
   // one qkv serves every layer. And FFN1's output inter: in bf16 the GELU backward reads its
   // rounding inter16 (as PyTorch's autocast keeps the GELU's bf16 input), so one inter serves every
-  // layer and each keeps 2 bytes per element instead of 4.
+  // layer and each keeps 2 bytes per element instead of 4. And the attention's output ctx: in bf16
+  // its backward and the attention-output product's read only its rounding ctx16.
   const bool transient = h16;
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
@@ -499,7 +500,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   for (auto& ly : a.layers) {
     plan.push_back({&ly.qkv, transient && &ly != &a.layers.front() ? 0 : N * 3 * C});
     plan.push_back({&ly.probs, be.attention_saved_size(B, T, C, NH, attention_dropout, prec)});
-    plan.push_back({&ly.ctx, N * C});
+    plan.push_back({&ly.ctx, transient && &ly != &a.layers.front() ? 0 : N * C});
     plan.push_back({&ly.ln1_sum, N * C});
     plan.push_back({&ly.ln1_mean, N});
     plan.push_back({&ly.ln1_rstd, N});
@@ -617,6 +618,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
       a.layers[l].h1 = a.layers.front().h1;
       a.layers[l].qkv = a.layers.front().qkv;
       a.layers[l].inter = a.layers.front().inter;
+      a.layers[l].ctx = a.layers.front().ctx;
     }
   };
   if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
@@ -848,13 +850,15 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                             w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C,
                             /*overwrite=*/true);
     }
+    // (bf16: ctx16 alone; ctx's buffer holds the last layer's output)
+    const float* ctx = prec == Precision::BF16 ? nullptr : ly.ctx;
     be.linear_backward(a.dc, dgrad(p + "attention.output.dense.weight"), dgrad(p + "attention.output.dense.bias"), dattn,
-                    ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
+                    ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
                     w16(p + "attention.output.dense.weight", prec),
                     LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
     // (bf16: null qkv, whose buffer holds the last layer's; the saved operands serve)
-    be.attention_backward(a.dqkv, a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv, ly.ctx, ly.probs,
-                          a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
+    be.attention_backward(a.dqkv, a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv, ctx,
+                          a.as16(ly.ctx16), ly.probs, a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
     // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)
     be.linear_backward(a.g, dgrad(p + "attention.self.query.weight"), dgrad(p + "attention.self.query.bias"), a.dqkv,

@@ -554,7 +554,8 @@ void test_attention() {
       const float* bqkv = prec == Precision::BF16 ? nullptr : gqkv.p;
       K::attention_backward(dqkv.data(), work.data(), dout.data(), prec == Precision::BF16 ? nullptr : qkv.data(),
                             probs.data(), B, T, C, NH, c.p, prec);
-      G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
+      G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, nullptr, glse.p, gmask.p, B, T, C, NH, c.p, rng, base,
+                            prec);
       const char* pn = prec == Precision::BF16 ? "bf16 (Tensor Cores)" : prec == Precision::F16 ? "fp16 (Tensor Cores)" : "fp32";
       char name[160];
       std::snprintf(name, sizeof name, "attention B%ld T%ld NH%ld HS%ld p%.1f vs CPU %s", long(B), long(T), long(NH),
@@ -574,8 +575,27 @@ void test_attention() {
           }
         check(std::string(name) + (part == 0 ? " dq" : part == 1 ? " dk" : " dv"), c3, g3, tol);
       }
-      G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, glse.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
+      G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, nullptr, glse.p, gmask.p, B, T, C, NH, c.p, rng, base,
+                            prec);
       check_equal(std::string(name) + " dqkv twice", g1, gd.back());  // the same bits on a second run
+      if (prec == Precision::BF16) {
+        // the output as its bf16 rounding alone (a model's bf16 training keeps no fp32 ctx): the bits of
+        // the fp32 path given the widened rounding, and still within the tolerance of the CPU's
+        const auto o = gout.back();
+        std::vector<bf16_t> o16(o.size());
+        std::vector<float> ow(o.size());
+        for (size_t i = 0; i < o.size(); ++i) ow[i] = bf16_to_f32(o16[i] = f32_to_bf16(o[i]));
+        Dev<bf16_t> gout16(o16);
+        Dev<float> gow(ow), gd16(nan_d);
+        G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gow.p, nullptr, glse.p, gmask.p, B, T, C, NH, c.p, rng,
+                              base, prec);
+        G::attention_backward(gd16.p, gwork.p, gdout.p, bqkv, nullptr, gout16.p, glse.p, gmask.p, B, T, C, NH, c.p,
+                              rng, base, prec);
+        const auto g16 = gd16.back();
+        check_equal(std::string(name) + " dqkv from the output's bf16 rounding = from its widened values", gd.back(),
+                    g16);
+        check(std::string(name) + " dqkv from the output's bf16 rounding vs CPU", dqkv, g16, tol);
+      }
     }
   }
 }
