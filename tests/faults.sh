@@ -25,8 +25,7 @@ ARGS="--config bert-mini --vocab $WORK/vocab.txt --input-dir $WORK/h5 --train-ba
 "$BERTCC" pretrain $ARGS --max-steps 6 --output-dir "$WORK/straight" > "$WORK/straight.log" 2>&1 || fail "straight run"
 "$BERTCC" pretrain $ARGS --max-steps 6 --output-dir "$WORK/full" > /dev/null 2>&1 &
 pid=$!
-n=0
-while [ ! -d "$WORK/full/checkpoints/step_2" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
+wait_for_dir "$WORK/full/checkpoints/step_2" $pid
 kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null   # stop after a checkpoint (a stop checkpoint may follow)
 last=$(ls -d "$WORK"/full/checkpoints/step_* | sort -t_ -k2 -n | tail -1)
 before=$(cd "$last" && cat * | cksum)

@@ -2,6 +2,19 @@
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 
+# wait_for_dir DIR PID: until DIR exists, PID has ended or 600 s have passed (no fixed step time: a
+# loaded machine can take minutes)
+wait_for_dir() {
+  _n=0
+  while [ ! -d "$1" ] && kill -0 "$2" 2>/dev/null && [ $_n -lt 12000 ]; do sleep 0.05; _n=$((_n + 1)); done
+}
+# term_until_gone PID: one SIGTERM every 5 ms until PID is gone (at most 4000; the count in $sent).
+# However many arrive, none may disturb the step in flight.
+term_until_gone() {
+  sent=0
+  while kill -TERM "$1" 2>/dev/null && [ $sent -lt 4000 ]; do sent=$((sent + 1)); sleep 0.005; done
+}
+
 # make_corpus BERTCC WORK: 60 short documents -> $WORK/corpus (2 train shards) + $WORK/vocab.txt (400 pieces)
 make_corpus() {
   mkdir -p "$2/text"

@@ -142,9 +142,6 @@ done
 # the checkpoint at the other world size.
 wait_for() { n=0; while [ ! -d "$1" ] && [ $n -lt 6000 ]; do sleep 0.05; n=$((n + 1)); done; }
 ranks_of() { pgrep -f "bertcc pretrain .*--output-dir $1" | sort -n; }
-# SIGTERM every 5 ms until the process is gone: however many arrive, none may disturb the step
-# in flight (see resume.sh)
-term_until_gone() { k=0; while kill -TERM "$1" 2>/dev/null && [ $k -lt 4000 ]; do k=$((k + 1)); sleep 0.005; done; }
 $MPI "$B" pretrain $PT $TWO --precision fp32 --output-dir "$W/term2" > "$W/term2a.log" 2>&1 &
 job=$!
 wait_for "$W/term2/checkpoints/step_2"

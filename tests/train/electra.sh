@@ -69,8 +69,7 @@ same() {  # NAME DIR_A DIR_B: both models byte-identical
 # ---- kill -9 at a random moment after the step-16 checkpoint, resume
 "$B" pretrain $ARGS --output-dir "$W/resumed" > "$W/first.log" 2>&1 &
 pid=$!
-n=0
-while [ ! -d "$W/resumed/checkpoints/step_16" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
+wait_for_dir "$W/resumed/checkpoints/step_16" $pid
 sleep "0.$(od -An -N1 -tu1 /dev/urandom | tr -d ' ' | cut -c1)"
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 "$B" pretrain $ARGS --output-dir "$W/resumed" --resume-from-checkpoint > "$W/second.log" 2>&1 || fail "resume: $(tail -3 "$W/second.log")"

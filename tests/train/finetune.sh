@@ -115,10 +115,8 @@ echo "resume: from step 10 of 24, final and best models byte-identical"
 # SIGTERM: the current step finishes, a checkpoint is written, exit 0, no final model.
 "$B" finetune glue $R --num-train-epochs 400 --num-steps-per-checkpoint 40 --output-dir "$W/rs_t" > /dev/null 2> "$W/rs_t.err" &
 pid=$!
-n=0
-while [ ! -d "$W/rs_t/checkpoints/step_40" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
-# one SIGTERM every 5 ms until the process is gone: none may disturb the step in flight (resume.sh)
-k=0; while kill -TERM $pid 2>/dev/null && [ $k -lt 4000 ]; do k=$((k + 1)); sleep 0.005; done
+wait_for_dir "$W/rs_t/checkpoints/step_40" $pid
+term_until_gone $pid  # none of the SIGTERMs may disturb the step in flight (resume.sh)
 wait $pid; rc=$?
 [ $rc -eq 0 ] || fail "SIGTERM exit code $rc"
 grep -q "stopped by signal after step" "$W/rs_t.err" || fail "SIGTERM message: $(tail -2 "$W/rs_t.err")"

@@ -22,8 +22,7 @@ grep -q '"phase": *2' "$WORK/a/checkpoints/step_12/trainer_state.json" || fail "
 "$BERTCC" pretrain $P2 --output-dir "$WORK/b" > "$WORK/p2b.log" 2>&1 &
 pid=$!
 # wait for step_8 while the run lives (no fixed time limit: a loaded machine can take minutes)
-n=0
-while [ ! -d "$WORK/b/checkpoints/step_8" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
+wait_for_dir "$WORK/b/checkpoints/step_8" $pid
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 [ -d "$WORK/b/checkpoints/step_8" ] || fail "the interrupted phase-2 run wrote no step_8: $(tail -2 "$WORK/p2b.log")"
 "$BERTCC" pretrain $P2 --output-dir "$WORK/b" > "$WORK/p2c.log" 2>&1 || fail "phase-2 resume: $(tail -2 "$WORK/p2c.log")"

@@ -13,8 +13,7 @@ ARGS="--config bert-mini --vocab $WORK/vocab.txt --input-dir $WORK/h5 --train-ba
 # Interrupted run: kill -9 at a random moment after the step-8 checkpoint appears.
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/resumed" > "$WORK/first.log" 2>&1 &
 pid=$!
-n=0
-while [ ! -d "$WORK/resumed/checkpoints/step_8" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
+wait_for_dir "$WORK/resumed/checkpoints/step_8" $pid
 sleep "0.$(od -An -N1 -tu1 /dev/urandom | tr -d ' ' | cut -c1)"
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 [ -f "$WORK/resumed/model/model.safetensors" ] && echo "note: the first run finished before the kill"
@@ -38,10 +37,8 @@ cmp -s "$WORK/straight/model/model.safetensors" "$WORK/resumed/model/model.safet
 # heap: 5 of 5 such runs crashed, and about 1 in 16 single-SIGTERM runs.)
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/term" > "$WORK/term1.log" 2>&1 &
 pid=$!
-n=0
-while [ ! -d "$WORK/term/checkpoints/step_4" ] && kill -0 $pid 2>/dev/null && [ $n -lt 12000 ]; do sleep 0.05; n=$((n + 1)); done
-sent=0
-while kill -TERM $pid 2>/dev/null && [ $sent -lt 4000 ]; do sent=$((sent + 1)); sleep 0.005; done
+wait_for_dir "$WORK/term/checkpoints/step_4" $pid
+term_until_gone $pid
 wait $pid; rc=$?
 [ $rc -eq 0 ] || fail "SIGTERM exit code $rc after $sent SIGTERMs: $(tail -2 "$WORK/term1.log")"
 grep -q "stopped by signal after step" "$WORK/term1.log" || echo "note: the run finished before SIGTERM arrived"
