@@ -11,6 +11,7 @@ PY="${PYTHON:-python3}"; PREC="${PRECISION:-bf16}"; STEPS="${STEPS:-20}"; COMPIL
 CASES="${CASES:-train bert-base 128 128
 train bert-large 64 128
 train bert-large 16 512
+squad bert-large 32 384
 infer bert-large 64 384}"
 # memory: each side's own buffers at their peak (bertcc's peak_gpu_mem_mb; PyTorch's max_memory_allocated),
 # then the device's memory in use at the end, CUDA context and libraries included (cudaMemGetInfo)

@@ -4,12 +4,14 @@ shapes, random data, as the issue's baseline was measured: attn_implementation="
 autocast (or fp32), fused AdamW for training (LAMB is not in PyTorch), eager or torch.compile.
   train: BertForPreTraining forward + backward + optimizer step, MLM labels on `--max-pred`
          positions per sequence and NSP labels (as bertcc's bench);
+  squad: BertForQuestionAnswering fine-tuning step (dropout on): forward + backward with start and end
+         positions (bertcc's bench squad spans) + fused AdamW;
   infer: BertModel forward under torch.inference_mode.
 Prints one JSON line: seq_per_s, step_ms, model_tflops (GEMM FLOPs as bertcc counts them),
 peak_gpu_mem_mb (max_memory_allocated: tensors only, as bertcc's figure counts its own buffers),
 gpu_mem_used_mb (the device's memory in use at the end, context included: cudaMemGetInfo), gpu, torch and transformers versions. For the GPU machine (torch 2.x +
 transformers); bench/gpu.sh runs it next to bertcc in one command.
-  peer_torch_gpu.py train|infer --config bert-base --batch 64 --seq 128 --precision bf16 [--compile]"""
+  peer_torch_gpu.py train|squad|infer --config bert-base --batch 64 --seq 128 --precision bf16 [--compile]"""
 import argparse
 import json
 import time
@@ -23,7 +25,7 @@ PRESETS = {  # hidden, layers, heads, intermediate (bertcc's presets)
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["train", "infer"])
+    ap.add_argument("mode", choices=["train", "squad", "infer"])
     ap.add_argument("--config", default="bert-base")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=128)
@@ -34,7 +36,7 @@ def main():
     ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
     import transformers
-    from transformers import BertConfig, BertForPreTraining, BertModel
+    from transformers import BertConfig, BertForPreTraining, BertForQuestionAnswering, BertModel
 
     C, L, NH, I = PRESETS[a.config]
     V = 30522
@@ -50,9 +52,14 @@ def main():
     seg = torch.zeros(B, T, dtype=torch.long, device=dev)
     seg[:, T // 2:] = 1
     mask = torch.ones(B, T, dtype=torch.long, device=dev)
-    train = a.mode == "train"
-    model = (BertForPreTraining(cfg) if train else BertModel(cfg)).to(dev)
-    if train:
+    train, squad = a.mode == "train", a.mode == "squad"
+    model = (BertForPreTraining(cfg) if train else BertForQuestionAnswering(cfg) if squad else BertModel(cfg)).to(dev)
+    if squad:  # bertcc's bench squad spans: start (37 r) mod T, end start + 3 (at most T - 1)
+        starts = torch.tensor([(r * 37) % T for r in range(B)], device=dev)
+        ends = torch.clamp(starts + 3, max=T - 1)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-5, fused=True)
+        model.train()
+    elif train:
         labels = torch.full((B, T), -100, dtype=torch.long)
         for b in range(B):
             pos = torch.randperm(T - 1, generator=g)[:P] + 1
@@ -78,6 +85,14 @@ def main():
             scaler.scale(out.loss).backward()
             scaler.step(opt)
             scaler.update()
+        elif squad:
+            opt.zero_grad(set_to_none=True)
+            with amp:
+                out = fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask, start_positions=starts,
+                          end_positions=ends)
+            scaler.scale(out.loss).backward()
+            scaler.step(opt)
+            scaler.update()
         else:
             with torch.inference_mode(), amp:
                 fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask)
@@ -98,6 +113,8 @@ def main():
     f = per_layer * L + 2.0 * B * C * C
     if train:
         f = 3 * (f + 2.0 * B * P * C * C + 2.0 * B * P * C * V + 2.0 * B * C * 2)
+    elif squad:  # as bertcc counts it: three times the encoder's forward
+        f = 3 * f
     print(json.dumps({"peer": "transformers" + (" + torch.compile" if a.compile else " eager"), "mode": a.mode,
                       "config": a.config, "precision": a.precision, "batch": B, "seq": T, "steps": a.steps,
                       "step_ms": mean * 1e3, "seq_per_s": B / mean, "model_tflops": f / mean / 1e12,
