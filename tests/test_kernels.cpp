@@ -262,6 +262,21 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
       work(kernels::attention_work_size(B, T, C, NH));
   kernels::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
                              rng, base, ac.prec);
+  {  // the output's bf16 rounding, with the fp32 output and alone: the roundings of `out`, and the
+     // same saved buffer (bf16 training keeps only the rounding)
+    std::vector<bf16_t> o16(out.size()), o16only(out.size()), want(out.size());
+    std::vector<float> out2(out.size()), probs2(probs.size()), probs3(probs.size());
+    for (size_t i = 0; i < out.size(); ++i) want[i] = f32_to_bf16(out[i]);
+    kernels::attention_forward(out2.data(), probs2.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
+                               rng, base, ac.prec, o16.data());
+    kernels::attention_forward(nullptr, probs3.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
+                               rng, base, ac.prec, o16only.data());
+    EXPECT_EQ(out2, out);
+    EXPECT_EQ(o16, want);
+    EXPECT_EQ(o16only, want);
+    EXPECT_EQ(0, std::memcmp(probs2.data(), probs.data(), probs.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(probs3.data(), probs.data(), probs.size() * sizeof(float)));
+  }
   std::vector<uint8_t> keep(B * NH * T * T, 1);
   if (ac.p > 0)
     for (size_t i = 0; i < keep.size(); ++i) keep[i] = rng.uniform(base, i) >= ac.p;

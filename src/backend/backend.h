@@ -159,12 +159,15 @@ class Backend {
   virtual int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout,
                                        Precision prec) const = 0;
   virtual int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const = 0;
-  virtual void attention_forward(float* out, float* saved, float* work, const float* qkv, const float* mask_add,
-                                 int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
-                                 uint64_t base, Precision prec) = 0;
+  // out16 (optional, bf16 only): the output's bf16 rounding too, written by the same pass; out may
+  // then be null (bf16 keeps only the rounding: the next product and the backward read that).
+  virtual void attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
+                                 const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
+                                 const Rng& rng, uint64_t base, Precision prec) = 0;
   virtual void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                                  const bf16_t* out16, const float* saved, const float* mask_add, int64_t B, int64_t T, int64_t C,
-                                  int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) = 0;
+                                  const bf16_t* out16, const float* saved, const float* mask_add, int64_t B,
+                                  int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                                  Precision prec) = 0;
 
   // ELECTRA's replacement sampling, kernels::gumbel_argmax on the backend's logits [M, V]; the M
   // picks come back to the host (no vocabulary-wide download)

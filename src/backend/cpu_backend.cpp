@@ -267,11 +267,14 @@ class CpuBackend final : public Backend {
   int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const override {
     return kernels::attention_work_size(B, T, C, NH);
   }
-  void attention_forward(float* out, float* saved, float* work, const float* qkv, const float* mask_add, int64_t B,
-                         int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                         Precision prec) override {
-    mine("attention_forward", out, saved, work, qkv, mask_add);
-    kernels::attention_forward(out, saved, work, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
+  void attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
+                         const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
+                         const Rng& rng, uint64_t base, Precision prec) override {
+    mine("attention_forward", out, out16, saved, work, qkv, mask_add);
+    BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
+                 "attention_forward: no output (a null out needs its bf16 rounding, in bf16)");
+    kernels::attention_forward(out, saved, work, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec,
+                               prec == Precision::BF16 ? out16 : nullptr);
   }
   void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                           const bf16_t* out16, const float* saved, const float* mask_add, int64_t B, int64_t T,

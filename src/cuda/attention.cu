@@ -209,10 +209,14 @@ int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool d
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
-                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
+                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+                       bf16_t* out16) {
   if (B * T == 0) return;
+  BERTCC_CHECK(out16 == nullptr || prec == Precision::BF16, "attention_forward: a bf16 output copy outside bf16");
+  BERTCC_CHECK(out || out16, "attention_forward: no output");
   const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
-  if (prec != Precision::F32) return attn::forward_tc(out, lse, qkv, mask_add, s, prec);
+  if (prec != Precision::F32)
+    return attn::forward_tc(out, reinterpret_cast<uint16_t*>(out16), lse, qkv, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
   attn::dispatch_hs(C / NH, [&](auto hs) { attn_fwd<decltype(hs)::value><<<grid, kRows>>>(out, lse, qkv, mask_add, s); });
   BERTCC_CUDA_LAUNCHED("attention_forward");

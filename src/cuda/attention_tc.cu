@@ -108,7 +108,8 @@ void launch_prep(uint16_t* rows, const float* src, int64_t ld, const Shape& s, u
 
 }  // namespace
 
-void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add, const Shape& s, Precision prec) {
+void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const float* mask_add, const Shape& s,
+                Precision prec) {
   dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
     constexpr int HS = decltype(hs)::value;
@@ -127,7 +128,7 @@ void forward_tc(float* out, float* lse, const float* qkv, const float* mask_add,
       constexpr int MT = decltype(mtc)::value;
       const dim3 grid(grid_for(s.T, MT * kBlockRows), static_cast<unsigned>(s.B * s.NH));
       launch_smem(fwd<BF, HS, MT>, fwd_smem<BF, HS, MT>());
-      fwd<BF, HS, MT><<<grid, kThreads, fwd_smem<BF, HS, MT>()>>>(out, lse, op, mask_add, s);
+      fwd<BF, HS, MT><<<grid, kThreads, fwd_smem<BF, HS, MT>()>>>(out, out16, lse, op, mask_add, s);
     };
     if constexpr (fwd_max_mt<HS>() == 2) {
       if (fwd_mt<HS>() == 2) launch(std::integral_constant<int, 2>{});

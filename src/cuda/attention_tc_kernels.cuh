@@ -210,6 +210,21 @@ __device__ inline void store_rows(float* const (&dst)[2], const int64_t (&row)[2
         if (nt * 8 + t2 + e < s.hs) dst[r][nt * 8 + t2 + e] = acc[nt][2 * r + e] * mul[r];
   }
 }
+// store_rows's values rounded to bf16 (the same products, so the roundings of what it stores)
+template <int HS>
+__device__ inline void store_rows16(uint16_t* const (&dst)[2], const int64_t (&row)[2], const float (&acc)[HS / 8][4],
+                                    const float (&mul)[2], const Shape& s) {
+  const int t2 = (threadIdx.x & 3) * 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= s.T) continue;
+#pragma unroll
+    for (int nt = 0; nt < HS / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (nt * 8 + t2 + e < s.hs) dst[r][nt * 8 + t2 + e] = f32_to_bf16_bits(acc[nt][2 * r + e] * mul[r]);
+  }
+}
 
 // ---- the 16-bit operands ----
 // The kernels read q, k, v and dout as 16-bit tiles that `prep` makes from the fp32 activations
@@ -338,9 +353,10 @@ __device__ inline void mma_pair_each(float (&acc)[MT][NT][4], const uint32_t (&a
   }
 }
 
-// Operands: q, k, v.
+// Operands: q, k, v. out and out16 (its bf16 rounding): either may be null.
 template <bool BF16, int HS, int MT>
-__global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands op, const float* mask_add, Shape s) {
+__global__ void __launch_bounds__(kThreads) fwd(float* out, uint16_t* out16, float* lse, Operands op,
+                                                const float* mask_add, Shape s) {
   static_assert(MT == 1 || MT == 2, "one or two m-tiles per warp");
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
   BERTCC_DYNAMIC_SMEM(smem);
@@ -492,9 +508,16 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, float* lse, Operands
       l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
     }
     {
-      float* const dst[2] = {out + (b * s.T + row[mt][0]) * s.C + h * s.hs, out + (b * s.T + row[mt][1]) * s.C + h * s.hs};
+      const int64_t at[2] = {(b * s.T + row[mt][0]) * s.C + h * s.hs, (b * s.T + row[mt][1]) * s.C + h * s.hs};
       const float inv[2] = {1.0f / l[mt][0], 1.0f / l[mt][1]};
-      store_rows<HS>(dst, row[mt], o[mt], inv, s);
+      if (out) {
+        float* const dst[2] = {out + at[0], out + at[1]};
+        store_rows<HS>(dst, row[mt], o[mt], inv, s);
+      }
+      if (out16) {
+        uint16_t* const dst[2] = {out16 + at[0], out16 + at[1]};
+        store_rows16<HS>(dst, row[mt], o[mt], inv, s);
+      }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r)

@@ -181,11 +181,11 @@ class CudaBackend final : public Backend {
   int64_t attention_work_size(int64_t B, int64_t T, int64_t, int64_t NH) const override {
     return attention_backward_work_size(B, T, NH);
   }
-  void attention_forward(float* out, float* saved, float*, const float* qkv, const float* mask_add, int64_t B,
-                         int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+  void attention_forward(float* out, bf16_t* out16, float* saved, float*, const float* qkv, const float* mask_add,
+                         int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                          Precision prec) override {
     const OpTimer timer("attention_forward");
-    cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec);
+    cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec, out16);
   }
   void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                           const bf16_t* out16, const float* saved, const float* mask_add, int64_t B, int64_t T,

@@ -110,8 +110,11 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j. fp32: exact fp32 on CUDA cores;
 // bf16/fp16: Tensor Cores (compute capability 8.0+), rounding where the CPU's bf16 attention does.
 int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec);
+// out16 (bf16 only, optional): the output's bf16 rounding too, from the kernel's registers; out may
+// then be null.
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
-                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec);
+                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+                       bf16_t* out16 = nullptr);
 // dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.
 int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH);
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,

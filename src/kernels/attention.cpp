@@ -56,6 +56,19 @@ void heads_to_rows(float* out, const float* in, int64_t B, int64_t T, int64_t C,
       }
 }
 
+// heads_to_rows into bf16 (the roundings of the values heads_to_rows writes)
+void heads_to_rows16(bf16_t* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const int64_t HS = C / NH;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < NH; ++h) {
+        const float* s = in + ((b * NH + h) * T + t) * HS;
+        bf16_t* d = out + (b * T + t) * C + h * HS;
+        for (int64_t c = 0; c < HS; ++c) d[c] = f32_to_bf16(s[c]);
+      }
+}
+
 void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t HS = C / NH;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -112,7 +125,7 @@ int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool d
 
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                       Precision prec) {
+                       Precision prec, bf16_t* out16) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C, NH);
@@ -164,7 +177,8 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
   }
 
   head_gemm(false, false, BH, T, HS, T, pdrop ? pdrop : probs, w.v, w.ctx, 1.0f, prec, pd16);  // ctx = Pd @ v
-  heads_to_rows(out, w.ctx, B, T, C, NH, C, 0);
+  if (out) heads_to_rows(out, w.ctx, B, T, C, NH, C, 0);
+  if (out16) heads_to_rows16(out16, w.ctx, B, T, C, NH);
 }
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,

@@ -53,9 +53,11 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // Element i of Pd uses number base + i of the dropout stream. `work` is scratch of attention_work_size().
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH);
 int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec);
+// out16 (optional): the output's bf16 rounding too; out may then be null (bf16 training and
+// inference keep only the rounding, the only form the next product reads).
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                       Precision prec);
+                       Precision prec, bf16_t* out16 = nullptr);
 // dqkv[B,T,3C] is overwritten (not accumulated). `probs` and `dropout_p` as saved by the forward
 // pass (no random numbers are drawn); `work` as above. BF16: qkv is not read (may be null).
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,

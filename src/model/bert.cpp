@@ -486,7 +486,8 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   // one qkv serves every layer. And FFN1's output inter: in bf16 the GELU backward reads its
   // rounding inter16 (as PyTorch's autocast keeps the GELU's bf16 input), so one inter serves every
   // layer and each keeps 2 bytes per element instead of 4. And the attention's output ctx: in bf16
-  // its backward and the attention-output product's read only its rounding ctx16.
+  // the attention writes only its rounding ctx16, which the attention-output product and the
+  // attention's backward read (no fp32 ctx at all: null_unkept).
   const bool transient = h16;
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
@@ -500,7 +501,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   for (auto& ly : a.layers) {
     plan.push_back({&ly.qkv, transient && &ly != &a.layers.front() ? 0 : N * 3 * C});
     plan.push_back({&ly.probs, be.attention_saved_size(B, T, C, NH, attention_dropout, prec)});
-    plan.push_back({&ly.ctx, transient && &ly != &a.layers.front() ? 0 : N * C});
+    plan.push_back({&ly.ctx, (1 - h16) * N * C});  // bf16: ctx16 alone (null_unkept)
     plan.push_back({&ly.ln1_sum, N * C});
     plan.push_back({&ly.ln1_mean, N});
     plan.push_back({&ly.ln1_rstd, N});
@@ -600,11 +601,12 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   a.inference = inference;
   std::vector<std::pair<float**, int64_t>> plan;  // count first, then carve (one allocation)
   const int64_t total = plan_acts(a, cfg_, B, T, attention_dropout, prec, *be_, plan, inference);
-  // bf16: the fp32 GELU output is not kept (its slice is empty): gelu_forward writes the bf16 copy
-  // only, and FFN2's products read that copy (linear_forward and _backward take x16 for x).
+  // bf16: the fp32 GELU and attention outputs are not kept (their training slices are empty):
+  // gelu_forward and attention_forward write the bf16 copies only, and the products read those
+  // (linear_forward and _backward take x16 for x). After alias (inference places ctx in its region).
   auto null_unkept = [&a, prec] {
     if (prec == Precision::BF16)
-      for (auto& ly : a.layers) ly.gelu = nullptr;
+      for (auto& ly : a.layers) ly.gelu = ly.ctx = nullptr;
   };
   // Inference: layer l's slices are layer 0's, and buffers share a region (place_inference_acts).
   // (Copying the whole Layer copies its dropout seeds too: each forward sets them before use, and
@@ -618,7 +620,6 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
       a.layers[l].h1 = a.layers.front().h1;
       a.layers[l].qkv = a.layers.front().qkv;
       a.layers[l].inter = a.layers.front().inter;
-      a.layers[l].ctx = a.layers.front().ctx;
     }
   };
   if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
@@ -628,8 +629,8 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
       *p = base + off;
       off += slot_floats(n);
     }
-    null_unkept();
     alias();
+    null_unkept();
     a.dmask.ensure(*be_, static_cast<size_t>(B * T));
     a.mask_add.assign(static_cast<size_t>(B * T), 0.0f);
     a.mask = a.dmask.get();
@@ -653,8 +654,8 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
     *p = a.arena.data() + off;
     off += slot_floats(n);
   }
-  null_unkept();
   alias();
+  null_unkept();
   a.mask_add.assign(static_cast<size_t>(B * T), 0.0f);
   a.mask = a.mask_add.data();
 }
@@ -738,9 +739,12 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
                    prec, w16(p + "attention.self.query.weight", prec),
                    l == 0 ? keep16(ly.x16) : LinearIo{a.as16(ly.x16), nullptr, nullptr});
     ly.seed_att = p_a > 0 ? rng.reserve(B * NH * T * T) : 0;  // the CPU saves Pd; CUDA regenerates it
-    be.attention_forward(ly.ctx, ly.probs, a.att_work, ly.qkv, a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
+    // (bf16: the output as its rounding ctx16 alone, what the product reads)
+    be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, ly.qkv, a.mask, B, T, C, NH, p_a, rng,
+                         ly.seed_att, prec);
     be.linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
-                   C, prec, w16(p + "attention.output.dense.weight", prec), keep16(ly.ctx16));
+                   C, prec, w16(p + "attention.output.dense.weight", prec),
+                   LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
     if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
     be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
                                           w(p + "attention.output.LayerNorm.weight"),
@@ -850,14 +854,13 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                             w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C,
                             /*overwrite=*/true);
     }
-    // (bf16: ctx16 alone; ctx's buffer holds the last layer's output)
-    const float* ctx = prec == Precision::BF16 ? nullptr : ly.ctx;
+    // (bf16: ctx16 alone; ctx is null)
     be.linear_backward(a.dc, dgrad(p + "attention.output.dense.weight"), dgrad(p + "attention.output.dense.bias"), dattn,
-                    ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
+                    ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
                     w16(p + "attention.output.dense.weight", prec),
                     LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
     // (bf16: null qkv, whose buffer holds the last layer's; the saved operands serve)
-    be.attention_backward(a.dqkv, a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv, ctx,
+    be.attention_backward(a.dqkv, a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv, ly.ctx,
                           a.as16(ly.ctx16), ly.probs, a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
     // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)

@@ -550,6 +550,22 @@ void test_attention() {
       Dev<float> gqkv(qkv), gmask(mask), gdout(dout), gout(nan_out), glse(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, c.p > 0, prec))), gd(nan_d),
           gwork(static_cast<size_t>(G::attention_backward_work_size(B, T, NH)));
       G::attention_forward(gout.p, glse.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
+      if (prec == Precision::BF16) {  // the output's bf16 rounding from the kernel, with and without out
+        const std::string at = "B" + std::to_string(B) + " T" + std::to_string(T) + " NH" + std::to_string(NH) + " HS" +
+                               std::to_string(c.HS) + (c.p > 0 ? " dropout" : "");
+        const auto o = gout.back();
+        std::vector<bf16_t> want(o.size());
+        for (size_t i = 0; i < o.size(); ++i) want[i] = f32_to_bf16(o[i]);
+        Dev<float> gout2(nan_out), glse2(glse.n);
+        Dev<bf16_t> g16(o.size()), g16only(o.size());
+        G::attention_forward(gout2.p, glse2.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, base, prec, g16.p);
+        check_equal("attention forward with its bf16 copy: out, " + at, o, gout2.back());
+        check_equal("attention forward bf16 copy = rounding of out, " + at, want, g16.back());
+        G::attention_forward(nullptr, glse2.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, base, prec, g16only.p);
+        check_equal("attention forward bf16 copy alone, " + at, want, g16only.back());
+        check_equal("attention forward bf16 copy alone: saved buffer, " + at, glse.back(),
+                    glse2.back());
+      }
       // bf16: the backward reads the operands the forward saved, not qkv (null here, and on the CPU)
       const float* bqkv = prec == Precision::BF16 ? nullptr : gqkv.p;
       K::attention_backward(dqkv.data(), work.data(), dout.data(), prec == Precision::BF16 ? nullptr : qkv.data(),

@@ -87,7 +87,27 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
       std::fill(op.drop_bits, op.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
     }
     sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(),
-                [&] { K::fwd<BF, HS, 1>(out.data(), lse.data(), op, mask.data(), s); });
+                [&] { K::fwd<BF, HS, 1>(out.data(), nullptr, lse.data(), op, mask.data(), s); });
+    if constexpr (BF) {
+      // the output's bf16 rounding alone (out null), in the one- and two-m-tile forms: the roundings
+      // of out, bit for bit
+      std::vector<uint16_t> want(out.size()), o16(out.size(), 0xFFFFu), o16b(out.size(), 0xFFFFu);
+      for (size_t i = 0; i < out.size(); ++i) want[i] = bertcc::f32_to_bf16(out[i]);
+      std::vector<float> lse3(lse.size(), NAN);
+      K::Operands op3 = op;
+      if (s.drop) op3.drop_bits = reinterpret_cast<uint32_t*>(lse3.data() + A::lse_floats(B, NH, T));
+      sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(),
+                  [&] { K::fwd<BF, HS, 1>(nullptr, o16.data(), lse3.data(), op3, mask.data(), s); });
+      size_t diff = 0;
+      for (size_t i = 0; i < out.size(); ++i) diff += o16[i] != want[i];
+      if constexpr (K::fwd_max_mt<HS>() == 2) {
+        const sim_dim3 grid2{bertcc::cuda::grid_for(T, 2 * K::kBlockRows), static_cast<unsigned>(B * NH), 1};
+        sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(),
+                    [&] { K::fwd<BF, HS, 2>(nullptr, o16b.data(), lse3.data(), op3, mask.data(), s); });
+        for (size_t i = 0; i < out.size(); ++i) diff += o16b[i] != want[i];
+      }
+      expect("fwd, the output's bf16 rounding alone: differing from out's roundings", static_cast<double>(diff), 0.0);
+    }
     if constexpr (K::fwd_max_mt<HS>() == 2) {
       // two m-tiles per warp (128-row blocks, as attention_tc.cu launches it for these head sizes):
       // each row's arithmetic is the same, so the outputs, lse and decision bits are the same bits
@@ -99,7 +119,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
       }
       const sim_dim3 grid2{bertcc::cuda::grid_for(T, 2 * K::kBlockRows), static_cast<unsigned>(B * NH), 1};
       sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(),
-                  [&] { K::fwd<BF, HS, 2>(out2.data(), lse2.data(), op2, mask.data(), s); });
+                  [&] { K::fwd<BF, HS, 2>(out2.data(), nullptr, lse2.data(), op2, mask.data(), s); });
       size_t diff = 0;
       for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out2[i], sizeof(float)) != 0;
       for (size_t i = 0; i < lse.size(); ++i) diff += std::memcmp(&lse[i], &lse2[i], sizeof(float)) != 0;
