@@ -291,6 +291,16 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
   std::fill(work.begin(), work.end(), NAN);  // nothing of the forward's scratch may be needed
   kernels::attention_backward(dqkv.data(), work.data(), R.data(), ac.prec == Precision::BF16 ? nullptr : qkv.data(),
                               probs.data(), B, T, C, NH, ac.p, ac.prec);
+  if (ac.prec == Precision::BF16) {  // with dqkv's bf16 rounding too: the same dqkv, and its roundings
+    std::vector<float> dqkv2(dqkv.size(), NAN);
+    std::vector<bf16_t> d16(dqkv.size()), want(dqkv.size());
+    std::fill(work.begin(), work.end(), NAN);
+    kernels::attention_backward(dqkv2.data(), work.data(), R.data(), nullptr, probs.data(), B, T, C, NH, ac.p, ac.prec,
+                                d16.data());
+    for (size_t i = 0; i < dqkv.size(); ++i) want[i] = f32_to_bf16(dqkv[i]);
+    EXPECT_EQ(0, std::memcmp(dqkv2.data(), dqkv.data(), dqkv.size() * sizeof(float)));
+    EXPECT_EQ(d16, want);
+  }
   auto g = fd_grad(
       [&](const std::vector<double>& v) {
         return dot(ref::attention(v, to_d(mask_add), ac.p > 0 ? &keep : nullptr, ac.p, B, T, C, NH), to_d(R));

@@ -164,10 +164,12 @@ class Backend {
   virtual void attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
                                  const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
                                  const Rng& rng, uint64_t base, Precision prec) = 0;
-  virtual void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                                  const bf16_t* out16, const float* saved, const float* mask_add, int64_t B,
-                                  int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                                  Precision prec) = 0;
+  // dqkv16 (optional, bf16 only): dqkv's bf16 rounding too, written by the same kernels (the
+  // QKV products' operand: no rounding pass of its own).
+  virtual void attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
+                                  const float* out, const bf16_t* out16, const float* saved, const float* mask_add,
+                                  int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
+                                  uint64_t base, Precision prec) = 0;
 
   // ELECTRA's replacement sampling, kernels::gumbel_argmax on the backend's logits [M, V]; the M
   // picks come back to the host (no vocabulary-wide download)

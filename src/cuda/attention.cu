@@ -226,8 +226,9 @@ int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH) { return 
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                         const bf16_t* out16, const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C,
-                        int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
+                        int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec, bf16_t* dqkv16) {
   if (B * T == 0) return;
+  BERTCC_CHECK(dqkv16 == nullptr || prec == Precision::BF16, "attention_backward: a bf16 gradient copy outside bf16");
   BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
                "attention_backward: no forward output (a null out needs its bf16 rounding, in bf16)");
   const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
@@ -237,7 +238,8 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
     attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256>>>(work, dout, reinterpret_cast<const uint16_t*>(out16), s,
                                                           C / NH);
   BERTCC_CUDA_LAUNCHED("attention_backward (row dots)");
-  if (prec != Precision::F32) return attn::backward_tc(dqkv, dout, qkv, lse, work, mask_add, s, prec);
+  if (prec != Precision::F32)
+    return attn::backward_tc(dqkv, reinterpret_cast<uint16_t*>(dqkv16), dout, qkv, lse, work, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
   attn::dispatch_hs(C / NH, [&](auto hs) {
     attn_bwd_dq<decltype(hs)::value><<<grid, kRows>>>(dqkv, dout, qkv, lse, work, mask_add, s);

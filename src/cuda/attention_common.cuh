@@ -76,7 +76,8 @@ inline int64_t saved_operand_elems(int64_t B, int64_t T, int64_t C, int64_t NH, 
 // out16 (may be null; bf16 only): the output's rounding too; out may then be null.
 void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const float* mask_add, const Shape& s,
                 Precision prec);
-void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+// dqkv16 (may be null; bf16 only): dqkv's rounding too.
+void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* qkv, const float* lse, const float* D,
                  const float* mask_add, const Shape& s, Precision prec);
 
 }  // namespace bertcc::cuda::attn

@@ -140,7 +140,7 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
   });
 }
 
-void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* qkv, const float* lse, const float* D,
                  const float* mask_add, const Shape& s, Precision prec) {
   const dim3 grid(grid_for(s.T, kBlockRows), static_cast<unsigned>(s.B * s.NH));
   dispatch_tc(s, prec, [&](auto bf, auto hs) {
@@ -165,11 +165,11 @@ void backward_tc(float* dqkv, const float* dout, const float* qkv, const float* 
     if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
     part.emplace("attention_backward/dq");
     launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>());
-    bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, op, lse, D, mask_add, s);
+    bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, dqkv16, op, lse, D, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dq, Tensor Cores)");
     part.emplace("attention_backward/dk dv");
     launch_smem(bwd_dkdv<BF, HS>, dkv_smem<BF, HS>());
-    bwd_dkdv<BF, HS><<<grid, kThreads, dkv_smem<BF, HS>()>>>(dqkv, op, lse, D, mask_add, s);
+    bwd_dkdv<BF, HS><<<grid, kThreads, dkv_smem<BF, HS>()>>>(dqkv, dqkv16, op, lse, D, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dk, dv, Tensor Cores)");
   });
 }

@@ -534,8 +534,9 @@ constexpr size_t dq_smem() {
 
 // Operands: q, dout, k, v.
 template <bool BF16, int HS>
-__global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, const float* lse, const float* D,
-                                                    const float* mask_add, Shape s) {
+// dqkv16 (may be null): dq's bf16 rounding too, at dqkv's offsets (likewise bwd_dkdv for dk, dv).
+__global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16, Operands op, const float* lse,
+                                                    const float* D, const float* mask_add, Shape s) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
   constexpr int kTile = 2 * BN * LDH;  // one buffer: Ks [BN][LDH], Vs [BN][LDH]
   BERTCC_DYNAMIC_SMEM(smem);
@@ -595,8 +596,13 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, Operands op, con
     rounded_product<BF16, HS, BN>(dq, sc, Ks);  // dQ += dS K
     __syncthreads();
   }
-  float* const dst[2] = {dqkv + (b * s.T + row[0]) * ld3 + h * s.hs, dqkv + (b * s.T + row[1]) * ld3 + h * s.hs};
+  const int64_t at[2] = {(b * s.T + row[0]) * ld3 + h * s.hs, (b * s.T + row[1]) * ld3 + h * s.hs};
+  float* const dst[2] = {dqkv + at[0], dqkv + at[1]};
   store_rows<HS>(dst, row, dq, {s.scale, s.scale}, s);
+  if (dqkv16) {
+    uint16_t* const dst16[2] = {dqkv16 + at[0], dqkv16 + at[1]};
+    store_rows16<HS>(dst16, row, dq, {s.scale, s.scale}, s);
+  }
 }
 
 // ---- backward: dk and dv, per key block ----
@@ -608,8 +614,8 @@ constexpr size_t dkv_smem() {
 
 // Operands: k, v, q, dout.
 template <bool BF16, int HS>
-__global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, const float* lse, const float* D,
-                                                      const float* mask_add, Shape s) {
+__global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv16, Operands op, const float* lse,
+                                                      const float* D, const float* mask_add, Shape s) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
   constexpr int kTile = 2 * BN * LDH;  // one buffer: Qs, dOs [BN][LDH]
   BERTCC_DYNAMIC_SMEM(smem);
@@ -684,11 +690,17 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, Operands op, c
     rounded_product<BF16, HS, BN>(dk, dpt, Qs);  // dK += dS^T Q
     __syncthreads();
   }
-  float* const dk_dst[2] = {dqkv + (b * s.T + key[0]) * ld3 + s.C + h * s.hs,
-                            dqkv + (b * s.T + key[1]) * ld3 + s.C + h * s.hs};
+  const int64_t at[2] = {(b * s.T + key[0]) * ld3 + s.C + h * s.hs, (b * s.T + key[1]) * ld3 + s.C + h * s.hs};
+  float* const dk_dst[2] = {dqkv + at[0], dqkv + at[1]};
   float* const dv_dst[2] = {dk_dst[0] + s.C, dk_dst[1] + s.C};
   store_rows<HS>(dk_dst, key, dk, {s.scale, s.scale}, s);
   store_rows<HS>(dv_dst, key, dv, {1.0f, 1.0f}, s);
+  if (dqkv16) {
+    uint16_t* const dk16[2] = {dqkv16 + at[0], dqkv16 + at[1]};
+    uint16_t* const dv16[2] = {dk16[0] + s.C, dk16[1] + s.C};
+    store_rows16<HS>(dk16, key, dk, {s.scale, s.scale}, s);
+    store_rows16<HS>(dv16, key, dv, {1.0f, 1.0f}, s);
+  }
 }
 
 }  // namespace bertcc::cuda::attn::tc

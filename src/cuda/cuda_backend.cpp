@@ -187,13 +187,13 @@ class CudaBackend final : public Backend {
     const OpTimer timer("attention_forward");
     cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec, out16);
   }
-  void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                          const bf16_t* out16, const float* saved, const float* mask_add, int64_t B, int64_t T,
-                          int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+  void attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
+                          const float* out, const bf16_t* out16, const float* saved, const float* mask_add, int64_t B,
+                          int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                           Precision prec) override {
     const OpTimer timer("attention_backward");
     cuda::attention_backward(dqkv, work, dout, qkv, out, out16, saved, mask_add, B, T, C, NH, dropout_p, rng, base,
-                             prec);
+                             prec, prec == Precision::BF16 ? dqkv16 : nullptr);
   }
   void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                      uint64_t base) override {

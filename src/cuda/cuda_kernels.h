@@ -117,9 +117,11 @@ void attention_forward(float* out, float* lse, const float* qkv, const float* ma
                        bf16_t* out16 = nullptr);
 // dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.
 int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH);
+// dqkv16 (bf16 only, optional): dqkv's bf16 rounding too, from the kernels' registers.
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                        const bf16_t* out16, const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                        float dropout_p, const Rng& rng, uint64_t base, Precision prec);
+                        const bf16_t* out16, const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C,
+                        int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+                        bf16_t* dqkv16 = nullptr);
 
 // ---- ELECTRA's Gumbel-max sampling (as kernels::gumbel_argmax; the picks land in host memory) ----
 void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);

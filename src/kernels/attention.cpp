@@ -182,7 +182,8 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
 }
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
-                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec) {
+                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec,
+                        bf16_t* dqkv16) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C, NH);
@@ -233,6 +234,7 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
   heads_to_rows(dqkv, w.dq, B, T, C, NH, 3 * C, 0);
   heads_to_rows(dqkv, w.dk, B, T, C, NH, 3 * C, C);
   heads_to_rows(dqkv, w.dv, B, T, C, NH, 3 * C, 2 * C);
+  if (dqkv16) to_bf16(dqkv, dqkv16, static_cast<size_t>(B * T * 3 * C));
 }
 
 }  // namespace bertcc::kernels

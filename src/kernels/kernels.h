@@ -59,9 +59,11 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                        Precision prec, bf16_t* out16 = nullptr);
 // dqkv[B,T,3C] is overwritten (not accumulated). `probs` and `dropout_p` as saved by the forward
-// pass (no random numbers are drawn); `work` as above. BF16: qkv is not read (may be null).
+// pass (no random numbers are drawn); `work` as above. BF16: qkv is not read (may be null), and
+// dqkv16 (optional) receives dqkv's bf16 rounding too (the QKV products' operand).
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
-                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec);
+                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec,
+                        bf16_t* dqkv16 = nullptr);
 
 // ---- softmax cross-entropy with ignore index, fused with its gradient ----
 // logits[N,V] is overwritten by d(loss)/d(logits) * grad_scale when grad_scale != 0 (so no

@@ -212,6 +212,7 @@ struct Bert::Acts {
   float *att_work, *tmp_c, *g, *d1, *d2, *dh, *dc, *dqkv, *di, *di2, *dcls, *dpool;
   float* di2_16;  // bf16 only: di2's rounding, written by gelu_backward for both FFN1 products
   float* d2_16;   // bf16 only: d2's rounding (the dropout backward's output), for the next products
+  float* dqkv16;  // bf16 only: dqkv's rounding, written by the attention backward for the QKV products
   // a bf16 slice as such, or null outside bf16 (where the backend rounds nothing)
   bf16_t* as16(float* p) const { return prec == Precision::BF16 ? reinterpret_cast<bf16_t*>(p) : nullptr; }
   // pre-training heads: sized by the number of masked positions, reused across steps
@@ -524,6 +525,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   plan.push_back({&a.di2, N * I});
   plan.push_back({&a.di2_16, h16 * (N * I + 1) / 2});
   plan.push_back({&a.d2_16, h16 * (N * C + 1) / 2});
+  plan.push_back({&a.dqkv16, h16 * (N * 3 * C + 1) / 2});
   plan.push_back({&a.dcls, B * C});
   plan.push_back({&a.dpool, B * C});
   return arena_floats(plan);
@@ -575,7 +577,7 @@ void Bert::place_inference_acts(Acts& a) {
   ly.inter = a.region;               // written after the first residual LayerNorm (ctx, tmp_c dead)
   for (float*& x : a.x) x = a.x[0];  // the layer's output over its input
   for (size_t l = 1; l < a.layers.size(); ++l) a.layers[l] = ly;
-  a.g = a.d1 = a.d2 = a.dh = a.dc = a.dqkv = a.di = a.di2 = a.di2_16 = a.d2_16 = a.dcls = a.dpool = nullptr;
+  a.g = a.d1 = a.d2 = a.dh = a.dc = a.dqkv = a.di = a.di2 = a.di2_16 = a.d2_16 = a.dqkv16 = a.dcls = a.dpool = nullptr;
   a.demb_a = a.demb_b = a.demb_c = nullptr;
 }
 
@@ -860,14 +862,16 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                     w16(p + "attention.output.dense.weight", prec),
                     LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
     // (bf16: null qkv, whose buffer holds the last layer's; the saved operands serve)
-    be.attention_backward(a.dqkv, a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv, ly.ctx,
-                          a.as16(ly.ctx16), ly.probs, a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
+    // (bf16: dqkv's rounding too, the QKV products' operand)
+    be.attention_backward(a.dqkv, a.as16(a.dqkv16), a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv,
+                          ly.ctx, a.as16(ly.ctx16), ly.probs, a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
     // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)
     be.linear_backward(a.g, dgrad(p + "attention.self.query.weight"), dgrad(p + "attention.self.query.bias"), a.dqkv,
                     prec == Precision::BF16 ? nullptr : a.x[l],
                     w(p + "attention.self.query.weight"), N, 3 * C, C, prec,
-                    w16(p + "attention.self.query.weight", prec), LinearIo{a.as16(ly.x16), nullptr, nullptr});
+                    w16(p + "attention.self.query.weight", prec),
+                    LinearIo{a.as16(ly.x16), nullptr, a.as16(a.dqkv16)});
     if (grad_ready_) grad_ready_(table_.at(p + "attention.self.query.weight").offset);  // the layer's first tensor
   }
 

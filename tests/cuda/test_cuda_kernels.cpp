@@ -611,6 +611,15 @@ void test_attention() {
         check_equal(std::string(name) + " dqkv from the output's bf16 rounding = from its widened values", gd.back(),
                     g16);
         check(std::string(name) + " dqkv from the output's bf16 rounding vs CPU", dqkv, g16, tol);
+        // with dqkv's rounding written by the kernels too: the same dqkv, and its roundings
+        Dev<float> gd3(nan_d);
+        Dev<bf16_t> gdq16(static_cast<size_t>(B * T * 3 * C));
+        G::attention_backward(gd3.p, gwork.p, gdout.p, bqkv, nullptr, gout16.p, glse.p, gmask.p, B, T, C, NH, c.p,
+                              rng, base, prec, gdq16.p);
+        check_equal(std::string(name) + " dqkv with its bf16 copy", g16, gd3.back());
+        std::vector<bf16_t> want16(g16.size());
+        for (size_t i = 0; i < g16.size(); ++i) want16[i] = f32_to_bf16(g16[i]);
+        check_equal(std::string(name) + " dqkv bf16 copy = rounding of dqkv", want16, gdq16.back());
       }
     }
   }

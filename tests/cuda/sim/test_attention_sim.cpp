@@ -131,12 +131,21 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
       for (int64_t c = 0; c < hs; ++c) acc += dout[(b * T + i) * C + h * hs + c] * out[(b * T + i) * C + h * hs + c];
       D[r] = acc;
     }
+    // bf16: with dqkv's rounding too (the model's QKV products read it), which must be the
+    // roundings of dqkv bit for bit
+    std::vector<uint16_t> dqkv16(dqkv.size(), 0xFFFFu);
+    uint16_t* d16 = BF ? dqkv16.data() : nullptr;
     sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(), [&] {
-      K::bwd_dq<BF, HS>(dqkv.data(), op, lse.data(), D.data(), mask.data(), s);
+      K::bwd_dq<BF, HS>(dqkv.data(), d16, op, lse.data(), D.data(), mask.data(), s);
     });
     sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(), [&] {
-      K::bwd_dkdv<BF, HS>(dqkv.data(), op, lse.data(), D.data(), mask.data(), s);
+      K::bwd_dkdv<BF, HS>(dqkv.data(), d16, op, lse.data(), D.data(), mask.data(), s);
     });
+    if constexpr (BF) {
+      size_t diff = 0;
+      for (size_t i = 0; i < dqkv.size(); ++i) diff += dqkv16[i] != bertcc::f32_to_bf16(dqkv[i]);
+      expect("bwd, dqkv's bf16 rounding: differing from dqkv's roundings", static_cast<double>(diff), 0.0);
+    }
   });
 
   // float64 reference on the same inputs rounded as the kernels round them (q, k, v, dout)
