@@ -76,20 +76,15 @@ def main():
     # fp16 trains as NVIDIA's recipe and AMP do: a dynamic loss scale, unscaled before the step
     scaler = torch.amp.GradScaler("cuda", enabled=a.precision == "fp16")
 
+    # the labels of the training step: pre-training's masked tokens and NSP, or SQuAD's spans
+    targets = (dict(labels=labels, next_sentence_label=nsp) if train
+               else dict(start_positions=starts, end_positions=ends) if squad else {})
+
     def step():
-        if train:
+        if train or squad:
             opt.zero_grad(set_to_none=True)
             with amp:
-                out = fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask, labels=labels,
-                          next_sentence_label=nsp)
-            scaler.scale(out.loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        elif squad:
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                out = fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask, start_positions=starts,
-                          end_positions=ends)
+                out = fwd(input_ids=ids, token_type_ids=seg, attention_mask=mask, **targets)
             scaler.scale(out.loss).backward()
             scaler.step(opt)
             scaler.update()

@@ -194,10 +194,13 @@ __device__ inline void rounded_product(float (&acc)[HS / 8][4], const float (&c)
   }
 }
 
+// A stored value: as fp32, or as its bf16 rounding (the same product rounded).
+__device__ inline void put(float* p, float v) { *p = v; }
+__device__ inline void put(uint16_t* p, float v) { *p = f32_to_bf16_bits(v); }
 // The warp's accumulator rows (r = 0: row g, 1: row g+8) times mul[r] into dst[r][0 .. hs), rows
-// at or past T skipped.
-template <int HS>
-__device__ inline void store_rows(float* const (&dst)[2], const int64_t (&row)[2], const float (&acc)[HS / 8][4],
+// at or past T skipped; D is float, or uint16_t for the bf16 roundings of those values.
+template <int HS, class D>
+__device__ inline void store_rows(D* const (&dst)[2], const int64_t (&row)[2], const float (&acc)[HS / 8][4],
                                   const float (&mul)[2], const Shape& s) {
   const int t2 = (threadIdx.x & 3) * 2;
 #pragma unroll
@@ -207,22 +210,7 @@ __device__ inline void store_rows(float* const (&dst)[2], const int64_t (&row)[2
     for (int nt = 0; nt < HS / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        if (nt * 8 + t2 + e < s.hs) dst[r][nt * 8 + t2 + e] = acc[nt][2 * r + e] * mul[r];
-  }
-}
-// store_rows's values rounded to bf16 (the same products, so the roundings of what it stores)
-template <int HS>
-__device__ inline void store_rows16(uint16_t* const (&dst)[2], const int64_t (&row)[2], const float (&acc)[HS / 8][4],
-                                    const float (&mul)[2], const Shape& s) {
-  const int t2 = (threadIdx.x & 3) * 2;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= s.T) continue;
-#pragma unroll
-    for (int nt = 0; nt < HS / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (nt * 8 + t2 + e < s.hs) dst[r][nt * 8 + t2 + e] = f32_to_bf16_bits(acc[nt][2 * r + e] * mul[r]);
+        if (nt * 8 + t2 + e < s.hs) put(&dst[r][nt * 8 + t2 + e], acc[nt][2 * r + e] * mul[r]);
   }
 }
 
@@ -516,7 +504,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, uint16_t* out16, flo
       }
       if (out16) {
         uint16_t* const dst[2] = {out16 + at[0], out16 + at[1]};
-        store_rows16<HS>(dst, row[mt], o[mt], inv, s);
+        store_rows<HS>(dst, row[mt], o[mt], inv, s);
       }
     }
 #pragma unroll
@@ -601,7 +589,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
   store_rows<HS>(dst, row, dq, {s.scale, s.scale}, s);
   if (dqkv16) {
     uint16_t* const dst16[2] = {dqkv16 + at[0], dqkv16 + at[1]};
-    store_rows16<HS>(dst16, row, dq, {s.scale, s.scale}, s);
+    store_rows<HS>(dst16, row, dq, {s.scale, s.scale}, s);
   }
 }
 
@@ -698,8 +686,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
   if (dqkv16) {
     uint16_t* const dk16[2] = {dqkv16 + at[0], dqkv16 + at[1]};
     uint16_t* const dv16[2] = {dk16[0] + s.C, dk16[1] + s.C};
-    store_rows16<HS>(dk16, key, dk, {s.scale, s.scale}, s);
-    store_rows16<HS>(dv16, key, dv, {1.0f, 1.0f}, s);
+    store_rows<HS>(dk16, key, dk, {s.scale, s.scale}, s);
+    store_rows<HS>(dv16, key, dv, {1.0f, 1.0f}, s);
   }
 }
 

@@ -43,30 +43,20 @@ void unpack_qkv(const Work& w, const float* qkv, int64_t B, int64_t T, int64_t C
     }
 }
 
-// [B,NH,T,HS] <-> [B,T,C]
-void heads_to_rows(float* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t out_stride,
+// [B,NH,T,HS] <-> [B,T,C]; into bf16 (Out = bf16_t), the roundings of the values
+inline void put_row(const float* s, int64_t n, float* d) { std::copy(s, s + n, d); }
+inline void put_row(const float* s, int64_t n, bf16_t* d) {
+  for (int64_t c = 0; c < n; ++c) d[c] = f32_to_bf16(s[c]);
+}
+template <class Out>
+void heads_to_rows(Out* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t out_stride,
                    int64_t out_offset) {
   const int64_t HS = C / NH;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < NH; ++h) {
-        const float* s = in + ((b * NH + h) * T + t) * HS;
-        std::copy(s, s + HS, out + (b * T + t) * out_stride + out_offset + h * HS);
-      }
-}
-
-// heads_to_rows into bf16 (the roundings of the values heads_to_rows writes)
-void heads_to_rows16(bf16_t* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  const int64_t HS = C / NH;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < NH; ++h) {
-        const float* s = in + ((b * NH + h) * T + t) * HS;
-        bf16_t* d = out + (b * T + t) * C + h * HS;
-        for (int64_t c = 0; c < HS; ++c) d[c] = f32_to_bf16(s[c]);
-      }
+      for (int64_t h = 0; h < NH; ++h)
+        put_row(in + ((b * NH + h) * T + t) * HS, HS, out + (b * T + t) * out_stride + out_offset + h * HS);
 }
 
 void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH) {
@@ -178,7 +168,7 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
 
   head_gemm(false, false, BH, T, HS, T, pdrop ? pdrop : probs, w.v, w.ctx, 1.0f, prec, pd16);  // ctx = Pd @ v
   if (out) heads_to_rows(out, w.ctx, B, T, C, NH, C, 0);
-  if (out16) heads_to_rows16(out16, w.ctx, B, T, C, NH);
+  if (out16) heads_to_rows(out16, w.ctx, B, T, C, NH, C, 0);
 }
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
