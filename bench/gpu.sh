@@ -3,11 +3,11 @@
 # same GPU (bench/peer_torch_gpu.py, eager and torch.compile), the issue's shapes by default.
 # Usage: bench/gpu.sh [BERTCC] ; env: CASES ("mode config batch seq" lines), PRECISION (bf16; fp16 is NVIDIA's
 # recipe: the peer adds AMP's GradScaler), STEPS (20), COMPILE (1; 0 skips the torch.compile peer, which
-# takes minutes to compile)
+# takes minutes to compile), ERRLOG (where both sides' stderr goes; /dev/null)
 set -u
 B="${1:-build/bertcc}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
-PY="${PYTHON:-python3}"; PREC="${PRECISION:-bf16}"; STEPS="${STEPS:-20}"; COMPILE="${COMPILE:-1}"
+PY="${PYTHON:-python3}"; ERR="${ERRLOG:-/dev/null}"; PREC="${PRECISION:-bf16}"; STEPS="${STEPS:-20}"; COMPILE="${COMPILE:-1}"
 CASES="${CASES:-train bert-base 128 128
 train bert-large 64 128
 train bert-large 16 512
@@ -20,12 +20,12 @@ printf "%-6s %-10s %5s %4s %12s %12s %14s %8s %8s %9s %18s %18s\n" mode config b
 echo "$CASES" | while read -r mode cfg batch seq; do
   [ -z "$mode" ] && continue
   ours=$("$B" bench "$mode" --device cuda --config "$cfg" --batch "$batch" --seq "$seq" --precision "$PREC" \
-    --steps "$STEPS" --warmup 3 2>/dev/null | tail -1)
+    --steps "$STEPS" --warmup 3 2>>"$ERR" | tail -1)
   eager=$("$PY" "$HERE/peer_torch_gpu.py" "$mode" --config "$cfg" --batch "$batch" --seq "$seq" --precision "$PREC" \
-    --steps "$STEPS" 2>/dev/null | tail -1)
+    --steps "$STEPS" 2>>"$ERR" | tail -1)
   comp=""
   [ "$COMPILE" = 1 ] && comp=$("$PY" "$HERE/peer_torch_gpu.py" "$mode" --config "$cfg" --batch "$batch" --seq "$seq" \
-    --precision "$PREC" --steps "$STEPS" --compile 2>/dev/null | tail -1)
+    --precision "$PREC" --steps "$STEPS" --compile 2>>"$ERR" | tail -1)
   echo "$ours"; echo "$eager"; echo "$comp"
   "$PY" - "$mode" "$cfg" "$batch" "$seq" "$ours" "$eager" "$comp" <<'PYEOF'
 import json, sys

@@ -146,7 +146,7 @@ step kernels 150 "$B/test_cuda_kernels"
 step cudacpu 150 "for m in tiny mini; do python3 tests/cuda/check_model.py $B/bertcc $B/\$m/model $B/\$m/batch.h5 $OUT/cudacpu_\$m || exit \$?; done"
 step attention 150 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTION_FWD_ROWS=64 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && python3 bench/cuda/attention_peer.py --iters 20"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
-step bench 300 "COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
+step bench 300 "ERRLOG=$OUT/bench.err COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
 # e2e: the commands end to end on the GPU against the CPU (pretrain, resume, checkpoints across
 # devices, ELECTRA, finetune every head, inference commands, serve), determinism and resume bit-exact
 step e2e 360 "FT_DATA=$B/ftdata sh tests/cuda/e2e.sh $B/bertcc $OUT/e2e cuda"
@@ -195,7 +195,7 @@ for r in rows:
     print(f"{r['impl']:10s} {r['precision']:5s} B{r['B']} T{r['T']} NH{r['NH']} HS{r['HS']}: fwd {r['fwd_ms']:.3f} ms "
           f"({r['fwd_tflops']:.1f}), bwd {r['bwd_ms']:.3f} ms ({r['bwd_tflops']:.1f})")
 PY
-echo "== bench"; grep -E "^(mode|train|infer)" "$OUT/bench.log" 2>/dev/null
+echo "== bench"; grep -E "^(mode|train|squad|infer)" "$OUT/bench.log" 2>/dev/null
 echo "== e2e"; grep -E "^(FAIL|PASS|e2e)" "$OUT/e2e.log" 2>/dev/null | head -20
 echo "== model"; grep -hiE "worst|fail|mismatch|ok" "$OUT/model.log" 2>/dev/null | tail -6
 echo "== summary (budget ${BUDGET}s, used $(($(date +%s) - START))s)"; cat "$OUT/summary.txt"
