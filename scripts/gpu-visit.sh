@@ -144,7 +144,7 @@ for m in ('torch', 'transformers', 'tokenizers', 'h5py', 'numpy', 'onnxruntime')
 \"; lscpu | grep -E 'Model name|^CPU\\(s\\)'"
 step kernels 150 "$B/test_cuda_kernels"
 step cudacpu 150 "for m in tiny mini; do python3 tests/cuda/check_model.py $B/bertcc $B/\$m/model $B/\$m/batch.h5 $OUT/cudacpu_\$m || exit \$?; done"
-step attention 150 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTION_FWD_ROWS=64 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && python3 bench/cuda/attention_peer.py --iters 20"
+step attention 150 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTION_FWD_ROWS=128 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && python3 bench/cuda/attention_peer.py --iters 20"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
 step bench 300 "ERRLOG=$OUT/bench.err COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
 # e2e: the commands end to end on the GPU against the CPU (pretrain, resume, checkpoints across

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -17,11 +18,16 @@ namespace {
 struct Pending {
   const char* name;
   cudaEvent_t start, stop;
+  long long host_ns;
 };
 struct Totals {
-  double ms = 0;
+  double ms = 0, host_ms = 0;
   long calls = 0;
 };
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 struct State {
   std::vector<Pending> pending;
   std::vector<cudaEvent_t> pool;
@@ -50,6 +56,7 @@ void fold() {
     BERTCC_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
     Totals& t = s.totals[p.name];
     t.ms += ms;
+    t.host_ms += 1e-6 * static_cast<double>(p.host_ns);
     ++t.calls;
     s.pool.push_back(p.start);
     s.pool.push_back(p.stop);
@@ -72,14 +79,16 @@ OpTimer::OpTimer(const char* name) : name_(name) {
   cudaEvent_t e = event();
   BERTCC_CUDA_CHECK(cudaEventRecord(e));
   start_ = e;
+  host_start_ns_ = now_ns();
 }
 
 OpTimer::~OpTimer() {
   if (start_ == nullptr) return;
+  const long long host_ns = now_ns() - host_start_ns_;
   cudaEvent_t e = event();
   if (cudaEventRecord(e) != cudaSuccess) return;  // no throwing from a destructor
   State& s = state();
-  s.pending.push_back({name_, static_cast<cudaEvent_t>(start_), e});
+  s.pending.push_back({name_, static_cast<cudaEvent_t>(start_), e, host_ns});
   if (s.pending.size() >= 4096) fold();
 }
 
@@ -89,17 +98,19 @@ std::string op_profile_report() {
   const State& s = state();
   std::vector<std::pair<std::string, Totals>> rows(s.totals.begin(), s.totals.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-  double top = 0;
+  double top = 0, top_host = 0;
   for (const auto& [name, t] : rows)
-    if (name.find('/') == std::string::npos) top += t.ms;
-  std::string out = "GPU time by backend operation (BERTCC_CUDA_PROFILE), all steps:\n";
+    if (name.find('/') == std::string::npos) top += t.ms, top_host += t.host_ms;
+  std::string out =
+      "GPU time by backend operation (BERTCC_CUDA_PROFILE), all steps; host: the host's wall time in those calls\n";
   char line[256];
   for (const auto& [name, t] : rows) {
-    std::snprintf(line, sizeof line, "  %-44s %10.3f ms %8ld calls %6.1f%%\n", name.c_str(), t.ms, t.calls,
-                  top > 0 ? 100.0 * t.ms / top : 0.0);
+    std::snprintf(line, sizeof line, "  %-44s %10.3f ms %8ld calls %6.1f%%   host %9.3f ms\n", name.c_str(), t.ms,
+                  t.calls, top > 0 ? 100.0 * t.ms / top : 0.0, t.host_ms);
     out += line;
   }
-  std::snprintf(line, sizeof line, "  %-44s %10.3f ms\n", "total (top-level operations)", top);
+  std::snprintf(line, sizeof line, "  %-44s %10.3f ms %23s host %9.3f ms\n", "total (top-level operations)", top, "",
+                top_host);
   return out + line;
 }
 

@@ -2,7 +2,10 @@
 // BERTCC_CUDA_PROFILE=1 in the environment, CUDA events around each CUDA backend call (and the
 // parts of a GEMM) add up per name; op_profile_report() gives the table. Off (the default), an
 // OpTimer costs one branch. The events serialise nothing, but reading them back synchronises, so
-// profiled runs are a little slower than unprofiled ones.
+// profiled runs are a little slower than unprofiled ones. Each name also adds up the host's wall time
+// inside its calls (launches, cuBLASLt's descriptors, synchronous copies): a step whose operations'
+// host time approaches its GPU time is bound by the host, and then the GPU time of an operation
+// includes the idle time while the host prepares it.
 #pragma once
 #include <string>
 
@@ -20,6 +23,7 @@ class OpTimer {
  private:
   const char* name_;
   void* start_ = nullptr;
+  long long host_start_ns_ = 0;
 };
 
 // One line per name, by total time: ms, calls, share of the top-level total (names without '/';
