@@ -500,13 +500,15 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   plan.push_back({&a.emb_rstd, N});
   for (int64_t l = 0; l <= (transient ? std::min<int64_t>(L, 1) : L); ++l) plan.push_back({&a.x[l], N * C});
   for (auto& ly : a.layers) {
-    plan.push_back({&ly.qkv, transient && &ly != &a.layers.front() ? 0 : N * 3 * C});
+    // bf16: layer 0's qkv slot also holds h1 (after qkv) and, in the backward, di2 or dqkv
+    const bool front = &ly == &a.layers.front();
+    plan.push_back({&ly.qkv, !transient ? N * 3 * C : front ? std::max(slot_floats(N * 3 * C) + N * C, N * I) : 0});
     plan.push_back({&ly.probs, be.attention_saved_size(B, T, C, NH, attention_dropout, prec)});
     plan.push_back({&ly.ctx, (1 - h16) * N * C});  // bf16: ctx16 alone (null_unkept)
     plan.push_back({&ly.ln1_sum, N * C});
     plan.push_back({&ly.ln1_mean, N});
     plan.push_back({&ly.ln1_rstd, N});
-    plan.push_back({&ly.h1, transient && &ly != &a.layers.front() ? 0 : N * C});
+    plan.push_back({&ly.h1, transient ? 0 : N * C});  // bf16: inside layer 0's qkv slot
     plan.push_back({&ly.inter, transient && &ly != &a.layers.front() ? 0 : N * I});
     plan.push_back({&ly.gelu, (1 - h16) * N * I});  // bf16: FFN2 reads gelu16 alone (null_unkept)
     plan.push_back({&ly.ln2_sum, N * C});
@@ -520,12 +522,18 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   plan.push_back({&a.att_work, be.attention_work_size(B, T, C, NH)});  // the CPU's forward uses it too
   plan.push_back({&a.tmp_c, N * C});
   for (float** p : {&a.g, &a.d1, &a.d2, &a.dh, &a.dc}) plan.push_back({p, N * C});
-  plan.push_back({&a.dqkv, N * 3 * C});
-  plan.push_back({&a.di, N * I});
-  plan.push_back({&a.di2, N * I});
-  plan.push_back({&a.di2_16, h16 * (N * I + 1) / 2});
+  // The backward's scratch for the FFN (di, di2, di2_16) and for the attention (dqkv, dqkv16) is
+  // never live at once: a layer's FFN backward is done before its attention backward starts, and
+  // the QKV products, dqkv's last readers, run before the next layer's FFN. So dqkv shares di2's
+  // slot and dqkv16 di2_16's (alias_backward_scratch). In bf16 the forward's transient buffers
+  // (layer 0's qkv, h1 and inter, which serve every layer and which no backward reads) are dead
+  // once the backward starts: di takes inter's slot, and di2 / dqkv the slot of qkv and h1.
+  plan.push_back({&a.dqkv, 0});
+  plan.push_back({&a.di, transient ? 0 : N * I});
+  plan.push_back({&a.di2, transient ? 0 : std::max(N * I, N * 3 * C)});
+  plan.push_back({&a.di2_16, h16 * std::max((N * I + 1) / 2, (N * 3 * C + 1) / 2)});
   plan.push_back({&a.d2_16, h16 * (N * C + 1) / 2});
-  plan.push_back({&a.dqkv16, h16 * (N * 3 * C + 1) / 2});
+  plan.push_back({&a.dqkv16, 0});
   plan.push_back({&a.dcls, B * C});
   plan.push_back({&a.dpool, B * C});
   return arena_floats(plan);
@@ -614,14 +622,22 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   // (Copying the whole Layer copies its dropout seeds too: each forward sets them before use, and
   // only a backward, refused after an inference forward, reads them afterwards.)
   // bf16 training: the layer inputs alternate and h1 is layer 0's (plan_acts).
-  auto alias = [&a, prec] {
+  // Training: the backward's scratch shares slots (plan_acts).
+  const int64_t NC = B * T * cfg_.hidden_size;
+  auto alias = [&a, prec, NC] {
     if (a.inference) return place_inference_acts(a);
+    a.dqkv = a.di2;
+    a.dqkv16 = a.di2_16;
     if (prec != Precision::BF16) return;
     for (size_t l = 2; l < a.x.size(); ++l) a.x[l] = a.x[l % 2];
+    Acts::Layer& front = a.layers.front();
+    front.h1 = front.qkv + slot_floats(3 * NC);
+    a.di = front.inter;
+    a.di2 = a.dqkv = front.qkv;
     for (size_t l = 1; l < a.layers.size(); ++l) {
-      a.layers[l].h1 = a.layers.front().h1;
-      a.layers[l].qkv = a.layers.front().qkv;
-      a.layers[l].inter = a.layers.front().inter;
+      a.layers[l].h1 = front.h1;
+      a.layers[l].qkv = front.qkv;
+      a.layers[l].inter = front.inter;
     }
   };
   if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
