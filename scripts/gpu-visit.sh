@@ -4,8 +4,8 @@
 # start included, at most 10 minutes a command).
 #
 #   here:      scripts/gpu-visit.sh pack
-#                builds .gpu/bundle.tar.xz (git-ignored): bertcc, test_cuda_kernels and
-#                bertcc_cuda_attention_bench with the shared libraries the GPU machine lacks
+#                builds .gpu/bundle.tar.xz (git-ignored): bertcc, test_cuda_kernels,
+#                bertcc_cuda_attention_bench and bertcc_cuda_gemm_bench with the shared libraries the GPU machine lacks
 #                (../shared/tools/device-bundle), the BERT vocabularies for the tokenizer check and
 #                the fine-tuning cuts of ../shared/data for e2e.
 #   device:    scripts/gpu-visit.sh run [SECONDS]          (device tool: carry [".gpu/bundle.tar.xz"])
@@ -15,7 +15,8 @@
 # Steps: env (GPU, driver, Python packages) -> kernels (test_cuda_kernels: every kernel against the
 # CPU's) -> cudacpu (dump-step on CUDA against the CPU, fp32/bf16/fp16, two models made at pack time;
 # numpy only) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> model
-# (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> bench (bench/gpu.sh, the
+# (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> gemm (the layer's GEMMs against
+# cuBLASLt's other answers and bf16 outputs) -> bench (bench/gpu.sh, the
 # issue's shapes, bf16, without the torch.compile peer) -> e2e (tests/cuda/e2e.sh: the commands end to
 # end on the GPU against the CPU; determinism and resume bit-exact) -> nccl (the NCCL communicator at
 # world size 1) -> hf (AutoTokenizer on bertcc's directories;
@@ -32,13 +33,13 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 1
 
 if [ "$cmd" = pack ]; then
-  for b in bertcc test_cuda_kernels bertcc_cuda_attention_bench; do
+  for b in bertcc test_cuda_kernels bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
     [ -x "build/$b" ] || { echo "gpu-visit: build/$b is missing (build with the CUDA toolkit first)" >&2; exit 1; }
   done
   rm -rf .gpu/bundle .gpu/bundle.tar.xz
   bash ../shared/tools/device-bundle build/bertcc .gpu/bundle || exit 1
-  cp build/test_cuda_kernels build/bertcc_cuda_attention_bench .gpu/bundle/
-  for b in test_cuda_kernels bertcc_cuda_attention_bench; do  # their libraries are bertcc's
+  cp build/test_cuda_kernels build/bertcc_cuda_attention_bench build/bertcc_cuda_gemm_bench .gpu/bundle/
+  for b in test_cuda_kernels bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do  # their libraries are bertcc's
     missing=$(ldd "build/$b" | awk '/=> \//{print $3}' | while read -r l; do
       n=$(basename "$l"); case $n in libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcuda*|libcudart*|libcublas*|libnccl*) ;;
       *) [ -e ".gpu/bundle/lib/$n" ] || echo "$n" ;; esac; done)
@@ -46,7 +47,7 @@ if [ "$cmd" = pack ]; then
   done
   # built with -march=native here (an AMD EPYC lately), run on an Intel Xeon there: no AMD-only
   # instruction (SSE4a, CLZERO, MONITORX) may be in the binaries
-  for b in bertcc test_cuda_kernels bertcc_cuda_attention_bench; do
+  for b in bertcc test_cuda_kernels bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
     n=$(objdump -d --no-show-raw-insn "build/$b" | grep -cE "[[:space:]](extrq|insertq|movntss|movntsd|clzero|monitorx|mwaitx)[[:space:]]")
     [ "$n" -eq 0 ] || { echo "gpu-visit: build/$b has $n AMD-only instructions: configure with -DBERTCC_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3" >&2; exit 1; }
   done
@@ -145,6 +146,10 @@ for m in ('torch', 'transformers', 'tokenizers', 'h5py', 'numpy', 'onnxruntime')
 step kernels 150 "$B/test_cuda_kernels"
 step cudacpu 150 "for m in tiny mini; do python3 tests/cuda/check_model.py $B/bertcc $B/\$m/model $B/\$m/batch.h5 $OUT/cudacpu_\$m || exit \$?; done"
 step attention 150 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTION_FWD_ROWS=128 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && python3 bench/cuda/attention_peer.py --iters 20"
+# gemm: the encoder layer's GEMMs as bertcc runs them, against cuBLASLt's other heuristic answers and
+# bf16 outputs (bench/cuda/gemm_bench.cpp: is the GEMM time, two thirds of a step, the algorithm's or
+# the fp32 outputs'?)
+step gemm 90 "$B/bertcc_cuda_gemm_bench --iters 10"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
 step bench 300 "ERRLOG=$OUT/bench.err COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
 # e2e: the commands end to end on the GPU against the CPU (pretrain, resume, checkpoints across
@@ -194,6 +199,17 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 for r in rows:
     print(f"{r['impl']:10s} {r['precision']:5s} B{r['B']} T{r['T']} NH{r['NH']} HS{r['HS']}: fwd {r['fwd_ms']:.3f} ms "
           f"({r['fwd_tflops']:.1f}), bwd {r['bwd_ms']:.3f} ms ({r['bwd_tflops']:.1f})")
+PY
+echo "== gemm (ms as bertcc runs it / best heuristic answer / bf16 output)"
+python3 - "$OUT/gemm.log" <<'PY' 2>/dev/null
+import json, sys
+for l in open(sys.argv[1]):
+    if not l.startswith("{"): continue
+    r = json.loads(l)
+    if "product" in r and "ms" in r:
+        print(f"{r['tokens']:6d} {r['product']:24s} {r['ms']:.3f} ({r['tflops']:.0f} TFLOP/s) / {r['best_ms']:.3f} (answer {r['best_answer']} of {r['answers']}) / {r['bf16_out_ms']:.3f}")
+    elif "layer_ms" in r or "probe_tflops" in r:
+        print(r)
 PY
 echo "== bench"; grep -E "^(mode|train|squad|infer)" "$OUT/bench.log" 2>/dev/null
 echo "== e2e"; grep -E "^(FAIL|PASS|e2e)" "$OUT/e2e.log" 2>/dev/null | head -20

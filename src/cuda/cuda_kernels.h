@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bertcc/config.h"
 #include "bertcc/dtype.h"
@@ -152,6 +153,10 @@ void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const fl
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (fixed chunks, then in order)
 // TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16/fp16 operands for bf16/fp16), best of `iters`.
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);
+// For bench/cuda/gemm_bench.cpp: g (bf16 operands A16 and B16; C fp32, or bf16 with bf16_out) timed
+// with each of cuBLASLt's first max_algos heuristic answers, best first (the first is the one bertcc's
+// GEMMs use): mean ms over `iters` back-to-back calls, -1 where an answer failed to run.
+std::vector<double> gemm_algo_ms(const kernels::GemmArgs& g, bool bf16_out, int max_algos, int iters);
 
 // ---- optimizers over flat device buffers (bertcc/optim.h semantics) ----
 // Deterministic global L2 norm (fixed blocks, partials summed in order in double).

@@ -93,34 +93,44 @@ struct Layout {
   Layout& operator=(const Layout&) = delete;
 };
 
-bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute,
-         bool with_bias) {
-  Context& c = ctx();
-  if (with_bias && alignment(g.bias) < 16) return false;  // the caller adds the bias with a kernel
-  cublasLtMatmulDesc_t desc = nullptr;
-  check_lt(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  // cuBLAS operand 1 is our B (giving op(B)^T, N x K), operand 2 our A (op(A)^T, K x M).
-  const cublasOperation_t ta = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t tb = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
-  if (with_bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType bt = CUDA_R_32F;
-    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
-    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias), "bias");
-    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "bias type");
+// The cuBLASLt description of g: the operation (its transposes, the bias epilogue) and the three
+// layouts. cuBLAS's A is our B, its B our A; C and D are g.C, of type cd (bertcc's GEMMs write fp32;
+// the GEMM bench also asks for bf16).
+struct Problem {
+  struct Desc {
+    cublasLtMatmulDesc_t d = nullptr;
+    explicit Desc(cublasComputeType_t compute) {
+      check_lt(cublasLtMatmulDescCreate(&d, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    }
+    ~Desc() { cublasLtMatmulDescDestroy(d); }
+    Desc(const Desc&) = delete;
+    Desc& operator=(const Desc&) = delete;
+  } desc;
+  Layout la, lb, lc;
+  Problem(const kernels::GemmArgs& g, cudaDataType ab, cublasComputeType_t compute, bool with_bias,
+          cudaDataType cd = CUDA_R_32F)
+      : desc(compute),
+        la(ab, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b),
+        lb(ab, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a),
+        lc(cd, g.N, g.M, g.ldc, g.batch, g.stride_c) {
+    // cuBLAS operand 1 is our B (giving op(B)^T, N x K), operand 2 our A (op(A)^T, K x M).
+    const cublasOperation_t ta = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_lt(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+    check_lt(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+    if (with_bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType bt = CUDA_R_32F;
+      check_lt(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+      check_lt(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias),
+               "bias");
+      check_lt(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
+               "bias type");
+    }
   }
-  const Layout la(ab, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b);
-  const Layout lb(ab, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a);
-  const Layout lc(CUDA_R_32F, g.N, g.M, g.ldc, g.batch, g.stride_c);
-  // cuBLAS's A is our B, its B our A; C and D are g.C
-  const AlgoKey key{{g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c,
-                     (g.trans_a ? 1 : 0) + (g.trans_b ? 2 : 0) + (with_bias ? 4 : 0), static_cast<int64_t>(ab),
-                     static_cast<int64_t>(compute)},
-                    {alignment(B), alignment(A), alignment(g.C)}};
-  auto it = c.algos.find(key);
-  if (it == c.algos.end()) {
+  // cuBLASLt's first `n` heuristic answers for operands with these alignments (B, A, C in bytes:
+  // cuBLAS's A, B, C and D), best first; how many it gave, 0 when none.
+  int heuristics(const uint32_t (&align)[3], int n, cublasLtMatmulHeuristicResult_t* out) const {
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = Context::kWorkspace;
@@ -130,28 +140,44 @@ bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType 
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; ++i)
-      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &key.align[i < 3 ? i : 2], sizeof(uint32_t)),
+      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2], sizeof(uint32_t)),
                "alignment preference");
-    cublasLtMatmulHeuristicResult_t heur{};
     int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(c.lt, desc, la.d, lb.d, lc.d, lc.d, pref, 1, &heur, &found);
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ctx().lt, desc.d, la.d, lb.d, lc.d, lc.d, pref, n, out, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    return hs == CUBLAS_STATUS_SUCCESS ? found : 0;
+  }
+  cublasStatus_t matmul(const kernels::GemmArgs& g, const void* A, const void* B, void* C,
+                        const cublasLtMatmulAlgo_t* algo) const {
+    Context& c = ctx();
+    const float alpha = g.alpha, beta = g.accumulate ? 1.0f : 0.0f;
+    return cublasLtMatmul(c.lt, desc.d, &alpha, B, la.d, A, lb.d, &beta, C, lc.d, C, lc.d, algo,
+                          c.workspace.get(Context::kWorkspace), Context::kWorkspace, nullptr);
+  }
+};
+
+bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute,
+         bool with_bias) {
+  Context& c = ctx();
+  if (with_bias && alignment(g.bias) < 16) return false;  // the caller adds the bias with a kernel
+  const Problem pr(g, ab, compute, with_bias);
+  const AlgoKey key{{g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c,
+                     (g.trans_a ? 1 : 0) + (g.trans_b ? 2 : 0) + (with_bias ? 4 : 0), static_cast<int64_t>(ab),
+                     static_cast<int64_t>(compute)},
+                    {alignment(B), alignment(A), alignment(g.C)}};
+  auto it = c.algos.find(key);
+  if (it == c.algos.end()) {
+    cublasLtMatmulHeuristicResult_t heur{};
     Algo a;
-    a.found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    a.found = pr.heuristics(key.align, 1, &heur) > 0;
     a.algo = heur.algo;
     it = c.algos.emplace(key, a).first;
   }
   if (!it->second.found) {
-    cublasLtMatmulDescDestroy(desc);
     if (with_bias) return false;
     fail("cuBLASLt: no algorithm for a ", g.M, "x", g.N, "x", g.K, " GEMM (batch ", g.batch, ")");
   }
-  const float alpha = g.alpha, beta = g.accumulate ? 1.0f : 0.0f;
-  const cublasStatus_t st = cublasLtMatmul(c.lt, desc, &alpha, B, la.d, A, lb.d, &beta,
-                                           g.C, lc.d, g.C, lc.d, &it->second.algo, c.workspace.get(Context::kWorkspace),
-                                           Context::kWorkspace, nullptr);
-  cublasLtMatmulDescDestroy(desc);
-  check_lt(st, "cublasLtMatmul");
+  check_lt(pr.matmul(g, A, B, g.C, &it->second.algo), "cublasLtMatmul");
   return true;
 }
 
@@ -257,6 +283,34 @@ double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters
   free(b);
   free(c);
   return 2.0 * static_cast<double>(M) * N * K / (best * 1e-3) / 1e12;
+}
+
+std::vector<double> gemm_algo_ms(const kernels::GemmArgs& g, bool bf16_out, int max_algos, int iters) {
+  BERTCC_CHECK(g.A16 && g.B16 && g.C && max_algos > 0 && iters > 0, "gemm_algo_ms: bf16 operands and an output");
+  const Problem pr(g, CUDA_R_16BF, CUBLAS_COMPUTE_32F, g.bias != nullptr, bf16_out ? CUDA_R_16BF : CUDA_R_32F);
+  const uint32_t align[3] = {alignment(g.B16), alignment(g.A16), alignment(g.C)};
+  std::vector<cublasLtMatmulHeuristicResult_t> h(static_cast<size_t>(max_algos));
+  const int n = pr.heuristics(align, max_algos, h.data());
+  cudaEvent_t e0, e1;
+  BERTCC_CUDA_CHECK(cudaEventCreate(&e0));
+  BERTCC_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  for (int i = 0; i < n; ++i) {
+    if (pr.matmul(g, g.A16, g.B16, g.C, &h[static_cast<size_t>(i)].algo) != CUBLAS_STATUS_SUCCESS) {  // warm-up
+      ms.push_back(-1.0);
+      continue;
+    }
+    BERTCC_CUDA_CHECK(cudaEventRecord(e0));
+    for (int k = 0; k < iters; ++k) check_lt(pr.matmul(g, g.A16, g.B16, g.C, &h[static_cast<size_t>(i)].algo), "cublasLtMatmul");
+    BERTCC_CUDA_CHECK(cudaEventRecord(e1));
+    BERTCC_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    BERTCC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(static_cast<double>(t) / iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms;
 }
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,

@@ -1,0 +1,156 @@
+// The GEMMs of a BERT encoder layer on the GPU, each timed as bertcc runs it (bf16 operands, fp32
+// output, the bias in cuBLASLt's epilogue, the gradients' products adding into fp32), against the
+// other answers of cuBLASLt's heuristic for the same problem and, for the products that write an
+// activation, against the same product writing bf16. One JSON line per product: where a training
+// step's GEMM time goes, whether cuBLASLt's first answer is its best, and what fp32 outputs cost.
+// The same-run probe (bertcc bench's: C = A B, no transposes, fp32 output) comes first.
+//   bertcc_cuda_gemm_bench [--tokens N,...] [--hidden C] [--intermediate I] [--algos K] [--iters N]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_kernels.h"
+
+using namespace bertcc;
+namespace G = bertcc::cuda;
+
+namespace {
+struct Dev {
+  void* p;
+  explicit Dev(size_t bytes) : p(G::alloc(bytes)) {}
+  ~Dev() { G::free(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+// Small finite bf16 values (0x3c3c: about 0.0115) and fp32 outputs and biases of zeros.
+void fill16(void* p, size_t elems) {
+  std::vector<uint16_t> h(elems, 0x3c3c);
+  G::copy_to_device(p, h.data(), elems * sizeof(uint16_t));
+}
+
+struct Product {
+  std::string name;
+  kernels::GemmArgs g;
+  bool writes_activation;  // forward outputs and input gradients (bf16 output timed too)
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string tokens = "8192,12288,24576";
+  int64_t C = 1024, I = 4096;
+  int algos = 8, iters = 10;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tokens" && i + 1 < argc)
+      tokens = argv[++i];
+    else if (a == "--hidden" && i + 1 < argc)
+      C = std::atoll(argv[++i]);
+    else if (a == "--intermediate" && i + 1 < argc)
+      I = std::atoll(argv[++i]);
+    else if (a == "--algos" && i + 1 < argc)
+      algos = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--iters" && i + 1 < argc)
+      iters = std::max(1, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr,
+                   "usage: bertcc_cuda_gemm_bench [--tokens N,...] [--hidden C] [--intermediate I] "
+                   "[--algos K] [--iters N]\n");
+      return 2;
+    }
+  }
+  std::string why;
+  if (G::device_count(&why) == 0) {
+    std::printf("SKIPPED: %s\n", why.c_str());
+    return 77;
+  }
+  try {
+    G::set_device(0);
+    std::printf("{\"gpu\": \"%s\"}\n", G::device_info(0).name.c_str());
+    std::stringstream ts(tokens);
+    std::string tok;
+    while (std::getline(ts, tok, ',')) {
+      const int64_t N = std::atoll(tok.c_str());
+      if (N <= 0) continue;
+      std::printf("{\"tokens\": %lld, \"probe_tflops\": %.1f}\n", static_cast<long long>(N),
+                  G::gemm_probe_tflops(N, I, C, Precision::BF16, 5));
+      // operands big enough for any product of the layer: activations [N, I], weights [I, C] or
+      // [3C, C], outputs fp32 [N, I]
+      const int64_t big = std::max(I, 3 * C);
+      Dev x16(static_cast<size_t>(N * big) * 2), y16(static_cast<size_t>(N * big) * 2),
+          w16(static_cast<size_t>(big * C) * 2), w16b(static_cast<size_t>(big * C) * 2),
+          out(static_cast<size_t>(N * big) * 4), bias(static_cast<size_t>(big) * 4);
+      fill16(x16.p, static_cast<size_t>(N * big));
+      fill16(y16.p, static_cast<size_t>(N * big));
+      fill16(w16.p, static_cast<size_t>(big * C));
+      fill16(w16b.p, static_cast<size_t>(big * C));
+      G::zero(out.p, static_cast<size_t>(N * big) * 4);
+      G::zero(bias.p, static_cast<size_t>(big) * 4);
+      std::vector<Product> ps;
+      // linear (out features n, in features k) as cuda::linear_forward / linear_backward call it
+      auto linear = [&](const std::string& name, int64_t n, int64_t k) {
+        kernels::GemmArgs f;  // y[N, n] = x[N, k] W[n, k]^T + b
+        f.M = N, f.N = n, f.K = k, f.lda = k, f.ldb = k, f.trans_b = true, f.ldc = n;
+        f.A16 = static_cast<const bf16_t*>(x16.p), f.B16 = static_cast<const bf16_t*>(w16.p);
+        f.C = static_cast<float*>(out.p), f.bias = static_cast<const float*>(bias.p);
+        ps.push_back({name + " forward", f, true});
+        kernels::GemmArgs dx;  // dx[N, k] = dy[N, n] W[n, k]
+        dx.M = N, dx.N = k, dx.K = n, dx.lda = n, dx.ldb = k, dx.ldc = k;
+        dx.A16 = static_cast<const bf16_t*>(y16.p), dx.B16 = static_cast<const bf16_t*>(w16.p);
+        dx.C = static_cast<float*>(out.p);
+        ps.push_back({name + " dx", dx, true});
+        kernels::GemmArgs dw;  // dW[n, k] += dy^T[n, N] x[N, k]
+        dw.M = n, dw.N = k, dw.K = N, dw.lda = n, dw.trans_a = true, dw.ldb = k, dw.ldc = k, dw.accumulate = true;
+        dw.A16 = static_cast<const bf16_t*>(y16.p), dw.B16 = static_cast<const bf16_t*>(x16.p);
+        dw.C = static_cast<float*>(out.p);
+        ps.push_back({name + " dW", dw, false});
+      };
+      linear("qkv", 3 * C, C);
+      linear("attention output", C, C);
+      linear("ffn1", I, C);
+      linear("ffn2", C, I);
+      double ours_total = 0, best_total = 0, bf16_total = 0, flops_total = 0;
+      for (const Product& p : ps) {
+        const double flops = 2.0 * static_cast<double>(p.g.M) * p.g.N * p.g.K;
+        const std::vector<double> ms = G::gemm_algo_ms(p.g, false, algos, iters);
+        if (ms.empty() || ms[0] <= 0) {
+          std::printf("{\"tokens\": %lld, \"product\": \"%s\", \"error\": \"no algorithm ran\"}\n",
+                      static_cast<long long>(N), p.name.c_str());
+          continue;
+        }
+        size_t best = 0;
+        for (size_t i = 1; i < ms.size(); ++i)
+          if (ms[i] > 0 && ms[i] < ms[best]) best = i;
+        double b16 = -1;
+        if (p.writes_activation) {
+          kernels::GemmArgs h = p.g;
+          const std::vector<double> m16 = G::gemm_algo_ms(h, true, 1, iters);
+          if (!m16.empty()) b16 = m16[0];
+        }
+        ours_total += ms[0];
+        best_total += ms[best];
+        bf16_total += b16 > 0 ? b16 : ms[0];
+        flops_total += flops;
+        std::printf(
+            "{\"tokens\": %lld, \"product\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"ms\": %.4f, "
+            "\"tflops\": %.1f, \"answers\": %zu, \"best_answer\": %zu, \"best_ms\": %.4f, \"best_tflops\": %.1f, "
+            "\"bf16_out_ms\": %.4f}\n",
+            static_cast<long long>(N), p.name.c_str(), static_cast<long long>(p.g.M), static_cast<long long>(p.g.N),
+            static_cast<long long>(p.g.K), ms[0], flops / ms[0] / 1e9, ms.size(), best, ms[best],
+            flops / ms[best] / 1e9, b16);
+      }
+      std::printf(
+          "{\"tokens\": %lld, \"layer_ms\": %.4f, \"layer_tflops\": %.1f, \"best_answers_ms\": %.4f, "
+          "\"bf16_outputs_ms\": %.4f}\n",
+          static_cast<long long>(N), ours_total, flops_total / ours_total / 1e9, best_total, bf16_total);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bertcc_cuda_gemm_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
