@@ -91,10 +91,13 @@ int main(int argc, char** argv) {
           dqkv(std::vector<float>(B * T * 3 * C)),
           work(std::vector<float>(static_cast<size_t>(G::attention_backward_work_size(B, T, NH))));
       const Rng rng(42, 0);
-      // BERTCC_ATTENTION_FWD_ROWS (attention_tc.cu: 64 or 128 query rows per forward block) named
-      // in the label, so that runs of both forms can be told apart
+      // BERTCC_ATTENTION_FWD_ROWS (attention_tc.cu: 64 or 128 query rows per forward block) and
+      // BERTCC_ATTENTION_FWD_MIN_BLOCKS (1 or 4 blocks per SM the forward's registers allow) named
+      // in the label, so that runs of the forms can be told apart
       const char* rows = std::getenv("BERTCC_ATTENTION_FWD_ROWS");
-      const std::string impl = rows && *rows ? std::string("bertcc-fwd") + rows : std::string("bertcc");
+      const char* blocks = std::getenv("BERTCC_ATTENTION_FWD_MIN_BLOCKS");
+      const std::string impl = std::string("bertcc") + (rows && *rows ? std::string("-fwd") + rows : "") +
+                               (blocks && *blocks ? std::string("-mb") + blocks : "");
       std::stringstream ps(precs);
       std::string pn;
       while (std::getline(ps, pn, ',')) {

@@ -92,6 +92,21 @@ int fwd_mt() {
   return std::min(asked, fwd_max_mt<HS>());
 }
 
+// Blocks per SM the one-m-tile forward for head size 64 is compiled for: 1 (its registers, 138 a
+// thread, allow 3 blocks of 4 warps), or 4 where BERTCC_ATTENTION_FWD_MIN_BLOCKS=4 asks for it (at
+// most 128 registers, 12 bytes spilled, a third more warps to hide latency). Not measured yet: the
+// attention bench times both (the same bits either way); anything but 1 or 4 is refused.
+int fwd_min_blocks() {
+  static const int asked = [] {
+    const char* v = std::getenv("BERTCC_ATTENTION_FWD_MIN_BLOCKS");
+    if (!v || !*v) return 1;
+    BERTCC_CHECK(std::strcmp(v, "1") == 0 || std::strcmp(v, "4") == 0,
+                 "BERTCC_ATTENTION_FWD_MIN_BLOCKS: '", v, "' is not 1 or 4");
+    return std::atoi(v);
+  }();
+  return asked;
+}
+
 // The 16-bit operands (attention_tc_kernels.cuh: Operands) of one call, in one grow-only buffer
 // (stream order keeps a later call from overwriting them before the kernels that read them ran).
 uint16_t* operand_buffer(size_t elems) {
@@ -127,17 +142,22 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
     if (s.drop) op.drop_bits = reinterpret_cast<uint32_t*>(lse + lse_floats(s.B, s.NH, s.T));
     part.reset();
     const OpTimer kernel("attention_forward/kernel");
-    auto launch = [&](auto mtc) {
-      constexpr int MT = decltype(mtc)::value;
+    auto launch = [&](auto mtc, auto blocks) {
+      constexpr int MT = decltype(mtc)::value, MB = decltype(blocks)::value;
       const dim3 grid(grid_for(s.T, MT * kBlockRows), static_cast<unsigned>(s.B * s.NH));
-      launch_smem(fwd<BF, HS, MT>, fwd_smem<BF, HS, MT>());
-      fwd<BF, HS, MT><<<grid, kThreads, fwd_smem<BF, HS, MT>()>>>(out, out16, lse, op, mask_add, s);
+      launch_smem(fwd<BF, HS, MT, MB>, fwd_smem<BF, HS, MT>());
+      fwd<BF, HS, MT, MB><<<grid, kThreads, fwd_smem<BF, HS, MT>()>>>(out, out16, lse, op, mask_add, s);
     };
-    if constexpr (fwd_max_mt<HS>() == 2) {
-      if (fwd_mt<HS>() == 2) launch(std::integral_constant<int, 2>{});
-      else launch(std::integral_constant<int, 1>{});
+    using One = std::integral_constant<int, 1>;
+    if constexpr (HS == 64) {
+      if (fwd_mt<HS>() == 2) launch(std::integral_constant<int, 2>{}, One{});
+      else if (fwd_min_blocks() == 4) launch(One{}, std::integral_constant<int, 4>{});
+      else launch(One{}, One{});
+    } else if constexpr (fwd_max_mt<HS>() == 2) {
+      if (fwd_mt<HS>() == 2) launch(std::integral_constant<int, 2>{}, One{});
+      else launch(One{}, One{});
     } else {
-      launch(std::integral_constant<int, 1>{});
+      launch(One{}, One{});
     }
     BERTCC_CUDA_LAUNCHED("attention_forward (Tensor Cores)");
   });

@@ -341,9 +341,11 @@ __device__ inline void mma_pair_each(float (&acc)[MT][NT][4], const uint32_t (&a
   }
 }
 
-// Operands: q, k, v. out and out16 (its bf16 rounding): either may be null.
-template <bool BF16, int HS, int MT>
-__global__ void __launch_bounds__(kThreads) fwd(float* out, uint16_t* out16, float* lse, Operands op,
+// Operands: q, k, v. out and out16 (its bf16 rounding): either may be null. MinBlocks: blocks per
+// SM the registers must allow (4: at most 128 registers a thread, where the one-m-tile kernel for
+// head size 64 needs 138 and spills 12 bytes under the cap; attention_tc.cu: fwd_min_blocks).
+template <bool BF16, int HS, int MT, int MinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t* out16, float* lse, Operands op,
                                                 const float* mask_add, Shape s) {
   static_assert(MT == 1 || MT == 2, "one or two m-tiles per warp");
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
@@ -431,8 +433,8 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, uint16_t* out16, flo
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float ma = Mb[nt * 8 + t2 + (e & 1)];
-          const float v = ma == -INFINITY ? -INFINITY : sc[mt][nt][e] * scale2 + ma;  // base 2
+          // base 2; a key past T (mask -inf) gives -inf, the finite score notwithstanding
+          const float v = sc[mt][nt][e] * scale2 + Mb[nt * 8 + t2 + (e & 1)];
           sc[mt][nt][e] = v;
           mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }
@@ -452,6 +454,9 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, uint16_t* out16, flo
       }
       // the 16-row group of this m-tile; its decision words exist for groups below Tp / 16
       const int64_t qg = (q0 + mt * kBlockRows) / 16 + warp;
+      // exp2f(-inf - m) = 0 for a key past T; a row whose keys so far are all past T (m still
+      // -inf) subtracts 0 instead, so that its -inf scores give 0 rather than NaN
+      const float msub[2] = {m[mt][0] == -INFINITY ? 0.0f : m[mt][0], m[mt][1] == -INFINITY ? 0.0f : m[mt][1]};
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
         bool kp[2][2] = {{true, true}, {true, true}};
@@ -467,7 +472,7 @@ __global__ void __launch_bounds__(kThreads) fwd(float* out, uint16_t* out16, flo
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          const float p = sc[mt][nt][e] == -INFINITY ? 0.0f : exp2f(sc[mt][nt][e] - m[mt][r]);
+          const float p = exp2f(sc[mt][nt][e] - msub[r]);
           l[mt][r] += p;
           sc[mt][nt][e] = !s.drop ? p : kp[r][e & 1] ? p * s.keep_scale : 0.0f;
         }
@@ -575,8 +580,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, jj = nt * 8 + t2 + (e & 1);
-        const float ma = Ms[buf * BN + jj];
-        const float p = ma == -INFINITY ? 0.0f : exp2f(sc[nt][e] * scale2 + ma - L[r]);
+        const float p = exp2f(sc[nt][e] * scale2 + Ms[buf * BN + jj] - L[r]);  // 0 past T (mask -inf), as bwd_dkdv
         const float d = !s.drop ? dp[nt][e] : kp[r][e & 1] ? dp[nt][e] * s.keep_scale : 0.0f;
         sc[nt][e] = p * (d - Di[r]);  // dS; the softmax scale is applied to dq, as the CPU does (fp16: less underflow)
       }
