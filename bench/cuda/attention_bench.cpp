@@ -62,11 +62,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string why;
-  if (G::device_count(&why) == 0) {
-    std::printf("SKIPPED: %s\n", why.c_str());
-    return 77;
-  }
+  if (!G::usable_device_or_skip()) return 77;
   try {
     G::set_device(0);
     const G::DeviceInfo d = G::device_info(0);

@@ -34,8 +34,8 @@
 // and dv, each recomputing P = exp(S - lse) and reading the decisions.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
+#include <string>
 
 #include "cuda/attention_tc_kernels.cuh"
 #include "cuda/op_timer.h"
@@ -80,16 +80,18 @@ void dispatch_tc(const Shape& s, Precision prec, F f) {
 // 0.247 ms; B 16, T 512: 0.551 against 0.624) and of `bench` (1-4 % per step), so it is the default.
 // The variable exists for the attention bench, which times both forms (the same bits either way);
 // anything but 64 or 128 is refused.
+// A bench's choice between two forms from the environment variable `name`: 0 where it is unset or
+// empty, else its value, which must be a or b (anything else is refused).
+int env_choice(const char* name, int a, int b) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  BERTCC_CHECK(std::to_string(a) == v || std::to_string(b) == v, name, ": '", v, "' is not ", a, " or ", b);
+  return std::atoi(v);
+}
 template <int HS>
 int fwd_mt() {
-  static const int asked = [] {
-    const char* v = std::getenv("BERTCC_ATTENTION_FWD_ROWS");
-    if (!v || !*v) return 1;
-    BERTCC_CHECK(std::strcmp(v, "64") == 0 || std::strcmp(v, "128") == 0,
-                 "BERTCC_ATTENTION_FWD_ROWS: '", v, "' is not 64 or 128");
-    return std::atoi(v) / kBlockRows;
-  }();
-  return std::min(asked, fwd_max_mt<HS>());
+  static const int rows = env_choice("BERTCC_ATTENTION_FWD_ROWS", 64, 128);
+  return std::min(rows ? rows / kBlockRows : 1, fwd_max_mt<HS>());
 }
 
 // Blocks per SM the one-m-tile forward for head size 64 is compiled for: 1 (its registers, 138 a
@@ -97,14 +99,8 @@ int fwd_mt() {
 // most 128 registers, 12 bytes spilled, a third more warps to hide latency). Not measured yet: the
 // attention bench times both (the same bits either way); anything but 1 or 4 is refused.
 int fwd_min_blocks() {
-  static const int asked = [] {
-    const char* v = std::getenv("BERTCC_ATTENTION_FWD_MIN_BLOCKS");
-    if (!v || !*v) return 1;
-    BERTCC_CHECK(std::strcmp(v, "1") == 0 || std::strcmp(v, "4") == 0,
-                 "BERTCC_ATTENTION_FWD_MIN_BLOCKS: '", v, "' is not 1 or 4");
-    return std::atoi(v);
-  }();
-  return asked;
+  static const int blocks = env_choice("BERTCC_ATTENTION_FWD_MIN_BLOCKS", 1, 4);
+  return blocks ? blocks : 1;
 }
 
 // The 16-bit operands (attention_tc_kernels.cuh: Operands) of one call, in one grow-only buffer

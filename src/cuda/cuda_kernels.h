@@ -28,6 +28,9 @@ namespace bertcc::cuda {
 // ---- runtime ----
 // Number of usable devices; 0 with the reason in *why (no driver, no device, driver too old).
 int device_count(std::string* why);
+// For the GPU tests' and benches' mains: whether a device is usable; if not, prints "SKIPPED: why"
+// (their exit status is then 77, ctest's skip).
+bool usable_device_or_skip();
 struct DeviceInfo {
   std::string name;
   int cc_major = 0, cc_minor = 0, sm_count = 0;

@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <unordered_map>
 
@@ -25,6 +26,13 @@ int device_count(std::string* why) {
   }
   if (n == 0 && why) *why = "no CUDA device found";
   return n;
+}
+
+bool usable_device_or_skip() {
+  std::string why;
+  if (device_count(&why) > 0) return true;
+  std::printf("SKIPPED: %s\n", why.c_str());
+  return false;
 }
 
 DeviceInfo device_info(int device) {
