@@ -525,7 +525,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   // The backward's scratch for the FFN (di, di2, di2_16) and for the attention (dqkv, dqkv16) is
   // never live at once: a layer's FFN backward is done before its attention backward starts, and
   // the QKV products, dqkv's last readers, run before the next layer's FFN. So dqkv shares di2's
-  // slot and dqkv16 di2_16's (alias_backward_scratch). In bf16 the forward's transient buffers
+  // slot and dqkv16 di2_16's (ensure_acts: alias). In bf16 the forward's transient buffers
   // (layer 0's qkv, h1 and inter, which serve every layer and which no backward reads) are dead
   // once the backward starts: di takes inter's slot, and di2 / dqkv the slot of qkv and h1.
   plan.push_back({&a.dqkv, 0});
