@@ -123,8 +123,7 @@ int main(int argc, char** argv) {
           if (ms[i] > 0 && ms[i] < ms[best]) best = i;
         double b16 = -1;
         if (p.writes_activation) {
-          kernels::GemmArgs h = p.g;
-          const std::vector<double> m16 = G::gemm_algo_ms(h, true, 1, iters);
+          const std::vector<double> m16 = G::gemm_algo_ms(p.g, true, 1, iters);
           if (!m16.empty()) b16 = m16[0];
         }
         ours_total += ms[0];

@@ -74,12 +74,6 @@ void dispatch_tc(const Shape& s, Precision prec, F f) {
   with_hs(std::false_type{});
 }
 
-// Query rows per forward block: 64 (one m-tile of 16 rows per warp), or 128 (two m-tiles, head sizes up
-// to 64) where BERTCC_ATTENTION_FWD_ROWS=128 asks for it. The fourth GPU visit (H200) timed both: the
-// one-m-tile form was faster in every shape of the attention bench (B 64, T 128: 0.185 against
-// 0.247 ms; B 16, T 512: 0.551 against 0.624) and of `bench` (1-4 % per step), so it is the default.
-// The variable exists for the attention bench, which times both forms (the same bits either way);
-// anything but 64 or 128 is refused.
 // A bench's choice between two forms from the environment variable `name`: 0 where it is unset or
 // empty, else its value, which must be a or b (anything else is refused).
 int env_choice(const char* name, int a, int b) {
@@ -88,6 +82,13 @@ int env_choice(const char* name, int a, int b) {
   BERTCC_CHECK(std::to_string(a) == v || std::to_string(b) == v, name, ": '", v, "' is not ", a, " or ", b);
   return std::atoi(v);
 }
+
+// Query rows per forward block: 64 (one m-tile of 16 rows per warp), or 128 (two m-tiles, head sizes up
+// to 64) where BERTCC_ATTENTION_FWD_ROWS=128 asks for it. The fourth GPU visit (H200) timed both: the
+// one-m-tile form was faster in every shape of the attention bench (B 64, T 128: 0.185 against
+// 0.247 ms; B 16, T 512: 0.551 against 0.624) and of `bench` (1-4 % per step), so it is the default.
+// The variable exists for the attention bench, which times both forms (the same bits either way);
+// anything but 64 or 128 is refused.
 template <int HS>
 int fwd_mt() {
   static const int rows = env_choice("BERTCC_ATTENTION_FWD_ROWS", 64, 128);
@@ -145,16 +146,15 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
       fwd<BF, HS, MT, MB><<<grid, kThreads, fwd_smem<BF, HS, MT>()>>>(out, out16, lse, op, mask_add, s);
     };
     using One = std::integral_constant<int, 1>;
-    if constexpr (HS == 64) {
-      if (fwd_mt<HS>() == 2) launch(std::integral_constant<int, 2>{}, One{});
-      else if (fwd_min_blocks() == 4) launch(One{}, std::integral_constant<int, 4>{});
-      else launch(One{}, One{});
-    } else if constexpr (fwd_max_mt<HS>() == 2) {
-      if (fwd_mt<HS>() == 2) launch(std::integral_constant<int, 2>{}, One{});
-      else launch(One{}, One{});
-    } else {
+    [&] {  // the form the bench's variables ask for (fwd_mt, fwd_min_blocks), else one m-tile, 1 block
+      if constexpr (fwd_max_mt<HS>() == 2) {
+        if (fwd_mt<HS>() == 2) return launch(std::integral_constant<int, 2>{}, One{});
+      }
+      if constexpr (HS == 64) {
+        if (fwd_min_blocks() == 4) return launch(One{}, std::integral_constant<int, 4>{});
+      }
       launch(One{}, One{});
-    }
+    }();
     BERTCC_CUDA_LAUNCHED("attention_forward (Tensor Cores)");
   });
 }

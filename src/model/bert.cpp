@@ -527,13 +527,12 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   // the QKV products, dqkv's last readers, run before the next layer's FFN. So dqkv shares di2's
   // slot and dqkv16 di2_16's (ensure_acts: alias). In bf16 the forward's transient buffers
   // (layer 0's qkv, h1 and inter, which serve every layer and which no backward reads) are dead
-  // once the backward starts: di takes inter's slot, and di2 / dqkv the slot of qkv and h1.
-  plan.push_back({&a.dqkv, 0});
+  // once the backward starts: di takes inter's slot, and di2 / dqkv the slot of qkv and h1. (dqkv
+  // and dqkv16 have no slot of their own: alias places them.)
   plan.push_back({&a.di, transient ? 0 : N * I});
   plan.push_back({&a.di2, transient ? 0 : std::max(N * I, N * 3 * C)});
   plan.push_back({&a.di2_16, h16 * std::max((N * I + 1) / 2, (N * 3 * C + 1) / 2)});
   plan.push_back({&a.d2_16, h16 * (N * C + 1) / 2});
-  plan.push_back({&a.dqkv16, 0});
   plan.push_back({&a.dcls, B * C});
   plan.push_back({&a.dpool, B * C});
   return arena_floats(plan);
