@@ -135,15 +135,17 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
                      : operand_buffer(3 * static_cast<size_t>(n));
     launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
     Operands op;
-    op.q = q, op.k = q + n, op.v = q + 2 * n, op.Tp = padded_T(s.T);
+    op.q = padded_rows<HS>(q, s, 0), op.k = padded_rows<HS>(q, s, 1), op.v = padded_rows<HS>(q, s, 2);
+    op.Tp = padded_T(s.T);
     if (s.drop) op.drop_bits = reinterpret_cast<uint32_t*>(lse + lse_floats(s.B, s.NH, s.T));
     part.reset();
     const OpTimer kernel("attention_forward/kernel");
     auto launch = [&](auto mtc, auto blocks) {
       constexpr int MT = decltype(mtc)::value, MB = decltype(blocks)::value;
       const dim3 grid(grid_for(s.T, MT * kBlockRows), static_cast<unsigned>(s.B * s.NH));
-      launch_smem(fwd<BF, HS, MT, MB>, fwd_smem<BF, HS, MT>());
-      fwd<BF, HS, MT, MB><<<grid, kThreads, fwd_smem<BF, HS, MT>()>>>(out, out16, lse, op, mask_add, s);
+      const size_t smem = fwd_smem<BF, HS, MT>(op.Tp);
+      launch_smem(fwd<BF, HS, MT, MB>, smem);
+      fwd<BF, HS, MT, MB><<<grid, kThreads, smem>>>(out, out16, lse, op, mask_add, s);
     };
     using One = std::integral_constant<int, 1>;
     [&] {  // the form the bench's variables ask for (fwd_mt, fwd_min_blocks), else one m-tile, 1 block
@@ -172,23 +174,25 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
       const auto* saved = reinterpret_cast<const uint16_t*>(lse + operands_offset(s.B, s.NH, s.T, s.drop, prec));
       uint16_t* d = operand_buffer(static_cast<size_t>(n));
       launch_prep<BF, HS>(d, dout, s.C, s, 1);
-      op.q = saved, op.k = saved + n, op.v = saved + 2 * n, op.dout = d;
+      op.q = padded_rows<HS>(saved, s, 0), op.k = padded_rows<HS>(saved, s, 1), op.v = padded_rows<HS>(saved, s, 2);
+      op.dout = padded_rows<HS>(d, s, 0);
     } else {
       uint16_t* q = operand_buffer(4 * static_cast<size_t>(n));
       launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
       launch_prep<BF, HS>(q + 3 * n, dout, s.C, s, 1);
-      op.q = q, op.k = q + n, op.v = q + 2 * n, op.dout = q + 3 * n;
+      op.q = padded_rows<HS>(q, s, 0), op.k = padded_rows<HS>(q, s, 1), op.v = padded_rows<HS>(q, s, 2);
+      op.dout = padded_rows<HS>(q, s, 3);
     }
     op.Tp = padded_T(s.T);
     // the forward's dropout decisions (attention_common.cuh: after lse in the saved buffer)
     if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
     part.emplace("attention_backward/dq");
-    launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>());
-    bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>()>>>(dqkv, dqkv16, op, lse, D, mask_add, s);
+    launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>(op.Tp));
+    bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>(op.Tp)>>>(dqkv, dqkv16, op, lse, D, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dq, Tensor Cores)");
     part.emplace("attention_backward/dk dv");
-    launch_smem(bwd_dkdv<BF, HS>, dkv_smem<BF, HS>());
-    bwd_dkdv<BF, HS><<<grid, kThreads, dkv_smem<BF, HS>()>>>(dqkv, dqkv16, op, lse, D, mask_add, s);
+    launch_smem(bwd_dkdv<BF, HS>, dkv_smem<BF, HS>(op.Tp));
+    bwd_dkdv<BF, HS><<<grid, kThreads, dkv_smem<BF, HS>(op.Tp)>>>(dqkv, dqkv16, op, lse, D, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dk, dv, Tensor Cores)");
   });
 }

@@ -215,20 +215,43 @@ __device__ inline void store_rows(D* const (&dst)[2], const int64_t (&row)[2], c
 }
 
 // ---- the 16-bit operands ----
-// The kernels read q, k, v and dout as 16-bit tiles that `prep` makes from the fp32 activations
-// beforehand, per head and token-major: [bh][Tp][HS], zeros past T and past hs, Tp = T rounded up
-// to kBlockRows. Every tile is then whole and 16-byte aligned, copied by cp.async into a second
-// shared-memory buffer while the block computes on the first. ldmatrix reads a tile as an A
-// operand, as the B operand of a product over channels (Q K^T: n-major) and, transposing, as the B
-// operand of a product over tokens (P V: k-major), so no channel-major copy is made.
+// The kernels read q, k, v and dout as 16-bit rows of HS elements, one head at a time, and copy
+// them into shared memory with cp.async (the next tile while the block computes on the current one,
+// two buffers). ldmatrix reads a tile as an A operand, as the B operand of a product over channels
+// (Q K^T: n-major) and, transposing, as the B operand of a product over tokens (P V: k-major), so
+// no channel-major copy is made. Two layouts give the rows (Rows):
+// - prep's, made beforehand from fp32 activations: per head and token-major, [bh][Tp][HS], zeros
+//   past T and past hs, Tp = T rounded up to kBlockRows;
+// - in place: a 16-bit qkv [B, T, 3C] as the QKV product writes it (head size exactly HS, rows
+//   16-byte aligned), read with row stride 3C. No pass, no copy.
+// Rows at or past `n` are not read: the copy writes zeros in their place.
+struct Rows {
+  const uint16_t* p = nullptr;
+  int64_t sb = 0, sh = 0, ld = 0, n = 0;  // row t of head h of sequence b: p + b sb + h sh + t ld
+};
 struct Operands {
-  const uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;
-  int64_t Tp = 0;
+  Rows q, k, v, dout;
+  int64_t Tp = 0;                 // T rounded up to kBlockRows (the decision words' layout; masks in shared memory)
   uint32_t* drop_bits = nullptr;  // with dropout: written by fwd, read by bwd_dq and bwd_dkdv
 };
 inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
 template <int HS>
 int64_t operand_elems(const Shape& s) { return s.B * s.NH * padded_T(s.T) * HS; }
+// prep's layout: part z of the operands at `rows` (q, k, v: z 0, 1, 2 from one launch).
+template <int HS>
+Rows padded_rows(const uint16_t* rows, const Shape& s, int z) {
+  const int64_t Tp = padded_T(s.T);
+  return Rows{rows + z * operand_elems<HS>(s), s.NH * Tp * HS, Tp * HS, HS, Tp};
+}
+// In place: part z of a 16-bit qkv [B, T, 3C]. in_place_ok: whether the kernels of head size HS
+// may read it so (every row of a head exactly HS elements, each 16-byte aligned).
+template <int HS>
+bool in_place_ok(const void* qkv16, const Shape& s) {
+  return s.hs == HS && s.C % 8 == 0 && reinterpret_cast<uintptr_t>(qkv16) % 16 == 0;
+}
+inline Rows qkv_rows(const uint16_t* qkv16, const Shape& s, int z) {
+  return Rows{qkv16 + z * s.C, s.T * 3 * s.C, s.hs, 3 * s.C, s.T};
+}
 
 // kBlockRows tokens (blockIdx.x) of one head (blockIdx.y) of part blockIdx.z of src (fp32,
 // token-major with row stride ld; part z at channel z * C, head h at channel h * hs), rounded into
@@ -288,14 +311,26 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
-// An R x W tile of 16-bit elements (W a multiple of 8) from src (row stride src_ld) into dst (row
-// stride ld), asynchronously.
-template <int R, int W>
-__device__ inline void copy_tile(uint16_t* dst, int ld, const uint16_t* src, int64_t src_ld) {
-  constexpr int kChunks = W / 8;
+// 16 zero bytes into shared memory (a row past the operand's rows).
+__device__ inline void zero16(void* dst) {
+#if defined(BERTCC_CUDA_SIM)
+  std::memset(dst, 0, 16);
+#else
+  *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+#endif
+}
+// Rows r0 .. r0 + R - 1 of head h of sequence b of `src` (HS elements each, HS a multiple of 8) into
+// dst (row stride ld), asynchronously; rows at or past src.n are zeros, written directly.
+template <int R, int HS>
+__device__ inline void copy_rows(uint16_t* dst, int ld, const Rows& src, int64_t b, int64_t h, int64_t r0) {
+  constexpr int kChunks = HS / 8;
+  const uint16_t* head = src.p + b * src.sb + h * src.sh;
   for (int idx = threadIdx.x; idx < R * kChunks; idx += kThreads) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
-    cp_async16(dst + r * ld + c, src + r * src_ld + c);
+    if (r0 + r < src.n)
+      cp_async16(dst + r * ld + c, head + (r0 + r) * src.ld + c);
+    else
+      zero16(dst + r * ld + c);
   }
 }
 
@@ -323,10 +358,12 @@ __device__ inline void next_tile(int t, int ntiles, int64_t tile_rows, Issue&& i
 template <int HS>
 constexpr int fwd_max_mt() { return HS <= 64 ? 2 : 1; }  // 128: the accumulators would spill
 
+// Shared memory for T rounded up to Tp: the tiles, then the keys' masks (Tp floats, the whole row:
+// loaded once, so no tile waits on a global load).
 template <bool BF16, int HS, int MT>
-constexpr size_t fwd_smem() {
+constexpr size_t fwd_smem(int64_t Tp) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
-  return sizeof(uint16_t) * (MT * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 2 * BN;
+  return sizeof(uint16_t) * (MT * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * Tp;
 }
 
 // acc[mt][nt] += a[mt] b[0..1] and acc[mt][nt + 1] += a[mt] b[2..3] for every m-tile: one B
@@ -353,32 +390,21 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
   constexpr int kTile = 2 * BN * LDH;  // one buffer: Ks [BN][LDH], Vs [BN][LDH]
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64 MT][LDH]
   uint16_t* tiles = Qs + MT * kBlockRows * LDH;      // two buffers of kTile (offsets, not pointer arrays: no stack)
-  float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [2][BN], -inf past T
+  float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [Tp]: the keys' masks times log2 e, -inf past T
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * MT * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
-  const uint16_t* kg = op.k + bh * op.Tp * HS;
-  const uint16_t* vg = op.v + bh * op.Tp * HS;
-  // tile j0 of keys into buffer `buf` (its mask with plain stores, seen after the next barrier)
+  // tile j0 of keys into buffer `buf`
   auto issue = [&](int64_t j0, int buf) {
-    copy_tile<BN, HS>(tiles + buf * kTile, LDH, kg + j0 * HS, HS);
-    copy_tile<BN, HS>(tiles + buf * kTile + BN * LDH, LDH, vg + j0 * HS, HS);
-    for (int jj = threadIdx.x; jj < BN; jj += kThreads)
-      Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] * kLog2e : -INFINITY;
+    copy_rows<BN, HS>(tiles + buf * kTile, LDH, op.k, b, h, j0);
+    copy_rows<BN, HS>(tiles + buf * kTile + BN * LDH, LDH, op.v, b, h, j0);
   };
-  // the block's query rows, 64 at a time; a second 64 past the padded length (the last block of an
-  // odd number of 64-row blocks) is zeros, computed on and never stored
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    uint16_t* dst = Qs + mt * kBlockRows * LDH;
-    if (q0 + mt * kBlockRows < op.Tp) {
-      copy_tile<kBlockRows, HS>(dst, LDH, op.q + (bh * op.Tp + q0 + mt * kBlockRows) * HS, HS);
-    } else {
-      for (int idx = threadIdx.x; idx < kBlockRows * LDH; idx += kThreads) dst[idx] = 0;
-    }
-  }
+  // the block's query rows (past the operand's rows zeros, computed on and never stored)
+  copy_rows<MT * kBlockRows, HS>(Qs, LDH, op.q, b, h, q0);
   issue(0, 0);
-  const float scale2 = s.scale * kLog2e;
   cp_async_commit();
+  // the masks while those copies are in flight (seen after the loop's first barrier)
+  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads) Ms[j] = j < s.T ? mask_add[b * s.T + j] * kLog2e : -INFINITY;
+  const float scale2 = s.scale * kLog2e;
   // Q's A fragments: kept in registers with one m-tile; with two, loaded again from shared memory
   // for each key tile (2 x HS / 16 ldmatrix per tile), which leaves the registers to the two tiles'
   // scores and outputs (kept, they made the kernel spill at head size 64)
@@ -405,7 +431,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
     }
     const uint16_t* Ks = tiles + buf * kTile;
     const uint16_t* Vs = Ks + BN * LDH;
-    const float* Mb = Ms + buf * BN;
+    const float* Mb = Ms + j0;
     float sc[MT][BN / 8][4] = {};
 #pragma unroll
     for (int kt = 0; kt < HS / 16; ++kt) {
@@ -520,9 +546,9 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
 
 // ---- backward: dq, per query block ----
 template <bool BF16, int HS>
-constexpr size_t dq_smem() {
+constexpr size_t dq_smem(int64_t Tp) {  // as fwd_smem: the tiles, then the keys' masks
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
-  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 2 * BN;
+  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * Tp;
 }
 
 // Operands: q, dout, k, v.
@@ -536,21 +562,20 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
   uint16_t* dOs = Qs + kBlockRows * LDH;              // [64][LDH]
   uint16_t* tiles = dOs + kBlockRows * LDH;           // two buffers of kTile
-  float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [2][BN], -inf past T
+  float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [Tp]: as fwd's
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t ld3 = 3 * s.C;
   auto issue = [&](int64_t j0, int buf) {
     uint16_t* t = tiles + buf * kTile;
-    copy_tile<BN, HS>(t, LDH, op.k + (bh * op.Tp + j0) * HS, HS);
-    copy_tile<BN, HS>(t + BN * LDH, LDH, op.v + (bh * op.Tp + j0) * HS, HS);
-    for (int jj = threadIdx.x; jj < BN; jj += kThreads)
-      Ms[buf * BN + jj] = j0 + jj < s.T ? mask_add[b * s.T + j0 + jj] * kLog2e : -INFINITY;
+    copy_rows<BN, HS>(t, LDH, op.k, b, h, j0);
+    copy_rows<BN, HS>(t + BN * LDH, LDH, op.v, b, h, j0);
   };
-  copy_tile<kBlockRows, HS>(Qs, LDH, op.q + (bh * op.Tp + q0) * HS, HS);
-  copy_tile<kBlockRows, HS>(dOs, LDH, op.dout + (bh * op.Tp + q0) * HS, HS);
+  copy_rows<kBlockRows, HS>(Qs, LDH, op.q, b, h, q0);
+  copy_rows<kBlockRows, HS>(dOs, LDH, op.dout, b, h, q0);
   issue(0, 0);
   cp_async_commit();
+  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads) Ms[j] = j < s.T ? mask_add[b * s.T + j] * kLog2e : -INFINITY;
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   const float scale2 = s.scale * kLog2e;
   float L[2], Di[2];
@@ -580,7 +605,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, jj = nt * 8 + t2 + (e & 1);
-        const float p = exp2f(sc[nt][e] * scale2 + Ms[buf * BN + jj] - L[r]);  // 0 past T (mask -inf), as bwd_dkdv
+        const float p = exp2f(sc[nt][e] * scale2 + Ms[j0 + jj] - L[r]);  // 0 past T (mask -inf), as bwd_dkdv
         const float d = !s.drop ? dp[nt][e] : kp[r][e & 1] ? dp[nt][e] * s.keep_scale : 0.0f;
         sc[nt][e] = p * (d - Di[r]);  // dS; the softmax scale is applied to dq, as the CPU does (fp16: less underflow)
       }
@@ -599,9 +624,9 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
 
 // ---- backward: dk and dv, per key block ----
 template <bool BF16, int HS>
-constexpr size_t dkv_smem() {
+constexpr size_t dkv_smem(int64_t Tp) {  // the tiles, then the queries' lse and D (2 Tp floats)
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
-  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 4 * BN;
+  return sizeof(uint16_t) * (2 * kBlockRows * LDH + 2 * (2 * BN * LDH)) + sizeof(float) * 2 * Tp;
 }
 
 // Operands: k, v, q, dout.
@@ -614,25 +639,25 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
   uint16_t* Kb = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]: this block's keys
   uint16_t* Vb = Kb + kBlockRows * LDH;               // [64][LDH]
   uint16_t* tiles = Vb + kBlockRows * LDH;            // two buffers of kTile
-  float* LD = reinterpret_cast<float*>(tiles + 2 * kTile);  // per buffer: Ls [BN] (+inf past T: P = 0), Ds [BN]
+  float* LD = reinterpret_cast<float*>(tiles + 2 * kTile);  // Ls [Tp] (+inf past T: P = 0), then Ds [Tp]
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, k0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t ld3 = 3 * s.C;
   auto issue = [&](int64_t i0, int buf) {
     uint16_t* t = tiles + buf * kTile;
-    copy_tile<BN, HS>(t, LDH, op.q + (bh * op.Tp + i0) * HS, HS);
-    copy_tile<BN, HS>(t + BN * LDH, LDH, op.dout + (bh * op.Tp + i0) * HS, HS);
-    float* ls = LD + buf * 2 * BN;
-    for (int ii = threadIdx.x; ii < BN; ii += kThreads) {
-      const bool in = i0 + ii < s.T;
-      ls[ii] = in ? lse[bh * s.T + i0 + ii] * kLog2e : INFINITY;  // base 2
-      ls[BN + ii] = in ? D[bh * s.T + i0 + ii] : 0.0f;
-    }
+    copy_rows<BN, HS>(t, LDH, op.q, b, h, i0);
+    copy_rows<BN, HS>(t + BN * LDH, LDH, op.dout, b, h, i0);
   };
-  copy_tile<kBlockRows, HS>(Kb, LDH, op.k + (bh * op.Tp + k0) * HS, HS);
-  copy_tile<kBlockRows, HS>(Vb, LDH, op.v + (bh * op.Tp + k0) * HS, HS);
+  copy_rows<kBlockRows, HS>(Kb, LDH, op.k, b, h, k0);
+  copy_rows<kBlockRows, HS>(Vb, LDH, op.v, b, h, k0);
   issue(0, 0);
   cp_async_commit();
+  // every query's lse (base 2) and D while those copies are in flight (seen after the first barrier)
+  for (int64_t i = threadIdx.x; i < op.Tp; i += kThreads) {
+    const bool in = i < s.T;
+    LD[i] = in ? lse[bh * s.T + i] * kLog2e : INFINITY;
+    LD[op.Tp + i] = in ? D[bh * s.T + i] : 0.0f;
+  }
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   float mj[2];
 #pragma unroll
@@ -646,8 +671,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
     next_tile(it, ntiles, BN, issue);
     const uint16_t* Qs = tiles + buf * kTile;
     const uint16_t* dOs = Qs + BN * LDH;
-    const float* Ls = LD + buf * 2 * BN;
-    const float* Ds = Ls + BN;
+    const float* Ls = LD + i0;
+    const float* Ds = LD + op.Tp + i0;
     float st[BN / 8][4] = {}, dpt[BN / 8][4] = {};  // S^T and dPd^T: rows are keys, columns queries
     two_products<BF16, HS, BN>(st, dpt, Kb, Vb, Qs, dOs, warp * 16);  // S^T = K Q^T, dPd^T = V dO^T
 #pragma unroll

@@ -82,12 +82,13 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
     prep(q, qkv.data(), 3 * C, 3);  // q, k, v in one launch, as attention_tc.cu
     prep(q + 3 * n, dout.data(), C, 1);
     K::Operands op;
-    op.q = q, op.k = q + n, op.v = q + 2 * n, op.dout = q + 3 * n, op.Tp = Tp;
+    op.q = K::padded_rows<HS>(q, s, 0), op.k = K::padded_rows<HS>(q, s, 1), op.v = K::padded_rows<HS>(q, s, 2);
+    op.dout = K::padded_rows<HS>(q, s, 3), op.Tp = Tp;
     if (s.drop) {
       op.drop_bits = reinterpret_cast<uint32_t*>(lse.data() + A::lse_floats(B, NH, T));
       std::fill(op.drop_bits, op.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
     }
-    sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(),
+    sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
                 [&] { K::fwd<BF, HS, 1>(out.data(), nullptr, lse.data(), op, mask.data(), s); });
     if constexpr (BF) {
       // the output's bf16 rounding alone (out null), in the one- and two-m-tile forms: the roundings
@@ -97,13 +98,13 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
       std::vector<float> lse3(lse.size(), NAN);
       K::Operands op3 = op;
       if (s.drop) op3.drop_bits = reinterpret_cast<uint32_t*>(lse3.data() + A::lse_floats(B, NH, T));
-      sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(),
+      sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
                   [&] { K::fwd<BF, HS, 1>(nullptr, o16.data(), lse3.data(), op3, mask.data(), s); });
       size_t diff = 0;
       for (size_t i = 0; i < out.size(); ++i) diff += o16[i] != want[i];
       if constexpr (K::fwd_max_mt<HS>() == 2) {
         const sim_dim3 grid2{bertcc::cuda::grid_for(T, 2 * K::kBlockRows), static_cast<unsigned>(B * NH), 1};
-        sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(),
+        sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(Tp),
                     [&] { K::fwd<BF, HS, 2>(nullptr, o16b.data(), lse3.data(), op3, mask.data(), s); });
         for (size_t i = 0; i < out.size(); ++i) diff += o16b[i] != want[i];
       }
@@ -119,7 +120,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
         std::fill(op2.drop_bits, op2.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
       }
       const sim_dim3 grid2{bertcc::cuda::grid_for(T, 2 * K::kBlockRows), static_cast<unsigned>(B * NH), 1};
-      sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(),
+      sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(Tp),
                   [&] { K::fwd<BF, HS, 2>(out2.data(), nullptr, lse2.data(), op2, mask.data(), s); });
       size_t diff = 0;
       for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out2[i], sizeof(float)) != 0;
@@ -136,10 +137,10 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
     // roundings of dqkv bit for bit
     std::vector<uint16_t> dqkv16(dqkv.size(), 0xFFFFu);
     uint16_t* d16 = BF ? dqkv16.data() : nullptr;
-    sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(), [&] {
+    sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp), [&] {
       K::bwd_dq<BF, HS>(dqkv.data(), d16, op, lse.data(), D.data(), mask.data(), s);
     });
-    sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(), [&] {
+    sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp), [&] {
       K::bwd_dkdv<BF, HS>(dqkv.data(), d16, op, lse.data(), D.data(), mask.data(), s);
     });
     if constexpr (BF) {
