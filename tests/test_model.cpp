@@ -360,7 +360,7 @@ TEST(Model, InferenceForwardInOneLayersMemoryGivesTheSameBits) {
     // the former inference plan: layer 0's training slices, two alternating layer inputs
     const int64_t N = 4 * 32, C = 64, I = 256;
     const double h = prec == Precision::BF16 ? 1 : 0;
-    const double attention = static_cast<double>(be.attention_saved_size(4, 32, C, 4, false, prec) +
+    const double attention = static_cast<double>(be.attention_saved_size(4, 32, C, 4, false, prec, false) +
                                                  be.attention_work_size(4, 32, C, 4));
     const double before = 4.0 * (N * C /*emb_sum*/ + 2 * N * C /*x*/ + 3 * N * C + N * C /*qkv ctx*/ +
                                  2 * N * C /*ln sums*/ + N * C /*h1*/ + N * I /*inter*/ + (1 - h) * N * I /*gelu*/ +

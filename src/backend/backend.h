@@ -32,6 +32,11 @@ struct LinearIo {
   bf16_t* keep_x16 = nullptr;   // forward, x16 null: x's rounding is written here (for the backward)
   const bf16_t* dy16 = nullptr; // backward: dy rounded (both products' operand)
   bool overwrite_dx = false;    // backward: dx = dy W rather than dx += dy W
+  // forward, bf16: the output as its bf16 rounding alone (fp32 sums and bias, one rounding), for a
+  // product whose output is read only rounded (QKV: attention's operands). y is then fp32 space the
+  // product may pass through (the CPU computes into it; CUDA only where cuBLASLt cannot write bf16
+  // with an fp32 bias): its contents afterwards are unspecified.
+  bf16_t* y16 = nullptr;
 };
 
 class Backend {
@@ -156,20 +161,23 @@ class Backend {
   // keep each layer's fp32 qkv for it. Likewise in bf16 `out` may be null with out16, its bf16
   // rounding, given instead (CUDA's row dots dO . O then read that, as FlashAttention's backward
   // reads its bf16 O; the CPU reads neither), so a model need not keep each layer's fp32 output.
-  virtual int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout,
-                                       Precision prec) const = 0;
+  // qkv16 (bf16 only, optional): qkv's bf16 rounding [B,T,3C] (the QKV product's LinearIo::y16),
+  // read instead of qkv (which may then be null), and given unchanged to the backward too: `saved`
+  // then holds no q, k, v (qkv16_kept sizes it so). CUDA reads it in place; the same bits either way.
+  virtual int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                                       bool qkv16_kept) const = 0;
   virtual int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const = 0;
   // out16 (optional, bf16 only): the output's bf16 rounding too, written by the same pass; out may
   // then be null (bf16 keeps only the rounding: the next product and the backward read that).
   virtual void attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
-                                 const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
-                                 const Rng& rng, uint64_t base, Precision prec) = 0;
+                                 const bf16_t* qkv16, const float* mask_add, int64_t B, int64_t T, int64_t C,
+                                 int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) = 0;
   // dqkv16 (optional, bf16 only): dqkv's bf16 rounding too, written by the same kernels (the
   // QKV products' operand: no rounding pass of its own).
   virtual void attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
-                                  const float* out, const bf16_t* out16, const float* saved, const float* mask_add,
-                                  int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
-                                  uint64_t base, Precision prec) = 0;
+                                  const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
+                                  const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                  float dropout_p, const Rng& rng, uint64_t base, Precision prec) = 0;
 
   // ELECTRA's replacement sampling, kernels::gumbel_argmax on the backend's logits [M, V]; the M
   // picks come back to the host (no vocabulary-wide download)

@@ -260,29 +260,29 @@ class CpuBackend final : public Backend {
     mine("scatter_add_rows", dinp, dout, rows);
     kernels::scatter_add_rows(dinp, dout, rows, M, C);
   }
-  int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout,
-                               Precision prec) const override {
-    return kernels::attention_saved_size(B, T, C, NH, dropout, prec);
+  int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                               bool qkv16_kept) const override {
+    return kernels::attention_saved_size(B, T, C, NH, dropout, prec, qkv16_kept);
   }
   int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const override {
     return kernels::attention_work_size(B, T, C, NH);
   }
-  void attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
+  void attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv, const bf16_t* qkv16,
                          const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
                          const Rng& rng, uint64_t base, Precision prec) override {
-    mine("attention_forward", out, out16, saved, work, qkv, mask_add);
+    mine("attention_forward", out, out16, saved, work, qkv, qkv16, mask_add);
     BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
                  "attention_forward: no output (a null out needs its bf16 rounding, in bf16)");
     kernels::attention_forward(out, saved, work, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec,
-                               prec == Precision::BF16 ? out16 : nullptr);
+                               prec == Precision::BF16 ? out16 : nullptr, qkv16);
   }
   void attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
-                          const float* out, const bf16_t* out16, const float* saved, const float* mask_add, int64_t B,
-                          int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& /*rng*/, uint64_t /*base*/,
-                          Precision prec) override {
-    mine("attention_backward", dqkv, dqkv16, work, dout, qkv, out, out16, saved, mask_add);  // (out, out16: not read)
+                          const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
+                          const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
+                          const Rng& /*rng*/, uint64_t /*base*/, Precision prec) override {
+    mine("attention_backward", dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, mask_add);  // (out, out16: not read)
     kernels::attention_backward(dqkv, work, dout, qkv, saved, B, T, C, NH, dropout_p, prec,
-                                prec == Precision::BF16 ? dqkv16 : nullptr);
+                                prec == Precision::BF16 ? dqkv16 : nullptr, qkv16);
   }
   void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                      uint64_t base) override {
@@ -301,7 +301,8 @@ class CpuBackend final : public Backend {
   }
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                       Precision p, const bf16_t* W16, const LinearIo& a16) override {
-    mine("linear_forward", y, x, W, b, W16, a16.x16, a16.keep_x16);
+    mine("linear_forward", y, x, W, b, W16, a16.x16, a16.keep_x16, a16.y16);
+    BERTCC_CHECK(!a16.y16 || (p == Precision::BF16 && y), "linear_forward: a bf16 output needs bf16 and y's space");
     const bf16_t* x16 = nullptr;
     if (p == Precision::BF16) {
       x16 = a16.x16;
@@ -311,6 +312,7 @@ class CpuBackend final : public Backend {
       }
     }
     kernels::linear_forward(y, x, W, b, M, N, K, p, W16, x16);
+    if (a16.y16) bertcc::to_bf16(y, a16.y16, static_cast<size_t>(M * N));  // the fp32 output's rounding
   }
   void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                        int64_t N, int64_t K, Precision p, const bf16_t* W16, const LinearIo& a16) override {

@@ -204,19 +204,25 @@ __global__ void __launch_bounds__(kRows) attn_bwd_dkdv(float* dqkv, const float*
 
 }  // namespace
 
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec) {
-  return attn::operands_offset(B, NH, T, dropout, prec) + (attn::saved_operand_elems(B, T, C, NH, prec) + 1) / 2;
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                             bool qkv16_kept) {
+  const bool operands = prec == Precision::BF16 && !qkv16_kept;
+  return attn::operands_offset(B, NH, T, dropout, prec) +
+         (operands ? (attn::saved_operand_elems(B, T, C, NH, prec) + 1) / 2 : 0);
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
                        int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
-                       bf16_t* out16) {
+                       bf16_t* out16, const bf16_t* qkv16) {
   if (B * T == 0) return;
   BERTCC_CHECK(out16 == nullptr || prec == Precision::BF16, "attention_forward: a bf16 output copy outside bf16");
+  BERTCC_CHECK(qkv16 == nullptr || prec == Precision::BF16, "attention_forward: a bf16 qkv outside bf16");
   BERTCC_CHECK(out || out16, "attention_forward: no output");
+  BERTCC_CHECK(qkv || qkv16, "attention_forward: no qkv");
   const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
   if (prec != Precision::F32)
-    return attn::forward_tc(out, reinterpret_cast<uint16_t*>(out16), lse, qkv, mask_add, s, prec);
+    return attn::forward_tc(out, reinterpret_cast<uint16_t*>(out16), lse, qkv,
+                            reinterpret_cast<const uint16_t*>(qkv16), mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
   attn::dispatch_hs(C / NH, [&](auto hs) { attn_fwd<decltype(hs)::value><<<grid, kRows>>>(out, lse, qkv, mask_add, s); });
   BERTCC_CUDA_LAUNCHED("attention_forward");
@@ -226,8 +232,10 @@ int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH) { return 
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                         const bf16_t* out16, const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C,
-                        int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec, bf16_t* dqkv16) {
+                        int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec, bf16_t* dqkv16,
+                        const bf16_t* qkv16) {
   if (B * T == 0) return;
+  BERTCC_CHECK(qkv16 == nullptr || prec == Precision::BF16, "attention_backward: a bf16 qkv outside bf16");
   BERTCC_CHECK(dqkv16 == nullptr || prec == Precision::BF16, "attention_backward: a bf16 gradient copy outside bf16");
   BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
                "attention_backward: no forward output (a null out needs its bf16 rounding, in bf16)");
@@ -239,7 +247,8 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                                                           C / NH);
   BERTCC_CUDA_LAUNCHED("attention_backward (row dots)");
   if (prec != Precision::F32)
-    return attn::backward_tc(dqkv, reinterpret_cast<uint16_t*>(dqkv16), dout, qkv, lse, work, mask_add, s, prec);
+    return attn::backward_tc(dqkv, reinterpret_cast<uint16_t*>(dqkv16), dout, qkv,
+                             reinterpret_cast<const uint16_t*>(qkv16), lse, work, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
   attn::dispatch_hs(C / NH, [&](auto hs) {
     attn_bwd_dq<decltype(hs)::value><<<grid, kRows>>>(dqkv, dout, qkv, lse, work, mask_add, s);

@@ -74,10 +74,12 @@ inline int64_t saved_operand_elems(int64_t B, int64_t T, int64_t C, int64_t NH, 
 // Tensor Core kernels (attention_tc.cu). D[bh*T + i] = sum_c dout*out, computed by the caller.
 // lse: the saved buffer (lse, then with dropout the decision bits).
 // out16 (may be null; bf16 only): the output's rounding too; out may then be null.
-void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const float* mask_add, const Shape& s,
-                Precision prec);
+// qkv16 (may be null; bf16 only): qkv's rounding, read instead of qkv; the saved buffer then holds
+// no operands, and the backward must be given the same qkv16.
+void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const uint16_t* qkv16,
+                const float* mask_add, const Shape& s, Precision prec);
 // dqkv16 (may be null; bf16 only): dqkv's rounding too.
-void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* qkv, const float* lse, const float* D,
-                 const float* mask_add, const Shape& s, Precision prec);
+void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* qkv, const uint16_t* qkv16,
+                 const float* lse, const float* D, const float* mask_add, const Shape& s, Precision prec);
 
 }  // namespace bertcc::cuda::attn

@@ -10,11 +10,15 @@
 // products. The CPU's bf16 attention rounds the normalised Pd and dS before the scale, so the two
 // agree to rounding (bit-equal only by chance); softmax statistics and every sum stay fp32.
 //
-// One block = 4 warps = 64 rows (16 per warp; the forward 128, 32 per warp, for head sizes up to
-// 64: fwd_rows below); its loop walks the other side in tiles of BN (64, or 32 for head size 128). A first pass (prep) rounds q, k, v and dout from qkv[B,T,3C] and
-// dout[B,T,C] to 16 bits, per head and token-major ([row][channel]), zero-padded to whole 64-row
-// tiles. The attention kernels copy those tiles into shared memory with cp.async, the next tile
-// while they compute on the current one (two buffers). ldmatrix reads a tile as an A operand, as
+// One block = 4 warps = 64 rows (16 per warp; with BERTCC_ATTENTION_FWD_ROWS=128 the forward 128,
+// 32 per warp, for head sizes up to 64: fwd_mt below); its loop walks the other side in tiles of BN
+// (64, or 32 for head size 128). The kernels read 16-bit rows: in bf16 models q, k and v in place
+// from the QKV product's bf16 output qkv16 [B,T,3C] (row stride 3C; head size exactly 16, 32, 64 or
+// 128); otherwise from a first pass (prep) that rounds q, k, v and dout from qkv[B,T,3C] (or
+// qkv16) and dout[B,T,C] to 16 bits, per head and token-major ([row][channel]), zero-padded to
+// whole 64-row tiles. The attention kernels copy rows into shared memory with cp.async (rows past T
+// as zeros), the next tile while they compute on the current one (two buffers); the masks (and in
+// dk/dv the queries' lse and D) of the whole sequence are loaded into shared memory once per block. ldmatrix reads a tile as an A operand, as
 // the B operand of a product over channels (Q K^T) and, with .trans, as the B operand of a product
 // over tokens (P V, dS K, Pd^T dO, dS^T Q). Shared-memory rows are padded by 8 elements (16 bytes)
 // so that the eight 16-byte rows of each 8 x 8 matrix ldmatrix reads hit 32 different banks.
@@ -111,31 +115,56 @@ uint16_t* operand_buffer(size_t elems) {
   return buf.take<uint16_t>(elems);
 }
 
-// `parts` consecutive operands (q, k, v from qkv: parts 3) from src, one launch.
-template <bool BF, int HS>
-void launch_prep(uint16_t* rows, const float* src, int64_t ld, const Shape& s, unsigned parts) {
+// `parts` consecutive operands (q, k, v from qkv: parts 3) from src (fp32, or a 16-bit qkv), one launch.
+template <bool BF, int HS, class Src>
+void launch_prep(uint16_t* rows, const Src* src, int64_t ld, const Shape& s, unsigned parts) {
   const int64_t Tp = padded_T(s.T);
-  const bool vec = s.hs % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  prep<BF, HS><<<dim3(static_cast<unsigned>(Tp / kBlockRows), static_cast<unsigned>(s.B * s.NH), parts), kThreads>>>(
-      rows, src, ld, s, Tp, vec);
+  const bool vec = s.hs % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(src) % (4 * sizeof(Src)) == 0;
+  prep<BF, HS, Src><<<dim3(static_cast<unsigned>(Tp / kBlockRows), static_cast<unsigned>(s.B * s.NH), parts),
+                      kThreads>>>(rows, src, ld, s, Tp, vec);
   BERTCC_CUDA_LAUNCHED("attention (16-bit operands)");
+}
+
+// q, k, v (and dout's part, when dout is given) from a 16-bit qkv (bf16): read in place where the
+// kernels can, else rounded (copied) into scratch with dout's operand after them.
+template <bool BF, int HS>
+void qkv16_operands(Operands& op, const uint16_t* qkv16, const float* dout, const Shape& s) {
+  const int64_t n = operand_elems<HS>(s);
+  uint16_t* d = nullptr;
+  if (in_place_ok<HS>(qkv16, s)) {
+    op.q = qkv_rows(qkv16, s, 0), op.k = qkv_rows(qkv16, s, 1), op.v = qkv_rows(qkv16, s, 2);
+    if (dout) d = operand_buffer(static_cast<size_t>(n));
+  } else {
+    uint16_t* q = operand_buffer(static_cast<size_t>((dout ? 4 : 3) * n));
+    launch_prep<BF, HS>(q, qkv16, 3 * s.C, s, 3);
+    op.q = padded_rows<HS>(q, s, 0), op.k = padded_rows<HS>(q, s, 1), op.v = padded_rows<HS>(q, s, 2);
+    if (dout) d = q + 3 * n;
+  }
+  if (dout) {
+    launch_prep<BF, HS>(d, dout, s.C, s, 1);
+    op.dout = padded_rows<HS>(d, s, 0);
+  }
 }
 
 }  // namespace
 
-void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const float* mask_add, const Shape& s,
-                Precision prec) {
+void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const uint16_t* qkv16,
+                const float* mask_add, const Shape& s, Precision prec) {
   dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
     constexpr int HS = decltype(hs)::value;
     const int64_t n = operand_elems<HS>(s);
     std::optional<OpTimer> part(std::in_place, "attention_forward/16-bit operands");
-    // bf16: into the saved buffer, for the backward (attention_common.cuh); fp16: scratch
-    uint16_t* q = BF ? reinterpret_cast<uint16_t*>(lse + operands_offset(s.B, s.NH, s.T, s.drop, prec))
-                     : operand_buffer(3 * static_cast<size_t>(n));
-    launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
     Operands op;
-    op.q = padded_rows<HS>(q, s, 0), op.k = padded_rows<HS>(q, s, 1), op.v = padded_rows<HS>(q, s, 2);
+    if (BF && qkv16) {
+      qkv16_operands<BF, HS>(op, qkv16, nullptr, s);
+    } else {
+      // bf16: into the saved buffer, for the backward (attention_common.cuh); fp16: scratch
+      uint16_t* q = BF ? reinterpret_cast<uint16_t*>(lse + operands_offset(s.B, s.NH, s.T, s.drop, prec))
+                       : operand_buffer(3 * static_cast<size_t>(n));
+      launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
+      op.q = padded_rows<HS>(q, s, 0), op.k = padded_rows<HS>(q, s, 1), op.v = padded_rows<HS>(q, s, 2);
+    }
     op.Tp = padded_T(s.T);
     if (s.drop) op.drop_bits = reinterpret_cast<uint32_t*>(lse + lse_floats(s.B, s.NH, s.T));
     part.reset();
@@ -161,8 +190,8 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
   });
 }
 
-void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* qkv, const float* lse, const float* D,
-                 const float* mask_add, const Shape& s, Precision prec) {
+void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* qkv, const uint16_t* qkv16,
+                 const float* lse, const float* D, const float* mask_add, const Shape& s, Precision prec) {
   const dim3 grid(grid_for(s.T, kBlockRows), static_cast<unsigned>(s.B * s.NH));
   dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
@@ -170,7 +199,9 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
     const int64_t n = operand_elems<HS>(s);
     std::optional<OpTimer> part(std::in_place, "attention_backward/16-bit operands");
     Operands op;
-    if constexpr (BF) {  // q, k, v as the forward saved them; qkv is not read
+    if (BF && qkv16) {  // q, k, v from the 16-bit qkv the forward read
+      qkv16_operands<BF, HS>(op, qkv16, dout, s);
+    } else if constexpr (BF) {  // q, k, v as the forward saved them; qkv is not read
       const auto* saved = reinterpret_cast<const uint16_t*>(lse + operands_offset(s.B, s.NH, s.T, s.drop, prec));
       uint16_t* d = operand_buffer(static_cast<size_t>(n));
       launch_prep<BF, HS>(d, dout, s.C, s, 1);

@@ -253,12 +253,27 @@ inline Rows qkv_rows(const uint16_t* qkv16, const Shape& s, int z) {
   return Rows{qkv16 + z * s.C, s.T * 3 * s.C, s.hs, 3 * s.C, s.T};
 }
 
-// kBlockRows tokens (blockIdx.x) of one head (blockIdx.y) of part blockIdx.z of src (fp32,
-// token-major with row stride ld; part z at channel z * C, head h at channel h * hs), rounded into
-// rows + z * operand_elems (q, k, v from qkv in one launch). vec: hs, ld and src's address allow
-// 16-byte loads of four channels (a group of four is then wholly inside or wholly past hs).
-template <bool BF16, int HS>
-__global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, const float* src, int64_t ld, Shape s, int64_t Tp,
+// Four consecutive source values as floats: fp32, or bf16 (widened exactly) from a 16-bit qkv.
+__device__ inline float widen(float x) { return x; }
+__device__ inline float widen(uint16_t x) { return __uint_as_float(static_cast<uint32_t>(x) << 16); }
+__device__ inline void load4(const float* p, float (&x)[4]) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+__device__ inline void load4(const uint16_t* p, float (&x)[4]) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  x[0] = widen(static_cast<uint16_t>(v.x & 0xFFFFu)), x[1] = widen(static_cast<uint16_t>(v.x >> 16));
+  x[2] = widen(static_cast<uint16_t>(v.y & 0xFFFFu)), x[3] = widen(static_cast<uint16_t>(v.y >> 16));
+}
+
+// kBlockRows tokens (blockIdx.x) of one head (blockIdx.y) of part blockIdx.z of src (fp32, or bf16
+// from a 16-bit qkv whose head size the kernels cannot read in place; token-major with row stride
+// ld; part z at channel z * C, head h at channel h * hs), rounded into rows + z * operand_elems
+// (q, k, v from qkv in one launch; bf16 from bf16 is a copy). vec: hs, ld and src's address allow
+// loads of four channels at once (16 or 8 bytes; a group of four is then wholly inside or wholly
+// past hs).
+template <bool BF16, int HS, class Src = float>
+__global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, const Src* src, int64_t ld, Shape s, int64_t Tp,
                                                  bool vec) {
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, t0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   rows += static_cast<int64_t>(blockIdx.z) * s.B * s.NH * Tp * HS;
@@ -268,16 +283,13 @@ __global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, const float* sr
     const int64_t t = t0 + r;
     float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (t < s.T) {
-      const float* p = src + (b * s.T + t) * ld + h * s.hs + c;
+      const Src* p = src + (b * s.T + t) * ld + h * s.hs + c;
       if (vec) {
-        if (c < s.hs) {
-          const float4 v = *reinterpret_cast<const float4*>(p);
-          x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-        }
+        if (c < s.hs) load4(p, x);
       } else {
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-          if (c + k < s.hs) x[k] = p[k];
+          if (c + k < s.hs) x[k] = widen(p[k]);
       }
     }
     uint2 w;

@@ -174,26 +174,26 @@ class CudaBackend final : public Backend {
     const OpTimer timer("scatter_add_rows");
     cuda::scatter_add_rows(dinp, dout, rows, M, C);
   }
-  int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout,
-                               Precision prec) const override {
-    return cuda::attention_saved_size(B, T, C, NH, dropout, prec);
+  int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                               bool qkv16_kept) const override {
+    return cuda::attention_saved_size(B, T, C, NH, dropout, prec, qkv16_kept);
   }
   int64_t attention_work_size(int64_t B, int64_t T, int64_t, int64_t NH) const override {
     return attention_backward_work_size(B, T, NH);
   }
-  void attention_forward(float* out, bf16_t* out16, float* saved, float*, const float* qkv, const float* mask_add,
-                         int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                         Precision prec) override {
+  void attention_forward(float* out, bf16_t* out16, float* saved, float*, const float* qkv, const bf16_t* qkv16,
+                         const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
+                         const Rng& rng, uint64_t base, Precision prec) override {
     const OpTimer timer("attention_forward");
-    cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec, out16);
+    cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec, out16, qkv16);
   }
   void attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
-                          const float* out, const bf16_t* out16, const float* saved, const float* mask_add, int64_t B,
-                          int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                          Precision prec) override {
+                          const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
+                          const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
+                          const Rng& rng, uint64_t base, Precision prec) override {
     const OpTimer timer("attention_backward");
     cuda::attention_backward(dqkv, work, dout, qkv, out, out16, saved, mask_add, B, T, C, NH, dropout_p, rng, base,
-                             prec, prec == Precision::BF16 ? dqkv16 : nullptr);
+                             prec, prec == Precision::BF16 ? dqkv16 : nullptr, qkv16);
   }
   void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                      uint64_t base) override {
@@ -213,7 +213,8 @@ class CudaBackend final : public Backend {
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                       Precision p, const bf16_t* W16, const LinearIo& a16) override {
     const OpTimer timer("linear_forward");
-    cuda::linear_forward(y, x, W, b, M, N, K, p, W16, a16.x16, a16.keep_x16);
+    BERTCC_CHECK(!a16.y16 || p == Precision::BF16, "linear_forward: a bf16 output outside bf16");
+    cuda::linear_forward(y, x, W, b, M, N, K, p, W16, a16.x16, a16.keep_x16, a16.y16);
   }
   void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                        int64_t N, int64_t K, Precision p, const bf16_t* W16, const LinearIo& a16) override {

@@ -109,23 +109,28 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // qkv[B,T,3C] (q | k | v), mask_add[B,T] additive on keys; out[B,T,C]; `lse` is the saved buffer
 // of attention_saved_size() floats: lse[B,NH,T] and, in bf16/fp16 with dropout, the forward's
 // dropout decisions (one bit per element) for the backward; in bf16 then q, k and v rounded to bf16
-// in the Tensor Core kernels' layout, which the backward reads instead of qkv (it may be null).
+// in the Tensor Core kernels' layout, which the backward reads instead of qkv (it may be null) —
+// unless the caller keeps qkv16 (qkv16_kept): qkv's bf16 rounding [B,T,3C], as the QKV product
+// writes it (linear_forward's y16), given to the forward and, unchanged, to the backward. The
+// kernels then read it in place (head size 16, 32, 64 or 128, C a multiple of 8) or round it into
+// scratch, and the saved buffer holds no operands.
 // Head sizes up to 128. Dropout on the probabilities as the CPU kernel: element
 // (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j. fp32: exact fp32 on CUDA cores;
 // bf16/fp16: Tensor Cores (compute capability 8.0+), rounding where the CPU's bf16 attention does.
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec);
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                             bool qkv16_kept = false);
 // out16 (bf16 only, optional): the output's bf16 rounding too, from the kernel's registers; out may
-// then be null.
+// then be null. qkv16 (bf16 only, optional): qkv's rounding, read instead of qkv (which may be null).
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
                        int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
-                       bf16_t* out16 = nullptr);
+                       bf16_t* out16 = nullptr, const bf16_t* qkv16 = nullptr);
 // dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.
 int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH);
 // dqkv16 (bf16 only, optional): dqkv's bf16 rounding too, from the kernels' registers.
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
                         const bf16_t* out16, const float* lse, const float* mask_add, int64_t B, int64_t T, int64_t C,
                         int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
-                        bf16_t* dqkv16 = nullptr);
+                        bf16_t* dqkv16 = nullptr, const bf16_t* qkv16 = nullptr);
 
 // ---- ELECTRA's Gumbel-max sampling (as kernels::gumbel_argmax; the picks land in host memory) ----
 void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);
@@ -143,9 +148,12 @@ void set_allow_tf32(bool on);
 bool allow_tf32();
 void gemm(const kernels::GemmArgs& g, Precision p);
 // bf16 only (ignored otherwise): x16 / dy16, x's and dy's roundings already made; keep_x16, where x16
-// is null, receives x's rounding (made for the product anyway) for the backward's dW product.
+// is null, receives x's rounding (made for the product anyway) for the backward's dW product; y16,
+// where given, receives the output as its bf16 rounding instead of y (fp32 accumulation and bias,
+// one rounding), and y (may be null) is then only space the product may pass through.
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                    Precision p, const bf16_t* W16 = nullptr, const bf16_t* x16 = nullptr, bf16_t* keep_x16 = nullptr);
+                    Precision p, const bf16_t* W16 = nullptr, const bf16_t* x16 = nullptr, bf16_t* keep_x16 = nullptr,
+                    bf16_t* y16 = nullptr);
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
                      const bf16_t* x16 = nullptr, bool overwrite_dx = false);

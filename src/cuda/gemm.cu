@@ -36,10 +36,10 @@ uint32_t alignment(const void* p) {
 
 // What the heuristic's answer depends on; one query per distinct GEMM, not one per call.
 struct AlgoKey {
-  int64_t v[13];
+  int64_t v[14];
   uint32_t align[3];
   bool operator<(const AlgoKey& o) const {
-    for (int i = 0; i < 13; ++i)
+    for (int i = 0; i < 14; ++i)
       if (v[i] != o.v[i]) return v[i] < o.v[i];
     for (int i = 0; i < 3; ++i)
       if (align[i] != o.align[i]) return align[i] < o.align[i];
@@ -94,8 +94,8 @@ struct Layout {
 };
 
 // The cuBLASLt description of g: the operation (its transposes, the bias epilogue) and the three
-// layouts. cuBLAS's A is our B, its B our A; C and D are g.C, of type cd (bertcc's GEMMs write fp32;
-// the GEMM bench also asks for bf16).
+// layouts. cuBLAS's A is our B, its B our A; C and D are the output, of type cd (fp32, or bf16 where
+// only the output's rounding is wanted: linear_forward's y16; the bias stays fp32 either way).
 struct Problem {
   struct Desc {
     cublasLtMatmulDesc_t d = nullptr;
@@ -156,15 +156,19 @@ struct Problem {
   }
 };
 
+// The product into `out` (g.C where null) of type cd. False, with nothing computed, where no
+// algorithm takes it with the bias in the epilogue (or with a bf16 output): the caller then
+// computes it another way. Without either, no algorithm is an error.
 bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute,
-         bool with_bias) {
+         bool with_bias, cudaDataType cd = CUDA_R_32F, void* out = nullptr) {
   Context& c = ctx();
+  if (!out) out = g.C;
   if (with_bias && alignment(g.bias) < 16) return false;  // the caller adds the bias with a kernel
-  const Problem pr(g, ab, compute, with_bias);
+  const Problem pr(g, ab, compute, with_bias, cd);
   const AlgoKey key{{g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c,
                      (g.trans_a ? 1 : 0) + (g.trans_b ? 2 : 0) + (with_bias ? 4 : 0), static_cast<int64_t>(ab),
-                     static_cast<int64_t>(compute)},
-                    {alignment(B), alignment(A), alignment(g.C)}};
+                     static_cast<int64_t>(compute), static_cast<int64_t>(cd)},
+                    {alignment(B), alignment(A), alignment(out)}};
   auto it = c.algos.find(key);
   if (it == c.algos.end()) {
     cublasLtMatmulHeuristicResult_t heur{};
@@ -174,10 +178,10 @@ bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType 
     it = c.algos.emplace(key, a).first;
   }
   if (!it->second.found) {
-    if (with_bias) return false;
+    if (with_bias || cd != CUDA_R_32F) return false;
     fail("cuBLASLt: no algorithm for a ", g.M, "x", g.N, "x", g.K, " GEMM (batch ", g.batch, ")");
   }
-  check_lt(pr.matmul(g, A, B, g.C, &it->second.algo), "cublasLtMatmul");
+  check_lt(pr.matmul(g, A, B, out, &it->second.algo), "cublasLtMatmul");
   return true;
 }
 
@@ -186,8 +190,14 @@ bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType 
 void set_allow_tf32(bool on) { ctx().tf32 = on; }
 bool allow_tf32() { return ctx().tf32; }
 
-void gemm(const kernels::GemmArgs& g, Precision p) {
+// g in precision p; with C16 (bf16 only, no accumulation) the output as its bf16 rounding alone,
+// written by cuBLASLt (fp32 accumulation and bias, one rounding at the end), or where no algorithm
+// writes bf16 with an fp32 bias, computed into fp32 (g.C, or scratch where null) and rounded: the
+// rounding of the same sum either way, summation order apart.
+static void gemm_out(const kernels::GemmArgs& g, Precision p, bf16_t* C16) {
   BERTCC_CHECK(g.bias == nullptr || g.batch == 1, "GEMM on CUDA: a bias with a batched GEMM");
+  BERTCC_CHECK(!C16 || (p == Precision::BF16 && !g.accumulate && g.batch == 1),
+               "GEMM on CUDA: a bf16 output needs bf16, no accumulation, no batch");
   if (g.M == 0 || g.N == 0) return;
   BERTCC_CHECK(g.K > 0, "GEMM on CUDA: inner dimension 0");
   Context& c = ctx();
@@ -233,8 +243,23 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
     }
   }
   cast_timer.reset();
-  const OpTimer timer("gemm/cuBLASLt");
   const bool bias = g.bias != nullptr;
+  if (C16) {
+    {
+      const OpTimer timer("gemm/cuBLASLt bf16 output");
+      if (run(g, A, B, ab, compute, bias, CUDA_R_16BF, C16)) return;
+    }
+    const OpTimer timer("gemm/bf16 output through fp32");
+    kernels::GemmArgs f = g;
+    if (!f.C) {
+      static Scratch buf;
+      f.C = buf.take<float>(static_cast<size_t>(g.M * g.ldc));
+    }
+    gemm_out(f, p, nullptr);
+    narrow16(reinterpret_cast<uint16_t*>(C16), f.C, g.M * g.ldc, /*bf16=*/true);
+    return;
+  }
+  const OpTimer timer("gemm/cuBLASLt");
   if (!run(g, A, B, ab, compute, bias)) {  // no algorithm with the bias epilogue: add it afterwards
     kernels::GemmArgs h = g;
     h.bias = nullptr;
@@ -243,6 +268,8 @@ void gemm(const kernels::GemmArgs& g, Precision p) {
     BERTCC_CUDA_LAUNCHED("gemm bias");
   }
 }
+
+void gemm(const kernels::GemmArgs& g, Precision p) { gemm_out(g, p, nullptr); }
 
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) {
   // A bare cuBLASLt GEMM on operands already in p's format (no rounding pass timed).
@@ -314,7 +341,7 @@ std::vector<double> gemm_algo_ms(const kernels::GemmArgs& g, bool bf16_out, int 
 }
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                    Precision p, const bf16_t* W16, const bf16_t* x16, bf16_t* keep_x16) {
+                    Precision p, const bf16_t* W16, const bf16_t* x16, bf16_t* keep_x16, bf16_t* y16) {
   kernels::GemmArgs g;
   g.B16 = W16;
   if (p == Precision::BF16) {
@@ -336,7 +363,7 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
   g.C = y;
   g.ldc = N;
   g.bias = b;
-  cuda::gemm(g, p);
+  gemm_out(g, p, p == Precision::BF16 ? y16 : nullptr);
 }
 
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,

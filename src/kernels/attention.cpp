@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "bertcc/error.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
@@ -27,27 +28,33 @@ Work split(float* w, int64_t B, int64_t T, int64_t C, int64_t NH) {
           reinterpret_cast<bf16_t*>(w + 7 * n + B * NH * T * T)};
 }
 
-// qkv[B,T,3C] -> q,k,v [B,NH,T,HS]
-void unpack_qkv(const Work& w, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  const int64_t HS = C / NH;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const float* src = qkv + (b * T + t) * 3 * C;
-      for (int64_t h = 0; h < NH; ++h) {
-        const int64_t dst = ((b * NH + h) * T + t) * HS;
-        std::copy(src + h * HS, src + h * HS + HS, w.q + dst);
-        std::copy(src + C + h * HS, src + C + h * HS + HS, w.k + dst);
-        std::copy(src + 2 * C + h * HS, src + 2 * C + h * HS + HS, w.v + dst);
-      }
-    }
-}
-
-// [B,NH,T,HS] <-> [B,T,C]; into bf16 (Out = bf16_t), the roundings of the values
+// A row of n values copied, rounded to bf16, or widened from bf16.
 inline void put_row(const float* s, int64_t n, float* d) { std::copy(s, s + n, d); }
 inline void put_row(const float* s, int64_t n, bf16_t* d) {
   for (int64_t c = 0; c < n; ++c) d[c] = f32_to_bf16(s[c]);
 }
+inline void put_row(const bf16_t* s, int64_t n, float* d) {
+  for (int64_t c = 0; c < n; ++c) d[c] = bf16_to_f32(s[c]);
+}
+
+// qkv[B,T,3C] -> q,k,v [B,NH,T,HS] (from fp32, or widened from a bf16 qkv)
+template <class Src>
+void unpack_qkv(const Work& w, const Src* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const int64_t HS = C / NH;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const Src* src = qkv + (b * T + t) * 3 * C;
+      for (int64_t h = 0; h < NH; ++h) {
+        const int64_t dst = ((b * NH + h) * T + t) * HS;
+        put_row(src + h * HS, HS, w.q + dst);
+        put_row(src + C + h * HS, HS, w.k + dst);
+        put_row(src + 2 * C + h * HS, HS, w.v + dst);
+      }
+    }
+}
+
+// [B,NH,T,HS] <-> [B,T,C]; into bf16 (Out = bf16_t), the roundings of the values (put_row: above)
 template <class Out>
 void heads_to_rows(Out* out, const float* in, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t out_stride,
                    int64_t out_offset) {
@@ -109,18 +116,24 @@ int64_t operands_offset(int64_t B, int64_t T, int64_t NH, bool dropout, Precisio
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) {
   return 7 * B * T * C + B * NH * T * T + (B * NH * T * T + 1) / 2;
 }
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec) {
-  return operands_offset(B, T, NH, dropout, prec) + (prec == Precision::BF16 ? (3 * B * T * C + 1) / 2 : 0);
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                             bool qkv16_kept) {
+  const bool operands = prec == Precision::BF16 && !qkv16_kept;
+  return operands_offset(B, T, NH, dropout, prec) + (operands ? (3 * B * T * C + 1) / 2 : 0);
 }
 
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                       Precision prec, bf16_t* out16) {
+                       Precision prec, bf16_t* out16, const bf16_t* qkv16) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C, NH);
-  unpack_qkv(w, qkv, B, T, C, NH);
-  if (prec == Precision::BF16)  // q, k, v (contiguous in work) rounded, for the backward
+  BERTCC_CHECK(!qkv16 || prec == Precision::BF16, "attention_forward: a bf16 qkv outside bf16");
+  if (qkv16)  // its widened values: the GEMMs round them to themselves, the bits of rounding qkv
+    unpack_qkv(w, qkv16, B, T, C, NH);
+  else
+    unpack_qkv(w, qkv, B, T, C, NH);
+  if (prec == Precision::BF16 && !qkv16)  // q, k, v (contiguous in work) rounded, for the backward
     to_bf16(w.q, reinterpret_cast<bf16_t*>(probs + operands_offset(B, T, NH, dropout_p > 0.0f, prec)),
             static_cast<size_t>(3 * B * T * C));
 
@@ -173,12 +186,15 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
                         int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec,
-                        bf16_t* dqkv16) {
+                        bf16_t* dqkv16, const bf16_t* qkv16) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C, NH);
   const bool bf = prec == Precision::BF16, drop = dropout_p > 0.0f;
-  if (bf)  // the forward's roundings of q, k, v: the GEMMs below round them again, to the same bits
+  BERTCC_CHECK(!qkv16 || bf, "attention_backward: a bf16 qkv outside bf16");
+  if (qkv16)  // the 16-bit qkv the forward read (its saved buffer holds no operands)
+    unpack_qkv(w, qkv16, B, T, C, NH);
+  else if (bf)  // the forward's roundings of q, k, v: the GEMMs below round them again, to the same bits
     from_bf16(reinterpret_cast<const bf16_t*>(probs + operands_offset(B, T, NH, drop, prec)), w.q,
               static_cast<size_t>(3 * B * T * C));
   else

@@ -52,18 +52,23 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // `probs` holds attention_saved_size(B, T, C, NH, dropout_p > 0, prec) floats.
 // Element i of Pd uses number base + i of the dropout stream. `work` is scratch of attention_work_size().
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH);
-int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec);
+// qkv16_kept (BF16): the caller keeps qkv's bf16 rounding [B,T,3C] and gives it to the forward and,
+// unchanged, to the backward (qkv16 below): then the saved buffer holds no q, k, v.
+int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                             bool qkv16_kept = false);
 // out16 (optional): the output's bf16 rounding too; out may then be null (bf16 training and
-// inference keep only the rounding, the only form the next product reads).
+// inference keep only the rounding, the only form the next product reads). qkv16 (BF16, optional):
+// qkv's rounding, read instead of qkv (which may then be null): the same bits, since the GEMMs
+// round q, k and v anyway.
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
                        int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                       Precision prec, bf16_t* out16 = nullptr);
+                       Precision prec, bf16_t* out16 = nullptr, const bf16_t* qkv16 = nullptr);
 // dqkv[B,T,3C] is overwritten (not accumulated). `probs` and `dropout_p` as saved by the forward
 // pass (no random numbers are drawn); `work` as above. BF16: qkv is not read (may be null), and
 // dqkv16 (optional) receives dqkv's bf16 rounding too (the QKV products' operand).
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
                         int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec,
-                        bf16_t* dqkv16 = nullptr);
+                        bf16_t* dqkv16 = nullptr, const bf16_t* qkv16 = nullptr);
 
 // ---- softmax cross-entropy with ignore index, fused with its gradient ----
 // logits[N,V] is overwritten by d(loss)/d(logits) * grad_scale when grad_scale != 0 (so no

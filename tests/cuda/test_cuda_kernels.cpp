@@ -513,6 +513,34 @@ void test_gemm() {
       Dev<float> gy4(M * N);  // x16 given to the forward: taken as the product's operand
       G::linear_forward(gy4.p, gx.p, gW.p, gb.p, M, N, Kd, p, gw16, gx16.p, nullptr);
       check_equal("linear_forward bf16 with x's rounding given", gy.back(), gy4.back());
+      // the output as its bf16 rounding alone (y16): the rounding of the fp32 output, where cuBLASLt
+      // writes bf16 itself to within one bf16 step (its algorithm may sum in another order)
+      const auto yf = gy.back();
+      std::vector<bf16_t> yr(yf.size());
+      std::vector<float> yrw(yf.size());
+      for (size_t i = 0; i < yf.size(); ++i) yrw[i] = bf16_to_f32(yr[i] = f32_to_bf16(yf[i]));
+      for (int with_y = 0; with_y < 2; ++with_y) {
+        Dev<bf16_t> gy16(static_cast<size_t>(M * N));
+        Dev<float> gys(M * N);
+        G::linear_forward(with_y ? gys.p : nullptr, gx.p, gW.p, gb.p, M, N, Kd, p, gw16, gx16.p, nullptr, gy16.p);
+        const auto y16 = gy16.back();
+        std::vector<float> yw(y16.size());
+        for (size_t i = 0; i < y16.size(); ++i) yw[i] = bf16_to_f32(y16[i]);
+        check(std::string("linear_forward bf16 output alone") + (with_y ? " (y given)" : "") + " = rounding of y", yrw,
+              yw, 1.0 / 128);
+      }
+      // a bias cuBLASLt's epilogue does not take (4-byte aligned): the fp32 product, the bias added,
+      // then rounded: exactly the roundings of the fp32 path with that bias
+      std::vector<float> bs(b.size() + 1, 0.0f);
+      std::copy(b.begin(), b.end(), bs.begin() + 1);
+      Dev<float> gbs(bs), gy5(M * N);
+      Dev<bf16_t> gy16b(static_cast<size_t>(M * N));
+      G::linear_forward(gy5.p, gx.p, gW.p, gbs.p + 1, M, N, Kd, p, gw16, gx16.p, nullptr);
+      const auto y5 = gy5.back();
+      std::vector<bf16_t> y5r(y5.size());
+      for (size_t i = 0; i < y5.size(); ++i) y5r[i] = f32_to_bf16(y5[i]);
+      G::linear_forward(nullptr, gx.p, gW.p, gbs.p + 1, M, N, Kd, p, gw16, gx16.p, nullptr, gy16b.p);
+      check_equal("linear_forward bf16 output alone, unaligned bias: roundings of y", y5r, gy16b.back());
     }
     {  // the backward writing dx (beta 0) = adding it to zeros
       Dev<float> gz(M * Kd), gg(std::vector<float>(M * Kd, 7.0f)), gdW5(N * Kd), gdb5(N);
@@ -620,6 +648,23 @@ void test_attention() {
         std::vector<bf16_t> want16(g16.size());
         for (size_t i = 0; i < g16.size(); ++i) want16[i] = f32_to_bf16(g16[i]);
         check_equal(std::string(name) + " dqkv bf16 copy = rounding of dqkv", want16, gdq16.back());
+        // qkv as its bf16 rounding alone (the model's QKV product writes only that): read in place
+        // (head sizes 16-128, C a multiple of 8) or copied into scratch, with no q, k, v saved; the
+        // kernels see the same operands, so forward and backward give the same bits
+        std::vector<bf16_t> q16(qkv.size());
+        for (size_t i = 0; i < qkv.size(); ++i) q16[i] = f32_to_bf16(qkv[i]);
+        Dev<bf16_t> gq16(q16), gctx16(o.size()), gdq16b(static_cast<size_t>(B * T * 3 * C));
+        const int64_t kept = G::attention_saved_size(B, T, C, NH, c.p > 0, prec, /*qkv16_kept=*/true);
+        Dev<float> glse3(static_cast<size_t>(kept)), gd4(nan_d);
+        G::attention_forward(nullptr, glse3.p, nullptr, gmask.p, B, T, C, NH, c.p, rng, base, prec, gctx16.p, gq16.p);
+        const auto saved_full = glse.back(), saved_kept = glse3.back();
+        check_equal(std::string(name) + " forward from qkv16: saved lse and decisions",
+                    std::vector<float>(saved_full.begin(), saved_full.begin() + kept), saved_kept);
+        check_equal(std::string(name) + " forward from qkv16: output", o16, gctx16.back());
+        G::attention_backward(gd4.p, gwork.p, gdout.p, nullptr, nullptr, gctx16.p, glse3.p, gmask.p, B, T, C, NH, c.p,
+                              rng, base, prec, gdq16b.p, gq16.p);
+        check_equal(std::string(name) + " backward from qkv16: dqkv", g16, gd4.back());
+        check_equal(std::string(name) + " backward from qkv16: dqkv16", want16, gdq16b.back());
       }
     }
   }

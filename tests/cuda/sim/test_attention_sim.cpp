@@ -10,6 +10,7 @@
 // the kernels' source, as nvcc compiles it for the GPU
 #include "cuda/attention_tc_kernels.cuh"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -147,6 +148,39 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
       size_t diff = 0;
       for (size_t i = 0; i < dqkv.size(); ++i) diff += dqkv16[i] != bertcc::f32_to_bf16(dqkv[i]);
       expect("bwd, dqkv's bf16 rounding: differing from dqkv's roundings", static_cast<double>(diff), 0.0);
+    }
+    if constexpr (BF) {
+      // qkv as its bf16 rounding [B,T,3C] (the model's QKV product writes only that): prep from it
+      // makes the same operands as from qkv, and where the kernels read it in place (head size
+      // exactly HS, C a multiple of 8) forward and backward give the same bits as from the operands
+      std::vector<uint16_t> q16(qkv.size());
+      for (size_t i = 0; i < qkv.size(); ++i) q16[i] = bertcc::f32_to_bf16(qkv[i]);
+      std::vector<uint16_t> ops16(3 * n, 0xFFFF);
+      const sim_dim3 pgrid{static_cast<unsigned>(Tp / K::kBlockRows), static_cast<unsigned>(B * NH), 3};
+      sim::launch(pgrid, K::kThreads, 0, [&] { K::prep<BF, HS, uint16_t>(ops16.data(), q16.data(), 3 * C, s, Tp, vec); });
+      expect("prep from a bf16 qkv: operands differing", static_cast<double>(!std::equal(ops16.begin(), ops16.end(), q)), 0.0);
+      if (K::in_place_ok<HS>(q16.data(), s)) {
+        K::Operands ip = op;
+        ip.q = K::qkv_rows(q16.data(), s, 0), ip.k = K::qkv_rows(q16.data(), s, 1), ip.v = K::qkv_rows(q16.data(), s, 2);
+        std::vector<float> out3(out.size(), NAN), lse3(lse.size(), NAN), dqkv3(dqkv.size(), NAN);
+        if (s.drop) {
+          ip.drop_bits = reinterpret_cast<uint32_t*>(lse3.data() + A::lse_floats(B, NH, T));
+          std::fill(ip.drop_bits, ip.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
+        }
+        sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
+                    [&] { K::fwd<BF, HS, 1>(out3.data(), nullptr, lse3.data(), ip, mask.data(), s); });
+        sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp),
+                    [&] { K::bwd_dq<BF, HS>(dqkv3.data(), nullptr, ip, lse3.data(), D.data(), mask.data(), s); });
+        sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp),
+                    [&] { K::bwd_dkdv<BF, HS>(dqkv3.data(), nullptr, ip, lse3.data(), D.data(), mask.data(), s); });
+        size_t diff = 0;
+        for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out3[i], sizeof(float)) != 0;
+        for (size_t i = 0; i < lse.size(); ++i) diff += std::memcmp(&lse[i], &lse3[i], sizeof(float)) != 0;
+        for (size_t i = 0; i < dqkv.size(); ++i) diff += std::memcmp(&dqkv[i], &dqkv3[i], sizeof(float)) != 0;
+        expect("qkv read in place: out, lse, dqkv differing", static_cast<double>(diff), 0.0);
+      } else {
+        std::printf("  (qkv not read in place for head size %ld: copied by prep)\n", long(hs));
+      }
     }
   });
 
