@@ -48,6 +48,9 @@ class Backend {
   // (CUDA: BERTCC_CUDA_PROFILE=1); empty otherwise.
   virtual std::string op_profile() const { return ""; }
   bool on_host() const { return kind() == DeviceKind::CPU; }
+  // Whether linear_forward with LinearIo::y16 needs y, fp32 space the product passes through (the
+  // CPU: yes; CUDA: no, cuBLASLt writes the rounding). A model may then give it no y.
+  virtual bool y16_needs_y() const { return true; }
 
   // ---- memory (bytes) ----
   virtual void* alloc(size_t bytes) = 0;  // zero-filled; throws naming the size when it does not fit
@@ -130,6 +133,9 @@ class Backend {
   // (optional): the input's bf16 rounding too (what bf16 training keeps for gelu_bias_backward)
   virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16,
                             bf16_t* inp16) = 0;
+  // out16 = the bf16 rounding of gelu(inp16): GELU on a bf16 input (FFN1's output in bf16 models,
+  // written by the product as its rounding alone, as PyTorch's autocast Linear writes bf16)
+  virtual void gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activation act) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
                              bf16_t* dinp16, bool overwrite) = 0;
   void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16) {

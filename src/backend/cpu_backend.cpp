@@ -74,6 +74,9 @@ class Allocations {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(bool staged) : staged_(staged) {}
+  // staged: the products' fp32 space for a bf16 output alone is host scratch, so that models lay
+  // out their buffers as on CUDA (whose cuBLASLt writes the rounding itself)
+  bool y16_needs_y() const override { return !staged_; }
   DeviceKind kind() const override { return staged_ ? DeviceKind::Staged : DeviceKind::CPU; }
   std::string describe() const override {
     return staged_ ? "backend: cpu-staged (the CPU kernels behind the device interface, pointers checked); " +
@@ -209,6 +212,18 @@ class CpuBackend final : public Backend {
     kernels::gelu_forward(out, inp, n, act);
     if (out16) bertcc::to_bf16(out, out16, static_cast<size_t>(n));
   }
+  // on the widened input, a bounded chunk at a time (widening is exact)
+  void gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activation act) override {
+    mine("gelu_forward16", out16, inp16);
+    thread_local std::vector<float> tmp;
+    tmp.resize(static_cast<size_t>(std::min(n, kChunk)));
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t len = std::min(kChunk, n - i);
+      bertcc::from_bf16(inp16 + i, tmp.data(), static_cast<size_t>(len));
+      kernels::gelu_forward(tmp.data(), tmp.data(), len, act);
+      bertcc::to_bf16(tmp.data(), out16 + i, static_cast<size_t>(len));
+    }
+  }
   // gelu_backward (overwriting) on the widened input, a bounded chunk at a time (widening is exact,
   // so the gradient is that of the input's values as bf16), its rounding, then bias_backward
   void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
@@ -302,7 +317,13 @@ class CpuBackend final : public Backend {
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                       Precision p, const bf16_t* W16, const LinearIo& a16) override {
     mine("linear_forward", y, x, W, b, W16, a16.x16, a16.keep_x16, a16.y16);
-    BERTCC_CHECK(!a16.y16 || (p == Precision::BF16 && y), "linear_forward: a bf16 output needs bf16 and y's space");
+    BERTCC_CHECK(!a16.y16 || (p == Precision::BF16 && (y || staged_)),
+                 "linear_forward: a bf16 output needs bf16 and y's space");
+    if (a16.y16 && !y) {  // staged, as CUDA: no fp32 output space given; the product's is host scratch
+      thread_local std::vector<float> space;
+      space.resize(static_cast<size_t>(M * N));
+      y = space.data();
+    }
     const bf16_t* x16 = nullptr;
     if (p == Precision::BF16) {
       x16 = a16.x16;

@@ -136,6 +136,7 @@ class CudaBackend final : public Backend {
     cuda::gelu_bias_backward(dinp16, db, inp16, dout, M, N, act);
   }
   using Backend::gelu_backward;
+  bool y16_needs_y() const override { return false; }
   using Backend::gelu_forward;
   using Backend::linear_backward;
   using Backend::linear_forward;
@@ -143,6 +144,10 @@ class CudaBackend final : public Backend {
                     bf16_t* inp16) override {
     const OpTimer timer("gelu_forward");
     cuda::gelu_forward(out, inp, n, act, out16, inp16);
+  }
+  void gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activation act) override {
+    const OpTimer timer("gelu_forward16");
+    cuda::gelu_forward16(out16, inp16, n, act);
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
                      bf16_t* dinp16, bool overwrite) override {

@@ -88,6 +88,8 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 // (optional): the input's bf16 rounding too
 void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16 = nullptr,
                   bf16_t* inp16 = nullptr);
+// out16 = the bf16 rounding of gelu(inp16) (a bf16 input, widened exactly)
+void gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activation act);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act,
                    bf16_t* dinp16 = nullptr, bool overwrite = false);
 void tanh_forward(float* out, const float* inp, int64_t n);

@@ -358,6 +358,17 @@ void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_
     pw::gelu_fwd<false><<<groups_grid(n), kThreads>>>(out, o16, i16, inp, n, erf_form);
   BERTCC_CUDA_LAUNCHED("gelu_forward");
 }
+void gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activation act) {
+  if (n == 0) return;
+  auto* o16 = reinterpret_cast<uint16_t*>(out16);
+  const auto* i16 = reinterpret_cast<const uint16_t*>(inp16);
+  const bool erf_form = act == Activation::GeluErf;
+  if (vec_ok({}, {o16, i16}))
+    pw::gelu_fwd<true, uint16_t><<<groups_grid(n), kThreads>>>(nullptr, o16, nullptr, i16, n, erf_form);
+  else
+    pw::gelu_fwd<false, uint16_t><<<groups_grid(n), kThreads>>>(nullptr, o16, nullptr, i16, n, erf_form);
+  BERTCC_CUDA_LAUNCHED("gelu_forward16");
+}
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act, bf16_t* dinp16,
                    bool overwrite) {
   if (n == 0) return;

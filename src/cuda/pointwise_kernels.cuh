@@ -49,6 +49,19 @@ __device__ inline void load4(float (&x)[4], const float* p, int cnt) {
   for (int e = 0; e < 4; ++e) x[e] = e < cnt ? p[e] : 0.0f;
 }
 
+// Four bf16 values widened (exactly): 8 bytes at once with Vec.
+template <bool Vec>
+__device__ inline void load4(float (&x)[4], const uint16_t* p, int cnt) {
+  if (Vec && cnt == 4) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    x[0] = bf16_bits_to_f32(static_cast<uint16_t>(v.x & 0xFFFFu)), x[1] = bf16_bits_to_f32(static_cast<uint16_t>(v.x >> 16));
+    x[2] = bf16_bits_to_f32(static_cast<uint16_t>(v.y & 0xFFFFu)), x[3] = bf16_bits_to_f32(static_cast<uint16_t>(v.y >> 16));
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) x[e] = e < cnt ? bf16_bits_to_f32(p[e]) : 0.0f;
+}
+
 template <bool Vec>
 __device__ inline void store4(float* p, const float (&x)[4], int cnt) {
   if (Vec && cnt == 4) {
@@ -86,9 +99,10 @@ __device__ inline void draws4(uint32_t (&w)[4], uint64_t seed, uint64_t first, i
 
 __device__ inline int group_count(int64_t i0, int64_t n) { return n - i0 >= 4 ? 4 : static_cast<int>(n - i0); }
 
-// out (may be null) and out16 (may be null) = gelu(inp); inp16 (may be null) = inp's rounding
-template <bool Vec>
-__global__ void gelu_fwd(float* out, uint16_t* out16, uint16_t* inp16, const float* inp, int64_t n, bool erf_form) {
+// out (may be null) and out16 (may be null) = gelu(inp); inp16 (may be null) = inp's rounding. In:
+// float, or uint16_t for a bf16 input (the FFN1 product's output in bf16 models; inp16 null then).
+template <bool Vec, class In = float>
+__global__ void gelu_fwd(float* out, uint16_t* out16, uint16_t* inp16, const In* inp, int64_t n, bool erf_form) {
   const int64_t i0 = group_start();
   if (i0 >= n) return;
   const int cnt = group_count(i0, n);

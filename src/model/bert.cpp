@@ -193,8 +193,9 @@ struct Bert::Acts {
   struct Layer {
     float *qkv, *probs, *ctx, *ln1_sum, *ln1_mean, *ln1_rstd, *h1, *inter, *gelu, *ln2_sum, *ln2_mean, *ln2_rstd;
     // bf16 only (empty slices otherwise): the bf16 roundings of the four GEMM inputs x, ctx, h1
-    // and gelu, made once in the forward and taken again by the backward's dW products; and of
-    // FFN1's output inter, the GELU backward's input (training only)
+    // and gelu, made once in the forward and taken again by the backward's dW products; and
+    // FFN1's output inter as its rounding alone, written by the product (LinearIo::y16): the
+    // GELU's input, forward and backward
     float *x16, *ctx16, *h1_16, *gelu16, *inter16;
     // bf16 only: the QKV product's output as its rounding alone (LinearIo::y16), which the attention
     // reads in place of qkv, forward and backward (its saved buffer then holds no q, k, v)
@@ -208,9 +209,12 @@ struct Bert::Acts {
   uint64_t rng_seed = 0;  // dropout masks are regenerated from (rng_seed, per-site base)
   // pooler: cls [B,C], pooled_pre [B,C], pooled [B,C]
   float *cls, *pooled;
-  // inference: the region that buffers with disjoint lives share, and two places in it (floats)
+  // inference: the region that buffers with disjoint lives share, and two places in it (floats);
+  // lean: bf16 on a backend whose products write their roundings alone (no fp32 qkv or inter: the
+  // region holds qkv16 and inter16 instead)
   float* region = nullptr;
   int64_t region_ctx = 0, region_sum = 0;
+  bool lean = false;
   // scratch
   float *att_work, *tmp_c, *g, *d1, *d2, *dh, *dc, *dqkv, *di, *di2, *dcls, *dpool;
   float* di2_16;  // bf16 only: di2's rounding, written by gelu_backward for both FFN1 products
@@ -486,14 +490,13 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   // their fp32 values, which only the layer's own forward reads (the residual adds and the roundings
   // made there): the layer inputs alternate between two buffers, and one h1 serves
   // every layer (ensure_acts aliases them). The encoder's output x[L] is x[L % 2], read by the heads.
-  // Likewise qkv: in bf16 attention saves its rounded operands and its backward reads no qkv, so
-  // one qkv serves every layer. And FFN1's output inter: in bf16 the GELU backward reads its
-  // rounding inter16 (as PyTorch's autocast keeps the GELU's bf16 input), so one inter serves every
-  // layer and each keeps 2 bytes per element instead of 4. And the attention's output ctx: in bf16
-  // the attention writes only its rounding ctx16, which the attention-output product and the
-  // attention's backward read (no fp32 ctx at all: null_unkept). And in bf16 the QKV product
-  // writes its output as its rounding alone, qkv16, which the attention reads forward and backward
-  // instead of saving q, k, v itself (the fp32 qkv slot is space the product may pass through).
+  // Likewise qkv and FFN1's output inter: in bf16 those products write their outputs as their
+  // roundings alone (LinearIo::y16, as PyTorch's autocast Linear writes bf16), qkv16 and inter16,
+  // which the attention and the GELU read, forward and backward; one fp32 qkv and one inter, space
+  // a product may pass through (the CPU's), serve every layer, and each layer keeps 2 bytes per
+  // element instead of 4. And the attention's output ctx: in bf16 the attention writes only its
+  // rounding ctx16, which the attention-output product and the attention's backward read (no fp32
+  // ctx at all: null_unkept).
   const bool transient = h16;
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
@@ -556,9 +559,12 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int
   const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
   const int64_t E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;
-  a.region_ctx = slot_floats(N * 3 * C);  // 64-byte aligned places inside R
+  a.lean = h16 && !be.y16_needs_y();
+  a.region_ctx = a.lean ? 0 : slot_floats(N * 3 * C);  // 64-byte aligned places inside R
   a.region_sum = slot_floats(N * C);
-  const int64_t R = std::max({a.region_ctx + N * C, N * I, N * E, a.region_sum + N * C});
+  const int64_t R = a.lean ? std::max({(N * 3 * C + 1) / 2, (N * I + 1) / 2, N * E, a.region_sum + N * C})
+                           : std::max({a.region_ctx + N * C, N * I, N * E, a.region_sum + N * C});
+  const int64_t own16 = h16 && !a.lean ? 1 : 0;  // qkv16 and inter16 in slots of their own (else in R)
   Acts::Layer& ly = a.layers.front();
   plan.push_back({&a.region, R});
   plan.push_back({&a.emb_out, E != C ? N * E : 0});
@@ -566,7 +572,8 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int
   plan.push_back({&a.emb_rstd, N});
   plan.push_back({&a.x[0], N * C});
   plan.push_back({&ly.probs, be.attention_saved_size(B, T, C, NH, attention_dropout, prec, h16)});
-  plan.push_back({&ly.qkv16, h16 * (N * 3 * C + 1) / 2});
+  plan.push_back({&ly.qkv16, own16 * (N * 3 * C + 1) / 2});
+  plan.push_back({&ly.inter16, own16 * (N * I + 1) / 2});
   plan.push_back({&ly.ln1_mean, N});
   plan.push_back({&ly.ln1_rstd, N});
   plan.push_back({&ly.h1, N * C});
@@ -589,6 +596,10 @@ void Bert::place_inference_acts(Acts& a) {
   a.tmp_c = a.region;                // written after attention (qkv dead) and after GELU (inter dead)
   ly.ln1_sum = ly.ln2_sum = a.region + a.region_sum;  // beside tmp_c, which their LayerNorms read
   ly.inter = a.region;               // written after the first residual LayerNorm (ctx, tmp_c dead)
+  if (a.lean) {  // the products' roundings alone, where their fp32 outputs would be
+    ly.qkv16 = ly.inter16 = a.region;
+    ly.qkv = ly.inter = ly.ctx = nullptr;
+  }
   for (float*& x : a.x) x = a.x[0];  // the layer's output over its input
   for (size_t l = 1; l < a.layers.size(); ++l) a.layers[l] = ly;
   a.g = a.d1 = a.d2 = a.dh = a.dc = a.dqkv = a.di = a.di2 = a.di2_16 = a.d2_16 = a.dqkv16 = a.dcls = a.dpool = nullptr;
@@ -776,9 +787,16 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
                                           w(p + "attention.output.LayerNorm.weight"),
                                           w(p + "attention.output.LayerNorm.bias"), N, C, eps, a.as16(ly.h1_16), p_h,
                                           rng, ly.seed_attn_out);
+    // bf16: FFN1's output as its rounding inter16 alone (as PyTorch's autocast Linear writes bf16),
+    // the GELU's input forward and backward
+    LinearIo ffn1_io{a.as16(ly.h1_16), nullptr, nullptr};
+    ffn1_io.y16 = a.as16(ly.inter16);
     be.linear_forward(ly.inter, ly.h1, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias"), N, I, C, prec,
-                   w16(p + "intermediate.dense.weight", prec), LinearIo{a.as16(ly.h1_16), nullptr, nullptr});
-    be.gelu_forward(ly.gelu, ly.inter, N * I, act, a.as16(ly.gelu16), a.as16(ly.inter16));  // (inference: no inter16)
+                   w16(p + "intermediate.dense.weight", prec), ffn1_io);
+    if (prec == Precision::BF16)
+      be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, act);
+    else
+      be.gelu_forward(ly.gelu, ly.inter, N * I, act);
     be.linear_forward(a.tmp_c, ly.gelu, w(p + "output.dense.weight"), w(p + "output.dense.bias"), N, C, I, prec,
                    w16(p + "output.dense.weight", prec), LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
     if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);

@@ -252,6 +252,23 @@ void test_activations() {
       check_equal("gelu_bias_backward = composed: bf16 gradient" + tag, c16.back(), f16.back());
       check_equal("gelu_bias_backward = composed: bias gradient" + tag, cdb.back(), fdb.back());
     }
+    {  // GELU on a bf16 input (bf16 models' FFN1 output): the rounding of gelu_forward's output on
+       // the widened input, and the CPU backend's result within one bf16 step
+      std::vector<bf16_t> x16(n);
+      std::vector<float> xw(n);
+      for (int64_t i = 0; i < n; ++i) xw[i] = bf16_to_f32(x16[i] = f32_to_bf16(x[i]));
+      Dev<bf16_t> gx16(x16), gy16(n), gy16b(n);
+      Dev<float> gxw(xw);
+      G::gelu_forward(nullptr, gxw.p, n, act, gy16.p);
+      G::gelu_forward16(gy16b.p, gx16.p, n, act);
+      check_equal("gelu_forward16 = rounding of gelu of the widened input" + tag, gy16.back(), gy16b.back());
+      std::vector<bf16_t> c16(n);
+      cpu_backend().gelu_forward16(c16.data(), x16.data(), n, act);
+      std::vector<float> cw(n), gw(n);
+      const auto g16 = gy16b.back();
+      for (int64_t i = 0; i < n; ++i) cw[i] = bf16_to_f32(c16[i]), gw[i] = bf16_to_f32(g16[i]);
+      check("gelu_forward16 vs the CPU backend" + tag, cw, gw, 1.0 / 128);
+    }
     // the bf16 copy alone (bf16 training keeps no fp32 GELU output)
     Dev<bf16_t> gonly16(n);
     G::gelu_forward(nullptr, gx.p, n, act, gonly16.p);

@@ -55,6 +55,13 @@ void gelu_case(int64_t n, int shift, bool erf_form, std::mt19937& gen) {
   expect_bits("gelu forward " + tag + " bf16 copy", want16.data(), y16.p, static_cast<size_t>(n));
   expect_bits("gelu forward " + tag + " bf16 only (no fp32 output)", want16.data(), y16only.p, static_cast<size_t>(n));
   expect_bits("gelu forward " + tag + " the input's bf16 copy", wantx16.data(), x16.p, static_cast<size_t>(n));
+  // from a bf16 input (the FFN1 product's rounding): gelu of the widened input, rounded
+  Buf16 yb(n, shift);
+  sim::launch({groups(n), 1, 1}, 128, 0,
+              [&] { cuda::pw::gelu_fwd<Vec, uint16_t>(nullptr, yb.p, nullptr, x16.p, n, erf_form); });
+  std::vector<uint16_t> wantb(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) wantb[i] = f32_to_bf16(cuda::pw::gelu_one(bf16_to_f32(x16.p[i]), erf_form));
+  expect_bits("gelu forward " + tag + " from a bf16 input", wantb.data(), yb.p, static_cast<size_t>(n));
   if (shift == 0 && Vec) {
     kernels::gelu_forward(ycpu.p, x.p, n, erf_form ? Activation::GeluErf : Activation::GeluTanh);
     expect_close("gelu forward " + tag + " vs the CPU kernel", ycpu.p, y.p, static_cast<size_t>(n), tol);
