@@ -92,7 +92,9 @@ class Backend {
                           const float* mean, const float* rstd, int64_t N, int64_t C) {
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, false);
   }
-  // out16 (optional): out's bf16 rounding too (the next GEMM's operand)
+  // out16 (optional): out's bf16 rounding too (the next GEMM's operand). sum (the LayerNorm's
+  // input a + r, which its backward reads) may be null where no backward follows; a and r must not
+  // be out.
   virtual void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a,
                                           const float* r, const float* w, const float* b, int64_t N, int64_t C,
                                           float eps, bf16_t* out16) = 0;

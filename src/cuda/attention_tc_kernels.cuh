@@ -37,8 +37,22 @@ __device__ inline uint32_t pack16(float lo, float hi) {
   return static_cast<uint32_t>(to16<BF16>(lo)) | (static_cast<uint32_t>(to16<BF16>(hi)) << 16);
 #endif
 }
-// The softmax runs in base 2 (exp2f: one MUFU.EX2 and little else): scores and masks times log2 e.
+// The softmax runs in base 2: scores and masks times log2 e, and 2^x by exp2_ftz.
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+// 2^x by one MUFU.EX2: ex2.approx.ftz, the approximation exp2f also computes, without the scaling
+// (a compare, two multiplies) by which exp2f returns results below 2^-126 unflushed: such a
+// probability is nil beside its row's largest (1), and ftz makes it 0. Per score element that
+// scaling was 3 of the softmax's few instructions, in kernels whose issue slots the softmax
+// fills. (The simulator computes the C library's exp2f, the SFU's approximation in neither form.)
+__device__ inline float exp2_ftz(float x) {
+#if !defined(BERTCC_CUDA_SIM) && defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
 
 // d += a * b (16x8 += 16x16 * 16x8)
 template <bool BF16>
@@ -481,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
         const float mn = fmaxf(m[mt][r], mx[r]);
-        const float corr = m[mt][r] == -INFINITY ? 0.0f : exp2f(m[mt][r] - mn);
+        const float corr = m[mt][r] == -INFINITY ? 0.0f : exp2_ftz(m[mt][r] - mn);
         l[mt][r] *= corr;
 #pragma unroll
         for (int nt = 0; nt < HS / 8; ++nt) {
@@ -492,7 +506,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
       }
       // the 16-row group of this m-tile; its decision words exist for groups below Tp / 16
       const int64_t qg = (q0 + mt * kBlockRows) / 16 + warp;
-      // exp2f(-inf - m) = 0 for a key past T; a row whose keys so far are all past T (m still
+      // exp2_ftz(-inf - m) = 0 for a key past T; a row whose keys so far are all past T (m still
       // -inf) subtracts 0 instead, so that its -inf scores give 0 rather than NaN
       const float msub[2] = {m[mt][0] == -INFINITY ? 0.0f : m[mt][0], m[mt][1] == -INFINITY ? 0.0f : m[mt][1]};
 #pragma unroll
@@ -510,7 +524,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          const float p = exp2f(sc[mt][nt][e] - msub[r]);
+          const float p = exp2_ftz(sc[mt][nt][e] - msub[r]);
           l[mt][r] += p;
           sc[mt][nt][e] = !s.drop ? p : kp[r][e & 1] ? p * s.keep_scale : 0.0f;
         }
@@ -617,7 +631,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, jj = nt * 8 + t2 + (e & 1);
-        const float p = exp2f(sc[nt][e] * scale2 + Ms[j0 + jj] - L[r]);  // 0 past T (mask -inf), as bwd_dkdv
+        const float p = exp2_ftz(sc[nt][e] * scale2 + Ms[j0 + jj] - L[r]);  // 0 past T (mask -inf), as bwd_dkdv
         const float d = !s.drop ? dp[nt][e] : kp[r][e & 1] ? dp[nt][e] * s.keep_scale : 0.0f;
         sc[nt][e] = p * (d - Di[r]);  // dS; the softmax scale is applied to dq, as the CPU does (fp16: less underflow)
       }
@@ -707,7 +721,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, ii = nt * 8 + t2 + (e & 1);
-        const float p = exp2f(st[nt][e] * scale2 + mj[r] - Ls[ii]);
+        const float p = exp2_ftz(st[nt][e] * scale2 + mj[r] - Ls[ii]);
         const bool kept = kp[r][e & 1];
         const float pd = !s.drop ? p : kept ? p * s.keep_scale : 0.0f;
         const float d = !s.drop ? dpt[nt][e] : kept ? dpt[nt][e] * s.keep_scale : 0.0f;

@@ -98,6 +98,7 @@ __global__ void residual_layernorm_fwd(float* out, uint16_t* out16, float* sum, 
   const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (n >= N) return;
   const int lane = threadIdx.x & 31;
+  if (!sum) sum = out;  // no sum kept: out holds it until ln_row writes over it, element by element
   for (int64_t c = lane; c < C; c += 32) sum[n * C + c] = a[n * C + c] + r[n * C + c];
   __syncwarp();
   ln_row(out + n * C, mean + n, rstd + n, sum + n * C, w, b, C, eps, out16 ? out16 + n * C : nullptr);

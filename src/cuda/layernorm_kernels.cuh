@@ -43,8 +43,8 @@ __device__ inline int64_t warp_row() {
   return blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
 }
 
-// out = (x - mean) * rstd * w + b, x = a (+ r, written to sum when Residual; a through the dropout
-// d first); out16 (may be null) its bf16 rounding; mean and rstd per row.
+// out = (x - mean) * rstd * w + b, x = a (+ r, written to sum when Residual and sum is not null; a
+// through the dropout d first); out16 (may be null) its bf16 rounding; mean and rstd per row.
 template <int V, bool Residual>
 __global__ void fwd(float* out, uint16_t* out16, float* sum, float* mean, float* rstd, const float* a, const float* r,
                     const float* w, const float* b, int64_t N, int64_t C, float eps, RowDropout d) {
@@ -71,7 +71,7 @@ __global__ void fwd(float* out, uint16_t* out16, float* sum, float* mean, float*
       if (Residual) {
         const float4 y = ld4(r + n * C + 4 * g);
         x[k].x += y.x, x[k].y += y.y, x[k].z += y.z, x[k].w += y.w;
-        st4(sum + n * C + 4 * g, x[k]);
+        if (sum) st4(sum + n * C + 4 * g, x[k]);
       }
       s += sum4(x[k]);
     }

@@ -23,7 +23,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                         const float* mean, const float* rstd, int64_t N, int64_t C);
 
-// ---- fused residual + LayerNorm: sum = a + r (saved), out = LN(sum) ----
+// ---- fused residual + LayerNorm: sum = a + r (saved; sum may be null, a and r not out), out = LN(sum) ----
 void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                 const float* w, const float* b, int64_t N, int64_t C, float eps);
 // ---- plain residual add (the composed reference for the fused kernel) ----

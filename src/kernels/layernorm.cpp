@@ -31,7 +31,8 @@ void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd
                                 const float* w, const float* b, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    float* s = sum + n * C;
+    // no sum kept: out holds it until ln_row writes over it, element by element (a, r not out)
+    float* s = (sum ? sum : out) + n * C;
     const float* x = a + n * C;
     const float* y = r + n * C;
     for (int64_t c = 0; c < C; ++c) s[c] = x[c] + y[c];

@@ -213,7 +213,7 @@ struct Bert::Acts {
   // lean: bf16 on a backend whose products write their roundings alone (no fp32 qkv or inter: the
   // region holds qkv16 and inter16 instead)
   float* region = nullptr;
-  int64_t region_ctx = 0, region_sum = 0;
+  int64_t region_ctx = 0;
   bool lean = false;
   // scratch
   float *att_work, *tmp_c, *g, *d1, *d2, *dh, *dc, *dqkv, *di, *di2, *dcls, *dpool;
@@ -549,8 +549,8 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
 
 // A forward that no backward follows, in one layer's memory and less: each buffer is live only
 // between its writer and its last reader, so buffers whose lives do not overlap share one region R
-// (per layer: qkv and ctx, then the attention output and the first residual sum, then FFN1's
-// output, then FFN2's output and the second residual sum; before the layers, the embeddings' sum),
+// (per layer: qkv and ctx, then the attention output, then FFN1's output, then FFN2's output;
+// before the layers, the embeddings' sum; the residual LayerNorms keep no sums),
 // every layer uses layer 0's slices, and the layer input is written over by the layer's output
 // (x[l] is last read by the first residual LayerNorm). The same kernels in the same order on the
 // same values: the same bits as the training arena (Model.InferenceForwardInOneLayersMemory...).
@@ -561,9 +561,9 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;
   a.lean = h16 && !be.y16_needs_y();
   a.region_ctx = a.lean ? 0 : slot_floats(N * 3 * C);  // 64-byte aligned places inside R
-  a.region_sum = slot_floats(N * C);
-  const int64_t R = a.lean ? std::max({(N * 3 * C + 1) / 2, (N * I + 1) / 2, N * E, a.region_sum + N * C})
-                           : std::max({a.region_ctx + N * C, N * I, N * E, a.region_sum + N * C});
+  // (tmp_c, N C floats, fits either way; the residual LayerNorms keep no sums: no backward reads them)
+  const int64_t R = a.lean ? std::max({(N * 3 * C + 1) / 2, (N * I + 1) / 2, N * E})
+                           : std::max({a.region_ctx + N * C, N * I, N * E});
   const int64_t own16 = h16 && !a.lean ? 1 : 0;  // qkv16 and inter16 in slots of their own (else in R)
   Acts::Layer& ly = a.layers.front();
   plan.push_back({&a.region, R});
@@ -594,7 +594,7 @@ void Bert::place_inference_acts(Acts& a) {
   ly.qkv = a.region;
   ly.ctx = a.region + a.region_ctx;  // after qkv: attention reads one and writes the other
   a.tmp_c = a.region;                // written after attention (qkv dead) and after GELU (inter dead)
-  ly.ln1_sum = ly.ln2_sum = a.region + a.region_sum;  // beside tmp_c, which their LayerNorms read
+  ly.ln1_sum = ly.ln2_sum = nullptr;  // not kept (the LayerNorms' backward reads them)
   ly.inter = a.region;               // written after the first residual LayerNorm (ctx, tmp_c dead)
   if (a.lean) {  // the products' roundings alone, where their fp32 outputs would be
     ly.qkv16 = ly.inter16 = a.region;

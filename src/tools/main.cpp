@@ -6,6 +6,8 @@
 #include <iostream>
 #include <string>
 
+#include <unistd.h>
+
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/pretrain_data.h"
@@ -38,13 +40,20 @@ int main(int argc, char** argv) {
   bertcc::tools::add_infer(app);
   bertcc::tools::add_serve(app);
   // A fatal error on any rank of a multi-process job ends the whole job with that rank's message.
-  auto fatal = [](const char* what) {
+  // The message goes out in one write: std::cerr is unbuffered, so each << was a write of its own,
+  // and the launcher's abort banner (Open MPI prints one when a rank aborts) could land between
+  // them, splitting the rank's message in two.
+  auto say = [](const std::string& line) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)n;  // nothing more to do if stderr is gone
+  };
+  auto fatal = [&say](const char* what) {
     if (bertcc::dist::is_distributed()) {
       auto& c = bertcc::dist::world();
-      std::cerr << "bertcc: error (rank " << c.rank() << " of " << c.world() << "): " << what << std::endl;
+      say("bertcc: error (rank " + std::to_string(c.rank()) + " of " + std::to_string(c.world()) + "): " + what + "\n");
       c.abort(1);
     }
-    std::cerr << "bertcc: error: " << what << "\n";
+    say(std::string("bertcc: error: ") + what + "\n");
     return 1;
   };
   try {

@@ -79,6 +79,18 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
     std::vector<uint16_t> want16(NC);
     for (size_t i = 0; i < NC; ++i) want16[i] = f32_to_bf16(gout[i]);
     expect_bits("residual layernorm forward bf16 copy " + tag, want16, g16);
+    // no sum kept (a forward no backward follows): the same output bits; the CPU kernel likewise
+    std::vector<float> nout(NC, -7.0f), nmean(N), nrstd(N), cout2(NC);
+    cuda::lnr::dispatch_groups(V, [&](auto v) {
+      sim::launch({grid, 1, 1}, 256, 0, [&] {
+        cuda::lnr::fwd<decltype(v)::value, true>(nout.data(), nullptr, nullptr, nmean.data(), nrstd.data(), x.data(),
+                                                  r.data(), w.data(), b.data(), N, C, 1e-5f, cuda::lnr::RowDropout{});
+      });
+    });
+    expect_bits("residual layernorm forward without a sum " + tag, gout, nout);
+    kernels::residual_layernorm_forward(cout2.data(), nullptr, nmean.data(), nrstd.data(), x.data(), r.data(), w.data(),
+                                        b.data(), N, C, 1e-5f);
+    expect_bits("residual layernorm forward without a sum, CPU " + tag, out, cout2);
   }
   // backward (input gradient) against the CPU's, on the CPU's mean and rstd
   std::vector<float> mean(N), rstd(N), tmp(NC);
