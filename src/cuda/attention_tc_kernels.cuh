@@ -269,16 +269,12 @@ inline Rows qkv_rows(const uint16_t* qkv16, const Shape& s, int z) {
 
 // Four consecutive source values as floats: fp32, or bf16 (widened exactly) from a 16-bit qkv.
 __device__ inline float widen(float x) { return x; }
-__device__ inline float widen(uint16_t x) { return __uint_as_float(static_cast<uint32_t>(x) << 16); }
+__device__ inline float widen(uint16_t x) { return bf16_bits_to_f32(x); }
 __device__ inline void load4(const float* p, float (&x)[4]) {
   const float4 v = *reinterpret_cast<const float4*>(p);
   x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
 }
-__device__ inline void load4(const uint16_t* p, float (&x)[4]) {
-  const uint2 v = *reinterpret_cast<const uint2*>(p);
-  x[0] = widen(static_cast<uint16_t>(v.x & 0xFFFFu)), x[1] = widen(static_cast<uint16_t>(v.x >> 16));
-  x[2] = widen(static_cast<uint16_t>(v.y & 0xFFFFu)), x[3] = widen(static_cast<uint16_t>(v.y >> 16));
-}
+__device__ inline void load4(const uint16_t* p, float (&x)[4]) { load_bf16x4(p, x); }
 
 // kBlockRows tokens (blockIdx.x) of one head (blockIdx.y) of part blockIdx.z of src (fp32, or bf16
 // from a 16-bit qkv whose head size the kernels cannot read in place; token-major with row stride

@@ -132,5 +132,11 @@ __device__ inline void store_bf16x4(uint16_t* p, float a, float b, float c, floa
   v.y = static_cast<uint32_t>(f32_to_bf16_bits(c)) | (static_cast<uint32_t>(f32_to_bf16_bits(d)) << 16);
   *reinterpret_cast<uint2*>(p) = v;
 }
+// Four bf16 values at p (8-byte aligned) widened exactly, the first from the lowest bits: one 8-byte load.
+__device__ inline void load_bf16x4(const uint16_t* p, float (&x)[4]) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  x[0] = bf16_bits_to_f32(static_cast<uint16_t>(v.x & 0xFFFFu)), x[1] = bf16_bits_to_f32(static_cast<uint16_t>(v.x >> 16));
+  x[2] = bf16_bits_to_f32(static_cast<uint16_t>(v.y & 0xFFFFu)), x[3] = bf16_bits_to_f32(static_cast<uint16_t>(v.y >> 16));
+}
 
 }  // namespace bertcc::cuda

@@ -52,12 +52,7 @@ __device__ inline void load4(float (&x)[4], const float* p, int cnt) {
 // Four bf16 values widened (exactly): 8 bytes at once with Vec.
 template <bool Vec>
 __device__ inline void load4(float (&x)[4], const uint16_t* p, int cnt) {
-  if (Vec && cnt == 4) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    x[0] = bf16_bits_to_f32(static_cast<uint16_t>(v.x & 0xFFFFu)), x[1] = bf16_bits_to_f32(static_cast<uint16_t>(v.x >> 16));
-    x[2] = bf16_bits_to_f32(static_cast<uint16_t>(v.y & 0xFFFFu)), x[3] = bf16_bits_to_f32(static_cast<uint16_t>(v.y >> 16));
-    return;
-  }
+  if (Vec && cnt == 4) return load_bf16x4(p, x);
 #pragma unroll
   for (int e = 0; e < 4; ++e) x[e] = e < cnt ? bf16_bits_to_f32(p[e]) : 0.0f;
 }
