@@ -247,17 +247,18 @@ TEST(Rng, PhiloxKnownAnswer) {
 struct AttnCase {
   float p;
   Precision prec;
+  int64_t T = 7;  // 37: three 16 x 16 dropout tiles per row, the last partial
 };
 class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
   const AttnCase ac = GetParam();
-  const int64_t B = 2, T = 7, NH = 3, C = 15;  // HS = 5
+  const int64_t B = 2, T = ac.T, NH = 3, C = 15;  // HS = 5
   auto qkv = randn(B * T * 3 * C, 1), R = randn(B * T * C, 2);
   std::vector<float> mask_add(B * T, 0.0f);
   mask_add[T - 1] = mask_add[T - 2] = -10000.0f;  // row 0 has two padded keys
   Rng rng{7, 0};
-  const uint64_t base = rng.reserve(B * NH * T * T);
+  const uint64_t base = rng.reserve(attention_drop_numbers(B * NH, T));
   std::vector<float> out(B * T * C), probs(kernels::attention_saved_size(B, T, C, NH, ac.p > 0, ac.prec)),
       work(kernels::attention_work_size(B, T, C, NH));
   kernels::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
@@ -277,9 +278,20 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
     EXPECT_EQ(0, std::memcmp(probs2.data(), probs.data(), probs.size() * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(probs3.data(), probs.data(), probs.size() * sizeof(float)));
   }
+  // element (i, j) of head row bh: 16 bits of the stream, in the layout rng.h describes (16 x 16
+  // tiles of 128 numbers, block 4 (i % 8) + (j / 2) % 4, word 2 ((i / 8) % 2) + (j / 8) % 2, half j % 2)
   std::vector<uint8_t> keep(B * NH * T * T, 1);
   if (ac.p > 0)
-    for (size_t i = 0; i < keep.size(); ++i) keep[i] = rng.uniform(base, i) >= ac.p;
+    for (int64_t bh = 0; bh < B * NH; ++bh)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          const int64_t tiles = (T + 15) / 16;
+          uint32_t x = 0;
+          rng.fill_u32(base + ((bh * tiles + i / 16) * tiles + j / 16) * 128 + 16 * (i % 8) + 4 * ((j / 2) % 4) +
+                           2 * ((i / 8) % 2) + (j / 8) % 2,
+                       1, &x);
+          keep[(bh * T + i) * T + j] = static_cast<double>(j % 2 ? x >> 16 : x & 0xFFFFu) / 65536.0 >= ac.p;
+        }
   auto qkv_in = qkv;
   if (ac.prec == Precision::BF16) round_to_bf16(qkv_in.data(), qkv_in.size());
   const double tol_f = ac.prec == Precision::F32 ? 1e-5 : 2e-2, tol_b = ac.prec == Precision::F32 ? 1e-4 : 5e-2;
@@ -310,7 +322,8 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
 }
 INSTANTIATE_TEST_SUITE_P(DropoutAndPrecision, AttentionTest,
                          ::testing::Values(AttnCase{0.0f, Precision::F32}, AttnCase{0.2f, Precision::F32},
-                                           AttnCase{0.0f, Precision::BF16}, AttnCase{0.2f, Precision::BF16}));
+                                           AttnCase{0.0f, Precision::BF16}, AttnCase{0.2f, Precision::BF16},
+                                           AttnCase{0.2f, Precision::F32, 37}, AttnCase{0.2f, Precision::BF16, 37}));
 
 // ------------------------------------------------------------------------- cross-entropy
 TEST(CrossEntropy, LossAndGradientWithIgnoreIndex) {
@@ -425,6 +438,32 @@ TEST(Bias, BackwardSumsRows) {
     for (int64_t m = 0; m < M; ++m) s += dy[m * N + n];
     EXPECT_NEAR(db[n], s, 1e-4);
   }
+}
+
+// Attention dropout's layout (rng.h): every element of every head row gets its own 16 bits (no
+// two share a number's half), all inside the numbers the site reserves, and a thread's eight
+// decisions of a 16 x 16 tile (rows g, g + 8; keys 2t, 2t + 1 and + 8) are one Philox block.
+TEST(Rng, AttentionDropLayoutGivesEachElementItsOwnBits) {
+  for (const int64_t T : {1, 7, 16, 19, 33, 64, 130}) {
+    const int64_t BH = 3;
+    const uint64_t n = attention_drop_numbers(BH, T);
+    std::vector<uint8_t> used(2 * n, 0);
+    for (int64_t bh = 0; bh < BH; ++bh)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          const uint64_t x = attention_drop_number(bh, i, j, T);
+          ASSERT_LT(x, n) << T;
+          ASSERT_EQ(used[2 * x + j % 2], 0) << "T " << T << " bh " << bh << " i " << i << " j " << j;
+          used[2 * x + j % 2] = 1;
+          const int64_t i0 = i / 16 * 16 + i % 8, j0 = j / 16 * 16 + (j % 8) / 2 * 2;
+          EXPECT_EQ(x / 4, attention_drop_number(bh, i0, j0, T) / 4);  // the block of (g, 2t)
+        }
+  }
+  EXPECT_EQ(dropout_threshold16(0.1f), 6554u);
+  EXPECT_EQ(dropout_threshold16(0.5f), 32768u);
+  EXPECT_EQ(dropout_threshold16(0.0f), 0u);
+  EXPECT_EQ(attention_drop_bits(0xABCD1234u, 0), 0x1234u);
+  EXPECT_EQ(attention_drop_bits(0xABCD1234u, 3), 0xABCDu);
 }
 
 TEST(Rng, FillMatchesScalarPhiloxAtAnyAlignment) {

@@ -64,4 +64,33 @@ inline uint32_t dropout_threshold(float p) {
   return static_cast<uint32_t>(c < t ? c + 1 : c);
 }
 
+// Attention dropout draws 16 bits per decision, two decisions per number of the stream, so one
+// Philox block decides eight elements. The layout follows the Tensor Core kernels' mma.sync C
+// fragments, so that each thread draws exactly the block of its own eight decisions and no lane
+// shares numbers with another (attention_tc_kernels.cuh): the scores of head row bh (b*NH + h)
+// are cut into tiles of 16 queries x 16 keys (T rounded up to 16), and tile (bh, i/16, j/16) owns
+// 128 consecutive numbers (32 blocks). Element (i, j) is decided by block 4 (i % 8) + (j / 2) % 4
+// of its tile, word 2 ((i / 8) % 2) + (j / 8) % 2, the low 16 bits for even j, the high for odd j.
+// The numbers one site reserves:
+constexpr uint64_t attention_drop_numbers(uint64_t BH, uint64_t T) {
+  const uint64_t nt = (T + 15) / 16;
+  return BH * nt * nt * 128;
+}
+// The number (from the site's base) that decides element (i, j) of head row bh; j % 2 picks its half.
+constexpr uint64_t attention_drop_number(uint64_t bh, uint64_t i, uint64_t j, uint64_t T) {
+  const uint64_t nt = (T + 15) / 16;
+  return ((bh * nt + i / 16) * nt + j / 16) * 128 + ((i % 8) * 4 + (j / 2) % 4) * 4 + 2 * ((i / 8) % 2) + (j / 8) % 2;
+}
+// Keep iff the element's 16 bits >= dropout_threshold16(p), that is iff uniform(16 bits) >= p
+// (p resolved to 2^-16: 0.1 drops with probability 6554/65536 = 0.1000061).
+inline uint32_t dropout_threshold16(float p) {
+  const double t = static_cast<double>(p) * 65536.0;
+  const double c = static_cast<double>(static_cast<uint64_t>(t));
+  return static_cast<uint32_t>(c < t ? c + 1 : c);
+}
+// The element's 16 bits from its number (bit0 = j % 2).
+constexpr uint32_t attention_drop_bits(uint32_t number, uint64_t j) {
+  return (j & 1) ? number >> 16 : number & 0xFFFFu;
+}
+
 }  // namespace bertcc

@@ -2,8 +2,8 @@
 // entry points, which send bf16/fp16 to the Tensor Core kernels (attention_tc.cu). FlashAttention-2's
 // shape: the T x T scores are never written to memory. Forward: one thread per query row, key/value
 // tiles in shared memory, an online softmax; it saves the row log-sum-exp. Backward recomputes
-// P = exp(S - lse) and regenerates the dropout mask from Philox (element (r, j) is number
-// base + r*T + j, as the CPU kernel), in two passes without atomics: one thread per query row for
+// P = exp(S - lse) and regenerates the dropout mask from Philox (attn::keep: element (i, j)'s 16
+// bits, as the CPU kernel), in two passes without atomics: one thread per query row for
 // dq, one per key row for dk and dv (so the result does not depend on scheduling).
 #include "cuda/attention_common.cuh"
 #include "cuda/cuda_kernels.h"

@@ -1,6 +1,6 @@
 // What the two fused attention implementations share: the problem's shape, the dropout mask
-// (element (r, j) of row r = (b*NH + h)*T + i is Philox number base + r*T + j, as the CPU kernel),
-// the head-size dispatch. attention.cu: fp32 on CUDA cores (--precision fp32, exact fp32);
+// (element (i, j) of head row bh = b*NH + h: 16 bits of Philox number base +
+// attention_drop_number(bh, i, j, T), as the CPU kernel; bertcc/rng.h), the head-size dispatch. attention.cu: fp32 on CUDA cores (--precision fp32, exact fp32);
 // attention_tc.cu: bf16/fp16 operands on Tensor Cores (--precision bf16/fp16).
 #pragma once
 #include <cmath>
@@ -17,24 +17,22 @@ struct Shape {
   float scale;              // 1/sqrt(hs)
   bool drop;
   float keep_scale;         // 1/(1-p)
-  uint32_t thr;             // keep iff (x >> 8) >= thr
-  uint64_t seed, base;
-  // The counters of keys 4m .. 4m+3 of a row form one Philox block (base and T multiples of 4,
-  // as Rng::reserve and the usual sequence lengths give): the Tensor Core kernels then draw one
-  // block per 4 elements and share it between lanes.
-  bool quad;
+  uint32_t thr;             // keep iff the element's 16 bits >= thr (dropout_threshold16)
+  uint64_t seed, base;      // base: a multiple of 4 (Rng::reserve), so a tile's 32 blocks are whole
 };
 
-// Whether the Philox number x keeps its element (as Rng's dropout: the top 24 bits against thr).
-__device__ inline bool kept(const Shape& s, uint32_t x) { return (x >> 8) >= s.thr; }
+// Whether element (i, j) of head row bh is kept (one Philox block for one decision: the fp32
+// kernels and the simulator's reference; the Tensor Core forward draws a block per eight).
 __device__ inline bool keep(const Shape& s, int64_t bh, int64_t i, int64_t j) {
-  return kept(s, philox_u32(s.seed, s.base + static_cast<uint64_t>((bh * s.T + i) * s.T + j)));
+  const uint32_t x = philox_u32(s.seed, s.base + attention_drop_number(bh, i, j, s.T));
+  return attention_drop_bits(x, j) >= s.thr;
 }
 
 inline Shape make_shape(int64_t B, int64_t T, int64_t C, int64_t NH, float p, const Rng& rng, uint64_t base) {
   BERTCC_CHECK(NH > 0 && C % NH == 0, "attention: hidden size ", C, " is not a multiple of the ", NH, " heads");
   Shape s{B, T, C, NH, C / NH, 1.0f / std::sqrt(static_cast<float>(C / NH)), p > 0.0f, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
-          p > 0.0f ? dropout_threshold(p) : 0u, rng.seed, base, base % 4 == 0 && T % 4 == 0};
+          p > 0.0f ? dropout_threshold16(p) : 0u, rng.seed, base};
+  BERTCC_CHECK(p <= 0.0f || base % 4 == 0, "attention: dropout counters at ", base, ", not a whole Philox block");
   BERTCC_CHECK(B * NH <= 65535, "attention: batch x heads = ", B * NH, " exceeds the CUDA grid (65535)");
   return s;
 }

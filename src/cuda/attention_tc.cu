@@ -32,8 +32,8 @@
 // rounded, the A operand of the next product.
 //
 // Forward: per query row an online softmax (row max and sum reduced over the 4 lanes of a group);
-// saves lse and, with dropout, its keep/drop decisions as bits (one Philox draw per 4 elements
-// there, none in the backward). Backward, without atomics (the result does not depend on
+// saves lse and, with dropout, its keep/drop decisions as bits (each lane draws one Philox block
+// per eight of its own decisions, 16 bits each; none are drawn in the backward). Backward, without atomics (the result does not depend on
 // scheduling), as the fp32 kernels: one kernel per query block for dq, one per key block for dk
 // and dv, each recomputing P = exp(S - lse) and reading the decisions.
 #include <algorithm>

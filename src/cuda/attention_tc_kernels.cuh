@@ -128,31 +128,22 @@ __device__ inline void c_to_a(uint32_t (&a)[4], const float (&lo)[4], const floa
   a[3] = pack16<BF16>(hi[2], hi[3]);
 }
 
-// The dropout decisions of a thread's four C-fragment elements when its rows are queries: rows
-// row[0] (g) and row[1] (g+8), keys `key` and key+1 (key = tile + 8 nt + 2t); kp[r][e] for row r,
-// key + e. With s.quad, lanes t = 2k and 2k+1 need keys 4k..4k+3 of both rows: each draws the
-// Philox block of one row (even lane: row g; odd: row g+8) and they swap the half the other needs,
-// one draw per four elements instead of four. Every lane of the warp must call it.
-__device__ inline void keep_query_rows(const Shape& s, int64_t bh, const int64_t (&row)[2], int64_t key,
-                                       bool (&kp)[2][2]) {
-  if (!s.quad) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) kp[r][e] = keep(s, bh, row[r], key + e);
-    return;
-  }
-  const int odd = threadIdx.x & 1;  // t & 1
+// The dropout decisions of a thread's eight C-fragment elements of two adjacent key tiles when its
+// rows are queries: rows row[0] (g) and row[1] (g+8) of a 16-row group (qg: its index), keys
+// key16 + 8c + 2t and + 1 (c = 0, 1; key16 a multiple of 16). rng.h's layout gives them one Philox
+// block, block `lane` of the 16 x 16 tile (qg, key16 / 16): word 2r + c, the low half for the
+// even key. kp[c][r][e] for n tile c, row r, key + e. No lane needs another's numbers.
+__device__ inline void keep_query_tile(const Shape& s, int64_t bh, int64_t qg, int64_t key16, bool (&kp)[2][2][2]) {
+  const int64_t nt = (s.T + 15) / 16;
   uint32_t w[4];
-  philox4(s.seed, (s.base + static_cast<uint64_t>((bh * s.T + (odd ? row[1] : row[0])) * s.T + key - 2 * odd)) >> 2, w);
-  // even lane: its row-g words 0, 1; wants row g+8's 0, 1. Odd lane: its row-(g+8) words 2, 3; wants row g's 2, 3.
-  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[2], 1);
-  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? w[1] : w[3], 1);
-  const uint32_t x[2][2] = {{odd ? got0 : w[0], odd ? got1 : w[1]}, {odd ? w[2] : got0, odd ? w[3] : got1}};
+  philox4(s.seed, (s.base >> 2) + static_cast<uint64_t>(((bh * nt + qg) * nt + key16 / 16) * 32 + (threadIdx.x & 31)), w);
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+  for (int c = 0; c < 2; ++c)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) kp[r][e] = kept(s, x[r][e]);
+    for (int r = 0; r < 2; ++r) {
+      kp[c][r][0] = (w[2 * r + c] & 0xFFFFu) >= s.thr;
+      kp[c][r][1] = (w[2 * r + c] >> 16) >= s.thr;
+    }
 }
 
 // The forward's dropout decisions for the backward (drop_bit_words words after lse): for the
@@ -505,11 +496,16 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
       // exp2_ftz(-inf - m) = 0 for a key past T; a row whose keys so far are all past T (m still
       // -inf) subtracts 0 instead, so that its -inf scores give 0 rather than NaN
       const float msub[2] = {m[mt][0] == -INFINITY ? 0.0f : m[mt][0], m[mt][1] == -INFINITY ? 0.0f : m[mt][1]};
+      bool kq[2][2][2] = {};  // the decisions of n tiles nt and nt + 1, drawn at even nt
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
         bool kp[2][2] = {{true, true}, {true, true}};
         if (s.drop) {
-          keep_query_rows(s, bh, row[mt], j0 + nt * 8 + t2, kp);
+          if (nt % 2 == 0) keep_query_tile(s, bh, qg, j0 + nt * 8, kq);
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) kp[r][e] = kq[nt % 2][r][e];
           uint32_t w[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) w[e] = __ballot_sync(0xffffffffu, kp[e >> 1][e & 1]);

@@ -145,37 +145,58 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
   float* pdrop = drop && !bf ? probs + BH * T * T : nullptr;
   bf16_t* pd16 = !bf ? nullptr : drop ? reinterpret_cast<bf16_t*>(probs + BH * T * T) : w.att16;
   const float keep_scale = drop ? 1.0f / (1.0f - dropout_p) : 1.0f;
-  const uint32_t thr = drop ? dropout_threshold(dropout_p) : 0;
+  const uint32_t thr = drop ? dropout_threshold16(dropout_p) : 0;
+  // Rows in groups of 16 queries: the numbers deciding a group's elements are one run of the
+  // stream (attention_drop_number: its 16 x 16 tiles, key tile after key tile)
+  const int64_t nt = (T + 15) / 16;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < BH * T; ++r) {
-    float* row = probs + r * T;
-    const float* m = mask_add + (r / (NH * T)) * T;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < T; ++j) {
-      row[j] += m[j];
-      mx = row[j] > mx ? row[j] : mx;
+  for (int64_t grp = 0; grp < BH * nt; ++grp) {
+    thread_local std::vector<uint32_t> nums;
+    thread_local std::vector<uint16_t> bits;
+    if (drop) {
+      nums.resize(static_cast<size_t>(nt * 128));
+      bits.resize(static_cast<size_t>(nt * 16));
+      rng.fill_u32(base + static_cast<uint64_t>(grp * nt * 128), nums.size(), nums.data());
     }
-    for (int64_t j = 0; j < T; ++j) row[j] = vexp(row[j] - mx);
-    const float inv = 1.0f / lane_sum(T, [&](int64_t j) { return row[j]; });
-    for (int64_t j = 0; j < T; ++j) row[j] *= inv;
-    if (drop) {  // element (r, j) uses number base + r*T + j of the dropout stream
-      thread_local std::vector<uint32_t> bits;
-      bits.resize(static_cast<size_t>(T));
-      rng.fill_u32(base + static_cast<uint64_t>(r * T), static_cast<size_t>(T), bits.data());
-      const uint32_t* __restrict bb = bits.data();
-      if (bf) {
+    const int64_t bh = grp / nt, i0 = grp % nt * 16;
+    for (int64_t i = i0; i < std::min(T, i0 + 16); ++i) {
+      const int64_t r = bh * T + i;
+      float* row = probs + r * T;
+      const float* m = mask_add + (r / (NH * T)) * T;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < T; ++j) {
+        row[j] += m[j];
+        mx = row[j] > mx ? row[j] : mx;
+      }
+      for (int64_t j = 0; j < T; ++j) row[j] = vexp(row[j] - mx);
+      const float inv = 1.0f / lane_sum(T, [&](int64_t j) { return row[j]; });
+      for (int64_t j = 0; j < T; ++j) row[j] *= inv;
+      if (drop) {  // element (i, j): 16 bits of number attention_drop_number(bh, i, j, T)
+        // the row's words: per key tile, blocks 4 (i % 8) + t (t = 0..3), words 2 ((i / 8) % 2) + c
+        // (c = 0, 1), keys 16 tile + 8 c + 2 t and + 1
+        const uint32_t* w0 = nums.data() + (i % 8) * 16 + 2 * ((i / 8) % 2);
+        uint16_t* __restrict bb = bits.data();
+        for (int64_t jt = 0; jt < nt; ++jt)
+          for (int t = 0; t < 4; ++t)
+            for (int c = 0; c < 2; ++c) {
+              const uint32_t x = w0[jt * 128 + t * 4 + c];
+              bb[jt * 16 + c * 8 + 2 * t] = static_cast<uint16_t>(x & 0xFFFFu);
+              bb[jt * 16 + c * 8 + 2 * t + 1] = static_cast<uint16_t>(x >> 16);
+            }
+        if (bf) {
+          bf16_t* __restrict pd = pd16 + r * T;
+#pragma omp simd
+          for (int64_t j = 0; j < T; ++j) pd[j] = f32_to_bf16(bb[j] >= thr ? row[j] * keep_scale : 0.0f);
+        } else {
+          float* __restrict pd = pdrop + r * T;
+#pragma omp simd
+          for (int64_t j = 0; j < T; ++j) pd[j] = bb[j] >= thr ? row[j] * keep_scale : 0.0f;
+        }
+      } else if (bf) {
         bf16_t* __restrict pd = pd16 + r * T;
 #pragma omp simd
-        for (int64_t j = 0; j < T; ++j) pd[j] = f32_to_bf16((bb[j] >> 8) >= thr ? row[j] * keep_scale : 0.0f);
-      } else {
-        float* __restrict pd = pdrop + r * T;
-#pragma omp simd
-        for (int64_t j = 0; j < T; ++j) pd[j] = (bb[j] >> 8) >= thr ? row[j] * keep_scale : 0.0f;
+        for (int64_t j = 0; j < T; ++j) pd[j] = f32_to_bf16(row[j]);
       }
-    } else if (bf) {
-      bf16_t* __restrict pd = pd16 + r * T;
-#pragma omp simd
-      for (int64_t j = 0; j < T; ++j) pd[j] = f32_to_bf16(row[j]);
     }
   }
 

@@ -775,7 +775,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     qkv_io.y16 = a.as16(ly.qkv16);
     be.linear_forward(ly.qkv, xin, w(p + "attention.self.query.weight"), w(p + "attention.self.query.bias"), N, 3 * C, C,
                    prec, w16(p + "attention.self.query.weight", prec), qkv_io);
-    ly.seed_att = p_a > 0 ? rng.reserve(B * NH * T * T) : 0;  // the CPU saves Pd; CUDA regenerates it
+    ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
     // (bf16: the output as its rounding ctx16 alone, what the product reads)
     be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, prec == Precision::BF16 ? nullptr : ly.qkv,
                          a.as16(ly.qkv16), a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);

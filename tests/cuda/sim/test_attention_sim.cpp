@@ -272,12 +272,11 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
 int main() {
   // head sizes 12 and 48 are padded to 16 and 64; T not a multiple of the 64-row block or the
   // 64- (32-) key tile; dropout on and off; padding masks.
-  // T a multiple of 4: one Philox block per four dropout decisions, shared between lanes
+  // T a multiple of 16 or not (rng.h's 16 x 16 dropout tiles then end partway)
   run<true>(2, 72, 2, 64, 0.1f, 10);
   run<true>(1, 36, 2, 128, 0.1f, 11);
   run<true>(1, 100, 3, 16, 0.1f, 12);
   run<false>(1, 68, 2, 64, 0.1f, 13);
-  // T not a multiple of 4: one draw per decision
   run<true>(2, 70, 2, 64, 0.1f, 1);
   run<true>(1, 33, 2, 64, 0.0f, 2);
   run<true>(1, 70, 1, 128, 0.1f, 3);
