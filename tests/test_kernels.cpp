@@ -644,9 +644,23 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
       float *bias1 = up(std::vector<float>(K, 0.25f)), *bias2 = up(std::vector<float>(K, 0.25f));
       be->gelu_backward(dw, dxw, o1, n, Activation::GeluErf, nullptr, /*overwrite=*/true);
       be->bias_backward(bias1, dw, M, K);
-      be->gelu_bias_backward(g16, bias2, x16k, o1, M, K, Activation::GeluErf, scratch);
+      be->gelu_bias_backward(g16, bias2, x16k, o1, M, K, Activation::GeluErf, scratch, nullptr);
       EXPECT_EQ(down16(g16, n), rounded(down(dw, n))) << be->describe();
       EXPECT_EQ(down(bias1, K), down(bias2, K)) << be->describe();
+      {  // recomputing the GELU's output too: gelu_forward16's bits, the same gradients
+        auto* r16 = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(n) * 2));
+        auto* f16 = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(n) * 2));
+        auto* g16b = static_cast<bf16_t*>(be->alloc(static_cast<size_t>(n) * 2));
+        float* bias3 = up(std::vector<float>(K, 0.25f));
+        be->gelu_forward16(f16, x16k, n, Activation::GeluErf);
+        be->gelu_bias_backward(g16b, bias3, x16k, o1, M, K, Activation::GeluErf, scratch, r16);
+        EXPECT_EQ(down16(r16, n), down16(f16, n)) << be->describe();
+        EXPECT_EQ(down16(g16b, n), down16(g16, n)) << be->describe();
+        EXPECT_EQ(down(bias3, K), down(bias2, K)) << be->describe();
+        for (void* p : {static_cast<void*>(r16), static_cast<void*>(f16), static_cast<void*>(g16b),
+                        static_cast<void*>(bias3)})
+          be->free(p);
+      }
       EXPECT_NE(down(dw, n), down(d1, n)) << "the widened input must differ from the fp32 one somewhere";
       for (void* p : {static_cast<void*>(x16k), static_cast<void*>(g16), static_cast<void*>(o3), static_cast<void*>(dxw),
                       static_cast<void*>(dw), static_cast<void*>(scratch), static_cast<void*>(bias1),

@@ -128,9 +128,10 @@ class Backend {
   // hold it. The input is FFN1's output as its bf16 rounding, the form bf16 training keeps of it
   // (gelu_forward's inp16), as PyTorch's autocast keeps the GELU's bf16 input. The CPU composes
   // gelu_backward on the widened input and bias_backward; CUDA fuses them without writing the
-  // fp32 gradient (the same bits).
+  // fp32 gradient (the same bits). out16 (optional): GELU's output again, gelu_forward16's bits
+  // (the FFN2 weight gradient's operand, which bf16 training recomputes rather than keeps per layer).
   virtual void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M,
-                                  int64_t N, Activation act, float* scratch) = 0;
+                                  int64_t N, Activation act, float* scratch, bf16_t* out16) = 0;
   // out16 / dinp16 (optional): the result's bf16 rounding too (the next GEMM's operand); inp16
   // (optional): the input's bf16 rounding too (what bf16 training keeps for gelu_bias_backward)
   virtual void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16,

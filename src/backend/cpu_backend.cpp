@@ -227,8 +227,9 @@ class CpuBackend final : public Backend {
   // gelu_backward (overwriting) on the widened input, a bounded chunk at a time (widening is exact,
   // so the gradient is that of the input's values as bf16), its rounding, then bias_backward
   void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
-                          Activation act, float* scratch) override {
-    mine("gelu_bias_backward", dinp16, db, inp16, dout, scratch);
+                          Activation act, float* scratch, bf16_t* out16) override {
+    mine("gelu_bias_backward", dinp16, db, inp16, dout, scratch, out16);
+    if (out16) gelu_forward16(out16, inp16, M * N, act);  // the forward's own kernel: its bits
     const int64_t n = M * N;
     thread_local std::vector<float> tmp;
     tmp.resize(static_cast<size_t>(std::min(n, kChunk)));

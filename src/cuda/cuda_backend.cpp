@@ -131,9 +131,9 @@ class CudaBackend final : public Backend {
     cuda::bias_backward(db, dy, M, N);
   }
   void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
-                          Activation act, float* /*scratch: not needed*/) override {
+                          Activation act, float* /*scratch: not needed*/, bf16_t* out16) override {
     const OpTimer timer("gelu_bias_backward");
-    cuda::gelu_bias_backward(dinp16, db, inp16, dout, M, N, act);
+    cuda::gelu_bias_backward(dinp16, db, inp16, dout, M, N, act, out16);
   }
   using Backend::gelu_backward;
   bool y16_needs_y() const override { return false; }

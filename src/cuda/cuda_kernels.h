@@ -161,8 +161,9 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
                      const bf16_t* x16 = nullptr, bool overwrite_dx = false);
 // FFN1's backward start: dinp16 = bf16(dout * gelu'(inp16)) ([M, N]; the input as bf16, widened)
 // and db += its fp32 column sums (bias_backward's bits), without writing the fp32 gradient.
+// out16 (may be null): bf16(gelu(inp16)) too, gelu_forward16's bits.
 void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
-                        Activation act);
+                        Activation act, bf16_t* out16 = nullptr);
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);  // deterministic (fixed chunks, then in order)
 // TFLOP/s of a bare cuBLASLt GEMM C[M,N] = A[M,K] B[K,N] (bf16/fp16 operands for bf16/fp16), best of `iters`.
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters);

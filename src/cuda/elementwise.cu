@@ -452,7 +452,7 @@ void scale(float* x, int64_t n, float s) {
   BERTCC_CUDA_LAUNCHED("scale");
 }
 void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
-                        Activation act) {
+                        Activation act, bf16_t* out16) {
   if (M == 0 || N == 0) return;
   const int64_t chunks = (M + kColRows - 1) / kColRows;
   BERTCC_CHECK(chunks <= 65535, "gelu_bias_backward: ", M, " rows is more than this kernel's grid takes");
@@ -461,7 +461,7 @@ void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const fl
   const dim3 grid(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks));
   pw::gelu_bwd_colsum<kColRows><<<grid, 256>>>(reinterpret_cast<uint16_t*>(dinp16), part,
                                                 reinterpret_cast<const uint16_t*>(inp16), dout, M, N,
-                                                act == Activation::GeluErf);
+                                                act == Activation::GeluErf, reinterpret_cast<uint16_t*>(out16));
   BERTCC_CUDA_LAUNCHED("gelu_bias_backward");
   colsum_pass2<<<grid_for(N, kThreads), kThreads>>>(db, nullptr, part, chunks, N);
   BERTCC_CUDA_LAUNCHED("gelu_bias_backward (bias)");

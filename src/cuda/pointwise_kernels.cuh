@@ -166,10 +166,11 @@ __global__ void dropout_bwd(float* dinp, uint16_t* dinp16, const float* dout, in
 // [M, N] buffer, written only as its bf16 rounding (dinp16), and the first pass of the bias
 // gradient's column sums over d, in elementwise.cu's colsum_pass1 partition and order (block
 // (column block of 32, chunk of kRows rows), threads (32, 8): row lanes striding by 8, then the
-// lanes added in order), so that colsum_pass2 gives the bits bias_backward gives from d.
+// lanes added in order), so that colsum_pass2 gives the bits bias_backward gives from d. out16
+// (may be null): gelu(inp16) rounded too, as gelu_fwd<Vec, uint16_t> writes it (gelu_one, RNE).
 template <int kRows>
 __global__ void gelu_bwd_colsum(uint16_t* dinp16, float* part, const uint16_t* inp16, const float* dout, int64_t M,
-                                int64_t N, bool erf_form) {
+                                int64_t N, bool erf_form, uint16_t* out16) {
   // 256 threads: tx = column within the block's 32, ty = row lane (colsum_pass1's (32, 8) block)
   const int tx = static_cast<int>(threadIdx.x & 31), ty = static_cast<int>(threadIdx.x >> 5);
   const int64_t c = blockIdx.x * static_cast<int64_t>(32) + tx;
@@ -177,8 +178,10 @@ __global__ void gelu_bwd_colsum(uint16_t* dinp16, float* part, const uint16_t* i
   float b = 0.0f;
   if (c < N)
     for (int64_t r = r0 + ty; r < r1; r += 8) {
-      const float d = 0.0f + dout[r * N + c] * gelu_grad_one(bf16_bits_to_f32(inp16[r * N + c]), erf_form);
+      const float x = bf16_bits_to_f32(inp16[r * N + c]);
+      const float d = 0.0f + dout[r * N + c] * gelu_grad_one(x, erf_form);
       dinp16[r * N + c] = f32_to_bf16_bits(d);
+      if (out16) out16[r * N + c] = f32_to_bf16_bits(gelu_one(x, erf_form));
       b += d;
     }
   __shared__ float sb[8][33];

@@ -193,7 +193,8 @@ struct Bert::Acts {
   struct Layer {
     float *qkv, *probs, *ctx, *ln1_sum, *ln1_mean, *ln1_rstd, *h1, *inter, *gelu, *ln2_sum, *ln2_mean, *ln2_rstd;
     // bf16 only (empty slices otherwise): the bf16 roundings of the four GEMM inputs x, ctx, h1
-    // and gelu, made once in the forward and taken again by the backward's dW products; and
+    // and gelu, made once in the forward and taken again by the backward's dW products (gelu16:
+    // one slot for all layers, which the GELU backward writes again before FFN2's dW reads it); and
     // FFN1's output inter as its rounding alone, written by the product (LinearIo::y16): the
     // GELU's input, forward and backward
     float *x16, *ctx16, *h1_16, *gelu16, *inter16;
@@ -524,7 +525,8 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
     plan.push_back({&ly.ln2_mean, N});
     plan.push_back({&ly.ln2_rstd, N});
     for (float** p : {&ly.x16, &ly.ctx16, &ly.h1_16}) plan.push_back({p, h16 * (N * C + 1) / 2});
-    for (float** p : {&ly.gelu16, &ly.inter16}) plan.push_back({p, h16 * (N * I + 1) / 2});
+    plan.push_back({&ly.gelu16, front ? h16 * (N * I + 1) / 2 : 0});  // one for all layers: the backward remakes it
+    plan.push_back({&ly.inter16, h16 * (N * I + 1) / 2});
   }
   plan.push_back({&a.cls, B * C});
   plan.push_back({&a.pooled, B * C});
@@ -655,6 +657,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
       a.layers[l].h1 = front.h1;
       a.layers[l].qkv = front.qkv;
       a.layers[l].inter = front.inter;
+      a.layers[l].gelu16 = front.gelu16;
     }
   };
   if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
@@ -863,19 +866,27 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                             ly.ln2_sum, w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C,
                             /*overwrite=*/true);
     }
-    // ffn_out = gelu W2^T + b2
-    be.linear_backward(a.di, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn, ly.gelu,
-                    w(p + "output.dense.weight"), N, C, I, prec, w16(p + "output.dense.weight", prec),
-                    LinearIo{a.as16(ly.gelu16), nullptr, dffn16, /*overwrite_dx=*/true});
-    // inter = h1 W1^T + b1. In bf16 both products read the gradient's rounding only, so the GELU
-    // backward makes that and the bias gradient (fused on CUDA: the fp32 gradient is not written)
+    // ffn_out = gelu W2^T + b2; inter = h1 W1^T + b1. In bf16 both FFN1 products read the
+    // gradient's rounding only, so the GELU backward makes that and the bias gradient (fused on
+    // CUDA: the fp32 gradient is not written). bf16 keeps no GELU output per layer (2 bytes per
+    // FFN element, the largest activation of a layer): the GELU backward, which reads its input
+    // anyway, writes it again (gelu_forward16's bits) into layer 0's slot, where the FFN2 weight
+    // gradient, computed after the input gradient, reads it.
     if (prec == Precision::BF16) {
+      be.linear_backward(a.di, nullptr, nullptr, dffn, nullptr, w(p + "output.dense.weight"), N, C, I, prec,
+                         w16(p + "output.dense.weight", prec), LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
       be.gelu_bias_backward(a.as16(a.di2_16), dgrad(p + "intermediate.dense.bias"), a.as16(ly.inter16), a.di, N, I,
-                            act, a.di2);
+                            act, a.di2, a.as16(ly.gelu16));
+      be.linear_backward(nullptr, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn,
+                         /*x: gelu16 alone*/ nullptr, w(p + "output.dense.weight"), N, C, I, prec,
+                         w16(p + "output.dense.weight", prec), LinearIo{a.as16(ly.gelu16), nullptr, dffn16});
       be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), nullptr, nullptr, /*x: h1_16 alone*/ nullptr,
                          w(p + "intermediate.dense.weight"), N, I, C, prec, w16(p + "intermediate.dense.weight", prec),
                          LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
     } else {
+      be.linear_backward(a.di, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn, ly.gelu,
+                         w(p + "output.dense.weight"), N, C, I, prec, w16(p + "output.dense.weight", prec),
+                         LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
       be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, nullptr, /*overwrite=*/true);
       be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), dgrad(p + "intermediate.dense.bias"), a.di2,
                          ly.h1, w(p + "intermediate.dense.weight"), N, I, C, prec,

@@ -251,6 +251,15 @@ void test_activations() {
       G::gelu_bias_backward(f16.p, fdb.p, gx16.p, gdout.p, M, Nc, act);
       check_equal("gelu_bias_backward = composed: bf16 gradient" + tag, c16.back(), f16.back());
       check_equal("gelu_bias_backward = composed: bias gradient" + tag, cdb.back(), fdb.back());
+      // recomputing the GELU's output too (bf16 training's FFN2 weight gradient): gelu_forward16's
+      // bits on the same input, and the same gradients
+      Dev<bf16_t> r16(M * Nc), fwd16(M * Nc), f16b(M * Nc);
+      Dev<float> fdb2(std::vector<float>(Nc, 0.5f));
+      G::gelu_forward16(fwd16.p, gx16.p, M * Nc, act);
+      G::gelu_bias_backward(f16b.p, fdb2.p, gx16.p, gdout.p, M, Nc, act, r16.p);
+      check_equal("gelu_bias_backward recomputing = gelu_forward16" + tag, fwd16.back(), r16.back());
+      check_equal("gelu_bias_backward recomputing: bf16 gradient" + tag, f16.back(), f16b.back());
+      check_equal("gelu_bias_backward recomputing: bias gradient" + tag, fdb.back(), fdb2.back());
     }
     {  // GELU on a bf16 input (bf16 models' FFN1 output): the rounding of gelu_forward's output on
        // the widened input, and the CPU backend's result within one bf16 step

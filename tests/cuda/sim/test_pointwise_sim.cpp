@@ -153,7 +153,21 @@ void gelu_bias_case(int64_t M, int64_t N, bool erf_form, std::mt19937& gen) {
   std::vector<uint16_t> f16(n);
   std::vector<float> part(static_cast<size_t>(chunks * N), std::nanf(""));
   sim::launch({static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks), 1}, 256, 0, [&] {
-    cuda::pw::gelu_bwd_colsum<kRows>(f16.data(), part.data(), x16.data(), g.data(), M, N, erf_form);
+    cuda::pw::gelu_bwd_colsum<kRows>(f16.data(), part.data(), x16.data(), g.data(), M, N, erf_form, nullptr);
+  });
+  // with the GELU's output recomputed too: the same gradient and partials, and gelu_fwd's bits from
+  // the same bf16 input (16-byte and element-by-element forms)
+  std::vector<uint16_t> f16b(n), o16(n, 0xFFFF), fwd16(n, 0xFFFF), fwd16s(n, 0xFFFF);
+  std::vector<float> partb(part.size(), std::nanf(""));
+  sim::launch({static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks), 1}, 256, 0, [&] {
+    cuda::pw::gelu_bwd_colsum<kRows>(f16b.data(), partb.data(), x16.data(), g.data(), M, N, erf_form, o16.data());
+  });
+  sim::launch({groups(static_cast<int64_t>(n)), 1, 1}, 128, 0, [&] {
+    cuda::pw::gelu_fwd<true, uint16_t>(nullptr, fwd16.data(), nullptr, x16.data(), static_cast<int64_t>(n), erf_form);
+  });
+  sim::launch({groups(static_cast<int64_t>(n)), 1, 1}, 128, 0, [&] {
+    cuda::pw::gelu_fwd<false, uint16_t>(nullptr, fwd16s.data(), nullptr, x16.data(), static_cast<int64_t>(n),
+                                        erf_form);
   });
   std::vector<float> want(part.size());
   for (int64_t k = 0; k < chunks; ++k)
@@ -179,6 +193,11 @@ void gelu_bias_case(int64_t M, int64_t N, bool erf_form, std::mt19937& gen) {
   expect_bits("gelu bias backward " + tag + ": column partials in colsum order", want.data(), part.data(), want.size());
   expect_close("gelu bias backward " + tag + ": bias gradient vs the CPU's", dbcpu.data(), db.data(),
                static_cast<size_t>(N), 1e-5f);
+  expect_bits("gelu bias backward " + tag + " recomputing: bf16 gradient", f16.data(), f16b.data(), n);
+  expect_bits("gelu bias backward " + tag + " recomputing: partials", part.data(), partb.data(), part.size());
+  expect_bits("gelu bias backward " + tag + ": recomputed output = gelu_fwd's (16-byte)", fwd16.data(), o16.data(), n);
+  expect_bits("gelu bias backward " + tag + ": recomputed output = gelu_fwd's (by element)", fwd16s.data(), o16.data(),
+              n);
 }
 
 }  // namespace
