@@ -168,7 +168,11 @@ ans=$("$B" qa --model "$W/sq2" --precision fp32 --threads 2 --max-seq-length 128
   --question "$($PY -c "import json;print(json.load(open('$W/sq2.json'))['data'][0]['paragraphs'][0]['qas'][1]['question'])")" \
   --context "$($PY -c "import json;print(json.load(open('$W/sq2.json'))['data'][0]['paragraphs'][0]['context'])")" 2>/dev/null)
 echo "qa (joint head): $ans"
-echo "$ans" | grep -q '"answer":"10th and 11th centuries"' || fail "bertcc qa with the joint head: $ans"
+# the same answer as the evaluation's predictions file for that question (the beams, the answer
+# class and the windows as fine-tuning's evaluation decides them); which answer the tiny model
+# learned depends on its dropout draws, and the metrics above judge that
+want=$($PY -c "import json;d=json.load(open('$W/sq2.json'));print(json.dumps(json.load(open('$W/sq2/predictions.json'))[d['data'][0]['paragraphs'][0]['qas'][1]['id']]))")
+[ "$want" != '""' ] && echo "$ans" | grep -qF "\"answer\":$want" || fail "bertcc qa with the joint head: $ans, evaluation predicted $want"
 # the fine-tuned joint head exports as its beam search (ONNX Runtime's numbers: tests/onnx/check_onnx.py)
 "$B" export-onnx --model "$W/sq2" --out "$W/sq2.onnx" > "$W/sq2x.out" 2> "$W/sq2x.err" \
   || fail "export-onnx of the joint head: $(cat "$W/sq2x.err")"
