@@ -21,6 +21,10 @@ using namespace bertcc;
 namespace G = bertcc::cuda;
 
 namespace {
+// The dropout counters' first number, a multiple of 4 as Rng::reserve gives the model (until
+// 2026-11-28 this bench passed 7, which sent the Tensor Core forward down a per-element draw path
+// the model never took; that path is gone)
+constexpr uint64_t kBase = 8;
 struct Buf {
   float* p;
   explicit Buf(const std::vector<float>& v) : p(static_cast<float*>(G::alloc(v.size() * sizeof(float)))) {
@@ -99,10 +103,10 @@ int main(int argc, char** argv) {
       while (std::getline(ps, pn, ',')) {
         const Precision prec = pn == "bf16" ? Precision::BF16 : pn == "fp16" ? Precision::F16 : Precision::F32;
         const double f = mean_ms(iters, [&] {
-          G::attention_forward(out.p, lse.p, q.p, m.p, B, T, C, NH, p, rng, 7, prec);
+          G::attention_forward(out.p, lse.p, q.p, m.p, B, T, C, NH, p, rng, kBase, prec);
         });
         const double bw = mean_ms(iters, [&] {
-          G::attention_backward(dqkv.p, work.p, dO.p, q.p, out.p, nullptr, lse.p, m.p, B, T, C, NH, p, rng, 7, prec);
+          G::attention_backward(dqkv.p, work.p, dO.p, q.p, out.p, nullptr, lse.p, m.p, B, T, C, NH, p, rng, kBase, prec);
         });
         const double flop = 4.0 * B * NH * double(T) * T * HS;
         std::printf("{\"impl\": \"%s\", \"precision\": \"%s\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
