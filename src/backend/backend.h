@@ -2,7 +2,8 @@
 // that live where the backend computes (host memory for the CPU, device memory for CUDA). The CPU
 // backend is kernels/ (oneDNN + OpenMP) call for call, so CPU results are those of the kernels
 // themselves; the CUDA backend is src/cuda/. Conventions are kernels.h's: row-major, backward
-// kernels add into gradients, dropout element i of a site uses number base + i of the Philox stream.
+// kernels add into gradients, dropout element i of a site uses number base + i of the Philox stream
+// (attention dropout: 16 bits of number base + attention_drop_number, bertcc/rng.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,8 @@
 // CUDA kernels: the device twins of kernels/kernels.h, kernels/gemm.h and bertcc/optim.h.
 // Same layouts and conventions as the CPU kernels (row-major, size letters as kernels.h, backward
 // kernels ADD into gradients, dropout element i of a site uses number base + i of the Philox stream,
-// so GPU masks equal CPU masks bit for bit). Every pointer named like a tensor is device memory;
+// attention's 16 bits of number base + attention_drop_number (bertcc/rng.h), so GPU masks equal CPU
+// masks bit for bit). Every pointer named like a tensor is device memory;
 // ids, labels and row indices too. Work is queued on the current device's default stream; the
 // functions that return a host value (a count, a norm) synchronise.
 //
@@ -116,8 +117,9 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // writes it (linear_forward's y16), given to the forward and, unchanged, to the backward. The
 // kernels then read it in place (head size 16, 32, 64 or 128, C a multiple of 8) or round it into
 // scratch, and the saved buffer holds no operands.
-// Head sizes up to 128. Dropout on the probabilities as the CPU kernel: element
-// (row r = (b*NH + h)*T + i, key j) uses number base + r*T + j. fp32: exact fp32 on CUDA cores;
+// Head sizes up to 128. Dropout on the probabilities as the CPU kernel: element (i, j) of head row
+// bh = b*NH + h by 16 bits of number base + attention_drop_number(bh, i, j, T) (base a multiple of
+// 4). fp32: exact fp32 on CUDA cores;
 // bf16/fp16: Tensor Cores (compute capability 8.0+), rounding where the CPU's bf16 attention does.
 int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
                              bool qkv16_kept = false);

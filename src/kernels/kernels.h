@@ -50,7 +50,9 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // probabilities Pd[B,NH,T,T] right after them (fp32, or bf16 when prec is BF16: all the GEMMs
 // read), and when prec is BF16 then q, k and v rounded to bf16 (the backward reads no qkv):
 // `probs` holds attention_saved_size(B, T, C, NH, dropout_p > 0, prec) floats.
-// Element i of Pd uses number base + i of the dropout stream. `work` is scratch of attention_work_size().
+// Element (i, j) of head row bh of Pd is kept iff 16 bits of number base + attention_drop_number(bh,
+// i, j, T) of the dropout stream are >= dropout_threshold16(p) (bertcc/rng.h); a site reserves
+// attention_drop_numbers(B*NH, T) numbers. `work` is scratch of attention_work_size().
 int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH);
 // qkv16_kept (BF16): the caller keeps qkv's bf16 rounding [B,T,3C] and gives it to the forward and,
 // unchanged, to the backward (qkv16 below): then the saved buffer holds no q, k, v.
