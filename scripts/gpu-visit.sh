@@ -145,7 +145,7 @@ for m in ('torch', 'transformers', 'tokenizers', 'h5py', 'numpy', 'onnxruntime')
 \"; lscpu | grep -E 'Model name|^CPU\\(s\\)'"
 step kernels 150 "$B/test_cuda_kernels"
 step cudacpu 150 "for m in tiny mini; do python3 tests/cuda/check_model.py $B/bertcc $B/\$m/model $B/\$m/batch.h5 $OUT/cudacpu_\$m || exit \$?; done"
-step attention 150 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTION_FWD_ROWS=128 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && BERTCC_ATTENTION_FWD_MIN_BLOCKS=4 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && python3 bench/cuda/attention_peer.py --iters 20"
+step attention 150 "$B/bertcc_cuda_attention_bench --iters 20 && $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 --dropout 0 && BERTCC_ATTENTION_FWD_MIN_BLOCKS=4 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && python3 bench/cuda/attention_peer.py --iters 20"
 # gemm: the encoder layer's GEMMs as bertcc runs them, against cuBLASLt's other heuristic answers and
 # bf16 outputs (bench/cuda/gemm_bench.cpp: is the GEMM time, two thirds of a step, the algorithm's or
 # the fp32 outputs'?)
