@@ -1,7 +1,8 @@
 // What the two fused attention implementations share: the problem's shape, the dropout mask
 // (element (i, j) of head row bh = b*NH + h: 16 bits of Philox number base +
-// attention_drop_number(bh, i, j, T), as the CPU kernel; bertcc/rng.h), the head-size dispatch. attention.cu: fp32 on CUDA cores (--precision fp32, exact fp32);
-// attention_tc.cu: bf16/fp16 operands on Tensor Cores (--precision bf16/fp16).
+// attention_drop_number(bh, i, j, T), as the CPU kernel; bertcc/rng.h), the head-size dispatch.
+// attention.cu: fp32 on CUDA cores (--precision fp32, exact fp32); attention_tc.cu: bf16/fp16
+// operands on Tensor Cores (--precision bf16/fp16).
 #pragma once
 #include <cmath>
 #include <type_traits>
