@@ -38,6 +38,10 @@ check loss-scale-head nonzero "pre-training head only" -- "$BERTCC" dump-step --
 printf 'garbage' > "$WORK/m/model.safetensors"
 check bad-weights nonzero "model.safetensors" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out "$WORK/o.safetensors"
 check bad-precision nonzero "precision" -- "$BERTCC" dump-step --model "$WORK/m" --batch x.h5 --out o --precision fp8
+# --cuda-graphs: inference on a CUDA device only, said before anything runs
+check graphs-on-cpu nonzero "cuda-graphs needs --device cuda" -- "$BERTCC" bench infer --config bert-tiny --batch 1 --seq 8 --steps 1 --cuda-graphs
+check graphs-bench-train nonzero "records inference forwards only" -- "$BERTCC" bench train --config bert-tiny --cuda-graphs --device cuda
+check graphs-not-on-pretrain 0 "absent" -- sh -c "'$BERTCC' pretrain --help | grep -q cuda-graphs || echo absent"
 check bad-preset nonzero "bert-huge" -- "$BERTCC" bench train --config bert-huge --steps 1
 # SIGTERM outside training ends the process by the signal (exit 143), as with no handler: bertcc
 # blocks it in every thread and one signal thread re-raises it (bertcc/signals.h). A SIGINT that

@@ -12,6 +12,7 @@
 
 #include "bertcc/config.h"
 #include "bertcc/dtype.h"
+#include "bertcc/error.h"
 #include "bertcc/optim.h"
 #include "bertcc/params.h"
 #include "bertcc/rng.h"
@@ -238,6 +239,21 @@ class Backend {
   virtual double buffer_mb() const { return 0.0; }
   virtual double peak_buffer_mb() const { return 0.0; }
   virtual void reset_peak_buffer_mb() {}
+
+  // ---- graphs (--cuda-graphs) ----
+  // A backend that can (graphs(): CUDA) records the device work queued between graph_begin and
+  // graph_end instead of running it; graph_launch runs the record again, on the same buffers and
+  // with the same arguments, in order with the work queued around it. Inside a recording, copies
+  // to or from the host, allocations and frees are errors (the record holds device work only);
+  // graph_abort ends a recording that an error interrupted. memory_epoch changes whenever one of
+  // the backend's buffers is freed: a record made at another epoch may name a buffer that is gone.
+  virtual bool graphs() const { return false; }
+  virtual void graph_begin() { fail(describe(), " records no graphs (--cuda-graphs needs --device cuda)"); }
+  virtual void* graph_end() { fail(describe(), " records no graphs"); }
+  virtual void graph_abort() {}
+  virtual void graph_launch(void*) { fail(describe(), " records no graphs"); }
+  virtual void graph_destroy(void*) {}
+  virtual uint64_t memory_epoch() const { return 0; }
 };
 
 // The process-wide CPU backend.
@@ -262,6 +278,14 @@ void set_allow_tf32(bool on);
 inline const char* allow_tf32_help() {
   return "fp32 GEMMs on CUDA with TF32 products (10-bit mantissas, fp32 sums; PyTorch's allow_tf32); "
          "default: exact fp32. No effect on the CPU or with --precision bf16/fp16";
+}
+// --cuda-graphs (inference commands): each forward shape seen twice is recorded as a CUDA graph and
+// replayed from then on (Bert::encode). backend_for refuses it for any device but cuda.
+void set_cuda_graphs(bool on);
+bool cuda_graphs();
+inline const char* cuda_graphs_help() {
+  return "with --device cuda: record the encoder's forward as a CUDA graph for each batch shape seen twice "
+         "and replay it (one launch instead of one per kernel; the same results)";
 }
 
 // A buffer of T on a backend, freed with it (moves, never copies).

@@ -17,12 +17,17 @@ namespace bertcc {
 
 namespace {
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_cuda_graphs{false};
 }  // namespace
 
 void set_allow_tf32(bool on) { g_allow_tf32 = on; }
+void set_cuda_graphs(bool on) { g_cuda_graphs = on; }
+bool cuda_graphs() { return g_cuda_graphs; }
 
 Backend& backend_for(const std::string& device) {
   if (device.empty() || device == "cpu" || device == "cpu-staged") {
+    BERTCC_CHECK(!g_cuda_graphs, "--cuda-graphs needs --device cuda (CUDA graphs record GPU work; this is --device ",
+                 device.empty() ? "cpu" : device, ")");
     static std::once_flag said;
     if (g_allow_tf32)
       std::call_once(said, [] { std::cerr << "bertcc: --allow-tf32 has no effect on the CPU (its fp32 GEMMs are exact fp32)\n"; });

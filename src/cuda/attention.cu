@@ -224,7 +224,7 @@ void attention_forward(float* out, float* lse, const float* qkv, const float* ma
     return attn::forward_tc(out, reinterpret_cast<uint16_t*>(out16), lse, qkv,
                             reinterpret_cast<const uint16_t*>(qkv16), mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
-  attn::dispatch_hs(C / NH, [&](auto hs) { attn_fwd<decltype(hs)::value><<<grid, kRows>>>(out, lse, qkv, mask_add, s); });
+  attn::dispatch_hs(C / NH, [&](auto hs) { attn_fwd<decltype(hs)::value><<<grid, kRows, 0, stream()>>>(out, lse, qkv, mask_add, s); });
   BERTCC_CUDA_LAUNCHED("attention_forward");
 }
 
@@ -241,9 +241,9 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                "attention_backward: no forward output (a null out needs its bf16 rounding, in bf16)");
   const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
   if (out)
-    attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256>>>(work, dout, out, s, C / NH);
+    attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256, 0, stream()>>>(work, dout, out, s, C / NH);
   else
-    attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256>>>(work, dout, reinterpret_cast<const uint16_t*>(out16), s,
+    attn_bwd_dot<<<grid_for(B * NH * T * 32, 256), 256, 0, stream()>>>(work, dout, reinterpret_cast<const uint16_t*>(out16), s,
                                                           C / NH);
   BERTCC_CUDA_LAUNCHED("attention_backward (row dots)");
   if (prec != Precision::F32)
@@ -251,9 +251,9 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                              reinterpret_cast<const uint16_t*>(qkv16), lse, work, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
   attn::dispatch_hs(C / NH, [&](auto hs) {
-    attn_bwd_dq<decltype(hs)::value><<<grid, kRows>>>(dqkv, dout, qkv, lse, work, mask_add, s);
+    attn_bwd_dq<decltype(hs)::value><<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, lse, work, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dq)");
-    attn_bwd_dkdv<decltype(hs)::value><<<grid, kRows>>>(dqkv, dout, qkv, lse, work, mask_add, s);
+    attn_bwd_dkdv<decltype(hs)::value><<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, lse, work, mask_add, s);
     BERTCC_CUDA_LAUNCHED("attention_backward (dk, dv)");
   });
 }

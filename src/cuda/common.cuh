@@ -22,6 +22,9 @@ inline void check_cuda(cudaError_t e, const char* what, const char* file, int li
 #define BERTCC_CUDA_CHECK(expr) ::bertcc::cuda::check_cuda((expr), #expr, __FILE__, __LINE__)
 // After a launch: configuration errors now, execution errors at the next synchronisation.
 #define BERTCC_CUDA_LAUNCHED(name) ::bertcc::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__)
+// The stream every launch, copy and GEMM of this thread is queued on: the legacy default stream,
+// or the capture stream while a CUDA graph is being recorded (cuda_kernels.h).
+cudaStream_t stream();
 #endif
 
 // A grow-only device buffer, kept for the next call of the same size or smaller (no cudaMalloc and
@@ -33,6 +36,8 @@ struct Scratch {
   size_t bytes = 0;
   void* get(size_t n) {
     if (n > bytes) {
+      BERTCC_CHECK(!capturing(), "CUDA graph capture: a scratch buffer had to grow to ", n,
+                   " bytes inside the recorded forward (its warm-up run should have sized it)");
       synchronize();  // a kernel queued earlier may still read the old buffer
       free(p);
       p = nullptr;  // no dangling buffer if the allocation below throws

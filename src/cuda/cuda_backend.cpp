@@ -73,6 +73,13 @@ class CudaBackend final : public Backend {
     cuda::scale(x, n, s);
   }
   void synchronize() override { cuda::synchronize(); }
+  bool graphs() const override { return true; }
+  void graph_begin() override { cuda::graph_capture_begin(); }
+  void* graph_end() override { return cuda::graph_capture_end(); }
+  void graph_abort() override { cuda::graph_capture_abort(); }
+  void graph_launch(void* g) override { cuda::graph_launch(g); }
+  void graph_destroy(void* g) override { cuda::graph_destroy(g); }
+  uint64_t memory_epoch() const override { return cuda::memory_epoch(); }
   void bind_thread() override { set_device(index_); }
   int device_ordinal() const override { return index_; }
 

@@ -46,6 +46,22 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_device(void* dst, const void* src, size_t bytes);
 void zero(void* p, size_t bytes);
 void synchronize();  // waits for queued work; throws with the CUDA error of any failed kernel
+// CUDA graphs (inference forwards of a fixed shape, --cuda-graphs). Work is queued on this thread's
+// current stream: the legacy default stream, except between graph_capture_begin and _end, when it
+// is a capture stream and the work queued is recorded, not run. graph_capture_end instantiates the
+// record; graph_launch runs it on the legacy stream, in order with the rest, on the same buffers.
+// Inside a capture, host copies, allocations, frees and synchronisation are errors that say so (the
+// record would not contain them); graph_capture_abort ends a capture that an error interrupted.
+bool capturing();
+void graph_capture_begin();
+void* graph_capture_end();  // a cudaGraphExec_t
+void graph_capture_abort();
+void graph_launch(void* exec);
+void graph_destroy(void* exec);
+// Changes whenever one of bertcc's device buffers is freed: a graph recorded at another epoch may
+// name a buffer that is gone (or whose address now belongs to another).
+uint64_t memory_epoch();
+uint64_t graph_launches();  // graphs launched so far (bench, tests)
 double memory_used_mb();  // the device's memory in use (cudaMemGetInfo: total - free)
 // Bytes of bertcc's own device buffers (alloc/free) now, and their high-water mark since the start
 // or the last reset_peak_allocated (PyTorch's memory_allocated / max_memory_allocated).

@@ -54,10 +54,10 @@ void grouped_rows_add(float* dst, const float* src, const Key* keys, int64_t N, 
   auto* sorted = reinterpret_cast<Key*>(base + at);
   auto* pos_in = reinterpret_cast<int32_t*>(sorted + n);
   int32_t* pos = pos_in + n;
-  iota_k<<<grid_for(N, 256), 256>>>(pos_in, N);
+  iota_k<<<grid_for(N, 256), 256, 0, stream()>>>(pos_in, N);
   BERTCC_CUDA_LAUNCHED(who);
-  BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base, temp, keys, sorted, pos_in, pos, N, 0, end_bit));
-  run_add<Key><<<dim3(static_cast<unsigned>(N), grid_for(C, 128)), 128>>>(dst, src, sorted, pos, static_cast<int32_t>(N), C);
+  BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base, temp, keys, sorted, pos_in, pos, N, 0, end_bit, stream()));
+  run_add<Key><<<dim3(static_cast<unsigned>(N), grid_for(C, 128)), 128, 0, stream()>>>(dst, src, sorted, pos, static_cast<int32_t>(N), C);
   BERTCC_CUDA_LAUNCHED(who);
 }
 
@@ -215,11 +215,11 @@ void column_sums(float* out_b, float* out_a, const float* dy, const float* inp, 
   float* part = buf.take<float>(static_cast<size_t>((out_a ? 2 : 1) * chunks * N));
   const dim3 grid(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks)), block(32, 8);
   if (out_a)
-    colsum_pass1<2><<<grid, block>>>(part, dy, inp, mean, rstd, M, N);
+    colsum_pass1<2><<<grid, block, 0, stream()>>>(part, dy, inp, mean, rstd, M, N);
   else
-    colsum_pass1<1><<<grid, block>>>(part, dy, nullptr, nullptr, nullptr, M, N);
+    colsum_pass1<1><<<grid, block, 0, stream()>>>(part, dy, nullptr, nullptr, nullptr, M, N);
   BERTCC_CUDA_LAUNCHED(what);
-  colsum_pass2<<<grid_for(N, kThreads), kThreads>>>(out_b, out_a, part, chunks, N);
+  colsum_pass2<<<grid_for(N, kThreads), kThreads, 0, stream()>>>(out_b, out_a, part, chunks, N);
   BERTCC_CUDA_LAUNCHED(what);
 }
 
@@ -228,14 +228,14 @@ void column_sums(float* out_b, float* out_a, const float* dy, const float* inp, 
 void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
                         const float* wtt, int64_t B, int64_t T, int64_t C) {
   if (B * T == 0) return;
-  embeddings_fwd<<<static_cast<unsigned>(B * T), 128>>>(out, ids, seg, wte, wpe, wtt, T, C);
+  embeddings_fwd<<<static_cast<unsigned>(B * T), 128, 0, stream()>>>(out, ids, seg, wte, wpe, wtt, T, C);
   BERTCC_CUDA_LAUNCHED("embeddings_forward");
 }
 void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
                          const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) {
   if (C == 0 || B * T == 0) return;
   grouped_rows_add(dwte, dout, ids, B * T, C, V, "embeddings_backward (word rows)");
-  position_grad<<<dim3(static_cast<unsigned>(T), grid_for(C, 128)), 128>>>(dwpe, dout, B, T, C);
+  position_grad<<<dim3(static_cast<unsigned>(T), grid_for(C, 128)), 128, 0, stream()>>>(dwpe, dout, B, T, C);
   BERTCC_CUDA_LAUNCHED("embeddings_backward (positions)");
   grouped_rows_add(dwtt, dout, seg, B * T, C, TT, "embeddings_backward (token-type rows)");
 }
@@ -262,11 +262,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   if (N == 0) return;
   if (const int V = row_groups(C, {out, inp, w, b})) {
     lnr::dispatch_groups(V, [&](auto v) {
-      lnr::fwd<decltype(v)::value, false><<<rows_grid(N), kThreads>>>(out, nullptr, nullptr, mean, rstd, inp, nullptr,
+      lnr::fwd<decltype(v)::value, false><<<rows_grid(N), kThreads, 0, stream()>>>(out, nullptr, nullptr, mean, rstd, inp, nullptr,
                                                                       w, b, N, C, eps, lnr::RowDropout{});
     });
   } else {
-    layernorm_fwd<<<rows_grid(N), kThreads>>>(out, mean, rstd, inp, w, b, N, C, eps);
+    layernorm_fwd<<<rows_grid(N), kThreads, 0, stream()>>>(out, mean, rstd, inp, w, b, N, C, eps);
   }
   BERTCC_CUDA_LAUNCHED("layernorm_forward");
 }
@@ -276,11 +276,11 @@ void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd
   auto* o16 = reinterpret_cast<uint16_t*>(out16);
   if (const int V = row_groups(C, {out, sum, a, r, w, b}, o16)) {
     lnr::dispatch_groups(V, [&](auto v) {
-      lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps,
+      lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads, 0, stream()>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps,
                                                                      lnr::RowDropout{});
     });
   } else {
-    residual_layernorm_fwd<<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps);
+    residual_layernorm_fwd<<<rows_grid(N), kThreads, 0, stream()>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps);
   }
   BERTCC_CUDA_LAUNCHED("residual_layernorm_forward");
 }
@@ -289,10 +289,10 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   if (N == 0) return;
   if (const int V = row_groups(C, {dinp, dout, inp, w})) {
     lnr::dispatch_groups(V, [&](auto v) {
-      lnr::bwd_input<decltype(v)::value><<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
+      lnr::bwd_input<decltype(v)::value><<<rows_grid(N), kThreads, 0, stream()>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
     });
   } else {
-    layernorm_bwd_input<<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
+    layernorm_bwd_input<<<rows_grid(N), kThreads, 0, stream()>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
   }
   BERTCC_CUDA_LAUNCHED("layernorm_backward (input)");
   column_sums(db, dw, dout, inp, mean, rstd, N, C, "layernorm_backward (parameters)");
@@ -319,7 +319,7 @@ bool residual_dropout_layernorm_forward(float* out, float* sum, float* mean, flo
   if (N == 0) return true;
   const lnr::RowDropout d = row_dropout(p, rng, base);
   lnr::dispatch_groups(V, [&](auto v) {
-    lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps, d);
+    lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads, 0, stream()>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps, d);
   });
   BERTCC_CUDA_LAUNCHED("residual_dropout_layernorm_forward");
   return true;
@@ -333,7 +333,7 @@ bool layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* 
   if (N == 0) return true;
   const lnr::RowDropout d = row_dropout(p, rng, base);
   lnr::dispatch_groups(V, [&](auto v) {
-    lnr::bwd_input<decltype(v)::value><<<rows_grid(N), kThreads>>>(dinp, dout, inp, w, mean, rstd, N, C,
+    lnr::bwd_input<decltype(v)::value><<<rows_grid(N), kThreads, 0, stream()>>>(dinp, dout, inp, w, mean, rstd, N, C,
                                                                    /*overwrite=*/true, d, dbranch, d16);
   });
   BERTCC_CUDA_LAUNCHED("layernorm_dropout_backward (input)");
@@ -343,7 +343,7 @@ bool layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* 
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   if (n == 0) return;
-  residual_fwd<<<grid_for(n, kThreads), kThreads>>>(out, a, b, n);
+  residual_fwd<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(out, a, b, n);
   BERTCC_CUDA_LAUNCHED("residual_forward");
 }
 
@@ -354,9 +354,9 @@ void gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_
   auto* i16 = reinterpret_cast<uint16_t*>(inp16);
   const bool erf_form = act == Activation::GeluErf;
   if (vec_ok({out, inp}, {o16, i16}))
-    pw::gelu_fwd<true><<<groups_grid(n), kThreads>>>(out, o16, i16, inp, n, erf_form);
+    pw::gelu_fwd<true><<<groups_grid(n), kThreads, 0, stream()>>>(out, o16, i16, inp, n, erf_form);
   else
-    pw::gelu_fwd<false><<<groups_grid(n), kThreads>>>(out, o16, i16, inp, n, erf_form);
+    pw::gelu_fwd<false><<<groups_grid(n), kThreads, 0, stream()>>>(out, o16, i16, inp, n, erf_form);
   BERTCC_CUDA_LAUNCHED("gelu_forward");
 }
 void gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activation act) {
@@ -365,9 +365,9 @@ void gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activation ac
   const auto* i16 = reinterpret_cast<const uint16_t*>(inp16);
   const bool erf_form = act == Activation::GeluErf;
   if (vec_ok({}, {o16, i16}))
-    pw::gelu_fwd<true, uint16_t><<<groups_grid(n), kThreads>>>(nullptr, o16, nullptr, i16, n, erf_form);
+    pw::gelu_fwd<true, uint16_t><<<groups_grid(n), kThreads, 0, stream()>>>(nullptr, o16, nullptr, i16, n, erf_form);
   else
-    pw::gelu_fwd<false, uint16_t><<<groups_grid(n), kThreads>>>(nullptr, o16, nullptr, i16, n, erf_form);
+    pw::gelu_fwd<false, uint16_t><<<groups_grid(n), kThreads, 0, stream()>>>(nullptr, o16, nullptr, i16, n, erf_form);
   BERTCC_CUDA_LAUNCHED("gelu_forward16");
 }
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act, bf16_t* dinp16,
@@ -376,19 +376,19 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, 
   auto* d16 = reinterpret_cast<uint16_t*>(dinp16);
   const bool erf_form = act == Activation::GeluErf;
   if (vec_ok({dinp, inp, dout}, {d16}))
-    pw::gelu_bwd<true><<<groups_grid(n), kThreads>>>(dinp, d16, inp, dout, n, erf_form, overwrite);
+    pw::gelu_bwd<true><<<groups_grid(n), kThreads, 0, stream()>>>(dinp, d16, inp, dout, n, erf_form, overwrite);
   else
-    pw::gelu_bwd<false><<<groups_grid(n), kThreads>>>(dinp, d16, inp, dout, n, erf_form, overwrite);
+    pw::gelu_bwd<false><<<groups_grid(n), kThreads, 0, stream()>>>(dinp, d16, inp, dout, n, erf_form, overwrite);
   BERTCC_CUDA_LAUNCHED("gelu_backward");
 }
 void tanh_forward(float* out, const float* inp, int64_t n) {
   if (n == 0) return;
-  tanh_fwd<<<grid_for(n, kThreads), kThreads>>>(out, inp, n);
+  tanh_fwd<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(out, inp, n);
   BERTCC_CUDA_LAUNCHED("tanh_forward");
 }
 void tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) {
   if (n == 0) return;
-  tanh_bwd<<<grid_for(n, kThreads), kThreads>>>(dinp, out, dout, n);
+  tanh_bwd<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(dinp, out, dout, n);
   BERTCC_CUDA_LAUNCHED("tanh_backward");
 }
 namespace {
@@ -407,7 +407,7 @@ void with_flags(bool vec, bool quad, F f) {
 void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) {
   if (n == 0) return;
   with_flags(vec_ok({out, inp}), base % 4 == 0, [&](auto vec, auto quad) {
-    pw::dropout_fwd<decltype(vec)::value, decltype(quad)::value><<<groups_grid(n), kThreads>>>(
+    pw::dropout_fwd<decltype(vec)::value, decltype(quad)::value><<<groups_grid(n), kThreads, 0, stream()>>>(
         out, inp, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed, base);
   });
   BERTCC_CUDA_LAUNCHED("dropout_forward");
@@ -417,14 +417,14 @@ void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const 
   if (n == 0) return;
   auto* d16 = reinterpret_cast<uint16_t*>(dinp16);
   with_flags(vec_ok({dinp, dout}, {d16}), base % 4 == 0, [&](auto vec, auto quad) {
-    pw::dropout_bwd<decltype(vec)::value, decltype(quad)::value><<<groups_grid(n), kThreads>>>(
+    pw::dropout_bwd<decltype(vec)::value, decltype(quad)::value><<<groups_grid(n), kThreads, 0, stream()>>>(
         dinp, d16, dout, n, 1.0f / (1.0f - p), dropout_threshold(p), rng.seed, base, overwrite);
   });
   BERTCC_CUDA_LAUNCHED("dropout_backward");
 }
 void gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) {
   if (M == 0) return;
-  gather_rows_k<<<static_cast<unsigned>(M), 128>>>(out, inp, rows, C);
+  gather_rows_k<<<static_cast<unsigned>(M), 128, 0, stream()>>>(out, inp, rows, C);
   BERTCC_CUDA_LAUNCHED("gather_rows");
 }
 void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) {
@@ -433,22 +433,22 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0) return;
   if (rows == 1) {  // any leading dimension (cudaMemcpy2D refuses a pitch below the width)
-    BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, sizeof(float) * cols, cudaMemcpyDeviceToDevice));
+    BERTCC_CUDA_CHECK(cudaMemcpyAsync(dst, src, sizeof(float) * cols, cudaMemcpyDeviceToDevice, stream()));
     return;
   }
   BERTCC_CHECK(dst_ld >= cols && src_ld >= cols, "copy_rows: leading dimensions ", dst_ld, ", ", src_ld,
                " below the ", cols, " columns");
-  BERTCC_CUDA_CHECK(cudaMemcpy2D(dst, sizeof(float) * dst_ld, src, sizeof(float) * src_ld, sizeof(float) * cols, rows,
-                                 cudaMemcpyDeviceToDevice));
+  BERTCC_CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(float) * dst_ld, src, sizeof(float) * src_ld, sizeof(float) * cols,
+                                      rows, cudaMemcpyDeviceToDevice, stream()));
 }
 void add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0) return;
-  add_rows_k<<<grid_for(rows * cols, kThreads), kThreads>>>(dst, dst_ld, src, src_ld, rows, cols);
+  add_rows_k<<<grid_for(rows * cols, kThreads), kThreads, 0, stream()>>>(dst, dst_ld, src, src_ld, rows, cols);
   BERTCC_CUDA_LAUNCHED("add_rows");
 }
 void scale(float* x, int64_t n, float s) {
   if (n <= 0) return;
-  scale_k<<<grid_for(n, kThreads), kThreads>>>(x, n, s);
+  scale_k<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, n, s);
   BERTCC_CUDA_LAUNCHED("scale");
 }
 void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
@@ -459,11 +459,11 @@ void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const fl
   static Scratch buf;  // the partials, kept from call to call
   float* part = buf.take<float>(static_cast<size_t>(chunks * N));
   const dim3 grid(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks));
-  pw::gelu_bwd_colsum<kColRows><<<grid, 256>>>(reinterpret_cast<uint16_t*>(dinp16), part,
+  pw::gelu_bwd_colsum<kColRows><<<grid, 256, 0, stream()>>>(reinterpret_cast<uint16_t*>(dinp16), part,
                                                 reinterpret_cast<const uint16_t*>(inp16), dout, M, N,
                                                 act == Activation::GeluErf, reinterpret_cast<uint16_t*>(out16));
   BERTCC_CUDA_LAUNCHED("gelu_bias_backward");
-  colsum_pass2<<<grid_for(N, kThreads), kThreads>>>(db, nullptr, part, chunks, N);
+  colsum_pass2<<<grid_for(N, kThreads), kThreads, 0, stream()>>>(db, nullptr, part, chunks, N);
   BERTCC_CUDA_LAUNCHED("gelu_bias_backward (bias)");
 }
 

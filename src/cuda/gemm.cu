@@ -152,7 +152,7 @@ struct Problem {
     Context& c = ctx();
     const float alpha = g.alpha, beta = g.accumulate ? 1.0f : 0.0f;
     return cublasLtMatmul(c.lt, desc.d, &alpha, B, la.d, A, lb.d, &beta, C, lc.d, C, lc.d, algo,
-                          c.workspace.get(Context::kWorkspace), Context::kWorkspace, nullptr);
+                          c.workspace.get(Context::kWorkspace), Context::kWorkspace, stream());
   }
 };
 
@@ -264,7 +264,7 @@ static void gemm_out(const kernels::GemmArgs& g, Precision p, bf16_t* C16) {
     kernels::GemmArgs h = g;
     h.bias = nullptr;
     run(h, A, B, ab, compute, false);
-    add_bias<<<grid_for(g.M * g.N, 256), 256>>>(g.C, g.bias, g.M, g.N, g.ldc);
+    add_bias<<<grid_for(g.M * g.N, 256), 256, 0, stream()>>>(g.C, g.bias, g.M, g.N, g.ldc);
     BERTCC_CUDA_LAUNCHED("gemm bias");
   }
 }

@@ -199,7 +199,7 @@ double global_norm(const float* x, size_t n) {
   const int64_t nb = (static_cast<int64_t>(n) + kBlock - 1) / kBlock;
   static Scratch buf;
   double* part = buf.take<double>(static_cast<size_t>(nb));
-  sumsq_blocks<<<static_cast<unsigned>(nb), 32>>>(part, x, static_cast<int64_t>(n));
+  sumsq_blocks<<<static_cast<unsigned>(nb), 32, 0, stream()>>>(part, x, static_cast<int64_t>(n));
   BERTCC_CUDA_LAUNCHED("global_norm");
   std::vector<double> h(static_cast<size_t>(nb));
   copy_to_host(h.data(), part, h.size() * sizeof(double));
@@ -219,11 +219,11 @@ double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamSta
   float* ratio = b_ratio.take<float>(p.ntensors);
   const auto nc = static_cast<unsigned>(p.nchunks);
   const auto nt = static_cast<int32_t>(p.ntensors);
-  lamb_update<<<nc, kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), p.chunks, a, wsq, usq);
+  lamb_update<<<nc, kThreads, 0, stream()>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), p.chunks, a, wsq, usq);
   BERTCC_CUDA_LAUNCHED("lamb_step (update)");
-  lamb_ratio<<<grid_for(nt, 128), 128>>>(ratio, p.first, p.count, p.wd, wsq, usq, nt, o.nvlamb);
+  lamb_ratio<<<grid_for(nt, 128), 128, 0, stream()>>>(ratio, p.first, p.count, p.wd, wsq, usq, nt, o.nvlamb);
   BERTCC_CUDA_LAUNCHED("lamb_step (trust ratios)");
-  lamb_apply<<<nc, kThreads>>>(params, grads, p.chunks, ratio, lr);
+  lamb_apply<<<nc, kThreads, 0, stream()>>>(params, grads, p.chunks, ratio, lr);
   BERTCC_CUDA_LAUNCHED("lamb_step (apply)");
   return grad_norm;
 }
@@ -233,7 +233,7 @@ double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamSt
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, o.bias_correction);
   const DevicePlan& p = device_plan(t, o.weight_decay, s.begin, s.end);
   if (p.nchunks == 0) return grad_norm;
-  adamw_update<<<static_cast<unsigned>(p.nchunks), kThreads>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin),
+  adamw_update<<<static_cast<unsigned>(p.nchunks), kThreads, 0, stream()>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin),
                                                                p.chunks, a, o.weight_decay, lr);
   BERTCC_CUDA_LAUNCHED("adamw_step");
   return grad_norm;

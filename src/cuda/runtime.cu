@@ -2,12 +2,14 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <unordered_map>
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
+#include "cuda/op_timer.h"
 
 namespace bertcc::cuda {
 
@@ -56,11 +58,75 @@ namespace {
 std::mutex g_mem_mu;
 std::unordered_map<void*, size_t> g_live;
 size_t g_live_bytes = 0, g_peak_bytes = 0;
+std::atomic<uint64_t> g_epoch{0};  // memory_epoch: frees so far
+std::atomic<uint64_t> g_launches{0};
+
+// This thread's stream (null: the legacy default stream) and whether it is recording a graph.
+thread_local cudaStream_t t_stream = nullptr;
+thread_local cudaStream_t t_capture_stream = nullptr;  // made on this thread's first capture, kept
+thread_local bool t_capturing = false;
+
+void not_capturing(const char* what) {
+  BERTCC_CHECK(!t_capturing, "CUDA graph capture: ", what,
+               " inside the recorded forward (a graph holds device work only; it would not be replayed)");
+}
 }  // namespace
+
+cudaStream_t stream() { return t_stream; }
+bool capturing() { return t_capturing; }
+uint64_t memory_epoch() { return g_epoch.load(); }
+uint64_t graph_launches() { return g_launches.load(); }
+
+void graph_capture_begin() {
+  BERTCC_CHECK(!t_capturing, "CUDA graph capture: already recording");
+  BERTCC_CHECK(!op_profiling(), "--cuda-graphs with BERTCC_CUDA_PROFILE=1: the profile times each operation from "
+                                "the host, a graph replays them as one; profile without --cuda-graphs");
+  if (!t_capture_stream) BERTCC_CUDA_CHECK(cudaStreamCreateWithFlags(&t_capture_stream, cudaStreamNonBlocking));
+  // thread-local mode: this thread's unsafe calls (synchronous copies, cudaMalloc) are errors
+  // while it records, not silently run outside the record; other threads are not affected
+  BERTCC_CUDA_CHECK(cudaStreamBeginCapture(t_capture_stream, cudaStreamCaptureModeThreadLocal));
+  t_stream = t_capture_stream;
+  t_capturing = true;
+}
+
+void* graph_capture_end() {
+  BERTCC_CHECK(t_capturing, "CUDA graph capture: not recording");
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(t_capture_stream, &g);
+  t_stream = nullptr;
+  t_capturing = false;
+  BERTCC_CUDA_CHECK(e);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  BERTCC_CUDA_CHECK(ie);
+  return exec;
+}
+
+void graph_capture_abort() {
+  if (!t_capturing) return;
+  cudaGraph_t g = nullptr;
+  (void)cudaStreamEndCapture(t_capture_stream, &g);  // an invalidated capture ends with an error and no graph
+  if (g) cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+  t_stream = nullptr;
+  t_capturing = false;
+}
+
+void graph_launch(void* exec) {
+  not_capturing("a graph launch");
+  BERTCC_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), t_stream));
+  ++g_launches;
+}
+
+void graph_destroy(void* exec) {  // no throwing: called from destructors
+  if (exec) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+}
 
 void* alloc(size_t bytes) {
   void* p = nullptr;
   if (bytes == 0) return nullptr;
+  not_capturing("a device allocation");
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -79,7 +145,9 @@ void* alloc(size_t bytes) {
 
 void free(void* p) {
   if (!p) return;
+  not_capturing("freeing a device buffer");
   BERTCC_CUDA_CHECK(cudaFree(p));
+  ++g_epoch;
   std::lock_guard<std::mutex> lk(g_mem_mu);
   auto it = g_live.find(p);
   if (it == g_live.end()) return;  // not ours: cudaFree has said what it had to
@@ -101,18 +169,23 @@ void reset_peak_allocated() {
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
+  not_capturing("a copy from the host");
   if (bytes) BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 void copy_to_host(void* dst, const void* src, size_t bytes) {
+  not_capturing("a copy to the host");
   if (bytes) BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
+// Device to device and memset: queued on the stream (cudaMemcpy and cudaMemset between device
+// buffers do not wait for the host either), so that a capture records them.
 void copy_device(void* dst, const void* src, size_t bytes) {
-  if (bytes) BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  if (bytes) BERTCC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, t_stream));
 }
 void zero(void* p, size_t bytes) {
-  if (bytes) BERTCC_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  if (bytes) BERTCC_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, t_stream));
 }
 void synchronize() {
+  not_capturing("a synchronisation");
   BERTCC_CUDA_CHECK(cudaGetLastError());
   BERTCC_CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -159,8 +232,8 @@ void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) {
   if (n <= 0) return;
   const bool vec = reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0;
   const unsigned grid = grid_for((n + 7) / 8, 256);
-  if (bf16) narrow_kernel<true><<<grid, 256>>>(out, in, n, vec);
-  else narrow_kernel<false><<<grid, 256>>>(out, in, n, vec);
+  if (bf16) narrow_kernel<true><<<grid, 256, 0, stream()>>>(out, in, n, vec);
+  else narrow_kernel<false><<<grid, 256, 0, stream()>>>(out, in, n, vec);
   BERTCC_CUDA_LAUNCHED("narrow16");
 }
 
@@ -168,7 +241,7 @@ void to_bf16(bf16_t* out, const float* in, int64_t n) { narrow16(reinterpret_cas
 
 void widen16(float* out, const uint16_t* in, int64_t n, bool bf16) {
   if (n <= 0) return;
-  widen16_kernel<<<grid_for(n, 256), 256>>>(out, in, n, bf16);
+  widen16_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(out, in, n, bf16);
   BERTCC_CUDA_LAUNCHED("widen16");
 }
 

@@ -139,7 +139,7 @@ void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double*
   BERTCC_CHECK(B <= 65535, "weighted_row_sums: ", B, " rows is more than this kernel's grid takes");
   static Scratch buf;  // (grow-only buffers here and below: no cudaMalloc/cudaFree per call)
   const double* w = buf.upload(w_host, static_cast<size_t>(B * T));
-  weighted_rows<<<dim3(grid_for(C, 128), static_cast<unsigned>(B)), 128>>>(out, out_ld, x, w, T, C);
+  weighted_rows<<<dim3(grid_for(C, 128), static_cast<unsigned>(B)), 128, 0, stream()>>>(out, out_ld, x, w, T, C);
   BERTCC_CUDA_LAUNCHED("weighted_row_sums");
 }
 
@@ -147,7 +147,7 @@ void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t 
   if (M == 0) return;
   static Scratch buf;
   int32_t* picks = buf.take<int32_t>(static_cast<size_t>(M));
-  gumbel_rows<<<static_cast<unsigned>(M), kThreads>>>(picks, logits, V, rng.seed, base);
+  gumbel_rows<<<static_cast<unsigned>(M), kThreads, 0, stream()>>>(picks, logits, V, rng.seed, base);
   BERTCC_CUDA_LAUNCHED("gumbel_argmax");
   copy_to_host(picks_host, picks, static_cast<size_t>(M) * sizeof(int32_t));
 }
@@ -158,7 +158,7 @@ int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_
   static Scratch buf;
   auto* counts = buf.take<unsigned long long>(2);
   zero(counts, 2 * sizeof(unsigned long long));
-  xent_rows<<<static_cast<unsigned>(N), kThreads>>>(logits, losses, labels, V, ignore_index, grad_scale, counts);
+  xent_rows<<<static_cast<unsigned>(N), kThreads, 0, stream()>>>(logits, losses, labels, V, ignore_index, grad_scale, counts);
   BERTCC_CUDA_LAUNCHED("softmax_xent_forward_backward");
   unsigned long long h[2] = {0, 0};
   copy_to_host(h, counts, sizeof h);

@@ -187,6 +187,27 @@ struct Bert::Acts {
   DeviceBuffer<float> darena, dmask;     // on a device: the arena and mask_add there
   DeviceBuffer<int32_t> dids, dseg;      // on a device: the batch's ids there
   const float* mask = nullptr;           // mask_add where the backend computes
+  // --cuda-graphs: the inference forwards recorded (Bert::encode), by shape and the arena's place,
+  // oldest first; `seen`: shapes run unrecorded, recorded when they come again. Destroyed with the
+  // arena they name.
+  struct Graphs {
+    struct Entry {
+      int64_t B, T;
+      Precision prec;
+      const float* arena;
+      uint64_t epoch;  // the backend's memory_epoch when recorded: valid while it stays
+      void* exec;
+    };
+    static constexpr size_t kMax = 64;  // recorded shapes kept (a server's batches come in many shapes)
+    Backend* be = nullptr;
+    std::vector<Entry> recorded, seen;  // seen: exec null, epoch when last run unrecorded
+    Graphs() = default;
+    Graphs(const Graphs&) = delete;
+    Graphs& operator=(const Graphs&) = delete;
+    ~Graphs() {
+      for (const Entry& e : recorded) be->graph_destroy(e.exec);
+    }
+  } graphs;
   float *emb_sum, *emb_mean, *emb_rstd;  // [N,E], [N], [N]
   float *emb_out, *demb_a, *demb_b, *demb_c;  // [N,E]: embeddings before the projection; their gradients
   std::vector<float*> x;                 // L+1 of [N,C]: layer inputs/outputs
@@ -721,6 +742,54 @@ const float* Bert::sequence_output_on_host(std::vector<float>& buf) const {
   return buf.data();
 }
 
+namespace {
+// --cuda-graphs: `forward` (an inference forward's device work on the arena at `arena`) run as a
+// recorded graph. A shape's first run on an arena is run as it is: it sizes every scratch buffer and
+// lets cuBLASLt choose its algorithms, so that recording queues device work alone. Its next run is
+// recorded and launched, later ones launch the record. When one of the backend's buffers has been
+// freed since (memory_epoch), a record may name a buffer that is gone: it is dropped, and its shape
+// starts again with a run as it is. The kernels and their arguments are those of the unrecorded
+// forward, so are the results.
+template <class Graphs, class F>
+void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_t T, Precision prec, F&& forward) {
+  gs.be = &be;
+  const uint64_t epoch = be.memory_epoch();
+  for (auto it = gs.recorded.begin(); it != gs.recorded.end();) {
+    if (it->epoch == epoch) {
+      ++it;
+    } else {
+      be.graph_destroy(it->exec);
+      it = gs.recorded.erase(it);
+    }
+  }
+  auto same = [&](const auto& e) { return e.B == B && e.T == T && e.prec == prec && e.arena == arena; };
+  for (const auto& e : gs.recorded)
+    if (same(e)) return be.graph_launch(e.exec);
+  auto seen = std::find_if(gs.seen.begin(), gs.seen.end(), same);
+  if (seen == gs.seen.end() || seen->epoch != epoch) {
+    forward();
+    if (seen != gs.seen.end()) gs.seen.erase(seen);
+    if (gs.seen.size() >= 4 * Graphs::kMax) gs.seen.erase(gs.seen.begin());
+    gs.seen.push_back({B, T, prec, arena, be.memory_epoch(), nullptr});
+    return;
+  }
+  be.graph_begin();
+  try {
+    forward();
+  } catch (...) {
+    be.graph_abort();
+    throw;
+  }
+  void* exec = be.graph_end();  // (nothing was freed while recording: freeing is an error there)
+  if (gs.recorded.size() >= Graphs::kMax) {
+    be.graph_destroy(gs.recorded.front().exec);
+    gs.recorded.erase(gs.recorded.begin());
+  }
+  gs.recorded.push_back({B, T, prec, arena, epoch, exec});
+  be.graph_launch(exec);
+}
+}  // namespace
+
 void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward) {
   const int64_t B = batch.B, T = batch.T, N = B * T;
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
@@ -750,71 +819,79 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
   if (!be.on_host()) be.upload(a.dmask.get(), a.mask_add.data(), sizeof(float) * N);
 
-  // embeddings -> LayerNorm -> dropout [-> embeddings_project (ELECTRA, embedding_size != hidden)]
-  const int64_t E = cfg_.embedding_dim();
-  const bool project = E != C;
-  float* emb = project ? a.emb_out : a.x[0];
-  be.embeddings_forward(a.emb_sum, ids, seg,
-                     w("bert.embeddings.word_embeddings.weight"), w("bert.embeddings.position_embeddings.weight"),
-                     w("bert.embeddings.token_type_embeddings.weight"), B, T, E);
-  be.layernorm_forward(emb, a.emb_mean, a.emb_rstd, a.emb_sum, w("bert.embeddings.LayerNorm.weight"),
-                    w("bert.embeddings.LayerNorm.bias"), N, E, eps);
-  if (p_h > 0) {
-    a.seed_emb = rng.reserve(N * E);
-    be.dropout_forward(emb, emb, N * E, p_h, rng, a.seed_emb);
-  }
-  if (project)
-    be.linear_forward(a.x[0], a.emb_out, w("bert.embeddings_project.weight"), w("bert.embeddings_project.bias"), N, C, E,
-                   prec, w16("bert.embeddings_project.weight", prec));
+  // The forward from the embeddings on: device work alone (the batch is where the backend computes).
+  auto forward = [&] {
+    // embeddings -> LayerNorm -> dropout [-> embeddings_project (ELECTRA, embedding_size != hidden)]
+    const int64_t E = cfg_.embedding_dim();
+    const bool project = E != C;
+    float* emb = project ? a.emb_out : a.x[0];
+    be.embeddings_forward(a.emb_sum, ids, seg,
+                       w("bert.embeddings.word_embeddings.weight"), w("bert.embeddings.position_embeddings.weight"),
+                       w("bert.embeddings.token_type_embeddings.weight"), B, T, E);
+    be.layernorm_forward(emb, a.emb_mean, a.emb_rstd, a.emb_sum, w("bert.embeddings.LayerNorm.weight"),
+                      w("bert.embeddings.LayerNorm.bias"), N, E, eps);
+    if (p_h > 0) {
+      a.seed_emb = rng.reserve(N * E);
+      be.dropout_forward(emb, emb, N * E, p_h, rng, a.seed_emb);
+    }
+    if (project)
+      be.linear_forward(a.x[0], a.emb_out, w("bert.embeddings_project.weight"), w("bert.embeddings_project.bias"), N, C, E,
+                     prec, w16("bert.embeddings_project.weight", prec));
 
-  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
-    Acts::Layer& ly = a.layers[l];
-    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
-    const float* xin = a.x[l];
-    // x[l]'s rounding: made here for layer 0 (after the embeddings' dropout), by the previous
-    // layer's LayerNorm for the others
-    // (bf16: the output as its rounding qkv16 alone, what the attention reads)
-    LinearIo qkv_io = l == 0 ? keep16(ly.x16) : LinearIo{a.as16(ly.x16), nullptr, nullptr};
-    qkv_io.y16 = a.as16(ly.qkv16);
-    be.linear_forward(ly.qkv, xin, w(p + "attention.self.query.weight"), w(p + "attention.self.query.bias"), N, 3 * C, C,
-                   prec, w16(p + "attention.self.query.weight", prec), qkv_io);
-    ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
-    // (bf16: the output as its rounding ctx16 alone, what the product reads)
-    be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, prec == Precision::BF16 ? nullptr : ly.qkv,
-                         a.as16(ly.qkv16), a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
-    be.linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
-                   C, prec, w16(p + "attention.output.dense.weight", prec),
-                   LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
-    if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
-    be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
-                                          w(p + "attention.output.LayerNorm.weight"),
-                                          w(p + "attention.output.LayerNorm.bias"), N, C, eps, a.as16(ly.h1_16), p_h,
-                                          rng, ly.seed_attn_out);
-    // bf16: FFN1's output as its rounding inter16 alone (as PyTorch's autocast Linear writes bf16),
-    // the GELU's input forward and backward
-    LinearIo ffn1_io{a.as16(ly.h1_16), nullptr, nullptr};
-    ffn1_io.y16 = a.as16(ly.inter16);
-    be.linear_forward(ly.inter, ly.h1, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias"), N, I, C, prec,
-                   w16(p + "intermediate.dense.weight", prec), ffn1_io);
-    if (prec == Precision::BF16)
-      be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, act);
-    else
-      be.gelu_forward(ly.gelu, ly.inter, N * I, act);
-    be.linear_forward(a.tmp_c, ly.gelu, w(p + "output.dense.weight"), w(p + "output.dense.bias"), N, C, I, prec,
-                   w16(p + "output.dense.weight", prec), LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
-    if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
-    be.residual_dropout_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
-                                          w(p + "output.LayerNorm.weight"), w(p + "output.LayerNorm.bias"), N, C, eps,
-                                          l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr, p_h,
-                                          rng, ly.seed_ffn_out);
-  }
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+      Acts::Layer& ly = a.layers[l];
+      const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+      const float* xin = a.x[l];
+      // x[l]'s rounding: made here for layer 0 (after the embeddings' dropout), by the previous
+      // layer's LayerNorm for the others
+      // (bf16: the output as its rounding qkv16 alone, what the attention reads)
+      LinearIo qkv_io = l == 0 ? keep16(ly.x16) : LinearIo{a.as16(ly.x16), nullptr, nullptr};
+      qkv_io.y16 = a.as16(ly.qkv16);
+      be.linear_forward(ly.qkv, xin, w(p + "attention.self.query.weight"), w(p + "attention.self.query.bias"), N, 3 * C, C,
+                     prec, w16(p + "attention.self.query.weight", prec), qkv_io);
+      ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
+      // (bf16: the output as its rounding ctx16 alone, what the product reads)
+      be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, prec == Precision::BF16 ? nullptr : ly.qkv,
+                           a.as16(ly.qkv16), a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
+      be.linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
+                     C, prec, w16(p + "attention.output.dense.weight", prec),
+                     LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
+      if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
+      be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
+                                            w(p + "attention.output.LayerNorm.weight"),
+                                            w(p + "attention.output.LayerNorm.bias"), N, C, eps, a.as16(ly.h1_16), p_h,
+                                            rng, ly.seed_attn_out);
+      // bf16: FFN1's output as its rounding inter16 alone (as PyTorch's autocast Linear writes bf16),
+      // the GELU's input forward and backward
+      LinearIo ffn1_io{a.as16(ly.h1_16), nullptr, nullptr};
+      ffn1_io.y16 = a.as16(ly.inter16);
+      be.linear_forward(ly.inter, ly.h1, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias"), N, I, C, prec,
+                     w16(p + "intermediate.dense.weight", prec), ffn1_io);
+      if (prec == Precision::BF16)
+        be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, act);
+      else
+        be.gelu_forward(ly.gelu, ly.inter, N * I, act);
+      be.linear_forward(a.tmp_c, ly.gelu, w(p + "output.dense.weight"), w(p + "output.dense.bias"), N, C, I, prec,
+                     w16(p + "output.dense.weight", prec), LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
+      if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
+      be.residual_dropout_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
+                                            w(p + "output.LayerNorm.weight"), w(p + "output.LayerNorm.bias"), N, C, eps,
+                                            l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr, p_h,
+                                            rng, ly.seed_ffn_out);
+    }
 
-  // pooler: tanh(dense(h[:, 0]))
-  if (!pooler_) return;
-  be.copy_rows(a.cls, C, a.x.back(), T * C, B, C);
-  be.linear_forward(a.pooled, a.cls, w("bert.pooler.dense.weight"), w("bert.pooler.dense.bias"), B, C, C, prec,
-                 w16("bert.pooler.dense.weight", prec));
-  be.tanh_forward(a.pooled, a.pooled, B * C);
+    // pooler: tanh(dense(h[:, 0]))
+    if (!pooler_) return;
+    be.copy_rows(a.cls, C, a.x.back(), T * C, B, C);
+    be.linear_forward(a.pooled, a.cls, w("bert.pooler.dense.weight"), w("bert.pooler.dense.bias"), B, C, C, prec,
+                   w16("bert.pooler.dense.weight", prec));
+    be.tanh_forward(a.pooled, a.pooled, B * C);
+  };
+  // --cuda-graphs: an inference forward runs as one recorded graph from its shape's second time on
+  if (!training && !backward && be.graphs() && cuda_graphs())
+    run_recorded(a.graphs, a.darena.get(), be, B, T, prec, forward);
+  else
+    forward();
 }
 
 void Bert::encode_backward(const float* dseq, const float* dpooled, Precision prec) {

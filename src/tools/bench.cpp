@@ -73,8 +73,14 @@ void add_bench(CLI::App& app) {
   sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   add_device_flags(sub, o->device);
+  add_cuda_graphs_flag(sub);
   sub->callback([o]() {
     set_threads(o->threads);
+    BERTCC_CHECK(!cuda_graphs() || o->mode == "infer", "bench ", o->mode,
+                 ": --cuda-graphs records inference forwards only (bench infer)");
+    // a shape's first forward runs unrecorded and its second is recorded: both before the timing
+    BERTCC_CHECK(!cuda_graphs() || o->warmup >= 2, "bench infer --cuda-graphs: --warmup must be at least 2 "
+                 "(the first forward runs unrecorded, the second records the graph)");
     const Precision prec = parse_precision(o->precision);
     BertConfig cfg = config_from_name_or_path(o->config);
     const bool electra = o->mode == "electra";
@@ -170,6 +176,7 @@ void add_bench(CLI::App& app) {
                             std::to_string(cfg.hidden_size);
     j["peak_rss_mb"] = peak_rss_mb();
     j["device"] = o->device;
+    if (cuda_graphs()) j["cuda_graphs"] = true;
     if (be.kind() == DeviceKind::CUDA) {
       j["gpu"] = be.describe();
       // bertcc's own device buffers at their highest during the timed steps (PyTorch's

@@ -44,6 +44,11 @@ inline void add_device_flags(CLI::App* sub, std::string& device) {
   sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
 }
 
+// --cuda-graphs, on the commands that only infer (qa, classify, tag, embed, fill-mask, serve, bench).
+inline void add_cuda_graphs_flag(CLI::App* sub) {
+  sub->add_flag_callback(flag("--cuda-graphs"), [] { set_cuda_graphs(true); }, cuda_graphs_help());
+}
+
 // The data-parallel flags (mpirun/srun) of pretrain and finetune.
 inline void add_data_parallel_flags(CLI::App* sub, bertcc::dist::Options& o) {
   sub->add_option(flag("--allreduce-dtype"), o.allreduce_dtype,

@@ -165,6 +165,7 @@ void common(CLI::App* c, InferCli& o) {
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
   add_device_flags(c, o.device);
+  add_cuda_graphs_flag(c);
 }
 
 }  // namespace

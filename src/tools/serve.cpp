@@ -39,6 +39,7 @@ void add_serve(CLI::App& app) {
   s->add_option("--threads", o->threads, "compute threads (default: all cores)")->check(threads_check());
   s->add_option("--precision", o->precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
   add_device_flags(s, o->device);
+  add_cuda_graphs_flag(s);
   s->callback([o]() {
     const int rc = serve::run_server(*o);
     if (rc != 0) std::exit(rc);

@@ -227,6 +227,24 @@ elif cpu_fp32 && { [ -n "${FT_DATA:-}" ] || make_ft_data "$S" "$W/ftdata"; }; th
     check "$1 on $D against cpu ($(head -c 70 "$W/inf_cpu.txt"))" $C json "$W/inf_$D.txt" "$W/inf_cpu.txt" 1e-3 1e-4
   done
   serve_same_on "$B" "$D" "$W" 1e-3
+  # --cuda-graphs (cuda only): each line's shape runs, is recorded, then replayed twice; the output
+  # must be byte-identical to the same lines without graphs
+  if [ "$D" = cuda ]; then
+    for i in 1 2 3 4; do printf '{"text": "a gorgeous, witty film"}\n{"text": "John lives in Berlin and works for the United Nations"}\n'; done > "$W/graphs_in.jsonl"
+    for cmd in "classify --model $W/ft_sst2_cpu" "tag --model $W/ft_ner_cpu"; do
+      set -- $cmd
+      for g in off on; do
+        x=""; [ $g = on ] && x=--cuda-graphs
+        "$B" "$@" --precision bf16 --device cuda --batch-size 1 $x < "$W/graphs_in.jsonl" > "$W/graphs_$g.txt" 2> "$W/graphs_$g.err" \
+          || fail "$1 --cuda-graphs $g: $(tail -2 "$W/graphs_$g.err")"
+      done
+      if [ -s "$W/graphs_off.txt" ] && cmp -s "$W/graphs_off.txt" "$W/graphs_on.txt"; then
+        echo "ok   $1 with --cuda-graphs on cuda: the same bytes as without ($(wc -l < "$W/graphs_on.txt") lines, 2 shapes run 4 times each)"
+      else
+        fail "$1 with --cuda-graphs on cuda: the output differs from the run without graphs"
+      fi
+    done
+  fi
 else
   echo "note: ../shared/data not found and no FT_DATA: fine-tuning on $D not checked"
 fi

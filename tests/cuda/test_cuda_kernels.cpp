@@ -887,6 +887,88 @@ void test_model_inference() {
   }
 }
 
+// --cuda-graphs: an inference forward recorded and replayed gives the unrecorded forward's bits,
+// for new inputs of a recorded shape, after another shape has re-carved the arena, and after a
+// larger one has grown it (the record is dropped and made again); recording refuses host work.
+void test_graphs() {
+  BertConfig c;
+  c.vocab_size = 512;
+  c.hidden_size = 128;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 256;
+  c.max_position_embeddings = 64;
+  c.id2label = {"a", "b"};
+  auto batch = [](int64_t B, int64_t T, uint32_t seed) {
+    BertBatch b;
+    b.B = B;
+    b.T = T;
+    std::mt19937 g(seed);
+    for (int64_t i = 0; i < B * T; ++i) {
+      const bool pad = i % T >= T - 2 * (i / T);
+      b.input_ids.push_back(pad ? 0 : 1 + static_cast<int32_t>(g() % 500));
+      b.input_mask.push_back(pad ? 0 : 1);
+      b.segment_ids.push_back(i % T > T / 2 ? 1 : 0);
+    }
+    return b;
+  };
+  Backend& be = backend_for("cuda:" + std::to_string(g_device));
+  // the shapes in order: 4 x 40 three times (run, record, replay), new inputs, another shape, back,
+  // a larger shape (the arena grows: the record is dropped), back twice (run, record again)
+  const std::vector<std::pair<int64_t, uint32_t>> plan = {{4, 1}, {4, 2}, {4, 3}, {4, 4}, {2, 5}, {4, 6},
+                                                          {9, 7}, {4, 8}, {4, 9}, {4, 10}};
+  for (Precision prec : {Precision::F32, Precision::BF16}) {
+    const std::string pn = prec == Precision::BF16 ? " bf16" : " fp32";
+    Bert eager(c, Heads::SequenceClassification), recorded(c, Heads::SequenceClassification);
+    eager.init_weights(3);
+    recorded.init_weights(3);
+    eager.use_backend_for_inference(be, prec);
+    recorded.use_backend_for_inference(be, prec);
+    const uint64_t launches0 = G::graph_launches();
+    std::vector<float> want, got;
+    for (const auto& [B, seed] : plan) {
+      const BertBatch b = batch(B, 40, seed);
+      Rng r1{9, 0}, r2{9, 0};
+      set_cuda_graphs(false);
+      eager.finetune_step(b, false, false, prec, r1);
+      const std::vector<float> e = eager.head_logits();
+      want.insert(want.end(), e.begin(), e.end());
+      set_cuda_graphs(true);
+      recorded.finetune_step(b, false, false, prec, r2);
+      const std::vector<float> r = recorded.head_logits();
+      got.insert(got.end(), r.begin(), r.end());
+    }
+    set_cuda_graphs(false);
+    check_equal("graphs" + pn + ": recorded forwards = unrecorded (10 batches, 3 shapes)", want, got);
+    // as graphs: the 2nd to 4th runs of 4 x 40 (recorded at the 2nd) and the one after 2 x 40; after
+    // 9 x 40 grew the arena, the 8th runs unrecorded and the 9th and 10th as a new record
+    const uint64_t launches = G::graph_launches() - launches0;
+    ++g_checks;
+    std::printf("%-58s %llu (want 6)%s\n", ("graphs" + pn + ": forwards run as graphs").c_str(),
+                static_cast<unsigned long long>(launches), launches == 6 ? "" : "  FAIL");
+    if (launches != 6) ++g_failures;
+  }
+  // host work inside a recording is refused by name, and the recording ends cleanly
+  {
+    Dev<float> x(std::vector<float>(16, 1.0f));
+    std::vector<float> h(16);
+    std::string what;
+    G::graph_capture_begin();
+    try {
+      G::copy_to_host(h.data(), x.p, sizeof(float) * 16);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    G::graph_capture_abort();
+    ++g_checks;
+    const bool ok = what.find("CUDA graph capture: a copy to the host") != std::string::npos && !G::capturing();
+    std::printf("%-58s %s%s\n", "graphs: a host copy while recording is refused", what.substr(0, 60).c_str(),
+                ok ? "" : "  FAIL");
+    if (!ok) ++g_failures;
+    check_equal("graphs: the stream works after an aborted recording", std::vector<float>(16, 1.0f), x.back());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -918,6 +1000,7 @@ int main(int argc, char** argv) {
     if (selected("gumbel")) test_gumbel();
     if (selected("rows")) test_weighted_rows();
     if (selected("model")) test_model_inference();
+    if (selected("graphs")) test_graphs();
     G::synchronize();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
