@@ -835,25 +835,36 @@ void test_weighted_rows() {
 // (use_backend_for_inference, W null in the products) against the full placement: the same bits
 // on this GPU, for a QA and a classification head, in bf16 and (arena only) fp32; the inference
 // placement must hold less memory.
-void test_model_inference() {
+// A small model (vocabulary 512, hidden 128, 2 heads) for the model-level checks.
+BertConfig small_model(int layers, int intermediate, std::vector<std::string> labels) {
   BertConfig c;
   c.vocab_size = 512;
   c.hidden_size = 128;
-  c.num_hidden_layers = 3;
+  c.num_hidden_layers = layers;
   c.num_attention_heads = 2;
-  c.intermediate_size = 384;
+  c.intermediate_size = intermediate;
   c.max_position_embeddings = 64;
-  c.id2label = {"a", "b", "c"};
+  c.id2label = std::move(labels);
+  return c;
+}
+// B random sequences of T tokens; row r ends in pad_step * r padding tokens; segment 1 after `split`.
+BertBatch padded_batch(int64_t B, int64_t T, uint32_t seed, int64_t pad_step, int64_t split) {
   BertBatch b;
-  b.B = 4;
-  b.T = 40;
-  std::mt19937 g(5);
-  for (int64_t i = 0; i < b.B * b.T; ++i) {
-    const bool pad = i % b.T >= b.T - 3 * (i / b.T);
+  b.B = B;
+  b.T = T;
+  std::mt19937 g(seed);
+  for (int64_t i = 0; i < B * T; ++i) {
+    const bool pad = i % T >= T - pad_step * (i / T);
     b.input_ids.push_back(pad ? 0 : 1 + static_cast<int32_t>(g() % 500));
     b.input_mask.push_back(pad ? 0 : 1);
-    b.segment_ids.push_back(i % b.T > 20 ? 1 : 0);
+    b.segment_ids.push_back(i % T > split ? 1 : 0);
   }
+  return b;
+}
+
+void test_model_inference() {
+  const BertConfig c = small_model(3, 384, {"a", "b", "c"});
+  BertBatch b = padded_batch(4, 40, 5, 3, 20);
   b.start_positions = {1, 5, 9, 2};  // labels: the training arena's step has a backward
   b.end_positions = {3, 5, 12, 30};
   b.labels = {0, 2, 1, 1};
@@ -891,27 +902,7 @@ void test_model_inference() {
 // for new inputs of a recorded shape, after another shape has re-carved the arena, and after a
 // larger one has grown it (the record is dropped and made again); recording refuses host work.
 void test_graphs() {
-  BertConfig c;
-  c.vocab_size = 512;
-  c.hidden_size = 128;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 256;
-  c.max_position_embeddings = 64;
-  c.id2label = {"a", "b"};
-  auto batch = [](int64_t B, int64_t T, uint32_t seed) {
-    BertBatch b;
-    b.B = B;
-    b.T = T;
-    std::mt19937 g(seed);
-    for (int64_t i = 0; i < B * T; ++i) {
-      const bool pad = i % T >= T - 2 * (i / T);
-      b.input_ids.push_back(pad ? 0 : 1 + static_cast<int32_t>(g() % 500));
-      b.input_mask.push_back(pad ? 0 : 1);
-      b.segment_ids.push_back(i % T > T / 2 ? 1 : 0);
-    }
-    return b;
-  };
+  const BertConfig c = small_model(2, 256, {"a", "b"});
   Backend& be = backend_for("cuda:" + std::to_string(g_device));
   // the shapes in order: 4 x 40 three times (run, record, replay), new inputs, another shape, back,
   // a larger shape (the arena grows: the record is dropped), back twice (run, record again)
@@ -927,7 +918,7 @@ void test_graphs() {
     const uint64_t launches0 = G::graph_launches();
     std::vector<float> want, got;
     for (const auto& [B, seed] : plan) {
-      const BertBatch b = batch(B, 40, seed);
+      const BertBatch b = padded_batch(B, 40, seed, 2, 20);
       Rng r1{9, 0}, r2{9, 0};
       set_cuda_graphs(false);
       eager.finetune_step(b, false, false, prec, r1);
