@@ -26,7 +26,8 @@
 # onnxruntime), electra (ELECTRA-small against its PyTorch peer on the GPU), electra_glue (ELECTRA-small
 # against BERT of its shape at equal pre-training time, then GLUE), scaling (data-parallel CPU
 # scaling on the 16 cores, all-reduce against MPI_Allreduce), serve_load (dynamic batching of serve
-# --device cuda under 64 clients), compile (one shape against torch.compile). Exit 0 when every step that ran passed or skipped.
+# --device cuda under 64 clients), compile (one shape against torch.compile), parity (learning on the
+# GPU against the CPU: tests/cuda/parity.sh), graphs (bench infer with and without --cuda-graphs). Exit 0 when every step that ran passed or skipped.
 set -u
 cmd="${1:-}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -81,12 +82,12 @@ if [ "$cmd" = pack ]; then
   # the fine-tuning cuts of ../shared/data for tests/cuda/e2e.sh (the GPU machine has no ../shared)
   ( . tests/train/common.sh; PY=/usr/bin/python3 make_ft_data ../shared/data .gpu/bundle/ftdata ) ||
     echo "gpu-visit: ../shared/data not found: e2e will not check fine-tuning" >&2
-  # for the electra_glue step: make demo's corpus and vocabulary, GLUE's five dev/train sets
+  # for the electra_glue and parity steps: make demo's corpus and vocabulary, GLUE's five dev/train sets
   if [ -d demo-out/corpus/train ] && [ -d ../shared/data/glue ]; then
     mkdir -p .gpu/bundle/demo .gpu/bundle/glue_data
     cp -r demo-out/corpus demo-out/vocab.txt .gpu/bundle/demo/ && cp -r ../shared/data/glue .gpu/bundle/glue_data/
   else
-    echo "gpu-visit: no demo-out/corpus (make demo) or ../shared/data/glue: the electra_glue step will fail" >&2
+    echo "gpu-visit: no demo-out/corpus (make demo) or ../shared/data/glue: the electra_glue and parity steps will fail" >&2
   fi
   tar cJf .gpu/bundle.tar.xz -C .gpu bundle || exit 1
   rm -rf .gpu/bundle
@@ -117,7 +118,7 @@ step() {
   if [ -n "$ONLY" ]; then
     case ",$ONLY," in *",$name,"*) ;; *) return ;; esac
   else
-    case $name in profile|stack|electra|electra_glue|scaling|serve_load|compile|e2e_late) return ;; esac  # asked for by name only
+    case $name in profile|stack|electra|electra_glue|scaling|serve_load|compile|e2e_late|parity|graphs) return ;; esac  # asked for by name only
   fi
   left=$((BUDGET - ($(date +%s) - START)))
   [ "$left" -lt "$max" ] && max=$left
@@ -167,6 +168,16 @@ step hf 120 "python3 tests/hf/check_autotokenizer.py $B/bertcc tests/tokenizer/a
 step stack 150 "python3 tests/torch/check_convert.py $B/bertcc $OUT/convert $B/vocab/bert-base-uncased-vocab.txt && BERTCC_ORT=python python3 tests/onnx/check_onnx.py $B/bertcc $B/vocab/bert-base-uncased-vocab.txt $OUT/onnx"
 # electra: ELECTRA-small pre-training against the PyTorch peer, both on the GPU
 step electra 150 "DEVICE=cuda PYTHON=python3 OUT=$OUT/electra.jsonl sh bench/electra_peer.sh $B/bertcc"
+# graphs: bench infer with and without --cuda-graphs (bf16): one launch per forward instead of one per
+# kernel, where launches matter (batch 1) and where they should not (BERT-large 64 x 384)
+step graphs 150 "for c in 'bert-base 1 128' 'bert-base 8 128' 'bert-large 64 384'; do set -- \$c; for g in '' --cuda-graphs; do \
+$B/bertcc bench infer --config \$1 --batch \$2 --seq \$3 --precision bf16 --device cuda --steps 20 --warmup 3 \$g | tail -1 || exit 1; done; done"
+# parity: issue 11's learning checks (tests/cuda/parity.sh): bert-mini pre-trained 300 steps on the demo
+# corpus on the GPU and on the CPU (mean loss of the last 50 steps within 1 %, bf16 and fp32), kill -9
+# and resume on the GPU (byte-identical), SST-2 from one checkpoint on both (dev accuracy within 0.5
+# points, fp32 and bf16); the CPU runs on the machine's 16 cores
+step parity 420 "THREADS=16 PYTHON=python3 sh tests/cuda/parity.sh $B/bertcc $OUT/parity $B/demo/corpus $B/demo/vocab.txt \
+$B/glue_data/glue/SST-2 cuda"
 # electra_glue: issue 13's comparison at a GPU's budget: ELECTRA-small (12 layers, hidden 256,
 # embedding 128, generator 1/4) against a BERT of its shape, 150 s of pre-training each on the demo
 # corpus, then MRPC, RTE, CoLA and STS-B with 3 seeds each (bench/electra_vs_bert.sh); about 8 minutes
@@ -216,6 +227,14 @@ for l in open(sys.argv[1]):
 PY
 echo "== bench"; grep -E "^(mode|train|squad|infer)" "$OUT/bench.log" 2>/dev/null
 echo "== e2e"; grep -E "^(FAIL|PASS|e2e)" "$OUT/e2e.log" 2>/dev/null | head -20
+echo "== graphs (bench infer, bf16: ms per forward without / with --cuda-graphs)"
+python3 - "$OUT/graphs.log" <<'PY' 2>/dev/null
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for r in rows:
+    print(f"{r['config']:10s} {r['batch']:3d} x {r['seq']:3d}  graphs {'on ' if r.get('cuda_graphs') else 'off'}  {r['step_ms']:.3f} ms  {r['seq_per_s']:.0f} seq/s")
+PY
+echo "== parity"; grep -E "^(ok|FAIL|parity)" "$OUT/parity.log" 2>/dev/null
 echo "== model"; grep -hiE "worst|fail|mismatch|ok" "$OUT/model.log" 2>/dev/null | tail -6
 echo "== summary (budget ${BUDGET}s, used $(($(date +%s) - START))s)"; cat "$OUT/summary.txt"
 exit $STATUS
