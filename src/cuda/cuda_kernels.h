@@ -41,11 +41,18 @@ DeviceInfo device_info(int device);
 void set_device(int device);
 void* alloc(size_t bytes);  // throws bertcc::Error naming the size when the device is out of memory
 void free(void* p);
+// Host to device: up to 4 MiB through a ring of page-locked staging memory, queued on the thread's
+// stream (the host does not wait for the device; src may be reused as soon as this returns);
+// larger copies with cudaMemcpy. staged_copies / stage_waits count the staged copies so far, and
+// the times one had to wait for an earlier copy out of the same region of the ring.
 void copy_to_device(void* dst, const void* src, size_t bytes);
+uint64_t staged_copies();
+uint64_t stage_waits();
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_device(void* dst, const void* src, size_t bytes);
 void zero(void* p, size_t bytes);
 void synchronize();  // waits for queued work; throws with the CUDA error of any failed kernel
+bool stream_idle();  // whether the work queued on this thread's stream has all run (no waiting)
 // CUDA graphs (inference forwards of a fixed shape, --cuda-graphs). Work is queued on this thread's
 // current stream: the legacy default stream, except between graph_capture_begin and _end, when it
 // is a capture stream and the work queued is recorded, not run. graph_capture_end instantiates the

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
@@ -168,9 +170,89 @@ void reset_peak_allocated() {
   g_peak_bytes = g_live_bytes;
 }
 
+namespace {
+// Host-to-device copies through page-locked staging, as PyTorch's pin_memory=True with
+// .to(device, non_blocking=True): the host copies the source into a ring of pinned memory and
+// queues the DMA on the thread's stream, then returns without waiting for the device. (cudaMemcpy
+// from pageable memory first waits for every queued kernel: each batch upload, and each label or
+// row upload in the middle of a step, stopped the host until the GPU had drained, and the GPU then
+// idled while the host queued the next kernels.) A region of the ring is written again only once
+// the event recorded after its copy has completed. One ring per device (its events are that
+// device's); copies above kStageMax (weights, optimizer moments: once per run) stay cudaMemcpy.
+constexpr size_t kStageBytes = size_t{32} << 20, kStageMax = size_t{4} << 20, kStageAlign = 256;
+struct Staging {
+  unsigned char* host = nullptr;
+  size_t head = 0;  // where the next region starts (or 0, if it does not fit before the end)
+  struct Pending {
+    size_t begin, end;
+    cudaEvent_t done;
+  };
+  std::vector<Pending> pending;  // regions whose copies may not have run yet
+  std::vector<cudaEvent_t> spare;
+};
+std::mutex g_stage_mu;
+std::unordered_map<int, Staging> g_stage;  // by device; never freed (the process's lifetime)
+std::atomic<uint64_t> g_staged_copies{0}, g_stage_waits{0};
+}  // namespace
+
+uint64_t staged_copies() { return g_staged_copies.load(); }
+uint64_t stage_waits() { return g_stage_waits.load(); }
+
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   not_capturing("a copy from the host");
-  if (bytes) BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  if (!bytes) return;
+  if (bytes > kStageMax) {
+    BERTCC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return;
+  }
+  int dev = 0;
+  BERTCC_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lk(g_stage_mu);
+  Staging& s = g_stage[dev];
+  if (!s.host) {
+    void* h = nullptr;
+    const cudaError_t e = cudaHostAlloc(&h, kStageBytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail("CUDA: cannot allocate ", kStageBytes >> 20, " MiB of page-locked host memory for host-to-device copies (",
+           cudaGetErrorString(e), ")");
+    }
+    s.host = static_cast<unsigned char*>(h);
+  }
+  const size_t n = (bytes + kStageAlign - 1) / kStageAlign * kStageAlign;
+  const size_t at = s.head + n <= kStageBytes ? s.head : 0;
+  // Retire the regions whose copies are done; wait for those the new one overlaps. (Copies queued
+  // by other threads' streams may finish in any order, so every pending region is looked at.)
+  size_t keep = 0;
+  for (size_t i = 0; i < s.pending.size(); ++i) {
+    Staging::Pending& p = s.pending[i];
+    bool done = false;
+    if (p.begin < at + n && at < p.end) {
+      BERTCC_CUDA_CHECK(cudaEventSynchronize(p.done));
+      ++g_stage_waits;
+      done = true;
+    } else {
+      const cudaError_t q = cudaEventQuery(p.done);
+      if (q != cudaErrorNotReady) BERTCC_CUDA_CHECK(q);
+      done = q == cudaSuccess;
+    }
+    if (done) s.spare.push_back(p.done);
+    else s.pending[keep++] = p;
+  }
+  s.pending.resize(keep);
+  std::memcpy(s.host + at, src, bytes);
+  BERTCC_CUDA_CHECK(cudaMemcpyAsync(dst, s.host + at, bytes, cudaMemcpyHostToDevice, t_stream));
+  cudaEvent_t ev = nullptr;
+  if (!s.spare.empty()) {
+    ev = s.spare.back();
+    s.spare.pop_back();
+  } else {
+    BERTCC_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  }
+  BERTCC_CUDA_CHECK(cudaEventRecord(ev, t_stream));
+  s.pending.push_back({at, at + n, ev});
+  s.head = at + n;
+  ++g_staged_copies;
 }
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   not_capturing("a copy to the host");
@@ -188,6 +270,13 @@ void synchronize() {
   not_capturing("a synchronisation");
   BERTCC_CUDA_CHECK(cudaGetLastError());
   BERTCC_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+bool stream_idle() {
+  const cudaError_t q = cudaStreamQuery(t_stream);
+  if (q == cudaErrorNotReady) return false;
+  BERTCC_CUDA_CHECK(q);
+  return true;
 }
 
 double memory_used_mb() {
