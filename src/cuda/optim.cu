@@ -199,7 +199,7 @@ double global_norm(const float* x, size_t n) {
   const int64_t nb = (static_cast<int64_t>(n) + kBlock - 1) / kBlock;
   static Scratch buf;
   double* part = buf.take<double>(static_cast<size_t>(nb));
-  sumsq_blocks<<<static_cast<unsigned>(nb), 32, 0, stream()>>>(part, x, static_cast<int64_t>(n));
+  sumsq_blocks<<<grid_for(nb, kSumsqBlocksPerCta), kSumsqThreads, 0, stream()>>>(part, x, static_cast<int64_t>(n));
   BERTCC_CUDA_LAUNCHED("global_norm");
   std::vector<double> h(static_cast<size_t>(nb));
   copy_to_host(h.data(), part, h.size() * sizeof(double));

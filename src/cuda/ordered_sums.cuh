@@ -55,22 +55,36 @@ __global__ void run_add(float* dst, const float* src, const Key* keys, const int
 // block of kBlock elements, 16 fp32 lanes, lane k taking elements k, k + 16, ... in order with a
 // fused multiply-add (what the CPU build compiles acc += x*x to: vfmadd, -march=native), then the
 // lanes added in double in lane order. So the unsharded norm on the device equals the ZeRO-1 norm,
-// which is summed on the host from each rank's downloaded part. One warp per block, 16 lanes busy.
-__global__ void sumsq_blocks(double* part, const float* x, int64_t n) {
+// which is summed on the host from each rank's downloaded part. Each half-warp takes one block
+// (kSumsqBlocksPerCta per CTA of kSumsqThreads): all 32 lanes busy, and eight loads of a lane in
+// flight before its chain of multiply-adds reads them. (It was one warp per block with 16 lanes
+// busy: 41,000 one-warp CTAs for BERT-large, held to 32 resident warps per SM by the CTA limit.)
+constexpr int kSumsqThreads = 256, kSumsqBlocksPerCta = kSumsqThreads / 16;
+__global__ void __launch_bounds__(kSumsqThreads) sumsq_blocks(double* __restrict__ part, const float* __restrict__ x,
+                                                              int64_t n) {
   constexpr int64_t kBlock = static_cast<int64_t>(kNormBlock);
-  __shared__ float lanes[16];
-  const int64_t i0 = blockIdx.x * kBlock, i1 = min(n, i0 + kBlock);
-  const int k = static_cast<int>(threadIdx.x);
-  if (k < 16) {
+  __shared__ float lanes[kSumsqBlocksPerCta][16];
+  const int half = static_cast<int>(threadIdx.x) / 16, k = static_cast<int>(threadIdx.x) % 16;
+  const int64_t nb = (n + kBlock - 1) / kBlock, blk = static_cast<int64_t>(blockIdx.x) * kSumsqBlocksPerCta + half;
+  if (blk < nb) {
+    const int64_t i0 = blk * kBlock, i1 = min(n, i0 + kBlock);
     float acc = 0.0f;
-    for (int64_t i = i0 + k; i < i1; i += 16) acc = __fmaf_rn(x[i], x[i], acc);
-    lanes[k] = acc;
+    int64_t i = i0 + k;
+    for (; i + 7 * 16 < i1; i += 8 * 16) {  // eight loads, then the eight multiply-adds in order
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = x[i + u * 16];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc = __fmaf_rn(v[u], v[u], acc);
+    }
+    for (; i < i1; i += 16) acc = __fmaf_rn(x[i], x[i], acc);
+    lanes[half][k] = acc;
   }
   __syncwarp();
-  if (k == 0) {
+  if (k == 0 && blk < nb) {
     double s = 0.0;
-    for (int j = 0; j < 16; ++j) s += lanes[j];
-    part[blockIdx.x] = s;
+    for (int j = 0; j < 16; ++j) s += lanes[half][j];
+    part[blk] = s;
   }
 }
 

@@ -83,18 +83,19 @@ int main() {
     grouped_rows_add_sim(sim.data(), dout.data(), rows, C);
     expect_equal("scatter_add_rows (int64 rows, runs of 97)", cpu, sim);
   }
-  {  // the norm: three whole blocks and a cut one
-    const size_t n = 3 * kNormBlock + 1234;
+  // the norm: whole blocks and a cut one, over one CTA's blocks and beyond (17 and 18: the second
+  // CTA's first lanes); a cut block shorter than one round of eight loads; a single short block
+  for (const size_t n : {3 * kNormBlock + 1234, 17 * kNormBlock + 5, 16 * kNormBlock + 100, size_t{37}}) {
     std::vector<float> x(n);
     for (auto& v : x) v = 3.0f * u(gen);
     const int64_t nb = static_cast<int64_t>((n + kNormBlock - 1) / kNormBlock);
-    std::vector<double> part(nb);
-    sim::launch({static_cast<unsigned>(nb), 1, 1}, 32, 0,
+    std::vector<double> part(nb, -1.0);
+    sim::launch({cuda::grid_for(nb, cuda::kSumsqBlocksPerCta), 1, 1}, cuda::kSumsqThreads, 0,
                 [&] { cuda::sumsq_blocks(part.data(), x.data(), static_cast<int64_t>(n)); });
     double s = 0;
     for (double p : part) s += p;
-    expect_equal("global_norm (16 FMA lanes per block)", std::vector<double>{global_norm(x.data(), n)},
-                 std::vector<double>{std::sqrt(s)});
+    expect_equal("global_norm (16 FMA lanes per block), n = " + std::to_string(n),
+                 std::vector<double>{global_norm(x.data(), n)}, std::vector<double>{std::sqrt(s)});
   }
   std::printf("%d failed\n", g_fail);
   return g_fail ? 1 : 0;
