@@ -146,7 +146,7 @@ for m in ('torch', 'transformers', 'tokenizers', 'h5py', 'numpy', 'onnxruntime')
 \"; lscpu | grep -E 'Model name|^CPU\\(s\\)'"
 step kernels 150 "$B/test_cuda_kernels"
 step cudacpu 150 "for m in tiny mini; do python3 tests/cuda/check_model.py $B/bertcc $B/\$m/model $B/\$m/batch.h5 $OUT/cudacpu_\$m || exit \$?; done"
-step attention 150 "$B/bertcc_cuda_attention_bench --iters 20 && $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 --dropout 0 && BERTCC_ATTENTION_FWD_MIN_BLOCKS=4 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && python3 bench/cuda/attention_peer.py --iters 20"
+step attention 180 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTION_SKIP_PADDING=0 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 --dropout 0 && BERTCC_ATTENTION_FWD_MIN_BLOCKS=4 $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 && for k in 0 1; do BERTCC_ATTENTION_SKIP_PADDING=\$k $B/bertcc_cuda_attention_bench --iters 20 --precisions bf16 --padding 0.5 || exit 1; done && python3 bench/cuda/attention_peer.py --iters 20"
 # gemm: the encoder layer's GEMMs as bertcc runs them, against cuBLASLt's other heuristic answers and
 # bf16 outputs (bench/cuda/gemm_bench.cpp: is the GEMM time, two thirds of a step, the algorithm's or
 # the fp32 outputs'?)
@@ -211,7 +211,7 @@ python3 - "$OUT/attention.log" <<'PY' 2>/dev/null
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 for r in rows:
-    print(f"{r['impl']:10s} {r['precision']:5s} B{r['B']} T{r['T']} NH{r['NH']} HS{r['HS']}: fwd {r['fwd_ms']:.3f} ms "
+    print(f"{r['impl']:10s} {r['precision']:5s} B{r['B']} T{r['T']} NH{r['NH']} HS{r['HS']} pad {r.get('padding', 0.125):.2f}: fwd {r['fwd_ms']:.3f} ms "
           f"({r['fwd_tflops']:.1f}), bwd {r['bwd_ms']:.3f} ms ({r['bwd_tflops']:.1f})")
 PY
 echo "== gemm (ms as bertcc runs it / best heuristic answer / bf16 output)"

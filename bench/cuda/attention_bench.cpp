@@ -5,6 +5,7 @@
 // attention FLOPs: forward 4*B*NH*T^2*HS, backward 2.5x that (FlashAttention's convention; these
 // kernels recompute S in both backward kernels, so they do 14/10 of the counted backward work).
 //   bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] [--precisions fp32,bf16,fp16]
+//                               [--padding F]  (every other sequence ends in F*T padding keys; 0.125)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -52,6 +53,7 @@ double mean_ms(int iters, F f) {
 
 int main(int argc, char** argv) {
   std::string shapes = "16,512,16,64;64,128,16,64;128,128,12,64;8,512,8,128", precs = "fp32,bf16,fp16";
+  double padding = 0.125;  // every other sequence ends in this fraction of T as padding keys
   int iters = 20;
   float p = 0.1f;
   for (int i = 1; i < argc; ++i) {
@@ -60,11 +62,16 @@ int main(int argc, char** argv) {
     else if (a == "--iters" && i + 1 < argc) iters = std::max(1, std::atoi(argv[++i]));
     else if (a == "--dropout" && i + 1 < argc) p = static_cast<float>(std::atof(argv[++i]));
     else if (a == "--precisions" && i + 1 < argc) precs = argv[++i];
+    else if (a == "--padding" && i + 1 < argc) padding = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] "
-                           "[--precisions fp32,bf16,fp16]\n");
+                           "[--precisions fp32,bf16,fp16] [--padding F]\n");
       return 2;
     }
+  }
+  if (!(padding >= 0.0 && padding < 1.0)) {
+    std::fprintf(stderr, "--padding: %g is not a fraction in [0, 1)\n", padding);
+    return 2;
   }
   if (!G::usable_device_or_skip()) return 77;
   try {
@@ -85,8 +92,9 @@ int main(int argc, char** argv) {
       std::vector<float> qkv(B * T * 3 * C), dout(B * T * C), mask(B * T, 0.0f);
       for (auto& x : qkv) x = u(gen);
       for (auto& x : dout) x = u(gen);
-      for (long b = 0; b < B; ++b)  // the last eighth of every other sequence is padding
-        for (long t = T - (b % 2) * (T / 8); t < T; ++t) mask[b * T + t] = -10000.0f;
+      for (long b = 0; b < B; ++b)  // every other sequence ends in padding (--padding: an eighth of T)
+        for (long t = T - (b % 2) * static_cast<long>(padding * static_cast<double>(T)); t < T; ++t)
+          mask[b * T + t] = -10000.0f;
       Buf q(qkv), dO(dout), m(mask), out(std::vector<float>(B * T * C)), lse(std::vector<float>(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, p > 0, Precision::BF16)))),
           dqkv(std::vector<float>(B * T * 3 * C)),
           work(std::vector<float>(static_cast<size_t>(G::attention_backward_work_size(B, T, NH))));
@@ -96,8 +104,12 @@ int main(int argc, char** argv) {
       // in the label, so that runs of the forms can be told apart
       const char* rows = std::getenv("BERTCC_ATTENTION_FWD_ROWS");
       const char* blocks = std::getenv("BERTCC_ATTENTION_FWD_MIN_BLOCKS");
+      // BERTCC_ATTENTION_SKIP_PADDING=0: every key visited, also those past a sequence's last unmasked
+      // key (attention_tc_kernels.cuh: count_keys), as "-allkeys"
+      const char* skip = std::getenv("BERTCC_ATTENTION_SKIP_PADDING");
       const std::string impl = std::string("bertcc") + (rows && *rows ? std::string("-fwd") + rows : "") +
-                               (blocks && *blocks ? std::string("-mb") + blocks : "");
+                               (blocks && *blocks ? std::string("-mb") + blocks : "") +
+                               (skip && std::string(skip) == "0" ? "-allkeys" : "");
       std::stringstream ps(precs);
       std::string pn;
       while (std::getline(ps, pn, ',')) {
@@ -110,8 +122,8 @@ int main(int argc, char** argv) {
         });
         const double flop = 4.0 * B * NH * double(T) * T * HS;
         std::printf("{\"impl\": \"%s\", \"precision\": \"%s\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
-                    "\"dropout\": %.2f, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
-                    impl.c_str(), pn.c_str(), B, T, NH, HS, double(p), f, bw, flop / f * 1e-9, 2.5 * flop / bw * 1e-9);
+                    "\"dropout\": %.2f, \"padding\": %.3f, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
+                    impl.c_str(), pn.c_str(), B, T, NH, HS, double(p), padding, f, bw, flop / f * 1e-9, 2.5 * flop / bw * 1e-9);
         std::fflush(stdout);
       }
     }

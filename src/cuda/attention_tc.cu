@@ -36,7 +36,12 @@
 // per eight of its own decisions, 16 bits each; none are drawn in the backward). Backward, without atomics (the result does not depend on
 // scheduling), as the fp32 kernels: one kernel per query block for dq, one per key block for dk
 // and dv, each recomputing P = exp(S - lse) and reading the decisions.
+//
+// Padding: each kernel stops at its sequence's last key above BERT's padding mask (count_keys, one
+// small launch per call): later key tiles add exactly nothing, so they are not visited, and dk/dv
+// blocks wholly past that key write zeros. The same bits as visiting every key.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -108,6 +113,34 @@ int fwd_min_blocks() {
   return blocks ? blocks : 1;
 }
 
+// Whether the kernels stop at each sequence's last unmasked key (attention_tc_kernels.cuh:
+// count_keys; the same bits either way). On unless set_attention_skip_padding(false) or
+// BERTCC_ATTENTION_SKIP_PADDING=0 (for the attention bench and the tests that compare both).
+std::atomic<int> g_skip_padding{-1};  // -1: not yet read from the environment
+bool skip_padding() {
+  int v = g_skip_padding.load();
+  if (v < 0) {
+    const char* e = std::getenv("BERTCC_ATTENTION_SKIP_PADDING");
+    BERTCC_CHECK(!e || !*e || std::string(e) == "0" || std::string(e) == "1", "BERTCC_ATTENTION_SKIP_PADDING: '", e,
+                 "' is not 0 or 1");
+    v = e && std::string(e) == "0" ? 0 : 1;
+    int unset = -1;
+    g_skip_padding.compare_exchange_strong(unset, v);
+    v = g_skip_padding.load();
+  }
+  return v == 1;
+}
+
+// Per sequence, the keys the kernels visit (count_keys), or null where every key is visited.
+const int32_t* visited_keys(const float* mask_add, const Shape& s) {
+  if (!skip_padding() || !mask_add) return nullptr;
+  static Scratch buf;  // grow-only; stream order keeps a later call from overwriting it early
+  int32_t* n = buf.take<int32_t>(static_cast<size_t>(s.B));
+  count_keys<<<static_cast<unsigned>(s.B), kThreads, 0, stream()>>>(n, mask_add, s.T);
+  BERTCC_CUDA_LAUNCHED("attention (keys to visit)");
+  return n;
+}
+
 // The 16-bit operands (attention_tc_kernels.cuh: Operands) of one call, in one grow-only buffer
 // (stream order keeps a later call from overwriting them before the kernels that read them ran).
 uint16_t* operand_buffer(size_t elems) {
@@ -167,6 +200,7 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
     }
     op.Tp = padded_T(s.T);
     if (s.drop) op.drop_bits = reinterpret_cast<uint32_t*>(lse + lse_floats(s.B, s.NH, s.T));
+    op.nkeys = visited_keys(mask_add, s);
     part.reset();
     const OpTimer kernel("attention_forward/kernel");
     auto launch = [&](auto mtc, auto blocks) {
@@ -217,6 +251,7 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
     op.Tp = padded_T(s.T);
     // the forward's dropout decisions (attention_common.cuh: after lse in the saved buffer)
     if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
+    op.nkeys = visited_keys(mask_add, s);  // the forward's, computed again from the same mask
     part.emplace("attention_backward/dq");
     launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>(op.Tp));
     bwd_dq<BF, HS><<<grid, kThreads, dq_smem<BF, HS>(op.Tp), stream()>>>(dqkv, dqkv16, op, lse, D, mask_add, s);
@@ -229,3 +264,7 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
 }
 
 }  // namespace bertcc::cuda::attn
+
+namespace bertcc::cuda {
+void set_attention_skip_padding(bool on) { attn::g_skip_padding.store(on ? 1 : 0); }
+}  // namespace bertcc::cuda

@@ -238,7 +238,42 @@ struct Operands {
   Rows q, k, v, dout;
   int64_t Tp = 0;                 // T rounded up to kBlockRows (the decision words' layout; masks in shared memory)
   uint32_t* drop_bits = nullptr;  // with dropout: written by fwd, read by bwd_dq and bwd_dkdv
+  const int32_t* nkeys = nullptr; // per sequence, the keys to visit (count_keys); null: all T
 };
+
+// ---- padding keys ----
+// A key whose additive mask is at most kPadMask (BERT's padding: -10000) gets a probability of
+// exactly 0 in every row once the row has seen a key above it: exp(s - 10000 - max) is below
+// float's smallest normal unless its score exceeds the row's largest unmasked score by more than
+// about 9,900, and the kernels flush such values to zero (ex2.approx.ftz; the CPU's exp gives 0 as
+// well). Such a key adds exactly nothing: in the forward, the running max does not move (the
+// correction is exp2(0) = 1) and P V adds zero products; in the backward its dS and Pd are zeros.
+// So the kernels stop at the last unmasked key of each sequence: forward and dq visit key tiles up
+// to it, and dk/dv blocks wholly past it write zeros without computing. The same bits as visiting
+// every key (the simulator and test_cuda_kernels compare both), in less time on padded batches
+// (SQuAD, GLUE and serving pad sequences to max_seq_length).
+constexpr float kPadMask = -10000.0f;
+// nkeys[b] = one past sequence b's last key with mask above kPadMask (NaN counts as above), or T
+// where it has none (every key is then visited, as without this). One block per sequence.
+__global__ void __launch_bounds__(kThreads) count_keys(int32_t* nkeys, const float* mask_add, int64_t T) {
+  __shared__ int32_t best[kThreads];
+  const int64_t b = blockIdx.x;
+  int32_t last = -1;
+  for (int64_t j = threadIdx.x; j < T; j += kThreads)
+    if (!(mask_add[b * T + j] <= kPadMask)) last = static_cast<int32_t>(j);
+  best[threadIdx.x] = last;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (static_cast<int>(threadIdx.x) < w && best[threadIdx.x + w] > best[threadIdx.x])
+      best[threadIdx.x] = best[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) nkeys[b] = best[0] < 0 ? static_cast<int32_t>(T) : best[0] + 1;
+}
+// The keys sequence b's kernels visit: [0, visited_keys).
+__device__ inline int64_t visited_keys(const Operands& op, int64_t b, int64_t T) {
+  return op.nkeys ? static_cast<int64_t>(op.nkeys[b]) : T;
+}
 inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
 template <int HS>
 int64_t operand_elems(const Shape& s) { return s.B * s.NH * padded_T(s.T) * HS; }
@@ -418,6 +453,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
   // the masks while those copies are in flight (seen after the loop's first barrier)
   for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads) Ms[j] = j < s.T ? mask_add[b * s.T + j] * kLog2e : -INFINITY;
   const float scale2 = s.scale * kLog2e;
+  const int64_t nk = visited_keys(op, b, s.T);  // the keys past it add exactly nothing (count_keys)
   // Q's A fragments: kept in registers with one m-tile; with two, loaded again from shared memory
   // for each key tile (2 x HS / 16 ldmatrix per tile), which leaves the registers to the two tiles'
   // scores and outputs (kept, they made the kernel spill at head size 64)
@@ -433,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
     row[mt][0] = q0 + mt * kBlockRows + warp * 16 + g;
     row[mt][1] = row[mt][0] + 8;
   }
-  const int ntiles = static_cast<int>((s.T + BN - 1) / BN);
+  const int ntiles = static_cast<int>((nk + BN - 1) / BN);
   for (int jt = 0; jt < ntiles; ++jt) {
     const int buf = jt & 1;
     const int64_t j0 = static_cast<int64_t>(jt) * BN;
@@ -603,7 +639,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
     Di[r] = row[r] < s.T ? D[bh * s.T + row[r]] : 0.0f;
   }
   float dq[HS / 8][4] = {};
-  const int ntiles = static_cast<int>((s.T + BN - 1) / BN);
+  // the forward's key tiles: those past them add exactly nothing (count_keys)
+  const int ntiles = static_cast<int>((visited_keys(op, b, s.T) + BN - 1) / BN);
   for (int jt = 0; jt < ntiles; ++jt) {
     const int buf = jt & 1;
     const int64_t j0 = static_cast<int64_t>(jt) * BN;
@@ -666,6 +703,29 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
     copy_rows<BN, HS>(t, LDH, op.q, b, h, i0);
     copy_rows<BN, HS>(t + BN * LDH, LDH, op.dout, b, h, i0);
   };
+  const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  // dk (times the softmax scale) and dv into dqkv, and their roundings into dqkv16 where given
+  auto store = [&](const float (&dk)[HS / 8][4], const float (&dv)[HS / 8][4]) {
+    const int64_t at[2] = {(b * s.T + key[0]) * ld3 + s.C + h * s.hs, (b * s.T + key[1]) * ld3 + s.C + h * s.hs};
+    float* const dk_dst[2] = {dqkv + at[0], dqkv + at[1]};
+    float* const dv_dst[2] = {dk_dst[0] + s.C, dk_dst[1] + s.C};
+    store_rows<HS>(dk_dst, key, dk, {s.scale, s.scale}, s);
+    store_rows<HS>(dv_dst, key, dv, {1.0f, 1.0f}, s);
+    if (dqkv16) {
+      uint16_t* const dk16[2] = {dqkv16 + at[0], dqkv16 + at[1]};
+      uint16_t* const dv16[2] = {dk16[0] + s.C, dk16[1] + s.C};
+      store_rows<HS>(dk16, key, dk, {s.scale, s.scale}, s);
+      store_rows<HS>(dv16, key, dv, {1.0f, 1.0f}, s);
+    }
+  };
+  // Keys at or past nk have P = 0 in every row (count_keys): a block of them only writes zeros, the
+  // bits of the sums it would compute (the forward left their decision bits unwritten).
+  const int64_t nk = visited_keys(op, b, s.T);
+  if (k0 >= nk) {
+    const float zero[HS / 8][4] = {};
+    store(zero, zero);
+    return;
+  }
   copy_rows<kBlockRows, HS>(Kb, LDH, op.k, b, h, k0);
   copy_rows<kBlockRows, HS>(Vb, LDH, op.v, b, h, k0);
   issue(0, 0);
@@ -676,7 +736,6 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
     LD[i] = in ? lse[bh * s.T + i] * kLog2e : INFINITY;
     LD[op.Tp + i] = in ? D[bh * s.T + i] : 0.0f;
   }
-  const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   float mj[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) mj[r] = key[r] < s.T ? mask_add[b * s.T + key[r]] * kLog2e : -INFINITY;  // P = 0 past T
@@ -699,13 +758,14 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
       if (s.drop) {
         // the forward's lane for (query i0 + nt*8 + t2 + e, key g mod 8): g' = t2 + e (the query
         // mod 8), t' = g / 2, its element 2 (query row >= 8: nt odd) + g % 2, in the word group
-        // of the query's 16-row group and the key's 8-key tile. Keys past T (never written when
-        // the forward's key tiles stop short of the 64-row block) are not read: P = 0 there.
+        // of the query's 16-row group and the key's 8-key tile. Keys at or past nk (past T, or
+        // padding past the forward's last key tile: never written) are not read: P = 0 there, so
+        // a decision changes only the sign of a zero dS, which adds nothing.
         const int64_t qg = (i0 + nt * 8) / 16;
         const int wi = 2 * (nt & 1) + (g & 1);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const uint32_t w = key[r] < s.T ? op.drop_bits[drop_word(bh, op.Tp, qg, key[r] / 8) + wi] : 0u;
+          const uint32_t w = key[r] < nk ? op.drop_bits[drop_word(bh, op.Tp, qg, key[r] / 8) + wi] : 0u;
 #pragma unroll
           for (int e = 0; e < 2; ++e) kp[r][e] = (w >> ((t2 + e) * 4 + (g >> 1))) & 1u;
         }
@@ -725,17 +785,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
     rounded_product<BF16, HS, BN>(dk, dpt, Qs);  // dK += dS^T Q
     __syncthreads();
   }
-  const int64_t at[2] = {(b * s.T + key[0]) * ld3 + s.C + h * s.hs, (b * s.T + key[1]) * ld3 + s.C + h * s.hs};
-  float* const dk_dst[2] = {dqkv + at[0], dqkv + at[1]};
-  float* const dv_dst[2] = {dk_dst[0] + s.C, dk_dst[1] + s.C};
-  store_rows<HS>(dk_dst, key, dk, {s.scale, s.scale}, s);
-  store_rows<HS>(dv_dst, key, dv, {1.0f, 1.0f}, s);
-  if (dqkv16) {
-    uint16_t* const dk16[2] = {dqkv16 + at[0], dqkv16 + at[1]};
-    uint16_t* const dv16[2] = {dk16[0] + s.C, dk16[1] + s.C};
-    store_rows<HS>(dk16, key, dk, {s.scale, s.scale}, s);
-    store_rows<HS>(dv16, key, dv, {1.0f, 1.0f}, s);
-  }
+  store(dk, dv);
 }
 
 }  // namespace bertcc::cuda::attn::tc

@@ -146,6 +146,11 @@ void scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64
 // bf16/fp16: Tensor Cores (compute capability 8.0+), rounding where the CPU's bf16 attention does.
 int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
                              bool qkv16_kept = false);
+// bf16/fp16: the kernels stop at each sequence's last key whose mask is above -10000 (BERT's
+// padding mask): keys past it have probability exactly 0 (unless a score exceeded its row's largest
+// unmasked one by about 9,900), so the results are the same bits. On by default; off with this or
+// BERTCC_ATTENTION_SKIP_PADDING=0 (the tests and the attention bench compare both).
+void set_attention_skip_padding(bool on);
 // out16 (bf16 only, optional): the output's bf16 rounding too, from the kernel's registers; out may
 // then be null. qkv16 (bf16 only, optional): qkv's rounding, read instead of qkv (which may be null).
 void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,

@@ -696,6 +696,52 @@ void test_attention() {
   }
 }
 
+// The Tensor Core kernels stop at each sequence's last unmasked key (set_attention_skip_padding):
+// out, lse and dqkv the same bits as visiting every key, on batches padded as SQuAD's and GLUE's
+// are (whole key tiles and dk/dv blocks of padding, a sequence of padding alone, one without).
+void test_attention_padding() {
+  struct Case {
+    int64_t B, T, NH, HS;
+    float p;
+    std::vector<int64_t> lens;
+  };
+  const Case cases[] = {{4, 200, 2, 64, 0.1f, {100, 0, 200, 30}},
+                        {3, 150, 2, 128, 0.1f, {113, 76, 20}},
+                        {2, 384, 4, 64, 0.1f, {150, 384}},
+                        {3, 128, 3, 32, 0.0f, {10, 65, 128}}};
+  for (const Case& c : cases) {
+    const int64_t B = c.B, T = c.T, NH = c.NH, C = NH * c.HS;
+    const auto qkv = randv(B * T * 3 * C, -2, 2), dout = randv(B * T * C);
+    std::vector<float> mask(B * T, 0.0f);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = c.lens[b]; t < T; ++t) mask[b * T + t] = -10000.0f;
+    const Rng rng(78, 0);
+    for (Precision prec : {Precision::BF16, Precision::F16}) {
+      const std::vector<float> nan_out(B * T * C, NAN), nan_d(B * T * 3 * C, NAN);
+      Dev<float> gqkv(qkv), gmask(mask), gdout(dout),
+          gwork(static_cast<size_t>(G::attention_backward_work_size(B, T, NH)));
+      const float* bqkv = prec == Precision::BF16 ? nullptr : gqkv.p;
+      std::vector<float> res[2];
+      for (int skip = 0; skip < 2; ++skip) {
+        G::set_attention_skip_padding(skip == 1);
+        Dev<float> gout(nan_out), gd(nan_d), glse(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, c.p > 0, prec)));
+        G::attention_forward(gout.p, glse.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, 1000, prec);
+        G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, nullptr, glse.p, gmask.p, B, T, C, NH, c.p, rng,
+                              1000, prec);
+        const auto o = gout.back(), l = glse.back(), d = gd.back();
+        res[skip] = o;
+        res[skip].insert(res[skip].end(), l.begin(), l.begin() + B * NH * T);  // lse (not the decisions: skipped tiles' are unwritten)
+        res[skip].insert(res[skip].end(), d.begin(), d.end());
+      }
+      G::set_attention_skip_padding(true);
+      char name[160];
+      std::snprintf(name, sizeof name, "attention %s B%ld T%ld HS%ld p%.1f: stopping at the last key = every key",
+                    prec == Precision::BF16 ? "bf16" : "fp16", long(B), long(T), long(c.HS), double(c.p));
+      check_equal(name, res[0], res[1]);
+    }
+  }
+}
+
 ParamTable optim_table() {
   ParamTable t;
   t.add("a.weight", {97, 131}, true);  // two 8192-element blocks
@@ -1058,6 +1104,7 @@ int main(int argc, char** argv) {
     if (selected("xent")) test_xent();
     if (selected("gemm")) test_gemm();
     if (selected("attention")) test_attention();
+    if (selected("attention_padding")) test_attention_padding();
     if (selected("optim")) test_optim();
     if (selected("gumbel")) test_gumbel();
     if (selected("rows")) test_weighted_rows();

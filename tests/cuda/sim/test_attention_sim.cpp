@@ -49,8 +49,10 @@ void expect(const std::string& what, double err, double tol) {
   if (!ok) ++g_fail;
 }
 
+// lens (optional): sequence b's unmasked keys, the rest padding (-10000); 0: all padding. Without
+// it, every sequence but the first ends in b * (T / 4) padding keys.
 template <bool BF>
-void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
+void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, std::vector<int64_t> lens = {}) {
   const int64_t C = NH * hs;
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -58,7 +60,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
   for (auto& x : qkv) x = 2.0f * u(gen);
   for (auto& x : dout) x = u(gen);
   for (int64_t b = 0; b < B; ++b)  // padding at the end of every sequence but the first
-    for (int64_t t = T - b * (T / 4); t < T; ++t) mask[b * T + t] = -10000.0f;
+    for (int64_t t = lens.empty() ? T - b * (T / 4) : lens[b]; t < T; ++t) mask[b * T + t] = -10000.0f;
   const Rng rng(77 + seed, 0);
   const uint64_t base = 1000;
   const A::Shape s = A::make_shape(B, T, C, NH, p, rng, base);
@@ -148,6 +150,54 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed) {
       size_t diff = 0;
       for (size_t i = 0; i < dqkv.size(); ++i) diff += dqkv16[i] != bertcc::f32_to_bf16(dqkv[i]);
       expect("bwd, dqkv's bf16 rounding: differing from dqkv's roundings", static_cast<double>(diff), 0.0);
+    }
+    {
+      // the kernels stopping at each sequence's last unmasked key (count_keys, as attention_tc.cu
+      // launches it): out, lse and dqkv the same bits as visiting every key, in both forward forms
+      std::vector<int32_t> nkeys(B, -7);
+      sim::launch({static_cast<unsigned>(B), 1, 1}, K::kThreads, 0, [&] { K::count_keys(nkeys.data(), mask.data(), T); });
+      int64_t visited = 0, all = 0;
+      for (int64_t b = 0; b < B; ++b) {
+        int64_t want = T;
+        for (int64_t j = T - 1; j >= 0; --j)
+          if (mask[b * T + j] > -10000.0f) {
+            want = j + 1;
+            break;
+          }
+        if (nkeys[b] != want) ++g_fail, std::printf("  count_keys: sequence %ld: %d, want %ld  FAIL\n", long(b), nkeys[b], long(want));
+        visited += (nkeys[b] + K::tile_n<HS>() - 1) / K::tile_n<HS>();
+        all += (T + K::tile_n<HS>() - 1) / K::tile_n<HS>();
+      }
+      K::Operands sk = op;
+      sk.nkeys = nkeys.data();
+      std::vector<float> out4(out.size(), NAN), lse4(lse.size(), NAN), dqkv4(dqkv.size(), NAN);
+      if (s.drop) {
+        sk.drop_bits = reinterpret_cast<uint32_t*>(lse4.data() + A::lse_floats(B, NH, T));
+        std::fill(sk.drop_bits, sk.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
+      }
+      sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
+                  [&] { K::fwd<BF, HS, 1>(out4.data(), nullptr, lse4.data(), sk, mask.data(), s); });
+      sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp),
+                  [&] { K::bwd_dq<BF, HS>(dqkv4.data(), nullptr, sk, lse4.data(), D.data(), mask.data(), s); });
+      sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp),
+                  [&] { K::bwd_dkdv<BF, HS>(dqkv4.data(), nullptr, sk, lse4.data(), D.data(), mask.data(), s); });
+      size_t diff = 0;
+      for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out4[i], sizeof(float)) != 0;
+      for (int64_t i = 0; i < B * NH * T; ++i) diff += std::memcmp(&lse[i], &lse4[i], sizeof(float)) != 0;
+      for (size_t i = 0; i < dqkv.size(); ++i) diff += std::memcmp(&dqkv[i], &dqkv4[i], sizeof(float)) != 0;
+      if constexpr (K::fwd_max_mt<HS>() == 2) {
+        std::vector<float> out5(out.size(), NAN), lse5(lse.size(), NAN);
+        K::Operands sk2 = sk;
+        if (s.drop) sk2.drop_bits = reinterpret_cast<uint32_t*>(lse5.data() + A::lse_floats(B, NH, T));
+        const sim_dim3 grid2{bertcc::cuda::grid_for(T, 2 * K::kBlockRows), static_cast<unsigned>(B * NH), 1};
+        sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(Tp),
+                    [&] { K::fwd<BF, HS, 2>(out5.data(), nullptr, lse5.data(), sk2, mask.data(), s); });
+        for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out5[i], sizeof(float)) != 0;
+        for (int64_t i = 0; i < B * NH * T; ++i) diff += std::memcmp(&lse[i], &lse5[i], sizeof(float)) != 0;
+      }
+      char what[96];
+      std::snprintf(what, sizeof what, "stop at the last key (%ld of %ld tiles): differing", long(visited), long(all));
+      expect(what, static_cast<double>(diff), 0.0);
     }
     if constexpr (BF) {
       // qkv as its bf16 rounding [B,T,3C] (the model's QKV product writes only that): prep from it
@@ -286,6 +336,14 @@ int main() {
   run<true>(1, 130, 1, 32, 0.1f, 7);
   run<false>(1, 70, 2, 64, 0.1f, 8);
   run<false>(1, 33, 1, 128, 0.0f, 9);
+  // heavy padding, as SQuAD and GLUE batches padded to max_seq_length: whole key tiles and dk/dv
+  // blocks past a sequence's last key (skipped), a sequence of padding alone (every key visited),
+  // one without padding, and at head size 128 (32-key tiles) a dk/dv block half past the forward's
+  // last key tile, whose decision bits the forward did not write
+  run<true>(4, 200, 2, 64, 0.1f, 14, {100, 0, 200, 30});
+  run<true>(3, 150, 2, 128, 0.1f, 15, {113, 76, 20});
+  run<false>(2, 130, 2, 64, 0.1f, 16, {40, 129});
+  run<true>(2, 96, 2, 32, 0.0f, 17, {10, 65});
   std::printf("%d failed\n", g_fail);
   return g_fail ? 1 : 0;
 }
