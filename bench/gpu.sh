@@ -1,7 +1,8 @@
 #!/bin/sh
 # Same-run comparison on the GPU machine: `bertcc bench --device cuda` against transformers on the
 # same GPU (bench/peer_torch_gpu.py, eager and torch.compile), the issue's shapes by default.
-# Usage: bench/gpu.sh [BERTCC] ; env: CASES ("mode config batch seq" lines), PRECISION (bf16; fp16 is NVIDIA's
+# Usage: bench/gpu.sh [BERTCC] ; env: CASES ("mode config batch seq [padding]" lines; padding: the
+# fraction of every other sequence that is padding, both sides), PRECISION (bf16; fp16 is NVIDIA's
 # recipe: the peer adds AMP's GradScaler), STEPS (20), COMPILE (1; 0 skips the torch.compile peer, which
 # takes minutes to compile), ERRLOG (where both sides' stderr goes; /dev/null)
 set -u
@@ -12,22 +13,24 @@ CASES="${CASES:-train bert-base 128 128
 train bert-large 64 128
 train bert-large 16 512
 squad bert-large 32 384
-infer bert-large 64 384}"
+infer bert-large 64 384
+squad bert-large 32 384 0.5}"
 # memory: each side's own buffers at their peak (bertcc's peak_gpu_mem_mb; PyTorch's max_memory_allocated),
 # then the device's memory in use at the end, CUDA context and libraries included (cudaMemGetInfo)
 printf "%-6s %-10s %5s %4s %12s %12s %14s %8s %8s %9s %18s %18s\n" mode config batch seq "bertcc seq/s" "eager seq/s" "compile seq/s" \
   "/eager" "/compile" "TFLOP/s" "peak MB ours/eager" "used MB ours/eager"
-echo "$CASES" | while read -r mode cfg batch seq; do
+echo "$CASES" | while read -r mode cfg batch seq pad; do
   [ -z "$mode" ] && continue
+  pad="${pad:-0}"
   ours=$("$B" bench "$mode" --device cuda --config "$cfg" --batch "$batch" --seq "$seq" --precision "$PREC" \
-    --steps "$STEPS" --warmup 3 2>>"$ERR" | tail -1)
+    --padding "$pad" --steps "$STEPS" --warmup 3 2>>"$ERR" | tail -1)
   eager=$("$PY" "$HERE/peer_torch_gpu.py" "$mode" --config "$cfg" --batch "$batch" --seq "$seq" --precision "$PREC" \
-    --steps "$STEPS" 2>>"$ERR" | tail -1)
+    --padding "$pad" --steps "$STEPS" 2>>"$ERR" | tail -1)
   comp=""
   [ "$COMPILE" = 1 ] && comp=$("$PY" "$HERE/peer_torch_gpu.py" "$mode" --config "$cfg" --batch "$batch" --seq "$seq" \
-    --precision "$PREC" --steps "$STEPS" --compile 2>>"$ERR" | tail -1)
+    --precision "$PREC" --padding "$pad" --steps "$STEPS" --compile 2>>"$ERR" | tail -1)
   echo "$ours"; echo "$eager"; echo "$comp"
-  "$PY" - "$mode" "$cfg" "$batch" "$seq" "$ours" "$eager" "$comp" <<'PYEOF'
+  "$PY" - "$mode" "$cfg" "$batch" "$seq$( [ "$pad" = 0 ] || echo "p$pad")" "$ours" "$eager" "$comp" <<'PYEOF'
 import json, sys
 def load(s):
     try:

@@ -11,7 +11,8 @@ Prints one JSON line: seq_per_s, step_ms, model_tflops (GEMM FLOPs as bertcc cou
 peak_gpu_mem_mb (max_memory_allocated: tensors only, as bertcc's figure counts its own buffers),
 gpu_mem_used_mb (the device's memory in use at the end, context included: cudaMemGetInfo), gpu, torch and transformers versions. For the GPU machine (torch 2.x +
 transformers); bench/gpu.sh runs it next to bertcc in one command.
-  peer_torch_gpu.py train|squad|infer --config bert-base --batch 64 --seq 128 --precision bf16 [--compile]"""
+  peer_torch_gpu.py train|squad|infer --config bert-base --batch 64 --seq 128 --precision bf16 [--compile]
+                    [--padding F]"""
 import argparse
 import json
 import time
@@ -34,6 +35,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-pred", type=int, default=-1)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--padding", type=float, default=0.0,
+                    help="fraction of every other sequence that is padding (attention_mask 0), as bertcc bench --padding")
     a = ap.parse_args()
     import transformers
     from transformers import BertConfig, BertForPreTraining, BertForQuestionAnswering, BertModel
@@ -52,17 +55,23 @@ def main():
     seg = torch.zeros(B, T, dtype=torch.long, device=dev)
     seg[:, T // 2:] = 1
     mask = torch.ones(B, T, dtype=torch.long, device=dev)
+    # bertcc bench's real lengths: odd sequences end in floor(padding T) padding tokens (at least 2 real)
+    lens = [T if b % 2 == 0 or a.padding <= 0 else max(2, T - int(a.padding * T)) for b in range(B)]
+    for b in range(B):
+        mask[b, lens[b]:] = 0
+        ids[b, lens[b]:] = 0
+        seg[b, lens[b]:] = 0
     train, squad = a.mode == "train", a.mode == "squad"
     model = (BertForPreTraining(cfg) if train else BertForQuestionAnswering(cfg) if squad else BertModel(cfg)).to(dev)
     if squad:  # bertcc's bench squad spans: start (37 r) mod T, end start + 3 (at most T - 1)
-        starts = torch.tensor([(r * 37) % T for r in range(B)], device=dev)
-        ends = torch.clamp(starts + 3, max=T - 1)
+        starts = torch.tensor([(r * 37) % lens[r] for r in range(B)], device=dev)
+        ends = torch.minimum(starts + 3, torch.tensor(lens, device=dev) - 1)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-5, fused=True)
         model.train()
     elif train:
         labels = torch.full((B, T), -100, dtype=torch.long)
         for b in range(B):
-            pos = torch.randperm(T - 1, generator=g)[:P] + 1
+            pos = torch.randperm(lens[b] - 1, generator=g)[:P] + 1
             labels[b, pos] = torch.randint(5, V, (len(pos),), generator=g)
         labels = labels.to(dev)
         nsp = torch.randint(0, 2, (B,), generator=g).to(dev)
@@ -111,7 +120,8 @@ def main():
     elif squad:  # as bertcc counts it: three times the encoder's forward
         f = 3 * f
     print(json.dumps({"peer": "transformers" + (" + torch.compile" if a.compile else " eager"), "mode": a.mode,
-                      "config": a.config, "precision": a.precision, "batch": B, "seq": T, "steps": a.steps,
+                      "config": a.config, "precision": a.precision, "batch": B, "seq": T, "padding": a.padding,
+                      "steps": a.steps,
                       "step_ms": mean * 1e3, "seq_per_s": B / mean, "model_tflops": f / mean / 1e12,
                       "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20,
                       "gpu_mem_used_mb": (lambda fb: (fb[1] - fb[0]) / 2**20)(torch.cuda.mem_get_info()),

@@ -43,6 +43,7 @@ check graphs-on-cpu nonzero "cuda-graphs needs --device cuda" -- "$BERTCC" bench
 check graphs-bench-train nonzero "records inference forwards only" -- "$BERTCC" bench train --config bert-tiny --cuda-graphs --device cuda
 check graphs-not-on-pretrain 0 "absent" -- sh -c "'$BERTCC' pretrain --help | grep -q cuda-graphs || echo absent"
 check bad-preset nonzero "bert-huge" -- "$BERTCC" bench train --config bert-huge --steps 1
+check bench-padding nonzero "--padding: Value 1.2 not in range" -- "$BERTCC" bench infer --config bert-tiny --padding 1.2
 # SIGTERM outside training ends the process by the signal (exit 143), as with no handler: bertcc
 # blocks it in every thread and one signal thread re-raises it (bertcc/signals.h). A SIGINT that
 # the launcher ignored (sh ignores it in background jobs) stays ignored.

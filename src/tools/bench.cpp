@@ -20,20 +20,30 @@
 namespace bertcc::tools {
 namespace {
 
-BertBatch random_batch(const BertConfig& c, int64_t B, int64_t T, int64_t P, uint32_t seed) {
+// Sequence r's real tokens: all T, or with --padding F for odd r T - floor(F T) (at least 2), the
+// rest padding (id 0, mask 0), as batches padded to max_seq_length are.
+int64_t real_length(int64_t r, int64_t T, double padding) {
+  if (r % 2 == 0 || padding <= 0) return T;
+  return std::max<int64_t>(2, T - static_cast<int64_t>(padding * static_cast<double>(T)));
+}
+
+BertBatch random_batch(const BertConfig& c, int64_t B, int64_t T, int64_t P, uint32_t seed, double padding) {
   std::mt19937 g(seed);
   BertBatch b;
   b.B = B;
   b.T = T;
   for (int64_t i = 0; i < B * T; ++i) {
-    b.input_ids.push_back(1 + static_cast<int32_t>(g() % static_cast<uint32_t>(c.vocab_size - 1)));
-    b.input_mask.push_back(1);
-    b.segment_ids.push_back(i % T >= T / 2 ? 1 : 0);
+    const int32_t id = 1 + static_cast<int32_t>(g() % static_cast<uint32_t>(c.vocab_size - 1));
+    const bool real = i % T < real_length(i / T, T, padding);
+    b.input_ids.push_back(real ? id : 0);
+    b.input_mask.push_back(real ? 1 : 0);
+    b.segment_ids.push_back(real && i % T >= T / 2 ? 1 : 0);
   }
   b.mlm_labels.assign(static_cast<size_t>(B * T), -1);
   for (int64_t r = 0; r < B; ++r) {
+    const int64_t len = real_length(r, T, padding);
     for (int64_t k = 0; k < P; ++k) {
-      const int64_t pos = 1 + static_cast<int64_t>(g() % static_cast<uint32_t>(T - 1));
+      const int64_t pos = 1 + static_cast<int64_t>(g() % static_cast<uint32_t>(len - 1));
       b.mlm_labels[static_cast<size_t>(r * T + pos)] = static_cast<int32_t>(g() % static_cast<uint32_t>(c.vocab_size));
     }
     b.nsp_labels.push_back(static_cast<int32_t>(g() % 2));
@@ -53,6 +63,7 @@ void add_bench(CLI::App& app) {
   struct Opts {
     std::string mode, config = "bert-base", precision = "bf16", device = "cpu";
     int64_t batch = 8, seq = 128, steps = 10, warmup = 2, max_pred = -1;
+    double padding = 0.0;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -71,6 +82,10 @@ void add_bench(CLI::App& app) {
   sub->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
   sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
+  sub->add_option("--padding", o->padding,
+                  "fraction of every other sequence that is padding (mask 0), as batches padded to max_seq_length "
+                  "(default 0: none)")
+      ->check(CLI::Range(0.0, 0.99));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   add_device_flags(sub, o->device);
   add_cuda_graphs_flag(sub);
@@ -109,10 +124,11 @@ void add_bench(CLI::App& app) {
       if (gen) gen->use_backend(be);
     }
     OptimizerState ostate, gen_ostate;
-    BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2);
-    for (int64_t r = 0; r < B; ++r) {  // answer spans for the QA head
-      batch.start_positions.push_back(static_cast<int32_t>((r * 37) % T));
-      batch.end_positions.push_back(static_cast<int32_t>(std::min<int64_t>(T - 1, (r * 37) % T + 3)));
+    BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2, o->padding);
+    for (int64_t r = 0; r < B; ++r) {  // answer spans for the QA head, inside the real tokens
+      const int64_t len = real_length(r, T, o->padding);
+      batch.start_positions.push_back(static_cast<int32_t>((r * 37) % len));
+      batch.end_positions.push_back(static_cast<int32_t>(std::min<int64_t>(len - 1, (r * 37) % len + 3)));
     }
     AdamWOptions adamw;
     Rng rng{3, 0};
@@ -165,6 +181,7 @@ void add_bench(CLI::App& app) {
     j["precision"] = o->precision;
     j["batch"] = B;
     j["seq"] = T;
+    if (o->padding > 0) j["padding"] = o->padding;
     if (electra) j["generator_hidden_size"] = gcfg.hidden_size;
     j["threads"] = threads();
     j["steps"] = o->steps;
