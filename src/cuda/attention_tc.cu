@@ -133,7 +133,8 @@ bool skip_padding() {
 
 // Per sequence, the keys the kernels visit (count_keys), or null where every key is visited.
 const int32_t* visited_keys(const float* mask_add, const Shape& s) {
-  if (!skip_padding() || !mask_add) return nullptr;
+  // T <= 32: one key tile and one dk/dv block hold every key (tiles of 32 or 64): nothing to skip
+  if (!skip_padding() || !mask_add || s.T <= 32) return nullptr;
   static Scratch buf;  // grow-only; stream order keeps a later call from overwriting it early
   int32_t* n = buf.take<int32_t>(static_cast<size_t>(s.B));
   count_keys<<<static_cast<unsigned>(s.B), kThreads, 0, stream()>>>(n, mask_add, s.T);

@@ -136,6 +136,29 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
       for (int64_t c = 0; c < hs; ++c) acc += dout[(b * T + i) * C + h * hs + c] * out[(b * T + i) * C + h * hs + c];
       D[r] = acc;
     }
+    // forward, dq and dk/dv from operands `o` into fresh NaN-poisoned buffers (with dropout the
+    // decision bits poisoned with set bits: keep everything), for the runs compared with the first
+    auto run3 = [&](K::Operands o, std::vector<float>& o_out, std::vector<float>& o_lse, std::vector<float>& o_d) {
+      o_out.assign(out.size(), NAN);
+      o_lse.assign(lse.size(), NAN);
+      o_d.assign(dqkv.size(), NAN);
+      if (s.drop) {
+        o.drop_bits = reinterpret_cast<uint32_t*>(o_lse.data() + A::lse_floats(B, NH, T));
+        std::fill(o.drop_bits, o.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
+      }
+      sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
+                  [&] { K::fwd<BF, HS, 1>(o_out.data(), nullptr, o_lse.data(), o, mask.data(), s); });
+      sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp),
+                  [&] { K::bwd_dq<BF, HS>(o_d.data(), nullptr, o, o_lse.data(), D.data(), mask.data(), s); });
+      sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp),
+                  [&] { K::bwd_dkdv<BF, HS>(o_d.data(), nullptr, o, o_lse.data(), D.data(), mask.data(), s); });
+    };
+    // elements [0, n) of a and b whose bits differ
+    auto differing = [](const std::vector<float>& a, const std::vector<float>& b, size_t n) {
+      size_t d = 0;
+      for (size_t i = 0; i < n; ++i) d += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      return d;
+    };
     // bf16: with dqkv's rounding too (the model's QKV products read it), which must be the
     // roundings of dqkv bit for bit
     std::vector<uint16_t> dqkv16(dqkv.size(), 0xFFFFu);
@@ -170,21 +193,11 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
       }
       K::Operands sk = op;
       sk.nkeys = nkeys.data();
-      std::vector<float> out4(out.size(), NAN), lse4(lse.size(), NAN), dqkv4(dqkv.size(), NAN);
-      if (s.drop) {
-        sk.drop_bits = reinterpret_cast<uint32_t*>(lse4.data() + A::lse_floats(B, NH, T));
-        std::fill(sk.drop_bits, sk.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
-      }
-      sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
-                  [&] { K::fwd<BF, HS, 1>(out4.data(), nullptr, lse4.data(), sk, mask.data(), s); });
-      sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp),
-                  [&] { K::bwd_dq<BF, HS>(dqkv4.data(), nullptr, sk, lse4.data(), D.data(), mask.data(), s); });
-      sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp),
-                  [&] { K::bwd_dkdv<BF, HS>(dqkv4.data(), nullptr, sk, lse4.data(), D.data(), mask.data(), s); });
-      size_t diff = 0;
-      for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out4[i], sizeof(float)) != 0;
-      for (int64_t i = 0; i < B * NH * T; ++i) diff += std::memcmp(&lse[i], &lse4[i], sizeof(float)) != 0;
-      for (size_t i = 0; i < dqkv.size(); ++i) diff += std::memcmp(&dqkv[i], &dqkv4[i], sizeof(float)) != 0;
+      std::vector<float> out4, lse4, dqkv4;
+      run3(sk, out4, lse4, dqkv4);
+      // lse alone: the decision bits of tiles past the last key are not written
+      const size_t nl = static_cast<size_t>(B * NH * T);
+      size_t diff = differing(out, out4, out.size()) + differing(lse, lse4, nl) + differing(dqkv, dqkv4, dqkv.size());
       if constexpr (K::fwd_max_mt<HS>() == 2) {
         std::vector<float> out5(out.size(), NAN), lse5(lse.size(), NAN);
         K::Operands sk2 = sk;
@@ -192,8 +205,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
         const sim_dim3 grid2{bertcc::cuda::grid_for(T, 2 * K::kBlockRows), static_cast<unsigned>(B * NH), 1};
         sim::launch(grid2, K::kThreads, K::fwd_smem<BF, HS, 2>(Tp),
                     [&] { K::fwd<BF, HS, 2>(out5.data(), nullptr, lse5.data(), sk2, mask.data(), s); });
-        for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out5[i], sizeof(float)) != 0;
-        for (int64_t i = 0; i < B * NH * T; ++i) diff += std::memcmp(&lse[i], &lse5[i], sizeof(float)) != 0;
+        diff += differing(out, out5, out.size()) + differing(lse, lse5, nl);
       }
       char what[96];
       std::snprintf(what, sizeof what, "stop at the last key (%ld of %ld tiles): differing", long(visited), long(all));
@@ -212,21 +224,10 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
       if (K::in_place_ok<HS>(q16.data(), s)) {
         K::Operands ip = op;
         ip.q = K::qkv_rows(q16.data(), s, 0), ip.k = K::qkv_rows(q16.data(), s, 1), ip.v = K::qkv_rows(q16.data(), s, 2);
-        std::vector<float> out3(out.size(), NAN), lse3(lse.size(), NAN), dqkv3(dqkv.size(), NAN);
-        if (s.drop) {
-          ip.drop_bits = reinterpret_cast<uint32_t*>(lse3.data() + A::lse_floats(B, NH, T));
-          std::fill(ip.drop_bits, ip.drop_bits + A::drop_bit_words(B, NH, T), 0xFFFFFFFFu);
-        }
-        sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
-                    [&] { K::fwd<BF, HS, 1>(out3.data(), nullptr, lse3.data(), ip, mask.data(), s); });
-        sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp),
-                    [&] { K::bwd_dq<BF, HS>(dqkv3.data(), nullptr, ip, lse3.data(), D.data(), mask.data(), s); });
-        sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp),
-                    [&] { K::bwd_dkdv<BF, HS>(dqkv3.data(), nullptr, ip, lse3.data(), D.data(), mask.data(), s); });
-        size_t diff = 0;
-        for (size_t i = 0; i < out.size(); ++i) diff += std::memcmp(&out[i], &out3[i], sizeof(float)) != 0;
-        for (size_t i = 0; i < lse.size(); ++i) diff += std::memcmp(&lse[i], &lse3[i], sizeof(float)) != 0;
-        for (size_t i = 0; i < dqkv.size(); ++i) diff += std::memcmp(&dqkv[i], &dqkv3[i], sizeof(float)) != 0;
+        std::vector<float> out3, lse3, dqkv3;
+        run3(ip, out3, lse3, dqkv3);
+        const size_t diff =
+            differing(out, out3, out.size()) + differing(lse, lse3, lse.size()) + differing(dqkv, dqkv3, dqkv.size());
         expect("qkv read in place: out, lse, dqkv differing", static_cast<double>(diff), 0.0);
       } else {
         std::printf("  (qkv not read in place for head size %ld: copied by prep)\n", long(hs));
