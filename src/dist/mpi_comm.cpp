@@ -1,7 +1,8 @@
 // MPI communicator over MPI_COMM_WORLD. The float all-reduce is a reduce-scatter (MPI_Alltoallv:
 // rank j receives every rank's slice j) summed locally in rank order, then an all-gather of the
 // summed slices: bandwidth-optimal like a ring, and deterministic, unlike MPI_Allreduce whose
-// summation order is the library's choice.
+// summation order is the library's choice. Two ranks are the exception: each element's sum is then
+// a single addition, which is commutative, so MPI's own collectives give the rank-order bits.
 #include <mpi.h>
 
 #include <algorithm>
@@ -31,6 +32,35 @@ void check(int rc, const char* what) {
 // Elements per chunk: counts stay far below INT_MAX, and scratch stays bounded.
 constexpr size_t kBucket = size_t{1} << 24;
 
+// Serial conversions: this may run on the communication thread while backward computes.
+void narrow(bool bf, const float* in, uint16_t* out, size_t n) {
+  if (bf) to_bf16(in, out, n, false);
+  else to_f16(in, out, n, false);
+}
+void widen(bool bf, const uint16_t* in, float* out, size_t n) {
+  if (bf) from_bf16(in, out, n, false);
+  else from_f16(in, out, n, false);
+}
+
+// The 16-bit wire's sum as an MPI operation on MPI_UINT16_T (used with two ranks only, where
+// MPI applies it once per element): both values widened to fp32, added, the sum rounded back,
+// as reduce16 computes it. In cache-sized blocks, with the bulk conversions.
+template <bool BF>
+void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  constexpr size_t kBlock = 2048;
+  float x[kBlock], y[kBlock];
+  const size_t n = static_cast<size_t>(*len);
+  for (size_t off = 0; off < n; off += kBlock) {
+    const size_t m = std::min(kBlock, n - off);
+    widen(BF, b + off, x, m);
+    widen(BF, a + off, y, m);
+    for (size_t i = 0; i < m; ++i) x[i] += y[i];
+    narrow(BF, x, b + off, m);
+  }
+}
+
 class MpiComm final : public Communicator {
  public:
   MpiComm() {
@@ -49,11 +79,17 @@ class MpiComm final : public Communicator {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_world_);
     MPI_Comm_free(&local);
+    check(MPI_Op_create(&sum16<true>, 1, &sum_bf16_), "MPI_Op_create");
+    check(MPI_Op_create(&sum16<false>, 1, &sum_f16_), "MPI_Op_create");
   }
   ~MpiComm() override {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
+    if (!fin) {
+      MPI_Op_free(&sum_bf16_);
+      MPI_Op_free(&sum_f16_);
+      MPI_Finalize();
+    }
   }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
@@ -63,13 +99,19 @@ class MpiComm final : public Communicator {
   bool other_thread_ok() const override { return provided_ >= MPI_THREAD_SERIALIZED; }
 
   void allreduce_sum(float* data, size_t n, WireDtype wire) override {
-    for (size_t off = 0; off < n; off += kBucket) bucket(data + off, std::min(kBucket, n - off), wire);
+    for (size_t off = 0; off < n; off += kBucket) {
+      const size_t m = std::min(kBucket, n - off);
+      if (world_ == 2) pair_allreduce(data + off, m, wire);
+      else bucket(data + off, m, wire);
+    }
   }
 
   void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, WireDtype wire) override {
     std::vector<int> c, d;
     displacements(counts, c, d);
-    reduce_parts(data, static_cast<size_t>(d.back()) + static_cast<size_t>(c.back()), c, d, wire);
+    const size_t n = static_cast<size_t>(d.back()) + static_cast<size_t>(c.back());
+    if (world_ == 2) pair_reduce_scatter(data, n, c, d, wire);
+    else reduce_parts(data, n, c, d, wire);
   }
 
   void allreduce_sum(double* data, size_t n) override {
@@ -190,14 +232,44 @@ class MpiComm final : public Communicator {
     }
   }
 
-  // Serial: this may run on the communication thread while backward computes.
-  static void narrow(bool bf, const float* in, uint16_t* out, size_t n) {
-    if (bf) to_bf16(in, out, n, false);
-    else to_f16(in, out, n, false);
+  // Two ranks. Element i of the sum is one addition, x_0 + x_1 (on a 16-bit wire, of the two
+  // widened values, then rounded), and IEEE 754 addition is commutative: whichever rank's value
+  // MPI's algorithm adds to which, the sum has the rank-order sum's bits, on both ranks (a NaN's
+  // payload aside: x86 keeps the first operand's). So two ranks take the library's own tuned
+  // collective, one call, where the general path makes two and sums a copy of its own part.
+  MPI_Op sum_op(WireDtype wire) const { return wire == WireDtype::BF16 ? sum_bf16_ : sum_f16_; }
+  void pair_allreduce(float* data, size_t n, WireDtype wire) {
+    const int m = static_cast<int>(n);
+    if (wire == WireDtype::F32) {
+      check(MPI_Allreduce(MPI_IN_PLACE, data, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+      return;
+    }
+    const bool bf = wire == WireDtype::BF16;
+    send16_.resize(n);
+    narrow(bf, data, send16_.data(), n);
+    check(MPI_Allreduce(MPI_IN_PLACE, send16_.data(), m, MPI_UINT16_T, sum_op(wire), MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    widen(bf, send16_.data(), data, n);
   }
-  static void widen(bool bf, const uint16_t* in, float* out, size_t n) {
-    if (bf) from_bf16(in, out, n, false);
-    else from_f16(in, out, n, false);
+  void pair_reduce_scatter(float* data, size_t n, const std::vector<int>& counts, const std::vector<int>& displs,
+                           WireDtype wire) {
+    const size_t r = static_cast<size_t>(rank_);
+    const size_t mine = static_cast<size_t>(counts[r]), my0 = static_cast<size_t>(displs[r]);
+    if (wire == WireDtype::F32) {
+      recv_.resize(std::max<size_t>(mine, 1));
+      check(MPI_Reduce_scatter(data, recv_.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+            "MPI_Reduce_scatter");
+      std::copy(recv_.begin(), recv_.begin() + static_cast<std::ptrdiff_t>(mine), data + my0);
+      return;
+    }
+    const bool bf = wire == WireDtype::BF16;
+    send16_.resize(n);
+    narrow(bf, data, send16_.data(), n);
+    recv16_.resize(std::max<size_t>(mine, 1));
+    check(MPI_Reduce_scatter(send16_.data(), recv16_.data(), counts.data(), MPI_UINT16_T, sum_op(wire),
+                             MPI_COMM_WORLD),
+          "MPI_Reduce_scatter");
+    widen(bf, recv16_.data(), data + my0, mine);
   }
 
   // One chunk: slice j = [n j / W, n (j+1) / W) is summed by rank j, then every rank gets every sum.
@@ -224,6 +296,7 @@ class MpiComm final : public Communicator {
   }
 
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1, provided_ = MPI_THREAD_SINGLE;
+  MPI_Op sum_bf16_ = MPI_OP_NULL, sum_f16_ = MPI_OP_NULL;
   std::vector<float> recv_;
   std::vector<uint16_t> send16_, recv16_;
 };
