@@ -1,14 +1,16 @@
 // bertcc's MPI gradient all-reduce (dist::Communicator::allreduce_sum: an Alltoallv
-// reduce-scatter summed in rank order, then an all-gather; fp32, bf16 or fp16 on the wire)
-// against the MPI library's own MPI_Allreduce on the same buffer, in the same run.
+// reduce-scatter summed in rank order, then an all-gather; with two ranks MPI_Allreduce in 8 MB
+// calls; fp32, bf16 or fp16 on the wire) and ZeRO-1's reduce-scatter (reduce_scatter_sum) against
+// the MPI library's own MPI_Allreduce on the same buffer, in the same run.
 //
 //   mpirun -np W build/bertcc_allreduce_bench [--mb 1,25,418] [--iters 10]
 //
 // For each buffer size (MB of fp32 gradients: 25 is bertcc's default bucket, 418 bert-base's whole
 // gradient) and each method, every timed call starts from the same buffer contents after a barrier;
 // a call's time is the slowest rank's. Reported: the median time, the algorithm bandwidth (buffer
-// bytes / time) and the bus bandwidth (algbw x 2 (W-1) / W, as nccl-tests count it: what each
-// rank's link carries in a ring), and MPI_Allreduce's time over bertcc's. Before timing, bertcc's
+// bytes / time) and the bus bandwidth (algbw x 2 (W-1) / W for an all-reduce, x (W-1) / W for a
+// reduce-scatter, as nccl-tests count it: what each rank's link carries in a ring), and
+// MPI_Allreduce's time over the method's. Before timing, bertcc's
 // fp32 sum is checked bit for bit against the rank-order sum and MPI_Allreduce's within 1e-6, and
 // the 16-bit wires' and reduce_scatter_sum's results bit for bit against their definitions.
 // --check does only that (make test runs it at 2 and 3 ranks: MPI's collectives and bertcc's own).
@@ -165,15 +167,20 @@ int main(int argc, char** argv) {
                    "MPI_Allreduce's worst relative difference %.2e\n", R, mb, bad, n, bad_exact, worst);
     }
     if (check_only) continue;
+    std::vector<size_t> parts(static_cast<size_t>(W));  // equal parts, the remainder to the last rank
+    for (int r = 0; r < W; ++r) parts[static_cast<size_t>(r)] = n / static_cast<size_t>(W);
+    parts.back() += n % static_cast<size_t>(W);
     struct Method {
       const char* name;
+      double bus;  // the ring's traffic per rank, in units of algbw x (W-1) / W
       std::function<void()> run;
     };
     const std::vector<Method> methods{
-        {"bertcc fp32", [&] { comm.allreduce_sum(buf.data(), n, WireDtype::F32); }},
-        {"bertcc bf16 wire", [&] { comm.allreduce_sum(buf.data(), n, WireDtype::BF16); }},
-        {"bertcc fp16 wire", [&] { comm.allreduce_sum(buf.data(), n, WireDtype::F16); }},
-        {"MPI_Allreduce fp32", [&] {
+        {"bertcc fp32", 2, [&] { comm.allreduce_sum(buf.data(), n, WireDtype::F32); }},
+        {"bertcc bf16 wire", 2, [&] { comm.allreduce_sum(buf.data(), n, WireDtype::BF16); }},
+        {"bertcc fp16 wire", 2, [&] { comm.allreduce_sum(buf.data(), n, WireDtype::F16); }},
+        {"bertcc reduce-scatter fp32 (ZeRO-1)", 1, [&] { comm.reduce_scatter_sum(buf.data(), parts, WireDtype::F32); }},
+        {"MPI_Allreduce fp32", 2, [&] {
            MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
          }}};
     std::vector<double> med(methods.size());
@@ -194,7 +201,7 @@ int main(int argc, char** argv) {
       for (size_t m = 0; m < methods.size(); ++m) {
         const double algbw = static_cast<double>(n) * 4 / med[m] / 1e9;
         std::printf("| %g | %s | %.3f ms | %.2f | %.2f | %.2fx |\n", mb, methods[m].name, med[m] * 1e3, algbw,
-                    algbw * 2.0 * (W - 1) / W, med.back() / med[m]);
+                    algbw * methods[m].bus * (W - 1) / W, med.back() / med[m]);
       }
   }
   if (R == 0)
