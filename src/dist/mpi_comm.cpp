@@ -236,10 +236,10 @@ class MpiComm final : public Communicator {
   // widened values, then rounded), and IEEE 754 addition is commutative: whichever rank's value
   // MPI's algorithm adds to which, the sum has the rank-order sum's bits, on both ranks (a NaN's
   // payload aside: x86 keeps the first operand's). So two ranks take the library's own tuned
-  // collective, one call, where the general path makes two and sums a copy of its own part.
+  // collective, where the general path makes two and sums a copy of its own part.
   // The calls take at most kPairChunk elements (8 MB of fp32): Open MPI 4.1's MPI_Allreduce of
   // 418 MB over shared memory took twice as long as 53 calls of 8 MB on the same buffer (AMD EPYC,
-  // 2 cores; bertcc_allreduce_bench): 147-168 ms against 308-378.
+  // 2 cores; bertcc_allreduce_bench): 147-185 ms against 308-378.
   static constexpr size_t kPairChunk = size_t{1} << 21;
   MPI_Op sum_op(WireDtype wire) const { return wire == WireDtype::BF16 ? sum_bf16_ : sum_f16_; }
   void pair_allreduce(float* data, size_t n, WireDtype wire) {
