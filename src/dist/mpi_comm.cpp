@@ -100,11 +100,11 @@ class MpiComm final : public Communicator {
   bool other_thread_ok() const override { return provided_ >= MPI_THREAD_SERIALIZED; }
 
   void allreduce_sum(float* data, size_t n, WireDtype wire) override {
-    for (size_t off = 0; off < n; off += kBucket) {
-      const size_t m = std::min(kBucket, n - off);
-      if (world_ == 2) pair_allreduce(data + off, m, wire);
-      else bucket(data + off, m, wire);
+    if (world_ == 2) {
+      pair_allreduce(data, n, wire);  // in calls of its own size
+      return;
     }
+    for (size_t off = 0; off < n; off += kBucket) bucket(data + off, std::min(kBucket, n - off), wire);
   }
 
   void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, WireDtype wire) override {
