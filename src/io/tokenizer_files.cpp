@@ -6,6 +6,9 @@
 //                           specials as added tokens (matched before normalisation, never split),
 //                           [CLS] A [SEP] (B [SEP]) post-processing, WordPiece decoder.
 #include <algorithm>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -60,9 +63,17 @@ void write_tokenizer_files(const std::string& dir, const Vocab& vocab, bool lowe
   cfg["tokenize_chinese_chars"] = true;
   cfg["tokenizer_class"] = "BertTokenizer";
 
+  // first entry wins, as Vocab::id. ordered_json's object is a vector searched linearly on every
+  // insert (quadratic: seconds for 30,522 tokens at every model save), so duplicates are found in a
+  // hash set and the entries appended to the vector beneath it, in id order as before.
   json wp_vocab = json::object();
-  for (int32_t i = 0; i < vocab.size(); ++i)
-    if (!wp_vocab.contains(vocab.token(i))) wp_vocab[vocab.token(i)] = i;  // first entry wins, as Vocab::id
+  {
+    auto& entries = static_cast<std::vector<std::pair<const std::string, json>>&>(wp_vocab.get_ref<json::object_t&>());
+    std::unordered_set<std::string> seen;
+    entries.reserve(static_cast<size_t>(vocab.size()));
+    for (int32_t i = 0; i < vocab.size(); ++i)
+      if (seen.insert(vocab.token(i)).second) entries.emplace_back(vocab.token(i), i);
+  }
   json tj;
   tj["version"] = "1.0";
   tj["truncation"] = nullptr;
