@@ -14,8 +14,10 @@ build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# ctest -j$(JOBS): tests declare the cores they use (PROCESSORS, CMakeLists.txt), so a 2-core machine
+# runs two one-thread tests side by side and a two-thread test alone. CTEST_ARGS: e.g. -R device_staged, -L unit.
 test: deps build
-	@cd $(BUILD) && ctest --output-on-failure
+	@./scripts/run-tests.sh $(BUILD) -j $(JOBS) $(CTEST_ARGS)
 
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_SANITIZE=ON -DBERTCC_CUDA=OFF >/dev/null

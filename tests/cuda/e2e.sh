@@ -22,7 +22,9 @@
 #        this script where there is no GPU: then every comparison holds exactly). FT_DATA: the
 #        fine-tuning cuts of make_ft_data (tests/train/common.sh); default: made from ../shared/data.
 #        E2E_ONLY: a comma list of sections to run (pretrain, electra, mpi, finetune, past; default all),
-#        for a short GPU visit that rechecks what failed.
+#        for a short GPU visit that rechecks what failed. BERTCC_TEST_FIXTURE (make test's shared data,
+#        tests/fixture.sh): its shards, vocabulary, fine-tuning cuts and models instead of making them;
+#        E2E_CONFIG (default bert-mini) and E2E_THREADS (default 4): the pre-training model and threads.
 # Exit 0 when all passed, 77 when the device is not usable here, 1 otherwise.
 set -u
 B="$1"; W="$2"; D="${3:-cuda}"
@@ -49,11 +51,17 @@ same_bytes() {  # NAME DIR_A DIR_B: final model, step-4 checkpoint, logged losse
   else fail "$1: models or step-4 moments differ"; fi
 }
 
-make_corpus "$B" "$W"
-"$B" create-pretraining-data --input "$W/corpus/train" --output "$W/h5" --vocab "$W/vocab.txt" --max-seq-length 64 \
-  --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
-PT="--config bert-mini --vocab $W/vocab.txt --input-dir $W/h5 --eval-dir $W/h5 --eval-batches 2 --learning-rate 1e-3 \
---warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 8 --log-freq 1 --seed 7 --threads 4 --max-steps 8 \
+if [ -n "${BERTCC_TEST_FIXTURE:-}" ]; then
+  use_fixture "$B" "$W"; V="$FIX/vocab.txt"; H5="$FIX/h5"; FT_DATA="${FT_DATA:-$FIX/ft}"
+else
+  FIX=""; V="$W/vocab.txt"; H5="$W/h5"
+  make_corpus "$B" "$W"
+  "$B" create-pretraining-data --input "$W/corpus/train" --output "$W/h5" --vocab "$W/vocab.txt" --max-seq-length 64 \
+    --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
+fi
+TH="${E2E_THREADS:-4}"
+PT="--config ${E2E_CONFIG:-bert-mini} --vocab $V --input-dir $H5 --eval-dir $H5 --eval-batches 2 --learning-rate 1e-3 \
+--warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 8 --log-freq 1 --seed 7 --threads $TH --max-steps 8 \
 --train-batch-size 16 --gradient-accumulation-steps 2"
 X16="--init-loss-scale 1048576 --loss-scale-window 3"  # fp16: overflowing steps, then the scale drops
 resume() {  # SRC_DIR DST_DIR DEVICE ARGS...: SRC's step-4 checkpoint resumed on DEVICE in DST
@@ -131,7 +139,7 @@ fi
 if want mpi && command -v mpirun > /dev/null 2>&1 && cpu_fp32; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
     OMPI_MCA_btl_vader_single_copy_mechanism=none
-  P2=$(echo "$PT" | sed 's/--train-batch-size 16 --gradient-accumulation-steps 2/--train-batch-size 8/; s/--threads 4/--threads 2/')
+  P2=$(echo "$PT" | sed 's/--train-batch-size 16 --gradient-accumulation-steps 2/--train-batch-size 8/; s/--threads [0-9]*/--threads 2/')
   D0=$D; [ "$D" = cuda ] && D0=cuda:0
   errs() { grep -v "^\[\|^-\+$\|MPI_ABORT\|MPI_COMM_WORLD\|^You may\|^exactly when\|^NOTE\|^with errorcode\|^$" "$1" | head -3; }
   mpirun --oversubscribe -np 2 "$B" pretrain $P2 --precision fp32 --device "$D0" --output-dir "$W/dev_2r" > "$W/dev_2r.log" 2>&1 \
@@ -179,11 +187,15 @@ S="$HERE/../../../shared/data"
 if ! want finetune; then :
 elif cpu_fp32 && { [ -n "${FT_DATA:-}" ] || make_ft_data "$S" "$W/ftdata"; }; then
   F="${FT_DATA:-$W/ftdata}"
-  "$B" init-model --config bert-tiny --vocab "$F/uncased_vocab.txt" --output "$W/tiny" --seed 1 > /dev/null 2>&1 || fail init-model
-  printf '{"model_type": "electra", "vocab_size": 30522, "embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2,
+  if [ -n "$FIX" ] && [ -d "$FIX/ft/bert" ]; then  # the fixture's BERT and ELECTRA (tiny.json's size)
+    ln -s "$FIX/ft/bert" "$W/tiny"; ln -s "$FIX/ft/electra" "$W/etiny"
+  else
+    "$B" init-model --config bert-tiny --vocab "$F/uncased_vocab.txt" --output "$W/tiny" --seed 1 > /dev/null 2>&1 || fail init-model
+    printf '{"model_type": "electra", "vocab_size": 30522, "embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2,
  "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 512, "type_vocab_size": 2}\n' > "$W/electra.json"
-  "$B" init-model --config "$W/electra.json" --vocab "$F/uncased_vocab.txt" --output "$W/etiny" --seed 1 > /dev/null 2>&1 || fail "init-model electra"
-  FT="--learning-rate 2e-3 --threads 4 --train-batch-size 8 --gradient-accumulation-steps 2 --log-freq 1000 \
+    "$B" init-model --config "$W/electra.json" --vocab "$F/uncased_vocab.txt" --output "$W/etiny" --seed 1 > /dev/null 2>&1 || fail "init-model electra"
+  fi
+  FT="--learning-rate 2e-3 --threads $TH --train-batch-size 8 --gradient-accumulation-steps 2 --log-freq 1000 \
 --max-seq-length 64 --num-train-epochs 2 --num-steps-per-checkpoint 3 --seed 5"
   ft_case() {  # NAME PRECISION JSON_FILES ARGS...: trains on cpu and on the device, compares
     name=$1; prec=$2; files=$3; shift 3

@@ -41,21 +41,41 @@ serve_same_on() {
   fi
 }
 
-# make_ft_data SHARED_DATA OUT: small fine-tuning sets cut from ../shared/data (the real files), for the
-# device checks: OUT/sst (SST-2: 48 train, 32 dev), OUT/stsb (32, 16), OUT/ner.txt (CoNLL-2003, 25
-# sentences), OUT/sq.json (SQuAD v1.1 dev, first article, 2 paragraphs), OUT/sq2.json (SQuAD v2.0, the
-# same cut), OUT/uncased_vocab.txt (bert-base-uncased). Returns 1 when SHARED_DATA lacks them.
+# make_ft_data SHARED_DATA OUT [small]: small fine-tuning sets cut from ../shared/data (the real files),
+# for the device checks: OUT/sst (SST-2: 48 train, 32 dev), OUT/stsb (32, 16), OUT/ner.txt (CoNLL-2003,
+# 25 sentences), OUT/sq.json (SQuAD v1.1 dev, first article, 2 paragraphs), OUT/sq2.json (SQuAD v2.0,
+# the same cut), OUT/uncased_vocab.txt (bert-base-uncased). "small" (the test fixture, whose checks are
+# identities): SST-2 24 train and 16 dev, STS-B 16 and 8, 12 CoNLL sentences, SQuAD v1.1 the first
+# paragraph's first 8 questions, v2.0 the first paragraph (9 questions, 4 of them unanswerable).
+# Returns 1 when SHARED_DATA lacks them.
 make_ft_data() {
   [ -d "$1/glue" ] || return 1
   mkdir -p "$2/sst" "$2/stsb"
-  head -49 "$1/glue/SST-2/train.tsv" > "$2/sst/train.tsv"; head -33 "$1/glue/SST-2/dev.tsv" > "$2/sst/dev.tsv"
-  head -33 "$1/glue/STS-B/train.tsv" > "$2/stsb/train.tsv"; head -17 "$1/glue/STS-B/dev.tsv" > "$2/stsb/dev.tsv"
-  awk 'BEGIN{n=0} /^$/{n++} n<=24{print}' "$1/conll2003/iob2/train.txt" > "$2/ner.txt"
+  n1=49; n2=33; n3=33; n4=17; n5=24; paras=2; qs=0
+  [ "${3:-}" = small ] && { n1=25; n2=17; n3=17; n4=9; n5=12; paras=1; qs=8; }
+  head -$n1 "$1/glue/SST-2/train.tsv" > "$2/sst/train.tsv"; head -$n2 "$1/glue/SST-2/dev.tsv" > "$2/sst/dev.tsv"
+  head -$n3 "$1/glue/STS-B/train.tsv" > "$2/stsb/train.tsv"; head -$n4 "$1/glue/STS-B/dev.tsv" > "$2/stsb/dev.tsv"
+  awk -v last=$n5 'BEGIN{n=0} /^$/{n++} n<=last{print}' "$1/conll2003/iob2/train.txt" > "$2/ner.txt"
   cp "$1/bert_vocab/bert-base-uncased-vocab.txt" "$2/uncased_vocab.txt"
-  "${PY:-python3}" - "$1/squad/v1.1/dev-v1.1.json" "$2/sq.json" "$1/squad/v2.0/dev-v2.0.first5articles.json" "$2/sq2.json" <<'PYEOF'
+  "${PY:-python3}" - "$1/squad/v1.1/dev-v1.1.json" "$2/sq.json" "$1/squad/v2.0/dev-v2.0.first5articles.json" "$2/sq2.json" $paras $qs <<'PYEOF'
 import json, sys
+paras, qs = int(sys.argv[5]), int(sys.argv[6])
 for src, dst, version in ((sys.argv[1], sys.argv[2], "1.1"), (sys.argv[3], sys.argv[4], "v2.0")):
-    d = json.load(open(src)); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:2]
+    d = json.load(open(src)); a = d["data"][0]; a["paragraphs"] = a["paragraphs"][:paras]
+    if qs and version == "1.1":
+        for p in a["paragraphs"]:
+            p["qas"] = p["qas"][:qs]
     json.dump({"version": version, "data": [a]}, open(dst, "w"))
 PYEOF
+}
+
+# use_fixture BERTCC WORK: FIX = the shared test data (tests/fixture.sh): ctest's, named by
+# BERTCC_TEST_FIXTURE, or, when a script runs alone, made under WORK/fixture
+use_fixture() {
+  if [ -n "${BERTCC_TEST_FIXTURE:-}" ] && [ -f "$BERTCC_TEST_FIXTURE/done" ]; then
+    FIX="$BERTCC_TEST_FIXTURE"
+  else
+    FIX="$2/fixture"
+    sh "$(cd "$(dirname "$0")/.." && pwd)/fixture.sh" "$1" "$FIX" > "$2/fixture.log" 2>&1 || fail "fixture: $(tail -3 "$2/fixture.log")"
+  fi
 }

@@ -20,9 +20,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 MPI="mpirun --oversubscribe -np 2"
 rm -rf "$W"; mkdir -p "$W"
-make_corpus "$B" "$W"
-"$B" create-pretraining-data --input "$W/corpus/train" --output "$W/h5" --vocab "$W/vocab.txt" --max-seq-length 64 \
-  --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
+use_fixture "$B" "$W"  # shared shards and vocabulary; tiny.json: 2 layers, hidden 64 (tests/fixture.sh)
 
 # the logged losses of a run, one line per step ("step loss mlm nsp")
 losses() { $PY - "$1" <<'PYEOF'
@@ -47,10 +45,10 @@ same_losses() {  # NAME RUN_A RUN_B (output dirs with dllogger.json)
 }
 
 # (held-out evaluation on the training shards: what matters here is that its split over ranks changes nothing)
-PT0="--config bert-mini --vocab $W/vocab.txt --eval-dir $W/h5 --eval-batches 3 --learning-rate 1e-3 \
+PT0="--config $FIX/tiny.json --vocab $FIX/vocab.txt --eval-dir $FIX/h5 --eval-batches 3 --learning-rate 1e-3 \
 --warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 8 --log-freq 1 --seed 7 --threads 1"
-PT="$PT0 --input-dir $W/h5 --max-steps 8"
-LONG="$PT0 --input-dir $W/h5 --max-steps 400"
+PT="$PT0 --input-dir $FIX/h5 --max-steps 8"
+LONG="$PT0 --input-dir $FIX/h5 --max-steps 4000"
 ONE="--train-batch-size 16 --gradient-accumulation-steps 2"
 TWO="--train-batch-size 8 --gradient-accumulation-steps 1"
 
@@ -217,7 +215,8 @@ rc=$?
   && echo "ok   an error on rank 1 ends the job (exit $rc) with its message" || fail "rank error: exit $rc: $(grep -v '^$' "$W/err.log" | head -5)"
 
 # --- fine-tuning (GLUE MRPC, 100 training pairs, batch 16: each epoch ends with a 4-example step)
-"$B" init-model --config bert-tiny --vocab "$S/bert_vocab/bert-base-uncased-vocab.txt" --output "$W/tiny" --seed 1 > /dev/null 2>&1 || fail init-model
+# the fixture's BERT of tiny.json's size with the bert-base-uncased vocabulary
+if [ -d "$FIX/ft/bert" ]; then ln -s "$FIX/ft/bert" "$W/tiny"; else fail "no fine-tuning model in the fixture (../shared/data missing?)"; fi
 mkdir -p "$W/mrpc"; head -101 "$S/glue/MRPC/train.tsv" > "$W/mrpc/train.tsv"; head -41 "$S/glue/MRPC/dev.tsv" > "$W/mrpc/dev.tsv"
 FT="--task-name mrpc --data-dir $W/mrpc --init-checkpoint $W/tiny --learning-rate 1e-3 --max-seq-length 64 \
 --num-train-epochs 3 --seed 5 --log-freq 1 --mode train,eval --threads 1 --precision fp32 --eval-batch-size 8"

@@ -27,9 +27,7 @@ TORCH_DIR="$(cd "$(dirname "$0")/../torch" && pwd)"
 . "$(dirname "$0")/common.sh"
 D=cpu-staged
 rm -rf "$W"; mkdir -p "$W"
-make_corpus "$B" "$W"
-"$B" create-pretraining-data --input "$W/corpus/train" --output "$W/h5" --vocab "$W/vocab.txt" --max-seq-length 64 \
-  --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
+use_fixture "$B" "$W"  # the shared shards and vocabulary; tiny.json: 2 layers, hidden 64 (tests/fixture.sh)
 
 losses() { $PY - "$1" <<'PYEOF'
 import json, sys
@@ -51,7 +49,7 @@ same_run() {  # NAME DIR_A DIR_B: models, step-4 moments, logged losses and eval
   else fail "$1: losses differ: $(diff "$W/la.txt" "$W/lb.txt" | head -4)"; fi
 }
 
-PT="--config bert-mini --vocab $W/vocab.txt --input-dir $W/h5 --eval-dir $W/h5 --eval-batches 2 --learning-rate 1e-3 \
+PT="--config $FIX/tiny.json --vocab $FIX/vocab.txt --input-dir $FIX/h5 --eval-dir $FIX/h5 --eval-batches 2 --learning-rate 1e-3 \
 --warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 8 --log-freq 1 --seed 7 --threads 2 --max-steps 8"
 ONE="--train-batch-size 16 --gradient-accumulation-steps 2"
 for prec in fp32 bf16 fp16; do
@@ -207,12 +205,9 @@ done
 
 # --- fine-tuning every head on real data (../shared/data), with dropout, accumulation 2 and a
 # checkpoint, then inference: the same bytes on the device as on the cpu
-S="$(dirname "$0")/../../../shared/data"
-if make_ft_data "$S" "$W"; then
-  "$B" init-model --config bert-tiny --vocab "$W/uncased_vocab.txt" --output "$W/tiny" --seed 1 > /dev/null 2>&1 || fail init-model
-  printf '{"model_type": "electra", "vocab_size": 30522, "embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2,
- "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 512, "type_vocab_size": 2}\n' > "$W/electra.json"
-  "$B" init-model --config "$W/electra.json" --vocab "$W/uncased_vocab.txt" --output "$W/etiny" --seed 1 > /dev/null 2>&1 || fail "init-model electra"
+# (the fixture's small cuts and its BERT and ELECTRA of tiny.json's size, bert-base-uncased vocabulary)
+if [ -f "$FIX/ft/sq.json" ]; then
+  F="$FIX/ft"
   PREC=fp32
   FT="--learning-rate 2e-3 --threads 2 --train-batch-size 8 --gradient-accumulation-steps 2 --log-freq 1000 \
 --max-seq-length 64 --num-train-epochs 2 --num-steps-per-checkpoint 3 --seed 5"
@@ -230,43 +225,43 @@ if make_ft_data "$S" "$W"; then
     [ -z "$bad" ] && echo "ok   finetune $name on $D: model, metrics$( [ -n "$files" ] && echo ", $files") byte-identical to cpu ($(head -c 90 "$W/ft_${name}_cpu/eval_metrics.json" | tr -d '\n '))" \
       || fail "finetune $name on $D differs from cpu:$bad"
   }
-  ft_case sst2 "" glue --task-name sst-2 --data-dir "$W/sst" --init-checkpoint "$W/tiny"
+  ft_case sst2 "" glue --task-name sst-2 --data-dir "$F/sst" --init-checkpoint "$F/bert"
   if command -v mpirun > /dev/null 2>&1; then  # ZeRO-1 fine-tuning on the device, 2 ranks = 1 cpu rank x 2
     FT1=$(echo "$FT" | sed 's/--threads 2/--threads 1/')
-    "$B" finetune glue --task-name sst-2 --data-dir "$W/sst" --init-checkpoint "$W/tiny" $FT1 --precision $PREC \
+    "$B" finetune glue --task-name sst-2 --data-dir "$F/sst" --init-checkpoint "$F/bert" $FT1 --precision $PREC \
       --output-dir "$W/ftz_cpu" > "$W/ftz_cpu.out" 2> "$W/ftz_cpu.err" || fail "finetune sst-2 cpu 1 thread: $(tail -3 "$W/ftz_cpu.err")"
-    mpirun --oversubscribe -np 2 "$B" finetune glue --task-name sst-2 --data-dir "$W/sst" --init-checkpoint "$W/tiny" \
+    mpirun --oversubscribe -np 2 "$B" finetune glue --task-name sst-2 --data-dir "$F/sst" --init-checkpoint "$F/bert" \
       $(echo "$FT1" | sed 's/--train-batch-size 8 --gradient-accumulation-steps 2/--train-batch-size 4/') --precision $PREC \
       --zero1 --device $D --output-dir "$W/ftz_dev" > "$W/ftz_dev.out" 2> "$W/ftz_dev.err" || fail "finetune --zero1 on $D: $(tail -3 "$W/ftz_dev.err")"
     cmp -s "$W/ftz_cpu/model.safetensors" "$W/ftz_dev/model.safetensors" && cmp -s "$W/ftz_cpu/eval_metrics.json" "$W/ftz_dev/eval_metrics.json" \
-      && cmp -s "$W/ftz_cpu/checkpoints/step_9/optimizer.safetensors" "$W/ftz_dev/checkpoints/step_9/optimizer.safetensors" \
+      && cmp -s "$W/ftz_cpu/checkpoints/step_3/optimizer.safetensors" "$W/ftz_dev/checkpoints/step_3/optimizer.safetensors" \
       && grep -q "ZeRO-1: sharded over 2 ranks" "$W/ftz_dev.err" \
-      && echo "ok   finetune sst-2 --zero1, 2 MPI ranks on $D: model, metrics, step-9 moments byte-identical to 1 cpu rank x 2" \
+      && echo "ok   finetune sst-2 --zero1, 2 MPI ranks on $D: model, metrics, step-3 moments byte-identical to 1 cpu rank x 2" \
       || fail "finetune sst-2 --zero1, 2 ranks on $D differs from 1 cpu rank x 2: $(ls "$W/ftz_dev" "$W/ftz_dev/checkpoints" 2>&1 | tr '\n' ' ')"
     # without ZeRO-1: the staged communicator's buckets, started during the backward of the
     # classification head and the encoder (small buckets: several per step)
-    mpirun --oversubscribe -np 2 "$B" finetune glue --task-name sst-2 --data-dir "$W/sst" --init-checkpoint "$W/tiny" \
+    mpirun --oversubscribe -np 2 "$B" finetune glue --task-name sst-2 --data-dir "$F/sst" --init-checkpoint "$F/bert" \
       $(echo "$FT1" | sed 's/--train-batch-size 8 --gradient-accumulation-steps 2/--train-batch-size 4/') --precision $PREC \
       --bucket-cap-mb 0.1 --device $D --output-dir "$W/ftb_dev" > "$W/ftb_dev.out" 2> "$W/ftb_dev.err" || fail "finetune 2 ranks on $D: $(tail -3 "$W/ftb_dev.err")"
     cmp -s "$W/ftz_cpu/model.safetensors" "$W/ftb_dev/model.safetensors" && cmp -s "$W/ftz_cpu/eval_metrics.json" "$W/ftb_dev/eval_metrics.json" \
-      && cmp -s "$W/ftz_cpu/checkpoints/step_9/optimizer.safetensors" "$W/ftb_dev/checkpoints/step_9/optimizer.safetensors" \
-      && echo "ok   finetune sst-2, 2 MPI ranks on $D (buckets during backward): model, metrics, step-9 moments byte-identical to 1 cpu rank x 2" \
+      && cmp -s "$W/ftz_cpu/checkpoints/step_3/optimizer.safetensors" "$W/ftb_dev/checkpoints/step_3/optimizer.safetensors" \
+      && echo "ok   finetune sst-2, 2 MPI ranks on $D (buckets during backward): model, metrics, step-3 moments byte-identical to 1 cpu rank x 2" \
       || fail "finetune sst-2, 2 ranks on $D (buckets during backward) differs from 1 cpu rank x 2"
   fi
-  ft_case stsb "" glue --task-name sts-b --data-dir "$W/stsb" --init-checkpoint "$W/tiny"
-  ft_case electra_sst2 "" glue --task-name sst-2 --data-dir "$W/sst" --init-checkpoint "$W/etiny"
-  ft_case ner "predictions.txt" ner --train-file "$W/ner.txt" --predict-file "$W/ner.txt" --init-checkpoint "$W/tiny" \
+  ft_case stsb "" glue --task-name sts-b --data-dir "$F/stsb" --init-checkpoint "$F/bert"
+  ft_case electra_sst2 "" glue --task-name sst-2 --data-dir "$F/sst" --init-checkpoint "$F/electra"
+  ft_case ner "predictions.txt" ner --train-file "$F/ner.txt" --predict-file "$F/ner.txt" --init-checkpoint "$F/bert" \
     --mode "train eval prediction"
-  ft_case squad "predictions.json" squad --train-file "$W/sq.json" --predict-file "$W/sq.json" --doc-stride 32 --init-checkpoint "$W/tiny"
+  ft_case squad "predictions.json" squad --train-file "$F/sq.json" --predict-file "$F/sq.json" --doc-stride 32 --init-checkpoint "$F/bert"
   # SQuAD v2.0 with ELECTRA's joint head (trained on the device, its beam search on the host), bf16
   PREC=bf16
-  ft_case squad2_joint "predictions.json null_odds.json nbest_predictions.json" squad --train-file "$W/sq2.json" \
-    --predict-file "$W/sq2.json" --doc-stride 32 --init-checkpoint "$W/etiny" --version-2-with-negative
+  ft_case squad2_joint "predictions.json null_odds.json nbest_predictions.json" squad --train-file "$F/sq2.json" \
+    --predict-file "$F/sq2.json" --doc-stride 32 --init-checkpoint "$F/electra" --version-2-with-negative
   PREC=fp32
   grep -q "joint head" "$W/ft_squad2_joint_$D.err" || fail "squad2_joint: not ELECTRA's joint head: $(head -3 "$W/ft_squad2_joint_$D.err")"
   # inference commands on the device
-  q="$($PY -c "import json;print(json.load(open('$W/sq.json'))['data'][0]['paragraphs'][0]['qas'][0]['question'])")"
-  c="$($PY -c "import json;print(json.load(open('$W/sq.json'))['data'][0]['paragraphs'][0]['context'])")"
+  q="$($PY -c "import json;print(json.load(open('$F/sq.json'))['data'][0]['paragraphs'][0]['qas'][0]['question'])")"
+  c="$($PY -c "import json;print(json.load(open('$F/sq.json'))['data'][0]['paragraphs'][0]['context'])")"
   # (bf16: on a device the encoder's matrices are there in bf16 alone, use_backend_for_inference)
   for prec in fp32 bf16; do
   for cmd in "qa --model $W/ft_squad_cpu" "qa --model $W/ft_squad2_joint_cpu" "classify --model $W/ft_sst2_cpu" "tag --model $W/ft_ner_cpu"; do

@@ -12,9 +12,10 @@ set -u
 B="$1"; W="$2"; COMMS="${3:-mpi}"; PY=/usr/bin/python3
 rm -rf "$W"; mkdir -p "$W"
 . "$(dirname "$0")/common.sh"
-make_corpus "$B" "$W"
-"$B" create-pretraining-data --input "$W/corpus/train" --output "$W/all" --vocab "$W/vocab.txt" --max-seq-length 64 \
+use_fixture "$B" "$W"  # the shared corpus and vocabulary (tests/fixture.sh); dynamic-masking shards of its own
+"$B" create-pretraining-data --input "$FIX/corpus/train" --output "$W/all" --vocab "$FIX/vocab.txt" --max-seq-length 64 \
   --max-predictions-per-seq 10 --dupe-factor 3 --dynamic-masking > /dev/null || fail data
+cp "$FIX/vocab.txt" "$W/vocab.txt"
 mkdir -p "$W/h5" "$W/eval"; mv "$W/all/part-00000.h5" "$W/h5/"; mv "$W/all/part-00001.h5" "$W/eval/"
 cat > "$W/electra.json" <<'EOF'
 {"model_type": "electra", "vocab_size": 400, "embedding_size": 32, "hidden_size": 64, "num_hidden_layers": 2,

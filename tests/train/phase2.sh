@@ -6,10 +6,10 @@ set -u
 BERTCC="$1"; WORK="$2"
 rm -rf "$WORK"; mkdir -p "$WORK"
 . "$(dirname "$0")/common.sh"
-make_corpus "$BERTCC" "$WORK"
-"$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5_64" --vocab "$WORK/vocab.txt" --max-seq-length 64 --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data64
-"$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5_128" --vocab "$WORK/vocab.txt" --max-seq-length 128 --max-predictions-per-seq 20 --dupe-factor 3 > /dev/null || fail data128
-COMMON="--config bert-mini --vocab $WORK/vocab.txt --train-batch-size 16 --learning-rate 1e-3 --num-steps-per-checkpoint 2 --keep-checkpoints 10 --log-freq 1 --seed 3 --precision fp32"
+use_fixture "$BERTCC" "$WORK"  # shared corpus, vocabulary and seq-64 shards; tiny.json (tests/fixture.sh)
+ln -s "$FIX/h5" "$WORK/h5_64"
+"$BERTCC" create-pretraining-data --input "$FIX/corpus/train" --output "$WORK/h5_128" --vocab "$FIX/vocab.txt" --max-seq-length 128 --max-predictions-per-seq 20 --dupe-factor 3 > /dev/null || fail data128
+COMMON="--config $FIX/tiny.json --vocab $FIX/vocab.txt --train-batch-size 16 --learning-rate 1e-3 --num-steps-per-checkpoint 2 --keep-checkpoints 10 --log-freq 1 --seed 3 --precision fp32"
 "$BERTCC" pretrain $COMMON --input-dir "$WORK/h5_64" --max-steps 6 --warmup-proportion 0.5 --output-dir "$WORK/a" > "$WORK/p1.log" 2>&1 || fail "phase 1: $(tail -2 "$WORK/p1.log")"
 cp -r "$WORK/a" "$WORK/b"
 P2="$COMMON --input-dir $WORK/h5_128 --max-steps 6 --warmup-proportion 0.5 --phase2 --phase1-end-step 6 --resume-from-checkpoint"

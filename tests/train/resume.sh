@@ -6,15 +6,15 @@ set -u
 BERTCC="$1"; WORK="$2"; PRECISION="${3:-fp32}"; EXTRA="${4:-}"
 rm -rf "$WORK"; mkdir -p "$WORK"
 . "$(dirname "$0")/common.sh"
-make_corpus "$BERTCC" "$WORK"
-"$BERTCC" create-pretraining-data --input "$WORK/corpus/train" --output "$WORK/h5" --vocab "$WORK/vocab.txt" --max-seq-length 64 --max-predictions-per-seq 10 --dupe-factor 3 > /dev/null || fail data
-ARGS="--config bert-mini --vocab $WORK/vocab.txt --input-dir $WORK/h5 --train-batch-size 32 --gradient-accumulation-steps 2 --max-steps 16 --learning-rate 1e-3 --warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 3 --precision $PRECISION --log-freq 4 --seed 7 $EXTRA"
+use_fixture "$BERTCC" "$WORK"  # shared shards and vocabulary; tiny.json: 2 layers, hidden 64 (tests/fixture.sh)
+ARGS="--config $FIX/tiny.json --vocab $FIX/vocab.txt --input-dir $FIX/h5 --train-batch-size 32 --gradient-accumulation-steps 2 --max-steps 16 --learning-rate 1e-3 --warmup-proportion 0.25 --num-steps-per-checkpoint 2 --keep-checkpoints 3 --precision $PRECISION --log-freq 4 --seed 7 $EXTRA"
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/straight" > "$WORK/straight.log" 2>&1 || fail "straight run: $(tail -3 "$WORK/straight.log")"
-# Interrupted run: kill -9 at a random moment after the step-8 checkpoint appears.
+# Interrupted run: kill -9 at a random moment after the step-8 checkpoint appears (within 0-90 ms:
+# the tiny model's remaining 8 steps take a few hundred ms).
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/resumed" > "$WORK/first.log" 2>&1 &
 pid=$!
 wait_for_dir "$WORK/resumed/checkpoints/step_8" $pid
-sleep "0.$(od -An -N1 -tu1 /dev/urandom | tr -d ' ' | cut -c1)"
+sleep "0.0$(od -An -N1 -tu1 /dev/urandom | tr -d ' ' | cut -c1)"
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 [ -f "$WORK/resumed/model/model.safetensors" ] && echo "note: the first run finished before the kill"
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/resumed" --resume-from-checkpoint > "$WORK/second.log" 2>&1 || fail "resume: $(tail -3 "$WORK/second.log")"
