@@ -174,6 +174,45 @@ expect "finetune squad: answer_start null" "sq_null.json: article 1, paragraph 1
   -- "$B" finetune squad --init-checkpoint "$W/model_init" --train-file "$W/sq_null.json" --max-seq-length 16 --doc-stride 4 \
      --max-steps 1 --output-dir "$W/o_sqn" --threads 1 --mode train
 
+# ---- PyTorch checkpoints (convert --from pt): a storage_offset near 2^63 wrapped the extent check
+# around (one file loaded the bytes before the storage as weights with exit 0, another crashed)
+for c in "wrap:9223372036854775800:1:16" "segv:9223369837831520256:1099511627775:16" "numel:0:1:-16"; do
+  k=${c%%:*}; rest=${c#*:}; off=${rest%%:*}; rest=${rest#*:}; stride=${rest%%:*}; numel=${rest#*:}
+  mkdir -p "$W/pt/$k"
+  $PY - "$W/pt/$k/pytorch_model.bin" "$off" "$stride" "$numel" "$W/model_init/model.safetensors" "$TORCH_DIR" <<'PYEOF'
+import collections, struct, sys, zipfile
+sys.path.insert(0, sys.argv[6])
+import torch, st
+path, off, stride, numel = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+t = torch.ones(16)
+class Crafted:  # pickles as torch.save pickles a tensor: _rebuild_tensor_v2 of t's storage, with this offset and stride
+    def __reduce__(self):
+        return (torch._utils._rebuild_tensor_v2, (t.storage(), off, (16,), (stride,), False, collections.OrderedDict()))
+# the tiny model's state dict, its first tensor crafted (so its storage is the first, key '0')
+sd = {"bert.embeddings.LayerNorm.weight": Crafted()}
+sd.update({k: torch.from_numpy(v.copy()) for k, v in st.load(sys.argv[5]).items() if k not in sd})
+torch.save(sd, path)
+if numel != 16:  # the persistent id's element count (BININT1 16 after the first 'cpu'), replaced by a BININT
+    z = zipfile.ZipFile(path); entries = [(i.filename, z.read(i.filename)) for i in z.infolist()]; z.close()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for n, d in entries:
+            if n.endswith("/data.pkl"):
+                i = d.index(b"K\x10", d.index(b"cpu"))
+                d = d[:i] + b"J" + struct.pack("<i", numel) + d[i + 2:]
+            z.writestr(n, d)
+PYEOF
+done
+expect "convert --from pt: storage_offset 2^63 - 8 (wraps to 32 bytes before the storage)" \
+  "pt/wrap/pytorch_model.bin: tensor 'bert.embeddings.LayerNorm.weight': storage offset 9223372036854775800 with its sizes and strides overflows" \
+  -- "$B" convert --from pt "$W/pt/wrap/pytorch_model.bin" --config "$W/model_init/config.json" --out "$W/o_ptwrap"
+[ ! -e "$W/o_ptwrap" ] || fail "refused checkpoint left $W/o_ptwrap behind"
+expect "convert --from pt: storage_offset 2^63 - 2^41 (wraps to 8 TB before the storage)" \
+  "pt/segv/pytorch_model.bin: tensor 'bert.embeddings.LayerNorm.weight': storage offset 9223369837831520256 with its sizes and strides overflows" \
+  -- "$B" convert --from pt "$W/pt/segv/pytorch_model.bin" --config "$W/model_init/config.json" --out "$W/o_ptsegv"
+expect "convert --from pt: a storage of -16 elements" \
+  "pt/numel/pytorch_model.bin: tensor 'bert.embeddings.LayerNorm.weight': storage data/[0-9]+ has a negative element count -16" \
+  -- "$B" convert --from pt "$W/pt/numel/pytorch_model.bin" --config "$W/model_init/config.json" --out "$W/o_ptnumel"
+
 # ---- safetensors headers and config.json values
 st_file() {  # st_file PATH HEADER_JSON DATA_BYTES
   $PY - "$1" "$2" "$3" <<'PYEOF'
