@@ -355,6 +355,10 @@ expect "classify, JSON lines on stdin: not JSON" "stdin:1: invalid JSON" \
   -- sh -c 'echo "not json" | "$0" classify --model "$1" --max-seq-length 16' "$B" "$W/cls_model"
 expect "classify, JSON lines on stdin: no text field" 'input 1: missing field "text"' \
   -- sh -c 'echo "{\"txt\": 5}" | "$0" classify --model "$1" --max-seq-length 16' "$B" "$W/cls_model"
+# an "id" of 100,000 nested arrays (echoed back: nlohmann::json's recursion overflowed the stack, SIGSEGV)
+$PY -c "print('{\"text\": \"w5\"}'); print('{\"text\": \"w5\", \"id\": ' + '[' * 100000 + ']' * 100000 + '}')" > "$W/deep.jsonl"
+expect "classify, JSON lines on stdin: an id nested 100,000 deep" "stdin:2: JSON nested deeper than 64 levels" \
+  -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/deep.jsonl"
 
 # ---- command line and output
 expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)

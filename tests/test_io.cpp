@@ -242,6 +242,19 @@ TEST(FileIo, AtomicWriteLeavesNoTemporaries) {
   EXPECT_THROW(write_file_atomic(d / "no/such/dir/a.txt", "x"), Error);
 }
 
+#include "bertcc/json_depth.h"
+// JSON from stdin or a request body nested deeper than 64 levels is found before it is parsed
+// (nlohmann::json's recursion crashed on 100,000 levels); brackets inside strings do not count.
+TEST(JsonDepth, DeepNestingIsFoundBeforeParsing) {
+  EXPECT_EQ(json_too_deep_at(R"({"a": [[1, 2], {"b": [3]}], "s": "[[[[["})", 4), std::string_view::npos);
+  EXPECT_EQ(json_too_deep_at(R"({"a": [[1, 2], {"b": [3]}], "s": "[[[[["})", 3), 21u);
+  EXPECT_EQ(json_too_deep_at(R"({"a": [[[1]]]})", 3), 8u);
+  EXPECT_EQ(json_too_deep_at(R"({"s": "\"[[[[", "t": "]]]]"})", 1), std::string_view::npos);
+  const std::string deep = "{\"id\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_EQ(json_too_deep_at(deep), 7u + 63u);  // the '[' of level 65
+  EXPECT_EQ(json_too_deep_at("{\"id\": " + std::string(63, '[') + std::string(63, ']') + "}"), std::string_view::npos);
+}
+
 #include "bertcc/squad_eval.h"
 TEST(SquadEval, OfficialNormalization) {
   EXPECT_EQ(squad_normalize("The  Quick, brown fox!"), "quick brown fox");

@@ -27,6 +27,7 @@
 #include "bertcc/error.h"
 #include "bertcc/signals.h"
 #include "bertcc/fileio.h"
+#include "bertcc/json_depth.h"
 #include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
@@ -635,6 +636,9 @@ int run_server(const ServeOptions& o) {
   auto text_task = [&](const std::string& task) {
     return handle("/v1/" + task, [&, task](const httplib::Request& req, httplib::Response& res) {
       json j;
+      if (const size_t deep = json_too_deep_at(req.body); deep != std::string::npos)
+        throw HttpError(400, "request body: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                 " levels (at byte " + std::to_string(deep + 1) + ")");
       try {
         j = json::parse(req.body);
       } catch (const json::exception& e) {

@@ -289,6 +289,9 @@ bad = [
     ("/v1/fill-mask", {"text": "no mask here"}, 400, "no [MASK]"),
     ("/v1/fill-mask", {"text": "a [MASK]", "top_k": 0}, 400, "top_k"),
     ("/v1/embed", {"text": "x", "pooling": "max"}, 400, "pooling"),
+    # 100,000 nested arrays (an echoed "id"): recursion in nlohmann::json crashed the server
+    ("/v1/classify", '{"text": "x", "id": ' + "[" * 100000 + "]" * 100000 + "}", 400, "nested deeper than 64 levels"),
+    ("/v2/models/sst/infer", '{"id": ' + "[" * 100000 + "]" * 100000 + "}", 400, "nested deeper than 64 levels"),
 ]
 for path, body, code, text in bad:
     s, h, d = req("POST", path, body)
