@@ -360,6 +360,22 @@ $PY -c "print('{\"text\": \"w5\"}'); print('{\"text\": \"w5\", \"id\": ' + '[' *
 expect "classify, JSON lines on stdin: an id nested 100,000 deep" "stdin:2: JSON nested deeper than 64 levels" \
   -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/deep.jsonl"
 
+# ---- serve: a second server on a port in use fails at start-up (SO_REUSEPORT let it share the port)
+if "$B" serve --help > /dev/null 2>&1; then
+  rm -f "$W/serve1.out"
+  "$B" serve --port 0 --model "$W/cls_model" --threads 1 --max-seq-length 16 > "$W/serve1.out" 2> "$W/serve1.err" &
+  spid=$!
+  k=0; while [ $k -lt 600 ] && ! grep -q "listening on" "$W/serve1.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+  port=$(sed -n 's|.*listening on http://[^:]*:\([0-9]*\).*|\1|p' "$W/serve1.out")
+  if [ -n "$port" ]; then
+    expect "serve: a second server on port $port (in use)" "serve: cannot bind 127.0.0.1:$port: address already in use" \
+      -- timeout 30 "$B" serve --port "$port" --model "$W/cls_model" --threads 1 --max-seq-length 16
+  else
+    fail "serve: the first server did not start: $(tail -2 "$W/serve1.err")"
+  fi
+  kill "$spid" 2> /dev/null; wait "$spid" 2> /dev/null
+fi
+
 # ---- command line and output
 expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
   name="$1"; pat="$2"; shift 3

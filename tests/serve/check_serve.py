@@ -309,6 +309,16 @@ except (ConnectionError, BrokenPipeError) as e:  # the server may close while th
 s, j = jreq("GET", "/v2/health/ready")
 check(s == 200 and srv.poll() is None, "server alive and ready after the bad requests")
 
+# A second server on the port in use fails at start-up (httplib's SO_REUSEPORT let it share the port).
+try:
+    second = subprocess.run([args.bertcc, "serve", "--host", "127.0.0.1", "--port", str(PORT), "--precision", "fp32",
+                             "--model", M["sst"]], capture_output=True, text=True, timeout=120)
+    rc2, err2 = second.returncode, second.stderr
+except subprocess.TimeoutExpired as e:
+    rc2, err2 = "still running after 120 s", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+check(rc2 == 1 and f"127.0.0.1:{PORT}: address already in use" in err2,
+      f"a second server on port {PORT}: exit {rc2}, {err2.strip().splitlines()[-1:] if err2.strip() else ''}")
+
 # ---- slow and idle clients -----------------------------------------------------------------------
 slow = socket.create_connection(("127.0.0.1", PORT))
 slow.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"text\": ")  # never finished
