@@ -360,6 +360,35 @@ $PY -c "print('{\"text\": \"w5\"}'); print('{\"text\": \"w5\", \"id\": ' + '[' *
 expect "classify, JSON lines on stdin: an id nested 100,000 deep" "stdin:2: JSON nested deeper than 64 levels" \
   -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/deep.jsonl"
 
+# ---- an output that is an input: refused before anything is written (the input was destroyed, exit 0)
+mkdir -p "$W/io/corpus"
+i=0; while [ $i -lt 60 ]; do echo "w$((i % 90 + 5)) w$((i % 7 + 5)) w$((i % 11 + 5)) w$((i % 13 + 5))"; [ $((i % 6)) -eq 5 ] && echo; i=$((i + 1)); done > "$W/io/corpus/a.txt"
+cp "$W/io/corpus/a.txt" "$W/io/corpus.txt"; ln -sf corpus.txt "$W/io/link.txt"
+cp -r "$W/model_init" "$W/io/model"
+sums() { find "$W/io" -type f | sort | xargs md5sum | md5sum; }
+before=$(sums)
+expect "create-pretraining-data: --output the corpus file" "--output .*io/corpus.txt is the input --input .*io/corpus.txt; writing it would destroy the input" \
+  -- "$B" create-pretraining-data --input "$W/io/corpus.txt" --output "$W/io/corpus.txt" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "create-pretraining-data: --output a symbolic link to the corpus" "--output .*io/link.txt is the input --input .*io/corpus.txt" \
+  -- "$B" create-pretraining-data --input "$W/io/corpus.txt" --output "$W/io/link.txt" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "create-pretraining-data: --output the corpus folder" "--output .*io/corpus is the input --input .*io/corpus;" \
+  -- "$B" create-pretraining-data --input "$W/io/corpus" --output "$W/io/corpus" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "create-pretraining-data: --output inside the corpus folder" "--output .*io/corpus/h5 lies inside the input folder --input .*io/corpus" \
+  -- "$B" create-pretraining-data --input "$W/io/corpus" --output "$W/io/corpus/h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "train-vocab: --output the corpus file" "--output .*io/corpus.txt is the input --input .*io/corpus.txt" \
+  -- "$B" train-vocab --input "$W/io/corpus.txt" --output "$W/io/corpus.txt" --vocab-size 120
+expect "train-vocab: --output inside an input folder" "--output .*io/corpus/vocab.txt lies inside the input folder --input .*io/corpus" \
+  -- "$B" train-vocab --input "$W/io/corpus.txt,$W/io/corpus" --output "$W/io/corpus/vocab.txt" --vocab-size 120
+expect "finetune: --output-dir the --init-checkpoint" "--output-dir .*io/model/ is the input --init-checkpoint .*io/model" \
+  -- "$B" finetune classify --init-checkpoint "$W/io/model" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+     --max-steps 1 --output-dir "$W/io/model/" --threads 1 --mode train
+expect "pretrain: --output-dir the --init-checkpoint" "--output-dir .*io/model is the input --init-checkpoint .*io/model" \
+  -- "$B" pretrain --init-checkpoint "$W/io/model" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/io/model" \
+     --train-batch-size 8 --max-steps 1 --threads 1
+expect "convert: --out the checkpoint" "--out .*io/corpus.txt is the input checkpoint .*io/corpus.txt" \
+  -- "$B" convert --from pt "$W/io/corpus.txt" --config "$W/model/config.json" --out "$W/io/corpus.txt"
+[ "$(sums)" = "$before" ] && echo "ok   ... and every input is untouched" || fail "a refused output changed an input"
+
 # ---- serve: a second server on a port in use fails at start-up (SO_REUSEPORT let it share the port)
 if "$B" serve --help > /dev/null 2>&1; then
   rm -f "$W/serve1.out"

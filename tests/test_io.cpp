@@ -242,6 +242,32 @@ TEST(FileIo, AtomicWriteLeavesNoTemporaries) {
   EXPECT_THROW(write_file_atomic(d / "no/such/dir/a.txt", "x"), Error);
 }
 
+// An output that is an input (the same path, a symbolic or hard link, "dir/" for "dir") or that
+// lies inside an input folder read whole is refused naming both; other outputs pass.
+TEST(FileIo, OutputThatIsAnInputIsRefused) {
+  TmpDir d;
+  write_raw(d / "corpus.txt", "a b c\n");
+  fs::create_directories(d / "dir");
+  fs::create_symlink(d / "corpus.txt", d / "link.txt");
+  fs::create_hard_link(d / "corpus.txt", d / "hard.txt");
+  const std::string msg = error_of([&] { check_output_not_input(d / "corpus.txt", "--output", d / "corpus.txt", "--input"); });
+  EXPECT_NE(msg.find("--output " + d / "corpus.txt" + " is the input --input " + d / "corpus.txt"), std::string::npos)
+      << msg;
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "link.txt", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "hard.txt", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "dir/../corpus.txt", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "dir/", "--output-dir", d / "dir", "--init-checkpoint"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "dir", "--output-dir", d / "dir/", "--init-checkpoint"); }), "");
+  // inside an input folder: refused only where the folder is read whole
+  const std::string inside = error_of([&] { check_output_not_input(d / "dir/out/v.txt", "--output", d / "dir", "--input", true); });
+  EXPECT_NE(inside.find("lies inside the input folder --input " + d / "dir"), std::string::npos) << inside;
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "dir/out", "--output-dir", d / "dir", "--init-checkpoint"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "dir2/x", "--output", d / "dir", "--input", true); }), "");
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "new.h5", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "out", "--output-dir", "", "--vocab"); }), "");
+  EXPECT_EQ(read_file(d / "corpus.txt"), "a b c\n");
+}
+
 #include "bertcc/json_depth.h"
 // JSON from stdin or a request body nested deeper than 64 levels is found before it is parsed
 // (nlohmann::json's recursion crashed on 100,000 levels); brackets inside strings do not count.

@@ -98,6 +98,10 @@ FtSetup ft_setup(const FtCli& o) {
   BERTCC_CHECK(!s.mode.empty(), "--mode is empty");
   BERTCC_CHECK(!(s.has("train") && o.output_dir.empty()), "--output-dir is required with --mode train");
   BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
+  if (s.has("train"))  // training writes the model files into --output-dir (eval and prediction only add results)
+    for (const auto& [in, flag] : {std::pair{o.init_checkpoint, "--init-checkpoint"}, {o.data_dir, "--data-dir"},
+                                   {o.train_file, "--train-file"}, {o.predict_file, "--predict-file"}, {o.vocab, "--vocab"}})
+      check_output_not_input(o.output_dir, "--output-dir", in, flag);
   set_threads(threads_per_rank(o.threads, dist::world()));
   s.prec = parse_precision(o.precision);
   Backend& be = backend_for_rank(o.device, dist::world());
