@@ -132,6 +132,44 @@ expect "finetune: diverging (learning rate 1e30)" "finetune: 3 consecutive steps
      --max-seq-length 16 --learning-rate 1e30 --train-batch-size 4 --num-train-epochs 3 --output-dir "$W/o_div" --threads 1 \
      --precision fp32 --mode train --max-nonfinite-steps 3
 [ ! -e "$W/o_div/model.safetensors" ] && echo "ok   ... and no final model was written" || fail "diverged run wrote a final model"
+# non-finite weights at the end of a run too short for --max-nonfinite-steps to stop it (exited 0 with a NaN model)
+expect "pretrain: NaN weights, 2 steps (fewer than --max-nonfinite-steps)" \
+  "not writing checkpoint step_2 in .*o_nan2/checkpoints .*: the weights are not finite \('bert.encoder.layer.0.output.dense.weight' holds nan\)" \
+  -- "$B" pretrain --init-checkpoint "$W/nan" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_nan2" \
+     --train-batch-size 8 --max-steps 2 --precision fp32 --threads 1
+[ ! -e "$W/o_nan2/model" ] && [ -z "$(ls "$W/o_nan2/checkpoints" 2>/dev/null)" ] && echo "ok   ... and no model or checkpoint was written" \
+  || fail "NaN run wrote a model or checkpoint"
+expect "finetune: NaN weights, 2 steps (fewer than --max-nonfinite-steps)" \
+  "finetune: not writing the final model to .*o_nanft: the weights are not finite \('bert.encoder.layer.0.output.dense.weight' holds nan\)" \
+  -- "$B" finetune classify --init-checkpoint "$W/nan" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+     --train-batch-size 4 --max-steps 2 --output-dir "$W/o_nanft" --threads 1 --precision fp32 --mode train
+[ ! -e "$W/o_nanft/model.safetensors" ] && echo "ok   ... and no final model was written" || fail "NaN fine-tuning wrote a final model"
+# hyper-parameters: not finite or out of range, refused at start-up naming the flag and the value (a NaN
+# learning rate made every weight NaN at the first update, and the run could end with exit 0)
+for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:inf:must be a finite number > 0" \
+         "--learning-rate:-1e-3:must be a finite number > 0" "--warmup-proportion:nan:must be a finite number in \[0, 1\]" \
+         "--warmup-proportion:1.5:must be a finite number in \[0, 1\]" "--max-steps:1000000000000000:must be an integer in \[1, 1000000000000\]" \
+         "--train-batch-size:0:must be an integer in \[1, " "--init-loss-scale:nan:must be a finite number > 0"; do
+  flag=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
+  rm -rf "$W/o_hp"
+  case "$flag" in --max-steps) more="--train-batch-size 8";; --train-batch-size) more="--max-steps 2";; *) more="--max-steps 2 --train-batch-size 8";; esac
+  expect "pretrain: $flag $val" "^bertcc: error: $flag [-+.0-9a-z]+: $msg" \
+    -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_hp" \
+       --precision fp32 --threads 1 $more "$flag" "$val"
+  [ ! -e "$W/o_hp" ] || fail "pretrain $flag $val created $W/o_hp"
+done
+for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:-5e-5:must be a finite number > 0" \
+         "--num-train-epochs:nan:must be a finite number in \(0, 1e6\]" "--num-train-epochs:1e30:must be a finite number in \(0, 1e6\]" \
+         "--num-train-epochs:0:must be a finite number in \(0, 1e6\]" "--warmup-proportion:nan:must be a finite number in \[0, 1\]" \
+         "--weight-decay:-0.01:must be a finite number >= 0" "--max-grad-norm:nan:must be a finite number" \
+         "--max-steps:0:must be an integer in \[1, 1000000000000\]" "--max-steps:1000000000000000:must be an integer in \[1, 1000000000000\]"; do
+  flag=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
+  rm -rf "$W/o_hp"
+  expect "finetune: $flag $val" "^bertcc: error: $flag [-+.0-9a-z]+: $msg" \
+    -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+       --output-dir "$W/o_hp" --threads 1 --mode train "$flag" "$val"
+  [ ! -e "$W/o_hp" ] || fail "finetune $flag $val created $W/o_hp"
+done
 
 # ---- inference against the model's limits
 expect "finetune: --max-seq-length 128 (default) on a 16-position model" "max-seq-length 128 exceeds the model's max_position_embeddings 16" \
@@ -417,6 +455,14 @@ expect_cli "--threads -1" "--threads: -1 is outside 0 \(all cores\)" -- "$B" tok
 expect_cli "finetune --train-batch-size 0" "--train-batch-size: Value 0 not in range" -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --train-batch-size 0
 expect_cli "--max-seq-length -1" "--max-seq-length: Value -1 not in range 0 to 1048576" -- "$B" embed --model "$W/model_init" --text "w5" --max-seq-length -1
 expect_cli "--threads 10000" "--threads: 10000 is outside 0 \(all cores\) to [0-9]+" -- "$B" tokenize --vocab "$W/vocab.txt" --threads 10000
+# whole numbers beyond 64 bits or not whole (CLI11 saturated 99999999999999999999 to 2^63-1 silently)
+for v in 1e20 99999999999999999999 -99999999999999999999 2.5; do
+  expect_cli "pretrain --max-steps $v" "--max-steps: '$v' is (not a whole number|beyond a 64-bit integer)" \
+    -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_hp" --max-steps "$v"
+  expect_cli "finetune --max-steps $v" "--max-steps: '$v' is (not a whole number|beyond a 64-bit integer)" \
+    -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --output-dir "$W/o_hp" --max-steps "$v"
+done
+[ ! -e "$W/o_hp" ] || fail "a refused --max-steps created $W/o_hp"
 n=$((n + 1))
 echo "w5 w6" | "$B" tokenize --vocab "$W/vocab.txt" > /dev/full 2> "$W/err.txt"; rc=$?
 [ $rc -eq 1 ] && grep -q "writing to standard output failed" "$W/err.txt" && echo "ok   stdout on a full device: $(cat "$W/err.txt")" \
