@@ -132,6 +132,44 @@ expect "finetune: diverging (learning rate 1e30)" "finetune: 3 consecutive steps
      --max-seq-length 16 --learning-rate 1e30 --train-batch-size 4 --num-train-epochs 3 --output-dir "$W/o_div" --threads 1 \
      --precision fp32 --mode train --max-nonfinite-steps 3
 [ ! -e "$W/o_div/model.safetensors" ] && echo "ok   ... and no final model was written" || fail "diverged run wrote a final model"
+# non-finite weights at the end of a run too short for --max-nonfinite-steps to stop it (exited 0 with a NaN model)
+expect "pretrain: NaN weights, 2 steps (fewer than --max-nonfinite-steps)" \
+  "not writing checkpoint step_2 in .*o_nan2/checkpoints .*: the weights are not finite \('bert.encoder.layer.0.output.dense.weight' holds nan\)" \
+  -- "$B" pretrain --init-checkpoint "$W/nan" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_nan2" \
+     --train-batch-size 8 --max-steps 2 --precision fp32 --threads 1
+[ ! -e "$W/o_nan2/model" ] && [ -z "$(ls "$W/o_nan2/checkpoints" 2>/dev/null)" ] && echo "ok   ... and no model or checkpoint was written" \
+  || fail "NaN run wrote a model or checkpoint"
+expect "finetune: NaN weights, 2 steps (fewer than --max-nonfinite-steps)" \
+  "finetune: not writing the final model to .*o_nanft: the weights are not finite \('bert.encoder.layer.0.output.dense.weight' holds nan\)" \
+  -- "$B" finetune classify --init-checkpoint "$W/nan" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+     --train-batch-size 4 --max-steps 2 --output-dir "$W/o_nanft" --threads 1 --precision fp32 --mode train
+[ ! -e "$W/o_nanft/model.safetensors" ] && echo "ok   ... and no final model was written" || fail "NaN fine-tuning wrote a final model"
+# hyper-parameters: not finite or out of range, refused at start-up naming the flag and the value (a NaN
+# learning rate made every weight NaN at the first update, and the run could end with exit 0)
+for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:inf:must be a finite number > 0" \
+         "--learning-rate:-1e-3:must be a finite number > 0" "--warmup-proportion:nan:must be a finite number in \[0, 1\]" \
+         "--warmup-proportion:1.5:must be a finite number in \[0, 1\]" "--max-steps:1000000000000000:must be an integer in \[1, 1000000000000\]" \
+         "--train-batch-size:0:must be an integer in \[1, " "--init-loss-scale:nan:must be a finite number > 0"; do
+  flag=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
+  rm -rf "$W/o_hp"
+  case "$flag" in --max-steps) more="--train-batch-size 8";; --train-batch-size) more="--max-steps 2";; *) more="--max-steps 2 --train-batch-size 8";; esac
+  expect "pretrain: $flag $val" "^bertcc: error: $flag [-+.0-9a-z]+: $msg" \
+    -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_hp" \
+       --precision fp32 --threads 1 $more "$flag" "$val"
+  [ ! -e "$W/o_hp" ] || fail "pretrain $flag $val created $W/o_hp"
+done
+for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:-5e-5:must be a finite number > 0" \
+         "--num-train-epochs:nan:must be a finite number in \(0, 1e6\]" "--num-train-epochs:1e30:must be a finite number in \(0, 1e6\]" \
+         "--num-train-epochs:0:must be a finite number in \(0, 1e6\]" "--warmup-proportion:nan:must be a finite number in \[0, 1\]" \
+         "--weight-decay:-0.01:must be a finite number >= 0" "--max-grad-norm:nan:must be a finite number" \
+         "--max-steps:0:must be an integer in \[1, 1000000000000\]" "--max-steps:1000000000000000:must be an integer in \[1, 1000000000000\]"; do
+  flag=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
+  rm -rf "$W/o_hp"
+  expect "finetune: $flag $val" "^bertcc: error: $flag [-+.0-9a-z]+: $msg" \
+    -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+       --output-dir "$W/o_hp" --threads 1 --mode train "$flag" "$val"
+  [ ! -e "$W/o_hp" ] || fail "finetune $flag $val created $W/o_hp"
+done
 
 # ---- inference against the model's limits
 expect "finetune: --max-seq-length 128 (default) on a 16-position model" "max-seq-length 128 exceeds the model's max_position_embeddings 16" \
@@ -173,6 +211,45 @@ sed 's/"answer_start": 3/"answer_start": null/' "$W/sq.json" > "$W/sq_null.json"
 expect "finetune squad: answer_start null" "sq_null.json: article 1, paragraph 1, question 1: .*type must be number" \
   -- "$B" finetune squad --init-checkpoint "$W/model_init" --train-file "$W/sq_null.json" --max-seq-length 16 --doc-stride 4 \
      --max-steps 1 --output-dir "$W/o_sqn" --threads 1 --mode train
+
+# ---- PyTorch checkpoints (convert --from pt): a storage_offset near 2^63 wrapped the extent check
+# around (one file loaded the bytes before the storage as weights with exit 0, another crashed)
+for c in "wrap:9223372036854775800:1:16" "segv:9223369837831520256:1099511627775:16" "numel:0:1:-16"; do
+  k=${c%%:*}; rest=${c#*:}; off=${rest%%:*}; rest=${rest#*:}; stride=${rest%%:*}; numel=${rest#*:}
+  mkdir -p "$W/pt/$k"
+  $PY - "$W/pt/$k/pytorch_model.bin" "$off" "$stride" "$numel" "$W/model_init/model.safetensors" "$TORCH_DIR" <<'PYEOF'
+import collections, struct, sys, zipfile
+sys.path.insert(0, sys.argv[6])
+import torch, st
+path, off, stride, numel = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+t = torch.ones(16)
+class Crafted:  # pickles as torch.save pickles a tensor: _rebuild_tensor_v2 of t's storage, with this offset and stride
+    def __reduce__(self):
+        return (torch._utils._rebuild_tensor_v2, (t.storage(), off, (16,), (stride,), False, collections.OrderedDict()))
+# the tiny model's state dict, its first tensor crafted (so its storage is the first, key '0')
+sd = {"bert.embeddings.LayerNorm.weight": Crafted()}
+sd.update({k: torch.from_numpy(v.copy()) for k, v in st.load(sys.argv[5]).items() if k not in sd})
+torch.save(sd, path)
+if numel != 16:  # the persistent id's element count (BININT1 16 after the first 'cpu'), replaced by a BININT
+    z = zipfile.ZipFile(path); entries = [(i.filename, z.read(i.filename)) for i in z.infolist()]; z.close()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for n, d in entries:
+            if n.endswith("/data.pkl"):
+                i = d.index(b"K\x10", d.index(b"cpu"))
+                d = d[:i] + b"J" + struct.pack("<i", numel) + d[i + 2:]
+            z.writestr(n, d)
+PYEOF
+done
+expect "convert --from pt: storage_offset 2^63 - 8 (wraps to 32 bytes before the storage)" \
+  "pt/wrap/pytorch_model.bin: tensor 'bert.embeddings.LayerNorm.weight': storage offset 9223372036854775800 with its sizes and strides overflows" \
+  -- "$B" convert --from pt "$W/pt/wrap/pytorch_model.bin" --config "$W/model_init/config.json" --out "$W/o_ptwrap"
+[ ! -e "$W/o_ptwrap" ] || fail "refused checkpoint left $W/o_ptwrap behind"
+expect "convert --from pt: storage_offset 2^63 - 2^41 (wraps to 8 TB before the storage)" \
+  "pt/segv/pytorch_model.bin: tensor 'bert.embeddings.LayerNorm.weight': storage offset 9223369837831520256 with its sizes and strides overflows" \
+  -- "$B" convert --from pt "$W/pt/segv/pytorch_model.bin" --config "$W/model_init/config.json" --out "$W/o_ptsegv"
+expect "convert --from pt: a storage of -16 elements" \
+  "pt/numel/pytorch_model.bin: tensor 'bert.embeddings.LayerNorm.weight': storage data/[0-9]+ has a negative element count -16" \
+  -- "$B" convert --from pt "$W/pt/numel/pytorch_model.bin" --config "$W/model_init/config.json" --out "$W/o_ptnumel"
 
 # ---- safetensors headers and config.json values
 st_file() {  # st_file PATH HEADER_JSON DATA_BYTES
@@ -316,6 +393,55 @@ expect "classify, JSON lines on stdin: not JSON" "stdin:1: invalid JSON" \
   -- sh -c 'echo "not json" | "$0" classify --model "$1" --max-seq-length 16' "$B" "$W/cls_model"
 expect "classify, JSON lines on stdin: no text field" 'input 1: missing field "text"' \
   -- sh -c 'echo "{\"txt\": 5}" | "$0" classify --model "$1" --max-seq-length 16' "$B" "$W/cls_model"
+# an "id" of 100,000 nested arrays (echoed back: nlohmann::json's recursion overflowed the stack, SIGSEGV)
+$PY -c "print('{\"text\": \"w5\"}'); print('{\"text\": \"w5\", \"id\": ' + '[' * 100000 + ']' * 100000 + '}')" > "$W/deep.jsonl"
+expect "classify, JSON lines on stdin: an id nested 100,000 deep" "stdin:2: JSON nested deeper than 64 levels" \
+  -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/deep.jsonl"
+
+# ---- an output that is an input: refused before anything is written (the input was destroyed, exit 0)
+mkdir -p "$W/io/corpus"
+i=0; while [ $i -lt 60 ]; do echo "w$((i % 90 + 5)) w$((i % 7 + 5)) w$((i % 11 + 5)) w$((i % 13 + 5))"; [ $((i % 6)) -eq 5 ] && echo; i=$((i + 1)); done > "$W/io/corpus/a.txt"
+cp "$W/io/corpus/a.txt" "$W/io/corpus.txt"; ln -sf corpus.txt "$W/io/link.txt"
+cp -r "$W/model_init" "$W/io/model"
+sums() { find "$W/io" -type f | sort | xargs md5sum | md5sum; }
+before=$(sums)
+expect "create-pretraining-data: --output the corpus file" "--output .*io/corpus.txt is the input --input .*io/corpus.txt; writing it would destroy the input" \
+  -- "$B" create-pretraining-data --input "$W/io/corpus.txt" --output "$W/io/corpus.txt" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "create-pretraining-data: --output a symbolic link to the corpus" "--output .*io/link.txt is the input --input .*io/corpus.txt" \
+  -- "$B" create-pretraining-data --input "$W/io/corpus.txt" --output "$W/io/link.txt" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "create-pretraining-data: --output the corpus folder" "--output .*io/corpus is the input --input .*io/corpus;" \
+  -- "$B" create-pretraining-data --input "$W/io/corpus" --output "$W/io/corpus" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "create-pretraining-data: --output inside the corpus folder" "--output .*io/corpus/h5 lies inside the input folder --input .*io/corpus" \
+  -- "$B" create-pretraining-data --input "$W/io/corpus" --output "$W/io/corpus/h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "train-vocab: --output the corpus file" "--output .*io/corpus.txt is the input --input .*io/corpus.txt" \
+  -- "$B" train-vocab --input "$W/io/corpus.txt" --output "$W/io/corpus.txt" --vocab-size 120
+expect "train-vocab: --output inside an input folder" "--output .*io/corpus/vocab.txt lies inside the input folder --input .*io/corpus" \
+  -- "$B" train-vocab --input "$W/io/corpus.txt,$W/io/corpus" --output "$W/io/corpus/vocab.txt" --vocab-size 120
+expect "finetune: --output-dir the --init-checkpoint" "--output-dir .*io/model/ is the input --init-checkpoint .*io/model" \
+  -- "$B" finetune classify --init-checkpoint "$W/io/model" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+     --max-steps 1 --output-dir "$W/io/model/" --threads 1 --mode train
+expect "pretrain: --output-dir the --init-checkpoint" "--output-dir .*io/model is the input --init-checkpoint .*io/model" \
+  -- "$B" pretrain --init-checkpoint "$W/io/model" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/io/model" \
+     --train-batch-size 8 --max-steps 1 --threads 1
+expect "convert: --out the checkpoint" "--out .*io/corpus.txt is the input checkpoint .*io/corpus.txt" \
+  -- "$B" convert --from pt "$W/io/corpus.txt" --config "$W/model/config.json" --out "$W/io/corpus.txt"
+[ "$(sums)" = "$before" ] && echo "ok   ... and every input is untouched" || fail "a refused output changed an input"
+
+# ---- serve: a second server on a port in use fails at start-up (SO_REUSEPORT let it share the port)
+if "$B" serve --help > /dev/null 2>&1; then
+  rm -f "$W/serve1.out"
+  "$B" serve --port 0 --model "$W/cls_model" --threads 1 --max-seq-length 16 > "$W/serve1.out" 2> "$W/serve1.err" &
+  spid=$!
+  k=0; while [ $k -lt 600 ] && ! grep -q "listening on" "$W/serve1.out" 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+  port=$(sed -n 's|.*listening on http://[^:]*:\([0-9]*\).*|\1|p' "$W/serve1.out")
+  if [ -n "$port" ]; then
+    expect "serve: a second server on port $port (in use)" "serve: cannot bind 127.0.0.1:$port: address already in use" \
+      -- timeout 30 "$B" serve --port "$port" --model "$W/cls_model" --threads 1 --max-seq-length 16
+  else
+    fail "serve: the first server did not start: $(tail -2 "$W/serve1.err")"
+  fi
+  kill "$spid" 2> /dev/null; wait "$spid" 2> /dev/null
+fi
 
 # ---- command line and output
 expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
@@ -329,6 +455,14 @@ expect_cli "--threads -1" "--threads: -1 is outside 0 \(all cores\)" -- "$B" tok
 expect_cli "finetune --train-batch-size 0" "--train-batch-size: Value 0 not in range" -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --train-batch-size 0
 expect_cli "--max-seq-length -1" "--max-seq-length: Value -1 not in range 0 to 1048576" -- "$B" embed --model "$W/model_init" --text "w5" --max-seq-length -1
 expect_cli "--threads 10000" "--threads: 10000 is outside 0 \(all cores\) to [0-9]+" -- "$B" tokenize --vocab "$W/vocab.txt" --threads 10000
+# whole numbers beyond 64 bits or not whole (CLI11 saturated 99999999999999999999 to 2^63-1 silently)
+for v in 1e20 99999999999999999999 -99999999999999999999 2.5; do
+  expect_cli "pretrain --max-steps $v" "--max-steps: '$v' is (not a whole number|beyond a 64-bit integer)" \
+    -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_hp" --max-steps "$v"
+  expect_cli "finetune --max-steps $v" "--max-steps: '$v' is (not a whole number|beyond a 64-bit integer)" \
+    -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --output-dir "$W/o_hp" --max-steps "$v"
+done
+[ ! -e "$W/o_hp" ] || fail "a refused --max-steps created $W/o_hp"
 n=$((n + 1))
 echo "w5 w6" | "$B" tokenize --vocab "$W/vocab.txt" > /dev/full 2> "$W/err.txt"; rc=$?
 [ $rc -eq 1 ] && grep -q "writing to standard output failed" "$W/err.txt" && echo "ok   stdout on a full device: $(cat "$W/err.txt")" \

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -222,5 +223,45 @@ TEST(Checkpoint, ReplaceDirKeepsACompleteDirectoryAtEveryMoment) {
   EXPECT_FALSE(fs::exists(root / "step_6.old"));
   EXPECT_FALSE(fs::exists(root / "step_2.old"));
   EXPECT_TRUE(fs::exists(root / "step_2"));
+  fs::remove_all(root);
+}
+
+// A checkpoint of non-finite weights is refused, naming the tensor, and nothing is written (a
+// diverged run kept writing NaN checkpoints and a NaN final model under exit 0).
+TEST(Checkpoint, RefusesNonFiniteWeights) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("bertcc_nan_ckpt_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  BertConfig c;
+  c.vocab_size = 29;
+  c.hidden_size = 12;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 3;
+  c.intermediate_size = 17;
+  c.max_position_embeddings = 16;
+  Bert model(c, Heads::PreTraining);
+  model.init_weights(1);
+  AdamState opt;
+  opt.m.assign(model.params().size(), 0.0f);
+  opt.v.assign(model.params().size(), 0.0f);
+  TrainerState st;
+  st.step = 3;
+  save_checkpoint(root.string(), model, opt, st, "", 1);  // finite: written
+  EXPECT_TRUE(fs::exists(root / "checkpoints" / "step_3" / "model.safetensors"));
+  const ParamEntry& e = model.table().at("bert.encoder.layer.0.output.dense.weight");
+  model.params()[e.offset + 5] = std::nanf("");
+  st.step = 4;
+  try {
+    save_checkpoint(root.string(), model, opt, st, "", 1);
+    ADD_FAILURE() << "a checkpoint of NaN weights was written";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("not writing checkpoint step_4"), std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("'bert.encoder.layer.0.output.dense.weight' holds nan"), std::string::npos)
+        << err.what();
+  }
+  EXPECT_FALSE(fs::exists(root / "checkpoints" / "step_4"));
+  EXPECT_TRUE(fs::exists(root / "checkpoints" / "step_3"));  // the last good one is kept
+  model.params()[e.offset + 5] = -INFINITY;
+  EXPECT_THROW(check_weights_finite(model, "x"), Error);
   fs::remove_all(root);
 }

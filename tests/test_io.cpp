@@ -242,6 +242,45 @@ TEST(FileIo, AtomicWriteLeavesNoTemporaries) {
   EXPECT_THROW(write_file_atomic(d / "no/such/dir/a.txt", "x"), Error);
 }
 
+// An output that is an input (the same path, a symbolic or hard link, "dir/" for "dir") or that
+// lies inside an input folder read whole is refused naming both; other outputs pass.
+TEST(FileIo, OutputThatIsAnInputIsRefused) {
+  TmpDir d;
+  write_raw(d / "corpus.txt", "a b c\n");
+  fs::create_directories(d / "dir");
+  fs::create_symlink(d / "corpus.txt", d / "link.txt");
+  fs::create_hard_link(d / "corpus.txt", d / "hard.txt");
+  const std::string msg = error_of([&] { check_output_not_input(d / "corpus.txt", "--output", d / "corpus.txt", "--input"); });
+  EXPECT_NE(msg.find("--output " + d / "corpus.txt" + " is the input --input " + d / "corpus.txt"), std::string::npos)
+      << msg;
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "link.txt", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "hard.txt", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "dir/../corpus.txt", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "dir/", "--output-dir", d / "dir", "--init-checkpoint"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "dir", "--output-dir", d / "dir/", "--init-checkpoint"); }), "");
+  // inside an input folder: refused only where the folder is read whole
+  const std::string inside = error_of([&] { check_output_not_input(d / "dir/out/v.txt", "--output", d / "dir", "--input", true); });
+  EXPECT_NE(inside.find("lies inside the input folder --input " + d / "dir"), std::string::npos) << inside;
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "dir/out", "--output-dir", d / "dir", "--init-checkpoint"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "dir2/x", "--output", d / "dir", "--input", true); }), "");
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "new.h5", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "out", "--output-dir", "", "--vocab"); }), "");
+  EXPECT_EQ(read_file(d / "corpus.txt"), "a b c\n");
+}
+
+#include "bertcc/json_depth.h"
+// JSON from stdin or a request body nested deeper than 64 levels is found before it is parsed
+// (nlohmann::json's recursion crashed on 100,000 levels); brackets inside strings do not count.
+TEST(JsonDepth, DeepNestingIsFoundBeforeParsing) {
+  EXPECT_EQ(json_too_deep_at(R"({"a": [[1, 2], {"b": [3]}], "s": "[[[[["})", 4), std::string_view::npos);
+  EXPECT_EQ(json_too_deep_at(R"({"a": [[1, 2], {"b": [3]}], "s": "[[[[["})", 3), 21u);
+  EXPECT_EQ(json_too_deep_at(R"({"a": [[[1]]]})", 3), 8u);
+  EXPECT_EQ(json_too_deep_at(R"({"s": "\"[[[[", "t": "]]]]"})", 1), std::string_view::npos);
+  const std::string deep = "{\"id\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_EQ(json_too_deep_at(deep), 7u + 63u);  // the '[' of level 65
+  EXPECT_EQ(json_too_deep_at("{\"id\": " + std::string(63, '[') + std::string(63, ']') + "}"), std::string_view::npos);
+}
+
 #include "bertcc/squad_eval.h"
 TEST(SquadEval, OfficialNormalization) {
   EXPECT_EQ(squad_normalize("The  Quick, brown fox!"), "quick brown fox");

@@ -87,6 +87,10 @@ struct FinetuneResult {
   bool stopped = false;  // by SIGINT/SIGTERM: a checkpoint was written, no final model
 };
 
+// Throws, naming the flag and the value, on a hyper-parameter that is not finite or out of its
+// range (run_finetune calls it first; the CLI calls it before loading anything).
+void check_finetune_options(const FinetuneOptions& o);
+
 // Trains `model` on `train`; after each epoch runs `eval` (if set) and keeps the best model in
 // output_dir/best. The final model goes to output_dir (HF layout + vocab.txt), the log to
 // output_dir/dllogger.json and the metrics to output_dir/eval_results.json.

@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -68,6 +70,33 @@ bool file_exists(const std::string& path) {
 std::string join_path(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
   return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+void check_output_not_input(const std::string& output, const std::string& output_flag, const std::string& input,
+                            const std::string& input_flag, bool input_read_whole) {
+  namespace fs = std::filesystem;
+  if (output.empty() || input.empty()) return;
+  std::error_code ec;
+  // Both exist: the same file or folder whatever the path says (hard links, bind mounts).
+  if (fs::exists(output, ec) && fs::exists(input, ec) && fs::equivalent(output, input, ec))
+    fail(output_flag, " ", output, " is the input ", input_flag, " ", input,
+         "; writing it would destroy the input: choose another ", output_flag);
+  // Otherwise by their canonical paths (symbolic links resolved as far as the paths exist).
+  const fs::path o = fs::weakly_canonical(fs::absolute(output, ec), ec);
+  const fs::path i = fs::weakly_canonical(fs::absolute(input, ec), ec);
+  if (o.empty() || i.empty()) return;
+  auto strip = [](fs::path p) { return p.has_filename() ? p : p.parent_path(); };  // "dir/" is "dir"
+  const fs::path oc = strip(o), ic = strip(i);
+  if (oc == ic)
+    fail(output_flag, " ", output, " is the input ", input_flag, " ", input,
+         "; writing it would destroy the input: choose another ", output_flag);
+  if (input_read_whole && fs::is_directory(ic, ec)) {
+    auto [a, b] = std::mismatch(ic.begin(), ic.end(), oc.begin(), oc.end());
+    if (a == ic.end())
+      fail(output_flag, " ", output, " lies inside the input folder ", input_flag, " ", input,
+           ", every file of which is read; writing there would overwrite or mix with the input: choose an "
+           "output outside it");
+  }
 }
 
 }  // namespace bertcc

@@ -550,16 +550,27 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : impl_(std::make_uniq
     t.offset = v->i;
     const PyVal* st = v->items[0];
     t.storage = st->s;
-    // Extent: the largest element index the strides reach must lie inside the storage.
-    int64_t last = t.offset;
+    // Extent: the largest element index the strides reach must lie inside the storage. Every
+    // product and sum is checked for overflow (an offset near 2^63 wrapped around and read the
+    // bytes before the storage, or far outside the file).
+    const int64_t storage_numel = st->i;
+    BERTCC_CHECK(storage_numel >= 0, path, ": tensor '", t.name, "': storage data/", t.storage,
+                 " has a negative element count ", storage_numel);
+    BERTCC_CHECK(t.offset >= 0, path, ": tensor '", t.name, "' has a negative storage offset ", t.offset);
+    int64_t last = t.offset, numel = 1;
     bool empty = false;
     for (size_t d = 0; d < t.shape.size(); ++d) {
-      BERTCC_CHECK(t.shape[d] < (int64_t{1} << 40) && t.stride[d] < (int64_t{1} << 40), path, ": tensor '", t.name,
-                   "' has an absurd size or stride");
+      BERTCC_CHECK(t.shape[d] >= 0 && t.stride[d] >= 0, path, ": tensor '", t.name, "' has a negative size or stride");
       if (t.shape[d] == 0) empty = true;
-      else last += (t.shape[d] - 1) * t.stride[d];
     }
-    const int64_t storage_numel = st->i;
+    for (size_t d = 0; d < t.shape.size() && !empty; ++d) {
+      int64_t reach = 0;
+      BERTCC_CHECK(!__builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &reach) &&
+                       !__builtin_add_overflow(last, reach, &last) &&
+                       !__builtin_mul_overflow(numel, t.shape[d], &numel),
+                   path, ": tensor '", t.name, "': storage offset ", t.offset, " with its sizes and strides overflows "
+                   "64-bit element indices");
+    }
     BERTCC_CHECK(empty || last < storage_numel, path, ": tensor '", t.name, "' reaches element ", last,
                  " of a storage of ", storage_numel);
     auto e = impl_->entries.find(impl_->prefix + "data/" + t.storage);

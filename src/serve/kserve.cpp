@@ -2,6 +2,9 @@
 
 #include <cstring>
 #include <map>
+#include <string_view>
+
+#include "bertcc/json_depth.h"
 
 namespace bertcc::serve {
 
@@ -84,6 +87,9 @@ InTensor read_input(const json& t, const std::string& body, size_t& bin, size_t 
 KserveInput parse_kserve_request(const std::string& body, size_t json_len, const BertConfig& c, int64_t max_inputs) {
   KserveInput r;
   if (json_len > body.size()) throw RequestError(400, "the JSON header is longer than the body");
+  if (const size_t deep = json_too_deep_at(std::string_view(body).substr(0, json_len)); deep != std::string::npos)
+    throw RequestError(400, "request body: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                " levels (at byte " + std::to_string(deep + 1) + ")");
   try {
     r.header = json::parse(body.begin(), body.begin() + static_cast<ptrdiff_t>(json_len));
   } catch (const json::exception& e) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "bertcc/error.h"
 #include "bertcc/signals.h"
 #include "bertcc/fileio.h"
+#include "bertcc/json_depth.h"
 #include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
@@ -564,9 +566,13 @@ int run_server(const ServeOptions& o) {
   // (clients wait a second for the retransmission) and answers some with a reset. The listening
   // socket is recorded here (httplib's own options kept) and listened on again with the full
   // backlog once bound; Linux takes a second listen() as a new backlog.
+  // httplib's default_socket_options set SO_REUSEPORT, with which a second server bound the same
+  // port and the kernel shared the connections between the two; SO_REUSEADDR alone rebinds a port
+  // left in TIME_WAIT but refuses one that is listening (EADDRINUSE).
   std::vector<int> server_sockets;
   svr.set_socket_options([&server_sockets](socket_t sock) {
-    httplib::default_socket_options(sock);
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     server_sockets.push_back(static_cast<int>(sock));
   });
   svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
@@ -635,6 +641,9 @@ int run_server(const ServeOptions& o) {
   auto text_task = [&](const std::string& task) {
     return handle("/v1/" + task, [&, task](const httplib::Request& req, httplib::Response& res) {
       json j;
+      if (const size_t deep = json_too_deep_at(req.body); deep != std::string::npos)
+        throw HttpError(400, "request body: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                 " levels (at byte " + std::to_string(deep + 1) + ")");
       try {
         j = json::parse(req.body);
       } catch (const json::exception& e) {
@@ -706,8 +715,13 @@ int run_server(const ServeOptions& o) {
     port = svr.bind_to_any_port(o.host.c_str());
     BERTCC_CHECK(port > 0, "serve: cannot bind ", o.host);
   } else {
-    BERTCC_CHECK(svr.bind_to_port(o.host.c_str(), port), "serve: cannot bind ", o.host, ":", port,
-                 " (in use, or not an address of this machine)");
+    errno = 0;
+    if (!svr.bind_to_port(o.host.c_str(), port)) {
+      BERTCC_CHECK(errno != EADDRINUSE, "serve: cannot bind ", o.host, ":", port,
+                   ": address already in use (another server listens on this port)");
+      fail("serve: cannot bind ", o.host, ":", port, " (", errno ? std::strerror(errno) : "failed",
+           "; in use, or not an address of this machine)");
+    }
   }
   const int backlog = widen_backlog(server_sockets, o.listen_backlog);
   std::thread stopper([&svr]() {

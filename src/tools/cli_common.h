@@ -1,5 +1,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -36,6 +38,21 @@ inline CLI::Validator threads_check() {
         return "";
       },
       "0 = all cores");
+}
+
+// Integer flags: the text must be a whole number that fits 64 bits (CLI11 saturates
+// 99999999999999999999 to 2^63-1 without a word); the range is the trainers' to check.
+inline CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        std::strtoll(s.c_str(), &end, 10);
+        if (s.empty() || end != s.c_str() + s.size()) return "'" + s + "' is not a whole number";
+        if (errno == ERANGE) return "'" + s + "' is beyond a 64-bit integer";
+        return "";
+      },
+      "");
 }
 
 // --device and --allow-tf32, on every command that runs a model.

@@ -8,6 +8,7 @@
 
 #include "bertcc/create_pretraining.h"
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -45,12 +46,14 @@ void add_create_data(CLI::App& app) {
   sub->callback([o]() {
     namespace fs = std::filesystem;
     const auto t0 = std::chrono::steady_clock::now();
+    check_output_not_input(o->output, "--output", o->vocab, "--vocab");
     const Vocab vocab = Vocab::load(o->vocab);
     const bool lower = o->lower.empty() ? vocab.looks_uncased() : parse_bool_flag("--do-lower-case", o->lower);
     BertTokenizer tok(vocab, lower);
     // One job = (input files, output file).
     std::vector<std::pair<std::vector<std::string>, std::string>> jobs;
     if (fs::is_directory(o->input)) {
+      check_output_not_input(o->output, "--output", o->input, "--input", /*input_read_whole=*/true);
       std::vector<std::string> files;
       for (const auto& e : fs::directory_iterator(o->input))
         if (e.is_regular_file()) files.push_back(e.path().string());
@@ -67,7 +70,10 @@ void add_create_data(CLI::App& app) {
         if (comma > start) files.push_back(o->input.substr(start, comma - start));
         start = comma + 1;
       }
-      for (const auto& f : files) BERTCC_CHECK(fs::is_regular_file(f), f, ": no such input file");
+      for (const auto& f : files) {
+        BERTCC_CHECK(fs::is_regular_file(f), f, ": no such input file");
+        check_output_not_input(o->output, "--output", f, "--input");
+      }
       jobs.push_back({files, o->output});
     }
     const int nt = o->threads > 0 ? o->threads : omp_get_max_threads();

@@ -7,6 +7,7 @@
 #include "bertcc/bert.h"
 #include "bertcc/electra.h"
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/runtime.h"
@@ -219,6 +220,8 @@ void add_dump_step(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
+    check_output_not_input(o->out, "--out", o->model, "--model");
+    check_output_not_input(o->out, "--out", o->batch, "--batch");
     set_threads(o->threads);
     const Precision prec = parse_precision(o->precision);
     Backend& be = backend_for(o->device);  // (on the CPU it says if --allow-tf32 is moot)

@@ -36,16 +36,17 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_flag(flag("--no-lower-case"), o.no_lower_case, "keep case and accents");
   sub->add_option(flag("--output-dir"), o.output_dir, "fine-tuned model, logs, metrics and predictions");
   sub->add_option(flag("--max-seq-length"), o.max_seq_length, "maximum tokens per sequence")->check(CLI::Range(8, 4096));
-  sub->add_option(flag("--train-batch-size"), o.train_batch_size, "sequences per optimizer step")
+  sub->add_option(flag("--train-batch-size"), o.train_batch_size, "sequences per optimizer step")->check(whole_number())
       ->check(CLI::PositiveNumber);
-  sub->add_option(flag("--eval-batch-size"), o.eval_batch_size, "sequences per evaluation batch")
+  sub->add_option(flag("--eval-batch-size"), o.eval_batch_size, "sequences per evaluation batch")->check(whole_number())
       ->check(CLI::PositiveNumber);
   sub->add_option(flag("--gradient-accumulation-steps"), o.gradient_accumulation_steps,
-                  "micro-batches per step (NVIDIA: the batch is split into this many)")
+                  "micro-batches per step (NVIDIA: the batch is split into this many)")->check(whole_number())
       ->check(CLI::PositiveNumber);
   sub->add_option(flag("--learning-rate"), o.learning_rate, "peak learning rate (AdamW)");
   sub->add_option(flag("--num-train-epochs"), o.num_train_epochs, "epochs (fractions allowed)");
-  sub->add_option(flag("--max-steps"), o.max_steps, "optimizer steps (overrides --num-train-epochs)");
+  sub->add_option(flag("--max-steps"), o.max_steps, "optimizer steps (overrides --num-train-epochs)")
+      ->check(whole_number());
   sub->add_option(flag("--warmup-proportion"), o.warmup_proportion, "fraction of steps of linear warm-up");
   sub->add_option(flag("--weight-decay"), o.weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)");
   sub->add_option(flag("--max-grad-norm"), o.max_grad_norm, "gradient clipping (global norm; <= 0 disables)");
@@ -65,17 +66,19 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
                 "each sorted by length, the longest batch first): less padding, faster");
   sub->add_option(flag("--num-steps-per-checkpoint"), o.num_steps_per_checkpoint,
                   "write OUTPUT/checkpoints/step_N (model, optimizer, step, RNG, best score) every N steps; 0 = "
-                  "only when stopped by SIGINT/SIGTERM")
+                  "only when stopped by SIGINT/SIGTERM")->check(whole_number())
       ->check(CLI::NonNegativeNumber);
-  sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")
+  sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")->check(whole_number())
       ->check(CLI::PositiveNumber);
   sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
                 "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run)");
-  sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")->check(CLI::PositiveNumber);
+  sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")
+      ->check(whole_number())->check(CLI::PositiveNumber);
   sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
   add_device_flags(sub, o.device);
   sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10)")
+      ->check(whole_number())
       ->check(CLI::PositiveNumber);
   add_data_parallel_flags(sub, o.dp);
 }
@@ -98,6 +101,11 @@ FtSetup ft_setup(const FtCli& o) {
   BERTCC_CHECK(!s.mode.empty(), "--mode is empty");
   BERTCC_CHECK(!(s.has("train") && o.output_dir.empty()), "--output-dir is required with --mode train");
   BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
+  if (s.has("train"))  // training writes the model files into --output-dir (eval and prediction only add results)
+    for (const auto& [in, flag] : {std::pair{o.init_checkpoint, "--init-checkpoint"}, {o.data_dir, "--data-dir"},
+                                   {o.train_file, "--train-file"}, {o.predict_file, "--predict-file"}, {o.vocab, "--vocab"}})
+      check_output_not_input(o.output_dir, "--output-dir", in, flag);
+  if (s.has("train")) check_finetune_options(ft_options(o, s));  // before anything is loaded
   set_threads(threads_per_rank(o.threads, dist::world()));
   s.prec = parse_precision(o.precision);
   Backend& be = backend_for_rank(o.device, dist::world());
@@ -141,7 +149,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   FinetuneOptions f;
   f.output_dir = o.output_dir;
   f.vocab_path = s.vocab_path;
-  f.do_lower_case = s.tok->lower_case();
+  if (s.tok) f.do_lower_case = s.tok->lower_case();
   f.train_batch_size = o.train_batch_size;
   f.gradient_accumulation_steps = o.gradient_accumulation_steps;
   f.max_steps = o.max_steps;

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/json_depth.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/token_classification.h"
 #include "bertcc/runtime.h"
@@ -71,6 +72,9 @@ std::vector<nlohmann::json> inputs(const nlohmann::json& single) {
   while (std::getline(std::cin, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const size_t deep = json_too_deep_at(line);
+    BERTCC_CHECK(deep == std::string::npos, "stdin:", n, ": JSON nested deeper than ", kMaxJsonDepth,
+                 " levels (at byte ", deep + 1, ")");
     try {
       v.push_back(nlohmann::json::parse(line));
     } catch (const nlohmann::json::exception& e) {

@@ -35,6 +35,8 @@ void add_model_tools(CLI::App& app) {
   init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory; sets vocab_size");
   init->add_option(flag("--seed"), io->seed, "initialisation seed");
   init->callback([io]() {
+    check_output_not_input(io->output, "--output", io->config, "--config");
+    check_output_not_input(io->output, "--output", io->vocab, "--vocab");
     BertConfig cfg = config_from_name_or_path(io->config);
     if (!io->vocab.empty()) {
       const std::string v = read_file(io->vocab);
@@ -64,6 +66,7 @@ void add_model_tools(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   rb->add_option(flag("--seed"), bo->seed, "random seed");
   rb->callback([bo]() {
+    check_output_not_input(bo->output, "--output", bo->model, "--model");
     const BertConfig cfg = config_from_name_or_path(bo->model);
     BERTCC_CHECK(bo->seq <= cfg.max_position_embeddings, "--seq ", bo->seq, " exceeds max_position_embeddings ",
                  cfg.max_position_embeddings);
@@ -118,6 +121,8 @@ void add_model_tools(CLI::App& app) {
   conv->callback([co]() {
     namespace fs = std::filesystem;
     BERTCC_CHECK(!(co->lower && co->no_lower), "--do-lower-case and --no-lower-case contradict each other");
+    for (const auto& [in, flag] : {std::pair{co->input, "checkpoint"}, {co->config, "--config"}, {co->vocab, "--vocab"}})
+      check_output_not_input(co->out, "--out", in, flag);
     const std::string here = fs::path(co->input).parent_path().string();
     std::string cfg_path = co->config;
     if (cfg_path.empty()) {
@@ -192,6 +197,7 @@ void add_model_tools(CLI::App& app) {
   ox->add_option("--weights", oo->weights, "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   ox->callback([oo]() {
+    check_output_not_input(oo->out, "--out", oo->model, "--model");
     const auto model = load_model_dir(oo->model, architecture_heads(oo->model));
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
     export_onnx(*model, oo->out, dt);

@@ -70,6 +70,7 @@ void add_plot(CLI::App& app) {
   sub->add_option("log", *log, "dllogger.json written by bertcc pretrain")->required();
   sub->add_option("--out", *out, "output .svg")->required();
   sub->callback([log, out]() {
+    check_output_not_input(*out, "--out", *log, "log");
     std::ifstream in(*log);
     BERTCC_CHECK(in, *log, ": cannot open");
     std::map<std::string, Series> s;

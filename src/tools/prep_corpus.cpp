@@ -89,6 +89,9 @@ void add_prep_corpus(CLI::App& app) {
       }
     }
     BERTCC_CHECK(!files.empty() || !dumps.empty(), "prep-corpus: no input files");
+    for (const auto& p : o->inputs)  // (the shards go to OUTPUT/train and OUTPUT/test)
+      for (const char* sub : {"", "train", "test"})
+        check_output_not_input((fs::path(o->output) / sub).string(), "--output", p, "--input", /*input_read_whole=*/true);
     fs::create_directories(fs::path(o->output) / "train");
     const int n_test = o->test_fraction > 0 ? std::max(1, static_cast<int>(o->shards * o->test_fraction + 0.5)) : 0;
     if (n_test) fs::create_directories(fs::path(o->output) / "test");

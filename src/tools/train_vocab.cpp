@@ -39,6 +39,7 @@ void add_train_vocab(CLI::App& app) {
     std::vector<std::string> files;
     for (const auto& in : o->inputs) {
       BERTCC_CHECK(fs::exists(in), in, ": no such file or folder");
+      check_output_not_input(o->output, "--output", in, "--input", /*input_read_whole=*/true);
       if (fs::is_directory(in)) {
         std::vector<std::string> found;
         for (const auto& e : fs::recursive_directory_iterator(in))

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -88,11 +89,22 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
   save_checkpoint(output_dir, {{"", const_cast<Bert*>(&model), const_cast<AdamState*>(&opt)}}, st, vocab_path, keep);
 }
 
+void check_weights_finite(const Bert& model, const std::string& what) {
+  const std::vector<float>& w = model.params();
+  for (const ParamEntry& e : model.table().entries())
+    for (size_t i = e.offset; i < e.offset + e.numel; ++i)
+      BERTCC_CHECK(std::isfinite(w[i]), what, ": the weights are not finite ('", e.name, "' holds ", w[i],
+                   "): the run diverged (lower --learning-rate?)");
+}
+
 void save_checkpoint(const std::string& output_dir, const std::vector<CheckpointPart>& parts, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep) {
+  const int64_t global = st.step + st.step_offset;
+  for (const CheckpointPart& p : parts)
+    check_weights_finite(*p.model, "not writing checkpoint step_" + std::to_string(global) + " in " + output_dir +
+                                       "/checkpoints (the newest one there is the last good state)");
   const fs::path root = fs::path(output_dir) / "checkpoints";
   fs::create_directories(root);
-  const int64_t global = st.step + st.step_offset;
   const fs::path final_dir = root / ("step_" + std::to_string(global));
   const fs::path tmp = root / (".step_" + std::to_string(global) + ".tmp." + std::to_string(::getpid()));
   fs::remove_all(tmp);

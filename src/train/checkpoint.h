@@ -45,6 +45,12 @@ struct CheckpointPart {
   AdamState* opt;
 };
 
+// Throws, naming the first tensor with a NaN or an infinity, unless every weight (host copy) of
+// `model` is finite. `what` begins the message ("finetune: not writing the final model").
+void check_weights_finite(const Bert& model, const std::string& what);
+
+// Refuses (check_weights_finite) weights that are not finite: a diverged run keeps its last good
+// checkpoint.
 void save_checkpoint(const std::string& output_dir, const std::vector<CheckpointPart>& parts, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep);
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,

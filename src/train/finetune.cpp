@@ -23,6 +23,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/dllogger.h"
+#include "train/hparams.h"
 
 namespace bertcc {
 namespace fs = std::filesystem;
@@ -121,14 +122,33 @@ std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<Ft
   return out;
 }
 
-FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval,
-                            const FinetuneOptions& o) {
-  BERTCC_CHECK(!train.empty(), "fine-tuning: no training examples");
-  BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required for training");
+void check_finetune_options(const FinetuneOptions& o) {
   BERTCC_CHECK(o.train_batch_size >= 1 && o.gradient_accumulation_steps >= 1 &&
                    o.train_batch_size % o.gradient_accumulation_steps == 0,
                "--train-batch-size (", o.train_batch_size, ") must be a positive multiple of --gradient-accumulation-steps (",
                o.gradient_accumulation_steps, ")");
+  check_positive("--learning-rate", o.learning_rate);
+  check_fraction("--warmup-proportion", o.warmup_proportion);
+  check_nonnegative("--weight-decay", o.weight_decay);
+  check_hparam("--max-grad-norm", o.max_grad_norm, -HUGE_VAL, false, HUGE_VAL, false, "(<= 0 disables clipping)");
+  check_positive("--adam-eps", o.adam_eps);
+  check_hparam("--layerwise-lr-decay", o.layerwise_lr_decay, 0, false, 1, true, "in (0, 1]");
+  if (o.max_steps != -1) check_int("--max-steps", o.max_steps, 1, kMaxTrainSteps);  // -1: from the epochs
+  else check_hparam("--num-train-epochs", o.num_train_epochs, 0, false, 1e6, true, "in (0, 1e6]");
+  check_int("--log-freq", o.log_freq, 1, kMaxTrainSteps);
+  check_int("--num-steps-per-checkpoint", o.num_steps_per_checkpoint, 0, kMaxTrainSteps);
+  check_int("--keep-checkpoints", o.keep_checkpoints, 1, 1 << 20);
+  check_int("--freeze-layers", o.freeze_layers, -1, 1 << 20);
+  check_int("--max-nonfinite-steps", o.max_nonfinite_steps, 1, kMaxTrainSteps);
+  check_positive("--bucket-cap-mb", o.dp.bucket_cap_mb);
+  check_nonnegative("--watchdog-timeout", o.dp.watchdog_timeout);
+}
+
+FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval,
+                            const FinetuneOptions& o) {
+  BERTCC_CHECK(!train.empty(), "fine-tuning: no training examples");
+  BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required for training");
+  check_finetune_options(o);
   dist::Communicator& comm = dist::world();
   const int64_t W = comm.world(), R = comm.rank();
   const bool lead = R == 0;  // only rank 0 writes
@@ -152,9 +172,11 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   if (!dev) check_training_memory({&model}, std::min(micro, n), padded, o.precision, "finetune");
   model.reserve_activations(std::min(micro, n), padded, o.precision);
   const int64_t steps_per_epoch = (n + global_batch - 1) / global_batch;
-  const int64_t total = o.max_steps > 0 ? o.max_steps
-                                        : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
-                                                                   o.num_train_epochs * static_cast<double>(steps_per_epoch))));
+  const double epoch_steps = std::ceil(o.num_train_epochs * static_cast<double>(steps_per_epoch));
+  BERTCC_CHECK(o.max_steps > 0 || epoch_steps <= static_cast<double>(kMaxTrainSteps), "--num-train-epochs ",
+               o.num_train_epochs, ": ", epoch_steps, " steps of ", steps_per_epoch, " per epoch, more than ",
+               kMaxTrainSteps);
+  const int64_t total = o.max_steps > 0 ? o.max_steps : std::max<int64_t>(1, static_cast<int64_t>(epoch_steps));
   std::unique_ptr<DLLogger> log;
   if (lead) log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
   nlohmann::ordered_json params{{"train_examples", n},
@@ -246,10 +268,13 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     const bool better = r.score > st.best_score;  // the same on every rank: the logits are gathered
     if (!o.quiet && lead) std::cerr << "eval (" << when << ") " << r.metrics.dump() << (better ? "  [best]" : "") << "\n";
     if (better) {
+      if (lead && dev) model.params_to_host();
+      if (lead)  // (NaN logits still score: their argmax is label 0)
+        check_weights_finite(model, "finetune: not keeping the model of step " + std::to_string(step) + " as the best (" +
+                                        o.output_dir + "/best)");
       st.best_score = r.score;
       st.best_metrics = r.metrics.dump();
       res.best_eval = r.metrics;
-      if (lead && dev) model.params_to_host();
       if (lead) save_dir_atomic(model, o.output_dir + "/best", o.vocab_path, o.do_lower_case);
     }
     comm.barrier();
@@ -387,6 +412,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     return res;
   }
   if (dev) model.params_to_host();
+  check_weights_finite(model, "finetune: not writing the final model to " + o.output_dir);
   save_model_dir(model, o.output_dir, o.vocab_path, o.do_lower_case);
   res.steps = step;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

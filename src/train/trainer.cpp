@@ -25,6 +25,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/dllogger.h"
+#include "train/hparams.h"
 
 namespace bertcc {
 
@@ -88,7 +89,29 @@ int run_pretraining(const PretrainOptions& o) {
                "--train-batch-size (", o.train_batch_size, ") must be a multiple of --gradient-accumulation-steps (",
                o.gradient_accumulation_steps, ")");
   BERTCC_CHECK(o.max_steps >= 1, "--max-steps must be positive");
+  check_int("--max-steps", o.max_steps, 1, kMaxTrainSteps);
+  check_int("--train-batch-size", o.train_batch_size, 1, int64_t{1} << 40);
+  check_positive("--learning-rate", o.learning_rate);
+  check_fraction("--warmup-proportion", o.warmup_proportion);
+  check_nonnegative("--disc-weight", o.disc_weight);
+  check_nonnegative("--generator-hidden-size", o.generator_hidden_size);
+  check_nonnegative("--loss-scale", o.loss_scale);
+  check_positive("--init-loss-scale", o.init_loss_scale);
+  check_int("--loss-scale-window", o.loss_scale_window, 1, kMaxTrainSteps);
+  check_int("--max-predictions-per-seq", o.max_predictions_per_seq, 1, 1 << 20);
+  check_int("--num-steps-per-checkpoint", o.num_steps_per_checkpoint, 0, kMaxTrainSteps);
+  check_int("--keep-checkpoints", o.keep_checkpoints, 1, 1 << 20);
+  check_int("--log-freq", o.log_freq, 1, kMaxTrainSteps);
+  check_int("--phase1-end-step", o.phase1_end_step, 0, kMaxTrainSteps);
+  check_int("--eval-freq", o.eval_freq, 0, kMaxTrainSteps);
+  check_int("--eval-batches", o.eval_batches, 1, 1 << 30);
+  check_int("--length-binning", o.length_binning, 0, 1 << 30);
+  check_positive("--bucket-cap-mb", o.dp.bucket_cap_mb);
+  check_nonnegative("--watchdog-timeout", o.dp.watchdog_timeout);
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
+  for (const auto& [in, flag] : {std::pair{o.input_dir, "--input-dir"}, {o.eval_dir, "--eval-dir"},
+                                 {o.init_checkpoint, "--init-checkpoint"}, {o.vocab, "--vocab"}})
+    check_output_not_input(o.output_dir, "--output-dir", in, flag);
   BERTCC_CHECK(o.dp.watchdog_timeout >= 0, "--watchdog-timeout must be >= 0");
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
   Backend& be = backend_for_rank(o.device, comm);

@@ -289,6 +289,9 @@ bad = [
     ("/v1/fill-mask", {"text": "no mask here"}, 400, "no [MASK]"),
     ("/v1/fill-mask", {"text": "a [MASK]", "top_k": 0}, 400, "top_k"),
     ("/v1/embed", {"text": "x", "pooling": "max"}, 400, "pooling"),
+    # 100,000 nested arrays (an echoed "id"): recursion in nlohmann::json crashed the server
+    ("/v1/classify", '{"text": "x", "id": ' + "[" * 100000 + "]" * 100000 + "}", 400, "nested deeper than 64 levels"),
+    ("/v2/models/sst/infer", '{"id": ' + "[" * 100000 + "]" * 100000 + "}", 400, "nested deeper than 64 levels"),
 ]
 for path, body, code, text in bad:
     s, h, d = req("POST", path, body)
@@ -305,6 +308,16 @@ except (ConnectionError, BrokenPipeError) as e:  # the server may close while th
     check(True, f"10 MB body refused ({type(e).__name__})")
 s, j = jreq("GET", "/v2/health/ready")
 check(s == 200 and srv.poll() is None, "server alive and ready after the bad requests")
+
+# A second server on the port in use fails at start-up (httplib's SO_REUSEPORT let it share the port).
+try:
+    second = subprocess.run([args.bertcc, "serve", "--host", "127.0.0.1", "--port", str(PORT), "--precision", "fp32",
+                             "--model", M["sst"]], capture_output=True, text=True, timeout=120)
+    rc2, err2 = second.returncode, second.stderr
+except subprocess.TimeoutExpired as e:
+    rc2, err2 = "still running after 120 s", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+check(rc2 == 1 and f"127.0.0.1:{PORT}: address already in use" in err2,
+      f"a second server on port {PORT}: exit {rc2}, {err2.strip().splitlines()[-1:] if err2.strip() else ''}")
 
 # ---- slow and idle clients -----------------------------------------------------------------------
 slow = socket.create_connection(("127.0.0.1", PORT))
