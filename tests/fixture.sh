@@ -6,7 +6,6 @@
 # DIR/h5                      masked-LM/NSP shards from them (seq 64, 10 predictions, dupe factor 3)
 # DIR/tiny.json               the smallest BERT that exercises every path: 2 layers, hidden 64, 2 heads
 #                             of 32, intermediate 128, this vocabulary (issue 38: identity checks run on it)
-# DIR/pretrained              tiny.json pre-trained for 8 LAMB steps (a BertForPreTraining directory)
 # with ../shared/data (the fine-tuning checks; skipped without it, as the scripts say):
 # DIR/ft/...                  make_ft_data's small cuts (tests/train/common.sh)
 # DIR/ft/bert, DIR/ft/electra randomly initialised BERT and ELECTRA of tiny.json's size with the
@@ -24,9 +23,6 @@ cat > "$F/tiny.json" <<'EOF'
 {"model_type": "bert", "vocab_size": 400, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
  "intermediate_size": 128, "max_position_embeddings": 128, "type_vocab_size": 2}
 EOF
-"$B" pretrain --config "$F/tiny.json" --vocab "$F/vocab.txt" --input-dir "$F/h5" --train-batch-size 16 --max-steps 8 \
-  --learning-rate 1e-3 --warmup-proportion 0.25 --seed 7 --threads 1 --output-dir "$F/pretrain" > "$F/pretrain.log" 2>&1 \
-  && mv "$F/pretrain/model" "$F/pretrained" || fail "pretrain: $(tail -3 "$F/pretrain.log")"
 S="$HERE/../../shared/data"
 if PY=/usr/bin/python3 make_ft_data "$S" "$F/ft" small; then
   cat > "$F/ft/bert.json" <<'EOF'

@@ -112,7 +112,6 @@ int run_pretraining(const PretrainOptions& o) {
   for (const auto& [in, flag] : {std::pair{o.input_dir, "--input-dir"}, {o.eval_dir, "--eval-dir"},
                                  {o.init_checkpoint, "--init-checkpoint"}, {o.vocab, "--vocab"}})
     check_output_not_input(o.output_dir, "--output-dir", in, flag);
-  BERTCC_CHECK(o.dp.watchdog_timeout >= 0, "--watchdog-timeout must be >= 0");
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
   Backend& be = backend_for_rank(o.device, comm);
   const bool dev = !be.on_host();  // weights, gradients and moments on a device
