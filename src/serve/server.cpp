@@ -1,6 +1,5 @@
 #include "serve/server.h"
 
-#include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -33,6 +32,7 @@
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
 #include "bertcc/tasks.h"
+#include "serve/http.h"
 #include "serve/kserve.h"
 #include "serve/page.h"
 
@@ -142,26 +142,36 @@ class Batcher {
         thread_([this] { loop(); }) {}
   ~Batcher() { stop(); }
 
-  // The logits of `f`, computed together with other requests' sequences.
+  // The logits of `f`, computed together with other requests' sequences. The job owns a copy of
+  // the features: a request that times out returns while the batcher may still hold its job.
   std::vector<std::vector<float>> run(const std::vector<FtFeature>& f) {
     if (f.empty()) return {};
     auto job = std::make_shared<Job>();
-    job->f = &f;
+    job->f = f;
     job->t0 = Clock::now();
     auto fut = job->done.get_future();
+    const int64_t n = static_cast<int64_t>(f.size());
     {
       std::lock_guard<std::mutex> g(mu_);
       if (stop_) throw HttpError(503, "the server is shutting down");
-      if (queued_ + static_cast<int64_t>(f.size()) > o_.max_queue)
+      if (queued_ + n > o_.max_queue)
         throw HttpError(503, "model '" + model_ + "': queue full (" + std::to_string(queued_) +
                                  " sequences waiting, --max-queue " + std::to_string(o_.max_queue) + ")");
-      queued_ += static_cast<int64_t>(f.size());
-      m_.queued += static_cast<int64_t>(f.size());
+      queued_ += n;
+      m_.queued += n;
       q_.push_back(job);
     }
     cv_.notify_one();
     if (fut.wait_for(std::chrono::duration<double>(o_.request_timeout_s)) != std::future_status::ready) {
-      job->abandoned = true;  // computed or skipped later; nobody waits for it
+      // Still queued: taken out, its sequences no longer counted. Already taken by the batcher:
+      // computed with its batch (from the job's own copy) and dropped.
+      std::lock_guard<std::mutex> g(mu_);
+      const auto it = std::find(q_.begin(), q_.end(), job);
+      if (it != q_.end()) {
+        q_.erase(it);
+        queued_ -= n;
+        m_.queued -= n;
+      }
       throw HttpError(504, "model '" + model_ + "': no forward pass within --request-timeout " +
                                std::to_string(o_.request_timeout_s) + " s");
     }
@@ -179,10 +189,9 @@ class Batcher {
 
  private:
   struct Job {
-    const std::vector<FtFeature>* f = nullptr;
+    std::vector<FtFeature> f;
     Clock::time_point t0;
     std::promise<std::vector<std::vector<float>>> done;
-    std::atomic<bool> abandoned{false};
   };
 
   void loop() {
@@ -195,24 +204,23 @@ class Batcher {
       while (!stop_ && queued_ < o_.max_batch_size && Clock::now() < deadline) cv_.wait_until(lk, deadline);
       std::vector<std::shared_ptr<Job>> take;
       int64_t n = 0;
-      while (!q_.empty() && (take.empty() || n + static_cast<int64_t>(q_.front()->f->size()) <= o_.max_batch_size)) {
-        n += static_cast<int64_t>(q_.front()->f->size());
+      while (!q_.empty() && (take.empty() || n + static_cast<int64_t>(q_.front()->f.size()) <= o_.max_batch_size)) {
+        n += static_cast<int64_t>(q_.front()->f.size());
         take.push_back(q_.front());
         q_.pop_front();
       }
       queued_ -= n;
       m_.queued -= n;
       lk.unlock();
+      if (take.empty()) continue;  // the jobs waited for timed out and were taken back
       std::vector<FtFeature> all;
       std::vector<std::shared_ptr<Job>> live;
       const auto now = Clock::now();
       for (auto& j : take) {
-        if (j->abandoned) continue;
         m_.hist(m_.queue, model_, kSeconds).add(std::chrono::duration<double>(now - j->t0).count());
-        all.insert(all.end(), j->f->begin(), j->f->end());
+        all.insert(all.end(), j->f.begin(), j->f.end());
         live.push_back(j);
       }
-      if (live.empty()) continue;
       m_.hist(m_.batch, model_, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}).add(static_cast<double>(all.size()));
       try {
         std::vector<std::vector<float>> out;
@@ -222,7 +230,7 @@ class Batcher {
         }
         size_t at = 0;
         for (auto& j : live) {
-          const size_t k = j->f->size();
+          const size_t k = j->f.size();
           j->done.set_value(std::vector<std::vector<float>>(std::make_move_iterator(out.begin() + static_cast<ptrdiff_t>(at)),
                                                             std::make_move_iterator(out.begin() + static_cast<ptrdiff_t>(at + k))));
           at += k;
@@ -344,8 +352,10 @@ struct OutTensor {
   std::vector<int64_t> idata{};  // INT64 outputs (the joint head's beam indices) instead of data
 };
 
+ojson model_metadata(const Model& m);
+
 // POST /v2/models/NAME/infer. Returns the body and sets the content type / header length.
-std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request& req, httplib::Response& res) {
+std::string kserve_infer(Model& m, const ServeOptions& o, const http::Request& req, http::Response& res) {
   size_t json_len = req.body.size();
   if (req.has_header("Inference-Header-Content-Length")) {
     const std::string h = req.get_header_value("Inference-Header-Content-Length");
@@ -368,6 +378,45 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
         throw HttpError(400, "row " + std::to_string(b) + ": " + std::to_string(len[static_cast<size_t>(b)]) +
                                  " tokens, fewer than the joint head's beam (start_n_top " + std::to_string(K1) +
                                  ", end_n_top " + std::to_string(K2) + ")");
+  // The response's size before any work: each output's elements from the model's metadata (-1:
+  // the batch, then the sequence), 4 or 8 bytes in binary, at most 24 characters as a JSON number.
+  std::map<std::string, std::pair<int64_t, bool>> size_of;  // name -> (elements, INT64)
+  const ojson meta = model_metadata(m);
+  for (const auto& out : meta["outputs"]) {
+    int64_t n = 1, dyn = 0;
+    for (const auto& d : out["shape"]) n *= d.get<int64_t>() >= 0 ? d.get<int64_t>() : (dyn++ == 0 ? B : S);
+    size_of[out["name"].get<std::string>()] = {n, out["datatype"] == "INT64"};
+  }
+  // Requested outputs (all when none are named) and which of them go binary.
+  bool all_binary = false;
+  if (j.contains("parameters") && j["parameters"].is_object() && j["parameters"].contains("binary_data_output"))
+    all_binary = j["parameters"]["binary_data_output"].is_boolean() && j["parameters"]["binary_data_output"].get<bool>();
+  std::map<std::string, bool> want;  // name -> binary
+  if (j.contains("outputs")) {
+    if (!j["outputs"].is_array()) throw HttpError(400, "\"outputs\" must be an array");
+    for (const auto& r : j["outputs"]) {
+      if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
+        throw HttpError(400, "every requested output needs a string \"name\"");
+      const std::string n = r["name"].get<std::string>();
+      if (!size_of.count(n)) throw HttpError(400, "unknown output '" + n + "' for model '" + m.name + "'");
+      bool binary = all_binary;
+      if (r.contains("parameters") && r["parameters"].is_object() && r["parameters"].contains("binary_data"))
+        binary = r["parameters"]["binary_data"].is_boolean() && r["parameters"]["binary_data"].get<bool>();
+      want[n] = binary;
+    }
+  } else {
+    for (const auto& [n, bytes] : size_of) want[n] = all_binary;
+  }
+  int64_t bound = 4096;
+  for (const auto& [n, binary] : want) {
+    const auto& [elements, i64] = size_of.at(n);
+    bound += elements * (binary ? (i64 ? 8 : 4) : 24);
+  }
+  if (bound > o.max_response_bytes)
+    throw HttpError(400, "the outputs asked for (" + std::to_string(B) + " rows of " + std::to_string(S) +
+                             " tokens) would take up to " + std::to_string(bound) + " bytes, over --max-response-bytes " +
+                             std::to_string(o.max_response_bytes) +
+                             ": send fewer rows, name fewer \"outputs\", or ask for binary_data");
   const auto logits = m.batcher(m.has_head() ? m.tasks[0] : "hidden").run(f);
   // Outputs as an ONNX BERT under Triton names them; padded positions hold 0.
   std::vector<OutTensor> outs;
@@ -420,59 +469,55 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const httplib::Request
                 t.data.begin() + b * S * K);
     outs.push_back(std::move(t));
   }
-  // Requested outputs (all when none are named) and which of them go binary.
-  bool all_binary = false;
-  if (j.contains("parameters") && j["parameters"].is_object() && j["parameters"].contains("binary_data_output"))
-    all_binary = j["parameters"]["binary_data_output"].is_boolean() && j["parameters"]["binary_data_output"].get<bool>();
-  std::map<std::string, bool> want;  // name -> binary
-  if (j.contains("outputs")) {
-    if (!j["outputs"].is_array()) throw HttpError(400, "\"outputs\" must be an array");
-    for (const auto& r : j["outputs"]) {
-      if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
-        throw HttpError(400, "every requested output needs a string \"name\"");
-      const std::string n = r["name"].get<std::string>();
-      bool found = false;
-      for (const auto& t : outs) found |= t.name == n;
-      if (!found) throw HttpError(400, "unknown output '" + n + "' for model '" + m.name + "'");
-      bool binary = all_binary;
-      if (r.contains("parameters") && r["parameters"].is_object() && r["parameters"].contains("binary_data"))
-        binary = r["parameters"]["binary_data"].is_boolean() && r["parameters"]["binary_data"].get<bool>();
-      want[n] = binary;
-    }
-  } else {
-    for (const auto& t : outs) want[t.name] = all_binary;
-  }
+  // The JSON header written once into the body (each output's data serialized in place, as
+  // ojson's dump writes it), then the binary outputs appended to it.
   ojson r;
   r["model_name"] = m.name;
   r["model_version"] = "1";
   if (j.contains("id")) r["id"] = j["id"];
   r["outputs"] = ojson::array();
-  std::string blob;
+  std::string body = r.dump();
+  body.resize(body.size() - 2);  // "]}"
+  nlohmann::detail::serializer<ojson> ser(nlohmann::detail::output_adapter<char>(body), ' ');
+  std::vector<const OutTensor*> binary;
+  bool first = true;
   for (const auto& t : outs) {
     auto it = want.find(t.name);
     if (it == want.end()) continue;
     const bool i64 = !t.idata.empty();
     ojson o_{{"name", t.name}, {"datatype", i64 ? "INT64" : "FP32"}, {"shape", t.shape}};
+    if (!first) body += ',';
+    first = false;
     if (it->second) {
-      const size_t bytes = i64 ? t.idata.size() * 8 : t.data.size() * 4;
-      o_["parameters"] = {{"binary_data_size", bytes}};
-      blob.append(i64 ? reinterpret_cast<const char*>(t.idata.data()) : reinterpret_cast<const char*>(t.data.data()),
-                  bytes);
-    } else if (i64) {
-      o_["data"] = t.idata;
-    } else {
-      o_["data"] = t.data;
+      o_["parameters"] = {{"binary_data_size", i64 ? t.idata.size() * 8 : t.data.size() * 4}};
+      body += o_.dump();
+      binary.push_back(&t);
+      continue;
     }
-    r["outputs"].push_back(o_);
+    std::string head = o_.dump();
+    head.pop_back();  // "}"
+    body += head;
+    body += ",\"data\":[";
+    const size_t n = i64 ? t.idata.size() : t.data.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (i) body += ',';
+      if (i64) ser.dump(ojson(t.idata[i]), false, false, 0);
+      else ser.dump(ojson(static_cast<double>(t.data[i])), false, false, 0);
+    }
+    body += "]}";
   }
-  const std::string head = r.dump();
-  if (blob.empty()) {
+  body += "]}";
+  if (binary.empty()) {
     res.set_header("Content-Type", "application/json");
-    return head;
+    return body;
   }
-  res.set_header("Inference-Header-Content-Length", std::to_string(head.size()));
+  res.set_header("Inference-Header-Content-Length", std::to_string(body.size()));
   res.set_header("Content-Type", "application/octet-stream");
-  return head + blob;
+  for (const OutTensor* t : binary) {
+    if (!t->idata.empty()) body.append(reinterpret_cast<const char*>(t->idata.data()), t->idata.size() * 8);
+    else body.append(reinterpret_cast<const char*>(t->data.data()), t->data.size() * 4);
+  }
+  return body;
 }
 
 ojson model_metadata(const Model& m) {
@@ -504,25 +549,6 @@ ojson model_metadata(const Model& m) {
 
 std::atomic<bool> g_stopping{false};
 
-// Listens again, with `backlog`, on the one recorded socket that is listening (the others httplib
-// opened while trying addresses are closed); returns the backlog the kernel applies (it caps it at
-// net.core.somaxconn).
-int widen_backlog(const std::vector<int>& sockets, int backlog) {
-  int widened = 0;
-  for (int fd : sockets) {
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
-    BERTCC_CHECK(::listen(fd, backlog) == 0, "serve: listen(backlog ", backlog, "): ", std::strerror(errno));
-    ++widened;
-  }
-  BERTCC_CHECK(widened == 1, "serve: expected one listening socket from httplib, found ", widened);
-  std::ifstream f("/proc/sys/net/core/somaxconn");
-  int cap = 0;
-  if (f >> cap && cap > 0) backlog = std::min(backlog, cap);
-  return backlog;
-}
-
 }  // namespace
 
 int run_server(const ServeOptions& o) {
@@ -551,53 +577,49 @@ int run_server(const ServeOptions& o) {
     std::cerr << "\n";
   }
 
-  httplib::Server svr;
-  // Each open connection holds one thread while it is read (httplib is thread-per-connection), so
-  // idle or slow clients must not be able to take them all: many threads (they sleep in poll), and
-  // idle connections dropped after the keep-alive / read timeouts.
-  const int http_threads = o.http_threads > 0 ? o.http_threads : 1024;
+  // The transport (serve/http.h): event-driven connections, each limit enforced on every request.
   struct rlimit nofile;
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;  // as many connections as the hard limit allows
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
-  // httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when Debian compiled
-  // it). A burst of new connections then overflows the accept queue: the kernel drops handshakes
-  // (clients wait a second for the retransmission) and answers some with a reset. The listening
-  // socket is recorded here (httplib's own options kept) and listened on again with the full
-  // backlog once bound; Linux takes a second listen() as a new backlog.
-  // httplib's default_socket_options set SO_REUSEPORT, with which a second server bound the same
-  // port and the kernel shared the connections between the two; SO_REUSEADDR alone rebinds a port
-  // left in TIME_WAIT but refuses one that is listening (EADDRINUSE).
-  std::vector<int> server_sockets;
-  svr.set_socket_options([&server_sockets](socket_t sock) {
-    const int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    server_sockets.push_back(static_cast<int>(sock));
-  });
-  svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
-  svr.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
-  svr.set_read_timeout(5, 0);
-  svr.set_write_timeout(5, 0);
-  svr.set_keep_alive_timeout(5);
-  svr.set_keep_alive_max_count(1000);
+  http::Limits lim;
+  lim.max_header_bytes = o.max_header_bytes;
+  lim.max_body_bytes = o.max_body_bytes;
+  lim.max_response_bytes = o.max_response_bytes;
+  lim.idle_timeout_s = o.keep_alive_timeout_s;
+  lim.request_timeout_s = o.read_timeout_s;
+  lim.write_timeout_s = o.read_timeout_s;
+  lim.worker_threads = o.http_threads > 0 ? o.http_threads : 256;
+  lim.max_connections = o.max_connections;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)  // room for models, logs, sockets
+    lim.max_connections = static_cast<int>(std::min<rlim_t>(static_cast<rlim_t>(lim.max_connections),
+                                                            nofile.rlim_cur > 256 ? nofile.rlim_cur - 128 : nofile.rlim_cur / 2));
+  http::Server svr(lim);
+  svr.on_answered([&metrics](const std::string& endpoint, int status, double s) { metrics.request(endpoint, status, s); });
 
-  // Every handler: JSON errors, metrics, never an exception into httplib.
-  auto handle = [&metrics](const std::string& endpoint, auto fn) {
-    return [&metrics, endpoint, fn](const httplib::Request& req, httplib::Response& res) {
+  // Every handler: JSON errors (invalid UTF-8 replaced), metrics, the response size limit.
+  auto handle = [&metrics, &o](const std::string& endpoint, auto fn) {
+    return [&metrics, &o, endpoint, fn](const http::Request& req, http::Response& res) {
       const auto t0 = Clock::now();
       try {
         fn(req, res);
-        if (res.status == -1) res.status = 200;  // httplib's "not set yet"
+        if (static_cast<int64_t>(res.body.size()) > o.max_response_bytes)
+          throw HttpError(400, "the response would be " + std::to_string(res.body.size()) +
+                                   " bytes, over --max-response-bytes " + std::to_string(o.max_response_bytes) +
+                                   ": send fewer inputs");
       } catch (const HttpError& e) {
+        res = http::Response{};
         res.status = e.status;
-        res.set_content(json{{"error", e.what()}}.dump(), "application/json");
+        res.set_content(http::error_json(e.what()), "application/json");
       } catch (const Error& e) {  // bad input found by the tokenizer / task code
+        res = http::Response{};
         res.status = 400;
-        res.set_content(json{{"error", e.what()}}.dump(), "application/json");
+        res.set_content(http::error_json(e.what()), "application/json");
       } catch (const std::exception& e) {
+        res = http::Response{};
         res.status = 500;
-        res.set_content(json{{"error", std::string("internal error: ") + e.what()}}.dump(), "application/json");
+        res.set_content(http::error_json(std::string("internal error: ") + e.what()), "application/json");
       }
       metrics.request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - t0).count());
     };
@@ -607,39 +629,40 @@ int run_server(const ServeOptions& o) {
     if (it == by_name.end()) throw HttpError(404, "no model named '" + name + "'");
     return *it->second;
   };
-  auto ok_json = [](httplib::Response& res, const ojson& j) { res.set_content(j.dump(), "application/json"); };
+  auto ok_json = [](http::Response& res, const ojson& j) {
+    res.set_content(j.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
+  };
 
-  svr.Get("/v2/health/live", handle("/v2/health/live", [&](const httplib::Request&, httplib::Response& res) {
+  svr.route("GET", "/v2/health/live", handle("/v2/health/live", [&](const http::Request&, http::Response& res) {
             ok_json(res, ojson::object());
-          }));
-  svr.Get("/v2/health/ready", handle("/v2/health/ready", [&](const httplib::Request&, httplib::Response& res) {
+          }), true);
+  svr.route("GET", "/v2/health/ready", handle("/v2/health/ready", [&](const http::Request&, http::Response& res) {
             if (g_stopping) throw HttpError(503, "shutting down");
             ok_json(res, ojson::object());
-          }));
-  svr.Get("/v2", handle("/v2", [&](const httplib::Request&, httplib::Response& res) {
+          }), true);
+  svr.route("GET", "/v2", handle("/v2", [&](const http::Request&, http::Response& res) {
             ok_json(res, {{"name", "bertcc"}, {"version", "0.1.0"}, {"extensions", {"binary_tensor_data"}}});
-          }));
-  svr.Get(R"(/v2/models/([^/]+)(?:/versions/1)?)",
-          handle("/v2/models/NAME", [&](const httplib::Request& req, httplib::Response& res) {
+          }), true);
+  svr.route("GET", R"(/v2/models/([^/]+)(?:/versions/1)?)",
+          handle("/v2/models/NAME", [&](const http::Request& req, http::Response& res) {
             ok_json(res, model_metadata(find_model(req.matches[1])));
-          }));
-  svr.Get(R"(/v2/models/([^/]+)(?:/versions/1)?/ready)",
-          handle("/v2/models/NAME/ready", [&](const httplib::Request& req, httplib::Response& res) {
+          }), true);
+  svr.route("GET", R"(/v2/models/([^/]+)(?:/versions/1)?/ready)",
+          handle("/v2/models/NAME/ready", [&](const http::Request& req, http::Response& res) {
             find_model(req.matches[1]);
             if (g_stopping) throw HttpError(503, "shutting down");
             ok_json(res, ojson::object());
-          }));
-  svr.Post(R"(/v2/models/([^/]+)(?:/versions/1)?/infer)",
-           handle("/v2/models/NAME/infer", [&](const httplib::Request& req, httplib::Response& res) {
+          }), true);
+  svr.route("POST", R"(/v2/models/([^/]+)(?:/versions/1)?/infer)",
+           handle("/v2/models/NAME/infer", [&](const http::Request& req, http::Response& res) {
              Model& m = find_model(req.matches[1]);
-             const std::string body = kserve_infer(m, o, req, res);
-             res.set_content(body, res.get_header_value("Content-Type").c_str());
+             res.body = kserve_infer(m, o, req, res);
            }));
 
   // Text endpoints: {"model": NAME (optional when one model does the task), ...one input...} or
   // {"model": ..., "inputs": [ ... ]}.
   auto text_task = [&](const std::string& task) {
-    return handle("/v1/" + task, [&, task](const httplib::Request& req, httplib::Response& res) {
+    return handle("/v1/" + task, [&, task](const http::Request& req, http::Response& res) {
       json j;
       if (const size_t deep = json_too_deep_at(req.body); deep != std::string::npos)
         throw HttpError(400, "request body: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
@@ -685,56 +708,46 @@ int run_server(const ServeOptions& o) {
       ok_json(res, {{"model", m->name}, {"results", out}});
     });
   };
-  for (const char* t : {"qa", "classify", "tag", "embed", "fill-mask"}) svr.Post(std::string("/v1/") + t, text_task(t));
-  svr.Get("/v1/models", handle("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+  for (const char* t : {"qa", "classify", "tag", "embed", "fill-mask"}) svr.route("POST", std::string("/v1/") + t, text_task(t));
+  svr.route("GET", "/v1/models", handle("/v1/models", [&](const http::Request&, http::Response& res) {
             ojson a = ojson::array();
             for (const auto& m : models)
               a.push_back({{"name", m->name}, {"task", m->tasks[0]}, {"tasks", m->tasks},
                            {"architecture", m->bert->architecture()},
                            {"labels", m->bert->config().id2label}});
             ok_json(res, {{"models", a}});
-          }));
-  svr.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
+          }), true);
+  svr.route("GET", "/metrics", [&metrics](const http::Request&, http::Response& res) {
     res.set_content(metrics.text(), "text/plain; version=0.0.4");
-  });
-  svr.Get("/", handle("/", [](const httplib::Request&, httplib::Response& res) {
+  }, true);
+  svr.route("GET", "/", handle("/", [](const http::Request&, http::Response& res) {
             res.set_content(kPageHtml, "text/html; charset=utf-8");
-          }));
-  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;  // a handler's JSON error stays
-    res.set_content(json{{"error", "HTTP " + std::to_string(res.status) +
-                                       (res.status == 404 ? ": no such endpoint"
-                                        : res.status == 413 ? ": request body too large"
-                                                            : "")}}
-                        .dump(),
-                    "application/json");
-  });
+          }), true);
 
-  int port = o.port;
-  if (port == 0) {
-    port = svr.bind_to_any_port(o.host.c_str());
-    BERTCC_CHECK(port > 0, "serve: cannot bind ", o.host);
-  } else {
-    errno = 0;
-    if (!svr.bind_to_port(o.host.c_str(), port)) {
-      BERTCC_CHECK(errno != EADDRINUSE, "serve: cannot bind ", o.host, ":", port,
-                   ": address already in use (another server listens on this port)");
-      fail("serve: cannot bind ", o.host, ":", port, " (", errno ? std::strerror(errno) : "failed",
-           "; in use, or not an address of this machine)");
-    }
+  const int port = svr.bind(o.host, o.port, o.listen_backlog);
+  int backlog = o.listen_backlog;
+  {
+    std::ifstream f("/proc/sys/net/core/somaxconn");  // the kernel caps the backlog there
+    int cap = 0;
+    if (f >> cap && cap > 0) backlog = std::min(backlog, cap);
   }
-  const int backlog = widen_backlog(server_sockets, o.listen_backlog);
   std::thread stopper([&svr]() {
     const int sig = signals::wait_stop();
-    if (sig == 0) return;  // woken: the listener failed
+    if (sig == 0) return;  // woken: the server ended by itself
     g_stopping = true;
     std::cerr << "serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", finishing requests in flight\n";
     svr.stop();
   });
   std::cerr << "serve: listen backlog " << backlog << "\n";
   std::cout << "bertcc serve: listening on http://" << o.host << ":" << port << std::endl;
-  const bool ok = svr.listen_after_bind();  // returns once stopped and every request thread finished
-  if (!g_stopping) {                        // the listener failed: wake the stopper
+  bool ok = true;
+  try {
+    svr.run();  // returns once stopped and every request in flight answered
+  } catch (const std::exception& e) {
+    std::cerr << "serve: " << e.what() << "\n";
+    ok = false;
+  }
+  if (!g_stopping) {  // the server ended by itself: wake the stopper
     g_stopping = true;
     signals::wake();
   }

@@ -3,14 +3,14 @@
 
 #include "backend/backend.h"
 
-#ifdef BERTCC_HAVE_HTTPLIB
+#ifdef BERTCC_HAVE_SERVE
 #include "serve/server.h"
 #endif
 
 namespace bertcc::tools {
 
 void add_serve(CLI::App& app) {
-#ifdef BERTCC_HAVE_HTTPLIB
+#ifdef BERTCC_HAVE_SERVE
   auto o = std::make_shared<serve::ServeOptions>();
   auto* s = app.add_subcommand("serve",
                                "Serve fine-tuned models over HTTP: KServe v2 / Triton protocol, /v1 text endpoints, "
@@ -25,13 +25,28 @@ void add_serve(CLI::App& app) {
   s->add_option(flag("--max-queue"), o->max_queue, "sequences that may wait per model; more get 503")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   s->add_option(flag("--max-inputs"), o->max_inputs, "inputs per request")->check(CLI::Range(int64_t{1}, int64_t{100'000}));
-  s->add_option(flag("--max-body-bytes"), o->max_body_bytes, "largest request body (413 above)")
+  s->add_option(flag("--max-body-bytes"), o->max_body_bytes, "largest request body, any transfer encoding (413 above; default 8 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+  s->add_option(flag("--max-header-bytes"), o->max_header_bytes, "largest request line and headers (431 above; default 16 KiB)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 24));
+  s->add_option(flag("--max-response-bytes"), o->max_response_bytes,
+                "largest response (400 above, before the forward pass where the size is known; default 64 MiB)")
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+  s->add_option(flag("--keep-alive-timeout"), o->keep_alive_timeout_s,
+                "seconds a connection may wait before starting a request (default 5)")
+      ->check(CLI::Range(0.001, 3600.0));
+  s->add_option(flag("--read-timeout"), o->read_timeout_s,
+                "seconds to send a whole request, headers and body, once started, and to take a response (default 10)")
+      ->check(CLI::Range(0.001, 3600.0));
+  s->add_option(flag("--max-connections"), o->max_connections,
+                "connections open at once; more are closed when accepted (default 10000, capped by the open-file limit)")
+      ->check(CLI::Range(1, 1 << 20));
   s->add_option(flag("--request-timeout"), o->request_timeout_s, "seconds a request may wait for its forward pass (504)")
       ->check(CLI::Range(0.001, 3600.0));
   s->add_option(flag("--max-seq-length"), o->max_seq_length, "tokens per sequence of the text endpoints (default: 384 qa, 512 otherwise)")
       ->check(CLI::Range(0, 1 << 20));
-  s->add_option(flag("--http-threads"), o->http_threads, "connection threads; each open connection holds one while it is read (default: 1024)")
+  s->add_option(flag("--http-threads"), o->http_threads, "threads running requests that wait for a forward pass; connections are event-driven and health checks "
+                "never wait for these (default: 256)")
       ->check(CLI::Range(0, 10000));
   s->add_option(flag("--listen-backlog"), o->listen_backlog,
                 "connections the kernel queues before they are accepted (default 4096; capped by net.core.somaxconn)")
@@ -45,10 +60,10 @@ void add_serve(CLI::App& app) {
     if (rc != 0) std::exit(rc);
   });
 #else
-  auto* s = app.add_subcommand("serve", "Serve models over HTTP (not built: cpp-httplib was missing at configure time)");
+  auto* s = app.add_subcommand("serve", "Serve models over HTTP (not built: Boost.Beast was missing at configure time)");
   s->allow_extras();
   s->callback([]() {
-    fail("bertcc was built without cpp-httplib (Debian: libcpp-httplib-dev); reconfigure to build `serve`");
+    fail("bertcc was built without Boost.Beast (Debian: libboost-dev); reconfigure to build `serve`");
   });
 #endif
 }
