@@ -14,7 +14,7 @@ command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (Debian: clang
 mkdir -p "$B"
 CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_MPI=OFF -DBERTCC_CUDA=OFF > "$B/configure.log" 2>&1 \
   || { tail -20 "$B/configure.log"; exit 1; }
-cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 > "$B/build.log" 2>&1 \
+cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 fuzz_http > "$B/build.log" 2>&1 \
   || { grep -E "error" "$B/build.log" | head -20; exit 1; }
 seeds() {  # seeds TARGET: fills $B/corpus/TARGET
   d="$B/corpus/$1"; mkdir -p "$d"
@@ -78,6 +78,10 @@ with h5py.File(sys.argv[1] + "/dynamic.h5", "w") as f:
     f["lengths"] = np.array([7, 7, 7], dtype=np.int32)
 PYEOF
       ;;
+    fuzz_http)  # pipelined requests of every route and framing: Content-Length, chunked, 100-continue
+      printf 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloGET /m/x/ready HTTP/1.1\r\n\r\n' > "$d/pipelined"
+      printf 'POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Type: a/b\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /m/%%C3%%A9/v/1/ready?q=1 HTTP/1.0\r\n\r\n' > "$d/chunked"
+      printf 'POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabcHEAD /health HTTP/1.1\r\nConnection: close\r\n\r\n' > "$d/continue" ;;
     fuzz_torch)  # small torch.save files: a state dict (one transposed view) and NVIDIA's wrapping
       /usr/bin/python3 - "$d" <<'PYEOF' 2>/dev/null || true
 import collections, sys, torch
@@ -97,7 +101,7 @@ status=0
 # still counts what is touched), or null, so HDF5 reports the error. bertcc's C++ allocations
 # still abort on failure.
 export LSAN_OPTIONS="suppressions=$HERE/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-for t in ${FUZZ_TARGETS:-fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5}; do
+for t in ${FUZZ_TARGETS:-fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 fuzz_http}; do
   seeds "$t"
   mkdir -p "$B/findings/$t"
   asan=""; lim=""; [ "$t" = fuzz_hdf5 ] && asan="allocator_may_return_null=1" && lim="-malloc_limit_mb=1048576"

@@ -218,7 +218,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void on_header() {
     auto& h = parser_->get();
-    version_ = h.version();
+    version_ = h.version() >= 11 ? 11 : 10;  // answered as HTTP/1.1, or 1.0 to a 1.0 client
     if (const auto cl = parser_->content_length(); cl && *cl > static_cast<uint64_t>(s_.lim.max_body_bytes))
       return answer_error(413, "request body of " + std::to_string(*cl) + " bytes is over the limit of " +
                                    std::to_string(s_.lim.max_body_bytes) + " (--max-body-bytes)");
@@ -263,7 +263,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     auto msg = parser_->release();
     parser_.reset();
     keep_alive_ = msg.keep_alive();
-    version_ = msg.version();
+    version_ = msg.version() >= 11 ? 11 : 10;
     auto req = std::make_shared<Request>();
     req->method = std::string(msg.method_string());
     head_ = msg.method() == bhttp::verb::head;
