@@ -29,6 +29,7 @@ cat > "$W/model/config.json" <<'EOF'
 EOF
 { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; i=5; while [ $i -lt 100 ]; do echo "w$i"; i=$((i + 1)); done; } > "$W/vocab.txt"
 "$B" init-model --config "$W/model/config.json" --vocab "$W/vocab.txt" --output "$W/model_init" --seed 1 > /dev/null 2>&1 || fail init-model
+printf 'label\ttext\n' > "$W/cls.tsv"; i=0; while [ $i -lt 40 ]; do printf '%d\tw%d w%d w%d\n' $((i % 2)) $((i + 5)) $((i + 6)) $((i % 7 + 5)) >> "$W/cls.tsv"; i=$((i + 1)); done
 shard() {  # shard DIR NAME SEQ FIELD=VALUE (one bad value in row 3)
   mkdir -p "$1"
   $PY - "$1/$2" "$3" "${4:-}" <<'PYEOF'
@@ -111,6 +112,95 @@ grep -q "skipping checkpoint .*step_6: .*trainer_state.json: checksum mismatch" 
   && echo "ok   an edited trainer_state.json: $(grep -o 'skipping checkpoint .*' "$W/err.txt" | sed "s|$W/||g"), resumed from step_4" \
   || fail "edited trainer_state.json: exit $rc: $(tail -3 "$W/err.txt")"
 
+# ---- checkpoint trust (issue 39): checksums are verified before any content is interpreted
+# resume_case NAME DIR PATTERN... [-- EXTRA FLAGS]: exit 0, stderr matching every PATTERN (grep -E)
+resume_case() {
+  name="$1"; dir="$2"; shift 2
+  n=$((n + 1))
+  pats=""; while [ $# -gt 0 ] && [ "$1" != "--" ]; do pats="$pats
+$1"; shift; done
+  [ $# -gt 0 ] && shift
+  timeout 120 "$B" pretrain $PRE --max-steps 6 --input-dir "$W/good" --output-dir "$dir" --resume-from-checkpoint "$@" \
+    > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+  if [ $rc -ne 0 ]; then fail "$name: exit $rc: $(tail -3 "$W/err.txt")"; return; fi
+  echo "$pats" | while IFS= read -r p; do [ -z "$p" ] || grep -Eq -- "$p" "$W/err.txt" || echo "$p"; done > "$W/missing.txt"
+  [ -s "$W/missing.txt" ] && { fail "$name: stderr lacks /$(head -1 "$W/missing.txt")/: $(tail -3 "$W/err.txt")"; return; }
+  echo "ok   $name: $(grep -E -m1 'skipping checkpoint|warning' "$W/err.txt" | sed "s|$W/||g" | cut -c1-170)"
+}
+# (a) one bit flipped in the newest checkpoint's config.json (hidden_size 16 -> 17: '6' ^ 1 = '7'):
+# damage, so the previous checkpoint is used (it stopped the run as "another model" before)
+rm -rf "$W/cflip"; cp -r "$W/run" "$W/cflip"
+sed -i 's/"hidden_size": 16/"hidden_size": 17/' "$W/cflip/checkpoints/step_6/config.json"
+grep -q '"hidden_size": 17' "$W/cflip/checkpoints/step_6/config.json" || fail "cflip: config.json not edited"
+resume_case "a bit flipped in the newest config.json" "$W/cflip" \
+  "skipping checkpoint .*cflip/checkpoints/step_6: .*step_6/config.json: checksum mismatch" "resuming from .*step_4"
+# (b) the checksum fields deleted, the step edited and the optimizer moments corrupted: unverified,
+# refused; the previous checkpoint is used (it resumed silently from the edited one before)
+rm -rf "$W/nosum" "$W/nosum_ok"; cp -r "$W/run" "$W/nosum"; cp -r "$W/run" "$W/nosum_ok"
+$PY - "$W/nosum/checkpoints/step_6" edit "$W/nosum_ok/checkpoints/step_6" <<'PYEOF'
+import json, sys
+for d in (sys.argv[1], sys.argv[3]):
+    j = json.load(open(d + "/trainer_state.json"))
+    del j["checksums"], j["state_checksum"]
+    if d == sys.argv[1]:
+        j["step"] = 5
+        b = bytearray(open(d + "/optimizer.safetensors", "rb").read())
+        for k in range(len(b) - 64, len(b)): b[k] ^= 0x55  # the last moments
+        open(d + "/optimizer.safetensors", "wb").write(bytes(b))
+    json.dump(j, open(d + "/trainer_state.json", "w"), indent=2)
+PYEOF
+resume_case "checksums deleted, step and moments edited" "$W/nosum" \
+  "skipping checkpoint .*nosum/checkpoints/step_6: .*trainer_state.json: cannot be verified: .*no state_checksum.*--trust-unverified-checkpoint" \
+  "resuming from .*nosum/checkpoints/step_4"
+# ... and with --trust-unverified-checkpoint a checkpoint without checksums resumes, with a warning
+resume_case "--trust-unverified-checkpoint: checksums deleted" "$W/nosum_ok" \
+  "warning: .*nosum_ok/checkpoints/step_6: resuming without verifying trainer_state.json .no state_checksum., config.json .no checksum." \
+  "resuming from .*nosum_ok/checkpoints/step_6" -- --trust-unverified-checkpoint
+# ... but a checksum that differs is refused even then
+rm -rf "$W/tflip"; cp -r "$W/run" "$W/tflip"
+sed -i 's/"hidden_size": 16/"hidden_size": 17/' "$W/tflip/checkpoints/step_6/config.json"
+resume_case "--trust-unverified-checkpoint: a checksum that differs" "$W/tflip" \
+  "skipping checkpoint .*tflip/checkpoints/step_6: .*config.json: checksum mismatch" "resuming from .*step_4" -- --trust-unverified-checkpoint
+# (c) every checkpoint damaged: an error naming each and why, and nothing is touched (the run used
+# to start again at step 0, exit 0, and overwrite them)
+rm -rf "$W/alldmg"; cp -r "$W/run" "$W/alldmg"
+printf 'x' >> "$W/alldmg/checkpoints/step_6/model.safetensors"
+sed -i 's/"hidden_size": 16/"hidden_size": 17/' "$W/alldmg/checkpoints/step_4/config.json"
+$PY -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); del j['checksums'], j['state_checksum']; json.dump(j, open(p, 'w'), indent=2)" \
+  "$W/alldmg/checkpoints/step_2/trainer_state.json"
+before=$(find "$W/alldmg" | sort | while read -r f; do [ -f "$f" ] && md5sum "$f" || echo "$f"; done | md5sum)
+expect "pretrain: every checkpoint damaged" \
+  "none of the 3 checkpoint\(s\) in .*alldmg/checkpoints can be resumed" \
+  -- "$B" pretrain $PRE --max-steps 8 --input-dir "$W/good" --output-dir "$W/alldmg" --resume-from-checkpoint
+n=$((n + 1))
+grep -Eq "^  step_6: .*model.safetensors: checksum mismatch" "$W/err.txt" && grep -Eq "^  step_4: .*config.json: checksum mismatch" "$W/err.txt" \
+  && grep -Eq "^  step_2: .*cannot be verified" "$W/err.txt" && echo "ok   ... naming each checkpoint and why it was refused" \
+  || fail "every checkpoint damaged: the reasons are not listed: $(cat "$W/err.txt")"
+after=$(find "$W/alldmg" | sort | while read -r f; do [ -f "$f" ] && md5sum "$f" || echo "$f"; done | md5sum)
+n=$((n + 1))
+[ "$after" = "$before" ] && echo "ok   ... and the output folder is untouched" || fail "every checkpoint damaged: the output folder changed"
+# fine-tuning checkpoints: the same rules (the newest damaged: the previous one; all: an error)
+"$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+  --train-batch-size 2 --max-steps 3 --num-steps-per-checkpoint 1 --keep-checkpoints 2 --output-dir "$W/ftck" --threads 1 \
+  --precision fp32 --mode train > /dev/null 2>&1 || fail "finetune with checkpoints"
+printf 'x' >> "$W/ftck/checkpoints/step_2/optimizer.safetensors"
+rm -rf "$W/ftck2"; cp -r "$W/ftck" "$W/ftck2"
+n=$((n + 1))
+"$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+  --train-batch-size 2 --max-steps 3 --num-steps-per-checkpoint 1 --keep-checkpoints 2 --output-dir "$W/ftck" --threads 1 \
+  --precision fp32 --mode train --resume-from-checkpoint > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && grep -q "skipping checkpoint .*ftck/checkpoints/step_2: .*optimizer.safetensors: checksum mismatch" "$W/err.txt" \
+  && grep -q "resuming from .*ftck/checkpoints/step_1" "$W/err.txt" && echo "ok   finetune: a damaged newest checkpoint, resumed from step_1" \
+  || fail "finetune: damaged newest checkpoint: exit $rc: $(tail -3 "$W/err.txt")"
+printf 'x' >> "$W/ftck2/checkpoints/step_1/model.safetensors"
+before=$(find "$W/ftck2" -type f | sort | xargs md5sum | md5sum)
+expect "finetune: every checkpoint damaged" "finetune: --resume-from-checkpoint: none of the 2 checkpoint\(s\) in .*ftck2/checkpoints can be resumed" \
+  -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+  --train-batch-size 2 --max-steps 3 --num-steps-per-checkpoint 1 --keep-checkpoints 2 --output-dir "$W/ftck2" --threads 1 \
+  --precision fp32 --mode train --resume-from-checkpoint
+[ "$(find "$W/ftck2" -type f | sort | xargs md5sum | md5sum)" = "$before" ] && echo "ok   ... and its checkpoints are untouched" \
+  || fail "finetune: every checkpoint damaged: files changed"
+
 # ---- divergence and non-finite weights
 cp -r "$W/model_init" "$W/nan"
 $PY - "$W/nan" "$TORCH_DIR" <<'PYEOF'
@@ -126,7 +216,6 @@ expect "pretrain: NaN weights in --init-checkpoint" "consecutive steps with a no
   -- "$B" pretrain --init-checkpoint "$W/nan" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_nan" \
      --train-batch-size 8 --max-steps 20 --precision bf16 --threads 1 --max-nonfinite-steps 3
 [ ! -e "$W/o_nan/model" ] && echo "ok   ... and no final model was written" || fail "NaN run wrote a final model"
-printf 'label\ttext\n' > "$W/cls.tsv"; i=0; while [ $i -lt 40 ]; do printf '%d\tw%d w%d w%d\n' $((i % 2)) $((i + 5)) $((i + 6)) $((i % 7 + 5)) >> "$W/cls.tsv"; i=$((i + 1)); done
 expect "finetune: diverging (learning rate 1e30)" "finetune: 3 consecutive steps with a non-finite loss" \
   -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 \
      --max-seq-length 16 --learning-rate 1e30 --train-batch-size 4 --num-train-epochs 3 --output-dir "$W/o_div" --threads 1 \
