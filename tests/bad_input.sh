@@ -487,6 +487,20 @@ $PY -c "print('{\"text\": \"w5\"}'); print('{\"text\": \"w5\", \"id\": ' + '[' *
 expect "classify, JSON lines on stdin: an id nested 100,000 deep" "stdin:2: JSON nested deeper than 64 levels" \
   -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/deep.jsonl"
 
+# a corpus line of 3 million words: create-pretraining-data used to drop the tokens of an overlong
+# segment one at a time from the front of a vector, quadratic in the line's length (a line of 400k
+# words took 4 s, one of 45 MB did not finish in 120 s; 3 million words would take over an hour).
+# The truncation is linear now (the same random draws, the same output): seconds, so 60 s is a
+# generous bound even on a slow shared 2-core machine, and the old code cannot meet it.
+$PY -c "import sys; sys.stdout.write(' '.join('w%d' % (5 + i * 7 % 95) for i in range(3000000)) + '\n\nw5 w6 w7 w8.\nw9 w10 w11.\n')" > "$W/longline.txt"
+n=$((n + 1))
+t0=$(date +%s)
+timeout 60 "$B" create-pretraining-data --input "$W/longline.txt" --output "$W/longline.h5" --vocab "$W/vocab.txt" --max-seq-length 16 \
+  --dupe-factor 2 > /dev/null 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && [ -s "$W/longline.h5" ] && echo "ok   create-pretraining-data: a line of 3 million words in $(( $(date +%s) - t0 )) s (limit 60 s)" \
+  || fail "create-pretraining-data on a line of 3 million words: exit $rc after $(( $(date +%s) - t0 )) s (124: over 60 s): $(tail -2 "$W/err.txt")"
+rm -f "$W/longline.txt" "$W/longline.h5"
+
 # ---- an output that is an input: refused before anything is written (the input was destroyed, exit 0)
 mkdir -p "$W/io/corpus"
 i=0; while [ $i -lt 60 ]; do echo "w$((i % 90 + 5)) w$((i % 7 + 5)) w$((i % 11 + 5)) w$((i % 13 + 5))"; [ $((i % 6)) -eq 5 ] && echo; i=$((i + 1)); done > "$W/io/corpus/a.txt"
