@@ -487,6 +487,59 @@ $PY -c "print('{\"text\": \"w5\"}'); print('{\"text\": \"w5\", \"id\": ' + '[' *
 expect "classify, JSON lines on stdin: an id nested 100,000 deep" "stdin:2: JSON nested deeper than 64 levels" \
   -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/deep.jsonl"
 
+# ---- text encodings (issue 39): UTF-16/32 (a byte-order mark) refused naming the file and the
+# encoding (read as bytes before: NULs kept, lines and documents merged, exit 0); a UTF-8 BOM skipped
+$PY - "$W/enc" <<'PYEOF'
+import os, sys
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+corpus = "w5 w6 w7 w8.\nw9 w10 w11.\n\nw12 w13 w14 w15.\nw16 w17.\n"
+for name, enc in [("le", "utf-16-le"), ("be", "utf-16-be"), ("u32", "utf-32-le")]:
+    bom = {"le": b"\xff\xfe", "be": b"\xfe\xff", "u32": b"\xff\xfe\x00\x00"}[name]
+    open(f"{d}/corpus_{name}.txt", "wb").write(bom + corpus.encode(enc))
+    open(f"{d}/cls_{name}.tsv", "wb").write(bom + "label\ttext\n0\tw5 w6\n1\tw7 w8\n".encode(enc))
+open(f"{d}/corpus.txt", "w").write(corpus)
+open(f"{d}/corpus_bom.txt", "wb").write(b"\xef\xbb\xbf" + corpus.encode())
+open(f"{d}/ner_le.txt", "wb").write(b"\xff\xfe" + "w5 B-PER\nw6 O\n\n".encode("utf-16-le"))
+open(f"{d}/sq_le.json", "wb").write(b"\xff\xfe" + '{"version": "1.1", "data": []}'.encode("utf-16-le"))
+PYEOF
+expect "tokenize: a UTF-16LE file" "enc/corpus_le.txt: the text is UTF-16LE \(it starts with the byte-order mark FF FE\); bertcc reads UTF-8: convert it first, e.g. iconv -f UTF-16" \
+  -- "$B" tokenize --vocab "$W/vocab.txt" --input "$W/enc/corpus_le.txt"
+expect "tokenize: UTF-16BE on stdin" "<stdin>: the text is UTF-16BE \(it starts with the byte-order mark FE FF\)" \
+  -- sh -c '"$0" tokenize --vocab "$1" < "$2"' "$B" "$W/vocab.txt" "$W/enc/corpus_be.txt"
+expect "create-pretraining-data: a UTF-16LE corpus" "enc/corpus_le.txt: the text is UTF-16LE" \
+  -- "$B" create-pretraining-data --input "$W/enc/corpus_le.txt" --output "$W/enc/o_le.h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+[ ! -e "$W/enc/o_le.h5" ] || fail "a refused UTF-16 corpus left $W/enc/o_le.h5"
+expect "create-pretraining-data: a UTF-32LE corpus" "enc/corpus_u32.txt: the text is UTF-32LE \(it starts with the byte-order mark FF FE 00 00\)" \
+  -- "$B" create-pretraining-data --input "$W/enc/corpus_u32.txt" --output "$W/enc/o_u32.h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "train-vocab: a UTF-16LE corpus" "enc/corpus_le.txt: the text is UTF-16LE" \
+  -- "$B" train-vocab --input "$W/enc/corpus_le.txt" --output "$W/enc/o_vocab.txt" --vocab-size 120
+expect "prep-corpus: a UTF-16BE text file" "enc/corpus_be.txt: the text is UTF-16BE" \
+  -- "$B" prep-corpus --input "$W/enc/corpus_be.txt" --output "$W/enc/o_prep"
+expect "finetune classify: a UTF-16LE TSV" "enc/cls_le.tsv: the text is UTF-16LE" \
+  -- "$B" finetune classify $FT --train-file "$W/enc/cls_le.tsv" --text-columns 1 --output-dir "$W/enc/o_cls"
+expect "finetune ner: a UTF-16LE CoNLL file" "enc/ner_le.txt: the text is UTF-16LE" \
+  -- "$B" finetune ner $FT --train-file "$W/enc/ner_le.txt" --output-dir "$W/enc/o_ner"
+expect "finetune squad: a UTF-16LE JSON file" "enc/sq_le.json: the text is UTF-16LE" \
+  -- "$B" finetune squad $FT --train-file "$W/enc/sq_le.json" --doc-stride 4 --output-dir "$W/enc/o_sq"
+mkst v16; $PY -c "import sys; t=open(sys.argv[1]).read(); open(sys.argv[2],'wb').write(b'\xff\xfe'+t.encode('utf-16-le'))" \
+  "$W/model_init/vocab.txt" "$W/md/v16/vocab.txt"
+expect "vocab.txt: UTF-16LE" "v16/vocab.txt: the text is UTF-16LE" -- "$B" embed --model "$W/md/v16" --text "w5 w6"
+# a UTF-8 BOM is skipped: the same shards and tokens as without it
+n=$((n + 1))
+"$B" create-pretraining-data --input "$W/enc/corpus.txt" --output "$W/enc/plain.h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 2 > /dev/null 2>&1
+"$B" create-pretraining-data --input "$W/enc/corpus_bom.txt" --output "$W/enc/bom.h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 2 > /dev/null 2> "$W/err.txt"; rc=$?
+same_h5() {  # same_h5 A B: the same datasets (HDF5 files hold write times, so not cmp)
+  $PY -c "import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+sys.exit(not (sorted(a) == sorted(b) and all(np.array_equal(a[k][()], b[k][()]) for k in a)))" "$1" "$2"
+}
+[ $rc -eq 0 ] && [ ! -s "$W/err.txt" ] && same_h5 "$W/enc/plain.h5" "$W/enc/bom.h5" && echo "ok   create-pretraining-data: a UTF-8 BOM is skipped silently (identical shard)" \
+  || fail "create-pretraining-data with a UTF-8 BOM: exit $rc, shards differ or: $(tail -2 "$W/err.txt")"
+mkst vbom; { printf '\357\273\277'; cat "$W/model_init/vocab.txt"; } > "$W/md/vbom/vocab.txt"
+n=$((n + 1))
+a=$(printf '\357\273\277[PAD] w5 w6\n' | "$B" tokenize --vocab "$W/md/vbom/vocab.txt" --tokens 2>&1); b=$(echo "[PAD] w5 w6" | "$B" tokenize --vocab "$W/model_init/vocab.txt" --tokens 2>&1)
+[ "$a" = "$b" ] && [ "$(echo "[PAD]" | "$B" tokenize --vocab "$W/md/vbom/vocab.txt")" = "$(echo "[PAD]" | "$B" tokenize --vocab "$W/model_init/vocab.txt")" ] \
+  && echo "ok   tokenize: a UTF-8 BOM on stdin and in vocab.txt is skipped ($a)" || fail "UTF-8 BOM: '$a' vs '$b'"
 # a corpus line of 3 million words: create-pretraining-data used to drop the tokens of an overlong
 # segment one at a time from the front of a vector, quadratic in the line's length (a line of 400k
 # words took 4 s, one of 45 MB did not finish in 120 s; 3 million words would take over an hour).
@@ -500,6 +553,16 @@ timeout 60 "$B" create-pretraining-data --input "$W/longline.txt" --output "$W/l
 [ $rc -eq 0 ] && [ -s "$W/longline.h5" ] && echo "ok   create-pretraining-data: a line of 3 million words in $(( $(date +%s) - t0 )) s (limit 60 s)" \
   || fail "create-pretraining-data on a line of 3 million words: exit $rc after $(( $(date +%s) - t0 )) s (124: over 60 s): $(tail -2 "$W/err.txt")"
 rm -f "$W/longline.txt" "$W/longline.h5"
+# --text "" (an empty variable) read stdin instead; a folder on stdin read nothing, exit 0
+for c in classify tag embed fill-mask; do
+  expect "$c --text ''" "--text is empty: give the text, or leave --text out to read JSON lines from stdin" \
+    -- sh -c 'echo "{\"text\": \"w5\"}" | "$0" "$1" --model "$2" --max-seq-length 16 --text ""' "$B" "$c" "$W/cls_model"
+done
+expect "qa --question ''" "--question is empty" -- sh -c '"$0" qa --model "$1" --question "" --context "w5 w6" < /dev/null' "$B" "$W/qa_model"
+expect "classify < a folder" "<stdin>: is a folder" -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/enc"
+expect "tokenize < a folder" "<stdin>: is a folder" -- sh -c '"$0" tokenize --vocab "$1" < "$2"' "$B" "$W/vocab.txt" "$W/enc"
+expect "tokenize --input a folder" "enc: is a folder, not a file" -- "$B" tokenize --vocab "$W/vocab.txt" --input "$W/enc"
+expect "embed --vocab a folder" "enc: is a folder, not a file" -- "$B" embed --model "$W/model_init" --vocab "$W/enc" --text "w5"
 
 # ---- an output that is an input: refused before anything is written (the input was destroyed, exit 0)
 mkdir -p "$W/io/corpus"

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "bertcc/utf8.h"
 
 namespace bertcc {
@@ -156,8 +157,8 @@ void instances_from_document(const std::vector<Document>& docs, size_t di, const
 
 void read_documents(const std::string& path, const BertTokenizer& tok, std::vector<Document>& docs,
                     TokenizeStats* stats) {
-  std::ifstream in(path, std::ios::binary);
-  BERTCC_CHECK(in, path, ": cannot open");
+  std::ifstream in;
+  open_text_input(in, path);
   // Google starts with [[]] and keeps appending across files (a file not ending in a blank line
   // continues its last document into the next file).
   if (docs.empty()) docs.emplace_back();
@@ -172,7 +173,8 @@ void read_documents(const std::string& path, const BertTokenizer& tok, std::vect
     tok.encode(line, ids, stats);
     if (!ids.empty()) docs.back().push_back(ids);
   };
-  while (std::getline(in, raw)) {
+  for (bool first = true; std::getline(in, raw); first = false) {
+    if (first) strip_text_bom(raw, path);  // UTF-8 BOM skipped, UTF-16 refused
     // Python's universal newlines: "\r\n", "\r" and "\n" all end a line.
     std::string_view rest(raw);
     if (!rest.empty() && rest.back() == '\r') rest.remove_suffix(1);
