@@ -29,6 +29,7 @@ cat > "$W/model/config.json" <<'EOF'
 EOF
 { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; i=5; while [ $i -lt 100 ]; do echo "w$i"; i=$((i + 1)); done; } > "$W/vocab.txt"
 "$B" init-model --config "$W/model/config.json" --vocab "$W/vocab.txt" --output "$W/model_init" --seed 1 > /dev/null 2>&1 || fail init-model
+printf 'label\ttext\n' > "$W/cls.tsv"; i=0; while [ $i -lt 40 ]; do printf '%d\tw%d w%d w%d\n' $((i % 2)) $((i + 5)) $((i + 6)) $((i % 7 + 5)) >> "$W/cls.tsv"; i=$((i + 1)); done
 shard() {  # shard DIR NAME SEQ FIELD=VALUE (one bad value in row 3)
   mkdir -p "$1"
   $PY - "$1/$2" "$3" "${4:-}" <<'PYEOF'
@@ -111,6 +112,95 @@ grep -q "skipping checkpoint .*step_6: .*trainer_state.json: checksum mismatch" 
   && echo "ok   an edited trainer_state.json: $(grep -o 'skipping checkpoint .*' "$W/err.txt" | sed "s|$W/||g"), resumed from step_4" \
   || fail "edited trainer_state.json: exit $rc: $(tail -3 "$W/err.txt")"
 
+# ---- checkpoint trust (issue 39): checksums are verified before any content is interpreted
+# resume_case NAME DIR PATTERN... [-- EXTRA FLAGS]: exit 0, stderr matching every PATTERN (grep -E)
+resume_case() {
+  name="$1"; dir="$2"; shift 2
+  n=$((n + 1))
+  pats=""; while [ $# -gt 0 ] && [ "$1" != "--" ]; do pats="$pats
+$1"; shift; done
+  [ $# -gt 0 ] && shift
+  timeout 120 "$B" pretrain $PRE --max-steps 6 --input-dir "$W/good" --output-dir "$dir" --resume-from-checkpoint "$@" \
+    > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+  if [ $rc -ne 0 ]; then fail "$name: exit $rc: $(tail -3 "$W/err.txt")"; return; fi
+  echo "$pats" | while IFS= read -r p; do [ -z "$p" ] || grep -Eq -- "$p" "$W/err.txt" || echo "$p"; done > "$W/missing.txt"
+  [ -s "$W/missing.txt" ] && { fail "$name: stderr lacks /$(head -1 "$W/missing.txt")/: $(tail -3 "$W/err.txt")"; return; }
+  echo "ok   $name: $(grep -E -m1 'skipping checkpoint|warning' "$W/err.txt" | sed "s|$W/||g" | cut -c1-170)"
+}
+# (a) one bit flipped in the newest checkpoint's config.json (hidden_size 16 -> 17: '6' ^ 1 = '7'):
+# damage, so the previous checkpoint is used (it stopped the run as "another model" before)
+rm -rf "$W/cflip"; cp -r "$W/run" "$W/cflip"
+sed -i 's/"hidden_size": 16/"hidden_size": 17/' "$W/cflip/checkpoints/step_6/config.json"
+grep -q '"hidden_size": 17' "$W/cflip/checkpoints/step_6/config.json" || fail "cflip: config.json not edited"
+resume_case "a bit flipped in the newest config.json" "$W/cflip" \
+  "skipping checkpoint .*cflip/checkpoints/step_6: .*step_6/config.json: checksum mismatch" "resuming from .*step_4"
+# (b) the checksum fields deleted, the step edited and the optimizer moments corrupted: unverified,
+# refused; the previous checkpoint is used (it resumed silently from the edited one before)
+rm -rf "$W/nosum" "$W/nosum_ok"; cp -r "$W/run" "$W/nosum"; cp -r "$W/run" "$W/nosum_ok"
+$PY - "$W/nosum/checkpoints/step_6" edit "$W/nosum_ok/checkpoints/step_6" <<'PYEOF'
+import json, sys
+for d in (sys.argv[1], sys.argv[3]):
+    j = json.load(open(d + "/trainer_state.json"))
+    del j["checksums"], j["state_checksum"]
+    if d == sys.argv[1]:
+        j["step"] = 5
+        b = bytearray(open(d + "/optimizer.safetensors", "rb").read())
+        for k in range(len(b) - 64, len(b)): b[k] ^= 0x55  # the last moments
+        open(d + "/optimizer.safetensors", "wb").write(bytes(b))
+    json.dump(j, open(d + "/trainer_state.json", "w"), indent=2)
+PYEOF
+resume_case "checksums deleted, step and moments edited" "$W/nosum" \
+  "skipping checkpoint .*nosum/checkpoints/step_6: .*trainer_state.json: cannot be verified: .*no state_checksum.*--trust-unverified-checkpoint" \
+  "resuming from .*nosum/checkpoints/step_4"
+# ... and with --trust-unverified-checkpoint a checkpoint without checksums resumes, with a warning
+resume_case "--trust-unverified-checkpoint: checksums deleted" "$W/nosum_ok" \
+  "warning: .*nosum_ok/checkpoints/step_6: resuming without verifying trainer_state.json .no state_checksum., config.json .no checksum." \
+  "resuming from .*nosum_ok/checkpoints/step_6" -- --trust-unverified-checkpoint
+# ... but a checksum that differs is refused even then
+rm -rf "$W/tflip"; cp -r "$W/run" "$W/tflip"
+sed -i 's/"hidden_size": 16/"hidden_size": 17/' "$W/tflip/checkpoints/step_6/config.json"
+resume_case "--trust-unverified-checkpoint: a checksum that differs" "$W/tflip" \
+  "skipping checkpoint .*tflip/checkpoints/step_6: .*config.json: checksum mismatch" "resuming from .*step_4" -- --trust-unverified-checkpoint
+# (c) every checkpoint damaged: an error naming each and why, and nothing is touched (the run used
+# to start again at step 0, exit 0, and overwrite them)
+rm -rf "$W/alldmg"; cp -r "$W/run" "$W/alldmg"
+printf 'x' >> "$W/alldmg/checkpoints/step_6/model.safetensors"
+sed -i 's/"hidden_size": 16/"hidden_size": 17/' "$W/alldmg/checkpoints/step_4/config.json"
+$PY -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); del j['checksums'], j['state_checksum']; json.dump(j, open(p, 'w'), indent=2)" \
+  "$W/alldmg/checkpoints/step_2/trainer_state.json"
+before=$(find "$W/alldmg" | sort | while read -r f; do [ -f "$f" ] && md5sum "$f" || echo "$f"; done | md5sum)
+expect "pretrain: every checkpoint damaged" \
+  "none of the 3 checkpoint\(s\) in .*alldmg/checkpoints can be resumed" \
+  -- "$B" pretrain $PRE --max-steps 8 --input-dir "$W/good" --output-dir "$W/alldmg" --resume-from-checkpoint
+n=$((n + 1))
+grep -Eq "^  step_6: .*model.safetensors: checksum mismatch" "$W/err.txt" && grep -Eq "^  step_4: .*config.json: checksum mismatch" "$W/err.txt" \
+  && grep -Eq "^  step_2: .*cannot be verified" "$W/err.txt" && echo "ok   ... naming each checkpoint and why it was refused" \
+  || fail "every checkpoint damaged: the reasons are not listed: $(cat "$W/err.txt")"
+after=$(find "$W/alldmg" | sort | while read -r f; do [ -f "$f" ] && md5sum "$f" || echo "$f"; done | md5sum)
+n=$((n + 1))
+[ "$after" = "$before" ] && echo "ok   ... and the output folder is untouched" || fail "every checkpoint damaged: the output folder changed"
+# fine-tuning checkpoints: the same rules (the newest damaged: the previous one; all: an error)
+"$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+  --train-batch-size 2 --max-steps 3 --num-steps-per-checkpoint 1 --keep-checkpoints 2 --output-dir "$W/ftck" --threads 1 \
+  --precision fp32 --mode train > /dev/null 2>&1 || fail "finetune with checkpoints"
+printf 'x' >> "$W/ftck/checkpoints/step_2/optimizer.safetensors"
+rm -rf "$W/ftck2"; cp -r "$W/ftck" "$W/ftck2"
+n=$((n + 1))
+"$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+  --train-batch-size 2 --max-steps 3 --num-steps-per-checkpoint 1 --keep-checkpoints 2 --output-dir "$W/ftck" --threads 1 \
+  --precision fp32 --mode train --resume-from-checkpoint > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && grep -q "skipping checkpoint .*ftck/checkpoints/step_2: .*optimizer.safetensors: checksum mismatch" "$W/err.txt" \
+  && grep -q "resuming from .*ftck/checkpoints/step_1" "$W/err.txt" && echo "ok   finetune: a damaged newest checkpoint, resumed from step_1" \
+  || fail "finetune: damaged newest checkpoint: exit $rc: $(tail -3 "$W/err.txt")"
+printf 'x' >> "$W/ftck2/checkpoints/step_1/model.safetensors"
+before=$(find "$W/ftck2" -type f | sort | xargs md5sum | md5sum)
+expect "finetune: every checkpoint damaged" "finetune: --resume-from-checkpoint: none of the 2 checkpoint\(s\) in .*ftck2/checkpoints can be resumed" \
+  -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+  --train-batch-size 2 --max-steps 3 --num-steps-per-checkpoint 1 --keep-checkpoints 2 --output-dir "$W/ftck2" --threads 1 \
+  --precision fp32 --mode train --resume-from-checkpoint
+[ "$(find "$W/ftck2" -type f | sort | xargs md5sum | md5sum)" = "$before" ] && echo "ok   ... and its checkpoints are untouched" \
+  || fail "finetune: every checkpoint damaged: files changed"
+
 # ---- divergence and non-finite weights
 cp -r "$W/model_init" "$W/nan"
 $PY - "$W/nan" "$TORCH_DIR" <<'PYEOF'
@@ -126,7 +216,6 @@ expect "pretrain: NaN weights in --init-checkpoint" "consecutive steps with a no
   -- "$B" pretrain --init-checkpoint "$W/nan" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_nan" \
      --train-batch-size 8 --max-steps 20 --precision bf16 --threads 1 --max-nonfinite-steps 3
 [ ! -e "$W/o_nan/model" ] && echo "ok   ... and no final model was written" || fail "NaN run wrote a final model"
-printf 'label\ttext\n' > "$W/cls.tsv"; i=0; while [ $i -lt 40 ]; do printf '%d\tw%d w%d w%d\n' $((i % 2)) $((i + 5)) $((i + 6)) $((i % 7 + 5)) >> "$W/cls.tsv"; i=$((i + 1)); done
 expect "finetune: diverging (learning rate 1e30)" "finetune: 3 consecutive steps with a non-finite loss" \
   -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 \
      --max-seq-length 16 --learning-rate 1e30 --train-batch-size 4 --num-train-epochs 3 --output-dir "$W/o_div" --threads 1 \
@@ -397,6 +486,83 @@ expect "classify, JSON lines on stdin: no text field" 'input 1: missing field "t
 $PY -c "print('{\"text\": \"w5\"}'); print('{\"text\": \"w5\", \"id\": ' + '[' * 100000 + ']' * 100000 + '}')" > "$W/deep.jsonl"
 expect "classify, JSON lines on stdin: an id nested 100,000 deep" "stdin:2: JSON nested deeper than 64 levels" \
   -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/deep.jsonl"
+
+# ---- text encodings (issue 39): UTF-16/32 (a byte-order mark) refused naming the file and the
+# encoding (read as bytes before: NULs kept, lines and documents merged, exit 0); a UTF-8 BOM skipped
+$PY - "$W/enc" <<'PYEOF'
+import os, sys
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+corpus = "w5 w6 w7 w8.\nw9 w10 w11.\n\nw12 w13 w14 w15.\nw16 w17.\n"
+for name, enc in [("le", "utf-16-le"), ("be", "utf-16-be"), ("u32", "utf-32-le")]:
+    bom = {"le": b"\xff\xfe", "be": b"\xfe\xff", "u32": b"\xff\xfe\x00\x00"}[name]
+    open(f"{d}/corpus_{name}.txt", "wb").write(bom + corpus.encode(enc))
+    open(f"{d}/cls_{name}.tsv", "wb").write(bom + "label\ttext\n0\tw5 w6\n1\tw7 w8\n".encode(enc))
+open(f"{d}/corpus.txt", "w").write(corpus)
+open(f"{d}/corpus_bom.txt", "wb").write(b"\xef\xbb\xbf" + corpus.encode())
+open(f"{d}/ner_le.txt", "wb").write(b"\xff\xfe" + "w5 B-PER\nw6 O\n\n".encode("utf-16-le"))
+open(f"{d}/sq_le.json", "wb").write(b"\xff\xfe" + '{"version": "1.1", "data": []}'.encode("utf-16-le"))
+PYEOF
+expect "tokenize: a UTF-16LE file" "enc/corpus_le.txt: the text is UTF-16LE \(it starts with the byte-order mark FF FE\); bertcc reads UTF-8: convert it first, e.g. iconv -f UTF-16" \
+  -- "$B" tokenize --vocab "$W/vocab.txt" --input "$W/enc/corpus_le.txt"
+expect "tokenize: UTF-16BE on stdin" "<stdin>: the text is UTF-16BE \(it starts with the byte-order mark FE FF\)" \
+  -- sh -c '"$0" tokenize --vocab "$1" < "$2"' "$B" "$W/vocab.txt" "$W/enc/corpus_be.txt"
+expect "create-pretraining-data: a UTF-16LE corpus" "enc/corpus_le.txt: the text is UTF-16LE" \
+  -- "$B" create-pretraining-data --input "$W/enc/corpus_le.txt" --output "$W/enc/o_le.h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+[ ! -e "$W/enc/o_le.h5" ] || fail "a refused UTF-16 corpus left $W/enc/o_le.h5"
+expect "create-pretraining-data: a UTF-32LE corpus" "enc/corpus_u32.txt: the text is UTF-32LE \(it starts with the byte-order mark FF FE 00 00\)" \
+  -- "$B" create-pretraining-data --input "$W/enc/corpus_u32.txt" --output "$W/enc/o_u32.h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 1
+expect "train-vocab: a UTF-16LE corpus" "enc/corpus_le.txt: the text is UTF-16LE" \
+  -- "$B" train-vocab --input "$W/enc/corpus_le.txt" --output "$W/enc/o_vocab.txt" --vocab-size 120
+expect "prep-corpus: a UTF-16BE text file" "enc/corpus_be.txt: the text is UTF-16BE" \
+  -- "$B" prep-corpus --input "$W/enc/corpus_be.txt" --output "$W/enc/o_prep"
+expect "finetune classify: a UTF-16LE TSV" "enc/cls_le.tsv: the text is UTF-16LE" \
+  -- "$B" finetune classify $FT --train-file "$W/enc/cls_le.tsv" --text-columns 1 --output-dir "$W/enc/o_cls"
+expect "finetune ner: a UTF-16LE CoNLL file" "enc/ner_le.txt: the text is UTF-16LE" \
+  -- "$B" finetune ner $FT --train-file "$W/enc/ner_le.txt" --output-dir "$W/enc/o_ner"
+expect "finetune squad: a UTF-16LE JSON file" "enc/sq_le.json: the text is UTF-16LE" \
+  -- "$B" finetune squad $FT --train-file "$W/enc/sq_le.json" --doc-stride 4 --output-dir "$W/enc/o_sq"
+mkst v16; $PY -c "import sys; t=open(sys.argv[1]).read(); open(sys.argv[2],'wb').write(b'\xff\xfe'+t.encode('utf-16-le'))" \
+  "$W/model_init/vocab.txt" "$W/md/v16/vocab.txt"
+expect "vocab.txt: UTF-16LE" "v16/vocab.txt: the text is UTF-16LE" -- "$B" embed --model "$W/md/v16" --text "w5 w6"
+# a UTF-8 BOM is skipped: the same shards and tokens as without it
+n=$((n + 1))
+"$B" create-pretraining-data --input "$W/enc/corpus.txt" --output "$W/enc/plain.h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 2 > /dev/null 2>&1
+"$B" create-pretraining-data --input "$W/enc/corpus_bom.txt" --output "$W/enc/bom.h5" --vocab "$W/vocab.txt" --max-seq-length 16 --dupe-factor 2 > /dev/null 2> "$W/err.txt"; rc=$?
+same_h5() {  # same_h5 A B: the same datasets (HDF5 files hold write times, so not cmp)
+  $PY -c "import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+sys.exit(not (sorted(a) == sorted(b) and all(np.array_equal(a[k][()], b[k][()]) for k in a)))" "$1" "$2"
+}
+[ $rc -eq 0 ] && [ ! -s "$W/err.txt" ] && same_h5 "$W/enc/plain.h5" "$W/enc/bom.h5" && echo "ok   create-pretraining-data: a UTF-8 BOM is skipped silently (identical shard)" \
+  || fail "create-pretraining-data with a UTF-8 BOM: exit $rc, shards differ or: $(tail -2 "$W/err.txt")"
+mkst vbom; { printf '\357\273\277'; cat "$W/model_init/vocab.txt"; } > "$W/md/vbom/vocab.txt"
+n=$((n + 1))
+a=$(printf '\357\273\277[PAD] w5 w6\n' | "$B" tokenize --vocab "$W/md/vbom/vocab.txt" --tokens 2>&1); b=$(echo "[PAD] w5 w6" | "$B" tokenize --vocab "$W/model_init/vocab.txt" --tokens 2>&1)
+[ "$a" = "$b" ] && [ "$(echo "[PAD]" | "$B" tokenize --vocab "$W/md/vbom/vocab.txt")" = "$(echo "[PAD]" | "$B" tokenize --vocab "$W/model_init/vocab.txt")" ] \
+  && echo "ok   tokenize: a UTF-8 BOM on stdin and in vocab.txt is skipped ($a)" || fail "UTF-8 BOM: '$a' vs '$b'"
+# a corpus line of 3 million words: create-pretraining-data used to drop the tokens of an overlong
+# segment one at a time from the front of a vector, quadratic in the line's length (a line of 400k
+# words took 4 s, one of 45 MB did not finish in 120 s; 3 million words would take over an hour).
+# The truncation is linear now (the same random draws, the same output): seconds, so 60 s is a
+# generous bound even on a slow shared 2-core machine, and the old code cannot meet it.
+$PY -c "import sys; sys.stdout.write(' '.join('w%d' % (5 + i * 7 % 95) for i in range(3000000)) + '\n\nw5 w6 w7 w8.\nw9 w10 w11.\n')" > "$W/longline.txt"
+n=$((n + 1))
+t0=$(date +%s)
+timeout 60 "$B" create-pretraining-data --input "$W/longline.txt" --output "$W/longline.h5" --vocab "$W/vocab.txt" --max-seq-length 16 \
+  --dupe-factor 2 > /dev/null 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && [ -s "$W/longline.h5" ] && echo "ok   create-pretraining-data: a line of 3 million words in $(( $(date +%s) - t0 )) s (limit 60 s)" \
+  || fail "create-pretraining-data on a line of 3 million words: exit $rc after $(( $(date +%s) - t0 )) s (124: over 60 s): $(tail -2 "$W/err.txt")"
+rm -f "$W/longline.txt" "$W/longline.h5"
+# --text "" (an empty variable) read stdin instead; a folder on stdin read nothing, exit 0
+for c in classify tag embed fill-mask; do
+  expect "$c --text ''" "--text is empty: give the text, or leave --text out to read JSON lines from stdin" \
+    -- sh -c 'echo "{\"text\": \"w5\"}" | "$0" "$1" --model "$2" --max-seq-length 16 --text ""' "$B" "$c" "$W/cls_model"
+done
+expect "qa --question ''" "--question is empty" -- sh -c '"$0" qa --model "$1" --question "" --context "w5 w6" < /dev/null' "$B" "$W/qa_model"
+expect "classify < a folder" "<stdin>: is a folder" -- sh -c '"$0" classify --model "$1" --max-seq-length 16 < "$2"' "$B" "$W/cls_model" "$W/enc"
+expect "tokenize < a folder" "<stdin>: is a folder" -- sh -c '"$0" tokenize --vocab "$1" < "$2"' "$B" "$W/vocab.txt" "$W/enc"
+expect "tokenize --input a folder" "enc: is a folder, not a file" -- "$B" tokenize --vocab "$W/vocab.txt" --input "$W/enc"
+expect "embed --vocab a folder" "enc: is a folder, not a file" -- "$B" embed --model "$W/model_init" --vocab "$W/enc" --text "w5"
 
 # ---- an output that is an input: refused before anything is written (the input was destroyed, exit 0)
 mkdir -p "$W/io/corpus"

@@ -268,6 +268,40 @@ TEST(FileIo, OutputThatIsAnInputIsRefused) {
   EXPECT_EQ(read_file(d / "corpus.txt"), "a b c\n");
 }
 
+// Text input (issue 39): a UTF-8 byte-order mark is skipped; UTF-16 and UTF-32 ones are refused
+// naming the file and the encoding (read as bytes they kept their NULs and merged lines); a folder
+// is not read as an empty file.
+TEST(FileIo, TextByteOrderMarksAndFolders) {
+  TmpDir d;
+  // the message of f's error contains `want`
+  auto says = [](auto f, const std::string& want) {
+    const std::string msg = error_of(f);
+    if (msg.find(want) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "'" << msg << "' lacks '" << want << "'";
+  };
+  EXPECT_EQ(text_bom_length("\xEF\xBB\xBFw5", "f"), 3u);
+  EXPECT_EQ(text_bom_length("w5", "f"), 0u);
+  EXPECT_EQ(text_bom_length("", "f"), 0u);
+  EXPECT_EQ(text_bom_length("\xEF\xBB", "f"), 0u);
+  EXPECT_TRUE(says([] { text_bom_length(std::string_view("\xFF\xFEw\0", 4), "a.txt"); },
+                   "a.txt: the text is UTF-16LE (it starts with the byte-order mark FF FE)"));
+  EXPECT_TRUE(says([] { text_bom_length("\xFE\xFF", "b.txt"); }, "b.txt: the text is UTF-16BE"));
+  EXPECT_TRUE(says([] { text_bom_length(std::string_view("\xFF\xFE\0\0", 4), "c"); }, "c: the text is UTF-32LE"));
+  EXPECT_TRUE(says([] { text_bom_length(std::string_view("\0\0\xFE\xFF", 4), "c"); }, "c: the text is UTF-32BE"));
+  EXPECT_TRUE(says([] { text_bom_length("\xFF\xFE", "c"); }, "iconv -f UTF-16 -t UTF-8 c"));
+  write_raw(d / "bom.txt", "\xEF\xBB\xBFline\n");
+  EXPECT_EQ(read_text_file(d / "bom.txt"), "line\n");
+  EXPECT_EQ(read_file(d / "bom.txt"), "\xEF\xBB\xBFline\n");  // bytes as they are (checksums, safetensors)
+  std::string first = "\xEF\xBB\xBFw5 w6";
+  strip_text_bom(first, "x");
+  EXPECT_EQ(first, "w5 w6");
+  write_raw(d / "le.txt", std::string("\xFF\xFEw\0\n\0", 6));
+  EXPECT_TRUE(says([&] { read_text_file(d / "le.txt"); }, d / "le.txt" + ": the text is UTF-16LE"));
+  std::ifstream in;
+  EXPECT_TRUE(says([&] { open_text_input(in, d.path.string()); }, ": is a folder, not a file"));
+  EXPECT_TRUE(says([&] { read_file(d.path.string()); }, ": is a folder, not a file"));
+}
+
 #include "bertcc/json_depth.h"
 // JSON from stdin or a request body nested deeper than 64 levels is found before it is parsed
 // (nlohmann::json's recursion crashed on 100,000 levels); brackets inside strings do not count.

@@ -75,6 +75,7 @@ struct FinetuneOptions {
   // steps (0: none) and on SIGINT/SIGTERM; `resume` continues from the newest valid one.
   int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
   bool resume = false;
+  bool trust_unverified_checkpoint = false;  // with resume: accept a checkpoint without checksums
   dist::Options dp;                      // data parallelism (mpirun/srun)
   int64_t max_nonfinite_steps = 10;      // consecutive skipped non-finite steps that stop the run
   bool quiet = false;

@@ -26,6 +26,7 @@ struct PretrainOptions {
   int64_t loss_scale_window = 2000;  // clean steps before the scale doubles
   int64_t max_predictions_per_seq = 20, num_steps_per_checkpoint = 200, keep_checkpoints = 3, log_freq = 1;
   bool resume_from_checkpoint = false;
+  bool trust_unverified_checkpoint = false;  // resume a checkpoint that lacks its checksums
   bool phase2 = false;           // continue from phase 1: optimizer step and schedule restart
   int64_t phase1_end_step = 0;   // the phase-1 step phase 2 continues from (names/logs add it)
   std::string eval_dir;          // held-out shards: MLM/NSP accuracy every eval_freq steps and at the end

@@ -51,7 +51,7 @@ void BertConfig::validate(const std::string& where) const {
 BertConfig load_config(const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path));
+    j = nlohmann::json::parse(read_text_file(path));
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": invalid JSON: ", e.what());
   }

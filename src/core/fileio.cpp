@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,13 +16,68 @@
 
 namespace bertcc {
 
+namespace {
+void check_not_directory(const std::string& path) {
+  struct stat st;
+  BERTCC_CHECK(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), path, ": is a folder, not a file");
+}
+}  // namespace
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   BERTCC_CHECK(in, path, ": cannot open: ", std::strerror(errno));
+  check_not_directory(path);
   std::ostringstream ss;
   ss << in.rdbuf();
-  BERTCC_CHECK(!in.bad(), path, ": read error");
+  BERTCC_CHECK(!in.bad() && !ss.bad(), path, ": read error");
   return ss.str();
+}
+
+size_t text_bom_length(std::string_view head, const std::string& name) {
+  auto starts = [&](std::string_view bom) { return head.substr(0, bom.size()) == bom; };
+  const char* enc = nullptr;
+  const char* bom = nullptr;
+  if (starts(std::string_view("\xFF\xFE\0\0", 4))) {
+    enc = "UTF-32LE", bom = "FF FE 00 00";
+  } else if (starts(std::string_view("\0\0\xFE\xFF", 4))) {
+    enc = "UTF-32BE", bom = "00 00 FE FF";
+  } else if (starts("\xFF\xFE")) {
+    enc = "UTF-16LE", bom = "FF FE";
+  } else if (starts("\xFE\xFF")) {
+    enc = "UTF-16BE", bom = "FE FF";
+  }
+  if (enc != nullptr)
+    fail(name, ": the text is ", enc, " (it starts with the byte-order mark ", bom,
+         "); bertcc reads UTF-8: convert it first, e.g. iconv -f ", std::string(enc).substr(0, 6), " -t UTF-8 ",
+         name == "<stdin>" ? std::string("FILE") : name, " > FILE.utf8");
+  return starts("\xEF\xBB\xBF") ? 3 : 0;
+}
+
+void strip_text_bom(std::string& first_line, const std::string& name) {
+  const size_t n = text_bom_length(first_line, name);
+  if (n > 0) first_line.erase(0, n);
+}
+
+std::string read_text_file(const std::string& path) {
+  std::string s = read_file(path);
+  strip_text_bom(s, path);
+  return s;
+}
+
+void open_text_input(std::ifstream& in, const std::string& path) {
+  in.open(path, std::ios::binary);
+  BERTCC_CHECK(in, path, ": cannot open: ", std::strerror(errno));
+  check_not_directory(path);
+}
+
+void check_stdin_not_directory() {
+  struct stat st;
+  BERTCC_CHECK(::fstat(0, &st) != 0 || !S_ISDIR(st.st_mode),
+               "<stdin>: is a folder (input redirected from a folder?); give a file or a pipe");
+}
+
+void check_stdin_read(const std::istream& in) {
+  BERTCC_CHECK(!in.bad() && !std::ferror(stdin), "<stdin>: read error: ", std::strerror(errno));
 }
 
 static void fsync_dir(const std::string& path) {

@@ -2,13 +2,14 @@
 #include <sstream>
 
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "bertcc/ner.h"
 
 namespace bertcc {
 
 std::vector<NerSentence> read_conll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  BERTCC_CHECK(in, path, ": cannot open");
+  std::ifstream in;
+  open_text_input(in, path);
   std::vector<NerSentence> out;
   NerSentence cur;
   std::string line;
@@ -20,7 +21,7 @@ std::vector<NerSentence> read_conll(const std::string& path) {
   };
   while (std::getline(in, line)) {
     ++n;
-    if (n == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
+    if (n == 1) strip_text_bom(line, path);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     std::istringstream is(line);
     std::vector<std::string> cols;

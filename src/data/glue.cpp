@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 
 namespace bertcc {
 namespace {
@@ -50,14 +51,14 @@ std::vector<std::string> split_tabs(const std::string& line) {
 std::vector<GlueExample> read_glue(const std::string& task, const std::string& path, GlueSplit split) {
   const Layout L = layout(task);
   const bool test = split == GlueSplit::Test;
-  std::ifstream in(path, std::ios::binary);
-  BERTCC_CHECK(in, path, ": cannot open");
+  std::ifstream in;
+  open_text_input(in, path);
   std::vector<GlueExample> out;
   std::string line;
   int64_t n = 0;
   while (std::getline(in, line)) {
     ++n;
-    if (n == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // UTF-8 BOM
+    if (n == 1) strip_text_bom(line, path);  // UTF-8 BOM skipped, UTF-16 refused
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     auto cols = split_tabs(line);

@@ -62,7 +62,7 @@ SquadExample make_squad_example(std::string id, std::string question, std::strin
 std::vector<SquadExample> read_squad(const std::string& path, bool training, bool* v2, int64_t* skipped) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path));
+    j = nlohmann::json::parse(read_text_file(path));
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": invalid JSON: ", e.what());
   }

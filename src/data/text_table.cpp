@@ -11,7 +11,7 @@ char delimiter_for(const std::string& path) {
 
 std::vector<TableRow> read_table(const std::string& path, char delim) {
   const std::string s = read_file(path);
-  size_t i = s.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  size_t i = text_bom_length(s, path);
   std::vector<TableRow> rows;
   int64_t line = 1;
   while (i < s.size()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "bertcc/utf8.h"
 
 namespace bertcc {
@@ -76,6 +77,12 @@ class Source {
       }
     }
     out.resize(old + got);
+    if (total_ == 0 && got > 0) {  // the first bytes: a UTF-8 BOM skipped, UTF-16/32 refused
+      const size_t bom = text_bom_length(std::string_view(out).substr(old), path_);
+      out.erase(old, bom);
+      total_ += bom;
+      got -= bom;
+    }
     total_ += got;
     return got;
   }

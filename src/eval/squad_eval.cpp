@@ -66,7 +66,7 @@ double f1_score(const std::vector<std::string>& pred, const std::vector<std::str
 
 nlohmann::ordered_json load_json(const std::string& path) {
   try {
-    return nlohmann::ordered_json::parse(read_file(path));
+    return nlohmann::ordered_json::parse(read_text_file(path));
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": invalid JSON: ", e.what());
   }

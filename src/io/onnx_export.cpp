@@ -208,8 +208,17 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
     return g.node("Add", {g.node("MatMul", {x, wt}), param(prefix + ".bias")});
   };
   auto layer_norm = [&](const std::string& x, const std::string& prefix) {
-    return g.node("LayerNormalization", {x, param(prefix + ".weight"), param(prefix + ".bias")},
-                  {Attr::i("axis", -1), Attr::f("epsilon", c.layer_norm_eps)});
+    if (shape_of(prefix + ".weight")[0] > 1)
+      return g.node("LayerNormalization", {x, param(prefix + ".weight"), param(prefix + ".bias")},
+                    {Attr::i("axis", -1), Attr::f("epsilon", c.layer_norm_eps)});
+    // Over one value (hidden_size 1): ONNX Runtime's LayerNormalization kernel refuses a
+    // normalized size of 1 ("Size of X.shape[axis:] must be larger than 1") though ONNX allows it,
+    // so the same maths from primitives: (x - mean) / sqrt(var + eps) * weight + bias.
+    const std::vector<Attr> last{Attr::ints("axes", {-1}), Attr::i("keepdims", 1)};
+    const std::string d = g.node("Sub", {x, g.node("ReduceMean", {x}, last)});
+    const std::string var = g.node("ReduceMean", {g.node("Mul", {d, d})}, last);
+    const std::string n = g.node("Div", {d, g.node("Sqrt", {g.node("Add", {var, g.const_f32(c.layer_norm_eps)})})});
+    return g.node("Add", {g.node("Mul", {n, param(prefix + ".weight")}), param(prefix + ".bias")});
   };
   auto gelu = [&](const std::string& x, Activation act) {
     if (act == Activation::GeluErf) {  // 0.5 x (1 + erf(x / sqrt 2))

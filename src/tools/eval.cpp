@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "bertcc/glue.h"
 #include "bertcc/ner.h"
 #include "bertcc/squad_eval.h"
@@ -41,12 +42,13 @@ void add_eval(CLI::App& app) {
     const auto ex = read_glue(g->task, g->data);
     std::vector<std::string> gold, pred;
     for (const auto& e : ex) gold.push_back(e.label);
-    std::ifstream in(g->preds);
-    BERTCC_CHECK(in, g->preds, ": cannot open");
+    std::ifstream in;
+    open_text_input(in, g->preds);
     std::string line;
     int64_t n = 0;
     while (std::getline(in, line)) {
       ++n;
+      if (n == 1) strip_text_bom(line, g->preds);
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (n == 1 && line.rfind("index\t", 0) == 0) continue;  // submission header
       const size_t tab = line.find('\t');

@@ -71,7 +71,12 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")->check(whole_number())
       ->check(CLI::PositiveNumber);
   sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
-                "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run)");
+                "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run; "
+                "checksums verified first: a damaged or unverifiable one is skipped with a warning; an error if "
+                "every one is)");
+  sub->add_flag(flag("--trust-unverified-checkpoint"), o.trust_unverified_checkpoint,
+                "with --resume-from-checkpoint: also accept a checkpoint without checksums (one written by "
+                "hand or by an old bertcc), with a warning; a checksum that differs is still refused");
   sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")
       ->check(whole_number())->check(CLI::PositiveNumber);
   sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
@@ -168,6 +173,7 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   f.num_steps_per_checkpoint = o.num_steps_per_checkpoint;
   f.keep_checkpoints = o.keep_checkpoints;
   f.resume = o.resume;
+  f.trust_unverified_checkpoint = o.trust_unverified_checkpoint;
   f.dp = o.dp;
   f.max_nonfinite_steps = o.max_nonfinite_steps;
   return f;

@@ -17,6 +17,7 @@ struct FtCli {
               output_dir, precision = "bf16", device = "cpu";
   bool do_lower_case = false, no_lower_case = false, no_bias_correction = false, group_by_length = false;
   bool resume = false;
+  bool trust_unverified_checkpoint = false;
   int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
   int max_seq_length = 128, threads = 0, freeze_layers = -1;
   double layerwise_lr_decay = 1.0;

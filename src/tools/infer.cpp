@@ -24,7 +24,16 @@ struct InferCli {
   std::string pooling = "cls";
   int64_t top_k = 5;
   int64_t batch_size = 32;
+  // Whether --text / --question / --context were given: an explicitly empty one is an error, not
+  // a request to read stdin.
+  bool text_given = false, question_given = false, context_given = false;
 };
+
+// --text "" (an empty shell variable, say) used to read stdin instead: refuse it.
+void check_given_text(bool given, const std::string& value, const char* name) {
+  BERTCC_CHECK(!given || !value.empty(), name, " is empty: give the text, or leave ", name,
+               " out to read JSON lines from stdin");
+}
 
 struct Loaded {
   std::unique_ptr<Vocab> vocab;
@@ -69,8 +78,10 @@ std::vector<nlohmann::json> inputs(const nlohmann::json& single) {
   }
   std::string line;
   int64_t n = 0;
+  check_stdin_not_directory();
   while (std::getline(std::cin, line)) {
     ++n;
+    if (n == 1) strip_text_bom(line, "<stdin>");
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const size_t deep = json_too_deep_at(line);
     BERTCC_CHECK(deep == std::string::npos, "stdin:", n, ": JSON nested deeper than ", kMaxJsonDepth,
@@ -82,6 +93,7 @@ std::vector<nlohmann::json> inputs(const nlohmann::json& single) {
     }
     BERTCC_CHECK(v.back().is_object(), "stdin:", n, ": expected a JSON object");
   }
+  check_stdin_read(std::cin);
   return v;
 }
 
@@ -104,8 +116,10 @@ void print(const std::vector<nlohmann::ordered_json>& results) {
 
 void run_qa(const InferCli& o) {
   nlohmann::json single;
-  if (!o.question.empty() || !o.context.empty()) {
-    BERTCC_CHECK(!o.question.empty() && !o.context.empty(), "--question and --context go together");
+  check_given_text(o.question_given, o.question, "--question");
+  check_given_text(o.context_given, o.context, "--context");
+  if (o.question_given || o.context_given) {
+    BERTCC_CHECK(o.question_given && o.context_given, "--question and --context go together");
     single = {{"question", o.question}, {"context", o.context}};
   }
   const auto in = inputs(single);
@@ -118,7 +132,8 @@ void run_qa(const InferCli& o) {
 
 void run_classify_infer(const InferCli& o) {
   nlohmann::json single;
-  if (!o.text.empty()) single = {{"text", o.text}, {"text_pair", o.text_pair}};
+  check_given_text(o.text_given, o.text, "--text");
+  if (o.text_given) single = {{"text", o.text}, {"text_pair", o.text_pair}};
   const auto in = inputs(single);
   Loaded l = load(o, Heads::SequenceClassification);
   print(classify_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
@@ -127,7 +142,8 @@ void run_classify_infer(const InferCli& o) {
 
 void run_tag(const InferCli& o) {
   nlohmann::json single;
-  if (!o.text.empty()) single = {{"text", o.text}};
+  check_given_text(o.text_given, o.text, "--text");
+  if (o.text_given) single = {{"text", o.text}};
   const auto in = inputs(single);
   Loaded l = load(o, Heads::TokenClassification);
   print(tag_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
@@ -136,7 +152,8 @@ void run_tag(const InferCli& o) {
 
 void run_embed(const InferCli& o) {
   nlohmann::json single;
-  if (!o.text.empty()) single = {{"text", o.text}, {"text_pair", o.text_pair}, {"pooling", o.pooling}};
+  check_given_text(o.text_given, o.text, "--text");
+  if (o.text_given) single = {{"text", o.text}, {"text_pair", o.text_pair}, {"pooling", o.pooling}};
   auto in = inputs(single);
   for (auto& j : in)
     if (j.is_object() && !j.contains("pooling")) j["pooling"] = o.pooling;
@@ -148,7 +165,8 @@ void run_embed(const InferCli& o) {
 
 void run_fill_mask(const InferCli& o) {
   nlohmann::json single;
-  if (!o.text.empty()) single = {{"text", o.text}, {"top_k", o.top_k}};
+  check_given_text(o.text_given, o.text, "--text");
+  if (o.text_given) single = {{"text", o.text}, {"top_k", o.top_k}};
   auto in = inputs(single);
   for (auto& j : in)
     if (j.is_object() && !j.contains("top_k")) j["top_k"] = o.top_k;
@@ -182,32 +200,48 @@ void add_infer(CLI::App& app) {
   qa->add_option("--context", q->context, "the passage holding the answer");
   qa->add_option(flag("--doc-stride"), q->doc_stride, "stride between windows of long contexts");
   qa->add_option(flag("--max-answer-length"), q->max_answer_length, "longest answer in tokens");
-  qa->callback([q]() { run_qa(*q); });
+  qa->callback([q, qa]() {
+    q->question_given = qa->count("--question") > 0;
+    q->context_given = qa->count("--context") > 0;
+    run_qa(*q);
+  });
   auto c = std::make_shared<InferCli>();
   auto* cl = app.add_subcommand("classify", "classify a text or pair (or JSON lines {\"text\",\"text_pair\"} on stdin)");
   common(cl, *c);
   cl->add_option("--text", c->text, "the text");
   cl->add_option(flag("--text-pair"), c->text_pair, "second text for pair tasks");
-  cl->callback([c]() { run_classify_infer(*c); });
+  cl->callback([c, cl]() {
+    c->text_given = cl->count("--text") > 0;
+    run_classify_infer(*c);
+  });
   auto t = std::make_shared<InferCli>();
   auto* tg = app.add_subcommand("tag", "tag the words of a text with entities (or JSON lines {\"text\"} on stdin)");
   common(tg, *t);
   tg->add_option("--text", t->text, "the text");
-  tg->callback([t]() { run_tag(*t); });
+  tg->callback([t, tg]() {
+    t->text_given = tg->count("--text") > 0;
+    run_tag(*t);
+  });
   auto e = std::make_shared<InferCli>();
   auto* em = app.add_subcommand("embed", "sentence embeddings of a text or pair (or JSON lines {\"text\"} on stdin)");
   common(em, *e);
   em->add_option("--text", e->text, "the text");
   em->add_option(flag("--text-pair"), e->text_pair, "second text");
   em->add_option("--pooling", e->pooling, "cls (default) | mean")->check(CLI::IsMember({"cls", "mean"}));
-  em->callback([e]() { run_embed(*e); });
+  em->callback([e, em]() {
+    e->text_given = em->count("--text") > 0;
+    run_embed(*e);
+  });
   auto fm = std::make_shared<InferCli>();
   auto* fmc = app.add_subcommand("fill-mask",
                                  "predict the [MASK] tokens of a text with a pre-training checkpoint (or JSON lines on stdin)");
   common(fmc, *fm);
   fmc->add_option("--text", fm->text, "a text with one or more [MASK]");
   fmc->add_option(flag("--top-k"), fm->top_k, "candidates per [MASK]")->check(CLI::Range(int64_t{1}, int64_t{1000}));
-  fmc->callback([fm]() { run_fill_mask(*fm); });
+  fmc->callback([fm, fmc]() {
+    fm->text_given = fmc->count("--text") > 0;
+    run_fill_mask(*fm);
+  });
 }
 
 }  // namespace bertcc::tools

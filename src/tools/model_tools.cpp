@@ -39,7 +39,7 @@ void add_model_tools(CLI::App& app) {
     check_output_not_input(io->output, "--output", io->vocab, "--vocab");
     BertConfig cfg = config_from_name_or_path(io->config);
     if (!io->vocab.empty()) {
-      const std::string v = read_file(io->vocab);
+      const std::string v = read_text_file(io->vocab);
       const int64_t lines = std::count(v.begin(), v.end(), '\n') + (!v.empty() && v.back() != '\n');
       cfg.vocab_size = static_cast<int>(lines);  // the model's vocabulary is the given vocab.txt
     }

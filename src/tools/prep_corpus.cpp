@@ -151,8 +151,8 @@ void add_prep_corpus(CLI::App& app) {
     // Files above kStreamBytes are read paragraph by paragraph, so memory stays bounded.
     const uintmax_t kStreamBytes = static_cast<uintmax_t>(o->stream_above_mb * 1048576.0);
     auto stream_doc = [&](const std::string& path) {
-      std::ifstream in(path, std::ios::binary);
-      BERTCC_CHECK(in, path, ": cannot open");
+      std::ifstream in;
+      open_text_input(in, path);
       Shard* shard = nullptr;
       int64_t n = 0, bad = 0;
       std::string line, para;
@@ -201,7 +201,7 @@ void add_prep_corpus(CLI::App& app) {
       for (size_t k = b0; k < b1; ++k) {
         if (fs::file_size(files[k]) > kStreamBytes) continue;  // streamed below, in order
         try {
-          std::string text = read_file(files[k]);
+          std::string text = read_text_file(files[k]);
           bad[k - b0] = sanitize_utf8(text);
           for (const auto& s : segment_document(text)) {
             out[k - b0] += s;

@@ -47,7 +47,11 @@ void add_pretrain(CLI::App& app) {
       ->check(whole_number());
   sub->add_option(flag("--keep-checkpoints"), o->keep_checkpoints, "default 3")->check(whole_number());
   sub->add_flag(flag("--resume-from-checkpoint"), o->resume_from_checkpoint,
-                "continue from the newest valid checkpoint in --output-dir");
+                "continue from the newest valid checkpoint in --output-dir (checksums verified first: a damaged "
+                "or unverifiable one is skipped with a warning; an error if every one is)");
+  sub->add_flag(flag("--trust-unverified-checkpoint"), o->trust_unverified_checkpoint,
+                "with --resume-from-checkpoint: also accept a checkpoint without checksums (one written by "
+                "hand or by an old bertcc), with a warning; a checksum that differs is still refused");
   sub->add_option(flag("--seed"), o->seed, "default 12345");
   sub->add_flag(flag("--phase2"), o->phase2,
                 "phase 2: continue from the phase-1 checkpoint (with --resume-from-checkpoint) or --init-checkpoint; "

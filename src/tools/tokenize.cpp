@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "bertcc/runtime.h"
 #include "bertcc/tokenizer.h"
 #include "tools/cli_common.h"
@@ -36,9 +37,10 @@ void add_tokenize(CLI::App& app) {
     std::ifstream file;
     std::istream* in = &std::cin;
     if (!o->input.empty()) {
-      file.open(o->input, std::ios::binary);
-      BERTCC_CHECK(file, o->input, ": cannot open");
+      open_text_input(file, o->input);
       in = &file;
+    } else {
+      check_stdin_not_directory();
     }
     std::ios::sync_with_stdio(false);
     TokenizeStats stats;
@@ -61,12 +63,15 @@ void add_tokenize(CLI::App& app) {
       lines.clear();
       bytes = 0;
     };
-    while (std::getline(*in, line)) {  // bounded memory: chunks of ~8 MB of text
+    const std::string name = o->input.empty() ? "<stdin>" : o->input;
+    for (bool first = true; std::getline(*in, line); first = false) {  // bounded memory: chunks of ~8 MB of text
+      if (first) strip_text_bom(line, name);
       bytes += line.size();
       lines.push_back(std::move(line));
       if (bytes > (8u << 20)) run();
     }
-    BERTCC_CHECK(!in->bad(), o->input.empty() ? "<stdin>" : o->input, ": read error");
+    BERTCC_CHECK(!in->bad(), name, ": read error");
+    if (o->input.empty()) check_stdin_read(*in);
     run();
     std::fflush(stdout);
     if (stats.invalid_utf8)

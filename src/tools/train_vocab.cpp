@@ -60,12 +60,13 @@ void add_train_vocab(CLI::App& app) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (size_t f = 0; f < files.size(); ++f) {
       try {
-        std::ifstream in(files[f], std::ios::binary);
-        BERTCC_CHECK(in, files[f], ": cannot open");
+        std::ifstream in;
+        open_text_input(in, files[f]);
         std::string line;
         std::vector<std::string> words;
         TokenizeStats st;
-        while (std::getline(in, line)) {
+        for (bool first = true; std::getline(in, line); first = false) {
+          if (first) strip_text_bom(line, files[f]);
           words.clear();
           basic.basic_tokenize(line, words, &st);
           for (auto& w : words)

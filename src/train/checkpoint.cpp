@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "bertcc/config.h"
@@ -154,12 +155,88 @@ void save_checkpoint(const std::string& output_dir, const std::vector<Checkpoint
 }
 
 bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
-                            const char* who, bool lead) {
-  return load_latest_checkpoint(output_dir, {{"", &model, &opt}}, st, who, lead);
+                            const char* who, bool lead, bool trust_unverified) {
+  return load_latest_checkpoint(output_dir, {{"", &model, &opt}}, st, who, lead, trust_unverified);
 }
 
+namespace {
+
+// A checkpoint that cannot be resumed: damaged (a checksum differs, a file is missing or
+// unreadable) or unverified (a checksum is missing). Skipped in favour of an older one.
+struct Refused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string rel(const fs::path& dir, const std::string& f) { return (dir / f).string(); }
+
+// Integrity before content: the checksums of trainer_state.json (its own) and of every file it
+// lists are checked before anything in them is interpreted, so that a flipped bit anywhere (a
+// config.json that now names another hidden size, an edited step) is damage, not a different run.
+// A checkpoint without its checksums cannot be verified and is refused unless `trust_unverified`.
+// Returns the state (state_checksum removed).
+nlohmann::ordered_json verified_state(const fs::path& dir, const std::vector<CheckpointPart>& parts,
+                                      bool trust_unverified, const char* who, bool lead) {
+  const std::string state_path = rel(dir, "trainer_state.json");
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(read_file(state_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Refused(state_path + ": not valid JSON (damaged): " + e.what());
+  } catch (const std::exception& e) {
+    throw Refused(e.what());
+  }
+  if (!j.is_object()) throw Refused(state_path + ": not a JSON object (damaged)");
+  std::vector<std::string> unverified;  // what has no checksum
+  if (j.contains("state_checksum")) {
+    if (!j.at("state_checksum").is_string()) throw Refused(state_path + ": state_checksum is not a string (damaged)");
+    const std::string want = j.at("state_checksum").get<std::string>();
+    j.erase("state_checksum");
+    if (fnv64(j.dump(2)) != want) throw Refused(state_path + ": checksum mismatch");
+  } else {
+    unverified.push_back("trainer_state.json (no state_checksum)");
+  }
+  const bool has_sums = j.contains("checksums") && j.at("checksums").is_object();
+  if (j.contains("checksums") && !has_sums) throw Refused(state_path + ": checksums is not an object (damaged)");
+  if (has_sums)
+    for (auto it = j.at("checksums").begin(); it != j.at("checksums").end(); ++it) {
+      const std::string& f = it.key();
+      if (f.empty() || f[0] == '/' || f.find("..") != std::string::npos || !it.value().is_string())
+        throw Refused(state_path + ": bad checksum entry '" + f + "' (damaged)");
+      std::string bytes;
+      try {
+        bytes = read_file(rel(dir, f));
+      } catch (const std::exception& e) {
+        throw Refused(e.what());
+      }
+      if (fnv64(bytes) != it.value().get<std::string>()) throw Refused(rel(dir, f) + ": checksum mismatch");
+    }
+  // Every file resuming reads must be covered. (A part missing altogether is another kind of
+  // checkpoint: the caller stops for that after this check, which may find nothing to verify.)
+  for (const CheckpointPart& p : parts) {
+    const fs::path pd = p.dir.empty() ? dir : dir / p.dir;
+    if (!fs::exists(pd / "config.json")) continue;
+    for (const char* f : {"config.json", "model.safetensors", "optimizer.safetensors"}) {
+      const std::string key = p.dir.empty() ? std::string(f) : p.dir + "/" + f;
+      if (!has_sums || !j.at("checksums").contains(key)) unverified.push_back(key + " (no checksum)");
+    }
+  }
+  if (!unverified.empty()) {
+    std::string list;
+    for (const std::string& u : unverified) list += (list.empty() ? "" : ", ") + u;
+    if (!trust_unverified)
+      throw Refused(state_path + ": cannot be verified: " + list +
+                    "; refused (--trust-unverified-checkpoint resumes such a checkpoint anyway)");
+    if (lead)
+      std::cerr << who << ": warning: " << dir.string() << ": resuming without verifying " << list
+                << " (--trust-unverified-checkpoint)\n";
+  }
+  return j;
+}
+
+}  // namespace
+
 bool load_latest_checkpoint(const std::string& output_dir, const std::vector<CheckpointPart>& parts, TrainerState& st,
-                            const char* who, bool lead) {
+                            const char* who, bool lead, bool trust_unverified) {
   const fs::path root = fs::path(output_dir) / "checkpoints";
   if (!fs::is_directory(root)) return false;
   if (lead) restore_replaced_dirs(root);
@@ -172,31 +249,33 @@ bool load_latest_checkpoint(const std::string& output_dir, const std::vector<Che
   for (const auto& e : fs::directory_iterator(root))
     if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
   std::sort(all.rbegin(), all.rend());
+  std::vector<std::string> refused;  // "step_N: why", newest first
   for (const auto& [step, dir] : all) {
-    // A checkpoint of another model is not a damaged one: skipping it would restart at step 0 and
-    // overwrite the run's checkpoints, so it stops the run (nothing is touched).
-    for (const CheckpointPart& p : parts) {
-      const fs::path pd = p.dir.empty() ? dir : dir / p.dir;
-      if (!fs::exists(pd / "config.json")) {
-        // A BERT checkpoint where an ELECTRA run expects discriminator/ and generator/, or the reverse.
-        const bool other_kind = p.dir.empty() ? fs::exists(dir / "discriminator" / "config.json")
-                                              : fs::exists(dir / "config.json");
-        BERTCC_CHECK(!other_kind, dir.string(), ": the checkpoint ",
-                     p.dir.empty() ? "holds an ELECTRA generator and discriminator but this run trains one model"
-                                   : "holds one model but this run trains ELECTRA (" + p.dir + "/ expected)",
-                     "; refusing to resume (nothing was changed: use --model-type as the run that wrote it, or another "
-                     "--output-dir)");
-        continue;
-      }
-      BertConfig c;
-      bool readable = true;
-      try {
-        c = load_config((pd / "config.json").string());
-      } catch (const std::exception&) {
-        readable = false;  // damaged: the checksum test below reports and skips it
-      }
-      const BertConfig& m = p.model->config();
-      if (readable) {
+    try {
+      // 1. Integrity: checksums before any content is read.
+      auto j = verified_state(dir, parts, trust_unverified, who, lead);
+      // 2. A verified checkpoint of another model is not a damaged one: skipping it would restart
+      // at step 0 and overwrite the run's checkpoints, so it stops the run (nothing is touched).
+      for (const CheckpointPart& p : parts) {
+        const fs::path pd = p.dir.empty() ? dir : dir / p.dir;
+        if (!fs::exists(pd / "config.json")) {
+          // A BERT checkpoint where an ELECTRA run expects discriminator/ and generator/, or the reverse.
+          const bool other_kind = p.dir.empty() ? fs::exists(dir / "discriminator" / "config.json")
+                                                : fs::exists(dir / "config.json");
+          BERTCC_CHECK(!other_kind, dir.string(), ": the checkpoint ",
+                       p.dir.empty() ? "holds an ELECTRA generator and discriminator but this run trains one model"
+                                     : "holds one model but this run trains ELECTRA (" + p.dir + "/ expected)",
+                       "; refusing to resume (nothing was changed: use --model-type as the run that wrote it, or "
+                       "another --output-dir)");
+          throw Refused((pd / "config.json").string() + ": missing (damaged)");
+        }
+        BertConfig c;
+        try {
+          c = load_config((pd / "config.json").string());
+        } catch (const std::exception& e) {
+          throw Refused(e.what());
+        }
+        const BertConfig& m = p.model->config();
         const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
             {"vocab_size", {c.vocab_size, m.vocab_size}},
             {"hidden_size", {c.hidden_size, m.hidden_size}},
@@ -212,64 +291,67 @@ bool load_latest_checkpoint(const std::string& output_dir, const std::vector<Che
                        v.first, " but this run's model has ", v.second,
                        "; refusing to resume (nothing was changed: use the checkpoint's model, or another --output-dir)");
       }
-    }
-    try {
-      auto j = nlohmann::ordered_json::parse(read_file((dir / "trainer_state.json").string()));
-      if (j.contains("state_checksum")) {  // checkpoints before this field have none
-        const std::string want = j.at("state_checksum").get<std::string>();
-        j.erase("state_checksum");
-        BERTCC_CHECK(fnv64(j.dump(2)) == want, (dir / "trainer_state.json").string(), ": checksum mismatch");
-      }
-      for (auto it = j.at("checksums").begin(); it != j.at("checksums").end(); ++it)
-        BERTCC_CHECK(fnv64(read_file((dir / it.key()).string())) == it.value().get<std::string>(),
-                     (dir / it.key()).string(), ": checksum mismatch");
-      for (const CheckpointPart& p : parts) {
-        const fs::path pd = p.dir.empty() ? dir : dir / p.dir;
-        BERTCC_CHECK(j.at("checksums").contains(p.dir.empty() ? "model.safetensors" : p.dir + "/model.safetensors"),
-                     (dir / "trainer_state.json").string(), ": no checksum for ", (pd / "model.safetensors").string());
-        load_weights(*p.model, (pd / "model.safetensors").string());
-        SafetensorsFile f((pd / "optimizer.safetensors").string());
-        const StTensor* m = f.find("exp_avg");
-        const StTensor* v = f.find("exp_avg_sq");
-        const size_t total = p.model->table().total();
-        BERTCC_CHECK(m && v && m->numel() == total && v->numel() == total, (pd / "optimizer.safetensors").string(),
-                     ": moments do not match the model");
-        AdamState& opt = *p.opt;
-        opt.m.resize(m->numel());
-        opt.v.resize(v->numel());
-        f.read_f32(*m, opt.m.data());
-        f.read_f32(*v, opt.v.data());
-        opt.step = j.at("optimizer_step").get<int64_t>();
-        BERTCC_CHECK(opt.step >= 0, (dir / "trainer_state.json").string(), ": negative step");
-      }
-      st.step = j.at("step").get<int64_t>();
-      BERTCC_CHECK(st.step >= 0, (dir / "trainer_state.json").string(), ": negative step");
-      st.rng = Rng{j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>()};
-      st.cursor = {j.at("cursor").at("epoch").get<int64_t>(), j.at("cursor").at("shard_pos").get<int64_t>(),
-                   j.at("cursor").at("row").get<int64_t>()};
-      BERTCC_CHECK(st.cursor.epoch >= 0 && st.cursor.shard_pos >= 0 && st.cursor.row >= 0,
-                   (dir / "trainer_state.json").string(), ": negative data cursor");
-      st.loss_scale = j.at("loss_scale").get<double>();
-      st.clean_steps = j.value("clean_steps", int64_t{0});
-      st.phase = j.value("phase", 1);
-      st.step_offset = j.value("step_offset", int64_t{0});
-      st.global_batch = j.value("global_batch_size", int64_t{0});
-      st.best_score = j.value("best_score", -1e300);
-      st.best_metrics = j.contains("best_metrics") ? j.at("best_metrics").dump() : "";
-      st.totals = {};
-      if (j.contains("totals")) {
-        const auto& t = j.at("totals");
-        st.totals = {t.at("train_seconds").get<double>(), t.at("seqs").get<int64_t>(),
-                     t.at("padded_tokens").get<int64_t>(), t.at("real_tokens").get<int64_t>()};
+      // 3. Content. An error here (a verified file that still does not parse) skips the checkpoint too.
+      try {
+        for (const CheckpointPart& p : parts) {
+          const fs::path pd = p.dir.empty() ? dir : dir / p.dir;
+          load_weights(*p.model, (pd / "model.safetensors").string());
+          SafetensorsFile f((pd / "optimizer.safetensors").string());
+          const StTensor* m = f.find("exp_avg");
+          const StTensor* v = f.find("exp_avg_sq");
+          const size_t total = p.model->table().total();
+          BERTCC_CHECK(m && v && m->numel() == total && v->numel() == total, (pd / "optimizer.safetensors").string(),
+                       ": moments do not match the model");
+          AdamState& opt = *p.opt;
+          opt.m.resize(m->numel());
+          opt.v.resize(v->numel());
+          f.read_f32(*m, opt.m.data());
+          f.read_f32(*v, opt.v.data());
+          opt.step = j.at("optimizer_step").get<int64_t>();
+          BERTCC_CHECK(opt.step >= 0, (dir / "trainer_state.json").string(), ": negative step");
+        }
+        st.step = j.at("step").get<int64_t>();
+        BERTCC_CHECK(st.step >= 0, (dir / "trainer_state.json").string(), ": negative step");
+        st.rng = Rng{j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>()};
+        st.cursor = {j.at("cursor").at("epoch").get<int64_t>(), j.at("cursor").at("shard_pos").get<int64_t>(),
+                     j.at("cursor").at("row").get<int64_t>()};
+        BERTCC_CHECK(st.cursor.epoch >= 0 && st.cursor.shard_pos >= 0 && st.cursor.row >= 0,
+                     (dir / "trainer_state.json").string(), ": negative data cursor");
+        st.loss_scale = j.at("loss_scale").get<double>();
+        st.clean_steps = j.value("clean_steps", int64_t{0});
+        st.phase = j.value("phase", 1);
+        st.step_offset = j.value("step_offset", int64_t{0});
+        st.global_batch = j.value("global_batch_size", int64_t{0});
+        st.best_score = j.value("best_score", -1e300);
+        st.best_metrics = j.contains("best_metrics") ? j.at("best_metrics").dump() : "";
+        st.totals = {};
+        if (j.contains("totals")) {
+          const auto& t = j.at("totals");
+          st.totals = {t.at("train_seconds").get<double>(), t.at("seqs").get<int64_t>(),
+                       t.at("padded_tokens").get<int64_t>(), t.at("real_tokens").get<int64_t>()};
+        }
+      } catch (const std::exception& e) {
+        throw Refused(e.what());
       }
       if (lead)
         std::cerr << who << ": resuming from " << dir.string() << " ("
                   << (st.phase != 1 ? "phase " + std::to_string(st.phase) + ", " : "") << "step "
                   << st.step + st.step_offset << ")\n";
       return true;
-    } catch (const std::exception& e) {
+    } catch (const Refused& e) {
       if (lead) std::cerr << who << ": warning: skipping checkpoint " << dir.string() << ": " << e.what() << "\n";
+      refused.push_back(dir.filename().string() + ": " + e.what());
     }
+  }
+  if (!refused.empty()) {
+    // Every checkpoint refused: starting at step 0 would overwrite them (and a damaged newest one
+    // may be one byte from good). Stop and leave them as they are.
+    std::string why;
+    for (const std::string& r : refused) why += "\n  " + r;
+    fail(who, ": --resume-from-checkpoint: none of the ", refused.size(), " checkpoint(s) in ", root.string(),
+         " can be resumed (left as they are):", why,
+         "\n(restore one from a backup; --trust-unverified-checkpoint resumes one that lacks its checksums; or use "
+         "another --output-dir to start afresh)");
   }
   return false;
 }

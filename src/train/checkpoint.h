@@ -55,12 +55,17 @@ void save_checkpoint(const std::string& output_dir, const std::vector<Checkpoint
                      const std::string& vocab_path, int64_t keep);
 void save_checkpoint(const std::string& output_dir, const Bert& model, const AdamState& opt, const TrainerState& st,
                      const std::string& vocab_path, int64_t keep);
-// Returns false if there is no valid checkpoint; corrupt or partial ones are skipped with a warning.
-// `who` prefixes the messages ("pretrain", "finetune"). `lead`: this process tidies partial saves
-// and prints; the other ranks of a data-parallel job only read.
+// Resumes the newest checkpoint that passes its checksums (checked before any of its content is
+// read); damaged ones (a checksum differs, a file is missing or unreadable) and unverified ones (a
+// checksum is missing; accepted with a warning when `trust_unverified`) are skipped with a warning
+// naming them. Returns false if there is no checkpoint at all; throws, touching nothing, when
+// there are checkpoints but every one was refused, and when the newest verified one is of another
+// model. Partial saves are removed. `who` prefixes the messages ("pretrain", "finetune").
+// `lead`: this process tidies partial saves and prints; the other ranks of a data-parallel job
+// only read.
 bool load_latest_checkpoint(const std::string& output_dir, const std::vector<CheckpointPart>& parts, TrainerState& st,
-                            const char* who = "pretrain", bool lead = true);
+                            const char* who = "pretrain", bool lead = true, bool trust_unverified = false);
 bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
-                            const char* who = "pretrain", bool lead = true);
+                            const char* who = "pretrain", bool lead = true, bool trust_unverified = false);
 
 }  // namespace bertcc

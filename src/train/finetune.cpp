@@ -177,6 +177,25 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                o.num_train_epochs, ": ", epoch_steps, " steps of ", steps_per_epoch, " per epoch, more than ",
                kMaxTrainSteps);
   const int64_t total = o.max_steps > 0 ? o.max_steps : std::max<int64_t>(1, static_cast<int64_t>(epoch_steps));
+
+  AdamState opt;
+  opt.m.assign(model.params().size(), 0.0f);
+  opt.v.assign(model.params().size(), 0.0f);
+  AdamWOptions ao;
+  ao.weight_decay = o.weight_decay;
+  ao.max_grad_norm = o.max_grad_norm;
+  ao.eps = o.adam_eps;
+  ao.bias_correction = o.bias_correction;
+  // Everything a resumed run needs besides weights and moments: the step (which fixes the epoch,
+  // its shuffle and the position in it), the dropout RNG and the best evaluation so far.
+  TrainerState st;
+  st.rng = Rng{o.seed, 0};
+  const bool loaded =
+      o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune", lead, o.trust_unverified_checkpoint);
+  if (W > 1)
+    check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
+                            "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
+  // The log is opened once the checkpoint is resumed: a refused resume leaves the output as it was.
   std::unique_ptr<DLLogger> log;
   if (lead) log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
   nlohmann::ordered_json params{{"train_examples", n},
@@ -195,23 +214,6 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                 {"group_by_length", o.group_by_length},
                                 {"architecture", model.architecture()}};
   if (lead) log->log("PARAMETER", params);
-
-  AdamState opt;
-  opt.m.assign(model.params().size(), 0.0f);
-  opt.v.assign(model.params().size(), 0.0f);
-  AdamWOptions ao;
-  ao.weight_decay = o.weight_decay;
-  ao.max_grad_norm = o.max_grad_norm;
-  ao.eps = o.adam_eps;
-  ao.bias_correction = o.bias_correction;
-  // Everything a resumed run needs besides weights and moments: the step (which fixes the epoch,
-  // its shuffle and the position in it), the dropout RNG and the best evaluation so far.
-  TrainerState st;
-  st.rng = Rng{o.seed, 0};
-  const bool loaded = o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune", lead);
-  if (W > 1)
-    check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
-                            "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
   std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
   if (o.dp.zero1 && W > 1) {
     shards = std::make_unique<OptimizerShards>(model.table(), static_cast<int>(W));

@@ -193,7 +193,8 @@ int run_pretraining(const PretrainOptions& o) {
   const bool fp16 = prec == Precision::F16;
   const bool dynamic_scale = fp16 && o.loss_scale <= 0;
   st.loss_scale = fp16 ? (dynamic_scale ? o.init_loss_scale : o.loss_scale) : 1.0;
-  const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, pm.parts(), st, "pretrain", lead);
+  const bool loaded = o.resume_from_checkpoint && load_latest_checkpoint(o.output_dir, pm.parts(), st, "pretrain",
+                                                                         lead, o.trust_unverified_checkpoint);
   if (loaded && pm.electra) electra_share_embeddings(*pm.main, *pm.gen);
   if (W > 1) {
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step + st.step_offset) : -1.0,
@@ -248,7 +249,7 @@ int run_pretraining(const PretrainOptions& o) {
               << global_batch << " = " << W << " x " << A << " x " << micro << ", all-reduce in "
               << dist::wire_dtype_name(wire) << "\n";
   if (o.resume_from_checkpoint && !loaded && lead)
-    std::cerr << "pretrain: no valid checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
+    std::cerr << "pretrain: no checkpoint in " << o.output_dir << "/checkpoints; starting from step 0\n";
   if (phase2_start) {
     // Start of phase 2 (NVIDIA): phase-1 weights and moments, optimizer step, schedule and data
     // position restarted; steps are named from the phase-1 end step on.

@@ -145,6 +145,34 @@ cfg["hidden_act"] = "gelu_new"
 json.dump(cfg, open(os.path.join(gn, "config.json"), "w"))
 encoder_check("base_gelu_new")
 
+# hidden_size 1 (one head of 1): ONNX Runtime's LayerNormalization kernel refuses a normalized
+# size of 1 ("Size of X.shape[axis:] must be larger than 1"; ONNX itself allows it), so the export
+# writes those layer norms from primitives. Over one value x - mean is exactly 0, so every layer
+# norm's output is its bias: last_hidden_state is the last bias at every position and the pooler
+# tanh(w * bias + b), exactly. (PyTorch's layer_norm is not a reference here: its variance
+# rounding, divided by sqrt(1e-12), leaves ~1e-4 of noise.) Random weights: init-model's layer
+# norms would make every output 0.
+h1 = os.path.join(work, "hidden1")
+h1cfg = os.path.join(work, "hidden1.json")
+json.dump({"vocab_size": 30522, "hidden_size": 1, "num_hidden_layers": 2, "num_attention_heads": 1,
+           "intermediate_size": 3, "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_act": "gelu"},
+          open(h1cfg, "w"))
+subprocess.run([bertcc, "init-model", "--config", h1cfg, "--vocab", vocab, "--output", h1, "--seed", "4"], check=True,
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+hrng = np.random.default_rng(8)
+w1 = {k: (hrng.standard_normal(v.shape) * 0.5).astype(np.float32)
+      for k, v in st.load(os.path.join(h1, "model.safetensors")).items() if k.startswith("bert.")}
+st.save(os.path.join(h1, "model.safetensors"), w1)
+c1 = dict(json.load(open(os.path.join(h1, "config.json"))), architectures=["BertModel"])
+json.dump(c1, open(os.path.join(h1, "config.json"), "w"))
+got = ort(export("hidden1"), feeds)
+last = float(w1["bert.encoder.layer.1.output.LayerNorm.bias"][0])
+pooled = np.tanh(np.float32(w1["bert.pooler.dense.weight"][0, 0]) * np.float32(last) + w1["bert.pooler.dense.bias"][0])
+compare("hidden1 last_hidden_state", got["last_hidden_state"], np.full((4, S, 1), last),
+        np.repeat(valid_tok[:, :, None], 1, 2), "its last layer norm's bias")
+compare("hidden1 pooler_output", got["pooler_output"], np.full((4, 1), float(pooled)), np.ones((4, 1), dtype=bool),
+        "tanh(w * bias + b)")
+
 
 # ELECTRA (embedding_size 24 < hidden 36: embeddings_project; no pooler): the encoder against the
 # PyTorch reference, ElectraClassificationHead and ElectraForPreTraining against bertcc (dump-step,
