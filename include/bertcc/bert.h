@@ -2,6 +2,7 @@
 // embeddings, run only on masked positions; NSP head). One flat fp32 buffer for parameters and
 // one for gradients, laid out by the ParamTable with Hugging Face names.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -136,8 +137,14 @@ class Bert {
   }
   // One tensor of those, by name.
   float* param_on_backend(const std::string& name) { return params_on_backend() + table_.at(name).offset; }
-  const float* param_on_backend(const std::string& name) const { return w(name); }
+  const float* param_on_backend(const std::string& name) const { return w(table_.ref(name)); }
   float* grad_on_backend(const std::string& name) { return grads_on_backend() + table_.at(name).offset; }
+  float* grad_on_backend(ParamRef r) { return grads_on_backend() + table_[r].offset; }
+  // The embedding tensors ELECTRA's generator and discriminator share (word, position, token type,
+  // LayerNorm weight and bias), by reference.
+  std::array<ParamRef, 5> embedding_refs() const {
+    return {refs_.word, refs_.position, refs_.token_type, refs_.emb_norm.g, refs_.emb_norm.b};
+  }
 
   // HF/Google initialisation: N(0, initializer_range) weights, zero biases, LayerNorm 1/0,
   // the padding row of the word embeddings zeroed.
@@ -239,21 +246,51 @@ class Bert {
                                      Precision prec, const Backend& be,
                                      std::vector<std::pair<float**, int64_t>>& plan);
   static void place_inference_acts(Acts& a);
+  // Every tensor the forward and backward passes read, by reference (bind_refs, at construction):
+  // the encoder's per-layer handles and each head's. Absent ones (another head's) stay empty.
+  struct LinearRef {
+    ParamRef w, b;
+  };
+  struct NormRef {
+    ParamRef g, b;
+  };
+  struct LayerRefs {
+    LinearRef qkv;  // query, key and value: one [3C, C] block and one [3C] bias, checked adjacent
+    LinearRef attn_out, ffn_in, ffn_out;
+    NormRef attn_norm, ffn_norm;
+  };
+  struct Refs {
+    ParamRef word, position, token_type;
+    NormRef emb_norm;
+    LinearRef project;  // ELECTRA's embeddings_project (embedding width != hidden)
+    std::vector<LayerRefs> layers;
+    LinearRef pooler;
+    LinearRef mlm_dense;  // the masked-LM transform (BERT's cls.predictions, ELECTRA's generator)
+    NormRef mlm_norm;
+    ParamRef mlm_bias;    // the decoder's bias (its weight is the word embeddings)
+    LinearRef nsp;        // cls.seq_relationship
+    LinearRef out;        // qa_outputs, classifier, or ELECTRA's classifier.out_proj
+    LinearRef cls_dense;  // ELECTRA's classification head
+    LinearRef disc_dense, disc_pred;  // ELECTRA's discriminator
+    LinearRef start, end0, end1, ans0;  // the joint SQuAD head (XLNet's poolers)
+    NormRef end_norm;
+    ParamRef ans1;
+  };
+  void bind_refs();
   // Weights, gradients and bf16 weights where the backend computes (host vectors on the CPU).
-  const float* w(const std::string& name) const {
+  const float* w(ParamRef r) const {
     if (!dev_offset_.empty()) {  // inference only: null for the matrices kept in bf16 alone
-      const int64_t off = dev_offset_.at(name);
+      const int64_t off = dev_offset_[static_cast<size_t>(r.i)];
       return off < 0 ? nullptr : dev_params_ + off;
     }
-    return (dev_params_ ? dev_params_ : params_.data()) + table_.at(name).offset;
+    return (dev_params_ ? dev_params_ : params_.data()) + table_[r].offset;
   }
   void check_not_inference_only(const char* what) const;
-  float* dgrad(const std::string& name) { return grads_on_backend() + table_.at(name).offset; }
+  float* dgrad(ParamRef r) { return grads_on_backend() + table_[r].offset; }
   void ensure_grads();
   // bf16 copy of a weight (bf16 precision), or null in fp32.
-  const bf16_t* w16(const std::string& name, Precision p) const {
-    return p == Precision::BF16 ? (dev_params16_ ? dev_params16_ : params16_.data()) + table_.at(name).offset
-                                : nullptr;
+  const bf16_t* w16(ParamRef r, Precision p) const {
+    return p == Precision::BF16 ? (dev_params16_ ? dev_params16_ : params16_.data()) + table_[r].offset : nullptr;
   }
   void refresh_bf16(Precision p);
   // Head scratch where the backend computes: on the host the vector itself (resized; zero-filled
@@ -278,9 +315,10 @@ class Bert {
   std::unique_ptr<DeviceState> dev_;
   float *dev_params_ = nullptr, *dev_grads_ = nullptr;
   bf16_t* dev_params16_ = nullptr;
-  // inference only (use_backend_for_inference): each tensor's offset in the device's fp32 buffer,
-  // -1 for those kept in bf16 alone; empty otherwise
-  std::unordered_map<std::string, int64_t> dev_offset_;
+  Refs refs_;
+  // inference only (use_backend_for_inference): each tensor's offset in the device's fp32 buffer
+  // (by table index), -1 for those kept in bf16 alone; empty otherwise
+  std::vector<int64_t> dev_offset_;
   std::unique_ptr<Acts> acts_;
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)

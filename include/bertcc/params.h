@@ -18,6 +18,13 @@ struct ParamEntry {
   float lr_scale = 1.0f;       // multiplies the learning rate (ELECTRA's layer-wise decay)
 };
 
+// A tensor of a table by its index: looked up by name once (when a model is built), then used on
+// the step path without a string in sight.
+struct ParamRef {
+  int32_t i = -1;
+  explicit operator bool() const { return i >= 0; }
+};
+
 class ParamTable {
  public:
   // Appends an entry; returns its offset.
@@ -26,6 +33,9 @@ class ParamTable {
   size_t total() const { return total_; }
   const ParamEntry* find(const std::string& name) const;
   const ParamEntry& at(const std::string& name) const;  // throws naming the tensor
+  ParamRef ref(const std::string& name) const;           // throws naming the tensor
+  ParamRef find_ref(const std::string& name) const;      // an empty ref when absent
+  const ParamEntry& operator[](ParamRef r) const { return entries_[static_cast<size_t>(r.i)]; }
   void set_trainable(const std::string& name, bool trainable);
   void set_lr_scale(const std::string& name, float scale);
 

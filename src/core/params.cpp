@@ -24,6 +24,17 @@ const ParamEntry* ParamTable::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
+ParamRef ParamTable::ref(const std::string& name) const {
+  const ParamRef r = find_ref(name);
+  BERTCC_CHECK(r, "parameter table: no tensor '", name, "'");
+  return r;
+}
+
+ParamRef ParamTable::find_ref(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? ParamRef{} : ParamRef{static_cast<int32_t>(it->second)};
+}
+
 const ParamEntry& ParamTable::at(const std::string& name) const {
   const ParamEntry* e = find(name);
   BERTCC_CHECK(e, "parameter table: no tensor named '", name, "'");

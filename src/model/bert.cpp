@@ -266,9 +266,68 @@ Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads),
   cfg_.validate("config");
   pooler_ = has_pooler(heads_) && !cfg_.electra();
   build_table(table_, cfg_, heads_);
+  bind_refs();
   check_memory(4.0 * static_cast<double>(table_.total()),
                "the weights of this model (" + std::to_string(table_.total()) + " parameters)", "check the config's sizes");
   params_.assign(table_.total(), 0.0f);
+}
+
+// Every tensor the steps read, looked up once. The fused Q/K/V product reads query, key and value
+// (weights, then biases) as one [3C, C] matrix and one [3C] vector: checked here.
+void Bert::bind_refs() {
+  const ParamTable& t = table_;
+  auto lin = [&t](const std::string& n, bool bias = true) {
+    return LinearRef{t.ref(n + ".weight"), bias ? t.ref(n + ".bias") : ParamRef{}};
+  };
+  auto opt_lin = [&t](const std::string& n) { return LinearRef{t.find_ref(n + ".weight"), t.find_ref(n + ".bias")}; };
+  auto norm = [&t](const std::string& n) { return NormRef{t.ref(n + ".weight"), t.ref(n + ".bias")}; };
+  auto opt_norm = [&t](const std::string& n) { return NormRef{t.find_ref(n + ".weight"), t.find_ref(n + ".bias")}; };
+  const std::string e = "bert.embeddings.";
+  refs_.word = t.ref(e + "word_embeddings.weight");
+  refs_.position = t.ref(e + "position_embeddings.weight");
+  refs_.token_type = t.ref(e + "token_type_embeddings.weight");
+  refs_.emb_norm = norm(e + "LayerNorm");
+  refs_.project = opt_lin("bert.embeddings_project");
+  const size_t C = static_cast<size_t>(cfg_.hidden_size);
+  refs_.layers.clear();
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+    LayerRefs L;
+    L.qkv = lin(p + "attention.self.query");
+    for (const char* part : {"weight", "bias"}) {
+      const std::string a = std::string(".") + part;
+      const size_t q = t.at(p + "attention.self.query" + a).offset, n = t.at(p + "attention.self.query" + a).numel;
+      BERTCC_CHECK(t.at(p + "attention.self.key" + a).offset == q + n && t.at(p + "attention.self.value" + a).offset == q + 2 * n &&
+                       n == (a == ".weight" ? C * C : C),
+                   "parameter table: layer ", l, "'s query, key and value ", part, "s are not one block");
+    }
+    L.attn_out = lin(p + "attention.output.dense");
+    L.attn_norm = norm(p + "attention.output.LayerNorm");
+    L.ffn_in = lin(p + "intermediate.dense");
+    L.ffn_out = lin(p + "output.dense");
+    L.ffn_norm = norm(p + "output.LayerNorm");
+    refs_.layers.push_back(L);
+  }
+  refs_.pooler = opt_lin("bert.pooler.dense");
+  // the masked-LM transform: BERT's cls.predictions, ELECTRA's generator_predictions; the decoder
+  // is tied to the word embeddings
+  const bool gen = heads_ == Heads::Generator;
+  refs_.mlm_dense = opt_lin(gen ? "generator_predictions.dense" : "cls.predictions.transform.dense");
+  refs_.mlm_norm = opt_norm(gen ? "generator_predictions.LayerNorm" : "cls.predictions.transform.LayerNorm");
+  refs_.mlm_bias = t.find_ref(gen ? "generator_lm_head.bias" : "cls.predictions.bias");
+  refs_.nsp = opt_lin("cls.seq_relationship");
+  refs_.out = heads_ == Heads::QuestionAnswering ? opt_lin("qa_outputs")
+              : t.find_ref("classifier.out_proj.weight") ? opt_lin("classifier.out_proj")
+                                                         : opt_lin("classifier");
+  refs_.cls_dense = opt_lin("classifier.dense");
+  refs_.disc_dense = opt_lin("discriminator_predictions.dense");
+  refs_.disc_pred = opt_lin("discriminator_predictions.dense_prediction");
+  refs_.start = opt_lin("start_logits.dense");
+  refs_.end0 = opt_lin("end_logits.dense_0");
+  refs_.end_norm = opt_norm("end_logits.LayerNorm");
+  refs_.end1 = opt_lin("end_logits.dense_1");
+  refs_.ans0 = opt_lin("answer_class.dense_0");
+  refs_.ans1 = t.find_ref("answer_class.dense_1.weight");
 }
 
 void Bert::ensure_grads() {
@@ -383,14 +442,13 @@ void Bert::use_backend_for_inference(Backend& be, Precision prec) {
   // such a weight again from fp32 into aligned scratch (see cuda::gemm); BERT's shapes (hidden
   // sizes that are multiples of 8) have none.
   int64_t next = 0;
-  for (const auto& e : table_.entries()) {
-    if (encoder_gemm_matrix(e.name) && e.offset % 8 == 0) {
-      dev_offset_[e.name] = -1;
-      continue;
-    }
+  dev_offset_.assign(table_.entries().size(), -1);
+  for (size_t i = 0; i < table_.entries().size(); ++i) {
+    const ParamEntry& e = table_.entries()[i];
+    if (encoder_gemm_matrix(e.name) && e.offset % 8 == 0) continue;  // -1
     const int64_t orig = static_cast<int64_t>(e.offset);
     next += ((orig - next) % 64 + 64) % 64;
-    dev_offset_[e.name] = next;
+    dev_offset_[i] = next;
     next += static_cast<int64_t>(e.numel);
   }
   dev_ = std::make_unique<DeviceState>();
@@ -398,8 +456,9 @@ void Bert::use_backend_for_inference(Backend& be, Precision prec) {
   dev_->params16 = DeviceBuffer<bf16_t>(be, params_.size());
   dev_params_ = dev_->params.get();
   dev_params16_ = dev_->params16.get();
-  for (const auto& e : table_.entries()) {
-    const int64_t off = dev_offset_.at(e.name);
+  for (size_t i = 0; i < table_.entries().size(); ++i) {
+    const ParamEntry& e = table_.entries()[i];
+    const int64_t off = dev_offset_[i];
     if (off >= 0) be.upload(dev_params_ + off, params_.data() + e.offset, sizeof(float) * e.numel);
   }
   {
@@ -826,56 +885,56 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     const bool project = E != C;
     float* emb = project ? a.emb_out : a.x[0];
     be.embeddings_forward(a.emb_sum, ids, seg,
-                       w("bert.embeddings.word_embeddings.weight"), w("bert.embeddings.position_embeddings.weight"),
-                       w("bert.embeddings.token_type_embeddings.weight"), B, T, E);
-    be.layernorm_forward(emb, a.emb_mean, a.emb_rstd, a.emb_sum, w("bert.embeddings.LayerNorm.weight"),
-                      w("bert.embeddings.LayerNorm.bias"), N, E, eps);
+                       w(refs_.word), w(refs_.position),
+                       w(refs_.token_type), B, T, E);
+    be.layernorm_forward(emb, a.emb_mean, a.emb_rstd, a.emb_sum, w(refs_.emb_norm.g),
+                      w(refs_.emb_norm.b), N, E, eps);
     if (p_h > 0) {
       a.seed_emb = rng.reserve(N * E);
       be.dropout_forward(emb, emb, N * E, p_h, rng, a.seed_emb);
     }
     if (project)
-      be.linear_forward(a.x[0], a.emb_out, w("bert.embeddings_project.weight"), w("bert.embeddings_project.bias"), N, C, E,
-                     prec, w16("bert.embeddings_project.weight", prec));
+      be.linear_forward(a.x[0], a.emb_out, w(refs_.project.w), w(refs_.project.b), N, C, E,
+                     prec, w16(refs_.project.w, prec));
 
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
       Acts::Layer& ly = a.layers[l];
-      const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+      const LayerRefs& L = refs_.layers[static_cast<size_t>(l)];
       const float* xin = a.x[l];
       // x[l]'s rounding: made here for layer 0 (after the embeddings' dropout), by the previous
       // layer's LayerNorm for the others
       // (bf16: the output as its rounding qkv16 alone, what the attention reads)
       LinearIo qkv_io = l == 0 ? keep16(ly.x16) : LinearIo{a.as16(ly.x16), nullptr, nullptr};
       qkv_io.y16 = a.as16(ly.qkv16);
-      be.linear_forward(ly.qkv, xin, w(p + "attention.self.query.weight"), w(p + "attention.self.query.bias"), N, 3 * C, C,
-                     prec, w16(p + "attention.self.query.weight", prec), qkv_io);
+      be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), N, 3 * C, C,
+                     prec, w16(L.qkv.w, prec), qkv_io);
       ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
       // (bf16: the output as its rounding ctx16 alone, what the product reads)
       be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, prec == Precision::BF16 ? nullptr : ly.qkv,
                            a.as16(ly.qkv16), a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
-      be.linear_forward(a.tmp_c, ly.ctx, w(p + "attention.output.dense.weight"), w(p + "attention.output.dense.bias"), N, C,
-                     C, prec, w16(p + "attention.output.dense.weight", prec),
+      be.linear_forward(a.tmp_c, ly.ctx, w(L.attn_out.w), w(L.attn_out.b), N, C,
+                     C, prec, w16(L.attn_out.w, prec),
                      LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
       if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
       be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin,
-                                            w(p + "attention.output.LayerNorm.weight"),
-                                            w(p + "attention.output.LayerNorm.bias"), N, C, eps, a.as16(ly.h1_16), p_h,
+                                            w(L.attn_norm.g),
+                                            w(L.attn_norm.b), N, C, eps, a.as16(ly.h1_16), p_h,
                                             rng, ly.seed_attn_out);
       // bf16: FFN1's output as its rounding inter16 alone (as PyTorch's autocast Linear writes bf16),
       // the GELU's input forward and backward
       LinearIo ffn1_io{a.as16(ly.h1_16), nullptr, nullptr};
       ffn1_io.y16 = a.as16(ly.inter16);
-      be.linear_forward(ly.inter, ly.h1, w(p + "intermediate.dense.weight"), w(p + "intermediate.dense.bias"), N, I, C, prec,
-                     w16(p + "intermediate.dense.weight", prec), ffn1_io);
+      be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec,
+                     w16(L.ffn_in.w, prec), ffn1_io);
       if (prec == Precision::BF16)
         be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, act);
       else
         be.gelu_forward(ly.gelu, ly.inter, N * I, act);
-      be.linear_forward(a.tmp_c, ly.gelu, w(p + "output.dense.weight"), w(p + "output.dense.bias"), N, C, I, prec,
-                     w16(p + "output.dense.weight", prec), LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
+      be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec,
+                     w16(L.ffn_out.w, prec), LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
       if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
       be.residual_dropout_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
-                                            w(p + "output.LayerNorm.weight"), w(p + "output.LayerNorm.bias"), N, C, eps,
+                                            w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,
                                             l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr, p_h,
                                             rng, ly.seed_ffn_out);
     }
@@ -883,8 +942,8 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     // pooler: tanh(dense(h[:, 0]))
     if (!pooler_) return;
     be.copy_rows(a.cls, C, a.x.back(), T * C, B, C);
-    be.linear_forward(a.pooled, a.cls, w("bert.pooler.dense.weight"), w("bert.pooler.dense.bias"), B, C, C, prec,
-                   w16("bert.pooler.dense.weight", prec));
+    be.linear_forward(a.pooled, a.cls, w(refs_.pooler.w), w(refs_.pooler.b), B, C, C, prec,
+                   w16(refs_.pooler.w, prec));
     be.tanh_forward(a.pooled, a.pooled, B * C);
   };
   // --cuda-graphs: an inference forward runs as one recorded graph from its shape's second time on
@@ -917,15 +976,15 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     zero(a.dpool, B * C);
     be.tanh_backward(a.dpool, a.pooled, dpooled, B * C);
     zero(a.dcls, B * C);
-    be.linear_backward(a.dcls, dgrad("bert.pooler.dense.weight"), dgrad("bert.pooler.dense.bias"), a.dpool, a.cls,
-                    w("bert.pooler.dense.weight"), B, C, C, prec, w16("bert.pooler.dense.weight", prec));
+    be.linear_backward(a.dcls, dgrad(refs_.pooler.w), dgrad(refs_.pooler.b), a.dpool, a.cls,
+                    w(refs_.pooler.w), B, C, C, prec, w16(refs_.pooler.w, prec));
     be.add_rows(a.g, T * C, a.dcls, C, B, C);
-    if (grad_ready_) grad_ready_(table_.at("bert.pooler.dense.weight").offset);
+    if (grad_ready_) grad_ready_(table_[refs_.pooler.w].offset);
   }
 
   for (int l = cfg_.num_hidden_layers - 1; l >= first_trainable_layer_; --l) {
     Acts::Layer& ly = a.layers[l];
-    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+    const LayerRefs& L = refs_.layers[static_cast<size_t>(l)];
     // x[l+1] = LN2(dropout(ffn_out) + h1)
     // (the layer's gradient buffers are written, not added to: no zeroing pass). The gradient
     // into h1 goes straight to dh, the residual branch's buffer, which FFN1's backward adds to
@@ -933,14 +992,14 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     const float* dffn = a.dh;
     const bf16_t* dffn16 = nullptr;  // its rounding, where the dropout backward makes it
     if (p_h > 0) {
-      be.layernorm_dropout_backward(a.dh, dgrad(p + "output.LayerNorm.weight"), dgrad(p + "output.LayerNorm.bias"), a.g,
-                                    ly.ln2_sum, w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C, a.d2,
+      be.layernorm_dropout_backward(a.dh, dgrad(L.ffn_norm.g), dgrad(L.ffn_norm.b), a.g,
+                                    ly.ln2_sum, w(L.ffn_norm.g), ly.ln2_mean, ly.ln2_rstd, N, C, a.d2,
                                     a.as16(a.d2_16), p_h, rng, ly.seed_ffn_out);
       dffn = a.d2;
       dffn16 = a.as16(a.d2_16);
     } else {
-      be.layernorm_backward(a.dh, dgrad(p + "output.LayerNorm.weight"), dgrad(p + "output.LayerNorm.bias"), a.g,
-                            ly.ln2_sum, w(p + "output.LayerNorm.weight"), ly.ln2_mean, ly.ln2_rstd, N, C,
+      be.layernorm_backward(a.dh, dgrad(L.ffn_norm.g), dgrad(L.ffn_norm.b), a.g,
+                            ly.ln2_sum, w(L.ffn_norm.g), ly.ln2_mean, ly.ln2_rstd, N, C,
                             /*overwrite=*/true);
     }
     // ffn_out = gelu W2^T + b2; inter = h1 W1^T + b1. In bf16 both FFN1 products read the
@@ -950,46 +1009,46 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     // anyway, writes it again (gelu_forward16's bits) into layer 0's slot, where the FFN2 weight
     // gradient, computed after the input gradient, reads it.
     if (prec == Precision::BF16) {
-      be.linear_backward(a.di, nullptr, nullptr, dffn, nullptr, w(p + "output.dense.weight"), N, C, I, prec,
-                         w16(p + "output.dense.weight", prec), LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
-      be.gelu_bias_backward(a.as16(a.di2_16), dgrad(p + "intermediate.dense.bias"), a.as16(ly.inter16), a.di, N, I,
+      be.linear_backward(a.di, nullptr, nullptr, dffn, nullptr, w(L.ffn_out.w), N, C, I, prec,
+                         w16(L.ffn_out.w, prec), LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
+      be.gelu_bias_backward(a.as16(a.di2_16), dgrad(L.ffn_in.b), a.as16(ly.inter16), a.di, N, I,
                             act, a.di2, a.as16(ly.gelu16));
-      be.linear_backward(nullptr, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn,
-                         /*x: gelu16 alone*/ nullptr, w(p + "output.dense.weight"), N, C, I, prec,
-                         w16(p + "output.dense.weight", prec), LinearIo{a.as16(ly.gelu16), nullptr, dffn16});
-      be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), nullptr, nullptr, /*x: h1_16 alone*/ nullptr,
-                         w(p + "intermediate.dense.weight"), N, I, C, prec, w16(p + "intermediate.dense.weight", prec),
+      be.linear_backward(nullptr, dgrad(L.ffn_out.w), dgrad(L.ffn_out.b), dffn,
+                         /*x: gelu16 alone*/ nullptr, w(L.ffn_out.w), N, C, I, prec,
+                         w16(L.ffn_out.w, prec), LinearIo{a.as16(ly.gelu16), nullptr, dffn16});
+      be.linear_backward(a.dh, dgrad(L.ffn_in.w), nullptr, nullptr, /*x: h1_16 alone*/ nullptr,
+                         w(L.ffn_in.w), N, I, C, prec, w16(L.ffn_in.w, prec),
                          LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
     } else {
-      be.linear_backward(a.di, dgrad(p + "output.dense.weight"), dgrad(p + "output.dense.bias"), dffn, ly.gelu,
-                         w(p + "output.dense.weight"), N, C, I, prec, w16(p + "output.dense.weight", prec),
+      be.linear_backward(a.di, dgrad(L.ffn_out.w), dgrad(L.ffn_out.b), dffn, ly.gelu,
+                         w(L.ffn_out.w), N, C, I, prec, w16(L.ffn_out.w, prec),
                          LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
       be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, nullptr, /*overwrite=*/true);
-      be.linear_backward(a.dh, dgrad(p + "intermediate.dense.weight"), dgrad(p + "intermediate.dense.bias"), a.di2,
-                         ly.h1, w(p + "intermediate.dense.weight"), N, I, C, prec,
-                         w16(p + "intermediate.dense.weight", prec), LinearIo{a.as16(ly.h1_16), nullptr, nullptr});
+      be.linear_backward(a.dh, dgrad(L.ffn_in.w), dgrad(L.ffn_in.b), a.di2,
+                         ly.h1, w(L.ffn_in.w), N, I, C, prec,
+                         w16(L.ffn_in.w, prec), LinearIo{a.as16(ly.h1_16), nullptr, nullptr});
     }
     // h1 = LN1(dropout(attn_out) + x[l]); the gradient into x[l] goes straight to g (read by LN2's
     // backward above, added to by the QKV backward after the attention branch has read it)
     const float* dattn = a.g;
     const bf16_t* dattn16 = nullptr;
     if (p_h > 0) {
-      be.layernorm_dropout_backward(a.g, dgrad(p + "attention.output.LayerNorm.weight"),
-                                    dgrad(p + "attention.output.LayerNorm.bias"), a.dh, ly.ln1_sum,
-                                    w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C, a.d2,
+      be.layernorm_dropout_backward(a.g, dgrad(L.attn_norm.g),
+                                    dgrad(L.attn_norm.b), a.dh, ly.ln1_sum,
+                                    w(L.attn_norm.g), ly.ln1_mean, ly.ln1_rstd, N, C, a.d2,
                                     a.as16(a.d2_16), p_h, rng, ly.seed_attn_out);
       dattn = a.d2;
       dattn16 = a.as16(a.d2_16);
     } else {
-      be.layernorm_backward(a.g, dgrad(p + "attention.output.LayerNorm.weight"),
-                            dgrad(p + "attention.output.LayerNorm.bias"), a.dh, ly.ln1_sum,
-                            w(p + "attention.output.LayerNorm.weight"), ly.ln1_mean, ly.ln1_rstd, N, C,
+      be.layernorm_backward(a.g, dgrad(L.attn_norm.g),
+                            dgrad(L.attn_norm.b), a.dh, ly.ln1_sum,
+                            w(L.attn_norm.g), ly.ln1_mean, ly.ln1_rstd, N, C,
                             /*overwrite=*/true);
     }
     // (bf16: ctx16 alone; ctx is null)
-    be.linear_backward(a.dc, dgrad(p + "attention.output.dense.weight"), dgrad(p + "attention.output.dense.bias"), dattn,
-                    ly.ctx, w(p + "attention.output.dense.weight"), N, C, C, prec,
-                    w16(p + "attention.output.dense.weight", prec),
+    be.linear_backward(a.dc, dgrad(L.attn_out.w), dgrad(L.attn_out.b), dattn,
+                    ly.ctx, w(L.attn_out.w), N, C, C, prec,
+                    w16(L.attn_out.w, prec),
                     LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
     // (bf16: null qkv, whose buffer holds the last layer's; the layer's qkv16 serves)
     // (bf16: dqkv's rounding too, the QKV products' operand)
@@ -998,12 +1057,12 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                           ly.seed_att, prec);
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
     // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)
-    be.linear_backward(a.g, dgrad(p + "attention.self.query.weight"), dgrad(p + "attention.self.query.bias"), a.dqkv,
+    be.linear_backward(a.g, dgrad(L.qkv.w), dgrad(L.qkv.b), a.dqkv,
                     prec == Precision::BF16 ? nullptr : a.x[l],
-                    w(p + "attention.self.query.weight"), N, 3 * C, C, prec,
-                    w16(p + "attention.self.query.weight", prec),
+                    w(L.qkv.w), N, 3 * C, C, prec,
+                    w16(L.qkv.w, prec),
                     LinearIo{a.as16(ly.x16), nullptr, a.as16(a.dqkv16)});
-    if (grad_ready_) grad_ready_(table_.at(p + "attention.self.query.weight").offset);  // the layer's first tensor
+    if (grad_ready_) grad_ready_(table_[L.qkv.w].offset);  // the layer's first tensor
   }
 
   if (embeddings_frozen_) {  // no gradient for frozen embeddings
@@ -1018,8 +1077,8 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   float* dc = project ? a.demb_c : a.d1;
   const float* dx0 = a.g;
   if (project) {
-    be.linear_backward(da, dgrad("bert.embeddings_project.weight"), dgrad("bert.embeddings_project.bias"), a.g, a.emb_out,
-                    w("bert.embeddings_project.weight"), N, C, E, prec, w16("bert.embeddings_project.weight", prec),
+    be.linear_backward(da, dgrad(refs_.project.w), dgrad(refs_.project.b), a.g, a.emb_out,
+                    w(refs_.project.w), N, C, E, prec, w16(refs_.project.w, prec),
                     LinearIo{nullptr, nullptr, nullptr, /*overwrite_dx=*/true});
     dx0 = da;
   }
@@ -1027,15 +1086,15 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     be.dropout_backward(db, dx0, N * E, p_h, rng, a.seed_emb, nullptr, /*overwrite=*/true);
     dx0 = db;
   }
-  be.layernorm_backward(dc, dgrad("bert.embeddings.LayerNorm.weight"), dgrad("bert.embeddings.LayerNorm.bias"), dx0,
-                     a.emb_sum, w("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd, N, E, /*overwrite=*/true);
+  be.layernorm_backward(dc, dgrad(refs_.emb_norm.g), dgrad(refs_.emb_norm.b), dx0,
+                     a.emb_sum, w(refs_.emb_norm.g), a.emb_mean, a.emb_rstd, N, E, /*overwrite=*/true);
   // HF's nn.Embedding(padding_idx=pad) gives the padding row no gradient from the lookup.
-  float* dwte = dgrad("bert.embeddings.word_embeddings.weight");
+  float* dwte = dgrad(refs_.word);
   // (kept where the backend computes: a download here would wait for the whole backward on a device)
   float* pad_row = scratch(pad_row_, E, false);
   be.copy_rows(pad_row, E, dwte, E, 1, E);
-  be.embeddings_backward(dwte, dgrad("bert.embeddings.position_embeddings.weight"),
-                         dgrad("bert.embeddings.token_type_embeddings.weight"), dc,
+  be.embeddings_backward(dwte, dgrad(refs_.position),
+                         dgrad(refs_.token_type), dc,
                          be.on_host() ? batch_ids_.data() : a.dids.get(), be.on_host() ? batch_seg_.data() : a.dseg.get(),
                          B, T, E, cfg_.vocab_size, cfg_.type_vocab_size);
   be.copy_rows(dwte, E, pad_row, E, 1, E);
@@ -1057,9 +1116,9 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   // activation to gelu). Both decode with the word embeddings.
   const Activation act = nsp ? cfg_.activation() : Activation::GeluErf;
   const int64_t Eh = nsp ? C : cfg_.embedding_dim();
-  const std::string dense = nsp ? "cls.predictions.transform.dense" : "generator_predictions.dense";
-  const std::string lnorm = nsp ? "cls.predictions.transform.LayerNorm" : "generator_predictions.LayerNorm";
-  const std::string obias = nsp ? "cls.predictions.bias" : "generator_lm_head.bias";
+  const LinearRef& dense = refs_.mlm_dense;
+  const NormRef& lnorm = refs_.mlm_norm;
+  const ParamRef obias = refs_.mlm_bias;
   PretrainLoss out;
   if (mlm_logits_out) mlm_logits_out->clear();
   if (sample) sample->picks.clear();
@@ -1109,11 +1168,11 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
     logits = buf(h.logits, M * V, false);  // overwritten in place by its own gradient: no separate probabilities
     float* losses = buf(h.losses, M, false);
     be.gather_rows(hm, sequence_output(), rows, M, C);
-    be.linear_forward(t1, hm, w(dense + ".weight"), w(dense + ".bias"), M, Eh, C, prec, w16(dense + ".weight", prec));
+    be.linear_forward(t1, hm, w(dense.w), w(dense.b), M, Eh, C, prec, w16(dense.w, prec));
     be.gelu_forward(tg, t1, M * Eh, act);
-    be.layernorm_forward(tl, tmean, trstd, tg, w(lnorm + ".weight"), w(lnorm + ".bias"), M, Eh, cfg_.layer_norm_eps);
-    be.linear_forward(logits, tl, w("bert.embeddings.word_embeddings.weight"), w(obias), M, V, Eh, prec,
-                      w16("bert.embeddings.word_embeddings.weight", prec));
+    be.layernorm_forward(tl, tmean, trstd, tg, w(lnorm.g), w(lnorm.b), M, Eh, cfg_.layer_norm_eps);
+    be.linear_forward(logits, tl, w(refs_.word), w(obias), M, V, Eh, prec,
+                      w16(refs_.word, prec));
     if (mlm_logits_out) {
       mlm_logits_out->resize(static_cast<size_t>(M * V));
       be.download(mlm_logits_out->data(), logits, sizeof(float) * static_cast<size_t>(M * V));
@@ -1141,8 +1200,8 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
       nsp_labels = h.dnsp_labels.ensure(be, static_cast<size_t>(B));
       be.upload(h.dnsp_labels.get(), batch.nsp_labels.data(), sizeof(int32_t) * B);
     }
-    be.linear_forward(nsp_logits, pooled_output(), w("cls.seq_relationship.weight"), w("cls.seq_relationship.bias"), B,
-                      2, C, prec, w16("cls.seq_relationship.weight", prec));
+    be.linear_forward(nsp_logits, pooled_output(), w(refs_.nsp.w), w(refs_.nsp.b), B,
+                      2, C, prec, w16(refs_.nsp.w, prec));
     be.softmax_xent(nsp_logits, nsp_losses, nsp_labels, B, 2, -1,
                     backward ? loss_scale / (nsp_denom > 0 ? nsp_denom : static_cast<float>(B)) : 0.0f,
                     &out.nsp_correct);
@@ -1157,9 +1216,9 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
   float* dpooled = nullptr;
   if (nsp) {
     dpooled = buf(h.dpooled, B * C, true);
-    be.linear_backward(dpooled, dgrad("cls.seq_relationship.weight"), dgrad("cls.seq_relationship.bias"), nsp_logits,
-                       pooled_output(), w("cls.seq_relationship.weight"), B, 2, C, prec,
-                       w16("cls.seq_relationship.weight", prec));
+    be.linear_backward(dpooled, dgrad(refs_.nsp.w), dgrad(refs_.nsp.b), nsp_logits,
+                       pooled_output(), w(refs_.nsp.w), B, 2, C, prec,
+                       w16(refs_.nsp.w, prec));
   }
   float* dseq = buf(h.dseq, N * C, true);
   if (M > 0) {
@@ -1168,14 +1227,14 @@ PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool bac
     float* dt1 = buf(h.dt1, M * Eh, true);
     float* dhm = buf(h.dhm, M * C, true);
     // decoder tied to the word embeddings: its gradient adds into the embedding gradient
-    be.linear_backward(dtl, dgrad("bert.embeddings.word_embeddings.weight"), dgrad(obias), logits, tl,
-                       w("bert.embeddings.word_embeddings.weight"), M, V, Eh, prec,
-                       w16("bert.embeddings.word_embeddings.weight", prec));
-    be.layernorm_backward(dtg, dgrad(lnorm + ".weight"), dgrad(lnorm + ".bias"), dtl, tg, w(lnorm + ".weight"), tmean,
+    be.linear_backward(dtl, dgrad(refs_.word), dgrad(obias), logits, tl,
+                       w(refs_.word), M, V, Eh, prec,
+                       w16(refs_.word, prec));
+    be.layernorm_backward(dtg, dgrad(lnorm.g), dgrad(lnorm.b), dtl, tg, w(lnorm.g), tmean,
                           trstd, M, Eh);
     be.gelu_backward(dt1, t1, dtg, M * Eh, act);
-    be.linear_backward(dhm, dgrad(dense + ".weight"), dgrad(dense + ".bias"), dt1, hm, w(dense + ".weight"), M, Eh, C,
-                       prec, w16(dense + ".weight", prec));
+    be.linear_backward(dhm, dgrad(dense.w), dgrad(dense.b), dt1, hm, w(dense.w), M, Eh, C,
+                       prec, w16(dense.w, prec));
     be.scatter_add_rows(dseq, dhm, rows, M, C);
   }
   encode_backward(dseq, dpooled, prec);

@@ -128,10 +128,11 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   if (!backward) return out;
   // ---- shared embeddings: one gradient, in the discriminator ----
   Backend& be = disc.backend();
-  for (const char* n : kShared) {
-    const ParamEntry& e = gen.table().at(n);
-    float* gg = gen.grad_on_backend(n);
-    be.add_rows(disc.grad_on_backend(n), 0, gg, 0, 1, static_cast<int64_t>(e.numel));
+  const auto gr = gen.embedding_refs(), dr = disc.embedding_refs();  // kShared's tensors, in its order
+  for (size_t i = 0; i < gr.size(); ++i) {
+    const ParamEntry& e = gen.table()[gr[i]];
+    float* gg = gen.grad_on_backend(gr[i]);
+    be.add_rows(disc.grad_on_backend(dr[i]), 0, gg, 0, 1, static_cast<int64_t>(e.numel));
     be.zero(gg, sizeof(float) * e.numel);
   }
   return out;

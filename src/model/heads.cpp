@@ -83,8 +83,8 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
     }
     d1 = scratch(head_d1_, B * C, false);
     g1 = scratch(head_g1_, B * C, false);
-    be.linear_forward(d1, a1, w("classifier.dense.weight"), w("classifier.dense.bias"), B, C, C, prec,
-                      w16("classifier.dense.weight", prec));
+    be.linear_forward(d1, a1, w(refs_.cls_dense.w), w(refs_.cls_dense.b), B, C, C, prec,
+                      w16(refs_.cls_dense.w, prec));
     be.gelu_forward(g1, d1, B * C, Activation::GeluErf);
     src = g1;
   }
@@ -96,12 +96,7 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
     be.dropout_forward(hd, src, R * C, p, rng, drop_base);
     hin = hd;
   }
-  const std::string wn = heads_ == Heads::QuestionAnswering ? "qa_outputs.weight"
-                         : electra_cls                      ? "classifier.out_proj.weight"
-                                                            : "classifier.weight";
-  const std::string bn = heads_ == Heads::QuestionAnswering ? "qa_outputs.bias"
-                         : electra_cls                      ? "classifier.out_proj.bias"
-                                                            : "classifier.bias";
+  const ParamRef wn = refs_.out.w, bn = refs_.out.b;  // qa_outputs, classifier or ELECTRA's classifier.out_proj
   float* logits = be.on_host() ? (head_logits_.resize(R * K), head_logits_.data()) : scratch(head_out_, R * K, false);
   be.linear_forward(logits, hin, w(wn), w(bn), R, K, C, prec, w16(wn, prec));
   to_host(head_logits_, logits, R * K);
@@ -182,8 +177,8 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
     float* dd1 = scratch(head_dd1_, B * C, true);
     float* da1 = scratch(head_da1_, B * C, true);
     be.gelu_backward(dd1, d1, dsrc, B * C, Activation::GeluErf);
-    be.linear_backward(da1, dgrad("classifier.dense.weight"), dgrad("classifier.dense.bias"), dd1, a1,
-                       w("classifier.dense.weight"), B, C, C, prec, w16("classifier.dense.weight", prec));
+    be.linear_backward(da1, dgrad(refs_.cls_dense.w), dgrad(refs_.cls_dense.b), dd1, a1,
+                       w(refs_.cls_dense.w), B, C, C, prec, w16(refs_.cls_dense.w, prec));
     const float* dcls = da1;
     if (p > 0) {
       float* dc = scratch(head_dcls_, B * C, true);
@@ -222,13 +217,13 @@ FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, boo
   float* t1 = scratch(head_d1_, N * C, false);
   float* tg = scratch(head_g1_, N * C, false);
   const float* h = sequence_output();
-  be.linear_forward(t1, h, w("discriminator_predictions.dense.weight"), w("discriminator_predictions.dense.bias"), N,
-                    C, C, prec, w16("discriminator_predictions.dense.weight", prec));
+  be.linear_forward(t1, h, w(refs_.disc_dense.w), w(refs_.disc_dense.b), N,
+                    C, C, prec, w16(refs_.disc_dense.w, prec));
   be.gelu_forward(tg, t1, N * C, act);
   float* logits = be.on_host() ? (head_logits_.resize(N), head_logits_.data()) : scratch(head_out_, N, false);
-  be.linear_forward(logits, tg, w("discriminator_predictions.dense_prediction.weight"),
-                    w("discriminator_predictions.dense_prediction.bias"), N, 1, C, prec,
-                    w16("discriminator_predictions.dense_prediction.weight", prec));
+  be.linear_forward(logits, tg, w(refs_.disc_pred.w),
+                    w(refs_.disc_pred.b), N, 1, C, prec,
+                    w16(refs_.disc_pred.w, prec));
   to_host(head_logits_, logits, N);
   // BCE with logits, stable form: max(x, 0) - x y + log(1 + exp(-|x|)); d/dx = sigmoid(x) - y.
   std::vector<float>& dlogits = head_dlogits_;
@@ -247,15 +242,15 @@ FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, boo
   const float* dl = to_backend(dlogits);
   float* dtg = scratch(head_dd1_, N * C, true);
   float* dt1 = scratch(head_da1_, N * C, true);
-  be.linear_backward(dtg, dgrad("discriminator_predictions.dense_prediction.weight"),
-                     dgrad("discriminator_predictions.dense_prediction.bias"), dl, tg,
-                     w("discriminator_predictions.dense_prediction.weight"), N, 1, C, prec,
-                     w16("discriminator_predictions.dense_prediction.weight", prec));
+  be.linear_backward(dtg, dgrad(refs_.disc_pred.w),
+                     dgrad(refs_.disc_pred.b), dl, tg,
+                     w(refs_.disc_pred.w), N, 1, C, prec,
+                     w16(refs_.disc_pred.w, prec));
   be.gelu_backward(dt1, t1, dtg, N * C, act);
   float* dseq = scratch(head_dseq_, N * C, true);
-  be.linear_backward(dseq, dgrad("discriminator_predictions.dense.weight"),
-                     dgrad("discriminator_predictions.dense.bias"), dt1, h, w("discriminator_predictions.dense.weight"),
-                     N, C, C, prec, w16("discriminator_predictions.dense.weight", prec));
+  be.linear_backward(dseq, dgrad(refs_.disc_dense.w),
+                     dgrad(refs_.disc_dense.b), dt1, h, w(refs_.disc_dense.w),
+                     N, C, C, prec, w16(refs_.disc_dense.w, prec));
   encode_backward(dseq, nullptr, prec);
   return out;
 }

@@ -104,21 +104,21 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   // (mean, rstd kept for backward), e = dense_1(y)
   auto end_logits = [&](const float* xin, int64_t M, float* a, float* y, float* mean, float* rstd, float* e) {
     Backend& be = *be_;
-    be.linear_forward(a, xin, w("end_logits.dense_0.weight"), w("end_logits.dense_0.bias"), M, C, 2 * C, prec,
-                      w16("end_logits.dense_0.weight", prec));
+    be.linear_forward(a, xin, w(refs_.end0.w), w(refs_.end0.b), M, C, 2 * C, prec,
+                      w16(refs_.end0.w, prec));
     be.tanh_forward(a, a, M * C);
-    be.layernorm_forward(y, mean, rstd, a, w("end_logits.LayerNorm.weight"), w("end_logits.LayerNorm.bias"), M, C,
+    be.layernorm_forward(y, mean, rstd, a, w(refs_.end_norm.g), w(refs_.end_norm.b), M, C,
                          cfg_.layer_norm_eps);
-    be.linear_forward(e, y, w("end_logits.dense_1.weight"), w("end_logits.dense_1.bias"), M, 1, C, prec,
-                      w16("end_logits.dense_1.weight", prec));
+    be.linear_forward(e, y, w(refs_.end1.w), w(refs_.end1.b), M, 1, C, prec,
+                      w16(refs_.end1.w, prec));
   };
   if (!have_labels) {  // ---- beam search: the head's layers on the backend, the top-k on the host ----
     Backend& be = *be_;
     JointScratch& J = joint_;
     const float* hd = sequence_output();
     float* sd = scratch(J.s, N, false);
-    be.linear_forward(sd, hd, w("start_logits.dense.weight"), w("start_logits.dense.bias"), N, 1, C, prec,
-                      w16("start_logits.dense.weight", prec));
+    be.linear_forward(sd, hd, w(refs_.start.w), w(refs_.start.b), N, 1, C, prec,
+                      w16(refs_.start.w, prec));
     to_host(J.s, sd, N);
     std::vector<float>& s = J.s;
     apply_mask(s.data(), pm.data(), N);
@@ -177,11 +177,11 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
         }
       }
       // answer class (one row at a time, as the end logits)
-      be.linear_forward(za, zin + b * 2 * C, w("answer_class.dense_0.weight"), w("answer_class.dense_0.bias"), 1, C,
-                        2 * C, prec, w16("answer_class.dense_0.weight", prec));
+      be.linear_forward(za, zin + b * 2 * C, w(refs_.ans0.w), w(refs_.ans0.b), 1, C,
+                        2 * C, prec, w16(refs_.ans0.w, prec));
       be.tanh_forward(za, za, C);
-      be.linear_forward(c, za, w("answer_class.dense_1.weight"), nullptr, 1, 1, C, prec,
-                        w16("answer_class.dense_1.weight", prec));
+      be.linear_forward(c, za, w(refs_.ans1), nullptr, 1, 1, C, prec,
+                        w16(refs_.ans1, prec));
       o[per_row - 1] = to_host(J.c, c, 1)[0];
     }
     return out;
@@ -209,14 +209,14 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   const int64_t* cls_rows = rows_on_backend(J.cls_rows);
   const int64_t* start_of = rows_on_backend(J.start_of);
   const int64_t* row_b = rows_on_backend(J.row_b);
-  const float* W0 = w("end_logits.dense_0.weight");
-  const float* W1 = w("end_logits.dense_1.weight");
-  const float* Ws = w("start_logits.dense.weight");
-  const float* Wc0 = w("answer_class.dense_0.weight");
-  const float* Wc1 = w("answer_class.dense_1.weight");
+  const float* W0 = w(refs_.end0.w);
+  const float* W1 = w(refs_.end1.w);
+  const float* Ws = w(refs_.start.w);
+  const float* Wc0 = w(refs_.ans0.w);
+  const float* Wc1 = w(refs_.ans1);
   // start logits
   float* s = scratch(J.s, N, false);
-  be.linear_forward(s, h, Ws, w("start_logits.dense.bias"), N, 1, C, prec, w16("start_logits.dense.weight", prec));
+  be.linear_forward(s, h, Ws, w(refs_.start.b), N, 1, C, prec, w16(refs_.start.w, prec));
   // end logits of the rows [h_t ; h_start]: a = tanh(dense_0), y = LayerNorm(a) (mean, rstd kept), e = dense_1(y)
   float* xin = scratch(J.xin, N * 2 * C, false);
   float* tmp = scratch(J.tmp, N * C, false);
@@ -238,10 +238,10 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
   be.copy_rows(zin + C, 2 * C, tb, C, B, C);
   float* za = scratch(J.za, B * C, false);
   float* c = scratch(J.c, B, false);
-  be.linear_forward(za, zin, Wc0, w("answer_class.dense_0.bias"), B, C, 2 * C, prec,
-                    w16("answer_class.dense_0.weight", prec));
+  be.linear_forward(za, zin, Wc0, w(refs_.ans0.b), B, C, 2 * C, prec,
+                    w16(refs_.ans0.w, prec));
   be.tanh_forward(za, za, B * C);
-  be.linear_forward(c, za, Wc1, nullptr, B, 1, C, prec, w16("answer_class.dense_1.weight", prec));
+  be.linear_forward(c, za, Wc1, nullptr, B, 1, C, prec, w16(refs_.ans1, prec));
   // the logits on the host (the scratch itself there), masked
   to_host(J.s, s, N);
   to_host(J.e, e, N);
@@ -291,11 +291,11 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
     float* dza = scratch(J.dza, B * C, true);
     float* dz = scratch(J.dz, B * C, true);
     float* dzin = scratch(J.dzin, B * 2 * C, true);
-    be.linear_backward(dza, dgrad("answer_class.dense_1.weight"), nullptr, dc, za, Wc1, B, 1, C, prec,
-                       w16("answer_class.dense_1.weight", prec));
+    be.linear_backward(dza, dgrad(refs_.ans1), nullptr, dc, za, Wc1, B, 1, C, prec,
+                       w16(refs_.ans1, prec));
     be.tanh_backward(dz, za, dza, B * C);
-    be.linear_backward(dzin, dgrad("answer_class.dense_0.weight"), dgrad("answer_class.dense_0.bias"), dz, zin, Wc0, B,
-                       C, 2 * C, prec, w16("answer_class.dense_0.weight", prec));
+    be.linear_backward(dzin, dgrad(refs_.ans0.w), dgrad(refs_.ans0.b), dz, zin, Wc0, B,
+                       C, 2 * C, prec, w16(refs_.ans0.w, prec));
     be.add_rows(dhs, C, dzin, 2 * C, B, C);
     be.add_rows(dh, T * C, dzin + C, 2 * C, B, C);
   }
@@ -305,20 +305,20 @@ FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool bac
     float* da = scratch(J.da, N * C, true);
     float* dx = scratch(J.dx, N * C, true);
     float* dxin = scratch(J.dxin, N * 2 * C, true);
-    be.linear_backward(dy, dgrad("end_logits.dense_1.weight"), dgrad("end_logits.dense_1.bias"), de, y, W1, N, 1, C,
-                       prec, w16("end_logits.dense_1.weight", prec));
-    be.layernorm_backward(da, dgrad("end_logits.LayerNorm.weight"), dgrad("end_logits.LayerNorm.bias"), dy, a,
-                          w("end_logits.LayerNorm.weight"), mean, rstd, N, C);
+    be.linear_backward(dy, dgrad(refs_.end1.w), dgrad(refs_.end1.b), de, y, W1, N, 1, C,
+                       prec, w16(refs_.end1.w, prec));
+    be.layernorm_backward(da, dgrad(refs_.end_norm.g), dgrad(refs_.end_norm.b), dy, a,
+                          w(refs_.end_norm.g), mean, rstd, N, C);
     be.tanh_backward(dx, a, da, N * C);
-    be.linear_backward(dxin, dgrad("end_logits.dense_0.weight"), dgrad("end_logits.dense_0.bias"), dx, xin, W0, N, C,
-                       2 * C, prec, w16("end_logits.dense_0.weight", prec));
+    be.linear_backward(dxin, dgrad(refs_.end0.w), dgrad(refs_.end0.b), dx, xin, W0, N, C,
+                       2 * C, prec, w16(refs_.end0.w, prec));
     be.add_rows(dh, C, dxin, 2 * C, N, C);
     be.copy_rows(tmp, C, dxin + C, 2 * C, N, C);
     be.scatter_add_rows(dhs, tmp, row_b, N, C);  // dhs[b] += the rows of b, in order
   }
   // start logits
-  be.linear_backward(dh, dgrad("start_logits.dense.weight"), dgrad("start_logits.dense.bias"), ds, h, Ws, N, 1, C, prec,
-                     w16("start_logits.dense.weight", prec));
+  be.linear_backward(dh, dgrad(refs_.start.w), dgrad(refs_.start.b), ds, h, Ws, N, 1, C, prec,
+                     w16(refs_.start.w, prec));
   be.scatter_add_rows(dh, dhs, start_rows, B, C);
   encode_backward(dh, nullptr, prec);
   return out;
