@@ -468,5 +468,29 @@ echo "w5 w6" | "$B" tokenize --vocab "$W/vocab.txt" > /dev/full 2> "$W/err.txt";
 [ $rc -eq 1 ] && grep -q "writing to standard output failed" "$W/err.txt" && echo "ok   stdout on a full device: $(cat "$W/err.txt")" \
   || fail "stdout on a full device: exit $rc: $(cat "$W/err.txt")"
 
+# ---- a newcomer's first hour (issue 43): pretrain's safe defaults, CSV/JSON lines as people have them,
+# errors that say what to do
+expect "pretrain: no --config" "--config is required: a named config \(bert-tiny, bert-mini, .*electra-large\) or a config.json" \
+  -- "$B" pretrain --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_nocfg" --max-steps 1 --threads 1
+expect "pretrain: no --vocab" "--vocab is required: the vocab.txt the shards were made with" \
+  -- "$B" pretrain --config "$W/model/config.json" --input-dir "$W/good" --output-dir "$W/o_novocab" --max-steps 1 --threads 1
+head -n 50 "$W/vocab.txt" > "$W/vocab50.txt"
+expect "pretrain: shards made with a larger vocabulary" \
+  "good/a.h5: input_ids holds token id 9[0-9] \(row [0-9]+\) but the vocabulary \(.*vocab50.txt\) has 50 entries" \
+  -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab50.txt" --input-dir "$W/good" --output-dir "$W/o_v50" \
+     --max-steps 1 --threads 1
+# resuming needs neither: the checkpoint's config.json and vocab.txt; every model directory has vocab.txt
+rm -rf "$W/run_nocfg"; cp -r "$W/run" "$W/run_nocfg"
+n=$((n + 1))
+"$B" pretrain --input-dir "$W/good" --output-dir "$W/run_nocfg" --resume-from-checkpoint --max-steps 8 --train-batch-size 8 \
+  --num-steps-per-checkpoint 2 --keep-checkpoints 1 --precision fp32 --threads 1 > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && grep -q "resuming from .*step_6" "$W/err.txt" && cmp -s "$W/run_nocfg/model/vocab.txt" "$W/vocab.txt" \
+  && [ -s "$W/run_nocfg/model/tokenizer_config.json" ] && [ -s "$W/run_nocfg/checkpoints/step_8/vocab.txt" ] \
+  && [ ! -e "$W/run_nocfg/checkpoints/step_6" ] \
+  && echo "ok   pretrain --resume-from-checkpoint without --config/--vocab: the checkpoint's, vocab.txt in model/ and checkpoints/" \
+  || fail "resume without --config/--vocab: exit $rc: $(tail -2 "$W/err.txt")"
+expect "init-model: no --vocab" "init-model: --vocab is required" -- "$B" init-model --config "$W/model/config.json" --output "$W/o_initnv"
+[ ! -e "$W/o_initnv" ] || fail "init-model without --vocab wrote $W/o_initnv"
+
 echo "bad input: $n cases, $fails failed"
 exit $fails
