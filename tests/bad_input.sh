@@ -492,5 +492,43 @@ n=$((n + 1))
 expect "init-model: no --vocab" "init-model: --vocab is required" -- "$B" init-model --config "$W/model/config.json" --output "$W/o_initnv"
 [ ! -e "$W/o_initnv" ] || fail "init-model without --vocab wrote $W/o_initnv"
 
+# CSV with a header as Hugging Face writes it: columns by name or number, the header detected,
+# string labels in config.json; JSON lines by key. The same data gives the same model bytes.
+i=0; printf 'sentence,label\n' > "$W/hf.csv"; : > "$W/hf.jsonl"
+while [ $i -lt 30 ]; do
+  if [ $((i % 2)) -eq 0 ]; then l=positive; else l=negative; fi
+  t="w$((i + 5)) w$((i % 7 + 5)), w$((i % 5 + 9))"
+  printf '"%s",%s\n' "$t" "$l" >> "$W/hf.csv"; printf '{"text": "%s", "label": "%s", "id": %d}\n' "$t" "$l" $i >> "$W/hf.jsonl"
+  i=$((i + 1))
+done
+sed -i '2s/^"w5/"it '"'"'s a charming w5/' "$W/hf.csv"; sed -i '1s/"w5/"it '"'"'s a charming w5/' "$W/hf.jsonl"
+for c in "names:--label-column label --text-columns sentence" "numbers, --skip-header:--skip-header --label-column 1 --text-columns 0" \
+         "numbers, header detected:--label-column 1 --text-column 0"; do
+  n=$((n + 1)); d="$W/o_csv_$(echo "${c%%:*}" | tr -dc a-z)"; rm -rf "$d"
+  # shellcheck disable=SC2086
+  "$B" finetune classify $FT --train-file "$W/hf.csv" ${c#*:} --output-dir "$d" > /dev/null 2> "$W/err.txt"; rc=$?
+  [ $rc -eq 0 ] && grep -q '"label2id": {' "$d/config.json" && grep -q '"negative": 0' "$d/config.json" \
+    && cmp -s "$d/model.safetensors" "$W/o_csv_names/model.safetensors" && [ -s "$d/vocab.txt" ] \
+    && echo "ok   classify CSV with a header, columns by ${c%%:*}: labels negative/positive in config.json, the same model" \
+    || fail "classify CSV ${c%%:*}: exit $rc: $(tail -2 "$W/err.txt")"
+done
+grep -q "hf.csv:1: the first row (the file's columns: sentence,label) is read as a header" "$W/err.txt" \
+  && echo "ok   ... the detected header is said" || fail "detected header not said: $(tail -2 "$W/err.txt")"
+n=$((n + 1)); rm -rf "$W/o_jsonl"
+"$B" finetune classify $FT --train-file "$W/hf.jsonl" --text-column text --label-column label --output-dir "$W/o_jsonl" > /dev/null 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && cmp -s "$W/o_jsonl/model.safetensors" "$W/o_csv_names/model.safetensors" \
+  && echo "ok   classify JSON lines, columns by key: the same model as the CSV" || fail "classify JSON lines: exit $rc: $(tail -2 "$W/err.txt")"
+expect "classify CSV: the default columns on sentence,label (labels are sentences)" \
+  "hf.csv: column 0 has 30 distinct labels in 30 examples .*is it a text column\? the file's columns: sentence,label" \
+  -- "$B" finetune classify $FT --train-file "$W/hf.csv" --output-dir "$W/o_csv_default"
+expect "classify eval: unknown label, the file's columns and the fix" \
+  "unknown label 'it 's a charming w5 w5, w9' in column 0 of .*hf.csv line 2 \(the model's labels: negative, positive\); the file's columns: sentence,label .* pass --label-column label" \
+  -- "$B" finetune classify --init-checkpoint "$W/o_csv_names" --predict-file "$W/hf.csv" --max-seq-length 16 --threads 1 --mode eval
+expect "classify CSV: a column name not in the header" \
+  "--label-column 'labels' is not a column of the first row, .*the file's first row: sentence,label" \
+  -- "$B" finetune classify $FT --train-file "$W/hf.csv" --label-column labels --text-columns sentence --output-dir "$W/o_csv_bad"
+expect "classify JSON lines: a key not in the objects" "--text-columns 'sentence' is not a key of its JSON objects; the file's keys: text,label,id" \
+  -- "$B" finetune classify $FT --train-file "$W/hf.jsonl" --label-column label --text-columns sentence --output-dir "$W/o_jl_bad"
+
 echo "bad input: $n cases, $fails failed"
 exit $fails
