@@ -530,5 +530,26 @@ expect "classify CSV: a column name not in the header" \
 expect "classify JSON lines: a key not in the objects" "--text-columns 'sentence' is not a key of its JSON objects; the file's keys: text,label,id" \
   -- "$B" finetune classify $FT --train-file "$W/hf.jsonl" --label-column label --text-columns sentence --output-dir "$W/o_jl_bad"
 
+# a model of the wrong kind, a missing directory: what it is, and the command that makes the right one
+expect "qa on a classifier" \
+  "qa: '.*cls_model' is a BertForSequenceClassification \(config.json's architectures\); qa needs a question-answering model \(BertForQuestionAnswering\): make one with .bertcc finetune squad" \
+  -- "$B" qa --model "$W/cls_model" --question "w5" --context "w6 w7"
+expect "classify on a pre-training checkpoint" \
+  "classify: '.*model_init' is a BertForPreTraining, a pre-training checkpoint \(config.json's architectures\); classify needs a sequence-classification model .*bertcc finetune classify --init-checkpoint .*model_init .*finetune glue" \
+  -- "$B" classify --model "$W/model_init" --text "w5"
+expect "tag on a classifier" "tag: '.*cls_model' is a BertForSequenceClassification .*tag needs a token-classification model .*bertcc finetune ner" \
+  -- "$B" tag --model "$W/cls_model" --text "w5"
+expect "fill-mask on a classifier" "fill-mask: '.*cls_model' is a BertForSequenceClassification .*needs a pre-training checkpoint" \
+  -- "$B" fill-mask --model "$W/cls_model" --text "w5 [MASK]"
+expect "finetune squad --mode eval on a classifier" "'.*cls_model' is a BertForSequenceClassification .*needs a question-answering model .*bertcc finetune squad" \
+  -- "$B" finetune squad --init-checkpoint "$W/cls_model" --predict-file "$W/sq_bad.json" --max-seq-length 16 --threads 1 --mode eval
+for c in classify qa tag embed; do
+  if [ $c = qa ]; then a="--question w5 --context w6"; else a="--text w5"; fi
+  # shellcheck disable=SC2086
+  expect "$c: a missing model directory" "$c: model directory '.*no_such_model' does not exist" -- "$B" $c --model "$W/no_such_model" $a
+done
+expect "finetune: a missing --init-checkpoint" "finetune: model directory '.*no_such_model' does not exist" \
+  -- "$B" finetune classify --init-checkpoint "$W/no_such_model" --train-file "$W/cls.tsv" --output-dir "$W/o_nomodel" --mode train
+
 echo "bad input: $n cases, $fails failed"
 exit $fails

@@ -111,6 +111,7 @@ FtSetup ft_setup(const FtCli& o) {
   s.prec = parse_precision(o.precision);
   Backend& be = backend_for_rank(o.device, dist::world());
   if (is_lead()) std::cerr << (be.on_host() ? describe_backend(s.prec == Precision::BF16) : be.describe()) << "\n";
+  if (o.vocab.empty()) check_model_dir_for(o.init_checkpoint, Heads::None, "finetune");  // before its vocab.txt
   s.vocab_path = o.vocab.empty() ? join_path(o.init_checkpoint, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(s.vocab_path), s.vocab_path, ": no vocabulary (pass --vocab)");
   s.vocab = std::make_unique<Vocab>(Vocab::load(s.vocab_path));
@@ -126,9 +127,11 @@ FtSetup ft_setup(const FtCli& o) {
 std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads heads, std::vector<std::string>& labels) {
   std::unique_ptr<Bert> m;
   if (s.has("train")) {
+    check_model_dir_for(o.init_checkpoint, Heads::None, "finetune");  // any model: the head is new
     NewHeads nh{labels, o.task_name, o.seed};
     m = load_model_dir(o.init_checkpoint, heads, &nh);
   } else {
+    check_model_dir_for(o.init_checkpoint, heads, "finetune --mode " + o.mode);  // evaluating a model of another kind
     m = load_model_dir(o.init_checkpoint, heads);
     const auto& have = m->config().id2label;
     if (labels.empty()) labels = have;
