@@ -11,7 +11,10 @@ HERE="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${WORK:-/tmp/bertcc_onnx_bench}"
 [ -d "$HERE/tests/onnx/node_modules/onnxruntime-node" ] || { echo "onnx bench: run scripts/install-deps.sh first"; exit 1; }
 rm -rf "$WORK"; mkdir -p "$WORK"
-"$B" init-model --config "$CONFIG" --output "$WORK/model" > /dev/null
+# a placeholder vocabulary of the config's size (init-model copies one into the model directory)
+V=$(/usr/bin/python3 -c 'import json, os, sys; c = sys.argv[1]; print(json.load(open(c)).get("vocab_size", 30522) if os.path.isfile(c) else 30522)' "$CONFIG")
+/usr/bin/python3 -c 'import sys; print("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["w%d" % i for i in range(5, int(sys.argv[1]))]))' "$V" > "$WORK/vocab.txt"
+"$B" init-model --config "$CONFIG" --vocab "$WORK/vocab.txt" --output "$WORK/model" > /dev/null
 "$B" export-onnx --model "$WORK/model" --out "$WORK/model.onnx" 2> /dev/null
 echo "onnx bench: $(lscpu | sed -n 's/^Model name: *//p'), $THREADS threads, $CONFIG batch $BATCH seq $SEQ"
 ort=$(node "$HERE/tests/onnx/run_ort.js" "$WORK/model.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS")

@@ -62,7 +62,10 @@ if [ "$cmd" = pack ]; then
     "intermediate_size": 256, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
     "max_position_embeddings": 128, "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
     "model_type": "bert"}' > .gpu/bundle/mini/config.json
-  build/bertcc init-model --config .gpu/bundle/mini/config.json --output .gpu/bundle/mini/model --seed 3 > /dev/null &&
+  /usr/bin/python3 -c 'print("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["w%d" % i for i in range(5, 1000)]))' \
+    > .gpu/bundle/mini/vocab.txt  # vocab_size 1000 (init-model needs a vocabulary)
+  build/bertcc init-model --config .gpu/bundle/mini/config.json --vocab .gpu/bundle/mini/vocab.txt \
+    --output .gpu/bundle/mini/model --seed 3 > /dev/null &&
     build/bertcc random-batch --model .gpu/bundle/mini/model --output .gpu/bundle/mini/batch.h5 --batch 16 --seq 128 \
       --seed 4 > /dev/null || { echo "gpu-visit: could not make the bert-mini model and batch" >&2; exit 1; }
   mkdir -p .gpu/bundle/vocab

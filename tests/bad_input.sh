@@ -634,5 +634,88 @@ echo "w5 w6" | "$B" tokenize --vocab "$W/vocab.txt" > /dev/full 2> "$W/err.txt";
 [ $rc -eq 1 ] && grep -q "writing to standard output failed" "$W/err.txt" && echo "ok   stdout on a full device: $(cat "$W/err.txt")" \
   || fail "stdout on a full device: exit $rc: $(cat "$W/err.txt")"
 
+# ---- a newcomer's first hour (issue 43): pretrain's safe defaults, CSV/JSON lines as people have them,
+# errors that say what to do
+expect "pretrain: no --config" "--config is required: a named config \(bert-tiny, bert-mini, .*electra-large\) or a config.json" \
+  -- "$B" pretrain --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_nocfg" --max-steps 1 --threads 1
+expect "pretrain: no --vocab" "--vocab is required: the vocab.txt the shards were made with" \
+  -- "$B" pretrain --config "$W/model/config.json" --input-dir "$W/good" --output-dir "$W/o_novocab" --max-steps 1 --threads 1
+head -n 50 "$W/vocab.txt" > "$W/vocab50.txt"
+expect "pretrain: shards made with a larger vocabulary" \
+  "good/a.h5: input_ids holds token id 9[0-9] \(row [0-9]+\) but the vocabulary \(.*vocab50.txt\) has 50 entries" \
+  -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab50.txt" --input-dir "$W/good" --output-dir "$W/o_v50" \
+     --max-steps 1 --threads 1
+# resuming needs neither: the checkpoint's config.json and vocab.txt; every model directory has vocab.txt
+rm -rf "$W/run_nocfg"; cp -r "$W/run" "$W/run_nocfg"
+n=$((n + 1))
+"$B" pretrain --input-dir "$W/good" --output-dir "$W/run_nocfg" --resume-from-checkpoint --max-steps 8 --train-batch-size 8 \
+  --num-steps-per-checkpoint 2 --keep-checkpoints 1 --precision fp32 --threads 1 > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && grep -q "resuming from .*step_6" "$W/err.txt" && cmp -s "$W/run_nocfg/model/vocab.txt" "$W/vocab.txt" \
+  && [ -s "$W/run_nocfg/model/tokenizer_config.json" ] && [ -s "$W/run_nocfg/checkpoints/step_8/vocab.txt" ] \
+  && [ ! -e "$W/run_nocfg/checkpoints/step_6" ] \
+  && echo "ok   pretrain --resume-from-checkpoint without --config/--vocab: the checkpoint's, vocab.txt in model/ and checkpoints/" \
+  || fail "resume without --config/--vocab: exit $rc: $(tail -2 "$W/err.txt")"
+expect "init-model: no --vocab" "init-model: --vocab is required" -- "$B" init-model --config "$W/model/config.json" --output "$W/o_initnv"
+[ ! -e "$W/o_initnv" ] || fail "init-model without --vocab wrote $W/o_initnv"
+
+# CSV with a header as Hugging Face writes it: columns by name or number, the header detected,
+# string labels in config.json; JSON lines by key. The same data gives the same model bytes.
+i=0; printf 'sentence,label\n' > "$W/hf.csv"; : > "$W/hf.jsonl"
+while [ $i -lt 30 ]; do
+  if [ $((i % 2)) -eq 0 ]; then l=positive; else l=negative; fi
+  t="w$((i + 5)) w$((i % 7 + 5)), w$((i % 5 + 9))"
+  printf '"%s",%s\n' "$t" "$l" >> "$W/hf.csv"; printf '{"text": "%s", "label": "%s", "id": %d}\n' "$t" "$l" $i >> "$W/hf.jsonl"
+  i=$((i + 1))
+done
+sed -i '2s/^"w5/"it '"'"'s a charming w5/' "$W/hf.csv"; sed -i '1s/"w5/"it '"'"'s a charming w5/' "$W/hf.jsonl"
+for c in "names:--label-column label --text-columns sentence" "numbers, --skip-header:--skip-header --label-column 1 --text-columns 0" \
+         "numbers, header detected:--label-column 1 --text-column 0"; do
+  n=$((n + 1)); d="$W/o_csv_$(echo "${c%%:*}" | tr -dc a-z)"; rm -rf "$d"
+  # shellcheck disable=SC2086
+  "$B" finetune classify $FT --train-file "$W/hf.csv" ${c#*:} --output-dir "$d" > /dev/null 2> "$W/err.txt"; rc=$?
+  [ $rc -eq 0 ] && grep -q '"label2id": {' "$d/config.json" && grep -q '"negative": 0' "$d/config.json" \
+    && cmp -s "$d/model.safetensors" "$W/o_csv_names/model.safetensors" && [ -s "$d/vocab.txt" ] \
+    && echo "ok   classify CSV with a header, columns by ${c%%:*}: labels negative/positive in config.json, the same model" \
+    || fail "classify CSV ${c%%:*}: exit $rc: $(tail -2 "$W/err.txt")"
+done
+grep -q "hf.csv:1: the first row (the file's columns: sentence,label) is read as a header" "$W/err.txt" \
+  && echo "ok   ... the detected header is said" || fail "detected header not said: $(tail -2 "$W/err.txt")"
+n=$((n + 1)); rm -rf "$W/o_jsonl"
+"$B" finetune classify $FT --train-file "$W/hf.jsonl" --text-column text --label-column label --output-dir "$W/o_jsonl" > /dev/null 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && cmp -s "$W/o_jsonl/model.safetensors" "$W/o_csv_names/model.safetensors" \
+  && echo "ok   classify JSON lines, columns by key: the same model as the CSV" || fail "classify JSON lines: exit $rc: $(tail -2 "$W/err.txt")"
+expect "classify CSV: the default columns on sentence,label (labels are sentences)" \
+  "hf.csv: column 0 has 30 distinct labels in 30 examples .*is it a text column\? the file's columns: sentence,label" \
+  -- "$B" finetune classify $FT --train-file "$W/hf.csv" --output-dir "$W/o_csv_default"
+expect "classify eval: unknown label, the file's columns and the fix" \
+  "unknown label 'it 's a charming w5 w5, w9' in column 0 of .*hf.csv line 2 \(the model's labels: negative, positive\); the file's columns: sentence,label .* pass --label-column label" \
+  -- "$B" finetune classify --init-checkpoint "$W/o_csv_names" --predict-file "$W/hf.csv" --max-seq-length 16 --threads 1 --mode eval
+expect "classify CSV: a column name not in the header" \
+  "--label-column 'labels' is not a column of the first row, .*the file's first row: sentence,label" \
+  -- "$B" finetune classify $FT --train-file "$W/hf.csv" --label-column labels --text-columns sentence --output-dir "$W/o_csv_bad"
+expect "classify JSON lines: a key not in the objects" "--text-columns 'sentence' is not a key of its JSON objects; the file's keys: text,label,id" \
+  -- "$B" finetune classify $FT --train-file "$W/hf.jsonl" --label-column label --text-columns sentence --output-dir "$W/o_jl_bad"
+
+# a model of the wrong kind, a missing directory: what it is, and the command that makes the right one
+expect "qa on a classifier" \
+  "qa: '.*cls_model' is a BertForSequenceClassification \(config.json's architectures\); qa needs a question-answering model \(BertForQuestionAnswering\): make one with .bertcc finetune squad" \
+  -- "$B" qa --model "$W/cls_model" --question "w5" --context "w6 w7"
+expect "classify on a pre-training checkpoint" \
+  "classify: '.*model_init' is a BertForPreTraining, a pre-training checkpoint \(config.json's architectures\); classify needs a sequence-classification model .*bertcc finetune classify --init-checkpoint .*model_init .*finetune glue" \
+  -- "$B" classify --model "$W/model_init" --text "w5"
+expect "tag on a classifier" "tag: '.*cls_model' is a BertForSequenceClassification .*tag needs a token-classification model .*bertcc finetune ner" \
+  -- "$B" tag --model "$W/cls_model" --text "w5"
+expect "fill-mask on a classifier" "fill-mask: '.*cls_model' is a BertForSequenceClassification .*needs a pre-training checkpoint" \
+  -- "$B" fill-mask --model "$W/cls_model" --text "w5 [MASK]"
+expect "finetune squad --mode eval on a classifier" "'.*cls_model' is a BertForSequenceClassification .*needs a question-answering model .*bertcc finetune squad" \
+  -- "$B" finetune squad --init-checkpoint "$W/cls_model" --predict-file "$W/sq_bad.json" --max-seq-length 16 --threads 1 --mode eval
+for c in classify qa tag embed; do
+  if [ $c = qa ]; then a="--question w5 --context w6"; else a="--text w5"; fi
+  # shellcheck disable=SC2086
+  expect "$c: a missing model directory" "$c: model directory '.*no_such_model' does not exist" -- "$B" $c --model "$W/no_such_model" $a
+done
+expect "finetune: a missing --init-checkpoint" "finetune: model directory '.*no_such_model' does not exist" \
+  -- "$B" finetune classify --init-checkpoint "$W/no_such_model" --train-file "$W/cls.tsv" --output-dir "$W/o_nomodel" --mode train
+
 echo "bad input: $n cases, $fails failed"
 exit $fails

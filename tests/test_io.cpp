@@ -491,3 +491,56 @@ TEST(ModelDir, ElectraNamesAndConfigRoundTrip) {
   bad.model_type = "roberta";
   EXPECT_THROW(bad.validate("x"), Error);
 }
+
+#include "bertcc/text_table.h"
+// Classification columns by number or by name, the header rule, JSON lines (issue 43).
+TEST(TextTable, ColumnsByNameOrNumberAndTheHeaderRule) {
+  TmpDir d;
+  write_raw(d / "hf.csv", "sentence,label\n\"a, b\",pos\nc d,neg\ne,pos\n");
+  const auto rows = read_table(d / "hf.csv", ',');
+  ASSERT_EQ(rows.size(), 4u);
+  // By name: the first row is the header.
+  TableColumns c = resolve_table_columns(rows, {}, "hf.csv", "label", {"sentence"}, false, {});
+  EXPECT_TRUE(c.header);
+  EXPECT_EQ(c.label, 1);
+  EXPECT_EQ(c.text, std::vector<int>{0});
+  EXPECT_EQ(describe_table_columns(rows, c), "the file's columns: sentence,label");
+  // By number without --skip-header: detected ("label" is no label of the other rows, the cells are names).
+  c = resolve_table_columns(rows, {}, "hf.csv", "1", {"0"}, false, {});
+  EXPECT_TRUE(c.header);
+  // ... unless the label cell is a known label.
+  c = resolve_table_columns(rows, {}, "hf.csv", "1", {"0"}, false, {"label", "pos"});
+  EXPECT_FALSE(c.header);
+  // No header: a first row of data stays data (its label is another row's; its text is no name).
+  write_raw(d / "plain.tsv", "1\tgreat film\n0\tawful\n1\tgood\n");
+  const auto plain = read_table(d / "plain.tsv", '\t');
+  c = resolve_table_columns(plain, {}, "plain.tsv", "0", {"1"}, false, {});
+  EXPECT_FALSE(c.header);
+  EXPECT_EQ(c.label, 0);
+  EXPECT_EQ(describe_table_columns(plain, c), "the file's first row has 2 columns");
+  EXPECT_TRUE(resolve_table_columns(plain, {}, "plain.tsv", "0", {"1"}, true, {}).header);  // --skip-header
+  // A name missing from the header: the error lists the first row.
+  const std::string e = error_of([&] { resolve_table_columns(rows, {}, "hf.csv", "labels", {"0"}, false, {}); });
+  EXPECT_NE(e.find("hf.csv:1: --label-column 'labels' is not a column of the first row"), std::string::npos) << e;
+  EXPECT_NE(e.find("the file's first row: sentence,label"), std::string::npos) << e;
+}
+
+TEST(TextTable, JsonLines) {
+  TmpDir d;
+  write_raw(d / "a.jsonl", "{\"text\": \"x y\", \"label\": 1, \"extra\": null}\n\n{\"label\": 0, \"text\": \"z\"}\n");
+  std::vector<std::string> keys;
+  const auto rows = read_json_lines(d / "a.jsonl", keys);
+  EXPECT_EQ(keys, (std::vector<std::string>{"text", "label", "extra"}));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].cols, (std::vector<std::string>{"x y", "1", ""}));
+  EXPECT_EQ(rows[1].cols, (std::vector<std::string>{"z", "0", ""}));
+  EXPECT_EQ(rows[1].line, 3);
+  const TableColumns c = resolve_table_columns(rows, keys, "a.jsonl", "label", {"text"}, false, {});
+  EXPECT_FALSE(c.header);
+  EXPECT_EQ(c.label, 1);
+  EXPECT_TRUE(is_json_lines("a.jsonl"));
+  EXPECT_FALSE(is_json_lines("a.csv"));
+  write_raw(d / "bad.jsonl", "{\"text\": \"x\"}\n[1, 2]\n");
+  const std::string e = error_of([&] { read_json_lines(d / "bad.jsonl", keys); });
+  EXPECT_NE(e.find("bad.jsonl:2: expected a JSON object"), std::string::npos) << e;
+}

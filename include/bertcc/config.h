@@ -53,5 +53,7 @@ void save_config(const BertConfig& c, const std::string& path, const std::string
 // Presets: bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large; ELECTRA
 // discriminators electra-small, electra-base, electra-large (Google's sizes). Or a path.
 BertConfig config_from_name_or_path(const std::string& name_or_path);
+// The presets' names, comma-separated, for messages ("bert-tiny, bert-mini, ..., electra-large").
+std::string config_preset_names();
 
 }  // namespace bertcc

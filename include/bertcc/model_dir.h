@@ -30,6 +30,12 @@ BertConfig load_model_config(const std::string& dir);
 Heads architecture_heads(const std::string& dir);
 // config.json's first "architectures" entry ("" when there is none).
 std::string architecture_of(const std::string& dir);
+// Refuses, saying what to do, a model directory `command` ("qa", "classify", "finetune squad --mode
+// eval", ...) cannot use: one that does not exist ("model directory 'X' does not exist"), that is not
+// a directory, or whose config.json names an architecture with another head than `want` (e.g. qa on
+// a BertForSequenceClassification: the message names the command that makes a question-answering
+// model). Heads::None (any encoder) and a config.json without "architectures" pass.
+void check_model_dir_for(const std::string& dir, Heads want, const std::string& command);
 // `path`: model.safetensors, or a PyTorch checkpoint (pytorch_model.bin, NVIDIA's {'model': ...}),
 // read without running its pickle. NVIDIA's names (module., dense_act) and its vocabulary padded
 // to a multiple of 8 are accepted. A directory without model.safetensors is read from

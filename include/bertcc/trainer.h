@@ -9,7 +9,7 @@
 namespace bertcc {
 
 struct PretrainOptions {
-  std::string config = "bert-base", input_dir, output_dir, init_checkpoint, vocab;
+  std::string config, input_dir, output_dir, init_checkpoint, vocab;
   // "bert" (MLM + NSP) or "electra" (replaced-token detection); empty: the config's model_type.
   std::string model_type;
   // ELECTRA: the generator's config (preset or file); empty = the discriminator's with

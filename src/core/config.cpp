@@ -178,6 +178,11 @@ void save_config(const BertConfig& c, const std::string& path, const std::string
   write_file_atomic(path, j.dump(2) + "\n");
 }
 
+std::string config_preset_names() {
+  return "bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large, electra-small, electra-base, "
+         "electra-large";
+}
+
 BertConfig config_from_name_or_path(const std::string& s) {
   struct Preset {
     const char* name;
@@ -223,8 +228,7 @@ BertConfig config_from_name_or_path(const std::string& s) {
       path = join_path(s, "bert_config.json");
     return load_config(path);
   }
-  fail("config '", s, "' is neither a preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, ",
-       "bert-large, electra-small, electra-base, electra-large) nor an existing file or model directory");
+  fail("config '", s, "' is neither a preset (", config_preset_names(), ") nor an existing file or model directory");
 }
 
 }  // namespace bertcc

@@ -209,6 +209,66 @@ Heads architecture_heads(const std::string& dir) {
   return Heads::None;
 }
 
+namespace {
+// What a head is, and the command that makes a model with it.
+struct HeadHelp {
+  const char* what;
+  const char* make;
+};
+HeadHelp head_help(Heads h) {
+  switch (h) {
+    case Heads::QuestionAnswering:
+    case Heads::JointQuestionAnswering:
+      return {"a question-answering model (BertForQuestionAnswering)",
+              "`bertcc finetune squad --init-checkpoint PRETRAINED --train-file train-v1.1.json --output-dir DIR`"};
+    case Heads::SequenceClassification:
+      return {"a sequence-classification model (BertForSequenceClassification)",
+              "`bertcc finetune classify --init-checkpoint PRETRAINED --train-file train.csv --output-dir DIR` (GLUE: "
+              "`bertcc finetune glue`)"};
+    case Heads::TokenClassification:
+      return {"a token-classification model (BertForTokenClassification)",
+              "`bertcc finetune ner --init-checkpoint PRETRAINED --train-file train.txt --output-dir DIR`"};
+    case Heads::PreTraining:
+    case Heads::Generator:
+      return {"a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",
+              "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)"};
+    default:
+      return {"a model directory", "`bertcc init-model` or `bertcc pretrain`"};
+  }
+}
+}  // namespace
+
+void check_model_dir_for(const std::string& dir, Heads want, const std::string& command) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  BERTCC_CHECK(fs::exists(dir, ec), command, ": model directory '", dir, "' does not exist");
+  BERTCC_CHECK(fs::is_directory(dir, ec), command, ": '", dir,
+               "' is not a directory (a model directory holds config.json, model.safetensors and vocab.txt)");
+  if (want == Heads::None) return;
+  const std::string arch = architecture_of(dir);
+  if (arch.empty()) return;  // Google's bert_config.json and others: the tensors decide
+  const Heads have = architecture_heads(dir);
+  const auto qa = [](Heads h) { return h == Heads::QuestionAnswering || h == Heads::JointQuestionAnswering; };
+  const auto mlm = [&](Heads h) {
+    return h == Heads::PreTraining || h == Heads::Generator ||
+           (h == Heads::None && arch.find("MaskedLM") != std::string::npos) ||
+           (h == Heads::None && arch.find("PreTraining") != std::string::npos && arch.rfind("Electra", 0) != 0);
+  };
+  bool ok = have == want || (qa(want) && qa(have));
+  if (want == Heads::PreTraining || want == Heads::Generator) ok = mlm(have);
+  if (ok) return;
+  std::string kind = arch;
+  const bool backbone = have == Heads::None || have == Heads::Discriminator;  // fine-tune this one
+  if (have == Heads::None && mlm(have)) kind += ", a pre-training checkpoint";
+  else if (have == Heads::None) kind += ", an encoder without a task head";
+  else if (have == Heads::Discriminator) kind += ", an ELECTRA pre-training checkpoint";
+  const HeadHelp h = head_help(want);
+  std::string make = h.make;
+  if (const size_t p = make.find("PRETRAINED"); backbone && p != std::string::npos) make.replace(p, 10, dir);
+  fail(command, ": '", dir, "' is a ", kind, " (config.json's architectures); ", command, " needs ", h.what,
+       ": make one with ", make);
+}
+
 std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh) {
   BertConfig config = load_model_config(dir);
   if (fresh) {

@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -115,6 +116,7 @@ FtSetup ft_setup(const FtCli& o) {
   s.prec = parse_precision(o.precision);
   Backend& be = backend_for_rank(o.device, dist::world());
   if (is_lead()) std::cerr << (be.on_host() ? describe_backend(s.prec == Precision::BF16) : be.describe()) << "\n";
+  if (o.vocab.empty()) check_model_dir_for(o.init_checkpoint, Heads::None, "finetune");  // before its vocab.txt
   s.vocab_path = o.vocab.empty() ? join_path(o.init_checkpoint, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(s.vocab_path), s.vocab_path, ": no vocabulary (pass --vocab)");
   s.vocab = std::make_unique<Vocab>(Vocab::load(s.vocab_path));
@@ -130,9 +132,11 @@ FtSetup ft_setup(const FtCli& o) {
 std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads heads, std::vector<std::string>& labels) {
   std::unique_ptr<Bert> m;
   if (s.has("train")) {
+    check_model_dir_for(o.init_checkpoint, Heads::None, "finetune");  // any model: the head is new
     NewHeads nh{labels, o.task_name, o.seed};
     m = load_model_dir(o.init_checkpoint, heads, &nh);
   } else {
+    check_model_dir_for(o.init_checkpoint, heads, "finetune --mode " + o.mode);  // evaluating a model of another kind
     m = load_model_dir(o.init_checkpoint, heads);
     const auto& have = m->config().id2label;
     if (labels.empty()) labels = have;
@@ -332,33 +336,93 @@ void run_glue(const FtCli& o) {
 // Text classification from CSV/TSV
 // ---------------------------------------------------------------------------------------------
 struct ClsCli {
-  int label_column = 0;
-  std::vector<int> text_columns{1};
+  std::string label_column = "0";            // a 0-based number or a column name
+  std::vector<std::string> text_columns{"1"};  // the same
   bool skip_header = false;
 };
 
-// Rows as (text_a, text_b, label) examples; labels are kept only when `need_labels`.
-std::vector<GlueExample> read_cls(const std::string& path, const ClsCli& c, bool need_labels) {
-  const auto rows = read_table(path, delimiter_for(path));
-  std::vector<GlueExample> d;
-  int max_col = c.label_column;
-  for (int t : c.text_columns) max_col = std::max(max_col, t);
-  for (size_t i = c.skip_header ? 1 : 0; i < rows.size(); ++i) {
-    const auto& r = rows[i];
-    const bool has_label = static_cast<int>(r.cols.size()) > c.label_column && c.label_column >= 0;
-    BERTCC_CHECK(static_cast<int>(r.cols.size()) > max_col || (!need_labels && !has_label), path, ":", r.line,
-                 ": expected at least ", max_col + 1, " columns, found ", r.cols.size());
-    GlueExample e;
-    e.text_a = r.cols[static_cast<size_t>(c.text_columns[0])];
-    if (c.text_columns.size() > 1) e.text_b = r.cols[static_cast<size_t>(c.text_columns[1])];
-    if (need_labels) {
-      e.label = r.cols[static_cast<size_t>(c.label_column)];
-      BERTCC_CHECK(!e.label.empty(), path, ":", r.line, ": empty label");
+// A classification file read: the examples, where each came from, and its columns.
+struct ClsData {
+  std::vector<GlueExample> ex;
+  std::vector<int64_t> lines;
+  std::vector<TableRow> rows;
+  TableColumns cols;
+  std::string path;
+};
+
+std::string clip_for_message(const std::string& s) {
+  if (s.size() <= 40) return s;
+  size_t n = 40;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not inside a UTF-8 character
+  return s.substr(0, n) + "\u2026";
+}
+
+// What to pass instead: the column whose cells are all `labels` (by name when the file has names).
+std::string label_column_hint(const ClsData& d, const std::vector<std::string>& labels) {
+  std::set<std::string> known(labels.begin(), labels.end());
+  const size_t first = d.cols.header ? 1 : 0;
+  for (size_t col = 0; !known.empty() && first < d.rows.size() && col < d.rows[first].cols.size(); ++col) {
+    if (static_cast<int>(col) == d.cols.label) continue;
+    bool all = true;
+    for (size_t i = first; all && i < d.rows.size(); ++i)
+      all = col < d.rows[i].cols.size() && known.count(d.rows[i].cols[col]);
+    if (all) {
+      const bool named = col < d.cols.names.size() && !d.cols.names[col].empty();
+      return "pass --label-column " + (named ? d.cols.names[col] : std::to_string(col));
     }
-    d.push_back(std::move(e));
   }
-  BERTCC_CHECK(!d.empty(), path, ": no examples");
+  return d.cols.header ? "pass --label-column with the label column's name or number"
+                       : "pass --label-column with the label column's number, or --skip-header";
+}
+
+// Rows as (text_a, text_b, label) examples; labels are kept only when `need_labels`. Columns by
+// number or name (resolve_table_columns: the header rule); `known`: the labels the header test
+// compares the first row's label cell with (empty: the other rows').
+ClsData read_cls(const std::string& path, const ClsCli& c, bool need_labels, const std::vector<std::string>& known) {
+  ClsData d;
+  d.path = path;
+  std::vector<std::string> keys;
+  d.rows = is_json_lines(path) ? read_json_lines(path, keys) : read_table(path, delimiter_for(path));
+  d.cols = resolve_table_columns(d.rows, keys, path, c.label_column, c.text_columns, c.skip_header, known);
+  const TableColumns& tc = d.cols;
+  if (tc.header && !c.skip_header && is_lead() && keys.empty())
+    std::cerr << "note: " << path << ":" << d.rows[0].line << ": the first row (" << describe_table_columns(d.rows, tc)
+              << ") is read as a header\n";
+  int max_col = tc.label;
+  for (int t : tc.text) max_col = std::max(max_col, t);
+  for (size_t i = tc.header ? 1 : 0; i < d.rows.size(); ++i) {
+    const auto& r = d.rows[i];
+    const bool has_label = static_cast<int>(r.cols.size()) > tc.label && tc.label >= 0;
+    BERTCC_CHECK(static_cast<int>(r.cols.size()) > max_col || (!need_labels && !has_label), path, ":", r.line,
+                 ": expected at least ", max_col + 1, " columns, found ", r.cols.size(), " (",
+                 describe_table_columns(d.rows, tc), ")");
+    GlueExample e;
+    e.text_a = r.cols[static_cast<size_t>(tc.text[0])];
+    if (tc.text.size() > 1) e.text_b = r.cols[static_cast<size_t>(tc.text[1])];
+    if (need_labels) {
+      e.label = r.cols[static_cast<size_t>(tc.label)];
+      BERTCC_CHECK(!e.label.empty(), path, ":", r.line, ": empty label in column ", tc.label, " (",
+                   describe_table_columns(d.rows, tc), ")");
+    }
+    d.ex.push_back(std::move(e));
+    d.lines.push_back(r.line);
+  }
+  BERTCC_CHECK(!d.ex.empty(), path, ": no examples");
   return d;
+}
+
+// Every label of `d` is one of `labels`, or an error naming the line, the column and the fix.
+void check_cls_labels(const ClsData& d, const std::vector<std::string>& labels) {
+  const std::set<std::string> known(labels.begin(), labels.end());
+  for (size_t i = 0; i < d.ex.size(); ++i) {
+    if (known.count(d.ex[i].label)) continue;
+    std::string have;
+    for (size_t k = 0; k < labels.size() && k < 8; ++k) have += (k ? ", " : "") + clip_for_message(labels[k]);
+    if (labels.size() > 8) have += ", ...";
+    fail("unknown label '", clip_for_message(d.ex[i].label), "' in column ", d.cols.label, " of ", d.path, " line ",
+         d.lines[i], " (the model's labels: ", have, "); ", describe_table_columns(d.rows, d.cols), " \u2014 ",
+         label_column_hint(d, labels));
+  }
 }
 
 std::vector<std::string> sorted_labels(const std::vector<GlueExample>& ex) {
@@ -387,15 +451,23 @@ nlohmann::ordered_json cls_metrics(const std::vector<std::string>& pred, const s
 void run_classify(const FtCli& o, const ClsCli& c) {
   FtSetup s = ft_setup(o);
   BERTCC_CHECK(c.text_columns.size() == 1 || c.text_columns.size() == 2, "--text-columns takes one or two columns");
-  BERTCC_CHECK(c.label_column >= 0 && std::all_of(c.text_columns.begin(), c.text_columns.end(), [](int v) { return v >= 0; }),
-               "--label-column and --text-columns are 0-based column numbers");
+  BERTCC_CHECK(!c.label_column.empty() && std::none_of(c.text_columns.begin(), c.text_columns.end(),
+                                                       [](const std::string& v) { return v.empty(); }),
+               "--label-column and --text-columns are 0-based column numbers or column names");
   std::vector<GlueExample> train;
   std::vector<std::string> labels;
   if (s.has("train")) {
     BERTCC_CHECK(!o.train_file.empty(), "--train-file is required with --mode train");
-    train = read_cls(o.train_file, c, true);
-    labels = sorted_labels(train);
-    BERTCC_CHECK(labels.size() >= 2, o.train_file, ": needs at least two distinct labels");
+    ClsData td = read_cls(o.train_file, c, true, {});
+    labels = sorted_labels(td.ex);
+    BERTCC_CHECK(labels.size() >= 2, o.train_file, ": needs at least two distinct labels (column ", td.cols.label,
+                 " holds only '", clip_for_message(labels.front()), "'; ", describe_table_columns(td.rows, td.cols), ")");
+    // Nearly one label per example: the label column is most likely a text column.
+    BERTCC_CHECK(labels.size() <= 20 || labels.size() * 2 <= td.ex.size(), o.train_file, ": column ", td.cols.label,
+                 " has ", labels.size(), " distinct labels in ", td.ex.size(), " examples (e.g. '",
+                 clip_for_message(td.ex[0].label), "'): is it a text column? ", describe_table_columns(td.rows, td.cols),
+                 " \u2014 pass --label-column with the label column's name or number");
+    train = std::move(td.ex);
   }
   auto model = ft_load_model(o, s, Heads::SequenceClassification, labels);
   std::vector<GlueExample> dev;
@@ -403,7 +475,9 @@ void run_classify(const FtCli& o, const ClsCli& c) {
   std::vector<FtFeature> dev_f;
   if (s.has("eval")) {
     BERTCC_CHECK(!o.predict_file.empty(), "--predict-file (labelled evaluation data) is required with --mode eval");
-    dev = read_cls(o.predict_file, c, true);
+    ClsData dd = read_cls(o.predict_file, c, true, labels);
+    check_cls_labels(dd, labels);
+    dev = std::move(dd.ex);
     for (const auto& e : dev) gold.push_back(e.label);
     dev_f = pair_features(s, dev, labels, o.max_seq_length, o.predict_file);
   }
@@ -425,7 +499,7 @@ void run_classify(const FtCli& o, const ClsCli& c) {
     BERTCC_CHECK(!o.predict_file.empty() && !o.output_dir.empty(),
                  "--predict-file and --output-dir are required with --mode prediction");
     const auto logits =
-        dev.empty() ? predict_logits(*model, pair_features(s, read_cls(o.predict_file, c, false), labels,
+        dev.empty() ? predict_logits(*model, pair_features(s, read_cls(o.predict_file, c, false, labels).ex, labels,
                                                             o.max_seq_length, o.predict_file),
                                      o.eval_batch_size, s.prec)
                     : predict_logits(*model, dev_f, o.eval_batch_size, s.prec);
@@ -464,10 +538,14 @@ void add_finetune_glue_classify(CLI::App* ft) {
   add_ft_flags(c, *oc);
   c->add_option(flag("--train-file"), oc->train_file, "labelled training data (.csv or .tsv)");
   c->add_option(flag("--predict-file"), oc->predict_file, "evaluation (eval: labelled) or prediction data");
-  c->add_option(flag("--label-column"), cc->label_column, "0-based label column (default 0)");
-  c->add_option(flag("--text-columns"), cc->text_columns, "0-based text column(s), one or two (default 1)")
+  c->add_option(flag("--label-column"), cc->label_column,
+                "the label column: a 0-based number or a header name (default 0)");
+  c->add_option(flag("--text-columns") + "," + flag("--text-column"), cc->text_columns,
+                "text column(s), one or two: 0-based numbers or header names (default 1)")
       ->delimiter(',');
-  c->add_flag(flag("--skip-header"), cc->skip_header, "the first row is a header");
+  c->add_flag(flag("--skip-header"), cc->skip_header,
+              "the first row is a header (implied when a column is given by name; detected when its label cell is "
+              "no label and its cells are names)");
   c->callback([oc, cc]() { run_classify(*oc, *cc); });
 }
 

@@ -42,7 +42,8 @@ struct Loaded {
   Precision prec = Precision::BF16;
 };
 
-Loaded load(const InferCli& o, Heads heads) {
+Loaded load(const InferCli& o, Heads heads, const char* command) {
+  check_model_dir_for(o.model, heads, command);  // before the vocabulary: the missing directory, the wrong kind
   set_threads(o.threads);
   Loaded l;
   l.prec = parse_precision(o.precision);
@@ -124,8 +125,9 @@ void run_qa(const InferCli& o) {
   }
   const auto in = inputs(single);
   // BertForQuestionAnswering, or the joint head with beam search (finetune squad --joint-head)
+  check_model_dir_for(o.model, Heads::QuestionAnswering, "qa");
   Loaded l = load(o, architecture_heads(o.model) == Heads::JointQuestionAnswering ? Heads::JointQuestionAnswering
-                                                                                   : Heads::QuestionAnswering);
+                                                                                   : Heads::QuestionAnswering, "qa");
   print(answer_questions(*l.tok, in, task_options(o, *l.model),
                          [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
@@ -135,7 +137,7 @@ void run_classify_infer(const InferCli& o) {
   check_given_text(o.text_given, o.text, "--text");
   if (o.text_given) single = {{"text", o.text}, {"text_pair", o.text_pair}};
   const auto in = inputs(single);
-  Loaded l = load(o, Heads::SequenceClassification);
+  Loaded l = load(o, Heads::SequenceClassification, "classify");
   print(classify_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
                        [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
@@ -145,7 +147,7 @@ void run_tag(const InferCli& o) {
   check_given_text(o.text_given, o.text, "--text");
   if (o.text_given) single = {{"text", o.text}};
   const auto in = inputs(single);
-  Loaded l = load(o, Heads::TokenClassification);
+  Loaded l = load(o, Heads::TokenClassification, "tag");
   print(tag_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
                   [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
@@ -158,7 +160,7 @@ void run_embed(const InferCli& o) {
   for (auto& j : in)
     if (j.is_object() && !j.contains("pooling")) j["pooling"] = o.pooling;
   // Any model directory: its encoder (a pre-training checkpoint's heads are not used).
-  Loaded l = load(o, Heads::None);
+  Loaded l = load(o, Heads::None, "embed");
   print(embed_texts(*l.tok, in, task_options(o, *l.model),
                     [&](const std::vector<FtFeature>& f) { return predict_embeddings(*l.model, f, o.batch_size, l.prec); }));
 }
@@ -170,7 +172,7 @@ void run_fill_mask(const InferCli& o) {
   auto in = inputs(single);
   for (auto& j : in)
     if (j.is_object() && !j.contains("top_k")) j["top_k"] = o.top_k;
-  Loaded l = load(o, Heads::PreTraining);
+  Loaded l = load(o, Heads::PreTraining, "fill-mask");
   const int32_t mask = l.vocab->id("[MASK]");
   print(fill_masks(*l.tok, in, task_options(o, *l.model), [&](const std::vector<FtFeature>& f) {
     return predict_masked(*l.model, f, o.batch_size, l.prec, mask);

@@ -32,7 +32,7 @@ void add_model_tools(CLI::App& app) {
   init->add_option("--config", io->config, "preset (bert-tiny ... bert-large, electra-small|base|large) or config.json path")
       ->required();
   init->add_option("--output", io->output, "model directory to create")->required();
-  init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory; sets vocab_size");
+  init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory (required); sets vocab_size");
   init->add_option(flag("--seed"), io->seed, "initialisation seed");
   init->callback([io]() {
     check_output_not_input(io->output, "--output", io->config, "--config");
@@ -43,7 +43,10 @@ void add_model_tools(CLI::App& app) {
       const int64_t lines = std::count(v.begin(), v.end(), '\n') + (!v.empty() && v.back() != '\n');
       cfg.vocab_size = static_cast<int>(lines);  // the model's vocabulary is the given vocab.txt
     }
-    Bert model(cfg, cfg.electra() ? Heads::Discriminator : Heads::PreTraining);
+    Bert model(cfg, cfg.electra() ? Heads::Discriminator : Heads::PreTraining);  // (refuses sizes that do not fit)
+    // A model directory carries its vocabulary (and tokenizer files): the commands that read it need them.
+    BERTCC_CHECK(!io->vocab.empty(), "init-model: --vocab is required (the vocab.txt the model's inputs are "
+                 "tokenized with; it sets vocab_size and is copied into --output with the tokenizer files)");
     model.init_weights(io->seed);
     save_model_dir(model, io->output, io->vocab);
     std::cout << "wrote " << io->output << " (" << model.table().total() << " parameters, "
@@ -115,7 +118,7 @@ void add_model_tools(CLI::App& app) {
   conv->add_option("--out,--output", co->out, "model directory to write")->required();
   conv->add_option("--config", co->config,
                    "config.json / bert_config.json or preset (default: config.json or bert_config.json next to the file)");
-  conv->add_option("--vocab", co->vocab, "vocab.txt to copy (default: vocab.txt next to the file, if any)");
+  conv->add_option("--vocab", co->vocab, "vocab.txt to copy (default: vocab.txt next to the file; one is required)");
   conv->add_flag(flag("--do-lower-case"), co->lower, "tokenizer lower-cases (default: guessed from the vocabulary)");
   conv->add_flag(flag("--no-lower-case"), co->no_lower, "tokenizer keeps case");
   conv->callback([co]() {
@@ -168,6 +171,8 @@ void add_model_tools(CLI::App& app) {
     cfg.validate(cfg_path);
     Bert model(cfg, heads);
     load_weights(model, co->input);
+    BERTCC_CHECK(!vocab.empty(), co->input, ": no vocab.txt next to it; pass --vocab (a model directory carries "
+                 "its vocabulary and tokenizer files: qa, classify, serve and finetune read them)");
     // Written to a temporary directory and renamed: nothing half-written on failure.
     const std::string tmp = co->out + ".tmp." + std::to_string(::getpid());
     fs::remove_all(tmp);
@@ -181,7 +186,7 @@ void add_model_tools(CLI::App& app) {
     fs::rename(tmp, co->out);
     std::cout << "wrote " << co->out << " (" << architecture_name(heads) << ", " << ck.tensors().size()
               << " tensors read" << (ck.state_dict_key().empty() ? "" : " from '" + ck.state_dict_key() + "'") << ", "
-              << model.table().total() << " parameters" << (vocab.empty() ? ", no vocab.txt" : "") << ")\n";
+              << model.table().total() << " parameters)\n";
   });
 
   // bertcc export-onnx --model DIR --out model.onnx

@@ -10,7 +10,8 @@ void add_pretrain(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "pretrain", "Pre-train BERT (masked LM + NSP) or ELECTRA (replaced-token detection) with LAMB or AdamW");
   sub->add_option(flag("--config"), o->config,
-                  "preset (bert-*, electra-small|base|large) or config.json (ignored with --init-checkpoint)");
+                  "required: a preset (bert-tiny|mini|small|medium|base|large, electra-small|base|large) or a "
+                  "config.json; not needed with --init-checkpoint (ignored) or when resuming a checkpoint in --output-dir");
   sub->add_option(flag("--model-type"), o->model_type,
                   "bert | electra (default: the config's model_type; electra presets are electra)")
       ->check(CLI::IsMember({"bert", "electra"}));
@@ -26,7 +27,9 @@ void add_pretrain(CLI::App& app) {
       ->required();
   sub->add_option(flag("--init-checkpoint"), o->init_checkpoint,
                   "HF model directory to start from (ELECTRA: a folder with discriminator/ and generator/)");
-  sub->add_option(flag("--vocab"), o->vocab, "vocab.txt (sets the vocabulary size of a fresh model)");
+  sub->add_option(flag("--vocab"), o->vocab,
+                  "required: the vocab.txt the shards were made with (sets the vocabulary size; copied into every "
+                  "model directory written); default: the vocab.txt of --init-checkpoint or of the checkpoint resumed");
   sub->add_option(flag("--train-batch-size"), o->train_batch_size, "sequences per optimizer step (default 256)")
       ->check(whole_number());
   sub->add_option(flag("--gradient-accumulation-steps"), o->gradient_accumulation_steps,

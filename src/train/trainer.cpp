@@ -19,6 +19,7 @@
 #include "bertcc/signals.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
+#include "bertcc/pretrain_data.h"
 #include "bertcc/runtime.h"
 #include "bertcc/tensorboard.h"
 #include "bertcc/tokenizer.h"
@@ -75,6 +76,58 @@ void electra_metrics(const double* s, double disc_weight, const std::string& pre
   d[prefix + "replaced_fraction"] = ratio(s[6], s[2]);
 }
 
+
+// The newest OUTPUT/checkpoints/step_N with a config.json (ELECTRA: discriminator/config.json), or "".
+std::string newest_checkpoint_dir(const std::string& output_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path root = fs::path(output_dir) / "checkpoints";
+  int64_t best = -1;
+  std::string dir;
+  if (!fs::is_directory(root, ec)) return "";
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) != 0 || n.size() == 5 || n.size() > 23 ||
+        n.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    const int64_t step = std::stoll(n.substr(5));
+    if (step > best && (fs::exists(e.path() / "config.json") || fs::exists(e.path() / "discriminator" / "config.json"))) {
+      best = step;
+      dir = e.path().string();
+    }
+  }
+  return dir;
+}
+
+// Start-up check on a sample of the shards (up to 4 of them, their first 512 rows): every token id
+// of input_ids and masked_lm_ids is below the vocabulary size. Shards that cannot be read are left
+// to the loader, whose errors name the field at fault.
+void check_shard_token_ids(const std::vector<std::string>& shards, int64_t vocab_size, const std::string& vocab) {
+  const size_t n = shards.size(), picks = std::min<size_t>(n, 4);
+  for (size_t k = 0; k < picks; ++k) {
+    const std::string& path = shards[picks == 1 ? 0 : k * (n - 1) / (picks - 1)];
+    PretrainShard sh;
+    try {
+      std::vector<int32_t> lengths;
+      const bool masked = pretrain_shard_has_masks(path);
+      std::vector<int64_t> rows(static_cast<size_t>(std::min<int64_t>(probe_shard_rows(path), 512)));
+      for (size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int64_t>(r);
+      if (rows.empty()) continue;
+      sh = read_pretrain_shard_layout(path, masked ? nullptr : &lengths, &rows);
+    } catch (const std::exception&) {
+      continue;
+    }
+    for (const auto* field : {&sh.input_ids, &sh.masked_lm_ids}) {
+      if (field->empty()) continue;
+      const auto top = std::max_element(field->begin(), field->end());
+      const int64_t row = (top - field->begin()) / std::max<int64_t>(1, field == &sh.input_ids ? sh.S : sh.P);
+      BERTCC_CHECK(*top < vocab_size, path, ": ", field == &sh.input_ids ? "input_ids" : "masked_lm_ids",
+                   " holds token id ", *top, " (row ", row, ") but the vocabulary ", vocab, " has ", vocab_size,
+                   " entries: the shards were made with another vocabulary (pass the --vocab that "
+                   "create-pretraining-data was given)");
+    }
+  }
+}
 }  // namespace
 
 int run_pretraining(const PretrainOptions& o) {
@@ -122,13 +175,49 @@ int run_pretraining(const PretrainOptions& o) {
     std::cerr << (dev ? be.describe() : describe_backend(prec == Precision::BF16)) << "\n";
   }
 
-  // Model: an HF checkpoint, or a fresh initialisation from a config and vocabulary.
+  // Model: an HF checkpoint, or a fresh initialisation from a config and vocabulary. --config is
+  // required unless --init-checkpoint gives the model or --resume-from-checkpoint finds a checkpoint
+  // in --output-dir (its config.json); --vocab likewise (the shards do not record their vocabulary).
   PretrainModels pm;
   int32_t cls = 101, sep = 102, mask = 103;
-  std::unique_ptr<Vocab> vocab;
-  if (!o.vocab.empty()) vocab = std::make_unique<Vocab>(Vocab::load(o.vocab));
   BERTCC_CHECK(o.model_type.empty() || o.model_type == "bert" || o.model_type == "electra",
                "--model-type must be bert or electra");
+  const std::string resume_dir = o.resume_from_checkpoint ? newest_checkpoint_dir(o.output_dir) : "";
+  const bool resume_electra = !resume_dir.empty() && file_exists(resume_dir + "/discriminator/config.json");
+  std::string config = o.config, generator_config = o.generator_config;
+  if (o.init_checkpoint.empty() && config.empty()) {
+    BERTCC_CHECK(!resume_dir.empty(), "pretrain: --config is required: a named config (", config_preset_names(),
+                 ") or a config.json",
+                 o.resume_from_checkpoint ? std::string("; ") + o.output_dir + "/checkpoints holds no checkpoint to resume"
+                                          : std::string(" (or --init-checkpoint DIR to continue from a model)"));
+    config = resume_electra ? resume_dir + "/discriminator/config.json" : resume_dir + "/config.json";
+    if (resume_electra && generator_config.empty()) generator_config = resume_dir + "/generator/config.json";
+    if (lead) std::cerr << "pretrain: model configuration from " << config << "\n";
+  }
+  // The vocabulary: --vocab, else the one of --init-checkpoint or of the checkpoint resumed. One taken
+  // from a checkpoint is copied to OUTPUT/vocab.txt (older checkpoints are deleted as the run goes on).
+  std::string vocab_path = o.vocab;
+  if (vocab_path.empty()) {
+    std::vector<std::pair<std::string, bool>> dirs;  // (directory, a checkpoint of this run)
+    if (!o.init_checkpoint.empty()) dirs = {{o.init_checkpoint, false}, {o.init_checkpoint + "/discriminator", false}};
+    if (!resume_dir.empty()) dirs.insert(dirs.end(), {{resume_dir, true}, {resume_dir + "/discriminator", true}});
+    for (const auto& [d, ours] : dirs) {
+      if (!file_exists(join_path(d, "vocab.txt"))) continue;
+      vocab_path = join_path(d, "vocab.txt");
+      if (ours) {
+        const std::string copy = join_path(o.output_dir, "vocab.txt");
+        if (lead) write_file_atomic(copy, read_file(vocab_path));
+        comm.barrier();
+        vocab_path = copy;
+      }
+      break;
+    }
+    BERTCC_CHECK(!vocab_path.empty(), "pretrain: --vocab is required: the vocab.txt the shards were made with ",
+                 "(create-pretraining-data's --vocab; the shards do not record it)",
+                 o.init_checkpoint.empty() ? std::string("") : "; " + o.init_checkpoint + " has no vocab.txt");
+    if (lead) std::cerr << "pretrain: vocabulary " << vocab_path << "\n";
+  }
+  std::unique_ptr<Vocab> vocab = std::make_unique<Vocab>(Vocab::load(vocab_path));
   if (!o.init_checkpoint.empty()) {
     const std::string disc_dir = o.init_checkpoint + "/discriminator";
     pm.electra = o.model_type == "electra" || (o.model_type.empty() && file_exists(disc_dir + "/config.json"));
@@ -142,15 +231,15 @@ int run_pretraining(const PretrainOptions& o) {
       pm.main = load_model_dir(o.init_checkpoint, Heads::PreTraining);
     }
   } else {
-    BertConfig cfg = config_from_name_or_path(o.config);
-    if (vocab) cfg.vocab_size = vocab->size();
-    pm.electra = o.model_type.empty() ? cfg.electra() : o.model_type == "electra";
+    BertConfig cfg = config_from_name_or_path(config);
+    cfg.vocab_size = vocab->size();
+    pm.electra = o.model_type.empty() ? cfg.electra() || resume_electra : o.model_type == "electra";
     if (pm.electra) {
       cfg.model_type = "electra";
-      BertConfig gcfg = o.generator_config.empty() ? electra_generator_config(cfg, o.generator_hidden_size)
-                                                   : config_from_name_or_path(o.generator_config);
+      BertConfig gcfg = generator_config.empty() ? electra_generator_config(cfg, o.generator_hidden_size)
+                                                 : config_from_name_or_path(generator_config);
       gcfg.model_type = "electra";
-      if (vocab) gcfg.vocab_size = vocab->size();
+      gcfg.vocab_size = vocab->size();
       pm.main = std::make_unique<Bert>(cfg, Heads::Discriminator);
       pm.gen = std::make_unique<Bert>(gcfg, Heads::Generator);
       pm.main->init_weights(o.seed);
@@ -162,14 +251,17 @@ int run_pretraining(const PretrainOptions& o) {
   }
   if (pm.electra) electra_share_embeddings(*pm.main, *pm.gen);  // also checks that the shared shapes agree
   Bert* model = pm.main.get();
-  if (vocab) {
+  {
     const Vocab& v = *vocab;
-    BERTCC_CHECK(v.size() == model->config().vocab_size, o.vocab, ": ", v.size(), " entries but the model has ",
+    BERTCC_CHECK(v.size() == model->config().vocab_size, vocab_path, ": ", v.size(), " entries but the model has ",
                  model->config().vocab_size);
     cls = v.id("[CLS]");
     sep = v.id("[SEP]");
     mask = v.id("[MASK]");
   }
+  check_shard_token_ids(list_shards(o.input_dir), model->config().vocab_size, "(" + vocab_path + ")");
+  if (!o.eval_dir.empty())
+    check_shard_token_ids(list_shards(o.eval_dir), model->config().vocab_size, "(" + vocab_path + ")");
   MaskingOptions mopt;
   mopt.max_predictions_per_seq = o.max_predictions_per_seq;
   mopt.vocab_size = model->config().vocab_size;
@@ -425,7 +517,7 @@ int run_pretraining(const PretrainOptions& o) {
       parts[i].opt = &full[i];
     }
     watchdog.beat("writing a checkpoint (rank 0)", st.step + st.step_offset, /*paused=*/true);
-    if (lead) save_checkpoint(o.output_dir, parts, st, o.vocab, o.keep_checkpoints);
+    if (lead) save_checkpoint(o.output_dir, parts, st, vocab_path, o.keep_checkpoints);
     comm.barrier();  // the other ranks wait here, unwatched, however long the file system takes
     watchdog.beat("after a checkpoint", st.step + st.step_offset);
   };
@@ -662,10 +754,10 @@ int run_pretraining(const PretrainOptions& o) {
   if (lead) {
     if (st.step >= o.max_steps) {
       if (pm.electra) {  // as NVIDIA's ELECTRA writes them: discriminator/ (fine-tune this) and generator/
-        save_model_dir(*pm.main, o.output_dir + "/discriminator", o.vocab);
-        save_model_dir(*pm.gen, o.output_dir + "/generator", o.vocab);
+        save_model_dir(*pm.main, o.output_dir + "/discriminator", vocab_path);
+        save_model_dir(*pm.gen, o.output_dir + "/generator", vocab_path);
       } else {
-        save_model_dir(*model, o.output_dir + "/model", o.vocab);
+        save_model_dir(*model, o.output_dir + "/model", vocab_path);
       }
     }
     std::cerr << (stopped ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
