@@ -17,7 +17,6 @@ int argmax(const std::vector<float>& v, size_t begin, size_t end) {
   return static_cast<int>(best - begin);
 }
 
-
 std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
                                                Precision prec) {
   std::vector<size_t> order(f.size());
@@ -158,7 +157,6 @@ std::vector<std::vector<std::string>> ner_predict(Bert& m, const NerFeatures& nf
                                                   Precision prec) {
   return ner_decode(nf, sents, labels, predict_logits(m, nf.f, batch_size, prec));
 }
-
 
 std::vector<std::vector<std::string>> ner_decode(const NerFeatures& nf, const std::vector<NerSentence>& sents,
                                                  const std::vector<std::string>& labels,

@@ -6,9 +6,9 @@
 #include <numeric>
 
 #include "bertcc/error.h"
+#include "bertcc/inference.h"
 #include "bertcc/ner.h"
 #include "bertcc/squad.h"
-#include "bertcc/inference.h"
 #include "bertcc/token_classification.h"
 #include "bertcc/utf8.h"
 
