@@ -12,8 +12,8 @@
 # What is hashed (every job on the test fixture's tiny models, 2 threads, so a run takes minutes on
 # 2 cores):
 #  - the fixture itself (tests/fixture.sh, made by BERTCC unless IDENTITY_FIXTURE or ctest's
-#    BERTCC_TEST_FIXTURE names one): shards,
-#    vocabulary, the initial BERT and ELECTRA models;
+#    BERTCC_TEST_FIXTURE names one): sentence shards, vocabulary, the initial BERT and ELECTRA
+#    models (not the HDF5 shards, which hold their creation times; every pre-training reads them);
 #  - 20-step pre-trainings: BERT (LAMB fp32, bf16, fp16 with loss scaling, AdamW; bf16 on cpu-staged)
 #    and ELECTRA (bf16 on cpu and cpu-staged): final models, every file of the step-10 and step-20
 #    checkpoints (weights, optimizer moments, trainer state) and the DLLogger records without their
@@ -99,10 +99,25 @@ M="$O/manifest.txt"
 : > "$M.tmp"
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-# h NAME FILE: one manifest line (MISSING for a missing or empty file)
+# h NAME FILE: one manifest line (MISSING for a missing or empty file). trainer_state.json and
+# eval_results.json are hashed without their times, throughputs and the checksum over them.
 h() {
-  if [ -s "$2" ]; then echo "$(sha256sum < "$2" | cut -d' ' -f1)  $1" >> "$M.tmp"
-  else echo "MISSING  $1" >> "$M.tmp"; fail "missing or empty: $1 ($2)"; fi
+  if [ ! -s "$2" ]; then echo "MISSING  $1" >> "$M.tmp"; fail "missing or empty: $1 ($2)"; return; fi
+  case "$2" in
+    */trainer_state.json|*/eval_results.json) echo "$(untimed_json "$2" | sha256sum | cut -d' ' -f1)  $1" >> "$M.tmp";;
+    *) echo "$(sha256sum < "$2" | cut -d' ' -f1)  $1" >> "$M.tmp";;
+  esac
+}
+untimed_json() {
+  $PY - "$1" <<'PYEOF'
+import json, sys
+timed = ("seconds", "per_s", "time", "state_checksum")
+def strip(v):
+    if isinstance(v, dict):
+        return {k: strip(x) for k, x in v.items() if not any(t in k for t in timed)}
+    return [strip(x) for x in v] if isinstance(v, list) else v
+print(json.dumps(strip(json.load(open(sys.argv[1]))), sort_keys=True))
+PYEOF
 }
 # hdir PREFIX DIR: every file under DIR except logs, TensorBoard events and DLLogger files (timed)
 hdir() {
@@ -138,7 +153,8 @@ else
 fi
 # without ../shared/data there is no fine-tuning data: nothing to compare (ctest: skipped)
 [ -f "$FIX/ft/sq.json" ] || { echo "SKIPPED: the fixture has no fine-tuning data (../shared/data missing)"; exit 77; }
-for f in vocab.txt $(cd "$FIX" && ls h5); do h "fixture/$f" "$FIX/$([ $f = vocab.txt ] || echo h5/)$f"; done
+# (the HDF5 shards hold their creation times: their contents are checked through every pre-training)
+for f in vocab.txt $(cd "$FIX" && ls corpus/train); do h "fixture/$f" "$FIX/$([ $f = vocab.txt ] || echo corpus/train/)$f"; done
 for m in bert electra; do h "fixture/ft/$m/model.safetensors" "$FIX/ft/$m/model.safetensors"; done
 F="$FIX/ft"
 
