@@ -35,7 +35,7 @@ void fill16(void* p, size_t elems) {
 
 struct Product {
   std::string name;
-  kernels::GemmArgs g;
+  GemmArgs g;
   bool writes_activation;  // forward outputs and input gradients (bf16 output timed too)
 };
 }  // namespace
@@ -89,17 +89,17 @@ int main(int argc, char** argv) {
       std::vector<Product> ps;
       // linear (out features n, in features k) as cuda::linear_forward / linear_backward call it
       auto linear = [&](const std::string& name, int64_t n, int64_t k) {
-        kernels::GemmArgs f;  // y[N, n] = x[N, k] W[n, k]^T + b
+        GemmArgs f;  // y[N, n] = x[N, k] W[n, k]^T + b
         f.M = N, f.N = n, f.K = k, f.lda = k, f.ldb = k, f.trans_b = true, f.ldc = n;
         f.A16 = static_cast<const bf16_t*>(x16.p), f.B16 = static_cast<const bf16_t*>(w16.p);
         f.C = static_cast<float*>(out.p), f.bias = static_cast<const float*>(bias.p);
         ps.push_back({name + " forward", f, true});
-        kernels::GemmArgs dx;  // dx[N, k] = dy[N, n] W[n, k]
+        GemmArgs dx;  // dx[N, k] = dy[N, n] W[n, k]
         dx.M = N, dx.N = k, dx.K = n, dx.lda = n, dx.ldb = k, dx.ldc = k;
         dx.A16 = static_cast<const bf16_t*>(y16.p), dx.B16 = static_cast<const bf16_t*>(w16.p);
         dx.C = static_cast<float*>(out.p);
         ps.push_back({name + " dx", dx, true});
-        kernels::GemmArgs dw;  // dW[n, k] += dy^T[n, N] x[N, k]
+        GemmArgs dw;  // dW[n, k] += dy^T[n, N] x[N, k]
         dw.M = n, dw.N = k, dw.K = N, dw.lda = n, dw.trans_a = true, dw.ldb = k, dw.ldc = k, dw.accumulate = true;
         dw.A16 = static_cast<const bf16_t*>(y16.p), dw.B16 = static_cast<const bf16_t*>(x16.p);
         dw.C = static_cast<float*>(out.p);

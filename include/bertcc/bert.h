@@ -10,8 +10,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bertcc/batch.h"
 #include "bertcc/config.h"
 #include "bertcc/dtype.h"
+#include "bertcc/heads.h"
 #include "bertcc/params.h"
 #include "bertcc/rng.h"
 
@@ -19,51 +21,6 @@ namespace bertcc {
 
 class Backend;
 
-// A batch in model form. Sizes B x T; masked-LM labels are per token, -1 = ignored.
-struct BertBatch {
-  int64_t B = 0, T = 0;
-  std::vector<int32_t> input_ids, segment_ids, input_mask, mlm_labels;  // [B*T]
-  std::vector<int32_t> nsp_labels;                                       // [B]
-  // Fine-tuning labels: `labels` is [B] (sequence classification) or [B*T] (token classification,
-  // -100 = ignored); `targets` [B] (regression, num_labels == 1); start/end positions [B]
-  // (question answering; values outside [0, T) are ignored, as HF clamps them to T).
-  std::vector<int32_t> labels, start_positions, end_positions;
-  std::vector<float> targets;
-  std::string source;  // where the rows come from (a shard's path), for error messages
-  void validate(const BertConfig& c, const std::string& where) const;   // throws naming the field
-};
-
-struct PretrainLoss {
-  double loss = 0, mlm_loss = 0, nsp_loss = 0;
-  double mlm_loss_sum = 0, nsp_loss_sum = 0;  // sums over masked tokens / sequences (before the means)
-  int64_t mlm_count = 0, mlm_correct = 0, nsp_correct = 0;
-};
-
-// Fine-tuning loss and counts (accuracy numerator and denominator; QA counts start and end).
-struct FinetuneLoss {
-  double loss = 0;
-  int64_t count = 0, correct = 0;
-};
-
-// None = BertModel; PreTraining = BertForPreTraining; the others are HF's BertForQuestionAnswering
-// (qa_outputs on every token), BertForSequenceClassification (classifier on the dropped-out pooled
-// output; regression when num_labels == 1) and BertForTokenClassification (classifier on every
-// dropped-out token). QA and token classification have no pooler, as in HF (add_pooling_layer=False).
-// Discriminator = HF's ElectraForPreTraining (replaced-token detection on every token; ELECTRA has
-// no pooler).
-// Generator = HF's ElectraForMaskedLM (pretrain_step without NSP).
-// JointQuestionAnswering = the joint SQuAD head of XLNet and NVIDIA's ELECTRA (start_logits,
-// end_logits conditioned on the start, answer_class for SQuAD 2.0) with beam search at inference.
-enum class Heads {
-  None,
-  PreTraining,
-  QuestionAnswering,
-  JointQuestionAnswering,
-  SequenceClassification,
-  TokenClassification,
-  Discriminator,
-  Generator
-};
 const char* architecture_name(Heads h);
 // The HF class name for a model type: BertFor... or, with `electra`, ElectraModel / ElectraFor...
 std::string architecture_name(Heads h, bool electra);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bertcc/bert.h"
+#include "bertcc/batch.h"
 #include "bertcc/pretrain_data.h"
 
 namespace bertcc {

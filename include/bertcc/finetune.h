@@ -1,50 +1,21 @@
-// Fine-tuning: features (token ids + labels of one head), batches padded to the longest row,
-// the training loop (AdamW with bias correction, linear warm-up and decay, gradient clipping,
-// accumulation, dropout, frozen lower layers, evaluation after each epoch, best model kept) and
-// batched prediction. Task code (GLUE, classification, NER, SQuAD) builds the features and
-// scores the predictions.
+// Fine-tuning: the training loop (AdamW with bias correction, linear warm-up and decay, gradient
+// clipping, accumulation, dropout, frozen lower layers, evaluation after each epoch, best model
+// kept) and the epochs' order. Task code (GLUE, classification, NER, SQuAD) builds the features (features.h)
+// and scores the predictions (inference.h).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "bertcc/bert.h"
 #include "bertcc/dist.h"
-#include "bertcc/tokenizer.h"
+#include "bertcc/features.h"
 
 namespace bertcc {
-
-struct FtFeature {
-  std::vector<int32_t> input_ids, segment_ids;  // [CLS] ... [SEP] (...[SEP]), unpadded
-  int32_t label = -1;                           // sequence classification
-  float target = 0;                             // regression
-  std::vector<int32_t> token_labels;            // token classification, -100 = ignored
-  int32_t start = 0, end = 0;                   // question answering (0 = [CLS]: no answer in span)
-};
-
-// [CLS] a [SEP] (b [SEP]) with Google's truncation (pop from the longer side, ties from b) to
-// max_seq_length.
-FtFeature encode_pair(const BertTokenizer& tok, std::string_view a, std::string_view b, int max_seq_length);
-void truncate_seq_pair(std::vector<int32_t>& a, std::vector<int32_t>& b, size_t max_total);
-
-// The padded length of a batch whose longest row has `longest` tokens: rounded up to a multiple
-// of 8, capped at `max_len` (but never below `longest`).
-int64_t padded_length(int64_t longest, int64_t max_len);
-// Rows `idx` of `f` as a batch padded to padded_length(longest row, max_len), with the labels
-// `heads` needs when `with_labels`.
-BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector<size_t>& idx, Heads heads,
-                              bool with_labels, int64_t max_len);
-
-// Index of the largest of v[begin, end) relative to begin (first on ties).
-int argmax(const std::vector<float>& v, size_t begin = 0, size_t end = size_t(-1));
-// Head logits of every feature (in input order), computed in length-sorted batches, dropout off.
-std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
-                                               Precision prec);
 
 // Hugging Face's LengthGroupedSampler applied to a shuffled order: consecutive mega-batches of
 // min(n / (4 * batch_size), 50) batches (at least one), each sorted by length, longest first

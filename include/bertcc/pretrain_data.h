@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "bertcc/bert.h"
+#include "bertcc/batch.h"
 
 namespace bertcc {
 

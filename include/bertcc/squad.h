@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bertcc/finetune.h"
+#include "bertcc/features.h"
 #include "bertcc/tokenizer.h"
 
 namespace bertcc {

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bertcc/finetune.h"
+#include "bertcc/features.h"
 #include "bertcc/tokenizer.h"
 
 namespace bertcc {
@@ -42,23 +42,13 @@ std::vector<nlohmann::ordered_json> tag_texts(const BertTokenizer& tok, const st
 // Sentence embeddings: {"text"[, "text_pair"][, "pooling": "cls" | "mean"]} -> {"embedding": [...],
 // "pooling"}: the last hidden state of [CLS], or the mean over the sequence's tokens (special
 // tokens included, padding excluded, as sentence-transformers' mean pooling). The logits callback
-// gives, per feature, the [CLS] vector followed by the mean vector (predict_embeddings).
+// gives, per feature, the [CLS] vector followed by the mean vector (predict_embeddings, inference.h).
 std::vector<nlohmann::ordered_json> embed_texts(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
                                                 const TaskOptions& o, const LogitsFn& vectors);
 // Masked-token prediction: {"text" with one or more [MASK][, "top_k" (5)]} -> {"masks": [[{"token",
 // "token_id", "score"}, ...] per [MASK] in order]}; the callback gives, per feature, the vocabulary
-// logits of each [MASK] position concatenated (predict_masked).
+// logits of each [MASK] position concatenated (predict_masked, inference.h).
 std::vector<nlohmann::ordered_json> fill_masks(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
                                                const TaskOptions& o, const LogitsFn& logits);
-
-// The model computations behind them, in length-sorted batches of `batch_size`.
-std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
-                                                   Precision prec);
-std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
-                                               Precision prec, int32_t mask_id);
-// BertModel's outputs: per feature, the last hidden state of its tokens [length, hidden] followed
-// by the pooler output [hidden] when the model has a pooler (BERT's; ELECTRA has none).
-std::vector<std::vector<float>> predict_hidden(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
-                                               Precision prec);
 
 }  // namespace bertcc

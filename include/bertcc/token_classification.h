@@ -1,14 +1,15 @@
 // Token classification (NER) on words: each word's label sits on its first sub-token (the others
 // are ignored, -100), as Hugging Face's run_ner; a sentence longer than max_seq_length is split
 // between words into several sequences, so every word gets a prediction. Used by
-// `bertcc finetune ner` and `bertcc tag`.
+// `bertcc finetune ner` and `bertcc tag`; the predictions per word come from ner_predict and
+// ner_decode (inference.h).
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "bertcc/finetune.h"
+#include "bertcc/features.h"
 #include "bertcc/ner.h"
 
 namespace bertcc {
@@ -24,15 +25,5 @@ struct NerFeatures {
 NerFeatures ner_features(const BertTokenizer& tok, const std::vector<NerSentence>& sents,
                          const std::map<std::string, int32_t>& index, bool with_labels, int max_seq_length,
                          const std::string& path);
-
-// Predicted tag of every word of every sentence ("O" for words without sub-tokens).
-std::vector<std::vector<std::string>> ner_predict(Bert& model, const NerFeatures& nf,
-                                                  const std::vector<NerSentence>& sents,
-                                                  const std::vector<std::string>& labels, int64_t batch_size,
-                                                  Precision prec);
-// The same from logits already computed for nf.f (one vector per sequence, [T, labels]).
-std::vector<std::vector<std::string>> ner_decode(const NerFeatures& nf, const std::vector<NerSentence>& sents,
-                                                 const std::vector<std::string>& labels,
-                                                 const std::vector<std::vector<float>>& logits);
 
 }  // namespace bertcc

@@ -269,6 +269,12 @@ Backend& staged_backend();
 // "cpu", "cpu-staged", "cuda" or "cuda:N". CUDA needs a build with the CUDA kernels (BERTCC_CUDA)
 // and a device; the error says which is missing.
 Backend& backend_for(const std::string& device);
+// The CUDA backend on device `index`, for backend_for: defined by src/cuda/cuda_backend.cpp, in
+// builds with the CUDA kernels only. Throws when there is no usable device (the reason from the
+// driver) or no such index.
+std::unique_ptr<Backend> make_cuda_backend(int index);
+// set_allow_tf32's setting handed to the CUDA kernels (the same builds only).
+void set_cuda_allow_tf32(bool on);
 // One line for `--device` help texts.
 inline const char* device_help() { return "cpu (default) | cuda | cuda:N | cpu-staged (the device code paths on the CPU)"; }
 // --allow-tf32: fp32 GEMMs on CUDA with TF32 products (PyTorch's torch.backends.cuda.matmul.

@@ -8,10 +8,6 @@
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
-#if BERTCC_HAVE_CUDA
-#include "cuda/cuda_backend.h"
-#include "cuda/cuda_kernels.h"
-#endif
 
 namespace bertcc {
 
@@ -49,8 +45,8 @@ Backend& backend_for(const std::string& device) {
   static std::map<int, std::unique_ptr<Backend>> made;
   std::lock_guard<std::mutex> lock(mu);
   auto& b = made[index];
-  if (!b) b = cuda::make_backend(index);
-  cuda::set_allow_tf32(g_allow_tf32);
+  if (!b) b = make_cuda_backend(index);
+  set_cuda_allow_tf32(g_allow_tf32);
   return *b;
 #else
   (void)index;

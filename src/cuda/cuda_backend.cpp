@@ -1,5 +1,5 @@
 // The CUDA backend: src/cuda kernels behind the Backend interface, device memory.
-#include "cuda/cuda_backend.h"
+#include "backend/backend.h"
 
 #include "bertcc/error.h"
 #include "cuda/cuda_kernels.h"
@@ -306,6 +306,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(int index) { return std::make_unique<CudaBackend>(index); }
-
 }  // namespace bertcc::cuda
+
+namespace bertcc {
+std::unique_ptr<Backend> make_cuda_backend(int index) { return std::make_unique<cuda::CudaBackend>(index); }
+void set_cuda_allow_tf32(bool on) { cuda::set_allow_tf32(on); }
+}  // namespace bertcc

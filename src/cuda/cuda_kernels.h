@@ -19,10 +19,10 @@
 
 #include "bertcc/config.h"
 #include "bertcc/dtype.h"
+#include "bertcc/gemm_args.h"
 #include "bertcc/optim.h"
 #include "bertcc/params.h"
 #include "bertcc/rng.h"
-#include "kernels/gemm.h"
 
 namespace bertcc::cuda {
 
@@ -173,12 +173,12 @@ int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_
                                       int32_t ignore_index, float grad_scale, int64_t* num_correct = nullptr);
 
 // ---- GEMM (cuBLASLt) ----
-// kernels::GemmArgs with device pointers. fp32: exact fp32 products (TF32 only after
+// GemmArgs with device pointers. fp32: exact fp32 products (TF32 only after
 // set_allow_tf32(true)); bf16: A and B rounded to bf16 (or taken from A16/B16), fp32 accumulate
 // and output. Bias through cuBLASLt's epilogue.
 void set_allow_tf32(bool on);
 bool allow_tf32();
-void gemm(const kernels::GemmArgs& g, Precision p);
+void gemm(const GemmArgs& g, Precision p);
 // bf16 only (ignored otherwise): x16 / dy16, x's and dy's roundings already made; keep_x16, where x16
 // is null, receives x's rounding (made for the product anyway) for the backward's dW product; y16,
 // where given, receives the output as its bf16 rounding instead of y (fp32 accumulation and bias,
@@ -200,7 +200,7 @@ double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters
 // For bench/cuda/gemm_bench.cpp: g (bf16 operands A16 and B16; C fp32, or bf16 with bf16_out) timed
 // with each of cuBLASLt's first max_algos heuristic answers, best first (the first is the one bertcc's
 // GEMMs use): mean ms over `iters` back-to-back calls, -1 where an answer failed to run.
-std::vector<double> gemm_algo_ms(const kernels::GemmArgs& g, bool bf16_out, int max_algos, int iters);
+std::vector<double> gemm_algo_ms(const GemmArgs& g, bool bf16_out, int max_algos, int iters);
 
 // ---- optimizers over flat device buffers (bertcc/optim.h semantics) ----
 // Deterministic global L2 norm (fixed blocks, partials summed in order in double).

@@ -107,7 +107,7 @@ struct Problem {
     Desc& operator=(const Desc&) = delete;
   } desc;
   Layout la, lb, lc;
-  Problem(const kernels::GemmArgs& g, cudaDataType ab, cublasComputeType_t compute, bool with_bias,
+  Problem(const GemmArgs& g, cudaDataType ab, cublasComputeType_t compute, bool with_bias,
           cudaDataType cd = CUDA_R_32F)
       : desc(compute),
         la(ab, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b),
@@ -147,7 +147,7 @@ struct Problem {
     cublasLtMatmulPreferenceDestroy(pref);
     return hs == CUBLAS_STATUS_SUCCESS ? found : 0;
   }
-  cublasStatus_t matmul(const kernels::GemmArgs& g, const void* A, const void* B, void* C,
+  cublasStatus_t matmul(const GemmArgs& g, const void* A, const void* B, void* C,
                         const cublasLtMatmulAlgo_t* algo) const {
     Context& c = ctx();
     const float alpha = g.alpha, beta = g.accumulate ? 1.0f : 0.0f;
@@ -159,7 +159,7 @@ struct Problem {
 // The product into `out` (g.C where null) of type cd. False, with nothing computed, where no
 // algorithm takes it with the bias in the epilogue (or with a bf16 output): the caller then
 // computes it another way. Without either, no algorithm is an error.
-bool run(const kernels::GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute,
+bool run(const GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute,
          bool with_bias, cudaDataType cd = CUDA_R_32F, void* out = nullptr) {
   Context& c = ctx();
   if (!out) out = g.C;
@@ -194,7 +194,7 @@ bool allow_tf32() { return ctx().tf32; }
 // written by cuBLASLt (fp32 accumulation and bias, one rounding at the end), or where no algorithm
 // writes bf16 with an fp32 bias, computed into fp32 (g.C, or scratch where null) and rounded: the
 // rounding of the same sum either way, summation order apart.
-static void gemm_out(const kernels::GemmArgs& g, Precision p, bf16_t* C16) {
+static void gemm_out(const GemmArgs& g, Precision p, bf16_t* C16) {
   BERTCC_CHECK(g.bias == nullptr || g.batch == 1, "GEMM on CUDA: a bias with a batched GEMM");
   BERTCC_CHECK(!C16 || (p == Precision::BF16 && !g.accumulate && g.batch == 1),
                "GEMM on CUDA: a bf16 output needs bf16, no accumulation, no batch");
@@ -250,7 +250,7 @@ static void gemm_out(const kernels::GemmArgs& g, Precision p, bf16_t* C16) {
       if (run(g, A, B, ab, compute, bias, CUDA_R_16BF, C16)) return;
     }
     const OpTimer timer("gemm/bf16 output through fp32");
-    kernels::GemmArgs f = g;
+    GemmArgs f = g;
     if (!f.C) {
       static Scratch buf;
       f.C = buf.take<float>(static_cast<size_t>(g.M * g.ldc));
@@ -261,7 +261,7 @@ static void gemm_out(const kernels::GemmArgs& g, Precision p, bf16_t* C16) {
   }
   const OpTimer timer("gemm/cuBLASLt");
   if (!run(g, A, B, ab, compute, bias)) {  // no algorithm with the bias epilogue: add it afterwards
-    kernels::GemmArgs h = g;
+    GemmArgs h = g;
     h.bias = nullptr;
     run(h, A, B, ab, compute, false);
     add_bias<<<grid_for(g.M * g.N, 256), 256, 0, stream()>>>(g.C, g.bias, g.M, g.N, g.ldc);
@@ -269,7 +269,7 @@ static void gemm_out(const kernels::GemmArgs& g, Precision p, bf16_t* C16) {
   }
 }
 
-void gemm(const kernels::GemmArgs& g, Precision p) { gemm_out(g, p, nullptr); }
+void gemm(const GemmArgs& g, Precision p) { gemm_out(g, p, nullptr); }
 
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) {
   // A bare cuBLASLt GEMM on operands already in p's format (no rounding pass timed).
@@ -282,7 +282,7 @@ double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters
   auto* c = static_cast<float*>(alloc(static_cast<size_t>(M * N) * sizeof(float)));
   BERTCC_CUDA_CHECK(cudaMemset(a, 0x3c, static_cast<size_t>(M * K) * es));  // small finite values
   BERTCC_CUDA_CHECK(cudaMemset(b, 0x3c, static_cast<size_t>(K * N) * es));
-  kernels::GemmArgs g;
+  GemmArgs g;
   g.M = M;
   g.N = N;
   g.K = K;
@@ -312,7 +312,7 @@ double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters
   return 2.0 * static_cast<double>(M) * N * K / (best * 1e-3) / 1e12;
 }
 
-std::vector<double> gemm_algo_ms(const kernels::GemmArgs& g, bool bf16_out, int max_algos, int iters) {
+std::vector<double> gemm_algo_ms(const GemmArgs& g, bool bf16_out, int max_algos, int iters) {
   BERTCC_CHECK(g.A16 && g.B16 && g.C && max_algos > 0 && iters > 0, "gemm_algo_ms: bf16 operands and an output");
   const Problem pr(g, CUDA_R_16BF, CUBLAS_COMPUTE_32F, g.bias != nullptr, bf16_out ? CUDA_R_16BF : CUDA_R_32F);
   const uint32_t align[3] = {alignment(g.B16), alignment(g.A16), alignment(g.C)};
@@ -342,7 +342,7 @@ std::vector<double> gemm_algo_ms(const kernels::GemmArgs& g, bool bf16_out, int 
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                     Precision p, const bf16_t* W16, const bf16_t* x16, bf16_t* keep_x16, bf16_t* y16) {
-  kernels::GemmArgs g;
+  GemmArgs g;
   g.B16 = W16;
   if (p == Precision::BF16) {
     if (!x16 && keep_x16 && M * K > 0) {  // the rounding the product needs, into the caller's buffer
@@ -379,7 +379,7 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
     dy16 = d;
   }
   if (dx) {  // dx[M,K] += dy[M,N] @ W[N,K]
-    kernels::GemmArgs g;
+    GemmArgs g;
     g.A16 = dy16;
     g.B16 = W16;
     g.M = M;
@@ -395,7 +395,7 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
     cuda::gemm(g, p);
   }
   if (dW) {  // dW[N,K] += dy^T[N,M] @ x[M,K]
-    kernels::GemmArgs g;
+    GemmArgs g;
     g.M = N;
     g.N = K;
     g.K = M;

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "bertcc/error.h"
-#include "bertcc/finetune.h"
+#include "bertcc/features.h"
 
 namespace bertcc {
 

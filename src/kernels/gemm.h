@@ -6,27 +6,12 @@
 #include <cstdint>
 
 #include "bertcc/dtype.h"
+#include "bertcc/gemm_args.h"
 
 namespace bertcc::kernels {
 
-struct GemmArgs {
-  bool trans_a = false, trans_b = false;
-  int64_t M = 0, N = 0, K = 0;
-  const float* A = nullptr;
-  int64_t lda = 0;
-  const float* B = nullptr;
-  int64_t ldb = 0;
-  float* C = nullptr;
-  int64_t ldc = 0;
-  const float* bias = nullptr;  // [N] or null
-  float alpha = 1.0f;
-  bool accumulate = false;
-  // Batched: `batch` independent products, operands advanced by these strides (elements).
-  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
-  // bf16 only: operands already rounded to bf16, same layout as A/B (used instead of packing).
-  const bf16_t* A16 = nullptr;
-  const bf16_t* B16 = nullptr;
-};
+// The arguments (gemm_args.h), shared with the CUDA kernels.
+using bertcc::GemmArgs;
 
 void gemm(const GemmArgs& g, Precision p);
 

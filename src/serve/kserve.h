@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bertcc/config.h"
-#include "bertcc/finetune.h"
+#include "bertcc/features.h"
 
 namespace bertcc::serve {
 

@@ -28,7 +28,7 @@
 #include "bertcc/signals.h"
 #include "bertcc/fileio.h"
 #include "bertcc/json_depth.h"
-#include "bertcc/finetune.h"
+#include "bertcc/inference.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/runtime.h"
 #include "bertcc/tasks.h"

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "bertcc/error.h"
+#include "bertcc/inference.h"
 #include "bertcc/ner.h"
 #include "bertcc/squad.h"
 #include "bertcc/token_classification.h"
@@ -154,95 +155,6 @@ std::vector<nlohmann::ordered_json> tag_texts(const BertTokenizer& tok, const st
     res.push_back(std::move(r));
   }
   return res;
-}
-
-namespace {
-
-// Runs `fn(batch, rows)` over length-sorted batches of `f` (longest first), rows = feature indices.
-template <class Fn>
-void for_each_batch(const Bert& model, const std::vector<FtFeature>& f, int64_t batch_size, Fn fn) {
-  std::vector<size_t> order(f.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return f[a].input_ids.size() > f[b].input_ids.size(); });
-  const size_t bs = static_cast<size_t>(std::max<int64_t>(batch_size, 1));
-  for (size_t s = 0; s < order.size(); s += bs) {
-    const std::vector<size_t> idx(order.begin() + static_cast<ptrdiff_t>(s),
-                                  order.begin() + static_cast<ptrdiff_t>(std::min(order.size(), s + bs)));
-    fn(make_finetune_batch(f, idx, model.heads(), false, model.config().max_position_embeddings), idx);
-  }
-}
-
-}  // namespace
-
-std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
-                                                   Precision prec) {
-  const int64_t C = model.config().hidden_size;
-  std::vector<std::vector<float>> out(f.size());
-  Rng rng{0, 0};
-  std::vector<float> buf;
-  for_each_batch(model, f, batch_size, [&](const BertBatch& b, const std::vector<size_t>& idx) {
-    model.encode(b, /*training=*/false, prec, rng, /*backward=*/false);
-    const float* h = model.sequence_output_on_host(buf);
-    for (size_t r = 0; r < idx.size(); ++r) {
-      std::vector<float>& v = out[idx[r]];
-      v.assign(static_cast<size_t>(2 * C), 0.0f);
-      const float* row = h + static_cast<int64_t>(r) * b.T * C;
-      std::copy(row, row + C, v.begin());  // [CLS]
-      const int64_t L = static_cast<int64_t>(f[idx[r]].input_ids.size());
-      std::vector<double> mean(static_cast<size_t>(C), 0.0);
-      for (int64_t t = 0; t < L; ++t)
-        for (int64_t c = 0; c < C; ++c) mean[static_cast<size_t>(c)] += row[t * C + c];
-      for (int64_t c = 0; c < C; ++c) v[static_cast<size_t>(C + c)] = static_cast<float>(mean[static_cast<size_t>(c)] / L);
-    }
-  });
-  return out;
-}
-
-std::vector<std::vector<float>> predict_hidden(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
-                                               Precision prec) {
-  const int64_t C = model.config().hidden_size;
-  std::vector<std::vector<float>> out(f.size());
-  Rng rng{0, 0};
-  std::vector<float> hbuf, pbuf;
-  for_each_batch(model, f, batch_size, [&](const BertBatch& b, const std::vector<size_t>& idx) {
-    model.encode(b, /*training=*/false, prec, rng, /*backward=*/false);
-    const float* h = model.sequence_output_on_host(hbuf);
-    const float* p = model.pooled_output_on_host(pbuf);
-    for (size_t r = 0; r < idx.size(); ++r) {
-      const int64_t L = static_cast<int64_t>(f[idx[r]].input_ids.size());
-      const float* row = h + static_cast<int64_t>(r) * b.T * C;
-      std::vector<float>& v = out[idx[r]];
-      v.assign(row, row + L * C);
-      if (p) v.insert(v.end(), p + static_cast<int64_t>(r) * C, p + static_cast<int64_t>(r + 1) * C);
-    }
-  });
-  return out;
-}
-
-std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
-                                               Precision prec, int32_t mask_id) {
-  BERTCC_CHECK(model.heads() == Heads::PreTraining, "fill-mask needs a model with its masked-LM head (BertForPreTraining)");
-  const size_t V = static_cast<size_t>(model.config().vocab_size);
-  std::vector<std::vector<float>> out(f.size());
-  Rng rng{0, 0};
-  std::vector<float> lg;  // [masked rows, V], on the host whatever the backend
-  for_each_batch(model, f, batch_size, [&](BertBatch b, const std::vector<size_t>& idx) {
-    b.mlm_labels.assign(b.input_ids.size(), -1);
-    b.nsp_labels.assign(static_cast<size_t>(b.B), 0);
-    for (size_t n = 0; n < b.input_ids.size(); ++n)
-      if (b.input_ids[n] == mask_id && b.input_mask[n]) b.mlm_labels[n] = 0;  // any id: only the logits are used
-    model.pretrain_step(b, /*training=*/false, /*backward=*/false, prec, rng, 1.0f, 0.0f, 0.0f, &lg);
-    size_t m = 0;  // masked rows come in token order, row by row
-    for (size_t r = 0; r < idx.size(); ++r)
-      for (int64_t t = 0; t < b.T; ++t)
-        if (b.mlm_labels[r * static_cast<size_t>(b.T) + static_cast<size_t>(t)] != -1) {
-          out[idx[r]].insert(out[idx[r]].end(), lg.begin() + static_cast<ptrdiff_t>(m * V),
-                             lg.begin() + static_cast<ptrdiff_t>((m + 1) * V));
-          ++m;
-        }
-  });
-  return out;
 }
 
 std::vector<nlohmann::ordered_json> embed_texts(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,

@@ -14,6 +14,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/glue.h"
+#include "bertcc/inference.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/parallel.h"
 #include "bertcc/runtime.h"

@@ -8,6 +8,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/inference.h"
 #include "bertcc/ner.h"
 #include "bertcc/token_classification.h"
 #include "tools/finetune_common.h"

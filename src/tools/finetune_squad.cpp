@@ -5,6 +5,7 @@
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/inference.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/squad.h"
 #include "bertcc/squad_eval.h"

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/inference.h"
 #include "bertcc/json_depth.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/token_classification.h"

@@ -40,14 +40,6 @@ std::vector<size_t> epoch_permutation(size_t n, uint64_t seed, int64_t epoch) {
 
 }  // namespace
 
-int argmax(const std::vector<float>& v, size_t begin, size_t end) {
-  end = std::min(end, v.size());
-  size_t best = begin;
-  for (size_t i = begin; i < end; ++i)
-    if (v[i] > v[best]) best = i;
-  return static_cast<int>(best - begin);
-}
-
 std::vector<size_t> length_grouped_order(const std::vector<size_t>& shuffled, const std::vector<size_t>& lengths,
                                          int64_t batch_size) {
   const size_t n = shuffled.size(), bs = static_cast<size_t>(std::max<int64_t>(batch_size, 1));
@@ -75,52 +67,6 @@ void save_dir_atomic(const Bert& model, const std::string& dir, const std::strin
   replace_dir(tmp, dir);
 }
 }  // namespace
-
-std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
-                                               Precision prec) {
-  std::vector<size_t> order(f.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  // Length-sorted batches waste little padding; longest first, so the activation arena is sized
-  // once. Results go back to input order.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return f[a].input_ids.size() > f[b].input_ids.size(); });
-  std::vector<std::vector<float>> out(f.size());
-  Rng rng{0, 0};
-  // Under data parallelism batch j is predicted by rank j % W and the logits are gathered, so
-  // every rank gets the logits one process would compute (same batches, same kernels).
-  dist::Communicator& comm = dist::world();
-  const size_t W = static_cast<size_t>(comm.world()), R = static_cast<size_t>(comm.rank());
-  std::vector<float> mine;  // per batch: floats per row, then the rows
-  const size_t bs = static_cast<size_t>(std::max<int64_t>(batch_size, 1));
-  for (size_t s = 0, j = 0; s < order.size(); s += bs, ++j) {
-    if (j % W != R) continue;
-    std::vector<size_t> idx(order.begin() + static_cast<int64_t>(s),
-                            order.begin() + static_cast<int64_t>(std::min(order.size(), s + bs)));
-    const BertBatch b = make_finetune_batch(f, idx, model.heads(), false, model.config().max_position_embeddings);
-    model.finetune_step(b, /*training=*/false, /*backward=*/false, prec, rng);
-    const auto& lg = model.head_logits();
-    const size_t per_row = lg.size() / idx.size();
-    if (W > 1) {
-      mine.push_back(static_cast<float>(per_row));
-      mine.insert(mine.end(), lg.begin(), lg.end());
-      continue;
-    }
-    for (size_t r = 0; r < idx.size(); ++r) out[idx[r]].assign(lg.begin() + r * per_row, lg.begin() + (r + 1) * per_row);
-  }
-  if (W == 1) return out;
-  std::vector<float> all;
-  std::vector<size_t> counts;
-  comm.allgatherv(mine.data(), mine.size(), all, counts);
-  std::vector<size_t> pos(W, 0);  // read position in each rank's part
-  for (size_t r = 1; r < W; ++r) pos[r] = pos[r - 1] + counts[r - 1];
-  for (size_t s = 0, j = 0; s < order.size(); s += bs, ++j) {
-    size_t& p = pos[j % W];
-    const size_t per_row = static_cast<size_t>(all[p++]);
-    for (size_t i = s; i < std::min(order.size(), s + bs); ++i, p += per_row)
-      out[order[i]].assign(all.begin() + static_cast<int64_t>(p), all.begin() + static_cast<int64_t>(p + per_row));
-  }
-  return out;
-}
 
 void check_finetune_options(const FinetuneOptions& o) {
   BERTCC_CHECK(o.train_batch_size >= 1 && o.gradient_accumulation_steps >= 1 &&

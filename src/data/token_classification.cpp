@@ -1,4 +1,4 @@
-// Token classification on words (see token_classification.h).
+// Token classification features on words (see token_classification.h).
 #include "bertcc/token_classification.h"
 
 #include <utility>
@@ -51,28 +51,6 @@ NerFeatures ner_features(const BertTokenizer& tok, const std::vector<NerSentence
       out.word_pos.push_back(std::move(pos));
     } while (w < s.words.size());
   }
-  return out;
-}
-
-std::vector<std::vector<std::string>> ner_predict(Bert& m, const NerFeatures& nf, const std::vector<NerSentence>& sents,
-                                                  const std::vector<std::string>& labels, int64_t batch_size,
-                                                  Precision prec) {
-  return ner_decode(nf, sents, labels, predict_logits(m, nf.f, batch_size, prec));
-}
-
-std::vector<std::vector<std::string>> ner_decode(const NerFeatures& nf, const std::vector<NerSentence>& sents,
-                                                 const std::vector<std::string>& labels,
-                                                 const std::vector<std::vector<float>>& logits) {
-  std::vector<std::vector<std::string>> out(sents.size());
-  for (size_t i = 0; i < sents.size(); ++i) out[i].assign(sents[i].words.size(), "O");
-  const size_t K = labels.size();
-  for (size_t i = 0; i < nf.f.size(); ++i)
-    for (size_t j = 0; j < nf.word_pos[i].size(); ++j) {
-      const int32_t p = nf.word_pos[i][j];
-      if (p < 0) continue;
-      const size_t b = static_cast<size_t>(p) * K;
-      out[nf.sentence[i]][nf.first_word[i] + j] = labels[static_cast<size_t>(argmax(logits[i], b, b + K))];
-    }
   return out;
 }
 

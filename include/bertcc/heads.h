@@ -1,0 +1,27 @@
+// Which head a model carries (its Hugging Face architecture). Below the model: fine-tuning batches
+// (data/features.cpp) take the labels the head needs.
+#pragma once
+
+namespace bertcc {
+
+// None = BertModel; PreTraining = BertForPreTraining; the others are HF's BertForQuestionAnswering
+// (qa_outputs on every token), BertForSequenceClassification (classifier on the dropped-out pooled
+// output; regression when num_labels == 1) and BertForTokenClassification (classifier on every
+// dropped-out token). QA and token classification have no pooler, as in HF (add_pooling_layer=False).
+// Discriminator = HF's ElectraForPreTraining (replaced-token detection on every token; ELECTRA has
+// no pooler).
+// Generator = HF's ElectraForMaskedLM (pretrain_step without NSP).
+// JointQuestionAnswering = the joint SQuAD head of XLNet and NVIDIA's ELECTRA (start_logits,
+// end_logits conditioned on the start, answer_class for SQuAD 2.0) with beam search at inference.
+enum class Heads {
+  None,
+  PreTraining,
+  QuestionAnswering,
+  JointQuestionAnswering,
+  SequenceClassification,
+  TokenClassification,
+  Discriminator,
+  Generator
+};
+
+}  // namespace bertcc
