@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -136,6 +137,8 @@ bool decode_path(const std::string& target, std::string& path) {
 }
 
 // ---- the server ---------------------------------------------------------------------------------
+constexpr size_t kMaxPath = 8192;  // 414 above, whatever --max-header-bytes allows
+
 struct Route {
   std::string method;
   std::regex re;
@@ -270,6 +273,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     const std::string target(msg.target());
     for (const auto& f : msg) req->headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     req->body = std::move(msg.body());
+    if (target.size() > kMaxPath)  // a route's regex walks the path recursively (std::regex): bounded here
+      return answer_error(414, "request path of " + std::to_string(target.size()) + " bytes is over the limit of " +
+                                   std::to_string(kMaxPath));
     if (!decode_path(target, req->path))
       return answer_error(400, "the request path is not valid percent-encoded UTF-8", keep_alive_);
     const std::string method = head_ ? "GET" : req->method;
@@ -444,9 +450,21 @@ void Server::run() {
   s.workers = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, s.lim.worker_threads)));
   s.guard.emplace(asio::make_work_guard(s.ioc));
   s.accept();
+  // An exception out of a handler (none is expected: bad_alloc, say) ends that handler, not the
+  // thread or the server: the thread logs it and goes back to running the others.
+  auto serve = [&s] {
+    for (;;) {
+      try {
+        s.ioc.run();
+        return;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "serve: HTTP thread: %s\n", e.what());
+      }
+    }
+  };
   std::vector<std::thread> io;
-  for (int i = 1; i < std::max(1, s.lim.io_threads); ++i) io.emplace_back([&s] { s.ioc.run(); });
-  s.ioc.run();
+  for (int i = 1; i < std::max(1, s.lim.io_threads); ++i) io.emplace_back(serve);
+  serve();
   for (auto& t : io) t.join();
   s.workers->join();
 }

@@ -233,7 +233,9 @@ int run_pretraining(const PretrainOptions& o) {
   } else {
     BertConfig cfg = config_from_name_or_path(config);
     cfg.vocab_size = vocab->size();
-    pm.electra = o.model_type.empty() ? cfg.electra() || resume_electra : o.model_type == "electra";
+    // ELECTRA when the config says so, or when the config itself came from an ELECTRA checkpoint (a
+    // BERT --config given on ELECTRA checkpoints trains BERT, and the resume refuses them)
+    pm.electra = o.model_type.empty() ? cfg.electra() || (resume_electra && o.config.empty()) : o.model_type == "electra";
     if (pm.electra) {
       cfg.model_type = "electra";
       BertConfig gcfg = generator_config.empty() ? electra_generator_config(cfg, o.generator_hidden_size)

@@ -246,6 +246,8 @@ if "limits" in parts:
           f"160 MB of headers -> {statuses(out)} (431s counted: {code_count(PORT, 431) - before:g})")
     out = raw(PORT, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"c" * 20000 + b"\r\n\r\n")
     check(statuses(out) == [431], f"one 20 KB header -> {statuses(out)}")
+    out = raw(PORT, b"GET /v2/models/" + b"m" * 9000 + b"/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+    check(statuses(out) == [414], f"a 9 KB path -> {statuses(out)}")
     rss1 = rss_mb(srv)
     check(rss1 - rss0 < 64, f"RSS after the oversized requests: {rss0:.0f} -> {rss1:.0f} MB")
 
