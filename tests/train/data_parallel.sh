@@ -139,7 +139,9 @@ done
 # --- SIGTERM to one rank: every rank finishes the step, rank 0 saves, all exit 0; then resume
 # the checkpoint at the other world size.
 wait_for() { n=0; while [ ! -d "$1" ] && [ $n -lt 6000 ]; do sleep 0.05; n=$((n + 1)); done; }
-ranks_of() { pgrep -f "bertcc pretrain .*--output-dir $1" | sort -n; }
+# The ranks' pids: bertcc processes only (mpirun's own command line matches the pattern too, and
+# once pids wrap around pid_max its pid can be the largest: SIGSTOP then stopped mpirun, not a rank)
+ranks_of() { for p in $(pgrep -f "bertcc pretrain .*--output-dir $1"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = bertcc ] && echo $p; done | sort -n; }
 $MPI "$B" pretrain $PT $TWO --precision fp32 --output-dir "$W/term2" > "$W/term2a.log" 2>&1 &
 job=$!
 wait_for "$W/term2/checkpoints/step_2"
