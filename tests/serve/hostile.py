@@ -303,6 +303,17 @@ if "slowloris" in parts:
         s.send(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
         sel.register(s, selectors.EVENT_READ)
     closed_at = {}
+
+    def note_closed(timeout):  # records when the server closed each slow connection
+        for key, _ in sel.select(timeout=timeout):
+            try:
+                d = key.fileobj.recv(4096)
+            except OSError:
+                d = b""
+            if not d:
+                closed_at[key.fileobj.fileno()] = time.time() - t_start
+                sel.unregister(key.fileobj)
+
     worst, answered, slow_answers = 0.0, 0, 0
     deadline = t_start + 8
     next_line = t_start + 1
@@ -316,14 +327,7 @@ if "slowloris" in parts:
                 except OSError:
                     pass
             next_line += 1
-        for key, _ in sel.select(timeout=0):  # closed by the server
-            try:
-                d = key.fileobj.recv(4096)
-            except OSError:
-                d = b""
-            if not d:
-                closed_at[key.fileobj.fileno()] = time.time() - t_start
-                sel.unregister(key.fileobj)
+        note_closed(0)
         t0 = time.time()
         ok1 = req(PORT, "GET", "/v2/health/ready", timeout=5)[0] == 200
         ok2 = req(PORT, "POST", "/v1/classify", {"text": "still there?"}, timeout=5)[0] == 200
@@ -335,14 +339,7 @@ if "slowloris" in parts:
     check(answered > 10 and slow_answers == 0,
           f"{N} slowloris connections: health + classify answered {answered} times, worst {worst:.2f} s, {slow_answers} over 1 s")
     while len(closed_at) < N and time.time() < t_start + 12:
-        for key, _ in sel.select(timeout=0.5):
-            try:
-                d = key.fileobj.recv(4096)
-            except OSError:
-                d = b""
-            if not d:
-                closed_at[key.fileobj.fileno()] = time.time() - t_start
-                sel.unregister(key.fileobj)
+        note_closed(0.5)
     times = sorted(closed_at.values())
     check(len(times) == N and 4 < times[0] and times[-1] < 9,
           f"the server closed {len(times)} of {N} slow connections, between {times[0] if times else 0:.1f} and "
