@@ -348,6 +348,7 @@ TEST(Model, InferenceForwardInOneLayersMemoryGivesTheSameBits) {
     return b;
   }();
   const BertBatch bb = random_batch(big, 4, 32, 3);
+  set_padded_execution(true);  // the padded plan (unpadded, the rows are fewer: less still)
   for (Precision prec : {Precision::F32, Precision::BF16}) {
     Backend& be = staged_backend();
     Bert m(big, Heads::None);
@@ -368,6 +369,7 @@ TEST(Model, InferenceForwardInOneLayersMemoryGivesTheSameBits) {
     EXPECT_LT(inference, 0.75 * before) << "inference activations " << inference << " MB against " << before;
     EXPECT_GT(inference, 0.4 * before) << "inference activations " << inference << " MB against " << before;
   }
+  set_padded_execution(false);
 }
 
 TEST(Model, InferenceOnlyPlacementKeepsEncoderMatricesInBf16AloneWithTheSameBits) {
@@ -458,4 +460,184 @@ TEST(Model, GradientsAreAllocatedOnlyForABackward) {
   EXPECT_EQ(a.grads(), b.grads());
   EXPECT_NE(l_inf, la);  // dropout on in the training step
   EXPECT_EQ(a.grads().size(), static_cast<size_t>(a.table().total()));
+}
+
+namespace {
+
+// A batch of rows with the given lengths (then padding), labels for every head.
+BertBatch batch_of_lengths(const BertConfig& c, const std::vector<int64_t>& lens, int64_t T, uint32_t seed) {
+  std::mt19937 g(seed);
+  BertBatch b;
+  b.B = static_cast<int64_t>(lens.size());
+  b.T = T;
+  for (int64_t r = 0; r < b.B; ++r) {
+    const int64_t n = lens[static_cast<size_t>(r)];
+    for (int64_t t = 0; t < T; ++t) {
+      const bool pad = t >= n;
+      b.input_ids.push_back(pad ? 0 : 1 + static_cast<int32_t>(g() % (c.vocab_size - 1)));
+      b.input_mask.push_back(pad ? 0 : 1);
+      b.segment_ids.push_back(!pad && t > n / 2 ? 1 : 0);
+      b.mlm_labels.push_back(!pad && t > 0 && g() % 3 == 0 ? static_cast<int32_t>(g() % c.vocab_size) : -1);
+      b.labels.push_back(pad ? -100 : static_cast<int32_t>(g() % 3));  // token classification
+    }
+    b.nsp_labels.push_back(static_cast<int32_t>(g() % 2));
+    b.start_positions.push_back(static_cast<int32_t>(g() % n));
+    b.end_positions.push_back(static_cast<int32_t>(g() % n));
+  }
+  b.mlm_labels[static_cast<size_t>(T + 1)] = 5;  // (row 1 is long enough)
+  return b;
+}
+
+struct StepResult {
+  double loss = 0;
+  std::vector<float> logits, grads, seq;
+  bool packed = false;
+};
+
+StepResult run_step(const BertConfig& c, Heads h, const BertBatch& batch, Backend& be, Precision prec, bool padded,
+                    bool training) {
+  set_padded_execution(padded);
+  Bert m(c, h);
+  m.init_weights(31);
+  m.use_backend(be);
+  m.zero_grad();
+  Rng rng{5, 0};
+  StepResult r;
+  if (h == Heads::PreTraining) {
+    std::vector<float> mlm;
+    r.loss = m.pretrain_step(batch, training, true, prec, rng, 1.0f, 0, 0, &mlm).loss;
+    r.logits = mlm;
+  } else if (h == Heads::Discriminator) {
+    BertBatch d = batch;
+    for (size_t i = 0; i < d.labels.size(); ++i) d.labels[i] = d.input_mask[i] ? d.labels[i] % 2 : -100;
+    r.loss = m.discriminator_step(d, training, true, prec, rng).loss;
+    r.logits = m.head_logits();
+  } else {
+    BertBatch f = batch;
+    if (h == Heads::SequenceClassification) f.labels = {0, 2, 1, 1, 0, 2, 1, 0, 2}, f.labels.resize(f.B);
+    r.loss = m.finetune_step(f, training, true, prec, rng).loss;
+    r.logits = m.head_logits();
+  }
+  r.packed = m.last_packed();
+  m.grads_to_host();
+  r.grads = m.grads();
+  std::vector<float> buf;
+  const float* s = m.sequence_output_on_host(buf);
+  r.seq.assign(s, s + batch.B * batch.T * c.hidden_size);
+  set_padded_execution(false);
+  return r;
+}
+
+// The largest |a - b| over the rows of real tokens only (per-token tensors) or everywhere.
+double max_diff(const std::vector<float>& a, const std::vector<float>& b, const BertBatch& batch, int64_t per_token) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (per_token && !batch.input_mask[i / static_cast<size_t>(per_token)]) continue;
+    d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
+  return d;
+}
+double max_abs(const std::vector<float>& a) {
+  double m = 0;
+  for (float v : a) m = std::max(m, std::abs(static_cast<double>(v)));
+  return m;
+}
+
+}  // namespace
+
+TEST(Model, UnpaddedExecutionGivesThePaddedResults) {
+  // Unpadded execution (the default) computes a batch's real tokens only, packed; the padded path
+  // computes every row to the batch's longest. On rows of 1 token to the whole length (one row is
+  // all of it, one a single token), every head's loss, logits at the real tokens and every
+  // gradient agree: to 1e-6 of the tensor's largest value in fp32 (sums of the same products in
+  // other orders: the attention's softmax and GEMMs over a sequence's own keys), closely in bf16
+  // (whose roundings those orders move), on the CPU and on the staged backend (device code paths).
+  // Dropout off (its numbers are laid out by rows, which packing changes); QA: the packed loss
+  // takes the real positions only, checked against the padded logits' loss over those.
+  BertConfig c = small_config();
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0f;
+  c.id2label = {"a", "b", "c"};
+  const int64_t T = 12;
+  const BertBatch batch = batch_of_lengths(c, {1, 12, 7, 3, 9}, T, 4);
+  for (Backend* be : {&cpu_backend(), &staged_backend()}) {
+    for (Precision prec : {Precision::F32, Precision::BF16}) {
+      const double tol = prec == Precision::F32 ? 1e-6 : 3e-2;
+      for (Heads h : {Heads::PreTraining, Heads::SequenceClassification, Heads::TokenClassification,
+                      Heads::QuestionAnswering}) {
+        SCOPED_TRACE(std::string(be->on_host() ? "cpu " : "staged ") + (prec == Precision::BF16 ? "bf16 " : "fp32 ") +
+                     architecture_name(h));
+        const StepResult pad = run_step(c, h, batch, *be, prec, /*padded=*/true, /*training=*/true);
+        const StepResult pk = run_step(c, h, batch, *be, prec, /*padded=*/false, /*training=*/true);
+        EXPECT_FALSE(pad.packed);
+        EXPECT_TRUE(pk.packed);
+        EXPECT_LE(max_diff(pad.seq, pk.seq, batch, c.hidden_size), tol * max_abs(pad.seq));
+        const int64_t per_token = h == Heads::TokenClassification ? 3 : h == Heads::QuestionAnswering ? 2 : 0;
+        EXPECT_LE(max_diff(pad.logits, pk.logits, batch, per_token), tol * max_abs(pad.logits));
+        if (h == Heads::QuestionAnswering) {
+          // the padded logits' loss over the real positions only
+          double total = 0;
+          for (int which = 0; which < 2; ++which)
+            for (int64_t b = 0; b < batch.B; ++b) {
+              double mx = -1e30, sum = 0;
+              for (int64_t t = 0; t < T; ++t)
+                if (batch.input_mask[b * T + t]) mx = std::max(mx, static_cast<double>(pad.logits[2 * (b * T + t) + which]));
+              for (int64_t t = 0; t < T; ++t)
+                if (batch.input_mask[b * T + t]) sum += std::exp(pad.logits[2 * (b * T + t) + which] - mx);
+              const int32_t y = which == 0 ? batch.start_positions[b] : batch.end_positions[b];
+              total += 0.5 * (mx + std::log(sum) - pad.logits[2 * (b * T + y) + which]) / static_cast<double>(batch.B);
+            }
+          EXPECT_NEAR(pk.loss, total, tol * std::abs(total));
+          continue;
+        }
+        EXPECT_NEAR(pk.loss, pad.loss, tol * std::abs(pad.loss));
+        EXPECT_LE(max_diff(pad.grads, pk.grads, batch, 0), tol * max_abs(pad.grads));
+      }
+    }
+  }
+  // ELECTRA (projected embeddings, the discriminator on every token)
+  BertConfig e = c;
+  e.model_type = "electra";
+  e.embedding_size = 7;
+  e.hidden_act = "gelu";
+  const StepResult pad = run_step(e, Heads::Discriminator, batch, cpu_backend(), Precision::F32, true, true);
+  const StepResult pk = run_step(e, Heads::Discriminator, batch, cpu_backend(), Precision::F32, false, true);
+  EXPECT_TRUE(pk.packed);
+  EXPECT_NEAR(pk.loss, pad.loss, 1e-6 * std::abs(pad.loss));
+  EXPECT_LE(max_diff(pad.grads, pk.grads, batch, 0), 1e-6 * max_abs(pad.grads));
+}
+
+TEST(Model, UnpaddedSequenceOutputDoesNotDependOnItsBatch) {
+  // A sequence's hidden states are the same whatever batch it is computed in (alone, or packed
+  // with others of other lengths), with dropout on in training too: its dropout numbers are laid
+  // out after the previous sequences' in the packed rows, so this compares inference only.
+  const BertConfig c = small_config();
+  const int64_t T = 12;
+  const BertBatch mixed = batch_of_lengths(c, {5, 12, 7, 3}, T, 8);
+  BertBatch alone;  // row 2 (7 tokens) on its own, unpadded
+  alone.B = 1;
+  alone.T = 7;
+  for (int64_t t = 0; t < 7; ++t) {
+    alone.input_ids.push_back(mixed.input_ids[2 * T + t]);
+    alone.segment_ids.push_back(mixed.segment_ids[2 * T + t]);
+    alone.input_mask.push_back(1);
+  }
+  for (Precision prec : {Precision::F32, Precision::BF16}) {
+    Bert m(c, Heads::None);
+    m.init_weights(3);
+    Rng r{1, 0};
+    std::vector<float> buf;
+    m.encode(alone, false, prec, r, false);
+    EXPECT_FALSE(m.last_packed());
+    const std::vector<float> one(m.sequence_output(), m.sequence_output() + 7 * c.hidden_size);
+    const std::vector<float> pooled_one(m.pooled_output(), m.pooled_output() + c.hidden_size);
+    m.encode(mixed, false, prec, r, false);
+    EXPECT_TRUE(m.last_packed());
+    const float* s = m.sequence_output() + 2 * T * c.hidden_size;
+    EXPECT_EQ(one, std::vector<float>(s, s + 7 * c.hidden_size));
+    const float* p = m.pooled_output() + 2 * c.hidden_size;
+    EXPECT_EQ(pooled_one, std::vector<float>(p, p + c.hidden_size));
+    // zeros at the padding
+    for (int64_t i = 7 * c.hidden_size; i < T * c.hidden_size; ++i) EXPECT_EQ(s[i], 0.0f);
+  }
 }

@@ -169,6 +169,9 @@ class Bert {
   void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward = true);
   const float* sequence_output() const;
   const float* pooled_output() const;
+  // Whether the last encode computed its batch unpadded (packed_lengths): then sequence_output()
+  // is zero at the padding, and the QA head's loss takes the real positions only.
+  bool last_packed() const;
   // sequence_output() readable on the host: the pointer itself on the CPU, else downloaded into buf.
   const float* sequence_output_on_host(std::vector<float>& buf) const;
   const float* pooled_output_on_host(std::vector<float>& buf) const;  // null without a pooler
@@ -195,13 +198,23 @@ class Bert {
 
  private:
   struct Acts;
-  void ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec, bool inference = false);
-  static int64_t plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
-                           Precision prec, const Backend& be, std::vector<std::pair<float**, int64_t>>& plan,
-                           bool inference = false);
-  static int64_t plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
-                                     Precision prec, const Backend& be,
-                                     std::vector<std::pair<float**, int64_t>>& plan);
+  // The rows an encoder pass computes: B x T padded, or (unpadded execution) the batch's N real
+  // tokens packed, with the attention's saved and scratch floats for either layout.
+  struct Shape {
+    int64_t B = 0, T = 0, N = 0;
+    int64_t att_saved = 0, att_work = 0;
+    bool packed = false;
+  };
+  static Shape padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
+                            const Backend& be);
+  void ensure_acts(const Shape& s, bool attention_dropout, Precision prec, bool inference = false);
+  static int64_t plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
+                           std::vector<std::pair<float**, int64_t>>& plan, bool inference = false);
+  static int64_t plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec,
+                                     const Backend& be, std::vector<std::pair<float**, int64_t>>& plan);
+  // Unpadded execution for this batch: the lengths of its rows (input_mask a run of ones then
+  // zeros, none empty) when packing is on and the batch has padding; empty otherwise.
+  std::vector<int64_t> packed_lengths(const BertBatch& batch) const;
   static void place_inference_acts(Acts& a);
   // Every tensor the forward and backward passes read, by reference (bind_refs, at construction):
   // the encoder's per-layer handles and each head's. Absent ones (another head's) stay empty.

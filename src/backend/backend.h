@@ -294,6 +294,17 @@ inline const char* cuda_graphs_help() {
          "and replay it (one launch instead of one per kernel; the same results)";
 }
 
+// Unpadded execution (Bert::encode): the encoder computes a batch's real tokens only, packed
+// sequence after sequence, and restores the padded layout for the heads. On by default; --padded (or
+// the environment variable BERTCC_PADDED=1) computes every batch padded to its longest row, as
+// before, for comparison (and for dump-step, whose checks against PyTorch compute the padding).
+void set_padded_execution(bool on);
+bool padded_execution();
+inline const char* padded_help() {
+  return "compute each batch padded to its longest row (the padding too) instead of its real tokens only "
+         "(the default; also BERTCC_PADDED=1): for comparison";
+}
+
 // A buffer of T on a backend, freed with it (moves, never copies).
 template <class T>
 class DeviceBuffer {

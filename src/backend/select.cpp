@@ -1,6 +1,8 @@
 // Backend selection from a --device string. The CUDA backend exists only in builds with the CUDA
 // kernels (BERTCC_HAVE_CUDA); elsewhere asking for it is an error that says so.
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -19,6 +21,24 @@ std::atomic<bool> g_cuda_graphs{false};
 void set_allow_tf32(bool on) { g_allow_tf32 = on; }
 void set_cuda_graphs(bool on) { g_cuda_graphs = on; }
 bool cuda_graphs() { return g_cuda_graphs; }
+
+namespace {
+std::atomic<int> g_padded{-1};  // -1: not decided yet (BERTCC_PADDED decides on first use)
+}  // namespace
+void set_padded_execution(bool on) { g_padded = on ? 1 : 0; }
+bool padded_execution() {
+  int v = g_padded.load();
+  if (v < 0) {
+    const char* e = std::getenv("BERTCC_PADDED");
+    BERTCC_CHECK(!e || !*e || std::string(e) == "0" || std::string(e) == "1",
+                 "BERTCC_PADDED must be 0 (unpadded execution, the default) or 1 (padded), not '", e, "'");
+    v = e && std::string(e) == "1" ? 1 : 0;
+    int expected = -1;
+    g_padded.compare_exchange_strong(expected, v);
+    v = g_padded.load();
+  }
+  return v == 1;
+}
 
 Backend& backend_for(const std::string& device) {
   if (device.empty() || device == "cpu" || device == "cpu-staged") {

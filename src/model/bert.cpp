@@ -146,6 +146,19 @@ bool has_pooler(Heads h) {
 // ---------------------------------------------------------------------------------------------
 struct Bert::Acts {
   int64_t B = 0, T = 0;
+  // Unpadded execution (Shape::packed): the encoder computes N rows, the batch's real tokens
+  // packed sequence after sequence (FlashAttention's varlen layout): sequence b is rows cu[b] to
+  // cu[b+1]; att_off[b] is where its saved attention starts in a layer's `probs`, drop_off[b] where
+  // its attention-dropout numbers start after the layer's seed_att. seq_pad is the sequence output
+  // restored to [B,T,C] (zeros at the padding) for the heads, which read the padded layout.
+  bool packed = false;
+  int64_t N = 0, att_saved = 0, att_work_floats = 0;
+  std::vector<int64_t> cu, att_off, cls_rows;
+  std::vector<uint64_t> drop_off;
+  uint64_t drop_total = 0;  // the attention-dropout numbers of a layer (every sequence's)
+  std::vector<int32_t> pids, pseg;  // the packed ids and segment ids (host)
+  float* seq_pad = nullptr;
+  int64_t reserved = 0;  // floats reserve_activations asked for (the arena is at least that)
   bool attention_dropout = false;  // probs also hold the dropped-out probabilities
   // A forward that no backward follows: every layer's slices are layer 0's, the layer inputs
   // alternate between two buffers, and the backward's buffers are empty (a layer's activations,
@@ -532,9 +545,9 @@ int64_t arena_floats(const std::vector<std::pair<float**, int64_t>>& plan) {
 // The activation arena's slices for (B, T): (where the slice pointer goes, floats). Returns the
 // arena's size in floats (64-byte aligned slices). Training: every layer's saved activations and the
 // backward's scratch; inference (no backward follows): plan_inference_acts.
-int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
-                        const Backend& be, std::vector<std::pair<float**, int64_t>>& plan, bool inference) {
-  const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
+int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
+                        std::vector<std::pair<float**, int64_t>>& plan, bool inference) {
+  const int64_t B = s.B, T = s.T, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t L = cfg.num_hidden_layers, E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;  // bf16 copies (n bf16 in (n + 1) / 2 floats): bf16 only
   // In bf16 the backward reads the roundings of the layer inputs and of h1 (x16, h1_16), never
@@ -551,7 +564,8 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   const bool transient = h16;
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
-  if (inference) return plan_inference_acts(a, cfg, B, T, attention_dropout, prec, be, plan);
+  if (inference) return plan_inference_acts(a, cfg, s, prec, be, plan);
+  plan.push_back({&a.seq_pad, s.packed ? B * T * C : 0});
   plan.push_back({&a.emb_sum, N * E});
   plan.push_back({&a.emb_out, E != C ? N * E : 0});
   for (float** p : {&a.demb_a, &a.demb_b, &a.demb_c}) plan.push_back({p, E != C ? N * E : 0});
@@ -562,7 +576,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
     // bf16: layer 0's qkv slot also holds h1 (after qkv) and, in the backward, di2 or dqkv
     const bool front = &ly == &a.layers.front();
     plan.push_back({&ly.qkv, !transient ? N * 3 * C : front ? std::max(slot_floats(N * 3 * C) + N * C, N * I) : 0});
-    plan.push_back({&ly.probs, be.attention_saved_size(B, T, C, NH, attention_dropout, prec, h16)});
+    plan.push_back({&ly.probs, s.att_saved});
     plan.push_back({&ly.qkv16, h16 * (N * 3 * C + 1) / 2});
     plan.push_back({&ly.ctx, (1 - h16) * N * C});  // bf16: ctx16 alone (null_unkept)
     plan.push_back({&ly.ln1_sum, N * C});
@@ -580,7 +594,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
   }
   plan.push_back({&a.cls, B * C});
   plan.push_back({&a.pooled, B * C});
-  plan.push_back({&a.att_work, be.attention_work_size(B, T, C, NH)});  // the CPU's forward uses it too
+  plan.push_back({&a.att_work, s.att_work});  // the CPU's forward uses it too
   plan.push_back({&a.tmp_c, N * C});
   for (float** p : {&a.g, &a.d1, &a.d2, &a.dh, &a.dc}) plan.push_back({p, N * C});
   // The backward's scratch for the FFN (di, di2, di2_16) and for the attention (dqkv, dqkv16) is
@@ -606,9 +620,9 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bo
 // every layer uses layer 0's slices, and the layer input is written over by the layer's output
 // (x[l] is last read by the first residual LayerNorm). The same kernels in the same order on the
 // same values: the same bits as the training arena (Model.InferenceForwardInOneLayersMemory...).
-int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
-                                  Precision prec, const Backend& be, std::vector<std::pair<float**, int64_t>>& plan) {
-  const int64_t N = B * T, C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
+int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
+                                  std::vector<std::pair<float**, int64_t>>& plan) {
+  const int64_t B = s.B, T = s.T, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;
   a.lean = h16 && !be.y16_needs_y();
@@ -623,7 +637,8 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int
   plan.push_back({&a.emb_mean, N});
   plan.push_back({&a.emb_rstd, N});
   plan.push_back({&a.x[0], N * C});
-  plan.push_back({&ly.probs, be.attention_saved_size(B, T, C, NH, attention_dropout, prec, h16)});
+  plan.push_back({&a.seq_pad, s.packed ? B * T * C : 0});
+  plan.push_back({&ly.probs, s.att_saved});
   plan.push_back({&ly.qkv16, own16 * (N * 3 * C + 1) / 2});
   plan.push_back({&ly.inter16, own16 * (N * I + 1) / 2});
   plan.push_back({&ly.ln1_mean, N});
@@ -636,7 +651,7 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, int64_t B, int
   plan.push_back({&ly.gelu16, h16 * (N * I + 1) / 2});
   plan.push_back({&a.cls, B * C});
   plan.push_back({&a.pooled, B * C});
-  plan.push_back({&a.att_work, be.attention_work_size(B, T, C, NH)});
+  plan.push_back({&a.att_work, s.att_work});
   return arena_floats(plan);
 }
 
@@ -658,16 +673,26 @@ void Bert::place_inference_acts(Acts& a) {
   a.demb_a = a.demb_b = a.demb_c = nullptr;
 }
 
+Bert::Shape Bert::padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
+                               const Backend& be) {
+  const int64_t C = cfg.hidden_size, NH = cfg.num_attention_heads;
+  const bool h16 = prec == Precision::BF16;
+  return Shape{B, T, B * T, be.attention_saved_size(B, T, C, NH, attention_dropout, prec, h16),
+               be.attention_work_size(B, T, C, NH), false};
+}
+
 double Bert::activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec) {
   Acts a;
   std::vector<std::pair<float**, int64_t>> plan;
-  return 4.0 * static_cast<double>(plan_acts(a, cfg, B, T, attention_dropout, prec, cpu_backend(), plan)) +
-         4.0 * B * T;
+  const Shape s = padded_shape(cfg, B, T, attention_dropout, prec, cpu_backend());
+  return 4.0 * static_cast<double>(plan_acts(a, cfg, s, prec, cpu_backend(), plan)) + 4.0 * B * T;
 }
 
-void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision prec, bool inference) {
-  if (acts_ && acts_->B == B && acts_->T == T && acts_->attention_dropout == attention_dropout && acts_->prec == prec &&
-      acts_->inference == inference)
+void Bert::ensure_acts(const Shape& s, bool attention_dropout, Precision prec, bool inference) {
+  const int64_t B = s.B, T = s.T;
+  if (acts_ && acts_->B == B && acts_->T == T && acts_->N == s.N && acts_->packed == s.packed &&
+      acts_->att_saved == s.att_saved && acts_->att_work_floats == s.att_work &&
+      acts_->attention_dropout == attention_dropout && acts_->prec == prec && acts_->inference == inference)
     return;
   // The arena only grows: batches of varying length (fine-tuning pads each batch to its longest
   // row) re-carve the same memory instead of reallocating and faulting in fresh pages.
@@ -675,11 +700,15 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   Acts& a = *acts_;
   a.B = B;
   a.T = T;
+  a.N = s.N;
+  a.packed = s.packed;
+  a.att_saved = s.att_saved;
+  a.att_work_floats = s.att_work;
   a.attention_dropout = attention_dropout;
   a.prec = prec;
   a.inference = inference;
   std::vector<std::pair<float**, int64_t>> plan;  // count first, then carve (one allocation)
-  const int64_t total = plan_acts(a, cfg_, B, T, attention_dropout, prec, *be_, plan, inference);
+  const int64_t total = std::max(plan_acts(a, cfg_, s, prec, *be_, plan, inference), a.reserved);
   // bf16: the fp32 GELU and attention outputs are not kept (their training slices are empty):
   // gelu_forward and attention_forward write the bf16 copies only, and the products read those
   // (linear_forward and _backward take x16 for x). After alias (inference places ctx in its region).
@@ -692,7 +721,7 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
   // only a backward, refused after an inference forward, reads them afterwards.)
   // bf16 training: the layer inputs alternate and h1 is layer 0's (plan_acts).
   // Training: the backward's scratch shares slots (plan_acts).
-  const int64_t NC = B * T * cfg_.hidden_size;
+  const int64_t NC = s.N * cfg_.hidden_size;
   auto alias = [&a, prec, NC] {
     if (a.inference) return place_inference_acts(a);
     a.dqkv = a.di2;
@@ -749,10 +778,26 @@ void Bert::ensure_acts(int64_t B, int64_t T, bool attention_dropout, Precision p
 }
 
 void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
-  ensure_acts(B, T, cfg_.attention_probs_dropout_prob > 0, prec);
+  // for the padded layout, and for the packed one at its largest (every row full: the padded rows
+  // plus the sequence output restored to [B,T,C], each sequence's attention on its own)
+  const bool drop = cfg_.attention_probs_dropout_prob > 0;
+  const Shape pad = padded_shape(cfg_, B, T, drop, prec, *be_);
+  const Shape one = padded_shape(cfg_, 1, T, drop, prec, *be_);
+  const Shape packed{B, T, B * T, B * slot_floats(one.att_saved), one.att_work, true};
+  Acts scratch_acts;
+  std::vector<std::pair<float**, int64_t>> plan;
+  int64_t most = plan_acts(scratch_acts, cfg_, pad, prec, *be_, plan);
+  if (!padded_execution()) {
+    plan.clear();
+    most = std::max(most, plan_acts(scratch_acts, cfg_, packed, prec, *be_, plan));
+  }
+  if (!acts_) acts_ = std::make_unique<Acts>();
+  acts_->reserved = std::max(acts_->reserved, most);
+  ensure_acts(pad, drop, prec);
 }
 
-const float* Bert::sequence_output() const { return acts_->x.back(); }
+bool Bert::last_packed() const { return acts_ && acts_->packed; }
+const float* Bert::sequence_output() const { return acts_->packed ? acts_->seq_pad : acts_->x.back(); }
 const float* Bert::pooled_output() const { return pooler_ ? acts_->pooled : nullptr; }
 
 const float* Bert::pooled_output_on_host(std::vector<float>& buf) const {
@@ -819,25 +864,89 @@ void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_
 }
 }  // namespace
 
+std::vector<int64_t> Bert::packed_lengths(const BertBatch& batch) const {
+  if (padded_execution() || batch.input_mask.size() != static_cast<size_t>(batch.B * batch.T)) return {};
+  std::vector<int64_t> len(static_cast<size_t>(batch.B));
+  int64_t total = 0;
+  for (int64_t b = 0; b < batch.B; ++b) {
+    const int32_t* m = batch.input_mask.data() + b * batch.T;
+    int64_t n = 0;
+    while (n < batch.T && m[n] != 0) ++n;
+    for (int64_t t = n; t < batch.T; ++t)
+      if (m[t] != 0) return {};  // not a run of ones then zeros: computed padded
+    if (n == 0) return {};       // an empty row has no [CLS] row to pool: computed padded
+    len[static_cast<size_t>(b)] = n;
+    total += n;
+  }
+  if (total == batch.B * batch.T) return {};  // no padding: the padded layout is the packed one
+  return len;
+}
+
 void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward) {
-  const int64_t B = batch.B, T = batch.T, N = B * T;
+  const int64_t B = batch.B, T = batch.T;
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
   const float p_h = training ? cfg_.hidden_dropout_prob : 0.0f;
   const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
-  ensure_acts(B, T, p_a > 0, prec, /*inference=*/!backward);
+  const bool h16 = prec == Precision::BF16;
+  Backend& be = *be_;
+  // Unpadded execution: the rows are the real tokens, sequence after sequence; each sequence's
+  // attention runs on its own rows (no mask: it has no padding), its saved attention slice after
+  // the previous sequence's and its dropout numbers after the previous sequence's.
+  const std::vector<int64_t> len = packed_lengths(batch);
+  const bool packed = !len.empty();
+  Shape shape = padded_shape(cfg_, B, T, p_a > 0, prec, be);
+  std::vector<int64_t> cu, att_off;
+  std::vector<uint64_t> drop_off;
+  uint64_t drop_total = 0;
+  if (packed) {
+    cu.assign(static_cast<size_t>(B + 1), 0);
+    att_off.assign(static_cast<size_t>(B), 0);
+    drop_off.assign(static_cast<size_t>(B), 0);
+    int64_t saved = 0, work = 0;
+    uint64_t drops = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = len[static_cast<size_t>(b)];
+      cu[static_cast<size_t>(b + 1)] = cu[static_cast<size_t>(b)] + n;
+      att_off[static_cast<size_t>(b)] = saved;
+      drop_off[static_cast<size_t>(b)] = drops;
+      saved += slot_floats(be.attention_saved_size(1, n, C, NH, p_a > 0, prec, h16));
+      work = std::max(work, be.attention_work_size(1, n, C, NH));
+      drops += static_cast<uint64_t>(attention_drop_numbers(NH, n));
+    }
+    shape = Shape{B, T, cu.back(), saved, work, true};
+    drop_total = drops;
+  }
+  const int64_t N = shape.N;
+  ensure_acts(shape, p_a > 0, prec, /*inference=*/!backward);
   if (backward) ensure_grads();  // before the backward's parallel regions take gradient pointers
   refresh_bf16(prec);
-  batch_ids_ = batch.input_ids;
-  batch_seg_ = batch.segment_ids;
   Acts& a = *acts_;
-  Backend& be = *be_;
-  const int32_t* ids = batch.input_ids.data();
-  const int32_t* seg = batch.segment_ids.data();
+  if (packed) {
+    a.cu = std::move(cu);
+    a.att_off = std::move(att_off);
+    a.drop_off = std::move(drop_off);
+    a.drop_total = drop_total;
+    a.cls_rows.assign(a.cu.begin(), a.cu.end() - 1);
+    a.pids.resize(static_cast<size_t>(N));
+    a.pseg.resize(static_cast<size_t>(N));
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = a.cu[static_cast<size_t>(b + 1)] - a.cu[static_cast<size_t>(b)];
+      std::copy_n(batch.input_ids.data() + b * T, n, a.pids.data() + a.cu[static_cast<size_t>(b)]);
+      std::copy_n(batch.segment_ids.data() + b * T, n, a.pseg.data() + a.cu[static_cast<size_t>(b)]);
+    }
+    batch_ids_ = a.pids;
+    batch_seg_ = a.pseg;
+  } else {
+    batch_ids_ = batch.input_ids;
+    batch_seg_ = batch.segment_ids;
+  }
+  const int32_t* ids = batch_ids_.data();
+  const int32_t* seg = batch_seg_.data();
   if (!be.on_host()) {  // the batch's ids on the device (kept for the embeddings' backward)
     ids = a.dids.ensure(be, static_cast<size_t>(N));
     seg = a.dseg.ensure(be, static_cast<size_t>(N));
-    be.upload(a.dids.get(), batch.input_ids.data(), sizeof(int32_t) * N);
-    be.upload(a.dseg.get(), batch.segment_ids.data(), sizeof(int32_t) * N);
+    be.upload(a.dids.get(), batch_ids_.data(), sizeof(int32_t) * N);
+    be.upload(a.dseg.get(), batch_seg_.data(), sizeof(int32_t) * N);
   }
   a.dropout = training;
   a.rng_seed = rng.seed;
@@ -845,8 +954,16 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   const float eps = cfg_.layer_norm_eps;
   // a GEMM input's bf16 rounding, made by its forward product and kept for the backward's
   auto keep16 = [&a](float* slot) { return LinearIo{nullptr, a.as16(slot), nullptr}; };
-  for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
-  if (!be.on_host()) be.upload(a.dmask.get(), a.mask_add.data(), sizeof(float) * N);
+  if (packed) {  // no padding in a sequence's own rows: an additive mask of zeros
+    std::fill(a.mask_add.begin(), a.mask_add.end(), 0.0f);
+  } else {
+    for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
+  }
+  if (!be.on_host()) be.upload(a.dmask.get(), a.mask_add.data(), sizeof(float) * B * T);
+  auto seq_rows = [&a](int64_t b) {  // sequence b's first packed row and its row count
+    return std::pair<int64_t, int64_t>{a.cu[static_cast<size_t>(b)],
+                                       a.cu[static_cast<size_t>(b + 1)] - a.cu[static_cast<size_t>(b)]};
+  };
 
   // The forward from the embeddings on: device work alone (the batch is where the backend computes).
   auto forward = [&] {
@@ -854,9 +971,15 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     const int64_t E = cfg_.embedding_dim();
     const bool project = E != C;
     float* emb = project ? a.emb_out : a.x[0];
-    be.embeddings_forward(a.emb_sum, ids, seg,
-                       w(refs_.word), w(refs_.position),
-                       w(refs_.token_type), B, T, E);
+    if (packed) {  // positions count from 0 in each sequence
+      for (int64_t b = 0; b < B; ++b) {
+        const auto [r0, n] = seq_rows(b);
+        be.embeddings_forward(a.emb_sum + r0 * E, ids + r0, seg + r0, w(refs_.word), w(refs_.position),
+                              w(refs_.token_type), 1, n, E);
+      }
+    } else {
+      be.embeddings_forward(a.emb_sum, ids, seg, w(refs_.word), w(refs_.position), w(refs_.token_type), B, T, E);
+    }
     be.layernorm_forward(emb, a.emb_mean, a.emb_rstd, a.emb_sum, w(refs_.emb_norm.g),
                       w(refs_.emb_norm.b), N, E, eps);
     if (p_h > 0) {
@@ -878,10 +1001,22 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
       qkv_io.y16 = a.as16(ly.qkv16);
       be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), N, 3 * C, C,
                      prec, w16(L.qkv.w, prec), qkv_io);
-      ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
       // (bf16: the output as its rounding ctx16 alone, what the product reads)
-      be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, prec == Precision::BF16 ? nullptr : ly.qkv,
-                           a.as16(ly.qkv16), a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
+      if (packed) {
+        ly.seed_att = p_a > 0 ? rng.reserve(a.drop_total) : 0;
+        for (int64_t b = 0; b < B; ++b) {
+          const auto [r0, n] = seq_rows(b);
+          be.attention_forward(ly.ctx ? ly.ctx + r0 * C : nullptr, a.as16(ly.ctx16) ? a.as16(ly.ctx16) + r0 * C : nullptr,
+                               ly.probs + a.att_off[static_cast<size_t>(b)], a.att_work,
+                               prec == Precision::BF16 ? nullptr : ly.qkv + r0 * 3 * C,
+                               a.as16(ly.qkv16) ? a.as16(ly.qkv16) + r0 * 3 * C : nullptr, a.mask, 1, n, C, NH, p_a,
+                               rng, ly.seed_att + a.drop_off[static_cast<size_t>(b)], prec);
+        }
+      } else {
+        ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
+        be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, prec == Precision::BF16 ? nullptr : ly.qkv,
+                             a.as16(ly.qkv16), a.mask, B, T, C, NH, p_a, rng, ly.seed_att, prec);
+      }
       be.linear_forward(a.tmp_c, ly.ctx, w(L.attn_out.w), w(L.attn_out.b), N, C,
                      C, prec, w16(L.attn_out.w, prec),
                      LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
@@ -909,15 +1044,25 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
                                             rng, ly.seed_ffn_out);
     }
 
+    // packed: the sequence output restored to [B,T,C] for the heads (zeros at the padding)
+    if (packed)
+      for (int64_t b = 0; b < B; ++b) {
+        const auto [r0, n] = seq_rows(b);
+        be.copy(a.seq_pad + b * T * C, a.x.back() + r0 * C, sizeof(float) * static_cast<size_t>(n * C));
+        if (n < T) be.zero(a.seq_pad + (b * T + n) * C, sizeof(float) * static_cast<size_t>((T - n) * C));
+      }
     // pooler: tanh(dense(h[:, 0]))
     if (!pooler_) return;
-    be.copy_rows(a.cls, C, a.x.back(), T * C, B, C);
+    if (packed)
+      be.gather_rows(a.cls, a.x.back(), rows_on_backend(a.cls_rows), B, C);
+    else
+      be.copy_rows(a.cls, C, a.x.back(), T * C, B, C);
     be.linear_forward(a.pooled, a.cls, w(refs_.pooler.w), w(refs_.pooler.b), B, C, C, prec,
                    w16(refs_.pooler.w, prec));
     be.tanh_forward(a.pooled, a.pooled, B * C);
   };
   // --cuda-graphs: an inference forward runs as one recorded graph from its shape's second time on
-  if (!training && !backward && be.graphs() && cuda_graphs())
+  if (!training && !backward && be.graphs() && cuda_graphs() && !packed)
     run_recorded(a.graphs, a.darena.get(), be, B, T, prec, forward);
   else
     forward();
@@ -926,8 +1071,13 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
 void Bert::encode_backward(const float* dseq, const float* dpooled, Precision prec) {
   BERTCC_CHECK(acts_ && !acts_->inference, "encode_backward: the forward was run without backward (inference)");
   Acts& a = *acts_;
-  const int64_t B = a.B, T = a.T, N = B * T;
+  const int64_t B = a.B, T = a.T, N = a.N;
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, NH = cfg_.num_attention_heads;
+  const bool packed = a.packed;
+  auto seq_rows = [&a](int64_t b) {  // sequence b's first packed row and its row count
+    return std::pair<int64_t, int64_t>{a.cu[static_cast<size_t>(b)],
+                                       a.cu[static_cast<size_t>(b + 1)] - a.cu[static_cast<size_t>(b)]};
+  };
   const Activation act = cfg_.activation();
   const float p_h = a.dropout ? cfg_.hidden_dropout_prob : 0.0f;
   const float p_a = a.dropout ? cfg_.attention_probs_dropout_prob : 0.0f;
@@ -935,11 +1085,17 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   Backend& be = *be_;
   auto zero = [&](float* p, int64_t n) { be.zero(p, sizeof(float) * static_cast<size_t>(n)); };
 
-  // g = d(sequence output)
-  if (dseq)
+  // g = d(sequence output) (packed: its real rows; the padding's gradient reaches nothing)
+  if (dseq && packed) {
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [r0, n] = seq_rows(b);
+      be.copy(a.g + r0 * C, dseq + b * T * C, sizeof(float) * static_cast<size_t>(n * C));
+    }
+  } else if (dseq) {
     be.copy(a.g, dseq, sizeof(float) * N * C);
-  else
+  } else {
     zero(a.g, N * C);
+  }
   if (dpooled) {
     BERTCC_CHECK(pooler_, "encode_backward: this model has no pooler");
     // pooled = tanh(cls W^T + b); cls = h[:, 0]
@@ -948,7 +1104,10 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     zero(a.dcls, B * C);
     be.linear_backward(a.dcls, dgrad(refs_.pooler.w), dgrad(refs_.pooler.b), a.dpool, a.cls,
                     w(refs_.pooler.w), B, C, C, prec, w16(refs_.pooler.w, prec));
-    be.add_rows(a.g, T * C, a.dcls, C, B, C);
+    if (packed)
+      be.scatter_add_rows(a.g, a.dcls, rows_on_backend(a.cls_rows), B, C);
+    else
+      be.add_rows(a.g, T * C, a.dcls, C, B, C);
     if (grad_ready_) grad_ready_(table_[refs_.pooler.w].offset);
   }
 
@@ -1022,9 +1181,21 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
                     LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
     // (bf16: null qkv, whose buffer holds the last layer's; the layer's qkv16 serves)
     // (bf16: dqkv's rounding too, the QKV products' operand)
-    be.attention_backward(a.dqkv, a.as16(a.dqkv16), a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv,
-                          a.as16(ly.qkv16), ly.ctx, a.as16(ly.ctx16), ly.probs, a.mask, B, T, C, NH, p_a, rng,
-                          ly.seed_att, prec);
+    if (packed) {
+      for (int64_t b = 0; b < B; ++b) {
+        const auto [r0, n] = seq_rows(b);
+        auto at16 = [](bf16_t* p, int64_t off) { return p ? p + off : nullptr; };
+        be.attention_backward(a.dqkv + r0 * 3 * C, at16(a.as16(a.dqkv16), r0 * 3 * C), a.att_work, a.dc + r0 * C,
+                              prec == Precision::BF16 ? nullptr : ly.qkv + r0 * 3 * C,
+                              at16(a.as16(ly.qkv16), r0 * 3 * C), ly.ctx ? ly.ctx + r0 * C : nullptr,
+                              at16(a.as16(ly.ctx16), r0 * C), ly.probs + a.att_off[static_cast<size_t>(b)], a.mask, 1,
+                              n, C, NH, p_a, rng, ly.seed_att + a.drop_off[static_cast<size_t>(b)], prec);
+      }
+    } else {
+      be.attention_backward(a.dqkv, a.as16(a.dqkv16), a.att_work, a.dc, prec == Precision::BF16 ? nullptr : ly.qkv,
+                            a.as16(ly.qkv16), ly.ctx, a.as16(ly.ctx16), ly.probs, a.mask, B, T, C, NH, p_a, rng,
+                            ly.seed_att, prec);
+    }
     // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
     // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)
     be.linear_backward(a.g, dgrad(L.qkv.w), dgrad(L.qkv.b), a.dqkv,
@@ -1063,10 +1234,18 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   // (kept where the backend computes: a download here would wait for the whole backward on a device)
   float* pad_row = scratch(pad_row_, E, false);
   be.copy_rows(pad_row, E, dwte, E, 1, E);
-  be.embeddings_backward(dwte, dgrad(refs_.position),
-                         dgrad(refs_.token_type), dc,
-                         be.on_host() ? batch_ids_.data() : a.dids.get(), be.on_host() ? batch_seg_.data() : a.dseg.get(),
-                         B, T, E, cfg_.vocab_size, cfg_.type_vocab_size);
+  const int32_t* ids = be.on_host() ? batch_ids_.data() : a.dids.get();
+  const int32_t* seg = be.on_host() ? batch_seg_.data() : a.dseg.get();
+  if (packed) {
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [r0, n] = seq_rows(b);
+      be.embeddings_backward(dwte, dgrad(refs_.position), dgrad(refs_.token_type), dc + r0 * E, ids + r0, seg + r0, 1,
+                             n, E, cfg_.vocab_size, cfg_.type_vocab_size);
+    }
+  } else {
+    be.embeddings_backward(dwte, dgrad(refs_.position), dgrad(refs_.token_type), dc, ids, seg, B, T, E,
+                           cfg_.vocab_size, cfg_.type_vocab_size);
+  }
   be.copy_rows(dwte, E, pad_row, E, 1, E);
   if (grad_ready_) grad_ready_(0);
 }

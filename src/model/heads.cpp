@@ -111,12 +111,21 @@ FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool bac
       st[n] = head_logits_[2 * n];
       en[n] = head_logits_[2 * n + 1];
     }
+    // Unpadded: the padding has no hidden states; its positions take no part in the softmax
+    // (padded, they do, as in Hugging Face, with the hidden states computed there).
+    if (last_packed())
+      for (int64_t n = 0; n < N; ++n)
+        if (!batch.input_mask[n]) st[n] = en[n] = -INFINITY;
     auto clamp = [&](const std::vector<int32_t>& v) {
       std::vector<int32_t> r(B);
       for (int64_t b = 0; b < B; ++b) r[b] = std::clamp<int32_t>(v[b], 0, static_cast<int32_t>(T));
       return r;
     };
-    const std::vector<int32_t> sp = clamp(batch.start_positions), ep = clamp(batch.end_positions);
+    std::vector<int32_t> sp = clamp(batch.start_positions), ep = clamp(batch.end_positions);
+    if (last_packed())  // a position in the padding is outside the sequence: ignored, as one past T is
+      for (int64_t b = 0; b < B; ++b)
+        for (int32_t* q : {&sp[b], &ep[b]})
+          if (*q < T && !batch.input_mask[b * T + *q]) *q = static_cast<int32_t>(T);
     int64_t ns = 0, ne = 0;
     for (int64_t b = 0; b < B; ++b) {
       ns += sp[b] < T;

@@ -59,6 +59,7 @@ inline CLI::Validator whole_number() {
 inline void add_device_flags(CLI::App* sub, std::string& device) {
   sub->add_option("--device", device, device_help());
   sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
+  sub->add_flag_callback("--padded", [] { set_padded_execution(true); }, padded_help());
 }
 
 // --cuda-graphs, on the commands that only infer (qa, classify, tag, embed, fill-mask, serve, bench).

@@ -223,6 +223,9 @@ void add_dump_step(CLI::App& app) {
     check_output_not_input(o->out, "--out", o->model, "--model");
     check_output_not_input(o->out, "--out", o->batch, "--batch");
     set_threads(o->threads);
+    // padded, as the PyTorch checks it is compared with compute (the padding's hidden states too:
+    // Hugging Face's QA loss takes the padded positions)
+    set_padded_execution(true);
     const Precision prec = parse_precision(o->precision);
     Backend& be = backend_for(o->device);  // (on the CPU it says if --allow-tf32 is moot)
     std::cerr << (o->device == "cpu" ? describe_backend(prec == Precision::BF16) : be.describe()) << "\n";
