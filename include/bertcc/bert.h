@@ -212,6 +212,17 @@ class Bert {
                            std::vector<std::pair<float**, int64_t>>& plan, bool inference = false);
   static int64_t plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec,
                                      const Backend& be, std::vector<std::pair<float**, int64_t>>& plan);
+  // The encoder (encoder.cpp): the batch's rows, ids and mask set up, then the parts of the forward
+  // and backward passes in order, each on the rows of acts_ (padded or packed).
+  struct Pass;
+  void prepare_batch(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng);
+  void embeddings_forward(const Pass& pass);
+  void layer_forward(int l, const Pass& pass);
+  void attention_forward(int l, const Pass& pass);
+  void outputs_forward(const Pass& pass);
+  void layer_backward(int l, const Pass& pass);
+  void attention_backward(int l, const Pass& pass);
+  void embeddings_backward(const Pass& pass);
   // Unpadded execution for this batch: the lengths of its rows (input_mask a run of ones then
   // zeros, none empty) when packing is on and the batch has padding; empty otherwise.
   std::vector<int64_t> packed_lengths(const BertBatch& batch) const;

@@ -1,0 +1,490 @@
+// The encoder: embeddings, L transformer layers and the pooler, forward and backward side by side
+// (bertcc/bert.h), on the padded rows or, unpadded, on the batch's real tokens packed
+// (docs/architecture.md). Activation memory: activations.cpp.
+#include <algorithm>
+#include <utility>
+
+#include "backend/backend.h"
+#include "bertcc/bert.h"
+#include "bertcc/error.h"
+#include "kernels/kernels.h"
+#include "model/acts.h"
+
+namespace bertcc {
+
+using namespace kernels;
+
+namespace {
+// --cuda-graphs: `forward` (an inference forward's device work on the arena at `arena`) run as a
+// recorded graph. A shape's first run on an arena is run as it is: it sizes every scratch buffer and
+// lets cuBLASLt choose its algorithms, so that recording queues device work alone. Its next run is
+// recorded and launched, later ones launch the record. When one of the backend's buffers has been
+// freed since (memory_epoch), a record may name a buffer that is gone: it is dropped, and its shape
+// starts again with a run as it is. The kernels and their arguments are those of the unrecorded
+// forward, so are the results.
+template <class Graphs, class F>
+void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_t T, Precision prec, F&& forward) {
+  gs.be = &be;
+  const uint64_t epoch = be.memory_epoch();
+  for (auto it = gs.recorded.begin(); it != gs.recorded.end();) {
+    if (it->epoch == epoch) {
+      ++it;
+    } else {
+      be.graph_destroy(it->exec);
+      it = gs.recorded.erase(it);
+    }
+  }
+  auto same = [&](const auto& e) { return e.B == B && e.T == T && e.prec == prec && e.arena == arena; };
+  for (const auto& e : gs.recorded)
+    if (same(e)) return be.graph_launch(e.exec);
+  auto seen = std::find_if(gs.seen.begin(), gs.seen.end(), same);
+  if (seen == gs.seen.end() || seen->epoch != epoch) {
+    forward();
+    if (seen != gs.seen.end()) gs.seen.erase(seen);
+    if (gs.seen.size() >= 4 * Graphs::kMax) gs.seen.erase(gs.seen.begin());
+    gs.seen.push_back({B, T, prec, arena, be.memory_epoch(), nullptr});
+    return;
+  }
+  be.graph_begin();
+  try {
+    forward();
+  } catch (...) {
+    be.graph_abort();
+    throw;
+  }
+  void* exec = be.graph_end();  // (nothing was freed while recording: freeing is an error there)
+  if (gs.recorded.size() >= Graphs::kMax) {
+    be.graph_destroy(gs.recorded.front().exec);
+    gs.recorded.erase(gs.recorded.begin());
+  }
+  gs.recorded.push_back({B, T, prec, arena, epoch, exec});
+  be.graph_launch(exec);
+}
+}  // namespace
+
+std::vector<int64_t> Bert::packed_lengths(const BertBatch& batch) const {
+  if (padded_execution() || batch.input_mask.size() != static_cast<size_t>(batch.B * batch.T)) return {};
+  std::vector<int64_t> len(static_cast<size_t>(batch.B));
+  int64_t total = 0;
+  for (int64_t b = 0; b < batch.B; ++b) {
+    const int32_t* m = batch.input_mask.data() + b * batch.T;
+    int64_t n = 0;
+    while (n < batch.T && m[n] != 0) ++n;
+    for (int64_t t = n; t < batch.T; ++t)
+      if (m[t] != 0) return {};  // not a run of ones then zeros: computed padded
+    if (n == 0) return {};       // an empty row has no [CLS] row to pool: computed padded
+    len[static_cast<size_t>(b)] = n;
+    total += n;
+  }
+  if (total == batch.B * batch.T) return {};  // no padding: the padded layout is the packed one
+  return len;
+}
+
+// Sets up the activations for `batch` (packed or padded), its ids and additive mask where the
+// backend computes: everything a forward reads besides the weights.
+void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng) {
+  const int64_t B = batch.B, T = batch.T;
+  const int64_t C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
+  const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
+  const bool h16 = prec == Precision::BF16;
+  Backend& be = *be_;
+  // Unpadded execution: the rows are the real tokens, sequence after sequence; each sequence's
+  // attention runs on its own rows (no mask: it has no padding), its saved attention slice after
+  // the previous sequence's and its dropout numbers after the previous sequence's.
+  const std::vector<int64_t> len = packed_lengths(batch);
+  const bool packed = !len.empty();
+  Shape shape = padded_shape(cfg_, B, T, p_a > 0, prec, be);
+  std::vector<int64_t> cu, att_off;
+  std::vector<uint64_t> drop_off;
+  uint64_t drop_total = 0;
+  if (packed) {
+    cu.assign(static_cast<size_t>(B + 1), 0);
+    att_off.assign(static_cast<size_t>(B), 0);
+    drop_off.assign(static_cast<size_t>(B), 0);
+    int64_t saved = 0, work = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = len[static_cast<size_t>(b)];
+      cu[static_cast<size_t>(b + 1)] = cu[static_cast<size_t>(b)] + n;
+      att_off[static_cast<size_t>(b)] = saved;
+      drop_off[static_cast<size_t>(b)] = drop_total;
+      saved += slot_floats(be.attention_saved_size(1, n, C, NH, p_a > 0, prec, h16));
+      work = std::max(work, be.attention_work_size(1, n, C, NH));
+      drop_total += static_cast<uint64_t>(attention_drop_numbers(NH, n));
+    }
+    shape = Shape{B, T, cu.back(), saved, work, true};
+  }
+  const int64_t N = shape.N;
+  ensure_acts(shape, p_a > 0, prec, /*inference=*/!backward);
+  if (backward) ensure_grads();  // before the backward's parallel regions take gradient pointers
+  refresh_bf16(prec);
+  Acts& a = *acts_;
+  if (packed) {
+    a.cu = std::move(cu);
+    a.att_off = std::move(att_off);
+    a.drop_off = std::move(drop_off);
+    a.drop_total = drop_total;
+    a.cls_rows.assign(a.cu.begin(), a.cu.end() - 1);
+    a.pids.resize(static_cast<size_t>(N));
+    a.pseg.resize(static_cast<size_t>(N));
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [r0, n] = a.seq(b);
+      std::copy_n(batch.input_ids.data() + b * T, n, a.pids.data() + r0);
+      std::copy_n(batch.segment_ids.data() + b * T, n, a.pseg.data() + r0);
+    }
+    batch_ids_ = a.pids;
+    batch_seg_ = a.pseg;
+  } else {
+    batch_ids_ = batch.input_ids;
+    batch_seg_ = batch.segment_ids;
+  }
+  a.ids = batch_ids_.data();
+  a.seg = batch_seg_.data();
+  if (!be.on_host()) {  // the batch's ids on the device (kept for the embeddings' backward)
+    a.ids = a.dids.ensure(be, static_cast<size_t>(N));
+    a.seg = a.dseg.ensure(be, static_cast<size_t>(N));
+    be.upload(a.dids.get(), batch_ids_.data(), sizeof(int32_t) * N);
+    be.upload(a.dseg.get(), batch_seg_.data(), sizeof(int32_t) * N);
+  }
+  a.dropout = training;
+  a.rng_seed = rng.seed;
+  if (packed) {  // no padding in a sequence's own rows: an additive mask of zeros
+    std::fill(a.mask_add.begin(), a.mask_add.end(), 0.0f);
+  } else {
+    for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
+  }
+  if (!be.on_host()) be.upload(a.dmask.get(), a.mask_add.data(), sizeof(float) * B * T);
+}
+
+void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward) {
+  prepare_batch(batch, training, backward, prec, rng);
+  Acts& a = *acts_;
+  const Pass pass{prec, training ? cfg_.hidden_dropout_prob : 0.0f,
+                  training ? cfg_.attention_probs_dropout_prob : 0.0f, &rng};
+  // The forward from the embeddings on: device work alone (the batch is where the backend computes).
+  auto forward = [&] {
+    embeddings_forward(pass);
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) layer_forward(l, pass);
+    outputs_forward(pass);
+  };
+  // --cuda-graphs: an inference forward runs as one recorded graph from its shape's second time on
+  Backend& be = *be_;
+  if (!training && !backward && be.graphs() && cuda_graphs() && !a.packed)
+    run_recorded(a.graphs, a.darena.get(), be, a.B, a.T, prec, forward);
+  else
+    forward();
+}
+
+// embeddings -> LayerNorm -> dropout [-> embeddings_project (ELECTRA, embedding_size != hidden)]
+void Bert::embeddings_forward(const Pass& pass) {
+  Acts& a = *acts_;
+  Backend& be = *be_;
+  const int64_t B = a.B, T = a.T, N = a.N, C = cfg_.hidden_size, E = cfg_.embedding_dim();
+  const bool project = E != C;
+  float* emb = project ? a.emb_out : a.x[0];
+  if (a.packed) {  // positions count from 0 in each sequence
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [r0, n] = a.seq(b);
+      be.embeddings_forward(a.emb_sum + r0 * E, a.ids + r0, a.seg + r0, w(refs_.word), w(refs_.position),
+                            w(refs_.token_type), 1, n, E);
+    }
+  } else {
+    be.embeddings_forward(a.emb_sum, a.ids, a.seg, w(refs_.word), w(refs_.position), w(refs_.token_type), B, T, E);
+  }
+  be.layernorm_forward(emb, a.emb_mean, a.emb_rstd, a.emb_sum, w(refs_.emb_norm.g), w(refs_.emb_norm.b), N, E,
+                       cfg_.layer_norm_eps);
+  if (pass.p_h > 0) {
+    a.seed_emb = pass.rng->reserve(N * E);
+    be.dropout_forward(emb, emb, N * E, pass.p_h, *pass.rng, a.seed_emb);
+  }
+  if (project)
+    be.linear_forward(a.x[0], a.emb_out, w(refs_.project.w), w(refs_.project.b), N, C, E, pass.prec,
+                      w16(refs_.project.w, pass.prec));
+}
+
+// Encoder layer l: x[l+1] = LN2(dropout(FFN(h1)) + h1), h1 = LN1(dropout(attention(x[l])) + x[l]).
+void Bert::layer_forward(int l, const Pass& pass) {
+  Acts& a = *acts_;
+  Backend& be = *be_;
+  const int64_t N = a.N, C = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const Precision prec = pass.prec;
+  const float p_h = pass.p_h, eps = cfg_.layer_norm_eps;
+  Rng& rng = *pass.rng;
+  Acts::Layer& ly = a.layers[l];
+  const LayerRefs& L = refs_.layers[static_cast<size_t>(l)];
+  const float* xin = a.x[l];
+  // x[l]'s rounding: made here for layer 0 (after the embeddings' dropout), by the previous
+  // layer's LayerNorm for the others (a GEMM input's bf16 rounding, made by its forward product
+  // and kept for the backward's)
+  // (bf16: the output as its rounding qkv16 alone, what the attention reads)
+  LinearIo qkv_io = l == 0 ? LinearIo{nullptr, a.as16(ly.x16), nullptr} : LinearIo{a.as16(ly.x16), nullptr, nullptr};
+  qkv_io.y16 = a.as16(ly.qkv16);
+  be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), N, 3 * C, C, prec, w16(L.qkv.w, prec), qkv_io);
+  // (bf16: the output as its rounding ctx16 alone, what the product reads)
+  attention_forward(l, pass);
+  be.linear_forward(a.tmp_c, ly.ctx, w(L.attn_out.w), w(L.attn_out.b), N, C, C, prec, w16(L.attn_out.w, prec),
+                    LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
+  if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
+  be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin, w(L.attn_norm.g),
+                                        w(L.attn_norm.b), N, C, eps, a.as16(ly.h1_16), p_h, rng, ly.seed_attn_out);
+  // bf16: FFN1's output as its rounding inter16 alone (as PyTorch's autocast Linear writes bf16),
+  // the GELU's input forward and backward
+  LinearIo ffn1_io{a.as16(ly.h1_16), nullptr, nullptr};
+  ffn1_io.y16 = a.as16(ly.inter16);
+  be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
+  if (prec == Precision::BF16)
+    be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, cfg_.activation());
+  else
+    be.gelu_forward(ly.gelu, ly.inter, N * I, cfg_.activation());
+  be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
+                    LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
+  if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
+  be.residual_dropout_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
+                                        w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,
+                                        l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr, p_h,
+                                        rng, ly.seed_ffn_out);
+}
+
+// The layer's attention: ctx = softmax(q k^T / sqrt(d) + mask) v over the batch (padded) or over
+// each sequence's own rows (packed)
+void Bert::attention_forward(int l, const Pass& pass) {
+  Acts& a = *acts_;
+  Acts::Layer& ly = a.layers[static_cast<size_t>(l)];
+  Backend& be = *be_;
+  const int64_t B = a.B, T = a.T, C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
+  const Precision prec = pass.prec;
+  const float p_a = pass.p_a;
+  Rng& rng = *pass.rng;
+  const float* qkv = prec == Precision::BF16 ? nullptr : ly.qkv;
+  if (!a.packed) {
+    ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
+    be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, qkv, a.as16(ly.qkv16), a.mask, B, T, C, NH,
+                         p_a, rng, ly.seed_att, prec);
+    return;
+  }
+  ly.seed_att = p_a > 0 ? rng.reserve(a.drop_total) : 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto [r0, n] = a.seq(b);
+    be.attention_forward(at(ly.ctx, r0 * C), at(a.as16(ly.ctx16), r0 * C), ly.probs + a.att_off[static_cast<size_t>(b)],
+                         a.att_work, at(qkv, r0 * 3 * C), at(a.as16(ly.qkv16), r0 * 3 * C), a.mask, 1, n, C, NH, p_a,
+                         rng, ly.seed_att + a.drop_off[static_cast<size_t>(b)], prec);
+  }
+}
+
+// packed: the sequence output restored to [B,T,C] for the heads (zeros at the padding);
+// pooler: tanh(dense(h[:, 0]))
+void Bert::outputs_forward(const Pass& pass) {
+  Acts& a = *acts_;
+  Backend& be = *be_;
+  const int64_t B = a.B, T = a.T, C = cfg_.hidden_size;
+  if (a.packed)
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [r0, n] = a.seq(b);
+      be.copy(a.seq_pad + b * T * C, a.x.back() + r0 * C, sizeof(float) * static_cast<size_t>(n * C));
+      if (n < T) be.zero(a.seq_pad + (b * T + n) * C, sizeof(float) * static_cast<size_t>((T - n) * C));
+    }
+  if (!pooler_) return;
+  if (a.packed)
+    be.gather_rows(a.cls, a.x.back(), rows_on_backend(a.cls_rows), B, C);
+  else
+    be.copy_rows(a.cls, C, a.x.back(), T * C, B, C);
+  be.linear_forward(a.pooled, a.cls, w(refs_.pooler.w), w(refs_.pooler.b), B, C, C, pass.prec,
+                    w16(refs_.pooler.w, pass.prec));
+  be.tanh_forward(a.pooled, a.pooled, B * C);
+}
+
+void Bert::encode_backward(const float* dseq, const float* dpooled, Precision prec) {
+  BERTCC_CHECK(acts_ && !acts_->inference, "encode_backward: the forward was run without backward (inference)");
+  Acts& a = *acts_;
+  const int64_t B = a.B, T = a.T, N = a.N, C = cfg_.hidden_size;
+  Rng rng{a.rng_seed, 0};  // (the backward draws nothing: the masks come again from the saved seeds)
+  const Pass pass{prec, a.dropout ? cfg_.hidden_dropout_prob : 0.0f,
+                  a.dropout ? cfg_.attention_probs_dropout_prob : 0.0f, &rng};
+  Backend& be = *be_;
+  // g = d(sequence output) (packed: its real rows; the padding's gradient reaches nothing)
+  if (dseq && a.packed) {
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [r0, n] = a.seq(b);
+      be.copy(a.g + r0 * C, dseq + b * T * C, sizeof(float) * static_cast<size_t>(n * C));
+    }
+  } else if (dseq) {
+    be.copy(a.g, dseq, sizeof(float) * N * C);
+  } else {
+    be.zero(a.g, sizeof(float) * static_cast<size_t>(N * C));
+  }
+  if (dpooled) {
+    BERTCC_CHECK(pooler_, "encode_backward: this model has no pooler");
+    // pooled = tanh(cls W^T + b); cls = h[:, 0]
+    be.zero(a.dpool, sizeof(float) * static_cast<size_t>(B * C));
+    be.tanh_backward(a.dpool, a.pooled, dpooled, B * C);
+    be.zero(a.dcls, sizeof(float) * static_cast<size_t>(B * C));
+    be.linear_backward(a.dcls, dgrad(refs_.pooler.w), dgrad(refs_.pooler.b), a.dpool, a.cls, w(refs_.pooler.w), B, C,
+                       C, prec, w16(refs_.pooler.w, prec));
+    if (a.packed)
+      be.scatter_add_rows(a.g, a.dcls, rows_on_backend(a.cls_rows), B, C);
+    else
+      be.add_rows(a.g, T * C, a.dcls, C, B, C);
+    if (grad_ready_) grad_ready_(table_[refs_.pooler.w].offset);
+  }
+  for (int l = cfg_.num_hidden_layers - 1; l >= first_trainable_layer_; --l) layer_backward(l, pass);
+  if (embeddings_frozen_) {  // no gradient for frozen embeddings
+    if (grad_ready_) grad_ready_(0);
+    return;
+  }
+  embeddings_backward(pass);
+}
+
+// Layer l's backward: from g = d(x[l+1]) to g = d(x[l]), the layer's weight gradients added
+void Bert::layer_backward(int l, const Pass& pass) {
+  Acts& a = *acts_;
+  Backend& be = *be_;
+  const int64_t N = a.N, C = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const Precision prec = pass.prec;
+  const float p_h = pass.p_h;
+  const Rng& rng = *pass.rng;
+  const Activation act = cfg_.activation();
+  Acts::Layer& ly = a.layers[l];
+  const LayerRefs& L = refs_.layers[static_cast<size_t>(l)];
+  // x[l+1] = LN2(dropout(ffn_out) + h1)
+  // (the layer's gradient buffers are written, not added to: no zeroing pass). The gradient
+  // into h1 goes straight to dh, the residual branch's buffer, which FFN1's backward adds to
+  // only after the FFN branch has read it (no copy)
+  const float* dffn = a.dh;
+  const bf16_t* dffn16 = nullptr;  // its rounding, where the dropout backward makes it
+  if (p_h > 0) {
+    be.layernorm_dropout_backward(a.dh, dgrad(L.ffn_norm.g), dgrad(L.ffn_norm.b), a.g,
+                                  ly.ln2_sum, w(L.ffn_norm.g), ly.ln2_mean, ly.ln2_rstd, N, C, a.d2,
+                                  a.as16(a.d2_16), p_h, rng, ly.seed_ffn_out);
+    dffn = a.d2;
+    dffn16 = a.as16(a.d2_16);
+  } else {
+    be.layernorm_backward(a.dh, dgrad(L.ffn_norm.g), dgrad(L.ffn_norm.b), a.g,
+                          ly.ln2_sum, w(L.ffn_norm.g), ly.ln2_mean, ly.ln2_rstd, N, C,
+                          /*overwrite=*/true);
+  }
+  // ffn_out = gelu W2^T + b2; inter = h1 W1^T + b1. In bf16 both FFN1 products read the
+  // gradient's rounding only, so the GELU backward makes that and the bias gradient (fused on
+  // CUDA: the fp32 gradient is not written). bf16 keeps no GELU output per layer (2 bytes per
+  // FFN element, the largest activation of a layer): the GELU backward, which reads its input
+  // anyway, writes it again (gelu_forward16's bits) into layer 0's slot, where the FFN2 weight
+  // gradient, computed after the input gradient, reads it.
+  if (prec == Precision::BF16) {
+    be.linear_backward(a.di, nullptr, nullptr, dffn, nullptr, w(L.ffn_out.w), N, C, I, prec,
+                       w16(L.ffn_out.w, prec), LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
+    be.gelu_bias_backward(a.as16(a.di2_16), dgrad(L.ffn_in.b), a.as16(ly.inter16), a.di, N, I,
+                          act, a.di2, a.as16(ly.gelu16));
+    be.linear_backward(nullptr, dgrad(L.ffn_out.w), dgrad(L.ffn_out.b), dffn,
+                       /*x: gelu16 alone*/ nullptr, w(L.ffn_out.w), N, C, I, prec,
+                       w16(L.ffn_out.w, prec), LinearIo{a.as16(ly.gelu16), nullptr, dffn16});
+    be.linear_backward(a.dh, dgrad(L.ffn_in.w), nullptr, nullptr, /*x: h1_16 alone*/ nullptr,
+                       w(L.ffn_in.w), N, I, C, prec, w16(L.ffn_in.w, prec),
+                       LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
+  } else {
+    be.linear_backward(a.di, dgrad(L.ffn_out.w), dgrad(L.ffn_out.b), dffn, ly.gelu,
+                       w(L.ffn_out.w), N, C, I, prec, w16(L.ffn_out.w, prec),
+                       LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
+    be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, nullptr, /*overwrite=*/true);
+    be.linear_backward(a.dh, dgrad(L.ffn_in.w), dgrad(L.ffn_in.b), a.di2,
+                       ly.h1, w(L.ffn_in.w), N, I, C, prec,
+                       w16(L.ffn_in.w, prec), LinearIo{a.as16(ly.h1_16), nullptr, nullptr});
+  }
+  // h1 = LN1(dropout(attn_out) + x[l]); the gradient into x[l] goes straight to g (read by LN2's
+  // backward above, added to by the QKV backward after the attention branch has read it)
+  const float* dattn = a.g;
+  const bf16_t* dattn16 = nullptr;
+  if (p_h > 0) {
+    be.layernorm_dropout_backward(a.g, dgrad(L.attn_norm.g),
+                                  dgrad(L.attn_norm.b), a.dh, ly.ln1_sum,
+                                  w(L.attn_norm.g), ly.ln1_mean, ly.ln1_rstd, N, C, a.d2,
+                                  a.as16(a.d2_16), p_h, rng, ly.seed_attn_out);
+    dattn = a.d2;
+    dattn16 = a.as16(a.d2_16);
+  } else {
+    be.layernorm_backward(a.g, dgrad(L.attn_norm.g),
+                          dgrad(L.attn_norm.b), a.dh, ly.ln1_sum,
+                          w(L.attn_norm.g), ly.ln1_mean, ly.ln1_rstd, N, C,
+                          /*overwrite=*/true);
+  }
+  // (bf16: ctx16 alone; ctx is null)
+  be.linear_backward(a.dc, dgrad(L.attn_out.w), dgrad(L.attn_out.b), dattn,
+                  ly.ctx, w(L.attn_out.w), N, C, C, prec,
+                  w16(L.attn_out.w, prec),
+                  LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
+  // (bf16: null qkv, whose buffer holds the last layer's; the layer's qkv16 serves)
+  // (bf16: dqkv's rounding too, the QKV products' operand)
+  attention_backward(l, pass);
+  // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
+  // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)
+  be.linear_backward(a.g, dgrad(L.qkv.w), dgrad(L.qkv.b), a.dqkv,
+                  prec == Precision::BF16 ? nullptr : a.x[l],
+                  w(L.qkv.w), N, 3 * C, C, prec,
+                  w16(L.qkv.w, prec),
+                  LinearIo{a.as16(ly.x16), nullptr, a.as16(a.dqkv16)});
+  if (grad_ready_) grad_ready_(table_[L.qkv.w].offset);  // the layer's first tensor
+}
+
+// The attention's backward (the saved probabilities; dropout from the forward's seeds): over the
+// batch (padded) or each sequence's own rows (packed)
+void Bert::attention_backward(int l, const Pass& pass) {
+  Acts& a = *acts_;
+  Acts::Layer& ly = a.layers[static_cast<size_t>(l)];
+  Backend& be = *be_;
+  const int64_t B = a.B, T = a.T, C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
+  const Precision prec = pass.prec;
+  const float* qkv = prec == Precision::BF16 ? nullptr : ly.qkv;  // (bf16: its buffer holds the last layer's; qkv16 serves)
+  if (!a.packed) {
+    // (bf16: dqkv's rounding too, the QKV products' operand)
+    be.attention_backward(a.dqkv, a.as16(a.dqkv16), a.att_work, a.dc, qkv, a.as16(ly.qkv16), ly.ctx, a.as16(ly.ctx16),
+                          ly.probs, a.mask, B, T, C, NH, pass.p_a, *pass.rng, ly.seed_att, prec);
+    return;
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const auto [r0, n] = a.seq(b);
+    be.attention_backward(a.dqkv + r0 * 3 * C, at(a.as16(a.dqkv16), r0 * 3 * C), a.att_work, a.dc + r0 * C,
+                          at(qkv, r0 * 3 * C), at(a.as16(ly.qkv16), r0 * 3 * C), at(ly.ctx, r0 * C),
+                          at(a.as16(ly.ctx16), r0 * C), ly.probs + a.att_off[static_cast<size_t>(b)], a.mask, 1, n, C,
+                          NH, pass.p_a, *pass.rng, ly.seed_att + a.drop_off[static_cast<size_t>(b)], prec);
+  }
+}
+
+// x[0] = [project(] dropout(LN(emb_sum)) [)]: from g = d(x[0]) to the embedding tables' gradients
+void Bert::embeddings_backward(const Pass& pass) {
+  Acts& a = *acts_;
+  Backend& be = *be_;
+  const int64_t B = a.B, T = a.T, N = a.N, C = cfg_.hidden_size, E = cfg_.embedding_dim();
+  const Precision prec = pass.prec;
+  const bool project = E != C;
+  float* da = project ? a.demb_a : nullptr;  // scratch [N,E] (the encoder's [N,C] ones when E == C)
+  float* db = project ? a.demb_b : a.d2;
+  float* dc = project ? a.demb_c : a.d1;
+  const float* dx0 = a.g;
+  if (project) {
+    be.linear_backward(da, dgrad(refs_.project.w), dgrad(refs_.project.b), a.g, a.emb_out, w(refs_.project.w), N, C, E,
+                       prec, w16(refs_.project.w, prec), LinearIo{nullptr, nullptr, nullptr, /*overwrite_dx=*/true});
+    dx0 = da;
+  }
+  if (pass.p_h > 0) {
+    be.dropout_backward(db, dx0, N * E, pass.p_h, *pass.rng, a.seed_emb, nullptr, /*overwrite=*/true);
+    dx0 = db;
+  }
+  be.layernorm_backward(dc, dgrad(refs_.emb_norm.g), dgrad(refs_.emb_norm.b), dx0, a.emb_sum, w(refs_.emb_norm.g),
+                        a.emb_mean, a.emb_rstd, N, E, /*overwrite=*/true);
+  // HF's nn.Embedding(padding_idx=pad) gives the padding row no gradient from the lookup.
+  float* dwte = dgrad(refs_.word);
+  // (kept where the backend computes: a download here would wait for the whole backward on a device)
+  float* pad_row = scratch(pad_row_, E, false);
+  be.copy_rows(pad_row, E, dwte, E, 1, E);
+  if (a.packed) {
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [r0, n] = a.seq(b);
+      be.embeddings_backward(dwte, dgrad(refs_.position), dgrad(refs_.token_type), dc + r0 * E, a.ids + r0,
+                             a.seg + r0, 1, n, E, cfg_.vocab_size, cfg_.type_vocab_size);
+    }
+  } else {
+    be.embeddings_backward(dwte, dgrad(refs_.position), dgrad(refs_.token_type), dc, a.ids, a.seg, B, T, E,
+                           cfg_.vocab_size, cfg_.type_vocab_size);
+  }
+  be.copy_rows(dwte, E, pad_row, E, 1, E);
+  if (grad_ready_) grad_ready_(0);
+}
+
+}  // namespace bertcc
