@@ -31,6 +31,7 @@ struct Runtime {
     dnnl::memory::desc scratch;
   };
   std::unordered_map<std::string, Entry> cache;
+  static constexpr size_t kMaxCached = 4096;
   std::vector<bf16_t> scratch_a, scratch_b;
   // One scratchpad for every matmul, owned here: oneDNN's own (library mode) is allocated and
   // freed around each call, which for large shapes means fresh pages zeroed by the kernel each time.
@@ -212,6 +213,9 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
 
   auto it = R.cache.find(key);
   if (it == R.cache.end()) {
+    // Bounded: unpadded batches (and a server's) bring a new row count with nearly every batch, so
+    // the shapes seen over a long run are many; past the bound the primitives are made again.
+    if (R.cache.size() >= Runtime::kMaxCached) R.cache.clear();
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});

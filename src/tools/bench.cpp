@@ -171,8 +171,21 @@ void add_bench(CLI::App& app) {
     double total = 0;
     for (double t : times) total += t;
     const double mean = total / static_cast<double>(times.size());
-    const double fwd = electra ? electra_forward_flops(cfg, gcfg, B, T, masked)
-                               : Bert::forward_flops(cfg, B, T, train ? masked : 0, train);
+    // FLOPs of what was computed: unpadded, each sequence's real tokens (the heads' masked
+    // positions as before); padded, every row to T
+    const bool unpadded = model.last_packed();
+    double fwd = electra ? electra_forward_flops(cfg, gcfg, B, T, masked)
+                         : Bert::forward_flops(cfg, B, T, train ? masked : 0, train);
+    int64_t tokens = B * T;
+    if (unpadded && !electra) {
+      fwd -= Bert::forward_flops(cfg, B, T, 0, false);  // the heads alone
+      tokens = 0;
+      for (int64_t r = 0; r < B; ++r) {
+        const int64_t len = real_length(r, T, o->padding);
+        fwd += Bert::forward_flops(cfg, 1, len, 0, false);
+        tokens += len;
+      }
+    }
     const double flops = train || squad ? 3.0 * fwd : fwd;
     const double probe = be.gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
     nlohmann::ordered_json j;
@@ -182,6 +195,8 @@ void add_bench(CLI::App& app) {
     j["batch"] = B;
     j["seq"] = T;
     if (o->padding > 0) j["padding"] = o->padding;
+    j["unpadded"] = unpadded;
+    j["tokens_computed"] = tokens;
     if (electra) j["generator_hidden_size"] = gcfg.hidden_size;
     j["threads"] = threads();
     j["steps"] = o->steps;
