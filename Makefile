@@ -10,8 +10,9 @@ all: build
 deps:
 	@./scripts/install-deps.sh
 
+# CMAKE_ARGS: more cmake options for build/, e.g. -DCMAKE_CUDA_ARCHITECTURES=90 (.ci/run)
 build:
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # ctest -j$(JOBS): tests declare the cores they use (PROCESSORS, CMakeLists.txt), so a 2-core machine
