@@ -6,14 +6,25 @@
 # kept in fuzz/regressions/<target>/ and replayed before each target's run.
 #   fuzz/run.sh [SECONDS]        (FUZZ_TARGETS="fuzz_hdf5 ..." runs only those; FUZZ_RUNS=N also
 #                                 ends a target after N executions: the 10-million campaign)
+#   fuzz/run.sh --build TARGET...  configures build-fuzz and builds TARGETs only (make test-asan:
+#                                 bertcc_tests, so that the library's sanitized objects are shared)
+# build-fuzz is one clang tree for make fuzz and make test-asan: ASan + UBSan and the fuzzers'
+# coverage instrumentation, which unit tests linked without libFuzzer leave unused (make test-asan
+# makes UBSan's reports fatal at run time, UBSAN_OPTIONS=halt_on_error=1, as -fno-sanitize-recover
+# does in a BERTCC_SANITIZE build; the fuzzers keep UBSan's reports recoverable, as before).
 set -eu
-SECONDS_EACH="${1:-${FUZZ_SECONDS:-60}}"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 B="$HERE/build-fuzz"; S="$HERE/../shared/data"
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (Debian: clang, libclang-rt-14-dev)"; exit 1; }
 mkdir -p "$B"
-CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_MPI=OFF -DBERTCC_CUDA=OFF > "$B/configure.log" 2>&1 \
-  || { tail -20 "$B/configure.log"; exit 1; }
+CC=clang CXX=clang++ cmake -S "$HERE" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBERTCC_FUZZ=ON -DBERTCC_SANITIZE=OFF \
+  -DBERTCC_MPI=OFF -DBERTCC_CUDA=OFF > "$B/configure.log" 2>&1 || { tail -20 "$B/configure.log"; exit 1; }
+if [ "${1:-}" = --build ]; then
+  shift
+  cmake --build "$B" -j "$(nproc)" --target "$@"
+  exit $?
+fi
+SECONDS_EACH="${1:-${FUZZ_SECONDS:-60}}"
 cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 fuzz_http > "$B/build.log" 2>&1 \
   || { grep -E "error" "$B/build.log" | head -20; exit 1; }
 seeds() {  # seeds TARGET: fills $B/corpus/TARGET

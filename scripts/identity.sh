@@ -7,7 +7,8 @@
 #   scripts/identity.sh compare OLD NEW OUT    runs both (OUT/old, OUT/new) and diffs their manifests
 #   scripts/identity.sh diff MANIFEST_A MANIFEST_B   lists every name whose hash differs or that one lacks
 #   scripts/identity.sh check BERTCC OUT       two runs of one binary (OUT/a, OUT/b): complete and identical
-#                                              (the ctest test identity_harness)
+#   scripts/identity.sh check-quick BERTCC OUT the same on a representative subset of the jobs (QUICK below;
+#                                              the ctest test identity_harness)
 #
 # What is hashed (every job on the test fixture's tiny models, 2 threads, so a run takes minutes on
 # 2 cores):
@@ -26,6 +27,8 @@
 #    and batches written here;
 #  - classify/qa/tag (fp32, bf16; one text and JSON lines), embed, fill-mask, export-onnx of each model.
 # Hashes depend on the CPU (oneDNN picks kernels per ISA): compare binaries on one machine.
+# IDENTITY_ONLY (an extended regular expression over job names: pt_bert_fp32, ft_sst2,
+# dump_classify_bf16_cpu, qa1_fp32, onnx_ft_sst2, ...) runs and hashes only the jobs it matches.
 # Exits 1 when a job fails or a result is missing or empty (the manifest then says MISSING), 77
 # without ../shared/data (no fine-tuning data in the fixture).
 set -u
@@ -35,6 +38,20 @@ PY=${PY:-/usr/bin/python3}
 TH=${IDENTITY_THREADS:-2}
 
 usage() { sed -n 6,11p "$0" | sed 's/^# //'; exit 2; }
+# make test's subset (check-quick): one job of each kind, twice, so that every hashing rule (every
+# checkpoint file, trainer_state.json and eval_results.json without times, DLLogger records,
+# prediction files, dump-step tensors, inference outputs, ONNX) and both model types are compared
+# run against run: BERT fp32 and ELECTRA bf16 pre-training; fine-tuning with GLUE SST-2 (fp32),
+# classify (TSV), SQuAD v2.0 with BERT (fp32) and with ELECTRA's joint head (bf16); dump-step of
+# the pre-training, ELECTRA, classification and joint SQuAD heads on cpu and cpu-staged in fp32 and
+# bf16; classify/qa/embed/fill-mask in fp32 and bf16; two ONNX exports. The other jobs' commands
+# are compared byte for byte between two processes by tests/train/device.sh (cpu against
+# cpu-staged: every precision, AdamW, STS-B, NER, SQuAD v1.1, the ELECTRA classifier, every
+# inference command); the other exports are the same writer on other heads
+# (checked against ONNX Runtime by tests/onnx/check_onnx.py). The full list runs with `check`
+# (about 4 minutes on 2 cores) or `compare`.
+QUICK='pt_bert_fp32|pt_electra_bf16|ft_(sst2|classify|squad2|squad2_joint)|dump_(pretraining|electra|classify|qa_joint)_.*'
+QUICK="$QUICK|(classify1|classify|qa_joint|embed|fill_mask)_(fp32|bf16)|onnx_(ft_squad2_joint|pt_bert_fp32_model)"
 
 # diff_manifests A B: prints each differing or missing name; returns 1 when any
 diff_manifests() {
@@ -71,8 +88,9 @@ case "${1:-}" in
     done
     diff_manifests "$4/old/manifest.txt" "$4/new/manifest.txt" || rc=1
     exit $rc;;
-  check)
+  check|check-quick)
     [ $# -eq 3 ] || usage
+    [ "$1" = check-quick ] && export IDENTITY_ONLY="$QUICK"
     mkdir -p "$3"
     rc=0
     for side in a b; do
@@ -99,6 +117,8 @@ M="$O/manifest.txt"
 : > "$M.tmp"
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+# pick JOB: whether JOB runs (IDENTITY_ONLY)
+pick() { [ -z "${IDENTITY_ONLY:-}" ] || echo "$1" | grep -Eq "^($IDENTITY_ONLY)\$"; }
 # h NAME FILE: one manifest line (MISSING for a missing or empty file). trainer_state.json and
 # eval_results.json are hashed without their times, throughputs and the checksum over them.
 h() {
@@ -138,8 +158,9 @@ for line in open(sys.argv[1]):
     print(j["type"], json.dumps(j["step"]), json.dumps(d, sort_keys=True))
 PYEOF
 }
-run() {  # NAME COMMAND...: stdout to W/NAME.out, stderr to W/NAME.err
+run() {  # NAME COMMAND...: stdout to W/NAME.out, stderr to W/NAME.err (nothing for a job not picked)
   _r=$1; shift
+  pick "$_r" || return 0
   "$@" > "$W/$_r.out" 2> "$W/$_r.err" || fail "$_r: $(tail -3 "$W/$_r.err")"
 }
 
@@ -164,6 +185,7 @@ PT="--config $FIX/tiny.json --vocab $FIX/vocab.txt --input-dir $FIX/h5 --eval-di
 --threads $TH --max-steps 20 --train-batch-size 16 --gradient-accumulation-steps 2"
 pt() {  # NAME ARGS...
   n=$1; shift
+  pick "pt_$n" || return 0
   run "pt_$n" "$B" pretrain $PT "$@" --output-dir "$W/pt_$n"
   hdir "pt_$n" "$W/pt_$n"
   records "$W/pt_$n/dllogger.json" "$W/pt_$n.records" 2> /dev/null
@@ -182,6 +204,7 @@ FT="--learning-rate 2e-3 --threads $TH --train-batch-size 8 --gradient-accumulat
 --max-seq-length 64 --num-train-epochs 2 --num-steps-per-checkpoint 3 --seed 5"
 ft() {  # NAME ARGS...
   n=$1; shift
+  pick "ft_$n" || return 0
   run "ft_$n" "$B" finetune "$@" $FT --output-dir "$W/ft_$n"
   hdir "ft_$n" "$W/ft_$n"
   if [ -f "$W/ft_$n/dllogger.json" ]; then
@@ -262,6 +285,7 @@ dump() {  # NAME ARGS...: fp32 and bf16 on cpu and cpu-staged
   n=$1; shift
   for prec in fp32 bf16; do
     for dv in cpu cpu-staged; do
+      pick "dump_${n}_${prec}_$dv" || continue
       run "dump_${n}_${prec}_$dv" "$B" dump-step "$@" --precision $prec --device $dv --threads $TH \
         --out "$W/dump_${n}_${prec}_$dv.safetensors"
       h "dump/${n}_${prec}_$dv.safetensors" "$W/dump_${n}_${prec}_$dv.safetensors"
@@ -305,11 +329,13 @@ for prec in fp32 bf16; do
   run "embed_$prec" sh -c "\"$B\" embed --model \"$W/pt_bert_fp32/model\" $I < \"$W/mask.jsonl\""
   run "fill_mask_$prec" sh -c "\"$B\" fill-mask --model \"$W/pt_bert_fp32/model\" $I < \"$W/mask.jsonl\""
   for n in qa1 qa qa_joint qa2 classify1 classify classify_stsb tag1 tag embed fill_mask; do
+    pick "${n}_$prec" || continue
     h "infer/${n}_$prec.out" "$W/${n}_$prec.out"
   done
 done
 for m in ft_sst2 ft_stsb ft_ner ft_squad ft_squad2_joint pt_bert_fp32/model pt_electra_bf16/discriminator; do
   n=$(echo "$m" | tr '/' '_')
+  pick "onnx_$n" || continue
   run "onnx_$n" "$B" export-onnx --model "$W/$m" --out "$W/onnx_$n.onnx"
   h "onnx/$n.onnx" "$W/onnx_$n.onnx"
 done

@@ -2,12 +2,24 @@
 # Bad input, table-driven: every case must end with exit code 1 (not a crash: 134 abort, 139
 # segfault; not a hang: each case runs under a timeout), print one error naming the file and the
 # field or tensor at fault, and leave nothing behind where it says so.
-#   tests/bad_input.sh BERTCC WORKDIR
+#   tests/bad_input.sh BERTCC WORKDIR [PART]
+# The cases run one process at a time (--threads 1, or refused before any compute), in two parts
+# side by side (WORKDIR/1, WORKDIR/2: the sections are independent; part 2 makes the shards and the
+# short run it shares with part 1 itself); PART 1 or 2 runs one part alone in WORKDIR.
 set -u
-B="$1"; W="$2"; PY=/usr/bin/python3
+B="$1"; W="$2"; PART="${3:-}"; PY=/usr/bin/python3
 TORCH_DIR="$(cd "$(dirname "$0")/torch" && pwd)"
+if [ -z "$PART" ]; then
+  rm -rf "$W"; mkdir -p "$W"
+  sh "$0" "$B" "$W/1" 1 > "$W/1.log" 2>&1 & p1=$!
+  sh "$0" "$B" "$W/2" 2 > "$W/2.log" 2>&1 & p2=$!
+  wait $p1; r1=$?; wait $p2; r2=$?
+  cat "$W/1.log" "$W/2.log"
+  exit $((r1 + r2))
+fi
 fails=0; n=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+part() { [ "$PART" = "$1" ]; }
 rm -rf "$W"; mkdir -p "$W"
 
 # expect NAME PATTERN -- COMMAND...: exit 1 within 120 s, stderr matching PATTERN (grep -E)
@@ -51,6 +63,12 @@ with h5py.File(path, "w") as f:
 PYEOF
 }
 PRE="--config $W/model/config.json --vocab $W/vocab.txt --train-batch-size 8 --num-steps-per-checkpoint 2 --precision fp32 --threads 1"
+if part 2; then  # what part 1 makes below and part 2 reads: two good shards, one of 32 tokens, a 6-step run
+  shard "$W/good" a.h5 16; shard "$W/good" b.h5 16; shard "$W/long" part-0.h5 32
+  "$B" pretrain $PRE --max-steps 6 --input-dir "$W/good" --output-dir "$W/run" > /dev/null 2>&1 || fail "good run"
+fi
+
+if part 1; then  # ---- part 1: shards, resume, checkpoint trust, divergence, hyper-parameters, memory
 for c in "input_ids=100" "input_ids=-1" "segment_ids=2" "input_mask=2" "masked_lm_ids=100" "next_sentence_labels=2" "masked_lm_positions=16"; do
   field=${c%%=*}
   rm -rf "$W/bad"; shard "$W/bad" part-0.h5 16 "$c"
@@ -259,7 +277,9 @@ for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:-5e-
        --output-dir "$W/o_hp" --threads 1 --mode train "$flag" "$val"
   [ ! -e "$W/o_hp" ] || fail "finetune $flag $val created $W/o_hp"
 done
+fi
 
+if part 2; then  # ---- part 2: inference limits, PyTorch checkpoints, safetensors, long vocabulary entries
 # ---- inference against the model's limits
 expect "finetune: --max-seq-length 128 (default) on a 16-position model" "max-seq-length 128 exceeds the model's max_position_embeddings 16" \
   -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-steps 1 \
@@ -383,6 +403,9 @@ out=$( (ulimit -v 3000000; echo "w5 xx w6" | timeout 60 "$B" tokenize --vocab "$
 [ $rc -eq 0 ] && [ "$out" = "5 100 101 6" ] && echo "ok   a 160,000-character vocabulary entry: tokenized within 3 GB and 60 s ($out)" \
   || fail "long vocabulary entry: exit $rc, output '$out': $(tail -2 "$W/err.txt")"
 
+fi
+
+if part 1; then
 # ---- memory: sizes that would not fit are refused with the estimate before anything is allocated
 printf '{"vocab_size": 100, "hidden_size": 2048, "num_hidden_layers": 3, "num_attention_heads": 16, "intermediate_size": 8192, "max_position_embeddings": 16}\n' > "$W/wide.json"
 printf '{"vocab_size": 1000000, "hidden_size": 16384, "num_hidden_layers": 2, "num_attention_heads": 16, "intermediate_size": 1024}\n' > "$W/huge.json"
@@ -395,6 +418,9 @@ expect "pretrain: a step that does not fit in 2.6 GB of address space (ulimit -v
   "pretrain: a training step \(micro-batches of 32 x 16 tokens, [0-9]+ parameters: optimizer moments, activations\) would take about [0-9.]+ GiB, but [0-9.]+ GiB are available; lower --train-batch-size" \
   -- sh -c "ulimit -v 2600000; exec \"$B\" pretrain --config \"$W/wide.json\" --vocab \"$W/vocab.txt\" --input-dir \"$W/good\" --output-dir \"$W/o_wide\" --train-batch-size 32 --max-steps 1"
 
+fi
+
+if part 2; then  # ---- part 2: model directories, shards, task files, encodings, outputs, serve, CLI, newcomers
 # ---- model directories: safetensors and config.json damaged one way each, vocabularies
 mkst() {  # mkst NAME: a copy of the tiny model to damage
   rm -rf "$W/md/$1"; mkdir -p "$W/md/$1"; cp "$W/model_init/config.json" "$W/model_init/vocab.txt" "$W/model_init/model.safetensors" "$W/md/$1/"
@@ -716,6 +742,7 @@ for c in classify qa tag embed; do
 done
 expect "finetune: a missing --init-checkpoint" "finetune: model directory '.*no_such_model' does not exist" \
   -- "$B" finetune classify --init-checkpoint "$W/no_such_model" --train-file "$W/cls.tsv" --output-dir "$W/o_nomodel" --mode train
+fi
 
-echo "bad input: $n cases, $fails failed"
+echo "bad input, part $PART: $n cases, $fails failed"
 exit $fails
