@@ -29,11 +29,11 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option("--mode", o.mode,
                   "what to do: train, eval, prediction or a combination (\"train eval\", \"train eval prediction\", "
                   "train_and_predict, ...)");
-  sub->add_option(flag("--init-checkpoint"), o.init_checkpoint,
+  sub->add_option(flag("--model", {"--init-checkpoint"}), o.init_checkpoint,
                   "Hugging Face model directory: the pre-trained backbone (train) or the fine-tuned model (eval, "
                   "prediction without train)")
       ->required();
-  sub->add_option("--vocab", o.vocab, "vocab.txt (default: the one in --init-checkpoint)");
+  sub->add_option("--vocab", o.vocab, "vocab.txt (default: the one in --model)");
   sub->add_flag(flag("--do-lower-case"), o.do_lower_case, "lower-case and strip accents (default: from the vocabulary)");
   sub->add_flag(flag("--no-lower-case"), o.no_lower_case, "keep case and accents");
   sub->add_option(flag("--output-dir"), o.output_dir, "fine-tuned model, logs, metrics and predictions");
@@ -109,7 +109,7 @@ FtSetup ft_setup(const FtCli& o) {
   BERTCC_CHECK(!(s.has("train") && o.output_dir.empty()), "--output-dir is required with --mode train");
   BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
   if (s.has("train"))  // training writes the model files into --output-dir (eval and prediction only add results)
-    for (const auto& [in, flag] : {std::pair{o.init_checkpoint, "--init-checkpoint"}, {o.data_dir, "--data-dir"},
+    for (const auto& [in, flag] : {std::pair{o.init_checkpoint, "--model"}, {o.data_dir, "--data-dir"},
                                    {o.train_file, "--train-file"}, {o.predict_file, "--predict-file"}, {o.vocab, "--vocab"}})
       check_output_not_input(o.output_dir, "--output-dir", in, flag);
   if (s.has("train")) check_finetune_options(ft_options(o, s));  // before anything is loaded

@@ -26,7 +26,7 @@ void add_tokenize(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("tokenize", "BERT WordPiece tokenization of UTF-8 lines (HF BertTokenizer semantics)");
   sub->add_option("--vocab", o->vocab, "vocab.txt")->required();
-  sub->add_option(flag("--do-lower-case"), o->lower, "true|false (default: true iff the vocabulary has no capitals)");
+  add_casing_flags(sub, o->lower);
   sub->add_option("--input", o->input, "input file (default: standard input)");
   sub->add_flag("--tokens", o->tokens, "print tokens instead of ids");
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());

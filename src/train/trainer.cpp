@@ -163,7 +163,7 @@ int run_pretraining(const PretrainOptions& o) {
   check_nonnegative("--watchdog-timeout", o.dp.watchdog_timeout);
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
   for (const auto& [in, flag] : {std::pair{o.input_dir, "--input-dir"}, {o.eval_dir, "--eval-dir"},
-                                 {o.init_checkpoint, "--init-checkpoint"}, {o.vocab, "--vocab"}})
+                                 {o.init_checkpoint, "--model"}, {o.vocab, "--vocab"}})
     check_output_not_input(o.output_dir, "--output-dir", in, flag);
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
   Backend& be = backend_for_rank(o.device, comm);
@@ -189,7 +189,7 @@ int run_pretraining(const PretrainOptions& o) {
     BERTCC_CHECK(!resume_dir.empty(), "pretrain: --config is required: a named config (", config_preset_names(),
                  ") or a config.json",
                  o.resume_from_checkpoint ? std::string("; ") + o.output_dir + "/checkpoints holds no checkpoint to resume"
-                                          : std::string(" (or --init-checkpoint DIR to continue from a model)"));
+                                          : std::string(" (or --model DIR to continue from a model)"));
     config = resume_electra ? resume_dir + "/discriminator/config.json" : resume_dir + "/config.json";
     if (resume_electra && generator_config.empty()) generator_config = resume_dir + "/generator/config.json";
     if (lead) std::cerr << "pretrain: model configuration from " << config << "\n";
@@ -223,7 +223,7 @@ int run_pretraining(const PretrainOptions& o) {
     pm.electra = o.model_type == "electra" || (o.model_type.empty() && file_exists(disc_dir + "/config.json"));
     if (pm.electra) {
       BERTCC_CHECK(file_exists(disc_dir) && file_exists(o.init_checkpoint + "/generator"), o.init_checkpoint,
-                   ": an ELECTRA --init-checkpoint is a folder with discriminator/ and generator/ (as a pre-training "
+                   ": an ELECTRA --model (--init-checkpoint) is a folder with discriminator/ and generator/ (as a pre-training "
                    "run writes)");
       pm.main = load_model_dir(disc_dir, Heads::Discriminator);
       pm.gen = load_model_dir(o.init_checkpoint + "/generator", Heads::Generator);
