@@ -149,6 +149,26 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
   run "$BERTCC" finetune classify --init-checkpoint "$A/m" $FT --output-dir "$A/ft_old"
   run "$BERTCC" finetune classify --model "$A/m" $FT --output-dir "$A/ft"
   same "finetune --init-checkpoint = --model" "$A/ft_old/model.safetensors" "$A/ft/model.safetensors"
+  # bertcc lr-find (issue 43, item 8): the rate rises exponentially, the test stops where the loss
+  # diverges, suggests a rate below that, writes the curve (JSON, SVG) and leaves the model as it was
+  (cd "$A/m" && sha256sum ./* > "$A/m.sha256")
+  run "$BERTCC" lr-find classify --model "$A/m" --train-file "$A/sst.tsv" --label-column label --text-columns sentence \
+    --train-batch-size 8 --precision fp32 --threads 1 --max-seq-length 32 --output-dir "$A/lrf" --num-steps 30 --end-lr 100
+  cp "$A/last.log" "$A/lrf.log"
+  (cd "$A/m" && sha256sum -c --quiet "$A/m.sha256") && [ "$(ls "$A/m" | wc -l)" -eq "$(wc -l < "$A/m.sha256")" ] \
+    && echo "ok   lr-find leaves the model directory untouched" || { echo "FAIL: lr-find changed $A/m"; fails=$((fails+1)); }
+  check lr-find-suggests 0 "^suggested learning rate: [0-9.e-]* (steepest descent" -- cat "$A/lrf.log"
+  check lr-find-diverges 0 "^diverged at: " -- cat "$A/lrf.log"
+  if awk '/"steps_run"/ { gsub(",", ""); s = $2 } /"suggested_lr"/ { gsub(",", ""); g = $2 } /"diverged_lr"/ { gsub(",", ""); d = $2 }
+          END { exit !(s > 5 && s < 30 && g > 0 && g < d) }' "$A/lrf/lr_find.json" \
+     && head -c 4 "$A/lrf/lr_find.svg" | grep -q "<svg" && tail -1 "$A/lrf/lr_find.svg" | grep -q "</svg>" \
+     && [ "$(grep -c '"step":' "$A/lrf/lr_find.json")" -eq "$(awk '/"steps_run"/ { gsub(",", ""); print $2 }' "$A/lrf/lr_find.json")" ]; then
+    echo "ok   lr-find stopped at divergence before step 30, suggested a rate below it, wrote the JSON and SVG"
+  else echo "FAIL lr-find results:"; cat "$A/lrf.log"; head -20 "$A/lrf/lr_find.json"; fails=$((fails+1)); fi
+  ls "$A/lrf" | grep -v '^lr_find\.\(json\|svg\)$' && { echo "FAIL: lr-find left other files"; fails=$((fails+1)); }
+  check lr-find-range nonzero "--end-lr (1e-08) must be larger than --start-lr" -- "$BERTCC" lr-find classify --model "$A/m" \
+    --train-file "$A/sst.tsv" --output-dir "$A/lrf_bad" --end-lr 1e-8
+  check lr-find-no-mode nonzero "unknown flag --mode" -- "$BERTCC" lr-find classify --model "$A/m" --train-file "$A/sst.tsv" --output-dir "$A/lrf_bad" --mode eval
   # pretrain --init-checkpoint = --model
   mkdir -p "$A/shards"; cp "$A/s_new.h5" "$A/shards/"
   PT="--input-dir $A/shards --train-batch-size 4 --max-steps 1 --precision fp32 --threads 1 --learning-rate 1e-3"

@@ -127,6 +127,7 @@ void add_pretrain(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_finetune(CLI::App& app);
+void add_lr_find(CLI::App& app);
 void add_infer(CLI::App& app);
 void add_serve(CLI::App& app);
 

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   bertcc::tools::add_create_data(app);
   bertcc::tools::add_pretrain(app);
   bertcc::tools::add_finetune(app);
+  bertcc::tools::add_lr_find(app);
   bertcc::tools::add_eval(app);
   bertcc::tools::add_infer(app);
   bertcc::tools::add_serve(app);
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
   const std::pair<const char*, const char*> groups[] = {
       {"prep-corpus", "Prepare data"}, {"train-vocab", "Prepare data"}, {"tokenize", "Prepare data"},
       {"create-pretraining-data", "Prepare data"}, {"pretrain", "Train"}, {"finetune", "Train"},
-{"eval", "Evaluate, infer and serve"}, {"qa", "Evaluate, infer and serve"},
+      {"lr-find", "Train"}, {"eval", "Evaluate, infer and serve"}, {"qa", "Evaluate, infer and serve"},
       {"classify", "Evaluate, infer and serve"}, {"tag", "Evaluate, infer and serve"},
       {"embed", "Evaluate, infer and serve"}, {"fill-mask", "Evaluate, infer and serve"},
       {"serve", "Evaluate, infer and serve"}, {"init-model", "Models: create, convert, export, plot"},

@@ -93,12 +93,13 @@ void check_finetune_options(const FinetuneOptions& o) {
 FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval,
                             const FinetuneOptions& o) {
   BERTCC_CHECK(!train.empty(), "fine-tuning: no training examples");
-  BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required for training");
+  const RangeTest* rt = o.range_test;  // a range test writes nothing
+  BERTCC_CHECK(rt || !o.output_dir.empty(), "--output-dir is required for training");
   check_finetune_options(o);
   dist::Communicator& comm = dist::world();
   const int64_t W = comm.world(), R = comm.rank();
   const bool lead = R == 0;  // only rank 0 writes
-  if (lead) fs::create_directories(o.output_dir);
+  if (lead && !rt) fs::create_directories(o.output_dir);
   model.freeze_below_top_layers(o.freeze_layers);
   model.set_layerwise_lr_decay(static_cast<float>(o.layerwise_lr_decay));
   const int64_t A = o.gradient_accumulation_steps;
@@ -143,7 +144,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
   // The log is opened once the checkpoint is resumed: a refused resume leaves the output as it was.
   std::unique_ptr<DLLogger> log;
-  if (lead) log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
+  if (lead && !rt) log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
   nlohmann::ordered_json params{{"train_examples", n},
                                 {"train_batch_size", o.train_batch_size},
                                 {"world_size", W},
@@ -159,7 +160,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                 {"layerwise_lr_decay", o.layerwise_lr_decay},
                                 {"group_by_length", o.group_by_length},
                                 {"architecture", model.architecture()}};
-  if (lead) log->log("PARAMETER", params);
+  if (log) log->log("PARAMETER", params);
   std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
   if (o.dp.zero1 && W > 1) {
     shards = std::make_unique<OptimizerShards>(model.table(), static_cast<int>(W));
@@ -300,7 +301,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     padded_since += static_cast<int64_t>(sv[1]);
     real_tokens += static_cast<int64_t>(sv[2]);
     rows_since += static_cast<int64_t>(sv[3]);
-    const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
+    const float lr = rt ? rt->lr(step) : linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
     const double gnorm = shards ? sharded_global_norm(comm, model, *shards)
                          : dev  ? be.global_norm(model.grads_on_backend(), model.table().total())
                                 : global_norm(model.grads().data(), model.grads().size());
@@ -330,7 +331,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                {"learning_rate", lr},
                                {"seq_per_s", sps},
                                {"padded_length", static_cast<double>(padded_since) / std::max<int64_t>(rows_since, 1)}};
-      if (lead) log->log(nlohmann::ordered_json::array({epoch, step}), d);
+      if (log) log->log(nlohmann::ordered_json::array({epoch, step}), d);
       if (!o.quiet && lead)
         std::cerr << "step " << step << "/" << total << " epoch " << epoch << " loss " << d["loss"].get<double>()
                   << " lr " << lr << " " << static_cast<int>(sps) << " seq/s\n";
@@ -338,9 +339,17 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
       loss_n = 0;
       padded_since = rows_since = 0;
     }
+    if (rt) {
+      if (!rt->after_step(step, lr, step_loss)) break;
+      continue;
+    }
     if (step % steps_per_epoch == 0 || step == total) run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
     st.step = step;
     if (step < total && o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0) save();
+  }
+  if (rt) {
+    res.steps = step;
+    return res;
   }
   if (step < total) {  // stopped by a signal: save the state reached
     const bool saved = o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0 && step > 0;
