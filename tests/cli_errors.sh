@@ -149,6 +149,16 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
   run "$BERTCC" finetune classify --init-checkpoint "$A/m" $FT --output-dir "$A/ft_old"
   run "$BERTCC" finetune classify --model "$A/m" $FT --output-dir "$A/ft"
   same "finetune --init-checkpoint = --model" "$A/ft_old/model.safetensors" "$A/ft/model.safetensors"
+  cp "$A/last.log" "$A/ft.log"
+  # finetune and pretrain end as the Trainer does (issue 43, item 6): a block of train metrics, the
+  # model's place; plain step lines with epochs done and the time left when not on a terminal
+  check ft-summary 0 "train_samples_per_second = " -- cat "$A/ft.log"
+  check ft-summary-where 0 "^model written to $A/ft$" -- cat "$A/ft.log"
+  check ft-plain-lines 0 "^step 2/2 epoch 0.25 loss [0-9.]* lr [0-9.e-]* [0-9]* seq/s eta " -- cat "$A/ft.log"
+  if command -v script > /dev/null; then  # on a terminal: the bar, redrawn in place, with the rate and time left
+    script -qc "'$BERTCC' finetune classify --model '$A/m' $FT --output-dir '$A/ft_tty' 2>&1" /dev/null > "$A/ft_tty.log" 2>&1
+    check ft-bar 0 "\[##############################\] 2/2 epoch 0.25/0.25 loss [0-9.]* [0-9]* seq/s [0-9:]*<0:00" -- cat "$A/ft_tty.log"
+  fi
   # bertcc lr-find (issue 43, item 8): the rate rises exponentially, the test stops where the loss
   # diverges, suggests a rate below that, writes the curve (JSON, SVG) and leaves the model as it was
   (cd "$A/m" && sha256sum ./* > "$A/m.sha256")
@@ -175,6 +185,12 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
   run "$BERTCC" pretrain --init-checkpoint "$A/m" $PT --output-dir "$A/pt_old"
   run "$BERTCC" pretrain --model "$A/m" $PT --output-dir "$A/pt_new"
   same "pretrain --init-checkpoint = --model" "$A/pt_old/model/model.safetensors" "$A/pt_new/model/model.safetensors"
+  cp "$A/last.log" "$A/pt.log"
+  check pt-summary 0 "^model written to $A/pt_new/model" -- cat "$A/pt.log"
+  check pt-summary-rate 0 "train_samples_per_second = " -- cat "$A/pt.log"
+  # held-out evaluation says how often it saw each sequence when --eval-batches asks for more than there are
+  run "$BERTCC" pretrain --model "$A/m" $PT --output-dir "$A/pt_eval" --eval-dir "$A/shards" --eval-batches 40
+  check pt-eval-visits 0 "sequences were each seen [0-9.]* times (--eval-batches [0-9]* sees each once)" -- cat "$A/last.log"
   # export-onnx --out = --output; plot --out = --output
   run "$BERTCC" export-onnx --model "$A/ft" --out "$A/old.onnx"
   run "$BERTCC" export-onnx --model "$A/ft" --output "$A/new.onnx"
