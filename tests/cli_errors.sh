@@ -110,6 +110,11 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
   same "tokenize --do-lower-case true = --do-lower-case" "$A/t_true" "$A/t_flag"
   same "tokenize --do-lower-case false = --no-lower-case" "$A/t_false" "$A/t_no"
   cmp -s "$A/t_true" "$A/t_false" && { echo "FAIL: tokenize casing flags change nothing"; fails=$((fails+1)); }
+  # tokenize --add-special-tokens: [CLS] ... [SEP] around each line, as the model sees a text (item 7)
+  "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --add-special-tokens --tokens > "$A/t_special" 2>&1
+  check tokenize-special-tokens 0 "^\[CLS\] hello world , this is bert \[SEP\]$" -- cat "$A/t_special"
+  "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --add-special-tokens > "$A/t_special_ids" 2>&1
+  check tokenize-special-ids 0 "^101 $(cat "$A/t_true") 102$" -- cat "$A/t_special_ids"
   # train-vocab --cased = --no-lower-case
   run "$BERTCC" train-vocab --input "$A/corpus.txt" --output "$A/v_cased.txt" --vocab-size 300 --cased --threads 1
   run "$BERTCC" train-vocab --input "$A/corpus.txt" --output "$A/v_nolower.txt" --vocab-size 300 --no-lower-case --threads 1
