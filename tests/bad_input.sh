@@ -609,13 +609,13 @@ expect "train-vocab: --output the corpus file" "--output .*io/corpus.txt is the 
   -- "$B" train-vocab --input "$W/io/corpus.txt" --output "$W/io/corpus.txt" --vocab-size 120
 expect "train-vocab: --output inside an input folder" "--output .*io/corpus/vocab.txt lies inside the input folder --input .*io/corpus" \
   -- "$B" train-vocab --input "$W/io/corpus.txt,$W/io/corpus" --output "$W/io/corpus/vocab.txt" --vocab-size 120
-expect "finetune: --output-dir the --init-checkpoint" "--output-dir .*io/model/ is the input --init-checkpoint .*io/model" \
+expect "finetune: --output-dir the --init-checkpoint" "--output-dir .*io/model/ is the input --model .*io/model" \
   -- "$B" finetune classify --init-checkpoint "$W/io/model" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
      --max-steps 1 --output-dir "$W/io/model/" --threads 1 --mode train
-expect "pretrain: --output-dir the --init-checkpoint" "--output-dir .*io/model is the input --init-checkpoint .*io/model" \
+expect "pretrain: --output-dir the --init-checkpoint" "--output-dir .*io/model is the input --model .*io/model" \
   -- "$B" pretrain --init-checkpoint "$W/io/model" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/io/model" \
      --train-batch-size 8 --max-steps 1 --threads 1
-expect "convert: --out the checkpoint" "--out .*io/corpus.txt is the input checkpoint .*io/corpus.txt" \
+expect "convert: --out the checkpoint" "--output-dir .*io/corpus.txt is the input checkpoint .*io/corpus.txt" \
   -- "$B" convert --from pt "$W/io/corpus.txt" --config "$W/model/config.json" --out "$W/io/corpus.txt"
 [ "$(sums)" = "$before" ] && echo "ok   ... and every input is untouched" || fail "a refused output changed an input"
 
@@ -727,7 +727,7 @@ expect "qa on a classifier" \
   "qa: '.*cls_model' is a BertForSequenceClassification \(config.json's architectures\); qa needs a question-answering model \(BertForQuestionAnswering\): make one with .bertcc finetune squad" \
   -- "$B" qa --model "$W/cls_model" --question "w5" --context "w6 w7"
 expect "classify on a pre-training checkpoint" \
-  "classify: '.*model_init' is a BertForPreTraining, a pre-training checkpoint \(config.json's architectures\); classify needs a sequence-classification model .*bertcc finetune classify --init-checkpoint .*model_init .*finetune glue" \
+  "classify: '.*model_init' is a BertForPreTraining, a pre-training checkpoint \(config.json's architectures\); classify needs a sequence-classification model .*bertcc finetune classify --model .*model_init .*finetune glue" \
   -- "$B" classify --model "$W/model_init" --text "w5"
 expect "tag on a classifier" "tag: '.*cls_model' is a BertForSequenceClassification .*tag needs a token-classification model .*bertcc finetune ner" \
   -- "$B" tag --model "$W/cls_model" --text "w5"

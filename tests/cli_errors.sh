@@ -65,6 +65,166 @@ wait $pid; rc=$?
 exec 9>&-
 [ $rc -eq 143 ] && echo "ok   SIGTERM ends a waiting tokenize with exit 143" \
   || { echo "FAIL: SIGTERM: exit $rc, wanted 143"; fails=$((fails+1)); }
+# ---- one flag vocabulary (issue 43, item 2; docs/flags.md) ----
+# bertcc --help: the commands people run first, the developer tools last.
+"$BERTCC" --help > "$WORK/help.txt" 2>&1
+first_user=$(grep -n "^Prepare data:" "$WORK/help.txt" | cut -d: -f1); dev=$(grep -n "^Developer tools:" "$WORK/help.txt" | cut -d: -f1)
+dump=$(grep -n "^  dump-step " "$WORK/help.txt" | cut -d: -f1); pre=$(grep -n "^  pretrain " "$WORK/help.txt" | cut -d: -f1)
+if [ -n "$first_user" ] && [ -n "$dev" ] && [ -n "$pre" ] && [ -n "$dump" ] && [ "$first_user" -lt "$pre" ] \
+   && [ "$pre" -lt "$dev" ] && [ "$dev" -lt "$dump" ]; then
+  echo "ok   help groups the user commands before the developer tools"
+else echo "FAIL help order:"; cat "$WORK/help.txt"; fails=$((fails+1)); fi
+# --help shows every default: finetune's rate, batch sizes, epochs, length and mode; serve's port
+for pat in "--learning-rate FLOAT .*(default 5e-05)" "--train-batch-size .*(default 32)" "--eval-batch-size .*(default 64)" \
+           "--num-train-epochs FLOAT .*(default 3)" "(default 128)" "--mode TEXT .*(default train eval)"; do
+  check "finetune-help-default $pat" 0 "$pat" -- "$BERTCC" finetune classify --help
+done
+check serve-help-port 0 "--port INT.*(default 8000)" -- "$BERTCC" serve --help
+check pretrain-help-lr 0 "--learning-rate FLOAT .*default 6e-3" -- "$BERTCC" pretrain --help
+check help-old-spelling 0 "--model, --init-checkpoint" -- "$BERTCC" finetune squad --help
+# a misspelt flag or command names the nearest ones (exit non-zero, nothing run)
+check didyoumean-flag nonzero "unknown flag --lerning-rate; did you mean --learning-rate?" -- "$BERTCC" finetune classify --model x --lerning-rate 1e-4
+check didyoumean-underscore nonzero "did you mean --max-answer-length?" -- "$BERTCC" qa --model x --max_answer_len 3
+check didyoumean-part nonzero "unknown flag --epochs; did you mean --num-train-epochs?" -- "$BERTCC" finetune glue --epochs 2
+check didyoumean-output nonzero "unknown flag --output; did you mean --output-dir?" -- "$BERTCC" pretrain --output x
+check didyoumean-command nonzero "unknown command 'pretrian'; did you mean pretrain?" -- "$BERTCC" pretrian
+check didyoumean-subcommand nonzero "unknown command 'clasify'; did you mean classify?" -- "$BERTCC" finetune clasify
+check didyoumean-and-required nonzero "--input-dir is required" -- "$BERTCC" pretrain --outptu-dir x
+# Every old spelling still works and means what the new one means: the same outputs, byte for byte.
+SHARED="$(cd "$(dirname "$0")/../.." && pwd)/shared/data"
+V="$SHARED/bert_vocab/bert-base-uncased-vocab.txt"
+if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
+  A="$WORK/alias"; mkdir -p "$A"
+  same() {  # same NAME FILE1 FILE2
+    if cmp -s "$2" "$3"; then echo "ok   $1"; else echo "FAIL $1: $2 and $3 differ"; fails=$((fails+1)); fi
+  }
+  run() { "$@" > "$A/last.log" 2>&1 || { echo "FAIL: $*"; cat "$A/last.log"; fails=$((fails+1)); }; }
+  head -65 "$SHARED/glue/SST-2/train.tsv" > "$A/sst.tsv"
+  cut -f1 "$A/sst.tsv" | sed 1d | awk 'NR % 5 == 0 { print "" } { print }' > "$A/corpus.txt"
+  printf 'Hello World, this is BERT\n' > "$A/hello.txt"
+  # tokenize: --do-lower-case [true|false] (the old value form) = --do-lower-case / --no-lower-case
+  "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --do-lower-case true > "$A/t_true" 2>&1
+  "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --do-lower-case > "$A/t_flag" 2>&1
+  "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --do-lower-case false > "$A/t_false" 2>&1
+  "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --no-lower-case > "$A/t_no" 2>&1
+  same "tokenize --do-lower-case true = --do-lower-case" "$A/t_true" "$A/t_flag"
+  same "tokenize --do-lower-case false = --no-lower-case" "$A/t_false" "$A/t_no"
+  cmp -s "$A/t_true" "$A/t_false" && { echo "FAIL: tokenize casing flags change nothing"; fails=$((fails+1)); }
+  # tokenize --add-special-tokens: [CLS] ... [SEP] around each line, as the model sees a text (item 7)
+  "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --add-special-tokens --tokens > "$A/t_special" 2>&1
+  check tokenize-special-tokens 0 "^\[CLS\] hello world , this is bert \[SEP\]$" -- cat "$A/t_special"
+  "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --add-special-tokens > "$A/t_special_ids" 2>&1
+  check tokenize-special-ids 0 "^101 $(cat "$A/t_true") 102$" -- cat "$A/t_special_ids"
+  # train-vocab --cased = --no-lower-case
+  run "$BERTCC" train-vocab --input "$A/corpus.txt" --output "$A/v_cased.txt" --vocab-size 300 --cased --threads 1
+  run "$BERTCC" train-vocab --input "$A/corpus.txt" --output "$A/v_nolower.txt" --vocab-size 300 --no-lower-case --threads 1
+  same "train-vocab --cased = --no-lower-case" "$A/v_cased.txt" "$A/v_nolower.txt"
+  # prep-corpus --output = --output-dir
+  run "$BERTCC" prep-corpus --input "$A/corpus.txt" --output "$A/pc_old" --shards 1 --threads 1
+  run "$BERTCC" prep-corpus --input "$A/corpus.txt" --output-dir "$A/pc_new" --shards 1 --threads 1
+  if diff -r "$A/pc_old" "$A/pc_new" > /dev/null; then echo "ok   prep-corpus --output = --output-dir"
+  else echo "FAIL prep-corpus --output and --output-dir differ"; fails=$((fails+1)); fi
+  # init-model --output = --output-dir
+  printf '{"model_type": "bert", "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}\n' > "$A/tiny.json"
+  run "$BERTCC" init-model --config "$A/tiny.json" --vocab "$V" --output "$A/m_old" --seed 1
+  run "$BERTCC" init-model --config "$A/tiny.json" --vocab "$V" --output-dir "$A/m" --seed 1
+  same "init-model --output = --output-dir" "$A/m_old/model.safetensors" "$A/m/model.safetensors"
+  # create-pretraining-data --random-seed = --seed (HDF5 files hold their creation time: compared
+  # through dump-step's gradients), and dump-step --batch/--out = --input/--output
+  CPD="--input $A/corpus.txt --vocab $V --dupe-factor 1 --max-seq-length 32"
+  run "$BERTCC" create-pretraining-data $CPD --output "$A/s_old.h5" --random-seed 7
+  run "$BERTCC" create-pretraining-data $CPD --output "$A/s_new.h5" --seed 7
+  run "$BERTCC" create-pretraining-data $CPD --output "$A/s_other.h5" --seed 8
+  run "$BERTCC" dump-step --model "$A/m" --batch "$A/s_old.h5" --out "$A/d_old.safetensors" --rows 2 --threads 1
+  run "$BERTCC" dump-step --model "$A/m" --input "$A/s_new.h5" --output "$A/d_new.safetensors" --rows 2 --threads 1
+  run "$BERTCC" dump-step --model "$A/m" --input "$A/s_other.h5" --output "$A/d_other.safetensors" --rows 2 --threads 1
+  same "create-pretraining-data --random-seed = --seed; dump-step --batch/--out = --input/--output" \
+    "$A/d_old.safetensors" "$A/d_new.safetensors"
+  cmp -s "$A/d_new.safetensors" "$A/d_other.safetensors" && { echo "FAIL: --seed changes nothing"; fails=$((fails+1)); }
+  # random-batch and bench: --batch/--seq = --batch-size/--max-seq-length
+  run "$BERTCC" random-batch --model "$A/m" --output "$A/rb_old.h5" --batch 3 --seq 16 --seed 2
+  run "$BERTCC" random-batch --model "$A/m" --output "$A/rb_new.h5" --batch-size 3 --max-seq-length 16 --seed 2
+  run "$BERTCC" dump-step --model "$A/m" --input "$A/rb_old.h5" --output "$A/rbd_old.safetensors" --threads 1
+  run "$BERTCC" dump-step --model "$A/m" --input "$A/rb_new.h5" --output "$A/rbd_new.safetensors" --threads 1
+  same "random-batch --batch/--seq = --batch-size/--max-seq-length" "$A/rbd_old.safetensors" "$A/rbd_new.safetensors"
+  check bench-old-spelling 0 '"batch":3,"seq":16' -- "$BERTCC" bench infer --config bert-tiny --batch 3 --seq 16 --steps 1 --warmup 0 --threads 1
+  check bench-new-spelling 0 '"batch":3,"seq":16' -- "$BERTCC" bench infer --config bert-tiny --batch-size 3 --max-seq-length 16 --steps 1 --warmup 0 --threads 1
+  # finetune --init-checkpoint (NVIDIA's) = --model
+  FT="--train-file $A/sst.tsv --label-column label --text-columns sentence --max-steps 2 --train-batch-size 8 --precision fp32 --threads 1 --mode train --max-seq-length 32 --log-freq 1"
+  run "$BERTCC" finetune classify --init-checkpoint "$A/m" $FT --output-dir "$A/ft_old"
+  run "$BERTCC" finetune classify --model "$A/m" $FT --output-dir "$A/ft"
+  same "finetune --init-checkpoint = --model" "$A/ft_old/model.safetensors" "$A/ft/model.safetensors"
+  cp "$A/last.log" "$A/ft.log"
+  # finetune and pretrain end as the Trainer does (issue 43, item 6): a block of train metrics, the
+  # model's place; plain step lines with epochs done and the time left when not on a terminal
+  check ft-summary 0 "train_samples_per_second = " -- cat "$A/ft.log"
+  check ft-summary-where 0 "^model written to $A/ft$" -- cat "$A/ft.log"
+  check ft-plain-lines 0 "^step 2/2 epoch 0.25 loss [0-9.]* lr [0-9.e-]* [0-9]* seq/s eta " -- cat "$A/ft.log"
+  if command -v script > /dev/null; then  # on a terminal: the bar, redrawn in place, with the rate and time left
+    script -qc "'$BERTCC' finetune classify --model '$A/m' $FT --output-dir '$A/ft_tty' 2>&1" /dev/null > "$A/ft_tty.log" 2>&1
+    check ft-bar 0 "\[##############################\] 2/2 epoch 0.25/0.25 loss [0-9.]* [0-9]* seq/s [0-9:]*<0:00" -- cat "$A/ft_tty.log"
+  fi
+  # bertcc lr-find (issue 43, item 8): the rate rises exponentially, the test stops where the loss
+  # diverges, suggests a rate below that, writes the curve (JSON, SVG) and leaves the model as it was
+  (cd "$A/m" && sha256sum ./* > "$A/m.sha256")
+  run "$BERTCC" lr-find classify --model "$A/m" --train-file "$A/sst.tsv" --label-column label --text-columns sentence \
+    --train-batch-size 8 --precision fp32 --threads 1 --max-seq-length 32 --output-dir "$A/lrf" --num-steps 30 --end-lr 100
+  cp "$A/last.log" "$A/lrf.log"
+  (cd "$A/m" && sha256sum -c --quiet "$A/m.sha256") && [ "$(ls "$A/m" | wc -l)" -eq "$(wc -l < "$A/m.sha256")" ] \
+    && echo "ok   lr-find leaves the model directory untouched" || { echo "FAIL: lr-find changed $A/m"; fails=$((fails+1)); }
+  check lr-find-suggests 0 "^suggested learning rate: [0-9.e-]* (steepest descent" -- cat "$A/lrf.log"
+  check lr-find-diverges 0 "^diverged at: " -- cat "$A/lrf.log"
+  if awk '/"steps_run"/ { gsub(",", ""); s = $2 } /"suggested_lr"/ { gsub(",", ""); g = $2 } /"diverged_lr"/ { gsub(",", ""); d = $2 }
+          END { exit !(s > 5 && s < 30 && g > 0 && g < d) }' "$A/lrf/lr_find.json" \
+     && head -c 4 "$A/lrf/lr_find.svg" | grep -q "<svg" && tail -1 "$A/lrf/lr_find.svg" | grep -q "</svg>" \
+     && [ "$(grep -c '"step":' "$A/lrf/lr_find.json")" -eq "$(awk '/"steps_run"/ { gsub(",", ""); print $2 }' "$A/lrf/lr_find.json")" ]; then
+    echo "ok   lr-find stopped at divergence before step 30, suggested a rate below it, wrote the JSON and SVG"
+  else echo "FAIL lr-find results:"; cat "$A/lrf.log"; head -20 "$A/lrf/lr_find.json"; fails=$((fails+1)); fi
+  ls "$A/lrf" | grep -v '^lr_find\.\(json\|svg\)$' && { echo "FAIL: lr-find left other files"; fails=$((fails+1)); }
+  check lr-find-range nonzero "--end-lr (1e-08) must be larger than --start-lr" -- "$BERTCC" lr-find classify --model "$A/m" \
+    --train-file "$A/sst.tsv" --output-dir "$A/lrf_bad" --end-lr 1e-8
+  check lr-find-no-mode nonzero "unknown flag --mode" -- "$BERTCC" lr-find classify --model "$A/m" --train-file "$A/sst.tsv" --output-dir "$A/lrf_bad" --mode eval
+  # pretrain --init-checkpoint = --model
+  mkdir -p "$A/shards"; cp "$A/s_new.h5" "$A/shards/"
+  PT="--input-dir $A/shards --train-batch-size 4 --max-steps 1 --precision fp32 --threads 1 --learning-rate 1e-3"
+  run "$BERTCC" pretrain --init-checkpoint "$A/m" $PT --output-dir "$A/pt_old"
+  run "$BERTCC" pretrain --model "$A/m" $PT --output-dir "$A/pt_new"
+  same "pretrain --init-checkpoint = --model" "$A/pt_old/model/model.safetensors" "$A/pt_new/model/model.safetensors"
+  cp "$A/last.log" "$A/pt.log"
+  check pt-summary 0 "^model written to $A/pt_new/model" -- cat "$A/pt.log"
+  check pt-summary-rate 0 "train_samples_per_second = " -- cat "$A/pt.log"
+  # held-out evaluation says how often it saw each sequence when --eval-batches asks for more than there are
+  run "$BERTCC" pretrain --model "$A/m" $PT --output-dir "$A/pt_eval" --eval-dir "$A/shards" --eval-batches 40
+  check pt-eval-visits 0 "sequences were each seen [0-9.]* times (--eval-batches [0-9]* sees each once)" -- cat "$A/last.log"
+  # export-onnx --out = --output; plot --out = --output
+  run "$BERTCC" export-onnx --model "$A/ft" --out "$A/old.onnx"
+  run "$BERTCC" export-onnx --model "$A/ft" --output "$A/new.onnx"
+  same "export-onnx --out = --output" "$A/old.onnx" "$A/new.onnx"
+  run "$BERTCC" plot "$A/ft/dllogger.json" --out "$A/old.svg"
+  run "$BERTCC" plot "$A/ft/dllogger.json" --output "$A/new.svg"
+  same "plot --out = --output" "$A/old.svg" "$A/new.svg"
+  # convert --out / --output / --output-dir are one flag (the conversion itself: tests/torch)
+  for o in --out --output --output-dir; do
+    check "convert $o" nonzero "no_such.pt" -- "$BERTCC" convert "$A/no_such.pt" $o "$A/conv" --vocab "$V" --config "$A/tiny.json"
+  done
+  # inference: --do-lower-case / --no-lower-case; repeated --text is a batch, one line per text in order
+  run "$BERTCC" classify --model "$A/ft" --text "A Gorgeous film" --threads 1
+  cp "$A/last.log" "$A/c_default"
+  run "$BERTCC" classify --model "$A/ft" --text "A Gorgeous film" --threads 1 --do-lower-case
+  same "classify --do-lower-case = the model's tokenizer_config.json (uncased)" "$A/c_default" "$A/last.log"
+  run "$BERTCC" classify --model "$A/ft" --text "A Gorgeous film" --threads 1 --no-lower-case
+  cmp -s "$A/c_default" "$A/last.log" && { echo "FAIL: classify --no-lower-case changes nothing"; fails=$((fails+1)); }
+  "$BERTCC" classify --model "$A/ft" --text "awful , boring" --threads 1 > "$A/c_2" 2>/dev/null
+  "$BERTCC" classify --model "$A/ft" --text "A Gorgeous film" --threads 1 > "$A/c_1" 2>/dev/null
+  "$BERTCC" classify --model "$A/ft" --text "A Gorgeous film" --text "awful , boring" --threads 1 > "$A/c_batch" 2>/dev/null
+  cat "$A/c_1" "$A/c_2" > "$A/c_each"
+  same "classify --text a --text b = each alone, in order" "$A/c_each" "$A/c_batch"
+  [ "$(wc -l < "$A/c_batch")" -eq 2 ] || { echo "FAIL: classify with two --text: not two lines"; fails=$((fails+1)); }
+  check text-pair-count nonzero "give one --text-pair per --text" -- "$BERTCC" classify --model "$A/ft" --text a --text b --text-pair c
+  check text-one-value nonzero "not expected: b" -- "$BERTCC" classify --model "$A/ft" --text a b
+else
+  echo "note: ../shared/data not found: the old-spelling checks are skipped"
+fi
 [ ! -e "$WORK/o.safetensors" ] || { echo "FAIL: output written despite errors"; fails=$((fails+1)); }
 ls "$WORK"/*.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary files left behind"; fails=$((fails+1)); }
 [ $fails -eq 0 ] && echo "all CLI checks passed"

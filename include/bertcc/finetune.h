@@ -30,6 +30,14 @@ struct EvalResult {
 };
 using Evaluator = std::function<EvalResult(Bert& model)>;
 
+// A learning-rate range test (bertcc lr-find) in place of training: each step's rate comes from
+// `lr` (steps count from 0), `after_step` sees the step's loss (the mean over its examples; steps
+// count from 1) and ends the run by returning false. Nothing is evaluated or written.
+struct RangeTest {
+  std::function<float(int64_t step)> lr;
+  std::function<bool(int64_t step, float lr, double loss)> after_step;
+};
+
 struct FinetuneOptions {
   std::string output_dir, vocab_path;
   std::optional<bool> do_lower_case;  // written to the saved models' tokenizer_config.json
@@ -50,6 +58,7 @@ struct FinetuneOptions {
   dist::Options dp;                      // data parallelism (mpirun/srun)
   int64_t max_nonfinite_steps = 10;      // consecutive skipped non-finite steps that stop the run
   bool quiet = false;
+  const RangeTest* range_test = nullptr;  // set: a range test, not training (bertcc lr-find)
 };
 
 struct FinetuneResult {

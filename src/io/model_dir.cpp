@@ -220,14 +220,14 @@ HeadHelp head_help(Heads h) {
     case Heads::QuestionAnswering:
     case Heads::JointQuestionAnswering:
       return {"a question-answering model (BertForQuestionAnswering)",
-              "`bertcc finetune squad --init-checkpoint PRETRAINED --train-file train-v1.1.json --output-dir DIR`"};
+              "`bertcc finetune squad --model PRETRAINED --train-file train-v1.1.json --output-dir DIR`"};
     case Heads::SequenceClassification:
       return {"a sequence-classification model (BertForSequenceClassification)",
-              "`bertcc finetune classify --init-checkpoint PRETRAINED --train-file train.csv --output-dir DIR` (GLUE: "
+              "`bertcc finetune classify --model PRETRAINED --train-file train.csv --output-dir DIR` (GLUE: "
               "`bertcc finetune glue`)"};
     case Heads::TokenClassification:
       return {"a token-classification model (BertForTokenClassification)",
-              "`bertcc finetune ner --init-checkpoint PRETRAINED --train-file train.txt --output-dir DIR`"};
+              "`bertcc finetune ner --model PRETRAINED --train-file train.txt --output-dir DIR`"};
     case Heads::PreTraining:
     case Heads::Generator:
       return {"a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",

@@ -660,7 +660,9 @@ int run_server(const ServeOptions& o) {
            }));
 
   // Text endpoints: {"model": NAME (optional when one model does the task), ...one input...} or
-  // {"model": ..., "inputs": [ ... ]}.
+  // {"model": ..., "inputs": [ ... ]}, whose items are objects or, as pipelines take them, strings
+  // (each {"text": STRING} with the request's other fields: "inputs": ["great", "awful"],
+  // "top_k": 3); "inputs": "one string" is a batch of one.
   auto text_task = [&](const std::string& task) {
     return handle("/v1/" + task, [&, task](const http::Request& req, http::Response& res) {
       json j;
@@ -689,11 +691,23 @@ int run_server(const ServeOptions& o) {
       const bool batch = j.contains("inputs");
       std::vector<json> in;
       if (batch) {
-        if (!j["inputs"].is_array() || j["inputs"].empty()) throw HttpError(400, "\"inputs\" must be a non-empty array");
+        if (j["inputs"].is_string()) j["inputs"] = json::array({j["inputs"]});
+        if (!j["inputs"].is_array() || j["inputs"].empty())
+          throw HttpError(400, "\"inputs\" must be a non-empty array of objects or strings");
         if (static_cast<int64_t>(j["inputs"].size()) > o.max_inputs)
           throw HttpError(400, std::to_string(j["inputs"].size()) + " inputs exceed --max-inputs " +
                                    std::to_string(o.max_inputs));
-        for (const auto& x : j["inputs"]) in.push_back(x);
+        for (const auto& x : j["inputs"]) {
+          if (!x.is_string()) {
+            in.push_back(x);
+            continue;
+          }
+          if (task == "qa") throw HttpError(400, "/v1/qa inputs are objects {\"question\", \"context\"}, not strings");
+          json item = {{"text", x}};
+          for (const auto& [k, v] : j.items())
+            if (k != "inputs" && k != "model") item[k] = v;
+          in.push_back(std::move(item));
+        }
       } else {
         in.push_back(j);
       }

@@ -75,8 +75,8 @@ void add_bench(CLI::App& app) {
       ->check(CLI::IsMember({"train", "squad", "infer", "electra"}));
   sub->add_option("--config", o->config,
                   "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
-  sub->add_option("--batch", o->batch, "sequences per step")->check(CLI::PositiveNumber);
-  sub->add_option("--seq", o->seq, "sequence length")->check(CLI::PositiveNumber);
+  sub->add_option(flag("--batch-size", {"--batch"}), o->batch, "sequences per step")->check(CLI::PositiveNumber);
+  sub->add_option(flag("--max-seq-length", {"--seq"}), o->seq, "sequence length")->check(CLI::PositiveNumber);
   sub->add_option("--precision", o->precision, "fp32 | bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);

@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdlib>
+#include <initializer_list>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -18,6 +20,22 @@ inline std::string flag(const std::string& dashed) {
     if (under[i] == '-') under[i] = '_';
   return under == dashed ? dashed : dashed + "," + under;
 }
+
+// One flag vocabulary (docs/flags.md): the spelling a flag is documented by, then the spellings
+// earlier versions used, which keep working; each with its underscore spelling.
+inline std::string flag(const std::string& dashed, std::initializer_list<std::string> old) {
+  std::string names = flag(dashed);
+  for (const auto& o : old) names += "," + flag(o);
+  return names;
+}
+
+// The help of every command: dash spellings, old spellings after the new, defaults in the text.
+std::shared_ptr<CLI::FormatterBase> help_formatter();
+// Puts every option's default into its help (called once all commands exist).
+void show_defaults(CLI::App& app);
+// For a parse that left arguments over: which flag or command was meant (the nearest spellings),
+// one line per unknown argument; empty when nothing was left over.
+std::string unknown_argument_message(const CLI::App& root);
 
 // --threads: 0 (the default: all cores) up to 4 x the cores; beyond that threads only contend
 // (10000 threads made fine-tuning ~250x slower).
@@ -53,6 +71,16 @@ inline CLI::Validator whole_number() {
         return "";
       },
       "");
+}
+
+// Casing on the data commands (tokenize, create-pretraining-data): --do-lower-case alone or with
+// true|false (the form earlier versions took), or --no-lower-case; "" leaves it to the vocabulary.
+inline void add_casing_flags(CLI::App* sub, std::string& lower) {
+  sub->add_option(flag("--do-lower-case"), lower,
+                  "lower-case and strip accents; also takes true|false (default: true iff the vocabulary has no capitals)")
+      ->expected(0, 1)
+      ->default_str("true");
+  sub->add_flag_callback(flag("--no-lower-case"), [&lower] { lower = "false"; }, "keep case and accents");
 }
 
 // --device and --allow-tf32, on every command that runs a model.
@@ -100,6 +128,7 @@ void add_pretrain(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_finetune(CLI::App& app);
+void add_lr_find(CLI::App& app);
 void add_infer(CLI::App& app);
 void add_serve(CLI::App& app);
 

@@ -29,16 +29,17 @@ void add_create_data(CLI::App& app) {
   sub->add_option("--input", o->input,
                   "text file, comma-separated files (one output), or a folder (one output per file, in parallel)")
       ->required();
-  sub->add_option("--output", o->output, "output .h5 (or a folder when --input is a folder)")->required();
+  sub->add_option(flag("--output", {"--output-dir"}), o->output,
+                  "output .h5 (or a folder when --input is a folder; --output-dir is accepted too)")->required();
   sub->add_option("--vocab", o->vocab, "vocab.txt")->required();
-  sub->add_option(flag("--do-lower-case"), o->lower, "true|false (default: true iff the vocabulary has no capitals)");
+  add_casing_flags(sub, o->lower);
   sub->add_option(flag("--max-seq-length"), o->d.max_seq_length, "default 128")->check(CLI::Range(5, 100000));
   sub->add_option(flag("--max-predictions-per-seq"), o->d.max_predictions_per_seq, "default 20")
       ->check(CLI::PositiveNumber);
   sub->add_option(flag("--masked-lm-prob"), o->d.masked_lm_prob, "default 0.15");
   sub->add_option(flag("--short-seq-prob"), o->d.short_seq_prob, "default 0.1");
   sub->add_option(flag("--dupe-factor"), o->d.dupe_factor, "default 10")->check(CLI::PositiveNumber);
-  sub->add_option(flag("--random-seed"), o->d.random_seed, "default 12345");
+  sub->add_option(flag("--seed", {"--random-seed"}), o->d.random_seed, "default 12345 (Google's --random-seed)");
   sub->add_flag(flag("--whole-word-mask"), o->d.whole_word_mask, "mask whole words (all their ## pieces)");
   sub->add_flag(flag("--dynamic-masking"), o->d.dynamic_masking,
                 "write unmasked sequence pairs with lengths; the loader masks them anew each epoch");

@@ -191,9 +191,9 @@ void add_dump_step(CLI::App& app) {
                                  "One pre-training forward+backward (dropout off) on an NVIDIA HDF5 batch; writes "
                                  "loss, mlm_loss, nsp_loss and grad.<HF name> tensors (F32 safetensors)");
   sub->add_option("--model", o->model, "Hugging Face model directory (config.json, model.safetensors)")->required();
-  sub->add_option("--batch", o->batch, "HDF5 file in NVIDIA's pre-training layout; every row is one batch")
+  sub->add_option(flag("--input", {"--batch"}), o->batch, "HDF5 file in NVIDIA's pre-training layout; every row is one batch")
       ->required();
-  sub->add_option("--out", o->out, "output .safetensors")->required();
+  sub->add_option(flag("--output", {"--out"}), o->out, "output .safetensors")->required();
   sub->add_option("--precision", o->precision, "fp32 | bf16 | fp16 (GEMM operands rounded to fp16, no loss scale)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
@@ -220,8 +220,8 @@ void add_dump_step(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
   sub->callback([o]() {
-    check_output_not_input(o->out, "--out", o->model, "--model");
-    check_output_not_input(o->out, "--out", o->batch, "--batch");
+    check_output_not_input(o->out, "--output", o->model, "--model");
+    check_output_not_input(o->out, "--output", o->batch, "--input");
     set_threads(o->threads);
     // padded, as the PyTorch checks it is compared with compute (the padding's hidden states too:
     // Hugging Face's QA loss takes the padded positions)

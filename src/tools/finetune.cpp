@@ -26,17 +26,27 @@ namespace bertcc::tools {
 namespace fs = std::filesystem;
 
 void add_ft_flags(CLI::App* sub, FtCli& o) {
-  sub->add_option("--mode", o.mode,
-                  "what to do: train, eval, prediction or a combination (\"train eval\", \"train eval prediction\", "
-                  "train_and_predict, ...)");
-  sub->add_option(flag("--init-checkpoint"), o.init_checkpoint,
-                  "Hugging Face model directory: the pre-trained backbone (train) or the fine-tuned model (eval, "
-                  "prediction without train)")
+  // Under `bertcc lr-find` the same task trains for a range test: no mode, schedule or checkpoints.
+  const bool lrf = sub->get_parent() && sub->get_parent()->get_name() == "lr-find";
+  if (lrf) {
+    o.mode = "train";
+    o.lr_find = std::make_shared<LrFindCli>();
+    add_lr_find_flags(sub, *o.lr_find);
+  } else {
+    sub->add_option("--mode", o.mode,
+                    "what to do: train, eval, prediction or a combination (\"train eval\", \"train eval prediction\", "
+                    "train_and_predict, ...)");
+  }
+  sub->add_option(flag("--model", {"--init-checkpoint"}), o.init_checkpoint,
+                  lrf ? "Hugging Face model directory to start from (only read: the test saves no model)"
+                      : "Hugging Face model directory: the pre-trained backbone (train) or the fine-tuned model (eval, "
+                        "prediction without train)")
       ->required();
-  sub->add_option("--vocab", o.vocab, "vocab.txt (default: the one in --init-checkpoint)");
+  sub->add_option("--vocab", o.vocab, "vocab.txt (default: the one in --model)");
   sub->add_flag(flag("--do-lower-case"), o.do_lower_case, "lower-case and strip accents (default: from the vocabulary)");
   sub->add_flag(flag("--no-lower-case"), o.no_lower_case, "keep case and accents");
-  sub->add_option(flag("--output-dir"), o.output_dir, "fine-tuned model, logs, metrics and predictions");
+  sub->add_option(flag("--output-dir"), o.output_dir,
+                  lrf ? "folder for the curve: lr_find.svg and lr_find.json" : "fine-tuned model, logs, metrics and predictions");
   sub->add_option(flag("--max-seq-length"), o.max_seq_length, "maximum tokens per sequence")->check(CLI::Range(8, 4096));
   sub->add_option(flag("--train-batch-size"), o.train_batch_size, "sequences per optimizer step")->check(whole_number())
       ->check(CLI::PositiveNumber);
@@ -45,11 +55,13 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option(flag("--gradient-accumulation-steps"), o.gradient_accumulation_steps,
                   "micro-batches per step (NVIDIA: the batch is split into this many)")->check(whole_number())
       ->check(CLI::PositiveNumber);
-  sub->add_option(flag("--learning-rate"), o.learning_rate, "peak learning rate (AdamW)");
-  sub->add_option(flag("--num-train-epochs"), o.num_train_epochs, "epochs (fractions allowed)");
-  sub->add_option(flag("--max-steps"), o.max_steps, "optimizer steps (overrides --num-train-epochs)")
-      ->check(whole_number());
-  sub->add_option(flag("--warmup-proportion"), o.warmup_proportion, "fraction of steps of linear warm-up");
+  if (!lrf) {
+    sub->add_option(flag("--learning-rate"), o.learning_rate, "peak learning rate (AdamW)");
+    sub->add_option(flag("--num-train-epochs"), o.num_train_epochs, "epochs (fractions allowed)");
+    sub->add_option(flag("--max-steps"), o.max_steps, "optimizer steps (overrides --num-train-epochs)")
+        ->check(whole_number());
+    sub->add_option(flag("--warmup-proportion"), o.warmup_proportion, "fraction of steps of linear warm-up");
+  }
   sub->add_option(flag("--weight-decay"), o.weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)");
   sub->add_option(flag("--max-grad-norm"), o.max_grad_norm, "gradient clipping (global norm; <= 0 disables)");
   sub->add_flag(flag("--no-bias-correction"), o.no_bias_correction,
@@ -66,21 +78,23 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_flag(flag("--group-by-length"), o.group_by_length,
                 "batches of similar length (Hugging Face's group_by_length: shuffled mega-batches of 50 batches, "
                 "each sorted by length, the longest batch first): less padding, faster");
-  sub->add_option(flag("--num-steps-per-checkpoint"), o.num_steps_per_checkpoint,
-                  "write OUTPUT/checkpoints/step_N (model, optimizer, step, RNG, best score) every N steps; 0 = "
-                  "only when stopped by SIGINT/SIGTERM")->check(whole_number())
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")->check(whole_number())
-      ->check(CLI::PositiveNumber);
-  sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
-                "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run; "
-                "checksums verified first: a damaged or unverifiable one is skipped with a warning; an error if "
-                "every one is)");
-  sub->add_flag(flag("--trust-unverified-checkpoint"), o.trust_unverified_checkpoint,
-                "with --resume-from-checkpoint: also accept a checkpoint without checksums (one written by "
-                "hand or by an old bertcc), with a warning; a checksum that differs is still refused");
-  sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")
-      ->check(whole_number())->check(CLI::PositiveNumber);
+  if (!lrf) {
+    sub->add_option(flag("--num-steps-per-checkpoint"), o.num_steps_per_checkpoint,
+                    "write OUTPUT/checkpoints/step_N (model, optimizer, step, RNG, best score) every N steps; 0 = "
+                    "only when stopped by SIGINT/SIGTERM")->check(whole_number())
+        ->check(CLI::NonNegativeNumber);
+    sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")->check(whole_number())
+        ->check(CLI::PositiveNumber);
+    sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
+                  "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run; "
+                  "checksums verified first: a damaged or unverifiable one is skipped with a warning; an error if "
+                  "every one is)");
+    sub->add_flag(flag("--trust-unverified-checkpoint"), o.trust_unverified_checkpoint,
+                  "with --resume-from-checkpoint: also accept a checkpoint without checksums (one written by "
+                  "hand or by an old bertcc), with a warning; a checksum that differs is still refused");
+    sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")
+        ->check(whole_number())->check(CLI::PositiveNumber);
+  }
   sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
   add_device_flags(sub, o.device);
   sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
@@ -106,10 +120,11 @@ FtSetup ft_setup(const FtCli& o) {
     s.mode.insert(w);
   }
   BERTCC_CHECK(!s.mode.empty(), "--mode is empty");
+  if (o.lr_find) check_lr_find(*o.lr_find);
   BERTCC_CHECK(!(s.has("train") && o.output_dir.empty()), "--output-dir is required with --mode train");
   BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
   if (s.has("train"))  // training writes the model files into --output-dir (eval and prediction only add results)
-    for (const auto& [in, flag] : {std::pair{o.init_checkpoint, "--init-checkpoint"}, {o.data_dir, "--data-dir"},
+    for (const auto& [in, flag] : {std::pair{o.init_checkpoint, "--model"}, {o.data_dir, "--data-dir"},
                                    {o.train_file, "--train-file"}, {o.predict_file, "--predict-file"}, {o.vocab, "--vocab"}})
       check_output_not_input(o.output_dir, "--output-dir", in, flag);
   if (s.has("train")) check_finetune_options(ft_options(o, s));  // before anything is loaded
@@ -307,7 +322,7 @@ void run_glue(const FtCli& o) {
       BERTCC_CHECK(!ex[i].label.empty(), train_path, ": example ", i + 1, " has no label");
     const auto train = pair_features(s, ex, labels, o.max_seq_length, train_path);
     std::cerr << "GLUE " << task << ": " << train.size() << " training examples, " << labels.size() << " labels\n";
-    if (run_finetune(*model, train, devs.empty() ? Evaluator{} : eval, ft_options(o, s)).stopped) return;
+    if (finetune_or_find(*model, train, devs.empty() ? Evaluator{} : eval, o, s).stopped) return;
   }
   if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
   if (s.has("prediction")) {
@@ -493,7 +508,7 @@ void run_classify(const FtCli& o, const ClsCli& c) {
     std::cerr << "classify: " << tf.size() << " training examples, labels:";
     for (const auto& l : labels) std::cerr << " " << l;
     std::cerr << "\n";
-    if (run_finetune(*model, tf, s.has("eval") ? eval : Evaluator{}, ft_options(o, s)).stopped) return;
+    if (finetune_or_find(*model, tf, s.has("eval") ? eval : Evaluator{}, o, s).stopped) return;
   }
   if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
   if (s.has("prediction")) {

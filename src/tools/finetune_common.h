@@ -12,6 +12,12 @@
 
 namespace bertcc::tools {
 
+// bertcc lr-find's own flags (fastai's lr_find defaults).
+struct LrFindCli {
+  double start_lr = 1e-7, end_lr = 10, smoothing = 0.98, diverge_factor = 4;
+  int64_t num_steps = 100;
+};
+
 struct FtCli {
   std::string mode = "train eval", init_checkpoint, vocab, data_dir, train_file, predict_file, task_name,
               output_dir, precision = "bf16", device = "cpu";
@@ -28,6 +34,7 @@ struct FtCli {
   uint64_t seed = 42;
   int64_t max_nonfinite_steps = 10;
   dist::Options dp;
+  std::shared_ptr<LrFindCli> lr_find;  // set under `bertcc lr-find`: a range test instead of training
 };
 
 // Rank 0 of a data-parallel job (or the only process): the one that writes files and prints results.
@@ -51,6 +58,14 @@ FtSetup ft_setup(const FtCli& o);
 // from the model).
 std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads heads, std::vector<std::string>& labels);
 FinetuneOptions ft_options(const FtCli& o, const FtSetup& s);
+
+// Training (run_finetune), or under `bertcc lr-find` the range test, which writes
+// OUTPUT/lr_find.{json,svg}, prints the suggested rate and returns a result marked stopped.
+FinetuneResult finetune_or_find(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval, const FtCli& o,
+                                const FtSetup& s);
+void add_lr_find_flags(CLI::App* sub, LrFindCli& f);
+// Throws, naming the flag, on a rate range that is not one (before anything is loaded).
+void check_lr_find(const LrFindCli& f);
 
 // Prints the metrics as one JSON line and writes OUTPUT_DIR/eval_metrics.json (if an output dir is set).
 void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir);

@@ -66,7 +66,7 @@ void run_ner(const FtCli& o) {
     const NerFeatures tf = ner_features(*s.tok, train, index, true, o.max_seq_length, o.train_file);
     std::cerr << "ner: " << train.size() << " training sentences (" << tf.f.size() << " sequences), "
               << labels.size() << " tags\n";
-    if (run_finetune(*model, tf.f, s.has("eval") ? eval : Evaluator{}, ft_options(o, s)).stopped) return;
+    if (finetune_or_find(*model, tf.f, s.has("eval") ? eval : Evaluator{}, o, s).stopped) return;
   }
   if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
   if (s.has("prediction")) {

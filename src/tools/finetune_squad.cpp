@@ -107,7 +107,7 @@ void run_squad(const FtCli& o, const SquadCli& q) {
     const auto tf = squad_features(*s.tok, ex, fo, true);
     std::cerr << "squad: " << ex.size() << " training questions (" << skipped
               << " skipped: answer not found in the context), " << tf.inputs.size() << " windows\n";
-    if (run_finetune(*model, tf.inputs, s.has("eval") ? eval : Evaluator{}, ft_options(o, s)).stopped) return;
+    if (finetune_or_find(*model, tf.inputs, s.has("eval") ? eval : Evaluator{}, o, s).stopped) return;
   }
   if (s.has("eval"))
     print_eval_metrics(eval(*model).metrics, o.output_dir);

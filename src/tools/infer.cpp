@@ -20,20 +20,40 @@ namespace bertcc::tools {
 namespace {
 
 struct InferCli {
-  std::string model, vocab, precision = "bf16", text, text_pair, question, context, device = "cpu";
+  std::string model, vocab, precision = "bf16", question, context, device = "cpu";
+  std::vector<std::string> texts, text_pairs;  // --text and --text-pair, each repeatable (a batch)
+  bool do_lower_case = false, no_lower_case = false;
   int max_seq_length = 0, threads = 0, doc_stride = 128, max_answer_length = 30;
   std::string pooling = "cls";
   int64_t top_k = 5;
   int64_t batch_size = 32;
   // Whether --text / --question / --context were given: an explicitly empty one is an error, not
   // a request to read stdin.
-  bool text_given = false, question_given = false, context_given = false;
+  bool question_given = false, context_given = false;
 };
 
 // --text "" (an empty shell variable, say) used to read stdin instead: refuse it.
 void check_given_text(bool given, const std::string& value, const char* name) {
   BERTCC_CHECK(!given || !value.empty(), name, " is empty: give the text, or leave ", name,
                " out to read JSON lines from stdin");
+}
+
+// The inputs of repeated --text (and --text-pair, one per --text when given): one JSON object
+// each, `extra` merged into every one.
+std::vector<nlohmann::json> text_inputs(const InferCli& o, bool pairs, const nlohmann::json& extra) {
+  for (const auto& t : o.texts) check_given_text(true, t, "--text");
+  BERTCC_CHECK(!pairs || o.text_pairs.empty() || o.text_pairs.size() == o.texts.size(), "--text-pair is given ",
+               o.text_pairs.size(), " time(s) and --text ", o.texts.size(),
+               ": give one --text-pair per --text (the n-th pairs with the n-th), or none");
+  BERTCC_CHECK(o.texts.size() > 0 || o.text_pairs.empty(), "--text-pair needs --text");
+  std::vector<nlohmann::json> v;
+  for (size_t i = 0; i < o.texts.size(); ++i) {
+    nlohmann::json j{{"text", o.texts[i]}};
+    if (pairs) j["text_pair"] = o.text_pairs.empty() ? std::string() : o.text_pairs[i];
+    for (const auto& [k, val] : extra.items()) j[k] = val;
+    v.push_back(std::move(j));
+  }
+  return v;
 }
 
 struct Loaded {
@@ -51,7 +71,12 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
   const std::string vp = o.vocab.empty() ? join_path(o.model, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(vp), vp, ": no vocabulary (pass --vocab)");
   l.vocab = std::make_unique<Vocab>(Vocab::load(vp));
-  l.tok = std::make_unique<BertTokenizer>(*l.vocab, model_dir_lower_case(o.vocab.empty() ? o.model : "", *l.vocab));
+  BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
+  // Default: the model directory's tokenizer_config.json, else guessed from the vocabulary.
+  const bool lower = o.do_lower_case   ? true
+                     : o.no_lower_case ? false
+                                       : model_dir_lower_case(o.vocab.empty() ? o.model : "", *l.vocab);
+  l.tok = std::make_unique<BertTokenizer>(*l.vocab, lower);
   l.model = load_model_dir(o.model, heads);
   BERTCC_CHECK((heads != Heads::SequenceClassification && heads != Heads::TokenClassification) ||
                    l.model->config().num_labels() > 0,
@@ -71,13 +96,10 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
   return l;
 }
 
-// Inputs: from the flags if `single` holds a value, else JSON lines from stdin.
-std::vector<nlohmann::json> inputs(const nlohmann::json& single) {
+// Inputs: from the flags if `given` holds any, else JSON lines from stdin.
+std::vector<nlohmann::json> inputs(const std::vector<nlohmann::json>& given) {
   std::vector<nlohmann::json> v;
-  if (!single.is_null()) {
-    v.push_back(single);
-    return v;
-  }
+  if (!given.empty()) return given;
   std::string line;
   int64_t n = 0;
   check_stdin_not_directory();
@@ -117,12 +139,12 @@ void print(const std::vector<nlohmann::ordered_json>& results) {
 }
 
 void run_qa(const InferCli& o) {
-  nlohmann::json single;
+  std::vector<nlohmann::json> single;
   check_given_text(o.question_given, o.question, "--question");
   check_given_text(o.context_given, o.context, "--context");
   if (o.question_given || o.context_given) {
     BERTCC_CHECK(o.question_given && o.context_given, "--question and --context go together");
-    single = {{"question", o.question}, {"context", o.context}};
+    single.push_back({{"question", o.question}, {"context", o.context}});
   }
   const auto in = inputs(single);
   // BertForQuestionAnswering, or the joint head with beam search (finetune squad --joint-head)
@@ -134,30 +156,21 @@ void run_qa(const InferCli& o) {
 }
 
 void run_classify_infer(const InferCli& o) {
-  nlohmann::json single;
-  check_given_text(o.text_given, o.text, "--text");
-  if (o.text_given) single = {{"text", o.text}, {"text_pair", o.text_pair}};
-  const auto in = inputs(single);
+  const auto in = inputs(text_inputs(o, true, nlohmann::json::object()));
   Loaded l = load(o, Heads::SequenceClassification, "classify");
   print(classify_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
                        [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
 void run_tag(const InferCli& o) {
-  nlohmann::json single;
-  check_given_text(o.text_given, o.text, "--text");
-  if (o.text_given) single = {{"text", o.text}};
-  const auto in = inputs(single);
+  const auto in = inputs(text_inputs(o, false, nlohmann::json::object()));
   Loaded l = load(o, Heads::TokenClassification, "tag");
   print(tag_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
                   [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
 void run_embed(const InferCli& o) {
-  nlohmann::json single;
-  check_given_text(o.text_given, o.text, "--text");
-  if (o.text_given) single = {{"text", o.text}, {"text_pair", o.text_pair}, {"pooling", o.pooling}};
-  auto in = inputs(single);
+  auto in = inputs(text_inputs(o, true, {{"pooling", o.pooling}}));
   for (auto& j : in)
     if (j.is_object() && !j.contains("pooling")) j["pooling"] = o.pooling;
   // Any model directory: its encoder (a pre-training checkpoint's heads are not used).
@@ -167,10 +180,7 @@ void run_embed(const InferCli& o) {
 }
 
 void run_fill_mask(const InferCli& o) {
-  nlohmann::json single;
-  check_given_text(o.text_given, o.text, "--text");
-  if (o.text_given) single = {{"text", o.text}, {"top_k", o.top_k}};
-  auto in = inputs(single);
+  auto in = inputs(text_inputs(o, false, {{"top_k", o.top_k}}));
   for (auto& j : in)
     if (j.is_object() && !j.contains("top_k")) j["top_k"] = o.top_k;
   Loaded l = load(o, Heads::PreTraining, "fill-mask");
@@ -189,6 +199,9 @@ void common(CLI::App* c, InferCli& o) {
       ->check(CLI::Range(0, 1 << 20));  // 0: the default (a negative length used to be taken as the default too)
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
+  c->add_flag(flag("--do-lower-case"), o.do_lower_case,
+              "lower-case and strip accents (default: the model's tokenizer_config.json, else guessed from the vocabulary)");
+  c->add_flag(flag("--no-lower-case"), o.no_lower_case, "keep case and accents");
   add_device_flags(c, o.device);
   add_cuda_graphs_flag(c);
 }
@@ -211,40 +224,32 @@ void add_infer(CLI::App& app) {
   auto c = std::make_shared<InferCli>();
   auto* cl = app.add_subcommand("classify", "classify a text or pair (or JSON lines {\"text\",\"text_pair\"} on stdin)");
   common(cl, *c);
-  cl->add_option("--text", c->text, "the text");
-  cl->add_option(flag("--text-pair"), c->text_pair, "second text for pair tasks");
-  cl->callback([c, cl]() {
-    c->text_given = cl->count("--text") > 0;
-    run_classify_infer(*c);
-  });
+  cl->add_option("--text", c->texts, "the text; repeat for a batch (one JSON line out per --text)")
+      ->allow_extra_args(false);
+  cl->add_option(flag("--text-pair"), c->text_pairs, "second text for pair tasks (one per --text)")->allow_extra_args(false);
+  cl->callback([c]() { run_classify_infer(*c); });
   auto t = std::make_shared<InferCli>();
   auto* tg = app.add_subcommand("tag", "tag the words of a text with entities (or JSON lines {\"text\"} on stdin)");
   common(tg, *t);
-  tg->add_option("--text", t->text, "the text");
-  tg->callback([t, tg]() {
-    t->text_given = tg->count("--text") > 0;
-    run_tag(*t);
-  });
+  tg->add_option("--text", t->texts, "the text; repeat for a batch (one JSON line out per --text)")
+      ->allow_extra_args(false);
+  tg->callback([t]() { run_tag(*t); });
   auto e = std::make_shared<InferCli>();
   auto* em = app.add_subcommand("embed", "sentence embeddings of a text or pair (or JSON lines {\"text\"} on stdin)");
   common(em, *e);
-  em->add_option("--text", e->text, "the text");
-  em->add_option(flag("--text-pair"), e->text_pair, "second text");
+  em->add_option("--text", e->texts, "the text; repeat for a batch (one JSON line out per --text)")
+      ->allow_extra_args(false);
+  em->add_option(flag("--text-pair"), e->text_pairs, "second text (one per --text)")->allow_extra_args(false);
   em->add_option("--pooling", e->pooling, "cls (default) | mean")->check(CLI::IsMember({"cls", "mean"}));
-  em->callback([e, em]() {
-    e->text_given = em->count("--text") > 0;
-    run_embed(*e);
-  });
+  em->callback([e]() { run_embed(*e); });
   auto fm = std::make_shared<InferCli>();
   auto* fmc = app.add_subcommand("fill-mask",
                                  "predict the [MASK] tokens of a text with a pre-training checkpoint (or JSON lines on stdin)");
   common(fmc, *fm);
-  fmc->add_option("--text", fm->text, "a text with one or more [MASK]");
+  fmc->add_option("--text", fm->texts, "a text with one or more [MASK]; repeat for a batch (one JSON line out per --text)")
+      ->allow_extra_args(false);
   fmc->add_option(flag("--top-k"), fm->top_k, "candidates per [MASK]")->check(CLI::Range(int64_t{1}, int64_t{1000}));
-  fmc->callback([fm, fmc]() {
-    fm->text_given = fmc->count("--text") > 0;
-    run_fill_mask(*fm);
-  });
+  fmc->callback([fm]() { run_fill_mask(*fm); });
 }
 
 }  // namespace bertcc::tools

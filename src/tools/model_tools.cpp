@@ -31,12 +31,12 @@ void add_model_tools(CLI::App& app) {
                                   "ELECTRA config (HF layout)");
   init->add_option("--config", io->config, "preset (bert-tiny ... bert-large, electra-small|base|large) or config.json path")
       ->required();
-  init->add_option("--output", io->output, "model directory to create")->required();
+  init->add_option(flag("--output-dir", {"--output"}), io->output, "model directory to create")->required();
   init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory (required); sets vocab_size");
   init->add_option(flag("--seed"), io->seed, "initialisation seed");
   init->callback([io]() {
-    check_output_not_input(io->output, "--output", io->config, "--config");
-    check_output_not_input(io->output, "--output", io->vocab, "--vocab");
+    check_output_not_input(io->output, "--output-dir", io->config, "--config");
+    check_output_not_input(io->output, "--output-dir", io->vocab, "--vocab");
     BertConfig cfg = config_from_name_or_path(io->config);
     if (!io->vocab.empty()) {
       const std::string v = read_text_file(io->vocab);
@@ -63,8 +63,8 @@ void add_model_tools(CLI::App& app) {
                                 "Write a random pre-training batch (NVIDIA HDF5 layout) for a model's vocabulary");
   rb->add_option("--model", bo->model, "model directory or preset (for vocab_size)")->required();
   rb->add_option("--output", bo->output, "output .h5")->required();
-  rb->add_option("--batch", bo->batch, "rows")->check(CLI::PositiveNumber);
-  rb->add_option("--seq", bo->seq, "sequence length")->check(CLI::Range(4, 100000));
+  rb->add_option(flag("--batch-size", {"--batch"}), bo->batch, "rows")->check(CLI::PositiveNumber);
+  rb->add_option(flag("--max-seq-length", {"--seq"}), bo->seq, "sequence length")->check(CLI::Range(4, 100000));
   rb->add_option(flag("--max-predictions-per-seq"), bo->max_pred, "masked positions per row")
       ->check(CLI::PositiveNumber);
   rb->add_option(flag("--seed"), bo->seed, "random seed");
@@ -115,7 +115,7 @@ void add_model_tools(CLI::App& app) {
                  "directory (safetensors); the pickle is read, never run");
   conv->add_option("--from", co->from, "input format")->check(CLI::IsMember({"pt"}));
   conv->add_option("input", co->input, "checkpoint file")->required();
-  conv->add_option("--out,--output", co->out, "model directory to write")->required();
+  conv->add_option(flag("--output-dir", {"--out", "--output"}), co->out, "model directory to write")->required();
   conv->add_option("--config", co->config,
                    "config.json / bert_config.json or preset (default: config.json or bert_config.json next to the file)");
   conv->add_option("--vocab", co->vocab, "vocab.txt to copy (default: vocab.txt next to the file; one is required)");
@@ -125,7 +125,7 @@ void add_model_tools(CLI::App& app) {
     namespace fs = std::filesystem;
     BERTCC_CHECK(!(co->lower && co->no_lower), "--do-lower-case and --no-lower-case contradict each other");
     for (const auto& [in, flag] : {std::pair{co->input, "checkpoint"}, {co->config, "--config"}, {co->vocab, "--vocab"}})
-      check_output_not_input(co->out, "--out", in, flag);
+      check_output_not_input(co->out, "--output-dir", in, flag);
     const std::string here = fs::path(co->input).parent_path().string();
     std::string cfg_path = co->config;
     if (cfg_path.empty()) {
@@ -198,11 +198,11 @@ void add_model_tools(CLI::App& app) {
                                 "Export a model directory to ONNX (opset 17; HF input/output names; dynamic batch and "
                                 "sequence) for ONNX Runtime and Triton");
   ox->add_option("--model", oo->model, "model directory (the head follows config.json's architectures)")->required();
-  ox->add_option("--out,--output", oo->out, "ONNX file to write")->required();
+  ox->add_option(flag("--output", {"--out"}), oo->out, "ONNX file to write")->required();
   ox->add_option("--weights", oo->weights, "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   ox->callback([oo]() {
-    check_output_not_input(oo->out, "--out", oo->model, "--model");
+    check_output_not_input(oo->out, "--output", oo->model, "--model");
     const auto model = load_model_dir(oo->model, architecture_heads(oo->model));
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
     export_onnx(*model, oo->out, dt);

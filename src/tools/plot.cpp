@@ -68,9 +68,9 @@ void add_plot(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("plot", "Draw loss and learning-rate curves from a DLLogger log (SVG)");
   sub->add_option("log", *log, "dllogger.json written by bertcc pretrain")->required();
-  sub->add_option("--out", *out, "output .svg")->required();
+  sub->add_option(flag("--output", {"--out"}), *out, "output .svg")->required();
   sub->callback([log, out]() {
-    check_output_not_input(*out, "--out", *log, "log");
+    check_output_not_input(*out, "--output", *log, "log");
     std::ifstream in(*log);
     BERTCC_CHECK(in, *log, ": cannot open");
     std::map<std::string, Series> s;

@@ -66,7 +66,7 @@ void add_prep_corpus(CLI::App& app) {
                   "files, folders (.txt, recursive) or Wikipedia dumps (.xml, .xml.bz2); several corpora are mixed")
       ->required()
       ->delimiter(',');
-  sub->add_option("--output", o->output, "output folder")->required();
+  sub->add_option(flag("--output-dir", {"--output"}), o->output, "output folder")->required();
   sub->add_option(flag("--shards"), o->shards, "train shards (default 4)")->check(CLI::Range(1, 100000));
   sub->add_option(flag("--test-fraction"), o->test_fraction, "held-out fraction of documents (default 0)")
       ->check(CLI::Range(0.0, 0.9));
@@ -91,7 +91,7 @@ void add_prep_corpus(CLI::App& app) {
     BERTCC_CHECK(!files.empty() || !dumps.empty(), "prep-corpus: no input files");
     for (const auto& p : o->inputs)  // (the shards go to OUTPUT/train and OUTPUT/test)
       for (const char* sub : {"", "train", "test"})
-        check_output_not_input((fs::path(o->output) / sub).string(), "--output", p, "--input", /*input_read_whole=*/true);
+        check_output_not_input((fs::path(o->output) / sub).string(), "--output-dir", p, "--input", /*input_read_whole=*/true);
     fs::create_directories(fs::path(o->output) / "train");
     const int n_test = o->test_fraction > 0 ? std::max(1, static_cast<int>(o->shards * o->test_fraction + 0.5)) : 0;
     if (n_test) fs::create_directories(fs::path(o->output) / "test");

@@ -11,7 +11,7 @@ void add_pretrain(CLI::App& app) {
       "pretrain", "Pre-train BERT (masked LM + NSP) or ELECTRA (replaced-token detection) with LAMB or AdamW");
   sub->add_option(flag("--config"), o->config,
                   "required: a preset (bert-tiny|mini|small|medium|base|large, electra-small|base|large) or a "
-                  "config.json; not needed with --init-checkpoint (ignored) or when resuming a checkpoint in --output-dir");
+                  "config.json; not needed with --model (ignored) or when resuming a checkpoint in --output-dir");
   sub->add_option(flag("--model-type"), o->model_type,
                   "bert | electra (default: the config's model_type; electra presets are electra)")
       ->check(CLI::IsMember({"bert", "electra"}));
@@ -25,11 +25,11 @@ void add_pretrain(CLI::App& app) {
       ->required();
   sub->add_option(flag("--output-dir"), o->output_dir, "output folder (checkpoints/, model/ — ELECTRA: discriminator/ and generator/ —, dllogger.json)")
       ->required();
-  sub->add_option(flag("--init-checkpoint"), o->init_checkpoint,
-                  "HF model directory to start from (ELECTRA: a folder with discriminator/ and generator/)");
+  sub->add_option(flag("--model", {"--init-checkpoint"}), o->init_checkpoint,
+                  "HF model directory to start from (NVIDIA's --init-checkpoint) (ELECTRA: a folder with discriminator/ and generator/)");
   sub->add_option(flag("--vocab"), o->vocab,
                   "required: the vocab.txt the shards were made with (sets the vocabulary size; copied into every "
-                  "model directory written); default: the vocab.txt of --init-checkpoint or of the checkpoint resumed");
+                  "model directory written); default: the vocab.txt of --model or of the checkpoint resumed");
   sub->add_option(flag("--train-batch-size"), o->train_batch_size, "sequences per optimizer step (default 256)")
       ->check(whole_number());
   sub->add_option(flag("--gradient-accumulation-steps"), o->gradient_accumulation_steps,
@@ -57,7 +57,7 @@ void add_pretrain(CLI::App& app) {
                 "hand or by an old bertcc), with a warning; a checksum that differs is still refused");
   sub->add_option(flag("--seed"), o->seed, "default 12345");
   sub->add_flag(flag("--phase2"), o->phase2,
-                "phase 2: continue from the phase-1 checkpoint (with --resume-from-checkpoint) or --init-checkpoint; "
+                "phase 2: continue from the phase-1 checkpoint (with --resume-from-checkpoint) or --model; "
                 "optimizer step and schedule restart");
   sub->add_option(flag("--phase1-end-step"), o->phase1_end_step,
                   "the last phase-1 step (checked against the checkpoint)")->check(whole_number());

@@ -1,4 +1,5 @@
-// bertcc tokenize: one output line of token ids (or tokens) per input line; no [CLS]/[SEP].
+// bertcc tokenize: one output line of token ids (or tokens) per input line; [CLS] and [SEP]
+// around each with --add-special-tokens (Hugging Face's add_special_tokens=True).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -20,20 +21,29 @@ bool parse_bool_flag(const std::string& name, const std::string& v) {
 void add_tokenize(CLI::App& app) {
   struct Opts {
     std::string vocab, lower, input;
-    bool tokens = false;
+    bool tokens = false, special = false;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("tokenize", "BERT WordPiece tokenization of UTF-8 lines (HF BertTokenizer semantics)");
   sub->add_option("--vocab", o->vocab, "vocab.txt")->required();
-  sub->add_option(flag("--do-lower-case"), o->lower, "true|false (default: true iff the vocabulary has no capitals)");
+  add_casing_flags(sub, o->lower);
   sub->add_option("--input", o->input, "input file (default: standard input)");
   sub->add_flag("--tokens", o->tokens, "print tokens instead of ids");
+  sub->add_flag(flag("--add-special-tokens"), o->special,
+                "put [CLS] before and [SEP] after each line's pieces, as the model sees a single text (Hugging Face's "
+                "add_special_tokens=True; default: the pieces alone)");
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->callback([o]() {
     const Vocab vocab = Vocab::load(o->vocab);
     const bool lower = o->lower.empty() ? vocab.looks_uncased() : parse_bool_flag("--do-lower-case", o->lower);
     BertTokenizer tok(vocab, lower);
+    int32_t cls = -1, sep = -1;
+    if (o->special) {
+      cls = vocab.id("[CLS]");
+      sep = vocab.id("[SEP]");
+      BERTCC_CHECK(cls >= 0 && sep >= 0, o->vocab, ": --add-special-tokens needs [CLS] and [SEP] in the vocabulary");
+    }
     std::ifstream file;
     std::istream* in = &std::cin;
     if (!o->input.empty()) {
@@ -51,7 +61,11 @@ void add_tokenize(CLI::App& app) {
       std::vector<std::string_view> views(lines.begin(), lines.end());
       const auto ids = tok.encode_batch(views, o->threads, &stats);
       out.clear();
-      for (const auto& row : ids) {
+      for (auto row : ids) {
+        if (o->special) {
+          row.insert(row.begin(), cls);
+          row.push_back(sep);
+        }
         for (size_t k = 0; k < row.size(); ++k) {
           if (k) out.push_back(' ');
           if (o->tokens) out += vocab.token(row[k]);

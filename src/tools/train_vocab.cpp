@@ -20,7 +20,7 @@ void add_train_vocab(CLI::App& app) {
   struct Opts {
     std::vector<std::string> inputs;
     std::string output;
-    bool cased = false;
+    bool cased = false, lower = false;
     VocabTrainerOptions t;
     int threads = 0;
   };
@@ -29,13 +29,16 @@ void add_train_vocab(CLI::App& app) {
   sub->add_option("--input", o->inputs, "text files or folders (comma-separated or repeated)")->required()->delimiter(',');
   sub->add_option("--output", o->output, "vocab.txt to write")->required();
   sub->add_option(flag("--vocab-size"), o->t.vocab_size, "total size including special tokens (default 30522)");
-  sub->add_flag("--cased", o->cased, "keep case and accents (default: lowercase + strip accents, as uncased BERT)");
+  sub->add_flag(flag("--do-lower-case"), o->lower,
+                "lower-case and strip accents, as uncased BERT (the default)");
+  sub->add_flag(flag("--no-lower-case", {"--cased"}), o->cased, "keep case and accents (a cased vocabulary)");
   sub->add_option(flag("--min-frequency"), o->t.min_frequency, "minimum pair count to merge (default 2)");
   sub->add_option(flag("--limit-alphabet"), o->t.limit_alphabet, "most frequent characters kept (default 1000)");
   sub->add_option(flag("--num-unused"), o->t.num_unused, "[unused*] slots after [PAD] (default 99)");
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->callback([o]() {
     const auto t0 = std::chrono::steady_clock::now();
+    BERTCC_CHECK(!(o->lower && o->cased), "--do-lower-case and --no-lower-case contradict each other");
     std::vector<std::string> files;
     for (const auto& in : o->inputs) {
       BERTCC_CHECK(fs::exists(in), in, ": no such file or folder");

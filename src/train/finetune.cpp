@@ -3,6 +3,7 @@
 // gradient clipping at 1.0, gradient accumulation, dropout on, evaluation after each epoch and
 // the best model kept.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +25,7 @@
 #include "train/data_parallel.h"
 #include "train/dllogger.h"
 #include "train/hparams.h"
+#include "train/progress.h"
 
 namespace bertcc {
 namespace fs = std::filesystem;
@@ -93,12 +95,13 @@ void check_finetune_options(const FinetuneOptions& o) {
 FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval,
                             const FinetuneOptions& o) {
   BERTCC_CHECK(!train.empty(), "fine-tuning: no training examples");
-  BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required for training");
+  const RangeTest* rt = o.range_test;  // a range test writes nothing
+  BERTCC_CHECK(rt || !o.output_dir.empty(), "--output-dir is required for training");
   check_finetune_options(o);
   dist::Communicator& comm = dist::world();
   const int64_t W = comm.world(), R = comm.rank();
   const bool lead = R == 0;  // only rank 0 writes
-  if (lead) fs::create_directories(o.output_dir);
+  if (lead && !rt) fs::create_directories(o.output_dir);
   model.freeze_below_top_layers(o.freeze_layers);
   model.set_layerwise_lr_decay(static_cast<float>(o.layerwise_lr_decay));
   const int64_t A = o.gradient_accumulation_steps;
@@ -143,7 +146,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
   // The log is opened once the checkpoint is resumed: a refused resume leaves the output as it was.
   std::unique_ptr<DLLogger> log;
-  if (lead) log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
+  if (lead && !rt) log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
   nlohmann::ordered_json params{{"train_examples", n},
                                 {"train_batch_size", o.train_batch_size},
                                 {"world_size", W},
@@ -159,7 +162,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
                                 {"layerwise_lr_decay", o.layerwise_lr_decay},
                                 {"group_by_length", o.group_by_length},
                                 {"architecture", model.architecture()}};
-  if (lead) log->log("PARAMETER", params);
+  if (log) log->log("PARAMETER", params);
   std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
   if (o.dp.zero1 && W > 1) {
     shards = std::make_unique<OptimizerShards>(model.table(), static_cast<int>(W));
@@ -205,6 +208,20 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   const int64_t seqs_before = seqs;
   double loss_acc = 0;
   int64_t loss_n = 0, padded_since = 0, rows_since = 0;  // for the logged mean padded length
+  // On a terminal: a bar redrawn in place, with the rate and the time left; the log lines and
+  // evaluations print above it. Epochs are counted as epochs done (1.00 after the first), as in
+  // the evaluations and Hugging Face's logs.
+  const bool bar = lead && !o.quiet && !rt && ::isatty(STDERR_FILENO);
+  const double epochs_total = static_cast<double>(total) / static_cast<double>(steps_per_epoch);
+  const int64_t first_step = st.step;  // (after a resume, the checkpoint's)
+  double loss_run = 0;            // the mean step loss of this process's steps (the summary's train_loss)
+  int64_t steps_run = 0;
+  double shown_loss = NAN;        // the bar's loss: the last logged mean
+  auto last_bar = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  auto epochs_done = [&](int64_t st_) { return static_cast<double>(st_) / static_cast<double>(steps_per_epoch); };
+  auto clear_bar = [&]() {
+    if (bar) std::cerr << "\r\033[K";
+  };
   auto run_eval = [&](int64_t epochs_done, const char* when) {
     if (!eval) return;
     if (watchdog_ptr) watchdog_ptr->beat("evaluation", step, /*paused=*/true);
@@ -214,7 +231,10 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     res.last_eval = r.metrics;
     if (lead) log->log(nlohmann::ordered_json::array({epochs_done, step}), r.metrics, "EVAL");
     const bool better = r.score > st.best_score;  // the same on every rank: the logits are gathered
-    if (!o.quiet && lead) std::cerr << "eval (" << when << ") " << r.metrics.dump() << (better ? "  [best]" : "") << "\n";
+    if (!o.quiet && lead) {
+      clear_bar();
+      std::cerr << "eval (" << when << ") " << r.metrics.dump() << (better ? "  [best]" : "") << "\n";
+    }
     if (better) {
       if (lead && dev) model.params_to_host();
       if (lead)  // (NaN logits still score: their argmax is label 0)
@@ -300,7 +320,7 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     padded_since += static_cast<int64_t>(sv[1]);
     real_tokens += static_cast<int64_t>(sv[2]);
     rows_since += static_cast<int64_t>(sv[3]);
-    const float lr = linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
+    const float lr = rt ? rt->lr(step) : linear_warmup_lr(o.learning_rate, step, total, o.warmup_proportion);
     const double gnorm = shards ? sharded_global_norm(comm, model, *shards)
                          : dev  ? be.global_norm(model.grads_on_backend(), model.table().total())
                                 : global_norm(model.grads().data(), model.grads().size());
@@ -324,23 +344,48 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
     loss_acc += step_loss;
     ++loss_n;
+    loss_run += step_loss;
+    ++steps_run;
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step % o.log_freq == 0 || step == total) {
       const double sps = static_cast<double>(seqs - seqs_before) / std::max(train_seconds - seconds_before, 1e-9);
       nlohmann::ordered_json d{{"loss", loss_acc / static_cast<double>(loss_n)},
                                {"learning_rate", lr},
                                {"seq_per_s", sps},
                                {"padded_length", static_cast<double>(padded_since) / std::max<int64_t>(rows_since, 1)}};
-      if (lead) log->log(nlohmann::ordered_json::array({epoch, step}), d);
-      if (!o.quiet && lead)
-        std::cerr << "step " << step << "/" << total << " epoch " << epoch << " loss " << d["loss"].get<double>()
-                  << " lr " << lr << " " << static_cast<int>(sps) << " seq/s\n";
+      if (log) log->log(nlohmann::ordered_json::array({epoch, step}), d);
+      shown_loss = d["loss"].get<double>();
+      if (!o.quiet && lead) {
+        clear_bar();
+        std::cerr << "step " << step << "/" << total << " epoch " << fixed(epochs_done(step), 2) << " loss "
+                  << d["loss"].get<double>() << " lr " << lr << " " << static_cast<int>(sps) << " seq/s eta "
+                  << eta(wall, steps_run, total - first_step) << "\n";
+      }
       loss_acc = 0;
       loss_n = 0;
       padded_since = rows_since = 0;
     }
+    if (rt) {
+      if (!rt->after_step(step, lr, step_loss)) break;
+      continue;
+    }
+    if (bar && (step == total || std::chrono::steady_clock::now() - last_bar > std::chrono::milliseconds(200))) {
+      last_bar = std::chrono::steady_clock::now();
+      const double sps = static_cast<double>(seqs - seqs_before) / std::max(train_seconds - seconds_before, 1e-9);
+      std::cerr << "\r" << progress_bar(step, total) << " " << step << "/" << total << " epoch "
+                << fixed(epochs_done(step), 2) << "/" << fixed(epochs_total, 2) << " loss "
+                << (std::isfinite(shown_loss) ? fixed(shown_loss) : fixed(step_loss)) << " " << static_cast<int>(sps)
+                << " seq/s " << clock_time(wall) << "<" << eta(wall, steps_run, total - first_step) << "\033[K"
+                << std::flush;
+    }
     if (step % steps_per_epoch == 0 || step == total) run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
     st.step = step;
     if (step < total && o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0) save();
+  }
+  clear_bar();
+  if (rt) {
+    res.steps = step;
+    return res;
   }
   if (step < total) {  // stopped by a signal: save the state reached
     const bool saved = o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0 && step > 0;
@@ -375,11 +420,27 @@ FinetuneResult run_finetune(Bert& model, const std::vector<FtFeature>& train, co
   log->log(nlohmann::ordered_json::array(), summary);
   write_file_atomic(o.output_dir + "/eval_results.json", summary.dump(2) + "\n");
   comm.barrier();
-  if (!o.quiet) {
-    char line[128];
-    std::snprintf(line, sizeof line, "trained %lld steps in %.1f s (%d seq/s)\n", static_cast<long long>(step),
-                  res.seconds, static_cast<int>(res.train_seq_per_s));
-    std::cerr << line;
+  if (!o.quiet) {  // as the Trainer ends: train metrics, eval metrics, where the model went
+    std::vector<std::pair<std::string, std::string>> rows{
+        {"epoch", fixed(epochs_done(step), 2)},
+        {"train_steps", std::to_string(step)},
+        {"train_samples", std::to_string(seqs)},
+        {"train_runtime", clock_time(res.seconds, true)},
+        {"train_samples_per_second", fixed(res.train_seq_per_s, 3)},
+        {"train_loss", steps_run ? fixed(loss_run / static_cast<double>(steps_run)) : std::string("-")}};
+    if (first_step > 0)
+      rows.push_back({"resumed_from_step", std::to_string(first_step) + " (runtime and train_loss: this run's steps)"});
+    std::string out = metrics_block("train metrics", rows);
+    if (res.last_eval.is_object()) {
+      std::vector<std::pair<std::string, std::string>> ev;
+      for (const auto& [k, v] : res.last_eval.items()) ev.push_back({"eval_" + k, v.dump()});
+      out += metrics_block("eval metrics", ev);
+    }
+    out += "model written to " + o.output_dir;
+    if (res.best_eval.is_object())
+      out += " (the best evaluation's, step " + res.best_eval.value("step", nlohmann::ordered_json(0)).dump() + ": " +
+             o.output_dir + "/best)";
+    std::cerr << out << "\n";
   }
   return res;
 }

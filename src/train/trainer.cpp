@@ -27,6 +27,7 @@
 #include "train/data_parallel.h"
 #include "train/dllogger.h"
 #include "train/hparams.h"
+#include "train/progress.h"
 
 namespace bertcc {
 
@@ -163,7 +164,7 @@ int run_pretraining(const PretrainOptions& o) {
   check_nonnegative("--watchdog-timeout", o.dp.watchdog_timeout);
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
   for (const auto& [in, flag] : {std::pair{o.input_dir, "--input-dir"}, {o.eval_dir, "--eval-dir"},
-                                 {o.init_checkpoint, "--init-checkpoint"}, {o.vocab, "--vocab"}})
+                                 {o.init_checkpoint, "--model"}, {o.vocab, "--vocab"}})
     check_output_not_input(o.output_dir, "--output-dir", in, flag);
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
   Backend& be = backend_for_rank(o.device, comm);
@@ -189,7 +190,7 @@ int run_pretraining(const PretrainOptions& o) {
     BERTCC_CHECK(!resume_dir.empty(), "pretrain: --config is required: a named config (", config_preset_names(),
                  ") or a config.json",
                  o.resume_from_checkpoint ? std::string("; ") + o.output_dir + "/checkpoints holds no checkpoint to resume"
-                                          : std::string(" (or --init-checkpoint DIR to continue from a model)"));
+                                          : std::string(" (or --model DIR to continue from a model)"));
     config = resume_electra ? resume_dir + "/discriminator/config.json" : resume_dir + "/config.json";
     if (resume_electra && generator_config.empty()) generator_config = resume_dir + "/generator/config.json";
     if (lead) std::cerr << "pretrain: model configuration from " << config << "\n";
@@ -223,7 +224,7 @@ int run_pretraining(const PretrainOptions& o) {
     pm.electra = o.model_type == "electra" || (o.model_type.empty() && file_exists(disc_dir + "/config.json"));
     if (pm.electra) {
       BERTCC_CHECK(file_exists(disc_dir) && file_exists(o.init_checkpoint + "/generator"), o.init_checkpoint,
-                   ": an ELECTRA --init-checkpoint is a folder with discriminator/ and generator/ (as a pre-training "
+                   ": an ELECTRA --model (--init-checkpoint) is a folder with discriminator/ and generator/ (as a pre-training "
                    "run writes)");
       pm.main = load_model_dir(disc_dir, Heads::Discriminator);
       pm.gen = load_model_dir(o.init_checkpoint + "/generator", Heads::Generator);
@@ -413,6 +414,26 @@ int run_pretraining(const PretrainOptions& o) {
   // same metrics.
   std::unique_ptr<PretrainLoader> eval_loader;
   if (!o.eval_dir.empty()) eval_loader = std::make_unique<PretrainLoader>(list_shards(o.eval_dir), micro, o.seed, mopt);
+  nlohmann::ordered_json last_eval;  // the closing block's eval metrics
+  // How often an evaluation saw each held-out sequence: --eval-batches may ask for more batches
+  // than the shards hold, and the loader then starts over. Said with the metrics, never hidden.
+  struct EvalPass {
+    int64_t first = 0, seen = 0;  // sequences in the first pass (all of them once it wrapped), in all
+    bool wrapped = false;
+    void add(int64_t epoch_before, int64_t rows) {
+      seen += rows;
+      if (epoch_before == 0) first += rows;
+      else wrapped = true;
+    }
+    std::string note(int64_t micro) const {
+      if (!wrapped || first == 0) return "";
+      char b[200];
+      std::snprintf(b, sizeof b, "; the held-out set's %lld sequences were each seen %.2f times (--eval-batches %lld sees each once)",
+                    static_cast<long long>(first), static_cast<double>(seen) / static_cast<double>(first),
+                    static_cast<long long>((first + micro - 1) / micro));
+      return b;
+    }
+  };
   auto evaluate_electra = [&]() {
     DataCursor c;
     // One row of sums per batch (zero on the ranks that did not evaluate it), summed in batch order
@@ -420,8 +441,11 @@ int run_pretraining(const PretrainOptions& o) {
     std::vector<double> rows(static_cast<size_t>(o.eval_batches) * kElectraSums, 0.0);
     ElectraStepOptions so;
     so.disc_weight = static_cast<float>(o.disc_weight);
+    EvalPass pass;
     for (int64_t b = 0; b < o.eval_batches; ++b) {
+      const int64_t epoch_before = c.epoch;
       const BertBatch batch = eval_loader->next(c);
+      pass.add(epoch_before, batch.B);
       if (b % W != R) continue;
       batch.validate(model->config(), batch.source);
       Rng r = micro_batch_rng(o.seed, 0, -1, b);  // the sampling noise of eval batch b, whatever the world size
@@ -434,16 +458,17 @@ int run_pretraining(const PretrainOptions& o) {
     if (!lead) return;
     nlohmann::ordered_json d;
     electra_metrics(sums, o.disc_weight, "eval.", d);
+    last_eval = d;
     log->log({st.cursor.epoch, st.step + st.step_offset}, d);
     for (auto it = d.begin(); it != d.end(); ++it)
       tb->scalar("eval/" + it.key().substr(5), it.value().get<float>(), st.step + st.step_offset);
     std::printf("%seval at step %lld: loss %.4f, generator loss %.4f accuracy %.4f, discriminator loss %.4f accuracy "
-                "%.4f precision %.4f recall %.4f (%lld masked, %lld replaced)\n",
+                "%.4f precision %.4f recall %.4f (%lld masked, %lld replaced%s)\n",
                 ::isatty(1) ? "\n" : "", static_cast<long long>(st.step + st.step_offset), d["eval.loss"].get<double>(),
                 d["eval.generator_loss"].get<double>(), d["eval.generator_accuracy"].get<double>(),
                 d["eval.discriminator_loss"].get<double>(), d["eval.discriminator_accuracy"].get<double>(),
                 d["eval.discriminator_precision"].get<double>(), d["eval.discriminator_recall"].get<double>(),
-                static_cast<long long>(sums[2]), static_cast<long long>(sums[6]));
+                static_cast<long long>(sums[2]), static_cast<long long>(sums[6]), pass.note(micro).c_str());
     std::fflush(stdout);
   };
   auto evaluate = [&]() {
@@ -453,8 +478,11 @@ int run_pretraining(const PretrainOptions& o) {
     // evaluated the batch, summed in batch order after the all-reduce (same bits at every world size).
     std::vector<double> rows(static_cast<size_t>(o.eval_batches) * 5, 0.0);
     Rng eval_rng{0, 0};
+    EvalPass pass;
     for (int64_t b = 0; b < o.eval_batches; ++b) {
+      const int64_t epoch_before = c.epoch;
       const BertBatch batch = eval_loader->next(c);
+      pass.add(epoch_before, batch.B);
       if (b % W != R) continue;
       batch.validate(model->config(), batch.source);
       const PretrainLoss l = model->pretrain_step(batch, false, false, prec, eval_rng);
@@ -482,13 +510,14 @@ int run_pretraining(const PretrainOptions& o) {
     d["eval.mlm_accuracy"] =
         static_cast<double>(sum.mlm_correct) / static_cast<double>(std::max<int64_t>(1, sum.mlm_count));
     d["eval.nsp_accuracy"] = static_cast<double>(sum.nsp_correct) / static_cast<double>(std::max<int64_t>(1, nsp_n));
+    last_eval = d;
     log->log({st.cursor.epoch, st.step + st.step_offset}, d);
     for (const char* k : {"eval.loss", "eval.mlm_accuracy", "eval.nsp_accuracy"})
       tb->scalar(std::string("eval/") + (k + 5), d[k].get<float>(), st.step + st.step_offset);
-    std::printf("%seval at step %lld: loss %.4f, MLM accuracy %.4f, NSP accuracy %.4f (%lld masked tokens)\n",
+    std::printf("%seval at step %lld: loss %.4f, MLM accuracy %.4f, NSP accuracy %.4f (%lld masked tokens%s)\n",
                 ::isatty(1) ? "\n" : "", static_cast<long long>(st.step + st.step_offset), d["eval.loss"].get<double>(),
                 d["eval.mlm_accuracy"].get<double>(), d["eval.nsp_accuracy"].get<double>(),
-                static_cast<long long>(sum.mlm_count));
+                static_cast<long long>(sum.mlm_count), pass.note(micro).c_str());
     std::fflush(stdout);
   };
   const int64_t eval_every = o.eval_freq > 0 ? o.eval_freq : o.num_steps_per_checkpoint;
@@ -551,6 +580,11 @@ int run_pretraining(const PretrainOptions& o) {
               << "\n";
   bool stopped = false;
   bool memory_checked = false;
+  // For the time left and the closing block: this process's steps, sequences and wall time.
+  const auto t_run = std::chrono::steady_clock::now();
+  const int64_t first_step = st.step;
+  int64_t seqs_run = 0;
+  double last_loss = NAN;
   while (st.step < o.max_steps) {
     watchdog.beat("loading the step's batches", st.step + st.step_offset);
     DataCursor next_cursor = st.cursor;
@@ -606,6 +640,7 @@ int run_pretraining(const PretrainOptions& o) {
       for (size_t i = 0; i < syncs.size(); ++i) syncs[i]->after(a, A, models[i]->grads());
       for (auto& d : dsyncs) d->after(a, A);
       if (lead) seqs_since += batch.B * W;  // for the logged rate
+      if (lead) seqs_run += batch.B * W;
     }
     // Gradients reduced once per optimizer step, after accumulation (NVIDIA's
     // allreduce_post_accumulation), in buckets overlapped with the last micro-batch's backward;
@@ -703,6 +738,7 @@ int run_pretraining(const PretrainOptions& o) {
       }
     }
     ++st.step;
+    last_loss = step_loss;
     if (lead && (st.step % o.log_freq == 0 || st.step == o.max_steps)) {
       const auto now = std::chrono::steady_clock::now();
       const double secs = std::chrono::duration<double>(now - t_last).count();
@@ -737,12 +773,14 @@ int run_pretraining(const PretrainOptions& o) {
         std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (mlm %.4f nsp %.4f) lr %.3g %.1f seq/s",
                       static_cast<long long>(st.step), static_cast<long long>(o.max_steps), step_loss, mlm_loss,
                       nsp_loss, lr, sps);
+      // The time left at this process's pace (evaluations and checkpoints included).
+      const std::string left =
+          eta(std::chrono::duration<double>(now - t_run).count(), st.step - first_step, o.max_steps - first_step);
       if (tty) {
-        const int width = 30, done = static_cast<int>(width * st.step / o.max_steps);
-        std::printf("\r[%.*s%*s] %s", done, "##############################", width - done, "", line);
+        std::printf("\r%s %s eta %s\033[K", progress_bar(st.step, o.max_steps).c_str(), line, left.c_str());
         if (st.step == o.max_steps) std::printf("\n");
       } else {
-        std::printf("%s\n", line);
+        std::printf("%s eta %s\n", line, left.c_str());
       }
       std::fflush(stdout);
     }
@@ -761,6 +799,26 @@ int run_pretraining(const PretrainOptions& o) {
       } else {
         save_model_dir(*model, o.output_dir + "/model", vocab_path);
       }
+    }
+    if (!stopped) {  // as the Trainer ends: train metrics, eval metrics, where the model went
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
+      std::vector<std::pair<std::string, std::string>> rows{
+          {"train_steps", std::to_string(st.step)},
+          {"train_samples", std::to_string(seqs_run)},
+          {"train_runtime", clock_time(secs, true)},
+          {"train_samples_per_second", fixed(static_cast<double>(seqs_run) / std::max(secs, 1e-9), 3)},
+          {"train_loss", std::isfinite(last_loss) ? fixed(last_loss) + " (the last step's)" : std::string("-")}};
+      if (first_step > 0)
+        rows.push_back({"resumed_from_step", std::to_string(first_step) + " (samples and runtime: this run's steps)"});
+      std::string out = metrics_block("train metrics", rows);
+      if (last_eval.is_object()) {
+        std::vector<std::pair<std::string, std::string>> ev;
+        for (const auto& [k, v] : last_eval.items()) ev.push_back({k, v.is_number_float() ? fixed(v.get<double>()) : v.dump()});
+        out += metrics_block("eval metrics", ev);
+      }
+      if (st.step >= o.max_steps)
+        out += "model written to " + o.output_dir + (pm.electra ? "/discriminator (and generator/)" : "/model") + "\n";
+      std::cerr << out;
     }
     std::cerr << (stopped ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
               << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset << "\n";

@@ -178,6 +178,17 @@ check(s == 200 and close(j, want[0]), "/v1/qa single = `bertcc qa`")
 s, j = jreq("POST", "/v1/classify", {"model": "sst", "text": "it is dull", "text_pair": "and long"})
 check(s == 200 and close(j, cli("classify", M["sst"], "--text", "it is dull", "--text-pair", "and long")[0]),
       "/v1/classify pair = `bertcc classify`")
+# a list of strings, as pipelines take it: each the same as `bertcc classify --text` (and its
+# repeated --text), in order; one string is a batch of one; /v1/qa wants objects
+s, j = jreq("POST", "/v1/classify", {"model": "sst", "inputs": ["great", "awful"]})
+want = cli("classify", M["sst"], "--text", "great", "--text", "awful")
+check(s == 200 and len(want) == 2 and close(j["results"], want)
+      and close(want, [cli("classify", M["sst"], "--text", t)[0] for t in ("great", "awful")]),
+      "/v1/classify [\"great\", \"awful\"] = `bertcc classify --text great --text awful` = each alone")
+s, j = jreq("POST", "/v1/classify", {"model": "sst", "inputs": "great"})
+check(s == 200 and close(j["results"], want[:1]), "/v1/classify \"inputs\": \"great\" is a batch of one")
+s, j = jreq("POST", "/v1/qa", {"inputs": ["who?"]})
+check(s == 400 and "not strings" in j.get("error", ""), "/v1/qa refuses strings in \"inputs\" (400, says why)")
 text = "Ada Lovelace met Charles Babbage in London, England."
 s, j = jreq("POST", "/v1/tag", {"text": text})
 check(s == 200 and close(j, cli("tag", M["ner"], "--text", text)[0]), "/v1/tag = `bertcc tag`")

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // The page bertcc serve shows at /, in headless Chromium (Debian's chromium, driven by
 // playwright-core): it lists the models, answers a question with the answer highlighted in the
-// context (checked against /v1/qa's character offsets) and classifies a text. A screenshot of the
+// context (checked against /v1/qa's character offsets), classifies a text (with its latency and a
+// curl command that gets the same answer), refuses an empty context, fills [MASK]s and embeds. A screenshot of the
 // answered question is written to OUT/page.png.
 //   node page_test.js URL OUT
 "use strict";
@@ -47,6 +48,18 @@ async function main() {
     const c = await page.evaluate(async () => (await fetch("/v1/classify", { method: "POST",
       body: JSON.stringify({ model: "sst", text: "a gripping, beautifully shot film" }) })).json());
     check(label === c.label, `text classified as ${label}`);
+    // The request shown under the answer: its latency, and a curl command that gets the same answer.
+    const req = await page.$eval("#req", (e) => e.textContent);
+    const cmd = req.split("\n").find((l) => l.startsWith("curl -s "));
+    const viaCurl = cmd ? JSON.parse(require("child_process").execSync(cmd, { shell: "/bin/sh" }).toString()) : {};
+    check(/^answered in [0-9.]+ ms \(status 200\)/.test(req) && viaCurl.label === c.label
+      && JSON.stringify(viaCurl.scores) === JSON.stringify(c.scores), `latency shown and the curl command shown answers the same: ${cmd}`);
+    // Inputs checked before anything is sent: an empty context is refused with what to do.
+    await page.selectOption("#model", "squad");
+    await page.fill("#context", "");
+    await page.click("#go");
+    const refused = await page.$eval("#out", (e) => e.textContent);
+    check(refused.startsWith("Paste a context"), `an empty context is refused on the page: ${refused}`);
     // Fill-mask: the candidates shown are the API's.
     await page.selectOption("#model", "mlm");
     await page.click("#go");
@@ -55,6 +68,13 @@ async function main() {
     const fm = await page.evaluate(async () => (await fetch("/v1/fill-mask", { method: "POST",
       body: JSON.stringify({ model: "mlm", text: document.getElementById("text").value }) })).json());
     check(shown.includes(fm.masks[0][0].token), `[MASK] filled: ${shown.slice(0, 60)}`);
+    // Embed: a task of the pre-training checkpoint besides fill-mask, picked in the task list.
+    const mlmTasks = await page.$$eval("#task option", (os) => os.map((o) => o.value));
+    await page.selectOption("#task", "embed");
+    await page.click("#go");
+    await page.waitForFunction(() => document.querySelector("#out").textContent.includes("-dimensional"));
+    const emb = await page.$eval("#out", (e) => e.textContent);
+    check(mlmTasks.join(",") === "fill-mask,embed" && /^[0-9]+-dimensional cls embedding/.test(emb), `embed from the page: ${emb.slice(0, 60)}`);
     check(errors.length === 0, `no page errors (${errors.join("; ")})`);
   } finally {
     await browser.close();
