@@ -42,7 +42,6 @@ struct Bert::Acts {
   std::vector<int64_t> cu, att_off, cls_rows;
   std::vector<uint64_t> drop_off;
   uint64_t drop_total = 0;  // the attention-dropout numbers of a layer (every sequence's)
-  std::vector<int32_t> pids, pseg;  // the packed ids and segment ids (host)
   float* seq_pad = nullptr;
   int64_t reserved = 0;  // floats reserve_activations asked for (the arena is at least that)
   bool attention_dropout = false;  // probs also hold the dropped-out probabilities

@@ -124,15 +124,13 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
     a.drop_off = std::move(drop_off);
     a.drop_total = drop_total;
     a.cls_rows.assign(a.cu.begin(), a.cu.end() - 1);
-    a.pids.resize(static_cast<size_t>(N));
-    a.pseg.resize(static_cast<size_t>(N));
+    batch_ids_.resize(static_cast<size_t>(N));  // the packed rows' ids (kept for the embeddings' backward)
+    batch_seg_.resize(static_cast<size_t>(N));
     for (int64_t b = 0; b < B; ++b) {
       const auto [r0, n] = a.seq(b);
-      std::copy_n(batch.input_ids.data() + b * T, n, a.pids.data() + r0);
-      std::copy_n(batch.segment_ids.data() + b * T, n, a.pseg.data() + r0);
+      std::copy_n(batch.input_ids.data() + b * T, n, batch_ids_.data() + r0);
+      std::copy_n(batch.segment_ids.data() + b * T, n, batch_seg_.data() + r0);
     }
-    batch_ids_ = a.pids;
-    batch_seg_ = a.pseg;
   } else {
     batch_ids_ = batch.input_ids;
     batch_seg_ = batch.segment_ids;
