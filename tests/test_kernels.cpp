@@ -6,6 +6,8 @@
 #include <cstring>
 #include <random>
 
+#include <omp.h>
+
 #include "backend/backend.h"
 #include "bertcc/dtype.h"
 #include "bertcc/rng.h"
@@ -324,6 +326,126 @@ INSTANTIATE_TEST_SUITE_P(DropoutAndPrecision, AttentionTest,
                          ::testing::Values(AttnCase{0.0f, Precision::F32}, AttnCase{0.2f, Precision::F32},
                                            AttnCase{0.0f, Precision::BF16}, AttnCase{0.2f, Precision::BF16},
                                            AttnCase{0.2f, Precision::F32, 37}, AttnCase{0.2f, Precision::BF16, 37}));
+
+// Variable-length attention (unpadded execution): each sequence of a packed batch computes what
+// the padded kernel computes for it alone (B = 1, T = its length: the same dropout elements, the
+// same outputs and gradients to rounding), the reference's values, and the same bits whatever its
+// batch and thread count.
+class AttentionVarlenTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionVarlenTest, EachSequenceAsAloneAndBatchIndependent) {
+  const AttnCase ac = GetParam();
+  const bool bf = ac.prec == Precision::BF16;
+  const int64_t NH = 3, C = 15;  // HS = 5
+  const std::vector<int64_t> len = {7, 1, 37, 16, 3};  // 37: partial 16 x 16 dropout tiles
+  const int64_t B = static_cast<int64_t>(len.size());
+  std::vector<int64_t> cu(B + 1, 0);
+  for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + len[b];
+  const int64_t N = cu[B];
+  auto qkv = randn(N * 3 * C, 11), R = randn(N * C, 12);
+  std::vector<bf16_t> qkv16(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) qkv16[i] = f32_to_bf16(qkv[i]);
+  Rng rng{9, 0};
+  uint64_t base = rng.reserve(attention_varlen_drop_numbers(cu.data(), B, NH));  // (run reads it: shifted below)
+  // one run: outputs, saved buffer and gradient (fp32 qkv, or in bf16 its kept rounding when kept16)
+  struct Run {
+    std::vector<float> out, saved, dqkv;
+    std::vector<bf16_t> out16, dqkv16;
+  };
+  auto run = [&](const std::vector<int64_t>& c, const float* x, const bf16_t* x16, const float* dy, int threads) {
+    const int64_t nb = static_cast<int64_t>(c.size()) - 1, rows = c.back();
+    Run r;
+    r.out.assign(rows * C, NAN);
+    r.out16.assign(rows * C, 0);
+    r.saved.assign(kernels::attention_varlen_saved_size(c.data(), nb, C, NH, ac.p > 0, ac.prec, x16 != nullptr), NAN);
+    r.dqkv.assign(rows * 3 * C, NAN);
+    r.dqkv16.assign(rows * 3 * C, 0);
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    kernels::attention_varlen_forward(r.out.data(), r.saved.data(), x16 ? nullptr : x, c.data(), nb, C, NH, ac.p, rng,
+                                      base, ac.prec, bf ? r.out16.data() : nullptr, x16);
+    kernels::attention_varlen_backward(r.dqkv.data(), dy, bf ? nullptr : x, r.saved.data(), c.data(), nb, C, NH, ac.p,
+                                       ac.prec, bf ? r.dqkv16.data() : nullptr, x16);
+    omp_set_num_threads(before);
+    return r;
+  };
+  const Run all = run(cu, qkv.data(), nullptr, R.data(), 2);
+  // every output and gradient finite and written; bf16 roundings are the fp32 values' roundings
+  for (float v : all.out) ASSERT_TRUE(std::isfinite(v));
+  for (float v : all.dqkv) ASSERT_TRUE(std::isfinite(v));
+  if (bf) {
+    for (size_t i = 0; i < all.out.size(); ++i) ASSERT_EQ(all.out16[i], f32_to_bf16(all.out[i]));
+  }
+  // one thread: the same bits
+  const Run one = run(cu, qkv.data(), nullptr, R.data(), 1);
+  EXPECT_EQ(0, std::memcmp(one.out.data(), all.out.data(), all.out.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(one.dqkv.data(), all.dqkv.data(), all.dqkv.size() * sizeof(float)));
+  if (bf) {  // the kept rounding of qkv read instead: the same bits (the products round q, k, v anyway)
+    const Run kept = run(cu, nullptr, qkv16.data(), R.data(), 2);
+    EXPECT_EQ(0, std::memcmp(kept.out.data(), all.out.data(), all.out.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(kept.dqkv.data(), all.dqkv.data(), all.dqkv.size() * sizeof(float)));
+    EXPECT_EQ(kept.dqkv16, all.dqkv16);
+  }
+  uint64_t d_off = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = len[b], r0 = cu[b];
+    // alone, as the padded kernel computes it (its numbers d_off after the batch's base)
+    std::vector<float> x(qkv.begin() + r0 * 3 * C, qkv.begin() + (r0 + n) * 3 * C), dy(R.begin() + r0 * C,
+                                                                                        R.begin() + (r0 + n) * C);
+    std::vector<float> zero(n, 0.0f), out(n * C), probs(kernels::attention_saved_size(1, n, C, NH, ac.p > 0, ac.prec)),
+        work(kernels::attention_work_size(1, n, C, NH)), dqkv(n * 3 * C);
+    kernels::attention_forward(out.data(), probs.data(), work.data(), x.data(), zero.data(), 1, n, C, NH, ac.p, rng,
+                               base + d_off, ac.prec);
+    kernels::attention_backward(dqkv.data(), work.data(), dy.data(), bf ? nullptr : x.data(), probs.data(), 1, n, C, NH,
+                                ac.p, ac.prec);
+    const std::vector<float> vo(all.out.begin() + r0 * C, all.out.begin() + (r0 + n) * C),
+        vd(all.dqkv.begin() + r0 * 3 * C, all.dqkv.begin() + (r0 + n) * 3 * C);
+    const double tol = bf ? 1e-2 : 1e-6;
+    EXPECT_LT(max_rel(to_d(vo), to_d(out)), tol) << "sequence " << b;
+    EXPECT_LT(max_rel(to_d(vd), to_d(dqkv)), tol) << "sequence " << b;
+    // and the reference, with the padded kernel's dropped elements (the same ones: checked by
+    // comparing the two kernels' saved Pd zero patterns below)
+    std::vector<uint8_t> keep(NH * n * n, 1);
+    if (ac.p > 0) {
+      int64_t p_off = 0;
+      for (int64_t e = 0; e < b; ++e) p_off += NH * len[e] * len[e];
+      const int64_t S = [&] { int64_t s = 0; for (int64_t l : len) s += NH * l * l; return s; }();
+      for (int64_t e = 0; e < NH * n * n; ++e) {
+        const bool kept_varlen = bf ? reinterpret_cast<const bf16_t*>(all.saved.data() + S)[p_off + e] != 0
+                                    : all.saved[S + p_off + e] != 0.0f;
+        const int64_t pad_n = NH * n * n;
+        const bool kept_pad = bf ? reinterpret_cast<const bf16_t*>(probs.data() + pad_n)[e] != 0
+                                 : probs[pad_n + e] != 0.0f;
+        ASSERT_EQ(kept_varlen, kept_pad) << "sequence " << b << " element " << e;
+        keep[e] = kept_pad;
+      }
+    }
+    auto x_in = x;
+    if (bf) round_to_bf16(x_in.data(), x_in.size());
+    EXPECT_LT(max_rel(to_d(vo), ref::attention(to_d(x_in), to_d(zero), ac.p > 0 ? &keep : nullptr, ac.p, 1, n, C, NH)),
+              bf ? 2e-2 : 1e-5)
+        << "sequence " << b;
+    d_off += attention_drop_numbers(NH, n);
+  }
+  // batch independence: the 37-token sequence alone and with another (its numbers where they were
+  // in the batch: the base shifted by the sequences before it there) gives the same bits
+  {
+    const int64_t b = 2, n = len[b], r0 = cu[b];
+    uint64_t before = 0;
+    for (int64_t e = 0; e < b; ++e) before += attention_drop_numbers(NH, len[e]);
+    std::vector<float> x(qkv.begin() + r0 * 3 * C, qkv.begin() + (r0 + n) * 3 * C), dy(R.begin() + r0 * C,
+                                                                                        R.begin() + (r0 + n) * C);
+    const uint64_t keep_base = base;
+    base = keep_base + before;
+    const Run alone = run({0, n}, x.data(), nullptr, dy.data(), 2);
+    base = keep_base;
+    EXPECT_EQ(0, std::memcmp(alone.out.data(), all.out.data() + r0 * C, n * C * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(alone.dqkv.data(), all.dqkv.data() + r0 * 3 * C, n * 3 * C * sizeof(float)));
+  }
+}
+INSTANTIATE_TEST_SUITE_P(DropoutAndPrecision, AttentionVarlenTest,
+                         ::testing::Values(AttnCase{0.0f, Precision::F32}, AttnCase{0.2f, Precision::F32},
+                                           AttnCase{0.0f, Precision::BF16}, AttnCase{0.2f, Precision::BF16}));
 
 // ------------------------------------------------------------------------- cross-entropy
 TEST(CrossEntropy, LossAndGradientWithIgnoreIndex) {

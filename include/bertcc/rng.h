@@ -76,6 +76,13 @@ constexpr uint64_t attention_drop_numbers(uint64_t BH, uint64_t T) {
   const uint64_t nt = (T + 15) / 16;
   return BH * nt * nt * 128;
 }
+// Unpadded execution (variable-length attention): a batch of B sequences, sequence b rows cu[b] to
+// cu[b+1], each numbered as a batch of that sequence alone, after the sequences before it.
+inline uint64_t attention_varlen_drop_numbers(const int64_t* cu, int64_t B, uint64_t NH) {
+  uint64_t d = 0;
+  for (int64_t b = 0; b < B; ++b) d += attention_drop_numbers(NH, static_cast<uint64_t>(cu[b + 1] - cu[b]));
+  return d;
+}
 // The number (from the site's base) that decides element (i, j) of head row bh; j % 2 picks its half.
 constexpr uint64_t attention_drop_number(uint64_t bh, uint64_t i, uint64_t j, uint64_t T) {
   const uint64_t nt = (T + 15) / 16;

@@ -190,6 +190,26 @@ class Backend {
                                   const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
                                   float dropout_p, const Rng& rng, uint64_t base, Precision prec) = 0;
 
+  // Variable-length attention (unpadded execution): the batch's sequences packed as rows, sequence b
+  // rows cu[b] to cu[b+1] of qkv [N,3C] (cu: B + 1 offsets in host memory; no sequence empty), no
+  // mask. Each sequence computes what attention_forward/backward compute for a batch of it alone
+  // at T = its length, with its dropout numbers after the previous sequences' (bertcc/rng.h,
+  // attention_varlen_drop_numbers); the other arguments as theirs. The defaults (backend.cpp) make
+  // one call of those per sequence; a backend with a kernel for the whole batch overrides all four
+  // and says so in varlen_attention() (the model then packs batches without padding too).
+  virtual bool varlen_attention() const { return false; }
+  virtual int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
+                                              Precision prec, bool qkv16_kept) const;
+  virtual int64_t attention_varlen_work_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH) const;
+  virtual void attention_varlen_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
+                                        const bf16_t* qkv16, const int64_t* cu, int64_t B, int64_t C, int64_t NH,
+                                        float dropout_p, const Rng& rng, uint64_t base, Precision prec);
+  virtual void attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout,
+                                         const float* qkv, const bf16_t* qkv16, const float* out,
+                                         const bf16_t* out16, const float* saved, const int64_t* cu, int64_t B,
+                                         int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                                         Precision prec);
+
   // ELECTRA's replacement sampling, kernels::gumbel_argmax on the backend's logits [M, V]; the M
   // picks come back to the host (no vocabulary-wide download)
   virtual void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,

@@ -292,6 +292,30 @@ class CpuBackend final : public Backend {
     kernels::attention_forward(out, saved, work, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec,
                                prec == Precision::BF16 ? out16 : nullptr, qkv16);
   }
+  bool varlen_attention() const override { return true; }
+  int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
+                                      Precision prec, bool qkv16_kept) const override {
+    return kernels::attention_varlen_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
+  }
+  int64_t attention_varlen_work_size(const int64_t*, int64_t, int64_t, int64_t) const override {
+    return 0;  // (each thread's scratch is its own)
+  }
+  void attention_varlen_forward(float* out, bf16_t* out16, float* saved, float*, const float* qkv,
+                                const bf16_t* qkv16, const int64_t* cu, int64_t B, int64_t C, int64_t NH,
+                                float dropout_p, const Rng& rng, uint64_t base, Precision prec) override {
+    mine("attention_varlen_forward", out, out16, saved, qkv, qkv16);
+    BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
+                 "attention_varlen_forward: no output (a null out needs its bf16 rounding, in bf16)");
+    kernels::attention_varlen_forward(out, saved, qkv, cu, B, C, NH, dropout_p, rng, base, prec,
+                                      prec == Precision::BF16 ? out16 : nullptr, qkv16);
+  }
+  void attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float*, const float* dout, const float* qkv,
+                                 const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
+                                 const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng&,
+                                 uint64_t, Precision prec) override {
+    mine("attention_varlen_backward", dqkv, dqkv16, dout, qkv, qkv16, out, out16, saved);  // (out, out16: not read)
+    kernels::attention_varlen_backward(dqkv, dout, qkv, saved, cu, B, C, NH, dropout_p, prec, dqkv16, qkv16);
+  }
   void attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
                           const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
                           const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,

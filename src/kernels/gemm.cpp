@@ -38,7 +38,14 @@ struct Runtime {
   std::vector<uint8_t> scratchpad;
 };
 
+// The process's runtime; a GEMM called from inside a parallel region (the varlen attention's
+// per-thread products, single-threaded there) uses its thread's own: its own primitives,
+// scratchpads and stream, so that threads never share one.
 Runtime& rt() {
+  if (omp_in_parallel()) {
+    thread_local Runtime mine;
+    return mine;
+  }
   static Runtime r;
   return r;
 }
@@ -103,6 +110,8 @@ void gemm(const GemmArgs& g, Precision p) {
   char key[128];
   std::snprintf(key, sizeof key, "%s b%ld %ldx%ldx%ld %c%c%s", precision_name(p), (long)g.batch, (long)g.M, (long)g.N,
                 (long)g.K, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.accumulate ? " +=" : "");
+  static std::mutex m;  // (the varlen attention's products come from several threads)
+  std::lock_guard<std::mutex> lock(m);
   auto& e = prof.t[key];
   e.first += dt;
   e.second += 2.0 * g.batch * g.M * g.N * g.K;

@@ -72,6 +72,25 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                         int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec,
                         bf16_t* dqkv16 = nullptr, const bf16_t* qkv16 = nullptr);
 
+// ---- variable-length attention (unpadded execution): packed rows, no mask ----
+// Sequence b is rows cu[b] to cu[b+1] of qkv[N,3C] (N = cu[B]; cu: B + 1 host offsets, every
+// sequence non-empty). Per sequence and head, what attention_forward computes for a batch of that
+// sequence alone at T = its length: the same dropout numbers (sequence b's after the previous
+// sequences', attention_varlen_drop_numbers in all: bertcc/rng.h), saved P (and Pd, and in bf16 qkv's rounding
+// unless qkv16 is kept) in attention_varlen_saved_size(...) floats. One parallel region of
+// (sequence, head) items, each computed by one thread with single-threaded products, so a
+// sequence's bits do not depend on the batch it is in or on the thread count. No scratch argument:
+// each thread's is its own (a few n x n blocks).
+int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
+                                    Precision prec, bool qkv16_kept = false);
+void attention_varlen_forward(float* out, float* saved, const float* qkv, const int64_t* cu, int64_t B, int64_t C,
+                              int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+                              bf16_t* out16 = nullptr, const bf16_t* qkv16 = nullptr);
+// dqkv[N,3C] overwritten; as attention_backward (qkv not read in bf16; dqkv16 optional)
+void attention_varlen_backward(float* dqkv, const float* dout, const float* qkv, const float* saved, const int64_t* cu,
+                               int64_t B, int64_t C, int64_t NH, float dropout_p, Precision prec,
+                               bf16_t* dqkv16 = nullptr, const bf16_t* qkv16 = nullptr);
+
 // ---- softmax cross-entropy with ignore index, fused with its gradient ----
 // logits[N,V] is overwritten by d(loss)/d(logits) * grad_scale when grad_scale != 0 (so no
 // probability tensor outlives this call). losses[N] gets each row's loss (0 for ignored rows).

@@ -252,8 +252,12 @@ void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
   // plus the sequence output restored to [B,T,C], each sequence's attention on its own)
   const bool drop = cfg_.attention_probs_dropout_prob > 0;
   const Shape pad = padded_shape(cfg_, B, T, drop, prec, *be_);
-  const Shape one = padded_shape(cfg_, 1, T, drop, prec, *be_);
-  const Shape packed{B, T, B * T, B * slot_floats(one.att_saved), one.att_work, true};
+  std::vector<int64_t> cu(static_cast<size_t>(B + 1));
+  for (int64_t b = 0; b <= B; ++b) cu[static_cast<size_t>(b)] = b * T;
+  const int64_t C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
+  const Shape packed{B, T, B * T,
+                     be_->attention_varlen_saved_size(cu.data(), B, C, NH, drop, prec, prec == Precision::BF16),
+                     be_->attention_varlen_work_size(cu.data(), B, C, NH), true};
   Acts scratch_acts;
   std::vector<std::pair<float**, int64_t>> plan;
   int64_t most = plan_acts(scratch_acts, cfg_, pad, prec, *be_, plan);

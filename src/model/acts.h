@@ -29,8 +29,8 @@ struct Bert::Acts {
   int64_t B = 0, T = 0;
   // Unpadded execution (Shape::packed): the encoder computes N rows, the batch's real tokens
   // packed sequence after sequence (FlashAttention's varlen layout): sequence b is rows cu[b] to
-  // cu[b+1]; att_off[b] is where its saved attention starts in a layer's `probs`, drop_off[b] where
-  // its attention-dropout numbers start after the layer's seed_att. seq_pad is the sequence output
+  // cu[b+1]; a layer's `probs` is the backend's varlen attention's saved buffer, its dropout
+  // numbers drop_total after the layer's seed_att. seq_pad is the sequence output
   // restored to [B,T,C] (zeros at the padding) for the heads, which read the padded layout.
   bool packed = false;
   int64_t N = 0, att_saved = 0, att_work_floats = 0;
@@ -39,8 +39,7 @@ struct Bert::Acts {
     return {cu[static_cast<size_t>(b)], cu[static_cast<size_t>(b + 1)] - cu[static_cast<size_t>(b)]};
   }
   const int32_t *ids = nullptr, *seg = nullptr;  // the rows' ids and segment ids where the backend computes
-  std::vector<int64_t> cu, att_off, cls_rows;
-  std::vector<uint64_t> drop_off;
+  std::vector<int64_t> cu, cls_rows;
   uint64_t drop_total = 0;  // the attention-dropout numbers of a layer (every sequence's)
   float* seq_pad = nullptr;
   int64_t reserved = 0;  // floats reserve_activations asked for (the arena is at least that)

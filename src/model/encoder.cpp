@@ -76,7 +76,10 @@ std::vector<int64_t> Bert::packed_lengths(const BertBatch& batch) const {
     len[static_cast<size_t>(b)] = n;
     total += n;
   }
-  if (total == batch.B * batch.T) return {};  // no padding: the padded layout is the packed one
+  // No padding: the packed layout is the padded one. A backend with a varlen attention kernel
+  // computes it packed all the same, so that a sequence's bits do not depend on whether its batch
+  // had padding; one without (its varlen attention is a call per sequence) keeps the padded call.
+  if (total == batch.B * batch.T && !be_->varlen_attention()) return {};
   return len;
 }
 
@@ -88,30 +91,19 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
   const bool h16 = prec == Precision::BF16;
   Backend& be = *be_;
-  // Unpadded execution: the rows are the real tokens, sequence after sequence; each sequence's
-  // attention runs on its own rows (no mask: it has no padding), its saved attention slice after
-  // the previous sequence's and its dropout numbers after the previous sequence's.
+  // Unpadded execution: the rows are the real tokens, sequence after sequence (cu: where each
+  // starts), and the attention is the backend's variable-length one over them (no mask).
   const std::vector<int64_t> len = packed_lengths(batch);
   const bool packed = !len.empty();
   Shape shape = padded_shape(cfg_, B, T, p_a > 0, prec, be);
-  std::vector<int64_t> cu, att_off;
-  std::vector<uint64_t> drop_off;
+  std::vector<int64_t> cu;
   uint64_t drop_total = 0;
   if (packed) {
     cu.assign(static_cast<size_t>(B + 1), 0);
-    att_off.assign(static_cast<size_t>(B), 0);
-    drop_off.assign(static_cast<size_t>(B), 0);
-    int64_t saved = 0, work = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t n = len[static_cast<size_t>(b)];
-      cu[static_cast<size_t>(b + 1)] = cu[static_cast<size_t>(b)] + n;
-      att_off[static_cast<size_t>(b)] = saved;
-      drop_off[static_cast<size_t>(b)] = drop_total;
-      saved += slot_floats(be.attention_saved_size(1, n, C, NH, p_a > 0, prec, h16));
-      work = std::max(work, be.attention_work_size(1, n, C, NH));
-      drop_total += static_cast<uint64_t>(attention_drop_numbers(NH, n));
-    }
-    shape = Shape{B, T, cu.back(), saved, work, true};
+    for (int64_t b = 0; b < B; ++b) cu[static_cast<size_t>(b + 1)] = cu[static_cast<size_t>(b)] + len[static_cast<size_t>(b)];
+    drop_total = attention_varlen_drop_numbers(cu.data(), B, static_cast<uint64_t>(NH));
+    shape = Shape{B, T, cu.back(), be.attention_varlen_saved_size(cu.data(), B, C, NH, p_a > 0, prec, h16),
+                  be.attention_varlen_work_size(cu.data(), B, C, NH), true};
   }
   const int64_t N = shape.N;
   ensure_acts(shape, p_a > 0, prec, /*inference=*/!backward);
@@ -120,8 +112,6 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   Acts& a = *acts_;
   if (packed) {
     a.cu = std::move(cu);
-    a.att_off = std::move(att_off);
-    a.drop_off = std::move(drop_off);
     a.drop_total = drop_total;
     a.cls_rows.assign(a.cu.begin(), a.cu.end() - 1);
     batch_ids_.resize(static_cast<size_t>(N));  // the packed rows' ids (kept for the embeddings' backward)
@@ -260,12 +250,8 @@ void Bert::attention_forward(int l, const Pass& pass) {
     return;
   }
   ly.seed_att = p_a > 0 ? rng.reserve(a.drop_total) : 0;
-  for (int64_t b = 0; b < B; ++b) {
-    const auto [r0, n] = a.seq(b);
-    be.attention_forward(at(ly.ctx, r0 * C), at(a.as16(ly.ctx16), r0 * C), ly.probs + a.att_off[static_cast<size_t>(b)],
-                         a.att_work, at(qkv, r0 * 3 * C), at(a.as16(ly.qkv16), r0 * 3 * C), a.mask, 1, n, C, NH, p_a,
-                         rng, ly.seed_att + a.drop_off[static_cast<size_t>(b)], prec);
-  }
+  be.attention_varlen_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, qkv, a.as16(ly.qkv16), a.cu.data(), B, C,
+                              NH, p_a, rng, ly.seed_att, prec);
 }
 
 // packed: the sequence output restored to [B,T,C] for the heads (zeros at the padding);
@@ -435,13 +421,9 @@ void Bert::attention_backward(int l, const Pass& pass) {
                           ly.probs, a.mask, B, T, C, NH, pass.p_a, *pass.rng, ly.seed_att, prec);
     return;
   }
-  for (int64_t b = 0; b < B; ++b) {
-    const auto [r0, n] = a.seq(b);
-    be.attention_backward(a.dqkv + r0 * 3 * C, at(a.as16(a.dqkv16), r0 * 3 * C), a.att_work, a.dc + r0 * C,
-                          at(qkv, r0 * 3 * C), at(a.as16(ly.qkv16), r0 * 3 * C), at(ly.ctx, r0 * C),
-                          at(a.as16(ly.ctx16), r0 * C), ly.probs + a.att_off[static_cast<size_t>(b)], a.mask, 1, n, C,
-                          NH, pass.p_a, *pass.rng, ly.seed_att + a.drop_off[static_cast<size_t>(b)], prec);
-  }
+  be.attention_varlen_backward(a.dqkv, a.as16(a.dqkv16), a.att_work, a.dc, qkv, a.as16(ly.qkv16), ly.ctx,
+                               a.as16(ly.ctx16), ly.probs, a.cu.data(), B, C, NH, pass.p_a, *pass.rng, ly.seed_att,
+                               prec);
 }
 
 // x[0] = [project(] dropout(LN(emb_sum)) [)]: from g = d(x[0]) to the embedding tables' gradients
