@@ -149,6 +149,25 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
   same "random-batch --batch/--seq = --batch-size/--max-seq-length" "$A/rbd_old.safetensors" "$A/rbd_new.safetensors"
   check bench-old-spelling 0 '"batch":3,"seq":16' -- "$BERTCC" bench infer --config bert-tiny --batch 3 --seq 16 --steps 1 --warmup 0 --threads 1
   check bench-new-spelling 0 '"batch":3,"seq":16' -- "$BERTCC" bench infer --config bert-tiny --batch-size 3 --max-seq-length 16 --steps 1 --warmup 0 --threads 1
+  # bench --real (issue 41): real SQuAD features, shuffled as fine-tuning shuffles them, and SST-2
+  # sentences; unpadded computes the real tokens only, --padded each batch to its longest row
+  if [ -f "$SHARED/squad/v1.1/dev-v1.1.json" ]; then
+    "$BERTCC" bench squad --config bert-tiny --real "$SHARED/squad/v1.1/dev-v1.1.json" --vocab "$V" --batch 4 \
+      --seq 128 --steps 2 --warmup 0 --threads 1 > "$A/bench_sq.txt" 2>&1
+    "$BERTCC" bench infer --config bert-tiny --real "$SHARED/glue/SST-2/dev.tsv" --task-name SST-2 --vocab "$V" \
+      --batch 16 --seq 64 --steps 2 --warmup 0 --threads 1 --padded > "$A/bench_sst.txt" 2>&1
+    if /usr/bin/python3 - "$A/bench_sq.txt" "$A/bench_sst.txt" <<'PY'
+import json, sys
+sq, sst = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
+assert sq["real_features"] > 10000 and sq["unpadded"] and sq["tokens_computed"] == sq["real_tokens"] < sq["padded_tokens"], sq
+assert sst["real_features"] == 872 and not sst["unpadded"] and sst["tokens_computed"] == sst["padded_tokens"] > sst["real_tokens"], sst
+PY
+    then echo "ok   bench --real: SQuAD features unpadded, SST-2 sentences --padded"
+    else echo "FAIL bench --real:"; cat "$A/bench_sq.txt" "$A/bench_sst.txt"; fails=$((fails+1)); fi
+    check bench-real-vocab nonzero "give --vocab" -- "$BERTCC" bench squad --config bert-tiny --real "$SHARED/squad/v1.1/dev-v1.1.json"
+    check bench-real-task nonzero "needs --task-name" -- "$BERTCC" bench infer --config bert-tiny --real "$SHARED/glue/SST-2/dev.tsv" --vocab "$V"
+    check bench-real-train nonzero "--real is for squad and infer" -- "$BERTCC" bench train --config bert-tiny --real "$SHARED/glue/SST-2/dev.tsv" --vocab "$V"
+  fi
   # finetune --init-checkpoint (NVIDIA's) = --model
   FT="--train-file $A/sst.tsv --label-column label --text-columns sentence --max-steps 2 --train-batch-size 8 --precision fp32 --threads 1 --mode train --max-seq-length 32 --log-freq 1"
   run "$BERTCC" finetune classify --init-checkpoint "$A/m" $FT --output-dir "$A/ft_old"

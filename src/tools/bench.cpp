@@ -1,4 +1,5 @@
-// bertcc bench train|infer: random data, warm-up, timed steps. The last line is one JSON object.
+// bertcc bench train|squad|infer|electra: random data (or with --real, the features of a SQuAD or
+// GLUE file), warm-up, timed steps. The last line is one JSON object.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -12,7 +13,11 @@
 #include "bertcc/bert.h"
 #include "bertcc/electra.h"
 #include "bertcc/error.h"
+#include "bertcc/features.h"
+#include "bertcc/glue.h"
 #include "bertcc/optim.h"
+#include "bertcc/squad.h"
+#include "bertcc/tokenizer.h"
 #include "bertcc/runtime.h"
 #include "kernels/gemm.h"
 #include "tools/cli_common.h"
@@ -51,6 +56,67 @@ BertBatch random_batch(const BertConfig& c, int64_t B, int64_t T, int64_t P, uin
   return b;
 }
 
+// --real: the features of a SQuAD .json (as finetune squad makes them: doc stride 128, questions
+// of at most 64 tokens, the first answer's span) or of a GLUE task's .tsv (--task-name), at most
+// T tokens each; "squad" takes them shuffled (seed 1), as fine-tuning does, "infer" in the file's
+// order, as prediction does. Step k takes the next B (round the list), padded to their longest row
+// as fine-tuning and prediction pad them (make_finetune_batch).
+struct RealData {
+  std::vector<FtFeature> features;
+  std::vector<size_t> order;
+  size_t next = 0;
+};
+
+RealData real_data(const std::string& path, const std::string& vocab_path, const std::string& lower,
+                   const std::string& task, int64_t T, bool shuffled) {
+  BERTCC_CHECK(!vocab_path.empty(), "bench --real: give --vocab (the vocabulary to tokenize ", path, " with)");
+  const Vocab vocab = Vocab::load(vocab_path);
+  BertTokenizer tok(vocab, lower.empty() ? vocab.looks_uncased() : parse_bool_flag("--do-lower-case", lower));
+  RealData r;
+  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (json) {
+    SquadFeatureOptions so;
+    so.max_seq_length = static_cast<int>(T);
+    r.features = squad_features(tok, read_squad(path, /*training=*/true), so, /*training=*/true).inputs;
+  } else {
+    BERTCC_CHECK(!task.empty(), "bench --real ", path, ": a .tsv needs --task-name (the GLUE task whose columns it has)");
+    for (const GlueExample& e : read_glue(task, path))
+      r.features.push_back(encode_pair(tok, e.text_a, e.text_b, static_cast<int>(T)));
+  }
+  BERTCC_CHECK(!r.features.empty(), "bench --real: ", path, " gave no features");
+  r.order.resize(r.features.size());
+  for (size_t i = 0; i < r.order.size(); ++i) r.order[i] = i;
+  if (shuffled) std::shuffle(r.order.begin(), r.order.end(), std::mt19937_64(1));
+  return r;
+}
+
+BertBatch next_real_batch(RealData& r, int64_t B, Heads heads, bool labels, int64_t T) {
+  std::vector<size_t> idx;
+  for (int64_t i = 0; i < B; ++i) {
+    idx.push_back(r.order[r.next]);
+    r.next = (r.next + 1) % r.order.size();
+  }
+  return make_finetune_batch(r.features, idx, heads, labels, T);
+}
+
+// The forward FLOPs of what the model computed for `b`: unpadded, each sequence's real tokens
+// (the heads' masked positions as padded); padded, every row to b.T
+double computed_forward_flops(const BertConfig& cfg, const BertBatch& b, bool unpadded, int64_t masked, bool heads,
+                              int64_t* tokens) {
+  double fwd = Bert::forward_flops(cfg, b.B, b.T, masked, heads);
+  *tokens = b.B * b.T;
+  if (!unpadded) return fwd;
+  fwd -= Bert::forward_flops(cfg, b.B, b.T, 0, false);  // the heads alone
+  *tokens = 0;
+  for (int64_t r = 0; r < b.B; ++r) {
+    int64_t len = 0;
+    while (len < b.T && b.input_mask[static_cast<size_t>(r * b.T + len)] != 0) ++len;
+    fwd += Bert::forward_flops(cfg, 1, len, 0, false);
+    *tokens += len;
+  }
+  return fwd;
+}
+
 double peak_rss_mb() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -61,7 +127,7 @@ double peak_rss_mb() {
 
 void add_bench(CLI::App& app) {
   struct Opts {
-    std::string mode, config = "bert-base", precision = "bf16", device = "cpu";
+    std::string mode, config = "bert-base", precision = "bf16", device = "cpu", real, vocab, lower, task;
     int64_t batch = 8, seq = 128, steps = 10, warmup = 2, max_pred = -1;
     double padding = 0.0;
     int threads = 0;
@@ -86,6 +152,14 @@ void add_bench(CLI::App& app) {
                   "fraction of every other sequence that is padding (mask 0), as batches padded to max_seq_length "
                   "(default 0: none)")
       ->check(CLI::Range(0.0, 0.99));
+  sub->add_option("--real", o->real,
+                  "real data instead of random (squad, infer): a SQuAD .json (its features, doc stride 128; squad "
+                  "shuffles them as fine-tuning does, infer takes them in order as prediction does) or a GLUE "
+                  ".tsv with --task-name; each step the next --batch-size, padded to their longest row")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--vocab", o->vocab, "with --real: the vocabulary (vocab.txt)")->check(CLI::ExistingFile);
+  sub->add_option(flag("--task-name"), o->task, "with --real FILE.tsv: the GLUE task (sst-2, mrpc, cola, ...)");
+  add_casing_flags(sub, o->lower);
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   add_device_flags(sub, o->device);
   add_cuda_graphs_flag(sub);
@@ -100,6 +174,12 @@ void add_bench(CLI::App& app) {
     BertConfig cfg = config_from_name_or_path(o->config);
     const bool electra = o->mode == "electra";
     const bool train = o->mode == "train" || electra, squad = o->mode == "squad";
+    BERTCC_CHECK(o->real.empty() || squad || o->mode == "infer", "bench ", o->mode,
+                 ": --real is for squad and infer (pre-training reads no SQuAD or GLUE file)");
+    BERTCC_CHECK(o->real.empty() || o->padding == 0.0, "bench: --padding is for random data; with --real the "
+                 "padding is the real batches' own");
+    RealData real;
+    if (!o->real.empty()) real = real_data(o->real, o->vocab, o->lower, o->task, o->seq, /*shuffled=*/squad);
     const int64_t B = o->batch, T = o->seq;
     const int64_t P = o->max_pred > 0 ? o->max_pred : std::max<int64_t>(1, (T * 20 + 64) / 128);
     if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);
@@ -134,6 +214,7 @@ void add_bench(CLI::App& app) {
     Rng rng{3, 0};
     LambOptions lamb;
     int64_t masked = 0;
+    if (!o->real.empty()) batch = next_real_batch(real, B, squad ? Heads::QuestionAnswering : Heads::None, squad, T);
     // The optimizer through the backend whatever it is (the CPU backend calls the CPU optimizers).
     auto step = [&]() {
       if (electra) {
@@ -159,34 +240,36 @@ void add_bench(CLI::App& app) {
       }
       be.synchronize();
     };
-    for (int64_t i = 0; i < o->warmup; ++i) step();
+    auto next = [&] {  // --real: the next batch (its making is not timed)
+      if (!o->real.empty()) batch = next_real_batch(real, B, squad ? Heads::QuestionAnswering : Heads::None, squad, T);
+    };
+    for (int64_t i = 0; i < o->warmup; ++i) {
+      step();
+      next();
+    }
     be.reset_peak_buffer_mb();  // as the peer resets PyTorch's peak after its warm-up
     std::vector<double> times;
+    double fwd = 0;  // the timed steps' forward FLOPs, of what was computed
+    int64_t tokens = 0, real_tokens = 0, padded_tokens = 0;
     for (int64_t i = 0; i < o->steps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       step();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      int64_t t = 0;
+      fwd += electra ? electra_forward_flops(cfg, gcfg, B, T, masked)
+                     : computed_forward_flops(cfg, batch, model.last_packed(), train ? masked : 0, train, &t);
+      tokens += electra ? B * T : t;
+      for (int32_t m : batch.input_mask) real_tokens += m != 0;
+      padded_tokens += batch.B * batch.T;
+      next();
     }
     const double peak_buffers = be.peak_buffer_mb();  // before the GEMM probe allocates its operands
     double total = 0;
     for (double t : times) total += t;
     const double mean = total / static_cast<double>(times.size());
-    // FLOPs of what was computed: unpadded, each sequence's real tokens (the heads' masked
-    // positions as before); padded, every row to T
+    // FLOPs of what was computed (computed_forward_flops), per timed step on average
     const bool unpadded = model.last_packed();
-    double fwd = electra ? electra_forward_flops(cfg, gcfg, B, T, masked)
-                         : Bert::forward_flops(cfg, B, T, train ? masked : 0, train);
-    int64_t tokens = B * T;
-    if (unpadded && !electra) {
-      fwd -= Bert::forward_flops(cfg, B, T, 0, false);  // the heads alone
-      tokens = 0;
-      for (int64_t r = 0; r < B; ++r) {
-        const int64_t len = real_length(r, T, o->padding);
-        fwd += Bert::forward_flops(cfg, 1, len, 0, false);
-        tokens += len;
-      }
-    }
-    const double flops = train || squad ? 3.0 * fwd : fwd;
+    const double flops = (train || squad ? 3.0 * fwd : fwd) / static_cast<double>(o->steps);
     const double probe = be.gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
     nlohmann::ordered_json j;
     j["mode"] = o->mode;
@@ -195,8 +278,14 @@ void add_bench(CLI::App& app) {
     j["batch"] = B;
     j["seq"] = T;
     if (o->padding > 0) j["padding"] = o->padding;
+    if (!o->real.empty()) {  // the timed batches: their real tokens and their padded size, per step
+      j["real"] = o->real;
+      j["real_features"] = real.features.size();
+      j["real_tokens"] = static_cast<double>(real_tokens) / static_cast<double>(o->steps);
+      j["padded_tokens"] = static_cast<double>(padded_tokens) / static_cast<double>(o->steps);
+    }
     j["unpadded"] = unpadded;
-    j["tokens_computed"] = tokens;
+    j["tokens_computed"] = static_cast<double>(tokens) / static_cast<double>(o->steps);
     if (electra) j["generator_hidden_size"] = gcfg.hidden_size;
     j["threads"] = threads();
     j["steps"] = o->steps;

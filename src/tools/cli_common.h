@@ -75,6 +75,8 @@ inline CLI::Validator whole_number() {
 
 // Casing on the data commands (tokenize, create-pretraining-data): --do-lower-case alone or with
 // true|false (the form earlier versions took), or --no-lower-case; "" leaves it to the vocabulary.
+// The value of a true|false flag (tools/tokenize.cpp); anything else fails naming the flag.
+bool parse_bool_flag(const std::string& name, const std::string& v);
 inline void add_casing_flags(CLI::App* sub, std::string& lower) {
   sub->add_option(flag("--do-lower-case"), lower,
                   "lower-case and strip accents; also takes true|false (default: true iff the vocabulary has no capitals)")
