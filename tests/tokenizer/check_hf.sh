@@ -30,6 +30,17 @@ for spec in uncased:true cased:false; do
       diff "$WORK/hf_${name}_$base.txt" "$WORK/dir_${name}_$base.txt" | head -4
       fails=$((fails + 1))
     fi
+    # With [CLS] ... [SEP] (tokenize --add-special-tokens; HF's add_special_tokens=True through the
+    # model directory's template)
+    node "$HERE/hf_tokenize.js" --dir "$WORK/model_$name" "$input" "$WORK/dirsp_${name}_$base.txt" --special
+    "$BERTCC" tokenize --vocab "$vocab" --input "$input" --add-special-tokens > "$WORK/oursp_${name}_$base.txt" 2>/dev/null
+    if cmp -s "$WORK/dirsp_${name}_$base.txt" "$WORK/oursp_${name}_$base.txt"; then
+      echo "ok   $name $base: --add-special-tokens = add_special_tokens=True, $n lines"
+    else
+      echo "FAIL $name $base: --add-special-tokens differs from add_special_tokens=True; first:"
+      diff "$WORK/dirsp_${name}_$base.txt" "$WORK/oursp_${name}_$base.txt" | head -4
+      fails=$((fails + 1))
+    fi
     if cmp -s "$WORK/hf_${name}_$base.txt" "$WORK/ours_${name}_$base.txt"; then
       echo "ok   $name $base: $n lines identical"
     else

@@ -3,8 +3,9 @@
 // (BertNormalizer + BertPreTokenizer + WordPiece, special tokens never split) and prints one line
 // of ids per input line, without [CLS]/[SEP].
 //   node hf_tokenize.js VOCAB LOWERCASE(true|false) INPUT OUTPUT [--time]
-//   node hf_tokenize.js --dir MODEL_DIR INPUT OUTPUT   (the tokenizer.json bertcc wrote there, and a
-//     check of its [CLS] A [SEP] B [SEP] template and tokenizer_config.json against it)
+//   node hf_tokenize.js --dir MODEL_DIR INPUT OUTPUT [--special]  (the tokenizer.json bertcc wrote
+//     there, and a check of its [CLS] A [SEP] B [SEP] template and tokenizer_config.json against it;
+//     --special: each line encoded with addSpecialTokens, [CLS] ... [SEP] from that template)
 // With --time, prints the encoding time (in-process, excluding file I/O) to stderr as JSON.
 "use strict";
 const fs = require("fs");
@@ -65,7 +66,7 @@ async function main() {
   const t0 = process.hrtime.bigint();
   const chunk = 4096;
   for (let i = 0; i < lines.length; i += chunk) {
-    const encs = await tok.encodeBatch(lines.slice(i, i + chunk), { addSpecialTokens: false });
+    const encs = await tok.encodeBatch(lines.slice(i, i + chunk), { addSpecialTokens: fromDir && timeFlag === "--special" });
     encs.forEach((e, k) => { out[i + k] = e.getIds().join(" "); });
   }
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;

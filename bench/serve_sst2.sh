@@ -1,0 +1,59 @@
+#!/bin/sh
+# bertcc serve on real sentences, unpadded (the default) against --padded (issue 41): wrk sends
+# SST-2's dev sentences (872, one per request, cycling) to /v1/classify with CONN connections for
+# SECS seconds; the dynamic batcher (--max-batch-size 32) puts requests of different lengths in
+# one batch, which unpadded execution computes without the padding. A bert-base-shaped classifier
+# with random weights (tests/serve/make_models.py). Each mode runs ROUNDS times, alternating, so
+# that both see the same machine. Prints requests/s, p50/p99 latency, errors and the mean batch.
+#   bench/serve_sst2.sh BERTCC [SECS] [CONN] [CONFIG]      env: ROUNDS (2), WRK_THREADS (1), WORK
+set -eu
+B="$1"; SECS="${2:-30}"; CONN="${3:-64}"; CFG="${4:-bert-base}"
+HERE="$(cd "$(dirname "$0")/.." && pwd)"
+SHARED="${SHARED:-$HERE/../shared/data}"
+WORK="${WORK:-/tmp/bertcc_serve_sst2}"; ROUNDS="${ROUNDS:-2}"; WRK_THREADS="${WRK_THREADS:-1}"
+VOCAB="$SHARED/bert_vocab/bert-base-uncased-vocab.txt"; PY=/usr/bin/python3
+command -v wrk > /dev/null || { echo "serve_sst2.sh: wrk not found (Debian: wrk)" >&2; exit 1; }
+[ -f "$SHARED/glue/SST-2/dev.tsv" ] || { echo "serve_sst2.sh: $SHARED/glue/SST-2/dev.tsv not found" >&2; exit 1; }
+mkdir -p "$WORK"
+# the sentences as Lua strings, one request body each, taken in turn by each connection
+"$PY" - "$SHARED/glue/SST-2/dev.tsv" "$WORK/sst2.lua" <<'PY'
+import json, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1], encoding="utf-8")][1:]
+bodies = [json.dumps({"text": r[0]}) for r in rows]
+with open(sys.argv[2], "w") as f:
+    f.write("bodies = {\n" + ",\n".join("  [==[" + b + "]==]" for b in bodies) + "\n}\n")
+    f.write('''counter = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  counter = counter + 1
+  return wrk.format(nil, nil, nil, bodies[(counter % #bodies) + 1])
+end
+''')
+PY
+SERVE_TEST_CONFIG=$CFG "$PY" "$HERE/tests/serve/make_models.py" "$B" "$VOCAB" "$WORK/$CFG" > /dev/null
+echo "serve_sst2: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $CFG, SST-2 dev sentences, wrk $WRK_THREADS thread(s), $CONN connections, ${SECS}s, --max-batch-size 32"
+r=1
+while [ $r -le "$ROUNDS" ]; do
+  for mode in unpadded padded; do
+    flag=""; [ $mode = padded ] && flag="--padded"
+    "$B" serve --model "$WORK/$CFG/sst" --port 0 --max-batch-size 32 $flag > "$WORK/serve.out" 2> "$WORK/serve.err" &
+    pid=$!
+    while ! grep -q listening "$WORK/serve.out" 2>/dev/null; do
+      kill -0 $pid 2>/dev/null || { echo "serve did not start: $(tail -3 "$WORK/serve.err")"; exit 1; }; sleep 0.2
+    done
+    port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$WORK/serve.out")
+    wrk -t"$WRK_THREADS" -c"$CONN" -d"${SECS}s" --timeout 30s --latency -s "$WORK/sst2.lua" \
+      "http://127.0.0.1:$port/v1/classify" > "$WORK/wrk.txt" 2>&1
+    metrics=$("$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+      "http://127.0.0.1:$port/metrics")
+    kill -TERM $pid; wait $pid || true
+    rps=$(sed -n 's/^Requests\/sec: *//p' "$WORK/wrk.txt")
+    p50=$(awk '$1 == "50%" {print $2}' "$WORK/wrk.txt"); p99=$(awk '$1 == "99%" {print $2}' "$WORK/wrk.txt")
+    errs=$(sed -n 's/.*Non-2xx or 3xx responses: *//p; s/.*Socket errors: *//p' "$WORK/wrk.txt" | tr '\n' ' ')
+    mean=$(printf '%s\n' "$metrics" | awk '/^bertcc_batch_size_sum/ {s=$2} /^bertcc_batch_size_count/ {c=$2} END {if (c) printf "%.1f", s/c}')
+    printf 'round %s %-8s %9s req/s  p50 %9s  p99 %9s  mean batch %5s  errors: %s\n' \
+      "$r" "$mode" "$rps" "$p50" "$p99" "$mean" "${errs:-0}"
+  done
+  r=$((r + 1))
+done
