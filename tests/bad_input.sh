@@ -415,7 +415,7 @@ expect "a config of 19 billion parameters" "the weights of this model \(19145312
 expect "bench: activations of 100000 x 512 tokens" "activations of a batch of 100000 x 512 tokens would take about [0-9.]+ GiB" \
   -- "$B" bench train --config bert-base --batch 100000 --seq 512 --steps 1
 expect "pretrain: a step that does not fit in 2.6 GB of address space (ulimit -v)" \
-  "pretrain: a training step \(micro-batches of 32 x 16 tokens, [0-9]+ parameters: optimizer moments, activations\) would take about [0-9.]+ GiB, but [0-9.]+ GiB are available; lower --train-batch-size" \
+  "pretrain: a training step \(micro-batches of 32 x 16 tokens, [0-9]+ parameters: gradients, optimizer moments, activations\) would take about [0-9.]+ GiB, but [0-9.]+ GiB are available; lower --train-batch-size" \
   -- sh -c "ulimit -v 2600000; exec \"$B\" pretrain --config \"$W/wide.json\" --vocab \"$W/vocab.txt\" --input-dir \"$W/good\" --output-dir \"$W/o_wide\" --train-batch-size 32 --max-steps 1"
 
 fi

@@ -33,13 +33,14 @@ void check_training_memory(const std::vector<const Bert*>& models, int64_t B, in
   for (const Bert* m : models) {
     const double P = static_cast<double>(m->table().total());
     params += m->table().total();
-    need += P * (8.0 + (prec == Precision::BF16 ? 2.0 : 0.0));
+    need += P * (8.0 + (prec == Precision::BF16 ? 2.0 : 0.0));  // the moments (and the bf16 copy)
+    if (!m->has_grads()) need += P * 4.0;  // the gradients, allocated at the first backward
     need += Bert::activation_bytes(m->config(), B, T, m->config().attention_probs_dropout_prob > 0, prec);
   }
   check_memory(need,
                std::string(who) + ": a training step (micro-batches of " + std::to_string(B) + " x " +
                    std::to_string(T) + " tokens, " + std::to_string(params) +
-                   " parameters: optimizer moments, activations)",
+                   " parameters: gradients, optimizer moments, activations)",
                "lower --train-batch-size, raise --gradient-accumulation-steps or shorten the sequences");
 }
 
