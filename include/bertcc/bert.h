@@ -20,6 +20,7 @@
 namespace bertcc {
 
 class Backend;
+class Head;
 
 const char* architecture_name(Heads h);
 // The HF class name for a model type: BertFor... or, with `electra`, ElectraModel / ElectraFor...
@@ -227,8 +228,8 @@ class Bert {
   // zeros, none empty) when packing is on and the batch has padding; empty otherwise.
   std::vector<int64_t> packed_lengths(const BertBatch& batch) const;
   static void place_inference_acts(Acts& a);
-  // Every tensor the forward and backward passes read, by reference (bind_refs, at construction):
-  // the encoder's per-layer handles and each head's. Absent ones (another head's) stay empty.
+  // Every tensor the encoder's forward and backward passes read, by reference (bind_refs, at
+  // construction); the head binds its own (head_, src/model/head.h).
   struct LinearRef {
     ParamRef w, b;
   };
@@ -246,16 +247,6 @@ class Bert {
     LinearRef project;  // ELECTRA's embeddings_project (embedding width != hidden)
     std::vector<LayerRefs> layers;
     LinearRef pooler;
-    LinearRef mlm_dense;  // the masked-LM transform (BERT's cls.predictions, ELECTRA's generator)
-    NormRef mlm_norm;
-    ParamRef mlm_bias;    // the decoder's bias (its weight is the word embeddings)
-    LinearRef nsp;        // cls.seq_relationship
-    LinearRef out;        // qa_outputs, classifier, or ELECTRA's classifier.out_proj
-    LinearRef cls_dense;  // ELECTRA's classification head
-    LinearRef disc_dense, disc_pred;  // ELECTRA's discriminator
-    LinearRef start, end0, end1, ans0;  // the joint SQuAD head (XLNet's poolers)
-    NormRef end_norm;
-    ParamRef ans1;
   };
   void bind_refs();
   // Weights, gradients and bf16 weights where the backend computes (host vectors on the CPU).
@@ -303,16 +294,9 @@ class Bert {
   std::unique_ptr<Acts> acts_;
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
   std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
-  std::vector<float> head_in_, head_din_, head_dseq_;  // head input after dropout, its gradient
-  // the joint QA head's training scratch (keys of scratch() on a device) and row indices
-  struct JointScratch {
-    std::vector<float> s, xin, tmp, a, y, mean, rstd, e, zin, tmpb, za, c, dc, dza, dz, dzin, dhs, dy, da, dx, dxin;
-    std::vector<int64_t> start_rows, cls_rows, start_of, row_b;
-  } joint_;
-  // more head scratch: ELECTRA's classification head ([CLS] rows, dropout, dense, gelu and their
-  // gradients), the discriminator's dense and gelu, the logits' gradient
-  std::vector<float> head_cls_, head_a1_, head_d1_, head_g1_, head_dd1_, head_da1_, head_dcls_, head_dlogits_;
-  std::vector<float> head_out_;  // head_logits_ where the backend computes
+  // The head (src/model/heads/, made by its HeadSpec): its weights, scratch and step.
+  friend class Head;
+  std::unique_ptr<Head> head_;
   std::vector<float> pad_row_;   // the padding row's gradient, kept across the embedding backward
   int first_trainable_layer_ = 0;                // layers below are frozen
   bool pooler_ = false;                          // BERT's heads that have one; never ELECTRA

@@ -1,5 +1,6 @@
-// Which head a model carries (its Hugging Face architecture). Below the model: fine-tuning batches
-// (data/features.cpp) take the labels the head needs.
+// Which head a model carries: the head's serialized name. What the head is (its Hugging Face
+// architecture, pooler, parameters, labels, outputs, tasks and step) is its HeadSpec
+// (bertcc/head_spec.h; one file per head in src/model/heads/), found through head_spec(Heads).
 #pragma once
 
 namespace bertcc {

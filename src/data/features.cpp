@@ -3,6 +3,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/features.h"
+#include "bertcc/head_spec.h"
 
 namespace bertcc {
 
@@ -55,7 +56,8 @@ BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector
   b.input_ids.assign(n, 0);
   b.segment_ids.assign(n, 0);
   b.input_mask.assign(n, 0);
-  if (with_labels && heads == Heads::TokenClassification) b.labels.assign(n, -100);
+  const HeadLabels labels = head_spec(heads).labels;
+  if (with_labels && labels == HeadLabels::Token) b.labels.assign(n, -100);
   for (int64_t r = 0; r < b.B; ++r) {
     const FtFeature& x = f[idx[static_cast<size_t>(r)]];
     const size_t L = x.input_ids.size();
@@ -63,12 +65,11 @@ BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector
     std::copy(x.segment_ids.begin(), x.segment_ids.end(), b.segment_ids.begin() + r * T);
     std::fill(b.input_mask.begin() + r * T, b.input_mask.begin() + r * T + static_cast<int64_t>(L), 1);
     if (!with_labels) continue;
-    switch (heads) {
-      case Heads::TokenClassification:
+    switch (labels) {
+      case HeadLabels::Token:
         std::copy(x.token_labels.begin(), x.token_labels.end(), b.labels.begin() + r * T);
         break;
-      case Heads::QuestionAnswering:
-      case Heads::JointQuestionAnswering:
+      case HeadLabels::Span:
         b.start_positions.push_back(x.start);
         b.end_positions.push_back(x.end);
         break;

@@ -12,6 +12,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/head_spec.h"
 #include "bertcc/safetensors.h"
 #include "bertcc/torch_checkpoint.h"
 
@@ -202,41 +203,9 @@ std::string architecture_of(const std::string& dir) {
 }
 
 Heads architecture_heads(const std::string& dir) {
-  const std::string a = architecture_of(dir);
-  for (Heads h : {Heads::QuestionAnswering, Heads::JointQuestionAnswering, Heads::SequenceClassification,
-                 Heads::TokenClassification, Heads::Discriminator})
-    if (a == architecture_name(h) || a == architecture_name(h, true)) return h;
-  return Heads::None;
+  const HeadSpec* s = head_by_architecture(architecture_of(dir));
+  return s && s->by_architecture ? s->id : Heads::None;
 }
-
-namespace {
-// What a head is, and the command that makes a model with it.
-struct HeadHelp {
-  const char* what;
-  const char* make;
-};
-HeadHelp head_help(Heads h) {
-  switch (h) {
-    case Heads::QuestionAnswering:
-    case Heads::JointQuestionAnswering:
-      return {"a question-answering model (BertForQuestionAnswering)",
-              "`bertcc finetune squad --model PRETRAINED --train-file train-v1.1.json --output-dir DIR`"};
-    case Heads::SequenceClassification:
-      return {"a sequence-classification model (BertForSequenceClassification)",
-              "`bertcc finetune classify --model PRETRAINED --train-file train.csv --output-dir DIR` (GLUE: "
-              "`bertcc finetune glue`)"};
-    case Heads::TokenClassification:
-      return {"a token-classification model (BertForTokenClassification)",
-              "`bertcc finetune ner --model PRETRAINED --train-file train.txt --output-dir DIR`"};
-    case Heads::PreTraining:
-    case Heads::Generator:
-      return {"a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",
-              "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)"};
-    default:
-      return {"a model directory", "`bertcc init-model` or `bertcc pretrain`"};
-  }
-}
-}  // namespace
 
 void check_model_dir_for(const std::string& dir, Heads want, const std::string& command) {
   namespace fs = std::filesystem;
@@ -244,28 +213,27 @@ void check_model_dir_for(const std::string& dir, Heads want, const std::string& 
   BERTCC_CHECK(fs::exists(dir, ec), command, ": model directory '", dir, "' does not exist");
   BERTCC_CHECK(fs::is_directory(dir, ec), command, ": '", dir,
                "' is not a directory (a model directory holds config.json, model.safetensors and vocab.txt)");
-  if (want == Heads::None) return;
+  const HeadSpec& w = head_spec(want);
+  if (w.labels == HeadLabels::None) return;  // any encoder
   const std::string arch = architecture_of(dir);
   if (arch.empty()) return;  // Google's bert_config.json and others: the tensors decide
-  const Heads have = architecture_heads(dir);
-  const auto qa = [](Heads h) { return h == Heads::QuestionAnswering || h == Heads::JointQuestionAnswering; };
-  const auto mlm = [&](Heads h) {
-    return h == Heads::PreTraining || h == Heads::Generator ||
-           (h == Heads::None && arch.find("MaskedLM") != std::string::npos) ||
-           (h == Heads::None && arch.find("PreTraining") != std::string::npos && arch.rfind("Electra", 0) != 0);
+  const HeadSpec& h = head_spec(architecture_heads(dir));
+  const bool encoder = h.labels == HeadLabels::None;
+  const auto mlm = [&](const HeadSpec& s) {
+    return s.labels == HeadLabels::MaskedLm || (encoder && arch.find("MaskedLM") != std::string::npos) ||
+           (encoder && arch.find("PreTraining") != std::string::npos && arch.rfind("Electra", 0) != 0);
   };
-  bool ok = have == want || (qa(want) && qa(have));
-  if (want == Heads::PreTraining || want == Heads::Generator) ok = mlm(have);
+  // the same head, or another for the same task (the two QA heads)
+  bool ok = &h == &w || (w.task && h.task && std::string(w.task) == h.task);
+  if (w.labels == HeadLabels::MaskedLm) ok = mlm(h);
   if (ok) return;
   std::string kind = arch;
-  const bool backbone = have == Heads::None || have == Heads::Discriminator;  // fine-tune this one
-  if (have == Heads::None && mlm(have)) kind += ", a pre-training checkpoint";
-  else if (have == Heads::None) kind += ", an encoder without a task head";
-  else if (have == Heads::Discriminator) kind += ", an ELECTRA pre-training checkpoint";
-  const HeadHelp h = head_help(want);
-  std::string make = h.make;
+  const bool backbone = !h.task;  // no task head: fine-tune this one
+  if (encoder && mlm(h)) kind += ", a pre-training checkpoint";
+  else kind += h.kind;
+  std::string make = w.make_command;
   if (const size_t p = make.find("PRETRAINED"); backbone && p != std::string::npos) make.replace(p, 10, dir);
-  fail(command, ": '", dir, "' is a ", kind, " (config.json's architectures); ", command, " needs ", h.what,
+  fail(command, ": '", dir, "' is a ", kind, " (config.json's architectures); ", command, " needs ", w.what,
        ": make one with ", make);
 }
 

@@ -11,6 +11,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/head_spec.h"
 
 namespace bertcc {
 
@@ -189,8 +190,8 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
                "export-onnx: weights must be fp32, fp16 or bf16");
   const BertConfig& c = model.config();
   const Heads heads = model.heads();
-  BERTCC_CHECK(heads != Heads::PreTraining && heads != Heads::Generator,
-               "export-onnx: ", architecture_name(heads, c.electra()), " has no ONNX export (encoders, classifiers, QA "
+  const HeadSpec& spec = head_spec(heads);
+  BERTCC_CHECK(spec.onnx, "export-onnx: ", architecture_name(heads, c.electra()), " has no ONNX export (encoders, classifiers, QA "
                "heads and token classifiers, and ELECTRA's discriminator do)");
   const int64_t C = c.hidden_size, NH = c.num_attention_heads, HD = c.head_size();
   Graph g(weights);

@@ -11,6 +11,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "model/acts.h"
+#include "model/head.h"
 
 namespace bertcc {
 
@@ -21,13 +22,10 @@ using namespace kernels;
 // so the QKV projection is a single GEMM while each tensor keeps its HF name.
 // ---------------------------------------------------------------------------------------------
 // ELECTRA uses the same internal names (its electra.* tensors are renamed at load and save) and
-// adds bert.embeddings_project when its embeddings are narrower or wider than the encoder.
-static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
+// adds bert.embeddings_project when its embeddings are narrower or wider than the encoder. The
+// head declares its own tensors (HeadSpec::declare, src/model/heads/).
+static void build_table(ParamTable& t, const BertConfig& c, const HeadSpec& head) {
   const int64_t V = c.vocab_size, C = c.hidden_size, I = c.intermediate_size, E = c.embedding_dim();
-  BERTCC_CHECK(!c.electra() || heads != Heads::PreTraining, "config: ELECTRA has no BertForPreTraining heads "
-               "(its pre-training uses ElectraForPreTraining and ElectraForMaskedLM)");
-  BERTCC_CHECK((heads != Heads::Discriminator && heads != Heads::Generator) || c.electra(),
-               "config: the ELECTRA heads need model_type 'electra'");
   const std::string e = "bert.embeddings.";
   t.add(e + "word_embeddings.weight", {V, E}, true);
   t.add(e + "position_embeddings.weight", {c.max_position_embeddings, E}, true);
@@ -53,93 +51,21 @@ static void build_table(ParamTable& t, const BertConfig& c, Heads heads) {
     t.add(p + "output.LayerNorm.weight", {C}, false);
     t.add(p + "output.LayerNorm.bias", {C}, false);
   }
-  if (has_pooler(heads) && !c.electra()) {
+  if (head.pooler && !c.electra()) {
     t.add("bert.pooler.dense.weight", {C, C}, true);
     t.add("bert.pooler.dense.bias", {C}, false);
   }
-  const int64_t K = c.num_labels();
-  if (heads == Heads::QuestionAnswering) {
-    t.add("qa_outputs.weight", {2, C}, true);
-    t.add("qa_outputs.bias", {2}, false);
-  }
-  if (heads == Heads::JointQuestionAnswering) {  // XLNet's PoolerStartLogits / PoolerEndLogits / PoolerAnswerClass
-    t.add("start_logits.dense.weight", {1, C}, true);
-    t.add("start_logits.dense.bias", {1}, false);
-    t.add("end_logits.dense_0.weight", {C, 2 * C}, true);
-    t.add("end_logits.dense_0.bias", {C}, false);
-    t.add("end_logits.LayerNorm.weight", {C}, false);
-    t.add("end_logits.LayerNorm.bias", {C}, false);
-    t.add("end_logits.dense_1.weight", {1, C}, true);
-    t.add("end_logits.dense_1.bias", {1}, false);
-    t.add("answer_class.dense_0.weight", {C, 2 * C}, true);
-    t.add("answer_class.dense_0.bias", {C}, false);
-    t.add("answer_class.dense_1.weight", {1, C}, true);  // no bias
-  }
-  if (heads == Heads::SequenceClassification || heads == Heads::TokenClassification)
-    BERTCC_CHECK(K > 0, "config: a classification model needs num_labels/id2label");
-  if (heads == Heads::SequenceClassification && c.electra()) {  // HF ElectraClassificationHead
-    t.add("classifier.dense.weight", {C, C}, true);
-    t.add("classifier.dense.bias", {C}, false);
-    t.add("classifier.out_proj.weight", {K, C}, true);
-    t.add("classifier.out_proj.bias", {K}, false);
-  } else if (heads == Heads::SequenceClassification || heads == Heads::TokenClassification) {
-    t.add("classifier.weight", {K, C}, true);
-    t.add("classifier.bias", {K}, false);
-  }
-  if (heads == Heads::Discriminator) {  // HF ElectraDiscriminatorPredictions
-    t.add("discriminator_predictions.dense.weight", {C, C}, true);
-    t.add("discriminator_predictions.dense.bias", {C}, false);
-    t.add("discriminator_predictions.dense_prediction.weight", {1, C}, true);
-    t.add("discriminator_predictions.dense_prediction.bias", {1}, false);
-  }
-  if (heads == Heads::Generator) {  // HF ElectraGeneratorPredictions + generator_lm_head (tied weight)
-    t.add("generator_predictions.dense.weight", {E, C}, true);
-    t.add("generator_predictions.dense.bias", {E}, false);
-    t.add("generator_predictions.LayerNorm.weight", {E}, false);
-    t.add("generator_predictions.LayerNorm.bias", {E}, false);
-    t.add("generator_lm_head.bias", {V}, false);
-  }
-  if (heads == Heads::PreTraining) {
-    BERTCC_CHECK(E == C, "config: BERT pre-training heads need embedding_size == hidden_size");
-    t.add("cls.predictions.transform.dense.weight", {C, C}, true);
-    t.add("cls.predictions.transform.dense.bias", {C}, false);
-    t.add("cls.predictions.transform.LayerNorm.weight", {C}, false);
-    t.add("cls.predictions.transform.LayerNorm.bias", {C}, false);
-    t.add("cls.predictions.bias", {V}, false);
-    t.add("cls.seq_relationship.weight", {2, C}, true);
-    t.add("cls.seq_relationship.bias", {2}, false);
-  }
+  head.declare(t, c);  // the head's own tensors (src/model/heads/)
 }
 
-const char* architecture_name(Heads h) {
-  switch (h) {
-    case Heads::None: return "BertModel";
-    case Heads::PreTraining: return "BertForPreTraining";
-    case Heads::QuestionAnswering: return "BertForQuestionAnswering";
-    case Heads::JointQuestionAnswering: return "BertForQuestionAnsweringJoint";
-    case Heads::SequenceClassification: return "BertForSequenceClassification";
-    case Heads::TokenClassification: return "BertForTokenClassification";
-    case Heads::Discriminator: return "ElectraForPreTraining";
-    case Heads::Generator: return "ElectraForMaskedLM";
-  }
-  return "BertModel";
-}
+const char* architecture_name(Heads h) { return head_spec(h).architecture; }
 
 std::string architecture_name(Heads h, bool electra) {
-  if (!electra) return architecture_name(h);
-  switch (h) {
-    case Heads::None: return "ElectraModel";
-    case Heads::Discriminator: return "ElectraForPreTraining";
-    case Heads::Generator: return "ElectraForMaskedLM";
-    default: return "Electra" + std::string(architecture_name(h)).substr(4);  // BertForX -> ElectraForX
-  }
+  const HeadSpec& s = head_spec(h);
+  return electra ? s.electra_architecture : s.architecture;
 }
 
-bool has_pooler(Heads h) {
-  return h != Heads::QuestionAnswering && h != Heads::JointQuestionAnswering && h != Heads::TokenClassification &&
-         h != Heads::Discriminator &&
-         h != Heads::Generator;
-}
+bool has_pooler(Heads h) { return head_spec(h).pooler; }
 
 
 struct Bert::DeviceState {
@@ -149,9 +75,11 @@ struct Bert::DeviceState {
 
 Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads), be_(&cpu_backend()) {
   cfg_.validate("config");
-  pooler_ = has_pooler(heads_) && !cfg_.electra();
-  build_table(table_, cfg_, heads_);
+  const HeadSpec& spec = head_spec(heads_);
+  pooler_ = spec.pooler && !cfg_.electra();
+  build_table(table_, cfg_, spec);
   bind_refs();
+  head_ = spec.make(*this);  // binds the head's tensors
   check_memory(4.0 * static_cast<double>(table_.total()),
                "the weights of this model (" + std::to_string(table_.total()) + " parameters)", "check the config's sizes");
   params_.assign(table_.total(), 0.0f);
@@ -166,7 +94,6 @@ void Bert::bind_refs() {
   };
   auto opt_lin = [&t](const std::string& n) { return LinearRef{t.find_ref(n + ".weight"), t.find_ref(n + ".bias")}; };
   auto norm = [&t](const std::string& n) { return NormRef{t.ref(n + ".weight"), t.ref(n + ".bias")}; };
-  auto opt_norm = [&t](const std::string& n) { return NormRef{t.find_ref(n + ".weight"), t.find_ref(n + ".bias")}; };
   const std::string e = "bert.embeddings.";
   refs_.word = t.ref(e + "word_embeddings.weight");
   refs_.position = t.ref(e + "position_embeddings.weight");
@@ -194,25 +121,6 @@ void Bert::bind_refs() {
     refs_.layers.push_back(L);
   }
   refs_.pooler = opt_lin("bert.pooler.dense");
-  // the masked-LM transform: BERT's cls.predictions, ELECTRA's generator_predictions; the decoder
-  // is tied to the word embeddings
-  const bool gen = heads_ == Heads::Generator;
-  refs_.mlm_dense = opt_lin(gen ? "generator_predictions.dense" : "cls.predictions.transform.dense");
-  refs_.mlm_norm = opt_norm(gen ? "generator_predictions.LayerNorm" : "cls.predictions.transform.LayerNorm");
-  refs_.mlm_bias = t.find_ref(gen ? "generator_lm_head.bias" : "cls.predictions.bias");
-  refs_.nsp = opt_lin("cls.seq_relationship");
-  refs_.out = heads_ == Heads::QuestionAnswering ? opt_lin("qa_outputs")
-              : t.find_ref("classifier.out_proj.weight") ? opt_lin("classifier.out_proj")
-                                                         : opt_lin("classifier");
-  refs_.cls_dense = opt_lin("classifier.dense");
-  refs_.disc_dense = opt_lin("discriminator_predictions.dense");
-  refs_.disc_pred = opt_lin("discriminator_predictions.dense_prediction");
-  refs_.start = opt_lin("start_logits.dense");
-  refs_.end0 = opt_lin("end_logits.dense_0");
-  refs_.end_norm = opt_norm("end_logits.LayerNorm");
-  refs_.end1 = opt_lin("end_logits.dense_1");
-  refs_.ans0 = opt_lin("answer_class.dense_0");
-  refs_.ans1 = t.find_ref("answer_class.dense_1.weight");
 }
 
 void Bert::ensure_grads() {
@@ -438,141 +346,25 @@ void Bert::refresh_bf16(Precision p) {
 PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                  float loss_scale, float mlm_denom, float nsp_denom, std::vector<float>* mlm_logits_out,
                                  GumbelSample* sample) {
-  BERTCC_CHECK(heads_ == Heads::PreTraining || heads_ == Heads::Generator, "pretrain_step: model has no pre-training heads");
-  const bool nsp = heads_ == Heads::PreTraining;  // ELECTRA's generator: masked LM only
-  BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && (!nsp || batch.nsp_labels.size() == size_t(batch.B)),
-               "pretrain_step: batch has no masked-LM or next-sentence labels");
-  const int64_t B = batch.B, T = batch.T, N = B * T;
-  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
-  encode(batch, training, prec, rng, backward);
-  // The MLM head: BERT's cls.predictions (transform to the hidden width, activation from the
-  // config) or ELECTRA's generator_predictions + generator_lm_head (to embedding_size; HF fixes its
-  // activation to gelu). Both decode with the word embeddings.
-  const Activation act = nsp ? cfg_.activation() : Activation::GeluErf;
-  const int64_t Eh = nsp ? C : cfg_.embedding_dim();
-  const LinearRef& dense = refs_.mlm_dense;
-  const NormRef& lnorm = refs_.mlm_norm;
-  const ParamRef obias = refs_.mlm_bias;
-  PretrainLoss out;
-  if (mlm_logits_out) mlm_logits_out->clear();
-  if (sample) sample->picks.clear();
+  return head_->pretrain_step(batch, training, backward, prec, rng, loss_scale, mlm_denom, nsp_denom, mlm_logits_out,
+                              sample);
+}
 
-  // ---- MLM head on the masked positions only ----
-  Acts::Head& h = acts_->head;
-  Backend& be = *be_;
-  // A head buffer of n floats where the backend computes (the vector itself on the CPU);
-  // zeroed when `zeroed` (what backward accumulates into).
-  auto buf = [&](std::vector<float>& v, int64_t n, bool zeroed) { return scratch(v, n, zeroed); };
-  // The per-row losses summed in order on the host (downloaded from a device).
-  auto host_sum = [&](std::vector<float>& v, const float* p, int64_t n) {
-    if (!be.on_host()) {
-      v.resize(static_cast<size_t>(n));
-      be.download(v.data(), p, sizeof(float) * static_cast<size_t>(n));
-    }
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += v[i];
-    return s;
-  };
-  h.rows.clear();
-  h.labels.clear();
-  for (int64_t n = 0; n < N; ++n)
-    if (batch.mlm_labels[n] != -1) {
-      h.rows.push_back(n);
-      h.labels.push_back(batch.mlm_labels[n]);
-    }
-  const int64_t M = static_cast<int64_t>(h.rows.size());
-  out.mlm_count = M;
-  const int64_t* rows = h.rows.data();
-  const int32_t* labels = h.labels.data();
-  if (!be.on_host() && M > 0) {
-    rows = h.drows.ensure(be, static_cast<size_t>(M));
-    labels = h.dlabels.ensure(be, static_cast<size_t>(M));
-    be.upload(h.drows.get(), h.rows.data(), sizeof(int64_t) * M);
-    be.upload(h.dlabels.get(), h.labels.data(), sizeof(int32_t) * M);
-  }
-  float *hm = nullptr, *t1 = nullptr, *tg = nullptr, *tl = nullptr, *tmean = nullptr, *trstd = nullptr;
-  float* logits = nullptr;
-  if (M > 0) {
-    hm = buf(h.hm, M * C, false);
-    t1 = buf(h.t1, M * Eh, false);
-    tg = buf(h.tg, M * Eh, false);
-    tl = buf(h.tl, M * Eh, false);
-    tmean = buf(h.tmean, M, false);
-    trstd = buf(h.trstd, M, false);
-    logits = buf(h.logits, M * V, false);  // overwritten in place by its own gradient: no separate probabilities
-    float* losses = buf(h.losses, M, false);
-    be.gather_rows(hm, sequence_output(), rows, M, C);
-    be.linear_forward(t1, hm, w(dense.w), w(dense.b), M, Eh, C, prec, w16(dense.w, prec));
-    be.gelu_forward(tg, t1, M * Eh, act);
-    be.layernorm_forward(tl, tmean, trstd, tg, w(lnorm.g), w(lnorm.b), M, Eh, cfg_.layer_norm_eps);
-    be.linear_forward(logits, tl, w(refs_.word), w(obias), M, V, Eh, prec,
-                      w16(refs_.word, prec));
-    if (mlm_logits_out) {
-      mlm_logits_out->resize(static_cast<size_t>(M * V));
-      be.download(mlm_logits_out->data(), logits, sizeof(float) * static_cast<size_t>(M * V));
-    }
-    if (sample) {  // the forward pass has reserved its dropout streams: the noise comes next
-      sample->picks.resize(static_cast<size_t>(M));
-      be.gumbel_argmax(sample->picks.data(), logits, M, V, rng, rng.reserve(static_cast<uint64_t>(M * V)));
-    }
-    be.softmax_xent(logits, losses, labels, M, V, -1,
-                    backward ? loss_scale / (mlm_denom > 0 ? mlm_denom : static_cast<float>(M)) : 0.0f,
-                    &out.mlm_correct);
-    const double s = host_sum(h.losses, losses, M);
-    out.mlm_loss_sum = s;
-    out.mlm_loss = s / static_cast<double>(M);
-  }
+FinetuneLoss Bert::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                 float loss_scale) {
+  return head_->finetune_step(batch, training, backward, prec, rng, loss_scale, 0.0f);
+}
 
-  float* nsp_logits = nullptr;
-  if (!nsp) {  // ELECTRA's generator
-    out.loss = out.mlm_loss;
-  } else {  // ---- NSP head on the pooled output ----
-    nsp_logits = buf(h.nsp, B * 2, false);
-    float* nsp_losses = buf(h.nsp_losses, B, false);
-    const int32_t* nsp_labels = batch.nsp_labels.data();
-    if (!be.on_host()) {
-      nsp_labels = h.dnsp_labels.ensure(be, static_cast<size_t>(B));
-      be.upload(h.dnsp_labels.get(), batch.nsp_labels.data(), sizeof(int32_t) * B);
-    }
-    be.linear_forward(nsp_logits, pooled_output(), w(refs_.nsp.w), w(refs_.nsp.b), B,
-                      2, C, prec, w16(refs_.nsp.w, prec));
-    be.softmax_xent(nsp_logits, nsp_losses, nsp_labels, B, 2, -1,
-                    backward ? loss_scale / (nsp_denom > 0 ? nsp_denom : static_cast<float>(B)) : 0.0f,
-                    &out.nsp_correct);
-    const double s = host_sum(h.nsp_losses, nsp_losses, B);
-    out.nsp_loss_sum = s;
-    out.nsp_loss = s / static_cast<double>(B);
-    out.loss = out.mlm_loss + out.nsp_loss;
-  }
-  if (!backward) return out;
+FinetuneLoss Bert::joint_qa_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                 float loss_scale) {
+  BERTCC_CHECK(heads_ == Heads::JointQuestionAnswering, "joint_qa_step: model has no joint QA head");
+  return head_->finetune_step(batch, training, backward, prec, rng, loss_scale, 0.0f);
+}
 
-  // ---- backward ----
-  float* dpooled = nullptr;
-  if (nsp) {
-    dpooled = buf(h.dpooled, B * C, true);
-    be.linear_backward(dpooled, dgrad(refs_.nsp.w), dgrad(refs_.nsp.b), nsp_logits,
-                       pooled_output(), w(refs_.nsp.w), B, 2, C, prec,
-                       w16(refs_.nsp.w, prec));
-  }
-  float* dseq = buf(h.dseq, N * C, true);
-  if (M > 0) {
-    float* dtl = buf(h.dtl, M * Eh, true);
-    float* dtg = buf(h.dtg, M * Eh, true);
-    float* dt1 = buf(h.dt1, M * Eh, true);
-    float* dhm = buf(h.dhm, M * C, true);
-    // decoder tied to the word embeddings: its gradient adds into the embedding gradient
-    be.linear_backward(dtl, dgrad(refs_.word), dgrad(obias), logits, tl,
-                       w(refs_.word), M, V, Eh, prec,
-                       w16(refs_.word, prec));
-    be.layernorm_backward(dtg, dgrad(lnorm.g), dgrad(lnorm.b), dtl, tg, w(lnorm.g), tmean,
-                          trstd, M, Eh);
-    be.gelu_backward(dt1, t1, dtg, M * Eh, act);
-    be.linear_backward(dhm, dgrad(dense.w), dgrad(dense.b), dt1, hm, w(dense.w), M, Eh, C,
-                       prec, w16(dense.w, prec));
-    be.scatter_add_rows(dseq, dhm, rows, M, C);
-  }
-  encode_backward(dseq, dpooled, prec);
-  return out;
+FinetuneLoss Bert::discriminator_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                      float loss_scale, float denom) {
+  BERTCC_CHECK(heads_ == Heads::Discriminator, "discriminator_step: model has no ELECTRA discriminator head");
+  return head_->finetune_step(batch, training, backward, prec, rng, loss_scale, denom);
 }
 
 double Bert::forward_flops(const BertConfig& c, int64_t B, int64_t T, int64_t M, bool heads) {

@@ -27,6 +27,7 @@
 #include "bertcc/error.h"
 #include "bertcc/signals.h"
 #include "bertcc/fileio.h"
+#include "bertcc/head_spec.h"
 #include "bertcc/json_depth.h"
 #include "bertcc/inference.h"
 #include "bertcc/model_dir.h"
@@ -266,26 +267,19 @@ struct Model {
   std::map<std::string, std::unique_ptr<Batcher>> batchers;  // per task (their forward passes differ)
   bool does(const std::string& t) const { return std::find(tasks.begin(), tasks.end(), t) != tasks.end(); }
   Batcher& batcher(const std::string& t) { return *batchers.at(t); }
-  bool has_head() const { return heads != Heads::None && heads != Heads::PreTraining; }
+  const HeadSpec& head() const { return head_spec(heads); }
+  bool has_head() const { return head().task != nullptr; }  // its logits answer its task
   bool has_pooler() const { return bert->table().find("bert.pooler.dense.weight") != nullptr; }
 };
 
 // The head follows config.json's architectures: a fine-tuned head serves its task; a
 // BertForPreTraining checkpoint serves fill-mask and embeddings; anything else its encoder's
-// embeddings.
+// embeddings (each head's HeadSpec::serve_as and serve_tasks).
 Heads heads_of(const std::string& dir, std::vector<std::string>& tasks) {
-  Heads h = architecture_heads(dir);
-  if (h == Heads::Discriminator) h = Heads::None;  // ELECTRA's pre-training checkpoint: its encoder embeds
-  if (h == Heads::QuestionAnswering || h == Heads::JointQuestionAnswering) tasks = {"qa"};
-  if (h == Heads::SequenceClassification) tasks = {"classify"};
-  if (h == Heads::TokenClassification) tasks = {"tag"};
-  if (h != Heads::None) return h;
-  if (architecture_of(dir) == architecture_name(Heads::PreTraining)) {
-    tasks = {"fill-mask", "embed"};
-    return Heads::PreTraining;
-  }
-  tasks = {"embed"};
-  return Heads::None;
+  const HeadSpec* s = head_by_architecture(architecture_of(dir));
+  const HeadSpec& h = head_spec(s ? s->serve_as : Heads::None);
+  tasks = h.serve_tasks;
+  return h.id;
 }
 
 std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Precision prec, Metrics& m,
@@ -308,14 +302,13 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   if (!be.on_host()) md->bert->use_backend_for_inference(be, prec);
   const BertConfig& c = md->bert->config();
   BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
-  BERTCC_CHECK((md->heads != Heads::SequenceClassification && md->heads != Heads::TokenClassification) ||
-                   c.num_labels() > 0,
+  BERTCC_CHECK(!md->head().needs_labels || c.num_labels() > 0,
                md->dir, ": config.json has no labels");
   BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
                " exceeds max_position_embeddings ", c.max_position_embeddings, " of ", md->dir);
   md->topt.max_seq_length = o.max_seq_length;
   md->topt.max_position_embeddings = c.max_position_embeddings;
-  if (md->heads == Heads::JointQuestionAnswering) {  // /v1/qa with the beams it was fine-tuned with
+  if (md->head().beam_search) {  // /v1/qa with the beams it was fine-tuned with
     md->topt.start_n_top = c.start_beam();
     md->topt.end_n_top = c.end_beam();
   }
@@ -354,6 +347,54 @@ struct OutTensor {
 
 ojson model_metadata(const Model& m);
 
+// A task head's outputs (HeadSpec::outputs) from its logits rows, as an ONNX BERT under Triton
+// names them: each row of predict_logits is the outputs' values one after another, per token
+// (every token's values of each output in turn: QA's start and end, a tagger's K) when the outputs
+// have a sequence dimension (padded positions hold 0), else per row (a classifier's K, the joint
+// head's beams); INT64 outputs carry indices as floats.
+std::vector<OutTensor> head_outputs(const std::vector<HeadOutput>& spec, const std::vector<std::vector<float>>& logits,
+                                    const std::vector<int64_t>& len, int64_t B, int64_t S) {
+  std::vector<OutTensor> outs;
+  std::vector<int64_t> width, offset;  // values per token (or row) of each output, and where they start
+  int64_t stride = 0;
+  bool per_token = false;
+  for (const HeadOutput& o : spec) {
+    int64_t n = 1;
+    std::vector<int64_t> shape;
+    for (const int64_t d : o.shape) {
+      per_token = per_token || d == HeadOutput::kSequence;
+      shape.push_back(d == HeadOutput::kBatch ? B : d == HeadOutput::kSequence ? S : d);
+      if (d >= 0) n *= d;
+    }
+    width.push_back(n);
+    offset.push_back(stride);
+    stride += n;
+    outs.push_back({o.name, shape, {}});
+  }
+  for (size_t k = 0; k < spec.size(); ++k) {
+    OutTensor& t = outs[k];
+    const int64_t n = width[k], off = offset[k];
+    std::vector<float> v;
+    if (per_token) v.assign(static_cast<size_t>(B * S * n), 0.0f);
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<float>& row = logits[static_cast<size_t>(b)];
+      if (per_token) {
+        for (int64_t p = 0; p < len[static_cast<size_t>(b)]; ++p)
+          for (int64_t j = 0; j < n; ++j)
+            v[static_cast<size_t>((b * S + p) * n + j)] = row[static_cast<size_t>(p * stride + off + j)];
+      } else {
+        v.insert(v.end(), row.begin() + off, row.begin() + off + n);
+      }
+    }
+    if (spec[k].int64)
+      for (const float x : v) t.idata.push_back(static_cast<int64_t>(x));
+    else
+      t.data = std::move(v);
+  }
+  return outs;
+}
+
+
 // POST /v2/models/NAME/infer. Returns the body and sets the content type / header length.
 std::string kserve_infer(Model& m, const ServeOptions& o, const http::Request& req, http::Response& res) {
   size_t json_len = req.body.size();
@@ -372,7 +413,7 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const http::Request& r
   const std::vector<int64_t>& len = kin.lengths;
   const std::vector<FtFeature>& f = kin.features;
   const int64_t K1 = c.start_beam(), K2 = c.end_beam();
-  if (m.heads == Heads::JointQuestionAnswering)
+  if (m.head().beam_search)
     for (int64_t b = 0; b < B; ++b)
       if (len[static_cast<size_t>(b)] < std::max(K1, K2))
         throw HttpError(400, "row " + std::to_string(b) + ": " + std::to_string(len[static_cast<size_t>(b)]) +
@@ -432,42 +473,8 @@ std::string kserve_infer(Model& m, const ServeOptions& o, const http::Request& r
     }
     outs.push_back(std::move(hs));
     if (m.has_pooler()) outs.push_back(std::move(po));
-  } else if (m.heads == Heads::SequenceClassification) {
-    const int64_t K = c.num_labels();
-    OutTensor t{"logits", {B, K}, {}};
-    for (const auto& row : logits) t.data.insert(t.data.end(), row.begin(), row.begin() + K);
-    outs.push_back(std::move(t));
-  } else if (m.heads == Heads::JointQuestionAnswering) {
-    // The beam search's results as ONNX export names them (XLNet's and NVIDIA's ELECTRA's names);
-    // each row is [K1 start log-probs | K1 starts | K1*K2 end log-probs | K1*K2 ends | class].
-    OutTensor slp{"start_top_log_probs", {B, K1}, {}}, sti{"start_top_index", {B, K1}, {}},
-        elp{"end_top_log_probs", {B, K1 * K2}, {}}, eni{"end_top_index", {B, K1 * K2}, {}}, cls{"cls_logits", {B}, {}};
-    for (const auto& row : logits) {
-      const auto at = [&row](int64_t i) { return row[static_cast<size_t>(i)]; };
-      for (int64_t i = 0; i < K1; ++i) slp.data.push_back(at(i));
-      for (int64_t i = 0; i < K1; ++i) sti.idata.push_back(static_cast<int64_t>(at(K1 + i)));
-      for (int64_t i = 0; i < K1 * K2; ++i) elp.data.push_back(at(2 * K1 + i));
-      for (int64_t i = 0; i < K1 * K2; ++i) eni.idata.push_back(static_cast<int64_t>(at(2 * K1 + K1 * K2 + i)));
-      cls.data.push_back(at(2 * K1 + 2 * K1 * K2));
-    }
-    for (OutTensor* t : {&slp, &sti, &elp, &eni, &cls}) outs.push_back(std::move(*t));
-  } else if (m.heads == Heads::QuestionAnswering) {
-    OutTensor st{"start_logits", {B, S}, std::vector<float>(static_cast<size_t>(B * S), 0.0f)};
-    OutTensor en{"end_logits", {B, S}, std::vector<float>(static_cast<size_t>(B * S), 0.0f)};
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < len[static_cast<size_t>(b)]; ++t) {
-        st.data[static_cast<size_t>(b * S + t)] = logits[static_cast<size_t>(b)][static_cast<size_t>(2 * t)];
-        en.data[static_cast<size_t>(b * S + t)] = logits[static_cast<size_t>(b)][static_cast<size_t>(2 * t + 1)];
-      }
-    outs.push_back(std::move(st));
-    outs.push_back(std::move(en));
   } else {
-    const int64_t K = c.num_labels();
-    OutTensor t{"logits", {B, S, K}, std::vector<float>(static_cast<size_t>(B * S * K), 0.0f)};
-    for (int64_t b = 0; b < B; ++b)
-      std::copy(logits[static_cast<size_t>(b)].begin(), logits[static_cast<size_t>(b)].begin() + len[static_cast<size_t>(b)] * K,
-                t.data.begin() + b * S * K);
-    outs.push_back(std::move(t));
+    outs = head_outputs(m.head().outputs(c), logits, len, B, S);
   }
   // The JSON header written once into the body (each output's data serialized in place, as
   // ojson's dump writes it), then the binary outputs appended to it.
@@ -526,23 +533,12 @@ ojson model_metadata(const Model& m) {
   for (const char* n : {"input_ids", "attention_mask", "token_type_ids"})
     in.push_back({{"name", n}, {"datatype", "INT64"}, {"shape", {-1, -1}}});
   ojson out = ojson::array();
-  if (!m.has_head()) {
-    out.push_back({{"name", "last_hidden_state"}, {"datatype", "FP32"}, {"shape", {-1, -1, c.hidden_size}}});
-    if (m.has_pooler()) out.push_back({{"name", "pooler_output"}, {"datatype", "FP32"}, {"shape", {-1, c.hidden_size}}});
-  } else if (m.heads == Heads::JointQuestionAnswering) {  // the beam search, as export-onnx writes it
-    const int64_t K1 = c.start_beam(), K2 = c.end_beam();
-    out.push_back({{"name", "start_top_log_probs"}, {"datatype", "FP32"}, {"shape", {-1, K1}}});
-    out.push_back({{"name", "start_top_index"}, {"datatype", "INT64"}, {"shape", {-1, K1}}});
-    out.push_back({{"name", "end_top_log_probs"}, {"datatype", "FP32"}, {"shape", {-1, K1 * K2}}});
-    out.push_back({{"name", "end_top_index"}, {"datatype", "INT64"}, {"shape", {-1, K1 * K2}}});
-    out.push_back({{"name", "cls_logits"}, {"datatype", "FP32"}, {"shape", {-1}}});
-  } else if (m.heads == Heads::QuestionAnswering) {
-    out.push_back({{"name", "start_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
-    out.push_back({{"name", "end_logits"}, {"datatype", "FP32"}, {"shape", {-1, -1}}});
-  } else if (m.heads == Heads::SequenceClassification) {
-    out.push_back({{"name", "logits"}, {"datatype", "FP32"}, {"shape", {-1, c.num_labels()}}});
-  } else {
-    out.push_back({{"name", "logits"}, {"datatype", "FP32"}, {"shape", {-1, -1, c.num_labels()}}});
+  // the head's outputs, or (no task head) the encoder's; -1: the batch or the sequence
+  const std::vector<HeadOutput> outs = m.has_head() ? m.head().outputs(c) : head_spec(Heads::None).outputs(c);
+  for (const HeadOutput& o : outs) {
+    ojson shape = ojson::array();
+    for (const int64_t d : o.shape) shape.push_back(d < 0 ? int64_t{-1} : d);
+    out.push_back({{"name", o.name}, {"datatype", o.int64 ? "INT64" : "FP32"}, {"shape", shape}});
   }
   return {{"name", m.name}, {"versions", {"1"}}, {"platform", "bertcc"}, {"inputs", in}, {"outputs", out}};
 }

@@ -8,6 +8,7 @@
 #include "bertcc/electra.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/head_spec.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/runtime.h"
@@ -24,6 +25,14 @@ struct DumpOpts {
     int threads = 0;
     int64_t rows = 0;
 };
+
+// --head: every head's serialized name but the encoder's ("pretraining" is the HDF5 batch's).
+std::vector<std::string> head_names() {
+  std::vector<std::string> v;
+  for (const HeadSpec* s : head_registry())
+    if (s->labels != HeadLabels::None) v.push_back(s->name);
+  return v;
+}
 
 std::vector<int32_t> int_tensor(const SafetensorsFile& f, const std::string& name, std::vector<int64_t>* shape) {
   const StTensor* t = f.find(name);
@@ -107,13 +116,10 @@ void dump_electra_step(const DumpOpts& o, Precision prec) {
 }
 
 void dump_head_step(const DumpOpts& o, Precision prec) {
-  const Heads heads = o.head == "qa"              ? Heads::QuestionAnswering
-                      : o.head == "qa-joint"      ? Heads::JointQuestionAnswering
-                      : o.head == "classify"      ? Heads::SequenceClassification
-                      : o.head == "discriminator" ? Heads::Discriminator
-                      : o.head == "generator"     ? Heads::Generator
-                                                  : Heads::TokenClassification;
-  auto model = load_model_dir(o.model, heads);
+  const HeadSpec* spec = head_by_name(o.head);
+  BERTCC_CHECK(spec, "dump-step: no head '", o.head, "'");
+  const bool masked_lm = spec->labels == HeadLabels::MaskedLm;  // ELECTRA's generator
+  auto model = load_model_dir(o.model, spec->id);
   SafetensorsFile f(o.batch);
   BertBatch batch = read_token_batch(f, o.batch);
   batch.labels = int_tensor(f, "labels", nullptr);
@@ -123,7 +129,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
     batch.targets.resize(t->numel());
     f.read_f32(*t, batch.targets.data());
   }
-  if (heads == Heads::Generator) {  // masked-LM labels: token ids, -100 (HF) = not predicted
+  if (masked_lm) {  // masked-LM labels: token ids, -100 (HF) = not predicted
     batch.mlm_labels = batch.labels;
     for (auto& y : batch.mlm_labels) y = y == -100 ? -1 : y;
     batch.labels.clear();
@@ -132,7 +138,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   Rng rng{0, 0};
   model->zero_grad();
   if (o.device != "cpu") model->use_backend(backend_for(o.device));
-  if (heads == Heads::Generator) {
+  if (masked_lm) {
     std::vector<float> lg;  // the logits before backward overwrites them with their gradient
     const PretrainLoss pl =
         model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng, 1.0f, 0.0f, 0.0f, &lg);
@@ -146,12 +152,10 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
               << "x" << batch.T << ") -> " << o.out << "\n";
     return;
   }
-  const FinetuneLoss loss = heads == Heads::Discriminator
-                                ? model->discriminator_step(batch, /*training=*/false, /*backward=*/true, prec, rng)
-                                : model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+  const FinetuneLoss loss = model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
   model->grads_to_host();
   const float l = static_cast<float>(loss.loss);
-  if (heads == Heads::JointQuestionAnswering) {
+  if (spec->beam_search) {
     // training-form logits (end and class given the true start), gradients, then the beam search
     // of a forward pass without positions
     const std::vector<float> lg = model->head_logits();
@@ -173,9 +177,9 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
     return;
   }
   const auto& logits = model->head_logits();
-  const int64_t K = static_cast<int64_t>(logits.size()) / (heads == Heads::SequenceClassification ? batch.B : batch.B * batch.T);
-  std::vector<int64_t> lshape = heads == Heads::SequenceClassification ? std::vector<int64_t>{batch.B, K}
-                                                                        : std::vector<int64_t>{batch.B, batch.T, K};
+  const bool per_row = spec->labels == HeadLabels::Sequence;
+  const int64_t K = static_cast<int64_t>(logits.size()) / (per_row ? batch.B : batch.B * batch.T);
+  std::vector<int64_t> lshape = per_row ? std::vector<int64_t>{batch.B, K} : std::vector<int64_t>{batch.B, batch.T, K};
   std::vector<StWrite> w{{"loss", {1}, &l}, {"logits", lshape, logits.data()}};
   add_grads(*model, "", w);
   write_safetensors(o.out, w);
@@ -204,7 +208,7 @@ void add_dump_step(CLI::App& app) {
                   "(discriminator: 1 = replaced; generator: token ids, -100 = not masked), targets [B], or "
                   "start_positions/end_positions [B]) and also write the logits (generator: of the masked tokens; "
                   "qa-joint: start_logits, end_logits, cls_logits and the beam search's output, beam)")
-      ->check(CLI::IsMember({"pretraining", "qa", "qa-joint", "classify", "token", "discriminator", "generator"}));
+      ->check(CLI::IsMember(head_names()));
   sub->add_option(flag("--model-type"), o->model_type,
                   "bert (default) | electra: --model is the discriminator, --generator the generator; the batch is a "
                   ".safetensors file (input_ids already masked, segment_ids, input_mask, mlm_labels [B,T] with -100 "

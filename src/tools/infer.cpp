@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/head_spec.h"
 #include "bertcc/inference.h"
 #include "bertcc/json_depth.h"
 #include "bertcc/model_dir.h"
@@ -78,8 +79,7 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
                                        : model_dir_lower_case(o.vocab.empty() ? o.model : "", *l.vocab);
   l.tok = std::make_unique<BertTokenizer>(*l.vocab, lower);
   l.model = load_model_dir(o.model, heads);
-  BERTCC_CHECK((heads != Heads::SequenceClassification && heads != Heads::TokenClassification) ||
-                   l.model->config().num_labels() > 0,
+  BERTCC_CHECK(!head_spec(heads).needs_labels || l.model->config().num_labels() > 0,
                o.model, ": config.json has no labels (id2label)");
   const BertConfig& c = l.model->config();
   // A larger vocabulary would produce ids past the embedding table (NVIDIA's padded one may be larger).
@@ -127,7 +127,7 @@ TaskOptions task_options(const InferCli& o, const Bert& m) {
   t.doc_stride = o.doc_stride;
   t.max_answer_length = o.max_answer_length;
   t.max_position_embeddings = m.config().max_position_embeddings;
-  if (m.heads() == Heads::JointQuestionAnswering) {  // beams as the model was fine-tuned with
+  if (head_spec(m.heads()).beam_search) {  // beams as the model was fine-tuned with
     t.start_n_top = m.config().start_beam();
     t.end_n_top = m.config().end_beam();
   }
@@ -149,8 +149,8 @@ void run_qa(const InferCli& o) {
   const auto in = inputs(single);
   // BertForQuestionAnswering, or the joint head with beam search (finetune squad --joint-head)
   check_model_dir_for(o.model, Heads::QuestionAnswering, "qa");
-  Loaded l = load(o, architecture_heads(o.model) == Heads::JointQuestionAnswering ? Heads::JointQuestionAnswering
-                                                                                   : Heads::QuestionAnswering, "qa");
+  const HeadSpec& have = head_spec(architecture_heads(o.model));
+  Loaded l = load(o, have.task && std::string(have.task) == "qa" ? have.id : Heads::QuestionAnswering, "qa");
   print(answer_questions(*l.tok, in, task_options(o, *l.model),
                          [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }

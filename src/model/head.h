@@ -1,0 +1,67 @@
+// A head's step (private to src/model): its weights, bound once from the model's table when the
+// model is built (no name lookups on the step path), its scratch, and its forward and backward
+// on the encoder's outputs. One class per head in src/model/heads/, made by its HeadSpec::make.
+// Bert befriends this base, which hands its subclasses the model's step helpers.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "bertcc/bert.h"
+#include "bertcc/head_spec.h"
+
+namespace bertcc {
+
+class Head {
+ public:
+  explicit Head(Bert& m) : m_(m), cfg_(m.cfg_), head_logits_(m.head_logits_) {}
+  virtual ~Head() = default;
+  Head(const Head&) = delete;
+  Head& operator=(const Head&) = delete;
+
+  // Bert::pretrain_step's contract (the masked-LM heads); the base refuses.
+  virtual PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                     float loss_scale, float mlm_denom, float nsp_denom,
+                                     std::vector<float>* mlm_logits_out, Bert::GumbelSample* sample);
+  // Bert::finetune_step's contract (logits into head_logits_); `denom` > 0 replaces the batch's
+  // own count as the loss's normaliser where the head takes one (the discriminator). The base refuses.
+  virtual FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                                     float loss_scale, float denom);
+
+ protected:
+  using LinearRef = Bert::LinearRef;
+  using NormRef = Bert::NormRef;
+  // Binding (constructors): a Linear's weight and bias (none when !bias), a LayerNorm's.
+  LinearRef lin(const std::string& n, bool bias = true) const;
+  NormRef norm(const std::string& n) const;
+  ParamRef ref(const std::string& n) const { return m_.table_.ref(n); }
+  ParamRef word_embeddings() const { return m_.refs_.word; }  // the tied masked-LM decoder
+
+  // The model's step helpers (bert.h): weights, bf16 weights and gradients where the backend
+  // computes, head scratch, host/backend copies, the encoder's pass and its outputs.
+  Backend& backend() const { return *m_.be_; }
+  const float* w(ParamRef r) const { return m_.w(r); }
+  const bf16_t* w16(ParamRef r, Precision p) const { return m_.w16(r, p); }
+  float* dgrad(ParamRef r) { return m_.dgrad(r); }
+  float* scratch(std::vector<float>& v, int64_t n, bool zeroed) { return m_.scratch(v, n, zeroed); }
+  const std::vector<float>& to_host(std::vector<float>& v, const float* p, int64_t n) { return m_.to_host(v, p, n); }
+  float* to_backend(std::vector<float>& v) { return m_.to_backend(v); }
+  const int64_t* rows_on_backend(std::vector<int64_t>& v) { return m_.rows_on_backend(v); }
+  void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward) {
+    m_.encode(batch, training, prec, rng, backward);
+  }
+  void encode_backward(const float* dseq, const float* dpooled, Precision prec) {
+    m_.encode_backward(dseq, dpooled, prec);
+  }
+  const float* sequence_output() const { return m_.sequence_output(); }
+  const float* pooled_output() const { return m_.pooled_output(); }
+  bool last_packed() const { return m_.last_packed(); }
+  // The masked-LM heads' scratch in the activation arena (sized by the masked positions).
+  Bert::Acts& acts();
+
+  Bert& m_;
+  const BertConfig& cfg_;            // the model's (its beams may change: set_joint_beam)
+  std::vector<float>& head_logits_;  // the model's head_logits()
+};
+
+}  // namespace bertcc
