@@ -246,6 +246,18 @@ class Backend {
   // other parameters are left as they are; grad_norm must then be given: it is global).
   virtual void moments_to_host(const OptimizerState& s, AdamState& out) = 0;
   virtual void moments_from_host(const AdamState& in, size_t n, OptimizerState& s) = 0;
+  // moments_from_host that takes the host moments over, leaving `in` empty: the CPU backend keeps
+  // them without a copy (OptimizerState::cpu); elsewhere (staged included) they are uploaded.
+  virtual void moments_take(AdamState&& in, size_t n, OptimizerState& s) {
+    moments_from_host(in, n, s);
+    in = AdamState{};
+  }
+  // The moments' host form for reading (checkpoints): the CPU backend's own, without a copy;
+  // elsewhere moments_to_host into `scratch`, which is returned.
+  virtual AdamState& moments_view(OptimizerState& s, AdamState& scratch) {
+    moments_to_host(s, scratch);
+    return scratch;
+  }
 
   // ---- measurement ----
   // TFLOP/s of a bare GEMM C[M,N] = A[M,K] B[K,N] in `p` (operands already in that precision).

@@ -399,6 +399,20 @@ class CpuBackend final : public Backend {
     s.begin = in.begin;
     s.end = in.end;
   }
+  // The CPU keeps the host moments as they are (no copy); staged, as a device: copied in and out.
+  void moments_take(AdamState&& in, size_t n, OptimizerState& s) override {
+    if (staged_) return Backend::moments_take(std::move(in), n, s);
+    check_moments(in, n);
+    s.step = in.step;
+    s.begin = in.begin;
+    s.end = in.end;
+    s.cpu = std::move(in);
+    in = AdamState{};
+  }
+  // (s.cpu.step is s.step: both set together, at moments_from_host and by every step)
+  AdamState& moments_view(OptimizerState& s, AdamState& scratch) override {
+    return staged_ ? Backend::moments_view(s, scratch) : s.cpu;
+  }
   double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) override {
     return kernels::gemm_probe_tflops(M, N, K, p, iters);
   }
