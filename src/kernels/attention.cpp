@@ -11,6 +11,7 @@
 
 #include "bertcc/error.h"
 #include "kernels/gemm.h"
+#include "kernels/attention_rows.h"
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 
@@ -168,35 +169,10 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
         row[j] += m[j];
         mx = row[j] > mx ? row[j] : mx;
       }
-      for (int64_t j = 0; j < T; ++j) row[j] = vexp(row[j] - mx);
-      const float inv = 1.0f / lane_sum(T, [&](int64_t j) { return row[j]; });
-      for (int64_t j = 0; j < T; ++j) row[j] *= inv;
-      if (drop) {  // element (i, j): 16 bits of number attention_drop_number(bh, i, j, T)
-        // the row's words: per key tile, blocks 4 (i % 8) + t (t = 0..3), words 2 ((i / 8) % 2) + c
-        // (c = 0, 1), keys 16 tile + 8 c + 2 t and + 1
-        const uint32_t* w0 = nums.data() + (i % 8) * 16 + 2 * ((i / 8) % 2);
-        uint16_t* __restrict bb = bits.data();
-        for (int64_t jt = 0; jt < nt; ++jt)
-          for (int t = 0; t < 4; ++t)
-            for (int c = 0; c < 2; ++c) {
-              const uint32_t x = w0[jt * 128 + t * 4 + c];
-              bb[jt * 16 + c * 8 + 2 * t] = static_cast<uint16_t>(x & 0xFFFFu);
-              bb[jt * 16 + c * 8 + 2 * t + 1] = static_cast<uint16_t>(x >> 16);
-            }
-        if (bf) {
-          bf16_t* __restrict pd = pd16 + r * T;
-#pragma omp simd
-          for (int64_t j = 0; j < T; ++j) pd[j] = f32_to_bf16(bb[j] >= thr ? row[j] * keep_scale : 0.0f);
-        } else {
-          float* __restrict pd = pdrop + r * T;
-#pragma omp simd
-          for (int64_t j = 0; j < T; ++j) pd[j] = bb[j] >= thr ? row[j] * keep_scale : 0.0f;
-        }
-      } else if (bf) {
-        bf16_t* __restrict pd = pd16 + r * T;
-#pragma omp simd
-        for (int64_t j = 0; j < T; ++j) pd[j] = f32_to_bf16(row[j]);
-      }
+      softmax_from_max(row, T, mx);
+      if (drop) drop_row_bits(nums.data(), i, nt, bits.data());  // element (i, j): attention_drop_number(bh, i, j, T)
+      write_pd_row(row, T, drop ? bits.data() : nullptr, thr, keep_scale, pdrop ? pdrop + r * T : nullptr,
+                   bf ? pd16 + r * T : nullptr);
     }
   }
 

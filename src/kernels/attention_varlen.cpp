@@ -17,6 +17,7 @@
 
 #include "bertcc/error.h"
 #include "kernels/gemm.h"
+#include "kernels/attention_rows.h"
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 
@@ -157,33 +158,10 @@ void attention_varlen_forward(float* out, float* saved, const float* qkv, const 
           float* row = P + i * n;
           float mx = -INFINITY;
           for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
-          for (int64_t j = 0; j < n; ++j) row[j] = vexp(row[j] - mx);
-          const float inv = 1.0f / lane_sum(n, [&](int64_t j) { return row[j]; });
-          for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-          if (drop) {  // the words of row i: as attention_forward's (attention_drop_number)
-            const uint32_t* w0 = nums.data() + (i % 8) * 16 + 2 * ((i / 8) % 2);
-            uint16_t* __restrict bb = bits.data();
-            for (int64_t jt = 0; jt < nt; ++jt)
-              for (int t = 0; t < 4; ++t)
-                for (int c = 0; c < 2; ++c) {
-                  const uint32_t x = w0[jt * 128 + t * 4 + c];
-                  bb[jt * 16 + c * 8 + 2 * t] = static_cast<uint16_t>(x & 0xFFFFu);
-                  bb[jt * 16 + c * 8 + 2 * t + 1] = static_cast<uint16_t>(x >> 16);
-                }
-            if (bf) {
-              bf16_t* __restrict pd = a16 + i * n;
-#pragma omp simd
-              for (int64_t j = 0; j < n; ++j) pd[j] = f32_to_bf16(bb[j] >= thr ? row[j] * keep_scale : 0.0f);
-            } else {
-              float* __restrict pd = a32 + i * n;
-#pragma omp simd
-              for (int64_t j = 0; j < n; ++j) pd[j] = bb[j] >= thr ? row[j] * keep_scale : 0.0f;
-            }
-          } else if (bf) {
-            bf16_t* __restrict pd = a16 + i * n;
-#pragma omp simd
-            for (int64_t j = 0; j < n; ++j) pd[j] = f32_to_bf16(row[j]);
-          }
+          softmax_from_max(row, n, mx);
+          if (drop) drop_row_bits(nums.data(), i, nt, bits.data());  // as attention_forward's
+          write_pd_row(row, n, drop ? bits.data() : nullptr, thr, keep_scale, pdrop ? a32 + i * n : nullptr,
+                       a16 ? a16 + i * n : nullptr);
         }
       }
       // ctx = Pd v, straight into the output rows (or a scratch block rounded into out16)
