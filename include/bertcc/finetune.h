@@ -14,6 +14,7 @@
 #include "bertcc/bert.h"
 #include "bertcc/dist.h"
 #include "bertcc/features.h"
+#include "bertcc/range_test.h"
 
 namespace bertcc {
 
@@ -29,14 +30,6 @@ struct EvalResult {
   double score = 0;                // higher is better; decides the best model
 };
 using Evaluator = std::function<EvalResult(Bert& model)>;
-
-// A learning-rate range test (bertcc lr-find) in place of training: each step's rate comes from
-// `lr` (steps count from 0), `after_step` sees the step's loss (the mean over its examples; steps
-// count from 1) and ends the run by returning false. Nothing is evaluated or written.
-struct RangeTest {
-  std::function<float(int64_t step)> lr;
-  std::function<bool(int64_t step, float lr, double loss)> after_step;
-};
 
 struct FinetuneOptions {
   std::string output_dir, vocab_path;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bertcc/dist.h"
+#include "bertcc/range_test.h"
 
 namespace bertcc {
 
@@ -39,6 +40,9 @@ struct PretrainOptions {
   std::string device = "cpu";
   dist::Options dp;                    // data parallelism (mpirun/srun)
   int64_t max_nonfinite_steps = 10;    // consecutive skipped non-finite steps that stop the run
+  // set: a range test (bertcc lr-find pretrain), not training: the rate of each step is the
+  // test's, and no checkpoint, log, evaluation or model is written
+  const RangeTest* range_test = nullptr;
 };
 
 // Runs (or resumes) pre-training; returns the process exit code. SIGINT/SIGTERM finish the

@@ -10,6 +10,10 @@
 #include "backend/backend.h"
 #include "bertcc/dist.h"
 
+namespace bertcc {
+struct PretrainOptions;
+}
+
 namespace bertcc::tools {
 
 // NVIDIA's flag names in dash form, with the underscore spelling as an alias: "--train-batch-size"
@@ -127,6 +131,9 @@ void add_create_data(CLI::App& app);
 void add_prep_corpus(CLI::App& app);
 void add_train_vocab(CLI::App& app);
 void add_pretrain(CLI::App& app);
+// pretrain's flags on `sub` (also lr-find pretrain's: range_test leaves out the rate, schedule,
+// checkpoint, evaluation and log flags, which a range test has no use for)
+void add_pretrain_flags(CLI::App* sub, PretrainOptions& o, bool range_test);
 void add_plot(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_finetune(CLI::App& app);

@@ -1,9 +1,9 @@
-// bertcc lr-find glue|classify|ner|squad: Smith's learning-rate range test (fastai's lr_find,
-// pytorch-lr-finder). The model is trained exactly as `finetune` trains it, but each step's rate
-// rises exponentially from --start-lr to --end-lr; the loss is smoothed (an exponential moving
-// average with bias correction), the test stops once it diverges, and the suggested rate is the
-// one at the smoothed loss's steepest descent. The model directory is only read: nothing is saved
-// but the curve (OUTPUT/lr_find.json, OUTPUT/lr_find.svg).
+// bertcc lr-find glue|classify|ner|squad|pretrain: Smith's learning-rate range test (fastai's
+// lr_find, pytorch-lr-finder). The model is trained exactly as `finetune` (or `pretrain`) trains
+// it, but each step's rate rises exponentially from --start-lr to --end-lr; the loss is smoothed
+// (an exponential moving average with bias correction), the test stops once it diverges, and the
+// suggested rate is the one at the smoothed loss's steepest descent. The model directory is only
+// read: nothing is saved but the curve (OUTPUT/lr_find.json, OUTPUT/lr_find.svg).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +13,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/trainer.h"
 #include "tools/finetune_common.h"
 
 namespace bertcc::tools {
@@ -112,58 +113,69 @@ void add_lr_find_flags(CLI::App* sub, LrFindCli& f) {
       ->check(CLI::Range(1.01, 1e6));
 }
 
-FinetuneResult finetune_or_find(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval, const FtCli& o,
-                                const FtSetup& s) {
-  if (!o.lr_find) return run_finetune(model, train, eval, ft_options(o, s));
-  const LrFindCli& f = *o.lr_find;
-  check_lr_find(f);
-  FinetuneOptions fo = ft_options(o, s);
-  fo.max_steps = f.num_steps;
-  fo.quiet = true;
-  fo.num_steps_per_checkpoint = 0;
-  const double ratio = std::log(static_cast<double>(f.end_lr) / f.start_lr);
-  std::vector<Point> pts;
-  double avg = 0, best = std::numeric_limits<double>::infinity();
-  bool diverged = false;
-  const bool lead = is_lead();
-  RangeTest rt;
-  rt.lr = [&](int64_t step) {
-    return static_cast<float>(f.start_lr * std::exp(ratio * static_cast<double>(step) / static_cast<double>(f.num_steps - 1)));
-  };
-  rt.after_step = [&](int64_t step, float lr, double loss) {
-    const double beta = f.smoothing;
-    double smoothed = loss;
-    if (std::isfinite(loss)) {
-      avg = beta * avg + (1 - beta) * loss;
-      smoothed = avg / (1 - std::pow(beta, static_cast<double>(step)));
-    }
-    pts.push_back(Point{step, lr, loss, smoothed});
-    if (lead && (step % 10 == 0 || step == f.num_steps))
-      std::cerr << "lr-find: step " << step << "/" << f.num_steps << " lr " << num(lr) << " loss " << num(loss)
-                << " smoothed " << num(smoothed) << "\n";
-    if (!std::isfinite(loss) || (step > 1 && smoothed > f.diverge_factor * best)) {
-      diverged = true;
-      if (lead)
-        std::cerr << "lr-find: stopped at step " << step << ": the loss diverged at lr " << num(lr)
-                  << (std::isfinite(loss) ? " (smoothed loss " + num(smoothed) + " > " + num(f.diverge_factor) +
-                                                " x its minimum " + num(best) + ")"
-                                          : std::string(" (not finite)"))
-                  << "\n";
-      return false;
-    }
-    best = std::min(best, smoothed);
-    return true;
-  };
-  fo.range_test = &rt;
-  run_finetune(model, train, Evaluator{}, fo);
-  FinetuneResult res;
-  res.stopped = true;  // the task prints nothing more and writes no model
-  if (!lead) return res;
+namespace {
+
+// The test's curve: each step's rate (exponential from --start-lr to --end-lr), its loss and the
+// smoothed loss, where it diverged, and the suggestion; the same for fine-tuning and pre-training.
+class RangeCurve {
+ public:
+  explicit RangeCurve(const LrFindCli& f) : f_(f), ratio_(std::log(f.end_lr / f.start_lr)), lead_(is_lead()) {
+    rt_.lr = [this](int64_t step) {
+      return static_cast<float>(f_.start_lr *
+                                std::exp(ratio_ * static_cast<double>(step) / static_cast<double>(f_.num_steps - 1)));
+    };
+    rt_.after_step = [this](int64_t step, float lr, double loss) { return after_step(step, lr, loss); };
+  }
+  const RangeTest& test() const { return rt_; }
+  // Rank 0: OUTPUT/lr_find.json and lr_find.svg, and the suggestion on stdout.
+  void report(const std::string& model, int64_t batch_size, const std::string& output_dir) const;
+
+ private:
+  bool after_step(int64_t step, float lr, double loss);
+
+  const LrFindCli& f_;
+  const double ratio_;
+  const bool lead_;
+  RangeTest rt_;
+  std::vector<Point> pts_;
+  double avg_ = 0, best_ = std::numeric_limits<double>::infinity();
+  bool diverged_ = false;
+};
+
+bool RangeCurve::after_step(int64_t step, float lr, double loss) {
+  const double beta = f_.smoothing;
+  double smoothed = loss;
+  if (std::isfinite(loss)) {
+    avg_ = beta * avg_ + (1 - beta) * loss;
+    smoothed = avg_ / (1 - std::pow(beta, static_cast<double>(step)));
+  }
+  pts_.push_back(Point{step, lr, loss, smoothed});
+  if (lead_ && (step % 10 == 0 || step == f_.num_steps))
+    std::cerr << "lr-find: step " << step << "/" << f_.num_steps << " lr " << num(lr) << " loss " << num(loss)
+              << " smoothed " << num(smoothed) << "\n";
+  if (!std::isfinite(loss) || (step > 1 && smoothed > f_.diverge_factor * best_)) {
+    diverged_ = true;
+    if (lead_)
+      std::cerr << "lr-find: stopped at step " << step << ": the loss diverged at lr " << num(lr)
+                << (std::isfinite(loss) ? " (smoothed loss " + num(smoothed) + " > " + num(f_.diverge_factor) +
+                                              " x its minimum " + num(best_) + ")"
+                                        : std::string(" (not finite)"))
+                << "\n";
+    return false;
+  }
+  best_ = std::min(best_, smoothed);
+  return true;
+}
+
+void RangeCurve::report(const std::string& model, int64_t batch_size, const std::string& output_dir) const {
+  if (!lead_) return;
+  BERTCC_CHECK(!pts_.empty(), "lr-find: no step was run");
+  const std::vector<Point>& pts = pts_;
   // The suggestion, as fastai's `steep`: the largest fall of the smoothed loss per unit of log(lr),
   // on the way down to its minimum, after the first tenth of the steps (the average is still
   // settling there); past the minimum the loss only falls back from a blow-up.
   std::vector<Point> fit(pts.begin(), pts.end());
-  if (diverged && !fit.empty()) fit.pop_back();
+  if (diverged_ && !fit.empty()) fit.pop_back();
   size_t lowest = 0;
   for (size_t i = 0; i < fit.size(); ++i)
     if (fit[i].smoothed < fit[lowest].smoothed) lowest = i;
@@ -177,16 +189,16 @@ FinetuneResult finetune_or_find(Bert& model, const std::vector<FtFeature>& train
       suggested = fit[i - 1].lr;
     }
   }
-  const double diverged_lr = diverged ? pts.back().lr : 0;
-  nlohmann::ordered_json j{{"model", o.init_checkpoint},
-                           {"start_lr", f.start_lr},
-                           {"end_lr", f.end_lr},
-                           {"num_steps", f.num_steps},
+  const double diverged_lr = diverged_ ? pts.back().lr : 0;
+  nlohmann::ordered_json j{{"model", model},
+                           {"start_lr", f_.start_lr},
+                           {"end_lr", f_.end_lr},
+                           {"num_steps", f_.num_steps},
                            {"steps_run", static_cast<int64_t>(pts.size())},
-                           {"train_batch_size", o.train_batch_size},
-                           {"smoothing", f.smoothing},
-                           {"diverged", diverged},
-                           {"diverged_lr", diverged ? nlohmann::ordered_json(diverged_lr) : nlohmann::ordered_json()},
+                           {"train_batch_size", batch_size},
+                           {"smoothing", f_.smoothing},
+                           {"diverged", diverged_},
+                           {"diverged_lr", diverged_ ? nlohmann::ordered_json(diverged_lr) : nlohmann::ordered_json()},
                            {"suggested_lr", suggested > 0 ? nlohmann::ordered_json(suggested) : nlohmann::ordered_json()},
                            {"min_loss_lr", min_lr > 0 ? nlohmann::ordered_json(min_lr) : nlohmann::ordered_json()}};
   auto& arr = j["points"] = nlohmann::ordered_json::array();
@@ -196,21 +208,65 @@ FinetuneResult finetune_or_find(Bert& model, const std::vector<FtFeature>& train
                    {"loss", std::isfinite(p.loss) ? nlohmann::ordered_json(p.loss) : nlohmann::ordered_json()},
                    {"smoothed_loss", std::isfinite(p.smoothed) ? nlohmann::ordered_json(p.smoothed)
                                                                 : nlohmann::ordered_json()}});
-  const std::string json_path = join_path(o.output_dir, "lr_find.json"), svg_path = join_path(o.output_dir, "lr_find.svg");
+  const std::string json_path = join_path(output_dir, "lr_find.json"), svg_path = join_path(output_dir, "lr_find.svg");
   write_file_atomic(json_path, j.dump(2) + "\n");
-  write_file_atomic(svg_path, svg_plot(pts, suggested, diverged_lr, "lr-find: " + o.init_checkpoint));
+  write_file_atomic(svg_path, svg_plot(pts, suggested, diverged_lr, "lr-find: " + model));
   std::ostringstream out;
-  out << "lr-find: " << pts.size() << " steps from " << num(f.start_lr) << " to " << num(pts.back().lr)
-      << (diverged ? " (diverged)" : "") << "\n";
+  out << "lr-find: " << pts.size() << " steps from " << num(f_.start_lr) << " to " << num(pts.back().lr)
+      << (diverged_ ? " (diverged)"
+                    : static_cast<int64_t>(pts.size()) < f_.num_steps ? " (stopped by a signal: the curve so far)"
+                                                                       : "")
+      << "\n";
   if (suggested > 0)
     out << "suggested learning rate: " << num(suggested) << " (steepest descent of the smoothed loss)\n";
   else
     out << "suggested learning rate: none (the smoothed loss never fell: widen --start-lr/--end-lr or add --num-steps)\n";
   if (min_lr > 0) out << "lowest smoothed loss at: " << num(min_lr) << " (fastai's minimum/10: " << num(min_lr / 10) << ")\n";
-  if (diverged) out << "diverged at: " << num(diverged_lr) << "\n";
+  if (diverged_) out << "diverged at: " << num(diverged_lr) << "\n";
   out << "curve: " << svg_path << ", " << json_path << "\n";
   std::cout << out.str();
+}
+
+}  // namespace
+
+FinetuneResult finetune_or_find(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval, const FtCli& o,
+                                const FtSetup& s) {
+  if (!o.lr_find) return run_finetune(model, train, eval, ft_options(o, s));
+  const LrFindCli& f = *o.lr_find;
+  check_lr_find(f);
+  FinetuneOptions fo = ft_options(o, s);
+  fo.max_steps = f.num_steps;
+  fo.quiet = true;
+  fo.num_steps_per_checkpoint = 0;
+  RangeCurve curve(f);
+  fo.range_test = &curve.test();
+  run_finetune(model, train, Evaluator{}, fo);
+  FinetuneResult res;
+  res.stopped = true;  // the task prints nothing more and writes no model
+  curve.report(o.init_checkpoint, o.train_batch_size, o.output_dir);
   return res;
+}
+
+// lr-find pretrain: the pre-training step of `pretrain` (BERT or ELECTRA, LAMB or AdamW) with the
+// test's rates; the model in --model (or a fresh --config one) is only read.
+void add_lr_find_pretrain(CLI::App* lf) {
+  auto o = std::make_shared<PretrainOptions>();
+  auto f = std::make_shared<LrFindCli>();
+  auto* sub = lf->add_subcommand(
+      "pretrain", "range test of pre-training (BERT or ELECTRA) from --model or a fresh --config model");
+  add_pretrain_flags(sub, *o, /*range_test=*/true);
+  add_lr_find_flags(sub, *f);
+  sub->callback([o, f]() {
+    check_lr_find(*f);
+    o->max_steps = f->num_steps;
+    o->num_steps_per_checkpoint = 0;
+    RangeCurve curve(*f);
+    o->range_test = &curve.test();
+    const int rc = run_pretraining(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+    curve.report(o->init_checkpoint.empty() ? "a new " + o->config + " model" : o->init_checkpoint, o->train_batch_size,
+                 o->output_dir);
+  });
 }
 
 void add_lr_find(CLI::App& app) {
@@ -222,6 +278,7 @@ void add_lr_find(CLI::App& app) {
   add_finetune_glue_classify(lf);
   add_finetune_ner(lf);
   add_finetune_squad(lf);
+  add_lr_find_pretrain(lf);
 }
 
 }  // namespace bertcc::tools

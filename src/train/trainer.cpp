@@ -186,6 +186,8 @@ void check_pretrain_options(const PretrainOptions& o) {
                                  {o.init_checkpoint, "--model"}, {o.vocab, "--vocab"}})
     check_output_not_input(o.output_dir, "--output-dir", in, flag);
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
+  BERTCC_CHECK(!o.range_test || (!o.resume_from_checkpoint && !o.phase2),
+               "lr-find pretrain starts from --model or --config: it resumes no checkpoint");
 }
 
 // A pre-training run (BERT or ELECTRA): its setup, the loop over TrainStep steps, its
@@ -217,6 +219,7 @@ class Pretraining {
   void save();
   void finish(bool stopped);
   int64_t label() const { return st.step + st.step_offset; }
+  const RangeTest* rt() const { return o.range_test; }  // set: a range test, which writes nothing
 
   const PretrainOptions& o;
   dist::Communicator& comm;
@@ -257,6 +260,7 @@ class Pretraining {
   // For the time left and the closing block: this process's steps, sequences and wall time.
   int64_t first_step = 0, seqs_run = 0;
   double last_loss = NAN;
+  bool range_ended = false;  // the range test's after_step ended the run
 };
 
 // The backend, the models, the data and the state to start from (fresh or resumed).
@@ -491,7 +495,7 @@ void Pretraining::place_on_backend() {
 
 // Logs exist on rank 0 only.
 void Pretraining::open_logs() {
-  if (lead) {
+  if (lead && !rt()) {
     log = std::make_unique<DLLogger>(o.output_dir + "/dllogger.json");
     tb = std::make_unique<TensorBoardWriter>(o.output_dir + "/tensorboard");
   }
@@ -517,7 +521,7 @@ void Pretraining::open_logs() {
     params["generator_hidden_size"] = pm.gen->config().hidden_size;
     params["disc_weight"] = o.disc_weight;
   }
-  if (lead) log->log("PARAMETER", params);
+  if (log) log->log("PARAMETER", params);
   if (lead && pm.electra)
     std::cerr << "pretrain: ELECTRA: discriminator " << model->table().total() << " parameters (hidden "
               << model->config().hidden_size << "), generator " << pm.gen->table().total() << " (hidden "
@@ -525,7 +529,7 @@ void Pretraining::open_logs() {
   // Held-out evaluation: the first eval_batches micro-batches of the eval shards, dropout off;
   // batch b is evaluated by rank b % W and the sums are reduced, so every world size reports the
   // same metrics.
-  if (!o.eval_dir.empty()) eval_loader = std::make_unique<PretrainLoader>(list_shards(o.eval_dir), micro, o.seed, mopt);
+  if (!o.eval_dir.empty() && !rt()) eval_loader = std::make_unique<PretrainLoader>(list_shards(o.eval_dir), micro, o.seed, mopt);
   eval_every = o.eval_freq > 0 ? o.eval_freq : o.num_steps_per_checkpoint;
 }
 
@@ -735,13 +739,19 @@ bool Pretraining::train_step() {
     nsp_loss = pm.electra ? loss_sums[1] / std::max(1.0, head[1]) : loss_sums[1] / static_cast<double>(global_batch);
     return pm.electra ? mlm_loss + o.disc_weight * nsp_loss : mlm_loss + nsp_loss;
   };
-  const float lr = pretrain_lr(optimizer, static_cast<float>(o.learning_rate), st.step, o.max_steps, o.warmup_proportion);
+  const float lr = rt() ? rt()->lr(st.step)
+                        : pretrain_lr(optimizer, static_cast<float>(o.learning_rate), st.step, o.max_steps,
+                                      o.warmup_proportion);
   const StepResult r = step->run(A, micro_batch, reduce_loss, lr, watchdog.get(), label());
   allreduce_seconds += step->take_wait_seconds();
   ++allreduce_steps;
   if (!r.applied) ++skipped_total;
   ++st.step;
   last_loss = r.loss;
+  if (rt()) {  // nothing logged, saved or evaluated
+    range_ended = !rt()->after_step(st.step, lr, r.loss);
+    return true;
+  }
   if (lead && (st.step % o.log_freq == 0 || st.step == o.max_steps)) log_step(r.loss, mlm_loss, nsp_loss, loss_sums, lr);
   if (o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps) save();
   watchdog->beat("evaluation", label());
@@ -799,6 +809,10 @@ void Pretraining::log_step(double step_loss, double mlm_loss, double nsp_loss, c
 
 // The final evaluation, checkpoint and model, and the closing block.
 void Pretraining::finish(bool stopped) {
+  if (rt()) {  // the range test's curve is its caller's to write
+    comm.barrier();
+    return;
+  }
   watchdog->beat("the final evaluation and save", label());
   if (eval_loader && st.step >= o.max_steps) evaluate();
   save();
@@ -848,7 +862,7 @@ int Pretraining::run() {
   t_run = std::chrono::steady_clock::now();
   first_step = st.step;
   bool stopped = false;
-  while (st.step < o.max_steps)
+  while (st.step < o.max_steps && !range_ended)
     if (!train_step()) {
       stopped = true;
       break;
