@@ -124,6 +124,17 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
   run "$BERTCC" prep-corpus --input "$A/corpus.txt" --output-dir "$A/pc_new" --shards 1 --threads 1
   if diff -r "$A/pc_old" "$A/pc_new" > /dev/null; then echo "ok   prep-corpus --output = --output-dir"
   else echo "FAIL prep-corpus --output and --output-dir differ"; fails=$((fails+1)); fi
+  # prep-corpus refuses to write an empty shard (the next step would fail on it with "no text"):
+  # more shards than documents, or a --test-fraction that held out none of a few documents
+  mkdir -p "$A/docs3"; for i in 1 2 3; do sed -n "${i}0,$((i * 10 + 9))p" "$A/corpus.txt" > "$A/docs3/d$i.txt"; done
+  check prep-empty-train nonzero "3 train document(s) for 5 train shard(s); pass --shards 3 or fewer" -- \
+    "$BERTCC" prep-corpus --input "$A/docs3" --output "$A/pc_empty" --shards 5 --threads 1
+  check prep-none-held-out nonzero "--test-fraction 0.01 held out none of the 3 documents" -- \
+    "$BERTCC" prep-corpus --input "$A/docs3" --output "$A/pc_empty" --shards 1 --test-fraction 0.01 --threads 1
+  [ -z "$(find "$A/pc_empty" -type f 2>/dev/null)" ] && echo "ok   prep-corpus wrote no shard when refusing" \
+    || { echo "FAIL: prep-corpus left files: $(find "$A/pc_empty" -type f)"; fails=$((fails+1)); }
+  check prep-held-out-count 0 "3 documents (1 held out)" -- \
+    "$BERTCC" prep-corpus --input "$A/docs3" --output "$A/pc_split" --shards 2 --test-fraction 0.5 --threads 1 --seed 3
   # init-model --output = --output-dir
   printf '{"model_type": "bert", "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}\n' > "$A/tiny.json"
   run "$BERTCC" init-model --config "$A/tiny.json" --vocab "$V" --output "$A/m_old" --seed 1
@@ -217,6 +228,19 @@ PY
   # held-out evaluation says how often it saw each sequence when --eval-batches asks for more than there are
   run "$BERTCC" pretrain --model "$A/m" $PT --output-dir "$A/pt_eval" --eval-dir "$A/shards" --eval-batches 40
   check pt-eval-visits 0 "sequences were each seen [0-9.]* times (--eval-batches [0-9]* sees each once)" -- cat "$A/last.log"
+  # lr-find pretrain: pre-training's step with the test's rising rate, from --model (read only);
+  # nothing written but the curve (no checkpoints, logs or model)
+  run "$BERTCC" lr-find pretrain --model "$A/m" --input-dir "$A/shards" --train-batch-size 4 --precision fp32 --threads 1 \
+    --output-dir "$A/lrf_pt" --num-steps 40 --start-lr 1e-4 --end-lr 100
+  cp "$A/last.log" "$A/lrf_pt.log"
+  (cd "$A/m" && sha256sum -c --quiet "$A/m.sha256") && echo "ok   lr-find pretrain leaves the model directory untouched" \
+    || { echo "FAIL: lr-find pretrain changed $A/m"; fails=$((fails+1)); }
+  check lr-find-pt-suggests 0 "^suggested learning rate: [0-9.e-]* (steepest descent" -- cat "$A/lrf_pt.log"
+  check lr-find-pt-diverges 0 "^diverged at: " -- cat "$A/lrf_pt.log"
+  [ "$(ls "$A/lrf_pt" | tr '\n' ' ')" = "lr_find.json lr_find.svg " ] && echo "ok   lr-find pretrain wrote the curve only" \
+    || { echo "FAIL: lr-find pretrain wrote $(ls "$A/lrf_pt")"; fails=$((fails+1)); }
+  check lr-find-pt-no-resume nonzero "resume-from-checkpoint" -- "$BERTCC" lr-find pretrain --model "$A/m" \
+    --input-dir "$A/shards" --output-dir "$A/lrf_bad" --resume-from-checkpoint
   # export-onnx --out = --output; plot --out = --output
   run "$BERTCC" export-onnx --model "$A/ft" --out "$A/old.onnx"
   run "$BERTCC" export-onnx --model "$A/ft" --output "$A/new.onnx"

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <tuple>
 
 #include "bertcc/corpus.h"
 #include "bertcc/error.h"
@@ -293,11 +294,27 @@ void add_prep_corpus(CLI::App& app) {
         s.f = nullptr;
         BERTCC_CHECK(ok, s.tmp, ": write failed");
       }
+    // An empty shard would only fail the next step (create-pretraining-data: "no text"): refused
+    // here, before anything is renamed into place, saying what to change.
+    int64_t held_out = 0;
+    for (const auto& s : test) held_out += s.docs;
+    BERTCC_CHECK(!n_test || held_out > 0, "prep-corpus: --test-fraction ", o->test_fraction, " held out none of the ",
+                 docs, " documents (each one is held out with that probability): raise it, give more documents, "
+                 "or leave it at 0");
+    for (const auto& [pool, split, n_docs] :
+         {std::tuple{&train, "train", docs - held_out}, std::tuple{&test, "test", held_out}})
+      for (const auto& s : *pool)
+        BERTCC_CHECK(s.docs > 0, "prep-corpus: ", s.final_path, " would be empty: ", n_docs, " ", split,
+                     " document(s) for ", pool->size(), " ", split, " shard(s); ",
+                     std::string(split) == "train" ? "pass --shards " + std::to_string(std::max<int64_t>(1, n_docs)) +
+                                                         " or fewer"
+                                                   : std::string("pass fewer --shards or a larger --test-fraction"));
     for (auto* pool : {&train, &test})
       for (auto& s : *pool)
         BERTCC_CHECK(std::rename(s.tmp.c_str(), s.final_path.c_str()) == 0, s.final_path, ": rename failed");
     cleanup.done = true;
-    std::cout << "prep-corpus: " << docs << " documents, " << sentences << " sentences -> " << train.size()
+    std::cout << "prep-corpus: " << docs << " documents"
+              << (n_test ? " (" + std::to_string(held_out) + " held out)" : "") << ", " << sentences << " sentences -> " << train.size()
               << " train shard(s)" << (n_test ? " + " + std::to_string(test.size()) + " test shard(s)" : "") << " in "
               << o->output << (empty_docs ? " (" + std::to_string(empty_docs) + " empty documents skipped)" : "")
               << (invalid ? " (" + std::to_string(invalid) + " invalid UTF-8 sequences replaced)" : "") << "\n";
