@@ -210,10 +210,16 @@ Heads architecture_heads(const std::string& dir) {
 void check_model_dir_for(const std::string& dir, Heads want, const std::string& command) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  BERTCC_CHECK(fs::exists(dir, ec), command, ": model directory '", dir, "' does not exist");
+  const HeadSpec& w = head_spec(want);
+  if (!fs::exists(dir, ec)) {  // what makes one: a backbone (random, pre-trained, imported) or the task's model
+    const bool backbone = w.labels == HeadLabels::None;
+    fail(command, ": model directory '", dir, "' does not exist; make one with ",
+         backbone ? std::string("`bertcc init-model --config bert-base --vocab vocab.txt --output-dir ") + dir +
+                        "` (random weights), `bertcc pretrain`, or `bertcc convert` (a PyTorch checkpoint)"
+                  : std::string(w.make_command));
+  }
   BERTCC_CHECK(fs::is_directory(dir, ec), command, ": '", dir,
                "' is not a directory (a model directory holds config.json, model.safetensors and vocab.txt)");
-  const HeadSpec& w = head_spec(want);
   if (w.labels == HeadLabels::None) return;  // any encoder
   const std::string arch = architecture_of(dir);
   if (arch.empty()) return;  // Google's bert_config.json and others: the tensors decide

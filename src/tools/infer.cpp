@@ -190,9 +190,9 @@ void run_fill_mask(const InferCli& o) {
   }));
 }
 
-void common(CLI::App* c, InferCli& o) {
-  c->add_option("--model", o.model, "fine-tuned Hugging Face model directory (config.json with id2label, vocab.txt)")
-      ->required();
+// model_help: what --model must hold for this command
+void common(CLI::App* c, InferCli& o, const std::string& model_help) {
+  c->add_option("--model", o.model, model_help)->required();
   c->add_option("--vocab", o.vocab, "vocab.txt (default: the model's)");
   c->add_option("--precision", o.precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
   c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa, 512 otherwise)")
@@ -211,7 +211,8 @@ void common(CLI::App* c, InferCli& o) {
 void add_infer(CLI::App& app) {
   auto q = std::make_shared<InferCli>();
   auto* qa = app.add_subcommand("qa", "answer a question from a context (or JSON lines {\"question\",\"context\"} on stdin)");
-  common(qa, *q);
+  common(qa, *q,
+         "a SQuAD fine-tuned Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
   qa->add_option("--question", q->question, "the question");
   qa->add_option("--context", q->context, "the passage holding the answer");
   qa->add_option(flag("--doc-stride"), q->doc_stride, "stride between windows of long contexts");
@@ -223,20 +224,23 @@ void add_infer(CLI::App& app) {
   });
   auto c = std::make_shared<InferCli>();
   auto* cl = app.add_subcommand("classify", "classify a text or pair (or JSON lines {\"text\",\"text_pair\"} on stdin)");
-  common(cl, *c);
+  common(cl, *c,
+         "a fine-tuned classifier's Hugging Face model directory (config.json with id2label, vocab.txt)");
   cl->add_option("--text", c->texts, "the text; repeat for a batch (one JSON line out per --text)")
       ->allow_extra_args(false);
   cl->add_option(flag("--text-pair"), c->text_pairs, "second text for pair tasks (one per --text)")->allow_extra_args(false);
   cl->callback([c]() { run_classify_infer(*c); });
   auto t = std::make_shared<InferCli>();
   auto* tg = app.add_subcommand("tag", "tag the words of a text with entities (or JSON lines {\"text\"} on stdin)");
-  common(tg, *t);
+  common(tg, *t,
+         "a fine-tuned token classifier's (NER) Hugging Face model directory (config.json with id2label, vocab.txt)");
   tg->add_option("--text", t->texts, "the text; repeat for a batch (one JSON line out per --text)")
       ->allow_extra_args(false);
   tg->callback([t]() { run_tag(*t); });
   auto e = std::make_shared<InferCli>();
   auto* em = app.add_subcommand("embed", "sentence embeddings of a text or pair (or JSON lines {\"text\"} on stdin)");
-  common(em, *e);
+  common(em, *e,
+         "any BERT/ELECTRA Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
   em->add_option("--text", e->texts, "the text; repeat for a batch (one JSON line out per --text)")
       ->allow_extra_args(false);
   em->add_option(flag("--text-pair"), e->text_pairs, "second text (one per --text)")->allow_extra_args(false);
@@ -245,7 +249,8 @@ void add_infer(CLI::App& app) {
   auto fm = std::make_shared<InferCli>();
   auto* fmc = app.add_subcommand("fill-mask",
                                  "predict the [MASK] tokens of a text with a pre-training checkpoint (or JSON lines on stdin)");
-  common(fmc, *fm);
+  common(fmc, *fm,
+         "a masked-LM (pre-training) Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
   fmc->add_option("--text", fm->texts, "a text with one or more [MASK]; repeat for a batch (one JSON line out per --text)")
       ->allow_extra_args(false);
   fmc->add_option(flag("--top-k"), fm->top_k, "candidates per [MASK]")->check(CLI::Range(int64_t{1}, int64_t{1000}));

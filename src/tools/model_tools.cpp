@@ -29,7 +29,7 @@ void add_model_tools(CLI::App& app) {
   auto* init = app.add_subcommand("init-model",
                                   "Write a randomly initialised BertForPreTraining, or ElectraForPreTraining for an "
                                   "ELECTRA config (HF layout)");
-  init->add_option("--config", io->config, "preset (bert-tiny ... bert-large, electra-small|base|large) or config.json path")
+  init->add_option("--config", io->config, "preset (" + config_preset_names() + ") or config.json path")
       ->required();
   init->add_option(flag("--output-dir", {"--output"}), io->output, "model directory to create")->required();
   init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory (required); sets vocab_size");

@@ -111,7 +111,7 @@ class Finetuning {
   bool train_step();
   void log_step(int64_t epoch, float lr, double wall);
   void draw_bar(double step_loss, double wall);
-  void run_eval(int64_t epochs_done, const char* when);
+  void run_eval(const nlohmann::ordered_json& epochs_done, const char* when);
   void save();
   FinetuneResult finish();
   double epochs_done(int64_t s) const { return static_cast<double>(s) / static_cast<double>(steps_per_epoch); }
@@ -257,7 +257,9 @@ void Finetuning::save() {
   if (watchdog) watchdog->beat("after a checkpoint", st.step);
 }
 
-void Finetuning::run_eval(int64_t epochs, const char* when) {
+// epochs: the epochs done, a whole number at an epoch's end, else rounded to 2 decimals (a run
+// that --max-steps ends within an epoch), as the step lines and Hugging Face's logs count them
+void Finetuning::run_eval(const nlohmann::ordered_json& epochs, const char* when) {
   if (!eval) return;
   if (watchdog) watchdog->beat("evaluation", step, /*paused=*/true);
   EvalResult r = eval(model);
@@ -355,7 +357,10 @@ bool Finetuning::train_step() {
   if (step % o.log_freq == 0 || step == total) log_step(epoch, lr, wall);
   if (rt) return rt->after_step(step, lr, step_loss);
   draw_bar(step_loss, wall);
-  if (step % steps_per_epoch == 0 || step == total) run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
+  if (step % steps_per_epoch == 0)
+    run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
+  else if (step == total)
+    run_eval(std::round(epochs_done(step) * 100) / 100, "end of training");
   st.step = step;
   if (step < total && o.num_steps_per_checkpoint > 0 && step % o.num_steps_per_checkpoint == 0) save();
   return true;
@@ -444,9 +449,9 @@ FinetuneResult Finetuning::finish() {
     out += metrics_block("eval metrics", ev);
   }
   out += "model written to " + o.output_dir;
-  if (res.best_eval.is_object())
-    out += " (the best evaluation's, step " + res.best_eval.value("step", nlohmann::ordered_json(0)).dump() + ": " +
-           o.output_dir + "/best)";
+  if (res.best_eval.is_object())  // two models: the last step's, and the best evaluation's
+    out += " (the last step's); best evaluation's model (step " +
+           res.best_eval.value("step", nlohmann::ordered_json(0)).dump() + ") in " + o.output_dir + "/best";
   std::cerr << out << "\n";
   return res;
 }
