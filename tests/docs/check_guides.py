@@ -28,6 +28,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -403,14 +404,16 @@ def free_port():
 
 
 def run_shell(c, cwd, logf, timeout=CMD_TIMEOUT):
-    t0 = time.time()
+    t0, r0 = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         r = subprocess.run(["bash", "-o", "pipefail", "-c", c], cwd=cwd, capture_output=True, text=True,
                            timeout=timeout, stdin=subprocess.DEVNULL)
         rc, out = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
         rc, out = 124, f"(timed out after {timeout} s)"
-    logf.write(f"$ {c}\n{out}\n[exit {rc}, {time.time() - t0:.1f} s]\n\n")
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+    logf.write(f"$ {c}\n{out}\n[exit {rc}, {time.time() - t0:.1f} s, cpu {cpu:.1f} s]\n\n")
     logf.flush()
     return rc, out
 
@@ -547,8 +550,10 @@ def main():
         for k in ("run", "cmds"):
             total[k] += r[k]
         total["skipped"] += len(r["skipped"])
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     log(f"guides: {total['run']} blocks run ({total['cmds']} commands), {total['skipped']} skipped, "
-        f"{len(all_fails)} failed, {time.time() - t0:.0f} s; logs in {W}/run/*.log")
+        f"{len(all_fails)} failed, {time.time() - t0:.0f} s ({ru.ru_utime + ru.ru_stime:.0f} s of CPU); "
+        f"logs in {W}/run/*.log")
     sys.exit(1 if all_fails else 0)
 
 
