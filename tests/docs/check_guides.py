@@ -53,7 +53,7 @@ SIZES = {
     "--max-predictions-per-seq": "10",
 }
 # sizes a command leaves at a default too large here: added when the guide does not give the flag
-DEFAULTS = {("lr-find",): ["--num-steps", "5"]}
+DEFAULTS = {("lr-find",): ["--num-steps", "5"], ("finetune",): ["--num-train-epochs", "1"]}
 # model presets -> the fixture's 2-layer models (tiny.json: hidden 64, 2 heads, the fixture's vocabulary, 512
 # positions as BERT's presets, so that the default --max-seq-length 384 of finetune squad fits)
 CONFIGS = {r"bert-(tiny|mini|small|medium|base|large)": "tiny.json", r"electra-(small|base|large)": "electra-tiny.json"}
@@ -64,7 +64,8 @@ PATHS = {
     ("--predict-file", "dev-v1.1.json"): "dev-v1.1.slice.json",  # dev-v1.1.json itself is the full set (eval)
 }
 CMD_TIMEOUT = 180
-HAVE_SERVE = [True]
+# what this machine lacks -> a block naming it is skipped with the reason (filled in by main and make_world)
+MISSING = {}
 
 MARK = re.compile(r"<!--\s*not run in tests:\s*(.*?)\s*-->")
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -209,7 +210,10 @@ def make_world(B, fix, W):
        w, "init-model")
     shutil.copy(j("pt-src", "config.json"), j("config.json"))
     json.dump(json.load(open(j("config.json"))), open(j("bert_config.json"), "w"))  # NVIDIA's name for it
-    sh([PY, "-c", """
+    if subprocess.run([PY, "-c", "import torch, numpy"], capture_output=True).returncode != 0:
+        MISSING[r"\.pt\b|\.bin\b"] = f"{PY} has no torch to write the PyTorch checkpoints"
+    else:
+        sh([PY, "-c", """
 import json, struct, sys, collections, numpy as np, torch
 raw = open('pt-src/model.safetensors', 'rb').read()
 n = struct.unpack('<Q', raw[:8])[0]; hdr = json.loads(raw[8:8 + n]); base = 8 + n
@@ -463,8 +467,9 @@ def run_guide(guide, B, world, W):
         if skip:
             res["skipped"].append(f"{where}: {skip}")
             continue
-        if not HAVE_SERVE[0] and any(re.match(r"\s*bertcc serve\b", l) for l in lines):
-            res["skipped"].append(f"{where}: this build has no serve (Boost.Beast missing at configure)")
+        lack = [why for what, why in MISSING.items() if any(re.search(what, l) for l in lines)]
+        if lack:
+            res["skipped"].append(f"{where}: {lack[0]}")
             continue
         last, server, port = {}, None, free_port()
         logf.write(f"==== {where}\n")
@@ -531,7 +536,10 @@ def main():
         fix = os.path.join(W, "fixture")
         if not os.path.exists(os.path.join(fix, "done")):
             sh(["sh", os.path.join(REPO, "tests", "fixture.sh"), B, fix], W, "tests/fixture.sh")
-    HAVE_SERVE[0] = subprocess.run([B, "serve", "--help"], capture_output=True).returncode == 0
+    if subprocess.run([B, "serve", "--help"], capture_output=True).returncode != 0:
+        MISSING[r"^\s*bertcc serve\b"] = "this build has no serve (Boost.Beast missing at configure)"
+    if not shutil.which("curl"):
+        MISSING[r"^\s*curl\b"] = "curl is not installed"
     world = make_world(B, fix, W)
     log(f"scratch world in {world} ({time.time() - t0:.0f} s)")
     total = {"run": 0, "cmds": 0, "skipped": 0, "fails": 0}
