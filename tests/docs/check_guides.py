@@ -22,7 +22,8 @@ A block that cannot run here is marked in the guide, right before it:
     <!-- not run in tests: REASON -->
 The test prints, per guide, the blocks and commands run and the blocks skipped with their reasons,
 and fails when an unmarked command fails or a block has no way to run (a `...` without a command
-to continue).
+to continue). Each guide's commands and output are in WORK/run/GUIDE.log; a failed guide's scratch
+folder is kept next to it. BERTCC_GUIDES_KEEP_WORLD=1 reuses (and keeps) the last run's WORK/world.
 """
 import glob
 import json
@@ -516,6 +517,8 @@ def run_guide(guide, B, world, W):
                 if rc != 0:
                     res["fails"].append(f"{where}: serve exited {rc} on SIGTERM: {text[-400:]}")
     logf.close()
+    if not res["fails"]:
+        shutil.rmtree(scratch, ignore_errors=True)  # (hundreds of MB in all; a failed guide's folder stays)
     return res
 
 
@@ -527,6 +530,7 @@ def main():
         [os.path.join(REPO, "README.md")] + sorted(g for g in glob.glob(os.path.join(REPO, "docs", "*.md"))
                                                    if not g.endswith("gpu-log.md")))
     os.makedirs(W, exist_ok=True)
+    shutil.rmtree(os.path.join(W, "run"), ignore_errors=True)  # the last run's logs and folders
     t0 = time.time()
     if not os.path.isdir(os.path.join(SHARED, "glue")):
         print(f"SKIPPED: {SHARED} not found (the guides' fine-tuning data)")
@@ -562,6 +566,8 @@ def main():
     log(f"guides: {total['run']} blocks run ({total['cmds']} commands), {total['skipped']} skipped, "
         f"{len(all_fails)} failed, {time.time() - t0:.0f} s ({ru.ru_utime + ru.ru_stime:.0f} s of CPU); "
         f"logs in {W}/run/*.log")
+    if not all_fails and not os.environ.get("BERTCC_GUIDES_KEEP_WORLD"):
+        shutil.rmtree(world, ignore_errors=True)
     sys.exit(1 if all_fails else 0)
 
 
