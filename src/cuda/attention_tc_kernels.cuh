@@ -7,6 +7,8 @@
 #define BERTCC_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
+#include <vector>
+
 #include "cuda/attention_common.cuh"
 
 namespace bertcc::cuda::attn::tc {
@@ -239,6 +241,9 @@ struct Operands {
   int64_t Tp = 0;                 // T rounded up to kBlockRows (the decision words' layout; masks in shared memory)
   uint32_t* drop_bits = nullptr;  // with dropout: written by fwd, read by bwd_dq and bwd_dkdv
   const int32_t* nkeys = nullptr; // per sequence, the keys to visit (count_keys); null: all T
+  // An unpadded batch (varlen: place below): varlen_table's entries on the device; null: padded
+  const int64_t* seqs = nullptr;
+  int64_t nseqs = 0;              // its sequences
 };
 
 // ---- padding keys ----
@@ -274,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) count_keys(int32_t* nkeys, const flo
 __device__ inline int64_t visited_keys(const Operands& op, int64_t b, int64_t T) {
   return op.nkeys ? static_cast<int64_t>(op.nkeys[b]) : T;
 }
-inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
+__host__ __device__ inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
 template <int HS>
 int64_t operand_elems(const Shape& s) { return s.B * s.NH * padded_T(s.T) * HS; }
 // prep's layout: part z of the operands at `rows` (q, k, v: z 0, 1, 2 from one launch).
@@ -291,6 +296,59 @@ bool in_place_ok(const void* qkv16, const Shape& s) {
 }
 inline Rows qkv_rows(const uint16_t* qkv16, const Shape& s, int z) {
   return Rows{qkv16 + z * s.C, s.T * 3 * s.C, s.hs, 3 * s.C, s.T};
+}
+
+// ---- the block's place: a padded batch, or one sequence of an unpadded (varlen) batch ----
+// A padded batch [B, T] (op.seqs null): block (x, y) takes row tile x of head row y = b NH + h.
+// An unpadded batch (FlashAttention's cu_seqlens layout: sequence b rows cu[b] .. cu[b+1] - 1 of
+// [N, 3C], no mask): block (x, y) takes head y of the sequence and row tile that block entry x of
+// varlen_table names, and the block then sees that sequence as a batch of it alone: b = 0, s.T its
+// length, s.base its dropout numbers' (after the previous sequences', as rng.h's
+// attention_varlen_drop_numbers counts them), op's rows from its first row (keys past its length
+// are not read: copy_rows writes zeros), its slice of the saved buffer (lse, then the decision
+// bits). The kernel moves its other pointers by row0 (rows of out, dqkv) and saved0 (floats of
+// lse). Each row's arithmetic is then that of the padded kernels on the sequence alone, so are
+// its bits.
+struct Place {
+  int64_t b, h, tile, row0, saved0;
+};
+template <class P>
+__device__ inline P* shifted(P* p, int64_t n) { return p ? p + n : p; }
+__device__ inline void rebase(Rows& r, int64_t row0, int64_t n) {
+  r.p = shifted(r.p, row0 * r.ld);
+  r.n = n;
+}
+__device__ inline Place place(Operands& op, Shape& s) {
+  if (!op.seqs) return {blockIdx.y / s.NH, blockIdx.y % s.NH, blockIdx.x, 0, 0};
+  const int64_t* blk = op.seqs + 4 * op.nseqs + 2 * static_cast<int64_t>(blockIdx.x);  // {sequence, tile}
+  const int64_t* q = op.seqs + 4 * blk[0];  // {first row, length, saved offset, dropout base}
+  s.B = 1, s.T = q[1], s.base = static_cast<uint64_t>(q[3]);
+  op.Tp = padded_T(s.T);
+  rebase(op.q, q[0], s.T), rebase(op.k, q[0], s.T), rebase(op.v, q[0], s.T), rebase(op.dout, q[0], s.T);
+  op.drop_bits = shifted(op.drop_bits, q[2] + lse_floats(1, s.NH, s.T));
+  op.nkeys = nullptr;  // no mask: every key of the sequence is visited
+  return {0, blockIdx.y, blk[1], q[0], q[2]};
+}
+// The table for an unpadded batch of B sequences (cu: B + 1 host offsets) whose blocks take `rows`
+// rows each (the launch's grid.x: its size - 4 B over 2): per sequence {first row, length, offset
+// of its slice of the saved buffer in floats, dropout base}, then per block {sequence, tile}. The
+// saved slices follow one another as Backend's per-sequence default lays them out (each the
+// padded kernels' saved size for the sequence alone, bf16 reading qkv16: lse and the decision
+// bits, rounded up to 16 floats), so either form's forward goes with either form's backward.
+inline std::vector<int64_t> varlen_table(const int64_t* cu, int64_t B, int64_t NH, bool drop, uint64_t base,
+                                         int64_t rows) {
+  std::vector<int64_t> t(static_cast<size_t>(4 * B));
+  int64_t saved = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = cu[b + 1] - cu[b];
+    int64_t* e = t.data() + 4 * b;
+    e[0] = cu[b], e[1] = n, e[2] = saved, e[3] = static_cast<int64_t>(base);
+    saved += (lse_floats(1, NH, n) + (drop ? drop_bit_words(1, NH, n) : 0) + 15) / 16 * 16;
+    base += attention_drop_numbers(static_cast<uint64_t>(NH), static_cast<uint64_t>(n));
+  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i * rows < cu[b + 1] - cu[b]; ++i) t.push_back(b), t.push_back(i);
+  return t;
 }
 
 // Four consecutive source values as floats: fp32, or bf16 (widened exactly) from a 16-bit qkv.
@@ -439,7 +497,9 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64 MT][LDH]
   uint16_t* tiles = Qs + MT * kBlockRows * LDH;      // two buffers of kTile (offsets, not pointer arrays: no stack)
   float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [Tp]: the keys' masks times log2 e, -inf past T
-  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * MT * kBlockRows;
+  const Place pl = place(op, s);
+  const int64_t b = pl.b, h = pl.h, bh = b * s.NH + h, q0 = pl.tile * MT * kBlockRows;
+  out = shifted(out, pl.row0 * s.C), out16 = shifted(out16, pl.row0 * s.C), lse += pl.saved0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   // tile j0 of keys into buffer `buf`
   auto issue = [&](int64_t j0, int buf) {
@@ -451,7 +511,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
   issue(0, 0);
   cp_async_commit();
   // the masks while those copies are in flight (seen after the loop's first barrier)
-  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads) Ms[j] = j < s.T ? mask_add[b * s.T + j] * kLog2e : -INFINITY;
+  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads)
+    Ms[j] = j >= s.T ? -INFINITY : mask_add ? mask_add[b * s.T + j] * kLog2e : 0.0f;
   const float scale2 = s.scale * kLog2e;
   const int64_t nk = visited_keys(op, b, s.T);  // the keys past it add exactly nothing (count_keys)
   // Q's A fragments: kept in registers with one m-tile; with two, loaded again from shared memory
@@ -617,9 +678,11 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
   uint16_t* dOs = Qs + kBlockRows * LDH;              // [64][LDH]
   uint16_t* tiles = dOs + kBlockRows * LDH;           // two buffers of kTile
   float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [Tp]: as fwd's
-  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const Place pl = place(op, s);
+  const int64_t b = pl.b, h = pl.h, bh = b * s.NH + h, q0 = pl.tile * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t ld3 = 3 * s.C;
+  dqkv += pl.row0 * ld3, dqkv16 = shifted(dqkv16, pl.row0 * ld3), lse += pl.saved0, D += s.NH * pl.row0;
   auto issue = [&](int64_t j0, int buf) {
     uint16_t* t = tiles + buf * kTile;
     copy_rows<BN, HS>(t, LDH, op.k, b, h, j0);
@@ -629,7 +692,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
   copy_rows<kBlockRows, HS>(dOs, LDH, op.dout, b, h, q0);
   issue(0, 0);
   cp_async_commit();
-  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads) Ms[j] = j < s.T ? mask_add[b * s.T + j] * kLog2e : -INFINITY;
+  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads)
+    Ms[j] = j >= s.T ? -INFINITY : mask_add ? mask_add[b * s.T + j] * kLog2e : 0.0f;
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   const float scale2 = s.scale * kLog2e;
   float L[2], Di[2];
@@ -695,9 +759,11 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
   uint16_t* Vb = Kb + kBlockRows * LDH;               // [64][LDH]
   uint16_t* tiles = Vb + kBlockRows * LDH;            // two buffers of kTile
   float* LD = reinterpret_cast<float*>(tiles + 2 * kTile);  // Ls [Tp] (+inf past T: P = 0), then Ds [Tp]
-  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, k0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const Place pl = place(op, s);
+  const int64_t b = pl.b, h = pl.h, bh = b * s.NH + h, k0 = pl.tile * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t ld3 = 3 * s.C;
+  dqkv += pl.row0 * ld3, dqkv16 = shifted(dqkv16, pl.row0 * ld3), lse += pl.saved0, D += s.NH * pl.row0;
   auto issue = [&](int64_t i0, int buf) {
     uint16_t* t = tiles + buf * kTile;
     copy_rows<BN, HS>(t, LDH, op.q, b, h, i0);
@@ -738,7 +804,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
   }
   float mj[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) mj[r] = key[r] < s.T ? mask_add[b * s.T + key[r]] * kLog2e : -INFINITY;  // P = 0 past T
+  for (int r = 0; r < 2; ++r)  // P = 0 past T
+    mj[r] = key[r] >= s.T ? -INFINITY : mask_add ? mask_add[b * s.T + key[r]] * kLog2e : 0.0f;
   const float scale2 = s.scale * kLog2e;
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   const int ntiles = static_cast<int>((s.T + BN - 1) / BN);
