@@ -207,26 +207,6 @@ int64_t longest(const int64_t* cu, int64_t B) {
   for (int64_t b = 0; b < B; ++b) m = std::max(m, cu[b + 1] - cu[b]);
   return m;
 }
-// The row dots of an unpadded batch: sequence q's [NH][n] from NH * (its first row), where the
-// kernels' place puts D for the sequence alone; a warp per (row r, head h) of the N rows, r's
-// sequence found by bisection in the table (as attention.cu's attn_bwd_dot: the same bits).
-template <class O>
-__global__ void row_dots_varlen(float* D, const float* dout, const O* out, const int64_t* seqs, int64_t nseqs,
-                                int64_t N, int64_t C, int64_t NH) {
-  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  if (w >= N * NH) return;  // the same for the whole warp
-  const int64_t r = w / NH, h = w % NH, hs = C / NH;
-  int64_t lo = 0, hi = nseqs - 1;  // the last sequence whose first row is at most r
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (seqs[4 * mid] <= r) lo = mid;
-    else hi = mid - 1;
-  }
-  const int64_t row0 = seqs[4 * lo], n = seqs[4 * lo + 1];
-  const float acc = row_dot(dout + r * C + h * hs, out + r * C + h * hs, hs);
-  if ((threadIdx.x & 31) == 0) D[NH * row0 + h * n + (r - row0)] = acc;
-}
-
 }  // namespace
 
 void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t* qkv16, const int64_t* cu,
@@ -246,8 +226,8 @@ void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t
       op.seqs = upload_table(t);
       const dim3 grid(static_cast<unsigned>((t.size() - 4 * B) / 2), static_cast<unsigned>(s.NH));
       const size_t smem = fwd_smem<true, HS, MT>(Tp);
-      launch_smem(fwd<true, HS, MT, MB>, smem);
-      fwd<true, HS, MT, MB><<<grid, kThreads, smem, stream()>>>(out, out16, saved, op, nullptr, s);
+      launch_smem(fwd<true, HS, MT, MB, true>, smem);
+      fwd<true, HS, MT, MB, true><<<grid, kThreads, smem, stream()>>>(out, out16, saved, op, nullptr, s);
     });
     BERTCC_CUDA_LAUNCHED("attention_varlen_forward (Tensor Cores)");
   });
@@ -278,11 +258,12 @@ void backward_tc_varlen(float* dqkv, uint16_t* dqkv16, float* D, const float* do
     op.seqs = seqs, op.nseqs = B;
     const int64_t Tp = padded_T(longest(cu, B));
     const dim3 grid(static_cast<unsigned>((t.size() - 4 * B) / 2), static_cast<unsigned>(s.NH));
-    launch_smem(bwd_dq<true, HS>, dq_smem<true, HS>(Tp));
-    bwd_dq<true, HS><<<grid, kThreads, dq_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr, s);
+    launch_smem(bwd_dq<true, HS, true>, dq_smem<true, HS>(Tp));
+    bwd_dq<true, HS, true><<<grid, kThreads, dq_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr, s);
     BERTCC_CUDA_LAUNCHED("attention_varlen_backward (dq, Tensor Cores)");
-    launch_smem(bwd_dkdv<true, HS>, dkv_smem<true, HS>(Tp));
-    bwd_dkdv<true, HS><<<grid, kThreads, dkv_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr, s);
+    launch_smem(bwd_dkdv<true, HS, true>, dkv_smem<true, HS>(Tp));
+    bwd_dkdv<true, HS, true><<<grid, kThreads, dkv_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr,
+                                                                                  s);
     BERTCC_CUDA_LAUNCHED("attention_varlen_backward (dk, dv, Tensor Cores)");
   });
 }

@@ -218,7 +218,9 @@ class CudaBackend final : public Backend {
   // sequence's dropout numbers are where the per-sequence calls put them, so are its bits. The
   // saved buffer as the default sizes it (no override: the varlen kernels keep its layout; one
   // padded call's is smaller).
-  bool varlen_attention() const override { return cuda::attention_varlen_on(); }
+  // (Not under --cuda-graphs: the model then keeps batches without padding padded, so that their
+  // inference forwards are recorded as before; packed batches are not recorded.)
+  bool varlen_attention() const override { return cuda::attention_varlen_on() && !cuda_graphs(); }
   int64_t attention_varlen_work_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH) const override {
     return std::max(Backend::attention_varlen_work_size(cu, B, C, NH),
                     aligned16(cu[B]) + cuda::attention_varlen_backward_work_size(cu[B], NH));

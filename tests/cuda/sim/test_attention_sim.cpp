@@ -378,12 +378,18 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
     if (MT == 2) {
       if constexpr (K::fwd_max_mt<HS>() == 2)
         sim::launch(gf, K::kThreads, K::fwd_smem<BF, HS, 2>(Tp),
-                    [&] { K::fwd<BF, HS, 2>(out.data(), out16.data(), saved.data(), op, nullptr, s); });
+                    [&] { K::fwd<BF, HS, 2, 1, true>(out.data(), out16.data(), saved.data(), op, nullptr, s); });
     } else {
       sim::launch(gf, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
-                  [&] { K::fwd<BF, HS, 1>(out.data(), out16.data(), saved.data(), op, nullptr, s); });
+                  [&] { K::fwd<BF, HS, 1, 1, true>(out.data(), out16.data(), saved.data(), op, nullptr, s); });
     }
     for (int64_t b = 0; b < B; ++b) row_dots(D.data() + NH * cu[b], out.data() + cu[b] * C, dout.data() + cu[b] * C, lens[b]);
+    // the row dots kernel puts each where the host does (its sums in another order: within rounding)
+    std::vector<float> Dk(D.size(), NAN);
+    sim::launch({bertcc::cuda::grid_for(N * NH * 32, 256), 1, 1}, 256, 0, [&] {
+      K::row_dots_varlen(Dk.data(), dout.data(), out.data(), t64.data(), B, N, C, NH);
+    });
+    expect("row dots kernel vs the host's", rel_l2(Dk, std::vector<double>(D.begin(), D.end())), 1e-6);
     // dout's operand: prep over the N rows as one sequence
     std::vector<uint16_t> dops(K::operand_elems<HS>(s), 0xFFFF);
     const sim_dim3 pgrid{static_cast<unsigned>(K::padded_T(N) / K::kBlockRows), static_cast<unsigned>(NH), 1};
@@ -392,9 +398,9 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
     op.seqs = t64.data();
     const sim_dim3 gb{static_cast<unsigned>((t64.size() - 4 * B) / 2), static_cast<unsigned>(NH), 1};
     sim::launch(gb, K::kThreads, K::dq_smem<BF, HS>(Tp),
-                [&] { K::bwd_dq<BF, HS>(dqkv.data(), dqkv16.data(), op, saved.data(), D.data(), nullptr, s); });
+                [&] { K::bwd_dq<BF, HS, true>(dqkv.data(), dqkv16.data(), op, saved.data(), D.data(), nullptr, s); });
     sim::launch(gb, K::kThreads, K::dkv_smem<BF, HS>(Tp),
-                [&] { K::bwd_dkdv<BF, HS>(dqkv.data(), dqkv16.data(), op, saved.data(), D.data(), nullptr, s); });
+                [&] { K::bwd_dkdv<BF, HS, true>(dqkv.data(), dqkv16.data(), op, saved.data(), D.data(), nullptr, s); });
   }
   std::printf("varlen bf16 lengths");
   for (int64_t n : lens) std::printf(" %ld", long(n));
