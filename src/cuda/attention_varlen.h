@@ -8,8 +8,8 @@
 
 namespace bertcc::cuda {
 // Sequence b rows cu[b] .. cu[b+1] - 1 (cu: B + 1 host offsets, no sequence empty) of qkv16
-// [N, 3C], no mask: the whole batch in one launch per kernel (forward; backward: the row dots, dq,
-// dk/dv) rather than the padded kernels once per sequence, each sequence with the bits of those on
+// [N, 3C], no mask: the whole batch in one launch per kernel (forward; backward: the row dots,
+// dout's bf16 rounding, dq, dk/dv; each pass first uploads a small table) rather than the padded kernels once per sequence, each sequence with the bits of those on
 // it alone at T = its length, its dropout numbers after the previous sequences' and its slice of
 // the saved buffer where Backend's per-sequence default puts it (so the default's sizes hold).
 // For bf16 with qkv16 read in place (attention_varlen_fits: head size 16, 32, 64 or 128, C a

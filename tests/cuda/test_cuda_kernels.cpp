@@ -827,6 +827,53 @@ void test_attention_varlen() {
   }
 }
 
+// The CUDA backend's attention_varlen_* (cuda_backend.cpp) against Backend's per-sequence default
+// on the same backend, out and dqkv bit for bit: bf16 with qkv16 (the varlen kernels), fp32 and
+// fp16 (the default itself, or one padded call where every sequence has one length).
+void test_attention_varlen_backend() {
+  Backend& be = backend_for("cuda:" + std::to_string(g_device));
+  const int64_t NH = 2, C = 128;
+  const Rng rng(80, 0);
+  for (const std::vector<int64_t>& lens : {std::vector<int64_t>{7, 1, 37}, std::vector<int64_t>{16, 16, 16}})
+    for (Precision prec : {Precision::BF16, Precision::F32, Precision::F16}) {
+      const int64_t B = static_cast<int64_t>(lens.size());
+      std::vector<int64_t> cu(B + 1, 0);
+      for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + lens[b];
+      const int64_t N = cu[B];
+      const bool bf = prec == Precision::BF16;
+      const auto qkv = randv(N * 3 * C, -2, 2), dout = randv(N * C);
+      std::vector<bf16_t> q16(qkv.size());
+      for (size_t i = 0; i < qkv.size(); ++i) q16[i] = f32_to_bf16(qkv[i]);
+      Dev<float> gqkv(qkv), gdout(dout);
+      Dev<bf16_t> gq16(q16);
+      const float* fq = bf ? nullptr : gqkv.p;
+      const bf16_t* hq = bf ? gq16.p : nullptr;
+      std::vector<float> res[2];
+      for (int form = 0; form < 2; ++form) {  // 0: Backend's default; 1: the CUDA backend's
+        Dev<float> out(static_cast<size_t>(N * C)), dq(static_cast<size_t>(N * 3 * C)),
+            saved(static_cast<size_t>(be.attention_varlen_saved_size(cu.data(), B, C, NH, true, prec, bf))),
+            work(static_cast<size_t>(be.attention_varlen_work_size(cu.data(), B, C, NH)));
+        if (form == 1) {
+          be.attention_varlen_forward(out.p, nullptr, saved.p, work.p, fq, hq, cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
+          be.attention_varlen_backward(dq.p, nullptr, work.p, gdout.p, fq, hq, out.p, nullptr, saved.p, cu.data(), B, C,
+                                       NH, 0.1f, rng, 1000, prec);
+        } else {
+          be.Backend::attention_varlen_forward(out.p, nullptr, saved.p, work.p, fq, hq, cu.data(), B, C, NH, 0.1f, rng,
+                                               1000, prec);
+          be.Backend::attention_varlen_backward(dq.p, nullptr, work.p, gdout.p, fq, hq, out.p, nullptr, saved.p,
+                                                cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
+        }
+        res[form] = out.back();
+        const auto d = dq.back();
+        res[form].insert(res[form].end(), d.begin(), d.end());
+      }
+      char name[160];
+      std::snprintf(name, sizeof name, "attention varlen backend %s lengths %ld,%ld,%ld = default",
+                    bf ? "bf16" : prec == Precision::F16 ? "fp16" : "fp32", long(lens[0]), long(lens[1]), long(lens[2]));
+      check_equal(name, res[0], res[1]);
+    }
+}
+
 ParamTable optim_table() {
   ParamTable t;
   t.add("a.weight", {97, 131}, true);  // two 8192-element blocks
@@ -1190,7 +1237,7 @@ int main(int argc, char** argv) {
     if (selected("gemm")) test_gemm();
     if (selected("attention")) test_attention();
     if (selected("attention_padding")) test_attention_padding();
-    if (selected("attention_varlen")) test_attention_varlen();
+    if (selected("attention_varlen")) test_attention_varlen(), test_attention_varlen_backend();
     if (selected("optim")) test_optim();
     if (selected("gumbel")) test_gumbel();
     if (selected("rows")) test_weighted_rows();
