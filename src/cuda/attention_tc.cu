@@ -40,6 +40,10 @@
 // Padding: each kernel stops at its sequence's last key above BERT's padding mask (count_keys, one
 // small launch per call): later key tiles add exactly nothing, so they are not visited, and dk/dv
 // blocks wholly past that key write zeros. The same bits as visiting every key.
+//
+// Unpadded batches (forward_tc_varlen, backward_tc_varlen; bf16 from qkv16 in place): the same
+// kernels' Varlen instances over every sequence of the batch in one launch, a block per
+// (sequence, head, row tile) from a per-call table (attention_tc_kernels.cuh: place, varlen_table).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -363,7 +367,8 @@ bool attention_varlen_fits(int64_t C, int64_t NH, Precision prec, const bf16_t* 
 void attention_varlen_forward(float* out, bf16_t* out16, float* saved, const bf16_t* qkv16, const int64_t* cu,
                               int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base) {
   if (B == 0) return;
-  BERTCC_CHECK(attention_varlen_fits(C, NH, Precision::BF16, qkv16), "attention_varlen_forward: needs bf16 qkv16 of head size 16, 32, 64 or 128");
+  BERTCC_CHECK(attention_varlen_fits(C, NH, Precision::BF16, qkv16),
+               "attention_varlen_forward: needs a bf16 qkv16 of head size 16, 32, 64 or 128, 16-byte aligned");
   BERTCC_CHECK(out || out16, "attention_varlen_forward: no output");
   const attn::Shape s = attn::make_shape(1, cu[B], C, NH, dropout_p, rng, base);
   attn::forward_tc_varlen(out, reinterpret_cast<uint16_t*>(out16), saved, reinterpret_cast<const uint16_t*>(qkv16),
@@ -376,11 +381,12 @@ void attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, const f
                                const bf16_t* out16, const bf16_t* qkv16, const float* saved, const int64_t* cu,
                                int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base) {
   if (B == 0) return;
-  BERTCC_CHECK(attention_varlen_fits(C, NH, Precision::BF16, qkv16), "attention_varlen_backward: needs bf16 qkv16 of head size 16, 32, 64 or 128");
+  BERTCC_CHECK(attention_varlen_fits(C, NH, Precision::BF16, qkv16),
+               "attention_varlen_backward: needs a bf16 qkv16 of head size 16, 32, 64 or 128, 16-byte aligned");
   BERTCC_CHECK(out || out16, "attention_varlen_backward: no forward output");
   const attn::Shape s = attn::make_shape(1, cu[B], C, NH, dropout_p, rng, base);
   attn::backward_tc_varlen(dqkv, reinterpret_cast<uint16_t*>(dqkv16), work, dout, out,
-                           reinterpret_cast<const uint16_t*>(out16), reinterpret_cast<const uint16_t*>(qkv16), saved, cu,
-                           B, s);
+                           reinterpret_cast<const uint16_t*>(out16), reinterpret_cast<const uint16_t*>(qkv16), saved,
+                           cu, B, s);
 }
 }  // namespace bertcc::cuda
