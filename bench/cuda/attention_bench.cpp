@@ -6,6 +6,9 @@
 // kernels recompute S in both backward kernels, so they do 14/10 of the counted backward work).
 //   bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] [--precisions fp32,bf16,fp16]
 //                               [--padding F]  (every other sequence ends in F*T padding keys; 0.125)
+//                               [--varlen]  (also bf16 unpadded: the real tokens of the same batch packed,
+//                                            attention_varlen.h's one launch per kernel against one padded
+//                                            call per sequence, as impl bertcc-varlen and bertcc-perseq)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "bertcc/rng.h"
+#include "cuda/attention_varlen.h"
 #include "cuda/cuda_kernels.h"
 
 using namespace bertcc;
@@ -49,6 +53,72 @@ double mean_ms(int iters, F f) {
   G::synchronize();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count() / iters;
 }
+// A device buffer of n values of T (zeros), or a copy of v.
+template <class T>
+struct DBuf {
+  T* p;
+  explicit DBuf(size_t n) : p(static_cast<T*>(G::alloc(std::max<size_t>(n, 1) * sizeof(T)))) { G::zero(p, n * sizeof(T)); }
+  explicit DBuf(const std::vector<T>& v) : DBuf(v.size()) { G::copy_to_device(p, v.data(), v.size() * sizeof(T)); }
+  ~DBuf() { G::free(p); }
+  DBuf(const DBuf&) = delete;
+  DBuf& operator=(const DBuf&) = delete;
+};
+
+// --varlen: the batch's real tokens (sequence b: its first lens[b] rows) packed, bf16 from qkv16 in
+// place as the model runs it; one JSON line for the varlen kernels, one for a padded call per
+// sequence (what BERTCC_CUDA_VARLEN=0 runs). FLOPs: those of the real tokens (sum of n^2).
+void bench_varlen(const std::vector<float>& qkv, const std::vector<float>& dout, const std::vector<long>& lens, long T,
+                  long NH, long HS, float p, int iters, double padding) {
+  const long B = static_cast<long>(lens.size()), C = NH * HS;
+  std::vector<int64_t> cu(B + 1, 0), off(B + 1, 0);
+  double n2 = 0;
+  for (long b = 0; b < B; ++b) {
+    cu[b + 1] = cu[b] + lens[b];
+    off[b + 1] = off[b] + (G::attention_saved_size(1, lens[b], C, NH, p > 0, Precision::BF16, true) + 15) / 16 * 16;
+    n2 += double(lens[b]) * lens[b];
+  }
+  const long N = static_cast<long>(cu[B]);
+  std::vector<bf16_t> q16(N * 3 * C);
+  std::vector<float> d(N * C);
+  for (long b = 0; b < B; ++b)
+    for (long t = 0; t < lens[b]; ++t) {
+      for (long c = 0; c < 3 * C; ++c) q16[(cu[b] + t) * 3 * C + c] = f32_to_bf16(qkv[(b * T + t) * 3 * C + c]);
+      for (long c = 0; c < C; ++c) d[(cu[b] + t) * C + c] = dout[(b * T + t) * C + c];
+    }
+  DBuf<bf16_t> gq(q16), out16(N * C), dqkv16(N * 3 * C);
+  DBuf<float> gd(d), dqkv(N * 3 * C), saved(off[B]), work(N * NH), zeros(T);
+  const Rng rng(42, 0);
+  for (int form = 0; form < 2; ++form) {
+    const double f = mean_ms(iters, [&] {
+      if (form == 1) return G::attention_varlen_forward(nullptr, out16.p, saved.p, gq.p, cu.data(), B, C, NH, p, rng, kBase);
+      uint64_t sb = kBase;
+      for (long b = 0; b < B; ++b) {
+        G::attention_forward(nullptr, saved.p + off[b], nullptr, zeros.p, 1, lens[b], C, NH, p, rng, sb, Precision::BF16,
+                             out16.p + cu[b] * C, gq.p + cu[b] * 3 * C);
+        sb += attention_drop_numbers(NH, lens[b]);
+      }
+    });
+    const double bw = mean_ms(iters, [&] {
+      if (form == 1)
+        return G::attention_varlen_backward(dqkv.p, dqkv16.p, work.p, gd.p, nullptr, out16.p, gq.p, saved.p, cu.data(), B,
+                                            C, NH, p, rng, kBase);
+      uint64_t sb = kBase;
+      for (long b = 0; b < B; ++b) {
+        G::attention_backward(dqkv.p + cu[b] * 3 * C, work.p, gd.p + cu[b] * C, nullptr, nullptr, out16.p + cu[b] * C,
+                              saved.p + off[b], zeros.p, 1, lens[b], C, NH, p, rng, sb, Precision::BF16,
+                              dqkv16.p + cu[b] * 3 * C, gq.p + cu[b] * 3 * C);
+        sb += attention_drop_numbers(NH, lens[b]);
+      }
+    });
+    const double flop = 4.0 * NH * n2 * HS;
+    std::printf("{\"impl\": \"%s\", \"precision\": \"bf16\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
+                "\"dropout\": %.2f, \"padding\": %.3f, \"tokens\": %ld, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
+                "\"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
+                form ? "bertcc-varlen" : "bertcc-perseq", B, T, NH, HS, double(p), padding, N, f, bw, flop / f * 1e-9,
+                2.5 * flop / bw * 1e-9);
+    std::fflush(stdout);
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,6 +126,7 @@ int main(int argc, char** argv) {
   double padding = 0.125;  // every other sequence ends in this fraction of T as padding keys
   int iters = 20;
   float p = 0.1f;
+  bool varlen = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shapes" && i + 1 < argc) shapes = argv[++i];
@@ -63,9 +134,10 @@ int main(int argc, char** argv) {
     else if (a == "--dropout" && i + 1 < argc) p = static_cast<float>(std::atof(argv[++i]));
     else if (a == "--precisions" && i + 1 < argc) precs = argv[++i];
     else if (a == "--padding" && i + 1 < argc) padding = std::atof(argv[++i]);
+    else if (a == "--varlen") varlen = true;
     else {
       std::fprintf(stderr, "usage: bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] "
-                           "[--precisions fp32,bf16,fp16] [--padding F]\n");
+                           "[--precisions fp32,bf16,fp16] [--padding F] [--varlen]\n");
       return 2;
     }
   }
@@ -125,6 +197,11 @@ int main(int argc, char** argv) {
                     "\"dropout\": %.2f, \"padding\": %.3f, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
                     impl.c_str(), pn.c_str(), B, T, NH, HS, double(p), padding, f, bw, flop / f * 1e-9, 2.5 * flop / bw * 1e-9);
         std::fflush(stdout);
+        if (varlen && prec == Precision::BF16) {
+          std::vector<long> lens(B);
+          for (long b = 0; b < B; ++b) lens[b] = T - (b % 2) * static_cast<long>(padding * static_cast<double>(T));
+          bench_varlen(qkv, dout, lens, T, NH, HS, p, iters, padding);
+        }
       }
     }
   } catch (const std::exception& e) {

@@ -78,22 +78,14 @@ __global__ void __launch_bounds__(kRows) attn_fwd(float* out, float* lse, const 
   lse[bh * s.T + i] = m + logf(l);
 }
 
-// D[bh, i] = sum over the head's channels of dout * out (= sum_j dPd_ij Pd_ij): one warp per row
-// (coalesced), a fixed shuffle tree (the same bits every run).
-// D[r] = dO . O over row r's head (a warp per row); O as fp32 or as bf16 bits (widened)
-__device__ inline float out_value(const float* o, int64_t c) { return o[c]; }
-__device__ inline float out_value(const uint16_t* o, int64_t c) { return bf16_bits_to_f32(o[c]); }
+// D[bh, i] = dO . O over row i's head channels (attn::row_dot: a warp per row, coalesced)
 template <class O>
 __global__ void attn_bwd_dot(float* D, const float* dout, const O* out, Shape s, int64_t HS) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (r >= s.B * s.NH * s.T) return;  // the same for the whole warp
   const int64_t i = r % s.T, bh = r / s.T, b = bh / s.NH, h = bh % s.NH;
-  const float* d = dout + (b * s.T + i) * s.C + h * HS;
-  const O* o = out + (b * s.T + i) * s.C + h * HS;
-  float acc = 0.0f;
-  for (int64_t c = lane; c < HS; c += 32) acc += d[c] * out_value(o, c);
-  acc = warp_sum(acc);
+  const float acc = attn::row_dot(dout + (b * s.T + i) * s.C + h * HS, out + (b * s.T + i) * s.C + h * HS, HS);
   if (lane == 0) D[r] = acc;
 }
 

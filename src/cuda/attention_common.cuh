@@ -52,8 +52,8 @@ void dispatch_hs(int64_t HS, F f) {
 // multiple of 4 floats, and for the Tensor Core kernels with dropout the dropout decisions the
 // forward made, one bit per (query, key): words [B*NH][Tp/16][Tp/8][4] (Tp = T rounded up to 64;
 // attention_tc_kernels.cuh: drop_word), so the backward draws no random numbers.
-inline int64_t tc_padded_T(int64_t T) { return (T + 63) / 64 * 64; }
-inline int64_t lse_floats(int64_t B, int64_t NH, int64_t T) { return (B * NH * T + 3) / 4 * 4; }
+__host__ __device__ inline int64_t tc_padded_T(int64_t T) { return (T + 63) / 64 * 64; }
+__host__ __device__ inline int64_t lse_floats(int64_t B, int64_t NH, int64_t T) { return (B * NH * T + 3) / 4 * 4; }
 inline int64_t drop_bit_words(int64_t B, int64_t NH, int64_t T) {
   const int64_t Tp = tc_padded_T(T);
   return B * NH * (Tp / 16) * (Tp / 8) * 4;
@@ -70,6 +70,18 @@ inline int64_t saved_operand_elems(int64_t B, int64_t T, int64_t C, int64_t NH, 
   return prec == Precision::BF16 ? 3 * B * NH * tc_padded_T(T) * kernel_hs(C / NH) : 0;
 }
 
+// The backward's row dot D = sum over a row's hs head channels of dout * out (= sum_j dPd_ij Pd_ij),
+// by a warp: lane's channels in order, then a fixed shuffle tree (the same bits every run); out as
+// fp32 or as bf16 bits (widened).
+__device__ inline float out_value(const float* o, int64_t c) { return o[c]; }
+__device__ inline float out_value(const uint16_t* o, int64_t c) { return bf16_bits_to_f32(o[c]); }
+template <class O>
+__device__ inline float row_dot(const float* d, const O* o, int64_t hs) {
+  float acc = 0.0f;
+  for (int64_t c = threadIdx.x & 31; c < hs; c += 32) acc += d[c] * out_value(o, c);
+  return warp_sum(acc);
+}
+
 // Tensor Core kernels (attention_tc.cu). D[bh*T + i] = sum_c dout*out, computed by the caller.
 // lse: the saved buffer (lse, then with dropout the decision bits).
 // out16 (may be null; bf16 only): the output's rounding too; out may then be null.
@@ -80,5 +92,12 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
 // dqkv16 (may be null; bf16 only): dqkv's rounding too.
 void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* qkv, const uint16_t* qkv16,
                  const float* lse, const float* D, const float* mask_add, const Shape& s, Precision prec);
+// Unpadded batches (cuda_kernels.h: attention_varlen_*; bf16, qkv16 read in place): s the batch as
+// one sequence of its N rows (B 1, T N); cu the host offsets of its B sequences. D: N*NH floats.
+void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t* qkv16, const int64_t* cu,
+                       int64_t B, const Shape& s);
+void backward_tc_varlen(float* dqkv, uint16_t* dqkv16, float* D, const float* dout, const float* out,
+                        const uint16_t* out16, const uint16_t* qkv16, const float* saved, const int64_t* cu,
+                        int64_t B, const Shape& s);
 
 }  // namespace bertcc::cuda::attn

@@ -40,6 +40,10 @@
 // Padding: each kernel stops at its sequence's last key above BERT's padding mask (count_keys, one
 // small launch per call): later key tiles add exactly nothing, so they are not visited, and dk/dv
 // blocks wholly past that key write zeros. The same bits as visiting every key.
+//
+// Unpadded batches (forward_tc_varlen, backward_tc_varlen; bf16 from qkv16 in place): the same
+// kernels' Varlen instances over every sequence of the batch in one launch, a block per
+// (sequence, head, row tile) from a per-call table (attention_tc_kernels.cuh: place, varlen_table).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -47,6 +51,7 @@
 #include <string>
 
 #include "cuda/attention_tc_kernels.cuh"
+#include "cuda/attention_varlen.h"
 #include "cuda/op_timer.h"
 
 namespace bertcc::cuda::attn {
@@ -111,6 +116,20 @@ int fwd_mt() {
 int fwd_min_blocks() {
   static const int blocks = env_choice("BERTCC_ATTENTION_FWD_MIN_BLOCKS", 1, 4);
   return blocks ? blocks : 1;
+}
+
+// launch(m-tiles, blocks per SM) for the forward form the bench's variables ask for (fwd_mt,
+// fwd_min_blocks), else launch(1, 1).
+template <int HS, class Launch>
+void fwd_form(Launch&& launch) {
+  using One = std::integral_constant<int, 1>;
+  if constexpr (fwd_max_mt<HS>() == 2) {
+    if (fwd_mt<HS>() == 2) return launch(std::integral_constant<int, 2>{}, One{});
+  }
+  if constexpr (HS == 64) {
+    if (fwd_min_blocks() == 4) return launch(One{}, std::integral_constant<int, 4>{});
+  }
+  launch(One{}, One{});
 }
 
 // Whether the kernels stop at each sequence's last unmasked key (attention_tc_kernels.cuh:
@@ -180,7 +199,78 @@ void qkv16_operands(Operands& op, const uint16_t* qkv16, const float* dout, cons
   }
 }
 
+// ---- unpadded batches (varlen) ----
+// The table of a call (varlen_table) on the device; stream order keeps the next call's upload from
+// overwriting it before this call's kernels have read it (Scratch).
+const int64_t* upload_table(const std::vector<int64_t>& t) {
+  static Scratch buf;
+  return buf.upload(t.data(), t.size());
+}
+int64_t longest(const int64_t* cu, int64_t B) {
+  int64_t m = 0;
+  for (int64_t b = 0; b < B; ++b) m = std::max(m, cu[b + 1] - cu[b]);
+  return m;
+}
 }  // namespace
+
+void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t* qkv16, const int64_t* cu,
+                       int64_t B, const Shape& s) {
+  require_tensor_cores(Precision::BF16);
+  dispatch_hs(s.hs, [&](auto hs) {
+    constexpr int HS = decltype(hs)::value;
+    BERTCC_CHECK(in_place_ok<HS>(qkv16, s), "attention_varlen_forward: qkv16 not readable in place");
+    Operands op;
+    op.q = qkv_rows(qkv16, s, 0), op.k = qkv_rows(qkv16, s, 1), op.v = qkv_rows(qkv16, s, 2);
+    if (s.drop) op.drop_bits = reinterpret_cast<uint32_t*>(saved);  // place moves it to each sequence's slice
+    op.nseqs = B;
+    const int64_t Tp = padded_T(longest(cu, B));
+    fwd_form<HS>([&](auto mtc, auto blocks) {
+      constexpr int MT = decltype(mtc)::value, MB = decltype(blocks)::value;
+      const std::vector<int64_t> t = varlen_table(cu, B, s.NH, s.drop, s.base, MT * kBlockRows);
+      op.seqs = upload_table(t);
+      const dim3 grid(static_cast<unsigned>((t.size() - 4 * B) / 2), static_cast<unsigned>(s.NH));
+      const size_t smem = fwd_smem<true, HS, MT>(Tp);
+      launch_smem(fwd<true, HS, MT, MB, true>, smem);
+      fwd<true, HS, MT, MB, true><<<grid, kThreads, smem, stream()>>>(out, out16, saved, op, nullptr, s);
+    });
+    BERTCC_CUDA_LAUNCHED("attention_varlen_forward (Tensor Cores)");
+  });
+}
+
+void backward_tc_varlen(float* dqkv, uint16_t* dqkv16, float* D, const float* dout, const float* out,
+                        const uint16_t* out16, const uint16_t* qkv16, const float* saved, const int64_t* cu,
+                        int64_t B, const Shape& s) {
+  require_tensor_cores(Precision::BF16);
+  const std::vector<int64_t> t = varlen_table(cu, B, s.NH, s.drop, s.base, kBlockRows);
+  const int64_t* seqs = upload_table(t);
+  const unsigned dots = grid_for(s.T * s.NH * 32, 256);
+  if (out)
+    row_dots_varlen<<<dots, 256, 0, stream()>>>(D, dout, out, seqs, B, s.T, s.C, s.NH);
+  else
+    row_dots_varlen<<<dots, 256, 0, stream()>>>(D, dout, out16, seqs, B, s.T, s.C, s.NH);
+  BERTCC_CUDA_LAUNCHED("attention_varlen_backward (row dots)");
+  dispatch_hs(s.hs, [&](auto hs) {
+    constexpr int HS = decltype(hs)::value;
+    BERTCC_CHECK(in_place_ok<HS>(qkv16, s), "attention_varlen_backward: qkv16 not readable in place");
+    Operands op;
+    op.q = qkv_rows(qkv16, s, 0), op.k = qkv_rows(qkv16, s, 1), op.v = qkv_rows(qkv16, s, 2);
+    // dout's operand: prep over the N rows as one sequence ([NH][N rounded up to 64][HS])
+    uint16_t* d = operand_buffer(static_cast<size_t>(operand_elems<HS>(s)));
+    launch_prep<true, HS>(d, dout, s.C, s, 1);
+    op.dout = padded_rows<HS>(d, s, 0);
+    if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(saved));
+    op.seqs = seqs, op.nseqs = B;
+    const int64_t Tp = padded_T(longest(cu, B));
+    const dim3 grid(static_cast<unsigned>((t.size() - 4 * B) / 2), static_cast<unsigned>(s.NH));
+    launch_smem(bwd_dq<true, HS, true>, dq_smem<true, HS>(Tp));
+    bwd_dq<true, HS, true><<<grid, kThreads, dq_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr, s);
+    BERTCC_CUDA_LAUNCHED("attention_varlen_backward (dq, Tensor Cores)");
+    launch_smem(bwd_dkdv<true, HS, true>, dkv_smem<true, HS>(Tp));
+    bwd_dkdv<true, HS, true><<<grid, kThreads, dkv_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr,
+                                                                                  s);
+    BERTCC_CUDA_LAUNCHED("attention_varlen_backward (dk, dv, Tensor Cores)");
+  });
+}
 
 void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const uint16_t* qkv16,
                 const float* mask_add, const Shape& s, Precision prec) {
@@ -204,23 +294,13 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
     op.nkeys = visited_keys(mask_add, s);
     part.reset();
     const OpTimer kernel("attention_forward/kernel");
-    auto launch = [&](auto mtc, auto blocks) {
+    fwd_form<HS>([&](auto mtc, auto blocks) {
       constexpr int MT = decltype(mtc)::value, MB = decltype(blocks)::value;
       const dim3 grid(grid_for(s.T, MT * kBlockRows), static_cast<unsigned>(s.B * s.NH));
       const size_t smem = fwd_smem<BF, HS, MT>(op.Tp);
       launch_smem(fwd<BF, HS, MT, MB>, smem);
       fwd<BF, HS, MT, MB><<<grid, kThreads, smem, stream()>>>(out, out16, lse, op, mask_add, s);
-    };
-    using One = std::integral_constant<int, 1>;
-    [&] {  // the form the bench's variables ask for (fwd_mt, fwd_min_blocks), else one m-tile, 1 block
-      if constexpr (fwd_max_mt<HS>() == 2) {
-        if (fwd_mt<HS>() == 2) return launch(std::integral_constant<int, 2>{}, One{});
-      }
-      if constexpr (HS == 64) {
-        if (fwd_min_blocks() == 4) return launch(One{}, std::integral_constant<int, 4>{});
-      }
-      launch(One{}, One{});
-    }();
+    });
     BERTCC_CUDA_LAUNCHED("attention_forward (Tensor Cores)");
   });
 }
@@ -268,4 +348,45 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
 
 namespace bertcc::cuda {
 void set_attention_skip_padding(bool on) { attn::g_skip_padding.store(on ? 1 : 0); }
+
+bool attention_varlen_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("BERTCC_CUDA_VARLEN");
+    BERTCC_CHECK(!e || !*e || std::string(e) == "0" || std::string(e) == "1", "BERTCC_CUDA_VARLEN: '", e,
+                 "' is not 0 or 1");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+bool attention_varlen_fits(int64_t C, int64_t NH, Precision prec, const bf16_t* qkv16) {
+  return prec == Precision::BF16 && qkv16 && NH > 0 && C % NH == 0 && attn::kernel_hs(C / NH) == C / NH &&
+         C % 8 == 0 && reinterpret_cast<uintptr_t>(qkv16) % 16 == 0;
+}
+
+void attention_varlen_forward(float* out, bf16_t* out16, float* saved, const bf16_t* qkv16, const int64_t* cu,
+                              int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base) {
+  if (B == 0) return;
+  BERTCC_CHECK(attention_varlen_fits(C, NH, Precision::BF16, qkv16),
+               "attention_varlen_forward: needs a bf16 qkv16 of head size 16, 32, 64 or 128, 16-byte aligned");
+  BERTCC_CHECK(out || out16, "attention_varlen_forward: no output");
+  const attn::Shape s = attn::make_shape(1, cu[B], C, NH, dropout_p, rng, base);
+  attn::forward_tc_varlen(out, reinterpret_cast<uint16_t*>(out16), saved, reinterpret_cast<const uint16_t*>(qkv16),
+                          cu, B, s);
+}
+
+int64_t attention_varlen_backward_work_size(int64_t N, int64_t NH) { return N * NH; }
+
+void attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* out,
+                               const bf16_t* out16, const bf16_t* qkv16, const float* saved, const int64_t* cu,
+                               int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base) {
+  if (B == 0) return;
+  BERTCC_CHECK(attention_varlen_fits(C, NH, Precision::BF16, qkv16),
+               "attention_varlen_backward: needs a bf16 qkv16 of head size 16, 32, 64 or 128, 16-byte aligned");
+  BERTCC_CHECK(out || out16, "attention_varlen_backward: no forward output");
+  const attn::Shape s = attn::make_shape(1, cu[B], C, NH, dropout_p, rng, base);
+  attn::backward_tc_varlen(dqkv, reinterpret_cast<uint16_t*>(dqkv16), work, dout, out,
+                           reinterpret_cast<const uint16_t*>(out16), reinterpret_cast<const uint16_t*>(qkv16), saved,
+                           cu, B, s);
+}
 }  // namespace bertcc::cuda

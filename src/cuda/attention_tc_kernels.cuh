@@ -7,6 +7,8 @@
 #define BERTCC_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
+#include <vector>
+
 #include "cuda/attention_common.cuh"
 
 namespace bertcc::cuda::attn::tc {
@@ -239,6 +241,9 @@ struct Operands {
   int64_t Tp = 0;                 // T rounded up to kBlockRows (the decision words' layout; masks in shared memory)
   uint32_t* drop_bits = nullptr;  // with dropout: written by fwd, read by bwd_dq and bwd_dkdv
   const int32_t* nkeys = nullptr; // per sequence, the keys to visit (count_keys); null: all T
+  // An unpadded batch (the kernels' Varlen instances: place below): varlen_table on the device
+  const int64_t* seqs = nullptr;
+  int64_t nseqs = 0;              // its sequences
 };
 
 // ---- padding keys ----
@@ -274,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) count_keys(int32_t* nkeys, const flo
 __device__ inline int64_t visited_keys(const Operands& op, int64_t b, int64_t T) {
   return op.nkeys ? static_cast<int64_t>(op.nkeys[b]) : T;
 }
-inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
+__host__ __device__ inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
 template <int HS>
 int64_t operand_elems(const Shape& s) { return s.B * s.NH * padded_T(s.T) * HS; }
 // prep's layout: part z of the operands at `rows` (q, k, v: z 0, 1, 2 from one launch).
@@ -291,6 +296,91 @@ bool in_place_ok(const void* qkv16, const Shape& s) {
 }
 inline Rows qkv_rows(const uint16_t* qkv16, const Shape& s, int z) {
   return Rows{qkv16 + z * s.C, s.T * 3 * s.C, s.hs, 3 * s.C, s.T};
+}
+
+// ---- the block's place: a padded batch, or one sequence of an unpadded (varlen) batch ----
+// The kernels' Varlen instances take unpadded batches, the others padded ones. (A runtime choice
+// kept the padded kernels' shape in registers: their one-m-tile forward for head size 64 went from
+// 167 to 187 registers a thread, 3 blocks per SM to 2. The Varlen instances need a few more than
+// the padded ones, nvcc 13 for sm_90: that forward 169 against 165, bwd_dq 195 against 168, both
+// then 2 blocks per SM where the padded ones fit 3; bwd_dkdv 251 against 241, 2 either way. Not
+// yet measured; BERTCC_ATTENTION_FWD_MIN_BLOCKS=4 caps the forward, the varlen one too.)
+// A padded batch [B, T]: block (x, y) takes row tile x of head row y = b NH + h.
+// An unpadded batch (FlashAttention's cu_seqlens layout: sequence b rows cu[b] .. cu[b+1] - 1 of
+// [N, 3C], no mask): block (x, y) takes head y of the sequence and row tile that block entry x of
+// varlen_table names, and the block then sees that sequence as a batch of it alone: b = 0, s.T its
+// length, s.base its dropout numbers' (after the previous sequences', as rng.h's
+// attention_varlen_drop_numbers counts them), op's rows from its first row (keys past its length
+// are not read: copy_rows writes zeros), its slice of the saved buffer (lse, then the decision
+// bits). The kernel moves its other pointers by row0 (rows of out, dqkv) and saved0 (floats of
+// lse). Each row's arithmetic is then that of the padded kernels on the sequence alone, so are
+// its bits.
+struct Place {
+  int64_t b, h, tile, row0, saved0;
+};
+template <class P>
+__device__ inline P* shifted(P* p, int64_t n) { return p ? p + n : p; }
+__device__ inline void rebase(Rows& r, int64_t row0, int64_t n) {
+  r.p = shifted(r.p, row0 * r.ld);
+  r.n = n;
+}
+template <bool Varlen>
+__device__ inline Place place(Operands& op, Shape& s) {
+  if constexpr (!Varlen) {
+    return {blockIdx.y / s.NH, blockIdx.y % s.NH, blockIdx.x, 0, 0};
+  } else {
+    const int64_t* blk = op.seqs + 4 * op.nseqs + 2 * static_cast<int64_t>(blockIdx.x);  // {sequence, tile}
+    const int64_t* q = op.seqs + 4 * blk[0];  // {first row, length, saved offset, dropout base}
+    s.B = 1, s.T = q[1], s.base = static_cast<uint64_t>(q[3]);
+    op.Tp = padded_T(s.T);
+    rebase(op.q, q[0], s.T), rebase(op.k, q[0], s.T), rebase(op.v, q[0], s.T), rebase(op.dout, q[0], s.T);
+    op.drop_bits = shifted(op.drop_bits, q[2] + lse_floats(1, s.NH, s.T));
+    op.nkeys = nullptr;  // no mask: every key of the sequence is visited
+    return {0, blockIdx.y, blk[1], q[0], q[2]};
+  }
+}
+// The table for an unpadded batch of B sequences (cu: B + 1 host offsets) whose blocks take `rows`
+// rows each (the launch's grid.x: its size - 4 B over 2): per sequence {first row, length, offset
+// of its slice of the saved buffer in floats, dropout base}, then per block {sequence, tile}. The
+// saved slices follow one another as Backend's per-sequence default lays them out (each the
+// padded kernels' saved size for the sequence alone, bf16 reading qkv16: lse and the decision
+// bits, rounded up to 16 floats), so either form's forward goes with either form's backward.
+inline std::vector<int64_t> varlen_table(const int64_t* cu, int64_t B, int64_t NH, bool drop, uint64_t base,
+                                         int64_t rows) {
+  std::vector<int64_t> t(static_cast<size_t>(4 * B));
+  int64_t saved = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = cu[b + 1] - cu[b];
+    int64_t* e = t.data() + 4 * b;
+    e[0] = cu[b], e[1] = n, e[2] = saved, e[3] = static_cast<int64_t>(base);
+    saved += (lse_floats(1, NH, n) + (drop ? drop_bit_words(1, NH, n) : 0) + 15) / 16 * 16;
+    base += attention_drop_numbers(static_cast<uint64_t>(NH), static_cast<uint64_t>(n));
+  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i * rows < cu[b + 1] - cu[b]; ++i) t.push_back(b), t.push_back(i);
+  return t;
+}
+
+// The row dots of an unpadded batch: sequence q's [NH][n] from NH * (its first row), where the
+// kernels' place puts D for the sequence alone; a warp per (row r, head h) of the N rows, r's
+// sequence found by bisection in the table (row_dot, as attention.cu's attn_bwd_dot: the same
+// bits). 256 threads a block.
+template <class O>
+__global__ void __launch_bounds__(256) row_dots_varlen(float* D, const float* dout, const O* out,
+                                                       const int64_t* seqs, int64_t nseqs, int64_t N, int64_t C,
+                                                       int64_t NH) {
+  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  if (w >= N * NH) return;  // the same for the whole warp
+  const int64_t r = w / NH, h = w % NH, hs = C / NH;
+  int64_t lo = 0, hi = nseqs - 1;  // the last sequence whose first row is at most r
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (seqs[4 * mid] <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t row0 = seqs[4 * lo], n = seqs[4 * lo + 1];
+  const float acc = row_dot(dout + r * C + h * hs, out + r * C + h * hs, hs);
+  if ((threadIdx.x & 31) == 0) D[NH * row0 + h * n + (r - row0)] = acc;
 }
 
 // Four consecutive source values as floats: fp32, or bf16 (widened exactly) from a 16-bit qkv.
@@ -429,7 +519,7 @@ __device__ inline void mma_pair_each(float (&acc)[MT][NT][4], const uint32_t (&a
 // Operands: q, k, v. out and out16 (its bf16 rounding): either may be null. MinBlocks: blocks per
 // SM the registers must allow (4: at most 128 registers a thread, where the one-m-tile kernel for
 // head size 64 needs 138 and spills 12 bytes under the cap; attention_tc.cu: fwd_min_blocks).
-template <bool BF16, int HS, int MT, int MinBlocks = 1>
+template <bool BF16, int HS, int MT, int MinBlocks = 1, bool Varlen = false>
 __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t* out16, float* lse, Operands op,
                                                 const float* mask_add, Shape s) {
   static_assert(MT == 1 || MT == 2, "one or two m-tiles per warp");
@@ -439,7 +529,9 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64 MT][LDH]
   uint16_t* tiles = Qs + MT * kBlockRows * LDH;      // two buffers of kTile (offsets, not pointer arrays: no stack)
   float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [Tp]: the keys' masks times log2 e, -inf past T
-  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * MT * kBlockRows;
+  const Place pl = place<Varlen>(op, s);
+  const int64_t b = pl.b, h = pl.h, bh = b * s.NH + h, q0 = pl.tile * MT * kBlockRows;
+  out = shifted(out, pl.row0 * s.C), out16 = shifted(out16, pl.row0 * s.C), lse += pl.saved0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   // tile j0 of keys into buffer `buf`
   auto issue = [&](int64_t j0, int buf) {
@@ -451,7 +543,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
   issue(0, 0);
   cp_async_commit();
   // the masks while those copies are in flight (seen after the loop's first barrier)
-  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads) Ms[j] = j < s.T ? mask_add[b * s.T + j] * kLog2e : -INFINITY;
+  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads)
+    Ms[j] = j >= s.T ? -INFINITY : mask_add ? mask_add[b * s.T + j] * kLog2e : 0.0f;
   const float scale2 = s.scale * kLog2e;
   const int64_t nk = visited_keys(op, b, s.T);  // the keys past it add exactly nothing (count_keys)
   // Q's A fragments: kept in registers with one m-tile; with two, loaded again from shared memory
@@ -606,7 +699,7 @@ constexpr size_t dq_smem(int64_t Tp) {  // as fwd_smem: the tiles, then the keys
 }
 
 // Operands: q, dout, k, v.
-template <bool BF16, int HS>
+template <bool BF16, int HS, bool Varlen = false>
 // dqkv16 (may be null): dq's bf16 rounding too, at dqkv's offsets (likewise bwd_dkdv for dk, dv).
 __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16, Operands op, const float* lse,
                                                     const float* D, const float* mask_add, Shape s) {
@@ -617,9 +710,11 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
   uint16_t* dOs = Qs + kBlockRows * LDH;              // [64][LDH]
   uint16_t* tiles = dOs + kBlockRows * LDH;           // two buffers of kTile
   float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [Tp]: as fwd's
-  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const Place pl = place<Varlen>(op, s);
+  const int64_t b = pl.b, h = pl.h, bh = b * s.NH + h, q0 = pl.tile * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t ld3 = 3 * s.C;
+  dqkv += pl.row0 * ld3, dqkv16 = shifted(dqkv16, pl.row0 * ld3), lse += pl.saved0, D += s.NH * pl.row0;
   auto issue = [&](int64_t j0, int buf) {
     uint16_t* t = tiles + buf * kTile;
     copy_rows<BN, HS>(t, LDH, op.k, b, h, j0);
@@ -629,7 +724,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16
   copy_rows<kBlockRows, HS>(dOs, LDH, op.dout, b, h, q0);
   issue(0, 0);
   cp_async_commit();
-  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads) Ms[j] = j < s.T ? mask_add[b * s.T + j] * kLog2e : -INFINITY;
+  for (int64_t j = threadIdx.x; j < op.Tp; j += kThreads)
+    Ms[j] = j >= s.T ? -INFINITY : mask_add ? mask_add[b * s.T + j] * kLog2e : 0.0f;
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   const float scale2 = s.scale * kLog2e;
   float L[2], Di[2];
@@ -685,7 +781,7 @@ constexpr size_t dkv_smem(int64_t Tp) {  // the tiles, then the queries' lse and
 }
 
 // Operands: k, v, q, dout.
-template <bool BF16, int HS>
+template <bool BF16, int HS, bool Varlen = false>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv16, Operands op, const float* lse,
                                                       const float* D, const float* mask_add, Shape s) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
@@ -695,9 +791,11 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
   uint16_t* Vb = Kb + kBlockRows * LDH;               // [64][LDH]
   uint16_t* tiles = Vb + kBlockRows * LDH;            // two buffers of kTile
   float* LD = reinterpret_cast<float*>(tiles + 2 * kTile);  // Ls [Tp] (+inf past T: P = 0), then Ds [Tp]
-  const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, k0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const Place pl = place<Varlen>(op, s);
+  const int64_t b = pl.b, h = pl.h, bh = b * s.NH + h, k0 = pl.tile * kBlockRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t ld3 = 3 * s.C;
+  dqkv += pl.row0 * ld3, dqkv16 = shifted(dqkv16, pl.row0 * ld3), lse += pl.saved0, D += s.NH * pl.row0;
   auto issue = [&](int64_t i0, int buf) {
     uint16_t* t = tiles + buf * kTile;
     copy_rows<BN, HS>(t, LDH, op.q, b, h, i0);
@@ -738,7 +836,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
   }
   float mj[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) mj[r] = key[r] < s.T ? mask_add[b * s.T + key[r]] * kLog2e : -INFINITY;  // P = 0 past T
+  for (int r = 0; r < 2; ++r)  // P = 0 past T
+    mj[r] = key[r] >= s.T ? -INFINITY : mask_add ? mask_add[b * s.T + key[r]] * kLog2e : 0.0f;
   const float scale2 = s.scale * kLog2e;
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   const int ntiles = static_cast<int>((s.T + BN - 1) / BN);

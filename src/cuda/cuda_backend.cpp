@@ -1,8 +1,11 @@
 // The CUDA backend: src/cuda kernels behind the Backend interface, device memory.
+#include <algorithm>
+
 #include "backend/backend.h"
 
 #include "bertcc/error.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/attention_varlen.h"
 #include "cuda/op_timer.h"
 
 namespace bertcc::cuda {
@@ -206,6 +209,60 @@ class CudaBackend final : public Backend {
     const OpTimer timer("attention_backward");
     cuda::attention_backward(dqkv, work, dout, qkv, out, out16, saved, mask_add, B, T, C, NH, dropout_p, rng, base,
                              prec, prec == Precision::BF16 ? dqkv16 : nullptr, qkv16);
+  }
+  // Unpadded batches: bf16 reading qkv16 in place in one launch per kernel for the whole batch
+  // (attention_varlen.h), unless BERTCC_CUDA_VARLEN=0; other calls (fp32, fp16, a head size the
+  // kernels do not read in place) and that setting: one padded call per sequence (Backend's
+  // default), or, for sequences all of one length (a batch without padding, which the model packs
+  // too while varlen_attention() is true), one padded call for them all with a zero mask: each
+  // sequence's dropout numbers are where the per-sequence calls put them, so are its bits. The
+  // saved buffer as the default sizes it (no override: the varlen kernels keep its layout; one
+  // padded call's is smaller).
+  // (Not under --cuda-graphs: the model then keeps batches without padding padded, so that their
+  // inference forwards are recorded as before; packed batches are not recorded.)
+  bool varlen_attention() const override { return cuda::attention_varlen_on() && !cuda_graphs(); }
+  int64_t attention_varlen_work_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH) const override {
+    return std::max(Backend::attention_varlen_work_size(cu, B, C, NH),
+                    aligned16(cu[B]) + cuda::attention_varlen_backward_work_size(cu[B], NH));
+  }
+  static int64_t aligned16(int64_t n) { return (n + 15) / 16 * 16; }
+  // The length every sequence has, or 0.
+  static int64_t one_length(const int64_t* cu, int64_t B) {
+    for (int64_t b = 1; b < B; ++b)
+      if (cu[b + 1] - cu[b] != cu[1] - cu[0]) return 0;
+    return B > 1 ? cu[1] - cu[0] : 0;
+  }
+  void attention_varlen_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
+                                const bf16_t* qkv16, const int64_t* cu, int64_t B, int64_t C, int64_t NH,
+                                float dropout_p, const Rng& rng, uint64_t base, Precision prec) override {
+    if (!cuda::attention_varlen_on() || !cuda::attention_varlen_fits(C, NH, prec, qkv16)) {
+      if (const int64_t T = cuda::attention_varlen_on() ? one_length(cu, B) : 0) {
+        zero(work, sizeof(float) * static_cast<size_t>(B * T));  // the mask
+        return attention_forward(out, out16, saved, work + aligned16(B * T), qkv, qkv16, work, B, T, C, NH, dropout_p,
+                                 rng, base, prec);
+      }
+      return Backend::attention_varlen_forward(out, out16, saved, work, qkv, qkv16, cu, B, C, NH, dropout_p, rng, base,
+                                               prec);
+    }
+    const OpTimer timer("attention_forward");
+    cuda::attention_varlen_forward(out, out16, saved, qkv16, cu, B, C, NH, dropout_p, rng, base);
+  }
+  void attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
+                                 const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
+                                 const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
+                                 uint64_t base, Precision prec) override {
+    if (!cuda::attention_varlen_on() || !cuda::attention_varlen_fits(C, NH, prec, qkv16)) {
+      if (const int64_t T = cuda::attention_varlen_on() ? one_length(cu, B) : 0) {
+        zero(work, sizeof(float) * static_cast<size_t>(B * T));
+        return attention_backward(dqkv, dqkv16, work + aligned16(B * T), dout, qkv, qkv16, out, out16, saved, work, B,
+                                  T, C, NH, dropout_p, rng, base, prec);
+      }
+      return Backend::attention_varlen_backward(dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, cu, B, C, NH,
+                                                dropout_p, rng, base, prec);
+    }
+    const OpTimer timer("attention_backward");
+    cuda::attention_varlen_backward(dqkv, dqkv16, work, dout, out, out16, qkv16, saved, cu, B, C, NH, dropout_p, rng,
+                                    base);
   }
   void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                      uint64_t base) override {

@@ -17,6 +17,7 @@
 #include "bertcc/optim.h"
 #include "bertcc/params.h"
 #include "bertcc/rng.h"
+#include "cuda/attention_varlen.h"
 #include "cuda/cuda_kernels.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
@@ -742,6 +743,137 @@ void test_attention_padding() {
   }
 }
 
+// Unpadded batches (attention_varlen.h): bf16 reading qkv16 in place, the whole batch in one launch
+// per kernel. Against the padded kernels once per sequence (B 1, T its length, a zero mask, its
+// dropout numbers after the previous sequences', its slice of the saved buffer: what Backend's
+// per-sequence default and BERTCC_CUDA_VARLEN=0 run) bit for bit: out, its bf16 rounding, the saved
+// buffer (lse, dropout decisions), dqkv and its rounding, the backward from out16 alone as bf16
+// models run it; and against the CPU's varlen kernel within bf16's tolerance.
+void test_attention_varlen() {
+  struct Case {
+    int64_t NH, HS;
+    float p;
+    std::vector<int64_t> lens;
+  };
+  const Case cases[] = {{2, 64, 0.1f, {7, 1, 37, 16, 3}},   {2, 64, 0.0f, {7, 1, 37, 16, 3}},
+                        {4, 64, 0.1f, {200, 1, 384, 129}}, {2, 128, 0.1f, {33, 5, 96, 64}},
+                        {3, 32, 0.0f, {70, 1, 129}},       {2, 16, 0.1f, {19, 65}},
+                        {12, 64, 0.1f, {128}}};
+  const Rng rng(79, 0);
+  const uint64_t base = 1000;
+  for (const Case& c : cases) {
+    const int64_t B = static_cast<int64_t>(c.lens.size()), NH = c.NH, C = NH * c.HS;
+    std::vector<int64_t> cu(B + 1, 0);
+    for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + c.lens[b];
+    const int64_t N = cu[B];
+    const auto qkv = randv(N * 3 * C, -2, 2), dout = randv(N * C);
+    std::vector<bf16_t> q16(qkv.size());
+    for (size_t i = 0; i < qkv.size(); ++i) q16[i] = f32_to_bf16(qkv[i]);
+    // the saved buffer and its slices as Backend's default lays them out
+    std::vector<int64_t> off(B + 1, 0);
+    for (int64_t b = 0; b < B; ++b)
+      off[b + 1] = off[b] + (G::attention_saved_size(1, c.lens[b], C, NH, c.p > 0, Precision::BF16, true) + 15) / 16 * 16;
+    const std::vector<float> nan_out(N * C, NAN), nan_d(N * 3 * C, NAN), nan_saved(off[B], NAN);
+    const std::vector<bf16_t> nan16(N * C, 0xFFFF), nan16d(N * 3 * C, 0xFFFF);
+    Dev<bf16_t> gq16(q16);
+    Dev<float> gdout(dout), zeros(static_cast<size_t>(N)), gwork(static_cast<size_t>(N * NH));
+    std::vector<float> res[2];
+    for (int form = 0; form < 2; ++form) {  // 0: one padded call per sequence; 1: varlen
+      Dev<float> gout(nan_out), gsaved(nan_saved), gd(nan_d);
+      Dev<bf16_t> gout16(nan16), gd16(nan16d);
+      if (form == 1) {
+        G::attention_varlen_forward(gout.p, gout16.p, gsaved.p, gq16.p, cu.data(), B, C, NH, c.p, rng, base);
+        G::attention_varlen_backward(gd.p, gd16.p, gwork.p, gdout.p, nullptr, gout16.p, gq16.p, gsaved.p, cu.data(), B,
+                                     C, NH, c.p, rng, base);
+      } else {
+        uint64_t sb = base;
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t r0 = cu[b], n = c.lens[b];
+          G::attention_forward(gout.p + r0 * C, gsaved.p + off[b], nullptr, zeros.p, 1, n, C, NH, c.p, rng, sb,
+                               Precision::BF16, gout16.p + r0 * C, gq16.p + r0 * 3 * C);
+          G::attention_backward(gd.p + r0 * 3 * C, gwork.p, gdout.p + r0 * C, nullptr, nullptr, gout16.p + r0 * C,
+                                gsaved.p + off[b], zeros.p, 1, n, C, NH, c.p, rng, sb, Precision::BF16,
+                                gd16.p + r0 * 3 * C, gq16.p + r0 * 3 * C);
+          sb += attention_drop_numbers(static_cast<uint64_t>(NH), static_cast<uint64_t>(n));
+        }
+      }
+      const auto o = gout.back(), sv = gsaved.back(), d = gd.back();
+      const auto o16 = gout16.back(), d16 = gd16.back();
+      res[form] = o;
+      res[form].insert(res[form].end(), sv.begin(), sv.end());
+      res[form].insert(res[form].end(), d.begin(), d.end());
+      for (bf16_t x : o16) res[form].push_back(static_cast<float>(x));
+      for (bf16_t x : d16) res[form].push_back(static_cast<float>(x));
+      if (form == 1) {
+        std::vector<float> cout(N * C), csaved(K::attention_varlen_saved_size(cu.data(), B, C, NH, c.p > 0, Precision::BF16)),
+            cd(N * 3 * C);
+        K::attention_varlen_forward(cout.data(), csaved.data(), qkv.data(), cu.data(), B, C, NH, c.p, rng, base,
+                                    Precision::BF16);
+        K::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, c.p,
+                                     Precision::BF16);
+        char name[160];
+        std::snprintf(name, sizeof name, "attention varlen B%ld N%ld NH%ld HS%ld p%.1f: out vs CPU", long(B), long(N),
+                      long(NH), long(c.HS), double(c.p));
+        check(name, cout, o, 1e-2);
+        std::snprintf(name, sizeof name, "attention varlen B%ld N%ld NH%ld HS%ld p%.1f: dqkv vs CPU", long(B), long(N),
+                      long(NH), long(c.HS), double(c.p));
+        check(name, cd, d, 1e-2);
+      }
+    }
+    char name[160];
+    std::snprintf(name, sizeof name, "attention varlen B%ld N%ld HS%ld p%.1f = per sequence", long(B), long(N),
+                  long(c.HS), double(c.p));
+    check_equal(name, res[0], res[1]);
+  }
+}
+
+// The CUDA backend's attention_varlen_* (cuda_backend.cpp) against Backend's per-sequence default
+// on the same backend, out and dqkv bit for bit: bf16 with qkv16 (the varlen kernels), fp32 and
+// fp16 (the default itself, or one padded call where every sequence has one length).
+void test_attention_varlen_backend() {
+  Backend& be = backend_for("cuda:" + std::to_string(g_device));
+  const int64_t NH = 2, C = 128;
+  const Rng rng(80, 0);
+  for (const std::vector<int64_t>& lens : {std::vector<int64_t>{7, 1, 37}, std::vector<int64_t>{16, 16, 16}})
+    for (Precision prec : {Precision::BF16, Precision::F32, Precision::F16}) {
+      const int64_t B = static_cast<int64_t>(lens.size());
+      std::vector<int64_t> cu(B + 1, 0);
+      for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + lens[b];
+      const int64_t N = cu[B];
+      const bool bf = prec == Precision::BF16;
+      const auto qkv = randv(N * 3 * C, -2, 2), dout = randv(N * C);
+      std::vector<bf16_t> q16(qkv.size());
+      for (size_t i = 0; i < qkv.size(); ++i) q16[i] = f32_to_bf16(qkv[i]);
+      Dev<float> gqkv(qkv), gdout(dout);
+      Dev<bf16_t> gq16(q16);
+      const float* fq = bf ? nullptr : gqkv.p;
+      const bf16_t* hq = bf ? gq16.p : nullptr;
+      std::vector<float> res[2];
+      for (int form = 0; form < 2; ++form) {  // 0: Backend's default; 1: the CUDA backend's
+        Dev<float> out(static_cast<size_t>(N * C)), dq(static_cast<size_t>(N * 3 * C)),
+            saved(static_cast<size_t>(be.attention_varlen_saved_size(cu.data(), B, C, NH, true, prec, bf))),
+            work(static_cast<size_t>(be.attention_varlen_work_size(cu.data(), B, C, NH)));
+        if (form == 1) {
+          be.attention_varlen_forward(out.p, nullptr, saved.p, work.p, fq, hq, cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
+          be.attention_varlen_backward(dq.p, nullptr, work.p, gdout.p, fq, hq, out.p, nullptr, saved.p, cu.data(), B, C,
+                                       NH, 0.1f, rng, 1000, prec);
+        } else {
+          be.Backend::attention_varlen_forward(out.p, nullptr, saved.p, work.p, fq, hq, cu.data(), B, C, NH, 0.1f, rng,
+                                               1000, prec);
+          be.Backend::attention_varlen_backward(dq.p, nullptr, work.p, gdout.p, fq, hq, out.p, nullptr, saved.p,
+                                                cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
+        }
+        res[form] = out.back();
+        const auto d = dq.back();
+        res[form].insert(res[form].end(), d.begin(), d.end());
+      }
+      char name[160];
+      std::snprintf(name, sizeof name, "attention varlen backend %s lengths %ld,%ld,%ld = default",
+                    bf ? "bf16" : prec == Precision::F16 ? "fp16" : "fp32", long(lens[0]), long(lens[1]), long(lens[2]));
+      check_equal(name, res[0], res[1]);
+    }
+}
+
 ParamTable optim_table() {
   ParamTable t;
   t.add("a.weight", {97, 131}, true);  // two 8192-element blocks
@@ -1105,6 +1237,7 @@ int main(int argc, char** argv) {
     if (selected("gemm")) test_gemm();
     if (selected("attention")) test_attention();
     if (selected("attention_padding")) test_attention_padding();
+    if (selected("attention_varlen")) test_attention_varlen(), test_attention_varlen_backend();
     if (selected("optim")) test_optim();
     if (selected("gumbel")) test_gumbel();
     if (selected("rows")) test_weighted_rows();

@@ -318,6 +318,157 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
   std::printf("  bits of out, lse (and dropout decisions), dqkv: %016llx\n", static_cast<unsigned long long>(h));
 }
 
+// Unpadded (varlen) batches: the sequences of `lens` packed as rows of qkv [N, 3C], read in place
+// from its bf16 rounding as the model's QKV product writes it, no mask; the forward (MT m-tiles)
+// and the backward each one launch over the whole batch (place: block x takes the tile of
+// varlen_table's entry x). Each sequence must get the bits of the padded kernels on it alone (B 1,
+// T its length, a zero mask, its dropout numbers after the previous sequences', its slice of the
+// saved buffer): out, out16, lse and decision bits, dq, dk, dv, dqkv16; its decision bits must be
+// rng.h's (what the CPU draws); and the whole must match the CPU's varlen kernel. Buffers poisoned
+// as in run (NaN, set bits).
+template <int HS>
+void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned seed, int MT = 1) {
+  namespace K = A::tc;
+  constexpr bool BF = true;
+  const int64_t B = static_cast<int64_t>(lens.size()), hs = HS, C = NH * hs;
+  std::vector<int64_t> cu(B + 1, 0);
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + lens[b], longest = std::max(longest, lens[b]);
+  const int64_t N = cu[B];
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> qkv(N * 3 * C), dout(N * C);
+  for (auto& x : qkv) x = 2.0f * u(gen);
+  for (auto& x : dout) x = u(gen);
+  std::vector<uint16_t> q16(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) q16[i] = bertcc::f32_to_bf16(qkv[i]);
+  const Rng rng(77 + seed, 0);
+  const uint64_t base = 1000;
+  const A::Shape s = A::make_shape(1, N, C, NH, p, rng, base);
+  const std::vector<int64_t> t64 = K::varlen_table(cu.data(), B, NH, s.drop, base, K::kBlockRows);
+  const std::vector<int64_t> tf = K::varlen_table(cu.data(), B, NH, s.drop, base, MT * K::kBlockRows);
+  // the saved buffer as Backend's default sizes it: the slices end where the last one does
+  const int64_t nl = lens.back();
+  const int64_t saved_floats =
+      t64[4 * (B - 1) + 2] + (A::lse_floats(1, NH, nl) + (s.drop ? A::drop_bit_words(1, NH, nl) : 0) + 15) / 16 * 16;
+  auto poisoned = [](size_t n) {
+    std::vector<float> v(n);
+    std::memset(v.data(), 0xFF, n * sizeof(float));  // NaN, and as decision words: keep everything
+    return v;
+  };
+  std::vector<float> out(N * C, NAN), saved = poisoned(saved_floats), dqkv(N * 3 * C, NAN), D(N * NH, NAN);
+  std::vector<uint16_t> out16(N * C, 0xFFFFu), dqkv16(N * 3 * C, 0xFFFFu);
+  // the row dots of every sequence and head: sequence b's [NH][n] from NH cu[b] (as place reads them)
+  auto row_dots = [&](float* Dst, const float* o, const float* d, int64_t n) {
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t i = 0; i < n; ++i) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < hs; ++c) acc += d[i * C + h * hs + c] * o[i * C + h * hs + c];
+        Dst[h * n + i] = acc;
+      }
+  };
+  {
+    K::Operands op;
+    op.q = K::qkv_rows(q16.data(), s, 0), op.k = K::qkv_rows(q16.data(), s, 1), op.v = K::qkv_rows(q16.data(), s, 2);
+    if (s.drop) op.drop_bits = reinterpret_cast<uint32_t*>(saved.data());
+    op.nseqs = B;
+    op.seqs = tf.data();
+    const int64_t Tp = K::padded_T(longest);
+    const sim_dim3 gf{static_cast<unsigned>((tf.size() - 4 * B) / 2), static_cast<unsigned>(NH), 1};
+    if (MT == 2) {
+      if constexpr (K::fwd_max_mt<HS>() == 2)
+        sim::launch(gf, K::kThreads, K::fwd_smem<BF, HS, 2>(Tp),
+                    [&] { K::fwd<BF, HS, 2, 1, true>(out.data(), out16.data(), saved.data(), op, nullptr, s); });
+    } else {
+      sim::launch(gf, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
+                  [&] { K::fwd<BF, HS, 1, 1, true>(out.data(), out16.data(), saved.data(), op, nullptr, s); });
+    }
+    for (int64_t b = 0; b < B; ++b) row_dots(D.data() + NH * cu[b], out.data() + cu[b] * C, dout.data() + cu[b] * C, lens[b]);
+    // the row dots kernel puts each where the host does (its sums in another order: within rounding)
+    std::vector<float> Dk(D.size(), NAN);
+    sim::launch({bertcc::cuda::grid_for(N * NH * 32, 256), 1, 1}, 256, 0, [&] {
+      K::row_dots_varlen(Dk.data(), dout.data(), out.data(), t64.data(), B, N, C, NH);
+    });
+    expect("row dots kernel vs the host's", rel_l2(Dk, std::vector<double>(D.begin(), D.end())), 1e-6);
+    // dout's operand: prep over the N rows as one sequence
+    std::vector<uint16_t> dops(K::operand_elems<HS>(s), 0xFFFF);
+    const sim_dim3 pgrid{static_cast<unsigned>(K::padded_T(N) / K::kBlockRows), static_cast<unsigned>(NH), 1};
+    sim::launch(pgrid, K::kThreads, 0, [&] { K::prep<BF, HS>(dops.data(), dout.data(), C, s, K::padded_T(N), true); });
+    op.dout = K::padded_rows<HS>(dops.data(), s, 0);
+    op.seqs = t64.data();
+    const sim_dim3 gb{static_cast<unsigned>((t64.size() - 4 * B) / 2), static_cast<unsigned>(NH), 1};
+    sim::launch(gb, K::kThreads, K::dq_smem<BF, HS>(Tp),
+                [&] { K::bwd_dq<BF, HS, true>(dqkv.data(), dqkv16.data(), op, saved.data(), D.data(), nullptr, s); });
+    sim::launch(gb, K::kThreads, K::dkv_smem<BF, HS>(Tp),
+                [&] { K::bwd_dkdv<BF, HS, true>(dqkv.data(), dqkv16.data(), op, saved.data(), D.data(), nullptr, s); });
+  }
+  std::printf("varlen bf16 lengths");
+  for (int64_t n : lens) std::printf(" %ld", long(n));
+  std::printf(" NH%ld hs%ld dropout %.1f, %d m-tile(s)\n", long(NH), long(hs), double(p), MT);
+  // each sequence alone through the padded kernels, as the per-sequence default launches them
+  size_t diff = 0, words = 0, bad_bits = 0;
+  uint64_t sbase = base;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = lens[b], r0 = cu[b], Tp = K::padded_T(n);
+    const A::Shape sb = A::make_shape(1, n, C, NH, p, rng, sbase);
+    const std::vector<float> mask(n, 0.0f);
+    const int64_t nsaved = A::lse_floats(1, NH, n) + (sb.drop ? A::drop_bit_words(1, NH, n) : 0);
+    std::vector<float> o(n * C, NAN), sv = poisoned(nsaved), d(n * 3 * C, NAN), Db(n * NH);
+    std::vector<uint16_t> o16(n * C, 0xFFFFu), d16(n * 3 * C, 0xFFFFu), dops(K::operand_elems<HS>(sb), 0xFFFF);
+    K::Operands op;
+    const uint16_t* q = q16.data() + r0 * 3 * C;
+    op.q = K::qkv_rows(q, sb, 0), op.k = K::qkv_rows(q, sb, 1), op.v = K::qkv_rows(q, sb, 2), op.Tp = Tp;
+    if (sb.drop) op.drop_bits = reinterpret_cast<uint32_t*>(sv.data() + A::lse_floats(1, NH, n));
+    const sim_dim3 grid{bertcc::cuda::grid_for(n, K::kBlockRows), static_cast<unsigned>(NH), 1};
+    sim::launch(grid, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
+                [&] { K::fwd<BF, HS, 1>(o.data(), o16.data(), sv.data(), op, mask.data(), sb); });
+    row_dots(Db.data(), o.data(), dout.data() + r0 * C, n);
+    const sim_dim3 pgrid{static_cast<unsigned>(Tp / K::kBlockRows), static_cast<unsigned>(NH), 1};
+    sim::launch(pgrid, K::kThreads, 0, [&] { K::prep<BF, HS>(dops.data(), dout.data() + r0 * C, C, sb, Tp, true); });
+    op.dout = K::padded_rows<HS>(dops.data(), sb, 0);
+    sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp),
+                [&] { K::bwd_dq<BF, HS>(d.data(), d16.data(), op, sv.data(), Db.data(), mask.data(), sb); });
+    sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp),
+                [&] { K::bwd_dkdv<BF, HS>(d.data(), d16.data(), op, sv.data(), Db.data(), mask.data(), sb); });
+    auto differ = [](const void* a, const void* b, size_t n, size_t size) {
+      size_t k = 0;
+      for (size_t i = 0; i < n; ++i) k += std::memcmp(static_cast<const char*>(a) + i * size, static_cast<const char*>(b) + i * size, size) != 0;
+      return k;
+    };
+    diff += differ(o.data(), out.data() + r0 * C, o.size(), 4) + differ(o16.data(), out16.data() + r0 * C, o16.size(), 2);
+    diff += differ(sv.data(), saved.data() + t64[4 * b + 2], sv.size(), 4);  // lse, then every decision word
+    diff += differ(d.data(), dqkv.data() + r0 * 3 * C, d.size(), 4) + differ(d16.data(), dqkv16.data() + r0 * 3 * C, d16.size(), 2);
+    if (sb.drop) {
+      // the decisions, read back from the words as bwd_dq reads them, against rng.h's numbering
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(saved.data() + t64[4 * b + 2] + A::lse_floats(1, NH, n));
+      for (int64_t h = 0; h < NH; ++h)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t e = 2 * ((i % 16) / 8) + (j % 2), lane = 4 * (i % 8) + (j % 8) / 2;
+            const bool got = (w[K::drop_word(h, Tp, i / 16, j / 8) + e] >> lane) & 1u;
+            bad_bits += got != A::keep(sb, h, i, j);
+            ++words;
+          }
+    }
+    sbase += attention_drop_numbers(static_cast<uint64_t>(NH), static_cast<uint64_t>(n));
+  }
+  expect("each sequence vs the padded kernels alone: differing", static_cast<double>(diff), 0.0);
+  if (s.drop) {
+    char what[96];
+    std::snprintf(what, sizeof what, "decisions (%zu) vs rng.h's: differing", words);
+    expect(what, static_cast<double>(bad_bits), 0.0);
+  }
+  // the CPU's varlen kernel in bf16 (from fp32 qkv, which it rounds as the model's product does)
+  std::vector<float> cout(N * C), csaved(kernels::attention_varlen_saved_size(cu.data(), B, C, NH, p > 0, Precision::BF16)),
+      cd(N * 3 * C);
+  kernels::attention_varlen_forward(cout.data(), csaved.data(), qkv.data(), cu.data(), B, C, NH, p, rng, base,
+                                    Precision::BF16);
+  kernels::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, p,
+                                     Precision::BF16);
+  expect("out vs the CPU varlen kernel (max)", rel_max(out, cout), 1e-2);
+  expect("dqkv vs the CPU varlen kernel (max)", rel_max(dqkv, cd), 1e-2);
+}
+
 }  // namespace
 
 int main() {
@@ -345,6 +496,15 @@ int main() {
   run<true>(3, 150, 2, 128, 0.1f, 15, {113, 76, 20});
   run<false>(2, 130, 2, 64, 0.1f, 16, {40, 129});
   run<true>(2, 96, 2, 32, 0.0f, 17, {10, 65});
+  // unpadded (varlen) batches: lengths below, across and at the 16-row dropout tiles, the 64-row
+  // blocks and the 32- and 64-key tiles; a batch of one sequence; dropout on and off; the forward
+  // with two m-tiles per warp where attention_tc.cu may launch it so
+  run_varlen<64>({7, 1, 37, 16, 3}, 2, 0.1f, 20);
+  run_varlen<64>({7, 1, 37, 16, 3}, 2, 0.0f, 21);
+  run_varlen<32>({70, 1, 129, 64}, 2, 0.1f, 22, 2);
+  run_varlen<128>({33, 5, 96}, 1, 0.1f, 23);
+  run_varlen<16>({19, 65, 2}, 3, 0.0f, 24);
+  run_varlen<64>({100}, 2, 0.1f, 25);
   std::printf("%d failed\n", g_fail);
   return g_fail ? 1 : 0;
 }
