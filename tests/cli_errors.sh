@@ -175,6 +175,10 @@ assert sst["real_features"] == 872 and not sst["unpadded"] and sst["tokens_compu
 PY
     then echo "ok   bench --real: SQuAD features unpadded, SST-2 sentences --padded"
     else echo "FAIL bench --real:"; cat "$A/bench_sq.txt" "$A/bench_sst.txt"; fails=$((fails+1)); fi
+    # the model takes --vocab's size: a config with a smaller vocabulary read past its embedding table (exit 139)
+    printf '{"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}\n' > "$A/v100.json"
+    check bench-real-vocab-size 0 '"real_features":872' -- "$BERTCC" bench infer --config "$A/v100.json" \
+      --real "$SHARED/glue/SST-2/dev.tsv" --task-name SST-2 --vocab "$V" --batch 8 --seq 32 --steps 1 --warmup 0 --threads 1
     check bench-real-vocab nonzero "give --vocab" -- "$BERTCC" bench squad --config bert-tiny --real "$SHARED/squad/v1.1/dev-v1.1.json"
     check bench-real-task nonzero "needs --task-name" -- "$BERTCC" bench infer --config bert-tiny --real "$SHARED/glue/SST-2/dev.tsv" --vocab "$V"
     check bench-real-train nonzero "--real is for squad and infer" -- "$BERTCC" bench train --config bert-tiny --real "$SHARED/glue/SST-2/dev.tsv" --vocab "$V"

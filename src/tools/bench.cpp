@@ -62,6 +62,7 @@ BertBatch random_batch(const BertConfig& c, int64_t B, int64_t T, int64_t P, uin
 // order, as prediction does. Step k takes the next B (round the list), padded to their longest row
 // as fine-tuning and prediction pad them (make_finetune_batch).
 struct RealData {
+  int64_t vocab_size = 0;  // --vocab's: the model's embedding table is made this size
   std::vector<FtFeature> features;
   std::vector<size_t> order;
   size_t next = 0;
@@ -73,6 +74,7 @@ RealData real_data(const std::string& path, const std::string& vocab_path, const
   const Vocab vocab = Vocab::load(vocab_path);
   BertTokenizer tok(vocab, lower.empty() ? vocab.looks_uncased() : parse_bool_flag("--do-lower-case", lower));
   RealData r;
+  r.vocab_size = vocab.size();
   const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (json) {
     SquadFeatureOptions so;
@@ -180,6 +182,9 @@ void add_bench(CLI::App& app) {
                  "padding is the real batches' own");
     RealData real;
     if (!o->real.empty()) real = real_data(o->real, o->vocab, o->lower, o->task, o->seq, /*shuffled=*/squad);
+    // the real tokens' ids index the embedding table: it has --vocab's size (as pretrain --vocab sets
+    // it), whatever the config says (a larger vocabulary than the config's read past it: exit 139)
+    if (!o->real.empty()) cfg.vocab_size = static_cast<int>(real.vocab_size);
     const int64_t B = o->batch, T = o->seq;
     const int64_t P = o->max_pred > 0 ? o->max_pred : std::max<int64_t>(1, (T * 20 + 64) / 128);
     if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);

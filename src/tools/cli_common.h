@@ -29,7 +29,10 @@ inline std::string flag(const std::string& dashed) {
 // earlier versions used, which keep working; each with its underscore spelling.
 inline std::string flag(const std::string& dashed, std::initializer_list<std::string> old) {
   std::string names = flag(dashed);
-  for (const auto& o : old) names += "," + flag(o);
+  for (const auto& o : old) {  // (appended in two steps: gcc 12's -Wrestrict misreads "," + std::string&&)
+    names += ',';
+    names += flag(o);
+  }
   return names;
 }
 
