@@ -503,7 +503,7 @@ StepResult run_step(const BertConfig& c, Heads h, const BertBatch& batch, Backen
   m.zero_grad();
   Rng rng{5, 0};
   StepResult r;
-  if (h == Heads::PreTraining) {
+  if (h == Heads::PreTraining || h == Heads::Generator) {
     std::vector<float> mlm;
     r.loss = m.pretrain_step(batch, training, true, prec, rng, 1.0f, 0, 0, &mlm).loss;
     r.logits = mlm;
@@ -544,6 +544,64 @@ double max_abs(const std::vector<float>& a) {
   return m;
 }
 
+// The joint QA head's logits (start [B*T], end [B*T], answer class [B]) with the masked positions
+// (the padding among them: -1e30 in both layouts) set to 0, so that the rest compare.
+std::vector<float> joint_visible(std::vector<float> v, const BertBatch& batch) {
+  const size_t BT = static_cast<size_t>(batch.B * batch.T);
+  for (size_t i = 0; i < std::min(v.size(), 2 * BT); ++i)
+    if (v[i] <= -1e29f) v[i] = 0.0f;
+  return v;
+}
+
+// The joint head's beam search (no labels: inference) padded and packed, fp32: the same starts and
+// ends, their log-probabilities and the answer class to 1e-6 of the largest. Candidates whose start
+// is masked (log-probability about -1e30; in a short row some lie in the padding, whose hidden
+// states only the padded path computes) are compared by their start alone.
+void check_joint_beams(const BertConfig& c, const BertBatch& batch, Backend& be) {
+  BertBatch f = batch;
+  f.start_positions.clear();
+  f.end_positions.clear();
+  std::vector<float> beams[2];
+  for (int packed = 0; packed < 2; ++packed) {
+    set_padded_execution(!packed);
+    Bert m(c, Heads::JointQuestionAnswering);
+    m.init_weights(31);
+    m.use_backend(be);
+    Rng rng{5, 0};
+    m.finetune_step(f, false, false, Precision::F32, rng);
+    EXPECT_EQ(m.last_packed(), packed == 1);
+    beams[packed] = m.head_logits();
+  }
+  set_padded_execution(false);
+  const int64_t K1 = c.start_beam(), K2 = c.end_beam(), per_row = 2 * K1 + 2 * K1 * K2 + 1;
+  ASSERT_EQ(beams[0].size(), static_cast<size_t>(batch.B * per_row));
+  ASSERT_EQ(beams[1].size(), beams[0].size());
+  double largest = 0;
+  for (float v : beams[0])
+    if (std::abs(v) < 1e29f) largest = std::max(largest, std::abs(static_cast<double>(v)));
+  const double tol = 1e-6 * largest;
+  for (int64_t b = 0; b < batch.B; ++b) {
+    const float* p = beams[0].data() + b * per_row;
+    const float* q = beams[1].data() + b * per_row;
+    for (int64_t i = 0; i < K1; ++i) {
+      EXPECT_EQ(p[K1 + i], q[K1 + i]) << "row " << b << " start " << i;
+      if (p[i] <= -1e29f) {
+        EXPECT_LE(q[i], -1e29f);
+        continue;
+      }
+      EXPECT_NEAR(p[i], q[i], tol);
+      for (int64_t j = 0; j < K2; ++j) {
+        const int64_t at = 2 * K1 + i * K2 + j;
+        EXPECT_EQ(p[at + K1 * K2], q[at + K1 * K2]) << "row " << b << " start " << i << " end " << j;
+        if (p[at] > -1e29f) {
+          EXPECT_NEAR(p[at], q[at], tol);
+        }
+      }
+    }
+    EXPECT_NEAR(p[per_row - 1], q[per_row - 1], tol);
+  }
+}
+
 }  // namespace
 
 TEST(Model, UnpaddedExecutionGivesThePaddedResults) {
@@ -554,7 +612,10 @@ TEST(Model, UnpaddedExecutionGivesThePaddedResults) {
   // other orders: the attention's softmax and GEMMs over a sequence's own keys), closely in bf16
   // (whose roundings those orders move), on the CPU and on the staged backend (device code paths).
   // Dropout off (its numbers are laid out by rows, which packing changes); QA: the packed loss
-  // takes the real positions only, checked against the padded logits' loss over those.
+  // takes the real positions only, checked against the padded logits' loss over those. Every head
+  // reads the packed rows: BERT's pre-training, classification, token classification, QA and the
+  // joint SQuAD head (training, and its beam search), ELECTRA's discriminator, generator and
+  // classifier.
   BertConfig c = small_config();
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0f;
   c.id2label = {"a", "b", "c"};
@@ -564,7 +625,7 @@ TEST(Model, UnpaddedExecutionGivesThePaddedResults) {
     for (Precision prec : {Precision::F32, Precision::BF16}) {
       const double tol = prec == Precision::F32 ? 1e-6 : 3e-2;
       for (Heads h : {Heads::PreTraining, Heads::SequenceClassification, Heads::TokenClassification,
-                      Heads::QuestionAnswering}) {
+                      Heads::QuestionAnswering, Heads::JointQuestionAnswering}) {
         SCOPED_TRACE(std::string(be->on_host() ? "cpu " : "staged ") + (prec == Precision::BF16 ? "bf16 " : "fp32 ") +
                      architecture_name(h));
         const StepResult pad = run_step(c, h, batch, *be, prec, /*padded=*/true, /*training=*/true);
@@ -573,7 +634,12 @@ TEST(Model, UnpaddedExecutionGivesThePaddedResults) {
         EXPECT_TRUE(pk.packed);
         EXPECT_LE(max_diff(pad.seq, pk.seq, batch, c.hidden_size), tol * max_abs(pad.seq));
         const int64_t per_token = h == Heads::TokenClassification ? 3 : h == Heads::QuestionAnswering ? 2 : 0;
-        EXPECT_LE(max_diff(pad.logits, pk.logits, batch, per_token), tol * max_abs(pad.logits));
+        if (h == Heads::JointQuestionAnswering) {
+          const std::vector<float> a = joint_visible(pad.logits, batch), b = joint_visible(pk.logits, batch);
+          EXPECT_LE(max_diff(a, b, batch, 0), tol * max_abs(a));
+        } else {
+          EXPECT_LE(max_diff(pad.logits, pk.logits, batch, per_token), tol * max_abs(pad.logits));
+        }
         if (h == Heads::QuestionAnswering) {
           // the padded logits' loss over the real positions only
           double total = 0;
@@ -595,16 +661,41 @@ TEST(Model, UnpaddedExecutionGivesThePaddedResults) {
       }
     }
   }
-  // ELECTRA (projected embeddings, the discriminator on every token)
+  // A head's dropout keeps the padded rows' numbers: token classification with its dropout on
+  BertConfig d = c;
+  d.classifier_dropout = 0.3f;
+  for (Backend* be : {&cpu_backend(), &staged_backend()}) {
+    const StepResult pad = run_step(d, Heads::TokenClassification, batch, *be, Precision::F32, true, true);
+    const StepResult pk = run_step(d, Heads::TokenClassification, batch, *be, Precision::F32, false, true);
+    EXPECT_TRUE(pk.packed);
+    EXPECT_NEAR(pk.loss, pad.loss, 1e-6 * std::abs(pad.loss));
+    EXPECT_LE(max_diff(pad.logits, pk.logits, batch, 3), 1e-6 * max_abs(pad.logits));
+    EXPECT_LE(max_diff(pad.grads, pk.grads, batch, 0), 1e-6 * max_abs(pad.grads));
+  }
+  // ELECTRA (projected embeddings): the discriminator on every token, the generator's masked LM,
+  // the classifier's own layers on [CLS]
   BertConfig e = c;
   e.model_type = "electra";
   e.embedding_size = 7;
   e.hidden_act = "gelu";
-  const StepResult pad = run_step(e, Heads::Discriminator, batch, cpu_backend(), Precision::F32, true, true);
-  const StepResult pk = run_step(e, Heads::Discriminator, batch, cpu_backend(), Precision::F32, false, true);
-  EXPECT_TRUE(pk.packed);
-  EXPECT_NEAR(pk.loss, pad.loss, 1e-6 * std::abs(pad.loss));
-  EXPECT_LE(max_diff(pad.grads, pk.grads, batch, 0), 1e-6 * max_abs(pad.grads));
+  for (Backend* be : {&cpu_backend(), &staged_backend()}) {
+    for (Precision prec : {Precision::F32, Precision::BF16}) {
+      const double tol = prec == Precision::F32 ? 1e-6 : 3e-2;
+      for (Heads h : {Heads::Discriminator, Heads::Generator, Heads::SequenceClassification}) {
+        SCOPED_TRACE(std::string("ELECTRA ") + (be->on_host() ? "cpu " : "staged ") +
+                     (prec == Precision::BF16 ? "bf16 " : "fp32 ") + architecture_name(h, true));
+        const StepResult pad = run_step(e, h, batch, *be, prec, true, true);
+        const StepResult pk = run_step(e, h, batch, *be, prec, false, true);
+        EXPECT_FALSE(pad.packed);
+        EXPECT_TRUE(pk.packed);
+        EXPECT_NEAR(pk.loss, pad.loss, tol * std::abs(pad.loss));
+        EXPECT_LE(max_diff(pad.logits, pk.logits, batch, h == Heads::Discriminator ? 1 : 0), tol * max_abs(pad.logits));
+        EXPECT_LE(max_diff(pad.grads, pk.grads, batch, 0), tol * max_abs(pad.grads));
+      }
+    }
+  }
+  // the joint head's beam search (inference)
+  for (Backend* be : {&cpu_backend(), &staged_backend()}) check_joint_beams(c, batch, *be);
 }
 
 TEST(Model, UnpaddedSequenceOutputDoesNotDependOnItsBatch) {

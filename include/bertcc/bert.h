@@ -130,7 +130,9 @@ class Bert {
   // Fine-tuning forward (and backward): the head's loss as HF computes it (QA: mean of start and
   // end cross-entropy; classification: mean cross-entropy; regression: mean squared error; tokens:
   // mean cross-entropy over labels != -100). Logits are left in head_logits(): QA [B,T,2]
-  // (start, end), sequence [B,num_labels], token [B,T,num_labels].
+  // (start, end), sequence [B,num_labels], token [B,T,num_labels]. Unpadded (last_packed), the
+  // per-token heads compute the real tokens' rows only and their logits are laid out padded, the
+  // padding holding the Linear's bias (the logits of a zero hidden state, as before).
   FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f);
   const std::vector<float>& head_logits() const { return head_logits_; }
@@ -148,8 +150,8 @@ class Bert {
     cfg_.end_n_top = end_n_top;
   }
   // ELECTRA's discriminator (Heads::Discriminator): logits = dense_prediction(act(dense(h))) per
-  // token, into head_logits() [B*T]; the loss is HF's: binary cross-entropy with logits, mean over
-  // the tokens with input_mask 1 (batch.labels [B*T]: 1 = replaced, 0 = original, -100 = ignored).
+  // token, into head_logits() [B*T] (unpadded: 0 at the padding, which nothing reads); the loss is
+  // HF's: binary cross-entropy with logits, mean over the tokens with input_mask 1 (batch.labels [B*T]: 1 = replaced, 0 = original, -100 = ignored).
   // `denom` > 0 replaces the batch's own count of those tokens as the normaliser.
   FinetuneLoss discriminator_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                   float loss_scale = 1.0f, float denom = 0.0f);
@@ -168,15 +170,23 @@ class Bert {
   // backward = false: no backward follows (inference), and the activations take one layer's
   // memory instead of every layer's (encode_backward then refuses).
   void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward = true);
+  // The padded [B,T,C] sequence output. Unpadded (last_packed), made from the rows on the first
+  // call after an encode (zeros at the padding; memory only then): the heads read the rows.
   const float* sequence_output() const;
   const float* pooled_output() const;
+  // The rows the last encode computed, sequence_row_count() of them, [rows, C]: the batch's real
+  // tokens packed (sequence b at rows cu[b] = its predecessors' lengths on) when last_packed(),
+  // else [B,T,C]. encode_backward takes its sequence gradient in this layout.
+  const float* sequence_rows() const;
+  int64_t sequence_row_count() const;
   // Whether the last encode computed its batch unpadded (packed_lengths): then sequence_output()
   // is zero at the padding, and the QA head's loss takes the real positions only.
   bool last_packed() const;
   // sequence_output() readable on the host: the pointer itself on the CPU, else downloaded into buf.
   const float* sequence_output_on_host(std::vector<float>& buf) const;
   const float* pooled_output_on_host(std::vector<float>& buf) const;  // null without a pooler
-  // Backward from gradients of the sequence output (may be null) and the pooled output (may be null).
+  // Backward from gradients of the sequence output's rows (sequence_rows' layout; may be null) and
+  // of the pooled output (may be null).
   void encode_backward(const float* dseq, const float* dpooled, Precision prec);
 
   // Backward reports, in descending order and ending with 0, offsets into the flat gradient

@@ -17,7 +17,7 @@ namespace bertcc {
 // backward's scratch; inference (no backward follows): plan_inference_acts.
 int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
                         std::vector<std::pair<float**, int64_t>>& plan, bool inference) {
-  const int64_t B = s.B, T = s.T, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
+  const int64_t B = s.B, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t L = cfg.num_hidden_layers, E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;  // bf16 copies (n bf16 in (n + 1) / 2 floats): bf16 only
   // In bf16 the backward reads the roundings of the layer inputs and of h1 (x16, h1_16), never
@@ -35,7 +35,6 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precisio
   a.x.assign(L + 1, nullptr);
   a.layers.assign(L, {});
   if (inference) return plan_inference_acts(a, cfg, s, prec, be, plan);
-  plan.push_back({&a.seq_pad, s.packed ? B * T * C : 0});
   plan.push_back({&a.emb_sum, N * E});
   plan.push_back({&a.emb_out, E != C ? N * E : 0});
   for (float** p : {&a.demb_a, &a.demb_b, &a.demb_c}) plan.push_back({p, E != C ? N * E : 0});
@@ -92,7 +91,7 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precisio
 // same values: the same bits as the training arena (Model.InferenceForwardInOneLayersMemory...).
 int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
                                   std::vector<std::pair<float**, int64_t>>& plan) {
-  const int64_t B = s.B, T = s.T, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
+  const int64_t B = s.B, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;
   a.lean = h16 && !be.y16_needs_y();
@@ -107,7 +106,6 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s
   plan.push_back({&a.emb_mean, N});
   plan.push_back({&a.emb_rstd, N});
   plan.push_back({&a.x[0], N * C});
-  plan.push_back({&a.seq_pad, s.packed ? B * T * C : 0});
   plan.push_back({&ly.probs, s.att_saved});
   plan.push_back({&ly.qkv16, own16 * (N * 3 * C + 1) / 2});
   plan.push_back({&ly.inter16, own16 * (N * I + 1) / 2});
@@ -248,8 +246,8 @@ void Bert::ensure_acts(const Shape& s, bool attention_dropout, Precision prec, b
 }
 
 void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
-  // for the padded layout, and for the packed one at its largest (every row full: the padded rows
-  // plus the sequence output restored to [B,T,C], each sequence's attention on its own)
+  // for the padded layout, and for the packed one at its largest (every row full, each sequence's
+  // attention on its own)
   const bool drop = cfg_.attention_probs_dropout_prob > 0;
   const Shape pad = padded_shape(cfg_, B, T, drop, prec, *be_);
   std::vector<int64_t> cu(static_cast<size_t>(B + 1));
@@ -271,7 +269,26 @@ void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
 }
 
 bool Bert::last_packed() const { return acts_ && acts_->packed; }
-const float* Bert::sequence_output() const { return acts_->packed ? acts_->seq_pad : acts_->x.back(); }
+const float* Bert::sequence_rows() const { return acts_->x.back(); }
+int64_t Bert::sequence_row_count() const { return acts_ ? acts_->N : 0; }
+
+// Packed: the rows restored to [B,T,C] (zeros at the padding) on the first call after an encode.
+const float* Bert::sequence_output() const {
+  Acts& a = *acts_;
+  if (!a.packed) return a.x.back();
+  if (a.seq_pad_ready) return a.seq_pad;
+  Backend& be = *be_;
+  const int64_t B = a.B, T = a.T, C = cfg_.hidden_size;
+  const size_t n_pad = static_cast<size_t>(B * T * C);
+  a.seq_pad = be.on_host() ? (a.seq_pad_host.resize(n_pad), a.seq_pad_host.data()) : a.dseq_pad.ensure(be, n_pad);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto [r0, n] = a.seq(b);
+    be.copy(a.seq_pad + b * T * C, a.x.back() + r0 * C, sizeof(float) * static_cast<size_t>(n * C));
+    if (n < T) be.zero(a.seq_pad + (b * T + n) * C, sizeof(float) * static_cast<size_t>((T - n) * C));
+  }
+  a.seq_pad_ready = true;
+  return a.seq_pad;
+}
 const float* Bert::pooled_output() const { return pooler_ ? acts_->pooled : nullptr; }
 
 const float* Bert::pooled_output_on_host(std::vector<float>& buf) const {

@@ -30,8 +30,7 @@ struct Bert::Acts {
   // Unpadded execution (Shape::packed): the encoder computes N rows, the batch's real tokens
   // packed sequence after sequence (FlashAttention's varlen layout): sequence b is rows cu[b] to
   // cu[b+1]; a layer's `probs` is the backend's varlen attention's saved buffer, its dropout
-  // numbers drop_total after the layer's seed_att. seq_pad is the sequence output
-  // restored to [B,T,C] (zeros at the padding) for the heads, which read the padded layout.
+  // numbers drop_total after the layer's seed_att. The heads read the packed rows (x.back()).
   bool packed = false;
   int64_t N = 0, att_saved = 0, att_work_floats = 0;
   // sequence b's first packed row and its row count
@@ -41,7 +40,14 @@ struct Bert::Acts {
   const int32_t *ids = nullptr, *seg = nullptr;  // the rows' ids and segment ids where the backend computes
   std::vector<int64_t> cu, cls_rows;
   uint64_t drop_total = 0;  // the attention-dropout numbers of a layer (every sequence's)
+  // The sequence output restored to [B,T,C] (zeros at the padding) for a caller that reads the
+  // padded layout (Bert::sequence_output: embed, serve's last_hidden_state), made on demand after
+  // the encode (seq_pad_ready): not on the step path, and its memory only then (a host vector, or a
+  // buffer where the backend computes).
   float* seq_pad = nullptr;
+  bool seq_pad_ready = false;
+  std::vector<float> seq_pad_host;
+  DeviceBuffer<float> dseq_pad;
   int64_t reserved = 0;  // floats reserve_activations asked for (the arena is at least that)
   bool attention_dropout = false;  // probs also hold the dropped-out probabilities
   // A forward that no backward follows: every layer's slices are layer 0's, the layer inputs

@@ -73,6 +73,14 @@ std::vector<int64_t> Bert::packed_lengths(const BertBatch& batch) const {
     for (int64_t t = n; t < batch.T; ++t)
       if (m[t] != 0) return {};  // not a run of ones then zeros: computed padded
     if (n == 0) return {};       // an empty row has no [CLS] row to pool: computed padded
+    // A masked-LM label, or the joint QA head's true start, in the padding has no packed row for the
+    // head to read: computed padded (the data never puts one there).
+    if (batch.mlm_labels.size() == static_cast<size_t>(batch.B * batch.T))
+      for (int64_t t = n; t < batch.T; ++t)
+        if (batch.mlm_labels[static_cast<size_t>(b * batch.T + t)] != -1) return {};
+    if (heads_ == Heads::JointQuestionAnswering && batch.start_positions.size() == static_cast<size_t>(batch.B) &&
+        batch.start_positions[static_cast<size_t>(b)] >= n)
+      return {};
     len[static_cast<size_t>(b)] = n;
     total += n;
   }
@@ -135,6 +143,7 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   }
   a.dropout = training;
   a.rng_seed = rng.seed;
+  a.seq_pad_ready = false;  // (sequence_output makes it again for this batch when asked)
   if (packed) {  // no padding in a sequence's own rows: an additive mask of zeros
     std::fill(a.mask_add.begin(), a.mask_add.end(), 0.0f);
   } else {
@@ -254,18 +263,12 @@ void Bert::attention_forward(int l, const Pass& pass) {
                               NH, p_a, rng, ly.seed_att, prec);
 }
 
-// packed: the sequence output restored to [B,T,C] for the heads (zeros at the padding);
-// pooler: tanh(dense(h[:, 0]))
+// pooler: tanh(dense(h[:, 0])) (packed: the [CLS] rows cu[b]). The heads read the packed rows; the
+// padded sequence output is made only when a caller asks for it (sequence_output).
 void Bert::outputs_forward(const Pass& pass) {
   Acts& a = *acts_;
   Backend& be = *be_;
   const int64_t B = a.B, T = a.T, C = cfg_.hidden_size;
-  if (a.packed)
-    for (int64_t b = 0; b < B; ++b) {
-      const auto [r0, n] = a.seq(b);
-      be.copy(a.seq_pad + b * T * C, a.x.back() + r0 * C, sizeof(float) * static_cast<size_t>(n * C));
-      if (n < T) be.zero(a.seq_pad + (b * T + n) * C, sizeof(float) * static_cast<size_t>((T - n) * C));
-    }
   if (!pooler_) return;
   if (a.packed)
     be.gather_rows(a.cls, a.x.back(), rows_on_backend(a.cls_rows), B, C);
@@ -284,13 +287,8 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
   const Pass pass{prec, a.dropout ? cfg_.hidden_dropout_prob : 0.0f,
                   a.dropout ? cfg_.attention_probs_dropout_prob : 0.0f, &rng};
   Backend& be = *be_;
-  // g = d(sequence output) (packed: its real rows; the padding's gradient reaches nothing)
-  if (dseq && a.packed) {
-    for (int64_t b = 0; b < B; ++b) {
-      const auto [r0, n] = a.seq(b);
-      be.copy(a.g + r0 * C, dseq + b * T * C, sizeof(float) * static_cast<size_t>(n * C));
-    }
-  } else if (dseq) {
+  // g = d(sequence output), in the encoder's rows (packed: the N real tokens, as sequence_rows)
+  if (dseq) {
     be.copy(a.g, dseq, sizeof(float) * N * C);
   } else {
     be.zero(a.g, sizeof(float) * static_cast<size_t>(N * C));

@@ -4,6 +4,7 @@
 // Bert befriends this base, which hands its subclasses the model's step helpers.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -53,9 +54,21 @@ class Head {
   void encode_backward(const float* dseq, const float* dpooled, Precision prec) {
     m_.encode_backward(dseq, dpooled, prec);
   }
-  const float* sequence_output() const { return m_.sequence_output(); }
+  // The encoder's output rows (rows() of them, [rows, C]: the batch's real tokens packed, or B x T
+  // padded), what the heads read and what encode_backward's sequence gradient is laid out as.
+  const float* sequence_rows() const { return m_.sequence_rows(); }
+  int64_t rows() const { return m_.sequence_row_count(); }
+  // Sequence b's first row and its length in those rows (padded: b T and T).
+  std::pair<int64_t, int64_t> seq(int64_t b) const;
+  // The [CLS] rows (seq(b).first), on the host.
+  std::vector<int64_t>& cls_rows();
   const float* pooled_output() const { return m_.pooled_output(); }
   bool last_packed() const { return m_.last_packed(); }
+  // Host per-token values between the rows and the padded layout [B,T,K]: `unpack_rows` lays K values
+  // per row out padded (`pad`'s K values, or zeros when null, at the padding); `pack_rows` takes the
+  // real tokens' values of a padded [B,T,K] in row order.
+  void unpack_rows(const float* src, int64_t K, const float* pad, std::vector<float>& out);
+  void pack_rows(const std::vector<float>& padded, int64_t K, std::vector<float>& out);
   // The masked-LM heads' scratch in the activation arena (sized by the masked positions).
   Bert::Acts& acts();
 

@@ -26,12 +26,12 @@ class DiscriminatorHead : public Head {
   // the batch's count of counted tokens.
   void loss(const BertBatch& batch, float loss_scale, float denom, int64_t count, FinetuneLoss& out);
   LinearRef dense_, pred_;
-  std::vector<float> t1_, tg_, dtg_, dt1_, dseq_, dlogits_, logits_dev_;
+  std::vector<float> t1_, tg_, dtg_, dt1_, dseq_, dlogits_, logits_dev_, dlogits_rows_;
 };
 
 FinetuneLoss DiscriminatorHead::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec,
                                               Rng& rng, float loss_scale, float denom) {
-  const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
+  const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;  // (N: the batch's positions)
   BERTCC_CHECK(batch.labels.size() == static_cast<size_t>(N), "discriminator_step: needs labels [B*T = ", N, "]");
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) {
@@ -45,24 +45,33 @@ FinetuneLoss DiscriminatorHead::finetune_step(const BertBatch& batch, bool train
   const Activation act = cfg_.activation();
   FinetuneLoss out;
   out.count = count;
-  // dense -> activation -> dense_prediction, on every token (HF computes padding too; the loss skips it)
-  float* t1 = scratch(t1_, N * C, false);
-  float* tg = scratch(tg_, N * C, false);
-  const float* h = sequence_output();
-  be.linear_forward(t1, h, w(dense_.w), w(dense_.b), N, C, C, prec, w16(dense_.w, prec));
-  be.gelu_forward(tg, t1, N * C, act);
-  float* logits = be.on_host() ? (head_logits_.resize(N), head_logits_.data()) : scratch(logits_dev_, N, false);
-  be.linear_forward(logits, tg, w(pred_.w), w(pred_.b), N, 1, C, prec, w16(pred_.w, prec));
-  to_host(head_logits_, logits, N);
+  // dense -> activation -> dense_prediction, on the encoder's R rows (padded: every position, as HF,
+  // the loss skipping the padding; unpadded: the real tokens alone, the logits laid out padded with
+  // 0 at the padding)
+  const int64_t R = rows();
+  const bool unpack = last_packed();
+  float* t1 = scratch(t1_, R * C, false);
+  float* tg = scratch(tg_, R * C, false);
+  const float* h = sequence_rows();
+  be.linear_forward(t1, h, w(dense_.w), w(dense_.b), R, C, C, prec, w16(dense_.w, prec));
+  be.gelu_forward(tg, t1, R * C, act);
+  float* logits = be.on_host() && !unpack ? (head_logits_.resize(N), head_logits_.data())
+                                          : scratch(logits_dev_, R, false);
+  be.linear_forward(logits, tg, w(pred_.w), w(pred_.b), R, 1, C, prec, w16(pred_.w, prec));
+  if (unpack)
+    unpack_rows(to_host(logits_dev_, logits, R).data(), 1, nullptr, head_logits_);
+  else
+    to_host(head_logits_, logits, N);
   loss(batch, loss_scale, denom, count, out);
   if (!backward) return out;
-  const float* dl = to_backend(dlogits_);
-  float* dtg = scratch(dtg_, N * C, true);
-  float* dt1 = scratch(dt1_, N * C, true);
-  be.linear_backward(dtg, dgrad(pred_.w), dgrad(pred_.b), dl, tg, w(pred_.w), N, 1, C, prec, w16(pred_.w, prec));
-  be.gelu_backward(dt1, t1, dtg, N * C, act);
-  float* dseq = scratch(dseq_, N * C, true);
-  be.linear_backward(dseq, dgrad(dense_.w), dgrad(dense_.b), dt1, h, w(dense_.w), N, C, C, prec, w16(dense_.w, prec));
+  if (unpack) pack_rows(dlogits_, 1, dlogits_rows_);
+  const float* dl = to_backend(unpack ? dlogits_rows_ : dlogits_);
+  float* dtg = scratch(dtg_, R * C, true);
+  float* dt1 = scratch(dt1_, R * C, true);
+  be.linear_backward(dtg, dgrad(pred_.w), dgrad(pred_.b), dl, tg, w(pred_.w), R, 1, C, prec, w16(pred_.w, prec));
+  be.gelu_backward(dt1, t1, dtg, R * C, act);
+  float* dseq = scratch(dseq_, R * C, true);
+  be.linear_backward(dseq, dgrad(dense_.w), dgrad(dense_.b), dt1, h, w(dense_.w), R, C, C, prec, w16(dense_.w, prec));
   encode_backward(dseq, nullptr, prec);
   return out;
 }

@@ -34,6 +34,41 @@ Bert::Acts& Head::acts() {
   return *m_.acts_;
 }
 
+std::pair<int64_t, int64_t> Head::seq(int64_t b) const {
+  const Bert::Acts& a = *m_.acts_;
+  return a.packed ? a.seq(b) : std::pair<int64_t, int64_t>{b * a.T, a.T};
+}
+
+std::vector<int64_t>& Head::cls_rows() {
+  Bert::Acts& a = acts();
+  if (!a.packed) {  // (the packed ones are the encoder's, set with the batch)
+    a.cls_rows.resize(static_cast<size_t>(a.B));
+    for (int64_t b = 0; b < a.B; ++b) a.cls_rows[static_cast<size_t>(b)] = b * a.T;
+  }
+  return a.cls_rows;
+}
+
+void Head::unpack_rows(const float* src, int64_t K, const float* pad, std::vector<float>& out) {
+  const Bert::Acts& a = acts();
+  out.resize(static_cast<size_t>(a.B * a.T * K));
+  for (int64_t b = 0; b < a.B; ++b) {
+    const auto [r0, n] = seq(b);
+    float* o = out.data() + b * a.T * K;
+    std::copy_n(src + r0 * K, n * K, o);
+    for (int64_t t = n; t < a.T; ++t)
+      for (int64_t k = 0; k < K; ++k) o[t * K + k] = pad ? pad[k] : 0.0f;
+  }
+}
+
+void Head::pack_rows(const std::vector<float>& padded, int64_t K, std::vector<float>& out) {
+  const Bert::Acts& a = acts();
+  out.resize(static_cast<size_t>(rows() * K));
+  for (int64_t b = 0; b < a.B; ++b) {
+    const auto [r0, n] = seq(b);
+    std::copy_n(padded.data() + b * a.T * K, n * K, out.data() + r0 * K);
+  }
+}
+
 namespace {
 // Every head, in the order of `Heads` (checked).
 const HeadSpec* const kSpecs[] = {&none_head(),

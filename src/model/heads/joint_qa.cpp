@@ -99,7 +99,7 @@ class JointQaHead : public Head {
   // The training forward's buffers (where the backend computes) for the backward.
   struct Fwd {
     const float* h;
-    const int64_t *start_rows, *start_of, *row_b;
+    const int64_t *start_rows, *cls_rows, *start_of, *row_b;
     float *xin, *tmp, *a, *y, *mean, *rstd, *zin, *za;
   };
   // end logits of M rows [h_t ; h_start] (xin, on the backend): a = tanh(dense_0), y = LayerNorm(a)
@@ -111,6 +111,9 @@ class JointQaHead : public Head {
     float *xin, *tmp, *a, *y, *mean, *rstd, *e, *za, *c;
     const float* zin;
   };
+  // Unpadded: the start (and `end`: the end) logits of the encoder's rows, on the host in s (and
+  // e), laid out padded [B*T] in place, zeros at the padding (masked after).
+  void logits_padded(bool end);
   void beam_row(int64_t b, int64_t T, const std::vector<float>& pm, const std::vector<double>& lp, const Beam& bb,
                 Precision prec);
   Fwd train_forward(const BertBatch& batch, const std::vector<float>& pm, Precision prec);
@@ -122,7 +125,8 @@ class JointQaHead : public Head {
   ParamRef ans1_;
   // training and beam scratch (keys of scratch() on a device) and row indices
   std::vector<float> s, xin, tmp, a, y, mean, rstd, e, zin, tmpb, za, c, dc, dza, dz, dzin, dhs, dy, da, dx, dxin, dseq;
-  std::vector<int64_t> start_rows, cls_rows, start_of, row_b;
+  std::vector<float> rows_tmp, s_rows, e_rows, e_row;
+  std::vector<int64_t> start_rows, start_of, row_b;
 };
 
 FinetuneLoss JointQaHead::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
@@ -166,17 +170,18 @@ void JointQaHead::end_logits(const float* xin, int64_t M, float* a, float* y, fl
 void JointQaHead::beam_search(const BertBatch& batch, const std::vector<float>& pm, Precision prec) {
   const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
   Backend& be = backend();
-  const float* hd = sequence_output();
-  float* sd = scratch(s, N, false);
-  be.linear_forward(sd, hd, w(start_.w), w(start_.b), N, 1, C, prec, w16(start_.w, prec));
-  to_host(s, sd, N);
+  const float* hd = sequence_rows();  // the encoder's rows (packed: the real tokens alone)
+  float* sd = scratch(s, rows(), false);
+  be.linear_forward(sd, hd, w(start_.w), w(start_.b), rows(), 1, C, prec, w16(start_.w, prec));
+  to_host(s, sd, rows());
+  logits_padded(/*end=*/false);
   apply_mask(s.data(), pm.data(), N);
   const int64_t K1 = cfg_.start_beam(), K2 = cfg_.end_beam();
   const int64_t k1 = std::min<int64_t>(K1, T);
   const int64_t per_row = 2 * K1 + 2 * K1 * K2 + 1;
   head_logits_.assign(static_cast<size_t>(B * per_row), 0.0f);
-  // one row's k1 x T candidates at a time: rows (i, t) = [h_t ; h_start_i], end logits through
-  // a = tanh(dense_0), y = LayerNorm(a), e = dense_1(y)
+  // one row's k1 x T candidates at a time (at most: packed, k1 x its length): rows (i, t) =
+  // [h_t ; h_start_i], end logits through a = tanh(dense_0), y = LayerNorm(a), e = dense_1(y)
   const int64_t R = k1 * T;
   Beam bb;
   bb.xin = scratch(xin, R * 2 * C, false);
@@ -198,8 +203,18 @@ void JointQaHead::beam_search(const BertBatch& batch, const std::vector<float>& 
     for (int64_t t = 0; t < T; ++t) probs[b * T + t] = std::exp(lps[b][t]);
   }
   float* zinp = scratch(zin, B * 2 * C, false);
-  be.weighted_row_sums(zinp, 2 * C, hd, probs.data(), B, T, C);
-  be.copy_rows(zinp + C, 2 * C, hd, T * C, B, C);
+  if (!last_packed()) {
+    be.weighted_row_sums(zinp, 2 * C, hd, probs.data(), B, T, C);
+    be.copy_rows(zinp + C, 2 * C, hd, T * C, B, C);
+  } else {  // over each sequence's own rows (the padding's probabilities are 0); the [CLS] rows
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [r0, n] = seq(b);
+      be.weighted_row_sums(zinp + b * 2 * C, 2 * C, hd + r0 * C, probs.data() + b * T, 1, n, C);
+    }
+    float* tb = scratch(tmpb, B * C, false);
+    be.gather_rows(tb, hd, rows_on_backend(cls_rows()), B, C);
+    be.copy_rows(zinp + C, 2 * C, tb, C, B, C);
+  }
   bb.zin = zinp;
   for (int64_t b = 0; b < B; ++b) beam_row(b, T, pm, lps[b], bb, prec);
 }
@@ -209,23 +224,28 @@ void JointQaHead::beam_row(int64_t b, int64_t T, const std::vector<float>& pm, c
                            const Beam& bb, Precision prec) {
   const int64_t C = cfg_.hidden_size;
   Backend& be = backend();
-  const float* hd = sequence_output();
+  const float* hd = sequence_rows();
+  const auto [r0, n] = seq(b);  // the row's positions in the encoder's rows (padded: b T and T)
   const int64_t K1 = cfg_.start_beam(), K2 = cfg_.end_beam();
   const int64_t k1 = std::min<int64_t>(K1, T), k2 = std::min<int64_t>(K2, T);
-  const int64_t per_row = 2 * K1 + 2 * K1 * K2 + 1, R = k1 * T;
+  const int64_t per_row = 2 * K1 + 2 * K1 * K2 + 1, R = k1 * n;
   std::vector<double> elp;
   float* o = head_logits_.data() + b * per_row;  // [K1 start lp | K1 start idx | K1*K2 end lp | K1*K2 end idx | cls]
   const std::vector<int64_t> st = top_k(lp, k1);
   for (int64_t i = 0; i < k1; ++i) {
-    be.copy_rows(bb.xin + i * T * 2 * C, 2 * C, hd + b * T * C, C, T, C);
-    for (int64_t t = 0; t < T; ++t) start_of[i * T + t] = b * T + st[i];
+    be.copy_rows(bb.xin + i * n * 2 * C, 2 * C, hd + r0 * C, C, n, C);
+    for (int64_t t = 0; t < n; ++t) start_of[i * n + t] = r0 + std::min(st[i], n - 1);
   }
   be.gather_rows(bb.tmp, hd, rows_on_backend(start_of), R, C);
+  for (int64_t i = 0; i < k1; ++i)  // packed, a start in the padding (a masked one): its zero hidden state
+    if (st[i] >= n) be.zero(bb.tmp + i * n * C, sizeof(float) * static_cast<size_t>(n * C));
   be.copy_rows(bb.xin + C, 2 * C, bb.tmp, C, R, C);
   end_logits(bb.xin, R, bb.a, bb.y, bb.mean, bb.rstd, bb.e, prec);
   to_host(e, bb.e, R);
   for (int64_t i = 0; i < k1; ++i) {
-    float* ei = e.data() + i * T;
+    e_row.assign(static_cast<size_t>(T), 0.0f);  // (the padding's, masked next)
+    std::copy_n(e.data() + i * n, n, e_row.data());
+    float* ei = e_row.data();
     apply_mask(ei, pm.data() + b * T, T);
     log_softmax(ei, T, elp);
     const std::vector<int64_t> en = top_k(elp, k2);
@@ -243,27 +263,37 @@ void JointQaHead::beam_row(int64_t b, int64_t T, const std::vector<float>& pm, c
   o[per_row - 1] = to_host(c, bb.c, 1)[0];
 }
 
+void JointQaHead::logits_padded(bool end) {
+  if (!last_packed()) return;
+  rows_tmp = s;
+  unpack_rows(rows_tmp.data(), 1, nullptr, s);
+  if (!end) return;
+  rows_tmp = e;
+  unpack_rows(rows_tmp.data(), 1, nullptr, e);
+}
+
 // ---- training: end and answer class conditioned on the true start, on the backend ----
 JointQaHead::Fwd JointQaHead::train_forward(const BertBatch& batch, const std::vector<float>& pm, Precision prec) {
-  const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
+  // N: the encoder's rows (packed: the real tokens alone; a true start in the padding has the batch
+  // computed padded, packed_lengths)
+  const int64_t B = batch.B, T = batch.T, N = rows(), C = cfg_.hidden_size;
   Backend& be = backend();
   Fwd f;
-  f.h = sequence_output();
+  f.h = sequence_rows();
   const float* h = f.h;
   start_rows.resize(static_cast<size_t>(B));
-  cls_rows.resize(static_cast<size_t>(B));
   start_of.resize(static_cast<size_t>(N));
   row_b.resize(static_cast<size_t>(N));
   for (int64_t b = 0; b < B; ++b) {
-    start_rows[b] = b * T + batch.start_positions[b];
-    cls_rows[b] = b * T;
-    for (int64_t t = 0; t < T; ++t) {
-      start_of[b * T + t] = b * T + batch.start_positions[b];
-      row_b[b * T + t] = b;
+    const auto [r0, n] = seq(b);
+    start_rows[b] = r0 + batch.start_positions[b];
+    for (int64_t t = 0; t < n; ++t) {
+      start_of[r0 + t] = r0 + batch.start_positions[b];
+      row_b[r0 + t] = b;
     }
   }
   f.start_rows = rows_on_backend(start_rows);
-  const int64_t* cls_rows_d = rows_on_backend(cls_rows);
+  const int64_t* cls_rows_d = f.cls_rows = rows_on_backend(cls_rows());
   f.start_of = rows_on_backend(start_of);
   f.row_b = rows_on_backend(row_b);
   // start logits
@@ -297,8 +327,9 @@ JointQaHead::Fwd JointQaHead::train_forward(const BertBatch& batch, const std::v
   to_host(s, sd, N);
   to_host(e, ed, N);
   to_host(c, cd, B);
-  apply_mask(s.data(), pm.data(), N);
-  apply_mask(e.data(), pm.data(), N);
+  logits_padded(/*end=*/true);
+  apply_mask(s.data(), pm.data(), B * T);
+  apply_mask(e.data(), pm.data(), B * T);
   // head_logits_: start [B*T], end [B*T], answer class [B] (for inspection; gradients use copies)
   head_logits_.assign(s.begin(), s.end());
   head_logits_.insert(head_logits_.end(), e.begin(), e.end());
@@ -336,13 +367,18 @@ void JointQaHead::train_loss(const BertBatch& batch, bool backward, float loss_s
 
 // ---- backward (on the backend; the masked positions get no gradient) ----
 void JointQaHead::train_backward(const BertBatch& batch, const std::vector<float>& pm, Precision prec, const Fwd& f) {
-  const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;
+  const int64_t B = batch.B, T = batch.T, N = rows(), C = cfg_.hidden_size;  // N: the encoder's rows
   Backend& be = backend();
-  for (int64_t i = 0; i < N; ++i)
+  const bool packed = last_packed();
+  for (int64_t i = 0; i < B * T; ++i)
     if (pm[i] > 0) s[i] = e[i] = 0.0f;
+  if (packed) {  // the real tokens' gradients, in the rows
+    pack_rows(e, 1, e_rows);
+    pack_rows(s, 1, s_rows);
+  }
   const float* dcd = to_backend(dc);
-  const float* de = to_backend(e);
-  const float* ds = to_backend(s);
+  const float* de = to_backend(packed ? e_rows : e);
+  const float* ds = to_backend(packed ? s_rows : s);
   float* dh = scratch(dseq, N * C, true);
   float* dhsd = scratch(dhs, B * C, true);
   // answer class
@@ -355,7 +391,13 @@ void JointQaHead::train_backward(const BertBatch& batch, const std::vector<float
     be.linear_backward(dzind, dgrad(ans0_.w), dgrad(ans0_.b), dzd, f.zin, w(ans0_.w), B, C, 2 * C, prec,
                        w16(ans0_.w, prec));
     be.add_rows(dhsd, C, dzind, 2 * C, B, C);
-    be.add_rows(dh, T * C, dzind + C, 2 * C, B, C);
+    if (packed) {  // into the [CLS] rows
+      float* tb = scratch(tmpb, B * C, false);
+      be.copy_rows(tb, C, dzind + C, 2 * C, B, C);
+      be.scatter_add_rows(dh, tb, f.cls_rows, B, C);
+    } else {
+      be.add_rows(dh, T * C, dzind + C, 2 * C, B, C);
+    }
   }
   // end logits
   {

@@ -21,7 +21,26 @@ int64_t LinearHead::count_labels(const BertBatch& b, int64_t n, int64_t K, bool 
 }
 
 const float* LinearHead::input(int64_t, int64_t, float, Rng&, Precision) {
-  return per_token_ ? sequence_output() : pooled_output();
+  return per_token_ ? sequence_rows() : pooled_output();
+}
+
+// The head's dropout on its R input rows, forward or backward (adding into out): its numbers laid
+// out as the padded rows' (a token's are those of its padded position, whatever the batch's layout).
+void LinearHead::dropout(float* out, const float* in, int64_t B, int64_t T, int64_t R, float p, Rng& rng, uint64_t base,
+                         bool back) {
+  Backend& be = backend();
+  const int64_t C = cfg_.hidden_size;
+  auto one = [&](int64_t r0, int64_t n, uint64_t at) {
+    if (back)
+      be.dropout_backward(out + r0 * C, in + r0 * C, n * C, p, rng, at);
+    else
+      be.dropout_forward(out + r0 * C, in + r0 * C, n * C, p, rng, at);
+  };
+  if (!per_token_ || !last_packed()) return one(0, R, base);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto [r0, n] = seq(b);
+    one(r0, n, base + static_cast<uint64_t>(b * T * C));
+  }
 }
 
 void LinearHead::input_backward(const float* dsrc, int64_t, int64_t, float, Rng&, Precision prec) {
@@ -42,34 +61,48 @@ FinetuneLoss LinearHead::finetune_step(const BertBatch& batch, bool training, bo
   Backend& be = backend();
   FinetuneLoss out;
   out.count = count;
-  const int64_t R = per_token_ ? B * T : B;  // rows the head sees
+  // rows the head sees: the encoder's (the real tokens alone when packed) or the batch's
+  const int64_t R = per_token_ ? rows() : B;
+  const bool unpack = per_token_ && last_packed();  // logits laid out padded for the callers
   const float p = (training && dropout_) ? cfg_.head_dropout() : 0.0f;
   const float* src = input(B, T, p, rng, prec);
   uint64_t drop_base = 0;
   const float* hin = src;
   if (p > 0) {
     float* hd = scratch(in_, R * C, false);
-    drop_base = rng.reserve(R * C);
-    be.dropout_forward(hd, src, R * C, p, rng, drop_base);
+    drop_base = rng.reserve((per_token_ ? B * T : B) * C);  // (the padded rows' numbers)
+    dropout(hd, src, B, T, R, p, rng, drop_base, /*back=*/false);
     hin = hd;
   }
   const ParamRef wn = out_.w, bn = out_.b;
-  float* logits = be.on_host() ? (head_logits_.resize(R * K), head_logits_.data()) : scratch(logits_dev_, R * K, false);
+  float* logits = be.on_host() && !unpack ? (head_logits_.resize(R * K), head_logits_.data())
+                                          : scratch(logits_dev_, R * K, false);
   be.linear_forward(logits, hin, w(wn), w(bn), R, K, C, prec, w16(wn, prec));
-  to_host(head_logits_, logits, R * K);
+  if (unpack) {  // the padding holds the bias: the logits of a zero hidden state
+    const float* bias = w(bn);
+    if (!be.on_host()) {
+      bias_.resize(static_cast<size_t>(K));
+      be.download(bias_.data(), bias, sizeof(float) * static_cast<size_t>(K));
+      bias = bias_.data();
+    }
+    unpack_rows(to_host(logits_dev_, logits, R * K).data(), K, bias, head_logits_);
+  } else {
+    to_host(head_logits_, logits, R * K);
+  }
   if (!have_labels) return out;
 
   loss(batch, backward, loss_scale, count, out, dlogits_);  // d(loss)/d(logits) in dlogits_ (host)
   if (!backward) return out;
 
   // ---- backward: head linear -> dropout -> input ----
-  const float* dl = to_backend(dlogits_);
+  if (unpack) pack_rows(dlogits_, K, dlogits_rows_);  // the real tokens' gradients (the padding's reach nothing)
+  const float* dl = to_backend(unpack ? dlogits_rows_ : dlogits_);
   float* din = scratch(din_, R * C, true);
   be.linear_backward(din, dgrad(wn), dgrad(bn), dl, hin, w(wn), R, K, C, prec, w16(wn, prec));
   const float* dsrc = din;
   if (p > 0) {
     float* dd = scratch(dseq_, R * C, true);
-    be.dropout_backward(dd, din, R * C, p, rng, drop_base);
+    dropout(dd, din, B, T, R, p, rng, drop_base, /*back=*/true);
     dsrc = dd;
   }
   input_backward(dsrc, B, T, p, rng, prec);

@@ -35,10 +35,15 @@ class LinearHead : public Head {
   void xent_loss(const BertBatch& b, bool backward, float loss_scale, int64_t count, FinetuneLoss& out,
                  std::vector<float>& dlogits);
 
+  // The head's dropout on its R input rows (forward, or backward adding into out), its numbers
+  // those of the padded rows [B,T] (per token) or [B].
+  void dropout(float* out, const float* in, int64_t B, int64_t T, int64_t R, float p, Rng& rng, uint64_t base,
+               bool back);
+
   bool per_token_, dropout_;
   LinearRef out_;  // qa_outputs, classifier or ELECTRA's classifier.out_proj
   // scratch (keys of scratch() on a device): input after dropout, its gradient, the input's gradient
-  std::vector<float> in_, din_, dseq_, dlogits_, logits_dev_;
+  std::vector<float> in_, din_, dseq_, dlogits_, logits_dev_, dlogits_rows_, bias_;
 };
 
 }  // namespace bertcc

@@ -53,17 +53,22 @@ PretrainLoss MaskedLmHead::pretrain_step(const BertBatch& batch, bool training, 
 void MaskedLmHead::mlm_forward(const BertBatch& batch, bool backward, Precision prec, Rng& rng, float loss_scale,
                                float mlm_denom, std::vector<float>* mlm_logits_out, Bert::GumbelSample* sample, Fwd& f,
                                PretrainLoss& out) {
-  const int64_t N = batch.B * batch.T, C = cfg_.hidden_size, V = cfg_.vocab_size, Eh = width();
+  const int64_t B = batch.B, T = batch.T, C = cfg_.hidden_size, V = cfg_.vocab_size, Eh = width();
   const Activation act = this->act();
   auto& h = acts().head;
   Backend& be = backend();
   h.rows.clear();
   h.labels.clear();
-  for (int64_t n = 0; n < N; ++n)
-    if (batch.mlm_labels[n] != -1) {
-      h.rows.push_back(n);
-      h.labels.push_back(batch.mlm_labels[n]);
-    }
+  // the masked positions' rows in the encoder's output, in token order (packed: cu[b] + t; a label
+  // in the padding has the batch computed padded, packed_lengths)
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t r0 = seq(b).first;
+    for (int64_t t = 0; t < T; ++t)
+      if (batch.mlm_labels[b * T + t] != -1) {
+        h.rows.push_back(r0 + t);
+        h.labels.push_back(batch.mlm_labels[b * T + t]);
+      }
+  }
   const int64_t M = static_cast<int64_t>(h.rows.size());
   f.M = M;
   out.mlm_count = M;
@@ -86,7 +91,7 @@ void MaskedLmHead::mlm_forward(const BertBatch& batch, bool backward, Precision 
   f.trstd = scratch(h.trstd, M, false);
   f.logits = scratch(h.logits, M * V, false);  // overwritten in place by its own gradient: no separate probabilities
   float* losses = scratch(h.losses, M, false);
-  be.gather_rows(f.hm, sequence_output(), rows, M, C);
+  be.gather_rows(f.hm, sequence_rows(), rows, M, C);
   be.linear_forward(f.t1, f.hm, w(dense_.w), w(dense_.b), M, Eh, C, prec, w16(dense_.w, prec));
   be.gelu_forward(f.tg, f.t1, M * Eh, act);
   be.layernorm_forward(f.tl, f.tmean, f.trstd, f.tg, w(lnorm_.g), w(lnorm_.b), M, Eh, cfg_.layer_norm_eps);
@@ -129,9 +134,9 @@ void MaskedLmHead::nsp_forward(const BertBatch& batch, bool backward, Precision 
   out.nsp_loss = s / static_cast<double>(B);
 }
 
-// ---- backward: NSP into the pooled output, the MLM head into the masked rows ----
+// ---- backward: NSP into the pooled output, the MLM head into the masked rows (the encoder's rows) ----
 void MaskedLmHead::backward(const BertBatch& batch, Precision prec, const Fwd& f) {
-  const int64_t B = batch.B, N = batch.B * batch.T, C = cfg_.hidden_size, V = cfg_.vocab_size, Eh = width();
+  const int64_t B = batch.B, N = rows(), C = cfg_.hidden_size, V = cfg_.vocab_size, Eh = width();
   const int64_t M = f.M;
   auto& h = acts().head;
   Backend& be = backend();

@@ -58,7 +58,10 @@ const float* SequenceClassificationHead::input(int64_t B, int64_t T, float p, Rn
   const int64_t C = cfg_.hidden_size;
   Backend& be = backend();
   float* cls = scratch(cls_, B * C, false);
-  be.copy_rows(cls, C, sequence_output(), T * C, B, C);
+  if (last_packed())  // the [CLS] rows, as the pooler's
+    be.gather_rows(cls, sequence_rows(), rows_on_backend(cls_rows()), B, C);
+  else
+    be.copy_rows(cls, C, sequence_rows(), T * C, B, C);
   a1p_ = scratch(a1_, B * C, false);
   be.copy(a1p_, cls, sizeof(float) * static_cast<size_t>(B * C));
   drop_cls_ = 0;
@@ -76,8 +79,8 @@ const float* SequenceClassificationHead::input(int64_t B, int64_t T, float p, Rn
 void SequenceClassificationHead::input_backward(const float* dsrc, int64_t B, int64_t T, float p, Rng& rng,
                                                 Precision prec) {
   if (!electra_) return LinearHead::input_backward(dsrc, B, T, p, rng, prec);
-  // dsrc = d(gelu out) -> gelu -> dense -> dropout -> rows 0 of the sequence gradient
-  const int64_t C = cfg_.hidden_size, N = B * T;
+  // dsrc = d(gelu out) -> gelu -> dense -> dropout -> the [CLS] rows of the sequence gradient
+  const int64_t C = cfg_.hidden_size, N = rows();
   Backend& be = backend();
   float* dd1 = scratch(dd1_, B * C, true);
   float* da1 = scratch(da1_, B * C, true);
@@ -91,7 +94,10 @@ void SequenceClassificationHead::input_backward(const float* dsrc, int64_t B, in
     dcls = dc;
   }
   float* dseq = scratch(dseq_, N * C, true);
-  be.copy_rows(dseq, T * C, dcls, C, B, C);
+  if (last_packed())
+    be.scatter_add_rows(dseq, dcls, rows_on_backend(cls_rows()), B, C);
+  else
+    be.copy_rows(dseq, T * C, dcls, C, B, C);
   encode_backward(dseq, nullptr, prec);
 }
 
