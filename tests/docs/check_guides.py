@@ -155,6 +155,13 @@ def make_world(B, fix, W):
             wr = csv.writer(f)
             wr.writerow(["label", "sentence", "description"])
             wr.writerows(part)
+    # CSV as Hugging Face's scripts take it: a text,label header, string labels (SST-2 dev sentences)
+    sst = [l.rstrip("\n").split("\t") for l in open(os.path.join(SHARED, "glue", "SST-2", "dev.tsv"), encoding="utf-8")][1:]
+    for name, part in (("reviews.csv", sst[:48]), ("reviews-test.csv", sst[48:64])):
+        with open(j(name), "w", newline="", encoding="utf-8") as f:
+            wr = csv.writer(f)
+            wr.writerow(["text", "label"])
+            wr.writerows([t, "positive" if y == "1" else "negative"] for t, y in part)
     os.makedirs(j("conll2003", "iob2"))
     shutil.copy(os.path.join(ft, "ner.txt"), j("conll2003", "iob2", "train.txt"))
     paras = open(os.path.join(SHARED, "conll2003", "iob2", "valid.txt")).read().split("\n\n")
@@ -424,6 +431,7 @@ def run_shell(c, cwd, logf, timeout=CMD_TIMEOUT):
 
 
 def start_server(c, cwd, logf, port):
+    c = re.sub(r"\s*('&'|&)\s*$", "", c)  # the guide's own `&` (quoted by shlex.join): this starts it in the background
     logf.write(f"$ {c} &\n")
     out = open(os.path.join(cwd, f"serve-{port}.log"), "w")
     p = subprocess.Popen(["bash", "-c", "exec " + c], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
