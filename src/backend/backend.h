@@ -323,7 +323,8 @@ void set_cuda_graphs(bool on);
 bool cuda_graphs();
 inline const char* cuda_graphs_help() {
   return "with --device cuda: record the encoder's forward as a CUDA graph for each batch shape seen twice "
-         "and replay it (one launch instead of one per kernel; the same results)";
+         "and replay it (one launch instead of one per kernel; the same results); batches are then computed "
+         "padded to their longest row, the shape a graph records";
 }
 
 // Unpadded execution (Bert::encode): the encoder computes a batch's real tokens only, packed
