@@ -131,8 +131,15 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
     "$BERTCC" prep-corpus --input "$A/docs3" --output "$A/pc_empty" --shards 5 --threads 1
   check prep-none-held-out nonzero "--test-fraction 0.01 held out none of the 3 documents" -- \
     "$BERTCC" prep-corpus --input "$A/docs3" --output "$A/pc_empty" --shards 1 --test-fraction 0.01 --threads 1
-  [ -z "$(find "$A/pc_empty" -type f 2>/dev/null)" ] && echo "ok   prep-corpus wrote no shard when refusing" \
-    || { echo "FAIL: prep-corpus left files: $(find "$A/pc_empty" -type f)"; fails=$((fails+1)); }
+  [ ! -e "$A/pc_empty" ] && echo "ok   prep-corpus left nothing when refusing (no shard, no folder)" \
+    || { echo "FAIL: prep-corpus left: $(find "$A/pc_empty")"; fails=$((fails+1)); }
+  # a refusal into an existing folder keeps that folder (and whatever was in it) and removes only the
+  # train/test folders it made
+  mkdir -p "$A/pc_keep"; echo keep > "$A/pc_keep/notes.txt"
+  check prep-empty-keeps-dir nonzero "pass --shards 3 or fewer" -- \
+    "$BERTCC" prep-corpus --input "$A/docs3" --output "$A/pc_keep" --shards 5 --threads 1
+  [ "$(cd "$A/pc_keep" && find . | sort | tr '\n' ' ')" = ". ./notes.txt " ] && echo "ok   prep-corpus kept the existing folder" \
+    || { echo "FAIL: prep-corpus refusal left $(cd "$A/pc_keep" && find .)"; fails=$((fails+1)); }
   check prep-held-out-count 0 "3 documents (1 held out)" -- \
     "$BERTCC" prep-corpus --input "$A/docs3" --output "$A/pc_split" --shards 2 --test-fraction 0.5 --threads 1 --seed 3
   # init-model --output = --output-dir

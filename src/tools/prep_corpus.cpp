@@ -93,9 +93,15 @@ void add_prep_corpus(CLI::App& app) {
     for (const auto& p : o->inputs)  // (the shards go to OUTPUT/train and OUTPUT/test)
       for (const char* sub : {"", "train", "test"})
         check_output_not_input((fs::path(o->output) / sub).string(), "--output-dir", p, "--input", /*input_read_whole=*/true);
-    fs::create_directories(fs::path(o->output) / "train");
     const int n_test = o->test_fraction > 0 ? std::max(1, static_cast<int>(o->shards * o->test_fraction + 0.5)) : 0;
-    if (n_test) fs::create_directories(fs::path(o->output) / "test");
+    // The folders this run makes (the output folder itself, too, when it is new): removed again,
+    // innermost first, when the run fails, so that a refused run leaves nothing behind.
+    std::vector<fs::path> made;
+    for (const fs::path& d : {fs::path(o->output), fs::path(o->output) / "train", fs::path(o->output) / "test"}) {
+      if (d.filename() == "test" && !n_test) break;
+      if (!fs::exists(d)) made.push_back(d);
+      fs::create_directories(d);
+    }
     auto open_shards = [&](const char* split, int n) {
       std::vector<Shard> v(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) {
@@ -109,8 +115,9 @@ void add_prep_corpus(CLI::App& app) {
       return v;
     };
     std::vector<Shard> train = open_shards("train", o->shards), test = open_shards("test", n_test);
-    struct Cleanup {  // on any error, no temporary shard is left behind
+    struct Cleanup {  // on any error, no temporary shard and no folder this run made is left behind
       std::vector<Shard>*a, *b;
+      const std::vector<fs::path>* made;
       bool done = false;
       ~Cleanup() {
         if (done) return;
@@ -119,8 +126,10 @@ void add_prep_corpus(CLI::App& app) {
             if (s.f) std::fclose(s.f);
             std::remove(s.tmp.c_str());
           }
+        std::error_code ec;  // (fs::remove removes an empty folder only)
+        for (auto it = made->rbegin(); it != made->rend(); ++it) fs::remove(*it, ec);
       }
-    } cleanup{&train, &test};
+    } cleanup{&train, &test, &made};
     const int nt = o->threads > 0 ? o->threads : 1;
     const size_t batch = static_cast<size_t>(std::max(4, 4 * nt));
     const bool tty = ::isatty(2);
