@@ -196,6 +196,14 @@ PY
   run "$BERTCC" finetune classify --model "$A/m" $FT --output-dir "$A/ft"
   same "finetune --init-checkpoint = --model" "$A/ft_old/model.safetensors" "$A/ft/model.safetensors"
   cp "$A/last.log" "$A/ft.log"
+  # no column flags: a file with Hugging Face's column names (sentence,label) is read by them
+  run "$BERTCC" finetune classify --model "$A/m" $(echo "$FT" | sed 's/--label-column label --text-columns sentence //') \
+    --output-dir "$A/ft_hf"
+  same "finetune classify without column flags = --label-column label --text-columns sentence" \
+    "$A/ft/model.safetensors" "$A/ft_hf/model.safetensors"
+  grep -q "columns by their names: text sentence, label label" "$A/last.log" \
+    && echo "ok   finetune classify says it reads the columns by name" \
+    || { echo "FAIL: finetune classify did not say it reads the columns by name"; fails=$((fails+1)); }
   # finetune and pretrain end as the Trainer does (issue 43, item 6): a block of train metrics, the
   # model's place; plain step lines with epochs done and the time left when not on a terminal
   check ft-summary 0 "train_samples_per_second = " -- cat "$A/ft.log"

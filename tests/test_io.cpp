@@ -518,6 +518,22 @@ TEST(TextTable, ColumnsByNameOrNumberAndTheHeaderRule) {
   EXPECT_FALSE(c.header);
   EXPECT_EQ(c.label, 0);
   EXPECT_EQ(describe_table_columns(plain, c), "the file's first row has 2 columns");
+  // Hugging Face's names, for a file whose columns are not given: text/sentence, a sentence pair,
+  // JSON keys; none for a file without a header.
+  std::string label;
+  std::vector<std::string> texts;
+  EXPECT_TRUE(hf_named_columns(rows, {}, label, texts));
+  EXPECT_EQ(label, "label");
+  EXPECT_EQ(texts, std::vector<std::string>{"sentence"});
+  write_raw(d / "pair.tsv", "idx\tsentence2\tsentence1\tlabel\n0\ta\tb\t1\n");
+  EXPECT_TRUE(hf_named_columns(read_table(d / "pair.tsv", '\t'), {}, label, texts));
+  EXPECT_EQ(texts, (std::vector<std::string>{"sentence1", "sentence2"}));
+  EXPECT_TRUE(hf_named_columns({}, {"id", "text"}, label, texts));
+  EXPECT_EQ(label, "");
+  EXPECT_EQ(texts, std::vector<std::string>{"text"});
+  label = "kept";
+  EXPECT_FALSE(hf_named_columns(plain, {}, label, texts));
+  EXPECT_EQ(label, "kept");
   EXPECT_TRUE(resolve_table_columns(plain, {}, "plain.tsv", "0", {"1"}, true, {}).header);  // --skip-header
   // A name missing from the header: the error lists the first row.
   const std::string e = error_of([&] { resolve_table_columns(rows, {}, "hf.csv", "labels", {"0"}, false, {}); });

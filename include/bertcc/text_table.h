@@ -41,6 +41,13 @@ TableColumns resolve_table_columns(const std::vector<TableRow>& rows, const std:
                                    const std::string& path, const std::string& label,
                                    const std::vector<std::string>& texts, bool skip_header,
                                    const std::vector<std::string>& known_labels);
+// The columns a Hugging Face user's file names, for a table whose columns are not given on the
+// command line (run_glue.py's names for a file of one's own): texts "sentence1" and "sentence2", else
+// "text", else "sentence"; the label "label" (`label` is set to "" when there is none). The names are
+// JSON lines' keys, or the first row's cells when each looks like a name (as resolve_table_columns
+// tells a header). False, and nothing set, when no text column has one of those names.
+bool hf_named_columns(const std::vector<TableRow>& rows, const std::vector<std::string>& keys, std::string& label,
+                      std::vector<std::string>& texts);
 // For messages: "the file's columns: sentence,label" (named), else "the file's first row has 3
 // columns".
 std::string describe_table_columns(const std::vector<TableRow>& rows, const TableColumns& c);

@@ -133,6 +133,22 @@ std::string describe_table_columns(const std::vector<TableRow>& rows, const Tabl
   return "the file's first row has " + std::to_string(rows[0].cols.size()) + " columns";
 }
 
+bool hf_named_columns(const std::vector<TableRow>& rows, const std::vector<std::string>& keys, std::string& label,
+                      std::vector<std::string>& texts) {
+  std::vector<std::string> names = keys;
+  if (names.empty() && !rows.empty() && std::all_of(rows[0].cols.begin(), rows[0].cols.end(), looks_like_name))
+    names = rows[0].cols;
+  auto has = [&names](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  std::vector<std::string> t;
+  if (has("sentence1") && has("sentence2")) t = {"sentence1", "sentence2"};
+  else if (has("text")) t = {"text"};
+  else if (has("sentence")) t = {"sentence"};
+  else return false;
+  texts = t;
+  label = has("label") ? "label" : "";
+  return true;
+}
+
 TableColumns resolve_table_columns(const std::vector<TableRow>& rows, const std::vector<std::string>& keys,
                                    const std::string& path, const std::string& label,
                                    const std::vector<std::string>& texts, bool skip_header,

@@ -355,6 +355,7 @@ struct ClsCli {
   std::string label_column = "0";            // a 0-based number or a column name
   std::vector<std::string> text_columns{"1"};  // the same
   bool skip_header = false;
+  bool columns_given = false;  // --label-column or --text-columns on the command line
 };
 
 // A classification file read: the examples, where each came from, and its columns.
@@ -399,7 +400,23 @@ ClsData read_cls(const std::string& path, const ClsCli& c, bool need_labels, con
   d.path = path;
   std::vector<std::string> keys;
   d.rows = is_json_lines(path) ? read_json_lines(path, keys) : read_table(path, delimiter_for(path));
-  d.cols = resolve_table_columns(d.rows, keys, path, c.label_column, c.text_columns, c.skip_header, known);
+  // No columns given: a file whose header (or JSON keys) has Hugging Face's names is read by them
+  // (a labelled file needs its "label" column too), else columns 0 (label) and 1 (text).
+  std::string label = c.label_column;
+  std::vector<std::string> texts = c.text_columns;
+  std::string hf_label;
+  std::vector<std::string> hf_texts;
+  if (!c.columns_given && hf_named_columns(d.rows, keys, hf_label, hf_texts) && (!hf_label.empty() || !need_labels)) {
+    label = hf_label;
+    texts = hf_texts;
+    if (is_lead()) {
+      std::string t;
+      for (const auto& x : texts) t += (t.empty() ? "" : ",") + x;
+      std::cerr << "note: " << path << ": columns by their names: text " << t
+                << (hf_label.empty() ? "" : ", label " + hf_label) << " (--label-column/--text-columns choose others)\n";
+    }
+  }
+  d.cols = resolve_table_columns(d.rows, keys, path, label, texts, c.skip_header, known);
   const TableColumns& tc = d.cols;
   if (tc.header && !c.skip_header && is_lead() && keys.empty())
     std::cerr << "note: " << path << ":" << d.rows[0].line << ": the first row (" << describe_table_columns(d.rows, tc)
@@ -555,14 +572,19 @@ void add_finetune_glue_classify(CLI::App* ft) {
   c->add_option(flag("--train-file"), oc->train_file, "labelled training data (.csv or .tsv)");
   c->add_option(flag("--predict-file"), oc->predict_file, "evaluation (eval: labelled) or prediction data");
   c->add_option(flag("--label-column"), cc->label_column,
-                "the label column: a 0-based number or a header name (default 0)");
+                "the label column: a 0-based number or a header name (default: the column named label when "
+                "the file names its columns as Hugging Face's files do, else 0)");
   c->add_option(flag("--text-columns") + "," + flag("--text-column"), cc->text_columns,
-                "text column(s), one or two: 0-based numbers or header names (default 1)")
+                "text column(s), one or two: 0-based numbers or header names (default: the columns named "
+                "sentence1,sentence2, text or sentence, else 1)")
       ->delimiter(',');
   c->add_flag(flag("--skip-header"), cc->skip_header,
               "the first row is a header (implied when a column is given by name; detected when its label cell is "
               "no label and its cells are names)");
-  c->callback([oc, cc]() { run_classify(*oc, *cc); });
+  c->callback([oc, cc, c]() {
+    cc->columns_given = c->get_option("--label-column")->count() + c->get_option("--text-columns")->count() > 0;
+    run_classify(*oc, *cc);
+  });
 }
 
 void add_finetune(CLI::App& app) {
