@@ -58,7 +58,7 @@ def lamb_step(params, grads, m, v, step, lr, wd_flags, b1=0.9, b2=0.999, eps=1e-
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["train", "squad", "infer"])
+    ap.add_argument("mode", choices=["train", "squad", "classify", "infer"])
     ap.add_argument("--config", default="bert-base")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
@@ -67,8 +67,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--lengths", default="",
-                    help="squad: comma-separated padded lengths, one timed step each (batches padded "
-                         "per batch, as bertcc does); overrides --seq and --steps")
+                    help="squad, classify: comma-separated padded lengths, one timed step each (batches "
+                         "padded per batch, as bertcc does); overrides --seq and --steps")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -76,13 +76,17 @@ def main():
     B, T = args.batch, args.seq
     lengths = [int(x) for x in args.lengths.split(",") if x] if args.lengths else []
     if lengths:
-        assert args.mode == "squad", "--lengths is for squad mode"
+        assert args.mode in ("squad", "classify"), "--lengths is for squad and classify modes"
         T = max(lengths)
         args.steps = len(lengths)
     P = max(1, (T * 20 + 64) // 128)
-    squad = args.mode == "squad"
+    # classify: HF BertForSequenceClassification's fine-tuning step (2 labels), as run_glue.py runs
+    # it; otherwise the same step as squad's
+    classify = args.mode == "classify"
+    squad = args.mode == "squad" or classify
     train = args.mode == "train"
-    shapes = torch_bert.head_shapes(cfg, "qa", 2) if squad else torch_bert.param_shapes(cfg, heads=train)
+    shapes = (torch_bert.head_shapes(cfg, "classify" if classify else "qa", 2) if squad
+              else torch_bert.param_shapes(cfg, heads=train))
     params = {}
     for n, s in shapes.items():
         if n.endswith("LayerNorm.weight"):
@@ -100,6 +104,7 @@ def main():
         pos = torch.randint(1, T, (P,))
         labels[b, pos] = torch.randint(0, cfg["vocab_size"], (P,))
     nsp = torch.randint(0, 2, (B,))
+    cls_labels = torch.randint(0, 2, (B,))
     starts = torch.tensor([(b * 37) % T for b in range(B)])
     ends = torch.clamp(starts + 3, max=T - 1)
     bf16 = args.precision == "bf16"
@@ -127,9 +132,10 @@ def main():
         elif squad:  # HF BertForQuestionAnswering step: dropout, AdamW, clipping at 1.0
             adamw.zero_grad(set_to_none=True)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss, _ = torch_bert.finetune_loss(params, cfg, "qa", ids[:, :L].contiguous(), seg[:, :L].contiguous(),
-                                                   mask[:, :L].contiguous(), start=starts % L, end=ends % L,
-                                                   dropout=cfg["hidden_dropout_prob"], training=True)
+                loss, _ = torch_bert.finetune_loss(params, cfg, "classify" if classify else "qa",
+                                                   ids[:, :L].contiguous(), seg[:, :L].contiguous(),
+                                                   mask[:, :L].contiguous(), labels=cls_labels, start=starts % L,
+                                                   end=ends % L, dropout=cfg["hidden_dropout_prob"], training=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(plist, 1.0)
             adamw.step()
@@ -151,7 +157,7 @@ def main():
     fwd = L * (2 * N * C * 3 * C + 4 * B * T * T * C + 2 * N * C * C + 4 * N * C * I) + 2 * B * C * C
     if train:
         fwd += 2 * M * C * C + 2 * M * C * V + 4 * B * C
-    if squad:
+    if squad and not classify:
         fwd -= 2 * B * C * C  # no pooler
     flops = 3 * fwd if train or squad else fwd
     out = {"peer": "pytorch " + torch.__version__, "mode": args.mode, "config": args.config,

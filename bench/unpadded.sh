@@ -8,9 +8,12 @@
 #   squad-infer  `finetune squad --mode prediction` on the first ARTICLES articles of SQuAD v1.1
 #                dev, batches of 32 in order: wall seconds of the whole command (features, forward
 #                passes and the n-best answers: what a user waits for)
-# and, for squad-train, PyTorch (bench/peer_torch.py, the same bf16 autocast step) at the batch
-# lengths of bertcc's padded run (the same padding policy) and padded to 384 as Hugging Face's
-# run_qa.py and NVIDIA's run_squad.py do by default.
+#   infer        `bench infer --real` on SQuAD v1.1 dev features in order (prediction's order),
+#                batches of 32 at 384/128: the forward passes alone, features/s
+# and PyTorch (bench/peer_torch.py, the same bf16 autocast step) for squad-train and sst2-train at
+# the batch lengths of bertcc's padded run (the same padding policy) and padded to the maximum as
+# Hugging Face's run_qa.py / NVIDIA's run_squad.py (384) and run_glue.py (128) do by default, and
+# for infer padded to 384 (run_qa.py's default).
 # Usage: bench/unpadded.sh [BERTCC]
 # env: CONFIG (bert-base), PRECISION (bf16), BATCH (8), STEPS (20), ARTICLES (2), THREADS, SKIP_PEER=1
 set -eu
@@ -59,7 +62,7 @@ printf "%-12s %11s f/s %11s f/s %7.2fx\n" squad-train "$a" "$b" "$(echo "$a $b" 
 for mode in unpadded padded; do
   run sst2_train $mode "$BERTCC" finetune glue --task-name SST-2 --data-dir "$WORK/sst2" --mode train \
     --init-checkpoint "$WORK/init" --max-seq-length 128 --train-batch-size 32 --max-steps "$STEPS" \
-    --learning-rate 2e-5 $common > /dev/null
+    --learning-rate 2e-5 --log-freq 1 $common > /dev/null
 done
 a=$(rate "$WORK/sst2_train.unpadded"); b=$(rate "$WORK/sst2_train.padded")
 printf "%-12s %11s s/s %11s s/s %7.2fx\n" sst2-train "$a" "$b" "$(echo "$a $b" | awk '{print $1 / $2}')"
@@ -89,3 +92,30 @@ p_384=$(peer --seq 384 --steps 3)
 a=$(rate "$WORK/squad_train.unpadded")
 echo "PyTorch squad-train: $p_same f/s at bertcc's padded lengths, $p_384 f/s at 384 (run_qa's default)"
 echo "$a $p_same $p_384" | awk '{printf "bertcc unpadded / PyTorch: %.2fx (same padding), %.2fx (padded to 384)\n", $1 / $2, $1 / $3}'
+# sst2-train: run_glue.py's step (BertForSequenceClassification) at the padded run's lengths and at 128
+lens=$(/usr/bin/python3 - "$WORK/sst2_train.padded/dllogger.json" <<'PY'
+import json, sys
+rows = [r for r in (json.loads(l[5:]) for l in open(sys.argv[1]) if l.startswith("DLLL ")) if "padded_length" in r["data"]]
+print(",".join(str(int(r["data"]["padded_length"])) for r in rows))
+PY
+)
+cpeer() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 "$HERE/peer_torch.py" classify --config "$CONFIG" \
+            --batch 32 --precision "$PRECISION" --threads "$THREADS" "$@" | tail -1 \
+          | /usr/bin/python3 -c "import json,sys; print('%.3f' % json.load(sys.stdin)['seq_per_s'])"; }
+c_same=$(cpeer --lengths "$lens")
+c_128=$(cpeer --seq 128 --steps 5)
+a=$(rate "$WORK/sst2_train.unpadded")
+echo "PyTorch sst2-train: $c_same s/s at bertcc's padded lengths, $c_128 s/s at 128 (run_glue's default)"
+echo "$a $c_same $c_128" | awk '{printf "bertcc unpadded / PyTorch: %.2fx (same padding), %.2fx (padded to 128)\n", $1 / $2, $1 / $3}'
+# infer: the forward passes on SQuAD dev features in order, bertcc unpadded and --padded, PyTorch at 384
+binf() {  # binf [--padded]: features/s of bench infer on the dev features in order
+  "$BERTCC" bench infer --config "$CONFIG" --real "$SQUAD" --vocab "$VOCAB" --batch 32 --seq 384 --steps 4 \
+    --precision "$PRECISION" --threads "$THREADS" "$@" 2>/dev/null | tail -1 \
+    | /usr/bin/python3 -c "import json,sys; print('%.3f' % json.load(sys.stdin)['seq_per_s'])"; }
+i_unpadded=$(binf)
+i_padded=$(binf --padded)
+i_pt=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 "$HERE/peer_torch.py" infer --config "$CONFIG" \
+         --batch 32 --seq 384 --steps 2 --warmup 1 --precision "$PRECISION" --threads "$THREADS" | tail -1 \
+       | /usr/bin/python3 -c "import json,sys; print('%.3f' % json.load(sys.stdin)['seq_per_s'])")
+printf "%-12s %11s f/s %11s f/s %7.2fx\n" infer "$i_unpadded" "$i_padded" "$(echo "$i_unpadded $i_padded" | awk '{print $1 / $2}')"
+echo "PyTorch infer: $i_pt f/s at 384 (run_qa's default); bertcc unpadded / PyTorch: $(echo "$i_unpadded $i_pt" | awk '{printf "%.2fx", $1 / $2}')"
