@@ -398,6 +398,7 @@ void make_plan(Plan& pl, cudnnHandle_t handle, int64_t B, int64_t T, int64_t NH,
       check(a.get_attr(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, nullptr,
                        &pl.workspace_bytes),
             "execution plan: get CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
+      pl.descs.push_back(std::move(cfgs[i]));  // the plan's engine config, kept with it
       pl.descs.push_back(std::move(plan));
       pl.plan = pl.descs.back().get();
       break;
@@ -454,6 +455,7 @@ bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len,
       try {
         make_plan(pl, handle, B, T, NH, D);
       } catch (const std::exception& e) {
+        pl = Plan();
         pl.why = shape_name(B, T, NH, D) + ": " + e.what();
       }
     }
