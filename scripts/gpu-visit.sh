@@ -15,7 +15,8 @@
 # Steps: env (GPU, driver, Python packages) -> kernels (test_cuda_kernels: every kernel against the
 # CPU's) -> cudacpu (dump-step on CUDA against the CPU, fp32/bf16/fp16, two models made at pack time;
 # numpy only) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> cudnn
-# (cuDNN's fused attention from PyTorch's libcudnn: test_cudnn_attention, then the inference forward
+# (cuDNN's fused attention from PyTorch's libcudnn: test_cudnn_attention, which saves cuDNN's
+# description of the GPU in cudnn_deviceprop.json for plans built here, then the inference forward
 # against bertcc's kernels and SDPA; on a failure the test again with cuDNN's log in cudnn_dbg.log) -> model
 # (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> gemm (the layer's GEMMs against
 # cuBLASLt's other answers and bf16 outputs) -> bench (bench/gpu.sh, the
@@ -158,7 +159,7 @@ step attention 180 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTIO
 # BERTCC_CUDNN_LIB: PyTorch's libcudnn.so.9 (none: skipped); its folder on the loader's path for
 # the sub-libraries it opens
 step cudnn 60 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$(dirname \$L); \
-  $B/test_cudnn_attention || { CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn_dbg.log $B/test_cudnn_attention > /dev/null; exit 1; }; \
+  $B/test_cudnn_attention --save-deviceprop $OUT/cudnn_deviceprop.json || { CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn_dbg.log $B/test_cudnn_attention > /dev/null; exit 1; }; \
   $B/bertcc_cuda_attention_bench --cudnn --precisions '' --iters 20 && python3 bench/cuda/attention_peer.py --precisions '' --infer --iters 20"
 step gemm 90 "$B/bertcc_cuda_gemm_bench --iters 10"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
@@ -225,7 +226,7 @@ for r in rows:
           f"({r['fwd_tflops']:.1f}), bwd {r['bwd_ms']:.3f} ms ({r['bwd_tflops']:.1f})")
 PY
 echo "== cudnn (inference forward, bf16: ms, TFLOP/s, max |cudnn - bertcc|)"
-grep -hE "^(libcudnn|ok|FAIL|SKIPPED|cudnnCreate)|unavailable|differ" "$OUT/cudnn.log" 2>/dev/null | head -20
+grep -hE "^(libcudnn|ok|FAIL|SKIPPED|cudnnCreate|device prop|plan from)|unavailable|differ" "$OUT/cudnn.log" 2>/dev/null | head -24
 python3 - "$OUT/cudnn.log" <<'PY' 2>/dev/null
 import json, sys
 for l in open(sys.argv[1]):

@@ -44,7 +44,12 @@ bool sdpa_forward_bf16(bf16_t*, const bf16_t*, const int32_t*, const int32_t*, i
   if (why) *why = library().why;
   return false;
 }
-bool check_forward_graph(int64_t, int64_t, int64_t, int64_t, std::vector<std::string>*, std::string* why) {
+bool check_forward_graph(int64_t, int64_t, int64_t, int64_t, std::vector<std::string>*, std::string* why,
+                         const std::string*) {
+  if (why) *why = library().why;
+  return false;
+}
+bool device_properties_json(std::string*, std::string* why) {
   if (why) *why = library().why;
   return false;
 }
@@ -364,20 +369,25 @@ std::string shape_error(int64_t B, int64_t T, int64_t NH, int64_t D) {
   return "";
 }
 
-// Heuristics mode A, then the first of its engine configs that makes a plan.
-void make_plan(Plan& pl, cudnnHandle_t handle, int64_t B, int64_t T, int64_t NH, int64_t D) {
-  GraphBuilder g(nullptr);
+// The graph, heuristics mode A, then the first of its engine configs that makes a plan; for the
+// device of `handle`, or without one for the device `deviceprop` describes (cuDNN 9.8+: plans
+// built ahead of time). The workspace is the caller's. steps (may be null): what was done.
+void make_plan(Plan& pl, cudnnHandle_t handle, cudnnBackendDescriptor_t deviceprop, int64_t B, int64_t T, int64_t NH,
+               int64_t D, std::vector<std::string>* steps) {
+  GraphBuilder g(steps);
   const cudnnBackendDescriptor_t graph = build_forward(g, B, T, NH, D, handle);
   pl.descs = g.take();
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
+  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics mode A");
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   BERTCC_SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
   BERTCC_SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (deviceprop) BERTCC_SET(heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, deviceprop);
   heur.finalize();
   const Api& a = loaded().api;
   int64_t count = 0;
   check(a.get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
         "heuristics: get CUDNN_ATTR_ENGINEHEUR_RESULTS count");
+  if (steps) steps->push_back("heuristics mode A: " + std::to_string(count) + " engine configs");
   if (count <= 0) throw Failure("cuDNN heuristics (mode A): no engine for the attention graph");
   std::vector<Desc> cfgs;
   std::vector<cudnnBackendDescriptor_t> raw;
@@ -392,24 +402,27 @@ void make_plan(Plan& pl, cudnnHandle_t handle, int64_t B, int64_t T, int64_t NH,
   for (int64_t i = 0; i < got; ++i) {
     try {
       Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan (engine config " + std::to_string(i) + ")");
-      plan.set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle, "CUDNN_ATTR_EXECUTION_PLAN_HANDLE");
+      if (handle) plan.set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle, "CUDNN_ATTR_EXECUTION_PLAN_HANDLE");
+      if (deviceprop) BERTCC_SET(plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, deviceprop);
       BERTCC_SET(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[i]);
       plan.finalize();
       check(a.get_attr(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, nullptr,
                        &pl.workspace_bytes),
             "execution plan: get CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
+      if (steps)
+        steps->push_back(plan.name() + ": finalized, workspace " + std::to_string(pl.workspace_bytes) + " bytes");
       pl.descs.push_back(std::move(cfgs[i]));  // the plan's engine config, kept with it
       pl.descs.push_back(std::move(plan));
       pl.plan = pl.descs.back().get();
       break;
     } catch (const Failure& f) {
       if (first_failure.empty()) first_failure = f.what();
+      if (steps) steps->push_back(std::string("not taken: ") + f.what());
     }
   }
   if (!pl.plan)
     throw Failure("no plan from the " + std::to_string(got) + " engine configs of heuristics mode A; the first: " +
                   first_failure);
-  if (pl.workspace_bytes > 0) pl.workspace = alloc(static_cast<size_t>(pl.workspace_bytes));
   pl.scale = 1.0f / std::sqrt(static_cast<float>(D));
   // the frontend's choice: cuDNN before 9.10 wants the lowest float for a masked score, later -inf
   pl.mask_value = loaded().info.version < 91000 ? std::numeric_limits<float>::lowest()
@@ -453,7 +466,8 @@ bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len,
     Plan& pl = it->second;
     if (fresh) {
       try {
-        make_plan(pl, handle, B, T, NH, D);
+        make_plan(pl, handle, nullptr, B, T, NH, D, nullptr);
+        if (pl.workspace_bytes > 0) pl.workspace = alloc(static_cast<size_t>(pl.workspace_bytes));
       } catch (const std::exception& e) {
         pl = Plan();
         pl.why = shape_name(B, T, NH, D) + ": " + e.what();
@@ -478,7 +492,7 @@ bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len,
 }
 
 bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps,
-                         std::string* why) {
+                         std::string* why, const std::string* deviceprop_json) {
   const Loaded& l = loaded();
   const std::string e = l.info.loaded ? shape_error(B, T, NH, D) : l.info.why;
   if (!e.empty()) {
@@ -486,9 +500,20 @@ bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vecto
     return false;
   }
   try {
+    if (deviceprop_json) {  // the whole plan, for the device the JSON describes
+      Desc dp(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR,
+              "device properties (" + std::to_string(deviceprop_json->size()) + " bytes of JSON)");
+      BERTCC_SET(dp, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                 static_cast<int64_t>(deviceprop_json->size()), deviceprop_json->data());
+      dp.finalize();
+      if (steps) steps->push_back(dp.name() + ": finalized");
+      Plan pl;
+      make_plan(pl, nullptr, dp.get(), B, T, NH, D, steps);
+      return true;
+    }
     GraphBuilder g(steps);
     const cudnnBackendDescriptor_t graph = build_forward(g, B, T, NH, D, nullptr);
-    // what the heuristics say here (they need a device): reported, not checked
+    // what the heuristics say without a device or its description: reported, not checked
     if (steps) {
       try {
         Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics mode A");
@@ -500,17 +525,38 @@ bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vecto
         check(l.api.get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                              nullptr),
               "heuristics mode A: get CUDNN_ATTR_ENGINEHEUR_RESULTS count");
-        std::string note;
-        if (count == 0 && l.api.last_error) {
-          char buf[1024] = {0};
-          l.api.last_error(buf, sizeof buf);
-          if (buf[0]) note = std::string(" (") + buf + ")";
-        }
-        steps->push_back("heuristics mode A: " + std::to_string(count) + " engine configs" + note);
+        steps->push_back("heuristics mode A without a device: " + std::to_string(count) + " engine configs");
       } catch (const Failure& f) {
         steps->push_back(std::string("not checked: ") + f.what());
       }
     }
+  } catch (const Failure& f) {
+    if (why) *why = f.what();
+    return false;
+  }
+  return true;
+}
+
+bool device_properties_json(std::string* json, std::string* why) {
+  const Loaded& l = loaded();
+  int device = 0;
+  if (!l.info.loaded || cudaGetDevice(&device) != cudaSuccess) {
+    if (why) *why = l.info.loaded ? "no current CUDA device" : l.info.why;
+    return false;
+  }
+  try {
+    Desc dp(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "device properties of device " + std::to_string(device));
+    const int32_t id = device;
+    BERTCC_SET(dp, CUDNN_ATTR_DEVICEPROP_DEVICE_ID, CUDNN_TYPE_INT32, 1, &id);
+    dp.finalize();
+    int64_t n = 0;
+    check(l.api.get_attr(dp.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &n, nullptr),
+          dp.name() + ": get CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION size");
+    std::string buf(static_cast<size_t>(n), '\0');
+    check(l.api.get_attr(dp.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, n, &n, buf.data()),
+          dp.name() + ": get CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION");
+    buf.resize(static_cast<size_t>(n));
+    *json = std::move(buf);
   } catch (const Failure& f) {
     if (why) *why = f.what();
     return false;

@@ -35,10 +35,16 @@ bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len,
 
 // For the CPU check (tests/cuda/test_cudnn_attention.cpp): builds and finalizes every tensor and
 // operation descriptor of the forward graph for a shape, then the operation graph, without a
-// handle or a device. steps receives one line per descriptor ("tensor Q [2,4,128,64] bf16: ok").
-// False at the first failure, with cuDNN's reason in *why.
+// handle or a device. steps receives one line per descriptor ("tensor Q [2,4,128,64] bf16:
+// finalized"). With deviceprop_json (device_properties_json's, saved on a GPU machine), also the
+// heuristics and an execution plan for that device, still without one (cuDNN 9.8+). False at the
+// first failure, with cuDNN's reason in *why.
 bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps,
-                         std::string* why);
+                         std::string* why, const std::string* deviceprop_json = nullptr);
+
+// cuDNN's description of the current device (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION), which
+// check_forward_graph takes on a machine without the device. Needs the device.
+bool device_properties_json(std::string* json, std::string* why);
 
 // cudnnCreate on the current device: "ok" or cuDNN's status and last error (no device here: what
 // cuDNN says then). The handle made is destroyed.

@@ -3,14 +3,20 @@
 //   forward graph finalizes and so does the operation graph (no handle), for head sizes 64 and 128;
 //   what cudnnCreate says;
 //   with one: the forward against a double-precision reference on the same bf16 inputs, padded
-//   sequences included (max |cudnn - reference| <= 2e-2 over the rows computed).
+//   sequences included (max |cudnn - reference| <= 2e-2 over the rows computed); cuDNN's
+//   description of the device, and a plan built from it alone (reported).
 // Exit 0 all passed, 1 a failure, 77 libcudnn not found (ctest: skipped).
 //   test_cudnn_attention [--steps]  (every descriptor's step printed)
+//                        [--save-deviceprop FILE]  (with a device: cuDNN's JSON description of it)
+//                        [--deviceprop FILE]  (such a description: the heuristics and a plan for that
+//                                              device too, without it)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -89,12 +95,26 @@ void check_forward(long B, long T, long NH, long HS, const std::vector<int32_t>&
 
 int main(int argc, char** argv) {
   bool steps = false;
+  std::string save_prop, prop_file, prop;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--steps") == 0) steps = true;
+    const std::string a = argv[i];
+    if (a == "--steps") steps = true;
+    else if (a == "--save-deviceprop" && i + 1 < argc) save_prop = argv[++i];
+    else if (a == "--deviceprop" && i + 1 < argc) prop_file = argv[++i];
     else {
-      std::fprintf(stderr, "usage: test_cudnn_attention [--steps]\n");
+      std::fprintf(stderr, "usage: test_cudnn_attention [--steps] [--save-deviceprop FILE] [--deviceprop FILE]\n");
       return 2;
     }
+  }
+  if (!prop_file.empty()) {
+    std::ifstream f(prop_file, std::ios::binary);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    if (!f || ss.str().empty()) {
+      std::fprintf(stderr, "--deviceprop: cannot read %s\n", prop_file.c_str());
+      return 2;
+    }
+    prop = ss.str();
   }
   const D::Library& lib = D::library();
   if (!lib.loaded) {
@@ -117,6 +137,17 @@ int main(int argc, char** argv) {
       if (steps || !ok || l.compare(0, 10, "heuristics") == 0 || l.compare(0, 11, "not checked") == 0)
         std::printf("    %s\n", l.c_str());
     if (!ok) ++g_failures;
+    if (!prop.empty()) {  // the heuristics and a plan for the described device
+      log.clear();
+      const bool planned = D::check_forward_graph(s[0], s[1], s[2], s[3], &log, &why, &prop);
+      std::printf("%s plan for %s, B=%ld T=%ld NH=%ld HS=%ld%s%s\n", planned ? "ok  " : "FAIL", prop_file.c_str(), s[0],
+                  s[1], s[2], s[3], planned ? "" : ": ", planned ? "" : why.c_str());
+      for (const auto& l : log)
+        if (steps || l.compare(0, 10, "heuristics") == 0 || l.compare(0, 9, "not taken") == 0 ||
+            l.compare(0, 14, "execution plan") == 0)
+          std::printf("    %s\n", l.c_str());
+      if (!planned) ++g_failures;
+    }
   }
   {  // refused before cuDNN sees it (a zero dimension makes cuDNN 9.19's finalize divide by zero)
     std::string why;
@@ -132,6 +163,21 @@ int main(int argc, char** argv) {
   } else {
     G::set_device(0);
     std::printf("cudnnCreate: %s\n", D::probe_handle().c_str());
+    // cuDNN's description of this device, and whether a plan builds from it alone (reported: the
+    // CPU machine's way to check plans)
+    std::string json;
+    if (!D::device_properties_json(&json, &why)) {
+      std::printf("device properties: %s\n", why.c_str());
+    } else {
+      std::printf("device properties: %zu bytes of JSON\n", json.size());
+      if (!save_prop.empty()) {
+        std::ofstream(save_prop, std::ios::binary) << json;
+        std::printf("device properties written to %s\n", save_prop.c_str());
+      }
+      std::vector<std::string> log;
+      const bool planned = D::check_forward_graph(2, 128, 4, 64, &log, &why, &json);
+      std::printf("plan from the device properties alone: %s\n", planned ? log.back().c_str() : why.c_str());
+    }
     // padded sequences, rows past q_len left to cuDNN; then every row with padded keys only (as
     // bertcc's kernels compute) at an odd length. 512: the attention bench's --cudnn shapes.
     for (const long HS : {64L, 128L}) {
