@@ -156,8 +156,8 @@ step attention 180 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTIO
 # gemm: the encoder layer's GEMMs as bertcc runs them, against cuBLASLt's other heuristic answers and
 # bf16 outputs (bench/cuda/gemm_bench.cpp: is the GEMM time, two thirds of a step, the algorithm's or
 # the fp32 outputs'?)
-# BERTCC_CUDNN_LIB: PyTorch's libcudnn.so.9 (none: skipped); its folder on the loader's path for
-# the sub-libraries it opens
+# BERTCC_CUDNN_LIB: PyTorch's libcudnn.so.9 (none: skipped). It opens its sub-libraries from its own
+# folder (RUNPATH $ORIGIN); the folder on the loader's path too, should a wheel lack that
 step cudnn 60 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$(dirname \$L); \
   $B/test_cudnn_attention --save-deviceprop $OUT/cudnn_deviceprop.json || { CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn_dbg.log $B/test_cudnn_attention > /dev/null; exit 1; }; \
   $B/bertcc_cuda_attention_bench --cudnn --precisions '' --iters 20 && python3 bench/cuda/attention_peer.py --precisions '' --infer --iters 20"
