@@ -4,7 +4,7 @@
 # start included, at most 10 minutes a command).
 #
 #   here:      scripts/gpu-visit.sh pack
-#                builds .gpu/bundle.tar.xz (git-ignored): bertcc, test_cuda_kernels,
+#                builds .gpu/bundle.tar.xz (git-ignored): bertcc, test_cuda_kernels, test_cudnn_attention,
 #                bertcc_cuda_attention_bench and bertcc_cuda_gemm_bench with the shared libraries the GPU machine lacks
 #                (../shared/tools/device-bundle), the BERT vocabularies for the tokenizer check and
 #                the fine-tuning cuts of ../shared/data for e2e.
@@ -14,7 +14,10 @@
 #
 # Steps: env (GPU, driver, Python packages) -> kernels (test_cuda_kernels: every kernel against the
 # CPU's) -> cudacpu (dump-step on CUDA against the CPU, fp32/bf16/fp16, two models made at pack time;
-# numpy only) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> model
+# numpy only) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> cudnn
+# (cuDNN's fused attention from PyTorch's libcudnn: test_cudnn_attention, which saves cuDNN's
+# description of the GPU in cudnn_deviceprop.json for plans built here, then the inference forward
+# against bertcc's kernels and SDPA; on a failure the test again with cuDNN's log in cudnn_dbg.log) -> model
 # (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> gemm (the layer's GEMMs against
 # cuBLASLt's other answers and bf16 outputs) -> bench (bench/gpu.sh, the
 # issue's shapes, bf16, without the torch.compile peer) -> e2e (tests/cuda/e2e.sh: the commands end to
@@ -34,13 +37,13 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 1
 
 if [ "$cmd" = pack ]; then
-  for b in bertcc test_cuda_kernels bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
+  for b in bertcc test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
     [ -x "build/$b" ] || { echo "gpu-visit: build/$b is missing (build with the CUDA toolkit first)" >&2; exit 1; }
   done
   rm -rf .gpu/bundle .gpu/bundle.tar.xz
   bash ../shared/tools/device-bundle build/bertcc .gpu/bundle || exit 1
-  cp build/test_cuda_kernels build/bertcc_cuda_attention_bench build/bertcc_cuda_gemm_bench .gpu/bundle/
-  for b in test_cuda_kernels bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do  # their libraries are bertcc's
+  cp build/test_cuda_kernels build/test_cudnn_attention build/bertcc_cuda_attention_bench build/bertcc_cuda_gemm_bench .gpu/bundle/
+  for b in test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do  # their libraries are bertcc's
     missing=$(ldd "build/$b" | awk '/=> \//{print $3}' | while read -r l; do
       n=$(basename "$l"); case $n in libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcuda*|libcudart*|libcublas*|libnccl*) ;;
       *) [ -e ".gpu/bundle/lib/$n" ] || echo "$n" ;; esac; done)
@@ -48,7 +51,7 @@ if [ "$cmd" = pack ]; then
   done
   # built with -march=native here (an AMD EPYC lately), run on an Intel Xeon there: no AMD-only
   # instruction (SSE4a, CLZERO, MONITORX) may be in the binaries
-  for b in bertcc test_cuda_kernels bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
+  for b in bertcc test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
     n=$(objdump -d --no-show-raw-insn "build/$b" | grep -cE "[[:space:]](extrq|insertq|movntss|movntsd|clzero|monitorx|mwaitx)[[:space:]]")
     [ "$n" -eq 0 ] || { echo "gpu-visit: build/$b has $n AMD-only instructions: configure with -DBERTCC_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3" >&2; exit 1; }
   done
@@ -153,6 +156,11 @@ step attention 180 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTIO
 # gemm: the encoder layer's GEMMs as bertcc runs them, against cuBLASLt's other heuristic answers and
 # bf16 outputs (bench/cuda/gemm_bench.cpp: is the GEMM time, two thirds of a step, the algorithm's or
 # the fp32 outputs'?)
+# BERTCC_CUDNN_LIB: PyTorch's libcudnn.so.9 (none: skipped). It opens its sub-libraries from its own
+# folder (RUNPATH $ORIGIN); the folder on the loader's path too, should a wheel lack that
+step cudnn 60 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$(dirname \$L); \
+  $B/test_cudnn_attention --save-deviceprop $OUT/cudnn_deviceprop.json || { CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn_dbg.log $B/test_cudnn_attention > /dev/null; exit 1; }; \
+  $B/bertcc_cuda_attention_bench --cudnn --precisions '' --iters 20 && python3 bench/cuda/attention_peer.py --precisions '' --infer --iters 20"
 step gemm 90 "$B/bertcc_cuda_gemm_bench --iters 10"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
 step bench 300 "ERRLOG=$OUT/bench.err COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
@@ -216,6 +224,16 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 for r in rows:
     print(f"{r['impl']:10s} {r['precision']:5s} B{r['B']} T{r['T']} NH{r['NH']} HS{r['HS']} pad {r.get('padding', 0.125):.2f}: fwd {r['fwd_ms']:.3f} ms "
           f"({r['fwd_tflops']:.1f}), bwd {r['bwd_ms']:.3f} ms ({r['bwd_tflops']:.1f})")
+PY
+echo "== cudnn (inference forward, bf16: ms, TFLOP/s, max |cudnn - bertcc|)"
+grep -hE "^(libcudnn|ok|FAIL|SKIPPED|cudnnCreate|device prop|plan from)|unavailable|differ" "$OUT/cudnn.log" 2>/dev/null | head -24
+python3 - "$OUT/cudnn.log" <<'PY' 2>/dev/null
+import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith("{"):
+        r = json.loads(l)
+        d = f", diff {r['max_abs_diff']:.3g}" if "max_abs_diff" in r else ""
+        print(f"{r['impl']:17s} B{r['B']} T{r['T']} NH{r['NH']} HS{r['HS']}: fwd {r['fwd_ms']:.3f} ms ({r['fwd_tflops']:.1f}){d}")
 PY
 echo "== gemm (ms as bertcc runs it / best heuristic answer / bf16 output)"
 python3 - "$OUT/gemm.log" <<'PY' 2>/dev/null

@@ -9,8 +9,13 @@
 //                               [--varlen]  (also bf16 unpadded: the real tokens of the same batch packed,
 //                                            attention_varlen.h's one launch per kernel against one padded
 //                                            call per sequence, as impl bertcc-varlen and bertcc-perseq)
+//                               [--cudnn]  (also the inference forward in bf16 without dropout: cuDNN's fused
+//                                           attention, cudnn_attention.h, as impl cudnn, against bertcc's
+//                                           kernels on the same qkv16, as bertcc-infer; max |difference|
+//                                           printed, exit 1 above 2e-2 or when cuDNN cannot run a shape)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -18,9 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "bertcc/error.h"
 #include "bertcc/rng.h"
 #include "cuda/attention_varlen.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/cudnn_attention.h"
 
 using namespace bertcc;
 namespace G = bertcc::cuda;
@@ -119,6 +126,56 @@ void bench_varlen(const std::vector<float>& qkv, const std::vector<float>& dout,
     std::fflush(stdout);
   }
 }
+
+// --cudnn: the inference forward (bf16, no dropout) by cuDNN and by bertcc's kernels on the same
+// qkv16. Every row computed (q_len = T, as bertcc's kernels do); keys past sequence b's lens[b]
+// masked (bertcc: -10000 added, cuDNN: kv_len). One JSON line each; false when cuDNN could not run
+// the shape or the outputs differ by more than 2e-2 somewhere.
+bool bench_cudnn(const std::vector<float>& qkv, const std::vector<long>& lens, long T, long NH, long HS, int iters,
+                 double padding) {
+  const long B = static_cast<long>(lens.size()), C = NH * HS;
+  std::vector<bf16_t> q16(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) q16[i] = f32_to_bf16(qkv[i]);
+  std::vector<float> mask(B * T, 0.0f);
+  std::vector<int32_t> q_len(B, static_cast<int32_t>(T)), kv_len(B);
+  for (long b = 0; b < B; ++b) {
+    kv_len[b] = static_cast<int32_t>(lens[b]);
+    for (long t = lens[b]; t < T; ++t) mask[b * T + t] = -10000.0f;
+  }
+  DBuf<bf16_t> gq(q16), ours(B * T * C), theirs(B * T * C);
+  DBuf<float> m(mask), lse(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, false, Precision::BF16, true)));
+  DBuf<int32_t> gql(q_len), gkvl(kv_len);
+  const Rng rng(42, 0);
+  std::string why;
+  auto cudnn = [&] { return G::cudnn::sdpa_forward_bf16(theirs.p, gq.p, gql.p, gkvl.p, B, T, NH, HS, &why); };
+  auto kernels = [&] {
+    G::attention_forward(nullptr, lse.p, nullptr, m.p, B, T, C, NH, 0.0f, rng, kBase, Precision::BF16, ours.p, gq.p);
+  };
+  if (!cudnn()) {
+    std::fprintf(stderr, "cuDNN attention unavailable for B=%ld T=%ld NH=%ld HS=%ld: %s\n", B, T, NH, HS, why.c_str());
+    return false;
+  }
+  kernels();
+  std::vector<bf16_t> a(B * T * C), c(B * T * C);
+  G::copy_to_host(a.data(), ours.p, a.size() * sizeof(bf16_t));
+  G::copy_to_host(c.data(), theirs.p, c.size() * sizeof(bf16_t));
+  double diff = 0;  // a NaN on either side counts as infinite
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(bf16_to_f32(a[i])) - bf16_to_f32(c[i]));
+    diff = std::isnan(d) ? HUGE_VAL : std::max(diff, d);
+  }
+  const double fb = mean_ms(iters, kernels), fc = mean_ms(iters, [&] {
+    if (!cudnn()) fail("cuDNN attention failed after its first call: ", why);
+  });
+  const double flop = 4.0 * B * NH * double(T) * T * HS;
+  for (int k = 0; k < 2; ++k)
+    std::printf("{\"impl\": \"%s\", \"precision\": \"bf16\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
+                "\"dropout\": 0.00, \"padding\": %.3f, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"max_abs_diff\": %.3g}\n",
+                k ? "cudnn" : "bertcc-infer", B, T, NH, HS, padding, k ? fc : fb, flop / (k ? fc : fb) * 1e-9, diff);
+  std::fflush(stdout);
+  if (diff > 2e-2) std::fprintf(stderr, "cuDNN and bertcc's forward differ by %.3g (> 2e-2)\n", diff);
+  return diff <= 2e-2;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,7 +183,7 @@ int main(int argc, char** argv) {
   double padding = 0.125;  // every other sequence ends in this fraction of T as padding keys
   int iters = 20;
   float p = 0.1f;
-  bool varlen = false;
+  bool varlen = false, cudnn = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shapes" && i + 1 < argc) shapes = argv[++i];
@@ -135,9 +192,10 @@ int main(int argc, char** argv) {
     else if (a == "--precisions" && i + 1 < argc) precs = argv[++i];
     else if (a == "--padding" && i + 1 < argc) padding = std::atof(argv[++i]);
     else if (a == "--varlen") varlen = true;
+    else if (a == "--cudnn") cudnn = true;
     else {
       std::fprintf(stderr, "usage: bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] "
-                           "[--precisions fp32,bf16,fp16] [--padding F] [--varlen]\n");
+                           "[--precisions fp32,bf16,fp16] [--padding F] [--varlen] [--cudnn]\n");
       return 2;
     }
   }
@@ -150,6 +208,15 @@ int main(int argc, char** argv) {
     G::set_device(0);
     const G::DeviceInfo d = G::device_info(0);
     std::fprintf(stderr, "device: %s, compute capability %d.%d\n", d.name.c_str(), d.cc_major, d.cc_minor);
+    if (cudnn) {
+      const G::cudnn::Library& lib = G::cudnn::library();
+      if (!lib.loaded) {
+        std::fprintf(stderr, "--cudnn: %s\n", lib.why.c_str());
+        return 1;
+      }
+      std::fprintf(stderr, "cuDNN: %s, version %zu\n", lib.path.c_str(), lib.version);
+    }
+    int status = 0;
     std::mt19937 gen(1);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::stringstream ss(shapes);
@@ -203,10 +270,15 @@ int main(int argc, char** argv) {
           bench_varlen(qkv, dout, lens, T, NH, HS, p, iters, padding);
         }
       }
+      if (cudnn) {
+        std::vector<long> lens(B);
+        for (long b = 0; b < B; ++b) lens[b] = T - (b % 2) * static_cast<long>(padding * static_cast<double>(T));
+        if (!bench_cudnn(qkv, lens, T, NH, HS, iters, padding)) status = 1;
+      }
     }
+    return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ERROR: %s\n", e.what());
     return 1;
   }
-  return 0;
 }

@@ -1,0 +1,582 @@
+// cuDNN's fused attention through its backend API (cudnn_attention.h). The forward graph is the
+// one cudnn-frontend's SDPA node lowers to, and that cuDNN's fused flash-attention engines match:
+//   S = Q K^T (matmul, rows and columns overridden by the sequence lengths)
+//   S *= scale;  S = (row < seq_len_q && col < seq_len_kv) ? S : -inf   (GEN_INDEX, CMP_LT, AND, SELECT)
+//   softmax as max, sub, exp, sum, div (log-sum-exp "stats" virtual for inference)
+//   O = P V (matmul, rows and inner dimension overridden)
+// The headers give types and enums only; every function comes from dlsym, so nothing links
+// against libcudnn.
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "cuda/common.cuh"
+#include "cuda/cudnn_attention.h"
+
+#if __has_include(<cudnn_graph.h>)
+#include <cudnn_graph.h>
+#define BERTCC_CUDNN_HEADERS 1
+#endif
+
+namespace bertcc::cuda::cudnn {
+
+#ifndef BERTCC_CUDNN_HEADERS
+// Built where the CUDA toolkit had no cuDNN headers: nothing to load.
+const Library& library() {
+  static const Library l = [] {
+    Library r;
+    r.why = "bertcc was built without cuDNN's headers (cudnn_graph.h)";
+    return r;
+  }();
+  return l;
+}
+bool sdpa_forward_bf16(bf16_t*, const bf16_t*, const int32_t*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                       std::string* why) {
+  if (why) *why = library().why;
+  return false;
+}
+bool check_forward_graph(int64_t, int64_t, int64_t, int64_t, std::vector<std::string>*, std::string* why,
+                         const std::string*) {
+  if (why) *why = library().why;
+  return false;
+}
+bool device_properties_json(std::string*, std::string* why) {
+  if (why) *why = library().why;
+  return false;
+}
+std::string probe_handle() { return library().why; }
+#else
+
+namespace {
+
+// The functions used, by their declarations' types.
+struct Api {
+  decltype(&::cudnnGetVersion) get_version = nullptr;
+  decltype(&::cudnnGetErrorString) error_string = nullptr;
+  decltype(&::cudnnGetLastErrorString) last_error = nullptr;  // optional
+  decltype(&::cudnnCreate) create = nullptr;
+  decltype(&::cudnnDestroy) destroy = nullptr;
+  decltype(&::cudnnSetStream) set_stream = nullptr;
+  decltype(&::cudnnBackendCreateDescriptor) create_desc = nullptr;
+  decltype(&::cudnnBackendDestroyDescriptor) destroy_desc = nullptr;
+  decltype(&::cudnnBackendSetAttribute) set_attr = nullptr;
+  decltype(&::cudnnBackendGetAttribute) get_attr = nullptr;
+  decltype(&::cudnnBackendFinalize) finalize = nullptr;
+  decltype(&::cudnnBackendExecute) execute = nullptr;
+};
+
+struct Loaded {
+  Library info;
+  Api api;
+};
+
+Loaded load() {
+  Loaded l;
+  const char* env = std::getenv("BERTCC_CUDNN_LIB");
+  l.info.path = env && *env ? env : "libcudnn.so.9";
+  void* h = dlopen(l.info.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    l.info.why = "dlopen " + l.info.path + ": " + (e ? e : "failed");
+    return l;
+  }
+  std::string missing;
+  auto sym = [&](auto& fn, const char* name, bool required = true) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    if (!fn && required) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  };
+  Api& a = l.api;
+  sym(a.get_version, "cudnnGetVersion");
+  sym(a.error_string, "cudnnGetErrorString");
+  sym(a.last_error, "cudnnGetLastErrorString", false);
+  sym(a.create, "cudnnCreate");
+  sym(a.destroy, "cudnnDestroy");
+  sym(a.set_stream, "cudnnSetStream");
+  sym(a.create_desc, "cudnnBackendCreateDescriptor");
+  sym(a.destroy_desc, "cudnnBackendDestroyDescriptor");
+  sym(a.set_attr, "cudnnBackendSetAttribute");
+  sym(a.get_attr, "cudnnBackendGetAttribute");
+  sym(a.finalize, "cudnnBackendFinalize");
+  sym(a.execute, "cudnnBackendExecute");
+  if (!missing.empty()) {
+    l.info.why = l.info.path + " lacks " + missing;
+    return l;
+  }
+  l.info.version = a.get_version();
+  // The backend enums used here are cuDNN 9's (compiled against 9.x headers)
+  if (l.info.version < 90000 || l.info.version >= 100000) {
+    l.info.why = l.info.path + " is cuDNN " + std::to_string(l.info.version) + ", not 9.x";
+    return l;
+  }
+  l.info.loaded = true;
+  return l;  // the library stays open for the process
+}
+
+const Loaded& loaded() {
+  static const Loaded l = load();
+  return l;
+}
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "cuDNN <step>: <status> (<last error>)", thrown when s is not success.
+void check(cudnnStatus_t s, const std::string& step) {
+  if (s == CUDNN_STATUS_SUCCESS) return;
+  const Api& a = loaded().api;
+  std::string m = "cuDNN " + step + ": " + a.error_string(s);
+  if (a.last_error) {
+    char buf[1024] = {0};
+    a.last_error(buf, sizeof buf);
+    if (buf[0]) m += std::string(" (") + buf + ")";
+  }
+  throw Failure(m);
+}
+
+// A backend descriptor, destroyed with its owner; set() and finalize() name the step on failure.
+class Desc {
+ public:
+  Desc(cudnnBackendDescriptorType_t type, std::string name) : name_(std::move(name)) {
+    check(loaded().api.create_desc(type, &d_), name_ + ": create");
+  }
+  ~Desc() {
+    if (d_) loaded().api.destroy_desc(d_);
+  }
+  Desc(Desc&& o) noexcept : d_(std::exchange(o.d_, nullptr)), name_(std::move(o.name_)) {}
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  Desc& operator=(Desc&&) = delete;
+  Desc& set(cudnnBackendAttributeName_t attr, cudnnBackendAttributeType_t type, int64_t n, const void* v,
+            const char* what) {
+    check(loaded().api.set_attr(d_, attr, type, n, v), name_ + ": set " + what);
+    return *this;
+  }
+  Desc& set(cudnnBackendAttributeName_t attr, cudnnBackendDescriptor_t v, const char* what) {
+    return set(attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v, what);
+  }
+  void finalize() { check(loaded().api.finalize(d_), name_ + ": finalize"); }
+  cudnnBackendDescriptor_t get() const { return d_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+  std::string name_;
+};
+#define BERTCC_SET(desc, attr, ...) (desc).set(attr, __VA_ARGS__, #attr)
+
+// The handle attributes are deprecated in cuDNN 9 (a graph needs none from 9.8) but a plan still
+// takes one; named by value so that the deprecation warning stays out of the build.
+constexpr auto kGraphHandle = static_cast<cudnnBackendAttributeName_t>(800);  // CUDNN_ATTR_OPERATIONGRAPH_HANDLE
+constexpr auto kPlanHandle = static_cast<cudnnBackendAttributeName_t>(400);   // CUDNN_ATTR_EXECUTION_PLAN_HANDLE
+
+// The variant pack's tensors; virtual tensors are numbered from kFirstVirtual.
+enum : int64_t { kQ = 1, kK, kV, kO, kSeqQ, kSeqKV, kScale, kNegInf, kFirstVirtual = 100 };
+
+const char* type_name(cudnnDataType_t t) {
+  switch (t) {
+    case CUDNN_DATA_FLOAT: return "fp32";
+    case CUDNN_DATA_BFLOAT16: return "bf16";
+    case CUDNN_DATA_INT32: return "int32";
+    case CUDNN_DATA_BOOLEAN: return "bool";
+    default: return "?";
+  }
+}
+
+using Dims = std::vector<int64_t>;
+
+// Tensors and operations of one graph, built in order and kept alive with it.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(std::vector<std::string>* steps) : steps_(steps) {}
+
+  cudnnBackendDescriptor_t tensor(const std::string& name, int64_t uid, cudnnDataType_t type, const Dims& dims,
+                                  const Dims& strides, bool is_virtual = false, bool by_value = false) {
+    std::string label = "tensor " + name + " [";
+    for (size_t i = 0; i < dims.size(); ++i) label += (i ? "," : "") + std::to_string(dims[i]);
+    label += std::string("] ") + type_name(type) + (is_virtual ? " virtual" : "") + (by_value ? " by value" : "");
+    Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR, label);
+    const int64_t n = static_cast<int64_t>(dims.size()), align = 16;
+    BERTCC_SET(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+    BERTCC_SET(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, n, dims.data());
+    BERTCC_SET(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, n, strides.data());
+    BERTCC_SET(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    BERTCC_SET(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    if (is_virtual) BERTCC_SET(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+    if (by_value) BERTCC_SET(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+    return keep(std::move(d));
+  }
+  // An intermediate: virtual, row-major.
+  cudnnBackendDescriptor_t virt(const std::string& name, cudnnDataType_t type, const Dims& dims) {
+    Dims strides(dims.size(), 1);
+    for (size_t i = dims.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * dims[i + 1];
+    return tensor(name, next_virtual_++, type, dims, strides, true);
+  }
+
+  // y = mode(x [, b [, t]]); axis for GEN_INDEX.
+  void pointwise(const std::string& name, cudnnPointwiseMode_t mode, cudnnDataType_t prec, cudnnBackendDescriptor_t x,
+                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                 int64_t axis = -1) {
+    Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise " + name);
+    BERTCC_SET(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    BERTCC_SET(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    if (mode == CUDNN_POINTWISE_GEN_INDEX) BERTCC_SET(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    const cudnnBackendDescriptor_t pwd = keep(std::move(pw));
+    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "operation " + name);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pwd);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+    if (b) BERTCC_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
+    if (t) BERTCC_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+    ops_.push_back(keep(std::move(op)));
+  }
+
+  void reduction(const std::string& name, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+                 cudnnBackendDescriptor_t y) {
+    Desc r(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction " + name);
+    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    BERTCC_SET(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    BERTCC_SET(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
+    const cudnnBackendDescriptor_t rd = keep(std::move(r));
+    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "operation " + name);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
+    ops_.push_back(keep(std::move(op)));
+  }
+
+  // c = a b over the last two dimensions, fp32 accumulation; m/n/k: the overrides (may be null).
+  void matmul(const std::string& name, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+              cudnnBackendDescriptor_t c, cudnnBackendDescriptor_t m, cudnnBackendDescriptor_t n,
+              cudnnBackendDescriptor_t k) {
+    Desc mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul " + name);
+    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    BERTCC_SET(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    const cudnnBackendDescriptor_t mmd = keep(std::move(mm));
+    Desc op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "operation " + name);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
+    BERTCC_SET(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mmd);
+    if (m) BERTCC_SET(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m);
+    if (n) BERTCC_SET(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n);
+    if (k) BERTCC_SET(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k);
+    ops_.push_back(keep(std::move(op)));
+  }
+
+  // The operation graph of the operations built; handle null: none set (cuDNN 9.8+ takes that).
+  cudnnBackendDescriptor_t graph(cudnnHandle_t handle) {
+    Desc g(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph (" + std::to_string(ops_.size()) + " operations)");
+    BERTCC_SET(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
+               ops_.data());
+    if (handle) g.set(kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle, "CUDNN_ATTR_OPERATIONGRAPH_HANDLE");
+    return keep(std::move(g));
+  }
+
+  std::vector<Desc> take() { return std::move(descs_); }
+
+ private:
+  cudnnBackendDescriptor_t keep(Desc d) {
+    d.finalize();
+    if (steps_) steps_->push_back(d.name() + ": finalized");
+    descs_.push_back(std::move(d));
+    return descs_.back().get();
+  }
+  std::vector<std::string>* steps_;
+  std::vector<Desc> descs_;
+  std::vector<cudnnBackendDescriptor_t> ops_;
+  int64_t next_virtual_ = kFirstVirtual;
+};
+
+// The inference forward's graph for (B, T, NH, D) on bertcc's layouts; returns the operation graph.
+cudnnBackendDescriptor_t build_forward(GraphBuilder& g, int64_t B, int64_t T, int64_t NH, int64_t D,
+                                       cudnnHandle_t handle) {
+  const int64_t C = NH * D, ld = 3 * C;
+  const auto bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b8 = CUDNN_DATA_BOOLEAN;
+  // [B, NH, T, D] views of qkv16 [B, T, 3C] (K as K^T [B, NH, D, T]) and of out16 [B, T, C]
+  const auto q = g.tensor("Q", kQ, bf16, {B, NH, T, D}, {T * ld, D, ld, 1});
+  const auto kt = g.tensor("K^T", kK, bf16, {B, NH, D, T}, {T * ld, D, 1, ld});
+  const auto v = g.tensor("V", kV, bf16, {B, NH, T, D}, {T * ld, D, ld, 1});
+  const auto o = g.tensor("O", kO, bf16, {B, NH, T, D}, {T * C, D, C, 1});
+  const auto seq_q = g.tensor("seq_len_q", kSeqQ, i32, {B, 1, 1, 1}, {1, 1, 1, 1});
+  const auto seq_kv = g.tensor("seq_len_kv", kSeqKV, i32, {B, 1, 1, 1}, {1, 1, 1, 1});
+  const auto scale = g.tensor("scale", kScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  const auto neg_inf = g.tensor("mask value", kNegInf, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  const Dims sd{B, NH, T, T}, rd{B, NH, T, 1};
+
+  const auto s = g.virt("S", f32, sd);
+  g.matmul("Q K^T", q, kt, s, seq_q, seq_kv, nullptr);
+  const auto ss = g.virt("S scaled", f32, sd);
+  g.pointwise("scale", CUDNN_POINTWISE_MUL, f32, s, scale, nullptr, ss);
+  // padding mask: row < seq_len_q[b] and col < seq_len_kv[b], else the mask value
+  const auto row = g.virt("row index", i32, sd), col = g.virt("col index", i32, sd);
+  g.pointwise("row index", CUDNN_POINTWISE_GEN_INDEX, i32, ss, nullptr, nullptr, row, 2);
+  g.pointwise("col index", CUDNN_POINTWISE_GEN_INDEX, i32, ss, nullptr, nullptr, col, 3);
+  const auto row_in = g.virt("row < seq_len_q", b8, sd), col_in = g.virt("col < seq_len_kv", b8, sd);
+  g.pointwise("row < seq_len_q", CUDNN_POINTWISE_CMP_LT, b8, row, seq_q, nullptr, row_in);
+  g.pointwise("col < seq_len_kv", CUDNN_POINTWISE_CMP_LT, b8, col, seq_kv, nullptr, col_in);
+  const auto keep_mask = g.virt("padding mask", b8, sd);
+  g.pointwise("padding mask", CUDNN_POINTWISE_LOGICAL_AND, b8, row_in, col_in, nullptr, keep_mask);
+  const auto sm = g.virt("S masked", f32, sd);
+  g.pointwise("select", CUDNN_POINTWISE_BINARY_SELECT, f32, ss, neg_inf, keep_mask, sm);
+  // softmax
+  const auto mx = g.virt("row max", f32, rd);
+  g.reduction("row max", CUDNN_REDUCE_TENSOR_MAX, sm, mx);
+  const auto sub = g.virt("S - max", f32, sd);
+  g.pointwise("S - max", CUDNN_POINTWISE_SUB, f32, sm, mx, nullptr, sub);
+  const auto e = g.virt("exp", f32, sd);
+  g.pointwise("exp", CUDNN_POINTWISE_EXP, f32, sub, nullptr, nullptr, e);
+  const auto sum = g.virt("row sum", f32, rd);
+  g.reduction("row sum", CUDNN_REDUCE_TENSOR_ADD, e, sum);
+  const auto lg = g.virt("log sum", f32, rd), stats = g.virt("stats", f32, rd);
+  g.pointwise("log sum", CUDNN_POINTWISE_LOG, f32, sum, nullptr, nullptr, lg);
+  g.pointwise("stats", CUDNN_POINTWISE_ADD, f32, mx, lg, nullptr, stats);
+  const auto p = g.virt("P", bf16, sd);  // the second product's operand in the I/O type
+  g.pointwise("P", CUDNN_POINTWISE_DIV, f32, e, sum, nullptr, p);
+  g.matmul("P V", p, v, o, seq_q, nullptr, seq_kv);
+  return g.graph(handle);
+}
+
+// A plan for one shape on one device, with its workspace; kept for the process.
+struct Plan {
+  std::vector<Desc> descs;  // the graph's descriptors and the plan, last
+  cudnnBackendDescriptor_t plan = nullptr;
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+  float scale = 0, mask_value = 0;
+  std::string why;  // not empty: this shape failed
+};
+
+std::string shape_name(int64_t B, int64_t T, int64_t NH, int64_t D) {
+  return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
+         " D=" + std::to_string(D);
+}
+
+// What is wrong with a shape before cuDNN sees it (a zero dimension makes cuDNN 9.19 divide by
+// zero in finalize), or "".
+std::string shape_error(int64_t B, int64_t T, int64_t NH, int64_t D) {
+  if (B < 1 || T < 1 || NH < 1) return "empty shape " + shape_name(B, T, NH, D);
+  if (D != 64 && D != 128) return "head size " + std::to_string(D) + " (cuDNN attention is built for 64 and 128)";
+  return "";
+}
+
+// The graph, heuristics mode A, then the first of its engine configs that makes a plan; for the
+// device of `handle`, or without one for the device `deviceprop` describes (cuDNN 9.8+: plans
+// built ahead of time). The workspace is the caller's. steps (may be null): what was done.
+void make_plan(Plan& pl, cudnnHandle_t handle, cudnnBackendDescriptor_t deviceprop, int64_t B, int64_t T, int64_t NH,
+               int64_t D, std::vector<std::string>* steps) {
+  GraphBuilder g(steps);
+  const cudnnBackendDescriptor_t graph = build_forward(g, B, T, NH, D, handle);
+  pl.descs = g.take();
+  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics mode A");
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  BERTCC_SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  BERTCC_SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (deviceprop) BERTCC_SET(heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, deviceprop);
+  heur.finalize();
+  const Api& a = loaded().api;
+  int64_t count = 0;
+  check(a.get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+        "heuristics: get CUDNN_ATTR_ENGINEHEUR_RESULTS count");
+  if (steps) steps->push_back("heuristics mode A: " + std::to_string(count) + " engine configs");
+  if (count <= 0) throw Failure("cuDNN heuristics (mode A): no engine for the attention graph");
+  std::vector<Desc> cfgs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config " + std::to_string(i));
+    raw.push_back(cfgs.back().get());
+  }
+  int64_t got = 0;
+  check(a.get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()),
+        "heuristics: get CUDNN_ATTR_ENGINEHEUR_RESULTS");
+  std::string first_failure;
+  for (int64_t i = 0; i < got; ++i) {
+    try {
+      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan (engine config " + std::to_string(i) + ")");
+      if (handle) plan.set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle, "CUDNN_ATTR_EXECUTION_PLAN_HANDLE");
+      if (deviceprop) BERTCC_SET(plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, deviceprop);
+      BERTCC_SET(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[i]);
+      plan.finalize();
+      check(a.get_attr(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, nullptr,
+                       &pl.workspace_bytes),
+            "execution plan: get CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
+      if (steps)
+        steps->push_back(plan.name() + ": finalized, workspace " + std::to_string(pl.workspace_bytes) + " bytes");
+      pl.descs.push_back(std::move(cfgs[i]));  // the plan's engine config, kept with it
+      pl.descs.push_back(std::move(plan));
+      pl.plan = pl.descs.back().get();
+      break;
+    } catch (const Failure& f) {
+      if (first_failure.empty()) first_failure = f.what();
+      if (steps) steps->push_back(std::string("not taken: ") + f.what());
+    }
+  }
+  if (!pl.plan)
+    throw Failure("no plan from the " + std::to_string(got) + " engine configs of heuristics mode A; the first: " +
+                  first_failure);
+  pl.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // the frontend's choice: cuDNN before 9.10 wants the lowest float for a masked score, later -inf
+  pl.mask_value = loaded().info.version < 91000 ? std::numeric_limits<float>::lowest()
+                                                : -std::numeric_limits<float>::infinity();
+}
+
+struct State {
+  std::mutex mu;
+  std::map<int, cudnnHandle_t> handles;                                   // per device
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, Plan> plans;  // (B, T, NH, D, device)
+};
+// Never destroyed: plans hold device memory and cuDNN state, which outlive static destruction badly.
+State& state() {
+  static State* s = new State;
+  return *s;
+}
+
+}  // namespace
+
+const Library& library() { return loaded().info; }
+
+bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len, const int32_t* kv_len, int64_t B,
+                       int64_t T, int64_t NH, int64_t D, std::string* why) {
+  auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  const Loaded& l = loaded();
+  if (!l.info.loaded) return no(l.info.why);
+  if (const std::string e = shape_error(B, T, NH, D); !e.empty()) return no(e);
+  if (reinterpret_cast<uintptr_t>(qkv16) % 16 || reinterpret_cast<uintptr_t>(out16) % 16)
+    return no("qkv16 or out16 not 16-byte aligned");
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return no("no current CUDA device");
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  try {
+    cudnnHandle_t& handle = st.handles[device];
+    if (!handle) check(l.api.create(&handle), "cudnnCreate on device " + std::to_string(device));
+    auto [it, fresh] = st.plans.try_emplace({B, T, NH, D, device});
+    Plan& pl = it->second;
+    if (fresh) {
+      try {
+        make_plan(pl, handle, nullptr, B, T, NH, D, nullptr);
+        if (pl.workspace_bytes > 0) pl.workspace = alloc(static_cast<size_t>(pl.workspace_bytes));
+      } catch (const std::exception& e) {
+        pl = Plan();
+        pl.why = shape_name(B, T, NH, D) + ": " + e.what();
+      }
+    }
+    if (!pl.why.empty()) return no(pl.why);
+    check(l.api.set_stream(handle, stream()), "cudnnSetStream");
+    const int64_t C = NH * D;
+    int64_t uids[] = {kQ, kK, kV, kO, kSeqQ, kSeqKV, kScale, kNegInf};
+    void* ptrs[] = {const_cast<bf16_t*>(qkv16), const_cast<bf16_t*>(qkv16 + C), const_cast<bf16_t*>(qkv16 + 2 * C),
+                    out16, const_cast<int32_t*>(q_len), const_cast<int32_t*>(kv_len), &pl.scale, &pl.mask_value};
+    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+    BERTCC_SET(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 8, uids);
+    BERTCC_SET(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 8, ptrs);
+    BERTCC_SET(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &pl.workspace);
+    pack.finalize();
+    check(l.api.execute(handle, pl.plan, pack.get()), "execute (" + shape_name(B, T, NH, D) + ")");
+  } catch (const std::exception& e) {  // Failure, or bertcc::Error from the workspace's allocation
+    return no(e.what());
+  }
+  return true;
+}
+
+bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps,
+                         std::string* why, const std::string* deviceprop_json) {
+  const Loaded& l = loaded();
+  const std::string e = l.info.loaded ? shape_error(B, T, NH, D) : l.info.why;
+  if (!e.empty()) {
+    if (why) *why = e;
+    return false;
+  }
+  try {
+    if (deviceprop_json) {  // the whole plan, for the device the JSON describes
+      Desc dp(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR,
+              "device properties (" + std::to_string(deviceprop_json->size()) + " bytes of JSON)");
+      BERTCC_SET(dp, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                 static_cast<int64_t>(deviceprop_json->size()), deviceprop_json->data());
+      dp.finalize();
+      if (steps) steps->push_back(dp.name() + ": finalized");
+      Plan pl;
+      make_plan(pl, nullptr, dp.get(), B, T, NH, D, steps);
+      return true;
+    }
+    GraphBuilder g(steps);
+    const cudnnBackendDescriptor_t graph = build_forward(g, B, T, NH, D, nullptr);
+    // what the heuristics say without a device or its description: reported, not checked
+    if (steps) {
+      try {
+        Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics mode A");
+        const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+        BERTCC_SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+        BERTCC_SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+        heur.finalize();
+        int64_t count = 0;
+        check(l.api.get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                             nullptr),
+              "heuristics mode A: get CUDNN_ATTR_ENGINEHEUR_RESULTS count");
+        steps->push_back("heuristics mode A without a device: " + std::to_string(count) + " engine configs");
+      } catch (const Failure& f) {
+        steps->push_back(std::string("not checked: ") + f.what());
+      }
+    }
+  } catch (const Failure& f) {
+    if (why) *why = f.what();
+    return false;
+  }
+  return true;
+}
+
+bool device_properties_json(std::string* json, std::string* why) {
+  const Loaded& l = loaded();
+  int device = 0;
+  if (!l.info.loaded || cudaGetDevice(&device) != cudaSuccess) {
+    if (why) *why = l.info.loaded ? "no current CUDA device" : l.info.why;
+    return false;
+  }
+  try {
+    Desc dp(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "device properties of device " + std::to_string(device));
+    const int32_t id = device;
+    BERTCC_SET(dp, CUDNN_ATTR_DEVICEPROP_DEVICE_ID, CUDNN_TYPE_INT32, 1, &id);
+    dp.finalize();
+    int64_t n = 0;
+    check(l.api.get_attr(dp.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &n, nullptr),
+          dp.name() + ": get CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION size");
+    std::string buf(static_cast<size_t>(n), '\0');
+    check(l.api.get_attr(dp.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, n, &n, buf.data()),
+          dp.name() + ": get CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION");
+    buf.resize(static_cast<size_t>(n));
+    *json = std::move(buf);
+  } catch (const Failure& f) {
+    if (why) *why = f.what();
+    return false;
+  }
+  return true;
+}
+
+std::string probe_handle() {
+  const Loaded& l = loaded();
+  if (!l.info.loaded) return l.info.why;
+  cudnnHandle_t h = nullptr;
+  try {
+    check(l.api.create(&h), "cudnnCreate");
+  } catch (const Failure& f) {
+    return f.what();
+  }
+  l.api.destroy(h);
+  return "ok";
+}
+
+#endif  // BERTCC_CUDNN_HEADERS
+
+}  // namespace bertcc::cuda::cudnn
