@@ -112,4 +112,11 @@ const HeadSpec* head_by_architecture(const std::string& architecture) {
   return nullptr;
 }
 
+const HeadSpec* head_by_tensors(const std::set<std::string>& names) {
+  for (const HeadSpec* s : head_registry())
+    for (const auto& set : s->signature)
+      if (std::all_of(set.begin(), set.end(), [&](const std::string& n) { return names.count(n) != 0; })) return s;
+  return nullptr;
+}
+
 }  // namespace bertcc
