@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/head_spec.h"
+#include "bertcc/model_dir.h"
 #include "bertcc/onnx_export.h"
 #include "bertcc/params.h"
 
@@ -136,7 +138,14 @@ TEST(Heads, ModelTableIsTheEncoderPlusWhatTheHeadDeclares) {
     std::set<std::string> want;
     for (const auto& e : encoder.table().entries())
       if (e.name.rfind("bert.pooler.", 0) != 0 || (s->pooler && !c.electra())) want.insert(e.name);
-    for (const auto& e : own.entries()) want.insert(e.name);
+    for (const auto& e : own.entries()) {
+      want.insert(e.name);
+      // under its prefixes: a checkpoint's name stays as it is, and a model without the head leaves it out
+      EXPECT_TRUE(std::any_of(s->prefixes.begin(), s->prefixes.end(),
+                              [&](const std::string& p) { return e.name.rfind(p, 0) == 0; }))
+          << s->name << ": " << e.name;
+      EXPECT_EQ(canonical_param_name(e.name), e.name);
+    }
     std::set<std::string> have;
     for (const auto& e : model.table().entries()) have.insert(e.name);
     EXPECT_EQ(have, want) << s->name;

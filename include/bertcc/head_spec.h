@@ -62,6 +62,9 @@ struct HeadSpec {
   // Inference without labels runs a beam search (the joint SQuAD head): its outputs are the beams'
   // (start_n_top, end_n_top from the config), and serving refuses rows shorter than the beams.
   bool beam_search;
+  // The first parts of its tensors' names ("qa_outputs."): a checkpoint's tensor under one of them
+  // is a head's, not the encoder's (not read as bert.*; left out when loading a model without it).
+  std::vector<std::string> prefixes;
   // How convert recognises it in a checkpoint: the checkpoint holds every tensor of one of these
   // sets (Hugging Face names; the first head in registry order that matches, else the encoder). A
   // head that needs labels counts them as the rows of its first set's first tensor.

@@ -70,7 +70,7 @@ class OnnxGraph {
   // BERT's pooler on them: tanh(bert.pooler.dense(h[:, 0])).
   std::string pooled_output(const std::string& h);
 
-  // The ModelProto with this graph, `doc` its doc_string.
+  // The ModelProto with this graph, `doc` its doc_string (once: it closes the graph).
   std::string model(const std::string& doc);
 
  private:

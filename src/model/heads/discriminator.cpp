@@ -131,6 +131,7 @@ const HeadSpec& discriminator_head() {
       .serve_as = Heads::None,  // ELECTRA's pre-training checkpoint: its encoder embeds
       .by_architecture = true,
       .beam_search = false,
+      .prefixes = {"discriminator_predictions."},
       .signature = {},  // (none: convert keeps such a checkpoint's encoder)
       .what = "a model directory",
       .make_command = "`bertcc init-model` or `bertcc pretrain`",

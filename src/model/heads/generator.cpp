@@ -34,6 +34,7 @@ const HeadSpec& generator_head() {
       .serve_as = Heads::None,
       .by_architecture = false,
       .beam_search = false,
+      .prefixes = {"generator_predictions.", "generator_lm_head."},
       .signature = {},  // (none: convert keeps such a checkpoint's encoder)
       .what = "a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",
       .make_command = "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)",

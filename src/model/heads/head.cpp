@@ -1,6 +1,6 @@
 // The Head base (src/model/head.h) and the registry of heads: one HeadSpec per head, each defined
-// in its own file here. Adding a head: its file (spec + step), a line in kSpecs below, its value
-// in include/bertcc/heads.h, and its tests.
+// in its own file here. Adding a head: its file (spec, step, ONNX part), its line in specs.h and in
+// kSpecs below, its value in include/bertcc/heads.h, and its tests.
 #include <algorithm>
 
 #include "bertcc/error.h"

@@ -541,6 +541,7 @@ const HeadSpec& joint_question_answering_head() {
       .serve_as = Heads::JointQuestionAnswering,
       .by_architecture = true,
       .beam_search = true,
+      .prefixes = {"start_logits.", "end_logits.", "answer_class."},
       .signature = {{"start_logits.dense.weight"}},
       .what = "a question-answering model (BertForQuestionAnswering)",
       .make_command = "`bertcc finetune squad --model PRETRAINED --train-file train-v1.1.json --output-dir DIR`",

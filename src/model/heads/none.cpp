@@ -44,6 +44,7 @@ const HeadSpec& none_head() {
       .serve_as = Heads::None,
       .by_architecture = false,
       .beam_search = false,
+      .prefixes = {},
       .signature = {},  // (what no other head's signature matches)
       .what = "a model directory",
       .make_command = "`bertcc init-model` or `bertcc pretrain`",

@@ -37,6 +37,7 @@ const HeadSpec& pretraining_head() {
       .serve_as = Heads::PreTraining,
       .by_architecture = false,
       .beam_search = false,
+      .prefixes = {"cls."},
       .signature = {{"cls.predictions.bias"}, {"cls.predictions.decoder.bias"}},
       .what = "a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",
       .make_command = "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)",

@@ -117,6 +117,7 @@ const HeadSpec& question_answering_head() {
       .serve_as = Heads::QuestionAnswering,
       .by_architecture = true,
       .beam_search = false,
+      .prefixes = {"qa_outputs."},
       .signature = {{"qa_outputs.weight"}},
       .what = "a question-answering model (BertForQuestionAnswering)",
       .make_command = "`bertcc finetune squad --model PRETRAINED --train-file train-v1.1.json --output-dir DIR`",

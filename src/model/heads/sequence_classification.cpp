@@ -149,6 +149,7 @@ const HeadSpec& sequence_classification_head() {
       .serve_as = Heads::SequenceClassification,
       .by_architecture = true,
       .beam_search = false,
+      .prefixes = {"classifier."},
       .signature = {{"classifier.weight", "bert.pooler.dense.weight"}},
       .what = "a sequence-classification model (BertForSequenceClassification)",
       .make_command = "`bertcc finetune classify --model PRETRAINED --train-file train.csv --output-dir DIR` (GLUE: "

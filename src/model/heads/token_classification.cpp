@@ -58,6 +58,7 @@ const HeadSpec& token_classification_head() {
       .serve_as = Heads::TokenClassification,
       .by_architecture = true,
       .beam_search = false,
+      .prefixes = {"classifier."},
       // (BERT's sequence classification, before it in the registry, has the pooler as well)
       .signature = {{"classifier.weight"}},
       .what = "a token-classification model (BertForTokenClassification)",
