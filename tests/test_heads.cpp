@@ -1,13 +1,20 @@
 // The head registry (include/bertcc/head_spec.h, src/model/heads/): every head has one spec, found
 // by its value, its serialized name and its Hugging Face architecture; a model's table holds the
-// encoder's tensors and exactly those its head declares; every head with an inference step runs.
+// encoder's tensors and exactly those its head declares; every head with an inference step runs;
+// convert finds a head by its signature tensors; an export's outputs are those its spec names.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
+#include "bertcc/fileio.h"
 #include "bertcc/head_spec.h"
+#include "bertcc/model_dir.h"
+#include "bertcc/onnx_export.h"
 #include "bertcc/params.h"
 
 using namespace bertcc;
@@ -25,6 +32,70 @@ BertConfig config_for(const HeadSpec& s) {
   if (s.id == Heads::Discriminator || s.id == Heads::Generator) c.model_type = "electra";
   if (s.needs_labels) c.id2label = {"a", "b", "c"};
   return c;
+}
+
+// The fields of a protobuf message in order: number, and the varint's value or the bytes (fixed
+// 32- and 64-bit fields are skipped).
+struct PbField {
+  int number;
+  uint64_t value;
+  std::string bytes;
+};
+
+std::vector<PbField> pb_fields(const std::string& m) {
+  std::vector<PbField> out;
+  size_t i = 0;
+  auto varint = [&] {
+    uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      const auto b = static_cast<uint8_t>(m.at(i++));
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+  };
+  while (i < m.size()) {
+    const uint64_t key = varint();
+    PbField f{static_cast<int>(key >> 3), 0, {}};
+    if ((key & 7) == 0) {
+      f.value = varint();
+    } else if ((key & 7) == 2) {
+      const size_t n = varint();
+      f.bytes = m.substr(i, n);
+      i += n;
+    } else {
+      i += (key & 7) == 5 ? 4 : 8;
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// An ONNX model's graph outputs as a head's spec names them (HeadSpec::outputs).
+std::vector<HeadOutput> onnx_outputs(const std::string& model) {
+  std::vector<HeadOutput> outs;
+  for (const PbField& graph : pb_fields(model)) {
+    if (graph.number != 7) continue;  // ModelProto.graph
+    for (const PbField& vi : pb_fields(graph.bytes)) {
+      if (vi.number != 12) continue;  // GraphProto.output: ValueInfoProto
+      HeadOutput o;
+      for (const PbField& f : pb_fields(vi.bytes)) {
+        if (f.number == 1) o.name = f.bytes;
+        if (f.number != 2) continue;                      // TypeProto
+        for (const PbField& tensor : pb_fields(f.bytes))  // .tensor_type: elem_type, shape
+          for (const PbField& t : pb_fields(tensor.bytes)) {
+            if (t.number == 1) o.int64 = t.value == 7;
+            if (t.number != 2) continue;
+            for (const PbField& dim : pb_fields(t.bytes))
+              for (const PbField& d : pb_fields(dim.bytes))  // dim_value, or dim_param batch / sequence
+                o.shape.push_back(d.number == 1        ? static_cast<int64_t>(d.value)
+                                  : d.bytes == "batch" ? HeadOutput::kBatch
+                                                       : HeadOutput::kSequence);
+          }
+      }
+      outs.push_back(o);
+    }
+  }
+  return outs;
 }
 
 }  // namespace
@@ -67,7 +138,14 @@ TEST(Heads, ModelTableIsTheEncoderPlusWhatTheHeadDeclares) {
     std::set<std::string> want;
     for (const auto& e : encoder.table().entries())
       if (e.name.rfind("bert.pooler.", 0) != 0 || (s->pooler && !c.electra())) want.insert(e.name);
-    for (const auto& e : own.entries()) want.insert(e.name);
+    for (const auto& e : own.entries()) {
+      want.insert(e.name);
+      // under its prefixes: a checkpoint's name stays as it is, and a model without the head leaves it out
+      EXPECT_TRUE(std::any_of(s->prefixes.begin(), s->prefixes.end(),
+                              [&](const std::string& p) { return e.name.rfind(p, 0) == 0; }))
+          << s->name << ": " << e.name;
+      EXPECT_EQ(canonical_param_name(e.name), e.name);
+    }
     std::set<std::string> have;
     for (const auto& e : model.table().entries()) have.insert(e.name);
     EXPECT_EQ(have, want) << s->name;
@@ -91,4 +169,42 @@ TEST(Heads, WrongStepsAreRefused) {
   EXPECT_THROW(m.pretrain_step(b, false, false, Precision::F32, rng), Error);
   EXPECT_THROW(m.discriminator_step(b, false, false, Precision::F32, rng), Error);
   EXPECT_THROW(m.joint_qa_step(b, false, false, Precision::F32, rng), Error);
+}
+
+TEST(Heads, ConvertFindsEachHeadByItsSignature) {
+  for (const HeadSpec* s : head_registry()) {
+    const BertConfig c = config_for(*s);
+    const Bert model(c, s->id);
+    std::set<std::string> names;
+    for (const auto& e : model.table().entries()) names.insert(e.name);
+    // a head with a signature holds it; one without is not taken for another
+    EXPECT_EQ(head_by_tensors(names), s->signature.empty() ? nullptr : s) << s->name;
+  }
+  EXPECT_EQ(head_by_tensors({}), nullptr);
+  EXPECT_EQ(head_by_tensors({"cls.predictions.decoder.bias"})->id, Heads::PreTraining);
+  EXPECT_EQ(head_by_tensors({"classifier.weight", "bert.pooler.dense.weight"})->id, Heads::SequenceClassification);
+  EXPECT_EQ(head_by_tensors({"classifier.weight"})->id, Heads::TokenClassification);
+}
+
+TEST(Heads, OnnxExportWritesTheOutputsItsSpecNames) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("bertcc_heads_" + std::to_string(getpid()) + ".onnx")).string();
+  for (const HeadSpec* s : head_registry()) {
+    if (!s->onnx) continue;
+    for (const bool electra : {false, true}) {
+      BertConfig c = config_for(*s);
+      if (c.electra() && !electra) continue;  // ELECTRA's own heads
+      if (electra) c.model_type = "electra";
+      const Bert model(c, s->id);
+      export_onnx(model, path);
+      const std::vector<HeadOutput> want = s->outputs(c), have = onnx_outputs(read_file(path));
+      ASSERT_EQ(have.size(), want.size()) << s->name;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(have[i].name, want[i].name) << s->name;
+        EXPECT_EQ(have[i].shape, want[i].shape) << s->name << " " << want[i].name;
+        EXPECT_EQ(have[i].int64, want[i].int64) << s->name << " " << want[i].name;
+      }
+    }
+  }
+  std::filesystem::remove(path);
 }

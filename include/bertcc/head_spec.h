@@ -1,10 +1,12 @@
 // One description per head (src/model/heads/, one file each), found through one registry: what
 // the rest of bertcc asks about a head (its Hugging Face architecture, pooler, parameters, tasks,
-// labels and outputs) instead of switching on `Heads`, which remains the head's serialized name.
+// labels, outputs, ONNX graph and the tensors that mark it in a checkpoint) instead of switching on
+// `Heads`, which remains the head's serialized name.
 // The head's step (forward and backward) is made by `make` (src/model/head.h, private to the model).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@ namespace bertcc {
 
 class Bert;
 class Head;
+class OnnxGraph;
 class ParamTable;
 
 // What a fine-tuning batch carries for the head (data/features.cpp fills it from the features).
@@ -59,7 +62,13 @@ struct HeadSpec {
   // Inference without labels runs a beam search (the joint SQuAD head): its outputs are the beams'
   // (start_n_top, end_n_top from the config), and serving refuses rows shorter than the beams.
   bool beam_search;
-  bool onnx;  // export-onnx writes it
+  // The first parts of its tensors' names ("qa_outputs."): a checkpoint's tensor under one of them
+  // is a head's, not the encoder's (not read as bert.*; left out when loading a model without it).
+  std::vector<std::string> prefixes;
+  // How convert recognises it in a checkpoint: the checkpoint holds every tensor of one of these
+  // sets (Hugging Face names; the first head in registry order that matches, else the encoder). A
+  // head that needs labels counts them as the rows of its first set's first tensor.
+  std::vector<std::vector<std::string>> signature;
   // For check_model_dir_for: what a model with it is, the command that makes one, and what a
   // directory with it is when another head is wanted ("" : its architecture alone).
   const char* what;
@@ -70,6 +79,9 @@ struct HeadSpec {
   void (*declare)(ParamTable& t, const BertConfig& c);
   // Its inference outputs, in order (empty: no ONNX export; the encoder's are served).
   std::vector<HeadOutput> (*outputs)(const BertConfig& c);
+  // Its part of an ONNX export (bertcc/onnx_graph.h), `outputs` in that order included, from the
+  // encoder's sequence output h [B, S, C] and the positions 0 .. S-1 [S]; null: no export.
+  void (*onnx)(OnnxGraph& g, const std::string& h, const std::string& positions);
   // Its step: the weights bound once, forward and backward (src/model/head.h).
   std::unique_ptr<Head> (*make)(Bert& model);
 };
@@ -82,5 +94,7 @@ const std::vector<const HeadSpec*>& head_registry();
 const HeadSpec* head_by_name(const std::string& name);
 // By Hugging Face architecture (BERT's names first, then ELECTRA's), or null.
 const HeadSpec* head_by_architecture(const std::string& architecture);
+// By a checkpoint's tensor names (HeadSpec::signature), or null: the encoder alone.
+const HeadSpec* head_by_tensors(const std::set<std::string>& names);
 
 }  // namespace bertcc

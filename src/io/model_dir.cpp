@@ -22,6 +22,15 @@ static bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
+// A head's tensor (HeadSpec::prefixes) or the pooler's.
+static bool is_head_tensor(const std::string& n) {
+  if (n.rfind("bert.pooler.", 0) == 0) return true;
+  for (const HeadSpec* s : head_registry())
+    for (const std::string& p : s->prefixes)
+      if (n.rfind(p, 0) == 0) return true;
+  return false;
+}
+
 std::string canonical_param_name(const std::string& stored) {
   std::string n = stored;
   while (n.rfind("module.", 0) == 0) n.erase(0, 7);  // DistributedDataParallel's wrapper
@@ -29,12 +38,7 @@ std::string canonical_param_name(const std::string& stored) {
   for (size_t p; (p = n.find(".dense_act.")) != std::string::npos;) n.replace(p, 11, ".dense.");
   if (ends_with(n, "position_ids")) return "";  // a buffer, not a parameter
   if (n.rfind("electra.", 0) == 0) n.replace(0, 8, "bert.");  // ELECTRA's encoder: the same internal names
-  bool head = false;
-  for (const char* h : {"bert.", "cls.", "qa_outputs.", "classifier.", "discriminator_predictions.",
-                        "generator_predictions.", "generator_lm_head.", "start_logits.", "end_logits.",
-                        "answer_class."})
-    head |= n.rfind(h, 0) == 0;
-  if (!head) n.insert(0, "bert.");  // BertModel / ElectraModel checkpoints
+  if (n.rfind("bert.", 0) != 0 && !is_head_tensor(n)) n.insert(0, "bert.");  // BertModel / ElectraModel checkpoints
   if (ends_with(n, "LayerNorm.gamma")) n = n.substr(0, n.size() - 5) + "weight";
   if (ends_with(n, "LayerNorm.beta")) n = n.substr(0, n.size() - 4) + "bias";
   return n;
@@ -48,13 +52,6 @@ static std::string shape_str(const std::vector<int64_t>& s) {
   }
   r += ']';
   return r;
-}
-
-static bool is_head_tensor(const std::string& n) {
-  return n.rfind("cls.", 0) == 0 || n.rfind("qa_outputs.", 0) == 0 || n.rfind("classifier.", 0) == 0 ||
-         n.rfind("bert.pooler.", 0) == 0 || n.rfind("discriminator_predictions.", 0) == 0 ||
-         n.rfind("generator_predictions.", 0) == 0 || n.rfind("generator_lm_head.", 0) == 0 ||
-         n.rfind("start_logits.", 0) == 0 || n.rfind("end_logits.", 0) == 0 || n.rfind("answer_class.", 0) == 0;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/glue.h"
+#include "bertcc/head_spec.h"
 #include "bertcc/inference.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/parallel.h"
@@ -156,7 +157,7 @@ std::unique_ptr<Bert> ft_load_model(const FtCli& o, const FtSetup& s, Heads head
     m = load_model_dir(o.init_checkpoint, heads);
     const auto& have = m->config().id2label;
     if (labels.empty()) labels = have;
-    BERTCC_CHECK(heads == Heads::QuestionAnswering || have == labels, o.init_checkpoint,
+    BERTCC_CHECK(!head_spec(heads).needs_labels || have == labels, o.init_checkpoint,
                  ": the model's labels (config.json id2label) differ from this task's");
   }
   BERTCC_CHECK(m->config().vocab_size >= s.vocab->size(), s.vocab_path, ": vocabulary has ", s.vocab->size(),

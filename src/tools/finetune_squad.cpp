@@ -5,6 +5,7 @@
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/head_spec.h"
 #include "bertcc/inference.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/squad.h"
@@ -28,8 +29,9 @@ struct SquadCli {
 Heads squad_head(const FtCli& o, const SquadCli& q) {
   BERTCC_CHECK(!(q.joint_head && q.no_joint_head), "--joint-head and --no-joint-head contradict each other");
   const Heads arch = architecture_heads(o.init_checkpoint);
-  if (arch == Heads::QuestionAnswering || arch == Heads::JointQuestionAnswering) {
-    const bool joint = arch == Heads::JointQuestionAnswering;
+  const HeadSpec& have = head_spec(arch);
+  if (have.task && std::string(have.task) == "qa") {
+    const bool joint = have.beam_search;
     BERTCC_CHECK(!(joint ? q.no_joint_head : q.joint_head), o.init_checkpoint, ": the model already has ",
                  joint ? "the joint SQuAD head (start_logits/end_logits/answer_class)" : "BertForQuestionAnswering's qa_outputs",
                  "; fine-tune a backbone to get the other head");
@@ -44,7 +46,7 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   std::vector<std::string> labels;
   const Heads heads = squad_head(o, q);
   auto model = ft_load_model(o, s, heads, labels);
-  const bool joint = heads == Heads::JointQuestionAnswering;
+  const bool joint = head_spec(heads).beam_search;
   BERTCC_CHECK(q.beam_size >= 0 && q.beam_size <= 64, "--beam-size must be in [1, 64]");
   BERTCC_CHECK(joint || q.beam_size == 0, "--beam-size is for the joint head (--joint-head)");
   if (joint) {

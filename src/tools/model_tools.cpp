@@ -11,6 +11,7 @@
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/head_spec.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/onnx_export.h"
 #include "bertcc/pretrain_data.h"
@@ -146,26 +147,22 @@ void add_model_tools(CLI::App& app) {
       BERTCC_CHECK(v.size() <= cfg.vocab_size, vocab, ": ", v.size(), " entries, more than vocab_size ", cfg.vocab_size);
       if (co->lower || co->no_lower) lower = co->lower;
     }
-    // The heads follow from the tensors present.
+    // The head follows from the tensors present (each head's signature).
     const TorchCheckpoint ck(co->input);
     std::set<std::string> names;
-    const std::vector<int64_t>* classifier = nullptr;
-    for (const auto& t : ck.tensors()) {
-      names.insert(canonical_param_name(t.name));
-      if (canonical_param_name(t.name) == "classifier.weight") classifier = &t.shape;
-    }
-    Heads heads = Heads::None;
-    if (names.count("cls.predictions.bias") || names.count("cls.predictions.decoder.bias")) heads = Heads::PreTraining;
-    else if (names.count("qa_outputs.weight")) heads = Heads::QuestionAnswering;
-    else if (names.count("start_logits.dense.weight")) heads = Heads::JointQuestionAnswering;
-    else if (classifier) {
-      BERTCC_CHECK(classifier->size() == 2 && (*classifier)[0] > 0, co->input, ": classifier.weight is not a matrix");
-      // HF's token classification has no pooler.
-      heads = names.count("bert.pooler.dense.weight") ? Heads::SequenceClassification : Heads::TokenClassification;
-      if (cfg.num_labels() != (*classifier)[0]) {
-        BERTCC_CHECK(cfg.id2label.empty(), cfg_path, ": ", cfg.num_labels(), " labels but classifier.weight has ",
-                     (*classifier)[0], " rows");
-        for (int64_t i = 0; i < (*classifier)[0]; ++i) cfg.id2label.push_back("LABEL_" + std::to_string(i));
+    for (const auto& t : ck.tensors()) names.insert(canonical_param_name(t.name));
+    const HeadSpec* found = head_by_tensors(names);
+    const Heads heads = found ? found->id : Heads::None;
+    if (found && found->needs_labels) {  // one label per row of the signature's first tensor
+      const std::string& rows = found->signature.at(0).at(0);
+      const std::vector<int64_t>* shape = nullptr;
+      for (const auto& t : ck.tensors())
+        if (canonical_param_name(t.name) == rows) shape = &t.shape;
+      BERTCC_CHECK(shape->size() == 2 && (*shape)[0] > 0, co->input, ": ", rows, " is not a matrix");
+      if (cfg.num_labels() != (*shape)[0]) {
+        BERTCC_CHECK(cfg.id2label.empty(), cfg_path, ": ", cfg.num_labels(), " labels but ", rows, " has ",
+                     (*shape)[0], " rows");
+        for (int64_t i = 0; i < (*shape)[0]; ++i) cfg.id2label.push_back("LABEL_" + std::to_string(i));
       }
     }
     cfg.validate(cfg_path);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "bertcc/error.h"
+#include "bertcc/onnx_graph.h"
 #include "bertcc/params.h"
 #include "model/head.h"
 #include "model/heads/specs.h"
@@ -106,6 +107,14 @@ std::vector<HeadOutput> outputs(const BertConfig&) {  // one replaced-token logi
   return {{"logits", {HeadOutput::kBatch, HeadOutput::kSequence}, false}};
 }
 
+// ONNX: ElectraForPreTraining's one replaced-token logit per token, logits [B, S].
+void write_onnx(OnnxGraph& g, const std::string& h, const std::string&) {
+  const std::string d = g.gelu(g.linear(h, "discriminator_predictions.dense"), g.config().activation());
+  const std::string lg = g.linear(d, "discriminator_predictions.dense_prediction");  // [B, S, 1]
+  g.rename(g.node("Squeeze", {lg, g.const_i64({2})}), "logits");
+  g.output("logits", {"batch", "sequence"});
+}
+
 }  // namespace
 
 const HeadSpec& discriminator_head() {
@@ -122,12 +131,14 @@ const HeadSpec& discriminator_head() {
       .serve_as = Heads::None,  // ELECTRA's pre-training checkpoint: its encoder embeds
       .by_architecture = true,
       .beam_search = false,
-      .onnx = true,
+      .prefixes = {"discriminator_predictions."},
+      .signature = {},  // (none: convert keeps such a checkpoint's encoder)
       .what = "a model directory",
       .make_command = "`bertcc init-model` or `bertcc pretrain`",
       .kind = ", an ELECTRA pre-training checkpoint",
       .declare = declare,
       .outputs = outputs,
+      .onnx = write_onnx,
       .make = [](Bert& m) -> std::unique_ptr<Head> { return std::make_unique<DiscriminatorHead>(m); },
   };
   return s;

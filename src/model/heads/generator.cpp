@@ -34,12 +34,14 @@ const HeadSpec& generator_head() {
       .serve_as = Heads::None,
       .by_architecture = false,
       .beam_search = false,
-      .onnx = false,
+      .prefixes = {"generator_predictions.", "generator_lm_head."},
+      .signature = {},  // (none: convert keeps such a checkpoint's encoder)
       .what = "a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",
       .make_command = "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)",
       .kind = "",
       .declare = declare,
       .outputs = [](const BertConfig&) { return std::vector<HeadOutput>{}; },
+      .onnx = nullptr,
       .make = [](Bert& m) -> std::unique_ptr<Head> { return std::make_unique<MaskedLmHead>(m, false); },
   };
   return s;

@@ -1,6 +1,6 @@
 // The Head base (src/model/head.h) and the registry of heads: one HeadSpec per head, each defined
-// in its own file here. Adding a head: its file (spec + step), a line in kSpecs below, its value
-// in include/bertcc/heads.h, and its tests.
+// in its own file here. Adding a head: its file (spec, step, ONNX part), its line in specs.h and in
+// kSpecs below, its value in include/bertcc/heads.h, and its tests.
 #include <algorithm>
 
 #include "bertcc/error.h"
@@ -109,6 +109,13 @@ const HeadSpec* head_by_architecture(const std::string& architecture) {
     if (architecture == s->architecture) return s;
   for (const HeadSpec* s : head_registry())
     if (architecture == s->electra_architecture) return s;
+  return nullptr;
+}
+
+const HeadSpec* head_by_tensors(const std::set<std::string>& names) {
+  for (const HeadSpec* s : head_registry())
+    for (const auto& set : s->signature)
+      if (std::all_of(set.begin(), set.end(), [&](const std::string& n) { return names.count(n) != 0; })) return s;
   return nullptr;
 }
 

@@ -22,6 +22,7 @@
 #include <numeric>
 
 #include "bertcc/error.h"
+#include "bertcc/onnx_graph.h"
 #include "bertcc/params.h"
 #include "kernels/kernels.h"
 #include "model/head.h"
@@ -445,6 +446,85 @@ std::vector<HeadOutput> outputs(const BertConfig& cfg) {
           {"cls_logits", {b}, false}};
 }
 
+// ONNX: the beam search at inference, as above and as NVIDIA's TFElectraForQuestionAnswering with
+// joint_head: outputs start_top_log_probs / start_top_index [B, K1], end_top_log_probs /
+// end_top_index [B, K1*K2] (start-major: i * K2 + j), cls_logits [B]. dense_0 of the end and
+// answer-class layers takes [x ; y] (2C inputs); it is applied as x @ Wx + y @ Wy, so the
+// [B, K1, S, 2C] concatenation is never formed.
+void write_onnx(OnnxGraph& g, const std::string& h, const std::string& positions) {
+  using Attr = OnnxGraph::Attr;
+  const BertConfig& c = g.config();
+  const int64_t C = c.hidden_size, K1 = c.start_beam(), K2 = c.end_beam();
+  // columns [c0, c0 + C) of a [C, 2C] weight, transposed for MatMul
+  auto half = [&](const std::string& n, int64_t c0) {
+    const float* w = g.data(n);
+    std::vector<float> t(static_cast<size_t>(C * C));
+    for (int64_t o = 0; o < C; ++o)
+      for (int64_t i = 0; i < C; ++i) t[static_cast<size_t>(i * C + o)] = w[o * 2 * C + c0 + i];
+    return g.weight(n + (c0 == 0 ? "_t_first" : "_t_second"), {C, C}, t.data());
+  };
+  auto row = [&](const std::string& n) { return g.weight(n + "_t", {C, 1}, g.data(n)); };  // [1, C] -> [C, 1]
+  // p_mask as bertcc's: open are [CLS] (position 0) and segment-1 real tokens but the last one
+  const std::string len = g.node("ReduceSum", {"attention_mask", g.const_i64({1})}, {Attr::i("keepdims", 1)});
+  const std::string last = g.node("Sub", {len, g.const_i64_scalar(1)});  // [B, 1]
+  const std::string one = g.const_i64_scalar(1);
+  const std::string in_context = g.node(
+      "And", {g.node("And", {g.node("Equal", {"token_type_ids", one}), g.node("Equal", {"attention_mask", one})}),
+              g.node("Not", {g.node("Equal", {positions, last})})});
+  const std::string open = g.node("Or", {g.node("Equal", {positions, g.const_i64_scalar(0)}), in_context});  // [B, S]
+  const std::string closed = g.const_f32(-1e30f);
+  // start: log-softmax of the masked logits, the K1 best
+  const std::string s =
+      g.node("Where", {open, g.node("Squeeze", {g.linear(h, "start_logits.dense"), g.const_i64({2})}), closed});
+  // the k largest along the last axis, sorted: [values, indices]
+  auto top_k = [&](const std::string& x, int64_t k) {
+    return g.nodes("TopK", {x, g.const_i64({k})}, {Attr::i("axis", -1), Attr::i("largest", 1), Attr::i("sorted", 1)},
+                   {"", ""});
+  };
+  const std::vector<std::string> st = top_k(g.node("LogSoftmax", {s}, {Attr::i("axis", -1)}), K1);
+  g.rename(st[0], "start_top_log_probs");
+  g.rename(st[1], "start_top_index");
+  // the hidden states at those starts [B, K1, C]
+  const std::string gidx =
+      g.node("Expand", {g.node("Unsqueeze", {st[1], g.const_i64({2})}),
+                        g.node("Concat", {g.node("Shape", {st[1]}), g.const_i64({C})}, {Attr::i("axis", 0)})});
+  const std::string hs = g.node("GatherElements", {h, gidx}, {Attr::i("axis", 1)});
+  // end logits for every (start i, position t): dense_1(LN(tanh(dense_0([h_t ; h_start_i]))))
+  const std::string a_t = g.node("MatMul", {h, half("end_logits.dense_0.weight", 0)});  // [B, S, C]
+  const std::string a_s = g.node("Add", {g.node("MatMul", {hs, half("end_logits.dense_0.weight", C)}),
+                                         g.param("end_logits.dense_0.bias")});  // [B, K1, C]
+  const std::string a = g.node(
+      "Tanh",
+      {g.node("Add", {g.node("Unsqueeze", {a_t, g.const_i64({1})}), g.node("Unsqueeze", {a_s, g.const_i64({2})})})});
+  const std::string e0 =
+      g.node("Add", {g.node("MatMul", {g.layer_norm(a, "end_logits.LayerNorm"), row("end_logits.dense_1.weight")}),
+                     g.param("end_logits.dense_1.bias")});  // [B, K1, S, 1]
+  const std::string e = g.node(
+      "Where", {g.node("Unsqueeze", {open, g.const_i64({1})}), g.node("Squeeze", {e0, g.const_i64({3})}), closed});
+  const std::vector<std::string> en = top_k(g.node("LogSoftmax", {e}, {Attr::i("axis", -1)}), K2);
+  const std::string flat = g.const_i64({0, K1 * K2});
+  g.rename(g.node("Reshape", {en[0], flat}), "end_top_log_probs");
+  g.rename(g.node("Reshape", {en[1], flat}), "end_top_index");
+  // answer class from the expected start state sum_t softmax(s)_t h_t and h_[CLS]
+  const std::string hexp = g.node(
+      "Squeeze",
+      {g.node("MatMul", {g.node("Unsqueeze", {g.node("Softmax", {s}, {Attr::i("axis", -1)}), g.const_i64({1})}), h}),
+       g.const_i64({1})});                    // [B, C]
+  const std::string hcls = g.first_token(h);  // [B, C]
+  const std::string z =
+      g.node("Tanh", {g.node("Add", {g.node("Add", {g.node("MatMul", {hexp, half("answer_class.dense_0.weight", 0)}),
+                                                    g.node("MatMul", {hcls, half("answer_class.dense_0.weight", C)})}),
+                                     g.param("answer_class.dense_0.bias")})});
+  g.rename(g.node("Squeeze", {g.node("MatMul", {z, row("answer_class.dense_1.weight")}), g.const_i64({1})}),
+           "cls_logits");
+  const std::string k1 = std::to_string(K1), k12 = std::to_string(K1 * K2);
+  g.output("start_top_log_probs", {"batch", k1});
+  g.output("start_top_index", {"batch", k1}, OnnxGraph::kInt64);
+  g.output("end_top_log_probs", {"batch", k12});
+  g.output("end_top_index", {"batch", k12}, OnnxGraph::kInt64);
+  g.output("cls_logits", {"batch"});
+}
+
 }  // namespace
 
 const HeadSpec& joint_question_answering_head() {
@@ -461,12 +541,14 @@ const HeadSpec& joint_question_answering_head() {
       .serve_as = Heads::JointQuestionAnswering,
       .by_architecture = true,
       .beam_search = true,
-      .onnx = true,
+      .prefixes = {"start_logits.", "end_logits.", "answer_class."},
+      .signature = {{"start_logits.dense.weight"}},
       .what = "a question-answering model (BertForQuestionAnswering)",
       .make_command = "`bertcc finetune squad --model PRETRAINED --train-file train-v1.1.json --output-dir DIR`",
       .kind = "",
       .declare = declare,
       .outputs = outputs,
+      .onnx = write_onnx,
       .make = [](Bert& m) -> std::unique_ptr<Head> { return std::make_unique<JointQaHead>(m); },
   };
   return spec;

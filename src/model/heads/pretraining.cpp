@@ -37,12 +37,14 @@ const HeadSpec& pretraining_head() {
       .serve_as = Heads::PreTraining,
       .by_architecture = false,
       .beam_search = false,
-      .onnx = false,
+      .prefixes = {"cls."},
+      .signature = {{"cls.predictions.bias"}, {"cls.predictions.decoder.bias"}},
       .what = "a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",
       .make_command = "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)",
       .kind = "",
       .declare = declare,
       .outputs = [](const BertConfig&) { return std::vector<HeadOutput>{}; },
+      .onnx = nullptr,
       .make = [](Bert& m) -> std::unique_ptr<Head> { return std::make_unique<MaskedLmHead>(m, true); },
   };
   return s;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "bertcc/error.h"
+#include "bertcc/onnx_graph.h"
 #include "bertcc/params.h"
 #include "kernels/kernels.h"
 #include "model/heads/linear_head.h"
@@ -89,6 +90,17 @@ std::vector<HeadOutput> outputs(const BertConfig&) {
           {"end_logits", {HeadOutput::kBatch, HeadOutput::kSequence}, false}};
 }
 
+// ONNX: qa_outputs on every token, its two columns as start_logits and end_logits [B, S].
+void write_onnx(OnnxGraph& g, const std::string& h, const std::string&) {
+  const std::string lg = g.linear(h, "qa_outputs");  // [B, S, 2]
+  for (int k = 0; k < 2; ++k) {
+    const std::string one = g.node(
+        "Squeeze", {g.node("Slice", {lg, g.const_i64({k}), g.const_i64({k + 1}), g.const_i64({2})}), g.const_i64({2})});
+    g.rename(one, k == 0 ? "start_logits" : "end_logits");
+    g.output(k == 0 ? "start_logits" : "end_logits", {"batch", "sequence"});
+  }
+}
+
 }  // namespace
 
 const HeadSpec& question_answering_head() {
@@ -105,12 +117,14 @@ const HeadSpec& question_answering_head() {
       .serve_as = Heads::QuestionAnswering,
       .by_architecture = true,
       .beam_search = false,
-      .onnx = true,
+      .prefixes = {"qa_outputs."},
+      .signature = {{"qa_outputs.weight"}},
       .what = "a question-answering model (BertForQuestionAnswering)",
       .make_command = "`bertcc finetune squad --model PRETRAINED --train-file train-v1.1.json --output-dir DIR`",
       .kind = "",
       .declare = declare,
       .outputs = outputs,
+      .onnx = write_onnx,
       .make = [](Bert& m) -> std::unique_ptr<Head> { return std::make_unique<QuestionAnsweringHead>(m); },
   };
   return s;

@@ -2,6 +2,7 @@
 // mean squared error (regression) when num_labels == 1. ELECTRA's form (HF's
 // ElectraClassificationHead, no pooler): h[:, 0] -> dropout -> dense -> gelu -> dropout -> out_proj.
 #include "bertcc/error.h"
+#include "bertcc/onnx_graph.h"
 #include "bertcc/params.h"
 #include "model/heads/linear_head.h"
 #include "model/heads/specs.h"
@@ -119,6 +120,19 @@ std::vector<HeadOutput> outputs(const BertConfig& c) {
   return {{"logits", {HeadOutput::kBatch, static_cast<int64_t>(c.num_labels())}, false}};
 }
 
+// ONNX: logits [B, num_labels] from BERT's pooled output, or ELECTRA's ElectraClassificationHead
+// on [CLS] (no pooler).
+void write_onnx(OnnxGraph& g, const std::string& h, const std::string&) {
+  const BertConfig& c = g.config();
+  if (c.electra()) {
+    const std::string d = g.gelu(g.linear(g.first_token(h), "classifier.dense"), Activation::GeluErf);  // HF: gelu always
+    g.rename(g.linear(d, "classifier.out_proj"), "logits");
+  } else {
+    g.rename(g.linear(g.pooled_output(h), "classifier"), "logits");
+  }
+  g.output("logits", {"batch", std::to_string(c.num_labels())});
+}
+
 }  // namespace
 
 const HeadSpec& sequence_classification_head() {
@@ -135,13 +149,15 @@ const HeadSpec& sequence_classification_head() {
       .serve_as = Heads::SequenceClassification,
       .by_architecture = true,
       .beam_search = false,
-      .onnx = true,
+      .prefixes = {"classifier."},
+      .signature = {{"classifier.weight", "bert.pooler.dense.weight"}},
       .what = "a sequence-classification model (BertForSequenceClassification)",
       .make_command = "`bertcc finetune classify --model PRETRAINED --train-file train.csv --output-dir DIR` (GLUE: "
                       "`bertcc finetune glue`)",
       .kind = "",
       .declare = declare,
       .outputs = outputs,
+      .onnx = write_onnx,
       .make = [](Bert& m) -> std::unique_ptr<Head> { return std::make_unique<SequenceClassificationHead>(m); },
   };
   return s;

@@ -1,6 +1,7 @@
 // BertForTokenClassification (and ElectraForTokenClassification): classifier on every
 // dropped-out token; mean cross-entropy over the labels != -100. No pooler, as HF.
 #include "bertcc/error.h"
+#include "bertcc/onnx_graph.h"
 #include "bertcc/params.h"
 #include "model/heads/linear_head.h"
 #include "model/heads/specs.h"
@@ -35,6 +36,12 @@ std::vector<HeadOutput> outputs(const BertConfig& c) {
   return {{"logits", {HeadOutput::kBatch, HeadOutput::kSequence, static_cast<int64_t>(c.num_labels())}, false}};
 }
 
+// ONNX: the classifier on every token, logits [B, S, num_labels].
+void write_onnx(OnnxGraph& g, const std::string& h, const std::string&) {
+  g.rename(g.linear(h, "classifier"), "logits");
+  g.output("logits", {"batch", "sequence", std::to_string(g.config().num_labels())});
+}
+
 }  // namespace
 
 const HeadSpec& token_classification_head() {
@@ -51,12 +58,15 @@ const HeadSpec& token_classification_head() {
       .serve_as = Heads::TokenClassification,
       .by_architecture = true,
       .beam_search = false,
-      .onnx = true,
+      .prefixes = {"classifier."},
+      // (BERT's sequence classification, before it in the registry, has the pooler as well)
+      .signature = {{"classifier.weight"}},
       .what = "a token-classification model (BertForTokenClassification)",
       .make_command = "`bertcc finetune ner --model PRETRAINED --train-file train.txt --output-dir DIR`",
       .kind = "",
       .declare = declare,
       .outputs = outputs,
+      .onnx = write_onnx,
       .make = [](Bert& m) -> std::unique_ptr<Head> { return std::make_unique<TokenClassificationHead>(m); },
   };
   return s;
