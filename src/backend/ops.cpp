@@ -395,7 +395,9 @@ bool Ops::varlen_attention() const {
 // is smaller)
 int64_t Ops::attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
                                          Precision prec, bool qkv16_kept) const {
-  if constexpr (kCuda) if (on_cuda()) return attention_varlen_per_sequence_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
+  if constexpr (kCuda) if (on_cuda()) {
+    return attention_varlen_per_sequence_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
+  }
   return kernels::attention_varlen_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
 }
 
@@ -462,7 +464,8 @@ void Ops::attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, co
 int64_t Ops::attention_varlen_per_sequence_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH,
                                                       bool dropout, Precision prec, bool qkv16_kept) const {
   int64_t s = 0;
-  for (int64_t b = 0; b < B; ++b) s += aligned(attention_saved_size(1, cu[b + 1] - cu[b], C, NH, dropout, prec, qkv16_kept));
+  for (int64_t b = 0; b < B; ++b)
+    s += aligned(attention_saved_size(1, cu[b + 1] - cu[b], C, NH, dropout, prec, qkv16_kept));
   return s;
 }
 
