@@ -827,7 +827,7 @@ void test_attention_varlen() {
   }
 }
 
-// The CUDA backend's attention_varlen_* (cuda_backend.cpp) against Backend's per-sequence default
+// The CUDA backend's attention_varlen_* (backend/ops.cpp) against its one call per sequence (_per_sequence)
 // on the same backend, out and dqkv bit for bit: bf16 with qkv16 (the varlen kernels), fp32 and
 // fp16 (the default itself, or one padded call where every sequence has one length).
 void test_attention_varlen_backend() {
@@ -849,7 +849,7 @@ void test_attention_varlen_backend() {
       const float* fq = bf ? nullptr : gqkv.p;
       const bf16_t* hq = bf ? gq16.p : nullptr;
       std::vector<float> res[2];
-      for (int form = 0; form < 2; ++form) {  // 0: Backend's default; 1: the CUDA backend's
+      for (int form = 0; form < 2; ++form) {  // 0: one call per sequence; 1: the CUDA backend's
         Dev<float> out(static_cast<size_t>(N * C)), dq(static_cast<size_t>(N * 3 * C)),
             saved(static_cast<size_t>(be.attention_varlen_saved_size(cu.data(), B, C, NH, true, prec, bf))),
             work(static_cast<size_t>(be.attention_varlen_work_size(cu.data(), B, C, NH)));
@@ -858,10 +858,10 @@ void test_attention_varlen_backend() {
           be.attention_varlen_backward(dq.p, nullptr, work.p, gdout.p, fq, hq, out.p, nullptr, saved.p, cu.data(), B, C,
                                        NH, 0.1f, rng, 1000, prec);
         } else {
-          be.Backend::attention_varlen_forward(out.p, nullptr, saved.p, work.p, fq, hq, cu.data(), B, C, NH, 0.1f, rng,
-                                               1000, prec);
-          be.Backend::attention_varlen_backward(dq.p, nullptr, work.p, gdout.p, fq, hq, out.p, nullptr, saved.p,
-                                                cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
+          be.attention_varlen_forward_per_sequence(out.p, nullptr, saved.p, work.p, fq, hq, cu.data(), B, C, NH, 0.1f,
+                                                   rng, 1000, prec);
+          be.attention_varlen_backward_per_sequence(dq.p, nullptr, work.p, gdout.p, fq, hq, out.p, nullptr, saved.p,
+                                                    cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
         }
         res[form] = out.back();
         const auto d = dq.back();
