@@ -13,9 +13,9 @@ namespace bertcc::cuda {
 // kernels once per sequence, each sequence with the bits of those on it alone at T = its length,
 // its dropout numbers after the previous sequences' and its slice of the saved buffer where the
 // per-sequence path (Ops::attention_varlen_*_per_sequence) puts it (so its sizes hold). For bf16
-// with qkv16 read in place (attention_varlen_fits: head size 16, 32, 64 or 128, C a multiple of 8, qkv16 16-byte
-// aligned) and unless BERTCC_CUDA_VARLEN=0 (attention_varlen_on: then the per-sequence path, for
-// comparison); other calls take that path.
+// with qkv16 read in place (attention_varlen_fits: head size 16, 32, 64 or 128, C a multiple of 8,
+// qkv16 16-byte aligned) and unless BERTCC_CUDA_VARLEN=0 (attention_varlen_on: then the
+// per-sequence path, for comparison); other calls take that path.
 bool attention_varlen_on();
 bool attention_varlen_fits(int64_t C, int64_t NH, Precision prec, const bf16_t* qkv16);
 void attention_varlen_forward(float* out, bf16_t* out16, float* saved, const bf16_t* qkv16, const int64_t* cu,
