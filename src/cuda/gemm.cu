@@ -475,9 +475,8 @@ bool file_algo_ok(const Problem& pr, const cublasLtMatmulAlgo_t& algo, const std
 Algo choose(const Problem& pr, const GemmArgs& g, const void* A, const void* B, void* out, cudaDataType ab,
             cublasComputeType_t compute, bool with_bias, cudaDataType cd, const AlgoKey& key) {
   Context& c = ctx();
-  read_tuning(c);
   Algo a;
-  gemm_tuning::Plan& t = c.tuning;
+  gemm_tuning::Plan& t = c.tuning;  // read_tuning has run (run())
   if (t.use) {
     a.shape = shape_of(g, key, ab, compute, with_bias, cd);
     const auto e = t.table.entries.find(a.shape);
@@ -513,9 +512,12 @@ bool run(const GemmArgs& g, const void* A, const void* B, cudaDataType ab, cubla
   if (!out) out = g.C;
   if (with_bias && alignment(g.bias) < 16) return false;  // the caller adds the bias with a kernel
   const Problem pr(g, ab, compute, with_bias, cd);
-  // (beta 1 or 0 does not change the heuristic's answer, but may the tuned one's)
+  // (beta 1 or 0 does not change the heuristic's answer, but may the tuned one's: in the key only
+  // while tuning or with a file, so that without them the queries are today's)
+  read_tuning(c);
+  const bool beta_in_key = c.tuning.use && g.accumulate;
   const AlgoKey key{{g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c,
-                     (g.trans_a ? 1 : 0) + (g.trans_b ? 2 : 0) + (with_bias ? 4 : 0) + (g.accumulate ? 8 : 0),
+                     (g.trans_a ? 1 : 0) + (g.trans_b ? 2 : 0) + (with_bias ? 4 : 0) + (beta_in_key ? 8 : 0),
                      static_cast<int64_t>(ab), static_cast<int64_t>(compute), static_cast<int64_t>(cd)},
                     {alignment(B), alignment(A), alignment(out)}};
   auto it = c.algos.find(key);
