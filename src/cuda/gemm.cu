@@ -311,8 +311,10 @@ struct Buffers {
     return p.back();
   }
   ~Buffers() {
-    for (void* q : p)
-      if (q) cuda::free(q);
+    for (void* q : p) try {
+        cuda::free(q);
+      } catch (const Error&) {  // unwinding already, or the next CUDA call says it
+      }
   }
 };
 
