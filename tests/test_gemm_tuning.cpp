@@ -6,9 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -115,7 +114,8 @@ TEST(GemmTuning, KeyMatchesEveryField) {
     EXPECT_EQ(t.entries.count(others[i]), 0u) << i;
     EXPECT_FALSE(others[i] == qkv()) << i;
   }
-  EXPECT_EQ(qkv().describe(), "bf16 M 8192 N 3072 K 1024, B transposed, bias, bf16 output (alignment A 256, B 16, C 256)");
+  EXPECT_EQ(qkv().describe(),
+            "bf16 M 8192 N 3072 K 1024, B transposed, bias, bf16 output (alignment A 256, B 16, C 256)");
 }
 
 TEST(GemmTuning, Plan) {
@@ -129,7 +129,8 @@ TEST(GemmTuning, Plan) {
   p = plan("", "0", here);
   EXPECT_FALSE(p.use || p.tune);
   EXPECT_NE(error_of([&] { plan(nullptr, "1", here); }).find("BERTCC_GEMM_TUNE=1: no file"), std::string::npos);
-  EXPECT_NE(error_of([&] { plan(nullptr, "yes", here); }).find("BERTCC_GEMM_TUNE: 'yes' is not 0 or 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { plan(nullptr, "yes", here); }).find("BERTCC_GEMM_TUNE: 'yes' is not 0 or 1"),
+            std::string::npos);
   const std::string f = d / "t.json";
   EXPECT_NE(error_of([&] { plan(f.c_str(), nullptr, here); }).find(f + " does not exist"), std::string::npos);
   // tuning into a new file
@@ -201,9 +202,11 @@ TEST(GemmTuning, BadFilesNameTheFileAndField) {
       {[](auto& j) { j["gemms"][1]["gemm"].erase("ldc"); }, ": gemms[1].gemm.ldc: missing"},
       {[](auto& j) { j["gemms"][0]["gemm"]["m"] = 0; }, ": gemms[0].gemm.m: 0 is below 1"},
       {[](auto& j) { j["gemms"][0]["gemm"]["ab"] = "fp8"; }, ": gemms[0].gemm.ab: 'fp8' is not one of f32, bf16, f16"},
-      {[](auto& j) { j["gemms"][0]["gemm"]["epilogue"] = "gelu_bias"; }, ": gemms[0].gemm.epilogue: 'gelu_bias' is not one of none, bias"},
+      {[](auto& j) { j["gemms"][0]["gemm"]["epilogue"] = "gelu_bias"; },
+       ": gemms[0].gemm.epilogue: 'gelu_bias' is not one of none, bias"},
       {[](auto& j) { j["gemms"][0]["gemm"]["bias"] = "f32"; }, ": gemms[0].gemm.bias: 'f32' with epilogue 'none'"},
-      {[](auto& j) { j["gemms"][0]["gemm"]["align_c"] = 24; }, ": gemms[0].gemm.align_c: 24 is not a power of two up to 256"},
+      {[](auto& j) { j["gemms"][0]["gemm"]["align_c"] = 24; },
+       ": gemms[0].gemm.align_c: 24 is not a power of two up to 256"},
       {[](auto& j) { j["gemms"][0]["gemm"]["trans_a"] = 1; }, ": gemms[0].gemm.trans_a: not true or false"},
       {[](auto& j) { j["gemms"][0]["algo"] = "00ff"; }, ": gemms[0].algo: not 128 lowercase hex digits"},
       {[](auto& j) { j["gemms"][1]["rank"] = 16; }, ": gemms[1].rank: 16 is not below candidates (16)"},

@@ -75,7 +75,8 @@ double check_product(const GemmArgs& g, const std::vector<uint16_t>& a, const st
   std::mt19937 gen(7);
   double worst = 0;
   for (int s = 0; s < 256; ++s) {
-    const int64_t r = static_cast<int64_t>(gen() % static_cast<uint32_t>(g.M)), c = static_cast<int64_t>(gen() % static_cast<uint32_t>(g.N));
+    const int64_t r = static_cast<int64_t>(gen() % static_cast<uint32_t>(g.M)),
+                  c = static_cast<int64_t>(gen() % static_cast<uint32_t>(g.N));
     double ref = 0, mag = 0;
     for (int64_t k = 0; k < g.K; ++k) {
       const double x = bf16_to_f32(a[static_cast<size_t>(g.trans_a ? k * g.lda + r : r * g.lda + k)]);
@@ -219,8 +220,8 @@ int main(int argc, char** argv) {
               "\"algo\": \"%s\", \"check\": %.3g}\n",
               static_cast<long long>(N), name.c_str(), static_cast<long long>(l.shape.m),
               static_cast<long long>(l.shape.n), static_cast<long long>(l.shape.k), l.shape.out.c_str(),
-              l.source.c_str(), t0, t0 > 0 ? f / t0 / 1e9 : 0.0, t1, f / t1 / 1e9, l.choice->rank,
-              l.choice->candidates, l.choice->rejected, l.choice->spread, l.choice->info.c_str(), err);
+              l.source.c_str(), t0, t0 > 0 ? f / t0 / 1e9 : 0.0, t1, f / t1 / 1e9, l.choice->rank, l.choice->candidates,
+              l.choice->rejected, l.choice->spread, l.choice->info.c_str(), err);
         };
         for (const Product& p : ps) {
           std::vector<float> c0;  // C before an accumulating product
@@ -241,10 +242,11 @@ int main(int argc, char** argv) {
           g.bias = static_cast<const float*>(bias.p);
           report(name + " forward, bf16 output", g, {}, o16.p);
         }
-        std::printf("{\"tokens\": %lld, \"layer_first_ms\": %.4f, \"layer_tuned_ms\": %.4f, \"layer_first_tflops\": %.1f, "
-                    "\"layer_tuned_tflops\": %.1f}\n",
-                    static_cast<long long>(N), first_total, tuned_total, flops_total / first_total / 1e9,
-                    flops_total / tuned_total / 1e9);
+        std::printf(
+            "{\"tokens\": %lld, \"layer_first_ms\": %.4f, \"layer_tuned_ms\": %.4f, \"layer_first_tflops\": %.1f, "
+            "\"layer_tuned_tflops\": %.1f}\n",
+            static_cast<long long>(N), first_total, tuned_total, flops_total / first_total / 1e9,
+            flops_total / tuned_total / 1e9);
         if (bad) {
           std::fprintf(stderr, "bertcc_cuda_gemm_bench: %d products gave wrong outputs after tuning\n", bad);
           return 1;

@@ -15,8 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,7 +77,8 @@ struct Context {
   Context() { check_lt(cublasLtCreate(&lt), "cublasLtCreate"); }
   ~Context() {  // host only: what the file did for this run
     if (!tuning.use) return;
-    std::fprintf(stderr, "GEMM tuning: %d GEMMs ran with %s's algorithms, %d newly tuned, %d not in it (the heuristic's)\n",
+    std::fprintf(stderr,
+                 "GEMM tuning: %d GEMMs ran with %s's algorithms, %d newly tuned, %d not in it (the heuristic's)\n",
                  from_file, tuning.file.c_str(), tuned, missing);
   }
   Context(const Context&) = delete;
@@ -214,10 +215,14 @@ void read_tuning(Context& c) {
 
 const char* type_name(cudaDataType t) {
   switch (t) {
-    case CUDA_R_32F: return "f32";
-    case CUDA_R_16BF: return "bf16";
-    case CUDA_R_16F: return "f16";
-    default: fail("GEMM tuning: data type ", static_cast<int>(t), " has no name");
+    case CUDA_R_32F:
+      return "f32";
+    case CUDA_R_16BF:
+      return "bf16";
+    case CUDA_R_16F:
+      return "f16";
+    default:
+      fail("GEMM tuning: data type ", static_cast<int>(t), " has no name");
   }
 }
 
@@ -292,7 +297,8 @@ __global__ void compare_outputs(const void* x, const void* ref, int64_t M, int64
   }
   const unsigned full = 0xffffffffu;
   const unsigned wmd = __reduce_max_sync(full, __float_as_uint(md)), wmr = __reduce_max_sync(full, __float_as_uint(mr));
-  const unsigned wfm = __reduce_add_sync(full, fm), wrn = __reduce_add_sync(full, rn), wbd = __reduce_add_sync(full, bd);
+  const unsigned wfm = __reduce_add_sync(full, fm), wrn = __reduce_add_sync(full, rn),
+                 wbd = __reduce_add_sync(full, bd);
   if ((threadIdx.x & 31) == 0) {
     atomicMax(&d->max_diff, wmd);
     atomicMax(&d->max_ref, wmr);
@@ -374,7 +380,8 @@ Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, vo
     BERTCC_CUDA_CHECK(cudaEventSynchronize(ev[static_cast<size_t>(iters)]));
     std::vector<float> t(static_cast<size_t>(iters));
     for (int k = 0; k < iters; ++k)
-      BERTCC_CUDA_CHECK(cudaEventElapsedTime(&t[static_cast<size_t>(k)], ev[static_cast<size_t>(k)], ev[static_cast<size_t>(k + 1)]));
+      BERTCC_CUDA_CHECK(
+          cudaEventElapsedTime(&t[static_cast<size_t>(k)], ev[static_cast<size_t>(k)], ev[static_cast<size_t>(k + 1)]));
     std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
     return static_cast<double>(t[static_cast<size_t>(iters / 2)]);
   };
@@ -396,7 +403,8 @@ Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, vo
     }
     if (st != CUBLAS_STATUS_SUCCESS) {
       ++rejected;
-      std::fprintf(stderr, "GEMM tuning: %s: answer %d did not run (status %d)\n", what.c_str(), i, static_cast<int>(st));
+      std::fprintf(stderr, "GEMM tuning: %s: answer %d did not run (status %d)\n", what.c_str(), i,
+                   static_cast<int>(st));
       continue;
     }
     if (ref_i < 0) {
@@ -414,8 +422,9 @@ Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, vo
       a.algo = h[static_cast<size_t>(i)].algo;
       return a;
     }
-    const double err = d.max_ref ? static_cast<double>(__builtin_bit_cast(float, d.max_diff)) / __builtin_bit_cast(float, d.max_ref)
-                                 : (d.max_diff ? INFINITY : 0.0);
+    const double err =
+        d.max_ref ? static_cast<double>(__builtin_bit_cast(float, d.max_diff)) / __builtin_bit_cast(float, d.max_ref)
+                  : (d.max_diff ? INFINITY : 0.0);
     if (rep.bits_differ > 0 || d.finite_mismatch > 0 || !(err <= tol)) {
       ++rejected;
       std::fprintf(stderr,
@@ -446,7 +455,8 @@ Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, vo
   static_assert(sizeof win == sizeof ch.algo, "cublasLtMatmulAlgo_t is 8 uint64");
   std::memcpy(ch.algo.data(), &win, sizeof win);
   ch.info = algo_info(win);
-  std::fprintf(stderr, "GEMM tuning: %s: answer %d of %d (%s), %.4f ms against the first answer's %.4f (noise %.1f %%)%s\n",
+  std::fprintf(stderr,
+               "GEMM tuning: %s: answer %d of %d (%s), %.4f ms against the first answer's %.4f (noise %.1f %%)%s\n",
                what.c_str(), best, n, ch.info.c_str(), ch.ms, ch.first_ms, 100 * ch.spread,
                rejected ? (", " + std::to_string(rejected) + " rejected").c_str() : "");
   auto& entries = c.tuning.table.entries;
@@ -466,9 +476,10 @@ bool file_algo_ok(const Problem& pr, const cublasLtMatmulAlgo_t& algo, const std
   cublasLtMatmulHeuristicResult_t r{};
   const cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx().lt, pr.desc.d, pr.la.d, pr.lb.d, pr.lc.d, pr.lc.d, &algo, &r);
   if (st == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= Context::kWorkspace) return true;
-  std::fprintf(stderr, "GEMM tuning: %s's algorithm for %s is refused by cuBLASLt here (status %d, workspace %zu): "
-               "the heuristic's first answer instead\n", ctx().tuning.file.c_str(), what.c_str(), static_cast<int>(st),
-               r.workspaceSize);
+  std::fprintf(stderr,
+               "GEMM tuning: %s's algorithm for %s is refused by cuBLASLt here (status %d, workspace %zu): "
+               "the heuristic's first answer instead\n",
+               ctx().tuning.file.c_str(), what.c_str(), static_cast<int>(st), r.workspaceSize);
   return false;
 }
 

@@ -3,10 +3,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
-
-#include <nlohmann/json.hpp>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -26,7 +25,9 @@ auto key_of(const Shape& s) {
 // Field readers: every error names the file and the field's path.
 struct Reader {
   const std::string& file;
-  [[noreturn]] void bad(const std::string& where, const std::string& what) const { fail(file, ": ", where, ": ", what); }
+  [[noreturn]] void bad(const std::string& where, const std::string& what) const {
+    fail(file, ": ", where, ": ", what);
+  }
   const json& at(const json& o, const std::string& where, const char* key) const {
     const auto it = o.find(key);
     if (it == o.end()) bad(where + key, "missing");
@@ -221,9 +222,9 @@ Table Table::from_json(const std::string& text, const std::string& file) {
     r.only(e, at, {"gemm", "algo", "rank", "candidates", "rejected", "ms", "first_ms", "spread", "info"});
     const json& g = r.at(e, at, "gemm");
     const std::string gat = at + "gemm.";
-    r.only(g, gat,
-           {"m", "n", "k", "lda", "ldb", "ldc", "batch", "stride_a", "stride_b", "stride_c", "trans_a", "trans_b",
-            "accumulate", "ab", "compute", "out", "epilogue", "bias", "align_a", "align_b", "align_c"});
+    r.only(g, gat, {"m",        "n",        "k",        "lda",     "ldb",     "ldc",        "batch",
+                    "stride_a", "stride_b", "stride_c", "trans_a", "trans_b", "accumulate", "ab",
+                    "compute",  "out",      "epilogue", "bias",    "align_a", "align_b",    "align_c"});
     Shape s;
     s.m = r.integer(g, gat, "m", 1);
     s.n = r.integer(g, gat, "n", 1);
@@ -243,15 +244,18 @@ Table Table::from_json(const std::string& text, const std::string& file) {
     s.out = r.one_of(g, gat, "out", {"f32", "bf16"});
     s.epilogue = r.one_of(g, gat, "epilogue", {"none", "bias"});
     s.bias = r.one_of(g, gat, "bias", {"none", "f32"});
-    if ((s.epilogue == "none") != (s.bias == "none")) r.bad(gat + "bias", "'" + s.bias + "' with epilogue '" + s.epilogue + "'");
+    if ((s.epilogue == "none") != (s.bias == "none"))
+      r.bad(gat + "bias", "'" + s.bias + "' with epilogue '" + s.epilogue + "'");
     s.align_a = r.alignment(g, gat, "align_a");
     s.align_b = r.alignment(g, gat, "align_b");
     s.align_c = r.alignment(g, gat, "align_c");
     Choice c;
-    if (!unhex(r.string(e, at, "algo"), c.algo)) r.bad(at + "algo", "not 128 lowercase hex digits (cublasLtMatmulAlgo_t's 64 bytes)");
+    if (!unhex(r.string(e, at, "algo"), c.algo))
+      r.bad(at + "algo", "not 128 lowercase hex digits (cublasLtMatmulAlgo_t's 64 bytes)");
     c.candidates = static_cast<int>(r.integer(e, at, "candidates", 1));
     c.rank = static_cast<int>(r.integer(e, at, "rank", 0));
-    if (c.rank >= c.candidates) r.bad(at + "rank", std::to_string(c.rank) + " is not below candidates (" + std::to_string(c.candidates) + ")");
+    if (c.rank >= c.candidates)
+      r.bad(at + "rank", std::to_string(c.rank) + " is not below candidates (" + std::to_string(c.candidates) + ")");
     c.rejected = static_cast<int>(r.integer(e, at, "rejected", 0));
     if (c.rejected >= c.candidates) r.bad(at + "rejected", "every candidate rejected, yet one chosen");
     c.ms = r.number(e, at, "ms");

@@ -29,17 +29,19 @@ struct Device {
 struct Shape {
   int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0, batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   bool trans_a = false, trans_b = false, accumulate = false;
-  std::string ab = "bf16";        // A and B: f32, bf16, f16
-  std::string compute = "32F";    // 32F, 32F_FAST_TF32
-  std::string out = "f32";        // C and D: f32, bf16
-  std::string epilogue = "none";  // none, bias
-  std::string bias = "none";      // the bias's type: none, f32
+  std::string ab = "bf16";                               // A and B: f32, bf16, f16
+  std::string compute = "32F";                           // 32F, 32F_FAST_TF32
+  std::string out = "f32";                               // C and D: f32, bf16
+  std::string epilogue = "none";                         // none, bias
+  std::string bias = "none";                             // the bias's type: none, f32
   uint32_t align_a = 256, align_b = 256, align_c = 256;  // bytes, the operands' addresses
   bool operator<(const Shape& o) const;
   bool operator==(const Shape& o) const;
   // "bf16 M 8192 N 3072 K 1024, B transposed, bias, f32 output"
   std::string describe() const;
-  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch); }
+  double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
+  }
 };
 
 // The winner for one Shape.
