@@ -16,7 +16,8 @@
 # CPU's) -> cudacpu (dump-step on CUDA against the CPU, fp32/bf16/fp16, two models made at pack time;
 # numpy only) -> attention (Tensor Core and fp32 attention against PyTorch's SDPA, same shapes) -> model
 # (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> gemm (the layer's GEMMs against
-# cuBLASLt's other answers and bf16 outputs) -> bench (bench/gpu.sh, the
+# cuBLASLt's other answers and bf16 outputs) -> gemmtune (GEMMs tuned into $OUT/gemm_tuning.json, bench
+# without and with it) -> bench (bench/gpu.sh, the
 # issue's shapes, bf16, without the torch.compile peer) -> e2e (tests/cuda/e2e.sh: the commands end to
 # end on the GPU against the CPU; determinism and resume bit-exact) -> nccl (the NCCL communicator at
 # world size 1) -> hf (AutoTokenizer on bertcc's directories;
