@@ -19,7 +19,8 @@
 # description of the GPU in cudnn_deviceprop.json for plans built here, then the inference forward
 # against bertcc's kernels and SDPA; on a failure the test again with cuDNN's log in cudnn_dbg.log) -> model
 # (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> gemm (the layer's GEMMs against
-# cuBLASLt's other answers and bf16 outputs) -> bench (bench/gpu.sh, the
+# cuBLASLt's other answers and bf16 outputs) -> gemmtune (GEMMs tuned into $OUT/gemm_tuning.json, bench
+# without and with it) -> bench (bench/gpu.sh, the
 # issue's shapes, bf16, without the torch.compile peer) -> e2e (tests/cuda/e2e.sh: the commands end to
 # end on the GPU against the CPU; determinism and resume bit-exact) -> nccl (the NCCL communicator at
 # world size 1) -> hf (AutoTokenizer on bertcc's directories;
@@ -163,6 +164,10 @@ step cudnn 60 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERT
   $B/bertcc_cuda_attention_bench --cudnn --precisions '' --iters 20 && python3 bench/cuda/attention_peer.py --precisions '' --infer --iters 20"
 step gemm 90 "$B/bertcc_cuda_gemm_bench --iters 10"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
+# gemmtune: GEMMs tuned, not guessed (issue 42 item 2; bench/cuda/gemm_tune.sh): the layer's products
+# and the model's own GEMMs tuned into $OUT/gemm_tuning.json, then bench train (bert-large 64 x 128)
+# and infer (64 x 384) without the file and with it. About 70 s by estimate; 90 at most
+step gemmtune 90 "sh bench/cuda/gemm_tune.sh $B/bertcc $B/bertcc_cuda_gemm_bench $OUT"
 step bench 300 "ERRLOG=$OUT/bench.err COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bertcc"
 # e2e: the commands end to end on the GPU against the CPU (pretrain, resume, checkpoints across
 # devices, ELECTRA, finetune every head, inference commands, serve), determinism and resume bit-exact
@@ -245,6 +250,22 @@ for l in open(sys.argv[1]):
         print(f"{r['tokens']:6d} {r['product']:24s} {r['ms']:.3f} ({r['tflops']:.0f} TFLOP/s) / {r['best_ms']:.3f} (answer {r['best_answer']} of {r['answers']}) / {r['bf16_out_ms']:.3f}")
     elif "layer_ms" in r or "probe_tflops" in r:
         print(r)
+PY
+echo "== gemmtune (first answer / tuned ms per product; bench seq/s without / with the file)"
+python3 - "$OUT/gemmtune.log" <<'PY' 2>/dev/null
+import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith("{") and "layer_first_ms" in l:
+        print(l.strip())
+    elif l.startswith("{") and "first_ms" in l:
+        r = json.loads(l)
+        print(f"{r['tokens']:6d} {r['product']:34s} {r['first_ms']:.3f} / {r['tuned_ms']:.3f} ms ({r['first_tflops']:.0f} / {r['tuned_tflops']:.0f} TFLOP/s, answer {r['answer']} of {r['answers']})")
+    elif l.startswith(("train ", "infer ")) and "{" in l:
+        tag, _, j = l.partition("{")
+        r = json.loads("{" + j)
+        print(f"{tag.strip():20s} {r['seq_per_s']:.1f} seq/s")
+    elif "GEMMs on" in l:
+        print(l.strip())
 PY
 echo "== bench"; grep -E "^(mode|train|squad|infer)" "$OUT/bench.log" 2>/dev/null
 echo "== e2e"; grep -E "^(FAIL|PASS|e2e)" "$OUT/e2e.log" 2>/dev/null | head -20

@@ -5,16 +5,24 @@
 // (NVIDIA's --fp16 recipe; the CPU's emulation rounds the same way) rounds A and B to fp16, round to
 // nearest even, and accumulates and writes fp32 (A16/B16, bf16 copies, are not used). The bias
 // rides on cuBLASLt's epilogue; if no algorithm offers it for a shape it is added by a kernel.
+// The algorithm is cuBLASLt's heuristic's first answer, or with BERTCC_GEMM_TUNING the tuned one
+// (gemm_tuning.h: loaded from the file, or timed here among 16 answers with BERTCC_GEMM_TUNE=1).
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
-#include <optional>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
+#include "cuda/gemm_tuning.h"
 #include "cuda/op_timer.h"
 
 namespace bertcc::cuda {
@@ -49,6 +57,10 @@ struct AlgoKey {
 struct Algo {
   bool found = false;
   cublasLtMatmulAlgo_t algo{};
+  // while tuning or with a file: the GEMM's description, where the algorithm came from and its entry
+  gemm_tuning::Shape shape;
+  const char* source = "heuristic";
+  const gemm_tuning::Choice* choice = nullptr;
 };
 
 struct Context {
@@ -56,8 +68,21 @@ struct Context {
   Scratch workspace, a16, b16;
   bool tf32 = false;
   std::map<AlgoKey, Algo> algos;  // cuBLASLt's choice per distinct GEMM
+  // NVIDIA's advice for Hopper (and enough elsewhere); part of a tuning file's key
   static constexpr size_t kWorkspace = 32u << 20;
+  gemm_tuning::Plan tuning;  // read at the first GEMM (the device is set by then)
+  bool tuning_read = false;
+  int from_file = 0, tuned = 0, missing = 0;  // GEMMs (distinct) by where their algorithm came from
+  const Algo* last = nullptr;
   Context() { check_lt(cublasLtCreate(&lt), "cublasLtCreate"); }
+  ~Context() {  // host only: what the file did for this run
+    if (!tuning.use) return;
+    std::fprintf(stderr,
+                 "GEMM tuning: %d GEMMs ran with %s's algorithms, %d newly tuned, %d not in it (the heuristic's)\n",
+                 from_file, tuning.file.c_str(), tuned, missing);
+  }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
 };
 Context& ctx() {
   static Context c;  // one per process: bertcc drives one device per process
@@ -156,6 +181,341 @@ struct Problem {
   }
 };
 
+// ---- tuning (gemm_tuning.h) ----
+
+gemm_tuning::Device this_device() {
+  int dev = 0;
+  BERTCC_CUDA_CHECK(cudaGetDevice(&dev));
+  const DeviceInfo i = device_info(dev);
+  gemm_tuning::Device d;
+  d.name = i.name;
+  d.cc_major = i.cc_major;
+  d.cc_minor = i.cc_minor;
+  d.sm_count = i.sm_count;
+  d.cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
+  d.workspace_bytes = static_cast<int64_t>(Context::kWorkspace);
+  return d;
+}
+
+void say_plan(const gemm_tuning::Plan& p) {
+  if (!p.message.empty()) std::fprintf(stderr, "%s\n", p.message.c_str());
+}
+
+// BERTCC_GEMM_TUNING / BERTCC_GEMM_TUNE, once. Neither set: nothing is asked of the device.
+void read_tuning(Context& c) {
+  if (c.tuning_read) return;
+  const char* file = std::getenv("BERTCC_GEMM_TUNING");
+  const char* tune = std::getenv("BERTCC_GEMM_TUNE");
+  if ((file && *file) || (tune && *tune)) {
+    c.tuning = gemm_tuning::plan(file, tune, this_device());
+    say_plan(c.tuning);
+  }
+  c.tuning_read = true;
+}
+
+const char* type_name(cudaDataType t) {
+  switch (t) {
+    case CUDA_R_32F:
+      return "f32";
+    case CUDA_R_16BF:
+      return "bf16";
+    case CUDA_R_16F:
+      return "f16";
+    default:
+      fail("GEMM tuning: data type ", static_cast<int>(t), " has no name");
+  }
+}
+
+gemm_tuning::Shape shape_of(const GemmArgs& g, const AlgoKey& key, cudaDataType ab, cublasComputeType_t compute,
+                            bool with_bias, cudaDataType cd) {
+  gemm_tuning::Shape s;
+  s.m = g.M, s.n = g.N, s.k = g.K, s.lda = g.lda, s.ldb = g.ldb, s.ldc = g.ldc;
+  s.batch = g.batch, s.stride_a = g.stride_a, s.stride_b = g.stride_b, s.stride_c = g.stride_c;
+  s.trans_a = g.trans_a, s.trans_b = g.trans_b, s.accumulate = g.accumulate;
+  s.ab = type_name(ab);
+  BERTCC_CHECK(compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_FAST_TF32, "GEMM tuning: compute type ",
+               static_cast<int>(compute), " has no name");
+  s.compute = compute == CUBLAS_COMPUTE_32F ? "32F" : "32F_FAST_TF32";
+  s.out = type_name(cd);
+  s.epilogue = with_bias ? "bias" : "none";
+  s.bias = with_bias ? "f32" : "none";
+  s.align_a = key.align[1], s.align_b = key.align[0], s.align_c = key.align[2];
+  return s;
+}
+
+// For readers of the file: the algorithm's id and configuration.
+std::string algo_info(const cublasLtMatmulAlgo_t& a) {
+  int32_t id = 0, splitk = 1;
+  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0;
+  size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof reduction, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof swizzle, &w);
+  return "algo " + std::to_string(id) + ", tile " + std::to_string(tile) + ", stages " + std::to_string(stages) +
+         ", split-K " + std::to_string(splitk) + ", reduction " + std::to_string(reduction) + ", swizzle " +
+         std::to_string(swizzle);
+}
+
+// An output against a reference of the same layout: the largest |x - ref| and |ref| over pairs
+// both finite, the pairs where one is finite and the other not, non-finite references, and the
+// elements whose bits differ. One atomic per warp.
+struct Diff {
+  unsigned int max_diff, max_ref;  // bits of non-negative floats (ordered as integers)
+  unsigned long long finite_mismatch, ref_nonfinite, bits_differ;
+};
+
+template <bool kBf16>
+__global__ void compare_outputs(const void* x, const void* ref, int64_t M, int64_t N, int64_t ld, int64_t batch,
+                                int64_t stride, Diff* d) {
+  float md = 0, mr = 0;
+  unsigned fm = 0, rn = 0, bd = 0;
+  const int64_t total = batch * M * N;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = i / (M * N), r = i / N % M, col = i % N, off = b * stride + r * ld + col;
+    float xv, rv;
+    bool same;
+    if constexpr (kBf16) {
+      const uint16_t xb = static_cast<const uint16_t*>(x)[off], rb = static_cast<const uint16_t*>(ref)[off];
+      xv = bf16_bits_to_f32(xb), rv = bf16_bits_to_f32(rb), same = xb == rb;
+    } else {
+      xv = static_cast<const float*>(x)[off], rv = static_cast<const float*>(ref)[off];
+      same = __float_as_uint(xv) == __float_as_uint(rv);
+    }
+    bd += same ? 0u : 1u;
+    const bool fx = isfinite(xv), fr = isfinite(rv);
+    rn += fr ? 0u : 1u;
+    if (fx != fr) {
+      ++fm;
+    } else if (fx) {
+      md = fmaxf(md, fabsf(xv - rv));
+      mr = fmaxf(mr, fabsf(rv));
+    }
+  }
+  const unsigned full = 0xffffffffu;
+  const unsigned wmd = __reduce_max_sync(full, __float_as_uint(md)), wmr = __reduce_max_sync(full, __float_as_uint(mr));
+  const unsigned wfm = __reduce_add_sync(full, fm), wrn = __reduce_add_sync(full, rn),
+                 wbd = __reduce_add_sync(full, bd);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMax(&d->max_diff, wmd);
+    atomicMax(&d->max_ref, wmr);
+    atomicAdd(&d->finite_mismatch, static_cast<unsigned long long>(wfm));
+    atomicAdd(&d->ref_nonfinite, static_cast<unsigned long long>(wrn));
+    atomicAdd(&d->bits_differ, static_cast<unsigned long long>(wbd));
+  }
+}
+
+// Device buffers freed on every way out.
+struct Buffers {
+  std::vector<void*> p;
+  void* add(size_t bytes) {
+    p.push_back(nullptr);
+    p.back() = alloc(bytes);
+    return p.back();
+  }
+  ~Buffers() {
+    for (void* q : p) try {
+        cuda::free(q);
+      } catch (const Error&) {  // unwinding already, or the next CUDA call says it
+      }
+  }
+};
+
+// Times cuBLASLt's first 16 answers for g on its real operands (outputs into scratch: `out` is
+// only read, where accumulating) and keeps the fastest that agrees with the first answer (within
+// gemm_tuning::tolerance) and gives the same bits twice; a win inside the first answer's timing
+// noise (at least 1 %) keeps the first. The entry is added to the table and the file saved.
+Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, void* out, cudaDataType cd,
+          const AlgoKey& key, Algo a) {
+  Context& c = ctx();
+  constexpr int kCandidates = 16, kMaxIters = 100;
+  constexpr double kBudgetMs = 8;  // timed calls per answer: about this long, 5 to kMaxIters calls
+  std::vector<cublasLtMatmulHeuristicResult_t> h(kCandidates);
+  const int n = pr.heuristics(key.align, kCandidates, h.data());
+  if (n == 0) return a;  // none: as without tuning
+  const bool b16 = cd == CUDA_R_16BF;
+  const size_t bytes = static_cast<size_t>(span(g.M, g.N, g.ldc, g.batch, g.stride_c)) * (b16 ? 2 : 4);
+  Buffers buf;
+  void* ref = buf.add(bytes);
+  void* work = buf.add(bytes);
+  void* again = buf.add(bytes);
+  auto* dd = static_cast<Diff*>(buf.add(sizeof(Diff)));
+  // an output's starting contents: C's where accumulating, else NaN (every element must be written)
+  auto prepare = [&](void* p) {
+    if (g.accumulate)
+      BERTCC_CUDA_CHECK(cudaMemcpyAsync(p, out, bytes, cudaMemcpyDeviceToDevice, stream()));
+    else
+      BERTCC_CUDA_CHECK(cudaMemsetAsync(p, 0xff, bytes, stream()));
+  };
+  auto launch = [&](int i, void* p) { return pr.matmul(g, A, B, p, &h[static_cast<size_t>(i)].algo); };
+  auto compare = [&](const void* x, const void* r) {
+    BERTCC_CUDA_CHECK(cudaMemsetAsync(dd, 0, sizeof(Diff), stream()));
+    if (b16)
+      compare_outputs<true><<<1024, 256, 0, stream()>>>(x, r, g.M, g.N, g.ldc, g.batch, g.stride_c, dd);
+    else
+      compare_outputs<false><<<1024, 256, 0, stream()>>>(x, r, g.M, g.N, g.ldc, g.batch, g.stride_c, dd);
+    BERTCC_CUDA_LAUNCHED("GEMM tuning: compare");
+    Diff d{};
+    BERTCC_CUDA_CHECK(cudaMemcpyAsync(&d, dd, sizeof d, cudaMemcpyDeviceToHost, stream()));
+    BERTCC_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    return d;
+  };
+  std::vector<cudaEvent_t> ev(kMaxIters + 1);
+  for (auto& e : ev) BERTCC_CUDA_CHECK(cudaEventCreate(&e));
+  struct Events {
+    std::vector<cudaEvent_t>& e;
+    ~Events() {
+      for (auto x : e) cudaEventDestroy(x);
+    }
+  } ev_guard{ev};
+  auto median_ms = [&](int i, int iters) {
+    for (int k = 0; k < iters; ++k) {
+      BERTCC_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(k)], stream()));
+      check_lt(launch(i, work), "cublasLtMatmul (tuning)");
+    }
+    BERTCC_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(iters)], stream()));
+    BERTCC_CUDA_CHECK(cudaEventSynchronize(ev[static_cast<size_t>(iters)]));
+    std::vector<float> t(static_cast<size_t>(iters));
+    for (int k = 0; k < iters; ++k)
+      BERTCC_CUDA_CHECK(
+          cudaEventElapsedTime(&t[static_cast<size_t>(k)], ev[static_cast<size_t>(k)], ev[static_cast<size_t>(k + 1)]));
+    std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
+    return static_cast<double>(t[static_cast<size_t>(iters / 2)]);
+  };
+  auto time_answer = [&](int i) {
+    for (int k = 0; k < 2; ++k) check_lt(launch(i, work), "cublasLtMatmul (tuning warm-up)");
+    const double est = std::max(median_ms(i, 3), 1e-3);
+    return median_ms(i, std::clamp(static_cast<int>(kBudgetMs / est), 5, kMaxIters));
+  };
+  const std::string what = a.shape.describe();
+  const double tol = gemm_tuning::tolerance(a.shape.out);
+  int ref_i = -1, best = -1, rejected = 0;
+  std::vector<double> ms(static_cast<size_t>(n), -1.0);
+  for (int i = 0; i < n; ++i) {
+    prepare(work);
+    cublasStatus_t st = launch(i, work);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      prepare(again);
+      st = launch(i, again);
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      ++rejected;
+      std::fprintf(stderr, "GEMM tuning: %s: answer %d did not run (status %d)\n", what.c_str(), i,
+                   static_cast<int>(st));
+      continue;
+    }
+    if (ref_i < 0) {
+      ref_i = i;
+      BERTCC_CUDA_CHECK(cudaMemcpyAsync(ref, work, bytes, cudaMemcpyDeviceToDevice, stream()));
+    }
+    const Diff rep = compare(again, work);
+    const Diff d = compare(work, ref);
+    if (i == ref_i && d.ref_nonfinite > 0) {  // nothing to check the others against
+      std::fprintf(stderr,
+                   "GEMM tuning: %s: the first answer's output has %llu non-finite elements (inputs, or unwritten): "
+                   "not tuned, the heuristic's first answer\n",
+                   what.c_str(), d.ref_nonfinite);
+      a.found = true;
+      a.algo = h[static_cast<size_t>(i)].algo;
+      return a;
+    }
+    const double err =
+        d.max_ref ? static_cast<double>(__builtin_bit_cast(float, d.max_diff)) / __builtin_bit_cast(float, d.max_ref)
+                  : (d.max_diff ? INFINITY : 0.0);
+    if (rep.bits_differ > 0 || d.finite_mismatch > 0 || !(err <= tol)) {
+      ++rejected;
+      std::fprintf(stderr,
+                   "GEMM tuning: %s: answer %d rejected (%llu elements differ between two runs; against the first "
+                   "answer: %llu finite/non-finite mismatches, max |x - ref| / max |ref| %.3g, tolerance %.3g)\n",
+                   what.c_str(), i, rep.bits_differ, d.finite_mismatch, err, tol);
+      continue;
+    }
+    ms[static_cast<size_t>(i)] = time_answer(i);
+    if (best < 0 || ms[static_cast<size_t>(i)] < ms[static_cast<size_t>(best)]) best = i;
+  }
+  if (best < 0) {  // nothing ran: the error today's path gives, or its fallback
+    a.found = false;
+    return a;
+  }
+  gemm_tuning::Choice ch;
+  ch.candidates = n;
+  ch.rejected = rejected;
+  if (ms[0] > 0) {  // the first answer again: the timing noise
+    const double t2 = time_answer(0);
+    ch.first_ms = (ms[0] + t2) / 2;
+    ch.spread = std::fabs(ms[0] - t2) / std::min(ms[0], t2);
+    if (best != 0 && ms[static_cast<size_t>(best)] >= ch.first_ms * (1 - std::max(0.01, 2 * ch.spread))) best = 0;
+  }
+  ch.rank = best;
+  ch.ms = best == 0 && ms[0] > 0 ? ch.first_ms : ms[static_cast<size_t>(best)];
+  const cublasLtMatmulAlgo_t& win = h[static_cast<size_t>(best)].algo;
+  static_assert(sizeof win == sizeof ch.algo, "cublasLtMatmulAlgo_t is 8 uint64");
+  std::memcpy(ch.algo.data(), &win, sizeof win);
+  ch.info = algo_info(win);
+  std::fprintf(stderr,
+               "GEMM tuning: %s: answer %d of %d (%s), %.4f ms against the first answer's %.4f (noise %.1f %%)%s\n",
+               what.c_str(), best, n, ch.info.c_str(), ch.ms, ch.first_ms, 100 * ch.spread,
+               rejected ? (", " + std::to_string(rejected) + " rejected").c_str() : "");
+  auto& entries = c.tuning.table.entries;
+  entries.erase(a.shape);
+  const auto it = entries.emplace(a.shape, ch).first;
+  c.tuning.table.save(c.tuning.file);
+  ++c.tuned;
+  a.found = true;
+  a.algo = win;
+  a.source = "tuned";
+  a.choice = &it->second;
+  return a;
+}
+
+// The file's algorithm for pr, if cuBLASLt accepts it here (and within the workspace).
+bool file_algo_ok(const Problem& pr, const cublasLtMatmulAlgo_t& algo, const std::string& what) {
+  cublasLtMatmulHeuristicResult_t r{};
+  const cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx().lt, pr.desc.d, pr.la.d, pr.lb.d, pr.lc.d, pr.lc.d, &algo, &r);
+  if (st == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= Context::kWorkspace) return true;
+  std::fprintf(stderr,
+               "GEMM tuning: %s's algorithm for %s is refused by cuBLASLt here (status %d, workspace %zu): "
+               "the heuristic's first answer instead\n",
+               ctx().tuning.file.c_str(), what.c_str(), static_cast<int>(st), r.workspaceSize);
+  return false;
+}
+
+// The algorithm for a GEMM met for the first time: the file's, a tuned one, or (as without tuning)
+// the heuristic's first answer.
+Algo choose(const Problem& pr, const GemmArgs& g, const void* A, const void* B, void* out, cudaDataType ab,
+            cublasComputeType_t compute, bool with_bias, cudaDataType cd, const AlgoKey& key) {
+  Context& c = ctx();
+  Algo a;
+  gemm_tuning::Plan& t = c.tuning;  // read_tuning has run (run())
+  if (t.use) {
+    a.shape = shape_of(g, key, ab, compute, with_bias, cd);
+    const auto e = t.table.entries.find(a.shape);
+    if (e != t.table.entries.end()) {
+      cublasLtMatmulAlgo_t algo;
+      std::memcpy(&algo, e->second.algo.data(), sizeof algo);
+      if (file_algo_ok(pr, algo, a.shape.describe())) {
+        ++c.from_file;
+        a.found = true;
+        a.algo = algo;
+        a.source = "file";
+        a.choice = &e->second;
+        return a;
+      }
+    }
+    if (t.tune && !capturing()) return tune(pr, g, A, B, out, cd, key, std::move(a));
+    if (e == t.table.entries.end() && ++c.missing <= 3)
+      std::fprintf(stderr, "GEMM tuning: %s is not in %s: the heuristic's first answer%s\n", a.shape.describe().c_str(),
+                   t.file.c_str(), c.missing == 3 ? " (further ones counted at exit)" : "");
+  }
+  cublasLtMatmulHeuristicResult_t heur{};
+  a.found = pr.heuristics(key.align, 1, &heur) > 0;
+  a.algo = heur.algo;
+  return a;
+}
+
 // The product into `out` (g.C where null) of type cd. False, with nothing computed, where no
 // algorithm takes it with the bias in the epilogue (or with a bf16 output): the caller then
 // computes it another way. Without either, no algorithm is an error.
@@ -165,18 +525,17 @@ bool run(const GemmArgs& g, const void* A, const void* B, cudaDataType ab, cubla
   if (!out) out = g.C;
   if (with_bias && alignment(g.bias) < 16) return false;  // the caller adds the bias with a kernel
   const Problem pr(g, ab, compute, with_bias, cd);
+  // (beta 1 or 0 does not change the heuristic's answer, but may the tuned one's: in the key only
+  // while tuning or with a file, so that without them the queries are today's)
+  read_tuning(c);
+  const bool beta_in_key = c.tuning.use && g.accumulate;
   const AlgoKey key{{g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c,
-                     (g.trans_a ? 1 : 0) + (g.trans_b ? 2 : 0) + (with_bias ? 4 : 0), static_cast<int64_t>(ab),
-                     static_cast<int64_t>(compute), static_cast<int64_t>(cd)},
+                     (g.trans_a ? 1 : 0) + (g.trans_b ? 2 : 0) + (with_bias ? 4 : 0) + (beta_in_key ? 8 : 0),
+                     static_cast<int64_t>(ab), static_cast<int64_t>(compute), static_cast<int64_t>(cd)},
                     {alignment(B), alignment(A), alignment(out)}};
   auto it = c.algos.find(key);
-  if (it == c.algos.end()) {
-    cublasLtMatmulHeuristicResult_t heur{};
-    Algo a;
-    a.found = pr.heuristics(key.align, 1, &heur) > 0;
-    a.algo = heur.algo;
-    it = c.algos.emplace(key, a).first;
-  }
+  if (it == c.algos.end()) it = c.algos.emplace(key, choose(pr, g, A, B, out, ab, compute, with_bias, cd, key)).first;
+  c.last = &it->second;
   if (!it->second.found) {
     if (with_bias || cd != CUDA_R_32F) return false;
     fail("cuBLASLt: no algorithm for a ", g.M, "x", g.N, "x", g.K, " GEMM (batch ", g.batch, ")");
@@ -189,6 +548,20 @@ bool run(const GemmArgs& g, const void* A, const void* B, cudaDataType ab, cubla
 
 void set_allow_tf32(bool on) { ctx().tf32 = on; }
 bool allow_tf32() { return ctx().tf32; }
+
+void configure_gemm_tuning(const std::string& file, bool tune) {
+  Context& c = ctx();
+  BERTCC_CHECK(c.algos.empty(), "GEMM tuning: configured after the first GEMM");
+  c.tuning = gemm_tuning::plan(file.c_str(), tune ? "1" : "0", this_device());
+  c.tuning_read = true;
+  say_plan(c.tuning);
+}
+
+LastGemm last_gemm() {
+  const Algo* a = ctx().last;
+  if (!a) return {};
+  return {a->source, a->shape, a->choice};
+}
 
 // g in precision p; with C16 (bf16 only, no accumulation) the output as its bf16 rounding alone,
 // written by cuBLASLt (fp32 accumulation and bias, one rounding at the end), or where no algorithm
