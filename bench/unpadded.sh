@@ -78,12 +78,14 @@ cmp -s "$WORK/squad_infer.unpadded/predictions.json" "$WORK/squad_infer.padded/p
   && echo "squad-infer: the same predictions.json" || echo "squad-infer: predictions.json differ (see $WORK, kept)"
 [ "${SKIP_PEER:-0}" = 1 ] && exit 0
 # PyTorch at the padded run's batch lengths and at 384: features/s
-lens=$(/usr/bin/python3 - "$WORK/squad_train.padded/dllogger.json" <<'PY'
+lengths() {  # lengths DIR: the padded length of each step of a run (its DLLogger records)
+  /usr/bin/python3 - "$1/dllogger.json" <<'PY'
 import json, sys
 rows = [r for r in (json.loads(l[5:]) for l in open(sys.argv[1]) if l.startswith("DLLL ")) if "padded_length" in r["data"]]
 print(",".join(str(int(r["data"]["padded_length"])) for r in rows))
 PY
-)
+}
+lens=$(lengths "$WORK/squad_train.padded")
 peer() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 "$HERE/peer_torch.py" squad --config "$CONFIG" \
            --batch "$BATCH" --precision "$PRECISION" --threads "$THREADS" "$@" | tail -1 \
          | /usr/bin/python3 -c "import json,sys; print('%.3f' % json.load(sys.stdin)['seq_per_s'])"; }
@@ -93,12 +95,7 @@ a=$(rate "$WORK/squad_train.unpadded")
 echo "PyTorch squad-train: $p_same f/s at bertcc's padded lengths, $p_384 f/s at 384 (run_qa's default)"
 echo "$a $p_same $p_384" | awk '{printf "bertcc unpadded / PyTorch: %.2fx (same padding), %.2fx (padded to 384)\n", $1 / $2, $1 / $3}'
 # sst2-train: run_glue.py's step (BertForSequenceClassification) at the padded run's lengths and at 128
-lens=$(/usr/bin/python3 - "$WORK/sst2_train.padded/dllogger.json" <<'PY'
-import json, sys
-rows = [r for r in (json.loads(l[5:]) for l in open(sys.argv[1]) if l.startswith("DLLL ")) if "padded_length" in r["data"]]
-print(",".join(str(int(r["data"]["padded_length"])) for r in rows))
-PY
-)
+lens=$(lengths "$WORK/sst2_train.padded")
 cpeer() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 "$HERE/peer_torch.py" classify --config "$CONFIG" \
             --batch 32 --precision "$PRECISION" --threads "$THREADS" "$@" | tail -1 \
           | /usr/bin/python3 -c "import json,sys; print('%.3f' % json.load(sys.stdin)['seq_per_s'])"; }

@@ -12,6 +12,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "cuda/gemm_tuning.h"
+#include "test_files.h"
 
 using namespace bertcc;
 using namespace bertcc::cuda::gemm_tuning;
@@ -19,27 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TmpDir {
-  fs::path path;
-  TmpDir() {
-    path = fs::temp_directory_path() / ("bertcc_gemm_tuning_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TmpDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& n) const { return (path / n).string(); }
-};
-
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using bertcc::testing::error_of;
+using bertcc::testing::TmpDir;
 
 Device h200() {
   Device d;

@@ -15,6 +15,7 @@
 #include "bertcc/model_dir.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/safetensors.h"
+#include "test_files.h"
 #include "test_util.h"
 
 using namespace bertcc;
@@ -22,28 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TmpDir {
-  fs::path path;
-  TmpDir() {
-    path = fs::temp_directory_path() / ("bertcc_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TmpDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& n) const { return (path / n).string(); }
-};
-
-// Runs f and returns the error message (empty if it did not throw).
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using bertcc::testing::error_of;
+using bertcc::testing::TmpDir;
 
 void write_raw(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
