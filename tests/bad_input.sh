@@ -710,17 +710,28 @@ n=$((n + 1)); rm -rf "$W/o_jsonl"
 "$B" finetune classify $FT --train-file "$W/hf.jsonl" --text-column text --label-column label --output-dir "$W/o_jsonl" > /dev/null 2> "$W/err.txt"; rc=$?
 [ $rc -eq 0 ] && cmp -s "$W/o_jsonl/model.safetensors" "$W/o_csv_names/model.safetensors" \
   && echo "ok   classify JSON lines, columns by key: the same model as the CSV" || fail "classify JSON lines: exit $rc: $(tail -2 "$W/err.txt")"
-expect "classify CSV: the default columns on sentence,label (labels are sentences)" \
-  "hf.csv: column 0 has 30 distinct labels in 30 examples .*is it a text column\? the file's columns: sentence,label" \
-  -- "$B" finetune classify $FT --train-file "$W/hf.csv" --output-dir "$W/o_csv_default"
+# no column flags on Hugging Face's column names (run_glue's sentence/label): read by name, the same model
+n=$((n + 1)); rm -rf "$W/o_csv_default"
+"$B" finetune classify $FT --train-file "$W/hf.csv" --output-dir "$W/o_csv_default" > /dev/null 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && cmp -s "$W/o_csv_default/model.safetensors" "$W/o_csv_names/model.safetensors" \
+  && grep -q "hf.csv: columns by their names: text sentence, label label" "$W/err.txt" \
+  && echo "ok   classify CSV: no column flags on sentence,label reads them by name, said, the same model" \
+  || fail "classify CSV with Hugging Face's column names: exit $rc: $(tail -2 "$W/err.txt")"
+# names Hugging Face does not know: the default columns (label 0) meet a text column, and the error says the fix
+sed '1s/.*/review,rating/' "$W/hf.csv" > "$W/hf_other.csv"
+expect "classify CSV: the default columns on review,rating (labels are sentences)" \
+  "hf_other.csv: column 0 has 30 distinct labels in 30 examples .*is it a text column\? the file's columns: review,rating" \
+  -- "$B" finetune classify $FT --train-file "$W/hf_other.csv" --output-dir "$W/o_csv_other"
+[ ! -e "$W/o_csv_other" ] || fail "the refused fine-tune wrote $W/o_csv_other"
 expect "classify eval: unknown label, the file's columns and the fix" \
-  "unknown label 'it 's a charming w5 w5, w9' in column 0 of .*hf.csv line 2 \(the model's labels: negative, positive\); the file's columns: sentence,label .* pass --label-column label" \
-  -- "$B" finetune classify --init-checkpoint "$W/o_csv_names" --predict-file "$W/hf.csv" --max-seq-length 16 --threads 1 --mode eval
+  "unknown label 'it 's a charming w5 w5, w9' in column 0 of .*hf_other.csv line 2 \(the model's labels: negative, positive\); the file's columns: review,rating .* pass --label-column rating" \
+  -- "$B" finetune classify --init-checkpoint "$W/o_csv_names" --predict-file "$W/hf_other.csv" --max-seq-length 16 --threads 1 --mode eval
 expect "classify CSV: a column name not in the header" \
   "--label-column 'labels' is not a column of the first row, .*the file's first row: sentence,label" \
   -- "$B" finetune classify $FT --train-file "$W/hf.csv" --label-column labels --text-columns sentence --output-dir "$W/o_csv_bad"
 expect "classify JSON lines: a key not in the objects" "--text-columns 'sentence' is not a key of its JSON objects; the file's keys: text,label,id" \
   -- "$B" finetune classify $FT --train-file "$W/hf.jsonl" --label-column label --text-columns sentence --output-dir "$W/o_jl_bad"
+[ ! -e "$W/o_csv_bad" ] && [ ! -e "$W/o_jl_bad" ] || fail "a refused fine-tune left its new --output-dir behind"
 
 # a model of the wrong kind, a missing directory: what it is, and the command that makes the right one
 expect "qa on a classifier" \

@@ -2,10 +2,13 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
 #include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/backend.h"
 #include "bertcc/dist.h"
@@ -15,6 +18,35 @@ struct PretrainOptions;
 }
 
 namespace bertcc::tools {
+
+// The output folders a command makes (`make`: each folder of the path that did not exist),
+// removed again, innermost first, if the command leaves by an exception: a refused run leaves
+// no empty folder behind. Folders that hold files are kept (std::filesystem::remove removes an
+// empty folder only), so what a run wrote before it failed stays for the user to see.
+class FoldersMade {
+ public:
+  FoldersMade() = default;
+  FoldersMade(const FoldersMade&) = delete;
+  FoldersMade& operator=(const FoldersMade&) = delete;
+  void make(const std::filesystem::path& dir) {
+    std::vector<std::filesystem::path> fresh;
+    for (std::filesystem::path p = dir; !p.empty() && !std::filesystem::exists(p); p = p.parent_path()) {
+      fresh.push_back(p);
+      if (p == p.parent_path()) break;
+    }
+    std::filesystem::create_directories(dir);
+    made_.insert(made_.end(), fresh.begin(), fresh.end());  // innermost first
+  }
+  ~FoldersMade() {
+    if (std::uncaught_exceptions() <= exceptions_) return;
+    std::error_code ec;
+    for (const auto& p : made_) std::filesystem::remove(p, ec);
+  }
+
+ private:
+  std::vector<std::filesystem::path> made_;
+  int exceptions_ = std::uncaught_exceptions();
+};
 
 // NVIDIA's flag names in dash form, with the underscore spelling as an alias: "--train-batch-size"
 // becomes "--train-batch-size,--train_batch_size".

@@ -53,6 +53,7 @@ void add_create_data(CLI::App& app) {
     BertTokenizer tok(vocab, lower);
     // One job = (input files, output file).
     std::vector<std::pair<std::vector<std::string>, std::string>> jobs;
+    FoldersMade output_made;  // a new --output folder is removed again if the run is refused
     if (fs::is_directory(o->input)) {
       check_output_not_input(o->output, "--output", o->input, "--input", /*input_read_whole=*/true);
       std::vector<std::string> files;
@@ -60,7 +61,7 @@ void add_create_data(CLI::App& app) {
         if (e.is_regular_file()) files.push_back(e.path().string());
       std::sort(files.begin(), files.end());
       BERTCC_CHECK(!files.empty(), o->input, ": no input files in the folder");
-      fs::create_directories(o->output);
+      output_made.make(o->output);
       for (const auto& f : files) jobs.push_back({{f}, (fs::path(o->output) / fs::path(f).stem()).string() + ".h5"});
     } else {
       std::vector<std::string> files;

@@ -49,6 +49,8 @@ struct FtSetup {
   std::string vocab_path;
   std::unique_ptr<Vocab> vocab;
   std::unique_ptr<BertTokenizer> tok;
+  // --output-dir, when this run made it: removed again if the run is refused (it is empty then)
+  std::unique_ptr<FoldersMade> output_made = std::make_unique<FoldersMade>();
   bool has(const char* m) const { return mode.count(m) > 0; }
 };
 FtSetup ft_setup(const FtCli& o);
