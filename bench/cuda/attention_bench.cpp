@@ -97,7 +97,8 @@ void bench_varlen(const std::vector<float>& qkv, const std::vector<float>& dout,
   const Rng rng(42, 0);
   for (int form = 0; form < 2; ++form) {
     const double f = mean_ms(iters, [&] {
-      if (form == 1) return G::attention_varlen_forward(nullptr, out16.p, saved.p, gq.p, cu.data(), B, C, NH, p, rng, kBase);
+      if (form == 1) return G::attention_varlen_forward(nullptr, out16.p, saved.p, nullptr, gq.p, cu.data(), B, C, NH, p, rng, kBase,
+                                                     Precision::BF16);
       uint64_t sb = kBase;
       for (long b = 0; b < B; ++b) {
         G::attention_forward(nullptr, saved.p + off[b], nullptr, zeros.p, 1, lens[b], C, NH, p, rng, sb, Precision::BF16,
@@ -107,8 +108,8 @@ void bench_varlen(const std::vector<float>& qkv, const std::vector<float>& dout,
     });
     const double bw = mean_ms(iters, [&] {
       if (form == 1)
-        return G::attention_varlen_backward(dqkv.p, dqkv16.p, work.p, gd.p, nullptr, out16.p, gq.p, saved.p, cu.data(), B,
-                                            C, NH, p, rng, kBase);
+        return G::attention_varlen_backward(dqkv.p, dqkv16.p, work.p, gd.p, nullptr, out16.p, nullptr, gq.p, saved.p,
+                                            cu.data(), B, C, NH, p, rng, kBase, Precision::BF16);
       uint64_t sb = kBase;
       for (long b = 0; b < B; ++b) {
         G::attention_backward(dqkv.p + cu[b] * 3 * C, work.p, gd.p + cu[b] * C, nullptr, nullptr, out16.p + cu[b] * C,

@@ -383,7 +383,7 @@ void Ops::attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const flo
                               prec == Precision::BF16 ? dqkv16 : nullptr, qkv16);
 }
 
-// CUDA: the varlen kernels (bf16 reading qkv16 in place; attention_varlen.h) unless
+// CUDA: the varlen kernels (bf16 reading qkv16 in place, or fp32; attention_varlen.h) unless
 // BERTCC_CUDA_VARLEN=0. Not under --cuda-graphs: the model then keeps batches without padding
 // padded, so that their inference forwards are recorded as before (packed batches are not).
 bool Ops::varlen_attention() const {
@@ -410,8 +410,7 @@ int64_t Ops::attention_varlen_work_size(const int64_t* cu, int64_t B, int64_t C,
   return 0;
 }
 
-// CUDA, for calls the varlen kernels do not take (fp32, fp16, a head size they do not read in
-// place) and under BERTCC_CUDA_VARLEN=0: sequences all of one length (a batch without padding,
+// CUDA, for calls the varlen kernels do not take (fp16, a bf16 head size they do not read in place) and under BERTCC_CUDA_VARLEN=0: sequences all of one length (a batch without padding,
 // which the model packs too while varlen_attention() is true) as one padded call for them all with
 // a zero mask (each sequence's dropout numbers are where the per-sequence calls put them, so are
 // its bits); others one padded call per sequence.
@@ -419,7 +418,7 @@ void Ops::attention_varlen_forward(float* out, bf16_t* out16, float* saved, floa
                                    const bf16_t* qkv16, const int64_t* cu, int64_t B, int64_t C, int64_t NH,
                                    float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
   if constexpr (kCuda) if (on_cuda()) {
-    if (!cuda::attention_varlen_on() || !cuda::attention_varlen_fits(C, NH, prec, qkv16)) {
+    if (!cuda::attention_varlen_on() || !cuda::attention_varlen_fits(C, NH, prec, qkv, qkv16)) {
       if (const int64_t T = cuda::attention_varlen_on() ? one_length(cu, B) : 0) {
         mem_.zero(work, sizeof(float) * static_cast<size_t>(B * T));  // the mask
         return attention_forward(out, out16, saved, work + aligned(B * T), qkv, qkv16, work, B, T, C, NH, dropout_p,
@@ -429,7 +428,7 @@ void Ops::attention_varlen_forward(float* out, bf16_t* out16, float* saved, floa
                                                    base, prec);
     }
     const OpTimer timer("attention_forward");
-    return cuda::attention_varlen_forward(out, out16, saved, qkv16, cu, B, C, NH, dropout_p, rng, base);
+    return cuda::attention_varlen_forward(out, out16, saved, qkv, qkv16, cu, B, C, NH, dropout_p, rng, base, prec);
   }
   mine("attention_varlen_forward", out, out16, saved, qkv, qkv16);
   BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
@@ -443,7 +442,7 @@ void Ops::attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, co
                                     const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p,
                                     const Rng& rng, uint64_t base, Precision prec) {
   if constexpr (kCuda) if (on_cuda()) {
-    if (!cuda::attention_varlen_on() || !cuda::attention_varlen_fits(C, NH, prec, qkv16)) {
+    if (!cuda::attention_varlen_on() || !cuda::attention_varlen_fits(C, NH, prec, qkv, qkv16)) {
       if (const int64_t T = cuda::attention_varlen_on() ? one_length(cu, B) : 0) {
         mem_.zero(work, sizeof(float) * static_cast<size_t>(B * T));
         return attention_backward(dqkv, dqkv16, work + aligned(B * T), dout, qkv, qkv16, out, out16, saved, work, B,
@@ -453,8 +452,8 @@ void Ops::attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, co
                                                     NH, dropout_p, rng, base, prec);
     }
     const OpTimer timer("attention_backward");
-    return cuda::attention_varlen_backward(dqkv, dqkv16, work, dout, out, out16, qkv16, saved, cu, B, C, NH,
-                                           dropout_p, rng, base);
+    return cuda::attention_varlen_backward(dqkv, dqkv16, work, dout, out, out16, qkv, qkv16, saved, cu, B, C, NH,
+                                           dropout_p, rng, base, prec);
   }
   (void)work, (void)rng, (void)base;
   mine("attention_varlen_backward", dqkv, dqkv16, dout, qkv, qkv16, out, out16, saved);  // (out, out16: not read)

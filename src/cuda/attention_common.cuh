@@ -6,6 +6,7 @@
 #pragma once
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "bertcc/dtype.h"
 #include "bertcc/rng.h"
@@ -82,6 +83,50 @@ __device__ inline float row_dot(const float* d, const O* o, int64_t hs) {
   return warp_sum(acc);
 }
 
+// The table for an unpadded batch of B sequences (cu: B + 1 host offsets) whose blocks take `rows`
+// rows each (the launch's grid.x: its size - 4 B over 2): per sequence {first row, length, offset
+// of its slice of the saved buffer in floats, dropout base}, then per block {sequence, tile}. The
+// saved slices follow one another as Backend's per-sequence default lays them out (each the
+// padded kernels' saved size for the sequence alone, bf16 reading qkv16: lse and the decision
+// bits, rounded up to 16 floats), so either form's forward goes with either form's backward.
+inline std::vector<int64_t> varlen_table(const int64_t* cu, int64_t B, int64_t NH, bool drop, uint64_t base,
+                                         int64_t rows) {
+  std::vector<int64_t> t(static_cast<size_t>(4 * B));
+  int64_t saved = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = cu[b + 1] - cu[b];
+    int64_t* e = t.data() + 4 * b;
+    e[0] = cu[b], e[1] = n, e[2] = saved, e[3] = static_cast<int64_t>(base);
+    saved += (lse_floats(1, NH, n) + (drop ? drop_bit_words(1, NH, n) : 0) + 15) / 16 * 16;
+    base += attention_drop_numbers(static_cast<uint64_t>(NH), static_cast<uint64_t>(n));
+  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i * rows < cu[b + 1] - cu[b]; ++i) t.push_back(b), t.push_back(i);
+  return t;
+}
+
+// The row dots of an unpadded batch: sequence q's [NH][n] from NH * (its first row), where the
+// kernels' place puts D for the sequence alone; a warp per (row r, head h) of the N rows, r's
+// sequence found by bisection in the table (row_dot, as attention.cu's attn_bwd_dot: the same
+// bits). 256 threads a block.
+template <class O>
+__global__ void __launch_bounds__(256) row_dots_varlen(float* D, const float* dout, const O* out,
+                                                       const int64_t* seqs, int64_t nseqs, int64_t N, int64_t C,
+                                                       int64_t NH) {
+  const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  if (w >= N * NH) return;  // the same for the whole warp
+  const int64_t r = w / NH, h = w % NH, hs = C / NH;
+  int64_t lo = 0, hi = nseqs - 1;  // the last sequence whose first row is at most r
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (seqs[4 * mid] <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t row0 = seqs[4 * lo], n = seqs[4 * lo + 1];
+  const float acc = row_dot(dout + r * C + h * hs, out + r * C + h * hs, hs);
+  if ((threadIdx.x & 31) == 0) D[NH * row0 + h * n + (r - row0)] = acc;
+}
+
 // Tensor Core kernels (attention_tc.cu). D[bh*T + i] = sum_c dout*out, computed by the caller.
 // lse: the saved buffer (lse, then with dropout the decision bits).
 // out16 (may be null; bf16 only): the output's rounding too; out may then be null.
@@ -99,5 +144,10 @@ void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t
 void backward_tc_varlen(float* dqkv, uint16_t* dqkv16, float* D, const float* dout, const float* out,
                         const uint16_t* out16, const uint16_t* qkv16, const float* saved, const int64_t* cu,
                         int64_t B, const Shape& s);
+// The same for fp32 (attention.cu: attention_f32_kernels.cuh's Varlen instances; qkv [N, 3C] fp32,
+// out fp32; the saved buffer holds each sequence's lse alone, as the padded fp32 kernels do).
+void forward_f32_varlen(float* out, float* saved, const float* qkv, const int64_t* cu, int64_t B, const Shape& s);
+void backward_f32_varlen(float* dqkv, float* D, const float* dout, const float* out, const float* qkv,
+                         const float* saved, const int64_t* cu, int64_t B, const Shape& s);
 
 }  // namespace bertcc::cuda::attn

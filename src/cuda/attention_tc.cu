@@ -359,18 +359,26 @@ bool attention_varlen_on() {
   return on;
 }
 
-bool attention_varlen_fits(int64_t C, int64_t NH, Precision prec, const bf16_t* qkv16) {
-  return prec == Precision::BF16 && qkv16 && NH > 0 && C % NH == 0 && attn::kernel_hs(C / NH) == C / NH &&
-         C % 8 == 0 && reinterpret_cast<uintptr_t>(qkv16) % 16 == 0;
+bool attention_varlen_fits(int64_t C, int64_t NH, Precision prec, const float* qkv, const bf16_t* qkv16) {
+  if (NH <= 0 || C % NH != 0) return false;
+  if (prec == Precision::F32) return qkv && attn::kernel_hs(C / NH) != 0;
+  return prec == Precision::BF16 && qkv16 && attn::kernel_hs(C / NH) == C / NH && C % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(qkv16) % 16 == 0;
 }
 
-void attention_varlen_forward(float* out, bf16_t* out16, float* saved, const bf16_t* qkv16, const int64_t* cu,
-                              int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base) {
+void attention_varlen_forward(float* out, bf16_t* out16, float* saved, const float* qkv, const bf16_t* qkv16,
+                              const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
+                              uint64_t base, Precision prec) {
   if (B == 0) return;
-  BERTCC_CHECK(attention_varlen_fits(C, NH, Precision::BF16, qkv16),
-               "attention_varlen_forward: needs a bf16 qkv16 of head size 16, 32, 64 or 128, 16-byte aligned");
-  BERTCC_CHECK(out || out16, "attention_varlen_forward: no output");
+  BERTCC_CHECK(attention_varlen_fits(C, NH, prec, qkv, qkv16),
+               "attention_varlen_forward: needs fp32 qkv of head size at most 128, or a bf16 qkv16 of head size 16, "
+               "32, 64 or 128, 16-byte aligned");
   const attn::Shape s = attn::make_shape(1, cu[B], C, NH, dropout_p, rng, base);
+  if (prec == Precision::F32) {
+    BERTCC_CHECK(out && !out16, "attention_varlen_forward: fp32 writes out (and no bf16 copy)");
+    return attn::forward_f32_varlen(out, saved, qkv, cu, B, s);
+  }
+  BERTCC_CHECK(out || out16, "attention_varlen_forward: no output");
   attn::forward_tc_varlen(out, reinterpret_cast<uint16_t*>(out16), saved, reinterpret_cast<const uint16_t*>(qkv16),
                           cu, B, s);
 }
@@ -378,13 +386,19 @@ void attention_varlen_forward(float* out, bf16_t* out16, float* saved, const bf1
 int64_t attention_varlen_backward_work_size(int64_t N, int64_t NH) { return N * NH; }
 
 void attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* out,
-                               const bf16_t* out16, const bf16_t* qkv16, const float* saved, const int64_t* cu,
-                               int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base) {
+                               const bf16_t* out16, const float* qkv, const bf16_t* qkv16, const float* saved,
+                               const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
+                               uint64_t base, Precision prec) {
   if (B == 0) return;
-  BERTCC_CHECK(attention_varlen_fits(C, NH, Precision::BF16, qkv16),
-               "attention_varlen_backward: needs a bf16 qkv16 of head size 16, 32, 64 or 128, 16-byte aligned");
-  BERTCC_CHECK(out || out16, "attention_varlen_backward: no forward output");
+  BERTCC_CHECK(attention_varlen_fits(C, NH, prec, qkv, qkv16),
+               "attention_varlen_backward: needs fp32 qkv of head size at most 128, or a bf16 qkv16 of head size "
+               "16, 32, 64 or 128, 16-byte aligned");
   const attn::Shape s = attn::make_shape(1, cu[B], C, NH, dropout_p, rng, base);
+  if (prec == Precision::F32) {
+    BERTCC_CHECK(out && !dqkv16, "attention_varlen_backward: fp32 reads the forward's out (and writes no bf16 copy)");
+    return attn::backward_f32_varlen(dqkv, work, dout, out, qkv, saved, cu, B, s);
+  }
+  BERTCC_CHECK(out || out16, "attention_varlen_backward: no forward output");
   attn::backward_tc_varlen(dqkv, reinterpret_cast<uint16_t*>(dqkv16), work, dout, out,
                            reinterpret_cast<const uint16_t*>(out16), reinterpret_cast<const uint16_t*>(qkv16), saved,
                            cu, B, s);

@@ -782,9 +782,10 @@ void test_attention_varlen() {
       Dev<float> gout(nan_out), gsaved(nan_saved), gd(nan_d);
       Dev<bf16_t> gout16(nan16), gd16(nan16d);
       if (form == 1) {
-        G::attention_varlen_forward(gout.p, gout16.p, gsaved.p, gq16.p, cu.data(), B, C, NH, c.p, rng, base);
-        G::attention_varlen_backward(gd.p, gd16.p, gwork.p, gdout.p, nullptr, gout16.p, gq16.p, gsaved.p, cu.data(), B,
-                                     C, NH, c.p, rng, base);
+        G::attention_varlen_forward(gout.p, gout16.p, gsaved.p, nullptr, gq16.p, cu.data(), B, C, NH, c.p, rng, base,
+                                    Precision::BF16);
+        G::attention_varlen_backward(gd.p, gd16.p, gwork.p, gdout.p, nullptr, gout16.p, nullptr, gq16.p, gsaved.p,
+                                     cu.data(), B, C, NH, c.p, rng, base, Precision::BF16);
       } else {
         uint64_t sb = base;
         for (int64_t b = 0; b < B; ++b) {
@@ -828,8 +829,9 @@ void test_attention_varlen() {
 }
 
 // The CUDA backend's attention_varlen_* (backend/ops.cpp) against its one call per sequence (_per_sequence)
-// on the same backend, out and dqkv bit for bit: bf16 with qkv16 (the varlen kernels), fp32 and
-// fp16 (the default itself, or one padded call where every sequence has one length).
+// on the same backend, out and dqkv bit for bit: bf16 with qkv16 and fp32 (the varlen kernels; fp32
+// also against the CPU's fp32 varlen kernel), fp16 (the default itself, or one padded call where
+// every sequence has one length).
 void test_attention_varlen_backend() {
   Backend& be = backend_for("cuda:" + std::to_string(g_device));
   const int64_t NH = 2, C = 128;
@@ -866,6 +868,17 @@ void test_attention_varlen_backend() {
         res[form] = out.back();
         const auto d = dq.back();
         res[form].insert(res[form].end(), d.begin(), d.end());
+      }
+      if (prec == Precision::F32) {  // the fp32 varlen kernels against the CPU's fp32 varlen kernel
+        std::vector<float> cout(N * C), csaved(K::attention_varlen_saved_size(cu.data(), B, C, NH, true, prec)),
+            cd(N * 3 * C);
+        K::attention_varlen_forward(cout.data(), csaved.data(), qkv.data(), cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
+        K::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, 0.1f, prec);
+        cout.insert(cout.end(), cd.begin(), cd.end());
+        char what[160];
+        std::snprintf(what, sizeof what, "attention varlen backend fp32 lengths %ld,%ld,%ld vs CPU", long(lens[0]),
+                      long(lens[1]), long(lens[2]));
+        check(what, cout, res[1], 1e-5);
       }
       char name[160];
       std::snprintf(name, sizeof name, "attention varlen backend %s lengths %ld,%ld,%ld = default",

@@ -1,4 +1,5 @@
-// The Tensor Core attention kernels (src/cuda/attention_tc_kernels.cuh), compiled for the CPU and
+// The Tensor Core attention kernels (src/cuda/attention_tc_kernels.cuh) and the fp32 kernels'
+// unpadded instances (attention_f32_kernels.cuh: run_varlen_f32), compiled for the CPU and
 // run by tests/cuda/sim/sim_runtime.h, against a float64 reference of attention forward and
 // backward (dropout from the same Philox counters) and against the CPU engine's attention in the
 // same precision (what test_cuda_kernels checks on a GPU). Shared memory is poisoned with NaN
@@ -9,6 +10,7 @@
 #include "sim_runtime.h"
 // the kernels' source, as nvcc compiles it for the GPU
 #include "cuda/attention_tc_kernels.cuh"
+#include "cuda/attention_f32_kernels.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -345,8 +347,8 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
   const Rng rng(77 + seed, 0);
   const uint64_t base = 1000;
   const A::Shape s = A::make_shape(1, N, C, NH, p, rng, base);
-  const std::vector<int64_t> t64 = K::varlen_table(cu.data(), B, NH, s.drop, base, K::kBlockRows);
-  const std::vector<int64_t> tf = K::varlen_table(cu.data(), B, NH, s.drop, base, MT * K::kBlockRows);
+  const std::vector<int64_t> t64 = A::varlen_table(cu.data(), B, NH, s.drop, base, K::kBlockRows);
+  const std::vector<int64_t> tf = A::varlen_table(cu.data(), B, NH, s.drop, base, MT * K::kBlockRows);
   // the saved buffer as Backend's default sizes it: the slices end where the last one does
   const int64_t nl = lens.back();
   const int64_t saved_floats =
@@ -387,7 +389,7 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
     // the row dots kernel puts each where the host does (its sums in another order: within rounding)
     std::vector<float> Dk(D.size(), NAN);
     sim::launch({bertcc::cuda::grid_for(N * NH * 32, 256), 1, 1}, 256, 0, [&] {
-      K::row_dots_varlen(Dk.data(), dout.data(), out.data(), t64.data(), B, N, C, NH);
+      A::row_dots_varlen(Dk.data(), dout.data(), out.data(), t64.data(), B, N, C, NH);
     });
     expect("row dots kernel vs the host's", rel_l2(Dk, std::vector<double>(D.begin(), D.end())), 1e-6);
     // dout's operand: prep over the N rows as one sequence
@@ -469,6 +471,86 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
   expect("dqkv vs the CPU varlen kernel (max)", rel_max(dqkv, cd), 1e-2);
 }
 
+
+// The fp32 kernels on unpadded (varlen) batches: the sequences of `lens` packed as rows of fp32 qkv
+// [N, 3C], no mask, forward and backward each one launch over the whole batch (seq_place: block x
+// takes the tile of varlen_table's entry x, the table without decision bits: fp32 saves none).
+// Each sequence must get the bits of the padded fp32 kernels on it alone (B 1, T its length, a zero
+// mask, its dropout numbers after the previous sequences', its lse in its slice of the saved
+// buffer): out, lse, dq, dk, dv; and the whole must match the CPU's fp32 varlen kernel. Buffers
+// poisoned with NaN.
+void run_varlen_f32(const std::vector<int64_t>& lens, int64_t NH, int64_t hs, float p, unsigned seed) {
+  namespace F = A::f32;
+  const int64_t B = static_cast<int64_t>(lens.size()), C = NH * hs;
+  std::vector<int64_t> cu(B + 1, 0);
+  for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + lens[b];
+  const int64_t N = cu[B];
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> qkv(N * 3 * C), dout(N * C);
+  for (auto& x : qkv) x = 2.0f * u(gen);
+  for (auto& x : dout) x = u(gen);
+  const Rng rng(77 + seed, 0);
+  const uint64_t base = 1000;
+  const A::Shape s = A::make_shape(1, N, C, NH, p, rng, base);
+  const std::vector<int64_t> t = A::varlen_table(cu.data(), B, NH, false, base, F::kRows);
+  const int64_t saved_floats = t[4 * (B - 1) + 2] + (A::lse_floats(1, NH, lens.back()) + 15) / 16 * 16;
+  std::vector<float> out(N * C, NAN), saved(saved_floats, NAN), dqkv(N * 3 * C, NAN), D(N * NH, NAN);
+  const sim_dim3 grid{static_cast<unsigned>((t.size() - 4 * B) / 2), static_cast<unsigned>(NH), 1};
+  A::dispatch_hs(hs, [&](auto hsc) {
+    constexpr int HS = decltype(hsc)::value;
+    sim::launch(grid, F::kRows, 0,
+                [&] { F::fwd<HS, true>(out.data(), saved.data(), qkv.data(), nullptr, s, t.data(), B); });
+    sim::launch({bertcc::cuda::grid_for(N * NH * 32, 256), 1, 1}, 256, 0,
+                [&] { A::row_dots_varlen(D.data(), dout.data(), out.data(), t.data(), B, N, C, NH); });
+    sim::launch(grid, F::kRows, 0, [&] {
+      F::bwd_dq<HS, true>(dqkv.data(), dout.data(), qkv.data(), saved.data(), D.data(), nullptr, s, t.data(), B);
+    });
+    sim::launch(grid, F::kRows, 0, [&] {
+      F::bwd_dkdv<HS, true>(dqkv.data(), dout.data(), qkv.data(), saved.data(), D.data(), nullptr, s, t.data(), B);
+    });
+  });
+  std::printf("varlen fp32 lengths");
+  for (int64_t n : lens) std::printf(" %ld", long(n));
+  std::printf(" NH%ld hs%ld dropout %.1f\n", long(NH), long(hs), double(p));
+  // each sequence alone through the padded fp32 kernels, as the per-sequence default launches them
+  size_t diff = 0;
+  uint64_t sbase = base;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = lens[b], r0 = cu[b];
+    const A::Shape sb = A::make_shape(1, n, C, NH, p, rng, sbase);
+    const std::vector<float> mask(n, 0.0f);
+    std::vector<float> o(n * C, NAN), lse(A::lse_floats(1, NH, n), NAN), d(n * 3 * C, NAN), Db(n * NH, NAN);
+    const float* q = qkv.data() + r0 * 3 * C;
+    const float* dO = dout.data() + r0 * C;
+    const sim_dim3 g{bertcc::cuda::grid_for(n, F::kRows), static_cast<unsigned>(NH), 1};
+    A::dispatch_hs(hs, [&](auto hsc) {
+      constexpr int HS = decltype(hsc)::value;
+      sim::launch(g, F::kRows, 0, [&] { F::fwd<HS, false>(o.data(), lse.data(), q, mask.data(), sb, nullptr, 0); });
+      sim::launch({bertcc::cuda::grid_for(NH * n * 32, 256), 1, 1}, 256, 0,
+                  [&] { F::bwd_dot(Db.data(), dO, o.data(), sb, hs); });
+      sim::launch(g, F::kRows, 0, [&] {
+        F::bwd_dq<HS, false>(d.data(), dO, q, lse.data(), Db.data(), mask.data(), sb, nullptr, 0);
+      });
+      sim::launch(g, F::kRows, 0, [&] {
+        F::bwd_dkdv<HS, false>(d.data(), dO, q, lse.data(), Db.data(), mask.data(), sb, nullptr, 0);
+      });
+    });
+    for (size_t i = 0; i < o.size(); ++i) diff += std::memcmp(&o[i], &out[r0 * C + i], 4) != 0;
+    for (size_t i = 0; i < lse.size(); ++i) diff += std::memcmp(&lse[i], &saved[t[4 * b + 2] + i], 4) != 0;
+    for (size_t i = 0; i < d.size(); ++i) diff += std::memcmp(&d[i], &dqkv[r0 * 3 * C + i], 4) != 0;
+    sbase += attention_drop_numbers(static_cast<uint64_t>(NH), static_cast<uint64_t>(n));
+  }
+  expect("each sequence vs the padded kernels alone: differing", static_cast<double>(diff), 0.0);
+  std::vector<float> cout(N * C), csaved(kernels::attention_varlen_saved_size(cu.data(), B, C, NH, p > 0, Precision::F32)),
+      cd(N * 3 * C);
+  kernels::attention_varlen_forward(cout.data(), csaved.data(), qkv.data(), cu.data(), B, C, NH, p, rng, base,
+                                    Precision::F32);
+  kernels::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, p,
+                                     Precision::F32);
+  expect("out vs the CPU varlen kernel (max)", rel_max(out, cout), 1e-5);
+  expect("dqkv vs the CPU varlen kernel (max)", rel_max(dqkv, cd), 1e-5);
+}
 }  // namespace
 
 int main() {
@@ -505,6 +587,14 @@ int main() {
   run_varlen<128>({33, 5, 96}, 1, 0.1f, 23);
   run_varlen<16>({19, 65, 2}, 3, 0.0f, 24);
   run_varlen<64>({100}, 2, 0.1f, 25);
+  // fp32: lengths below, across and at the 32-key tiles and 64-row blocks; head sizes the kernels
+  // pad (12 to 16, 48 to 64); dropout on and off; a batch of one sequence
+  run_varlen_f32({7, 1, 37, 16, 3}, 2, 64, 0.1f, 30);
+  run_varlen_f32({70, 1, 129, 64}, 2, 32, 0.0f, 31);
+  run_varlen_f32({33, 5, 96}, 1, 128, 0.1f, 32);
+  run_varlen_f32({19, 65, 2}, 3, 12, 0.1f, 33);
+  run_varlen_f32({45, 66}, 2, 48, 0.0f, 34);
+  run_varlen_f32({100}, 2, 16, 0.1f, 35);
   std::printf("%d failed\n", g_fail);
   return g_fail ? 1 : 0;
 }
