@@ -42,6 +42,41 @@ bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len,
 bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps,
                          std::string* why, const std::string* deviceprop_json = nullptr);
 
+// Training SDPA in bf16: the forward with the softmax statistics and dropout, and the backward.
+// The graphs are the ones cudnn-frontend's SDPA forward (generate_stats, dropout with a mask) and
+// SDPA backward nodes lower to; layouts as sdpa_forward_bf16.
+//
+// Dropout is a mask that the caller draws (bertcc's Philox decisions, not cuDNN's generator):
+// drop_mask is device bf16 [B, NH, T, T], row-major (element (b, h, i, j) at ((b*NH + h)*T + i)*T + j),
+// 1.0 where score (i, j) of head h is kept and 0.0 where it is dropped; the kept probabilities are
+// multiplied by 1/(1-p), passed by value. p == 0: no dropout in the graph and drop_mask must be null;
+// 0 < p < 1: drop_mask must be given (16-byte aligned). The graphs with and without dropout are
+// planned separately.
+//
+// Forward: out16 [B, T, C] as sdpa_forward_bf16, and stats, device float [B, NH, T] (row (b, h, t) at
+// (b*NH + h)*T + t): the natural log-sum-exp of row t's scaled, masked scores (max + log sum exp),
+// which the backward takes. Rows t >= q_len[b] of out16 and stats are left to cuDNN.
+bool sdpa_train_forward_bf16(bf16_t* out16, float* stats, const bf16_t* qkv16, const int32_t* q_len,
+                             const int32_t* kv_len, const bf16_t* drop_mask, float p, int64_t B, int64_t T,
+                             int64_t NH, int64_t D, std::string* why);
+
+// Backward: dQ, dK and dV written in place into dqkv16 [B, T, 3C] (dq | dk | dv, the layout of
+// qkv16; overwritten, not added to), from qkv16, out16 and stats of the training forward, dout16
+// [B, T, C] (the gradient of out16), the same lengths, drop_mask and p. Rows t >= q_len[b] of dQ and
+// rows j >= kv_len[b] of dK and dV are left to cuDNN. cuDNN's float workspaces (the row dots
+// sum(dO*O)*(1-p) and the dQ accumulator, B*NH*T*(D+1) floats) are kept with the plan.
+bool sdpa_backward_bf16(bf16_t* dqkv16, const bf16_t* qkv16, const bf16_t* out16, const bf16_t* dout16,
+                        const float* stats, const int32_t* q_len, const int32_t* kv_len, const bf16_t* drop_mask,
+                        float p, int64_t B, int64_t T, int64_t NH, int64_t D, std::string* why);
+
+// As check_forward_graph, for the training forward and the backward graphs, with or without
+// dropout.
+bool check_train_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, bool dropout,
+                               std::vector<std::string>* steps, std::string* why,
+                               const std::string* deviceprop_json = nullptr);
+bool check_backward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, bool dropout, std::vector<std::string>* steps,
+                          std::string* why, const std::string* deviceprop_json = nullptr);
+
 // cuDNN's description of the current device (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION), which
 // check_forward_graph takes on a machine without the device. Needs the device.
 bool device_properties_json(std::string* json, std::string* why);
