@@ -163,6 +163,16 @@ step attention 180 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTIO
 step cudnn 60 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$(dirname \$L); \
   $B/test_cudnn_attention --save-deviceprop $OUT/cudnn_deviceprop.json || { CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn_dbg.log $B/test_cudnn_attention > /dev/null; exit 1; }; \
   $B/bertcc_cuda_attention_bench --cudnn --precisions '' --iters 20 && python3 bench/cuda/attention_peer.py --precisions '' --infer --iters 20"
+# cudnn_hook: BERTCC_ATTENTION=cudnn through the model (issue 42 item 1): test_cuda_kernels' cuDNN
+# group (the backend's padded attention with cuDNN against bertcc's kernels, bf16 hs 64/128, dropout
+# 0.1/0, inference; fp32 bertcc's bits with the switch on), then bench train (bert-base 32 x 512) and
+# infer (bert-large 64 x 384), bf16, --padded (random batches have no padding and would otherwise be
+# packed: varlen attention, which cuDNN does not take here), without and with the switch.
+step cudnn_hook 90 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$(dirname \$L); \
+  BERTCC_ATTENTION=cudnn $B/test_cuda_kernels --filter attention_cudnn; k=\$?; \
+  for a in bertcc cudnn; do echo \"== BERTCC_ATTENTION=\$a\"; \
+    BERTCC_ATTENTION=\$a $B/bertcc bench train --device cuda --config bert-base --batch 32 --seq 512 --precision bf16 --padded --steps 5 --warmup 2 || exit 1; \
+    BERTCC_ATTENTION=\$a $B/bertcc bench infer --device cuda --config bert-large --batch 64 --seq 384 --precision bf16 --padded --steps 5 --warmup 2 || exit 1; done; exit \$k"
 step gemm 90 "$B/bertcc_cuda_gemm_bench --iters 10"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
 # gemmtune: GEMMs tuned, not guessed (issue 42 item 2; bench/cuda/gemm_tune.sh): the layer's products
@@ -241,6 +251,21 @@ for l in open(sys.argv[1]):
         r = json.loads(l)
         d = f", diff {r['max_abs_diff']:.3g}" if "max_abs_diff" in r else ""
         print(f"{r['impl']:17s} B{r['B']} T{r['T']} NH{r['NH']} HS{r['HS']}: fwd {r['fwd_ms']:.3f} ms ({r['fwd_tflops']:.1f}){d}")
+PY
+echo "== cudnn_hook (BERTCC_ATTENTION=cudnn in the model: the checks, then seq/s without / with, --padded)"
+grep -hE "^attention cudnn|FAIL|ERROR|^attention B=" "$OUT/cudnn_hook.log" 2>/dev/null | head -24
+python3 - "$OUT/cudnn_hook.log" <<'PY' 2>/dev/null
+import json, sys
+impl, res = None, {}
+for l in open(sys.argv[1]):
+    if l.startswith("== BERTCC_ATTENTION="): impl = l.split("=")[-1].strip()
+    elif l.startswith("{") and impl:
+        r = json.loads(l)
+        res.setdefault((r.get("mode", "?"), r.get("batch", r.get("B")), r.get("seq")), {})[impl] = r["seq_per_s"]
+for k, v in res.items():
+    a, c = v.get("bertcc"), v.get("cudnn")
+    ratio = f"{c / a:.3f}x" if a and c else "-"
+    print(f"{k[0]:6s} B{k[1]} T{k[2]}: bertcc {a} seq/s, cudnn {c} seq/s ({ratio})")
 PY
 echo "== gemm (ms as bertcc runs it / best heuristic answer / bf16 output)"
 python3 - "$OUT/gemm.log" <<'PY' 2>/dev/null

@@ -217,7 +217,8 @@ class Bert {
     bool packed = false;
   };
   static Shape padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
-                            const Backend& be);
+                            const Backend& be,
+                            bool inference = false);
   void ensure_acts(const Shape& s, bool attention_dropout, Precision prec, bool inference = false);
   static int64_t plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
                            std::vector<std::pair<float**, int64_t>>& plan, bool inference = false);

@@ -352,14 +352,32 @@ int64_t Ops::attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) co
   return kernels::attention_work_size(B, T, C, NH);
 }
 
-// CUDA: the forward needs no scratch
+// CUDA: the cuDNN path's lengths, dout16 and keep mask; the CPU's as the first form
+int64_t Ops::attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                                 bool inference) const {
+  if constexpr (kCuda) if (on_cuda()) {
+    return std::max(attention_work_size(B, T, C, NH),
+                    cuda::attention_cudnn_work_size(B, T, C, NH, dropout, prec, inference));
+  }
+  (void)dropout, (void)prec, (void)inference;
+  return attention_work_size(B, T, C, NH);
+}
+
+// CUDA: bertcc's forward needs no scratch; cuDNN's path (BERTCC_ATTENTION=cudnn, where
+// attention_cudnn_takes the call: a function of the shape and hints alone, as in the backward, so
+// that both take the same path) uses work for the key lengths and the keep mask
 void Ops::attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
                             const bf16_t* qkv16, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                            float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
+                            float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+                            const AttentionHints& hints) {
   if constexpr (kCuda) if (on_cuda()) {
     const OpTimer timer("attention_forward");
+    if (cuda::attention_cudnn_takes(B, T, C, NH, dropout_p, prec, qkv16, hints.right_padded, hints.forward_only))
+      return cuda::attention_cudnn_forward(out, out16, saved, work, qkv16, mask_add, B, T, C, NH, dropout_p, rng, base,
+                                           hints.forward_only);
     return cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec, out16, qkv16);
   }
+  (void)hints;
   mine("attention_forward", out, out16, saved, work, qkv, qkv16, mask_add);
   BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
                "attention_forward: no output (a null out needs its bf16 rounding, in bf16)");
@@ -371,13 +389,17 @@ void Ops::attention_forward(float* out, bf16_t* out16, float* saved, float* work
 void Ops::attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
                              const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
                              const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
-                             const Rng& rng, uint64_t base, Precision prec) {
+                             const Rng& rng, uint64_t base, Precision prec, const AttentionHints& hints) {
   if constexpr (kCuda) if (on_cuda()) {
     const OpTimer timer("attention_backward");
+    BERTCC_CHECK(!hints.forward_only, "attention_backward: its forward said forward_only");
+    if (cuda::attention_cudnn_takes(B, T, C, NH, dropout_p, prec, qkv16, hints.right_padded, false))
+      return cuda::attention_cudnn_backward(dqkv, prec == Precision::BF16 ? dqkv16 : nullptr, work, dout, qkv16, out16,
+                                            saved, mask_add, B, T, C, NH, dropout_p, rng, base);
     return cuda::attention_backward(dqkv, work, dout, qkv, out, out16, saved, mask_add, B, T, C, NH, dropout_p, rng,
                                     base, prec, prec == Precision::BF16 ? dqkv16 : nullptr, qkv16);
   }
-  (void)rng, (void)base;
+  (void)rng, (void)base, (void)hints;
   mine("attention_backward", dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, mask_add);
   kernels::attention_backward(dqkv, work, dout, qkv, saved, B, T, C, NH, dropout_p, prec,
                               prec == Precision::BF16 ? dqkv16 : nullptr, qkv16);

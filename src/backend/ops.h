@@ -37,6 +37,17 @@ struct LinearIo {
   bf16_t* y16 = nullptr;
 };
 
+// What a caller of the padded attention_forward/backward knows beyond its buffers, read by CUDA's
+// cuDNN path (BERTCC_ATTENTION=cudnn, docs/gpu.md) and ignored elsewhere. right_padded: every row
+// of mask_add is n >= 1 keys at 0 then T - n keys at <= -10000 (a mask made from lengths, as the
+// model makes it from a right-padded input_mask); CUDA checks it on the device and stops the run
+// where it is false. A caller that says so sizes work with attention_work_size's second form.
+// forward_only: no backward will read this forward's saved buffer (inference).
+struct AttentionHints {
+  bool right_padded = false;
+  bool forward_only = false;
+};
+
 class Ops {
  public:
   // The operations of a device of this kind on buffers of `mem` (the staged kind checks each
@@ -137,17 +148,22 @@ class Ops {
   int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
                                bool qkv16_kept) const;
   int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const;
+  // The same, and at least what CUDA's cuDNN path needs for a call of this shape with hints (the
+  // key lengths; in training dout's bf16 rounding; with dropout the keep mask, B*NH*T*T bf16):
+  // the first form's where that path is off (BERTCC_ATTENTION unset) or cannot take the shape.
+  int64_t attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                              bool inference) const;
   // out16 (optional, bf16 only): the output's bf16 rounding too, written by the same pass; out may
   // then be null (bf16 keeps only the rounding: the next product and the backward read that).
   void attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv, const bf16_t* qkv16,
                          const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
-                         const Rng& rng, uint64_t base, Precision prec);
+                         const Rng& rng, uint64_t base, Precision prec, const AttentionHints& hints = {});
   // dqkv16 (optional, bf16 only): dqkv's bf16 rounding too, written by the same kernels (the
   // QKV products' operand: no rounding pass of its own).
   void attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
                           const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
                           const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
-                          const Rng& rng, uint64_t base, Precision prec);
+                          const Rng& rng, uint64_t base, Precision prec, const AttentionHints& hints = {});
 
   // Variable-length attention (unpadded execution): the batch's sequences packed as rows, sequence b
   // rows cu[b] to cu[b+1] of qkv [N,3C] (cu: B + 1 offsets in host memory; no sequence empty), no

@@ -18,13 +18,15 @@ class CudaBackend final : public Backend {
     BERTCC_CHECK(index >= 0 && index < n, "--device cuda:", index, ": only ", n, " CUDA device(s) here");
     set_device(index);
     info_ = device_info(index);
+    attention_impl_check();  // BERTCC_ATTENTION=cudnn: cuDNN loads and makes a handle here, or the error says why
   }
   std::string op_profile() const override { return op_profile_report(); }
   std::string describe() const override {
     return "backend: cuda:" + std::to_string(index_) + ", " + info_.name + " (compute capability " +
            std::to_string(info_.cc_major) + "." + std::to_string(info_.cc_minor) + ", " +
            std::to_string(info_.sm_count) + " SMs, " + std::to_string(info_.total_mem >> 20) + " MiB), fp32 GEMMs " +
-           (cuda::allow_tf32() ? "with TF32 products (--allow-tf32)" : "exact fp32");
+           (cuda::allow_tf32() ? "with TF32 products (--allow-tf32)" : "exact fp32") + "; " +
+           attention_impl_describe();
   }
   void* alloc(size_t bytes) override {
     void* p = cuda::alloc(bytes);

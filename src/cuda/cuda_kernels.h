@@ -164,6 +164,43 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                         int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
                         bf16_t* dqkv16 = nullptr, const bf16_t* qkv16 = nullptr);
 
+// ---- cuDNN's fused attention behind attention_forward/backward (attention_cudnn.cu) ----
+// BERTCC_ATTENTION=bertcc|cudnn (unset: bertcc), read once; another value is an error naming it.
+enum class AttentionImpl { Bertcc, Cudnn };
+AttentionImpl attention_impl();
+void set_attention_impl(AttentionImpl impl);  // tests: as if BERTCC_ATTENTION said so
+// With cudnn: throws, naming the library and why, where libcudnn cannot be loaded or a handle made
+// on the current device (no silent fallback). Nothing with bertcc.
+void attention_impl_check();
+// One phrase for the backend's start-up line: which attention runs.
+std::string attention_impl_describe();
+// The scratch (floats) that the cuDNN path needs in attention_forward/backward's work for this
+// call shape, 0 where it never takes the shape (the switch off, not bf16, head size not 64 or 128,
+// T > 512): q_len, kv_len and a flag per sequence, in training dout's bf16 rounding (B T C / 2
+// floats) and with dropout the keep mask (B NH T T / 2 floats).
+int64_t attention_cudnn_work_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
+                                  bool inference);
+// Whether a padded attention call takes cuDNN: a function of its shape and what its caller says
+// (right_padded: every mask row is n >= 1 keys at 0 then padding at <= -10000; forward_only: no
+// backward follows), and of the plans cuDNN made for the shape (made here on the first call and
+// kept: the answer for a shape does not change in a process), so a forward and its backward agree.
+// Where the switch is on and the answer is no, the reason is said once per shape (stderr); the
+// first yes per shape is said too. A caller that says right_padded sizes work with
+// attention_cudnn_work_size.
+bool attention_cudnn_takes(int64_t B, int64_t T, int64_t C, int64_t NH, float p, Precision prec, const bf16_t* qkv16,
+                           bool right_padded, bool forward_only);
+// The calls, where attention_cudnn_takes: the forward writes out16 (and out, widened, if given) and,
+// unless forward_only, the row log-sum-exp at saved[bh*T + i] (bertcc's lse, natural log); the
+// backward overwrites dqkv16 (and dqkv, widened, if given) from out16, dout (rounded to bf16 into
+// work) and saved. Dropout: bertcc's decisions (attn::keep), drawn into work as cuDNN's mask, again
+// in the backward. A mask row that is not right-padded stops the run (a device trap).
+void attention_cudnn_forward(float* out, bf16_t* out16, float* saved, float* work, const bf16_t* qkv16,
+                             const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
+                             const Rng& rng, uint64_t base, bool forward_only);
+void attention_cudnn_backward(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const bf16_t* qkv16,
+                              const bf16_t* out16, const float* saved, const float* mask_add, int64_t B, int64_t T,
+                              int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base);
+
 // ---- ELECTRA's Gumbel-max sampling (as kernels::gumbel_argmax; the picks land in host memory) ----
 void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);
 // as kernels::weighted_row_sums (double sums over t in order; the weights are uploaded from the host)

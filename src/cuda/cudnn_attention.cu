@@ -46,6 +46,10 @@ bool sdpa_forward_bf16(bf16_t*, const bf16_t*, const int32_t*, const int32_t*, i
   if (why) *why = library().why;
   return false;
 }
+bool sdpa_ready(int64_t, int64_t, int64_t, int64_t, bool, bool, std::string* why) {
+  if (why) *why = library().why;
+  return false;
+}
 bool check_forward_graph(int64_t, int64_t, int64_t, int64_t, std::vector<std::string>*, std::string* why,
                          const std::string*) {
   if (why) *why = library().why;
@@ -656,30 +660,39 @@ struct Bound {
 // it on this thread's stream with the tensors given, the plan's scale and mask value and, in the
 // backward, its workspace tensors (the dQ accumulator cleared first before cuDNN 9.6, which does
 // not clear it itself). False with the reason in *why.
+// The handle of the current device (made on first use) and the plan of `kind` for the shape on it
+// (made once: a failed shape is not retried, its reason kept). st.mu held. Throws Failure.
+std::pair<cudnnHandle_t, Plan*> plan_for(State& st, Graph kind, int64_t B, int64_t T, int64_t NH, int64_t D) {
+  const Loaded& l = loaded();
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) throw Failure("no current CUDA device");
+  cudnnHandle_t& handle = st.handles[device];
+  if (!handle) check(l.api.create(&handle), "cudnnCreate on device " + std::to_string(device));
+  auto [it, fresh] = st.plans.try_emplace({B, T, NH, D, device, kind});
+  Plan& pl = it->second;
+  if (fresh) {
+    try {
+      make_plan(pl, kind, handle, nullptr, B, T, NH, D, nullptr);
+      if (pl.total_bytes > 0) pl.workspace = alloc(static_cast<size_t>(pl.total_bytes));
+    } catch (const std::exception& e) {
+      pl = Plan();
+      pl.why = std::string(graph_name(kind)) + " " + shape_name(B, T, NH, D) + ": " + e.what();
+    }
+  }
+  return {handle, &pl};
+}
+
 bool run(Graph kind, int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<Bound> tensors, std::string* why) {
   auto no = [&](const std::string& w) {
     if (why) *why = w;
     return false;
   };
   const Loaded& l = loaded();
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return no("no current CUDA device");
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   try {
-    cudnnHandle_t& handle = st.handles[device];
-    if (!handle) check(l.api.create(&handle), "cudnnCreate on device " + std::to_string(device));
-    auto [it, fresh] = st.plans.try_emplace({B, T, NH, D, device, kind});
-    Plan& pl = it->second;
-    if (fresh) {
-      try {
-        make_plan(pl, kind, handle, nullptr, B, T, NH, D, nullptr);
-        if (pl.total_bytes > 0) pl.workspace = alloc(static_cast<size_t>(pl.total_bytes));
-      } catch (const std::exception& e) {
-        pl = Plan();
-        pl.why = std::string(graph_name(kind)) + " " + shape_name(B, T, NH, D) + ": " + e.what();
-      }
-    }
+    auto [handle, plp] = plan_for(st, kind, B, T, NH, D);
+    Plan& pl = *plp;
     if (!pl.why.empty()) return no(pl.why);
     check(l.api.set_stream(handle, stream()), "cudnnSetStream");
     tensors.push_back({kScale, &pl.scale});
@@ -725,6 +738,27 @@ std::string dropout_error(float p, const bf16_t* drop_mask) {
 }
 
 }  // namespace
+
+bool sdpa_ready(int64_t B, int64_t T, int64_t NH, int64_t D, bool training, bool dropout, std::string* why) {
+  auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  const Loaded& l = loaded();
+  if (!l.info.loaded) return no(l.info.why);
+  if (const std::string e = shape_error(B, T, NH, D); !e.empty()) return no(e);
+  std::vector<Graph> kinds{Graph::infer};
+  if (training) kinds = {dropout ? Graph::train_fwd_dropout : Graph::train_fwd, dropout ? Graph::bwd_dropout : Graph::bwd};
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  try {
+    for (Graph k : kinds)
+      if (const Plan* pl = plan_for(st, k, B, T, NH, D).second; !pl->why.empty()) return no(pl->why);
+  } catch (const std::exception& e) {
+    return no(e.what());
+  }
+  return true;
+}
 
 bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len, const int32_t* kv_len, int64_t B,
                        int64_t T, int64_t NH, int64_t D, std::string* why) {

@@ -23,6 +23,13 @@ struct Library {
 };
 const Library& library();
 
+// Whether the plans a caller needs for a shape are made (made here on the first call for it, on the
+// current device, and kept): training false, the inference forward's; training true, the training
+// forward's and the backward's, with or without dropout. False with the first failure's reason (the
+// library, the shape, or the graph and plan that failed); a failed shape is not retried, so the
+// answer for a shape does not change during a process. Runs nothing.
+bool sdpa_ready(int64_t B, int64_t T, int64_t NH, int64_t D, bool training, bool dropout, std::string* why);
+
 // Inference SDPA forward in bf16, Q, K and V read in place from bertcc's qkv16 [B, T, 3C]
 // (q | k | v, head h at columns h*D of each), out16 [B, T, C] written. Row t of sequence b attends
 // to keys j < kv_len[b] with scale 1/sqrt(D), no dropout; rows t >= q_len[b] are left to cuDNN

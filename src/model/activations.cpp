@@ -141,12 +141,13 @@ void Bert::place_inference_acts(Acts& a) {
   a.demb_a = a.demb_b = a.demb_c = nullptr;
 }
 
+// (work: the second form's, which is the first's unless CUDA's cuDNN attention may take the call)
 Bert::Shape Bert::padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
-                               const Backend& be) {
+                               const Backend& be, bool inference) {
   const int64_t C = cfg.hidden_size, NH = cfg.num_attention_heads;
   const bool h16 = prec == Precision::BF16;
   return Shape{B, T, B * T, be.attention_saved_size(B, T, C, NH, attention_dropout, prec, h16),
-               be.attention_work_size(B, T, C, NH), false};
+               be.attention_work_size(B, T, C, NH, attention_dropout, prec, inference), false};
 }
 
 double Bert::activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec) {

@@ -40,6 +40,9 @@ struct Bert::Acts {
   const int32_t *ids = nullptr, *seg = nullptr;  // the rows' ids and segment ids where the backend computes
   std::vector<int64_t> cu, cls_rows;
   uint64_t drop_total = 0;  // the attention-dropout numbers of a layer (every sequence's)
+  // padded: every row of the batch's input_mask is n >= 1 ones then zeros, so mask_add is lengths
+  // (AttentionHints::right_padded)
+  bool right_padded = false;
   // The sequence output restored to [B,T,C] (zeros at the padding) for a caller that reads the
   // padded layout (Bert::sequence_output: embed, serve's last_hidden_state), made on demand after
   // the encode (seq_pad_ready): not on the step path, and its memory only then (a host vector, or a

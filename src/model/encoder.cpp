@@ -95,6 +95,23 @@ std::vector<int64_t> Bert::packed_lengths(const BertBatch& batch) const {
   return len;
 }
 
+// Whether every row of the batch's input_mask is n >= 1 ones then zeros: its additive mask is then
+// n zeros then -10000s, which the backend may take as lengths (AttentionHints::right_padded: CUDA's
+// cuDNN attention). BERT's tokenizers pad on the right; a caller's mask with holes, other values or
+// an empty row is not.
+static bool right_padded(const BertBatch& batch) {
+  if (batch.input_mask.size() != static_cast<size_t>(batch.B * batch.T)) return false;
+  for (int64_t b = 0; b < batch.B; ++b) {
+    const int32_t* m = batch.input_mask.data() + b * batch.T;
+    int64_t n = 0;
+    while (n < batch.T && m[n] == 1) ++n;
+    if (n == 0) return false;
+    for (int64_t t = n; t < batch.T; ++t)
+      if (m[t] != 0) return false;
+  }
+  return true;
+}
+
 // Sets up the activations for `batch` (packed or padded), its ids and additive mask where the
 // backend computes: everything a forward reads besides the weights.
 void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng) {
@@ -107,7 +124,7 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   // starts), and the attention is the backend's variable-length one over them (no mask).
   const std::vector<int64_t> len = packed_lengths(batch);
   const bool packed = !len.empty();
-  Shape shape = padded_shape(cfg_, B, T, p_a > 0, prec, be);
+  Shape shape = padded_shape(cfg_, B, T, p_a > 0, prec, be, /*inference=*/!backward);
   std::vector<int64_t> cu;
   uint64_t drop_total = 0;
   if (packed) {
@@ -153,6 +170,7 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   } else {
     for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
   }
+  a.right_padded = !packed && right_padded(batch);
   if (!be.on_host()) be.upload(a.dmask.get(), a.mask_add.data(), sizeof(float) * B * T);
 }
 
@@ -259,7 +277,7 @@ void Bert::attention_forward(int l, const Pass& pass) {
   if (!a.packed) {
     ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
     be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, qkv, a.as16(ly.qkv16), a.mask, B, T, C, NH,
-                         p_a, rng, ly.seed_att, prec);
+                         p_a, rng, ly.seed_att, prec, AttentionHints{a.right_padded, a.inference});
     return;
   }
   ly.seed_att = p_a > 0 ? rng.reserve(a.drop_total) : 0;
@@ -420,7 +438,8 @@ void Bert::attention_backward(int l, const Pass& pass) {
   if (!a.packed) {
     // (bf16: dqkv's rounding too, the QKV products' operand)
     be.attention_backward(a.dqkv, a.as16(a.dqkv16), a.att_work, a.dc, qkv, a.as16(ly.qkv16), ly.ctx, a.as16(ly.ctx16),
-                          ly.probs, a.mask, B, T, C, NH, pass.p_a, *pass.rng, ly.seed_att, prec);
+                          ly.probs, a.mask, B, T, C, NH, pass.p_a, *pass.rng, ly.seed_att, prec,
+                          AttentionHints{a.right_padded, false});
     return;
   }
   be.attention_varlen_backward(a.dqkv, a.as16(a.dqkv16), a.att_work, a.dc, qkv, a.as16(ly.qkv16), ly.ctx,

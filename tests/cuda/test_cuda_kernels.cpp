@@ -19,6 +19,7 @@
 #include "bertcc/rng.h"
 #include "cuda/attention_varlen.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/cudnn_attention.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
@@ -887,6 +888,101 @@ void test_attention_varlen_backend() {
     }
 }
 
+// BERTCC_ATTENTION=cudnn's path through the backend's padded attention (set_attention_impl, as the
+// variable sets it): bf16, head sizes 64 and 128, right-padded masks, training with dropout 0.1 and
+// 0 and the inference forward, against bertcc's kernels through the same calls (the same dropout
+// decisions, so the same math: within bf16 tolerance); and fp32, which cuDNN does not take, giving
+// bertcc's bits exactly. Where cuDNN cannot be loaded the group says so and fails only when
+// BERTCC_ATTENTION=cudnn asked for it.
+void test_attention_cudnn() {
+  const G::AttentionImpl was = G::attention_impl();
+  const G::cudnn::Library& lib = G::cudnn::library();
+  if (!lib.loaded) {
+    const bool asked = was == G::AttentionImpl::Cudnn;
+    std::printf("attention cudnn: cuDNN not loaded (%s)%s\n", lib.why.c_str(),
+                asked ? ": FAIL (BERTCC_ATTENTION=cudnn)" : ", group skipped");
+    if (asked) ++g_failures, ++g_checks;
+    return;
+  }
+  Backend& be = backend_for("cuda:" + std::to_string(g_device));
+  const Rng rng(91, 0);
+  const AttentionHints hints{true, false};
+  for (const int64_t hs : {64, 128})
+    for (const float p : {0.1f, 0.0f}) {
+      const int64_t B = 3, T = 200, NH = 2, C = NH * hs;
+      const std::vector<int64_t> lens{T, T - 37, 5};
+      std::vector<float> mask(B * T, 0.0f);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = lens[b]; t < T; ++t) mask[b * T + t] = -10000.0f;
+      const auto qkv = randv(B * T * 3 * C, -2, 2), dout = randv(B * T * C);
+      std::vector<bf16_t> q16(qkv.size());
+      for (size_t i = 0; i < qkv.size(); ++i) q16[i] = f32_to_bf16(qkv[i]);
+      Dev<bf16_t> gq16(q16);
+      Dev<float> gmask(mask), gdout(dout);
+      const int64_t saved_n = be.attention_saved_size(B, T, C, NH, p > 0, Precision::BF16, true);
+      std::vector<float> res[2], lse[2], res_inf[2];
+      for (int path = 0; path < 2; ++path) {  // 0: bertcc's kernels, 1: cuDNN
+        G::set_attention_impl(path ? G::AttentionImpl::Cudnn : G::AttentionImpl::Bertcc);
+        if (path == 1 && !G::attention_cudnn_takes(B, T, C, NH, p, Precision::BF16, gq16.p, true, false)) {
+          std::printf("attention cudnn hs %ld p %.1f: cuDNN does not take the shape (said above)  FAIL\n", long(hs), p);
+          ++g_failures, ++g_checks;
+          G::set_attention_impl(was);
+          return;
+        }
+        Dev<bf16_t> out16(static_cast<size_t>(B * T * C)), dq16(static_cast<size_t>(B * T * 3 * C)),
+            inf16(static_cast<size_t>(B * T * C));
+        Dev<float> saved(static_cast<size_t>(saved_n)), dq(static_cast<size_t>(B * T * 3 * C)),
+            work(static_cast<size_t>(be.attention_work_size(B, T, C, NH, p > 0, Precision::BF16, false))),
+            isaved(static_cast<size_t>(saved_n)),
+            iwork(static_cast<size_t>(be.attention_work_size(B, T, C, NH, false, Precision::BF16, true)));
+        be.attention_forward(nullptr, out16.p, saved.p, work.p, nullptr, gq16.p, gmask.p, B, T, C, NH, p, rng, 1000,
+                             Precision::BF16, hints);
+        be.attention_backward(dq.p, dq16.p, work.p, gdout.p, nullptr, gq16.p, nullptr, out16.p, saved.p, gmask.p, B, T,
+                              C, NH, p, rng, 1000, Precision::BF16, hints);
+        be.attention_forward(nullptr, inf16.p, isaved.p, iwork.p, nullptr, gq16.p, gmask.p, B, T, C, NH, 0.0f, rng, 0,
+                             Precision::BF16, AttentionHints{true, true});
+        for (const bf16_t x : out16.back()) res[path].push_back(bf16_to_f32(x));
+        for (const bf16_t x : dq16.back()) res[path].push_back(bf16_to_f32(x));
+        const auto d = dq.back();
+        res[path].insert(res[path].end(), d.begin(), d.end());
+        const auto sv = saved.back();
+        lse[path].assign(sv.begin(), sv.begin() + B * NH * T);
+        for (const bf16_t x : inf16.back()) res_inf[path].push_back(bf16_to_f32(x));
+      }
+      char name[160];
+      std::snprintf(name, sizeof name, "attention cudnn bf16 hs %ld p %.1f out16|dqkv16|dqkv vs bertcc", long(hs), p);
+      check(name, res[0], res[1], 2e-2);
+      std::snprintf(name, sizeof name, "attention cudnn bf16 hs %ld p %.1f lse (stats) vs bertcc", long(hs), p);
+      check(name, lse[0], lse[1], 1e-3);
+      std::snprintf(name, sizeof name, "attention cudnn bf16 hs %ld inference out16 vs bertcc", long(hs));
+      check(name, res_inf[0], res_inf[1], 2e-2);
+    }
+  // fp32: not cuDNN's; with the switch on, bertcc's bits exactly
+  {
+    const int64_t B = 2, T = 64, NH = 2, C = 128;
+    std::vector<float> mask(B * T, 0.0f);
+    for (int64_t t = 40; t < T; ++t) mask[T + t] = -10000.0f;
+    const auto qkv = randv(B * T * 3 * C, -2, 2), dout = randv(B * T * C);
+    Dev<float> gqkv(qkv), gmask(mask), gdout(dout);
+    std::vector<float> res[2];
+    for (int path = 0; path < 2; ++path) {
+      G::set_attention_impl(path ? G::AttentionImpl::Cudnn : G::AttentionImpl::Bertcc);
+      Dev<float> out(static_cast<size_t>(B * T * C)), dq(static_cast<size_t>(B * T * 3 * C)),
+          saved(static_cast<size_t>(be.attention_saved_size(B, T, C, NH, true, Precision::F32, false))),
+          work(static_cast<size_t>(be.attention_work_size(B, T, C, NH, true, Precision::F32, false)));
+      be.attention_forward(out.p, nullptr, saved.p, work.p, gqkv.p, nullptr, gmask.p, B, T, C, NH, 0.1f, rng, 1000,
+                           Precision::F32, hints);
+      be.attention_backward(dq.p, nullptr, work.p, gdout.p, gqkv.p, nullptr, out.p, nullptr, saved.p, gmask.p, B, T, C,
+                            NH, 0.1f, rng, 1000, Precision::F32, hints);
+      res[path] = out.back();
+      const auto d = dq.back();
+      res[path].insert(res[path].end(), d.begin(), d.end());
+    }
+    check_equal("attention cudnn switch on, fp32 (bertcc's) = switch off", res[0], res[1]);
+  }
+  G::set_attention_impl(was);
+}
+
 ParamTable optim_table() {
   ParamTable t;
   t.add("a.weight", {97, 131}, true);  // two 8192-element blocks
@@ -1251,6 +1347,7 @@ int main(int argc, char** argv) {
     if (selected("attention")) test_attention();
     if (selected("attention_padding")) test_attention_padding();
     if (selected("attention_varlen")) test_attention_varlen(), test_attention_varlen_backend();
+    if (selected("attention_cudnn")) test_attention_cudnn();
     if (selected("optim")) test_optim();
     if (selected("gumbel")) test_gumbel();
     if (selected("rows")) test_weighted_rows();
