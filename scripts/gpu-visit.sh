@@ -160,7 +160,7 @@ step attention 180 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTIO
 # the fp32 outputs'?)
 # BERTCC_CUDNN_LIB: PyTorch's libcudnn.so.9 (none: skipped). It opens its sub-libraries from its own
 # folder (RUNPATH $ORIGIN); the folder on the loader's path too, should a wheel lack that
-step cudnn 60 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$(dirname \$L); \
+step cudnn 120 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; P=\$(python3 scripts/find-torch-cudnn.py --ld-path); echo \"cuDNN \$L; added to LD_LIBRARY_PATH: \$P\"; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$P; \
   $B/test_cudnn_attention --save-deviceprop $OUT/cudnn_deviceprop.json || { CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn_dbg.log $B/test_cudnn_attention > /dev/null; exit 1; }; \
   $B/bertcc_cuda_attention_bench --cudnn --precisions '' --iters 20 && python3 bench/cuda/attention_peer.py --precisions '' --infer --iters 20"
 # cudnn_hook: BERTCC_ATTENTION=cudnn through the model (issue 42 item 1): test_cuda_kernels' cuDNN
@@ -168,7 +168,7 @@ step cudnn 60 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERT
 # 0.1/0, inference; fp32 bertcc's bits with the switch on), then bench train (bert-base 32 x 512) and
 # infer (bert-large 64 x 384), bf16, --padded (random batches have no padding and would otherwise be
 # packed: varlen attention, which cuDNN does not take here), without and with the switch.
-step cudnn_hook 90 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$(dirname \$L); \
+step cudnn_hook 150 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; P=\$(python3 scripts/find-torch-cudnn.py --ld-path); echo \"cuDNN \$L; added to LD_LIBRARY_PATH: \$P\"; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$P; \
   BERTCC_ATTENTION=cudnn $B/test_cuda_kernels --filter attention_cudnn; k=\$?; \
   for a in bertcc cudnn; do echo \"== BERTCC_ATTENTION=\$a\"; \
     BERTCC_ATTENTION=\$a $B/bertcc bench train --device cuda --config bert-base --batch 32 --seq 512 --precision bf16 --padded --steps 5 --warmup 2 || exit 1; \

@@ -747,6 +747,10 @@ bool sdpa_ready(int64_t B, int64_t T, int64_t NH, int64_t D, bool training, bool
   const Loaded& l = loaded();
   if (!l.info.loaded) return no(l.info.why);
   if (const std::string e = shape_error(B, T, NH, D); !e.empty()) return no(e);
+  // cudnn-frontend refuses the SDPA backward on cuDNN 9.10.0 and 9.10.1 (known wrong results there)
+  if (training && (l.info.version == 91000 || l.info.version == 91001))
+    return no("cuDNN " + std::to_string(l.info.version) +
+              " has known bugs in the SDPA backward (cudnn-frontend refuses it too): use 9.10.2 or later");
   std::vector<Graph> kinds{Graph::infer};
   if (training) kinds = {dropout ? Graph::train_fwd_dropout : Graph::train_fwd, dropout ? Graph::bwd_dropout : Graph::bwd};
   State& st = state();

@@ -71,6 +71,7 @@ struct Bert::Acts {
       int64_t B, T;
       Precision prec;
       const float* arena;
+      bool right_padded;  // the batch's attention hint (cuDNN's path records only right-padded masks)
       uint64_t epoch;  // the backend's memory_epoch when recorded: valid while it stays
       void* exec;
     };

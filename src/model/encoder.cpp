@@ -23,7 +23,10 @@ namespace {
 // starts again with a run as it is. The kernels and their arguments are those of the unrecorded
 // forward, so are the results.
 template <class Graphs, class F>
-void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_t T, Precision prec, F&& forward) {
+// right_padded: the batch's AttentionHints (CUDA's cuDNN attention takes only right-padded masks
+// and checks that on the device: a record of such a batch must not replay for one that is not)
+void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_t T, Precision prec, bool right_padded,
+                  F&& forward) {
   gs.be = &be;
   const uint64_t epoch = be.memory_epoch();
   for (auto it = gs.recorded.begin(); it != gs.recorded.end();) {
@@ -34,7 +37,9 @@ void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_
       it = gs.recorded.erase(it);
     }
   }
-  auto same = [&](const auto& e) { return e.B == B && e.T == T && e.prec == prec && e.arena == arena; };
+  auto same = [&](const auto& e) {
+    return e.B == B && e.T == T && e.prec == prec && e.arena == arena && e.right_padded == right_padded;
+  };
   for (const auto& e : gs.recorded)
     if (same(e)) return be.graph_launch(e.exec);
   auto seen = std::find_if(gs.seen.begin(), gs.seen.end(), same);
@@ -42,7 +47,7 @@ void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_
     forward();
     if (seen != gs.seen.end()) gs.seen.erase(seen);
     if (gs.seen.size() >= 4 * Graphs::kMax) gs.seen.erase(gs.seen.begin());
-    gs.seen.push_back({B, T, prec, arena, be.memory_epoch(), nullptr});
+    gs.seen.push_back({B, T, prec, arena, right_padded, be.memory_epoch(), nullptr});
     return;
   }
   be.graph_begin();
@@ -57,7 +62,7 @@ void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_
     be.graph_destroy(gs.recorded.front().exec);
     gs.recorded.erase(gs.recorded.begin());
   }
-  gs.recorded.push_back({B, T, prec, arena, epoch, exec});
+  gs.recorded.push_back({B, T, prec, arena, right_padded, epoch, exec});
   be.graph_launch(exec);
 }
 }  // namespace
@@ -188,7 +193,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
   // --cuda-graphs: an inference forward runs as one recorded graph from its shape's second time on
   Backend& be = *be_;
   if (!training && !backward && be.graphs() && cuda_graphs() && !a.packed)
-    run_recorded(a.graphs, a.darena.get(), be, a.B, a.T, prec, forward);
+    run_recorded(a.graphs, a.darena.get(), be, a.B, a.T, prec, a.right_padded, forward);
   else
     forward();
 }
