@@ -562,6 +562,13 @@ std::string shape_error(int64_t B, int64_t T, int64_t NH, int64_t D) {
   return "";
 }
 
+// Why no call of this shape can run whatever its buffers (no library, a shape cuDNN must not
+// see), or "".
+std::string call_error(int64_t B, int64_t T, int64_t NH, int64_t D) {
+  const Loaded& l = loaded();
+  return l.info.loaded ? shape_error(B, T, NH, D) : l.info.why;
+}
+
 // The graph, heuristics mode A, then the first of its engine configs that makes a plan; for the
 // device of `handle`, or without one for the device `deviceprop` describes (cuDNN 9.8+: plans
 // built ahead of time). The workspace is the caller's. steps (may be null): what was done.
@@ -744,9 +751,8 @@ bool sdpa_ready(int64_t B, int64_t T, int64_t NH, int64_t D, bool training, bool
     if (why) *why = w;
     return false;
   };
+  if (const std::string e = call_error(B, T, NH, D); !e.empty()) return no(e);
   const Loaded& l = loaded();
-  if (!l.info.loaded) return no(l.info.why);
-  if (const std::string e = shape_error(B, T, NH, D); !e.empty()) return no(e);
   // cudnn-frontend refuses the SDPA backward on cuDNN 9.10.0 and 9.10.1 (known wrong results there)
   if (training && (l.info.version == 91000 || l.info.version == 91001))
     return no("cuDNN " + std::to_string(l.info.version) +
@@ -770,9 +776,7 @@ bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len,
     if (why) *why = w;
     return false;
   };
-  const Loaded& l = loaded();
-  if (!l.info.loaded) return no(l.info.why);
-  if (const std::string e = shape_error(B, T, NH, D); !e.empty()) return no(e);
+  if (const std::string e = call_error(B, T, NH, D); !e.empty()) return no(e);
   if (misaligned(qkv16) || misaligned(out16)) return no("qkv16 or out16 not 16-byte aligned");
   const int64_t C = NH * D;
   return run(Graph::infer, B, T, NH, D,
@@ -786,9 +790,7 @@ bool sdpa_train_forward_bf16(bf16_t* out16, float* stats, const bf16_t* qkv16, c
     if (why) *why = w;
     return false;
   };
-  const Loaded& l = loaded();
-  if (!l.info.loaded) return no(l.info.why);
-  if (const std::string e = shape_error(B, T, NH, D); !e.empty()) return no(e);
+  if (const std::string e = call_error(B, T, NH, D); !e.empty()) return no(e);
   if (const std::string e = dropout_error(p, drop_mask); !e.empty()) return no(e);
   if (misaligned(qkv16) || misaligned(out16) || misaligned(stats)) return no("qkv16, out16 or stats not 16-byte aligned");
   const int64_t C = NH * D;
@@ -809,9 +811,7 @@ bool sdpa_backward_bf16(bf16_t* dqkv16, const bf16_t* qkv16, const bf16_t* out16
     if (why) *why = w;
     return false;
   };
-  const Loaded& l = loaded();
-  if (!l.info.loaded) return no(l.info.why);
-  if (const std::string e = shape_error(B, T, NH, D); !e.empty()) return no(e);
+  if (const std::string e = call_error(B, T, NH, D); !e.empty()) return no(e);
   if (const std::string e = dropout_error(p, drop_mask); !e.empty()) return no(e);
   if (misaligned(dqkv16) || misaligned(qkv16) || misaligned(out16) || misaligned(dout16) || misaligned(stats))
     return no("dqkv16, qkv16, out16, dout16 or stats not 16-byte aligned");
@@ -835,7 +835,7 @@ namespace {
 bool check_graph(Graph kind, int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps,
                  std::string* why, const std::string* deviceprop_json) {
   const Loaded& l = loaded();
-  const std::string e = l.info.loaded ? shape_error(B, T, NH, D) : l.info.why;
+  const std::string e = call_error(B, T, NH, D);
   if (!e.empty()) {
     if (why) *why = e;
     return false;
