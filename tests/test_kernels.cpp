@@ -121,6 +121,68 @@ TEST(Gemm, FusedBiasEqualsGemmPlusBias) {
   EXPECT_LT(max_rel(to_d(fused), to_d(plain)), 1e-6);
 }
 
+// The row-invariant linear layer (gemm_rows.cpp): the SIMD kernel equals its portable form bit for
+// bit, every row equals the row computed alone or among others (any M, any threads), and the values
+// are fp32-accurate. Shapes cross every tail: M % 3, N % 4, K % 8, K > 512 (two K blocks), tiles.
+TEST(Gemm, RowKernelIsExactPortableAndRowInvariant) {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape sh : {Shape{1, 1, 1}, Shape{7, 5, 13}, Shape{37, 29, 53}, Shape{50, 70, 515}, Shape{97, 130, 1029}}) {
+    const int64_t M = sh.M, N = sh.N, K = sh.K;
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
+    auto x = randn(M * K, 21), W = randn(N * K, 22), b = randn(N, 23);
+    std::vector<float> y(M * N), yp(M * N);
+    kernels::linear_forward_rows(y.data(), x.data(), W.data(), b.data(), M, N, K);
+    kernels::linear_forward_rows_portable(yp.data(), x.data(), W.data(), b.data(), M, N, K);
+    EXPECT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4));
+    auto bd = to_d(b);
+    EXPECT_LT(max_rel(to_d(y), ref::gemm(false, true, M, N, K, to_d(x), to_d(W), 1.0, &bd, nullptr)), 1e-5);
+    const int before = omp_get_max_threads();
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      for (int64_t m = 0; m < M; m += std::max<int64_t>(1, M / 5)) {  // row m alone
+        std::vector<float> one(N);
+        kernels::linear_forward_rows(one.data(), x.data() + m * K, W.data(), b.data(), 1, N, K);
+        EXPECT_EQ(0, std::memcmp(one.data(), y.data() + m * N, N * 4)) << "row " << m << ", " << threads << " threads";
+      }
+      if (M > 2) {  // rows 1.. among fewer neighbours
+        std::vector<float> part((M - 1) * N);
+        kernels::linear_forward_rows(part.data(), x.data() + K, W.data(), b.data(), M - 1, N, K);
+        EXPECT_EQ(0, std::memcmp(part.data(), y.data() + N, part.size() * 4)) << threads << " threads";
+      }
+    }
+    omp_set_num_threads(before);
+  }
+}
+
+// linear_forward on the row kernel (as on an AVX2 CPU) in fp32 and bf16: the same values as oneDNN
+// within fp32 (bf16) accuracy, and the bf16 form rounds the operands as the bf16 GEMM does.
+TEST(Gemm, LinearForwardOnTheRowKernel) {
+  const int64_t M = 19, N = 23, K = 77;
+  auto x = randn(M * K, 24), W = randn(N * K, 25), b = randn(N, 26);
+  for (Precision p : {Precision::F32, Precision::BF16}) {
+    std::vector<float> dnnl(M * N), rows(M * N);
+    kernels::set_row_gemm(kernels::RowGemm::Never);
+    kernels::linear_forward(dnnl.data(), x.data(), W.data(), b.data(), M, N, K, p);
+    kernels::set_row_gemm(kernels::RowGemm::Always);
+    EXPECT_TRUE(kernels::row_gemm_active());
+    kernels::linear_forward(rows.data(), x.data(), W.data(), b.data(), M, N, K, p);
+    kernels::set_row_gemm(kernels::RowGemm::Auto);
+    if (p == Precision::F32 || !onednn_bf16_matmul()) {
+      EXPECT_LT(max_rel(to_d(rows), to_d(dnnl)), 1e-5);
+    } else {  // native bf16 rounds x and W the same way and sums in fp32: close, not equal
+      auto xr = x, wr = W;
+      round_to_bf16(xr.data(), xr.size());
+      round_to_bf16(wr.data(), wr.size());
+      std::vector<float> want(M * N);
+      kernels::linear_forward_rows(want.data(), xr.data(), wr.data(), b.data(), M, N, K);
+      EXPECT_LT(max_rel(to_d(dnnl), to_d(want)), 1e-5);
+    }
+  }
+  EXPECT_EQ(kernels::row_gemm_active(), !onednn_f32_rows_invariant());
+}
+
 // ------------------------------------------------------------------------------ embeddings
 TEST(Embeddings, ForwardAndBackward) {
   const int64_t B = 3, T = 5, C = 7, V = 11, P = 9, TT = 2;

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
+#include "kernels/gemm.h"
 #include "test_util.h"
 
 using namespace bertcc;
@@ -713,7 +714,13 @@ TEST(Model, UnpaddedSequenceOutputDoesNotDependOnItsBatch) {
     alone.segment_ids.push_back(mixed.segment_ids[2 * T + t]);
     alone.input_mask.push_back(1);
   }
+  // On every CPU: with the GEMMs this CPU picks (oneDNN's brgemm on AVX-512, the row kernel on AVX2),
+  // and with the row kernel forced, so that an AVX-512 machine checks the AVX2 path too.
+  for (auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always})
   for (Precision prec : {Precision::F32, Precision::BF16}) {
+    SCOPED_TRACE(std::string(rows == kernels::RowGemm::Auto ? "automatic GEMMs " : "row kernel ") +
+                 (prec == Precision::F32 ? "fp32" : "bf16"));
+    kernels::set_row_gemm(rows);
     Bert m(c, Heads::None);
     m.init_weights(3);
     Rng r{1, 0};
@@ -730,5 +737,6 @@ TEST(Model, UnpaddedSequenceOutputDoesNotDependOnItsBatch) {
     EXPECT_EQ(pooled_one, std::vector<float>(p, p + c.hidden_size));
     // zeros at the padding
     for (int64_t i = 7 * c.hidden_size; i < T * c.hidden_size; ++i) EXPECT_EQ(s[i], 0.0f);
+    kernels::set_row_gemm(kernels::RowGemm::Auto);
   }
 }

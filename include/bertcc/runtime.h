@@ -16,6 +16,10 @@ CpuReport cpu_report();
 // Whether oneDNN has a bf16 matmul for this CPU (avx512_core and up). Without one (AVX2 only) bf16
 // GEMMs are emulated: operands rounded to bf16, then fp32 GEMMs (the same products, fp32 sums).
 bool onednn_bf16_matmul();
+// Whether oneDNN's fp32 matmul on this CPU gives each output row independently of the row count
+// (its brgemm kernels: avx512_core and up). On AVX2 its sgemm does not, and bertcc's fp32 linear
+// layers use their own row-invariant kernel instead (kernels/gemm.h, linear_forward_rows).
+bool onednn_f32_rows_invariant();
 // One line for start-up logs; says plainly when bf16 runs without AMX or without native bf16.
 std::string describe_backend(bool bf16_requested);
 

@@ -118,6 +118,11 @@ bool onednn_bf16_matmul() {
   return ok;
 }
 
+bool onednn_f32_rows_invariant() {
+  static const bool ok = cpu_report().onednn_isa.rfind("avx512_core", 0) == 0;
+  return ok;
+}
+
 std::string describe_backend(bool bf16) {
   const CpuReport r = cpu_report();
   std::string s = "backend: cpu, oneDNN ISA " + r.onednn_isa + ", " + std::to_string(threads()) + " threads";

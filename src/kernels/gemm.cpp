@@ -263,8 +263,28 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
   R.stream.wait();
 }
 
+// bf16 emulated on the row kernel: x and W rounded to bf16 (or widened from their bf16 copies), as
+// gemm_bf16_emulated does for oneDNN.
+static void linear_forward_rows_bf16(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,
+                                     int64_t K, const bf16_t* W16, const bf16_t* x16) {
+  thread_local std::vector<float> x32, w32;
+  auto widen = [](const float* f, const bf16_t* h, int64_t n, std::vector<float>& dst) {
+    dst.resize(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n > 65536 && !omp_in_parallel())
+    for (int64_t i = 0; i < n; ++i) dst[i] = h ? bf16_to_f32(h[i]) : bf16_to_f32(f32_to_bf16(f[i]));
+  };
+  widen(x, x16, M * K, x32);
+  widen(W, W16, N * K, w32);
+  linear_forward_rows(y, x32.data(), w32.data(), b, M, N, K);
+}
+
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                     Precision p, const bf16_t* W16, const bf16_t* x16) {
+  if (row_gemm_active()) {
+    if (p == Precision::F32) return linear_forward_rows(y, x, W, b, M, N, K);
+    if (p == Precision::BF16 && !onednn_bf16_matmul())
+      return linear_forward_rows_bf16(y, x, W, b, M, N, K, W16, x16);
+  }
   GemmArgs g;
   g.B16 = W16;
   g.A16 = x16;

@@ -26,6 +26,21 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
                      const bf16_t* x16 = nullptr);
 
+// The fp32 linear layer whose output rows do not depend on the batch: y[M,N] = x[M,K] W^T + b with
+// every element a fixed function of its own row of x and of W (fixed lanes and reduction order over
+// K; gemm_rows.cpp), whatever M, the neighbouring rows or the thread count. linear_forward takes it
+// for fp32 (and emulated bf16) where oneDNN's fp32 matmul does not keep that property: oneDNN's
+// AVX2 sgemm picks its kernels and its K split by the row count, so a sequence's outputs changed
+// with its batch there, while its avx512_core brgemm kernels do not (onednn_f32_rows_invariant).
+void linear_forward_rows(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K);
+// The same arithmetic without SIMD (the reference the AVX2 kernel is tested against, bit for bit).
+void linear_forward_rows_portable(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,
+                                  int64_t K);
+// Automatic: the row kernel where oneDNN is not row-invariant; Always/Never for tests and benchmarks.
+enum class RowGemm { Auto, Always, Never };
+void set_row_gemm(RowGemm mode);
+bool row_gemm_active();
+
 // db[N] += sum over rows of dy[M,N]; deterministic for any thread count.
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);
 
