@@ -23,6 +23,20 @@ void BM_Linear(benchmark::State& st) {
 }
 BENCHMARK(BM_Linear)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// fp32 linear layers of bert-base on oneDNN (arg 0) and on the row-invariant kernel (arg 1, what an
+// AVX2 CPU runs), shapes QKV, attention output, FFN in, FFN out (arg 2 = 0..3). With
+// ONEDNN_MAX_CPU_ISA=AVX2, arg 0 is oneDNN's AVX2 sgemm: the two AVX2 kernels side by side.
+void BM_LinearF32(benchmark::State& st) {
+  const int64_t shapes[4][2] = {{3 * C, C}, {C, C}, {I, C}, {C, I}};
+  const int64_t Nout = shapes[st.range(1)][0], K = shapes[st.range(1)][1];
+  auto x = filled(N * K, 0.01f), W = filled(Nout * K, 0.02f), b = filled(Nout, 0.0f), y = filled(N * Nout, 0.0f);
+  kernels::set_row_gemm(st.range(0) ? kernels::RowGemm::Always : kernels::RowGemm::Never);
+  for (auto _ : st) kernels::linear_forward(y.data(), x.data(), W.data(), b.data(), N, Nout, K, Precision::F32);
+  kernels::set_row_gemm(kernels::RowGemm::Auto);
+  st.counters["TFLOP/s"] = benchmark::Counter(2.0 * N * Nout * K * st.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LinearF32)->ArgsProduct({{0, 1}, {0, 1, 2, 3}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void BM_LayerNorm(benchmark::State& st) {
   auto x = filled(N * C, 0.5f), w = filled(C, 1.0f), b = filled(C, 0.0f), y = filled(N * C, 0), m = filled(N, 0),
        r = filled(N, 0);

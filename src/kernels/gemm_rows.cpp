@@ -1,10 +1,10 @@
 // The row-invariant fp32 linear layer (gemm.h, linear_forward_rows). Every output element is
-//   y[m][n] = (block_0 + block_1 + ... ) + b[n],  block_j = tree(lane_0..lane_7),
-//   lane_l = fma-chain over k = j*kKBlock + l, l + 8, ... of x[m][k] * W[n][k]
-// so its value is a function of row m of x, row n of W and K alone: not of M, of the rows computed
-// beside it, of the tile it falls in, or of the thread count. The AVX2 kernel and the portable one
-// below do exactly this arithmetic (fma, the same lanes, the same reduction tree), so they agree
-// bit for bit (tested), and an AVX-512 CPU running this kernel gives an AVX2 CPU's bits.
+//   y[m][n] = fma(x[m][K-1], W[n][K-1], ... fma(x[m][1], W[n][1], x[m][0] * W[n][0]) ...) + b[n]
+// one fma chain in k order, so its value is a function of row m of x, row n of W and K alone: not
+// of M, of the rows computed beside it, of the tile it falls in, or of the thread count. The AVX2
+// kernel (6 rows x 16 columns of sums in registers, W packed in 16-column panels, K in blocks
+// whose sums wait in y) and the portable one below do exactly this arithmetic, so they agree bit
+// for bit (tested), and any x86 CPU running this kernel gives the same bits.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "bertcc/runtime.h"
 #include "kernels/gemm.h"
@@ -23,80 +24,73 @@
 namespace bertcc::kernels {
 namespace {
 
-constexpr int64_t kKBlock = 512;  // K per block: 3 rows + 4 weight rows of it stay in L1
-constexpr int64_t kRows = 3, kCols = 4;
-constexpr int64_t kTileRows = 48, kTileCols = 64;  // one task: its x rows stay in L2 over its columns
+constexpr int64_t kKBlock = 256;                   // K per pass: a 16-column panel's slice is 16 KB (L1)
+constexpr int64_t kRows = 6, kPanel = 16;          // the micro-kernel: 6 rows x 16 columns (12 ymm sums)
+constexpr int64_t kTileRows = 96, kTilePanels = 8;  // one task: 96 rows x 128 columns
 
-// The fixed reduction of 8 lanes: (l0+l4, l1+l5, l2+l6, l3+l7), then (a0+a2, a1+a3), then b0+b1.
-inline float tree8(const float* l) {
-  const float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
-  const float b0 = a0 + a2, b1 = a1 + a3;
-  return b0 + b1;
+// W [N,K] row-major packed as panels of 16 columns, each [K][16] (columns past N are zeros).
+void pack_panels(const float* W, int64_t N, int64_t K, float* out) {
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+#pragma omp parallel for schedule(static) if (N * K > 65536 && !omp_in_parallel())
+  for (int64_t p = 0; p < panels; ++p) {
+    float* dst = out + p * K * kPanel;
+    const float* src[kPanel];
+    const int64_t C = std::min(kPanel, N - p * kPanel);
+    for (int64_t c = 0; c < C; ++c) src[c] = W + (p * kPanel + c) * K;
+    for (int64_t k = 0; k < K; ++k, dst += kPanel) {  // 16 read streams, one write stream
+      for (int64_t c = 0; c < C; ++c) dst[c] = src[c][k];
+      for (int64_t c = C; c < kPanel; ++c) dst[c] = 0.0f;
+    }
+  }
 }
 
-// Portable form: R rows x C weight rows over k in [k0, k1), sums to out[r*C+c].
-void block_portable(const float* x, int64_t ldx, const float* W, int64_t ldw, int64_t k0, int64_t k1, int64_t R,
-                    int64_t C, float* out) {
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) {
-      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const float* xr = x + r * ldx;
-      const float* wc = W + c * ldw;
-      // up to a multiple of 8, as the SIMD kernel's masked last step: fma(0, 0, lane)
-      const int64_t kend = k0 + (k1 - k0 + 7) / 8 * 8;
-      for (int64_t k = k0; k < kend; ++k) {
-        const float xv = k < k1 ? xr[k] : 0.0f, wv = k < k1 ? wc[k] : 0.0f;
-        lane[(k - k0) & 7] = std::fma(xv, wv, lane[(k - k0) & 7]);
-      }
-      out[r * C + c] = tree8(lane);
+// x rows [m, m+6) of one K block packed as [k][6] (rows past the tile's end are zeros): the
+// micro-kernel's broadcasts then read one stream, whatever K (rows K floats apart would fall in
+// one L1 set when K*4 is a multiple of 4 KB, as for K = 3072).
+void pack_rows(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t k0, int64_t k1, float* out) {
+  for (int64_t m = m0; m < m1; m += kRows, out += (k1 - k0) * kRows) {
+    const int64_t R = std::min(kRows, m1 - m);
+    if (R == kRows) {
+      const float* src = x + m * K;
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t r = 0; r < kRows; ++r) out[(k - k0) * kRows + r] = src[r * K + k];
+      continue;
+    }
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t r = 0; r < kRows; ++r) out[(k - k0) * kRows + r] = r < R ? x[(m + r) * K + k] : 0.0f;
+  }
+}
+
+// Portable form of one micro-tile: 6 packed rows x the panel's 16 columns over kn steps; the sums
+// start from acc (the previous K blocks') and continue the same fma chain.
+void micro_portable(const float* a, const float* panel, int64_t kn, float* acc /*[6][16]*/) {
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kPanel; ++c) {
+      float s = acc[r * kPanel + c];
+      for (int64_t k = 0; k < kn; ++k) s = std::fma(a[k * kRows + r], panel[k * kPanel + c], s);
+      acc[r * kPanel + c] = s;
     }
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) inline float tree8_avx(__m256 v) {
-  const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // a0..a3
-  const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));                                 // b0 = a0+a2, b1 = a1+a3
-  return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));                              // b0 + b1
-}
-
-template <int R, int C>
-__attribute__((target("avx2,fma"))) void block_avx2(const float* x, int64_t ldx, const float* W, int64_t ldw,
-                                                    int64_t k0, int64_t k1, float* out) {
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  int64_t k = k0;
-  for (; k + 8 <= k1; k += 8) {
-    __m256 xv[R];
-    for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_ps(x + r * ldx + k);
-    for (int c = 0; c < C; ++c) {
-      const __m256 wv = _mm256_loadu_ps(W + c * ldw + k);
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
+__attribute__((target("avx2,fma"))) void micro_avx2(const float* a, const float* panel, int64_t kn, float* acc) {
+  __m256 lo[kRows], hi[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    lo[r] = _mm256_load_ps(acc + r * kPanel);
+    hi[r] = _mm256_load_ps(acc + r * kPanel + 8);
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kn; ++k, a += kRows, panel += kPanel) {
+    const __m256 w0 = _mm256_loadu_ps(panel), w1 = _mm256_loadu_ps(panel + 8);
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(a + r);
+      lo[r] = _mm256_fmadd_ps(xv, w0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(xv, w1, hi[r]);
     }
   }
-  if (k < k1) {  // the last k: the lanes past k1 load zeros and keep their sums
-    alignas(32) int32_t m[8];
-    for (int l = 0; l < 8; ++l) m[l] = k + l < k1 ? -1 : 0;
-    const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
-    __m256 xv[R];
-    for (int r = 0; r < R; ++r) xv[r] = _mm256_maskload_ps(x + r * ldx + k, mask);
-    for (int c = 0; c < C; ++c) {
-      const __m256 wv = _mm256_maskload_ps(W + c * ldw + k, mask);
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) out[r * C + c] = tree8_avx(acc[r][c]);
-}
-
-template <int R>
-void block_avx2_cols(const float* x, int64_t ldx, const float* W, int64_t ldw, int64_t k0, int64_t k1, int64_t C,
-                     float* out) {
-  switch (C) {
-    case 4: return block_avx2<R, 4>(x, ldx, W, ldw, k0, k1, out);
-    case 3: return block_avx2<R, 3>(x, ldx, W, ldw, k0, k1, out);
-    case 2: return block_avx2<R, 2>(x, ldx, W, ldw, k0, k1, out);
-    default: return block_avx2<R, 1>(x, ldx, W, ldw, k0, k1, out);
+  for (int r = 0; r < kRows; ++r) {
+    _mm256_store_ps(acc + r * kPanel, lo[r]);
+    _mm256_store_ps(acc + r * kPanel + 8, hi[r]);
   }
 }
 
@@ -108,57 +102,64 @@ bool have_avx2() {
 
 std::atomic<int> g_mode{0};  // 0: automatic, 1: always, -1: never (set_row_gemm)
 
-void block(const float* x, int64_t ldx, const float* W, int64_t ldw, int64_t k0, int64_t k1, int64_t R, int64_t C,
-           float* out, bool simd) {
+void micro(const float* a, const float* panel, int64_t kn, float* acc, bool simd) {
 #if defined(__x86_64__)
-  if (simd) {
-    switch (R) {
-      case 3: return block_avx2_cols<3>(x, ldx, W, ldw, k0, k1, C, out);
-      case 2: return block_avx2_cols<2>(x, ldx, W, ldw, k0, k1, C, out);
-      default: return block_avx2_cols<1>(x, ldx, W, ldw, k0, k1, C, out);
-    }
-  }
+  if (simd) return micro_avx2(a, panel, kn, acc);
 #else
   (void)simd;
 #endif
-  block_portable(x, ldx, W, ldw, k0, k1, R, C, out);
+  micro_portable(a, panel, kn, acc);
 }
 
-// One task: rows [m0, m1) x columns [n0, n1), every K block.
-void tile(float* y, const float* x, const float* W, const float* b, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-          int64_t N, int64_t K, bool simd) {
-  float part[kRows * kCols];
+// One task: rows [m0, m1) x panels [p0, p1). Sums wait in y between K blocks (fp32, as in the
+// registers: the chain continues unchanged); the bias is added after the last block.
+void tile(float* y, const float* x, const float* packed, const float* b, int64_t m0, int64_t m1, int64_t p0,
+          int64_t p1, int64_t N, int64_t K, bool simd) {
+  alignas(32) float acc[kRows * kPanel];
+  thread_local std::vector<float> abuf;
+  abuf.resize(static_cast<size_t>(kTileRows * kKBlock));
   for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
-    const int64_t k1 = std::min(K, k0 + kKBlock);
-    for (int64_t n = n0; n < n1; n += kCols) {
-      const int64_t C = std::min(kCols, n1 - n);
+    const int64_t k1 = std::min(K, k0 + kKBlock), kn = k1 - k0;
+    const bool last = k1 == K;
+    pack_rows(x, K, m0, m1, k0, k1, abuf.data());
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t n0 = p * kPanel, C = std::min(kPanel, N - n0);
+      const float* panel = packed + (p * K + k0) * kPanel;
       for (int64_t m = m0; m < m1; m += kRows) {
         const int64_t R = std::min(kRows, m1 - m);
-        block(x + m * K, K, W + n * K, K, k0, k1, R, C, part, simd);
+        if (k0 == 0) {
+          std::memset(acc, 0, sizeof acc);
+        } else {
+          for (int64_t r = 0; r < R; ++r) std::memcpy(acc + r * kPanel, y + (m + r) * N + n0, sizeof(float) * C);
+        }
+        micro(abuf.data() + (m - m0) * kn, panel, kn, acc, simd);
         for (int64_t r = 0; r < R; ++r) {
-          float* yr = y + (m + r) * N + n;
-          if (k0 == 0)
-            for (int64_t c = 0; c < C; ++c) yr[c] = part[r * C + c];
+          float* yr = y + (m + r) * N + n0;
+          const float* ar = acc + r * kPanel;
+          if (last && b)
+            for (int64_t c = 0; c < C; ++c) yr[c] = ar[c] + b[n0 + c];
           else
-            for (int64_t c = 0; c < C; ++c) yr[c] += part[r * C + c];
+            std::memcpy(yr, ar, sizeof(float) * C);
         }
       }
     }
   }
-  if (b)
-    for (int64_t m = m0; m < m1; ++m)
-      for (int64_t n = n0; n < n1; ++n) y[m * N + n] += b[n];
 }
 
 void run(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K, bool simd) {
-  const int64_t tm = (M + kTileRows - 1) / kTileRows, tn = (N + kTileCols - 1) / kTileCols;
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+  thread_local std::vector<float> packed;
+  packed.resize(static_cast<size_t>(panels * K * kPanel));
+  pack_panels(W, N, K, packed.data());
+  const int64_t tm = (M + kTileRows - 1) / kTileRows, tn = (panels + kTilePanels - 1) / kTilePanels;
   const int64_t tasks = tm * tn;
   const bool par = tasks > 1 && M * N * K >= (int64_t{1} << 16) && !omp_in_parallel();
+  const float* pk = packed.data();
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t t = 0; t < tasks; ++t) {
     const int64_t i = t / tn, j = t % tn;
-    tile(y, x, W, b, i * kTileRows, std::min(M, (i + 1) * kTileRows), j * kTileCols,
-         std::min(N, (j + 1) * kTileCols), N, K, simd);
+    tile(y, x, pk, b, i * kTileRows, std::min(M, (i + 1) * kTileRows), j * kTilePanels,
+         std::min(panels, (j + 1) * kTilePanels), N, K, simd);
   }
 }
 
