@@ -1,10 +1,12 @@
 // The compute backend seam: the one object the model and the trainer hold for a device, made of
 // five interfaces, each in its own header: its memory (memory.h: buffers, copies, synchronisation,
-// memory statistics), the operations on those buffers (ops.h: every kernel, declared once, with
-// the CPU and CUDA implementations side by side in ops.cpp), the optimizers (optimizers.h), graph
-// capture (graphs.h) and measurement (measure.h). A device is a class deriving from Backend that
-// implements the memory, optimizers, graphs and measurement (cpu_backend.cpp: the CPU and the
-// staged backend; cuda/cuda_backend.cpp); the operations are not virtual: they dispatch on kind().
+// memory statistics), the operations on those buffers (ops.h: every kernel, declared once and
+// defined in ops.cpp, which dispatches to the device's table of operations where it has one), the
+// optimizers (optimizers.h), graph capture (graphs.h) and measurement (measure.h). A device is a
+// class deriving from Backend that implements the memory, optimizers, graphs and measurement and
+// hands its operations to Ops (cpu_backend.cpp: the CPU and the staged backend; the CUDA backend,
+// src/cuda/cuda_backend.cpp, reached through device_family.h); the operations are not virtual.
+// Nothing here names src/cuda: the seam runs one way.
 #pragma once
 #include <memory>
 #include <string>
@@ -19,7 +21,7 @@ namespace bertcc {
 
 class Backend : public DeviceMemory, public Ops, public Optimizers, public GraphCapture, public Measurement {
  public:
-  explicit Backend(DeviceKind kind) : Ops(kind, *this) {}
+  explicit Backend(DeviceKind kind, const DeviceOps* device_ops = nullptr) : Ops(kind, *this, device_ops) {}
   virtual std::string describe() const = 0;  // one line for start-up logs
   bool on_host() const { return kind() == DeviceKind::CPU; }
 };
@@ -37,12 +39,6 @@ Backend& staged_backend();
 // "cpu", "cpu-staged", "cuda" or "cuda:N". CUDA needs a build with the CUDA kernels (BERTCC_CUDA)
 // and a device; the error says which is missing.
 Backend& backend_for(const std::string& device);
-// The CUDA backend on device `index`, for backend_for: defined by src/cuda/cuda_backend.cpp, in
-// builds with the CUDA kernels only. Throws when there is no usable device (the reason from the
-// driver) or no such index.
-std::unique_ptr<Backend> make_cuda_backend(int index);
-// set_allow_tf32's setting handed to the CUDA kernels (the same builds only).
-void set_cuda_allow_tf32(bool on);
 // One line for `--device` help texts.
 inline const char* device_help() { return "cpu (default) | cuda | cuda:N | cpu-staged (the device code paths on the CPU)"; }
 // --allow-tf32: fp32 GEMMs on CUDA with TF32 products (PyTorch's torch.backends.cuda.matmul.

@@ -1,5 +1,5 @@
-// Backend selection from a --device string. The CUDA backend exists only in builds with the CUDA
-// kernels (BERTCC_HAVE_CUDA); elsewhere asking for it is an error that says so.
+// Backend selection from a --device string. The CUDA backends come from cuda_family()
+// (device_family.h): the CUDA kernels' in builds with them, elsewhere an error that says so.
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "backend/backend.h"
+#include "backend/device_family.h"
 #include "bertcc/error.h"
 
 namespace bertcc {
@@ -60,19 +61,13 @@ Backend& backend_for(const std::string& device) {
   } else {
     fail("--device: '", device, "' is not cpu, cuda, cuda:N or cpu-staged");
   }
-#if BERTCC_HAVE_CUDA
   static std::mutex mu;
   static std::map<int, std::unique_ptr<Backend>> made;
   std::lock_guard<std::mutex> lock(mu);
   auto& b = made[index];
-  if (!b) b = make_cuda_backend(index);
-  set_cuda_allow_tf32(g_allow_tf32);
+  if (!b) b = cuda_family().make(device, index);
+  cuda_family().set_allow_tf32(g_allow_tf32);
   return *b;
-#else
-  (void)index;
-  fail("--device ", device, ": this bertcc was built without the CUDA kernels (configure found no nvcc; "
-       "install the CUDA toolkit at /usr/local/cuda and rebuild, or set BERTCC_CUDA=ON to be told why)");
-#endif
 }
 
 }  // namespace bertcc

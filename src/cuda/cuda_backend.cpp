@@ -1,17 +1,20 @@
 // The CUDA backend's memory (device memory), graph capture, optimizers and measurement; its
-// operations are ops.cpp's CUDA side.
+// operations are ops_cuda.cpp's table, handed to Ops here. Reached through cuda_family()
+// (backend/device_family.h), which this file defines in builds with the CUDA kernels.
 #include "backend/backend.h"
+#include "backend/device_family.h"
 
 #include "bertcc/error.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/op_timer.h"
+#include "cuda/ops_cuda.h"
 
 namespace bertcc::cuda {
 namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int index) : Backend(DeviceKind::CUDA), index_(index) {
+  explicit CudaBackend(int index) : Backend(DeviceKind::CUDA, &ops_table()), index_(index) {
     std::string why;
     const int n = device_count(&why);
     BERTCC_CHECK(n > 0, "--device cuda:", index, ": ", why);
@@ -137,6 +140,13 @@ class CudaBackend final : public Backend {
 }  // namespace bertcc::cuda
 
 namespace bertcc {
-std::unique_ptr<Backend> make_cuda_backend(int index) { return std::make_unique<cuda::CudaBackend>(index); }
-void set_cuda_allow_tf32(bool on) { cuda::set_allow_tf32(on); }
+const DeviceFamily& cuda_family() {
+  static const DeviceFamily family{
+      .make = [](const std::string&, int index) -> std::unique_ptr<Backend> {
+        return std::make_unique<cuda::CudaBackend>(index);
+      },
+      .set_allow_tf32 = cuda::set_allow_tf32,
+  };
+  return family;
+}
 }  // namespace bertcc
