@@ -173,7 +173,7 @@ class Ops {
   // mask. Each sequence computes what attention_forward/backward compute for a batch of it alone
   // at T = its length, with its dropout numbers after the previous sequences' (bertcc/rng.h,
   // attention_varlen_drop_numbers); the other arguments as theirs. The CPU's kernel takes the whole
-  // batch; CUDA's too in bf16 (cuda/attention_varlen.h), and otherwise one padded call for
+  // batch; CUDA's too in bf16 (cuda/attention/varlen.h), and otherwise one padded call for
   // sequences all of one length or one per sequence (the _per_sequence forms). varlen_attention():
   // whether the model should pack batches without padding too.
   bool varlen_attention() const;

@@ -9,7 +9,7 @@
 
 #include "backend/ops.h"
 #include "bertcc/error.h"
-#include "cuda/attention_varlen.h"
+#include "cuda/attention/varlen.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/op_timer.h"
 
@@ -85,7 +85,7 @@ int64_t varlen_work(const int64_t* cu, int64_t B, int64_t, int64_t NH) {
   return aligned(cu[B]) + attention_varlen_backward_work_size(cu[B], NH);
 }
 
-// The varlen kernels, where they are on and take the call (attention_varlen.h)
+// The varlen kernels, where they are on and take the call (attention/varlen.h)
 bool varlen_fwd(float* out, bf16_t* out16, float* saved, const float* qkv, const bf16_t* qkv16, const int64_t* cu,
                 int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
   if (!attention_varlen_on() || !attention_varlen_fits(C, NH, prec, qkv, qkv16)) return false;

@@ -1,7 +1,7 @@
 // Fused multi-head attention on Tensor Cores, for --precision bf16 and fp16: FlashAttention-2's
 // tiling with mma.sync.m16n8k16 (bf16 or fp16 operands, fp32 accumulation; sm_80 and later), its
 // operands loaded from shared memory by ldmatrix. The
-// kernels are in attention_tc_kernels.cuh (also compiled for the CPU by tests/cuda/sim); this file
+// kernels are in attention/tensor_core_kernels.cuh (also compiled for the CPU by tests/cuda/sim); this file
 // launches them.
 //
 // The T x T scores never reach memory. Rounding to 16 bits: q, k, v and dout; in the forward, the
@@ -43,15 +43,15 @@
 //
 // Unpadded batches (forward_tc_varlen, backward_tc_varlen; bf16 from qkv16 in place): the same
 // kernels' Varlen instances over every sequence of the batch in one launch, a block per
-// (sequence, head, row tile) from a per-call table (attention_tc_kernels.cuh: place, varlen_table).
+// (sequence, head, row tile) from a per-call table (attention/tensor_core_kernels.cuh: place, varlen_table).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
-#include "cuda/attention_tc_kernels.cuh"
-#include "cuda/attention_varlen.h"
+#include "cuda/attention/tensor_core_kernels.cuh"
+#include "cuda/attention/varlen.h"
 #include "cuda/op_timer.h"
 
 namespace bertcc::cuda::attn {
@@ -132,7 +132,7 @@ void fwd_form(Launch&& launch) {
   launch(One{}, One{});
 }
 
-// Whether the kernels stop at each sequence's last unmasked key (attention_tc_kernels.cuh:
+// Whether the kernels stop at each sequence's last unmasked key (attention/tensor_core_kernels.cuh:
 // count_keys; the same bits either way). On unless set_attention_skip_padding(false) or
 // BERTCC_ATTENTION_SKIP_PADDING=0 (for the attention bench and the tests that compare both).
 std::atomic<int> g_skip_padding{-1};  // -1: not yet read from the environment
@@ -161,7 +161,7 @@ const int32_t* visited_keys(const float* mask_add, const Shape& s) {
   return n;
 }
 
-// The 16-bit operands (attention_tc_kernels.cuh: Operands) of one call, in one grow-only buffer
+// The 16-bit operands (attention/tensor_core_kernels.cuh: Operands) of one call, in one grow-only buffer
 // (stream order keeps a later call from overwriting them before the kernels that read them ran).
 uint16_t* operand_buffer(size_t elems) {
   static Scratch buf;
@@ -283,7 +283,7 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
     if (BF && qkv16) {
       qkv16_operands<BF, HS>(op, qkv16, nullptr, s);
     } else {
-      // bf16: into the saved buffer, for the backward (attention_common.cuh); fp16: scratch
+      // bf16: into the saved buffer, for the backward (attention/common.cuh); fp16: scratch
       uint16_t* q = BF ? reinterpret_cast<uint16_t*>(lse + operands_offset(s.B, s.NH, s.T, s.drop, prec))
                        : operand_buffer(3 * static_cast<size_t>(n));
       launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
@@ -330,7 +330,7 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
       op.dout = padded_rows<HS>(q, s, 3);
     }
     op.Tp = padded_T(s.T);
-    // the forward's dropout decisions (attention_common.cuh: after lse in the saved buffer)
+    // the forward's dropout decisions (attention/common.cuh: after lse in the saved buffer)
     if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
     op.nkeys = visited_keys(mask_add, s);  // the forward's, computed again from the same mask
     part.emplace("attention_backward/dq");

@@ -2,16 +2,16 @@
 // cuda_kernels.h: attention_cudnn_*): the switch, which calls it takes (a pure function of the
 // call's shape, so that a forward and its backward take the same path), its scratch, and the calls:
 // key lengths from the mask and the dropout decisions as cuDNN's keep mask
-// (attention_cudnn_kernels.cuh), then cudnn_attention.h's graphs.
+// (attention/cudnn_switch_kernels.cuh), then attention/cudnn_graphs.h's graphs.
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
 
-#include "cuda/attention_cudnn_kernels.cuh"
+#include "cuda/attention/cudnn_switch_kernels.cuh"
 #include "cuda/cuda_kernels.h"
-#include "cuda/cudnn_attention.h"
+#include "cuda/attention/cudnn_graphs.h"
 
 namespace bertcc::cuda {
 namespace {

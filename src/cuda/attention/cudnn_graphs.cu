@@ -1,4 +1,4 @@
-// cuDNN's fused attention through its backend API (cudnn_attention.h). The forward graph is the
+// cuDNN's fused attention through its backend API (attention/cudnn_graphs.h). The forward graph is the
 // one cudnn-frontend's SDPA node lowers to, and that cuDNN's fused flash-attention engines match:
 //   S = Q K^T (matmul, rows and columns overridden by the sequence lengths)
 //   S *= scale;  S = (row < seq_len_q && col < seq_len_kv) ? S : -inf   (GEN_INDEX, CMP_LT, AND, SELECT)
@@ -22,7 +22,7 @@
 #include <utility>
 
 #include "cuda/common.cuh"
-#include "cuda/cudnn_attention.h"
+#include "cuda/attention/cudnn_graphs.h"
 
 #if __has_include(<cudnn_graph.h>)
 #include <cudnn_graph.h>
