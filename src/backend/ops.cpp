@@ -3,6 +3,7 @@
 // call, so CPU results are the kernels' own), which the staged backend shares after checking that
 // each buffer it is given is one of its allocations (check_staged_buffers).
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -34,6 +35,15 @@ int64_t one_length(const int64_t* cu, int64_t B) {
 
 Ops::Ops(DeviceKind kind, DeviceMemory& mem, const DeviceOps* device) : kind_(kind), mem_(mem), dev_(device) {
   BERTCC_CHECK((kind == DeviceKind::CUDA) == (device != nullptr), "Ops: a device's operations without its table");
+  if (!device) return;
+  // Every entry set: the table is all function pointers, and designated initialisers may leave one out.
+  using Entry = void (*)();
+  static_assert(sizeof(DeviceOps) % sizeof(Entry) == 0, "DeviceOps holds function pointers only");
+  std::array<uintptr_t, sizeof(DeviceOps) / sizeof(Entry)> entries;
+  static_assert(sizeof(entries) == sizeof(DeviceOps));
+  std::memcpy(entries.data(), device, sizeof(DeviceOps));
+  for (size_t i = 0; i < entries.size(); ++i)
+    BERTCC_CHECK(entries[i] != 0, "Ops: entry ", i, " of the device's operations table (device_ops.h) is not set");
 }
 
 void Ops::check_buffer(const char* call, const void* p, int i) const {
