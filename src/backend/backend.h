@@ -16,6 +16,7 @@
 #include "backend/memory.h"
 #include "backend/ops.h"
 #include "backend/optimizers.h"
+#include "core/settings.h"  // the process-wide switches: --allow-tf32, --cuda-graphs, --padded
 
 namespace bertcc {
 
@@ -41,33 +42,4 @@ Backend& staged_backend();
 Backend& backend_for(const std::string& device);
 // One line for `--device` help texts.
 inline const char* device_help() { return "cpu (default) | cuda | cuda:N | cpu-staged (the device code paths on the CPU)"; }
-// --allow-tf32: fp32 GEMMs on CUDA with TF32 products (PyTorch's torch.backends.cuda.matmul.
-// allow_tf32); off by default: exact fp32. Applies to the backends backend_for() hands out after it
-// is set; on the CPU it has no effect, and backend_for says so once.
-void set_allow_tf32(bool on);
-inline const char* allow_tf32_help() {
-  return "fp32 GEMMs on CUDA with TF32 products (10-bit mantissas, fp32 sums; PyTorch's allow_tf32); "
-         "default: exact fp32. No effect on the CPU or with --precision bf16/fp16";
-}
-// --cuda-graphs (inference commands): each forward shape seen twice is recorded as a CUDA graph and
-// replayed from then on (Bert::encode). backend_for refuses it for any device but cuda.
-void set_cuda_graphs(bool on);
-bool cuda_graphs();
-inline const char* cuda_graphs_help() {
-  return "with --device cuda: record the encoder's forward as a CUDA graph for each batch shape seen twice "
-         "and replay it (one launch instead of one per kernel; the same results); batches are then computed "
-         "padded to their longest row, the shape a graph records";
-}
-
-// Unpadded execution (Bert::encode): the encoder computes a batch's real tokens only, packed
-// sequence after sequence, and restores the padded layout for the heads. On by default; --padded (or
-// the environment variable BERTCC_PADDED=1) computes every batch padded to its longest row, as
-// before, for comparison (and for dump-step, whose checks against PyTorch compute the padding).
-void set_padded_execution(bool on);
-bool padded_execution();
-inline const char* padded_help() {
-  return "compute each batch padded to its longest row (the padding too) instead of its real tokens only "
-         "(the default; also BERTCC_PADDED=1): for comparison";
-}
-
 }  // namespace bertcc

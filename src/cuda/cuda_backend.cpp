@@ -5,6 +5,7 @@
 #include "backend/device_family.h"
 
 #include "bertcc/error.h"
+#include "core/settings.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/op_timer.h"
 #include "cuda/ops_cuda.h"
@@ -29,7 +30,7 @@ class CudaBackend final : public Backend {
            std::to_string(info_.cc_major) + "." + std::to_string(info_.cc_minor) + ", " +
            std::to_string(info_.sm_count) + " SMs, " + std::to_string(info_.total_mem >> 20) + " MiB), fp32 GEMMs " +
            (cuda::allow_tf32() ? "with TF32 products (--allow-tf32)" : "exact fp32") + "; " +
-           attention_impl_describe();
+           attention_impl_describe() + settings_line();
   }
   void* alloc(size_t bytes) override {
     void* p = cuda::alloc(bytes);
@@ -130,6 +131,11 @@ class CudaBackend final : public Backend {
     d.begin = s.begin;
     d.end = s.end;
     return d;
+  }
+  // the settings that are not the defaults (core/settings.h), as the CPU's line says them
+  static std::string settings_line() {
+    const std::string changed = describe_settings(settings());
+    return changed.empty() ? "" : "; settings: " + changed;
   }
   int index_;
   DeviceInfo info_;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/settings.h"
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
 #include "cuda/gemm_tuning.h"
@@ -204,10 +205,9 @@ void say_plan(const gemm_tuning::Plan& p) {
 // BERTCC_GEMM_TUNING / BERTCC_GEMM_TUNE, once. Neither set: nothing is asked of the device.
 void read_tuning(Context& c) {
   if (c.tuning_read) return;
-  const char* file = std::getenv("BERTCC_GEMM_TUNING");
-  const char* tune = std::getenv("BERTCC_GEMM_TUNE");
-  if ((file && *file) || (tune && *tune)) {
-    c.tuning = gemm_tuning::plan(file, tune, this_device());
+  const RuntimeSettings& s = settings();
+  if (!s.gemm_tuning.empty() || s.gemm_tune) {
+    c.tuning = gemm_tuning::plan(s.gemm_tuning.c_str(), s.gemm_tune ? "1" : "0", this_device());
     say_plan(c.tuning);
   }
   c.tuning_read = true;

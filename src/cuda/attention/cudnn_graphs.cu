@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/settings.h"
 #include "cuda/common.cuh"
 #include "cuda/attention/cudnn_graphs.h"
 
@@ -107,8 +108,8 @@ struct Loaded {
 
 Loaded load() {
   Loaded l;
-  const char* env = std::getenv("BERTCC_CUDNN_LIB");
-  l.info.path = env && *env ? env : "libcudnn.so.9";
+  const std::string& named = settings().cudnn_lib;
+  l.info.path = named.empty() ? "libcudnn.so.9" : named;
   void* h = dlopen(l.info.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "core/settings.h"
 #include "cuda/attention/cudnn_switch_kernels.cuh"
 #include "cuda/cuda_kernels.h"
 #include "cuda/attention/cudnn_graphs.h"
@@ -56,11 +57,7 @@ std::string shape_text(int64_t B, int64_t T, int64_t C, int64_t NH, float p, Pre
 AttentionImpl attention_impl() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_impl < 0) {
-    const char* e = std::getenv("BERTCC_ATTENTION");
-    const std::string v = e ? e : "";
-    BERTCC_CHECK(v.empty() || v == "bertcc" || v == "cudnn", "BERTCC_ATTENTION: '", v,
-                 "' is not bertcc or cudnn (bertcc's kernels, the default, or cuDNN's fused attention)");
-    g_impl = static_cast<int>(v == "cudnn" ? AttentionImpl::Cudnn : AttentionImpl::Bertcc);
+    g_impl = static_cast<int>(settings().attention_cudnn ? AttentionImpl::Cudnn : AttentionImpl::Bertcc);
   }
   return static_cast<AttentionImpl>(g_impl);
 }

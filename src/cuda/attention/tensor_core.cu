@@ -50,6 +50,7 @@
 #include <optional>
 #include <string>
 
+#include "core/settings.h"
 #include "cuda/attention/tensor_core_kernels.cuh"
 #include "cuda/attention/varlen.h"
 #include "cuda/op_timer.h"
@@ -88,24 +89,15 @@ void dispatch_tc(const Shape& s, Precision prec, F f) {
   with_hs(std::false_type{});
 }
 
-// A bench's choice between two forms from the environment variable `name`: 0 where it is unset or
-// empty, else its value, which must be a or b (anything else is refused).
-int env_choice(const char* name, int a, int b) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return 0;
-  BERTCC_CHECK(std::to_string(a) == v || std::to_string(b) == v, name, ": '", v, "' is not ", a, " or ", b);
-  return std::atoi(v);
-}
-
 // Query rows per forward block: 64 (one m-tile of 16 rows per warp), or 128 (two m-tiles, head sizes up
-// to 64) where BERTCC_ATTENTION_FWD_ROWS=128 asks for it. The fourth GPU visit (H200) timed both: the
+// to 64) where BERTCC_ATTENTION_FWD_ROWS=128 asks for it. Timed on an H200, the
 // one-m-tile form was faster in every shape of the attention bench (B 64, T 128: 0.185 against
 // 0.247 ms; B 16, T 512: 0.551 against 0.624) and of `bench` (1-4 % per step), so it is the default.
 // The variable exists for the attention bench, which times both forms (the same bits either way);
 // anything but 64 or 128 is refused.
 template <int HS>
 int fwd_mt() {
-  static const int rows = env_choice("BERTCC_ATTENTION_FWD_ROWS", 64, 128);
+  static const int rows = settings().attention_fwd_rows;
   return std::min(rows ? rows / kBlockRows : 1, fwd_max_mt<HS>());
 }
 
@@ -114,7 +106,7 @@ int fwd_mt() {
 // most 128 registers, 12 bytes spilled, a third more warps to hide latency). Not measured yet: the
 // attention bench times both (the same bits either way); anything but 1 or 4 is refused.
 int fwd_min_blocks() {
-  static const int blocks = env_choice("BERTCC_ATTENTION_FWD_MIN_BLOCKS", 1, 4);
+  static const int blocks = settings().attention_fwd_min_blocks;
   return blocks ? blocks : 1;
 }
 
@@ -135,19 +127,10 @@ void fwd_form(Launch&& launch) {
 // Whether the kernels stop at each sequence's last unmasked key (attention/tensor_core_kernels.cuh:
 // count_keys; the same bits either way). On unless set_attention_skip_padding(false) or
 // BERTCC_ATTENTION_SKIP_PADDING=0 (for the attention bench and the tests that compare both).
-std::atomic<int> g_skip_padding{-1};  // -1: not yet read from the environment
+std::atomic<int> g_skip_padding{-1};  // -1: as settings() say
 bool skip_padding() {
-  int v = g_skip_padding.load();
-  if (v < 0) {
-    const char* e = std::getenv("BERTCC_ATTENTION_SKIP_PADDING");
-    BERTCC_CHECK(!e || !*e || std::string(e) == "0" || std::string(e) == "1", "BERTCC_ATTENTION_SKIP_PADDING: '", e,
-                 "' is not 0 or 1");
-    v = e && std::string(e) == "0" ? 0 : 1;
-    int unset = -1;
-    g_skip_padding.compare_exchange_strong(unset, v);
-    v = g_skip_padding.load();
-  }
-  return v == 1;
+  const int v = g_skip_padding.load();
+  return v < 0 ? settings().attention_skip_padding : v == 1;
 }
 
 // Per sequence, the keys the kernels visit (count_keys), or null where every key is visited.
@@ -350,13 +333,7 @@ namespace bertcc::cuda {
 void set_attention_skip_padding(bool on) { attn::g_skip_padding.store(on ? 1 : 0); }
 
 bool attention_varlen_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("BERTCC_CUDA_VARLEN");
-    BERTCC_CHECK(!e || !*e || std::string(e) == "0" || std::string(e) == "1", "BERTCC_CUDA_VARLEN: '", e,
-                 "' is not 0 or 1");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
+  return settings().cuda_varlen;
 }
 
 bool attention_varlen_fits(int64_t C, int64_t NH, Precision prec, const float* qkv, const bf16_t* qkv16) {
