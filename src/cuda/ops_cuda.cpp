@@ -40,8 +40,8 @@ constexpr auto timed = &Timed<name, kernel>::call;
 int64_t aligned(int64_t n) { return (n + 15) / 16 * 16; }
 
 bool residual_dropout_layernorm(float* out, float* sum, float* mean, float* rstd, float* a, const float* r,
-                                const float* w, const float* b, int64_t N, int64_t C, float eps, bf16_t* out16,
-                                float p, const Rng& rng, uint64_t base) {
+                                const float* w, const float* b, int64_t N, int64_t C, float eps, bf16_t* out16, float p,
+                                const Rng& rng, uint64_t base) {
   const OpTimer timer("residual_dropout_layernorm_forward");
   return residual_dropout_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16, p, rng, base);
 }
@@ -57,8 +57,8 @@ int64_t attention_work_hinted(int64_t B, int64_t T, int64_t C, int64_t NH, bool 
 // cuDNN's path where attention_cudnn_takes the call (a function of the shape and hints alone, as in
 // the backward, so that both take the same path), else bertcc's kernels
 void attention_fwd(float* out, bf16_t* out16, float* saved, float* work, const float* qkv, const bf16_t* qkv16,
-                   const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
-                   const Rng& rng, uint64_t base, Precision prec, const AttentionHints& hints) {
+                   const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
+                   uint64_t base, Precision prec, const AttentionHints& hints) {
   const OpTimer timer("attention_forward");
   if (attention_cudnn_takes(B, T, C, NH, dropout_p, prec, qkv16, hints.right_padded, hints.forward_only))
     return attention_cudnn_forward(out, out16, saved, work, qkv16, mask_add, B, T, C, NH, dropout_p, rng, base,
@@ -66,18 +66,18 @@ void attention_fwd(float* out, bf16_t* out16, float* saved, float* work, const f
   return attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec, out16, qkv16);
 }
 
-void attention_bwd(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
-                   const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
-                   const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
-                   const Rng& rng, uint64_t base, Precision prec, const AttentionHints& hints) {
+void attention_bwd(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv, const bf16_t* qkv16,
+                   const float* out, const bf16_t* out16, const float* saved, const float* mask_add, int64_t B,
+                   int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+                   const AttentionHints& hints) {
   const OpTimer timer("attention_backward");
   BERTCC_CHECK(!hints.forward_only, "attention_backward: its forward said forward_only");
   bf16_t* const d16 = prec == Precision::BF16 ? dqkv16 : nullptr;
   if (attention_cudnn_takes(B, T, C, NH, dropout_p, prec, qkv16, hints.right_padded, false))
-    return attention_cudnn_backward(dqkv, d16, work, dout, qkv16, out16, saved, mask_add, B, T, C, NH, dropout_p,
-                                    rng, base);
-  return attention_backward(dqkv, work, dout, qkv, out, out16, saved, mask_add, B, T, C, NH, dropout_p, rng, base,
-                            prec, d16, qkv16);
+    return attention_cudnn_backward(dqkv, d16, work, dout, qkv16, out16, saved, mask_add, B, T, C, NH, dropout_p, rng,
+                                    base);
+  return attention_backward(dqkv, work, dout, qkv, out, out16, saved, mask_add, B, T, C, NH, dropout_p, rng, base, prec,
+                            d16, qkv16);
 }
 
 // the varlen kernels' row dots, beyond the per-sequence calls' scratch
@@ -99,8 +99,8 @@ bool varlen_bwd(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, con
                 int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
   if (!attention_varlen_on() || !attention_varlen_fits(C, NH, prec, qkv, qkv16)) return false;
   const OpTimer timer("attention_backward");
-  attention_varlen_backward(dqkv, dqkv16, work, dout, out, out16, qkv, qkv16, saved, cu, B, C, NH, dropout_p, rng,
-                            base, prec);
+  attention_varlen_backward(dqkv, dqkv16, work, dout, out, out16, qkv, qkv16, saved, cu, B, C, NH, dropout_p, rng, base,
+                            prec);
   return true;
 }
 
@@ -110,15 +110,15 @@ int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_
   return softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
 }
 
-void linear_fwd(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
-                Precision p, const bf16_t* W16, const LinearIo& a16) {
+void linear_fwd(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K, Precision p,
+                const bf16_t* W16, const LinearIo& a16) {
   const OpTimer timer("linear_forward");
   BERTCC_CHECK(!a16.y16 || p == Precision::BF16, "linear_forward: a bf16 output outside bf16");
   linear_forward(y, x, W, b, M, N, K, p, W16, a16.x16, a16.keep_x16, a16.y16);
 }
 
-void linear_bwd(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
-                int64_t N, int64_t K, Precision p, const bf16_t* W16, const LinearIo& a16) {
+void linear_bwd(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M, int64_t N,
+                int64_t K, Precision p, const bf16_t* W16, const LinearIo& a16) {
   const OpTimer timer("linear_backward");
   linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, a16.dy16, a16.x16, a16.overwrite_dx);
 }
@@ -149,7 +149,8 @@ constexpr DeviceOps kOps = {
     .gather_rows = timed<"gather_rows", gather_rows>,
     .scatter_add_rows = timed<"scatter_add_rows", scatter_add_rows>,
     .attention_saved_size = attention_saved_size,
-    .attention_work_size = [](int64_t B, int64_t T, int64_t, int64_t NH) { return attention_backward_work_size(B, T, NH); },
+    .attention_work_size = [](int64_t B, int64_t T, int64_t,
+                              int64_t NH) { return attention_backward_work_size(B, T, NH); },
     .attention_work_size_hinted = attention_work_hinted,
     .attention_forward = attention_fwd,
     .attention_backward = attention_bwd,
