@@ -23,8 +23,8 @@ RuntimeSettings parse(const std::map<std::string, std::string>& env) {
 
 TEST(Settings, DefaultsWhenUnsetOrEmpty) {
   for (const auto& env : {std::map<std::string, std::string>{},
-                          std::map<std::string, std::string>{{"BERTCC_PADDED", ""}, {"BERTCC_ATTENTION", ""},
-                                                             {"BERTCC_CUDA_VARLEN", ""}}}) {
+                          std::map<std::string, std::string>{
+                              {"BERTCC_PADDED", ""}, {"BERTCC_ATTENTION", ""}, {"BERTCC_CUDA_VARLEN", ""}}}) {
     const RuntimeSettings s = parse(env);
     EXPECT_FALSE(s.padded);
     EXPECT_FALSE(s.attention_cudnn);
@@ -62,11 +62,15 @@ TEST(Settings, ValuesAndTheirDescription) {
 
 // Every variable with a fixed set of values refuses others, naming itself, the value and the values.
 TEST(Settings, BadValuesNameTheVariable) {
-  const std::map<std::string, std::string> bad = {
-      {"BERTCC_PADDED", "yes"},          {"BERTCC_PROFILE_GEMM", "on"},         {"BERTCC_CUDA_PROFILE", "2"},
-      {"BERTCC_ATTENTION", "flash"},     {"BERTCC_GEMM_TUNE", "true"},          {"BERTCC_ATTENTION_FWD_ROWS", "32"},
-      {"BERTCC_ATTENTION_FWD_MIN_BLOCKS", "2"}, {"BERTCC_ATTENTION_SKIP_PADDING", "off"},
-      {"BERTCC_CUDA_VARLEN", "no"}};
+  const std::map<std::string, std::string> bad = {{"BERTCC_PADDED", "yes"},
+                                                  {"BERTCC_PROFILE_GEMM", "on"},
+                                                  {"BERTCC_CUDA_PROFILE", "2"},
+                                                  {"BERTCC_ATTENTION", "flash"},
+                                                  {"BERTCC_GEMM_TUNE", "true"},
+                                                  {"BERTCC_ATTENTION_FWD_ROWS", "32"},
+                                                  {"BERTCC_ATTENTION_FWD_MIN_BLOCKS", "2"},
+                                                  {"BERTCC_ATTENTION_SKIP_PADDING", "off"},
+                                                  {"BERTCC_CUDA_VARLEN", "no"}};
   for (const auto& [name, value] : bad) {
     const std::string e = error_of([&] { parse({{name, value}}); });
     EXPECT_NE(e.find(name + ": '" + value + "' is not "), std::string::npos) << e;

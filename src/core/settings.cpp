@@ -48,8 +48,8 @@ RuntimeSettings parse_settings(const std::function<const char*(const char*)>& en
   const std::string blocks =
       choice(env, "BERTCC_ATTENTION_FWD_MIN_BLOCKS", {"1", "4"}, "blocks per SM of the head-size-64 forward");
   s.attention_fwd_min_blocks = blocks.empty() ? 0 : std::stoi(blocks);
-  s.attention_skip_padding = choice(env, "BERTCC_ATTENTION_SKIP_PADDING", {"0", "1"},
-                                    "0: attention reads the padding keys too") != "0";
+  s.attention_skip_padding =
+      choice(env, "BERTCC_ATTENTION_SKIP_PADDING", {"0", "1"}, "0: attention reads the padding keys too") != "0";
   s.cuda_varlen = choice(env, "BERTCC_CUDA_VARLEN", {"0", "1"}, "0: no varlen attention kernels on CUDA") != "0";
   return s;
 }
@@ -76,8 +76,7 @@ std::string describe_settings(const RuntimeSettings& s) {
   add(s.gemm_tuning != d.gemm_tuning, "BERTCC_GEMM_TUNING=" + s.gemm_tuning);
   add(s.gemm_tune, "BERTCC_GEMM_TUNE=1");
   add(s.attention_fwd_rows != 0, "BERTCC_ATTENTION_FWD_ROWS=" + std::to_string(s.attention_fwd_rows));
-  add(s.attention_fwd_min_blocks != 0,
-      "BERTCC_ATTENTION_FWD_MIN_BLOCKS=" + std::to_string(s.attention_fwd_min_blocks));
+  add(s.attention_fwd_min_blocks != 0, "BERTCC_ATTENTION_FWD_MIN_BLOCKS=" + std::to_string(s.attention_fwd_min_blocks));
   add(!s.attention_skip_padding, "BERTCC_ATTENTION_SKIP_PADDING=0");
   add(!s.cuda_varlen, "BERTCC_CUDA_VARLEN=0");
   return out;
