@@ -25,9 +25,10 @@
 
 #include "bertcc/error.h"
 #include "bertcc/rng.h"
+#include "core/settings.h"
+#include "cuda/attention/cudnn_graphs.h"
 #include "cuda/attention/varlen.h"
 #include "cuda/cuda_kernels.h"
-#include "cuda/attention/cudnn_graphs.h"
 
 using namespace bertcc;
 namespace G = bertcc::cuda;
@@ -242,14 +243,13 @@ int main(int argc, char** argv) {
       // BERTCC_ATTENTION_FWD_ROWS (attention/tensor_core.cu: 64 or 128 query rows per forward block) and
       // BERTCC_ATTENTION_FWD_MIN_BLOCKS (1 or 4 blocks per SM the forward's registers allow) named
       // in the label, so that runs of the forms can be told apart
-      const char* rows = std::getenv("BERTCC_ATTENTION_FWD_ROWS");
-      const char* blocks = std::getenv("BERTCC_ATTENTION_FWD_MIN_BLOCKS");
       // BERTCC_ATTENTION_SKIP_PADDING=0: every key visited, also those past a sequence's last unmasked
-      // key (attention/tensor_core_kernels.cuh: count_keys), as "-allkeys"
-      const char* skip = std::getenv("BERTCC_ATTENTION_SKIP_PADDING");
-      const std::string impl = std::string("bertcc") + (rows && *rows ? std::string("-fwd") + rows : "") +
-                               (blocks && *blocks ? std::string("-mb") + blocks : "") +
-                               (skip && std::string(skip) == "0" ? "-allkeys" : "");
+      // key (attention/tensor_core_kernels.cuh: count_keys), as "-allkeys" (core/settings.h)
+      const RuntimeSettings& rs = settings();
+      const std::string impl =
+          std::string("bertcc") + (rs.attention_fwd_rows ? "-fwd" + std::to_string(rs.attention_fwd_rows) : "") +
+          (rs.attention_fwd_min_blocks ? "-mb" + std::to_string(rs.attention_fwd_min_blocks) : "") +
+          (rs.attention_skip_padding ? "" : "-allkeys");
       std::stringstream ps(precs);
       std::string pn;
       while (std::getline(ps, pn, ',')) {
