@@ -1,5 +1,5 @@
 #!/bin/sh
-# bertcc serve on real sentences, unpadded (the default) against --padded (issue 41): wrk sends
+# bertcc serve on real sentences, unpadded (the default) against --padded: wrk sends
 # SST-2's dev sentences (872, one per request, cycling) to /v1/classify with CONN connections for
 # SECS seconds; the dynamic batcher (--max-batch-size 32) puts requests of different lengths in
 # one batch, which unpadded execution computes without the padding. A bert-base-shaped classifier

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Unpadded execution against padded, same run, real data (issue 41). Each line runs bertcc twice on
+# Unpadded execution against padded, same run, real data. Each line runs bertcc twice on
 # the same examples with the same flags, unpadded (the default) and with --padded (each batch
 # padded to its longest row, computed whole), alternating so that both see the same machine:
 #   squad-train  `finetune squad --mode train` on SQuAD v1.1 dev questions (the train set's stand-in;

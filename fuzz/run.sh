@@ -11,7 +11,7 @@
 # build-fuzz is one clang tree for make fuzz and make test-asan: ASan + UBSan and the fuzzers'
 # coverage instrumentation, which unit tests linked without libFuzzer leave unused (make test-asan
 # makes UBSan's reports fatal at run time, UBSAN_OPTIONS=halt_on_error=1, as -fno-sanitize-recover
-# does in a BERTCC_SANITIZE build; the fuzzers keep UBSan's reports recoverable, as before).
+# does in a BERTCC_SANITIZE build; the fuzzers keep UBSan's reports recoverable).
 set -eu
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 B="$HERE/build-fuzz"; S="$HERE/../shared/data"

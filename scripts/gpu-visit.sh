@@ -22,7 +22,7 @@
 # (dump-step --device cuda against PyTorch in float64, fp32 and bf16) -> gemm (the layer's GEMMs against
 # cuBLASLt's other answers and bf16 outputs) -> gemmtune (GEMMs tuned into $OUT/gemm_tuning.json, bench
 # without and with it) -> bench (bench/gpu.sh, the
-# issue's shapes, bf16, without the torch.compile peer) -> e2e (tests/cuda/e2e.sh: the commands end to
+# performance goals' shapes, bf16, without the torch.compile peer) -> e2e (tests/cuda/e2e.sh: the commands end to
 # end on the GPU against the CPU; determinism and resume bit-exact) -> nccl (the NCCL communicator at
 # world size 1) -> hf (AutoTokenizer on bertcc's directories;
 # transformers' ELECTRA on bertcc's pre-training output) -> sanitizer (compute-sanitizer memcheck and
@@ -80,7 +80,7 @@ if [ "$cmd" = pack ]; then
   # the CPU scaling of the scaling step
   cp build/bertcc_allreduce_bench .gpu/bundle/ 2>/dev/null || true
   # wrk (Debian's, with its LuaJIT) for serve_load: Python's client threads share one interpreter
-  # lock and were the limit on the third visit (mean batch 5.7 of 32)
+  # lock and limit the load they make (a mean batch of 5.7 of 32 with them)
   if command -v wrk > /dev/null; then
     bash ../shared/tools/device-bundle "$(command -v wrk)" .gpu/bundle > /dev/null || exit 1
   else
@@ -163,7 +163,7 @@ step attention 180 "$B/bertcc_cuda_attention_bench --iters 20 && BERTCC_ATTENTIO
 step cudnn 120 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; P=\$(python3 scripts/find-torch-cudnn.py --ld-path); echo \"cuDNN \$L; added to LD_LIBRARY_PATH: \$P\"; export BERTCC_CUDNN_LIB=\$L LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}\$P; \
   $B/test_cudnn_attention --save-deviceprop $OUT/cudnn_deviceprop.json || { CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn_dbg.log $B/test_cudnn_attention > /dev/null; exit 1; }; \
   $B/bertcc_cuda_attention_bench --cudnn --precisions '' --iters 20 && python3 bench/cuda/attention_peer.py --precisions '' --infer --iters 20"
-# cudnn_hook: BERTCC_ATTENTION=cudnn through the model (issue 42 item 1): test_cuda_kernels' cuDNN
+# cudnn_hook: BERTCC_ATTENTION=cudnn through the model: test_cuda_kernels' cuDNN
 # group (the backend's padded attention with cuDNN against bertcc's kernels, bf16 hs 64/128, dropout
 # 0.1/0, inference; fp32 bertcc's bits with the switch on), then bench train (bert-base 32 x 512) and
 # infer (bert-large 64 x 384), bf16, --padded (random batches have no padding and would otherwise be
@@ -175,7 +175,7 @@ step cudnn_hook 150 "L=\$(python3 scripts/find-torch-cudnn.py) || exit 77; P=\$(
     BERTCC_ATTENTION=\$a $B/bertcc bench infer --device cuda --config bert-large --batch 64 --seq 384 --precision bf16 --padded --steps 5 --warmup 2 || exit 1; done; exit \$k"
 step gemm 90 "$B/bertcc_cuda_gemm_bench --iters 10"
 step model 150 "python3 -c 'import torch, h5py' || exit 77; for p in fp32 bf16; do python3 tests/torch/check_dump_step.py --bertcc $B/bertcc --precision \$p --device cuda --workdir $OUT/model_\$p || exit 1; done"
-# gemmtune: GEMMs tuned, not guessed (issue 42 item 2; bench/cuda/gemm_tune.sh): the layer's products
+# gemmtune: GEMMs tuned, not guessed (bench/cuda/gemm_tune.sh): the layer's products
 # and the model's own GEMMs tuned into $OUT/gemm_tuning.json, then bench train (bert-large 64 x 128)
 # and infer (64 x 384) without the file and with it. About 70 s by estimate; 90 at most
 step gemmtune 90 "sh bench/cuda/gemm_tune.sh $B/bertcc $B/bertcc_cuda_gemm_bench $OUT"
@@ -184,7 +184,7 @@ step bench 300 "ERRLOG=$OUT/bench.err COMPILE=0 STEPS=10 sh bench/gpu.sh $B/bert
 # devices, ELECTRA, finetune every head, inference commands, serve), determinism and resume bit-exact
 step e2e 360 "FT_DATA=$B/ftdata sh tests/cuda/e2e.sh $B/bertcc $OUT/e2e cuda"
 # e2e_late (by name only): e2e's last sections alone (fine-tuning every head, inference, serve, a
-# GPU past the last refused), which the fourth visit's 360 s did not reach
+# GPU past the last refused), for a call whose budget ends before e2e's 360 s do
 step e2e_late 300 "E2E_ONLY=finetune,past FT_DATA=$B/ftdata sh tests/cuda/e2e.sh $B/bertcc $OUT/e2e_late cuda"
 # nccl: the NCCL communicator at world size 1 (tests/cuda/nccl.sh: the same bytes as without it, in buckets
 # during backward, small buckets, no overlap; 16-bit wires)
@@ -199,24 +199,24 @@ step electra 150 "DEVICE=cuda PYTHON=python3 OUT=$OUT/electra.jsonl sh bench/ele
 # kernel, where launches matter (batch 1) and where they should not (BERT-large 64 x 384)
 step graphs 150 "for c in 'bert-base 1 128' 'bert-base 8 128' 'bert-large 64 384'; do set -- \$c; for g in '' --cuda-graphs; do \
 $B/bertcc bench infer --config \$1 --batch \$2 --seq \$3 --precision bf16 --device cuda --steps 20 --warmup 3 \$g | tail -1 || exit 1; done; done"
-# parity: issue 11's learning checks (tests/cuda/parity.sh): bert-mini pre-trained 300 steps on the demo
+# parity: the learning checks (tests/cuda/parity.sh): bert-mini pre-trained 300 steps on the demo
 # corpus on the GPU and on the CPU (mean loss of the last 50 steps within 1 %, bf16 and fp32), kill -9
 # and resume on the GPU (byte-identical), SST-2 from one checkpoint on both (dev accuracy within 0.5
 # points, fp32 and bf16); the CPU runs on the machine's 16 cores
 step parity 420 "THREADS=16 PYTHON=python3 sh tests/cuda/parity.sh $B/bertcc $OUT/parity $B/demo/corpus $B/demo/vocab.txt \
 $B/glue_data/glue/SST-2 cuda"
-# electra_glue: issue 13's comparison at a GPU's budget: ELECTRA-small (12 layers, hidden 256,
+# electra_glue: ELECTRA against BERT at a GPU's budget: ELECTRA-small (12 layers, hidden 256,
 # embedding 128, generator 1/4) against a BERT of its shape, 150 s of pre-training each on the demo
 # corpus, then MRPC, RTE, CoLA and STS-B with 3 seeds each (bench/electra_vs_bert.sh); about 8 minutes
 step electra_glue 540 "CORPUS=$B/demo/corpus VOCAB=$B/demo/vocab.txt GLUE_DATA=$B/glue_data DEVICE=cuda PYTHON=python3 \
 LAYERS=12 EMB=128 BATCH=128 BUDGET=150 JOBS=4 THREADS=4 OUT=$OUT/electra_glue sh bench/electra_vs_bert.sh $B/bertcc"
-# scaling: issue 12's CPU scaling on the machine's 16 cores: bert-base seq 128 bf16, 1 rank x 16
+# scaling: the CPU scaling on the machine's 16 cores: bert-base seq 128 bf16, 1 rank x 16
 # threads against 2/4/8 ranks x 16/ranks threads (bench/data_parallel.sh), and bertcc's all-reduce
 # against MPI_Allreduce at 2, 4 and 8 ranks
 step scaling 400 "for np in 2 4 8; do VOCAB=$B/vocab/bert-base-uncased-vocab.txt PYTHON=python3 WORK=/tmp/dp_\$np \
 sh bench/data_parallel.sh $B/bertcc bert-base \$np 16 8 8 || exit 1; done; for np in 2 4 8; do \
 mpirun --bind-to none -np \$np $B/bertcc_allreduce_bench --mb 1,25,418 --iters 5 || exit 1; done"
-# serve_load: issue 14's dynamic batching on the GPU: serve --device cuda with a bert-base classifier,
+# serve_load: dynamic batching on the GPU: serve --device cuda with a bert-base classifier,
 # 64 connections for 15 s on /v1/classify and /v2 infer, --max-batch-size 1 against 32; the load from
 # the bundle's wrk (4 threads), else from Python clients
 step serve_load 150 "PATH=$B:\$PATH DEVICE=cuda WRK_THREADS=4 VOCAB=$B/vocab/bert-base-uncased-vocab.txt PYTHON=python3 \

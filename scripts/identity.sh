@@ -1,5 +1,5 @@
 #!/bin/sh
-# Byte identity of bertcc's results (issue 40): runs one binary over a fixed set of small jobs and
+# Byte identity of bertcc's results: runs one binary over a fixed set of small jobs and
 # writes a manifest of the sha256 of every result, so that two binaries (before and after a
 # refactoring) or two runs of one binary can be compared file by file.
 #

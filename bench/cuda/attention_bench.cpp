@@ -7,10 +7,10 @@
 //   bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] [--precisions fp32,bf16,fp16]
 //                               [--padding F]  (every other sequence ends in F*T padding keys; 0.125)
 //                               [--varlen]  (also bf16 unpadded: the real tokens of the same batch packed,
-//                                            attention_varlen.h's one launch per kernel against one padded
+//                                            attention/varlen.h's one launch per kernel against one padded
 //                                            call per sequence, as impl bertcc-varlen and bertcc-perseq)
 //                               [--cudnn]  (also the inference forward in bf16 without dropout: cuDNN's fused
-//                                           attention, cudnn_attention.h, as impl cudnn, against bertcc's
+//                                           attention, attention/cudnn_graphs.h, as impl cudnn, against bertcc's
 //                                           kernels on the same qkv16, as bertcc-infer; max |difference|
 //                                           printed, exit 1 above 2e-2 or when cuDNN cannot run a shape)
 #include <algorithm>
@@ -25,9 +25,10 @@
 
 #include "bertcc/error.h"
 #include "bertcc/rng.h"
-#include "cuda/attention_varlen.h"
+#include "core/settings.h"
+#include "cuda/attention/cudnn_graphs.h"
+#include "cuda/attention/varlen.h"
 #include "cuda/cuda_kernels.h"
-#include "cuda/cudnn_attention.h"
 
 using namespace bertcc;
 namespace G = bertcc::cuda;
@@ -239,17 +240,16 @@ int main(int argc, char** argv) {
           dqkv(std::vector<float>(B * T * 3 * C)),
           work(std::vector<float>(static_cast<size_t>(G::attention_backward_work_size(B, T, NH))));
       const Rng rng(42, 0);
-      // BERTCC_ATTENTION_FWD_ROWS (attention_tc.cu: 64 or 128 query rows per forward block) and
+      // BERTCC_ATTENTION_FWD_ROWS (attention/tensor_core.cu: 64 or 128 query rows per forward block) and
       // BERTCC_ATTENTION_FWD_MIN_BLOCKS (1 or 4 blocks per SM the forward's registers allow) named
       // in the label, so that runs of the forms can be told apart
-      const char* rows = std::getenv("BERTCC_ATTENTION_FWD_ROWS");
-      const char* blocks = std::getenv("BERTCC_ATTENTION_FWD_MIN_BLOCKS");
       // BERTCC_ATTENTION_SKIP_PADDING=0: every key visited, also those past a sequence's last unmasked
-      // key (attention_tc_kernels.cuh: count_keys), as "-allkeys"
-      const char* skip = std::getenv("BERTCC_ATTENTION_SKIP_PADDING");
-      const std::string impl = std::string("bertcc") + (rows && *rows ? std::string("-fwd") + rows : "") +
-                               (blocks && *blocks ? std::string("-mb") + blocks : "") +
-                               (skip && std::string(skip) == "0" ? "-allkeys" : "");
+      // key (attention/tensor_core_kernels.cuh: count_keys), as "-allkeys" (core/settings.h)
+      const RuntimeSettings& rs = settings();
+      const std::string impl =
+          std::string("bertcc") + (rs.attention_fwd_rows ? "-fwd" + std::to_string(rs.attention_fwd_rows) : "") +
+          (rs.attention_fwd_min_blocks ? "-mb" + std::to_string(rs.attention_fwd_min_blocks) : "") +
+          (rs.attention_skip_padding ? "" : "-allkeys");
       std::stringstream ps(precs);
       std::string pn;
       while (std::getline(ps, pn, ',')) {

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Tuned GEMMs on the GPU machine (issue 42 item 2; src/cuda/gemm_tuning.h), gpu-visit's gemmtune step:
+# Tuned GEMMs on the GPU machine (src/cuda/gemm_tuning.h), gpu-visit's gemmtune step:
 #  1. bertcc_cuda_gemm_bench --tune: the encoder layer's products at BERT-base and BERT-large widths,
 #     8192 tokens (seq 128 x 64, seq 512 x 16), the first answer against the tuned one per product;
 #  2. `bench train` and `bench infer` tune the model's own GEMMs into the same file

@@ -132,7 +132,7 @@ class Bert {
   // mean cross-entropy over labels != -100). Logits are left in head_logits(): QA [B,T,2]
   // (start, end), sequence [B,num_labels], token [B,T,num_labels]. Unpadded (last_packed), the
   // per-token heads compute the real tokens' rows only and their logits are laid out padded, the
-  // padding holding the Linear's bias (the logits of a zero hidden state, as before).
+  // padding holding the Linear's bias (the logits of a zero hidden state, as a padded forward gives).
   FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale = 1.0f);
   const std::vector<float>& head_logits() const { return head_logits_; }

@@ -67,7 +67,7 @@ inline uint32_t dropout_threshold(float p) {
 // Attention dropout draws 16 bits per decision, two decisions per number of the stream, so one
 // Philox block decides eight elements. The layout follows the Tensor Core kernels' mma.sync C
 // fragments, so that each thread draws exactly the block of its own eight decisions and no lane
-// shares numbers with another (attention_tc_kernels.cuh): the scores of head row bh (b*NH + h)
+// shares numbers with another (attention/tensor_core_kernels.cuh): the scores of head row bh (b*NH + h)
 // are cut into tiles of 16 queries x 16 keys (T rounded up to 16), and tile (bh, i/16, j/16) owns
 // 128 consecutive numbers (32 blocks). Element (i, j) is decided by block 4 (i % 8) + (j / 2) % 4
 // of its tile, word 2 ((i / 8) % 2) + (j / 8) % 2, the low 16 bits for even j, the high for odd j.

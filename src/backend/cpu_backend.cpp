@@ -93,7 +93,7 @@ class CpuBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
     if (staged_) {
-      mine("upload (destination)", dst);
+      check_staged_buffers("upload (destination)", dst);
       BERTCC_CHECK(!owned_.owns(src), "cpu-staged: upload from a device buffer (use copy)");
     }
     std::memcpy(dst, src, bytes);
@@ -101,37 +101,37 @@ class CpuBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
     if (staged_) {
-      mine("download (source)", src);
+      check_staged_buffers("download (source)", src);
       BERTCC_CHECK(!owned_.owns(dst), "cpu-staged: download into a device buffer (use copy)");
     }
     std::memcpy(dst, src, bytes);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
-    mine("copy", dst, src);
+    check_staged_buffers("copy", dst, src);
     if (dst != src) std::memcpy(dst, src, bytes);
   }
   void zero(void* p, size_t bytes) override {
     if (!bytes) return;
-    mine("zero", p);
+    check_staged_buffers("zero", p);
     std::memset(p, 0, bytes);
   }
   void synchronize() override {}
 
   double global_norm(const float* x, size_t n) override {
-    mine("global_norm", x);
+    check_staged_buffers("global_norm", x);
     return bertcc::global_norm(x, n);
   }
   double lamb_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr, const LambOptions& o,
                    double grad_norm) override {
-    mine("lamb_step", params, grads);
+    check_staged_buffers("lamb_step", params, grads);
     const double g = bertcc::lamb_step(t, params, grads, s.cpu, lr, o, grad_norm);
     s.step = s.cpu.step;
     return g;
   }
   double adamw_step(const ParamTable& t, float* params, float* grads, OptimizerState& s, float lr,
                     const AdamWOptions& o, double grad_norm) override {
-    mine("adamw_step", params, grads);
+    check_staged_buffers("adamw_step", params, grads);
     const double g = bertcc::adamw_step(t, params, grads, s.cpu, lr, o, grad_norm);
     s.step = s.cpu.step;
     return g;

@@ -1,30 +1,20 @@
-// Each operation of ops.h with its two implementations beside each other: CUDA's (src/cuda, timed
-// by OpTimer for BERTCC_CUDA_PROFILE; compiled in builds with the CUDA kernels only), then the
-// CPU's (kernels/ call for call, so CPU results are the kernels' own), which the staged backend
-// shares after checking that each buffer it is given is one of its allocations.
+// Each operation of ops.h: one dispatch to the device's table where the backend registered one
+// (device_ops.h; CUDA's is src/cuda/ops_cuda.cpp), then the CPU's implementation (kernels/ call for
+// call, so CPU results are the kernels' own), which the staged backend shares after checking that
+// each buffer it is given is one of its allocations (check_staged_buffers).
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_ops.h"
 #include "bertcc/error.h"
-#include "cuda/attention_varlen.h"
-#include "cuda/cuda_kernels.h"
-#include "cuda/op_timer.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
-#ifndef BERTCC_HAVE_CUDA
-#define BERTCC_HAVE_CUDA 0
-#endif
-
 namespace bertcc {
 namespace {
-
-// The CUDA branches, `if constexpr (kCuda) if (on_cuda())`: discarded in builds without the CUDA
-// kernels, so that they name none of them.
-constexpr bool kCuda = BERTCC_HAVE_CUDA;
-using cuda::OpTimer;
 
 constexpr int64_t kChunk = int64_t{1} << 18;  // host scratch of the bf16-only GELU paths, in floats
 
@@ -43,8 +33,17 @@ int64_t one_length(const int64_t* cu, int64_t B) {
 
 }  // namespace
 
-Ops::Ops(DeviceKind kind, DeviceMemory& mem) : kind_(kind), mem_(mem) {
-  BERTCC_CHECK(kind != DeviceKind::CUDA || kCuda, "CUDA operations in a build without the CUDA kernels");
+Ops::Ops(DeviceKind kind, DeviceMemory& mem, const DeviceOps* device) : kind_(kind), mem_(mem), dev_(device) {
+  BERTCC_CHECK((kind == DeviceKind::CUDA) == (device != nullptr), "Ops: a device's operations without its table");
+  if (!device) return;
+  // Every entry set: the table is all function pointers, and designated initialisers may leave one out.
+  using Entry = void (*)();
+  static_assert(sizeof(DeviceOps) % sizeof(Entry) == 0, "DeviceOps holds function pointers only");
+  std::array<uintptr_t, sizeof(DeviceOps) / sizeof(Entry)> entries;
+  static_assert(sizeof(entries) == sizeof(DeviceOps));
+  std::memcpy(entries.data(), device, sizeof(DeviceOps));
+  for (size_t i = 0; i < entries.size(); ++i)
+    BERTCC_CHECK(entries[i] != 0, "Ops: entry ", i, " of the device's operations table (device_ops.h) is not set");
 }
 
 void Ops::check_buffer(const char* call, const void* p, int i) const {
@@ -55,20 +54,14 @@ void Ops::check_buffer(const char* call, const void* p, int i) const {
 // ---- rows and conversions ----
 
 void Ops::copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("copy_rows");
-    return cuda::copy_rows(dst, dst_ld, src, src_ld, rows, cols);
-  }
-  mine("copy_rows", dst, src);
+  if (dev_) return dev_->copy_rows(dst, dst_ld, src, src_ld, rows, cols);
+  check_staged_buffers("copy_rows", dst, src);
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, sizeof(float) * cols);
 }
 
 void Ops::add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("add_rows");
-    return cuda::add_rows(dst, dst_ld, src, src_ld, rows, cols);
-  }
-  mine("add_rows", dst, src);
+  if (dev_) return dev_->add_rows(dst, dst_ld, src, src_ld, rows, cols);
+  check_staged_buffers("add_rows", dst, src);
   for (int64_t r = 0; r < rows; ++r) {
     float* d = dst + r * dst_ld;
     const float* s = src + r * src_ld;
@@ -77,40 +70,28 @@ void Ops::add_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld,
 }
 
 void Ops::to_bf16(bf16_t* out, const float* in, int64_t n) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("to_bf16");
-    return cuda::to_bf16(out, in, n);
-  }
-  mine("to_bf16", out, in);
+  if (dev_) return dev_->to_bf16(out, in, n);
+  check_staged_buffers("to_bf16", out, in);
   bertcc::to_bf16(in, out, static_cast<size_t>(n));
 }
 
 void Ops::narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("narrow16");
-    return cuda::narrow16(out, in, n, bf16);
-  }
-  mine("narrow16", out, in);
+  if (dev_) return dev_->narrow16(out, in, n, bf16);
+  check_staged_buffers("narrow16", out, in);
   if (bf16) bertcc::to_bf16(in, out, static_cast<size_t>(n));
   else bertcc::to_f16(in, out, static_cast<size_t>(n));
 }
 
 void Ops::widen16(float* out, const uint16_t* in, int64_t n, bool bf16) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("widen16");
-    return cuda::widen16(out, in, n, bf16);
-  }
-  mine("widen16", out, in);
+  if (dev_) return dev_->widen16(out, in, n, bf16);
+  check_staged_buffers("widen16", out, in);
   if (bf16) bertcc::from_bf16(in, out, static_cast<size_t>(n));
   else bertcc::from_f16(in, out, static_cast<size_t>(n));
 }
 
 void Ops::scale(float* x, int64_t n, float s) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("scale");
-    return cuda::scale(x, n, s);
-  }
-  mine("scale", x);
+  if (dev_) return dev_->scale(x, n, s);
+  check_staged_buffers("scale", x);
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
@@ -118,67 +99,50 @@ void Ops::scale(float* x, int64_t n, float s) {
 
 void Ops::embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
                              const float* wtt, int64_t B, int64_t T, int64_t C) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("embeddings_forward");
-    return cuda::embeddings_forward(out, ids, seg, wte, wpe, wtt, B, T, C);
-  }
-  mine("embeddings_forward", out, ids, seg, wte, wpe, wtt);
+  if (dev_) return dev_->embeddings_forward(out, ids, seg, wte, wpe, wtt, B, T, C);
+  check_staged_buffers("embeddings_forward", out, ids, seg, wte, wpe, wtt);
   kernels::embeddings_forward(out, ids, seg, wte, wpe, wtt, B, T, C);
 }
 
 void Ops::embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
                               const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("embeddings_backward");
-    return cuda::embeddings_backward(dwte, dwpe, dwtt, dout, ids, seg, B, T, C, V, TT);
-  }
-  mine("embeddings_backward", dwte, dwpe, dwtt, dout, ids, seg);
+  if (dev_) return dev_->embeddings_backward(dwte, dwpe, dwtt, dout, ids, seg, B, T, C, V, TT);
+  check_staged_buffers("embeddings_backward", dwte, dwpe, dwtt, dout, ids, seg);
   kernels::embeddings_backward(dwte, dwpe, dwtt, dout, ids, seg, B, T, C, V, TT);
 }
 
 void Ops::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                             int64_t N, int64_t C, float eps) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("layernorm_forward");
-    return cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
-  }
-  mine("layernorm_forward", out, mean, rstd, inp, w, b);
+  if (dev_) return dev_->layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+  check_staged_buffers("layernorm_forward", out, mean, rstd, inp, w, b);
   kernels::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
 }
 
 // overwrite: the CPU kernels add, so the destination is zeroed first (the same bits)
 void Ops::layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                              const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("layernorm_backward");
-    return cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, overwrite);
-  }
-  mine("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd);
+  if (dev_) return dev_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, overwrite);
+  check_staged_buffers("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd);
   if (overwrite) std::memset(dinp, 0, sizeof(float) * static_cast<size_t>(N * C));
   kernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
 void Ops::residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                      const float* w, const float* b, int64_t N, int64_t C, float eps, bf16_t* out16) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("residual_layernorm_forward");
-    return cuda::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16);
-  }
-  mine("residual_layernorm_forward", out, sum, mean, rstd, a, r, w, b, out16);
+  if (dev_) return dev_->residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16);
+  check_staged_buffers("residual_layernorm_forward", out, sum, mean, rstd, a, r, w, b, out16);
   kernels::residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps);
   if (out16) bertcc::to_bf16(out, out16, static_cast<size_t>(N * C));
 }
 
-// CUDA: one kernel where the register-row kernels take C and the pointers; otherwise (and on the
-// CPU) dropout in place, then the residual LayerNorm
+// A device may fuse the two (CUDA: one kernel where the register-row kernels take C and the
+// pointers); otherwise, and on the CPU, dropout in place, then the residual LayerNorm
 void Ops::residual_dropout_layernorm_forward(float* out, float* sum, float* mean, float* rstd, float* a,
                                              const float* r, const float* w, const float* b, int64_t N, int64_t C,
                                              float eps, bf16_t* out16, float p, const Rng& rng, uint64_t base) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("residual_dropout_layernorm_forward");
-    if (cuda::residual_dropout_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16, p, rng, base))
-      return;
-  }
+  if (dev_ &&
+      dev_->residual_dropout_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16, p, rng, base))
+    return;
   if (p > 0) dropout_forward(a, a, N * C, p, rng, base);
   residual_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16);
 }
@@ -186,12 +150,9 @@ void Ops::residual_dropout_layernorm_forward(float* out, float* sum, float* mean
 void Ops::layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                      const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
                                      float* dbranch, bf16_t* dbranch16, float p, const Rng& rng, uint64_t base) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("layernorm_dropout_backward");
-    if (cuda::layernorm_dropout_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, dbranch, dbranch16, p, rng,
-                                         base))
-      return;
-  }
+  if (dev_ && dev_->layernorm_dropout_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, dbranch, dbranch16, p,
+                                               rng, base))
+    return;
   layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, /*overwrite=*/true);
   dropout_backward(dbranch, dinp, N * C, p, rng, base, dbranch16, /*overwrite=*/true);
 }
@@ -199,11 +160,8 @@ void Ops::layernorm_dropout_backward(float* dinp, float* dw, float* db, const fl
 // ---- bias, GELU, tanh, dropout ----
 
 void Ops::bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("bias_backward");
-    return cuda::bias_backward(db, dy, M, N);
-  }
-  mine("bias_backward", db, dy);
+  if (dev_) return dev_->bias_backward(db, dy, M, N);
+  check_staged_buffers("bias_backward", db, dy);
   kernels::bias_backward(db, dy, M, N);
 }
 
@@ -212,11 +170,8 @@ void Ops::bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
 // input's values as bf16), its rounding, then bias_backward.
 void Ops::gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const float* dout, int64_t M, int64_t N,
                              Activation act, float* scratch, bf16_t* out16) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("gelu_bias_backward");
-    return cuda::gelu_bias_backward(dinp16, db, inp16, dout, M, N, act, out16);
-  }
-  mine("gelu_bias_backward", dinp16, db, inp16, dout, scratch, out16);
+  if (dev_) return dev_->gelu_bias_backward(dinp16, db, inp16, dout, M, N, act, out16);
+  check_staged_buffers("gelu_bias_backward", dinp16, db, inp16, dout, scratch, out16);
   if (out16) gelu_forward16(out16, inp16, M * N, act);  // the forward's own kernel: its bits
   const int64_t n = M * N;
   thread_local std::vector<float> tmp;
@@ -232,11 +187,8 @@ void Ops::gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, con
 }
 
 void Ops::gelu_forward(float* out, const float* inp, int64_t n, Activation act, bf16_t* out16, bf16_t* inp16) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("gelu_forward");
-    return cuda::gelu_forward(out, inp, n, act, out16, inp16);
-  }
-  mine("gelu_forward", out, inp, out16, inp16);
+  if (dev_) return dev_->gelu_forward(out, inp, n, act, out16, inp16);
+  check_staged_buffers("gelu_forward", out, inp, out16, inp16);
   if (inp16) bertcc::to_bf16(inp, inp16, static_cast<size_t>(n));
   if (!out) {  // the bf16 copy only: through a bounded scratch, the same values rounded
     BERTCC_CHECK(out16, "gelu_forward: no output");
@@ -255,11 +207,8 @@ void Ops::gelu_forward(float* out, const float* inp, int64_t n, Activation act, 
 
 // CPU: on the widened input, a bounded chunk at a time (widening is exact)
 void Ops::gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activation act) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("gelu_forward16");
-    return cuda::gelu_forward16(out16, inp16, n, act);
-  }
-  mine("gelu_forward16", out16, inp16);
+  if (dev_) return dev_->gelu_forward16(out16, inp16, n, act);
+  check_staged_buffers("gelu_forward16", out16, inp16);
   thread_local std::vector<float> tmp;
   tmp.resize(static_cast<size_t>(std::min(n, kChunk)));
   for (int64_t i = 0; i < n; i += kChunk) {
@@ -272,70 +221,49 @@ void Ops::gelu_forward16(bf16_t* out16, const bf16_t* inp16, int64_t n, Activati
 
 void Ops::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act, bf16_t* dinp16,
                         bool overwrite) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("gelu_backward");
-    return cuda::gelu_backward(dinp, inp, dout, n, act, dinp16, overwrite);
-  }
-  mine("gelu_backward", dinp, inp, dout, dinp16);
+  if (dev_) return dev_->gelu_backward(dinp, inp, dout, n, act, dinp16, overwrite);
+  check_staged_buffers("gelu_backward", dinp, inp, dout, dinp16);
   if (overwrite) std::memset(dinp, 0, sizeof(float) * static_cast<size_t>(n));
   kernels::gelu_backward(dinp, inp, dout, n, act);
   if (dinp16) bertcc::to_bf16(dinp, dinp16, static_cast<size_t>(n));
 }
 
 void Ops::tanh_forward(float* out, const float* inp, int64_t n) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("tanh_forward");
-    return cuda::tanh_forward(out, inp, n);
-  }
-  mine("tanh_forward", out, inp);
+  if (dev_) return dev_->tanh_forward(out, inp, n);
+  check_staged_buffers("tanh_forward", out, inp);
   kernels::tanh_forward(out, inp, n);
 }
 
 void Ops::tanh_backward(float* dinp, const float* out, const float* dout, int64_t n) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("tanh_backward");
-    return cuda::tanh_backward(dinp, out, dout, n);
-  }
-  mine("tanh_backward", dinp, out, dout);
+  if (dev_) return dev_->tanh_backward(dinp, out, dout, n);
+  check_staged_buffers("tanh_backward", dinp, out, dout);
   kernels::tanh_backward(dinp, out, dout, n);
 }
 
 void Ops::dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng& rng, uint64_t base) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("dropout_forward");
-    return cuda::dropout_forward(out, inp, n, p, rng, base);
-  }
-  mine("dropout_forward", out, inp);
+  if (dev_) return dev_->dropout_forward(out, inp, n, p, rng, base);
+  check_staged_buffers("dropout_forward", out, inp);
   kernels::dropout_forward(out, inp, n, p, rng, base);
 }
 
 void Ops::dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
                            bf16_t* dinp16, bool overwrite) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("dropout_backward");
-    return cuda::dropout_backward(dinp, dout, n, p, rng, base, dinp16, overwrite);
-  }
-  mine("dropout_backward", dinp, dout, dinp16);
+  if (dev_) return dev_->dropout_backward(dinp, dout, n, p, rng, base, dinp16, overwrite);
+  check_staged_buffers("dropout_backward", dinp, dout, dinp16);
   if (overwrite) std::memset(dinp, 0, sizeof(float) * static_cast<size_t>(n));
   kernels::dropout_backward(dinp, dout, n, p, rng, base);
   if (dinp16) bertcc::to_bf16(dinp, dinp16, static_cast<size_t>(n));
 }
 
 void Ops::gather_rows(float* out, const float* inp, const int64_t* rows, int64_t M, int64_t C) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("gather_rows");
-    return cuda::gather_rows(out, inp, rows, M, C);
-  }
-  mine("gather_rows", out, inp, rows);
+  if (dev_) return dev_->gather_rows(out, inp, rows, M, C);
+  check_staged_buffers("gather_rows", out, inp, rows);
   kernels::gather_rows(out, inp, rows, M, C);
 }
 
 void Ops::scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, int64_t M, int64_t C) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("scatter_add_rows");
-    return cuda::scatter_add_rows(dinp, dout, rows, M, C);
-  }
-  mine("scatter_add_rows", dinp, dout, rows);
+  if (dev_) return dev_->scatter_add_rows(dinp, dout, rows, M, C);
+  check_staged_buffers("scatter_add_rows", dinp, dout, rows);
   kernels::scatter_add_rows(dinp, dout, rows, M, C);
 }
 
@@ -343,42 +271,33 @@ void Ops::scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, 
 
 int64_t Ops::attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
                                   bool qkv16_kept) const {
-  if constexpr (kCuda) if (on_cuda()) return cuda::attention_saved_size(B, T, C, NH, dropout, prec, qkv16_kept);
+  if (dev_) return dev_->attention_saved_size(B, T, C, NH, dropout, prec, qkv16_kept);
   return kernels::attention_saved_size(B, T, C, NH, dropout, prec, qkv16_kept);
 }
 
 int64_t Ops::attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) const {
-  if constexpr (kCuda) if (on_cuda()) return cuda::attention_backward_work_size(B, T, NH);
+  if (dev_) return dev_->attention_work_size(B, T, C, NH);
   return kernels::attention_work_size(B, T, C, NH);
 }
 
-// CUDA: the cuDNN path's lengths, dout16 and keep mask; the CPU's as the first form
+// A device: its own (CUDA: with the cuDNN path's lengths, dout16 and keep mask); the CPU: the first form
 int64_t Ops::attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
                                  bool inference) const {
-  if constexpr (kCuda) if (on_cuda()) {
-    return std::max(attention_work_size(B, T, C, NH),
-                    cuda::attention_cudnn_work_size(B, T, C, NH, dropout, prec, inference));
-  }
+  if (dev_) return dev_->attention_work_size_hinted(B, T, C, NH, dropout, prec, inference);
   (void)dropout, (void)prec, (void)inference;
   return attention_work_size(B, T, C, NH);
 }
 
-// CUDA: bertcc's forward needs no scratch; cuDNN's path (BERTCC_ATTENTION=cudnn, where
-// attention_cudnn_takes the call: a function of the shape and hints alone, as in the backward, so
-// that both take the same path) uses work for the key lengths and the keep mask
+// The hints are for a device's paths (CUDA's cuDNN path, ops_cuda.cpp); the CPU ignores them
 void Ops::attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
                             const bf16_t* qkv16, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
                             float dropout_p, const Rng& rng, uint64_t base, Precision prec,
                             const AttentionHints& hints) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("attention_forward");
-    if (cuda::attention_cudnn_takes(B, T, C, NH, dropout_p, prec, qkv16, hints.right_padded, hints.forward_only))
-      return cuda::attention_cudnn_forward(out, out16, saved, work, qkv16, mask_add, B, T, C, NH, dropout_p, rng, base,
-                                           hints.forward_only);
-    return cuda::attention_forward(out, saved, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec, out16, qkv16);
-  }
+  if (dev_)
+    return dev_->attention_forward(out, out16, saved, work, qkv, qkv16, mask_add, B, T, C, NH, dropout_p, rng, base,
+                                   prec, hints);
   (void)hints;
-  mine("attention_forward", out, out16, saved, work, qkv, qkv16, mask_add);
+  check_staged_buffers("attention_forward", out, out16, saved, work, qkv, qkv16, mask_add);
   BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
                "attention_forward: no output (a null out needs its bf16 rounding, in bf16)");
   kernels::attention_forward(out, saved, work, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec,
@@ -390,69 +309,58 @@ void Ops::attention_backward(float* dqkv, bf16_t* dqkv16, float* work, const flo
                              const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
                              const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
                              const Rng& rng, uint64_t base, Precision prec, const AttentionHints& hints) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("attention_backward");
-    BERTCC_CHECK(!hints.forward_only, "attention_backward: its forward said forward_only");
-    if (cuda::attention_cudnn_takes(B, T, C, NH, dropout_p, prec, qkv16, hints.right_padded, false))
-      return cuda::attention_cudnn_backward(dqkv, prec == Precision::BF16 ? dqkv16 : nullptr, work, dout, qkv16, out16,
-                                            saved, mask_add, B, T, C, NH, dropout_p, rng, base);
-    return cuda::attention_backward(dqkv, work, dout, qkv, out, out16, saved, mask_add, B, T, C, NH, dropout_p, rng,
-                                    base, prec, prec == Precision::BF16 ? dqkv16 : nullptr, qkv16);
-  }
+  if (dev_)
+    return dev_->attention_backward(dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, mask_add, B, T, C, NH,
+                                    dropout_p, rng, base, prec, hints);
   (void)rng, (void)base, (void)hints;
-  mine("attention_backward", dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, mask_add);
+  check_staged_buffers("attention_backward", dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, mask_add);
   kernels::attention_backward(dqkv, work, dout, qkv, saved, B, T, C, NH, dropout_p, prec,
                               prec == Precision::BF16 ? dqkv16 : nullptr, qkv16);
 }
 
-// CUDA: the varlen kernels (bf16 reading qkv16 in place, or fp32; attention_varlen.h) unless
-// BERTCC_CUDA_VARLEN=0. Not under --cuda-graphs: the model then keeps batches without padding
-// padded, so that their inference forwards are recorded as before (packed batches are not).
+// A device: where its varlen kernels are on (CUDA: unless BERTCC_CUDA_VARLEN=0). Not under
+// --cuda-graphs: the model then keeps batches without padding padded, so that their inference
+// forwards can be recorded (packed batches are not).
 bool Ops::varlen_attention() const {
-  if constexpr (kCuda) if (on_cuda()) return cuda::attention_varlen_on() && !cuda_graphs();
+  if (dev_) return dev_->attention_varlen_on() && !cuda_graphs();
   return true;
 }
 
-// CUDA: as the per-sequence calls lay it out (the varlen kernels keep that layout; one padded call's
-// is smaller)
+// A device: as the per-sequence calls lay it out (its varlen kernels keep that layout; one padded
+// call's is smaller)
 int64_t Ops::attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
                                          Precision prec, bool qkv16_kept) const {
-  if constexpr (kCuda) if (on_cuda()) {
-    return attention_varlen_per_sequence_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
-  }
+  if (dev_) return attention_varlen_per_sequence_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
   return kernels::attention_varlen_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
 }
 
 // CPU: none (each thread's scratch is its own)
 int64_t Ops::attention_varlen_work_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH) const {
-  if constexpr (kCuda) if (on_cuda()) {
+  if (dev_)
     return std::max(attention_varlen_per_sequence_work_size(cu, B, C, NH),
-                    aligned(cu[B]) + cuda::attention_varlen_backward_work_size(cu[B], NH));
-  }
+                    dev_->attention_varlen_work_size(cu, B, C, NH));
   return 0;
 }
 
-// CUDA, for calls the varlen kernels do not take (fp16, a bf16 head size they do not read in place) and under BERTCC_CUDA_VARLEN=0: sequences all of one length (a batch without padding,
-// which the model packs too while varlen_attention() is true) as one padded call for them all with
-// a zero mask (each sequence's dropout numbers are where the per-sequence calls put them, so are
-// its bits); others one padded call per sequence.
+// A device, for calls its varlen kernels decline (CUDA's: fp16, a bf16 head size they do not read
+// in place, and all under BERTCC_CUDA_VARLEN=0): while its varlen kernels are on, sequences all of
+// one length (a batch without padding, which the model packs too while varlen_attention() is true)
+// as one padded call for them all with a zero mask (each sequence's dropout numbers are where the
+// per-sequence calls put them, so are its bits); otherwise one padded call per sequence.
 void Ops::attention_varlen_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
                                    const bf16_t* qkv16, const int64_t* cu, int64_t B, int64_t C, int64_t NH,
                                    float dropout_p, const Rng& rng, uint64_t base, Precision prec) {
-  if constexpr (kCuda) if (on_cuda()) {
-    if (!cuda::attention_varlen_on() || !cuda::attention_varlen_fits(C, NH, prec, qkv, qkv16)) {
-      if (const int64_t T = cuda::attention_varlen_on() ? one_length(cu, B) : 0) {
-        mem_.zero(work, sizeof(float) * static_cast<size_t>(B * T));  // the mask
-        return attention_forward(out, out16, saved, work + aligned(B * T), qkv, qkv16, work, B, T, C, NH, dropout_p,
-                                 rng, base, prec);
-      }
-      return attention_varlen_forward_per_sequence(out, out16, saved, work, qkv, qkv16, cu, B, C, NH, dropout_p, rng,
-                                                   base, prec);
+  if (dev_) {
+    if (dev_->attention_varlen_forward(out, out16, saved, qkv, qkv16, cu, B, C, NH, dropout_p, rng, base, prec)) return;
+    if (const int64_t T = dev_->attention_varlen_on() ? one_length(cu, B) : 0) {
+      mem_.zero(work, sizeof(float) * static_cast<size_t>(B * T));  // the mask
+      return attention_forward(out, out16, saved, work + aligned(B * T), qkv, qkv16, work, B, T, C, NH, dropout_p, rng,
+                               base, prec);
     }
-    const OpTimer timer("attention_forward");
-    return cuda::attention_varlen_forward(out, out16, saved, qkv, qkv16, cu, B, C, NH, dropout_p, rng, base, prec);
+    return attention_varlen_forward_per_sequence(out, out16, saved, work, qkv, qkv16, cu, B, C, NH, dropout_p, rng,
+                                                 base, prec);
   }
-  mine("attention_varlen_forward", out, out16, saved, qkv, qkv16);
+  check_staged_buffers("attention_varlen_forward", out, out16, saved, qkv, qkv16);
   BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
                "attention_varlen_forward: no output (a null out needs its bf16 rounding, in bf16)");
   kernels::attention_varlen_forward(out, saved, qkv, cu, B, C, NH, dropout_p, rng, base, prec,
@@ -463,22 +371,20 @@ void Ops::attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, co
                                     const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
                                     const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p,
                                     const Rng& rng, uint64_t base, Precision prec) {
-  if constexpr (kCuda) if (on_cuda()) {
-    if (!cuda::attention_varlen_on() || !cuda::attention_varlen_fits(C, NH, prec, qkv, qkv16)) {
-      if (const int64_t T = cuda::attention_varlen_on() ? one_length(cu, B) : 0) {
-        mem_.zero(work, sizeof(float) * static_cast<size_t>(B * T));
-        return attention_backward(dqkv, dqkv16, work + aligned(B * T), dout, qkv, qkv16, out, out16, saved, work, B,
-                                  T, C, NH, dropout_p, rng, base, prec);
-      }
-      return attention_varlen_backward_per_sequence(dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, cu, B, C,
-                                                    NH, dropout_p, rng, base, prec);
+  if (dev_) {
+    if (dev_->attention_varlen_backward(dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, cu, B, C, NH,
+                                        dropout_p, rng, base, prec))
+      return;
+    if (const int64_t T = dev_->attention_varlen_on() ? one_length(cu, B) : 0) {
+      mem_.zero(work, sizeof(float) * static_cast<size_t>(B * T));
+      return attention_backward(dqkv, dqkv16, work + aligned(B * T), dout, qkv, qkv16, out, out16, saved, work, B, T,
+                                C, NH, dropout_p, rng, base, prec);
     }
-    const OpTimer timer("attention_backward");
-    return cuda::attention_varlen_backward(dqkv, dqkv16, work, dout, out, out16, qkv, qkv16, saved, cu, B, C, NH,
-                                           dropout_p, rng, base, prec);
+    return attention_varlen_backward_per_sequence(dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, cu, B, C,
+                                                  NH, dropout_p, rng, base, prec);
   }
   (void)work, (void)rng, (void)base;
-  mine("attention_varlen_backward", dqkv, dqkv16, dout, qkv, qkv16, out, out16, saved);  // (out, out16: not read)
+  check_staged_buffers("attention_varlen_backward", dqkv, dqkv16, dout, qkv, qkv16, out, out16, saved);  // (out, out16: not read)
   kernels::attention_varlen_backward(dqkv, dout, qkv, saved, cu, B, C, NH, dropout_p, prec, dqkv16, qkv16);
 }
 
@@ -537,31 +443,22 @@ void Ops::attention_varlen_backward_per_sequence(float* dqkv, bf16_t* dqkv16, fl
 
 void Ops::gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
                         uint64_t base) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("gumbel_argmax");
-    return cuda::gumbel_argmax(picks_host, logits, M, V, rng, base);
-  }
-  mine("gumbel_argmax", logits);
+  if (dev_) return dev_->gumbel_argmax(picks_host, logits, M, V, rng, base);
+  check_staged_buffers("gumbel_argmax", logits);
   kernels::gumbel_argmax(picks_host, logits, M, V, rng, base);
 }
 
 void Ops::weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T,
                             int64_t C) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("weighted_row_sums");
-    return cuda::weighted_row_sums(out, out_ld, x, w_host, B, T, C);
-  }
-  mine("weighted_row_sums", out, x);
+  if (dev_) return dev_->weighted_row_sums(out, out_ld, x, w_host, B, T, C);
+  check_staged_buffers("weighted_row_sums", out, x);
   kernels::weighted_row_sums(out, out_ld, x, w_host, B, T, C);
 }
 
 int64_t Ops::softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                           int32_t ignore_index, float grad_scale, int64_t* num_correct) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("softmax_xent");
-    return cuda::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
-  }
-  mine("softmax_xent", logits, losses, labels);
+  if (dev_) return dev_->softmax_xent(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
+  check_staged_buffers("softmax_xent", logits, losses, labels);
   return kernels::softmax_xent_forward_backward(logits, losses, labels, N, V, ignore_index, grad_scale, num_correct);
 }
 
@@ -569,13 +466,9 @@ int64_t Ops::softmax_xent(float* logits, float* losses, const int32_t* labels, i
 
 void Ops::linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                          Precision p, const bf16_t* W16, const LinearIo& a16) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("linear_forward");
-    BERTCC_CHECK(!a16.y16 || p == Precision::BF16, "linear_forward: a bf16 output outside bf16");
-    return cuda::linear_forward(y, x, W, b, M, N, K, p, W16, a16.x16, a16.keep_x16, a16.y16);
-  }
+  if (dev_) return dev_->linear_forward(y, x, W, b, M, N, K, p, W16, a16);
   const bool staged = kind_ == DeviceKind::Staged;
-  mine("linear_forward", y, x, W, b, W16, a16.x16, a16.keep_x16, a16.y16);
+  check_staged_buffers("linear_forward", y, x, W, b, W16, a16.x16, a16.keep_x16, a16.y16);
   BERTCC_CHECK(!a16.y16 || (p == Precision::BF16 && (y || staged)),
                "linear_forward: a bf16 output needs bf16 and y's space");
   if (a16.y16 && !y) {  // staged, as CUDA: no fp32 output space given; the product's is host scratch
@@ -597,11 +490,8 @@ void Ops::linear_forward(float* y, const float* x, const float* W, const float* 
 
 void Ops::linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                           int64_t N, int64_t K, Precision p, const bf16_t* W16, const LinearIo& a16) {
-  if constexpr (kCuda) if (on_cuda()) {
-    const OpTimer timer("linear_backward");
-    return cuda::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, a16.dy16, a16.x16, a16.overwrite_dx);
-  }
-  mine("linear_backward", dx, dW, db, dy, x, W, W16, a16.dy16, a16.x16);
+  if (dev_) return dev_->linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, a16);
+  check_staged_buffers("linear_backward", dx, dW, db, dy, x, W, W16, a16.dy16, a16.x16);
   if (dx && a16.overwrite_dx) std::memset(dx, 0, sizeof(float) * static_cast<size_t>(M * K));
   const bool bf = p == Precision::BF16;
   kernels::linear_backward(dx, dW, db, dy, x, W, M, N, K, p, W16, bf ? a16.dy16 : nullptr, bf ? a16.x16 : nullptr);

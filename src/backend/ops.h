@@ -1,7 +1,8 @@
 // The operations: every kernel the model and the trainer run on a backend's buffers, declared
-// once here, each defined once in ops.cpp with its CPU implementation (kernels/, behind the staged
-// backend's buffer checks) and its CUDA implementation (src/cuda) beside each other. One of the
-// interfaces a Backend is made of (backend.h); the buffers are its memory's (memory.h).
+// once here, each defined once in ops.cpp: a dispatch to the device's table where its backend
+// registered one (device_ops.h; CUDA's: src/cuda/ops_cuda.cpp), then the CPU implementation
+// (kernels/, behind the staged backend's buffer checks). One of the interfaces a Backend is made
+// of (backend.h); the buffers are its memory's (memory.h).
 // Conventions are kernels.h's: row-major, backward kernels add into gradients, dropout element i
 // of a site uses number base + i of the Philox stream (attention dropout: 16 bits of number base +
 // attention_drop_number, bertcc/rng.h).
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/device_ops.h"
 #include "backend/memory.h"
 #include "bertcc/config.h"
 #include "bertcc/dtype.h"
@@ -51,8 +53,9 @@ struct AttentionHints {
 class Ops {
  public:
   // The operations of a device of this kind on buffers of `mem` (the staged kind checks each
-  // buffer against it). CUDA: in builds with the CUDA kernels only.
-  Ops(DeviceKind kind, DeviceMemory& mem);
+  // buffer against it). device: the device's own operations (CUDA's, given by its backend; null
+  // for the CPU and the staged kind, which run kernels/).
+  Ops(DeviceKind kind, DeviceMemory& mem, const DeviceOps* device = nullptr);
   Ops(const Ops&) = delete;
   Ops& operator=(const Ops&) = delete;
   DeviceKind kind() const { return kind_; }
@@ -170,7 +173,7 @@ class Ops {
   // mask. Each sequence computes what attention_forward/backward compute for a batch of it alone
   // at T = its length, with its dropout numbers after the previous sequences' (bertcc/rng.h,
   // attention_varlen_drop_numbers); the other arguments as theirs. The CPU's kernel takes the whole
-  // batch; CUDA's too in bf16 (cuda/attention_varlen.h), and otherwise one padded call for
+  // batch; CUDA's too in bf16 (cuda/attention/varlen.h), and otherwise one padded call for
   // sequences all of one length or one per sequence (the _per_sequence forms). varlen_attention():
   // whether the model should pack batches without padding too.
   bool varlen_attention() const;
@@ -221,7 +224,7 @@ class Ops {
  protected:
   // Staged: each non-null buffer must lie in one of the memory's allocations (the others: nothing).
   template <class... P>
-  void mine(const char* call, const P*... ptrs) const {
+  void check_staged_buffers(const char* call, const P*... ptrs) const {
     if (kind_ != DeviceKind::Staged) return;
     int i = 0;
     (check_buffer(call, ptrs, i++), ...);
@@ -229,9 +232,9 @@ class Ops {
   void check_buffer(const char* call, const void* p, int i) const;
 
  private:
-  bool on_cuda() const { return kind_ == DeviceKind::CUDA; }
   DeviceKind kind_;
   DeviceMemory& mem_;
+  const DeviceOps* dev_;  // null: the CPU's kernels
 };
 
 }  // namespace bertcc

@@ -1,51 +1,23 @@
-// Backend selection from a --device string. The CUDA backend exists only in builds with the CUDA
-// kernels (BERTCC_HAVE_CUDA); elsewhere asking for it is an error that says so.
-#include <atomic>
-#include <cstdlib>
-#include <string>
+// Backend selection from a --device string. The CUDA backends come from cuda_family()
+// (device_family.h): the CUDA kernels' in builds with them, elsewhere an error that says so.
 #include <iostream>
+#include <string>
 #include <map>
 #include <memory>
 #include <mutex>
 
 #include "backend/backend.h"
+#include "backend/device_family.h"
 #include "bertcc/error.h"
 
 namespace bertcc {
 
-namespace {
-std::atomic<bool> g_allow_tf32{false};
-std::atomic<bool> g_cuda_graphs{false};
-}  // namespace
-
-void set_allow_tf32(bool on) { g_allow_tf32 = on; }
-void set_cuda_graphs(bool on) { g_cuda_graphs = on; }
-bool cuda_graphs() { return g_cuda_graphs; }
-
-namespace {
-std::atomic<int> g_padded{-1};  // -1: not decided yet (BERTCC_PADDED decides on first use)
-}  // namespace
-void set_padded_execution(bool on) { g_padded = on ? 1 : 0; }
-bool padded_execution() {
-  int v = g_padded.load();
-  if (v < 0) {
-    const char* e = std::getenv("BERTCC_PADDED");
-    BERTCC_CHECK(!e || !*e || std::string(e) == "0" || std::string(e) == "1",
-                 "BERTCC_PADDED must be 0 (unpadded execution, the default) or 1 (padded), not '", e, "'");
-    v = e && std::string(e) == "1" ? 1 : 0;
-    int expected = -1;
-    g_padded.compare_exchange_strong(expected, v);
-    v = g_padded.load();
-  }
-  return v == 1;
-}
-
 Backend& backend_for(const std::string& device) {
   if (device.empty() || device == "cpu" || device == "cpu-staged") {
-    BERTCC_CHECK(!g_cuda_graphs, "--cuda-graphs needs --device cuda (CUDA graphs record GPU work; this is --device ",
+    BERTCC_CHECK(!settings().cuda_graphs, "--cuda-graphs needs --device cuda (CUDA graphs record GPU work; this is --device ",
                  device.empty() ? "cpu" : device, ")");
     static std::once_flag said;
-    if (g_allow_tf32)
+    if (settings().allow_tf32)
       std::call_once(said, [] { std::cerr << "bertcc: --allow-tf32 has no effect on the CPU (its fp32 GEMMs are exact fp32)\n"; });
     return device == "cpu-staged" ? staged_backend() : cpu_backend();
   }
@@ -60,19 +32,13 @@ Backend& backend_for(const std::string& device) {
   } else {
     fail("--device: '", device, "' is not cpu, cuda, cuda:N or cpu-staged");
   }
-#if BERTCC_HAVE_CUDA
   static std::mutex mu;
   static std::map<int, std::unique_ptr<Backend>> made;
   std::lock_guard<std::mutex> lock(mu);
   auto& b = made[index];
-  if (!b) b = make_cuda_backend(index);
-  set_cuda_allow_tf32(g_allow_tf32);
+  if (!b) b = cuda_family().make(device, index);
+  cuda_family().set_allow_tf32(settings().allow_tf32);
   return *b;
-#else
-  (void)index;
-  fail("--device ", device, ": this bertcc was built without the CUDA kernels (configure found no nvcc; "
-       "install the CUDA toolkit at /usr/local/cuda and rebuild, or set BERTCC_CUDA=ON to be told why)");
-#endif
 }
 
 }  // namespace bertcc

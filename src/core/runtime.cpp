@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "bertcc/error.h"
+#include "core/settings.h"
 
 namespace bertcc {
 
@@ -136,6 +137,8 @@ std::string describe_backend(bool bf16) {
                                 : "; WARNING: oneDNN has no bf16 GEMM for this CPU (" + r.onednn_isa +
                                       "): bf16 is emulated (operands rounded to bf16, fp32 GEMMs), slower than fp32";
   }
+  const std::string changed = describe_settings(settings());
+  if (!changed.empty()) s += "; settings: " + changed;
   return s;
 }
 

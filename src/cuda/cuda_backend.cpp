@@ -1,17 +1,21 @@
 // The CUDA backend's memory (device memory), graph capture, optimizers and measurement; its
-// operations are ops.cpp's CUDA side.
+// operations are ops_cuda.cpp's table, handed to Ops here. Reached through cuda_family()
+// (backend/device_family.h), which this file defines in builds with the CUDA kernels.
 #include "backend/backend.h"
+#include "backend/device_family.h"
 
 #include "bertcc/error.h"
+#include "core/settings.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/op_timer.h"
+#include "cuda/ops_cuda.h"
 
 namespace bertcc::cuda {
 namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int index) : Backend(DeviceKind::CUDA), index_(index) {
+  explicit CudaBackend(int index) : Backend(DeviceKind::CUDA, &ops_table()), index_(index) {
     std::string why;
     const int n = device_count(&why);
     BERTCC_CHECK(n > 0, "--device cuda:", index, ": ", why);
@@ -26,7 +30,7 @@ class CudaBackend final : public Backend {
            std::to_string(info_.cc_major) + "." + std::to_string(info_.cc_minor) + ", " +
            std::to_string(info_.sm_count) + " SMs, " + std::to_string(info_.total_mem >> 20) + " MiB), fp32 GEMMs " +
            (cuda::allow_tf32() ? "with TF32 products (--allow-tf32)" : "exact fp32") + "; " +
-           attention_impl_describe();
+           attention_impl_describe() + settings_line();
   }
   void* alloc(size_t bytes) override {
     void* p = cuda::alloc(bytes);
@@ -128,6 +132,11 @@ class CudaBackend final : public Backend {
     d.end = s.end;
     return d;
   }
+  // the settings that are not the defaults (core/settings.h), as the CPU's line says them
+  static std::string settings_line() {
+    const std::string changed = describe_settings(settings());
+    return changed.empty() ? "" : "; settings: " + changed;
+  }
   int index_;
   DeviceInfo info_;
 };
@@ -137,6 +146,13 @@ class CudaBackend final : public Backend {
 }  // namespace bertcc::cuda
 
 namespace bertcc {
-std::unique_ptr<Backend> make_cuda_backend(int index) { return std::make_unique<cuda::CudaBackend>(index); }
-void set_cuda_allow_tf32(bool on) { cuda::set_allow_tf32(on); }
+const DeviceFamily& cuda_family() {
+  static const DeviceFamily family{
+      .make = [](const std::string&, int index) -> std::unique_ptr<Backend> {
+        return std::make_unique<cuda::CudaBackend>(index);
+      },
+      .set_allow_tf32 = cuda::set_allow_tf32,
+  };
+  return family;
+}
 }  // namespace bertcc

@@ -164,7 +164,7 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
                         int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
                         bf16_t* dqkv16 = nullptr, const bf16_t* qkv16 = nullptr);
 
-// ---- cuDNN's fused attention behind attention_forward/backward (attention_cudnn.cu) ----
+// ---- cuDNN's fused attention behind attention_forward/backward (attention/cudnn_switch.cu) ----
 // BERTCC_ATTENTION=bertcc|cudnn (unset: bertcc), read once; another value is an error naming it.
 enum class AttentionImpl { Bertcc, Cudnn };
 AttentionImpl attention_impl();

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/settings.h"
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.h"
 #include "cuda/gemm_tuning.h"
@@ -204,10 +205,9 @@ void say_plan(const gemm_tuning::Plan& p) {
 // BERTCC_GEMM_TUNING / BERTCC_GEMM_TUNE, once. Neither set: nothing is asked of the device.
 void read_tuning(Context& c) {
   if (c.tuning_read) return;
-  const char* file = std::getenv("BERTCC_GEMM_TUNING");
-  const char* tune = std::getenv("BERTCC_GEMM_TUNE");
-  if ((file && *file) || (tune && *tune)) {
-    c.tuning = gemm_tuning::plan(file, tune, this_device());
+  const RuntimeSettings& s = settings();
+  if (!s.gemm_tuning.empty() || s.gemm_tune) {
+    c.tuning = gemm_tuning::plan(s.gemm_tuning.c_str(), s.gemm_tune ? "1" : "0", this_device());
     say_plan(c.tuning);
   }
   c.tuning_read = true;
@@ -324,34 +324,49 @@ struct Buffers {
   }
 };
 
-// Times cuBLASLt's first 16 answers for g on its real operands (outputs into scratch: `out` is
-// only read, where accumulating) and keeps the fastest that agrees with the first answer (within
-// gemm_tuning::tolerance) and gives the same bits twice; a win inside the first answer's timing
-// noise (at least 1 %) keeps the first. The entry is added to the table and the file saved.
-Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, void* out, cudaDataType cd,
-          const AlgoKey& key, Algo a) {
-  Context& c = ctx();
-  constexpr int kCandidates = 16, kMaxIters = 100;
-  constexpr double kBudgetMs = 8;  // timed calls per answer: about this long, 5 to kMaxIters calls
-  std::vector<cublasLtMatmulHeuristicResult_t> h(kCandidates);
-  const int n = pr.heuristics(key.align, kCandidates, h.data());
-  if (n == 0) return a;  // none: as without tuning
-  const bool b16 = cd == CUDA_R_16BF;
-  const size_t bytes = static_cast<size_t>(span(g.M, g.N, g.ldc, g.batch, g.stride_c)) * (b16 ? 2 : 4);
+constexpr int kTuneCandidates = 16, kTuneMaxIters = 100;
+constexpr double kTuneBudgetMs = 8;  // timed calls per answer: about this long, 5 to kTuneMaxIters calls
+
+// What tune() runs cuBLASLt's answers for g with: scratch outputs (`out` is only read, where
+// accumulating), a device-side comparison and timing events.
+struct Trial {
+  const Problem& pr;
+  const GemmArgs& g;
+  const void* A;
+  const void* B;
+  const void* out;
+  const std::vector<cublasLtMatmulHeuristicResult_t>& h;
+  const bool b16;
+  const size_t bytes;
   Buffers buf;
   void* ref = buf.add(bytes);
   void* work = buf.add(bytes);
   void* again = buf.add(bytes);
-  auto* dd = static_cast<Diff*>(buf.add(sizeof(Diff)));
+  Diff* dd = static_cast<Diff*>(buf.add(sizeof(Diff)));
+  std::vector<cudaEvent_t> ev;
+
+  Trial(const Problem& pr_, const GemmArgs& g_, const void* A_, const void* B_, const void* out_,
+        const std::vector<cublasLtMatmulHeuristicResult_t>& h_, cudaDataType cd)
+      : pr(pr_), g(g_), A(A_), B(B_), out(out_), h(h_), b16(cd == CUDA_R_16BF),
+        bytes(static_cast<size_t>(span(g.M, g.N, g.ldc, g.batch, g.stride_c)) * (b16 ? 2 : 4)) {
+    ev.resize(kTuneMaxIters + 1);
+    for (auto& e : ev) BERTCC_CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~Trial() {
+    for (auto x : ev) cudaEventDestroy(x);
+  }
+  Trial(const Trial&) = delete;
+  Trial& operator=(const Trial&) = delete;
+
   // an output's starting contents: C's where accumulating, else NaN (every element must be written)
-  auto prepare = [&](void* p) {
+  void prepare(void* p) {
     if (g.accumulate)
       BERTCC_CUDA_CHECK(cudaMemcpyAsync(p, out, bytes, cudaMemcpyDeviceToDevice, stream()));
     else
       BERTCC_CUDA_CHECK(cudaMemsetAsync(p, 0xff, bytes, stream()));
-  };
-  auto launch = [&](int i, void* p) { return pr.matmul(g, A, B, p, &h[static_cast<size_t>(i)].algo); };
-  auto compare = [&](const void* x, const void* r) {
+  }
+  cublasStatus_t launch(int i, void* p) { return pr.matmul(g, A, B, p, &h[static_cast<size_t>(i)].algo); }
+  Diff compare(const void* x, const void* r) {
     BERTCC_CUDA_CHECK(cudaMemsetAsync(dd, 0, sizeof(Diff), stream()));
     if (b16)
       compare_outputs<true><<<1024, 256, 0, stream()>>>(x, r, g.M, g.N, g.ldc, g.batch, g.stride_c, dd);
@@ -362,16 +377,8 @@ Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, vo
     BERTCC_CUDA_CHECK(cudaMemcpyAsync(&d, dd, sizeof d, cudaMemcpyDeviceToHost, stream()));
     BERTCC_CUDA_CHECK(cudaStreamSynchronize(stream()));
     return d;
-  };
-  std::vector<cudaEvent_t> ev(kMaxIters + 1);
-  for (auto& e : ev) BERTCC_CUDA_CHECK(cudaEventCreate(&e));
-  struct Events {
-    std::vector<cudaEvent_t>& e;
-    ~Events() {
-      for (auto x : e) cudaEventDestroy(x);
-    }
-  } ev_guard{ev};
-  auto median_ms = [&](int i, int iters) {
+  }
+  double median_ms(int i, int iters) {
     for (int k = 0; k < iters; ++k) {
       BERTCC_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(k)], stream()));
       check_lt(launch(i, work), "cublasLtMatmul (tuning)");
@@ -384,22 +391,71 @@ Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, vo
           cudaEventElapsedTime(&t[static_cast<size_t>(k)], ev[static_cast<size_t>(k)], ev[static_cast<size_t>(k + 1)]));
     std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
     return static_cast<double>(t[static_cast<size_t>(iters / 2)]);
-  };
-  auto time_answer = [&](int i) {
+  }
+  double time_answer(int i) {
     for (int k = 0; k < 2; ++k) check_lt(launch(i, work), "cublasLtMatmul (tuning warm-up)");
     const double est = std::max(median_ms(i, 3), 1e-3);
-    return median_ms(i, std::clamp(static_cast<int>(kBudgetMs / est), 5, kMaxIters));
-  };
+    return median_ms(i, std::clamp(static_cast<int>(kTuneBudgetMs / est), 5, kTuneMaxIters));
+  }
+};
+
+// The timed answer `best` of n (ms: each answer's time, -1 where not timed) against the first
+// answer's timing noise: a win inside it (at least 1 %) keeps the first. The choice is added to
+// the table and the file saved.
+Algo keep_choice(Trial& t, int n, int best, int rejected, const std::vector<double>& ms, const std::string& what,
+                 Algo a) {
+  Context& c = ctx();
+  gemm_tuning::Choice ch;
+  ch.candidates = n;
+  ch.rejected = rejected;
+  if (ms[0] > 0) {  // the first answer again: the timing noise
+    const double t2 = t.time_answer(0);
+    ch.first_ms = (ms[0] + t2) / 2;
+    ch.spread = std::fabs(ms[0] - t2) / std::min(ms[0], t2);
+    if (best != 0 && ms[static_cast<size_t>(best)] >= ch.first_ms * (1 - std::max(0.01, 2 * ch.spread))) best = 0;
+  }
+  ch.rank = best;
+  ch.ms = best == 0 && ms[0] > 0 ? ch.first_ms : ms[static_cast<size_t>(best)];
+  const cublasLtMatmulAlgo_t& win = t.h[static_cast<size_t>(best)].algo;
+  static_assert(sizeof win == sizeof ch.algo, "cublasLtMatmulAlgo_t is 8 uint64");
+  std::memcpy(ch.algo.data(), &win, sizeof win);
+  ch.info = algo_info(win);
+  std::fprintf(stderr,
+               "GEMM tuning: %s: answer %d of %d (%s), %.4f ms against the first answer's %.4f (noise %.1f %%)%s\n",
+               what.c_str(), best, n, ch.info.c_str(), ch.ms, ch.first_ms, 100 * ch.spread,
+               rejected ? (", " + std::to_string(rejected) + " rejected").c_str() : "");
+  auto& entries = c.tuning.table.entries;
+  entries.erase(a.shape);
+  const auto it = entries.emplace(a.shape, ch).first;
+  c.tuning.table.save(c.tuning.file);
+  ++c.tuned;
+  a.found = true;
+  a.algo = win;
+  a.source = "tuned";
+  a.choice = &it->second;
+  return a;
+}
+
+// Times cuBLASLt's first 16 answers for g on its real operands (outputs into scratch: `out` is
+// only read, where accumulating) and keeps the fastest that agrees with the first answer (within
+// gemm_tuning::tolerance) and gives the same bits twice (keep_choice: unless inside the first
+// answer's timing noise).
+Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, void* out, cudaDataType cd,
+          const AlgoKey& key, Algo a) {
+  std::vector<cublasLtMatmulHeuristicResult_t> h(kTuneCandidates);
+  const int n = pr.heuristics(key.align, kTuneCandidates, h.data());
+  if (n == 0) return a;  // none: as without tuning
+  Trial t(pr, g, A, B, out, h, cd);
   const std::string what = a.shape.describe();
   const double tol = gemm_tuning::tolerance(a.shape.out);
   int ref_i = -1, best = -1, rejected = 0;
   std::vector<double> ms(static_cast<size_t>(n), -1.0);
   for (int i = 0; i < n; ++i) {
-    prepare(work);
-    cublasStatus_t st = launch(i, work);
+    t.prepare(t.work);
+    cublasStatus_t st = t.launch(i, t.work);
     if (st == CUBLAS_STATUS_SUCCESS) {
-      prepare(again);
-      st = launch(i, again);
+      t.prepare(t.again);
+      st = t.launch(i, t.again);
     }
     if (st != CUBLAS_STATUS_SUCCESS) {
       ++rejected;
@@ -409,10 +465,10 @@ Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, vo
     }
     if (ref_i < 0) {
       ref_i = i;
-      BERTCC_CUDA_CHECK(cudaMemcpyAsync(ref, work, bytes, cudaMemcpyDeviceToDevice, stream()));
+      BERTCC_CUDA_CHECK(cudaMemcpyAsync(t.ref, t.work, t.bytes, cudaMemcpyDeviceToDevice, stream()));
     }
-    const Diff rep = compare(again, work);
-    const Diff d = compare(work, ref);
+    const Diff rep = t.compare(t.again, t.work);
+    const Diff d = t.compare(t.work, t.ref);
     if (i == ref_i && d.ref_nonfinite > 0) {  // nothing to check the others against
       std::fprintf(stderr,
                    "GEMM tuning: %s: the first answer's output has %llu non-finite elements (inputs, or unwritten): "
@@ -433,42 +489,14 @@ Algo tune(const Problem& pr, const GemmArgs& g, const void* A, const void* B, vo
                    what.c_str(), i, rep.bits_differ, d.finite_mismatch, err, tol);
       continue;
     }
-    ms[static_cast<size_t>(i)] = time_answer(i);
+    ms[static_cast<size_t>(i)] = t.time_answer(i);
     if (best < 0 || ms[static_cast<size_t>(i)] < ms[static_cast<size_t>(best)]) best = i;
   }
   if (best < 0) {  // nothing ran: the error today's path gives, or its fallback
     a.found = false;
     return a;
   }
-  gemm_tuning::Choice ch;
-  ch.candidates = n;
-  ch.rejected = rejected;
-  if (ms[0] > 0) {  // the first answer again: the timing noise
-    const double t2 = time_answer(0);
-    ch.first_ms = (ms[0] + t2) / 2;
-    ch.spread = std::fabs(ms[0] - t2) / std::min(ms[0], t2);
-    if (best != 0 && ms[static_cast<size_t>(best)] >= ch.first_ms * (1 - std::max(0.01, 2 * ch.spread))) best = 0;
-  }
-  ch.rank = best;
-  ch.ms = best == 0 && ms[0] > 0 ? ch.first_ms : ms[static_cast<size_t>(best)];
-  const cublasLtMatmulAlgo_t& win = h[static_cast<size_t>(best)].algo;
-  static_assert(sizeof win == sizeof ch.algo, "cublasLtMatmulAlgo_t is 8 uint64");
-  std::memcpy(ch.algo.data(), &win, sizeof win);
-  ch.info = algo_info(win);
-  std::fprintf(stderr,
-               "GEMM tuning: %s: answer %d of %d (%s), %.4f ms against the first answer's %.4f (noise %.1f %%)%s\n",
-               what.c_str(), best, n, ch.info.c_str(), ch.ms, ch.first_ms, 100 * ch.spread,
-               rejected ? (", " + std::to_string(rejected) + " rejected").c_str() : "");
-  auto& entries = c.tuning.table.entries;
-  entries.erase(a.shape);
-  const auto it = entries.emplace(a.shape, ch).first;
-  c.tuning.table.save(c.tuning.file);
-  ++c.tuned;
-  a.found = true;
-  a.algo = win;
-  a.source = "tuned";
-  a.choice = &it->second;
-  return a;
+  return keep_choice(t, n, best, rejected, ms, what, a);
 }
 
 // The file's algorithm for pr, if cuBLASLt accepts it here (and within the workspace).

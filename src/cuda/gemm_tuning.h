@@ -1,4 +1,4 @@
-// Tuned GEMMs (issue 42): cuBLASLt's candidates for each GEMM the run meets timed once on the
+// Tuned GEMMs: cuBLASLt's candidates for each GEMM the run meets timed once on the
 // device, the fastest kept per device and library version in a file that a run loads
 // (BERTCC_GEMM_TUNING=FILE) and a tuning run writes (and BERTCC_GEMM_TUNE=1). This header's first
 // half is host code alone (the file, its key, the environment's rules: gemm_tuning.cpp, checked

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/settings.h"
 #include "cuda/common.cuh"
 
 namespace bertcc::cuda {
@@ -67,10 +68,7 @@ void fold() {
 }  // namespace
 
 bool op_profiling() {
-  static const bool on = [] {
-    const char* e = std::getenv("BERTCC_CUDA_PROFILE");
-    return e != nullptr && *e != '\0' && std::string(e) != "0";
-  }();
+  static const bool on = settings().cuda_profile;
   return on;
 }
 

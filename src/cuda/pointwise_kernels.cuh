@@ -2,8 +2,8 @@
 // elementwise.cu). A header so that tests/cuda/sim can compile the same source for the CPU and check
 // it bit for bit against the one-element-per-thread formulas and the CPU kernels.
 //
-// Each element is computed by the same expression as before (one thread per element), so the
-// results are the same bits; what changes is the memory traffic and the random numbers:
+// Each element is computed by the same expression as in the one-element-per-thread formulas, so the
+// results are the same bits; what differs is the memory traffic and the random numbers:
 // - Vec (the host checked that every pointer is 16-byte aligned, 8 for the 16-bit copies): whole
 //   groups of four move as one 16-byte load or store (8 bytes for four bf16 values); the last,
 //   partial group of a buffer element by element.

@@ -73,6 +73,167 @@ std::string get_final_text(const BertTokenizer& tok, const std::string& pred_tex
   return to_u8(orig.substr(os, oe - os + 1));
 }
 
+namespace {
+
+struct Prelim {
+  size_t feature;
+  int start, end;
+  float start_logit, end_logit;
+};
+struct Nbest {
+  std::string text;
+  float start_logit, end_logit;
+  int64_t byte_begin;
+};
+// SQuAD 2.0: the lowest null score over an example's windows, and where it came from
+struct NullScore {
+  float score = 1e6f, start = 0, end = 0;
+  size_t feature = 0;
+};
+
+// The joint head's beams of window fi: its candidate spans (and the answer-class logit as the null score)
+void joint_candidates(const SquadWindow& f, size_t fi, int ntok, const std::vector<float>& lg,
+                      const SquadDecodeOptions& o, NullScore& null, std::vector<Prelim>& prelim) {
+  const size_t K1 = static_cast<size_t>(o.start_n_top), K2 = static_cast<size_t>(o.end_n_top);
+  BERTCC_CHECK(lg.size() == 2 * K1 + 2 * K1 * K2 + 1, "squad_decode: feature ", fi, " has ", lg.size(),
+               " beam values, expected ", 2 * K1 + 2 * K1 * K2 + 1);
+  if (o.v2 && lg.back() < null.score) {
+    null.score = lg.back();
+    null.feature = fi;
+  }
+  for (size_t i = 0; i < K1; ++i)
+    for (size_t j = 0; j < K2; ++j) {
+      const int s = static_cast<int>(lg[K1 + i]), t = static_cast<int>(lg[2 * K1 + K1 * K2 + i * K2 + j]);
+      if (s >= ntok || t >= ntok) continue;
+      if (f.token_to_orig[static_cast<size_t>(s)] < 0 || f.token_to_orig[static_cast<size_t>(t)] < 0) continue;
+      if (!f.max_context[static_cast<size_t>(s)]) continue;
+      if (t < s || t - s + 1 > o.max_answer_length) continue;
+      prelim.push_back({fi, s, t, lg[i], lg[2 * K1 + i * K2 + j]});
+    }
+}
+
+// The start/end logits of window fi: the n best starts by the n best ends that make an answer
+void span_candidates(const SquadWindow& f, size_t fi, int ntok, const std::vector<float>& lg,
+                     const SquadDecodeOptions& o, NullScore& null, std::vector<Prelim>& prelim) {
+  BERTCC_CHECK(lg.size() >= static_cast<size_t>(2 * ntok), "squad_decode: feature ", fi, " has too few logits");
+  std::vector<float> sl(static_cast<size_t>(ntok)), el(static_cast<size_t>(ntok));
+  for (int t = 0; t < ntok; ++t) {
+    sl[static_cast<size_t>(t)] = lg[2 * static_cast<size_t>(t)];
+    el[static_cast<size_t>(t)] = lg[2 * static_cast<size_t>(t) + 1];
+  }
+  if (o.v2) {
+    const float null_score = sl[0] + el[0];
+    if (null_score < null.score) {
+      null.score = null_score;
+      null.feature = fi;
+      null.start = sl[0];
+      null.end = el[0];
+    }
+  }
+  const auto si = best_indexes(sl.data(), ntok, o.n_best_size), ei2 = best_indexes(el.data(), ntok, o.n_best_size);
+  for (int s : si)
+    for (int t : ei2) {
+      if (f.token_to_orig[static_cast<size_t>(s)] < 0 || f.token_to_orig[static_cast<size_t>(t)] < 0) continue;
+      if (!f.max_context[static_cast<size_t>(s)]) continue;
+      if (t < s || t - s + 1 > o.max_answer_length) continue;
+      prelim.push_back({fi, s, t, sl[static_cast<size_t>(s)], el[static_cast<size_t>(t)]});
+    }
+}
+
+// A candidate's text in the original context (Google's get_final_text) and its byte offset there
+std::string answer_text(const BertTokenizer& tok, const SquadExample& e, const SquadFeatures& feats, const Prelim& p,
+                        int64_t* byte_begin) {
+  const SquadWindow& f = feats.windows[p.feature];
+  const std::vector<int32_t>& ids = feats.inputs[p.feature].input_ids;
+  std::string tt;
+  for (int k = p.start; k <= p.end; ++k) {
+    if (k > p.start) tt += ' ';
+    tt += tok.vocab().token(ids[static_cast<size_t>(k)]);
+  }
+  for (size_t q; (q = tt.find(" ##")) != std::string::npos;) tt.erase(q, 3);
+  for (size_t q; (q = tt.find("##")) != std::string::npos;) tt.erase(q, 2);
+  const std::string clean = py_join_split(tt);  // " ".join(tok_text.strip().split())
+  const int ow0 = f.token_to_orig[static_cast<size_t>(p.start)], ow1 = f.token_to_orig[static_cast<size_t>(p.end)];
+  std::string orig;
+  for (int w = ow0; w <= ow1; ++w) orig += (w > ow0 ? " " : "") + e.doc_tokens[static_cast<size_t>(w)];
+  const std::string text = get_final_text(tok, clean, orig);
+  const size_t b = e.context.find(text, e.word_byte_begin[static_cast<size_t>(ow0)]);
+  *byte_begin = b == std::string::npos ? static_cast<int64_t>(e.word_byte_begin[static_cast<size_t>(ow0)])
+                                       : static_cast<int64_t>(b);
+  return text;
+}
+
+// The n best distinct answers from the candidates, best first (with the null answer in SQuAD 2.0)
+std::vector<Nbest> best_answers(const BertTokenizer& tok, const SquadExample& e, const SquadFeatures& feats,
+                                std::vector<Prelim>& prelim, const NullScore& null, const SquadDecodeOptions& o) {
+  const bool joint = o.start_n_top > 0;
+  if (o.v2 && !joint) prelim.push_back({null.feature, 0, 0, null.start, null.end});
+  std::stable_sort(prelim.begin(), prelim.end(), [](const Prelim& a, const Prelim& b) {
+    return a.start_logit + a.end_logit > b.start_logit + b.end_logit;
+  });
+  std::set<std::string> seen;
+  std::vector<Nbest> nbest;
+  for (const Prelim& p : prelim) {
+    if (static_cast<int>(nbest.size()) >= o.n_best_size) break;
+    std::string text;
+    int64_t byte_begin = -1;
+    if (p.start > 0) {
+      text = answer_text(tok, e, feats, p, &byte_begin);
+      if (seen.count(text)) continue;
+      seen.insert(text);
+    } else {
+      seen.insert("");
+    }
+    nbest.push_back({text, p.start_logit, p.end_logit, byte_begin});
+  }
+  if (o.v2 && !joint && !seen.count("")) nbest.push_back({"", null.start, null.end, -1});
+  if (nbest.empty()) nbest.push_back({"empty", 0.0f, 0.0f, -1});
+  return nbest;
+}
+
+// Example ei's n-best list with probabilities, its prediction and (SQuAD 2.0) its null odds
+void record_answer(const SquadExample& e, size_t ei, const std::vector<Nbest>& nbest, float score_null,
+                   const SquadDecodeOptions& o, SquadOutput& out) {
+  const bool joint = o.start_n_top > 0;
+  double mx = -INFINITY;
+  for (const auto& n : nbest) mx = std::max(mx, static_cast<double>(n.start_logit + n.end_logit));
+  std::vector<double> probs;
+  double z = 0;
+  for (const auto& n : nbest) {
+    probs.push_back(std::exp(static_cast<double>(n.start_logit + n.end_logit) - mx));
+    z += probs.back();
+  }
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  const Nbest* best_non_null = nullptr;
+  for (size_t i = 0; i < nbest.size(); ++i) {
+    if (!best_non_null && !nbest[i].text.empty()) best_non_null = &nbest[i];
+    list.push_back({{"text", nbest[i].text},
+                    {"probability", probs[i] / z},
+                    {"start_logit", nbest[i].start_logit},
+                    {"end_logit", nbest[i].end_logit}});
+  }
+  out.nbest[e.id] = list;
+  if (!o.v2) {
+    out.predictions[e.id] = nbest[0].text;
+    out.answer_byte_begin[ei] = nbest[0].byte_begin;
+    return;
+  }
+  // joint head: the answer-class logit itself (NVIDIA's score_diff = null score)
+  const double diff = !best_non_null ? INFINITY
+                      : joint        ? static_cast<double>(score_null)
+                                     : static_cast<double>(score_null) - best_non_null->start_logit -
+                                    best_non_null->end_logit;
+  out.null_odds[e.id] = std::isfinite(diff) ? diff : 1e30;
+  if (diff > o.null_score_diff_threshold) {
+    out.predictions[e.id] = "";
+  } else {
+    out.predictions[e.id] = best_non_null->text;
+    out.answer_byte_begin[ei] = best_non_null->byte_begin;
+  }
+}
+
+}  // namespace
+
 SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
                          const SquadFeatures& feats, const std::vector<std::vector<float>>& logits,
                          const SquadDecodeOptions& o) {
@@ -86,142 +247,18 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
   out.nbest = nlohmann::ordered_json::object();
   out.null_odds = nlohmann::ordered_json::object();
   out.answer_byte_begin.assign(ex.size(), -1);
-  const Vocab& vocab = tok.vocab();
-  struct Prelim {
-    size_t feature;
-    int start, end;
-    float start_logit, end_logit;
-  };
-  struct Nbest {
-    std::string text;
-    float start_logit, end_logit;
-    int64_t byte_begin;
-  };
   for (size_t ei = 0; ei < ex.size(); ++ei) {
-    const SquadExample& e = ex[ei];
     std::vector<Prelim> prelim;
-    float score_null = 1e6f, null_start = 0, null_end = 0;
-    size_t null_feature = 0;
+    NullScore null;
     for (size_t fi : by_example[ei]) {
-      const SquadWindow& f = feats.windows[fi];
       const int ntok = static_cast<int>(feats.inputs[fi].input_ids.size());
-      const std::vector<float>& lg = logits[fi];
-      if (o.start_n_top > 0) {  // the joint head's beams
-        const size_t K1 = static_cast<size_t>(o.start_n_top), K2 = static_cast<size_t>(o.end_n_top);
-        BERTCC_CHECK(lg.size() == 2 * K1 + 2 * K1 * K2 + 1, "squad_decode: feature ", fi, " has ", lg.size(),
-                     " beam values, expected ", 2 * K1 + 2 * K1 * K2 + 1);
-        if (o.v2 && lg.back() < score_null) {
-          score_null = lg.back();
-          null_feature = fi;
-        }
-        for (size_t i = 0; i < K1; ++i)
-          for (size_t j = 0; j < K2; ++j) {
-            const int s = static_cast<int>(lg[K1 + i]), t = static_cast<int>(lg[2 * K1 + K1 * K2 + i * K2 + j]);
-            if (s >= ntok || t >= ntok) continue;
-            if (f.token_to_orig[static_cast<size_t>(s)] < 0 || f.token_to_orig[static_cast<size_t>(t)] < 0) continue;
-            if (!f.max_context[static_cast<size_t>(s)]) continue;
-            if (t < s || t - s + 1 > o.max_answer_length) continue;
-            prelim.push_back({fi, s, t, lg[i], lg[2 * K1 + i * K2 + j]});
-          }
-        continue;
-      }
-      BERTCC_CHECK(lg.size() >= static_cast<size_t>(2 * ntok), "squad_decode: feature ", fi, " has too few logits");
-      std::vector<float> sl(static_cast<size_t>(ntok)), el(static_cast<size_t>(ntok));
-      for (int t = 0; t < ntok; ++t) {
-        sl[static_cast<size_t>(t)] = lg[2 * static_cast<size_t>(t)];
-        el[static_cast<size_t>(t)] = lg[2 * static_cast<size_t>(t) + 1];
-      }
-      if (o.v2) {
-        const float null_score = sl[0] + el[0];
-        if (null_score < score_null) {
-          score_null = null_score;
-          null_feature = fi;
-          null_start = sl[0];
-          null_end = el[0];
-        }
-      }
-      const auto si = best_indexes(sl.data(), ntok, o.n_best_size), ei2 = best_indexes(el.data(), ntok, o.n_best_size);
-      for (int s : si)
-        for (int t : ei2) {
-          if (f.token_to_orig[static_cast<size_t>(s)] < 0 || f.token_to_orig[static_cast<size_t>(t)] < 0) continue;
-          if (!f.max_context[static_cast<size_t>(s)]) continue;
-          if (t < s || t - s + 1 > o.max_answer_length) continue;
-          prelim.push_back({fi, s, t, sl[static_cast<size_t>(s)], el[static_cast<size_t>(t)]});
-        }
+      if (o.start_n_top > 0)
+        joint_candidates(feats.windows[fi], fi, ntok, logits[fi], o, null, prelim);
+      else
+        span_candidates(feats.windows[fi], fi, ntok, logits[fi], o, null, prelim);
     }
-    const bool joint = o.start_n_top > 0;
-    if (o.v2 && !joint) prelim.push_back({null_feature, 0, 0, null_start, null_end});
-    std::stable_sort(prelim.begin(), prelim.end(), [](const Prelim& a, const Prelim& b) {
-      return a.start_logit + a.end_logit > b.start_logit + b.end_logit;
-    });
-    std::set<std::string> seen;
-    std::vector<Nbest> nbest;
-    for (const Prelim& p : prelim) {
-      if (static_cast<int>(nbest.size()) >= o.n_best_size) break;
-      std::string text;
-      int64_t byte_begin = -1;
-      if (p.start > 0) {
-        const SquadWindow& f = feats.windows[p.feature];
-        const std::vector<int32_t>& ids = feats.inputs[p.feature].input_ids;
-        std::string tt;
-        for (int k = p.start; k <= p.end; ++k) {
-          if (k > p.start) tt += ' ';
-          tt += vocab.token(ids[static_cast<size_t>(k)]);
-        }
-        for (size_t q; (q = tt.find(" ##")) != std::string::npos;) tt.erase(q, 3);
-        for (size_t q; (q = tt.find("##")) != std::string::npos;) tt.erase(q, 2);
-        const std::string clean = py_join_split(tt);  // " ".join(tok_text.strip().split())
-        const int ow0 = f.token_to_orig[static_cast<size_t>(p.start)], ow1 = f.token_to_orig[static_cast<size_t>(p.end)];
-        std::string orig;
-        for (int w = ow0; w <= ow1; ++w) orig += (w > ow0 ? " " : "") + e.doc_tokens[static_cast<size_t>(w)];
-        text = get_final_text(tok, clean, orig);
-        if (seen.count(text)) continue;
-        seen.insert(text);
-        const size_t b = e.context.find(text, e.word_byte_begin[static_cast<size_t>(ow0)]);
-        byte_begin = b == std::string::npos ? static_cast<int64_t>(e.word_byte_begin[static_cast<size_t>(ow0)])
-                                            : static_cast<int64_t>(b);
-      } else {
-        seen.insert("");
-      }
-      nbest.push_back({text, p.start_logit, p.end_logit, byte_begin});
-    }
-    if (o.v2 && !joint && !seen.count("")) nbest.push_back({"", null_start, null_end, -1});
-    if (nbest.empty()) nbest.push_back({"empty", 0.0f, 0.0f, -1});
-    double mx = -INFINITY;
-    for (const auto& n : nbest) mx = std::max(mx, static_cast<double>(n.start_logit + n.end_logit));
-    std::vector<double> probs;
-    double z = 0;
-    for (const auto& n : nbest) {
-      probs.push_back(std::exp(static_cast<double>(n.start_logit + n.end_logit) - mx));
-      z += probs.back();
-    }
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    const Nbest* best_non_null = nullptr;
-    for (size_t i = 0; i < nbest.size(); ++i) {
-      if (!best_non_null && !nbest[i].text.empty()) best_non_null = &nbest[i];
-      list.push_back({{"text", nbest[i].text},
-                      {"probability", probs[i] / z},
-                      {"start_logit", nbest[i].start_logit},
-                      {"end_logit", nbest[i].end_logit}});
-    }
-    out.nbest[e.id] = list;
-    if (!o.v2) {
-      out.predictions[e.id] = nbest[0].text;
-      out.answer_byte_begin[ei] = nbest[0].byte_begin;
-    } else {
-      // joint head: the answer-class logit itself (NVIDIA's score_diff = null score)
-      const double diff = !best_non_null ? INFINITY
-                          : joint        ? static_cast<double>(score_null)
-                                         : static_cast<double>(score_null) - best_non_null->start_logit -
-                                        best_non_null->end_logit;
-      out.null_odds[e.id] = std::isfinite(diff) ? diff : 1e30;
-      if (diff > o.null_score_diff_threshold) {
-        out.predictions[e.id] = "";
-      } else {
-        out.predictions[e.id] = best_non_null->text;
-        out.answer_byte_begin[ei] = best_non_null->byte_begin;
-      }
-    }
+    const std::vector<Nbest> nbest = best_answers(tok, ex[ei], feats, prelim, null, o);
+    record_answer(ex[ei], ei, nbest, null.score, o, out);
   }
   return out;
 }

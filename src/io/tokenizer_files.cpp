@@ -65,7 +65,7 @@ void write_tokenizer_files(const std::string& dir, const Vocab& vocab, bool lowe
 
   // first entry wins, as Vocab::id. ordered_json's object is a vector searched linearly on every
   // insert (quadratic: seconds for 30,522 tokens at every model save), so duplicates are found in a
-  // hash set and the entries appended to the vector beneath it, in id order as before.
+  // hash set and the entries appended to the vector beneath it, in id order.
   json wp_vocab = json::object();
   {
     auto& entries = static_cast<std::vector<std::pair<const std::string, json>>&>(wp_vocab.get_ref<json::object_t&>());

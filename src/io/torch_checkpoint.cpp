@@ -183,155 +183,17 @@ class Unpickler {
       BERTCC_CHECK(p_ < end_, where_, ": pickle ends without STOP (truncated)");
       const size_t at = static_cast<size_t>(p_ - begin_);
       const unsigned char op = *p_++;
-      switch (op) {
-        case 0x80: take(1); break;  // PROTO
-        case 0x95: take(8); break;  // FRAME
-        case '.': {                 // STOP
-          BERTCC_CHECK(stack_.size() == 1 && marks_.empty(), where_, ": pickle stack not balanced at STOP");
-          return stack_.back();
-        }
-        case '(': marks_.push_back(stack_.size()); break;
-        case '1': pop_mark(); break;  // POP_MARK
-        case '0': pop(); break;       // POP
-        case '2': push(top()); break; // DUP
-        case 'N': push(make(PyVal::None)); break;
-        case 0x88: push(make_int(PyVal::Bool, 1)); break;
-        case 0x89: push(make_int(PyVal::Bool, 0)); break;
-        case 'J': push(make_int(PyVal::Int, static_cast<int32_t>(le(take(4), 4)))); break;
-        case 'K': push(make_int(PyVal::Int, static_cast<int64_t>(le(take(1), 1)))); break;
-        case 'M': push(make_int(PyVal::Int, static_cast<int64_t>(le(take(2), 2)))); break;
-        case 0x8a: {  // LONG1: little-endian two's complement of n bytes
-          const size_t n = le(take(1), 1);
-          BERTCC_CHECK(n <= 8, where_, ": integer of ", n, " bytes at pickle offset ", at, " is too large");
-          const unsigned char* b = take(n);
-          uint64_t v = n ? le(b, static_cast<int>(n)) : 0;
-          if (n > 0 && n < 8 && (b[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);
-          push(make_int(PyVal::Int, static_cast<int64_t>(v)));
-          break;
-        }
-        case 'G': {  // BINFLOAT, big-endian
-          const unsigned char* b = take(8);
-          uint64_t u = 0;
-          for (int k = 0; k < 8; ++k) u = (u << 8) | b[k];
-          PyVal* v = make(PyVal::Float);
-          std::memcpy(&v->f, &u, 8);
-          push(v);
-          break;
-        }
-        case 'X': push_str(PyVal::Str, le(take(4), 4)); break;
-        case 0x8c: push_str(PyVal::Str, le(take(1), 1)); break;
-        case 0x8d: push_str(PyVal::Str, le(take(8), 8)); break;
-        case 'T': push_str(PyVal::Str, le(take(4), 4)); break;  // BINSTRING (protocol 1 str)
-        case 'U': push_str(PyVal::Str, le(take(1), 1)); break;
-        case 'B': push_str(PyVal::Bytes, le(take(4), 4)); break;
-        case 'C': push_str(PyVal::Bytes, le(take(1), 1)); break;
-        case 0x8e: push_str(PyVal::Bytes, le(take(8), 8)); break;
-        case ')': push(make(PyVal::Tuple)); break;
-        case ']': push(make(PyVal::List)); break;
-        case '}': push(make(PyVal::Dict)); break;
-        case 't': {
-          PyVal* t = make(PyVal::Tuple);
-          t->items = pop_mark();
-          push(t);
-          break;
-        }
-        case 'l': {
-          PyVal* t = make(PyVal::List);
-          t->items = pop_mark();
-          push(t);
-          break;
-        }
-        case 'd': {
-          PyVal* t = make(PyVal::Dict);
-          set_items(t, pop_mark());
-          push(t);
-          break;
-        }
-        case 0x85:
-        case 0x86:
-        case 0x87: {
-          const size_t k = op - 0x84u;
-          need(k);
-          PyVal* t = make(PyVal::Tuple);
-          t->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(k), stack_.end());
-          stack_.resize(stack_.size() - k);
-          push(t);
-          break;
-        }
-        case 'a': {
-          PyVal* v = pop();
-          expect(top(), PyVal::List, "APPEND")->items.push_back(v);
-          break;
-        }
-        case 'e': {
-          auto vs = pop_mark();
-          auto& l = expect(top(), PyVal::List, "APPENDS")->items;
-          l.insert(l.end(), vs.begin(), vs.end());
-          break;
-        }
-        case 's': {
-          PyVal* v = pop();
-          PyVal* k = pop();
-          expect(top(), PyVal::Dict, "SETITEM")->dict.emplace_back(k, v);
-          break;
-        }
-        case 'u': {
-          auto vs = pop_mark();
-          set_items(expect(top(), PyVal::Dict, "SETITEMS"), vs);
-          break;
-        }
-        case 'q': memo_[le(take(1), 1)] = top(); break;
-        case 'r': memo_[le(take(4), 4)] = top(); break;
-        case 0x94: memo_[memo_.size()] = top(); break;  // MEMOIZE
-        case 'h': push(get(le(take(1), 1))); break;
-        case 'j': push(get(le(take(4), 4))); break;
-        case 'c': {  // GLOBAL "module\nname\n"
-          std::string mod = line(), name = line();
-          push(global(mod + "." + name, at));
-          break;
-        }
-        case 0x93: {  // STACK_GLOBAL
-          PyVal* name = pop();
-          PyVal* mod = pop();
-          BERTCC_CHECK(name->kind == PyVal::Str && mod->kind == PyVal::Str, where_,
-                       ": STACK_GLOBAL without module and name strings at pickle offset ", at);
-          push(global(mod->s + "." + name->s, at));
-          break;
-        }
-        case 'Q': {  // BINPERSID: ('storage', storage class, key, location, numel)
-          PyVal* pid = pop();
-          BERTCC_CHECK(pid->kind == PyVal::Tuple && pid->items.size() == 5 && pid->items[0]->kind == PyVal::Str &&
-                           pid->items[0]->s == "storage" && pid->items[1]->kind == PyVal::Global &&
-                           pid->items[2]->kind == PyVal::Str && pid->items[4]->kind == PyVal::Int,
-                       where_, ": unexpected persistent id at pickle offset ", at, " (not a torch storage)");
-          const char* dt = storage_dtype(pid->items[1]->s);
-          BERTCC_CHECK(dt, where_, ": storage type '", pid->items[1]->s, "' is not supported");
-          PyVal* s = make(PyVal::Storage);
-          s->s = pid->items[2]->s;
-          s->dtype = dt;
-          s->i = pid->items[4]->i;
-          push(s);
-          break;
-        }
-        case 'R': {  // REDUCE: only the allow-listed rebuild functions, evaluated here, never called
-          PyVal* args = pop();
-          PyVal* fn = pop();
-          BERTCC_CHECK(fn->kind == PyVal::Global && callables().count(fn->s) && args->kind == PyVal::Tuple, where_,
-                       ": REDUCE of something other than a tensor rebuild at pickle offset ", at);
-          push(reduce(fn->s, args->items, at));
-          break;
-        }
-        case 'b': {  // BUILD: the state of an OrderedDict (state_dict's _metadata) or a parameter; dropped
-          pop();
-          const PyVal* t = top();
-          BERTCC_CHECK(t->kind == PyVal::Dict || t->kind == PyVal::Tensor, where_,
-                       ": BUILD on something other than a dict or tensor at pickle offset ", at);
-          break;
-        }
-        default:
-          fail(where_, ": pickle opcode 0x", hex(op), " ('", printable(op), "') at offset ", at,
-               " is not allowed (only containers, numbers, strings and tensor rebuilds are read; a "
-               "pickle can run code)");
+      if (op == 0x80) {  // PROTO
+        take(1);
+      } else if (op == 0x95) {  // FRAME
+        take(8);
+      } else if (op == '.') {  // STOP
+        BERTCC_CHECK(stack_.size() == 1 && marks_.empty(), where_, ": pickle stack not balanced at STOP");
+        return stack_.back();
+      } else if (!stack_op(op) && !scalar_op(op, at) && !container_op(op) && !memo_op(op) && !torch_op(op, at)) {
+        fail(where_, ": pickle opcode 0x", hex(op), " ('", printable(op), "') at offset ", at,
+             " is not allowed (only containers, numbers, strings and tensor rebuilds are read; a "
+             "pickle can run code)");
       }
     }
   }
@@ -339,6 +201,189 @@ class Unpickler {
   void set_begin(const unsigned char* b) { begin_ = b; }
 
  private:
+  // Marks and the stack; false: not one of them
+  bool stack_op(unsigned char op) {
+    switch (op) {
+      case '(': marks_.push_back(stack_.size()); break;
+      case '1': pop_mark(); break;  // POP_MARK
+      case '0': pop(); break;       // POP
+      case '2': push(top()); break; // DUP
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // None, booleans, numbers, strings and bytes; false: not one of them
+  bool scalar_op(unsigned char op, size_t at) {
+    switch (op) {
+      case 'N': push(make(PyVal::None)); break;
+      case 0x88: push(make_int(PyVal::Bool, 1)); break;
+      case 0x89: push(make_int(PyVal::Bool, 0)); break;
+      case 'J': push(make_int(PyVal::Int, static_cast<int32_t>(le(take(4), 4)))); break;
+      case 'K': push(make_int(PyVal::Int, static_cast<int64_t>(le(take(1), 1)))); break;
+      case 'M': push(make_int(PyVal::Int, static_cast<int64_t>(le(take(2), 2)))); break;
+      case 0x8a: {  // LONG1: little-endian two's complement of n bytes
+        const size_t n = le(take(1), 1);
+        BERTCC_CHECK(n <= 8, where_, ": integer of ", n, " bytes at pickle offset ", at, " is too large");
+        const unsigned char* b = take(n);
+        uint64_t v = n ? le(b, static_cast<int>(n)) : 0;
+        if (n > 0 && n < 8 && (b[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);
+        push(make_int(PyVal::Int, static_cast<int64_t>(v)));
+        break;
+      }
+      case 'G': {  // BINFLOAT, big-endian
+        const unsigned char* b = take(8);
+        uint64_t u = 0;
+        for (int k = 0; k < 8; ++k) u = (u << 8) | b[k];
+        PyVal* v = make(PyVal::Float);
+        std::memcpy(&v->f, &u, 8);
+        push(v);
+        break;
+      }
+      case 'X': push_str(PyVal::Str, le(take(4), 4)); break;
+      case 0x8c: push_str(PyVal::Str, le(take(1), 1)); break;
+      case 0x8d: push_str(PyVal::Str, le(take(8), 8)); break;
+      case 'T': push_str(PyVal::Str, le(take(4), 4)); break;  // BINSTRING (protocol 1 str)
+      case 'U': push_str(PyVal::Str, le(take(1), 1)); break;
+      case 'B': push_str(PyVal::Bytes, le(take(4), 4)); break;
+      case 'C': push_str(PyVal::Bytes, le(take(1), 1)); break;
+      case 0x8e: push_str(PyVal::Bytes, le(take(8), 8)); break;
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // Tuples, lists and dicts, and filling them; false: not one of them
+  bool container_op(unsigned char op) {
+    switch (op) {
+      case ')': push(make(PyVal::Tuple)); break;
+      case ']': push(make(PyVal::List)); break;
+      case '}': push(make(PyVal::Dict)); break;
+      case 't': {
+        PyVal* t = make(PyVal::Tuple);
+        t->items = pop_mark();
+        push(t);
+        break;
+      }
+      case 'l': {
+        PyVal* t = make(PyVal::List);
+        t->items = pop_mark();
+        push(t);
+        break;
+      }
+      case 'd': {
+        PyVal* t = make(PyVal::Dict);
+        set_items(t, pop_mark());
+        push(t);
+        break;
+      }
+      case 0x85:
+      case 0x86:
+      case 0x87: {
+        const size_t k = op - 0x84u;
+        need(k);
+        PyVal* t = make(PyVal::Tuple);
+        t->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(k), stack_.end());
+        stack_.resize(stack_.size() - k);
+        push(t);
+        break;
+      }
+      case 'a': {
+        PyVal* v = pop();
+        expect(top(), PyVal::List, "APPEND")->items.push_back(v);
+        break;
+      }
+      case 'e': {
+        auto vs = pop_mark();
+        auto& l = expect(top(), PyVal::List, "APPENDS")->items;
+        l.insert(l.end(), vs.begin(), vs.end());
+        break;
+      }
+      case 's': {
+        PyVal* v = pop();
+        PyVal* k = pop();
+        expect(top(), PyVal::Dict, "SETITEM")->dict.emplace_back(k, v);
+        break;
+      }
+      case 'u': {
+        auto vs = pop_mark();
+        set_items(expect(top(), PyVal::Dict, "SETITEMS"), vs);
+        break;
+      }
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // The memo; false: not one of them
+  bool memo_op(unsigned char op) {
+    switch (op) {
+      case 'q': memo_[le(take(1), 1)] = top(); break;
+      case 'r': memo_[le(take(4), 4)] = top(); break;
+      case 0x94: memo_[memo_.size()] = top(); break;  // MEMOIZE
+      case 'h': push(get(le(take(1), 1))); break;
+      case 'j': push(get(le(take(4), 4))); break;
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // Globals, storages and the tensor rebuilds (evaluated here, never called); false: not one of them
+  bool torch_op(unsigned char op, size_t at) {
+    switch (op) {
+      case 'c': {  // GLOBAL "module\nname\n"
+        std::string mod = line(), name = line();
+        push(global(mod + "." + name, at));
+        break;
+      }
+      case 0x93: {  // STACK_GLOBAL
+        PyVal* name = pop();
+        PyVal* mod = pop();
+        BERTCC_CHECK(name->kind == PyVal::Str && mod->kind == PyVal::Str, where_,
+                     ": STACK_GLOBAL without module and name strings at pickle offset ", at);
+        push(global(mod->s + "." + name->s, at));
+        break;
+      }
+      case 'Q': {  // BINPERSID: ('storage', storage class, key, location, numel)
+        PyVal* pid = pop();
+        BERTCC_CHECK(pid->kind == PyVal::Tuple && pid->items.size() == 5 && pid->items[0]->kind == PyVal::Str &&
+                         pid->items[0]->s == "storage" && pid->items[1]->kind == PyVal::Global &&
+                         pid->items[2]->kind == PyVal::Str && pid->items[4]->kind == PyVal::Int,
+                     where_, ": unexpected persistent id at pickle offset ", at, " (not a torch storage)");
+        const char* dt = storage_dtype(pid->items[1]->s);
+        BERTCC_CHECK(dt, where_, ": storage type '", pid->items[1]->s, "' is not supported");
+        PyVal* s = make(PyVal::Storage);
+        s->s = pid->items[2]->s;
+        s->dtype = dt;
+        s->i = pid->items[4]->i;
+        push(s);
+        break;
+      }
+      case 'R': {  // REDUCE: only the allow-listed rebuild functions, evaluated here, never called
+        PyVal* args = pop();
+        PyVal* fn = pop();
+        BERTCC_CHECK(fn->kind == PyVal::Global && callables().count(fn->s) && args->kind == PyVal::Tuple, where_,
+                     ": REDUCE of something other than a tensor rebuild at pickle offset ", at);
+        push(reduce(fn->s, args->items, at));
+        break;
+      }
+      case 'b': {  // BUILD: the state of an OrderedDict (state_dict's _metadata) or a parameter; dropped
+        pop();
+        const PyVal* t = top();
+        BERTCC_CHECK(t->kind == PyVal::Dict || t->kind == PyVal::Tensor, where_,
+                     ": BUILD on something other than a dict or tensor at pickle offset ", at);
+        break;
+      }
+      default:
+        return false;
+    }
+    return true;
+  }
+
   static std::string hex(unsigned char c) {
     const char* d = "0123456789abcdef";
     return {d[c >> 4], d[c & 15]};

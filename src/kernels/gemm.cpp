@@ -16,6 +16,7 @@
 
 #include "bertcc/error.h"
 #include "bertcc/runtime.h"
+#include "core/settings.h"
 
 namespace bertcc::kernels {
 namespace {
@@ -80,7 +81,7 @@ dnnl::memory::desc md(dt t, int64_t batch, int64_t rows, int64_t cols, int64_t b
 
 // Opt-in profile (BERTCC_PROFILE_GEMM=1): time and FLOPs per shape/layout, printed at exit.
 struct GemmProfile {
-  bool on = std::getenv("BERTCC_PROFILE_GEMM") != nullptr;
+  bool on = settings().profile_gemm;
   std::map<std::string, std::pair<double, double>> t;  // key -> (seconds, flops)
   ~GemmProfile() {
     if (!on) return;

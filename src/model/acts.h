@@ -1,7 +1,7 @@
 // The model's activation memory (private to src/model): the arena's slices for one batch, training
 // (every layer's saved activations and the backward's scratch) or inference (one layer's memory),
 // for the padded or the packed (unpadded) layout, and the per-pass settings the encoder's layer
-// functions share (encoder.cpp). Planned and carved in activations.cpp.
+// functions share (encoder.cpp). Planned and carved in arena.cpp.
 #pragma once
 #include <cstdint>
 #include <unordered_map>

@@ -1,6 +1,6 @@
 // The encoder: embeddings, L transformer layers and the pooler, forward and backward side by side
 // (bertcc/bert.h), on the padded rows or, unpadded, on the batch's real tokens packed
-// (docs/architecture.md). Activation memory: activations.cpp.
+// (docs/architecture.md). Activation memory: arena.cpp.
 #include <algorithm>
 #include <utility>
 

@@ -125,200 +125,273 @@ double peak_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
-}  // namespace
+struct BenchOptions {
+  std::string mode, config = "bert-base", precision = "bf16", device = "cpu", real, vocab, lower, task;
+  int64_t batch = 8, seq = 128, steps = 10, warmup = 2, max_pred = -1;
+  double padding = 0.0;
+  int threads = 0;
+};
 
-void add_bench(CLI::App& app) {
-  struct Opts {
-    std::string mode, config = "bert-base", precision = "bf16", device = "cpu", real, vocab, lower, task;
-    int64_t batch = 8, seq = 128, steps = 10, warmup = 2, max_pred = -1;
-    double padding = 0.0;
-    int threads = 0;
-  };
-  auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("bench", "Throughput on random data: train (pre-training forward+backward+LAMB), squad (BertForQuestionAnswering "
-                                 "fine-tuning step: forward+backward+AdamW), infer (BertModel forward) or electra "
-                                 "(ELECTRA pre-training step: generator, sampling, discriminator, LAMB over both)");
-  sub->add_option("mode", o->mode, "train | squad | infer | electra")
+void add_bench_options(CLI::App* sub, BenchOptions& o) {
+  sub->add_option("mode", o.mode, "train | squad | infer | electra")
       ->required()
       ->check(CLI::IsMember({"train", "squad", "infer", "electra"}));
-  sub->add_option("--config", o->config,
+  sub->add_option("--config", o.config,
                   "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
-  sub->add_option(flag("--batch-size", {"--batch"}), o->batch, "sequences per step")->check(CLI::PositiveNumber);
-  sub->add_option(flag("--max-seq-length", {"--seq"}), o->seq, "sequence length")->check(CLI::PositiveNumber);
-  sub->add_option("--precision", o->precision, "fp32 | bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step)")
+  sub->add_option(flag("--batch-size", {"--batch"}), o.batch, "sequences per step")->check(CLI::PositiveNumber);
+  sub->add_option(flag("--max-seq-length", {"--seq"}), o.seq, "sequence length")->check(CLI::PositiveNumber);
+  sub->add_option("--precision", o.precision, "fp32 | bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  sub->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);
-  sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
-  sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
-  sub->add_option("--padding", o->padding,
+  sub->add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", o.warmup, "untimed warm-up steps");
+  sub->add_option(flag("--max-predictions-per-seq"), o.max_pred, "masked positions per sequence (default seq*20/128)");
+  sub->add_option("--padding", o.padding,
                   "fraction of every other sequence that is padding (mask 0), as batches padded to max_seq_length "
                   "(default 0: none)")
       ->check(CLI::Range(0.0, 0.99));
-  sub->add_option("--real", o->real,
+  sub->add_option("--real", o.real,
                   "real data instead of random (squad, infer): a SQuAD .json (its features, doc stride 128; squad "
                   "shuffles them as fine-tuning does, infer takes them in order as prediction does) or a GLUE "
                   ".tsv with --task-name; each step the next --batch-size, padded to their longest row")
       ->check(CLI::ExistingFile);
-  sub->add_option("--vocab", o->vocab, "with --real: the vocabulary (vocab.txt)")->check(CLI::ExistingFile);
-  sub->add_option(flag("--task-name"), o->task, "with --real FILE.tsv: the GLUE task (sst-2, mrpc, cola, ...)");
-  add_casing_flags(sub, o->lower);
-  sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
-  add_device_flags(sub, o->device);
+  sub->add_option("--vocab", o.vocab, "with --real: the vocabulary (vocab.txt)")->check(CLI::ExistingFile);
+  sub->add_option(flag("--task-name"), o.task, "with --real FILE.tsv: the GLUE task (sst-2, mrpc, cola, ...)");
+  add_casing_flags(sub, o.lower);
+  sub->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
+  add_device_flags(sub, o.device);
   add_cuda_graphs_flag(sub);
+}
+
+void check_bench_options(const BenchOptions& o) {
+  BERTCC_CHECK(!cuda_graphs() || o.mode == "infer", "bench ", o.mode,
+               ": --cuda-graphs records inference forwards only (bench infer)");
+  // a shape's first forward runs unrecorded and its second is recorded: both before the timing
+  BERTCC_CHECK(!cuda_graphs() || o.warmup >= 2, "bench infer --cuda-graphs: --warmup must be at least 2 "
+               "(the first forward runs unrecorded, the second records the graph)");
+  BERTCC_CHECK(o.real.empty() || o.mode == "squad" || o.mode == "infer", "bench ", o.mode,
+               ": --real is for squad and infer (pre-training reads no SQuAD or GLUE file)");
+  BERTCC_CHECK(o.real.empty() || o.padding == 0.0, "bench: --padding is for random data; with --real the "
+               "padding is the real batches' own");
+}
+
+// One bench run: the model (and ELECTRA's generator) on the backend, their optimizer states and
+// the batch of the next step.
+struct Bench {
+  explicit Bench(const BenchOptions& opts) : o(opts) {}
+  const BenchOptions& o;
+  Precision prec = Precision::F32;
+  BertConfig cfg, gcfg;
+  bool electra = false, train = false, squad = false;
+  int64_t B = 0, T = 0, P = 0;
+  RealData real;
+  Backend* be = nullptr;
+  std::unique_ptr<Bert> model, gen;
+  OptimizerState ostate, gen_ostate;
+  BertBatch batch;
+  AdamWOptions adamw;
+  Rng rng{3, 0};
+  LambOptions lamb;
+  int64_t masked = 0;  // the last step's masked positions
+};
+
+// --real: the next batch (its making is not timed)
+void next_batch(Bench& b) {
+  if (!b.o.real.empty())
+    b.batch = next_real_batch(b.real, b.B, b.squad ? Heads::QuestionAnswering : Heads::None, b.squad, b.T);
+}
+
+// The models, placed on the backend, and the first batch
+void set_up(Bench& b) {
+  const BenchOptions& o = b.o;
+  b.prec = parse_precision(o.precision);
+  b.cfg = config_from_name_or_path(o.config);
+  b.electra = o.mode == "electra";
+  b.train = o.mode == "train" || b.electra;
+  b.squad = o.mode == "squad";
+  if (!o.real.empty()) b.real = real_data(o.real, o.vocab, o.lower, o.task, o.seq, /*shuffled=*/b.squad);
+  // the real tokens' ids index the embedding table: it has --vocab's size (as pretrain --vocab sets
+  // it), whatever the config says (a larger vocabulary than the config's read past it: exit 139)
+  if (!o.real.empty()) b.cfg.vocab_size = static_cast<int>(b.real.vocab_size);
+  b.B = o.batch;
+  b.T = o.seq;
+  b.P = o.max_pred > 0 ? o.max_pred : std::max<int64_t>(1, (b.T * 20 + 64) / 128);
+  if (b.T > b.cfg.max_position_embeddings) b.cfg.max_position_embeddings = static_cast<int>(b.T);
+  Backend& be = backend_for(o.device);
+  b.be = &be;
+  const bool gpu = !be.on_host();
+  std::cerr << (gpu ? be.describe() : describe_backend(b.prec == Precision::BF16)) << "\n";
+  if (b.electra) b.cfg.model_type = "electra";
+  b.model = std::make_unique<Bert>(b.cfg, b.electra ? Heads::Discriminator
+                                          : b.train ? Heads::PreTraining
+                                          : b.squad ? Heads::QuestionAnswering
+                                                    : Heads::None);
+  b.model->init_weights(1);
+  // ELECTRA: Google's generator for this discriminator, sharing its embeddings.
+  b.gcfg = electra_generator_config(b.cfg);
+  if (b.electra) {
+    b.gen = std::make_unique<Bert>(b.gcfg, Heads::Generator);
+    b.gen->init_weights(2);
+    electra_share_embeddings(*b.model, *b.gen);
+  }
+  if (gpu && !b.train && !b.squad) {
+    b.model->use_backend_for_inference(be, b.prec);  // as qa, classify and serve place a model
+  } else if (gpu) {
+    b.model->use_backend(be);
+    if (b.gen) b.gen->use_backend(be);
+  }
+  b.batch = random_batch(b.cfg, b.B, b.T, b.train ? b.P : 0, 2, o.padding);
+  for (int64_t r = 0; r < b.B; ++r) {  // answer spans for the QA head, inside the real tokens
+    const int64_t len = real_length(r, b.T, o.padding);
+    b.batch.start_positions.push_back(static_cast<int32_t>((r * 37) % len));
+    b.batch.end_positions.push_back(static_cast<int32_t>(std::min<int64_t>(len - 1, (r * 37) % len + 3)));
+  }
+  if (!o.real.empty()) next_batch(b);
+}
+
+// The step of each mode, with the optimizer through the backend whatever it is (the CPU backend
+// calls the CPU optimizers).
+void electra_pretrain_step(Bench& b) {
+  Bert &model = *b.model, &gen = *b.gen;
+  Backend& be = *b.be;
+  model.zero_grad();
+  gen.zero_grad();
+  b.masked = electra_step(gen, model, b.batch, true, true, b.prec, b.rng).masked;
+  const double gn = be.global_norm(gen.grads_on_backend(), gen.table().total());
+  const double dn = be.global_norm(model.grads_on_backend(), model.table().total());
+  const double norm = std::sqrt(gn * gn + dn * dn);
+  be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), b.ostate, 1e-4f, b.lamb, norm);
+  be.lamb_step(gen.table(), gen.params_on_backend(), gen.grads_on_backend(), b.gen_ostate, 1e-4f, b.lamb, norm);
+  electra_share_embeddings(model, gen);
+}
+
+void pretrain_step(Bench& b) {
+  Bert& model = *b.model;
+  model.zero_grad();
+  b.masked = model.pretrain_step(b.batch, true, true, b.prec, b.rng).mlm_count;
+  b.be->lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), b.ostate, 1e-4f, b.lamb);
+}
+
+void squad_step(Bench& b) {
+  Bert& model = *b.model;
+  model.zero_grad();
+  model.finetune_step(b.batch, true, true, b.prec, b.rng);
+  b.be->adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), b.ostate, 3e-5f, b.adamw);
+}
+
+void infer_step(Bench& b) { b.model->encode(b.batch, false, b.prec, b.rng, /*backward=*/false); }
+
+// What the timed steps did
+struct Timing {
+  std::vector<double> times;
+  double fwd = 0;  // the timed steps' forward FLOPs, of what was computed
+  int64_t tokens = 0, real_tokens = 0, padded_tokens = 0;
+  double peak_buffers = 0;
+};
+
+Timing time_steps(Bench& b) {
+  void (*step_of_mode)(Bench&) = b.electra ? electra_pretrain_step
+                                 : b.train ? pretrain_step
+                                 : b.squad ? squad_step
+                                           : infer_step;
+  auto step = [&] {
+    step_of_mode(b);
+    b.be->synchronize();
+  };
+  for (int64_t i = 0; i < b.o.warmup; ++i) {
+    step();
+    next_batch(b);
+  }
+  b.be->reset_peak_buffer_mb();  // as the peer resets PyTorch's peak after its warm-up
+  Timing t;
+  for (int64_t i = 0; i < b.o.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    t.times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    int64_t n = 0;
+    t.fwd += b.electra ? electra_forward_flops(b.cfg, b.gcfg, b.B, b.T, b.masked)
+                       : computed_forward_flops(b.cfg, b.batch, b.model->last_packed(), b.train ? b.masked : 0,
+                                                b.train, &n);
+    t.tokens += b.electra ? b.B * b.T : n;
+    for (int32_t m : b.batch.input_mask) t.real_tokens += m != 0;
+    t.padded_tokens += b.batch.B * b.batch.T;
+    next_batch(b);
+  }
+  t.peak_buffers = b.be->peak_buffer_mb();  // before the GEMM probe allocates its operands
+  return t;
+}
+
+// The results line and the JSON record
+void report(const Bench& b, const Timing& t) {
+  const BenchOptions& o = b.o;
+  Backend& be = *b.be;
+  const int64_t B = b.B, T = b.T;
+  double total = 0;
+  for (double x : t.times) total += x;
+  const double mean = total / static_cast<double>(t.times.size());
+  // FLOPs of what was computed (computed_forward_flops), per timed step on average
+  const bool unpadded = b.model->last_packed();
+  const double flops = (b.train || b.squad ? 3.0 * t.fwd : t.fwd) / static_cast<double>(o.steps);
+  const double probe = be.gemm_probe_tflops(B * T, b.cfg.intermediate_size, b.cfg.hidden_size, b.prec, 5);
+  nlohmann::ordered_json j;
+  j["mode"] = o.mode;
+  j["config"] = o.config;
+  j["precision"] = o.precision;
+  j["batch"] = B;
+  j["seq"] = T;
+  if (o.padding > 0) j["padding"] = o.padding;
+  if (!o.real.empty()) {  // the timed batches: their real tokens and their padded size, per step
+    j["real"] = o.real;
+    j["real_features"] = b.real.features.size();
+    j["real_tokens"] = static_cast<double>(t.real_tokens) / static_cast<double>(o.steps);
+    j["padded_tokens"] = static_cast<double>(t.padded_tokens) / static_cast<double>(o.steps);
+  }
+  j["unpadded"] = unpadded;
+  j["tokens_computed"] = static_cast<double>(t.tokens) / static_cast<double>(o.steps);
+  if (b.electra) j["generator_hidden_size"] = b.gcfg.hidden_size;
+  j["threads"] = threads();
+  j["steps"] = o.steps;
+  j["step_ms"] = mean * 1e3;
+  j["seq_per_s"] = static_cast<double>(B) / mean;
+  j["model_tflops"] = flops / mean / 1e12;
+  j["gemm_probe_tflops"] = probe;
+  j["gemm_probe_shape"] = std::to_string(B * T) + "x" + std::to_string(b.cfg.intermediate_size) + "x" +
+                          std::to_string(b.cfg.hidden_size);
+  j["peak_rss_mb"] = peak_rss_mb();
+  j["device"] = o.device;
+  if (cuda_graphs()) j["cuda_graphs"] = true;
+  if (be.kind() == DeviceKind::CUDA) {
+    j["gpu"] = be.describe();
+    // bertcc's own device buffers at their highest during the timed steps (PyTorch's
+    // max_memory_allocated, which the peer reports), and the device's memory in use at the end
+    // (cudaMemGetInfo: with the CUDA context and the libraries; the peer's torch.cuda.mem_get_info)
+    j["peak_gpu_mem_mb"] = t.peak_buffers;
+    j["gpu_mem_used_mb"] = be.device_memory_used_mb();
+  } else if (!be.on_host()) {
+    j["peak_buffer_mb"] = t.peak_buffers;  // cpu-staged: its allocations (the moments are host vectors there)
+  }
+  std::cout << o.mode << " " << o.config << " " << o.precision << " B=" << B << " S=" << T << ": "
+            << j["seq_per_s"].get<double>() << " seq/s, " << j["model_tflops"].get<double>() << " TFLOP/s (GEMM probe "
+            << probe << ")\n";
+  std::cout << j.dump() << std::endl;
+  const std::string prof = be.op_profile();
+  if (!prof.empty()) std::cerr << prof;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* sub = app.add_subcommand("bench", "Throughput on random data: train (pre-training forward+backward+LAMB), squad (BertForQuestionAnswering "
+                                 "fine-tuning step: forward+backward+AdamW), infer (BertModel forward) or electra "
+                                 "(ELECTRA pre-training step: generator, sampling, discriminator, LAMB over both)");
+  add_bench_options(sub, *o);
   sub->callback([o]() {
     set_threads(o->threads);
-    BERTCC_CHECK(!cuda_graphs() || o->mode == "infer", "bench ", o->mode,
-                 ": --cuda-graphs records inference forwards only (bench infer)");
-    // a shape's first forward runs unrecorded and its second is recorded: both before the timing
-    BERTCC_CHECK(!cuda_graphs() || o->warmup >= 2, "bench infer --cuda-graphs: --warmup must be at least 2 "
-                 "(the first forward runs unrecorded, the second records the graph)");
-    const Precision prec = parse_precision(o->precision);
-    BertConfig cfg = config_from_name_or_path(o->config);
-    const bool electra = o->mode == "electra";
-    const bool train = o->mode == "train" || electra, squad = o->mode == "squad";
-    BERTCC_CHECK(o->real.empty() || squad || o->mode == "infer", "bench ", o->mode,
-                 ": --real is for squad and infer (pre-training reads no SQuAD or GLUE file)");
-    BERTCC_CHECK(o->real.empty() || o->padding == 0.0, "bench: --padding is for random data; with --real the "
-                 "padding is the real batches' own");
-    RealData real;
-    if (!o->real.empty()) real = real_data(o->real, o->vocab, o->lower, o->task, o->seq, /*shuffled=*/squad);
-    // the real tokens' ids index the embedding table: it has --vocab's size (as pretrain --vocab sets
-    // it), whatever the config says (a larger vocabulary than the config's read past it: exit 139)
-    if (!o->real.empty()) cfg.vocab_size = static_cast<int>(real.vocab_size);
-    const int64_t B = o->batch, T = o->seq;
-    const int64_t P = o->max_pred > 0 ? o->max_pred : std::max<int64_t>(1, (T * 20 + 64) / 128);
-    if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);
-    Backend& be = backend_for(o->device);
-    const bool gpu = !be.on_host();
-    std::cerr << (gpu ? be.describe() : describe_backend(prec == Precision::BF16)) << "\n";
-    if (electra) cfg.model_type = "electra";
-    Bert model(cfg, electra ? Heads::Discriminator : train ? Heads::PreTraining : squad ? Heads::QuestionAnswering : Heads::None);
-    model.init_weights(1);
-    // ELECTRA: Google's generator for this discriminator, sharing its embeddings.
-    const BertConfig gcfg = electra_generator_config(cfg);
-    std::unique_ptr<Bert> gen;
-    if (electra) {
-      gen = std::make_unique<Bert>(gcfg, Heads::Generator);
-      gen->init_weights(2);
-      electra_share_embeddings(model, *gen);
-    }
-    if (gpu && !train && !squad) {
-      model.use_backend_for_inference(be, prec);  // as qa, classify and serve place a model
-    } else if (gpu) {
-      model.use_backend(be);
-      if (gen) gen->use_backend(be);
-    }
-    OptimizerState ostate, gen_ostate;
-    BertBatch batch = random_batch(cfg, B, T, train ? P : 0, 2, o->padding);
-    for (int64_t r = 0; r < B; ++r) {  // answer spans for the QA head, inside the real tokens
-      const int64_t len = real_length(r, T, o->padding);
-      batch.start_positions.push_back(static_cast<int32_t>((r * 37) % len));
-      batch.end_positions.push_back(static_cast<int32_t>(std::min<int64_t>(len - 1, (r * 37) % len + 3)));
-    }
-    AdamWOptions adamw;
-    Rng rng{3, 0};
-    LambOptions lamb;
-    int64_t masked = 0;
-    if (!o->real.empty()) batch = next_real_batch(real, B, squad ? Heads::QuestionAnswering : Heads::None, squad, T);
-    // The optimizer through the backend whatever it is (the CPU backend calls the CPU optimizers).
-    auto step = [&]() {
-      if (electra) {
-        model.zero_grad();
-        gen->zero_grad();
-        masked = electra_step(*gen, model, batch, true, true, prec, rng).masked;
-        const double gn = be.global_norm(gen->grads_on_backend(), gen->table().total());
-        const double dn = be.global_norm(model.grads_on_backend(), model.table().total());
-        const double norm = std::sqrt(gn * gn + dn * dn);
-        be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 1e-4f, lamb, norm);
-        be.lamb_step(gen->table(), gen->params_on_backend(), gen->grads_on_backend(), gen_ostate, 1e-4f, lamb, norm);
-        electra_share_embeddings(model, *gen);
-      } else if (train) {
-        model.zero_grad();
-        masked = model.pretrain_step(batch, true, true, prec, rng).mlm_count;
-        be.lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 1e-4f, lamb);
-      } else if (squad) {
-        model.zero_grad();
-        model.finetune_step(batch, true, true, prec, rng);
-        be.adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), ostate, 3e-5f, adamw);
-      } else {
-        model.encode(batch, false, prec, rng, /*backward=*/false);
-      }
-      be.synchronize();
-    };
-    auto next = [&] {  // --real: the next batch (its making is not timed)
-      if (!o->real.empty()) batch = next_real_batch(real, B, squad ? Heads::QuestionAnswering : Heads::None, squad, T);
-    };
-    for (int64_t i = 0; i < o->warmup; ++i) {
-      step();
-      next();
-    }
-    be.reset_peak_buffer_mb();  // as the peer resets PyTorch's peak after its warm-up
-    std::vector<double> times;
-    double fwd = 0;  // the timed steps' forward FLOPs, of what was computed
-    int64_t tokens = 0, real_tokens = 0, padded_tokens = 0;
-    for (int64_t i = 0; i < o->steps; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step();
-      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      int64_t t = 0;
-      fwd += electra ? electra_forward_flops(cfg, gcfg, B, T, masked)
-                     : computed_forward_flops(cfg, batch, model.last_packed(), train ? masked : 0, train, &t);
-      tokens += electra ? B * T : t;
-      for (int32_t m : batch.input_mask) real_tokens += m != 0;
-      padded_tokens += batch.B * batch.T;
-      next();
-    }
-    const double peak_buffers = be.peak_buffer_mb();  // before the GEMM probe allocates its operands
-    double total = 0;
-    for (double t : times) total += t;
-    const double mean = total / static_cast<double>(times.size());
-    // FLOPs of what was computed (computed_forward_flops), per timed step on average
-    const bool unpadded = model.last_packed();
-    const double flops = (train || squad ? 3.0 * fwd : fwd) / static_cast<double>(o->steps);
-    const double probe = be.gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
-    nlohmann::ordered_json j;
-    j["mode"] = o->mode;
-    j["config"] = o->config;
-    j["precision"] = o->precision;
-    j["batch"] = B;
-    j["seq"] = T;
-    if (o->padding > 0) j["padding"] = o->padding;
-    if (!o->real.empty()) {  // the timed batches: their real tokens and their padded size, per step
-      j["real"] = o->real;
-      j["real_features"] = real.features.size();
-      j["real_tokens"] = static_cast<double>(real_tokens) / static_cast<double>(o->steps);
-      j["padded_tokens"] = static_cast<double>(padded_tokens) / static_cast<double>(o->steps);
-    }
-    j["unpadded"] = unpadded;
-    j["tokens_computed"] = static_cast<double>(tokens) / static_cast<double>(o->steps);
-    if (electra) j["generator_hidden_size"] = gcfg.hidden_size;
-    j["threads"] = threads();
-    j["steps"] = o->steps;
-    j["step_ms"] = mean * 1e3;
-    j["seq_per_s"] = static_cast<double>(B) / mean;
-    j["model_tflops"] = flops / mean / 1e12;
-    j["gemm_probe_tflops"] = probe;
-    j["gemm_probe_shape"] = std::to_string(B * T) + "x" + std::to_string(cfg.intermediate_size) + "x" +
-                            std::to_string(cfg.hidden_size);
-    j["peak_rss_mb"] = peak_rss_mb();
-    j["device"] = o->device;
-    if (cuda_graphs()) j["cuda_graphs"] = true;
-    if (be.kind() == DeviceKind::CUDA) {
-      j["gpu"] = be.describe();
-      // bertcc's own device buffers at their highest during the timed steps (PyTorch's
-      // max_memory_allocated, which the peer reports), and the device's memory in use at the end
-      // (cudaMemGetInfo: with the CUDA context and the libraries; the peer's torch.cuda.mem_get_info)
-      j["peak_gpu_mem_mb"] = peak_buffers;
-      j["gpu_mem_used_mb"] = be.device_memory_used_mb();
-    } else if (!be.on_host()) {
-      j["peak_buffer_mb"] = peak_buffers;  // cpu-staged: its allocations (the moments are host vectors there)
-    }
-    std::cout << o->mode << " " << o->config << " " << o->precision << " B=" << B << " S=" << T << ": "
-              << j["seq_per_s"].get<double>() << " seq/s, " << j["model_tflops"].get<double>() << " TFLOP/s (GEMM probe "
-              << probe << ")\n";
-    std::cout << j.dump() << std::endl;
-    const std::string prof = be.op_profile();
-    if (!prof.empty()) std::cerr << prof;
+    check_bench_options(*o);
+    Bench b(*o);
+    set_up(b);
+    const Timing t = time_steps(b);
+    report(b, t);
   });
 }
 

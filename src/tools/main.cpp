@@ -13,6 +13,7 @@
 #include "bertcc/error.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/signals.h"
+#include "core/settings.h"
 #include "tools/cli_common.h"
 
 int main(int argc, char** argv) {
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     return 1;
   };
   try {
+    bertcc::settings();  // the BERTCC_* environment, read once here: a bad value ends the run before any work
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     bertcc::dist::finalize();

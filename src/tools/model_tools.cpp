@@ -21,7 +21,10 @@
 
 namespace bertcc::tools {
 
-void add_model_tools(CLI::App& app) {
+namespace {
+
+// bertcc init-model
+void add_init_model(CLI::App& app) {
   struct InitOpts {
     std::string config, output, vocab;
     uint64_t seed = 42;
@@ -53,7 +56,10 @@ void add_model_tools(CLI::App& app) {
     std::cout << "wrote " << io->output << " (" << model.table().total() << " parameters, "
               << cfg.num_hidden_layers << " layers, hidden " << cfg.hidden_size << ")\n";
   });
+}
 
+// bertcc random-batch
+void add_random_batch(CLI::App& app) {
   struct BatchOpts {
     std::string model, output;
     int64_t batch = 8, seq = 128, max_pred = 20;
@@ -104,8 +110,10 @@ void add_model_tools(CLI::App& app) {
     write_pretrain_shard(bo->output, s);
     std::cout << "wrote " << bo->output << " (" << s.N << " x " << s.S << ", up to " << s.P << " masked each)\n";
   });
+}
 
-  // bertcc convert --from pt FILE --out DIR: a PyTorch checkpoint to a model directory.
+// bertcc convert --from pt FILE --out DIR: a PyTorch checkpoint to a model directory.
+void add_convert(CLI::App& app) {
   struct ConvOpts {
     std::string from = "pt", input, out, config, vocab;
     bool lower = false, no_lower = false;
@@ -185,8 +193,10 @@ void add_model_tools(CLI::App& app) {
               << " tensors read" << (ck.state_dict_key().empty() ? "" : " from '" + ck.state_dict_key() + "'") << ", "
               << model.table().total() << " parameters)\n";
   });
+}
 
-  // bertcc export-onnx --model DIR --out model.onnx
+// bertcc export-onnx --model DIR --out model.onnx
+void add_export_onnx(CLI::App& app) {
   struct OnnxOpts {
     std::string model, out, weights = "fp32";
   };
@@ -206,6 +216,15 @@ void add_model_tools(CLI::App& app) {
     std::cout << "wrote " << oo->out << " (" << model->architecture() << ", "
               << oo->weights << " weights, " << std::filesystem::file_size(oo->out) << " bytes)\n";
   });
+}
+
+}  // namespace
+
+void add_model_tools(CLI::App& app) {
+  add_init_model(app);
+  add_random_batch(app);
+  add_convert(app);
+  add_export_onnx(app);
 }
 
 }  // namespace bertcc::tools

@@ -17,9 +17,9 @@
 #include "bertcc/optim.h"
 #include "bertcc/params.h"
 #include "bertcc/rng.h"
-#include "cuda/attention_varlen.h"
+#include "cuda/attention/varlen.h"
 #include "cuda/cuda_kernels.h"
-#include "cuda/cudnn_attention.h"
+#include "cuda/attention/cudnn_graphs.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
@@ -744,7 +744,7 @@ void test_attention_padding() {
   }
 }
 
-// Unpadded batches (attention_varlen.h): bf16 reading qkv16 in place, the whole batch in one launch
+// Unpadded batches (attention/varlen.h): bf16 reading qkv16 in place, the whole batch in one launch
 // per kernel. Against the padded kernels once per sequence (B 1, T its length, a zero mask, its
 // dropout numbers after the previous sequences', its slice of the saved buffer: what Backend's
 // per-sequence default and BERTCC_CUDA_VARLEN=0 run) bit for bit: out, its bf16 rounding, the saved

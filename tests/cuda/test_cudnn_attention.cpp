@@ -1,4 +1,4 @@
-// cuDNN attention (src/cuda/cudnn_attention.h), in what a machine can check:
+// cuDNN attention (src/cuda/attention/cudnn_graphs.h), in what a machine can check:
 //   without a device: libcudnn opens, its version, every tensor and operation descriptor of the
 //   forward graph, of the training forward and of the backward graph (these two without and with
 //   dropout) finalizes and so does each operation graph (no handle), for head sizes 64 and 128;
@@ -26,7 +26,7 @@
 
 #include "bertcc/rng.h"
 #include "cuda/cuda_kernels.h"
-#include "cuda/cudnn_attention.h"
+#include "cuda/attention/cudnn_graphs.h"
 
 using namespace bertcc;
 namespace G = bertcc::cuda;

@@ -535,8 +535,7 @@ def main():
         sys.exit(__doc__)
     B, W = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     guides = [os.path.abspath(g) for g in sys.argv[3:]] or (
-        [os.path.join(REPO, "README.md")] + sorted(g for g in glob.glob(os.path.join(REPO, "docs", "*.md"))
-                                                   if not g.endswith("gpu-log.md")))
+        [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))))
     os.makedirs(W, exist_ok=True)
     shutil.rmtree(os.path.join(W, "run"), ignore_errors=True)  # the last run's logs and folders
     t0 = time.time()

@@ -1,5 +1,5 @@
 // A CPU stand-in for the few CUDA features the simulated kernels use (the Tensor Core attention,
-// src/cuda/attention_tc_kernels.cuh; the ordered sums, src/cuda/ordered_sums.cuh), so that their
+// src/cuda/attention/tensor_core_kernels.cuh; the ordered sums, src/cuda/ordered_sums.cuh), so that their
 // source runs here, where there is no GPU: one fiber (a stack of its own, switched to by the
 // runtime, on the calling OS thread) per CUDA thread, one block at a time; __syncthreads and the
 // warp's collectives are barriers (blocks of whole warps only). Fibers rather than OS threads: a

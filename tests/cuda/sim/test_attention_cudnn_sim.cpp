@@ -1,4 +1,4 @@
-// The kernels of the cuDNN attention path (src/cuda/attention_cudnn_kernels.cuh,
+// The kernels of the cuDNN attention path (src/cuda/attention/cudnn_switch_kernels.cuh,
 // BERTCC_ATTENTION=cudnn), compiled for the CPU and run by tests/cuda/sim/sim_runtime.h:
 // - mask_lengths: q_len, kv_len and the right-padding flag of masks with and without padding,
 //   with holes, with a bias on an unmasked key, all padding, NaN, against a reference written here;
@@ -10,7 +10,7 @@
 #define BERTCC_CUDA_SIM 1
 #include "sim_runtime.h"
 // the kernels' source, as nvcc compiles it for the GPU
-#include "cuda/attention_cudnn_kernels.cuh"
+#include "cuda/attention/cudnn_switch_kernels.cuh"
 
 #include <cmath>
 #include <cstdio>
@@ -161,7 +161,7 @@ void zero_keys_case() {
 }  // namespace
 
 int main() {
-  std::printf("cuDNN path kernels (attention_cudnn_kernels.cuh) on the simulator\n");
+  std::printf("cuDNN path kernels (attention/cudnn_switch_kernels.cuh) on the simulator\n");
   lengths_cases();
   keep_case(2, 3, 37, 0.1f, 11);   // T odd: the last pair has one key
   keep_case(1, 2, 64, 0.5f, 12);

@@ -1,5 +1,5 @@
-// The Tensor Core attention kernels (src/cuda/attention_tc_kernels.cuh) and the fp32 kernels'
-// unpadded instances (attention_f32_kernels.cuh: run_varlen_f32), compiled for the CPU and
+// The Tensor Core attention kernels (src/cuda/attention/tensor_core_kernels.cuh) and the fp32 kernels'
+// unpadded instances (attention/fp32_kernels.cuh: run_varlen_f32), compiled for the CPU and
 // run by tests/cuda/sim/sim_runtime.h, against a float64 reference of attention forward and
 // backward (dropout from the same Philox counters) and against the CPU engine's attention in the
 // same precision (what test_cuda_kernels checks on a GPU). Shared memory is poisoned with NaN
@@ -9,8 +9,8 @@
 #define BERTCC_CUDA_SIM 1
 #include "sim_runtime.h"
 // the kernels' source, as nvcc compiles it for the GPU
-#include "cuda/attention_tc_kernels.cuh"
-#include "cuda/attention_f32_kernels.cuh"
+#include "cuda/attention/tensor_core_kernels.cuh"
+#include "cuda/attention/fp32_kernels.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -66,7 +66,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
   const Rng rng(77 + seed, 0);
   const uint64_t base = 1000;
   const A::Shape s = A::make_shape(B, T, C, NH, p, rng, base);
-  // lse as attention_tc.cu's callers size it (with dropout: the decision bits after it, poisoned
+  // lse as attention/tensor_core.cu's callers size it (with dropout: the decision bits after it, poisoned
   // with set bits: keep everything, which dropout-on cases fail unless the forward writes them)
   std::vector<float> out(B * T * C, NAN), lse(static_cast<size_t>(A::lse_floats(B, NH, T) +
                                                                    (p > 0 ? A::drop_bit_words(B, NH, T) : 0)), NAN), dqkv(B * T * 3 * C, NAN), D(B * NH * T);
@@ -74,17 +74,17 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
     constexpr int HS = decltype(hsc)::value;
     namespace K = A::tc;
     const sim_dim3 grid{bertcc::cuda::grid_for(T, K::kBlockRows), static_cast<unsigned>(B * NH), 1};
-    // the 16-bit operands, as attention_tc.cu makes them (poisoned first: prep must write them all)
+    // the 16-bit operands, as attention/tensor_core.cu makes them (poisoned first: prep must write them all)
     const int64_t n = K::operand_elems<HS>(s), Tp = K::padded_T(T);
     std::vector<uint16_t> ops(4 * n, 0xFFFF);
     uint16_t* q = ops.data();
-    // both paths: 16-byte loads where attention_tc.cu takes them, and element by element
+    // both paths: 16-byte loads where attention/tensor_core.cu takes them, and element by element
     const bool vec = hs % 4 == 0 && seed % 2 == 0;
     auto prep = [&](uint16_t* rows, const float* src, int64_t ld, unsigned parts) {
       const sim_dim3 pgrid{static_cast<unsigned>(Tp / K::kBlockRows), static_cast<unsigned>(B * NH), parts};
       sim::launch(pgrid, K::kThreads, 0, [&] { K::prep<BF, HS>(rows, src, ld, s, Tp, vec); });
     };
-    prep(q, qkv.data(), 3 * C, 3);  // q, k, v in one launch, as attention_tc.cu
+    prep(q, qkv.data(), 3 * C, 3);  // q, k, v in one launch, as attention/tensor_core.cu
     prep(q + 3 * n, dout.data(), C, 1);
     K::Operands op;
     op.q = K::padded_rows<HS>(q, s, 0), op.k = K::padded_rows<HS>(q, s, 1), op.v = K::padded_rows<HS>(q, s, 2);
@@ -116,7 +116,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
       expect("fwd, the output's bf16 rounding alone: differing from out's roundings", static_cast<double>(diff), 0.0);
     }
     if constexpr (K::fwd_max_mt<HS>() == 2) {
-      // two m-tiles per warp (128-row blocks, as attention_tc.cu launches it for these head sizes):
+      // two m-tiles per warp (128-row blocks, as attention/tensor_core.cu launches it for these head sizes):
       // each row's arithmetic is the same, so the outputs, lse and decision bits are the same bits
       std::vector<float> out2(out.size(), NAN), lse2(lse.size(), NAN);
       K::Operands op2 = op;
@@ -132,7 +132,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
       for (size_t i = 0; i < lse.size(); ++i) diff += std::memcmp(&lse[i], &lse2[i], sizeof(float)) != 0;
       expect("fwd, 2 m-tiles per warp: differing", static_cast<double>(diff), 0.0);
     }
-    for (int64_t r = 0; r < B * NH * T; ++r) {  // as attention.cu's attn_bwd_dot
+    for (int64_t r = 0; r < B * NH * T; ++r) {  // as attention/fp32.cu's attn_bwd_dot
       const int64_t i = r % T, bh = r / T, b = bh / NH, h = bh % NH;
       float acc = 0.0f;
       for (int64_t c = 0; c < hs; ++c) acc += dout[(b * T + i) * C + h * hs + c] * out[(b * T + i) * C + h * hs + c];
@@ -177,7 +177,7 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
       expect("bwd, dqkv's bf16 rounding: differing from dqkv's roundings", static_cast<double>(diff), 0.0);
     }
     {
-      // the kernels stopping at each sequence's last unmasked key (count_keys, as attention_tc.cu
+      // the kernels stopping at each sequence's last unmasked key (count_keys, as attention/tensor_core.cu
       // launches it): out, lse and dqkv the same bits as visiting every key, in both forward forms
       std::vector<int32_t> nkeys(B, -7);
       sim::launch({static_cast<unsigned>(B), 1, 1}, K::kThreads, 0, [&] { K::count_keys(nkeys.data(), mask.data(), T); });
@@ -580,7 +580,7 @@ int main() {
   run<true>(2, 96, 2, 32, 0.0f, 17, {10, 65});
   // unpadded (varlen) batches: lengths below, across and at the 16-row dropout tiles, the 64-row
   // blocks and the 32- and 64-key tiles; a batch of one sequence; dropout on and off; the forward
-  // with two m-tiles per warp where attention_tc.cu may launch it so
+  // with two m-tiles per warp where attention/tensor_core.cu may launch it so
   run_varlen<64>({7, 1, 37, 16, 3}, 2, 0.1f, 20);
   run_varlen<64>({7, 1, 37, 16, 3}, 2, 0.0f, 21);
   run_varlen<32>({70, 1, 129, 64}, 2, 0.1f, 22, 2);

@@ -1,4 +1,4 @@
-// The Tensor Core attention kernels (host code: attention_tc.cu). A header so that
+// The Tensor Core attention kernels (host code: attention/tensor_core.cu). A header so that
 // tests/cuda/sim can compile the same source for the CPU (BERTCC_CUDA_SIM: one thread per CUDA
 // thread, mma.sync computed from the PTX ISA's fragment layout) and check it where no GPU is.
 #pragma once
@@ -9,13 +9,13 @@
 
 #include <vector>
 
-#include "cuda/attention_common.cuh"
+#include "cuda/attention/common.cuh"
 
 namespace bertcc::cuda::attn::tc {
 
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kBlockRows = 64;  // 16 per warp (tc_padded_T rounds to it)
-static_assert(kBlockRows == 64, "attention_common.cuh's tc_padded_T assumes 64-row blocks");
+static_assert(kBlockRows == 64, "attention/common.cuh's tc_padded_T assumes 64-row blocks");
 
 template <int HS>
 constexpr int tile_n() { return HS == 128 ? 32 : 64; }
@@ -474,7 +474,7 @@ __device__ inline void mma_pair_each(float (&acc)[MT][NT][4], const uint32_t (&a
 
 // Operands: q, k, v. out and out16 (its bf16 rounding): either may be null. MinBlocks: blocks per
 // SM the registers must allow (4: at most 128 registers a thread, where the one-m-tile kernel for
-// head size 64 needs 138 and spills 12 bytes under the cap; attention_tc.cu: fwd_min_blocks).
+// head size 64 needs 138 and spills 12 bytes under the cap; attention/tensor_core.cu: fwd_min_blocks).
 template <bool BF16, int HS, int MT, int MinBlocks = 1, bool Varlen = false>
 __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t* out16, float* lse, Operands op,
                                                 const float* mask_add, Shape s) {

@@ -2,16 +2,17 @@
 // cuda_kernels.h: attention_cudnn_*): the switch, which calls it takes (a pure function of the
 // call's shape, so that a forward and its backward take the same path), its scratch, and the calls:
 // key lengths from the mask and the dropout decisions as cuDNN's keep mask
-// (attention_cudnn_kernels.cuh), then cudnn_attention.h's graphs.
+// (attention/cudnn_switch_kernels.cuh), then attention/cudnn_graphs.h's graphs.
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
 
-#include "cuda/attention_cudnn_kernels.cuh"
+#include "core/settings.h"
+#include "cuda/attention/cudnn_switch_kernels.cuh"
 #include "cuda/cuda_kernels.h"
-#include "cuda/cudnn_attention.h"
+#include "cuda/attention/cudnn_graphs.h"
 
 namespace bertcc::cuda {
 namespace {
@@ -56,11 +57,7 @@ std::string shape_text(int64_t B, int64_t T, int64_t C, int64_t NH, float p, Pre
 AttentionImpl attention_impl() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_impl < 0) {
-    const char* e = std::getenv("BERTCC_ATTENTION");
-    const std::string v = e ? e : "";
-    BERTCC_CHECK(v.empty() || v == "bertcc" || v == "cudnn", "BERTCC_ATTENTION: '", v,
-                 "' is not bertcc or cudnn (bertcc's kernels, the default, or cuDNN's fused attention)");
-    g_impl = static_cast<int>(v == "cudnn" ? AttentionImpl::Cudnn : AttentionImpl::Bertcc);
+    g_impl = static_cast<int>(settings().attention_cudnn ? AttentionImpl::Cudnn : AttentionImpl::Bertcc);
   }
   return static_cast<AttentionImpl>(g_impl);
 }

@@ -1,7 +1,7 @@
 // Fused multi-head attention in fp32 on CUDA cores (--precision fp32: exact fp32, no TF32; the
-// kernels: attention_f32_kernels.cuh), and the entry points, which send bf16/fp16 to the Tensor
-// Core kernels (attention_tc.cu).
-#include "cuda/attention_f32_kernels.cuh"
+// kernels: attention/fp32_kernels.cuh), and the entry points, which send bf16/fp16 to the Tensor
+// Core kernels (attention/tensor_core.cu).
+#include "cuda/attention/fp32_kernels.cuh"
 #include "cuda/cuda_kernels.h"
 
 namespace bertcc::cuda {
@@ -10,7 +10,7 @@ namespace {
 using attn::Shape;
 using attn::f32::kRows;
 
-// The table of a varlen call (attn::varlen_table) on the device; as attention_tc.cu's, the stream
+// The table of a varlen call (attn::varlen_table) on the device; as attention/tensor_core.cu's, the stream
 // order keeps the next call's upload from overwriting it before this call's kernels have read it.
 const int64_t* upload_table(const std::vector<int64_t>& t) {
   static Scratch buf;

@@ -1,4 +1,4 @@
-// cuDNN's fused attention through its backend API (cudnn_attention.h). The forward graph is the
+// cuDNN's fused attention through its backend API (attention/cudnn_graphs.h). The forward graph is the
 // one cudnn-frontend's SDPA node lowers to, and that cuDNN's fused flash-attention engines match:
 //   S = Q K^T (matmul, rows and columns overridden by the sequence lengths)
 //   S *= scale;  S = (row < seq_len_q && col < seq_len_kv) ? S : -inf   (GEN_INDEX, CMP_LT, AND, SELECT)
@@ -21,8 +21,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/settings.h"
 #include "cuda/common.cuh"
-#include "cuda/cudnn_attention.h"
+#include "cuda/attention/cudnn_graphs.h"
 
 #if __has_include(<cudnn_graph.h>)
 #include <cudnn_graph.h>
@@ -107,8 +108,8 @@ struct Loaded {
 
 Loaded load() {
   Loaded l;
-  const char* env = std::getenv("BERTCC_CUDNN_LIB");
-  l.info.path = env && *env ? env : "libcudnn.so.9";
+  const std::string& named = settings().cudnn_lib;
+  l.info.path = named.empty() ? "libcudnn.so.9" : named;
   void* h = dlopen(l.info.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();

@@ -1,10 +1,10 @@
 // The two kernels that put bertcc's attention calls into the form cuDNN's SDPA graphs take
-// (attention_cudnn.cu; BERTCC_ATTENTION=cudnn): key lengths from the additive mask, and the dropout
+// (attention/cudnn_switch.cu; BERTCC_ATTENTION=cudnn): key lengths from the additive mask, and the dropout
 // decisions as a bf16 keep mask. Compiled by nvcc and, for tests/cuda/sim, by the host compiler.
 #pragma once
 #include <cstdint>
 
-#include "cuda/attention_common.cuh"
+#include "cuda/attention/common.cuh"
 
 namespace bertcc::cuda::attn {
 

@@ -1,7 +1,7 @@
 // What the two fused attention implementations share: the problem's shape, the dropout mask
 // (element (i, j) of head row bh = b*NH + h: 16 bits of Philox number base +
 // attention_drop_number(bh, i, j, T), as the CPU kernel; bertcc/rng.h), the head-size dispatch.
-// attention.cu: fp32 on CUDA cores (--precision fp32, exact fp32); attention_tc.cu: bf16/fp16
+// attention/fp32.cu: fp32 on CUDA cores (--precision fp32, exact fp32); attention/tensor_core.cu: bf16/fp16
 // operands on Tensor Cores (--precision bf16/fp16).
 #pragma once
 #include <cmath>
@@ -52,7 +52,7 @@ void dispatch_hs(int64_t HS, F f) {
 // What the forward saves for the backward (floats): the row log-sum-exp lse[B*NH*T], padded to a
 // multiple of 4 floats, and for the Tensor Core kernels with dropout the dropout decisions the
 // forward made, one bit per (query, key): words [B*NH][Tp/16][Tp/8][4] (Tp = T rounded up to 64;
-// attention_tc_kernels.cuh: drop_word), so the backward draws no random numbers.
+// attention/tensor_core_kernels.cuh: drop_word), so the backward draws no random numbers.
 __host__ __device__ inline int64_t tc_padded_T(int64_t T) { return (T + 63) / 64 * 64; }
 __host__ __device__ inline int64_t lse_floats(int64_t B, int64_t NH, int64_t T) { return (B * NH * T + 3) / 4 * 4; }
 inline int64_t drop_bit_words(int64_t B, int64_t NH, int64_t T) {
@@ -63,7 +63,7 @@ inline int64_t drop_bit_words(int64_t B, int64_t NH, int64_t T) {
 inline int64_t kernel_hs(int64_t hs) { return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 : hs <= 128 ? 128 : 0; }
 // In bf16 the forward saves, after lse and the dropout bits (16-byte aligned: both are multiples of
 // 4 floats), its operands q, k and v rounded to bf16 in the kernels' layout ([3][B*NH][Tp][kernel
-// HS], attention_tc_kernels.cuh: prep), and the backward reads them instead of qkv.
+// HS], attention/tensor_core_kernels.cuh: prep), and the backward reads them instead of qkv.
 inline int64_t operands_offset(int64_t B, int64_t NH, int64_t T, bool drop, Precision prec) {
   return lse_floats(B, NH, T) + (drop && prec != Precision::F32 ? drop_bit_words(B, NH, T) : 0);
 }
@@ -107,7 +107,7 @@ inline std::vector<int64_t> varlen_table(const int64_t* cu, int64_t B, int64_t N
 
 // The row dots of an unpadded batch: sequence q's [NH][n] from NH * (its first row), where the
 // kernels' place puts D for the sequence alone; a warp per (row r, head h) of the N rows, r's
-// sequence found by bisection in the table (row_dot, as attention.cu's attn_bwd_dot: the same
+// sequence found by bisection in the table (row_dot, as attention/fp32.cu's attn_bwd_dot: the same
 // bits). 256 threads a block.
 template <class O>
 __global__ void __launch_bounds__(256) row_dots_varlen(float* D, const float* dout, const O* out,
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(256) row_dots_varlen(float* D, const float* do
   if ((threadIdx.x & 31) == 0) D[NH * row0 + h * n + (r - row0)] = acc;
 }
 
-// Tensor Core kernels (attention_tc.cu). D[bh*T + i] = sum_c dout*out, computed by the caller.
+// Tensor Core kernels (attention/tensor_core.cu). D[bh*T + i] = sum_c dout*out, computed by the caller.
 // lse: the saved buffer (lse, then with dropout the decision bits).
 // out16 (may be null; bf16 only): the output's rounding too; out may then be null.
 // qkv16 (may be null; bf16 only): qkv's rounding, read instead of qkv; the saved buffer then holds
@@ -144,7 +144,7 @@ void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t
 void backward_tc_varlen(float* dqkv, uint16_t* dqkv16, float* D, const float* dout, const float* out,
                         const uint16_t* out16, const uint16_t* qkv16, const float* saved, const int64_t* cu,
                         int64_t B, const Shape& s);
-// The same for fp32 (attention.cu: attention_f32_kernels.cuh's Varlen instances; qkv [N, 3C] fp32,
+// The same for fp32 (attention/fp32.cu: attention/fp32_kernels.cuh's Varlen instances; qkv [N, 3C] fp32,
 // out fp32; the saved buffer holds each sequence's lse alone, as the padded fp32 kernels do).
 void forward_f32_varlen(float* out, float* saved, const float* qkv, const int64_t* cu, int64_t B, const Shape& s);
 void backward_f32_varlen(float* dqkv, float* D, const float* dout, const float* out, const float* qkv,

@@ -1,4 +1,4 @@
-// The fp32 attention kernels on CUDA cores (host code: attention.cu). A header so that
+// The fp32 attention kernels on CUDA cores (host code: attention/fp32.cu). A header so that
 // tests/cuda/sim can compile the same source for the CPU (BERTCC_CUDA_SIM) and check it where no
 // GPU is. FlashAttention-2's shape: the T x T scores are never written to memory. Forward: one
 // thread per query row, key/value tiles in shared memory, an online softmax; it saves the row
@@ -12,14 +12,14 @@
 //   head row y = b NH + h.
 // - Varlen true, an unpadded batch (FlashAttention's cu_seqlens layout: sequence b rows
 //   cu[b] .. cu[b+1] - 1 of qkv [N, 3C], no mask): block (x, y) takes head y of the sequence and
-//   row tile that entry x of the call's table (attention_common.cuh: varlen_table, with no
+//   row tile that entry x of the call's table (attention/common.cuh: varlen_table, with no
 //   decision bits: fp32 saves none) names, and then sees that sequence as a batch of it alone
 //   (seq_place): B 1, T its length, its dropout numbers' base, its rows of qkv/out/dout/dqkv, its
 //   slice of the saved buffer (lse), its row dots at NH * (first row) (row_dots_varlen's layout),
 //   and a mask of zeros (the per-sequence path's). Each row's arithmetic is then that of the padded
 //   kernels on the sequence alone, and so are its bits.
 #pragma once
-#include "cuda/attention_common.cuh"
+#include "cuda/attention/common.cuh"
 
 namespace bertcc::cuda::attn::f32 {
 

@@ -1,5 +1,5 @@
 // Variable-length attention on CUDA (unpadded batches: Backend::attention_varlen_*), the Tensor
-// Core kernels of attention_tc_kernels.cuh over a whole batch. Plain C++, as cuda_kernels.h.
+// Core kernels of attention/tensor_core_kernels.cuh over a whole batch. Plain C++, as cuda_kernels.h.
 #pragma once
 #include <cstdint>
 
@@ -16,7 +16,7 @@ namespace bertcc::cuda {
 // - bf16 with qkv16 read in place (head size 16, 32, 64 or 128, C a multiple of 8, qkv16 16-byte
 //   aligned), the Tensor Core kernels: forward; backward the row dots, dout's bf16 rounding, dq,
 //   dk/dv;
-// - fp32 from qkv (head size at most 128), the CUDA-core kernels (attention_f32_kernels.cuh):
+// - fp32 from qkv (head size at most 128), the CUDA-core kernels (attention/fp32_kernels.cuh):
 //   forward; backward the row dots, dq, dk/dv; out is written and read (no bf16 copies).
 // Unless BERTCC_CUDA_VARLEN=0 (attention_varlen_on: then the per-sequence path, for comparison);
 // other calls (fp16, bf16 without an in-place qkv16) take that path.

@@ -1,7 +1,7 @@
 // Fused multi-head attention on Tensor Cores, for --precision bf16 and fp16: FlashAttention-2's
 // tiling with mma.sync.m16n8k16 (bf16 or fp16 operands, fp32 accumulation; sm_80 and later), its
 // operands loaded from shared memory by ldmatrix. The
-// kernels are in attention_tc_kernels.cuh (also compiled for the CPU by tests/cuda/sim); this file
+// kernels are in attention/tensor_core_kernels.cuh (also compiled for the CPU by tests/cuda/sim); this file
 // launches them.
 //
 // The T x T scores never reach memory. Rounding to 16 bits: q, k, v and dout; in the forward, the
@@ -43,15 +43,16 @@
 //
 // Unpadded batches (forward_tc_varlen, backward_tc_varlen; bf16 from qkv16 in place): the same
 // kernels' Varlen instances over every sequence of the batch in one launch, a block per
-// (sequence, head, row tile) from a per-call table (attention_tc_kernels.cuh: place, varlen_table).
+// (sequence, head, row tile) from a per-call table (attention/tensor_core_kernels.cuh: place, varlen_table).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
-#include "cuda/attention_tc_kernels.cuh"
-#include "cuda/attention_varlen.h"
+#include "core/settings.h"
+#include "cuda/attention/tensor_core_kernels.cuh"
+#include "cuda/attention/varlen.h"
 #include "cuda/op_timer.h"
 
 namespace bertcc::cuda::attn {
@@ -88,24 +89,15 @@ void dispatch_tc(const Shape& s, Precision prec, F f) {
   with_hs(std::false_type{});
 }
 
-// A bench's choice between two forms from the environment variable `name`: 0 where it is unset or
-// empty, else its value, which must be a or b (anything else is refused).
-int env_choice(const char* name, int a, int b) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return 0;
-  BERTCC_CHECK(std::to_string(a) == v || std::to_string(b) == v, name, ": '", v, "' is not ", a, " or ", b);
-  return std::atoi(v);
-}
-
 // Query rows per forward block: 64 (one m-tile of 16 rows per warp), or 128 (two m-tiles, head sizes up
-// to 64) where BERTCC_ATTENTION_FWD_ROWS=128 asks for it. The fourth GPU visit (H200) timed both: the
+// to 64) where BERTCC_ATTENTION_FWD_ROWS=128 asks for it. Timed on an H200, the
 // one-m-tile form was faster in every shape of the attention bench (B 64, T 128: 0.185 against
 // 0.247 ms; B 16, T 512: 0.551 against 0.624) and of `bench` (1-4 % per step), so it is the default.
 // The variable exists for the attention bench, which times both forms (the same bits either way);
 // anything but 64 or 128 is refused.
 template <int HS>
 int fwd_mt() {
-  static const int rows = env_choice("BERTCC_ATTENTION_FWD_ROWS", 64, 128);
+  static const int rows = settings().attention_fwd_rows;
   return std::min(rows ? rows / kBlockRows : 1, fwd_max_mt<HS>());
 }
 
@@ -114,7 +106,7 @@ int fwd_mt() {
 // most 128 registers, 12 bytes spilled, a third more warps to hide latency). Not measured yet: the
 // attention bench times both (the same bits either way); anything but 1 or 4 is refused.
 int fwd_min_blocks() {
-  static const int blocks = env_choice("BERTCC_ATTENTION_FWD_MIN_BLOCKS", 1, 4);
+  static const int blocks = settings().attention_fwd_min_blocks;
   return blocks ? blocks : 1;
 }
 
@@ -132,22 +124,13 @@ void fwd_form(Launch&& launch) {
   launch(One{}, One{});
 }
 
-// Whether the kernels stop at each sequence's last unmasked key (attention_tc_kernels.cuh:
+// Whether the kernels stop at each sequence's last unmasked key (attention/tensor_core_kernels.cuh:
 // count_keys; the same bits either way). On unless set_attention_skip_padding(false) or
 // BERTCC_ATTENTION_SKIP_PADDING=0 (for the attention bench and the tests that compare both).
-std::atomic<int> g_skip_padding{-1};  // -1: not yet read from the environment
+std::atomic<int> g_skip_padding{-1};  // -1: as settings() say
 bool skip_padding() {
-  int v = g_skip_padding.load();
-  if (v < 0) {
-    const char* e = std::getenv("BERTCC_ATTENTION_SKIP_PADDING");
-    BERTCC_CHECK(!e || !*e || std::string(e) == "0" || std::string(e) == "1", "BERTCC_ATTENTION_SKIP_PADDING: '", e,
-                 "' is not 0 or 1");
-    v = e && std::string(e) == "0" ? 0 : 1;
-    int unset = -1;
-    g_skip_padding.compare_exchange_strong(unset, v);
-    v = g_skip_padding.load();
-  }
-  return v == 1;
+  const int v = g_skip_padding.load();
+  return v < 0 ? settings().attention_skip_padding : v == 1;
 }
 
 // Per sequence, the keys the kernels visit (count_keys), or null where every key is visited.
@@ -161,7 +144,7 @@ const int32_t* visited_keys(const float* mask_add, const Shape& s) {
   return n;
 }
 
-// The 16-bit operands (attention_tc_kernels.cuh: Operands) of one call, in one grow-only buffer
+// The 16-bit operands (attention/tensor_core_kernels.cuh: Operands) of one call, in one grow-only buffer
 // (stream order keeps a later call from overwriting them before the kernels that read them ran).
 uint16_t* operand_buffer(size_t elems) {
   static Scratch buf;
@@ -283,7 +266,7 @@ void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const
     if (BF && qkv16) {
       qkv16_operands<BF, HS>(op, qkv16, nullptr, s);
     } else {
-      // bf16: into the saved buffer, for the backward (attention_common.cuh); fp16: scratch
+      // bf16: into the saved buffer, for the backward (attention/common.cuh); fp16: scratch
       uint16_t* q = BF ? reinterpret_cast<uint16_t*>(lse + operands_offset(s.B, s.NH, s.T, s.drop, prec))
                        : operand_buffer(3 * static_cast<size_t>(n));
       launch_prep<BF, HS>(q, qkv, 3 * s.C, s, 3);
@@ -330,7 +313,7 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
       op.dout = padded_rows<HS>(q, s, 3);
     }
     op.Tp = padded_T(s.T);
-    // the forward's dropout decisions (attention_common.cuh: after lse in the saved buffer)
+    // the forward's dropout decisions (attention/common.cuh: after lse in the saved buffer)
     if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
     op.nkeys = visited_keys(mask_add, s);  // the forward's, computed again from the same mask
     part.emplace("attention_backward/dq");
@@ -350,13 +333,7 @@ namespace bertcc::cuda {
 void set_attention_skip_padding(bool on) { attn::g_skip_padding.store(on ? 1 : 0); }
 
 bool attention_varlen_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("BERTCC_CUDA_VARLEN");
-    BERTCC_CHECK(!e || !*e || std::string(e) == "0" || std::string(e) == "1", "BERTCC_CUDA_VARLEN: '", e,
-                 "' is not 0 or 1");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
+  return settings().cuda_varlen;
 }
 
 bool attention_varlen_fits(int64_t C, int64_t NH, Precision prec, const float* qkv, const bf16_t* qkv16) {
