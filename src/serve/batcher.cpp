@@ -15,6 +15,10 @@ std::vector<std::vector<float>> Batcher::run(const std::vector<FtFeature>& f) {
   job->t0 = Clock::now();
   auto fut = job->done.get_future();
   const int64_t n = static_cast<int64_t>(f.size());
+  if (n > o_.max_queue)  // never fits, however long the client waits: not a 503 to retry
+    throw HttpError(413, "model '" + model_ + "': the request needs " + std::to_string(n) +
+                             " sequences (its inputs' windows), more than --max-queue " + std::to_string(o_.max_queue) +
+                             " can ever hold: send fewer or shorter inputs");
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stop_) throw HttpError(503, "the server is shutting down");
@@ -88,8 +92,9 @@ void Batcher::loop() {
       size_t at = 0;
       for (auto& j : live) {
         const size_t k = j->f.size();
-        j->done.set_value(std::vector<std::vector<float>>(std::make_move_iterator(out.begin() + static_cast<ptrdiff_t>(at)),
-                                                          std::make_move_iterator(out.begin() + static_cast<ptrdiff_t>(at + k))));
+        j->done.set_value(
+            std::vector<std::vector<float>>(std::make_move_iterator(out.begin() + static_cast<ptrdiff_t>(at)),
+                                            std::make_move_iterator(out.begin() + static_cast<ptrdiff_t>(at + k))));
         at += k;
       }
     } catch (...) {

@@ -25,8 +25,9 @@ using Compute = std::function<std::vector<std::vector<float>>(const std::vector<
 class Batcher {
  public:
   Batcher(std::string model, Compute compute, const ServeOptions& o, Metrics& m, std::mutex& device)
-      : model_(std::move(model)), compute_(std::move(compute)), o_(o), m_(m), device_(device),
-        thread_([this] { loop(); }) {}
+      : model_(std::move(model)), compute_(std::move(compute)), o_(o), m_(m), device_(device), thread_([this] {
+          loop();
+        }) {}
   ~Batcher() { stop(); }
 
   // The logits of `f`, computed together with other requests' sequences. The job owns a copy of

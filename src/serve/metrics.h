@@ -36,7 +36,8 @@ struct Metrics {
   std::map<std::string, std::unique_ptr<Histogram>> latency, queue, batch;
   std::atomic<int64_t> queued{0};
 
-  Histogram& hist(std::map<std::string, std::unique_ptr<Histogram>>& m, const std::string& k, const std::vector<double>& b);
+  Histogram& hist(std::map<std::string, std::unique_ptr<Histogram>>& m, const std::string& k,
+                  const std::vector<double>& b);
   void request(const std::string& endpoint, int status, double seconds);
   uint64_t answered();
   std::string text();  // the Prometheus text format

@@ -5,6 +5,7 @@
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
+#include "bertcc/utf8.h"
 
 namespace bertcc::serve {
 
@@ -15,6 +16,26 @@ namespace {
 // The head follows config.json's architectures: a fine-tuned head serves its task; a
 // BertForPreTraining checkpoint serves fill-mask and embeddings; anything else its encoder's
 // embeddings (each head's HeadSpec::serve_as and serve_tasks).
+bool valid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    bool invalid = false;
+    decode_utf8(p, s.size(), i, invalid);
+    if (invalid) return false;
+  }
+  return true;
+}
+
+// Labels name the classes in answers ("label", "scores"): two equal names would merge.
+void check_labels_unique(const std::string& dir, const std::vector<std::string>& labels) {
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const auto [it, fresh] = seen.emplace(labels[i], i);
+    BERTCC_CHECK(fresh, join_path(dir, "config.json"), ": id2label names '", labels[i], "' twice (ids ", it->second, " and ",
+                 i, "): each label must be unique");
+  }
+}
+
 Heads heads_of(const std::string& dir, std::vector<std::string>& tasks) {
   const HeadSpec* s = head_by_architecture(architecture_of(dir));
   const HeadSpec& h = head_spec(s ? s->serve_as : Heads::None);
@@ -34,6 +55,8 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->name = eq == std::string::npos ? std::filesystem::path(d).filename().string() : spec.substr(0, eq);
   BERTCC_CHECK(!md->name.empty() && md->name.find_first_of("/?#% ") == std::string::npos, "--model ", spec,
                ": the model name must be non-empty without / ? # % or spaces (use NAME=DIR)");
+  BERTCC_CHECK(valid_utf8(md->name), "--model ", spec, ": the model name is not valid UTF-8, so no request could name it",
+               " (use NAME=DIR)");
   md->heads = heads_of(md->dir, md->tasks);
   const std::string vp = join_path(md->dir, "vocab.txt");
   BERTCC_CHECK(file_exists(vp), md->dir, ": no vocab.txt");
@@ -48,7 +71,9 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
                md->dir, ": config.json has no labels");
   BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
                " exceeds max_position_embeddings ", c.max_position_embeddings, " of ", md->dir);
+  check_labels_unique(md->dir, c.id2label);
   md->topt.max_seq_length = o.max_seq_length;
+  md->topt.max_response_bytes = o.max_response_bytes;
   md->topt.max_position_embeddings = c.max_position_embeddings;
   if (md->head().beam_search) {  // /v1/qa with the beams it was fine-tuned with
     md->topt.start_n_top = c.start_beam();

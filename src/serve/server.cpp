@@ -73,6 +73,10 @@ http::Handler handle(App& app, const std::string& endpoint, Fn fn) {
       res = http::Response{};
       res.status = e.status;
       res.set_content(http::error_json(e.what()), "application/json");
+    } catch (const ResponseTooLarge& e) {  // estimated before the forward pass
+      res = http::Response{};
+      res.status = 413;
+      res.set_content(http::error_json(e.what()), "application/json");
     } catch (const Error& e) {  // bad input found by the tokenizer / task code
       res = http::Response{};
       res.status = 400;
@@ -253,6 +257,12 @@ int run_server(const ServeOptions& o) {
   // SIGTERM and SIGINT are taken by bertcc's signal thread (bertcc/signals.h): from here on they
   // stop the server instead of ending the process.
   signals::take_stop_signals();
+  // SIGHUP (a closed terminal) and SIGUSR1 would end the process at once, dropping the requests in
+  // flight: ignored, as under nohup. SIGTERM and SIGINT stop the server after those requests.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGHUP, &ignore, nullptr);
+  sigaction(SIGUSR1, &ignore, nullptr);
   set_threads(o.threads);
   const Precision prec = parse_precision(o.precision);
   Backend& be = backend_for(o.device);
