@@ -10,7 +10,7 @@
 //
 // What every connection gets:
 //   - idle_timeout_s to start a request (keep-alive included), then request_timeout_s to send all of
-//     it, headers and body (408 and close when it runs out: a slowloris client is cut, not waited for);
+//     it, headers and body (closed when it runs out: a slowloris client is cut, not waited for);
 //   - headers (and chunked trailers) over max_header_bytes: 431; a body (chunk extensions included)
 //     over max_body_bytes: 413, checked on Content-Length before the body is read (and before
 //     "100 Continue" is sent); framing that RFC 9112 refuses (serve/framing.h): 400 (501 for a
@@ -79,7 +79,7 @@ class Server {
   // I/O threads: they must not block.
   void route(const std::string& method, const std::string& pattern, Handler h, bool quick = false);
   // Called for every answered request (after the route's handler, or for the transport's own
-  // answers with endpoint "http": 400, 404, 405, 408, 413, 431), with the seconds taken.
+  // answers with endpoint "http": 400, 404, 405, 413, 414, 431, 501, 505), with the seconds taken.
   void on_answered(std::function<void(const std::string& endpoint_or_path, int status, double seconds)> f);
   // Binds and listens (SO_REUSEADDR only: a port another server listens on is refused). Port 0: any
   // free port. Returns the port. Throws bertcc::Error naming host:port, "address already in use"
