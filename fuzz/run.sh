@@ -25,7 +25,7 @@ if [ "${1:-}" = --build ]; then
   exit $?
 fi
 SECONDS_EACH="${1:-${FUZZ_SECONDS:-60}}"
-cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 fuzz_http > "$B/build.log" 2>&1 \
+cmake --build "$B" -j "$(nproc)" --target fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 fuzz_http fuzz_framing > "$B/build.log" 2>&1 \
   || { grep -E "error" "$B/build.log" | head -20; exit 1; }
 seeds() {  # seeds TARGET: fills $B/corpus/TARGET
   d="$B/corpus/$1"; mkdir -p "$d"
@@ -93,6 +93,10 @@ PYEOF
       printf 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloGET /m/x/ready HTTP/1.1\r\n\r\n' > "$d/pipelined"
       printf 'POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Type: a/b\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /m/%%C3%%A9/v/1/ready?q=1 HTTP/1.0\r\n\r\n' > "$d/chunked"
       printf 'POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabcHEAD /health HTTP/1.1\r\nConnection: close\r\n\r\n' > "$d/continue" ;;
+    fuzz_framing)  # a limits/cuts byte, then one connection's bytes: chunked with extensions and trailers, pipelined
+      printf '\000POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Type: a/b\r\n\r\n5;a=b;c="d e"\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET /m HTTP/1.0\r\nConnection: keep-alive\r\n\r\n' > "$d/chunked"
+      printf '\005POST /echo HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhelloGET / HTTP/1.1\r\nHost: x\r\n\r\n' > "$d/length"
+      printf '\012POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\nX-Fold: a\r\n b\r\n\r\n0\r\n\r\n' > "$d/refused" ;;
     fuzz_torch)  # small torch.save files: a state dict (one transposed view) and NVIDIA's wrapping
       /usr/bin/python3 - "$d" <<'PYEOF' 2>/dev/null || true
 import collections, sys, torch
@@ -112,10 +116,12 @@ status=0
 # still counts what is touched), or null, so HDF5 reports the error. bertcc's C++ allocations
 # still abort on failure.
 export LSAN_OPTIONS="suppressions=$HERE/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-for t in ${FUZZ_TARGETS:-fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 fuzz_http}; do
+for t in ${FUZZ_TARGETS:-fuzz_tokenizer fuzz_vocab fuzz_safetensors fuzz_config fuzz_datasets fuzz_text fuzz_torch fuzz_kserve fuzz_hdf5 fuzz_http fuzz_framing}; do
   seeds "$t"
   mkdir -p "$B/findings/$t"
   asan=""; lim=""; [ "$t" = fuzz_hdf5 ] && asan="allocator_may_return_null=1" && lim="-malloc_limit_mb=1048576"
+  # HTTP framing's tokens (Transfer-Encoding codings, chunk extensions, trailers, obs-fold)
+  case $t in fuzz_framing|fuzz_http) lim="-dict=$HERE/fuzz/fuzz_framing.dict" ;; esac
   # earlier findings (fuzz/regressions/TARGET/) are replayed first: each must now run clean
   if [ -d "$HERE/fuzz/regressions/$t" ]; then
     # (fuzz_hdf5: the campaign's 60 s, below; its 8 GiB local-heap file takes over 20 s under ASan

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bertcc/error.h"
 #include "bertcc/features.h"
 #include "bertcc/tokenizer.h"
 
@@ -23,6 +24,16 @@ struct TaskOptions {
   int max_answer_length = 30;
   int max_position_embeddings = 512;
   int start_n_top = 0, end_n_top = 0;  // qa with the joint head: its beam widths (SquadDecodeOptions)
+  int64_t max_response_bytes = 0;      // > 0: answers estimated larger are refused before the forward pass
+};
+
+// fill-mask's largest top_k (Hugging Face's pipeline has none; each candidate is ~60 bytes of JSON).
+constexpr int64_t kMaxTopK = 100;
+
+// Thrown before any logits are computed when the answer (or, for fill-mask, the vocabulary logits
+// of its masks) is estimated over TaskOptions::max_response_bytes; the server answers 413.
+struct ResponseTooLarge : Error {
+  using Error::Error;
 };
 
 // Each input is a JSON object; a missing or mistyped field throws an Error naming "input N" (1-based
@@ -45,7 +56,8 @@ std::vector<nlohmann::ordered_json> tag_texts(const BertTokenizer& tok, const st
 // gives, per feature, the [CLS] vector followed by the mean vector (predict_embeddings, inference.h).
 std::vector<nlohmann::ordered_json> embed_texts(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
                                                 const TaskOptions& o, const LogitsFn& vectors);
-// Masked-token prediction: {"text" with one or more [MASK][, "top_k" (5)]} -> {"masks": [[{"token",
+// Masked-token prediction: {"text" with one or more [MASK][, "top_k" (5, at most kMaxTopK and the
+// vocabulary's size)]} -> {"masks": [[{"token",
 // "token_id", "score"}, ...] per [MASK] in order]}; the callback gives, per feature, the vocabulary
 // logits of each [MASK] position concatenated (predict_masked, inference.h).
 std::vector<nlohmann::ordered_json> fill_masks(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,

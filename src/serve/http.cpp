@@ -1,6 +1,8 @@
 // bertcc serve's HTTP/1.1 transport: see http.h.
 #include "serve/http.h"
 
+#include "serve/framing.h"
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -192,87 +194,80 @@ class Conn : public std::enable_shared_from_this<Conn> {
  private:
   enum class State { Idle, Reading, Handling, Writing, Closed };
 
-  // Between requests: a pipelined request already in the buffer is read at once; otherwise the
+  // Between requests: a pipelined request already read is parsed at once; otherwise the
   // connection has idle_timeout_s to send the first bytes of one.
   void wait_request() {
     if (s_.stopping) return close();
     state_ = State::Idle;
-    if (buf_.size() > 0) return read_header();
+    if (!in_.empty()) return begin_request();
     stream_.expires_after(seconds(s_.lim.idle_timeout_s));
-    stream_.async_read_some(buf_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-      if (ec) return self->close();  // idle timeout, closed by the client, or stop()
-      self->buf_.commit(n);
-      self->read_header();
+    read_more(4096, [](Conn& c) { c.begin_request(); });
+  }
+
+  // Reads at most `size` more bytes after those not yet parsed, then calls `next`; any read error
+  // (the deadline, a client that left, stop()) closes the connection.
+  template <class Next>
+  void read_more(size_t size, Next next) {
+    const size_t old = in_.size();
+    in_.resize(old + size);
+    stream_.async_read_some(asio::buffer(&in_[old], size), [self = shared_from_this(), old, next](beast::error_code ec, size_t n) {
+      self->in_.resize(old + n);
+      if (ec) return self->close();
+      next(*self);
     });
   }
 
-  void read_header() {
+  void begin_request() {
     state_ = State::Reading;
     t0_ = Clock::now();
-    parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(std::min<int64_t>(s_.lim.max_header_bytes, UINT32_MAX)));
-    parser_->body_limit(static_cast<std::uint64_t>(s_.lim.max_body_bytes));
+    FramingLimits fl;
+    fl.max_header_bytes = s_.lim.max_header_bytes;
+    fl.max_body_bytes = s_.lim.max_body_bytes;
+    parser_.emplace(fl);
+    continue_sent_ = false;
     stream_.expires_after(seconds(s_.lim.request_timeout_s));  // the whole request, headers and body
-    bhttp::async_read_header(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec) return self->failed(ec);
-      self->on_header();
-    });
+    parse();
   }
 
-  void on_header() {
-    auto& h = parser_->get();
-    version_ = h.version() >= 11 ? 11 : 10;  // answered as HTTP/1.1, or 1.0 to a 1.0 client
-    if (const auto cl = parser_->content_length(); cl && *cl > static_cast<uint64_t>(s_.lim.max_body_bytes))
-      return answer_error(413, "request body of " + std::to_string(*cl) + " bytes is over the limit of " +
-                                   std::to_string(s_.lim.max_body_bytes) + " (--max-body-bytes)");
-    auto read_body = [self = shared_from_this()] {
-      if (self->parser_->is_done()) return self->dispatch();
-      bhttp::async_read(self->stream_, self->buf_, *self->parser_, [self](beast::error_code ec, size_t) {
-        if (ec) return self->failed(ec);
-        self->dispatch();
-      });
-    };
-    const auto expect = h.find(bhttp::field::expect);
-    if (expect != h.end() && iequal(std::string(expect->value()), "100-continue") && !parser_->is_done()) {
-      auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, h.version());
-      bhttp::async_write(stream_, *cont, [self = shared_from_this(), cont, read_body](beast::error_code ec, size_t) {
-        if (ec) return self->close();
-        read_body();
-      });
-      return;
+  // Feeds what was read to the framing parser (serve/framing.h), which holds every limit: its
+  // refusals are answered, then the connection is closed.
+  void parse() {
+    in_.erase(0, parser_->feed(in_.data(), in_.size()));
+    switch (parser_->state()) {
+      case RequestParser::State::Error:
+        version_ = 11;
+        return answer_error(parser_->error_status(), parser_->error());
+      case RequestParser::State::Done:
+        return dispatch();
+      case RequestParser::State::Body:
+        version_ = parser_->request().version;
+        if (parser_->request().expect_continue && !continue_sent_) {
+          continue_sent_ = true;  // the body is within the limit: the client may send it
+          auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, version_);
+          bhttp::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+            if (ec) return self->close();
+            self->read_more(64 << 10, [](Conn& c) { c.parse(); });
+          });
+          return;
+        }
+        return read_more(64 << 10, [](Conn& c) { c.parse(); });
+      case RequestParser::State::Head:
+        return read_more(4096, [](Conn& c) { c.parse(); });
     }
-    read_body();
-  }
-
-  // A request that could not be read: answered when the reason is the client's request, then closed.
-  void failed(beast::error_code ec) {
-    if (ec == bhttp::error::header_limit)
-      return answer_error(431, "request headers over the limit of " + std::to_string(s_.lim.max_header_bytes) + " bytes");
-    if (ec == bhttp::error::body_limit)
-      return answer_error(413, "request body over the limit of " + std::to_string(s_.lim.max_body_bytes) +
-                                   " bytes (--max-body-bytes)");
-    // Beast's timeout has closed the socket; the client left; or stop() closed it.
-    if (ec == beast::error::timeout || ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
-        ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::operation_aborted ||
-        ec == asio::error::bad_descriptor || ec == asio::error::broken_pipe)
-      return close();
-    if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category())
-      return answer_error(400, "malformed HTTP request: " + ec.message());
-    close();
   }
 
   void dispatch() {
     state_ = State::Handling;
-    auto msg = parser_->release();
+    ParsedRequest msg = parser_->take();
     parser_.reset();
-    keep_alive_ = msg.keep_alive();
-    version_ = msg.version() >= 11 ? 11 : 10;
+    keep_alive_ = msg.keep_alive;
+    version_ = msg.version;
     auto req = std::make_shared<Request>();
-    req->method = std::string(msg.method_string());
-    head_ = msg.method() == bhttp::verb::head;
-    const std::string target(msg.target());
-    for (const auto& f : msg) req->headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-    req->body = std::move(msg.body());
+    req->method = msg.method;
+    head_ = msg.method == "HEAD";
+    const std::string& target = msg.target;
+    req->headers = std::move(msg.headers);
+    req->body = std::move(msg.body);
     if (target.size() > kMaxPath)  // a route's regex walks the path recursively (std::regex): bounded here
       return answer_error(414, "request path of " + std::to_string(target.size()) + " bytes is over the limit of " +
                                    std::to_string(kMaxPath));
@@ -342,8 +337,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     drain(0);
   }
   void drain(size_t total) {
-    buf_.clear();
-    stream_.async_read_some(buf_.prepare(64 << 10), [self = shared_from_this(), total](beast::error_code ec, size_t n) {
+    in_.resize(64 << 10);
+    stream_.async_read_some(asio::buffer(&in_[0], in_.size()), [self = shared_from_this(), total](beast::error_code ec, size_t n) {
       if (ec || total + n > (1u << 20)) {
         beast::error_code ignored;
         self->stream_.socket().close(ignored);
@@ -390,8 +385,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   Server::Impl& s_;
   beast::tcp_stream stream_;
-  beast::flat_buffer buf_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::string in_;  // bytes read and not yet parsed (a pipelined request's, say)
+  std::optional<RequestParser> parser_;
+  bool continue_sent_ = false;
   State state_ = State::Idle;
   Clock::time_point t0_ = Clock::now();
   bool keep_alive_ = true, head_ = false, unread_ = false;

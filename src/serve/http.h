@@ -1,18 +1,20 @@
 // bertcc serve's HTTP/1.1 transport, on Boost.Beast (Debian: libboost-dev).
 //
-// Why Beast: the server must hold every limit against a hostile client, and Beast's parser does
-// so on every transfer encoding (header_limit, body_limit on Content-Length, chunked and
-// close-delimited bodies alike), reads pipelined requests in order from one buffer, and its
-// stream carries a deadline for a whole operation, not per read. Connections are event-driven
-// (a few I/O threads hold thousands of them); request handlers that wait for a forward pass run
-// on a separate pool, and the quick ones (health, metadata, metrics) on the I/O threads, so a
-// full pool never delays a health check.
+// Beast and Asio carry the sockets: event-driven connections (a few I/O threads hold thousands),
+// a deadline for a whole operation rather than per read, and the responses' serialization. Request
+// framing is bertcc's own (serve/framing.h, RFC 9112 in full: Beast 1.74's parser ignores a
+// Transfer-Encoding whose final coding is not chunked, accepts obs-fold and repeated
+// Content-Length values, and holds chunk extensions and trailers without a bound). Request
+// handlers that wait for a forward pass run on a separate pool, and the quick ones (health,
+// metadata, metrics) on the I/O threads, so a full pool never delays a health check.
 //
 // What every connection gets:
 //   - idle_timeout_s to start a request (keep-alive included), then request_timeout_s to send all of
-//     it, headers and body (408 and close when it runs out: a slowloris client is cut, not waited for);
-//   - headers over max_header_bytes: 431; a body over max_body_bytes (any encoding): 413, checked on
-//     Content-Length before the body is read (and before "100 Continue" is sent);
+//     it, headers and body (closed when it runs out: a slowloris client is cut, not waited for);
+//   - headers (and chunked trailers) over max_header_bytes: 431; a body (chunk extensions included)
+//     over max_body_bytes: 413, checked on Content-Length before the body is read (and before
+//     "100 Continue" is sent); framing that RFC 9112 refuses (serve/framing.h): 400 (501 for a
+//     transfer coding other than chunked), and the connection closed;
 //   - a path with invalid percent-encoding or invalid UTF-8 once decoded: 400;
 //   - responses in the order of the requests (pipelining), each at most max_response_bytes (400 above);
 //   - at most max_connections open at once (further ones are closed when accepted);
@@ -77,7 +79,7 @@ class Server {
   // I/O threads: they must not block.
   void route(const std::string& method, const std::string& pattern, Handler h, bool quick = false);
   // Called for every answered request (after the route's handler, or for the transport's own
-  // answers with endpoint "http": 400, 404, 405, 408, 413, 431), with the seconds taken.
+  // answers with endpoint "http": 400, 404, 405, 413, 414, 431, 501, 505), with the seconds taken.
   void on_answered(std::function<void(const std::string& endpoint_or_path, int status, double seconds)> f);
   // Binds and listens (SO_REUSEADDR only: a port another server listens on is refused). Port 0: any
   // free port. Returns the port. Throws bertcc::Error naming host:port, "address already in use"

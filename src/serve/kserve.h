@@ -1,6 +1,6 @@
 // The KServe v2 / Triton inference request of a BERT model: its JSON header (inputs with name,
 // datatype, shape and data, or Triton's binary tensor extension) read and validated into unpadded
-// sequences. No HTTP here: the server and the fuzz target share it.
+// sequences, and answered (kserve_infer). No HTTP here: the server and the fuzz target share it.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
@@ -33,5 +33,19 @@ struct KserveInput {
 // max_inputs and sequence <= max_position_embeddings; ids inside the vocabulary and the token
 // types. Every violation throws RequestError(400, message naming the input and position).
 KserveInput parse_kserve_request(const std::string& body, size_t json_len, const BertConfig& c, int64_t max_inputs);
+
+struct Model;
+struct ServeOptions;
+
+struct KserveAnswer {
+  std::string body;
+  std::string content_type;
+  std::string header_length;  // Inference-Header-Content-Length when binary outputs follow, else ""
+};
+
+// POST /v2/models/NAME/infer on `m`: `body` with its Inference-Header-Content-Length value (null:
+// none). The outputs are those of an ONNX BERT under Triton (the head's, or last_hidden_state and
+// pooler_output), refused before the forward pass when they would be over --max-response-bytes.
+KserveAnswer kserve_infer(Model& m, const ServeOptions& o, const std::string& body, const std::string* header_length);
 
 }  // namespace bertcc::serve

@@ -7,7 +7,8 @@
 //   /metrics (Prometheus), / (a page to try the models).
 // Requests are tokenized on the HTTP threads; a batcher per model gathers the sequences of
 // concurrent requests (up to --max-batch-size, waiting at most --max-queue-delay-us) into one
-// length-sorted forward pass. The queue is bounded (503 when full), waits are bounded (504).
+// length-sorted forward pass. The queue is bounded (503 when full; 413 for a request that could
+// never fit), waits are bounded (504).
 // The HTTP transport (serve/http.h, Boost.Beast) bounds every request and connection.
 #pragma once
 #include <cstdint>
@@ -33,7 +34,7 @@ struct ServeOptions {
   std::string device = "cpu";       // cpu | cuda[:N] | cpu-staged: where every model computes
   int64_t max_body_bytes = 8 << 20;     // any transfer encoding (413 above)
   int64_t max_header_bytes = 16 << 10;  // request line and headers (431 above)
-  int64_t max_response_bytes = 64 << 20;  // 400 above, refused before the forward pass where it can be
+  int64_t max_response_bytes = 64 << 20;  // 400 above; refused before the forward pass where it can be (413 on /v1)
   int64_t max_inputs = 256;         // inputs (texts, rows) per request
   double request_timeout_s = 30;    // longest wait for a forward pass before 504
   int max_seq_length = 0;           // text endpoints (0: 384 QA, 512 otherwise)

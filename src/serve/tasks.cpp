@@ -56,14 +56,29 @@ void split_words(const std::string& s, std::vector<std::string>& words, std::vec
   }
 }
 
+// Refuses an answer estimated over o.max_response_bytes before its forward pass.
+void check_response_size(const TaskOptions& o, double bytes, const std::string& what) {
+  if (o.max_response_bytes > 0 && bytes > static_cast<double>(o.max_response_bytes))
+    throw ResponseTooLarge("the answer " + what + " would take up to " + std::to_string(static_cast<int64_t>(bytes)) +
+                           " bytes, over --max-response-bytes " + std::to_string(o.max_response_bytes) +
+                           ": send fewer inputs (or, for fill-mask, fewer [MASK]s or a smaller top_k)");
+}
+
 }  // namespace
 
 std::vector<nlohmann::ordered_json> answer_questions(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
                                                      const TaskOptions& o, const LogitsFn& logits) {
+  BERTCC_CHECK(o.max_answer_length >= 1, "--max-answer-length ", o.max_answer_length, ": must be at least 1 token");
   std::vector<SquadExample> ex;
-  for (size_t i = 0; i < in.size(); ++i)
+  for (size_t i = 0; i < in.size(); ++i) {
     // Internal ids are the input positions (user ids may repeat); the user's id is echoed back.
-    ex.push_back(make_squad_example(std::to_string(i), field(in[i], "question", i + 1), field(in[i], "context", i + 1)));
+    const std::string question = field(in[i], "question", i + 1);
+    ex.push_back(make_squad_example(std::to_string(i), question, field(in[i], "context", i + 1)));
+    // Nothing to answer from, or nothing asked: an error, as Hugging Face's pipeline has it.
+    BERTCC_CHECK(!ex.back().doc_tokens.empty(), "input ", i + 1, ": field \"context\" is empty");
+    BERTCC_CHECK(question.find_first_not_of(" \t\r\n") != std::string::npos, "input ", i + 1,
+                 ": field \"question\" is empty");
+  }
   SquadFeatureOptions fo;
   fo.max_seq_length = seq_len(o, 384);
   fo.doc_stride = o.doc_stride;
@@ -96,6 +111,9 @@ std::vector<nlohmann::ordered_json> classify_texts(const BertTokenizer& tok, con
   std::vector<FtFeature> f;
   for (size_t i = 0; i < in.size(); ++i)
     f.push_back(encode_pair(tok, field(in[i], "text", i + 1), field(in[i], "text_pair", i + 1, false), max_len));
+  double per_input = 96;  // "label", "score" and each label's name (escaped at worst) with its score
+  for (const std::string& l : labels) per_input += 12.0 * static_cast<double>(l.size()) + 32;
+  check_response_size(o, per_input * static_cast<double>(in.size()), "of " + std::to_string(in.size()) + " inputs");
   const auto lgs = logits(f);
   std::vector<nlohmann::ordered_json> res;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -129,10 +147,16 @@ std::vector<nlohmann::ordered_json> tag_texts(const BertTokenizer& tok, const st
   std::vector<std::string> texts(in.size());
   std::vector<std::vector<size_t>> begin(in.size());
   std::vector<NerSentence> sents(in.size());
+  size_t longest_tag = 0;
+  for (const std::string& l : labels) longest_tag = std::max(longest_tag, l.size());
+  double bytes = 0;  // each word with its tag, and at most one entity per word with its text
   for (size_t i = 0; i < in.size(); ++i) {
     texts[i] = field(in[i], "text", i + 1);
     split_words(texts[i], sents[i].words, begin[i]);
+    for (const std::string& w : sents[i].words)
+      bytes += 96 + 12.0 * static_cast<double>(w.size()) + 12.0 * static_cast<double>(longest_tag);
   }
+  check_response_size(o, bytes, "of " + std::to_string(in.size()) + " texts");
   const NerFeatures nf = ner_features(tok, sents, {}, false, seq_len(o, 512), "");
   const auto tagged = ner_decode(nf, sents, labels, logits(nf.f));
   std::vector<nlohmann::ordered_json> res;
@@ -197,15 +221,34 @@ std::vector<nlohmann::ordered_json> fill_masks(const BertTokenizer& tok, const s
                  ": no [MASK] token in \"text\" (within --max-seq-length)");
     int64_t k = 5;
     if (in[i].contains("top_k")) {
+      const int64_t cap = std::min<int64_t>(kMaxTopK, tok.vocab().size());
       BERTCC_CHECK(in[i]["top_k"].is_number_integer() && in[i]["top_k"].get<int64_t>() >= 1 &&
-                       in[i]["top_k"].get<int64_t>() <= 1000,
-                   "input ", i + 1, ": field \"top_k\" must be an integer from 1 to 1000");
+                       in[i]["top_k"].get<int64_t>() <= cap,
+                   "input ", i + 1, ": field \"top_k\" must be an integer from 1 to ", cap);
       k = in[i]["top_k"].get<int64_t>();
     }
     top_k.push_back(k);
   }
-  const auto lg = logits(f);
   const size_t V = static_cast<size_t>(tok.vocab().size());
+  // Before the forward pass: the answer's size (masks x top_k candidates, each token escaped at
+  // worst) and the vocabulary logits the masks need (4 bytes a token each; at most 4 x the answer
+  // limit, so that a request the answer limit would refuse cannot first take that memory).
+  size_t longest = 0;
+  for (size_t v = 0; v < V; ++v) longest = std::max(longest, tok.vocab().token(static_cast<int32_t>(v)).size());
+  double bytes = 0, n_masks = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double m = static_cast<double>(std::count(f[i].input_ids.begin(), f[i].input_ids.end(), mask_id));
+    n_masks += m;
+    bytes += 64 + m * (4 + static_cast<double>(top_k[i]) * (72 + 6.0 * static_cast<double>(longest)));
+  }
+  const std::string what = std::to_string(static_cast<int64_t>(n_masks)) + " [MASK]s";
+  check_response_size(o, bytes, "for " + what + " with their top_k");
+  const double logit_bytes = n_masks * static_cast<double>(V) * 4;
+  if (o.max_response_bytes > 0 && logit_bytes > 4.0 * static_cast<double>(o.max_response_bytes))
+    throw ResponseTooLarge(what + " need " + std::to_string(static_cast<int64_t>(logit_bytes)) +
+                           " bytes of vocabulary logits, over 4 x --max-response-bytes " +
+                           std::to_string(o.max_response_bytes) + ": send fewer [MASK]s");
+  const auto lg = logits(f);
   std::vector<nlohmann::ordered_json> res;
   for (size_t i = 0; i < in.size(); ++i) {
     nlohmann::ordered_json r, masks = nlohmann::ordered_json::array();

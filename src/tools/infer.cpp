@@ -216,7 +216,8 @@ void add_infer(CLI::App& app) {
   qa->add_option("--question", q->question, "the question");
   qa->add_option("--context", q->context, "the passage holding the answer");
   qa->add_option(flag("--doc-stride"), q->doc_stride, "stride between windows of long contexts");
-  qa->add_option(flag("--max-answer-length"), q->max_answer_length, "longest answer in tokens");
+  qa->add_option(flag("--max-answer-length"), q->max_answer_length, "longest answer in tokens")
+      ->check(CLI::Range(1, 1 << 16));
   qa->callback([q, qa]() {
     q->question_given = qa->count("--question") > 0;
     q->context_given = qa->count("--context") > 0;

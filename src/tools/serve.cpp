@@ -22,15 +22,19 @@ void add_serve(CLI::App& app) {
   s->add_option(flag("--max-queue-delay-us"), o->max_queue_delay_us,
                 "longest wait for more requests before a forward pass starts")
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
-  s->add_option(flag("--max-queue"), o->max_queue, "sequences that may wait per model; more get 503")
+  s->add_option(flag("--max-queue"), o->max_queue,
+                "sequences that may wait per model; more get 503 (413 for a request that alone needs more)")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   s->add_option(flag("--max-inputs"), o->max_inputs, "inputs per request")->check(CLI::Range(int64_t{1}, int64_t{100'000}));
-  s->add_option(flag("--max-body-bytes"), o->max_body_bytes, "largest request body, any transfer encoding (413 above; default 8 MiB)")
+  s->add_option(flag("--max-body-bytes"), o->max_body_bytes,
+                "largest request body, any transfer encoding, chunk extensions included (413 above; default 8 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
-  s->add_option(flag("--max-header-bytes"), o->max_header_bytes, "largest request line and headers (431 above; default 16 KiB)")
+  s->add_option(flag("--max-header-bytes"), o->max_header_bytes,
+                "largest request line and headers, and chunked trailers (431 above; default 16 KiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 24));
   s->add_option(flag("--max-response-bytes"), o->max_response_bytes,
-                "largest response (400 above, before the forward pass where the size is known; default 64 MiB)")
+                "largest response (400 above; refused before the forward pass where the size is known or estimated, "
+                "413 on the text endpoints; default 64 MiB)")
       ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
   s->add_option(flag("--keep-alive-timeout"), o->keep_alive_timeout_s,
                 "seconds a connection may wait before starting a request (default 5)")

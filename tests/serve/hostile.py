@@ -16,6 +16,17 @@ their features:
   4. a response over --max-response-bytes is refused (400) before the forward pass;
   5. invalid UTF-8 in a body or in a model name in the path: 400 with a JSON error, counted in /metrics;
   6. pipelined requests on one connection are all answered, in order;
+  7. message framing as RFC 9112 has it (framing): chunked trailers and chunk extensions bounded
+     by --max-header-bytes and --max-body-bytes; Transfer-Encoding whose final coding is not
+     chunked, codings other than chunked, Transfer-Encoding with Content-Length or in HTTP/1.0,
+     obs-fold, several Content-Length values: refused and the connection closed, so that the
+     body is never read as a second request;
+  8. amplification (amplify): per endpoint, crafted small requests whose answers would be large
+     (fill-mask's masks x top_k, many short inputs, long texts); each answer's bytes over the
+     request's bytes, and the server's RSS growth over them, stay under the bounds in AMPLIFY;
+     requests that can never fit the queue get a 4xx naming the limit, not 503;
+  9. (misc) SIGHUP and SIGUSR1 are ignored; /v1/qa with an empty context is an error; a model
+     whose id2label repeats a name, or whose name is not UTF-8, is refused at start-up;
 and a soak: 64 clients for --soak-seconds sending a mix of valid, malformed, oversized and
 timing-out requests; the server keeps answering, queued_sequences ends at 0, and its RSS stays
 within 20 % of where it was after a warm-up with the same mix.
@@ -28,6 +39,8 @@ import random
 import re
 import resource
 import selectors
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -40,7 +53,7 @@ ap.add_argument("vocab")
 ap.add_argument("work")
 ap.add_argument("--soak-seconds", type=float, default=60)
 ap.add_argument("--slowloris", type=int, default=2000)
-ap.add_argument("--only", default="queue,limits,slowloris,soak", help="the parts to run (comma-separated)")
+ap.add_argument("--only", default="queue,limits,framing,amplify,misc,slowloris,soak", help="the parts to run (comma-separated)")
 args = ap.parse_args()
 parts = set(args.only.split(","))
 here = os.path.dirname(os.path.abspath(__file__))
@@ -51,7 +64,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
 env = dict(os.environ, SERVE_TEST_CONFIG=os.environ.get("SERVE_TEST_CONFIG", "bert-tiny"))
 subprocess.run([sys.executable, os.path.join(here, "make_models.py"), args.bertcc, args.vocab, args.work], check=True,
                stdout=subprocess.DEVNULL, env=env)
-M = {n: os.path.join(args.work, n) for n in ("sst", "base")}
+M = {n: os.path.join(args.work, n) for n in ("sst", "base", "squad", "ner")}
 fails = 0
 lock = threading.Lock()
 
@@ -287,6 +300,152 @@ if "limits" in parts:
           f"three pipelined requests -> {statuses(out)} in order")
     check(req(PORT, "GET", "/v2/health/ready")[0] == 200 and srv.poll() is None, "ready and alive after the limits")
     check(stop(srv) == 0, "SIGTERM: exit 0")
+
+# ---- 7. message framing (RFC 9112) ------------------------------------------------------------
+if "framing" in parts:
+    srv, PORT = start("--max-header-bytes", "4096", "--max-body-bytes", "65536", "--read-timeout", "5")
+    good = json.dumps({"text": "a fine film"}).encode()
+
+    def chunked(body, ext=b"", trailer=b""):
+        return b"%x%s\r\n%s\r\n0\r\n%s\r\n" % (len(body), ext, body, trailer)
+
+    post = b"POST /v1/classify HTTP/1.1\r\nHost: x\r\n"
+    out = raw(PORT, post + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(good, b";a=b;c=\"d e\"", b"X-Trailer: 1\r\n"))
+    check(statuses(out) == [200], f"chunked body with extensions and a trailer within the limits -> {statuses(out)}")
+    rss0 = rss_mb(srv)
+    trailers = b"".join(b"X-T-%d: %s\r\n" % (i, b"t" * 1000) for i in range(20 * 1024))  # 20 MB of trailer lines
+    out = raw(PORT, post + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(good, trailer=trailers))
+    check(statuses(out) == [431] and b"max-header-bytes" in out, f"20 MB of chunked trailers -> {statuses(out)} {out[-90:]!r}")
+    out = raw(PORT, post + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(good, b";x=" + b"e" * (20 << 20)))
+    check(statuses(out) == [413] and b"max-body-bytes" in out, f"one 20 MB chunk extension -> {statuses(out)}")
+    many = b"".join(b"1;x=%s\r\n%s\r\n" % (b"e" * 1000, good[i:i + 1]) for i in range(len(good))) * 4
+    out = raw(PORT, post + b"Transfer-Encoding: chunked\r\n\r\n" + many + b"0\r\n\r\n")
+    check(statuses(out) == [413], f"1 KB extensions on each 1-byte chunk, 88 KB in all -> {statuses(out)}")
+    rss1 = rss_mb(srv)
+    check(rss1 - rss0 < 16, f"RSS after the trailer and extension floods: {rss0:.0f} -> {rss1:.0f} MB")
+    second = b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n"
+    for te, want in ((b"gzip", 400), (b"identity", 400), (b"chunked, identity", 400), (b"chunked, gzip", 400),
+                     (b"gzip, chunked", 501), (b"foo, chunked", 501), (b"chunked, chunked", 400), (b"", 400)):
+        # the smuggled request after the headers must not be answered: one refusal, then close
+        out = raw(PORT, post + b"Transfer-Encoding: " + te + b"\r\n\r\n" + second)
+        check(statuses(out) == [want], f"Transfer-Encoding: {te.decode()!r} with a request as its body -> {statuses(out)} (want [{want}])")
+    out = raw(PORT, post + b"Transfer-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(good), good))
+    check(statuses(out) == [400], f"Transfer-Encoding gzip and Content-Length -> {statuses(out)}")
+    out = raw(PORT, post + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(good) + chunked(good))
+    check(statuses(out) == [400], f"Content-Length then Transfer-Encoding chunked -> {statuses(out)}")
+    out = raw(PORT, b"POST /v1/classify HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(good))
+    check(statuses(out) == [400], f"Transfer-Encoding in an HTTP/1.0 request -> {statuses(out)}")
+    out = raw(PORT, post + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(good))
+    check(statuses(out) == [400], f"Transfer-Encoding: chunked twice -> {statuses(out)}")
+    for cl in (b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(good), len(good)),
+               b"Content-Length: %d, %d\r\n" % (len(good), len(good)), b"Content-Length: +%d\r\n" % len(good)):
+        out = raw(PORT, post + cl + b"\r\n" + good + second)
+        check(statuses(out) == [400], f"{cl!r} -> {statuses(out)}")
+    out = raw(PORT, post + b"Content-Length: %d\r\nX-Folded: a\r\n b\r\n\r\n%s" % (len(good), good))
+    check(statuses(out) == [400] and b"obs-fold" in out, f"an obs-fold header line -> {statuses(out)}")
+    out = raw(PORT, post + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(good, trailer=b"X-A: 1\r\n folded\r\n"))
+    check(statuses(out) == [400], f"an obs-fold trailer line -> {statuses(out)}")
+    out = raw(PORT, b"GET /v2 HTTP/1.1\nHost: x\n\n")
+    check(statuses(out) == [400], f"lines ending in LF alone -> {statuses(out)}")
+    out = raw(PORT, b"GET /v2 HTTP/1.1\r\nHost : x\r\n\r\n")
+    check(statuses(out) == [400], f"a space before a header's colon -> {statuses(out)}")
+    check(req(PORT, "GET", "/v2/health/ready")[0] == 200 and srv.poll() is None, "ready and alive after the framing checks")
+    check(stop(srv) == 0, "SIGTERM: exit 0")
+
+# ---- 8. amplification ---------------------------------------------------------------------------
+# The largest answer-to-request byte ratio allowed per endpoint over the crafted requests below
+# (bert-tiny: 128 hidden units, so one embedding is about 2.5 KB of JSON), and the largest RSS
+# growth, in MB, over all of them.
+AMPLIFY = {"/v1/fill-mask": 1200, "/v1/embed": 800, "/v1/classify": 40, "/v1/tag": 60, "/v1/qa": 20,
+           "/v2/models/sst/infer": 40, "/v2/models/base/infer": 800}
+AMPLIFY_RSS_MB = 200
+if "amplify" in parts:
+    srv, PORT = start("--model", M["squad"], "--model", M["ner"], "--max-queue", "64", "--max-response-bytes", "4000000")
+    worst = {}
+    rss0 = rss_mb(srv)
+    masks = " ".join(["[MASK]"] * 510)
+
+    def amplify(path, body, want=(200,)):
+        b = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+        s, d = req(PORT, "POST", path, b, timeout=120)
+        ratio = len(d) / len(b)
+        worst[path] = max(worst.get(path, 0), ratio)
+        check(s in want, f"{path} {len(b)} B -> {s}, {len(d)} B (x{ratio:.0f}) {d[:100] if s != 200 else b''!r}")
+        return s, d
+
+    s, d = amplify("/v1/fill-mask", {"model": "base", "text": masks, "top_k": 100}, (413,))
+    check(b"max-response-bytes" in d, f"510 masks x top_k 100: refused naming --max-response-bytes: {d[:120]!r}")
+    s, d = amplify("/v1/fill-mask", {"model": "base", "text": masks, "top_k": 1000}, (400,))
+    check(b"top_k" in d, f"top_k 1000 is over the cap: {d[:120]!r}")
+    amplify("/v1/fill-mask", {"model": "base", "text": " ".join(["[MASK]"] * 20), "top_k": 100})
+    amplify("/v1/fill-mask", {"model": "base", "inputs": ["[MASK]"] * 60, "top_k": 5})
+    # 2,040 masks' vocabulary logits: 249 MB, over 4 x --max-response-bytes, although the answer is small
+    s, d = amplify("/v1/fill-mask", {"model": "base", "inputs": [masks] * 4, "top_k": 1}, (413,))
+    check(b"vocabulary logits" in d, f"2,040 masks x top_k 1: refused for their logits: {d[:120]!r}")
+    amplify("/v1/embed", {"model": "base", "inputs": ["a"] * 64})
+    amplify("/v1/classify", {"inputs": ["a"] * 64})
+    amplify("/v1/tag", {"text": ", " * 4000})
+    amplify("/v1/tag", {"inputs": [", " * 200] * 256}, (413,))  # 256 sequences, never within --max-queue 64
+    amplify("/v1/qa", {"inputs": [{"question": "a", "context": "b " * 300}] * 4})
+    ids = [101] + [2009] * 126 + [102]
+    amplify("/v2/models/sst/infer", {"inputs": [{"name": "input_ids", "shape": [64, 2], "datatype": "INT32", "data": [101, 102] * 64}]})
+    amplify("/v2/models/base/infer", {"inputs": [{"name": "input_ids", "shape": [1, 128], "datatype": "INT32", "data": ids}],
+                                      "outputs": [{"name": "last_hidden_state"}]})
+    # a request that can never fit the queue (64 sequences here): 413 naming --max-queue, not 503
+    s, d = amplify("/v1/qa", {"question": "a", "context": "word " * 40000}, (413,))
+    check(b"max-queue" in d, f"a 200 KB context of {s}: names --max-queue: {d[:140]!r}")
+    s, d = amplify("/v1/tag", {"text": "abcdefghijklmnopqrstuvwxyz " * 5000}, (413,))
+    check(b"max-queue" in d, f"a 135 KB text to tag (over 100 windows): names --max-queue: {d[:140]!r}")
+    rss1 = rss_mb(srv)
+    for path, ratio in sorted(worst.items()):
+        bound = next(v for k, v in AMPLIFY.items() if path.startswith(k))
+        check(ratio <= bound, f"{path}: largest answer/request ratio {ratio:.0f} <= {bound}")
+    check(rss1 - rss0 < AMPLIFY_RSS_MB, f"RSS over the amplification requests: {rss0:.0f} -> {rss1:.0f} MB (< +{AMPLIFY_RSS_MB})")
+    check(stop(srv) == 0, "SIGTERM: exit 0")
+
+# ---- 9. signals, empty QA contexts, models refused at start-up -------------------------------------
+if "misc" in parts:
+    srv, PORT = start("--model", M["squad"])
+    for sig in (signal.SIGHUP, signal.SIGUSR1):
+        srv.send_signal(sig)
+        time.sleep(0.3)
+        check(srv.poll() is None and req(PORT, "GET", "/v2/health/ready")[0] == 200, f"{sig.name}: ignored, still serving")
+    if srv.poll() is not None:  # a binary that ended on them: a fresh server for the checks below
+        srv, PORT = start("--model", M["squad"])
+    for ctx in ("", "   "):
+        s, d = req(PORT, "POST", "/v1/qa", {"question": "who?", "context": ctx})
+        check(s == 400 and b"context" in d, f"/v1/qa with context {ctx!r} -> {s} {d[:100]!r}")
+    s, d = req(PORT, "POST", "/v1/qa", {"question": "", "context": "a b c"})
+    check(s == 400 and b"question" in d, f"/v1/qa with an empty question -> {s} {d[:100]!r}")
+    check(stop(srv) == 0, "SIGTERM after SIGHUP and SIGUSR1: exit 0 (requests in flight drained)")
+    dup = os.path.join(args.work, "dup_labels")
+    shutil.rmtree(dup, ignore_errors=True)
+    shutil.copytree(M["sst"], dup)
+    c = json.load(open(os.path.join(dup, "config.json")))
+    c["id2label"] = {"0": "positive", "1": "positive"}
+    c.pop("label2id", None)
+    json.dump(c, open(os.path.join(dup, "config.json"), "w"))
+
+
+    def refused(cmd):
+        """(exit code, stderr) of a server that should refuse to start; one still serving after 30 s is stopped."""
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _, err = p.communicate(timeout=30)
+            return p.returncode, err.decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            return "still serving", ""
+
+    rc, err = refused([args.bertcc, "serve", "--port", "0", "--model", dup])
+    check(rc not in (0, "still serving") and "positive" in err and "config.json" in err,
+          f"id2label naming 'positive' twice: refused at start-up ({rc}, {err.strip()[-140:]!r})")
+    rc, err = refused([args.bertcc.encode(), b"serve", b"--port", b"0", b"--model", b"caf\xe9=" + M["sst"].encode()])
+    check(rc not in (0, "still serving") and "UTF-8" in err, f"a model name that is not UTF-8: refused at start-up ({rc}, {err.strip()[-120:]!r})")
+    r = subprocess.run([args.bertcc, "qa", "--model", M["squad"], "--question", "a", "--context", "b c", "--max-answer-length", "-1"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "max-answer-length" in r.stderr, f"bertcc qa --max-answer-length -1: refused ({r.returncode}, {r.stderr.strip()[-120:]!r})")
 
 # ---- 3. slowloris ----------------------------------------------------------------------------
 if "slowloris" in parts:
