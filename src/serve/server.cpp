@@ -300,6 +300,7 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->bert = load_model_dir(md->dir, md->heads);
   // one forward pass at a time (the `device` mutex), so one backend serves every model
   if (!be.on_host()) md->bert->use_backend_for_inference(be, prec);
+  if (prec == Precision::I8) md->bert->keep_int8_weights_only();  // (refuses a device)
   const BertConfig& c = md->bert->config();
   BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
   BERTCC_CHECK(!md->head().needs_labels || c.num_labels() > 0,
@@ -555,9 +556,9 @@ int run_server(const ServeOptions& o) {
   // stop the server instead of ending the process.
   signals::take_stop_signals();
   set_threads(o.threads);
-  const Precision prec = parse_precision(o.precision);
   Backend& be = backend_for(o.device);
-  std::cerr << (be.on_host() ? describe_backend(prec == Precision::BF16) : be.describe()) << "\n";
+  const Precision prec = resolve_precision(o.precision, be.on_host());
+  std::cerr << (be.on_host() ? describe_backend(prec) : be.describe()) << "\n";
   Metrics metrics;
   std::mutex device;
   std::vector<std::unique_ptr<Model>> models;

@@ -20,6 +20,7 @@
 #include "bertcc/tokenizer.h"
 #include "bertcc/runtime.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_int8.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -129,7 +130,7 @@ double peak_rss_mb() {
 
 void add_bench(CLI::App& app) {
   struct Opts {
-    std::string mode, config = "bert-base", precision = "bf16", device = "cpu", real, vocab, lower, task;
+    std::string mode, config = "bert-base", precision = "auto", device = "cpu", real, vocab, lower, task;
     int64_t batch = 8, seq = 128, steps = 10, warmup = 2, max_pred = -1;
     double padding = 0.0;
     int threads = 0;
@@ -145,8 +146,10 @@ void add_bench(CLI::App& app) {
                   "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
   sub->add_option(flag("--batch-size", {"--batch"}), o->batch, "sequences per step")->check(CLI::PositiveNumber);
   sub->add_option(flag("--max-seq-length", {"--seq"}), o->seq, "sequence length")->check(CLI::PositiveNumber);
-  sub->add_option("--precision", o->precision, "fp32 | bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option("--precision", o->precision,
+                  "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | fp32 | bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step) | int8 (infer only: "
+                  "dynamic quantization of the encoder's linear layers)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16", "int8"}));
   sub->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps");
   sub->add_option(flag("--max-predictions-per-seq"), o->max_pred, "masked positions per sequence (default seq*20/128)");
@@ -172,7 +175,9 @@ void add_bench(CLI::App& app) {
     // a shape's first forward runs unrecorded and its second is recorded: both before the timing
     BERTCC_CHECK(!cuda_graphs() || o->warmup >= 2, "bench infer --cuda-graphs: --warmup must be at least 2 "
                  "(the first forward runs unrecorded, the second records the graph)");
-    const Precision prec = parse_precision(o->precision);
+    const Precision prec = resolve_precision(o->precision, o->device == "cpu");
+    BERTCC_CHECK(prec != Precision::I8 || o->mode == "infer", "bench ", o->mode,
+                 ": --precision int8 is for inference (bench infer)");
     BertConfig cfg = config_from_name_or_path(o->config);
     const bool electra = o->mode == "electra";
     const bool train = o->mode == "train" || electra, squad = o->mode == "squad";
@@ -190,7 +195,7 @@ void add_bench(CLI::App& app) {
     if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = static_cast<int>(T);
     Backend& be = backend_for(o->device);
     const bool gpu = !be.on_host();
-    std::cerr << (gpu ? be.describe() : describe_backend(prec == Precision::BF16)) << "\n";
+    std::cerr << (gpu ? be.describe() : describe_backend(prec)) << "\n";
     if (electra) cfg.model_type = "electra";
     Bert model(cfg, electra ? Heads::Discriminator : train ? Heads::PreTraining : squad ? Heads::QuestionAnswering : Heads::None);
     model.init_weights(1);
@@ -202,7 +207,10 @@ void add_bench(CLI::App& app) {
       gen->init_weights(2);
       electra_share_embeddings(model, *gen);
     }
-    if (gpu && !train && !squad) {
+    if (prec == Precision::I8) {
+      BERTCC_CHECK(!gpu, "bench infer --precision int8 runs on the CPU only (--device cpu)");
+      model.keep_int8_weights_only();  // as qa, classify and serve load a model for int8
+    } else if (gpu && !train && !squad) {
       model.use_backend_for_inference(be, prec);  // as qa, classify and serve place a model
     } else if (gpu) {
       model.use_backend(be);
@@ -275,11 +283,13 @@ void add_bench(CLI::App& app) {
     // FLOPs of what was computed (computed_forward_flops), per timed step on average
     const bool unpadded = model.last_packed();
     const double flops = (train || squad ? 3.0 * fwd : fwd) / static_cast<double>(o->steps);
-    const double probe = be.gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
+    const double probe = prec == Precision::I8
+                             ? kernels::gemm_int8_probe_tops(B * T, cfg.intermediate_size, cfg.hidden_size, 5)
+                             : be.gemm_probe_tflops(B * T, cfg.intermediate_size, cfg.hidden_size, prec, 5);
     nlohmann::ordered_json j;
     j["mode"] = o->mode;
     j["config"] = o->config;
-    j["precision"] = o->precision;
+    j["precision"] = precision_name(prec);
     j["batch"] = B;
     j["seq"] = T;
     if (o->padding > 0) j["padding"] = o->padding;
@@ -313,7 +323,7 @@ void add_bench(CLI::App& app) {
     } else if (!be.on_host()) {
       j["peak_buffer_mb"] = peak_buffers;  // cpu-staged: its allocations (the moments are host vectors there)
     }
-    std::cout << o->mode << " " << o->config << " " << o->precision << " B=" << B << " S=" << T << ": "
+    std::cout << o->mode << " " << o->config << " " << precision_name(prec) << " B=" << B << " S=" << T << ": "
               << j["seq_per_s"].get<double>() << " seq/s, " << j["model_tflops"].get<double>() << " TFLOP/s (GEMM probe "
               << probe << ")\n";
     std::cout << j.dump() << std::endl;

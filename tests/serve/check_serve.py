@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bertcc serve, end to end on loopback (standard library clients only).
 
-  check_serve.py BERTCC VOCAB WORKDIR [--load-seconds N]
+  check_serve.py BERTCC VOCAB WORKDIR [--load-seconds N] [--precision fp32|int8]
 
 Three models (classification, QA, token classification; bert-mini, random heads) behind one
 server started with --port 0. Checked:
@@ -38,6 +38,9 @@ ap.add_argument("bertcc")
 ap.add_argument("vocab")
 ap.add_argument("work")
 ap.add_argument("--load-seconds", type=float, default=5)
+# int8: the same checks with every model quantized (serve and the commands alike): dynamic batching
+# must give the answers of the commands, which int8's batch invariance makes bit for bit
+ap.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
 args = ap.parse_args()
 here = os.path.dirname(os.path.abspath(__file__))
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -56,7 +59,7 @@ def check(ok, what):
 
 
 def start(extra=()):
-    p = subprocess.Popen([args.bertcc, "serve", "--port", "0", "--precision", "fp32", "--model", M["sst"], "--model",
+    p = subprocess.Popen([args.bertcc, "serve", "--port", "0", "--precision", args.precision, "--model", M["sst"], "--model",
                           M["squad"], "--model", "tagger=" + M["ner"], "--model", "mlm=" + M["base"]] + list(extra),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
@@ -85,7 +88,7 @@ def jreq(method, path, body=None):
 
 
 def cli(cmd, model, *a):
-    r = subprocess.run([args.bertcc, cmd, "--model", model, "--precision", "fp32"] + list(a), capture_output=True,
+    r = subprocess.run([args.bertcc, cmd, "--model", model, "--precision", args.precision] + list(a), capture_output=True,
                        text=True, check=True)
     return [json.loads(l) for l in r.stdout.splitlines()]
 
@@ -322,7 +325,7 @@ check(s == 200 and srv.poll() is None, "server alive and ready after the bad req
 
 # A second server on the port in use fails at start-up (httplib's SO_REUSEPORT let it share the port).
 try:
-    second = subprocess.run([args.bertcc, "serve", "--host", "127.0.0.1", "--port", str(PORT), "--precision", "fp32",
+    second = subprocess.run([args.bertcc, "serve", "--host", "127.0.0.1", "--port", str(PORT), "--precision", args.precision,
                              "--model", M["sst"]], capture_output=True, text=True, timeout=120)
     rc2, err2 = second.returncode, second.stderr
 except subprocess.TimeoutExpired as e:
