@@ -127,7 +127,7 @@ TEST(Int8, LinearEqualsQuantizedReferenceBitForBit) {
   std::vector<float> sx(static_cast<size_t>(M));
   quantize_rows_int8(x.data(), M, K, kInt8ActivationMax, xq.data(), sx.data());
   const std::vector<int32_t> acc = exact_products(xq, q.q, M, N, K);
-  double worst = 0;
+  double worst = 0, largest = 0;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       const float ref = std::fma(static_cast<float>(acc[m * N + n]), sx[m] * q.scale[n], bias[n]);
@@ -135,8 +135,10 @@ TEST(Int8, LinearEqualsQuantizedReferenceBitForBit) {
       double exact = bias[n];
       for (int64_t k = 0; k < K; ++k) exact += double{x[m * K + k]} * W[n * K + k];
       worst = std::max(worst, std::fabs(exact - y[m * N + n]));
+      largest = std::max(largest, std::fabs(exact));
     }
-  EXPECT_LT(worst, 0.1);  // and near the fp32 product (|y| ~ 2)
+  // and near the exact product: 7-bit weights and 8-bit activations over K = 200 (seen: 1.5 %)
+  EXPECT_LT(worst, 0.03 * largest);
   // one row alone: the same bits as in the batch
   std::vector<float> y1(static_cast<size_t>(N));
   linear_forward_int8(y1.data(), x.data() + 11 * K, q, bias.data(), 1);

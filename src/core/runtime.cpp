@@ -131,10 +131,10 @@ PrecisionChoice choose_precision(const std::string& flag, const CpuReport& cpu, 
                                  (cpu.amx_bf16 ? "AMX-BF16" : "AVX512-BF16") + ")"};
   std::string why = "precision auto: fp32 (";
   if (cpu.amx_bf16 || cpu.avx512_bf16)
-    why += "oneDNN is limited to " + cpu.onednn_isa + " here, below this CPU's native bf16";
+    why += "oneDNN is held to " + cpu.onednn_isa + " (ONEDNN_MAX_CPU_ISA), below this CPU's native bf16";
   else
     why += "this CPU has neither AVX512-BF16 nor AMX-BF16: bf16 would be emulated, slower than fp32";
-  return {Precision::F32, why + "; --precision bf16 to use it all the same)"};
+  return {Precision::F32, why + ")"};
 }
 
 Precision resolve_precision(const std::string& flag, bool on_host) {

@@ -11,7 +11,7 @@ every unpadded position: |ort - bertcc| <= 1e-4 * max(1, |bertcc|). The encoder'
 last_hidden_state and pooler_output are compared with the PyTorch reference (tests/torch/
 torch_bert.py, itself checked against bertcc to ~1e-6). fp16 and bf16 weight exports must be
 about half the size and stay close (5e-2) to fp32. The int8 export (--precision int8) against
-bertcc serve --precision int8 (1e-2). A GELU-tanh (gelu_new) model is exported too.
+bertcc serve --precision int8 (1e-3). A GELU-tanh (gelu_new) model is exported too.
 ELECTRA (narrower embeddings than the encoder): ElectraModel against PyTorch, ElectraForSequence-
 Classification and ElectraForPreTraining against bertcc's dump-step; the joint SQuAD head's beam
 search (start_top_log_probs ... cls_logits) against bertcc's (dump-step) and bertcc serve's Triton
@@ -112,8 +112,9 @@ srv.wait()
 # int8 (export-onnx --precision int8: QuantizeLinear per row, MatMulInteger s8 x s8) against bertcc
 # serve --precision int8. The two rescale in a different order (bertcc: one fma of the int32 sum
 # with the product of the scales; the graph: two Muls and an Add) and ONNX divides by the row scale
-# where bertcc multiplies by its inverse, so a value at a rounding tie can land one int8 step away:
-# agreement to 1e-2 relative, where int8 against fp32 differs by about 1e-1.
+# where bertcc multiplies by its inverse, so a value within an ulp of a rounding tie can land one
+# int8 step away: agreement to 1e-3 relative (seen: 4e-6), where int8 against fp32 differs by 3e-2
+# to 1.3e-1 on these models.
 srv = subprocess.Popen([bertcc, "serve", "--port", "0", "--precision", "int8", "--model", os.path.join(work, "sst"),
                         "--model", os.path.join(work, "squad"), "--model", os.path.join(work, "ner")],
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -130,7 +131,7 @@ for name, outs in [("sst", ["logits"]), ("squad", ["start_logits", "end_logits"]
             valid_tok if want[o].ndim == 2 else np.repeat(valid_tok[:, :, None], want[o].shape[2], 2))
         d = (np.abs(got[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v].max()
         q = (np.abs(f32[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v].max()
-        check(got[o].shape == want[o].shape and d <= 1e-2 and q > d,
+        check(got[o].shape == want[o].shape and d <= 1e-3 and q > 10 * d,
               f"{name} {o} int8: ONNX Runtime vs bertcc max rel. difference {d:.2e} (int8 vs fp32: {q:.2e})")
 srv.terminate()
 srv.wait()
