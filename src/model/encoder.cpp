@@ -120,6 +120,7 @@ static bool right_padded(const BertBatch& batch) {
 // Sets up the activations for `batch` (packed or padded), its ids and additive mask where the
 // backend computes: everything a forward reads besides the weights.
 void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng) {
+  BERTCC_CHECK(!(prec == Precision::I8 && (backward || training)), "int8 precision is for inference only");
   const int64_t B = batch.B, T = batch.T;
   const int64_t C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
   const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
@@ -142,7 +143,6 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   const int64_t N = shape.N;
   ensure_acts(shape, p_a > 0, prec, /*inference=*/!backward);
   if (backward) ensure_grads();  // before the backward's parallel regions take gradient pointers
-  BERTCC_CHECK(!(prec == Precision::I8 && (backward || training)), "int8 precision is for inference only");
   refresh_bf16(prec);
   refresh_int8(prec);
   Acts& a = *acts_;
@@ -266,7 +266,7 @@ void Bert::layer_forward(int l, const Pass& pass) {
     be.gelu_forward(ly.gelu, ly.inter, N * I, cfg_.activation());
   if (!linear_int8(a.tmp_c, ly.gelu, L.ffn_out, N, prec))
     be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
-                    LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
+                      LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
   if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
   be.residual_dropout_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
                                         w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,
