@@ -740,3 +740,63 @@ TEST(Model, UnpaddedSequenceOutputDoesNotDependOnItsBatch) {
     kernels::set_row_gemm(kernels::RowGemm::Auto);
   }
 }
+
+TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {
+  // int8 products are exact integer sums of per-row quantized activations: a sequence's output is
+  // the same bits alone, packed with others, or padded among them
+  const BertConfig c = small_config();
+  const int64_t T = 12;
+  const BertBatch mixed = batch_of_lengths(c, {5, 12, 7, 3}, T, 8);
+  BertBatch alone;  // row 2 (7 tokens) on its own
+  alone.B = 1;
+  alone.T = 7;
+  for (int64_t t = 0; t < 7; ++t) {
+    alone.input_ids.push_back(mixed.input_ids[2 * T + t]);
+    alone.segment_ids.push_back(mixed.segment_ids[2 * T + t]);
+    alone.input_mask.push_back(1);
+  }
+  Bert m(c, Heads::None);
+  m.init_weights(3);
+  Rng r{1, 0};
+  m.encode(alone, false, Precision::I8, r, false);
+  const std::vector<float> one(m.sequence_output(), m.sequence_output() + 7 * c.hidden_size);
+  const std::vector<float> pooled_one(m.pooled_output(), m.pooled_output() + c.hidden_size);
+  m.encode(mixed, false, Precision::I8, r, false);
+  const float* s = m.sequence_output() + 2 * T * c.hidden_size;
+  EXPECT_EQ(one, std::vector<float>(s, s + 7 * c.hidden_size));
+  const float* p = m.pooled_output() + 2 * c.hidden_size;
+  EXPECT_EQ(pooled_one, std::vector<float>(p, p + c.hidden_size));
+  // int8 is not fp32: the quantization shows, and stays small (LayerNorm outputs of size ~1)
+  m.encode(alone, false, Precision::F32, r, false);
+  const std::vector<float> f32(m.sequence_output(), m.sequence_output() + 7 * c.hidden_size);
+  EXPECT_NE(one, f32);
+  double worst = 0;
+  for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, std::fabs(double{one[i]} - f32[i]));
+  EXPECT_LT(worst, 0.05) << "largest |int8 - fp32| of the sequence output";
+  // after a weight change the int8 weights are made again
+  m.params()[m.table().at("bert.encoder.layer.0.intermediate.dense.weight").offset] += 1.0f;
+  m.encode(alone, false, Precision::I8, r, false);
+  EXPECT_NE(one, std::vector<float>(m.sequence_output(), m.sequence_output() + 7 * c.hidden_size));
+  // inference only
+  EXPECT_THROW(m.encode(alone, true, Precision::I8, r, false), Error);
+}
+
+TEST(Model, Int8WeightsOnlyGiveTheSameOutputs) {
+  // keep_int8_weights_only (int8 inference commands): the fp32 pages of the quantized matrices go
+  // back to the system; the int8 results do not change, and other precisions are refused
+  BertConfig c = small_config();
+  c.hidden_size = 64;  // matrices of whole pages
+  c.num_attention_heads = 4;
+  c.intermediate_size = 256;
+  const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
+  Bert m(c, Heads::None);
+  m.init_weights(5);
+  Rng r{1, 0};
+  m.encode(b, false, Precision::I8, r, false);
+  const std::vector<float> before(m.sequence_output(), m.sequence_output() + 12 * 3 * c.hidden_size);
+  m.keep_int8_weights_only();
+  m.encode(b, false, Precision::I8, r, false);
+  EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * c.hidden_size));
+  EXPECT_THROW(m.encode(b, false, Precision::F32, r, false), Error);
+  EXPECT_THROW(m.encode(b, false, Precision::BF16, r, false), Error);
+}

@@ -44,7 +44,7 @@ class Bert {
   // Mutable access to the weights invalidates the bf16 copy used by bf16 GEMMs, so anything that
   // changes weights (optimizers, loaders) must go through these.
   std::vector<float>& params() {
-    params16_valid_ = false;
+    params16_valid_ = q8_valid_ = false;
     return params_;
   }
   const std::vector<float>& params() const { return params_; }
@@ -56,7 +56,7 @@ class Bert {
     return grads_;
   }
   float* param(const std::string& name) {
-    params16_valid_ = false;
+    params16_valid_ = q8_valid_ = false;
     return params_.data() + table_.at(name).offset;
   }
   float* grad(const std::string& name) {
@@ -77,6 +77,11 @@ class Bert {
   // params_to_device/_to_host, naming why. Elsewhere (the CPU, fp32) it is use_backend.
   void use_backend_for_inference(Backend& be, Precision prec);
   bool inference_only() const { return !dev_offset_.empty(); }
+  // For a model that will only infer in int8 on the CPU (qa, classify, tag, embed, fill-mask, serve,
+  // bench infer): quantizes the encoder's linear layers now (at load) and hands the pages of their
+  // fp32 weights back to the system (about 3/4 of BERT's weights; the int8 copies take a quarter of
+  // that). The model then refuses any precision but int8, and any change of its weights.
+  void keep_int8_weights_only();
   Backend& backend() const { return *be_; }
   void params_to_device();
   void params_to_host();  // after the weights changed on the device (optimizer steps), before saving
@@ -86,7 +91,7 @@ class Bert {
   // the weights' bf16 copy is refreshed before the next step.
   float* params_on_backend() {
     check_not_inference_only("params_on_backend");
-    params16_valid_ = false;
+    params16_valid_ = q8_valid_ = false;
     return dev_params_ ? dev_params_ : params_.data();
   }
   float* grads_on_backend() {
@@ -276,6 +281,12 @@ class Bert {
     return p == Precision::BF16 ? (dev_params16_ ? dev_params16_ : params16_.data()) + table_[r].offset : nullptr;
   }
   void refresh_bf16(Precision p);
+  // int8 precision: quantizes the encoder's linear layers where they are not (once per weights);
+  // refuses int8 off the CPU. Other precisions: nothing.
+  void refresh_int8(Precision p);
+  // The encoder's linear layer r on x[M, K] into y[M, N] in int8 when prec is int8 (true), else
+  // nothing (false: the caller runs the backend's linear_forward).
+  bool linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const;
   // Head scratch where the backend computes: on the host the vector itself (resized; zero-filled
   // when `zeroed`), on a device a buffer of n floats kept for that vector. The vector must outlive
   // the model's activations (a member, not a local).
@@ -293,6 +304,12 @@ class Bert {
   std::vector<float> params_, grads_;
   std::vector<bf16_t> params16_;  // bf16 rounding of params_, valid while params16_valid_
   bool params16_valid_ = false;
+  // --precision int8 (int8.cpp): the encoder's linear layers quantized per output channel, valid
+  // while q8_valid_ (made again after any weight change, as the bf16 copy)
+  struct Int8Weights;
+  std::unique_ptr<Int8Weights> q8_;
+  bool q8_valid_ = false;
+  bool fp32_linears_released_ = false;  // keep_int8_weights_only: those fp32 pages are gone
   Backend* be_;
   struct DeviceState;  // device copies of the weights, gradients and bf16 weights
   std::unique_ptr<DeviceState> dev_;

@@ -9,11 +9,13 @@ namespace bertcc {
 enum class DType { F32, BF16, F16, I32, I8, I64 };
 // F16 on CPU is emulated (GEMM inputs rounded to fp16, fp32 arithmetic): it exists so that the
 // GPU recipe's dynamic loss scaling is implemented and tested; it is not a speed path.
-enum class Precision { F32, BF16, F16 };
+// I8: dynamic int8 quantization of the encoder's linear layers for inference on the CPU
+// (kernels/gemm_int8.h, model/int8.cpp); every other operation as fp32.
+enum class Precision { F32, BF16, F16, I8 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);   // safetensors spelling: "F32", "BF16", ...
-Precision parse_precision(const std::string& s);  // "fp32" | "bf16" | "fp16"
+Precision parse_precision(const std::string& s);  // "fp32" | "bf16" | "fp16" | "int8"
 const char* precision_name(Precision p);
 
 using bf16_t = uint16_t;

@@ -20,7 +20,7 @@ class ParamTable;
 
 class OnnxGraph {
  public:
-  static constexpr int kFloat = 1, kInt64 = 7;  // element types (TensorProto.DataType)
+  static constexpr int kFloat = 1, kInt8 = 3, kInt32 = 6, kInt64 = 7;  // element types (TensorProto.DataType)
 
   // A node attribute (an AttributeProto, serialized).
   struct Attr {
@@ -60,6 +60,11 @@ class OnnxGraph {
   std::string param(const std::string& name);
   // x @ W^T + b for prefix.weight [out, in] and prefix.bias.
   std::string linear(const std::string& x, const std::string& prefix);
+  // The same for x [B, S, in] in int8 as bertcc's --precision int8 computes it (kernels/gemm_int8.h):
+  // the weight quantized per output channel (7-bit, an int8 initializer and its fp32 scales), x
+  // per row of [B*S, in] (ReduceMax(Abs) / 127 -> QuantizeLinear with that per-axis scale), then
+  // MatMulInteger (s8 x s8 -> int32), Cast, the row scale, the column scale and the bias.
+  std::string linear_int8(const std::string& x, const std::string& prefix);
   // LayerNorm over the last axis with prefix.weight and prefix.bias.
   std::string layer_norm(const std::string& x, const std::string& prefix);
   std::string gelu(const std::string& x, Activation act);
@@ -74,6 +79,8 @@ class OnnxGraph {
   std::string model(const std::string& doc);
 
  private:
+  // An initializer of `bytes` raw bytes of element type elem, stored as given
+  std::string raw(const std::string& name, const std::vector<int64_t>& dims, int elem, const void* data, size_t bytes);
   struct Proto;
   const BertConfig& config_;
   const ParamTable& table_;

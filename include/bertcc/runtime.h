@@ -3,6 +3,8 @@
 #pragma once
 #include <string>
 
+#include "bertcc/dtype.h"
+
 namespace bertcc {
 
 void set_threads(int n);  // OpenMP and oneDNN; n <= 0 keeps the default
@@ -22,6 +24,25 @@ bool onednn_bf16_matmul();
 bool onednn_f32_rows_invariant();
 // One line for start-up logs; says plainly when bf16 runs without AMX or without native bf16.
 std::string describe_backend(bool bf16_requested);
+// The same for a run in precision p (int8: what is quantized, on which instructions).
+std::string describe_backend(Precision p);
+
+// Whether this CPU multiplies bf16 natively where oneDNN computes (AMX-BF16 or AVX512-BF16, and
+// oneDNN dispatching to them: ONEDNN_MAX_CPU_ISA may hold it below).
+bool native_bf16(const CpuReport& cpu);
+// --precision's value for a run: "auto" (every command's default) is bf16 on a GPU (its default)
+// and on a CPU with native bf16, fp32 on other CPUs, where bf16 is emulated and slower than fp32;
+// anything else is parse_precision's. `why`: the choice for the start-up line ("precision auto:
+// fp32 (...)"), empty when the flag named a precision. A pure function of the report (tested with
+// made-up ones).
+struct PrecisionChoice {
+  Precision prec = Precision::F32;
+  std::string why;
+};
+PrecisionChoice choose_precision(const std::string& flag, const CpuReport& cpu, bool gpu);
+// choose_precision on this CPU, its start-up line on stderr when auto chose (on_host: the CPU
+// computes; else a GPU)
+Precision resolve_precision(const std::string& flag, bool on_host);
 
 // Memory this process can still take: the smallest of /proc/meminfo's MemAvailable, the cgroup
 // (v2) limit less its usage, and the address-space limit (ulimit -v) less this process's size.

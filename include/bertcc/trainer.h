@@ -21,7 +21,7 @@ struct PretrainOptions {
   double disc_weight = 50;  // ELECTRA's lambda
   int64_t train_batch_size = 256, gradient_accumulation_steps = 1, max_steps = 1000;
   double learning_rate = 6e-3, warmup_proportion = 0.2843;
-  std::string optimizer = "lamb", precision = "bf16";
+  std::string optimizer = "lamb", precision = "auto";
   double loss_scale = 0;             // fp16: 0 = dynamic, > 0 = static; bf16/fp32 use 1
   double init_loss_scale = 65536;    // dynamic scaling starts here (apex's 2^16)
   int64_t loss_scale_window = 2000;  // clean steps before the scale doubles

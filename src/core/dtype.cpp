@@ -47,11 +47,12 @@ Precision parse_precision(const std::string& s) {
   if (s == "fp32" || s == "f32" || s == "float32") return Precision::F32;
   if (s == "bf16" || s == "bfloat16") return Precision::BF16;
   if (s == "fp16" || s == "f16" || s == "float16") return Precision::F16;
-  fail("unknown precision '", s, "' (expected fp32, bf16 or fp16)");
+  if (s == "int8" || s == "i8") return Precision::I8;
+  fail("unknown precision '", s, "' (expected fp32, bf16, fp16 or int8)");
 }
 
 const char* precision_name(Precision p) {
-  return p == Precision::F32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
+  return p == Precision::F32 ? "fp32" : p == Precision::BF16 ? "bf16" : p == Precision::F16 ? "fp16" : "int8";
 }
 
 float f16_to_f32_ref(uint16_t h) {

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "bertcc/params.h"
+#include "kernels/gemm_int8.h"
 
 namespace bertcc {
 
@@ -192,6 +193,39 @@ std::string OnnxGraph::linear(const std::string& x, const std::string& prefix) {
     for (int64_t i = 0; i < s[1]; ++i) t[static_cast<size_t>(i * s[0] + o)] = w[o * s[1] + i];
   const std::string wt = weight(prefix + ".weight_t", {s[1], s[0]}, t.data());
   return node("Add", {node("MatMul", {x, wt}), param(prefix + ".bias")});
+}
+
+std::string OnnxGraph::raw(const std::string& name, const std::vector<int64_t>& dims, int elem, const void* data,
+                           size_t bytes) {
+  Pb t;
+  for (int64_t d : dims) t.i64(1, d);
+  t.i64(2, elem).bytes(8, name).bytes(9, std::string_view(static_cast<const char*>(data), bytes));
+  graph_->pb.msg(5, t);
+  return name;
+}
+
+std::string OnnxGraph::linear_int8(const std::string& x, const std::string& prefix) {
+  const auto s = shape(prefix + ".weight");  // [out, in]
+  const int64_t N = s[0], K = s[1];
+  const kernels::Int8Weight q = kernels::quantize_weight_int8(data(prefix + ".weight"), N, K);
+  std::vector<int8_t> t(static_cast<size_t>(N * K));  // [in, out] for MatMulInteger
+  for (int64_t o = 0; o < N; ++o)
+    for (int64_t i = 0; i < K; ++i) t[static_cast<size_t>(i * N + o)] = q.q[static_cast<size_t>(o * K + i)];
+  const std::string wq = raw(prefix + ".weight_int8", {K, N}, kInt8, t.data(), t.size());
+  const std::string ws = raw(prefix + ".weight_scale", {N}, kFloat, q.scale.data(), q.scale.size() * 4);
+  const std::string x2 = node("Reshape", {x, const_i64({-1, K})});  // [M, K]
+  const std::string amax = node("ReduceMax", {node("Abs", {x2})}, {Attr::ints("axes", {1}), Attr::i("keepdims", 0)});
+  // a row of zeros: any positive scale quantizes it to zeros (bertcc's is 0, with the same products)
+  const std::string sx = node("Div", {node("Max", {amax, const_f32(1e-30f)}),
+                                      const_f32(static_cast<float>(kernels::kInt8ActivationMax))});
+  const std::string zp = node("Cast", {node("Mul", {amax, const_f32(0.0f)})}, {Attr::i("to", kInt8)});
+  const std::string xq = node("QuantizeLinear", {x2, sx, zp}, {Attr::i("axis", 0)});
+  const std::string acc = node("Cast", {node("MatMulInteger", {xq, wq})}, {Attr::i("to", kFloat)});
+  const std::string y = node("Add", {node("Mul", {node("Mul", {acc, node("Unsqueeze", {sx, const_i64({1})})}), ws}),
+                                     param(prefix + ".bias")});
+  // back to [B, S, out]
+  const std::string lead = node("Slice", {node("Shape", {x}), const_i64({0}), const_i64({-1})});
+  return node("Reshape", {y, node("Concat", {lead, const_i64({N})}, {Attr::i("axis", 0)})});
 }
 
 std::string OnnxGraph::layer_norm(const std::string& x, const std::string& prefix) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <sstream>
@@ -124,22 +125,57 @@ bool onednn_f32_rows_invariant() {
   return ok;
 }
 
+bool native_bf16(const CpuReport& r) {
+  return (r.amx_bf16 || r.avx512_bf16) && (r.onednn_isa == "avx512_core_bf16" || r.onednn_isa == "avx512_core_amx");
+}
+
+PrecisionChoice choose_precision(const std::string& flag, const CpuReport& cpu, bool gpu) {
+  if (flag != "auto") return {parse_precision(flag), ""};
+  if (gpu) return {Precision::BF16, "precision auto: bf16 (the GPU default)"};
+  if (native_bf16(cpu))
+    return {Precision::BF16, std::string("precision auto: bf16 (this CPU has ") +
+                                 (cpu.amx_bf16 ? "AMX-BF16" : "AVX512-BF16") + ")"};
+  std::string why = "precision auto: fp32 (";
+  if (cpu.amx_bf16 || cpu.avx512_bf16)
+    why += "oneDNN is held to " + cpu.onednn_isa + " (ONEDNN_MAX_CPU_ISA), below this CPU's native bf16";
+  else
+    why += "this CPU has neither AVX512-BF16 nor AMX-BF16: bf16 would be emulated, slower than fp32";
+  return {Precision::F32, why + ")"};
+}
+
+Precision resolve_precision(const std::string& flag, bool on_host) {
+  const PrecisionChoice c = choose_precision(flag, on_host ? cpu_report() : CpuReport{}, !on_host);
+  if (!c.why.empty()) std::cerr << c.why << "\n";
+  return c.prec;
+}
+
 std::string describe_backend(bool bf16) {
   const CpuReport r = cpu_report();
   std::string s = "backend: cpu, oneDNN ISA " + r.onednn_isa + ", " + std::to_string(threads()) + " threads";
   if (bf16) {
-    if (r.amx_bf16)
-      s += "; bf16 GEMMs on AMX-BF16";
-    else if (r.avx512_bf16)
-      s += "; bf16 GEMMs on AVX512-BF16 (this CPU has no AMX)";
+    if (native_bf16(r))
+      s += r.onednn_isa == "avx512_core_amx" ? "; bf16 GEMMs on AMX-BF16" : "; bf16 GEMMs on AVX512-BF16 (no AMX)";
     else
-      s += onednn_bf16_matmul() ? "; WARNING: this CPU has neither AMX-BF16 nor AVX512-BF16, bf16 GEMMs are slow"
-                                : "; WARNING: oneDNN has no bf16 GEMM for this CPU (" + r.onednn_isa +
-                                      "): bf16 is emulated (operands rounded to bf16, fp32 GEMMs), slower than fp32";
+      s += std::string(onednn_bf16_matmul()
+                           ? "; WARNING: this CPU has neither AMX-BF16 nor AVX512-BF16, bf16 GEMMs are slow"
+                           : "; WARNING: oneDNN has no bf16 GEMM for this CPU (" + r.onednn_isa +
+                                 "): bf16 is emulated (operands rounded to bf16, fp32 GEMMs), slower than fp32") +
+           ": pass --precision fp32 (or leave --precision out: auto picks fp32 here)";
   }
   const std::string changed = describe_settings(settings());
   if (!changed.empty()) s += "; settings: " + changed;
   return s;
+}
+
+std::string describe_backend(Precision p) {
+  std::string s = describe_backend(p == Precision::BF16);
+  if (p != Precision::I8) return s;
+  const CpuReport r = cpu_report();
+  const bool vnni = r.onednn_isa == "avx512_core_vnni" || r.onednn_isa == "avx512_core_bf16" ||
+                    r.onednn_isa == "avx512_core_amx";
+  return s + "; int8: the encoder's linear layers (7-bit weights per output channel, 8-bit activations per row, " +
+         (r.onednn_isa == "avx512_core_amx" ? "AMX-INT8" : vnni ? "AVX512-VNNI" : "no VNNI") +
+         "); embeddings, attention, LayerNorm, GELU, pooler and task heads in fp32";
 }
 
 }  // namespace bertcc

@@ -15,7 +15,7 @@
 
 namespace bertcc {
 
-void export_onnx(const Bert& model, const std::string& path, DType weights) {
+void export_onnx(const Bert& model, const std::string& path, DType weights, bool int8) {
   BERTCC_CHECK(weights == DType::F32 || weights == DType::F16 || weights == DType::BF16,
                "export-onnx: weights must be fp32, fp16 or bf16");
   const BertConfig& c = model.config();
@@ -27,6 +27,10 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
   using Attr = OnnxGraph::Attr;
   constexpr int kFloat = OnnxGraph::kFloat, kInt64 = OnnxGraph::kInt64;
   OnnxGraph g(c, model.table(), model.params().data(), weights);
+  // the encoder's linear layers: int8 as --precision int8 computes them (the same layers: model/int8.cpp)
+  auto linear = [&](const std::string& x, const std::string& prefix) {
+    return int8 ? g.linear_int8(x, prefix) : g.linear(x, prefix);
+  };
   g.input("input_ids", kInt64, {"batch", "sequence"});
   g.input("attention_mask", kInt64, {"batch", "sequence"});
   g.input("token_type_ids", kInt64, {"batch", "sequence"});
@@ -39,7 +43,7 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
                                  g.node("Gather", {g.param(e + "position_embeddings.weight"), positions})});
   h = g.node("Add", {h, g.node("Gather", {g.param(e + "token_type_embeddings.weight"), "token_type_ids"})});
   h = g.layer_norm(h, e + "LayerNorm");
-  if (model.table().find("bert.embeddings_project.weight")) h = g.linear(h, "bert.embeddings_project");  // ELECTRA
+  if (model.table().find("bert.embeddings_project.weight")) h = linear(h, "bert.embeddings_project");  // ELECTRA
   // Additive mask [B, 1, 1, S].
   const std::string m = g.node("Cast", {"attention_mask"}, {Attr::i("to", kFloat)});
   const std::string mask = g.node(
@@ -49,7 +53,7 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     auto heads_of = [&](const char* n, std::vector<int64_t> perm) {
-      return g.node("Transpose", {g.node("Reshape", {g.linear(h, p + "attention.self." + n), split_heads})},
+      return g.node("Transpose", {g.node("Reshape", {linear(h, p + "attention.self." + n), split_heads})},
                     {Attr::ints("perm", perm)});
     };
     const std::string q = heads_of("query", {0, 2, 1, 3});  // [B, NH, S, HD]
@@ -60,9 +64,9 @@ void export_onnx(const Bert& model, const std::string& path, DType weights) {
     const std::string ctx = g.node(
         "Reshape",
         {g.node("Transpose", {g.node("MatMul", {probs, v})}, {Attr::ints("perm", {0, 2, 1, 3})}), merge_heads});
-    h = g.layer_norm(g.node("Add", {g.linear(ctx, p + "attention.output.dense"), h}), p + "attention.output.LayerNorm");
-    const std::string inter = g.gelu(g.linear(h, p + "intermediate.dense"), c.activation());
-    h = g.layer_norm(g.node("Add", {g.linear(inter, p + "output.dense"), h}), p + "output.LayerNorm");
+    h = g.layer_norm(g.node("Add", {linear(ctx, p + "attention.output.dense"), h}), p + "attention.output.LayerNorm");
+    const std::string inter = g.gelu(linear(h, p + "intermediate.dense"), c.activation());
+    h = g.layer_norm(g.node("Add", {linear(inter, p + "output.dense"), h}), p + "output.LayerNorm");
   }
   spec.onnx(g, h, positions);  // the head's nodes and the graph's outputs
   write_file_atomic(path, g.model("bertcc export of " + architecture_name(heads, c.electra())));

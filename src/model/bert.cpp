@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "model/acts.h"
 #include "model/head.h"
+#include "model/int8.h"
 
 namespace bertcc {
 
@@ -141,7 +142,7 @@ void Bert::ensure_grads() {
 Bert::~Bert() = default;
 
 void Bert::init_weights(uint64_t seed) {
-  params16_valid_ = false;
+  params16_valid_ = q8_valid_ = false;
   Rng rng{seed, 0};
   for (const auto& e : table_.entries()) {
     float* p = params_.data() + e.offset;
@@ -197,7 +198,7 @@ void Bert::use_backend(Backend& be) {
   dev_params_ = dev_grads_ = nullptr;
   dev_params16_ = nullptr;
   dev_offset_.clear();
-  params16_valid_ = false;
+  params16_valid_ = q8_valid_ = false;
   if (be.on_host()) return;
   dev_ = std::make_unique<DeviceState>();
   dev_->params = DeviceBuffer<float>(be, params_.size());
@@ -269,7 +270,7 @@ void Bert::check_not_inference_only(const char* what) const {
 
 void Bert::params_to_device() {
   check_not_inference_only("params_to_device");
-  params16_valid_ = false;
+  params16_valid_ = q8_valid_ = false;
   if (dev_params_) be_->upload(dev_params_, params_.data(), sizeof(float) * params_.size());
 }
 

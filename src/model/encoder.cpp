@@ -120,6 +120,7 @@ static bool right_padded(const BertBatch& batch) {
 // Sets up the activations for `batch` (packed or padded), its ids and additive mask where the
 // backend computes: everything a forward reads besides the weights.
 void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng) {
+  BERTCC_CHECK(!(prec == Precision::I8 && (backward || training)), "int8 precision is for inference only");
   const int64_t B = batch.B, T = batch.T;
   const int64_t C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
   const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
@@ -143,6 +144,7 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   ensure_acts(shape, p_a > 0, prec, /*inference=*/!backward);
   if (backward) ensure_grads();  // before the backward's parallel regions take gradient pointers
   refresh_bf16(prec);
+  refresh_int8(prec);
   Acts& a = *acts_;
   if (packed) {
     a.cu = std::move(cu);
@@ -220,7 +222,7 @@ void Bert::embeddings_forward(const Pass& pass) {
     a.seed_emb = pass.rng->reserve(N * E);
     be.dropout_forward(emb, emb, N * E, pass.p_h, *pass.rng, a.seed_emb);
   }
-  if (project)
+  if (project && !linear_int8(a.x[0], a.emb_out, refs_.project, N, pass.prec))
     be.linear_forward(a.x[0], a.emb_out, w(refs_.project.w), w(refs_.project.b), N, C, E, pass.prec,
                       w16(refs_.project.w, pass.prec));
 }
@@ -242,11 +244,13 @@ void Bert::layer_forward(int l, const Pass& pass) {
   // (bf16: the output as its rounding qkv16 alone, what the attention reads)
   LinearIo qkv_io = l == 0 ? LinearIo{nullptr, a.as16(ly.x16), nullptr} : LinearIo{a.as16(ly.x16), nullptr, nullptr};
   qkv_io.y16 = a.as16(ly.qkv16);
-  be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), N, 3 * C, C, prec, w16(L.qkv.w, prec), qkv_io);
+  if (!linear_int8(ly.qkv, xin, L.qkv, N, prec))
+    be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), N, 3 * C, C, prec, w16(L.qkv.w, prec), qkv_io);
   // (bf16: the output as its rounding ctx16 alone, what the product reads)
   attention_forward(l, pass);
-  be.linear_forward(a.tmp_c, ly.ctx, w(L.attn_out.w), w(L.attn_out.b), N, C, C, prec, w16(L.attn_out.w, prec),
-                    LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
+  if (!linear_int8(a.tmp_c, ly.ctx, L.attn_out, N, prec))
+    be.linear_forward(a.tmp_c, ly.ctx, w(L.attn_out.w), w(L.attn_out.b), N, C, C, prec, w16(L.attn_out.w, prec),
+                      LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
   if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
   be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin, w(L.attn_norm.g),
                                         w(L.attn_norm.b), N, C, eps, a.as16(ly.h1_16), p_h, rng, ly.seed_attn_out);
@@ -254,13 +258,15 @@ void Bert::layer_forward(int l, const Pass& pass) {
   // the GELU's input forward and backward
   LinearIo ffn1_io{a.as16(ly.h1_16), nullptr, nullptr};
   ffn1_io.y16 = a.as16(ly.inter16);
-  be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
+  if (!linear_int8(ly.inter, ly.h1, L.ffn_in, N, prec))
+    be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
   if (prec == Precision::BF16)
     be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, cfg_.activation());
   else
     be.gelu_forward(ly.gelu, ly.inter, N * I, cfg_.activation());
-  be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
-                    LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
+  if (!linear_int8(a.tmp_c, ly.gelu, L.ffn_out, N, prec))
+    be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
+                      LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
   if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
   be.residual_dropout_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
                                         w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,

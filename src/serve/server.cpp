@@ -264,9 +264,9 @@ int run_server(const ServeOptions& o) {
   sigaction(SIGHUP, &ignore, nullptr);
   sigaction(SIGUSR1, &ignore, nullptr);
   set_threads(o.threads);
-  const Precision prec = parse_precision(o.precision);
   Backend& be = backend_for(o.device);
-  std::cerr << (be.on_host() ? describe_backend(prec == Precision::BF16) : be.describe()) << "\n";
+  const Precision prec = resolve_precision(o.precision, be.on_host());
+  std::cerr << (be.on_host() ? describe_backend(prec) : be.describe()) << "\n";
   App app{o, {}, {}, {}};
   std::mutex device;
   load_models(app, prec, device, be);

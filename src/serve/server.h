@@ -30,7 +30,7 @@ struct ServeOptions {
   double keep_alive_timeout_s = 5;  // to start a request on a new or kept-alive connection
   double read_timeout_s = 10;       // to send a whole request once started (and to take a response)
   int threads = 0;                  // compute threads (0: all cores)
-  std::string precision = "bf16";
+  std::string precision = "auto";
   std::string device = "cpu";       // cpu | cuda[:N] | cpu-staged: where every model computes
   int64_t max_body_bytes = 8 << 20;     // any transfer encoding (413 above)
   int64_t max_header_bytes = 16 << 10;  // request line and headers (431 above)

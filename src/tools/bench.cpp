@@ -20,6 +20,7 @@
 #include "bertcc/tokenizer.h"
 #include "bertcc/runtime.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_int8.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -126,7 +127,7 @@ double peak_rss_mb() {
 }
 
 struct BenchOptions {
-  std::string mode, config = "bert-base", precision = "bf16", device = "cpu", real, vocab, lower, task;
+  std::string mode, config = "bert-base", precision = "auto", device = "cpu", real, vocab, lower, task;
   int64_t batch = 8, seq = 128, steps = 10, warmup = 2, max_pred = -1;
   double padding = 0.0;
   int threads = 0;
@@ -140,8 +141,11 @@ void add_bench_options(CLI::App* sub, BenchOptions& o) {
                   "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
   sub->add_option(flag("--batch-size", {"--batch"}), o.batch, "sequences per step")->check(CLI::PositiveNumber);
   sub->add_option(flag("--max-seq-length", {"--seq"}), o.seq, "sequence length")->check(CLI::PositiveNumber);
-  sub->add_option("--precision", o.precision, "fp32 | bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option("--precision", o.precision,
+                  "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | fp32 | "
+                  "bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step) | int8 (infer only: "
+                  "dynamic quantization of the encoder's linear layers)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16", "int8"}));
   sub->add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber);
   sub->add_option("--warmup", o.warmup, "untimed warm-up steps");
   sub->add_option(flag("--max-predictions-per-seq"), o.max_pred, "masked positions per sequence (default seq*20/128)");
@@ -203,7 +207,9 @@ void next_batch(Bench& b) {
 // The models, placed on the backend, and the first batch
 void set_up(Bench& b) {
   const BenchOptions& o = b.o;
-  b.prec = parse_precision(o.precision);
+  b.prec = resolve_precision(o.precision, o.device == "cpu");
+  BERTCC_CHECK(b.prec != Precision::I8 || o.mode == "infer", "bench ", o.mode,
+               ": --precision int8 is for inference (bench infer)");
   b.cfg = config_from_name_or_path(o.config);
   b.electra = o.mode == "electra";
   b.train = o.mode == "train" || b.electra;
@@ -219,7 +225,7 @@ void set_up(Bench& b) {
   Backend& be = backend_for(o.device);
   b.be = &be;
   const bool gpu = !be.on_host();
-  std::cerr << (gpu ? be.describe() : describe_backend(b.prec == Precision::BF16)) << "\n";
+  std::cerr << (gpu ? be.describe() : describe_backend(b.prec)) << "\n";
   if (b.electra) b.cfg.model_type = "electra";
   b.model = std::make_unique<Bert>(b.cfg, b.electra ? Heads::Discriminator
                                           : b.train ? Heads::PreTraining
@@ -233,7 +239,10 @@ void set_up(Bench& b) {
     b.gen->init_weights(2);
     electra_share_embeddings(*b.model, *b.gen);
   }
-  if (gpu && !b.train && !b.squad) {
+  if (b.prec == Precision::I8) {
+    BERTCC_CHECK(!gpu, "bench infer --precision int8 runs on the CPU only (--device cpu)");
+    b.model->keep_int8_weights_only();  // as qa, classify and serve load a model for int8
+  } else if (gpu && !b.train && !b.squad) {
     b.model->use_backend_for_inference(be, b.prec);  // as qa, classify and serve place a model
   } else if (gpu) {
     b.model->use_backend(be);
@@ -331,11 +340,13 @@ void report(const Bench& b, const Timing& t) {
   // FLOPs of what was computed (computed_forward_flops), per timed step on average
   const bool unpadded = b.model->last_packed();
   const double flops = (b.train || b.squad ? 3.0 * t.fwd : t.fwd) / static_cast<double>(o.steps);
-  const double probe = be.gemm_probe_tflops(B * T, b.cfg.intermediate_size, b.cfg.hidden_size, b.prec, 5);
+  const double probe = b.prec == Precision::I8
+                           ? kernels::gemm_int8_probe_tops(B * T, b.cfg.intermediate_size, b.cfg.hidden_size, 5)
+                           : be.gemm_probe_tflops(B * T, b.cfg.intermediate_size, b.cfg.hidden_size, b.prec, 5);
   nlohmann::ordered_json j;
   j["mode"] = o.mode;
   j["config"] = o.config;
-  j["precision"] = o.precision;
+  j["precision"] = precision_name(b.prec);
   j["batch"] = B;
   j["seq"] = T;
   if (o.padding > 0) j["padding"] = o.padding;
@@ -369,7 +380,7 @@ void report(const Bench& b, const Timing& t) {
   } else if (!be.on_host()) {
     j["peak_buffer_mb"] = t.peak_buffers;  // cpu-staged: its allocations (the moments are host vectors there)
   }
-  std::cout << o.mode << " " << o.config << " " << o.precision << " B=" << B << " S=" << T << ": "
+  std::cout << o.mode << " " << o.config << " " << precision_name(b.prec) << " B=" << B << " S=" << T << ": "
             << j["seq_per_s"].get<double>() << " seq/s, " << j["model_tflops"].get<double>() << " TFLOP/s (GEMM probe "
             << probe << ")\n";
   std::cout << j.dump() << std::endl;

@@ -78,6 +78,12 @@ std::string unknown_argument_message(const CLI::App& root);
 
 // --threads: 0 (the default: all cores) up to 4 x the cores; beyond that threads only contend
 // (10000 threads made fine-tuning ~250x slower).
+// --precision of the inference commands (qa, classify, tag, embed, fill-mask, serve)
+inline const char* const kInferPrecisionHelp =
+    "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | bf16 | fp32 | "
+    "int8 (CPU: the encoder's linear layers quantized to int8, weights per output channel "
+    "and activations per row; the embeddings, attention, LayerNorm, GELU, pooler and task head stay fp32)";
+
 inline CLI::Validator threads_check() {
   return CLI::Validator(
       [](std::string& s) -> std::string {

@@ -67,8 +67,10 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option(flag("--max-grad-norm"), o.max_grad_norm, "gradient clipping (global norm; <= 0 disables)");
   sub->add_flag(flag("--no-bias-correction"), o.no_bias_correction,
                 "AdamW without bias correction (BertAdam, as NVIDIA's run_squad.py)");
-  sub->add_option("--precision", o.precision, "bf16 (default; fp32 master weights) | fp32")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--precision", o.precision,
+                  "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | bf16 (fp32 master weights) | fp32 | int8 (--mode eval/prediction only, CPU: the encoder's "
+                  "linear layers quantized to int8; the rest fp32)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
   sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout");
   sub->add_option(flag("--freeze-layers"), o.freeze_layers,
                   "train only the top N encoder layers and the head (NVAITC fine_tune_layers); -1 = all");
@@ -130,9 +132,13 @@ FtSetup ft_setup(const FtCli& o) {
       check_output_not_input(o.output_dir, "--output-dir", in, flag);
   if (s.has("train")) check_finetune_options(ft_options(o, s));  // before anything is loaded
   set_threads(threads_per_rank(o.threads, dist::world()));
-  s.prec = parse_precision(o.precision);
   Backend& be = backend_for_rank(o.device, dist::world());
-  if (is_lead()) std::cerr << (be.on_host() ? describe_backend(s.prec == Precision::BF16) : be.describe()) << "\n";
+  const PrecisionChoice pc = choose_precision(o.precision, be.on_host() ? cpu_report() : CpuReport{}, !be.on_host());
+  s.prec = pc.prec;
+  BERTCC_CHECK(s.prec != Precision::I8 || !s.has("train"), "--precision int8 is for inference (--mode eval, "
+               "prediction): train in fp32 or bf16, then evaluate the model in int8");
+  if (is_lead() && !pc.why.empty()) std::cerr << pc.why << "\n";
+  if (is_lead()) std::cerr << (be.on_host() ? describe_backend(s.prec) : be.describe()) << "\n";
   if (o.vocab.empty()) check_model_dir_for(o.init_checkpoint, Heads::None, "finetune");  // before its vocab.txt
   s.vocab_path = o.vocab.empty() ? join_path(o.init_checkpoint, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(s.vocab_path), s.vocab_path, ": no vocabulary (pass --vocab)");

@@ -20,7 +20,7 @@ struct LrFindCli {
 
 struct FtCli {
   std::string mode = "train eval", init_checkpoint, vocab, data_dir, train_file, predict_file, task_name,
-              output_dir, precision = "bf16", device = "cpu";
+              output_dir, precision = "auto", device = "cpu";
   bool do_lower_case = false, no_lower_case = false, no_bias_correction = false, group_by_length = false;
   bool resume = false;
   bool trust_unverified_checkpoint = false;

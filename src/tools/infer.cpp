@@ -21,7 +21,7 @@ namespace bertcc::tools {
 namespace {
 
 struct InferCli {
-  std::string model, vocab, precision = "bf16", question, context, device = "cpu";
+  std::string model, vocab, precision = "auto", question, context, device = "cpu";
   std::vector<std::string> texts, text_pairs;  // --text and --text-pair, each repeatable (a batch)
   bool do_lower_case = false, no_lower_case = false;
   int max_seq_length = 0, threads = 0, doc_stride = 128, max_answer_length = 30;
@@ -68,7 +68,6 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
   check_model_dir_for(o.model, heads, command);  // before the vocabulary: the missing directory, the wrong kind
   set_threads(o.threads);
   Loaded l;
-  l.prec = parse_precision(o.precision);
   const std::string vp = o.vocab.empty() ? join_path(o.model, "vocab.txt") : o.vocab;
   BERTCC_CHECK(file_exists(vp), vp, ": no vocabulary (pass --vocab)");
   l.vocab = std::make_unique<Vocab>(Vocab::load(vp));
@@ -89,6 +88,12 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
                " exceeds the model's max_position_embeddings ", c.max_position_embeddings, " (",
                join_path(o.model, "config.json"), ")");
   Backend& be = backend_for(o.device);
+  l.prec = resolve_precision(o.precision, be.on_host());
+  if (l.prec == Precision::I8) {
+    BERTCC_CHECK(be.on_host(), "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
+    std::cerr << describe_backend(l.prec) << "\n";
+    l.model->keep_int8_weights_only();
+  }
   if (!be.on_host()) {
     std::cerr << be.describe() << "\n";
     l.model->use_backend_for_inference(be, l.prec);
@@ -194,7 +199,7 @@ void run_fill_mask(const InferCli& o) {
 void common(CLI::App* c, InferCli& o, const std::string& model_help) {
   c->add_option("--model", o.model, model_help)->required();
   c->add_option("--vocab", o.vocab, "vocab.txt (default: the model's)");
-  c->add_option("--precision", o.precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
+  c->add_option("--precision", o.precision, kInferPrecisionHelp)->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
   c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa, 512 otherwise)")
       ->check(CLI::Range(0, 1 << 20));  // 0: the default (a negative length used to be taken as the default too)
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);

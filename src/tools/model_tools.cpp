@@ -198,7 +198,7 @@ void add_convert(CLI::App& app) {
 // bertcc export-onnx --model DIR --out model.onnx
 void add_export_onnx(CLI::App& app) {
   struct OnnxOpts {
-    std::string model, out, weights = "fp32";
+    std::string model, out, weights = "fp32", precision = "fp32";
   };
   auto oo = std::make_shared<OnnxOpts>();
   auto* ox = app.add_subcommand("export-onnx",
@@ -208,13 +208,17 @@ void add_export_onnx(CLI::App& app) {
   ox->add_option(flag("--output", {"--out"}), oo->out, "ONNX file to write")->required();
   ox->add_option("--weights", oo->weights, "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  ox->add_option("--precision", oo->precision,
+                 "fp32 (default) | int8: the encoder's linear layers as --precision int8 computes them (int8 weights "
+                 "per output channel, activations quantized per row: QuantizeLinear, MatMulInteger)")
+      ->check(CLI::IsMember({"fp32", "int8"}));
   ox->callback([oo]() {
     check_output_not_input(oo->out, "--output", oo->model, "--model");
     const auto model = load_model_dir(oo->model, architecture_heads(oo->model));
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
-    export_onnx(*model, oo->out, dt);
-    std::cout << "wrote " << oo->out << " (" << model->architecture() << ", "
-              << oo->weights << " weights, " << std::filesystem::file_size(oo->out) << " bytes)\n";
+    export_onnx(*model, oo->out, dt, oo->precision == "int8");
+    std::cout << "wrote " << oo->out << " (" << model->architecture() << ", " << oo->weights << " weights"
+              << (oo->precision == "int8" ? ", int8 encoder" : "") << ", " << std::filesystem::file_size(oo->out) << " bytes)\n";
   });
 }
 

@@ -43,8 +43,8 @@ void add_pretrain_flags(CLI::App* sub, PretrainOptions& opt, bool range_test) {
     sub->add_option(flag("--warmup-proportion"), o->warmup_proportion, "default 0.2843");
   }
   sub->add_option(flag("--optimizer"), o->optimizer, "lamb | adamw")->check(CLI::IsMember({"lamb", "adamw"}));
-  sub->add_option(flag("--precision"), o->precision, "bf16 | fp32 | fp16 (fp16 is emulated on CPU: loss-scaling logic)")
-      ->check(CLI::IsMember({"bf16", "fp32", "fp16"}));
+  sub->add_option(flag("--precision"), o->precision, "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | bf16 | fp32 | fp16 (fp16 is emulated on CPU: loss-scaling logic)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32", "fp16"}));
   sub->add_option(flag("--loss-scale"), o->loss_scale, "fp16: 0 = dynamic (default), > 0 = static");
   sub->add_option(flag("--init-loss-scale"), o->init_loss_scale, "fp16 dynamic scaling: initial scale (default 65536)");
   sub->add_option(flag("--loss-scale-window"), o->loss_scale_window,

@@ -56,7 +56,7 @@ void add_serve(CLI::App& app) {
                 "connections the kernel queues before they are accepted (default 4096; capped by net.core.somaxconn)")
       ->check(CLI::Range(1, 1 << 20));
   s->add_option("--threads", o->threads, "compute threads (default: all cores)")->check(threads_check());
-  s->add_option("--precision", o->precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
+  s->add_option("--precision", o->precision, kInferPrecisionHelp)->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
   add_device_flags(s, o->device);
   add_cuda_graphs_flag(s);
   s->callback([o]() {

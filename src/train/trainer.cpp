@@ -267,11 +267,13 @@ class Pretraining {
 void Pretraining::start() {
   set_threads(threads_per_rank(o.threads, comm));
   wire = dist::parse_wire_dtype(o.dp.allreduce_dtype);
-  prec = parse_precision(o.precision);
   optimizer = parse_optimizer(o.optimizer);
   check_pretrain_options(o);
   be = &backend_for_rank(o.device, comm);
   dev = !be->on_host();
+  const PrecisionChoice pc = choose_precision(o.precision, dev ? CpuReport{} : cpu_report(), dev);
+  prec = pc.prec;
+  if (lead && !pc.why.empty()) std::cerr << pc.why << "\n";
   // (NCCL for the gradients of several GPUs; refusals before anything is written)
   dcomm = dev ? make_device_comm(comm, o.dp, *be, "pretrain") : nullptr;
   if (lead) {
@@ -508,7 +510,7 @@ void Pretraining::open_logs() {
            {"warmup_proportion", o.warmup_proportion},
            {"model_type", pm.electra ? "electra" : "bert"},
            {"optimizer", o.optimizer},
-           {"precision", o.precision},
+           {"precision", precision_name(prec)},
            {"seed", o.seed},
            {"world_size", W},
            {"global_batch_size", global_batch},

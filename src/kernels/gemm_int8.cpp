@@ -1,0 +1,153 @@
+#include "kernels/gemm_int8.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <unordered_map>
+
+#include "bertcc/error.h"
+
+namespace bertcc::kernels {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+// Primitives by shape and thread count, per thread (a caller inside a parallel region gets its
+// own, as gemm.cpp's runtime), with one scratchpad each.
+struct Int8Runtime {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  struct Entry {
+    dnnl::matmul prim;
+    dnnl::memory::desc scratch;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t, int>, Entry> cache;
+  static constexpr size_t kMaxCached = 4096;
+  std::vector<uint8_t> scratchpad;
+};
+
+Int8Runtime& rt() {
+  if (omp_in_parallel()) {
+    thread_local Int8Runtime mine;
+    return mine;
+  }
+  static Int8Runtime r;
+  return r;
+}
+
+void quantize_row(const float* x, int64_t K, int qmax, int8_t* q, float* scale) {
+  // max |x| on the bits (sign cleared, non-negative floats order as their bits): an integer
+  // reduction that vectorises, and NaN or infinity shows as bits >= those of infinity
+  uint32_t mx = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    uint32_t u;
+    std::memcpy(&u, x + k, 4);
+    mx = std::max(mx, u & 0x7fffffffu);
+  }
+  float amax;
+  std::memcpy(&amax, &mx, 4);
+  if (mx == 0 || mx >= 0x7f800000u) {  // zeros, or a non-finite row: its products become NaN
+    if (K > 0) std::memset(q, 0, static_cast<size_t>(K));
+    *scale = mx == 0 ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const float inv = static_cast<float>(qmax) / amax, lim = static_cast<float>(qmax);
+  for (int64_t k = 0; k < K; ++k)
+    q[k] = static_cast<int8_t>(std::min(std::max(std::nearbyint(x[k] * inv), -lim), lim));
+  *scale = amax / static_cast<float>(qmax);
+}
+
+}  // namespace
+
+void quantize_rows_int8(const float* x, int64_t M, int64_t K, int qmax, int8_t* q, float* scale) {
+  BERTCC_CHECK(qmax >= 1 && qmax <= 127, "quantize_rows_int8: bound ", qmax, " outside [1, 127]");
+#pragma omp parallel for schedule(static) if (M * K > 32768)
+  for (int64_t m = 0; m < M; ++m) quantize_row(x + m * K, K, qmax, q + m * K, scale + m);
+}
+
+Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K) {
+  BERTCC_CHECK(N > 0 && K > 0, "quantize_weight_int8: empty weight [", N, ", ", K, "]");
+  Int8Weight w;
+  w.N = N;
+  w.K = K;
+  w.q.resize(static_cast<size_t>(N * K));
+  w.scale.resize(static_cast<size_t>(N));
+  quantize_rows_int8(W, N, K, kInt8WeightMax, w.q.data(), w.scale.data());
+  return w;
+}
+
+void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K) {
+  BERTCC_CHECK(M > 0 && N > 0 && K > 0, "gemm_s8s8s32: empty shape");
+  Int8Runtime& R = rt();
+  const dnnl::memory::desc src_md(dims{M, K}, dt::s8, dims{K, 1});
+  const dnnl::memory::desc wei_md(dims{K, N}, dt::s8, dims{1, K});  // b [N, K] read as [K, N]
+  const dnnl::memory::desc dst_md(dims{M, N}, dt::s32, dims{N, 1});
+  const auto key = std::make_tuple(M, N, K, omp_get_max_threads());
+  auto it = R.cache.find(key);
+  if (it == R.cache.end()) {
+    if (R.cache.size() >= Int8Runtime::kMaxCached) R.cache.clear();  // a server's row counts are many
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, R.engine);
+    it = R.cache.emplace(key, Int8Runtime::Entry{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
+  }
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(src_md, R.engine, const_cast<int8_t*>(a))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, R.engine, const_cast<int8_t*>(b))},
+      {DNNL_ARG_DST, dnnl::memory(dst_md, R.engine, acc)}};
+  const size_t pad = it->second.scratch.get_size();
+  if (pad > 0) {
+    if (R.scratchpad.size() < pad) R.scratchpad.resize(pad);
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(it->second.scratch, R.engine, R.scratchpad.data()));
+  }
+  it->second.prim.execute(R.stream, args);
+  R.stream.wait();
+}
+
+void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M) {
+  const int64_t N = W.N, K = W.K;
+  BERTCC_CHECK(M > 0 && N > 0 && K > 0 && W.q.size() == static_cast<size_t>(N * K),
+               "linear_forward_int8: bad shape");
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> sx;
+  thread_local std::vector<int32_t> acc;
+  xq.resize(static_cast<size_t>(M * K));
+  sx.resize(static_cast<size_t>(M));
+  acc.resize(static_cast<size_t>(M * N));
+  quantize_rows_int8(x, M, K, kInt8ActivationMax, xq.data(), sx.data());
+  gemm_s8s8s32(xq.data(), W.q.data(), acc.data(), M, N, K);
+  const float* sw = W.scale.data();
+  const int32_t* ac = acc.data();
+  const float* s = sx.data();
+#pragma omp parallel for schedule(static) if (M * N > 32768)
+  for (int64_t m = 0; m < M; ++m) {
+    const int32_t* am = ac + m * N;
+    float* ym = y + m * N;
+    const float sm = s[m];
+    if (b) {
+      for (int64_t n = 0; n < N; ++n) ym[n] = std::fma(static_cast<float>(am[n]), sm * sw[n], b[n]);
+    } else {
+      for (int64_t n = 0; n < N; ++n) ym[n] = std::fma(static_cast<float>(am[n]), sm * sw[n], 0.0f);
+    }
+  }
+}
+
+double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters) {
+  const std::vector<int8_t> a(static_cast<size_t>(M * K), 3), b(static_cast<size_t>(N * K), -5);
+  std::vector<int32_t> c(static_cast<size_t>(M * N));
+  gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);  // primitive made and pages touched
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * static_cast<double>(M * N * K) * iters / s / 1e12;
+}
+
+}  // namespace bertcc::kernels

@@ -1,0 +1,45 @@
+// int8 linear layers (dynamic quantization, --precision int8): weights quantized once per output
+// channel, activations per row at run time, products accumulated exactly in int32 by oneDNN's int8
+// matmul (VNNI or AMX-INT8 where the CPU has them), then rescaled in fp32.
+//
+// Weights are 7-bit, in [-63, 63]. On CPUs without VNNI oneDNN multiplies u8 x s8 pairs with
+// vpmaddubsw, whose 16-bit pair sums saturate (it shifts s8 activations to u8 internally): with
+// activations in [-127, 127] shifted to [1, 255] and weights in [-63, 63] a pair sum is at most
+// 2 * 255 * 63 = 32130 < 32767, so nothing saturates on any x86 CPU. The int32 sums are then exact
+// integers whatever the kernel, and int8 results are bit-identical across ISAs and batches.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace bertcc::kernels {
+
+constexpr int kInt8WeightMax = 63;       // 7-bit weights (see above)
+constexpr int kInt8ActivationMax = 127;  // symmetric s8 activations, per row
+
+// A weight W[N, K] (HF layout: output channels as rows) quantized per output channel:
+// W[n, k] ~ q[n * K + k] * scale[n], scale[n] = max_k |W[n, k]| / kInt8WeightMax.
+struct Int8Weight {
+  int64_t N = 0, K = 0;
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+};
+
+// Symmetric per-row quantization of x[M, K] to q (M * K) with bound qmax:
+// scale[m] = max_k |x[m, k]| / qmax, q = round-half-even(x * (qmax / max)) clamped to [-qmax, qmax];
+// a row of zeros has scale 0 and q 0. Each row's result depends on that row alone.
+void quantize_rows_int8(const float* x, int64_t M, int64_t K, int qmax, int8_t* q, float* scale);
+Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K);
+
+// acc[M, N] = a[M, K] b[N, K]^T in exact int32 (oneDNN's s8 x s8 -> s32 matmul).
+void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K);
+
+// y[M, N] = x[M, K] W^T + b, int8: x quantized per row (kInt8ActivationMax), then
+// y[m, n] = fma(float(acc[m, n]), sx[m] * sw[n], b[n]) (b null: 0). A row's output depends on that
+// row alone (no batch dependence), and on no ISA detail.
+void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M);
+
+// Achieved tera-ops/s of gemm_s8s8s32 on [M, K] x [K, N] (operands already int8): bench infer's
+// ceiling for int8 runs.
+double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters);
+
+}  // namespace bertcc::kernels

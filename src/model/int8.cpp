@@ -1,0 +1,67 @@
+// --precision int8: dynamic quantization of the encoder's linear layers (kernels/gemm_int8.h).
+// Quantized: every encoder layer's query/key/value, attention output, intermediate and output
+// dense layers, and ELECTRA's embeddings projection (all but a sliver of the FLOPs). Kept in fp32:
+// the embeddings, LayerNorms, attention (its two matmuls and softmax), GELU, residual adds, the
+// pooler and every head (the classifier, QA, token-classification and masked-LM layers): they are
+// under 1 % of a forward's FLOPs at sequence 128 and their outputs are the logits themselves, so
+// quantizing them would cost accuracy for no speed.
+#include "model/int8.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "bertcc/error.h"
+
+namespace bertcc {
+
+void Bert::refresh_int8(Precision p) {
+  BERTCC_CHECK(!fp32_linears_released_ || p == Precision::I8, "this model keeps its encoder's linear layers in int8 "
+               "alone (loaded for --precision int8): ", precision_name(p), " needs their fp32 weights");
+  if (p != Precision::I8 || (q8_ && q8_valid_)) return;
+  BERTCC_CHECK(!fp32_linears_released_, "the weights of a model loaded for int8 inference alone changed");
+  BERTCC_CHECK(be_->on_host(), "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
+  if (!q8_) q8_ = std::make_unique<Int8Weights>();
+  q8_->by_weight.clear();
+  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, E = cfg_.embedding_dim();
+  auto add = [&](const LinearRef& r, int64_t N, int64_t K) {
+    q8_->by_weight[r.w.i] = kernels::quantize_weight_int8(w(r.w), N, K);
+  };
+  if (E != C) add(refs_.project, C, E);
+  for (const LayerRefs& L : refs_.layers) {
+    add(L.qkv, 3 * C, C);
+    add(L.attn_out, C, C);
+    add(L.ffn_in, I, C);
+    add(L.ffn_out, C, I);
+  }
+  q8_valid_ = true;
+}
+
+void Bert::keep_int8_weights_only() {
+  BERTCC_CHECK(be_->on_host() && dev_offset_.empty(), "--precision int8 runs on the CPU only (pass --device cpu, or "
+               "--precision bf16 on a GPU)");
+  refresh_int8(Precision::I8);
+  // Whole pages inside each quantized matrix back to the system (madvise: they read as zeros if
+  // touched again, which the checks above prevent); the pages shared with kept tensors stay.
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (const auto& [i, q] : q8_->by_weight) {
+    const auto begin = reinterpret_cast<uintptr_t>(params_.data() + table_.entries()[static_cast<size_t>(i)].offset);
+    const uintptr_t end = begin + static_cast<uintptr_t>(q.N * q.K) * sizeof(float);
+    const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;
+    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+  }
+  fp32_linears_released_ = true;
+}
+
+bool Bert::linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
+  if (prec != Precision::I8) return false;
+  BERTCC_CHECK(q8_ && q8_valid_, "linear_int8: the int8 weights were not made (refresh_int8)");
+  const auto it = q8_->by_weight.find(r.w.i);
+  BERTCC_CHECK(it != q8_->by_weight.end(), "linear_int8: a linear layer without int8 weights");
+  kernels::linear_forward_int8(y, x, it->second, w(r.b), M);
+  return true;
+}
+
+}  // namespace bertcc

@@ -1,0 +1,15 @@
+// The model's int8 weights (--precision int8): the encoder's linear layers, quantized per output
+// channel (kernels/gemm_int8.h), by the table index of their weight.
+#pragma once
+#include <unordered_map>
+
+#include "bertcc/bert.h"
+#include "kernels/gemm_int8.h"
+
+namespace bertcc {
+
+struct Bert::Int8Weights {
+  std::unordered_map<int64_t, kernels::Int8Weight> by_weight;
+};
+
+}  // namespace bertcc

@@ -1,0 +1,181 @@
+// --precision int8: the int8 GEMM against exact integer arithmetic, the quantization's round trip,
+// the int8 linear layer against a plain reference (bit-equal), and the int8 encoder: independent
+// of the batch, and close to fp32. ctest also runs these with oneDNN limited to AVX2
+// (ONEDNN_MAX_CPU_ISA=AVX2: no VNNI, the saturating vpmaddubsw path). And --precision auto's choice.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <array>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "bertcc/bert.h"
+#include "bertcc/error.h"
+#include "bertcc/runtime.h"
+#include "kernels/gemm_int8.h"
+#include "test_util.h"
+
+using namespace bertcc;
+using namespace bertcc::kernels;
+
+namespace {
+
+std::vector<int8_t> random_s8(size_t n, int lim, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> d(-lim, lim);
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = static_cast<int8_t>(d(g));
+  return v;
+}
+
+std::vector<int32_t> exact_products(const std::vector<int8_t>& a, const std::vector<int8_t>& b, int64_t M, int64_t N,
+                                    int64_t K) {
+  std::vector<int32_t> c(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t s = 0;
+      for (int64_t k = 0; k < K; ++k) s += int64_t{a[m * K + k]} * b[n * K + k];
+      c[m * N + n] = static_cast<int32_t>(s);
+    }
+  return c;
+}
+
+}  // namespace
+
+TEST(Int8, GemmIsExactIntegerArithmetic) {
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1}, {3, 5, 7}, {17, 48, 64}, {64, 33, 300}, {130, 96, 768}}) {
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
+    const auto a = random_s8(static_cast<size_t>(M * K), kInt8ActivationMax, 1);
+    const auto b = random_s8(static_cast<size_t>(N * K), kInt8WeightMax, 2);
+    std::vector<int32_t> c(static_cast<size_t>(M * N));
+    gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
+    EXPECT_EQ(c, exact_products(a, b, M, N, K));
+  }
+}
+
+TEST(Int8, GemmDoesNotSaturateAtTheBounds) {
+  // Every pair of products at the largest magnitude the bounds allow, both signs: where a CPU
+  // without VNNI adds pairs of u8 x s8 products in 16 bits (vpmaddubsw), full-range s8 weights
+  // would saturate these sums; the 7-bit weights must not.
+  const int64_t M = 8, N = 16, K = 256;
+  std::vector<int8_t> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) a[m * K + k] = static_cast<int8_t>(((m + k / 2) % 2 ? -1 : 1) * kInt8ActivationMax);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) b[n * K + k] = static_cast<int8_t>(((n / 2 + k / 4) % 2 ? -1 : 1) * kInt8WeightMax);
+  std::vector<int32_t> c(static_cast<size_t>(M * N));
+  gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
+  EXPECT_EQ(c, exact_products(a, b, M, N, K));
+}
+
+TEST(Int8, QuantizationRoundTrip) {
+  const int64_t M = 5, K = 97;
+  std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * K), 3, 2.0f);
+  for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(3 * K + k)] = 0.0f;  // a row of zeros
+  x[static_cast<size_t>(4 * K + 5)] = 1e6f;                                   // an outlier
+  for (int qmax : {kInt8WeightMax, kInt8ActivationMax}) {
+    std::vector<int8_t> q(static_cast<size_t>(M * K));
+    std::vector<float> s(static_cast<size_t>(M));
+    quantize_rows_int8(x.data(), M, K, qmax, q.data(), s.data());
+    EXPECT_EQ(s[3], 0.0f);
+    for (int64_t m = 0; m < M; ++m) {
+      float amax = 0;
+      for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+      EXPECT_EQ(s[m], amax / static_cast<float>(qmax));
+      int qabs = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const int v = q[m * K + k];
+        ASSERT_LE(std::abs(v), qmax);
+        qabs = std::max(qabs, std::abs(v));
+        // half a step, and the float rounding of the step
+        EXPECT_LE(std::fabs(v * s[m] - x[m * K + k]), 0.5f * s[m] * (1 + 1e-5f) + 1e-30f) << m << "," << k;
+      }
+      EXPECT_EQ(qabs, amax > 0 ? qmax : 0);  // the row's largest value maps to the bound
+    }
+  }
+}
+
+TEST(Int8, NonFiniteRowsGiveNaNOutputs) {
+  const int64_t M = 3, N = 4, K = 8;
+  std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * K), 4);
+  x[K + 2] = INFINITY;
+  x[2 * K + 7] = NAN;
+  const std::vector<float> W = bertcc::testing::randn(static_cast<size_t>(N * K), 5);
+  const Int8Weight q = quantize_weight_int8(W.data(), N, K);
+  std::vector<float> y(static_cast<size_t>(M * N));
+  linear_forward_int8(y.data(), x.data(), q, nullptr, M);
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_TRUE(std::isfinite(y[n]));
+    EXPECT_TRUE(std::isnan(y[N + n]));
+    EXPECT_TRUE(std::isnan(y[2 * N + n]));
+  }
+}
+
+TEST(Int8, LinearEqualsQuantizedReferenceBitForBit) {
+  // exact int32 sums, then the same float rescale: the oneDNN path and a plain loop agree in every bit
+  const int64_t M = 37, N = 29, K = 200;
+  const std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * K), 6, 3.0f);
+  const std::vector<float> W = bertcc::testing::randn(static_cast<size_t>(N * K), 7, 0.05f);
+  const std::vector<float> bias = bertcc::testing::randn(static_cast<size_t>(N), 8);
+  const Int8Weight q = quantize_weight_int8(W.data(), N, K);
+  ASSERT_EQ(q.N, N);
+  ASSERT_EQ(q.K, K);
+  std::vector<float> y(static_cast<size_t>(M * N));
+  linear_forward_int8(y.data(), x.data(), q, bias.data(), M);
+  std::vector<int8_t> xq(static_cast<size_t>(M * K));
+  std::vector<float> sx(static_cast<size_t>(M));
+  quantize_rows_int8(x.data(), M, K, kInt8ActivationMax, xq.data(), sx.data());
+  const std::vector<int32_t> acc = exact_products(xq, q.q, M, N, K);
+  double worst = 0, largest = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const float ref = std::fma(static_cast<float>(acc[m * N + n]), sx[m] * q.scale[n], bias[n]);
+      ASSERT_EQ(y[m * N + n], ref) << m << "," << n;
+      double exact = bias[n];
+      for (int64_t k = 0; k < K; ++k) exact += double{x[m * K + k]} * W[n * K + k];
+      worst = std::max(worst, std::fabs(exact - y[m * N + n]));
+      largest = std::max(largest, std::fabs(exact));
+    }
+  // and near the exact product: 7-bit weights and 8-bit activations over K = 200 (seen: 1.5 %)
+  EXPECT_LT(worst, 0.03 * largest);
+  // one row alone: the same bits as in the batch
+  std::vector<float> y1(static_cast<size_t>(N));
+  linear_forward_int8(y1.data(), x.data() + 11 * K, q, bias.data(), 1);
+  EXPECT_EQ(y1, std::vector<float>(y.begin() + 11 * N, y.begin() + 12 * N));
+}
+
+TEST(Precision, AutoFollowsTheCpuReport) {
+  // a pure function of the report: made-up CPUs, whatever this machine is
+  CpuReport avx2;
+  avx2.onednn_isa = "avx2";
+  CpuReport zen4 = avx2;  // AVX512-BF16, no AMX
+  zen4.avx512f = zen4.avx512_bf16 = true;
+  zen4.onednn_isa = "avx512_core_bf16";
+  CpuReport spr = zen4;  // AMX
+  spr.amx_bf16 = true;
+  spr.onednn_isa = "avx512_core_amx";
+  CpuReport skx = avx2;  // AVX-512 without bf16
+  skx.avx512f = true;
+  skx.onednn_isa = "avx512_core_vnni";
+  CpuReport capped = zen4;  // native bf16, oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA)
+  capped.onednn_isa = "avx2";
+  EXPECT_EQ(choose_precision("auto", avx2, false).prec, Precision::F32);
+  EXPECT_NE(choose_precision("auto", avx2, false).why.find("fp32"), std::string::npos);
+  EXPECT_NE(choose_precision("auto", avx2, false).why.find("neither AVX512-BF16 nor AMX-BF16"), std::string::npos);
+  EXPECT_EQ(choose_precision("auto", skx, false).prec, Precision::F32);
+  EXPECT_EQ(choose_precision("auto", capped, false).prec, Precision::F32);
+  EXPECT_EQ(choose_precision("auto", zen4, false).prec, Precision::BF16);
+  EXPECT_NE(choose_precision("auto", zen4, false).why.find("AVX512-BF16"), std::string::npos);
+  EXPECT_EQ(choose_precision("auto", spr, false).prec, Precision::BF16);
+  EXPECT_NE(choose_precision("auto", spr, false).why.find("AMX-BF16"), std::string::npos);
+  EXPECT_EQ(choose_precision("auto", avx2, true).prec, Precision::BF16);  // a GPU keeps its default
+  // a named precision is taken as given, without a line of its own
+  for (const CpuReport& c : {avx2, zen4}) {
+    EXPECT_EQ(choose_precision("bf16", c, false).prec, Precision::BF16);
+    EXPECT_EQ(choose_precision("fp32", c, false).prec, Precision::F32);
+    EXPECT_EQ(choose_precision("int8", c, false).prec, Precision::I8);
+    EXPECT_TRUE(choose_precision("bf16", c, false).why.empty());
+  }
+  EXPECT_THROW(choose_precision("fp8", zen4, false), Error);
+}
