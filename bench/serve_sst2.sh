@@ -48,10 +48,11 @@ while [ $r -le "$ROUNDS" ]; do
     esac
     "$B" serve --model "$WORK/$CFG/sst" --port 0 --max-batch-size 32 $flag > "$WORK/serve.out" 2> "$WORK/serve.err" &
     pid=$!
-    while ! grep -q listening "$WORK/serve.out" 2>/dev/null; do
+    port=""  # the whole "listening on http://127.0.0.1:PORT" line, not a part written so far
+    while [ -z "$port" ]; do
       kill -0 $pid 2>/dev/null || { echo "serve did not start: $(tail -3 "$WORK/serve.err")"; exit 1; }; sleep 0.2
+      port=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$WORK/serve.out" 2>/dev/null)
     done
-    port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$WORK/serve.out")
     rss=$(awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' /proc/$pid/status)
     wrk -t"$WRK_THREADS" -c"$CONN" -d"${SECS}s" --timeout 30s --latency -s "$WORK/sst2.lua" \
       "http://127.0.0.1:$port/v1/classify" > "$WORK/wrk.txt" 2>&1
