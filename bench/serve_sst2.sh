@@ -4,13 +4,17 @@
 # SECS seconds; the dynamic batcher (--max-batch-size 32) puts requests of different lengths in
 # one batch, which unpadded execution computes without the padding. A bert-base-shaped classifier
 # with random weights (tests/serve/make_models.py). Each mode runs ROUNDS times, alternating, so
-# that both see the same machine. Prints requests/s, p50/p99 latency, errors and the mean batch.
-#   bench/serve_sst2.sh BERTCC [SECS] [CONN] [CONFIG]      env: ROUNDS (2), WRK_THREADS (1), WORK
+# that both see the same machine. Prints requests/s, p50/p99 latency, errors, the mean batch and
+# the server's resident memory (VmRSS once loaded, before any request; VmHWM, its peak, at the end).
+# MODES: the server variants compared, "unpadded padded" by default; a precision (fp32, bf16, int8,
+# auto) runs `serve --precision P`, so MODES="fp32 int8" compares int8 serving with fp32.
+#   bench/serve_sst2.sh BERTCC [SECS] [CONN] [CONFIG]      env: MODES, ROUNDS (2), WRK_THREADS (1), WORK
 set -eu
 B="$1"; SECS="${2:-30}"; CONN="${3:-64}"; CFG="${4:-bert-base}"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-SHARED="${SHARED:-$HERE/../shared/data}"
+SHARED="${SHARED:-$HERE/../shared/data}"; [ -d "$SHARED" ] || SHARED="$HERE/../../shared/data"  # a worktree one level deeper
 WORK="${WORK:-/tmp/bertcc_serve_sst2}"; ROUNDS="${ROUNDS:-2}"; WRK_THREADS="${WRK_THREADS:-1}"
+MODES="${MODES:-unpadded padded}"
 VOCAB="$SHARED/bert_vocab/bert-base-uncased-vocab.txt"; PY=/usr/bin/python3
 command -v wrk > /dev/null || { echo "serve_sst2.sh: wrk not found (Debian: wrk)" >&2; exit 1; }
 [ -f "$SHARED/glue/SST-2/dev.tsv" ] || { echo "serve_sst2.sh: $SHARED/glue/SST-2/dev.tsv not found" >&2; exit 1; }
@@ -35,25 +39,33 @@ SERVE_TEST_CONFIG=$CFG "$PY" "$HERE/tests/serve/make_models.py" "$B" "$VOCAB" "$
 echo "serve_sst2: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $CFG, SST-2 dev sentences, wrk $WRK_THREADS thread(s), $CONN connections, ${SECS}s, --max-batch-size 32"
 r=1
 while [ $r -le "$ROUNDS" ]; do
-  for mode in unpadded padded; do
-    flag=""; [ $mode = padded ] && flag="--padded"
+  for mode in $MODES; do
+    case $mode in
+      unpadded) flag="" ;;
+      padded) flag="--padded" ;;
+      fp32|bf16|int8|auto) flag="--precision $mode" ;;
+      *) echo "serve_sst2.sh: unknown mode '$mode' in MODES (unpadded, padded, fp32, bf16, int8, auto)" >&2; exit 2 ;;
+    esac
     "$B" serve --model "$WORK/$CFG/sst" --port 0 --max-batch-size 32 $flag > "$WORK/serve.out" 2> "$WORK/serve.err" &
     pid=$!
-    while ! grep -q listening "$WORK/serve.out" 2>/dev/null; do
+    port=""  # the whole "listening on http://127.0.0.1:PORT" line, not a part written so far
+    while [ -z "$port" ]; do
       kill -0 $pid 2>/dev/null || { echo "serve did not start: $(tail -3 "$WORK/serve.err")"; exit 1; }; sleep 0.2
+      port=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$WORK/serve.out" 2>/dev/null)
     done
-    port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$WORK/serve.out")
+    rss=$(awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' /proc/$pid/status)
     wrk -t"$WRK_THREADS" -c"$CONN" -d"${SECS}s" --timeout 30s --latency -s "$WORK/sst2.lua" \
       "http://127.0.0.1:$port/v1/classify" > "$WORK/wrk.txt" 2>&1
     metrics=$("$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
       "http://127.0.0.1:$port/metrics")
+    hwm=$(awk '/^VmHWM/ {printf "%.0f", $2 / 1024}' /proc/$pid/status)
     kill -TERM $pid; wait $pid || true
     rps=$(sed -n 's/^Requests\/sec: *//p' "$WORK/wrk.txt")
     p50=$(awk '$1 == "50%" {print $2}' "$WORK/wrk.txt"); p99=$(awk '$1 == "99%" {print $2}' "$WORK/wrk.txt")
     errs=$(sed -n 's/.*Non-2xx or 3xx responses: *//p; s/.*Socket errors: *//p' "$WORK/wrk.txt" | tr '\n' ' ')
     mean=$(printf '%s\n' "$metrics" | awk '/^bertcc_batch_size_sum/ {s=$2} /^bertcc_batch_size_count/ {c=$2} END {if (c) printf "%.1f", s/c}')
-    printf 'round %s %-8s %9s req/s  p50 %9s  p99 %9s  mean batch %5s  errors: %s\n' \
-      "$r" "$mode" "$rps" "$p50" "$p99" "$mean" "${errs:-0}"
+    printf 'round %s %-8s %9s req/s  p50 %9s  p99 %9s  mean batch %5s  RSS %5s MiB loaded, %5s MiB peak  errors: %s\n' \
+      "$r" "$mode" "$rps" "$p50" "$p99" "$mean" "$rss" "$hwm" "${errs:-0}"
   done
   r=$((r + 1))
 done
