@@ -69,8 +69,14 @@ void add_lr_find_flags(CLI::App* sub, LrFindCli& f);
 // Throws, naming the flag, on a rate range that is not one (before anything is loaded).
 void check_lr_find(const LrFindCli& f);
 
-// Prints the metrics as one JSON line and writes OUTPUT_DIR/eval_metrics.json (if an output dir is set).
-void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir);
+// Prints the metrics as one JSON line and writes OUTPUT_DIR/eval_metrics.json (if an output dir is
+// set). `in_summary`: the training summary on the terminal has just shown them, so the line goes
+// only to a stdout that is not a terminal (a file or a pipe, for scripts).
+void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir, bool in_summary = false);
+
+// The final model's metrics: the evaluation at the end of the training run `trained` when it made
+// one (on these weights), else a new evaluation. One pass over the evaluation data either way.
+nlohmann::ordered_json final_eval(const FinetuneResult& trained, const Evaluator& eval, Bert& model);
 
 
 void add_finetune_glue_classify(CLI::App* ft);
