@@ -212,6 +212,11 @@ PY
   run "$BERTCC" finetune classify --model "$A/m" $FT --output-dir "$A/ft"
   same "finetune --init-checkpoint = --model" "$A/ft_old/model.safetensors" "$A/ft/model.safetensors"
   cp "$A/last.log" "$A/ft.log"
+  # the fine-tuned length is recorded (tokenizer_config.json's model_max_length) and is classify's default
+  check ft-records-length 0 '"model_max_length": 32' -- cat "$A/ft/tokenizer_config.json"
+  long="$(head -30 "$A/corpus.txt" | tr '\n' ' ')"
+  "$BERTCC" classify --model "$A/ft" --precision fp32 --text "$long" > "$A/cls_default.out" 2>&1
+  check classify-default-length 0 "^same$" -- sh -c "'$BERTCC' classify --model '$A/ft' --precision fp32 --text \"\$1\" --max-seq-length 32 | cmp - '$A/cls_default.out' && echo same" sh "$long"
   # --label-names: the model's id2label (names in the training labels' order, or RAW=NAME for any file)
   run "$BERTCC" finetune classify --model "$A/m" $FT --label-names negative,positive --output-dir "$A/ft_names"
   check ft-label-names 0 '"id2label": {"0": "negative", "1": "positive"}' -- sh -c "tr -d '\n' < '$A/ft_names/config.json' | sed 's/  */ /g; s/{ /{/g; s/ }/}/g'"

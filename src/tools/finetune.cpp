@@ -209,6 +209,37 @@ void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string
   if (!output_dir.empty()) write_file_atomic(join_path(output_dir, "eval_metrics.json"), metrics.dump(2) + "\n");
 }
 
+void record_fine_tuned_length(const std::string& output_dir, int max_seq_length) {
+  for (const std::string dir : {output_dir, join_path(output_dir, "best")}) {
+    const std::string path = join_path(dir, "tokenizer_config.json");
+    if (!file_exists(path)) continue;
+    nlohmann::ordered_json j;
+    try {
+      j = nlohmann::ordered_json::parse(read_file(path));
+    } catch (const nlohmann::json::exception& e) {
+      fail(path, ": not valid JSON: ", e.what());
+    }
+    BERTCC_CHECK(j.is_object(), path, ": expected a JSON object");
+    j["model_max_length"] = max_seq_length;
+    write_file_atomic(path, j.dump(2) + "\n");
+  }
+}
+
+int fine_tuned_length(const std::string& model_dir, int positions) {
+  const std::string path = join_path(model_dir, "tokenizer_config.json");
+  if (!file_exists(path)) return 0;
+  try {
+    const auto j = nlohmann::json::parse(read_file(path));
+    if (j.is_object() && j.contains("model_max_length") && j["model_max_length"].is_number_integer()) {
+      const int64_t n = j["model_max_length"].get<int64_t>();
+      return n >= 8 && n < positions ? static_cast<int>(n) : 0;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": not valid JSON: ", e.what());
+  }
+  return 0;
+}
+
 nlohmann::ordered_json final_eval(const FinetuneResult& trained, const Evaluator& eval, Bert& model) {
   if (trained.last_eval.is_object() && trained.last_eval.value("step", int64_t{-1}) == trained.steps)
     return trained.last_eval;

@@ -159,17 +159,24 @@ void run_qa(const InferCli& o) {
                          [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
+// classify and tag: by default the length the model was fine-tuned at (record_fine_tuned_length)
+TaskOptions text_task_options(const InferCli& o, const Bert& m) {
+  TaskOptions t = task_options(o, m);
+  if (t.max_seq_length == 0) t.max_seq_length = fine_tuned_length(o.model, m.config().max_position_embeddings);
+  return t;
+}
+
 void run_classify_infer(const InferCli& o) {
   const auto in = inputs(text_inputs(o, true, nlohmann::json::object()));
   Loaded l = load(o, Heads::SequenceClassification, "classify");
-  print(classify_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
+  print(classify_texts(*l.tok, l.model->config().id2label, in, text_task_options(o, *l.model),
                        [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
 void run_tag(const InferCli& o) {
   const auto in = inputs(text_inputs(o, false, nlohmann::json::object()));
   Loaded l = load(o, Heads::TokenClassification, "tag");
-  print(tag_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
+  print(tag_texts(*l.tok, l.model->config().id2label, in, text_task_options(o, *l.model),
                   [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
@@ -199,7 +206,8 @@ void common(CLI::App* c, InferCli& o, const std::string& model_help) {
   c->add_option("--model", o.model, model_help)->required();
   c->add_option("--vocab", o.vocab, "vocab.txt (default: the model's)");
   c->add_option("--precision", o.precision, "bf16 (default) | fp32")->check(CLI::IsMember({"fp32", "bf16"}));
-  c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa, 512 otherwise)")
+  c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa; classify and tag: the length the model was fine-tuned at "
+                "(tokenizer_config.json's model_max_length); 512 otherwise)")
       ->check(CLI::Range(0, 1 << 20));  // 0: the default (a negative length used to be taken as the default too)
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());

@@ -236,7 +236,11 @@ void RangeCurve::report(const std::string& model, int64_t batch_size, const std:
 
 FinetuneResult finetune_or_find(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval, const FtCli& o,
                                 const FtSetup& s) {
-  if (!o.lr_find) return run_finetune(model, train, eval, ft_options(o, s));
+  if (!o.lr_find) {
+    FinetuneResult r = run_finetune(model, train, eval, ft_options(o, s));
+    if (!r.stopped && is_lead()) record_fine_tuned_length(o.output_dir, o.max_seq_length);
+    return r;
+  }
   const LrFindCli& f = *o.lr_find;
   check_lr_find(f);
   FinetuneOptions fo = ft_options(o, s);
