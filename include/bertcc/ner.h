@@ -30,4 +30,9 @@ std::vector<Entity> get_entities(const std::vector<std::vector<std::string>>& ta
 nlohmann::ordered_json ner_metrics(const std::vector<std::vector<std::string>>& gold,
                                    const std::vector<std::vector<std::string>>& pred);
 
+// seqeval's classification_report of ner_metrics' result, character for character: a row per
+// entity type (precision, recall, f1-score, support), then micro, macro and weighted averages,
+// `digits` decimals.
+std::string ner_classification_report(const nlohmann::ordered_json& metrics, int digits = 2);
+
 }  // namespace bertcc

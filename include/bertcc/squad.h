@@ -76,6 +76,18 @@ SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExampl
                          const SquadFeatures& feats, const std::vector<std::vector<float>>& logits,
                          const SquadDecodeOptions& o);
 
+// SQuAD 2.0's "no answer" as a fine-tuned model folder records it, in config.json under
+// run_squad.py's flag names (Hugging Face keeps keys it does not know): a v2.0 model answers ""
+// when no span beats the null score by more than the threshold.
+struct SquadNullAnswers {
+  bool version_2_with_negative = false;
+  double null_score_diff_threshold = 0.0;
+};
+// What DIR/config.json records (nothing recorded: v1.1); errors name the file and the key.
+SquadNullAnswers read_squad_null_answers(const std::string& model_dir);
+// Adds the two keys to DIR/config.json (rewritten atomically, its other keys as they were).
+void record_squad_null_answers(const std::string& model_dir, const SquadNullAnswers& r);
+
 // Google's get_final_text: maps the de-tokenized prediction back onto the original words.
 std::string get_final_text(const BertTokenizer& tok, const std::string& pred_text, const std::string& orig_text);
 

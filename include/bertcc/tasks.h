@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bertcc/error.h"
+#include "bertcc/config.h"
 #include "bertcc/features.h"
 #include "bertcc/tokenizer.h"
 
@@ -25,6 +26,9 @@ struct TaskOptions {
   int max_position_embeddings = 512;
   int start_n_top = 0, end_n_top = 0;  // qa with the joint head: its beam widths (SquadDecodeOptions)
   int64_t max_response_bytes = 0;      // > 0: answers estimated larger are refused before the forward pass
+  // qa, SQuAD v2.0: "" when no span beats the null score by more than the threshold
+  bool version_2_with_negative = false;
+  double null_score_diff_threshold = 0.0;
 };
 
 // fill-mask's largest top_k (Hugging Face's pipeline has none; each candidate is ~60 bytes of JSON).
@@ -36,9 +40,15 @@ struct ResponseTooLarge : Error {
   using Error::Error;
 };
 
+// qa's decoding as the model in `model_dir` was fine-tuned: the joint head's beams, and a v2.0
+// model's null answers with its recorded threshold (read_squad_null_answers, squad.h).
+void qa_options_from_model(const std::string& model_dir, const BertConfig& c, bool beam_search, TaskOptions& o);
+
 // Each input is a JSON object; a missing or mistyped field throws an Error naming "input N" (1-based
 // position) and the field. An "id" field is echoed back. One result per input, in order.
-//   qa:       {"question", "context"} -> {"answer", "score", "start", "end"} (character offsets)
+//   qa:       {"question", "context"} -> {"answer", "score", "start", "end"} (character offsets); a v2.0
+//             "no answer" is {"answer": "", "score": the null answer's probability (joint head:
+//             sigmoid of the answer-class logit), "start": -1, "end": -1}
 //   classify: {"text"[, "text_pair"]} -> {"label", "score", "scores"} or {"score"} for regression
 //   tag:      {"text"}                -> {"words": [{"word","tag"}], "entities": [{"type","text","start","end"}]}
 std::vector<nlohmann::ordered_json> answer_questions(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,

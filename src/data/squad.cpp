@@ -3,6 +3,7 @@
 #include "bertcc/squad.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "bertcc/error.h"
@@ -231,6 +232,46 @@ SquadFeatures squad_features(const BertTokenizer& tok, const std::vector<SquadEx
     std::move(v.windows.begin(), v.windows.end(), std::back_inserter(out.windows));
   }
   return out;
+}
+
+namespace {
+nlohmann::ordered_json model_config_json(const std::string& path) {
+  BERTCC_CHECK(file_exists(path), path, ": no such file (a fine-tuned model folder holds config.json)");
+  try {
+    auto j = nlohmann::ordered_json::parse(read_file(path));
+    BERTCC_CHECK(j.is_object(), path, ": expected a JSON object");
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": invalid JSON: ", e.what());
+  }
+}
+}  // namespace
+
+SquadNullAnswers read_squad_null_answers(const std::string& model_dir) {
+  const std::string path = join_path(model_dir, "config.json");
+  const auto j = model_config_json(path);
+  SquadNullAnswers r;
+  if (j.contains("version_2_with_negative") && !j["version_2_with_negative"].is_null()) {
+    BERTCC_CHECK(j["version_2_with_negative"].is_boolean(), path, ": field 'version_2_with_negative' must be true or false");
+    r.version_2_with_negative = j["version_2_with_negative"].get<bool>();
+  }
+  if (j.contains("null_score_diff_threshold") && !j["null_score_diff_threshold"].is_null()) {
+    const auto& t = j["null_score_diff_threshold"];
+    BERTCC_CHECK(t.is_number() && std::isfinite(t.get<double>()), path,
+                 ": field 'null_score_diff_threshold' must be a finite number");
+    r.null_score_diff_threshold = t.get<double>();
+  }
+  return r;
+}
+
+void record_squad_null_answers(const std::string& model_dir, const SquadNullAnswers& r) {
+  BERTCC_CHECK(std::isfinite(r.null_score_diff_threshold), "null_score_diff_threshold ", r.null_score_diff_threshold,
+               " is not finite");
+  const std::string path = join_path(model_dir, "config.json");
+  auto j = model_config_json(path);
+  j["version_2_with_negative"] = r.version_2_with_negative;
+  j["null_score_diff_threshold"] = r.null_score_diff_threshold;
+  write_file_atomic(path, j.dump(2) + "\n");
 }
 
 }  // namespace bertcc

@@ -1,4 +1,6 @@
 // Entity-level NER metrics with seqeval's default rules (conlleval-compatible chunking).
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -91,6 +93,45 @@ nlohmann::ordered_json ner_metrics(const std::vector<std::vector<std::string>>& 
   r["entities"] = static_cast<int64_t>(nt);
   r["per_type"] = per;
   return r;
+}
+
+std::string ner_classification_report(const nlohmann::ordered_json& m, int digits) {
+  BERTCC_CHECK(m.is_object() && m.contains("per_type") && m["per_type"].is_object(),
+               "classification report: the metrics have no per_type");
+  const auto& per = m["per_type"];
+  size_t width = std::string("weighted avg").size();
+  for (const auto& [t, v] : per.items()) width = std::max(width, t.size());
+  width = std::max(width, static_cast<size_t>(digits));
+  const int w = static_cast<int>(width);
+  std::string out;
+  char b[512];
+  std::snprintf(b, sizeof b, "%*s  %9s %9s %9s %9s\n\n", w, "", "precision", "recall", "f1-score", "support");
+  out += b;
+  auto row = [&](const std::string& name, double p, double r, double f, int64_t n) {
+    std::snprintf(b, sizeof b, "%*s  %9.*f %9.*f %9.*f %9lld\n", w, name.c_str(), digits, p, digits, r, digits, f,
+                  static_cast<long long>(n));
+    out += b;
+  };
+  double mp = 0, mr = 0, mf = 0, wp = 0, wr = 0, wf = 0;
+  int64_t total = 0;
+  for (const auto& [t, v] : per.items()) {
+    const double p = v["precision"].get<double>(), r = v["recall"].get<double>(), f = v["f1"].get<double>();
+    const int64_t n = v["support"].get<int64_t>();
+    row(t, p, r, f, n);
+    mp += p;
+    mr += r;
+    mf += f;
+    wp += p * static_cast<double>(n);
+    wr += r * static_cast<double>(n);
+    wf += f * static_cast<double>(n);
+    total += n;
+  }
+  out += "\n";
+  const double k = static_cast<double>(std::max<size_t>(per.size(), 1)), nt = static_cast<double>(total);
+  row("micro avg", m["precision"].get<double>(), m["recall"].get<double>(), m["f1"].get<double>(), total);
+  row("macro avg", mp / k, mr / k, mf / k, total);
+  row("weighted avg", divide(wp, nt), divide(wr, nt), divide(wf, nt), total);
+  return out;
 }
 
 }  // namespace bertcc

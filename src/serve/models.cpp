@@ -76,10 +76,8 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->topt.max_seq_length = o.max_seq_length;
   md->topt.max_response_bytes = o.max_response_bytes;
   md->topt.max_position_embeddings = c.max_position_embeddings;
-  if (md->head().beam_search) {  // /v1/qa with the beams it was fine-tuned with
-    md->topt.start_n_top = c.start_beam();
-    md->topt.end_n_top = c.end_beam();
-  }
+  // /v1/qa with the beams it was fine-tuned with, and a v2.0 model's null answers
+  qa_options_from_model(md->dir, c, md->head().beam_search, md->topt);
   Bert* bert = md->bert.get();
   const int64_t bs = o.max_batch_size;
   const int32_t mask = md->vocab->id("[MASK]");
@@ -166,7 +164,17 @@ ojson model_metadata(const Model& m) {
     for (const int64_t d : o.shape) shape.push_back(d < 0 ? int64_t{-1} : d);
     out.push_back({{"name", o.name}, {"datatype", o.int64 ? "INT64" : "FP32"}, {"shape", shape}});
   }
-  return {{"name", m.name}, {"versions", {"1"}}, {"platform", "bertcc"}, {"inputs", in}, {"outputs", out}};
+  ojson meta{{"name", m.name}, {"versions", {"1"}}, {"platform", "bertcc"}, {"inputs", in}, {"outputs", out}};
+  // what a client needs to read the outputs: the label of each logit (id2label, in order), and how a
+  // SQuAD 2.0 model answers "" (the decoding /v1/qa applies)
+  ojson params = ojson::object();
+  if (m.has_head() && m.head().needs_labels && c.num_labels() > 1) params["labels"] = c.id2label;
+  if (m.topt.version_2_with_negative) {
+    params["version_2_with_negative"] = true;
+    params["null_score_diff_threshold"] = m.topt.null_score_diff_threshold;
+  }
+  if (!params.empty()) meta["parameters"] = params;
+  return meta;
 }
 
 }  // namespace bertcc::serve

@@ -66,6 +66,16 @@ void check_response_size(const TaskOptions& o, double bytes, const std::string& 
 
 }  // namespace
 
+void qa_options_from_model(const std::string& model_dir, const BertConfig& c, bool beam_search, TaskOptions& o) {
+  if (beam_search) {
+    o.start_n_top = c.start_beam();
+    o.end_n_top = c.end_beam();
+  }
+  const SquadNullAnswers r = read_squad_null_answers(model_dir);
+  o.version_2_with_negative = r.version_2_with_negative;
+  o.null_score_diff_threshold = r.null_score_diff_threshold;
+}
+
 std::vector<nlohmann::ordered_json> answer_questions(const BertTokenizer& tok, const std::vector<nlohmann::json>& in,
                                                      const TaskOptions& o, const LogitsFn& logits) {
   BERTCC_CHECK(o.max_answer_length >= 1, "--max-answer-length ", o.max_answer_length, ": must be at least 1 token");
@@ -87,15 +97,26 @@ std::vector<nlohmann::ordered_json> answer_questions(const BertTokenizer& tok, c
   d.max_answer_length = o.max_answer_length;
   d.start_n_top = o.start_n_top;
   d.end_n_top = o.end_n_top;
+  d.v2 = o.version_2_with_negative;
+  d.null_score_diff_threshold = o.null_score_diff_threshold;
   const auto out = squad_decode(tok, ex, feats, logits(feats.inputs), d);
   std::vector<nlohmann::ordered_json> res;
   for (size_t i = 0; i < ex.size(); ++i) {
     const std::string ans = out.predictions[ex[i].id].get<std::string>();
-    const auto& best = out.nbest[ex[i].id][0];
     nlohmann::ordered_json r;
     if (in[i].contains("id")) r["id"] = in[i]["id"];
     r["answer"] = ans;
-    r["score"] = best["probability"];
+    // the probability of the n-best entry answered (v2.0: the best span is not always first)
+    r["score"] = out.nbest[ex[i].id][0]["probability"];
+    bool found = false;
+    for (const auto& n : out.nbest[ex[i].id])
+      if (n["text"] == ans) {
+        r["score"] = n["probability"];
+        found = true;
+        break;
+      }
+    if (!found && ans.empty() && d.start_n_top > 0)  // the joint head's answer class: P(no answer)
+      r["score"] = 1.0 / (1.0 + std::exp(-out.null_odds[ex[i].id].get<double>()));
     const int64_t b = out.answer_byte_begin[i];
     r["start"] = b < 0 ? -1 : static_cast<int64_t>(utf8_length(ex[i].context, static_cast<size_t>(b)));
     r["end"] = b < 0 ? -1 : static_cast<int64_t>(utf8_length(ex[i].context, static_cast<size_t>(b) + ans.size()));

@@ -76,6 +76,8 @@ void add_create_data(CLI::App& app) {
         BERTCC_CHECK(fs::is_regular_file(f), f, ": no such input file");
         check_output_not_input(o->output, "--output", f, "--input");
       }
+      // the output's folder, as the other commands make theirs (removed again if the run fails)
+      if (const fs::path parent = fs::path(o->output).parent_path(); !parent.empty()) output_made.make(parent);
       jobs.push_back({files, o->output});
     }
     const int nt = o->threads > 0 ? o->threads : omp_get_max_threads();

@@ -61,13 +61,17 @@ void add_eval(CLI::App& app) {
 
   struct NOpts {
     std::string data, preds;
+    bool json = false;
   };
   auto n = std::make_shared<NOpts>();
-  auto* ne = ev->add_subcommand("ner", "entity-level precision/recall/F1 as seqeval (CoNLL files, IOB1 or IOB2)");
+  auto* ne = ev->add_subcommand("ner", "entity-level precision/recall/F1 as seqeval (CoNLL files, IOB1 or IOB2): its classification report, or --json");
   ne->add_option("--data", n->data, "gold CoNLL file (tag in the last column)")->required();
   ne->add_option("--predictions", n->preds,
                  "predicted CoNLL file with the same words and sentences (tag in the last column)")
       ->required();
+  ne->add_flag("--json", n->json,
+               "one JSON line (precision, recall, f1, accuracy, entities, per_type) instead of seqeval's "
+               "classification report");
   ne->callback([n]() {
     const auto gold = read_conll(n->data), pred = read_conll(n->preds);
     BERTCC_CHECK(gold.size() == pred.size(), n->preds, ": ", pred.size(), " sentences, ", n->data, " has ",
@@ -80,7 +84,9 @@ void add_eval(CLI::App& app) {
       g.push_back(gold[i].tags);
       p.push_back(pred[i].tags);
     }
-    std::cout << ner_metrics(g, p).dump() << "\n";
+    const auto m = ner_metrics(g, p);
+    if (n->json) std::cout << m.dump() << "\n";
+    else std::cout << ner_classification_report(m);
   });
 }
 

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "backend/backend.h"
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
@@ -22,6 +24,7 @@
 #include "bertcc/text_table.h"
 #include "tools/finetune_common.h"
 #include "train/data_parallel.h"
+#include "train/progress.h"
 
 namespace bertcc::tools {
 namespace fs = std::filesystem;
@@ -206,10 +209,47 @@ FinetuneOptions ft_options(const FtCli& o, const FtSetup& s) {
   return f;
 }
 
-void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir) {
+void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir, bool in_summary) {
   if (!is_lead()) return;
-  std::cout << metrics.dump() << "\n";
+  if (!in_summary || !interactive_terminal(STDOUT_FILENO)) std::cout << metrics.dump() << "\n";
   if (!output_dir.empty()) write_file_atomic(join_path(output_dir, "eval_metrics.json"), metrics.dump(2) + "\n");
+}
+
+void record_fine_tuned_length(const std::string& output_dir, int max_seq_length) {
+  for (const std::string dir : {output_dir, join_path(output_dir, "best")}) {
+    const std::string path = join_path(dir, "tokenizer_config.json");
+    if (!file_exists(path)) continue;
+    nlohmann::ordered_json j;
+    try {
+      j = nlohmann::ordered_json::parse(read_file(path));
+    } catch (const nlohmann::json::exception& e) {
+      fail(path, ": not valid JSON: ", e.what());
+    }
+    BERTCC_CHECK(j.is_object(), path, ": expected a JSON object");
+    j["model_max_length"] = max_seq_length;
+    write_file_atomic(path, j.dump(2) + "\n");
+  }
+}
+
+int fine_tuned_length(const std::string& model_dir, int positions) {
+  const std::string path = join_path(model_dir, "tokenizer_config.json");
+  if (!file_exists(path)) return 0;
+  try {
+    const auto j = nlohmann::json::parse(read_file(path));
+    if (j.is_object() && j.contains("model_max_length") && j["model_max_length"].is_number_integer()) {
+      const int64_t n = j["model_max_length"].get<int64_t>();
+      return n >= 8 && n < positions ? static_cast<int>(n) : 0;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": not valid JSON: ", e.what());
+  }
+  return 0;
+}
+
+nlohmann::ordered_json final_eval(const FinetuneResult& trained, const Evaluator& eval, Bert& model) {
+  if (trained.last_eval.is_object() && trained.last_eval.value("step", int64_t{-1}) == trained.steps)
+    return trained.last_eval;
+  return eval(model).metrics;
 }
 
 namespace {
@@ -263,9 +303,9 @@ std::vector<FtFeature> pair_features(const FtSetup& s, const std::vector<GlueExa
 }
 
 // Predicted label names (regression: the score) for each feature.
-std::vector<std::string> glue_predict(Bert& m, const std::vector<FtFeature>& f, const std::vector<std::string>& labels,
-                                      const FtCli& o, Precision prec) {
-  const auto logits = predict_logits(m, f, o.eval_batch_size, prec);
+// Each row's label (regression: its value, 9 digits)
+std::vector<std::string> cls_labels_of(const std::vector<std::vector<float>>& logits,
+                                       const std::vector<std::string>& labels) {
   std::vector<std::string> out;
   for (const auto& l : logits) {
     if (labels.empty()) {
@@ -277,6 +317,11 @@ std::vector<std::string> glue_predict(Bert& m, const std::vector<FtFeature>& f, 
     }
   }
   return out;
+}
+
+std::vector<std::string> glue_predict(Bert& m, const std::vector<FtFeature>& f, const std::vector<std::string>& labels,
+                                      const FtCli& o, Precision prec) {
+  return cls_labels_of(predict_logits(m, f, o.eval_batch_size, prec), labels);
 }
 
 void run_glue(const FtCli& o) {
@@ -322,6 +367,7 @@ void run_glue(const FtCli& o) {
     r.score = r.metrics.contains(primary) ? r.metrics[primary].get<double>() : 0.0;
     return r;
   };
+  FinetuneResult trained;
   if (s.has("train")) {
     const std::string train_path = o.train_file.empty() ? join_path(o.data_dir, "train.tsv") : o.train_file;
     const auto ex = read_glue(task, train_path);
@@ -329,9 +375,10 @@ void run_glue(const FtCli& o) {
       BERTCC_CHECK(!ex[i].label.empty(), train_path, ": example ", i + 1, " has no label");
     const auto train = pair_features(s, ex, labels, o.max_seq_length, train_path);
     std::cerr << "GLUE " << task << ": " << train.size() << " training examples, " << labels.size() << " labels\n";
-    if (finetune_or_find(*model, train, devs.empty() ? Evaluator{} : eval, o, s).stopped) return;
+    trained = finetune_or_find(*model, train, devs.empty() ? Evaluator{} : eval, o, s);
+    if (trained.stopped) return;
   }
-  if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
+  if (s.has("eval")) print_eval_metrics(final_eval(trained, eval, *model), o.output_dir, trained.last_eval.is_object());
   if (s.has("prediction")) {
     BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required with --mode prediction");
     const std::vector<GlueSet> test = glue_sets(o.data_dir, mnli, "test");
@@ -363,6 +410,7 @@ struct ClsCli {
   std::vector<std::string> text_columns{"1"};  // the same
   bool skip_header = false;
   bool columns_given = false;  // --label-column or --text-columns on the command line
+  std::vector<std::string> label_names;  // --label-names
 };
 
 // A classification file read: the examples, where each came from, and its columns.
@@ -488,6 +536,36 @@ nlohmann::ordered_json cls_metrics(const std::vector<std::string>& pred, const s
   return r;
 }
 
+// --label-names: NAME,... names the training labels in their sorted order (AG News' 1..4:
+// World,Sports,Business,Sci/Tech); RAW=NAME,... names each label value, in any file. {} without it.
+std::map<std::string, std::string> label_name_map(const std::vector<std::string>& spec,
+                                                  const std::vector<std::string>& sorted_raw) {
+  std::map<std::string, std::string> m;
+  if (spec.empty()) return m;
+  const bool pairs = spec[0].find('=') != std::string::npos;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const size_t eq = spec[i].find('=');
+    BERTCC_CHECK((eq != std::string::npos) == pairs, "--label-names: give NAME,NAME,... or RAW=NAME,RAW=NAME,..., not both ('",
+                 spec[i], "')");
+    const std::string raw = pairs ? spec[i].substr(0, eq) : "", name = pairs ? spec[i].substr(eq + 1) : spec[i];
+    BERTCC_CHECK(!name.empty() && seen.insert(name).second, "--label-names: the name '", name, "' is empty or repeated");
+    if (pairs) m[raw] = name;
+  }
+  if (pairs) return m;
+  BERTCC_CHECK(!sorted_raw.empty(), "--label-names NAME,...: the names follow the training labels' order; to name the "
+               "labels of a file without training, give RAW=NAME,...");
+  BERTCC_CHECK(spec.size() == sorted_raw.size(), "--label-names gives ", spec.size(), " names for the ",
+               sorted_raw.size(), " training labels (", sorted_raw.front(), " .. ", sorted_raw.back(), ")");
+  for (size_t i = 0; i < spec.size(); ++i) m[sorted_raw[i]] = spec[i];
+  return m;
+}
+
+void rename_labels(std::vector<GlueExample>& ex, const std::map<std::string, std::string>& names) {
+  for (auto& e : ex)
+    if (const auto it = names.find(e.label); it != names.end()) e.label = it->second;
+}
+
 void run_classify(const FtCli& o, const ClsCli& c) {
   FtSetup s = ft_setup(o);
   BERTCC_CHECK(c.text_columns.size() == 1 || c.text_columns.size() == 2, "--text-columns takes one or two columns");
@@ -509,40 +587,54 @@ void run_classify(const FtCli& o, const ClsCli& c) {
                  " \u2014 pass --label-column with the label column's name or number");
     train = std::move(td.ex);
   }
+  // the model's id2label: the names, in the raw labels' order
+  const auto names = label_name_map(c.label_names, labels);
+  std::vector<std::string> raw = labels;
+  for (const auto& [r, n] : names) raw.push_back(r);
+  rename_labels(train, names);
+  for (auto& l : labels)
+    if (names.count(l)) l = names.at(l);
   auto model = ft_load_model(o, s, Heads::SequenceClassification, labels);
   std::vector<GlueExample> dev;
   std::vector<std::string> gold;
   std::vector<FtFeature> dev_f;
   if (s.has("eval")) {
     BERTCC_CHECK(!o.predict_file.empty(), "--predict-file (labelled evaluation data) is required with --mode eval");
-    ClsData dd = read_cls(o.predict_file, c, true, labels);
+    ClsData dd = read_cls(o.predict_file, c, true, raw.empty() ? labels : raw);
+    rename_labels(dd.ex, names);
     check_cls_labels(dd, labels);
     dev = std::move(dd.ex);
     for (const auto& e : dev) gold.push_back(e.label);
     dev_f = pair_features(s, dev, labels, o.max_seq_length, o.predict_file);
   }
+  // the last evaluation's logits: the predictions of --predict-file when nothing trained since
+  std::vector<std::vector<float>> dev_logits;
   Evaluator eval = [&](Bert& m) {
     EvalResult r;
-    r.metrics = cls_metrics(glue_predict(m, dev_f, labels, o, s.prec), gold, labels);
+    dev_logits = predict_logits(m, dev_f, o.eval_batch_size, s.prec);
+    r.metrics = cls_metrics(cls_labels_of(dev_logits, labels), gold, labels);
     r.score = r.metrics["acc"].get<double>();
     return r;
   };
+  FinetuneResult trained;
   if (s.has("train")) {
     const auto tf = pair_features(s, train, labels, o.max_seq_length, o.train_file);
     std::cerr << "classify: " << tf.size() << " training examples, labels:";
     for (const auto& l : labels) std::cerr << " " << l;
     std::cerr << "\n";
-    if (finetune_or_find(*model, tf, s.has("eval") ? eval : Evaluator{}, o, s).stopped) return;
+    trained = finetune_or_find(*model, tf, s.has("eval") ? eval : Evaluator{}, o, s);
+    if (trained.stopped) return;
   }
-  if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
+  if (s.has("eval")) print_eval_metrics(final_eval(trained, eval, *model), o.output_dir, trained.last_eval.is_object());
   if (s.has("prediction")) {
     BERTCC_CHECK(!o.predict_file.empty() && !o.output_dir.empty(),
                  "--predict-file and --output-dir are required with --mode prediction");
+    // with eval, the evaluation of the final model has just predicted --predict-file
     const auto logits =
         dev.empty() ? predict_logits(*model, pair_features(s, read_cls(o.predict_file, c, false, labels).ex, labels,
                                                             o.max_seq_length, o.predict_file),
                                      o.eval_batch_size, s.prec)
-                    : predict_logits(*model, dev_f, o.eval_batch_size, s.prec);
+                    : dev_logits;
     std::string out = "index\tprediction\tprobability\n";
     for (size_t i = 0; i < logits.size(); ++i) {
       const auto& l = logits[i];
@@ -588,6 +680,10 @@ void add_finetune_glue_classify(CLI::App* ft) {
   c->add_flag(flag("--skip-header"), cc->skip_header,
               "the first row is a header (implied when a column is given by name; detected when its label cell is "
               "no label and its cells are names)");
+  c->add_option(flag("--label-names"), cc->label_names,
+                "names for the labels, the model's id2label: NAME,... in the training labels' sorted order (AG News: "
+                "World,Sports,Business,Sci/Tech for 1..4), or RAW=NAME,... (also for eval and prediction files)")
+      ->delimiter(',');
   c->callback([oc, cc, c]() {
     cc->columns_given = c->get_option("--label-column")->count() + c->get_option("--text-columns")->count() > 0;
     run_classify(*oc, *cc);

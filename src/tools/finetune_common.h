@@ -69,8 +69,20 @@ void add_lr_find_flags(CLI::App* sub, LrFindCli& f);
 // Throws, naming the flag, on a rate range that is not one (before anything is loaded).
 void check_lr_find(const LrFindCli& f);
 
-// Prints the metrics as one JSON line and writes OUTPUT_DIR/eval_metrics.json (if an output dir is set).
-void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir);
+// Prints the metrics as one JSON line and writes OUTPUT_DIR/eval_metrics.json (if an output dir is
+// set). `in_summary`: the training summary on the terminal has just shown them, so the line goes
+// only to a stdout that is not a terminal (a file or a pipe, for scripts).
+void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string& output_dir, bool in_summary = false);
+
+// The length a model was fine-tuned at, as Hugging Face records it: tokenizer_config.json's
+// model_max_length in OUTPUT (and OUTPUT/best), rewritten after training (a run saves the
+// position table's size there). fine_tuned_length: that length when below `positions`, else 0.
+void record_fine_tuned_length(const std::string& output_dir, int max_seq_length);
+int fine_tuned_length(const std::string& model_dir, int positions);
+
+// The final model's metrics: the evaluation at the end of the training run `trained` when it made
+// one (on these weights), else a new evaluation. One pass over the evaluation data either way.
+nlohmann::ordered_json final_eval(const FinetuneResult& trained, const Evaluator& eval, Bert& model);
 
 
 void add_finetune_glue_classify(CLI::App* ft);

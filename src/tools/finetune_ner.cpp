@@ -55,24 +55,30 @@ void run_ner(const FtCli& o) {
     for (const auto& x : dev) gold.push_back(x.tags);
     dev_f = ner_features(*s.tok, dev, index, false, o.max_seq_length, o.predict_file);
   }
+  std::vector<std::vector<std::string>> dev_pred;  // the last evaluation's tags
   Evaluator eval = [&](Bert& m) {
     EvalResult r;
     BERTCC_CHECK(!dev.empty() && !dev[0].tags.empty(), o.predict_file, ": no tag column to evaluate against");
-    r.metrics = ner_metrics(gold, ner_predict(m, dev_f, dev, labels, o.eval_batch_size, s.prec));
+    dev_pred = ner_predict(m, dev_f, dev, labels, o.eval_batch_size, s.prec);
+    r.metrics = ner_metrics(gold, dev_pred);
     r.score = r.metrics["f1"].get<double>();
     return r;
   };
+  FinetuneResult trained;
   if (s.has("train")) {
     const NerFeatures tf = ner_features(*s.tok, train, index, true, o.max_seq_length, o.train_file);
     std::cerr << "ner: " << train.size() << " training sentences (" << tf.f.size() << " sequences), "
               << labels.size() << " tags\n";
-    if (finetune_or_find(*model, tf.f, s.has("eval") ? eval : Evaluator{}, o, s).stopped) return;
+    trained = finetune_or_find(*model, tf.f, s.has("eval") ? eval : Evaluator{}, o, s);
+    if (trained.stopped) return;
   }
-  if (s.has("eval")) print_eval_metrics(eval(*model).metrics, o.output_dir);
+  // One pass over --predict-file: with eval, the final model's evaluation tagged it
+  if (s.has("eval")) print_eval_metrics(final_eval(trained, eval, *model), o.output_dir, trained.last_eval.is_object());
   if (s.has("prediction")) {
     BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required with --mode prediction");
     const std::string path = join_path(o.output_dir, "predictions.txt");
-    write_conll(path, dev, ner_predict(*model, dev_f, dev, labels, o.eval_batch_size, s.prec));
+    if (!s.has("eval")) dev_pred = ner_predict(*model, dev_f, dev, labels, o.eval_batch_size, s.prec);
+    write_conll(path, dev, dev_pred);
     std::cerr << "wrote " << dev.size() << " sentences (word [gold] prediction) to " << path << "\n";
   }
 }

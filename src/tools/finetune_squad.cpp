@@ -1,4 +1,5 @@
 // bertcc finetune squad: NVIDIA's run_squad.py as a native command (SQuAD v1.1 and v2.0).
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 
@@ -19,6 +20,7 @@ struct SquadCli {
   int doc_stride = 128, max_query_length = 64, n_best_size = 20, max_answer_length = 30;
   bool version_2_with_negative = false;
   double null_score_diff_threshold = 0.0;
+  bool threshold_given = false;  // --null-score-diff-threshold was passed: it is the one recorded
   bool joint_head = false, no_joint_head = false;
   int beam_size = 0;
 };
@@ -39,6 +41,26 @@ Heads squad_head(const FtCli& o, const SquadCli& q) {
   }
   if (q.joint_head || q.no_joint_head) return q.joint_head ? Heads::JointQuestionAnswering : Heads::QuestionAnswering;
   return load_model_config(o.init_checkpoint).electra() ? Heads::JointQuestionAnswering : Heads::QuestionAnswering;
+}
+
+// A v2.0 model's folders record how they answer "": with the threshold of --null-score-diff-threshold
+// if given, else the best_f1_thresh of the evaluation that chose each (the final model: the last
+// evaluation; OUTPUT/best: the best one), else `fallback` (the init checkpoint's, or 0).
+void record_null_answers(const std::string& out, const SquadCli& q, double fallback, const FinetuneResult& trained) {
+  auto threshold_of = [&](const nlohmann::ordered_json& m) {
+    if (q.threshold_given) return q.null_score_diff_threshold;
+    return m.is_object() && m.contains("best_f1_thresh") ? m["best_f1_thresh"].get<double>() : fallback;
+  };
+  const double t = threshold_of(trained.last_eval);
+  record_squad_null_answers(out, {true, t});
+  const std::string best = join_path(out, "best");
+  if (trained.best_eval.is_object() && file_exists(join_path(best, "config.json")))
+    record_squad_null_answers(best, {true, threshold_of(trained.best_eval)});
+  std::cerr << "squad: v2.0 model: answers \"\" when the null score beats the best span by more than " << t
+            << (q.threshold_given                       ? " (--null-score-diff-threshold)"
+                : trained.last_eval.contains("best_f1_thresh") ? " (best_f1_thresh of the last evaluation)"
+                                                               : "")
+            << ", recorded in " << join_path(out, "config.json") << "\n";
 }
 
 void run_squad(const FtCli& o, const SquadCli& q) {
@@ -64,7 +86,13 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   const bool predicting = s.has("eval") || s.has("prediction");
   std::vector<SquadExample> dev;
   SquadFeatures dev_f;
-  bool v2 = q.version_2_with_negative;
+  // A fine-tuned v2.0 model answers "" by its recorded threshold unless the flags say otherwise.
+  const SquadNullAnswers recorded = read_squad_null_answers(o.init_checkpoint);
+  bool v2 = q.version_2_with_negative || recorded.version_2_with_negative;
+  BERTCC_CHECK(std::isfinite(q.null_score_diff_threshold), "--null-score-diff-threshold must be finite");
+  const double threshold = q.threshold_given ? q.null_score_diff_threshold
+                           : recorded.version_2_with_negative ? recorded.null_score_diff_threshold
+                                                              : 0.0;
   if (predicting) {
     BERTCC_CHECK(!o.predict_file.empty(), "--predict-file is required with --mode eval/prediction");
     BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required for predictions");
@@ -79,7 +107,7 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   dop.n_best_size = q.n_best_size;
   dop.max_answer_length = q.max_answer_length;
   dop.v2 = v2;
-  dop.null_score_diff_threshold = q.null_score_diff_threshold;
+  dop.null_score_diff_threshold = threshold;
   if (joint) {
     dop.start_n_top = model->config().start_n_top;
     dop.end_n_top = model->config().end_n_top;
@@ -94,13 +122,16 @@ void run_squad(const FtCli& o, const SquadCli& q) {
     }
     dist::world().barrier();  // every rank scores the file rank 0 has just written
   };
+  // v2.0: the official script's best thresholds too (best_f1_thresh is what a training run records)
   Evaluator eval = [&](Bert& m) {
     predict(m);
     EvalResult r;
-    r.metrics = evaluate_squad(o.predict_file, join_path(o.output_dir, "predictions.json"));
+    r.metrics = evaluate_squad(o.predict_file, join_path(o.output_dir, "predictions.json"),
+                               v2 ? join_path(o.output_dir, "null_odds.json") : "");
     r.score = r.metrics["f1"].get<double>();
     return r;
   };
+  FinetuneResult trained;
   if (s.has("train")) {
     BERTCC_CHECK(!o.train_file.empty(), "--train-file is required with --mode train");
     int64_t skipped = 0;
@@ -109,13 +140,18 @@ void run_squad(const FtCli& o, const SquadCli& q) {
     const auto tf = squad_features(*s.tok, ex, fo, true);
     std::cerr << "squad: " << ex.size() << " training questions (" << skipped
               << " skipped: answer not found in the context), " << tf.inputs.size() << " windows\n";
-    if (finetune_or_find(*model, tf.inputs, s.has("eval") ? eval : Evaluator{}, o, s).stopped) return;
+    v2 = v2 || tv2;
+    dop.v2 = v2;
+    trained = finetune_or_find(*model, tf.inputs, s.has("eval") ? eval : Evaluator{}, o, s);
+    if (trained.stopped) return;
+    if (v2 && is_lead()) record_null_answers(o.output_dir, q, threshold, trained);
   }
+  // One pass over --predict-file: the evaluation at the end of training gave the final model's
+  // metrics and wrote its predictions
   if (s.has("eval"))
-    print_eval_metrics(eval(*model).metrics, o.output_dir);
-  else if (s.has("prediction")) {
+    print_eval_metrics(final_eval(trained, eval, *model), o.output_dir, trained.last_eval.is_object());
+  else if (s.has("prediction"))
     predict(*model);
-  }
   if (predicting)
     std::cerr << "wrote " << join_path(o.output_dir, "predictions.json") << ", nbest_predictions.json"
               << (v2 ? ", null_odds.json" : "") << "\n";
@@ -143,14 +179,19 @@ void add_finetune_squad(CLI::App* ft) {
               "SQuAD 2.0: allow null answers (also detected from is_impossible in the data)");
   c->add_option(flag("--null-score-diff-threshold"), q->null_score_diff_threshold,
                 "predict null when null score - best non-null score > this (joint head: when the answer-class "
-                "logit > this) (default 0.0)");
+                "logit > this) (default: the model's recorded one, else 0.0; training records the evaluation's "
+                "best_f1_thresh)");
   c->add_flag(flag("--joint-head"), q->joint_head,
               "the joint head of NVIDIA's ELECTRA / XLNet (start, end given the start, answer class) with beam "
               "search; default for ELECTRA backbones");
   c->add_flag(flag("--no-joint-head"), q->no_joint_head, "BertForQuestionAnswering's qa_outputs (default for BERT)");
   c->add_option(flag("--beam-size"), q->beam_size,
                 "joint head: start positions kept and ends per start (NVIDIA's --beam_size; default 4)");
-  c->callback([o, q]() { run_squad(*o, *q); });
+  c->callback([o, q, c]() {
+    const CLI::Option* t = c->get_option_no_throw("--null-score-diff-threshold");  // (not under lr-find)
+    q->threshold_given = t && t->count() > 0;
+    run_squad(*o, *q);
+  });
 }
 
 }  // namespace bertcc::tools

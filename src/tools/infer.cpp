@@ -25,6 +25,9 @@ struct InferCli {
   std::vector<std::string> texts, text_pairs;  // --text and --text-pair, each repeatable (a batch)
   bool do_lower_case = false, no_lower_case = false;
   int max_seq_length = 0, threads = 0, doc_stride = 128, max_answer_length = 30;
+  // qa: SQuAD v2.0 null answers (default: as the model's config.json records them)
+  bool version_2_with_negative = false, threshold_given = false;
+  double null_score_diff_threshold = 0.0;
   std::string pooling = "cls";
   int64_t top_k = 5;
   int64_t batch_size = 32;
@@ -132,10 +135,11 @@ TaskOptions task_options(const InferCli& o, const Bert& m) {
   t.doc_stride = o.doc_stride;
   t.max_answer_length = o.max_answer_length;
   t.max_position_embeddings = m.config().max_position_embeddings;
-  if (head_spec(m.heads()).beam_search) {  // beams as the model was fine-tuned with
-    t.start_n_top = m.config().start_beam();
-    t.end_n_top = m.config().end_beam();
-  }
+  if (head_spec(m.heads()).task && std::string(head_spec(m.heads()).task) == "qa")  // as the model was fine-tuned
+    qa_options_from_model(o.model, m.config(), head_spec(m.heads()).beam_search, t);
+  BERTCC_CHECK(std::isfinite(o.null_score_diff_threshold), "--null-score-diff-threshold must be finite");
+  if (o.version_2_with_negative || o.threshold_given) t.version_2_with_negative = true;
+  if (o.threshold_given) t.null_score_diff_threshold = o.null_score_diff_threshold;
   return t;
 }
 
@@ -160,17 +164,24 @@ void run_qa(const InferCli& o) {
                          [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
+// classify and tag: by default the length the model was fine-tuned at (record_fine_tuned_length)
+TaskOptions text_task_options(const InferCli& o, const Bert& m) {
+  TaskOptions t = task_options(o, m);
+  if (t.max_seq_length == 0) t.max_seq_length = fine_tuned_length(o.model, m.config().max_position_embeddings);
+  return t;
+}
+
 void run_classify_infer(const InferCli& o) {
   const auto in = inputs(text_inputs(o, true, nlohmann::json::object()));
   Loaded l = load(o, Heads::SequenceClassification, "classify");
-  print(classify_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
+  print(classify_texts(*l.tok, l.model->config().id2label, in, text_task_options(o, *l.model),
                        [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
 void run_tag(const InferCli& o) {
   const auto in = inputs(text_inputs(o, false, nlohmann::json::object()));
   Loaded l = load(o, Heads::TokenClassification, "tag");
-  print(tag_texts(*l.tok, l.model->config().id2label, in, task_options(o, *l.model),
+  print(tag_texts(*l.tok, l.model->config().id2label, in, text_task_options(o, *l.model),
                   [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
@@ -200,7 +211,8 @@ void common(CLI::App* c, InferCli& o, const std::string& model_help) {
   c->add_option("--model", o.model, model_help)->required();
   c->add_option("--vocab", o.vocab, "vocab.txt (default: the model's)");
   c->add_option("--precision", o.precision, kInferPrecisionHelp)->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
-  c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa, 512 otherwise)")
+  c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa; classify and tag: the length the model was fine-tuned at "
+                "(tokenizer_config.json's model_max_length); 512 otherwise)")
       ->check(CLI::Range(0, 1 << 20));  // 0: the default (a negative length used to be taken as the default too)
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
@@ -223,7 +235,15 @@ void add_infer(CLI::App& app) {
   qa->add_option(flag("--doc-stride"), q->doc_stride, "stride between windows of long contexts");
   qa->add_option(flag("--max-answer-length"), q->max_answer_length, "longest answer in tokens")
       ->check(CLI::Range(1, 1 << 16));
+  qa->add_flag(flag("--version-2-with-negative"), q->version_2_with_negative,
+               "SQuAD 2.0: answer \"\" when no span beats the null score (default: on for a model fine-tuned on "
+               "v2.0, as its config.json records)");
+  qa->add_option(flag("--null-score-diff-threshold"), q->null_score_diff_threshold,
+                 "answer \"\" when null score - best span score > this (joint head: the answer-class logit); "
+                 "implies --version-2-with-negative (default: the model's recorded threshold, else 0.0)")
+      ->check(CLI::Range(-1e30, 1e30));
   qa->callback([q, qa]() {
+    q->threshold_given = qa->count("--null-score-diff-threshold") > 0;
     q->question_given = qa->count("--question") > 0;
     q->context_given = qa->count("--context") > 0;
     run_qa(*q);

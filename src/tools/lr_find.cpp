@@ -31,8 +31,13 @@ std::string num(double v) {
 }
 
 // Loss (raw, faint; smoothed, bold) against the learning rate on a log axis, the suggestion marked.
-std::string svg_plot(const std::vector<Point>& pts, double suggested, double diverged, const std::string& title) {
+// fastai's plot_lr_find(skip_end=5): the last steps, where the loss diverges, are left out, so
+// the curve before them fills the plot (the divergence stays marked).
+constexpr size_t kSkipEnd = 5;
+
+std::string svg_plot(const std::vector<Point>& all, double suggested, double diverged, const std::string& title) {
   const double W = 720, H = 440, x0 = 70, y0 = 40, w = 620, h = 340;
+  const std::vector<Point> pts(all.begin(), all.size() > 2 * kSkipEnd ? all.end() - kSkipEnd : all.end());
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (const auto& p : pts)
     if (std::isfinite(p.smoothed)) {
@@ -44,7 +49,7 @@ std::string svg_plot(const std::vector<Point>& pts, double suggested, double div
   const double span = std::max(hi - lo, 1e-9);
   lo -= 0.1 * span;
   hi += 0.1 * span;
-  const double lx0 = std::log10(pts.front().lr), lx1 = std::max(std::log10(pts.back().lr), lx0 + 1e-9);
+  const double lx0 = std::log10(pts.front().lr), lx1 = std::max(std::log10(all.back().lr), lx0 + 1e-9);
   auto X = [&](double lr) { return x0 + w * (std::log10(lr) - lx0) / (lx1 - lx0); };
   auto Y = [&](double y) { return y0 + h - h * (std::clamp(y, lo, hi) - lo) / (hi - lo); };
   std::ostringstream s;
@@ -231,7 +236,11 @@ void RangeCurve::report(const std::string& model, int64_t batch_size, const std:
 
 FinetuneResult finetune_or_find(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval, const FtCli& o,
                                 const FtSetup& s) {
-  if (!o.lr_find) return run_finetune(model, train, eval, ft_options(o, s));
+  if (!o.lr_find) {
+    FinetuneResult r = run_finetune(model, train, eval, ft_options(o, s));
+    if (!r.stopped && is_lead()) record_fine_tuned_length(o.output_dir, o.max_seq_length);
+    return r;
+  }
   const LrFindCli& f = *o.lr_find;
   check_lr_find(f);
   FinetuneOptions fo = ft_options(o, s);
@@ -269,6 +278,25 @@ void add_lr_find_pretrain(CLI::App* lf) {
   });
 }
 
+// The tasks' commands are finetune's, whose texts speak of evaluation and prediction: a range test
+// only trains, so it says what it reads and drops the flags it would ignore.
+void describe_range_tests(CLI::App* lf) {
+  const std::pair<const char*, const char*> what[] = {
+      {"glue", "range test on a GLUE task's training set (DATA_DIR/train.tsv or --train-file)"},
+      {"classify", "range test on labelled CSV/TSV training data (--train-file; the columns as finetune classify)"},
+      {"ner", "range test on a CoNLL training file (--train-file)"},
+      {"squad", "range test on SQuAD v1.1/v2.0 training data (--train-file)"}};
+  for (const auto& [name, text] : what) {
+    CLI::App* sub = lf->get_subcommand(name);
+    sub->description(text);
+    for (const char* unused : {"--predict-file", "--eval-batch-size", "--n-best-size", "--max-answer-length",
+                               "--version-2-with-negative", "--null-score-diff-threshold", "--label-names"})
+      if (CLI::Option* opt = sub->get_option_no_throw(unused)) sub->remove_option(opt);
+    if (CLI::Option* opt = sub->get_option_no_throw("--train-file"))
+      opt->description(std::string(opt->get_description()) + " (the range test's data)");
+  }
+}
+
 void add_lr_find(CLI::App& app) {
   auto* lf = app.add_subcommand(
       "lr-find",
@@ -278,6 +306,7 @@ void add_lr_find(CLI::App& app) {
   add_finetune_glue_classify(lf);
   add_finetune_ner(lf);
   add_finetune_squad(lf);
+  describe_range_tests(lf);
   add_lr_find_pretrain(lf);
 }
 

@@ -20,6 +20,7 @@
 #include "bertcc/fileio.h"
 #include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
+#include "bertcc/ner.h"
 #include "bertcc/optim.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
@@ -111,6 +112,7 @@ class Finetuning {
   bool train_step();
   void log_step(int64_t epoch, float lr, double wall);
   void draw_bar(double step_loss, double wall);
+  void early_line(double step_loss, double wall);
   void run_eval(const nlohmann::ordered_json& epochs_done, const char* when);
   void save();
   FinetuneResult finish();
@@ -148,7 +150,7 @@ class Finetuning {
   std::unique_ptr<dist::Watchdog> watchdog;  // evaluation and checkpoints pause it
   std::unique_ptr<TrainStep> step_fn;
   FinetuneResult res;
-  std::chrono::steady_clock::time_point t0, last_bar;
+  std::chrono::steady_clock::time_point t0, last_bar, last_line;
   int64_t step = 0;
   double seconds_before = 0;  // this process's rate is logged per step
   int64_t seqs_before = 0;
@@ -357,6 +359,7 @@ bool Finetuning::train_step() {
   if (step % o.log_freq == 0 || step == total) log_step(epoch, lr, wall);
   if (rt) return rt->after_step(step, lr, step_loss);
   draw_bar(step_loss, wall);
+  if (step % o.log_freq != 0 && step != total) early_line(step_loss, wall);
   if (step % steps_per_epoch == 0)
     run_eval(epoch + 1, step < total ? "end of epoch" : "end of training");
   else if (step == total)
@@ -383,6 +386,20 @@ void Finetuning::log_step(int64_t epoch, float lr, double wall) {
   loss_acc = 0;
   loss_n = 0;
   padded_since = rows_since = 0;
+  last_line = std::chrono::steady_clock::now();
+}
+
+// Plain lines (no bar): before the first --log-freq line, steps 1, 2, 4, 8, ... say the rate and
+// the time left, and later a line every 30 s without one, so a slow run is never silent for long.
+// The log and the loss averages are untouched (log_step's).
+void Finetuning::early_line(double step_loss, double wall) {
+  if (bar || !lead || o.quiet) return;
+  const auto now = std::chrono::steady_clock::now();
+  const bool doubling = step < o.log_freq && (step & (step - 1)) == 0;
+  if (!doubling && now - last_line < std::chrono::seconds(30)) return;
+  last_line = now;
+  std::cerr << "step " << step << "/" << total << " epoch " << fixed(epochs_done(step), 2) << " loss " << fixed(step_loss)
+            << " " << static_cast<int>(seq_per_s()) << " seq/s eta " << eta(wall, steps_run, total - first_step) << "\n";
 }
 
 void Finetuning::draw_bar(double step_loss, double wall) {
@@ -405,7 +422,7 @@ FinetuneResult Finetuning::finish() {
     if (!saved) save();
     if (lead)
       std::cerr << "finetune: stopped by signal after step " << step << "; checkpoint in " << o.output_dir
-                << "/checkpoints/step_" << step << " (continue with --resume-from-checkpoint)\n";
+                << "/checkpoints/step_" << step << " (to resume: the same command with --resume-from-checkpoint)\n";
     comm.barrier();
     res.stopped = true;
     return res;
@@ -445,8 +462,11 @@ FinetuneResult Finetuning::finish() {
   std::string out = metrics_block("train metrics", rows);
   if (res.last_eval.is_object()) {
     std::vector<std::pair<std::string, std::string>> ev;
-    for (const auto& [k, v] : res.last_eval.items()) ev.push_back({"eval_" + k, v.dump()});
+    for (const auto& [k, v] : res.last_eval.items())
+      if (k != "per_type") ev.push_back({"eval_" + k, v.dump()});
     out += metrics_block("eval metrics", ev);
+    // NER: seqeval's table per entity type, as users read it (the JSON is in eval_metrics.json)
+    if (res.last_eval.contains("per_type")) out += "\n" + ner_classification_report(res.last_eval);
   }
   out += "model written to " + o.output_dir;
   if (res.best_eval.is_object())  // two models: the last step's, and the best evaluation's
@@ -469,10 +489,11 @@ FinetuneResult Finetuning::run() {
   step = st.step;
   seconds_before = st.totals.train_seconds;
   seqs_before = st.totals.seqs;
-  bar = lead && !o.quiet && !rt && ::isatty(STDERR_FILENO);
+  bar = lead && !o.quiet && !rt && interactive_terminal(STDERR_FILENO);
   epochs_total = static_cast<double>(total) / static_cast<double>(steps_per_epoch);
   first_step = st.step;
   last_bar = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  last_line = std::chrono::steady_clock::now();
   if (o.group_by_length)
     for (const FtFeature& f : train) lengths.push_back(f.input_ids.size());
   signals::take_stop_signals();  // SIGINT/SIGTERM: finish the step, save, return

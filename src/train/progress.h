@@ -10,7 +10,24 @@
 #include <utility>
 #include <vector>
 
+#include <cstdlib>
+
+#include <unistd.h>
+
 namespace bertcc {
+
+// Whether `fd` is a terminal someone watches, for a bar redrawn in place: not under a launcher
+// (mpirun, mpiexec, srun; the variables dist::world() reads), whose ranks may write to a
+// pseudo-terminal (Open MPI gives each rank's stdout one) while the job's output goes to a file.
+// There every rank writes plain lines.
+inline bool interactive_terminal(int fd) {
+  if (!::isatty(fd)) return false;
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_ID"}) {
+    const char* s = std::getenv(v);
+    if (s && *s) return false;
+  }
+  return true;
+}
 
 // 83 s -> "1:23", 4000 s -> "1:06:40"; hundredths with `fraction` ("0:01:23.45", as the Trainer's
 // train_runtime).

@@ -139,12 +139,15 @@ namespace {
 
 // How often an evaluation saw each held-out sequence: --eval-batches may ask for more batches
 // than the shards hold, and the loader then starts over. Said with the metrics, never hidden.
+// The sequences counted are those of the first pass: a shard's incomplete last batch is skipped.
 struct EvalPass {
   int64_t first = 0, seen = 0;  // sequences in the first pass (all of them once it wrapped), in all
   bool wrapped = false;
-  void add(int64_t epoch_before, int64_t rows) {
+  // `epoch`: the cursor's epoch after reading the batch, which is the batch's (the loader starts
+  // over before it reads)
+  void add(int64_t epoch, int64_t rows) {
     seen += rows;
-    if (epoch_before == 0) first += rows;
+    if (epoch == 0) first += rows;
     else wrapped = true;
   }
   std::string note(int64_t micro) const {
@@ -551,9 +554,8 @@ void Pretraining::evaluate_electra() {
   so.disc_weight = static_cast<float>(o.disc_weight);
   EvalPass pass;
   for (int64_t b = 0; b < o.eval_batches; ++b) {
-    const int64_t epoch_before = c.epoch;
     const BertBatch batch = eval_loader->next(c);
-    pass.add(epoch_before, batch.B);
+    pass.add(c.epoch, batch.B);
     if (b % W != R) continue;
     batch.validate(model->config(), batch.source);
     Rng r = micro_batch_rng(o.seed, 0, -1, b);  // the sampling noise of eval batch b, whatever the world size
@@ -570,7 +572,7 @@ void Pretraining::evaluate_electra() {
   for (auto it = d.begin(); it != d.end(); ++it) tb->scalar("eval/" + it.key().substr(5), it.value().get<float>(), label());
   std::printf("%seval at step %lld: loss %.4f, generator loss %.4f accuracy %.4f, discriminator loss %.4f accuracy "
               "%.4f precision %.4f recall %.4f (%lld masked, %lld replaced%s)\n",
-              ::isatty(1) ? "\n" : "", static_cast<long long>(label()), d["eval.loss"].get<double>(),
+              interactive_terminal(1) ? "\n" : "", static_cast<long long>(label()), d["eval.loss"].get<double>(),
               d["eval.generator_loss"].get<double>(), d["eval.generator_accuracy"].get<double>(),
               d["eval.discriminator_loss"].get<double>(), d["eval.discriminator_accuracy"].get<double>(),
               d["eval.discriminator_precision"].get<double>(), d["eval.discriminator_recall"].get<double>(),
@@ -586,9 +588,8 @@ void Pretraining::evaluate_bert() {
   Rng eval_rng{0, 0};
   EvalPass pass;
   for (int64_t b = 0; b < o.eval_batches; ++b) {
-    const int64_t epoch_before = c.epoch;
     const BertBatch batch = eval_loader->next(c);
-    pass.add(epoch_before, batch.B);
+    pass.add(c.epoch, batch.B);
     if (b % W != R) continue;
     batch.validate(model->config(), batch.source);
     const PretrainLoss l = model->pretrain_step(batch, false, false, prec, eval_rng);
@@ -620,7 +621,7 @@ void Pretraining::evaluate_bert() {
   for (const char* k : {"eval.loss", "eval.mlm_accuracy", "eval.nsp_accuracy"})
     tb->scalar(std::string("eval/") + (k + 5), d[k].get<float>(), label());
   std::printf("%seval at step %lld: loss %.4f, MLM accuracy %.4f, NSP accuracy %.4f (%lld masked tokens%s)\n",
-              ::isatty(1) ? "\n" : "", static_cast<long long>(label()), d["eval.loss"].get<double>(),
+              interactive_terminal(1) ? "\n" : "", static_cast<long long>(label()), d["eval.loss"].get<double>(),
               d["eval.mlm_accuracy"].get<double>(), d["eval.nsp_accuracy"].get<double>(),
               static_cast<long long>(sum.mlm_count), pass.note(micro).c_str());
   std::fflush(stdout);
@@ -848,7 +849,8 @@ void Pretraining::finish(bool stopped) {
       std::cerr << out;
     }
     std::cerr << (stopped ? "pretrain: stopped by signal after step " : "pretrain: finished at step ") << st.step
-              << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset << "\n";
+              << "; checkpoint in " << o.output_dir << "/checkpoints/step_" << st.step + st.step_offset
+              << (stopped ? " (to resume: the same command with --resume-from-checkpoint)" : "") << "\n";
   }
   comm.barrier();  // no rank exits (and tears MPI down) before rank 0 has saved
 }
@@ -858,7 +860,7 @@ int Pretraining::run() {
   open_logs();
   signals::take_stop_signals();  // SIGINT/SIGTERM: finish the step, save, return
   watchdog = std::make_unique<dist::Watchdog>(comm, W > 1 ? o.dp.watchdog_timeout : 0);
-  tty = lead && ::isatty(1);
+  tty = lead && interactive_terminal(1);
   t_last = std::chrono::steady_clock::now();
   make_step();
   t_run = std::chrono::steady_clock::now();

@@ -2,7 +2,9 @@
 """`bertcc eval ner` against a Python transcription of seqeval's default scoring (conlleval
 chunking, micro average) on real CoNLL-2003 data with corrupted predictions, plus known answers:
 seqeval's README example (F1 0.50) and the IOB1 and IOB2 copies of the dev set, which must hold
-the same entities (F1 exactly 1). Non-zero exit on any mismatch."""
+the same entities (F1 exactly 1); without --json, seqeval's classification report character for
+character (its README's table, and the transcribed StringReporter on the corrupted sets).
+Non-zero exit on any mismatch."""
 import json
 import os
 import random
@@ -58,11 +60,38 @@ def write(path, sents, tags):
             f.write("\n")
 
 
-def run(bertcc, gold, pred):
-    r = subprocess.run([bertcc, "eval", "ner", "--data", gold, "--predictions", pred], capture_output=True, text=True)
+def report(gold, pred, digits=2):
+    """seqeval's classification_report (StringReporter), transcribed."""
+    g, p = set(entities(gold)), set(entities(pred))
+    types = sorted({t for t, _, _ in g} | {t for t, _, _ in p})
+    width = max([len(t) for t in types] + [len("weighted avg"), digits])
+    row_fmt = "{:>{width}s} " + " {:>9.{digits}f}" * 3 + " {:>9}"
+    head = ("{:>{width}s} " + " {:>9}" * 4).format("", "precision", "recall", "f1-score", "support", width=width) + "\n\n"
+    rows, ps, rs, fs, ns = [], [], [], [], []
+    for t in types:
+        gt, pt = {e for e in g if e[0] == t}, {e for e in p if e[0] == t}
+        tp = len(gt & pt)
+        pr = tp / len(pt) if pt else 0.0
+        rc = tp / len(gt) if gt else 0.0
+        f1 = 2 * pr * rc / (pr + rc) if pr + rc else 0.0
+        ps.append(pr); rs.append(rc); fs.append(f1); ns.append(len(gt))
+        rows.append(row_fmt.format(t, pr, rc, f1, len(gt), width=width, digits=digits))
+    rows.append("")
+    m, n = metrics(gold, pred), sum(ns)
+    w = lambda v: sum(a * b for a, b in zip(v, ns)) / n if n else 0.0
+    rows.append(row_fmt.format("micro avg", m["precision"], m["recall"], m["f1"], n, width=width, digits=digits))
+    rows.append(row_fmt.format("macro avg", sum(ps) / len(ps), sum(rs) / len(rs), sum(fs) / len(fs), n, width=width, digits=digits))
+    rows.append(row_fmt.format("weighted avg", w(ps), w(rs), w(fs), n, width=width, digits=digits))
+    rows.append("")
+    return head + "\n".join(rows)
+
+
+def run(bertcc, gold, pred, table=False):
+    r = subprocess.run([bertcc, "eval", "ner", "--data", gold, "--predictions", pred] + ([] if table else ["--json"]),
+                       capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"FAIL: bertcc eval ner: {r.stderr}")
-    return json.loads(r.stdout)
+    return r.stdout if table else json.loads(r.stdout)
 
 
 def main():
@@ -78,6 +107,16 @@ def main():
     got = run(bertcc, f"{work}/g.txt", f"{work}/p.txt")
     if abs(got["f1"] - 0.5) > 1e-12 or abs(metrics(yt, yp)["f1"] - 0.5) > 1e-12:
         fails.append(f"README example f1 {got['f1']}")
+    # without --json: seqeval's classification report, character for character (its README's)
+    table = run(bertcc, f"{work}/g.txt", f"{work}/p.txt", table=True)
+    readme = ("              precision    recall  f1-score   support\n\n"
+              "        MISC       0.00      0.00      0.00         1\n"
+              "         PER       1.00      1.00      1.00         1\n\n"
+              "   micro avg       0.50      0.50      0.50         2\n"
+              "   macro avg       0.50      0.50      0.50         2\n"
+              "weighted avg       0.50      0.50      0.50         2\n")
+    if table != readme or report(yt, yp) != readme:
+        fails.append(f"classification report:\n{table}\nexpected:\n{readme}")
     # IOB1 and IOB2 copies of the dev set: identical entities
     iob1 = read(f"{shared}/conll2003/iob1_original/eng.testa")
     iob2 = read(f"{shared}/conll2003/iob2/valid.txt")
@@ -113,6 +152,9 @@ def main():
             print(f"{name} corruption {rate}: f1 {got['f1']:.12f} ref {ref['f1']:.12f} |diff| {err:.1e}")
             if err > 1e-9:
                 fails.append(f"{name} {rate}: {got} vs {ref}")
+            table, want = run(bertcc, path, f"{work}/pred.txt", table=True), report(gold, pred, 2)
+            if table != want:
+                fails.append(f"{name} {rate}: classification report\n{table}\nvs seqeval's\n{want}")
     if fails:
         print("FAIL:", "; ".join(fails))
         return 1

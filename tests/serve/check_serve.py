@@ -116,6 +116,9 @@ check(s == 200 and j["name"] == "sst" and j["versions"] == ["1"] and j["platform
       and [i["name"] for i in j["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
       and j["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 2]}],
       "model metadata: name, versions, platform, inputs, outputs")
+labels = json.load(open(os.path.join(M["sst"], "config.json")))["id2label"]
+check(j.get("parameters", {}).get("labels") == [labels[str(k)] for k in range(len(labels))],
+      "model metadata: the label of each logit (parameters.labels, config.json's id2label)")
 s, j = jreq("GET", "/v2/models/tagger/ready")
 check(s == 200, "NAME=DIR names a model (tagger ready)")
 s, j = jreq("GET", "/v2/models/nope/ready")

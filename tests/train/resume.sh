@@ -41,7 +41,10 @@ wait_for_dir "$WORK/term/checkpoints/step_4" $pid
 term_until_gone $pid
 wait $pid; rc=$?
 [ $rc -eq 0 ] || fail "SIGTERM exit code $rc after $sent SIGTERMs: $(tail -2 "$WORK/term1.log")"
-grep -q "stopped by signal after step" "$WORK/term1.log" || echo "note: the run finished before SIGTERM arrived"
+if grep -q "stopped by signal after step" "$WORK/term1.log"; then
+  grep -q "stopped by signal after step .*(to resume: the same command with --resume-from-checkpoint)" "$WORK/term1.log" \
+    || fail "the stop line does not say how to resume: $(grep 'stopped by signal' "$WORK/term1.log")"
+else echo "note: the run finished before SIGTERM arrived"; fi
 "$BERTCC" pretrain $ARGS --output-dir "$WORK/term" --resume-from-checkpoint > "$WORK/term2.log" 2>&1 || fail "resume after SIGTERM"
 cmp -s "$WORK/straight/model/model.safetensors" "$WORK/term/model/model.safetensors" \
   && echo "ok   SIGTERM + resume is byte-identical ($(grep -o 'stopped by signal after step [0-9]*' "$WORK/term1.log"))" \
