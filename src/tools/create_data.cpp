@@ -36,7 +36,7 @@ void add_create_data(CLI::App& app) {
   add_casing_flags(sub, o->lower);
   sub->add_option(flag("--max-seq-length"), o->d.max_seq_length, "default 128")->check(CLI::Range(5, 100000));
   sub->add_option(flag("--max-predictions-per-seq"), o->d.max_predictions_per_seq, "default 20")
-      ->check(in_range(1, 100000, "masked positions per sequence, at most --max-seq-length"));
+      ->check(in_range(1, 100000, "masked positions per sequence"));
   sub->add_option(flag("--masked-lm-prob"), o->d.masked_lm_prob, "default 0.15")->check(in_range(0, 1, "a probability"));
   sub->add_option(flag("--short-seq-prob"), o->d.short_seq_prob, "default 0.1")->check(in_range(0, 1, "a probability"));
   sub->add_option(flag("--dupe-factor"), o->d.dupe_factor, "default 10")
@@ -49,9 +49,6 @@ void add_create_data(CLI::App& app) {
   sub->callback([o]() {
     namespace fs = std::filesystem;
     const auto t0 = std::chrono::steady_clock::now();
-    BERTCC_CHECK(o->d.max_predictions_per_seq <= o->d.max_seq_length, "--max-predictions-per-seq ",
-                 o->d.max_predictions_per_seq, " is above --max-seq-length ", o->d.max_seq_length,
-                 " (a sequence has no more positions to mask)");
     check_output_not_input(o->output, "--output", o->vocab, "--vocab");
     const Vocab vocab = Vocab::load(o->vocab);
     const bool lower = o->lower.empty() ? vocab.looks_uncased() : parse_bool_flag("--do-lower-case", o->lower);
