@@ -32,6 +32,14 @@ expect() {
   echo "ok   $name: $(grep -E -m1 -- "$pat" "$W/err.txt" | sed "s|$W/||g" | cut -c1-150)"
 }
 
+expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
+  name="$1"; pat="$2"; shift 3
+  n=$((n + 1))
+  timeout 60 "$@" > "$W/out.txt" 2> "$W/err.txt" < /dev/null; rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then fail "$name: exit $rc"; return; fi
+  grep -Eq -- "$pat" "$W/err.txt" && echo "ok   $name: $(grep -E -m1 -- "$pat" "$W/err.txt")" || fail "$name: $(head -2 "$W/err.txt")"
+}
+
 # ---- inputs: a tiny model (16 positions, 100 tokens) and NVIDIA-layout shards made with h5py
 mkdir -p "$W/model"
 cat > "$W/model/config.json" <<'EOF'
@@ -241,16 +249,33 @@ expect "finetune: diverging (learning rate 1e30)" "finetune: 3 consecutive steps
 [ ! -e "$W/o_div/model.safetensors" ] && echo "ok   ... and no final model was written" || fail "diverged run wrote a final model"
 # non-finite weights at the end of a run too short for --max-nonfinite-steps to stop it (exited 0 with a NaN model)
 expect "pretrain: NaN weights, 2 steps (fewer than --max-nonfinite-steps)" \
-  "not writing checkpoint step_2 in .*o_nan2/checkpoints .*: the weights are not finite \('bert.encoder.layer.0.output.dense.weight' holds nan\)" \
+  "pretrain: the run diverged at step 1 \(the last 2 step\(s\) had a non-finite loss or gradients\); stopping without a final model" \
   -- "$B" pretrain --init-checkpoint "$W/nan" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_nan2" \
      --train-batch-size 8 --max-steps 2 --precision fp32 --threads 1
 [ ! -e "$W/o_nan2/model" ] && [ -z "$(ls "$W/o_nan2/checkpoints" 2>/dev/null)" ] && echo "ok   ... and no model or checkpoint was written" \
   || fail "NaN run wrote a model or checkpoint"
 expect "finetune: NaN weights, 2 steps (fewer than --max-nonfinite-steps)" \
-  "finetune: not writing the final model to .*o_nanft: the weights are not finite \('bert.encoder.layer.0.output.dense.weight' holds nan\)" \
+  "finetune: the run diverged at step 1 \(the last 2 step\(s\) had a non-finite loss or gradients" \
   -- "$B" finetune classify --init-checkpoint "$W/nan" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
      --train-batch-size 4 --max-steps 2 --output-dir "$W/o_nanft" --threads 1 --precision fp32 --mode train
 [ ! -e "$W/o_nanft/model.safetensors" ] && echo "ok   ... and no final model was written" || fail "NaN fine-tuning wrote a final model"
+# divergence too late for --max-nonfinite-steps (10) to stop the run: the last steps skipped as
+# non-finite, or finite weights whose outputs are not; exit 1, the diverging step named, no
+# "[best]" evaluation, no final or best model (it exited 0 with train_loss -nan and a [best] eval)
+expect "finetune: diverging in the last steps (learning rate 1e30, an evaluation)" "finetune: the run diverged at step [0-9]+ " \
+  -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --predict-file "$W/cls.tsv" --text-columns 1 \
+     --max-seq-length 16 --learning-rate 1e30 --train-batch-size 4 --num-train-epochs 1 --output-dir "$W/o_div2" --threads 1 \
+     --precision fp32 --mode "train eval"
+{ ! grep -q "\[best\]" "$W/err.txt" && [ ! -e "$W/o_div2/model.safetensors" ] && [ ! -e "$W/o_div2/best" ]; } \
+  && echo "ok   ... and no evaluation marked best, no final or best model" || fail "diverged run: a [best] evaluation or a model written"
+expect "finetune: one step to weights of 1e30 (finite weights, non-finite outputs)" \
+  "finetune: not writing the final model to .*o_div3: training example 1: the model produced a non-finite logit" \
+  -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+     --learning-rate 1e30 --warmup-proportion 0 --train-batch-size 4 --max-steps 1 --output-dir "$W/o_div3" --threads 1 --precision fp32 --mode train
+[ ! -e "$W/o_div3/model.safetensors" ] && echo "ok   ... and no final model was written" || fail "a model with non-finite outputs was written"
+expect "pretrain: diverging in the last steps (learning rate 1e30)" "pretrain: the run diverged at step [0-9]+ .*stopping without a final model" \
+  -- "$B" pretrain $PRE --max-steps 4 --learning-rate 1e30 --warmup-proportion 0 --input-dir "$W/good" --output-dir "$W/o_div4"
+[ ! -e "$W/o_div4/model" ] && echo "ok   ... and no final model was written" || fail "a diverged pretrain wrote a final model"
 # hyper-parameters: not finite or out of range, refused at start-up naming the flag and the value (a NaN
 # learning rate made every weight NaN at the first update, and the run could end with exit 0)
 for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:inf:must be a finite number > 0" \
@@ -260,7 +285,8 @@ for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:inf:
   flag=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
   rm -rf "$W/o_hp"
   case "$flag" in --max-steps) more="--train-batch-size 8";; --train-batch-size) more="--max-steps 2";; *) more="--max-steps 2 --train-batch-size 8";; esac
-  expect "pretrain: $flag $val" "^bertcc: error: $flag [-+.0-9a-z]+: $msg" \
+  case "$val" in nan|inf) ex=expect_cli; pat="^$flag: '$val' is not a finite number";; *) ex=expect; pat="^bertcc: error: $flag [-+.0-9a-z]+: $msg";; esac
+  $ex "pretrain: $flag $val" "$pat" \
     -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_hp" \
        --precision fp32 --threads 1 $more "$flag" "$val"
   [ ! -e "$W/o_hp" ] || fail "pretrain $flag $val created $W/o_hp"
@@ -272,7 +298,8 @@ for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:-5e-
          "--max-steps:0:must be an integer in \[1, 1000000000000\]" "--max-steps:1000000000000000:must be an integer in \[1, 1000000000000\]"; do
   flag=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
   rm -rf "$W/o_hp"
-  expect "finetune: $flag $val" "^bertcc: error: $flag [-+.0-9a-z]+: $msg" \
+  case "$val" in nan|inf) ex=expect_cli; pat="^$flag: '$val' is not a finite number";; *) ex=expect; pat="^bertcc: error: $flag [-+.0-9a-z]+: $msg";; esac
+  $ex "finetune: $flag $val" "$pat" \
     -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
        --output-dir "$W/o_hp" --threads 1 --mode train "$flag" "$val"
   [ ! -e "$W/o_hp" ] || fail "finetune $flag $val created $W/o_hp"
@@ -291,6 +318,12 @@ expect "classify: --max-seq-length 4096 on a 16-position model" "max-seq-length 
 { cat "$W/vocab.txt"; echo extra1; echo extra2; } > "$W/vocab_big.txt"
 expect "classify: a vocabulary larger than the model's" "vocab_big.txt: 102 entries, more than the model's vocab_size 100" \
   -- "$B" classify --model "$W/cls_model" --vocab "$W/vocab_big.txt" --text "w5 w6"
+
+# stdin lines are bounded: /dev/zero on stdin is one endless line, refused at the cap (it grew until memory ran out)
+# (under 4 GB of address space and a timeout: the old binary read until memory ran out)
+expect "classify: /dev/zero on stdin" "stdin:1: a line longer than 67108864 bytes" -- sh -c "ulimit -v 4194304; timeout 100 '$B' classify --model '$W/cls_model' < /dev/zero"
+expect "classify: --vocab /dev/zero" "/dev/zero: is a character device, not a regular file" \
+  -- sh -c "ulimit -v 4194304; timeout 20 '$B' classify --model '$W/cls_model' --vocab /dev/zero --text w5"
 
 # errors thrown inside parallel loops (feature building) end the program cleanly
 cat > "$W/sq.json" <<'EOF'
@@ -409,7 +442,7 @@ if part 1; then
 # ---- memory: sizes that would not fit are refused with the estimate before anything is allocated
 printf '{"vocab_size": 100, "hidden_size": 2048, "num_hidden_layers": 3, "num_attention_heads": 16, "intermediate_size": 8192, "max_position_embeddings": 16}\n' > "$W/wide.json"
 printf '{"vocab_size": 1000000, "hidden_size": 16384, "num_hidden_layers": 2, "num_attention_heads": 16, "intermediate_size": 1024}\n' > "$W/huge.json"
-expect "a config of 19 billion parameters" "the weights of this model \(19145312834 parameters\) would take about 71.32 GiB, but [0-9.]+ GiB are available" \
+expect "a config of 19 billion parameters" "the weights of this model \(about [0-9]+ parameters\) would take about 71.32 GiB, but [0-9.]+ GiB are available" \
   -- "$B" init-model --config "$W/huge.json" --output "$W/o_huge"
 [ ! -e "$W/o_huge" ] || fail "refused model left $W/o_huge behind"
 expect "bench: activations of 100000 x 512 tokens" "activations of a batch of 100000 x 512 tokens would take about [0-9.]+ GiB" \
@@ -487,7 +520,7 @@ done
 # ---- task files and JSON lines on stdin
 FT="--init-checkpoint $W/model_init --max-seq-length 16 --max-steps 1 --threads 1 --mode train"
 printf 'label\ttext\n0\tw5 w6\n1\n0\tw7 w8\n' > "$W/rag.tsv"
-expect "classify TSV: a ragged row" "rag.tsv:3: expected at least 2 columns, found 1" \
+expect "classify TSV: a ragged row" "rag.tsv:3: expected 2 fields \(as line 1\), saw 1" \
   -- "$B" finetune classify $FT --train-file "$W/rag.tsv" --text-columns 1 --output-dir "$W/o_rag"
 : > "$W/empty.tsv"
 expect "classify TSV: an empty file" "empty.tsv: no examples" \
@@ -636,13 +669,6 @@ if "$B" serve --help > /dev/null 2>&1; then
 fi
 
 # ---- command line and output
-expect_cli() {  # like expect, for CLI11's own validation (exit code 105, message on stderr)
-  name="$1"; pat="$2"; shift 3
-  n=$((n + 1))
-  timeout 60 "$@" > "$W/out.txt" 2> "$W/err.txt" < /dev/null; rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then fail "$name: exit $rc"; return; fi
-  grep -Eq -- "$pat" "$W/err.txt" && echo "ok   $name: $(grep -E -m1 -- "$pat" "$W/err.txt")" || fail "$name: $(head -2 "$W/err.txt")"
-}
 expect_cli "--threads -1" "--threads: -1 is outside 0 \(all cores\)" -- "$B" tokenize --vocab "$W/vocab.txt" --threads -1
 expect_cli "finetune --train-batch-size 0" "--train-batch-size: Value 0 not in range" -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --train-batch-size 0
 expect_cli "--max-seq-length -1" "--max-seq-length: Value -1 not in range 0 to 1048576" -- "$B" embed --model "$W/model_init" --text "w5" --max-seq-length -1
@@ -753,6 +779,28 @@ for c in classify qa tag embed; do
 done
 expect "finetune: a missing --init-checkpoint" "finetune: model directory '.*no_such_model' does not exist" \
   -- "$B" finetune classify --init-checkpoint "$W/no_such_model" --train-file "$W/cls.tsv" --output-dir "$W/o_nomodel" --mode train
+
+# ---- one run per output folder: a second run on a folder a live run holds is refused at once,
+# naming the first (PID, host, start time); a lock left by a run that died is taken over
+"$B" pretrain $PRE --max-steps 1000000 --input-dir "$W/good" --output-dir "$W/o_lock" > "$W/lock1.log" 2>&1 & lp=$!
+i=0; while [ $i -lt 300 ] && ! grep -q "^pid $lp " "$W/o_lock/.bertcc.lock" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+expect "pretrain: a second run on the same --output-dir" \
+  "--output-dir .*o_lock: another run is writing to this folder \(pid $lp on $(hostname), started 20[0-9-]+T[0-9:]+Z, bertcc pretrain\)" \
+  -- "$B" pretrain $PRE --max-steps 4 --input-dir "$W/good" --output-dir "$W/o_lock"
+expect "finetune into a folder a pretrain run holds" "another run is writing to this folder \(pid $lp " \
+  -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
+     --max-steps 1 --output-dir "$W/o_lock" --threads 1 --mode train
+mkdir -p "$W/corp"; printf 'w5 w6 w7.\nw8 w9.\n\nw10 w11.\nw12 w13.\n' > "$W/corp/a.txt"
+expect "prep-corpus into a folder a pretrain run holds" "another run is writing to this folder \(pid $lp " \
+  -- "$B" prep-corpus --input "$W/corp" --output-dir "$W/o_lock" --shards 1 --threads 1
+kill -TERM $lp; wait $lp
+[ ! -e "$W/o_lock/.bertcc.lock" ] && echo "ok   ... and the first run removed its lock when it ended" || fail "the lock file outlived its run"
+[ -z "$(find "$W/o_lock" -name 'part-*')" ] && echo "ok   ... and the refused prep-corpus wrote nothing there" || fail "a refused prep-corpus wrote shards"
+mkdir -p "$W/o_stale"; echo "pid 999999 on $(hostname), started 2020-01-01T00:00:00Z, bertcc pretrain" > "$W/o_stale/.bertcc.lock"
+n=$((n + 1))
+"$B" pretrain $PRE --max-steps 2 --input-dir "$W/good" --output-dir "$W/o_stale" > "$W/out.txt" 2> "$W/err.txt"; rc=$?
+[ $rc -eq 0 ] && grep -q "taking over the lock of a run that ended without releasing it (pid 999999" "$W/err.txt" && [ ! -e "$W/o_stale/.bertcc.lock" ] \
+  && echo "ok   a stale lock (its process gone) is taken over with a note" || fail "stale lock: exit $rc: $(tail -2 "$W/err.txt")"
 fi
 
 echo "bad input, part $PART: $n cases, $fails failed"

@@ -343,6 +343,74 @@ PY
 else
   echo "note: ../shared/data not found: the old-spelling checks are skipped"
 fi
+# ---- numeric flags: one layer for every command (ranges tied to what a flag sizes, NaN and inf
+# refused), checked as the flags are parsed: before anything is read or allocated
+# (each under 4 GB of address space and 20 s: the old binary allocated until memory ran out)
+lim() { sh -c 'ulimit -v 4194304; exec timeout 20 "$@"' sh "$@"; }
+printf 'a b c\n\nd e f\n' > "$WORK/corpus1.txt"
+check num-unused-1e9 nonzero "--num-unused: 1000000000 is outside \[0, 100000\]" -- lim "$BERTCC" train-vocab --input "$WORK/corpus1.txt" --output "$WORK/v.txt" --num-unused 1000000000
+check vocab-size-huge nonzero "--vocab-size: 4000000000 is outside" -- lim "$BERTCC" train-vocab --input "$WORK/corpus1.txt" --output "$WORK/v.txt" --vocab-size 4000000000
+check max-pred-1e9 nonzero "--max-predictions-per-seq: 1000000000 is outside \[1, 100000\]" -- lim "$BERTCC" create-pretraining-data --input "$WORK/corpus1.txt" --output "$WORK/cp.h5" --vocab "$WORK/okvocab.txt" --max-predictions-per-seq 1000000000
+check dupe-1e9 nonzero "--dupe-factor: 1000000000 is outside \[1, 1000\]" -- lim "$BERTCC" create-pretraining-data --input "$WORK/corpus1.txt" --output "$WORK/cp.h5" --vocab "$WORK/okvocab.txt" --dupe-factor 1000000000
+check short-seq-prob-neg nonzero "--short-seq-prob: -1 is outside \[0, 1\]" -- lim "$BERTCC" create-pretraining-data --input "$WORK/corpus1.txt" --output "$WORK/cp.h5" --vocab "$WORK/okvocab.txt" --short-seq-prob -1
+check masked-lm-prob-nan nonzero "--masked-lm-prob: 'nan' is not a finite number" -- lim "$BERTCC" create-pretraining-data --input "$WORK/corpus1.txt" --output "$WORK/cp.h5" --vocab "$WORK/okvocab.txt" --masked-lm-prob nan
+check test-fraction-nan nonzero "--test-fraction: 'nan' is not a finite number" -- lim "$BERTCC" prep-corpus --input "$WORK/corpus1.txt" --output-dir "$WORK/pc_nan" --test-fraction nan
+check stream-above-inf nonzero "--stream-above-mb: 'inf' is not a finite number" -- lim "$BERTCC" prep-corpus --input "$WORK/corpus1.txt" --output-dir "$WORK/pc_nan" --stream-above-mb inf
+[ ! -e "$WORK/pc_nan" ] || { echo "FAIL: a refused prep-corpus made its output folder"; fails=$((fails+1)); }
+for f in --keep-alive-timeout --read-timeout --request-timeout; do  # (inf: their own ranges say so first)
+  check "serve $f nan" nonzero "$f: 'nan' is not a finite number" -- lim "$BERTCC" serve --model "$WORK/m" "$f" nan
+  check "serve $f inf" nonzero "$f: .*inf" -- lim "$BERTCC" serve --model "$WORK/m" "$f" inf
+done
+check na-prob-thresh-nan nonzero "--na-prob-thresh: 'nan' is not a finite number" -- lim "$BERTCC" eval squad --data x --predictions y --na-prob-thresh nan
+check qa-threshold-nan nonzero "'nan' is not a finite number" -- lim "$BERTCC" finetune squad --model x --null-score-diff-threshold nan
+# ---- config.json: every size in a sane range before anything is sized by it, then the weights'
+# memory estimated before the parameter table is built
+mkdir -p "$WORK/big"
+for c in "num_hidden_layers:1000000:1 to 1024" "num_hidden_layers:1073741824:1 to 1024" "vocab_size:100000000:1 to 16777216" \
+         "max_position_embeddings:1073741824:1 to 1048576" "type_vocab_size:100000:1 to 1024" "intermediate_size:1000000:1 to 262144"; do
+  k=${c%%:*}; rest=${c#*:}; v=${rest%%:*}; range=${rest#*:}
+  printf '{"vocab_size": 100, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32, "%s": %s}' "$k" "$v" > "$WORK/big/config.json"
+  check "config $k $v" nonzero "field '$k' = $v is outside the range $range" -- lim "$BERTCC" init-model --config "$WORK/big/config.json" --vocab "$WORK/okvocab.txt" --output "$WORK/big_out"
+done
+printf '{"vocab_size": 16777216, "hidden_size": 65536, "num_hidden_layers": 1024, "num_attention_heads": 64, "intermediate_size": 262144}' > "$WORK/big/config.json"
+check "config: in range, too large for memory" nonzero "the weights of this model (about .* parameters) would take about .* GiB" -- lim "$BERTCC" init-model --config "$WORK/big/config.json" --vocab "$WORK/okvocab.txt" --output "$WORK/big_out"
+[ ! -e "$WORK/big_out" ] || { echo "FAIL: a refused init-model wrote its output"; fails=$((fails+1)); }
+# ---- the bounded reader: a device, a FIFO or a file beyond its kind's cap is refused before reading
+check "config /dev/zero" nonzero "/dev/zero: is a character device, not a regular file" -- lim "$BERTCC" init-model --config /dev/zero --vocab "$WORK/okvocab.txt" --output "$WORK/z_out"
+check "vocab /dev/zero" nonzero "/dev/zero: is a character device" -- lim "$BERTCC" tokenize --vocab /dev/zero --input "$WORK/okvocab.txt"
+check "tokenize --input /dev/zero" nonzero "/dev/zero: is a character device" -- lim "$BERTCC" tokenize --vocab "$WORK/okvocab.txt" --input /dev/zero
+check "eval squad --data /dev/zero" nonzero "/dev/zero: is a character device" -- lim "$BERTCC" eval squad --data /dev/zero --predictions "$WORK/okvocab.txt"
+printf 'sentence\tlabel\na b\t1\nc d\t0\ne f\t1\n' > "$WORK/sst_dev.tsv"
+check "eval glue --predictions /dev/zero" nonzero "/dev/zero: is a character device" -- lim "$BERTCC" eval glue --task-name sst-2 --data "$WORK/sst_dev.tsv" --predictions /dev/zero
+check "finetune --train-file /dev/zero" nonzero "/dev/zero: is a character device" -- lim "$BERTCC" finetune classify --model "$WORK/m" --vocab "$WORK/okvocab.txt" --train-file /dev/zero --output-dir "$WORK/z_ft"
+truncate -s 100M "$WORK/huge_config.json"
+check "config of 100 MB" nonzero "huge_config.json: 104857600 bytes .*more than a config file can be" -- lim "$BERTCC" init-model --config "$WORK/huge_config.json" --vocab "$WORK/okvocab.txt" --output "$WORK/z_out"
+rm -f "$WORK/huge_config.json"
+# ---- evaluation of mismatched predictions names the ids or labels
+printf '{"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "a b c", "qas": [{"id": "q1", "question": "a?", "answers": [{"text": "b", "answer_start": 2}]}, {"id": "q2", "question": "c?", "answers": [{"text": "c", "answer_start": 4}]}]}]}]}' > "$WORK/sq.json"
+printf '{}' > "$WORK/sq_empty.json"
+check "eval squad {}" nonzero "2 of the 2 questions of .*sq.json unanswered (no prediction): q1, q2" -- "$BERTCC" eval squad --data "$WORK/sq.json" --predictions "$WORK/sq_empty.json"
+printf '{"q1": "b", "q2": "c", "zz9": "x"}' > "$WORK/sq_unknown.json"
+check "eval squad unknown id" nonzero "1 prediction(s) for question ids that .*sq.json does not have: zz9" -- "$BERTCC" eval squad --data "$WORK/sq.json" --predictions "$WORK/sq_unknown.json"
+printf '{"q1": "b", "q2": "c"}' > "$WORK/sq_ok.json"
+check "eval squad complete" 0 '"exact_match":100' -- "$BERTCC" eval squad --data "$WORK/sq.json" --predictions "$WORK/sq_ok.json"
+printf 'sentence\tlabel\na b\t1\nc d\t0\ne f\t1\n' > "$WORK/sst_dev.tsv"
+printf '1\n7\n1\n' > "$WORK/sst_pred7.txt"
+check "eval glue sst-2 label 7" nonzero "sst_pred7.txt: line 2: '7' is not a label of sst-2 (0, 1)" -- "$BERTCC" eval glue --task-name sst-2 --data "$WORK/sst_dev.tsv" --predictions "$WORK/sst_pred7.txt"
+printf 'index\tprediction\n0\tfoo\n1\t0\n2\t1\n' > "$WORK/sst_predfoo.tsv"
+check "eval glue sst-2 label foo" nonzero "sst_predfoo.tsv: line 2: 'foo' is not a label of sst-2" -- "$BERTCC" eval glue --task-name sst-2 --data "$WORK/sst_dev.tsv" --predictions "$WORK/sst_predfoo.tsv"
+# ---- CSV/TSV rows whose field count differs from the header's (pandas: "Expected 2 fields in line 3, saw 3")
+printf 'text,label\nhe said yes,0\nhe said no, way,1\n' > "$WORK/extra.csv"
+check "classify CSV: a row with an extra field" nonzero "extra.csv:3: expected 2 fields (as line 1), saw 3" -- "$BERTCC" finetune classify --model "$WORK/m" --vocab "$WORK/okvocab.txt" --train-file "$WORK/extra.csv" --output-dir "$WORK/ft_extra"
+[ ! -e "$WORK/ft_extra" ] || { echo "FAIL: a refused finetune left its output folder"; fails=$((fails+1)); }
+# ---- prep-corpus: the open-file limit checked before any shard is opened, with what to do
+mkdir -p "$WORK/pcin"; printf 'One. Two.\n' > "$WORK/pcin/a.txt"
+check "prep-corpus --shards above ulimit -n" nonzero "--shards 2000: the shards are written all at once, which needs 2064 open files, above this process's limit of 256" \
+  -- sh -c "ulimit -n 256; ulimit -Hn 256; '$BERTCC' prep-corpus --input '$WORK/pcin' --output-dir '$WORK/pc_lim' --shards 2000 --threads 1"
+[ -z "$(find "$WORK/pc_lim" -name '*.tmp.*' 2>/dev/null)" ] || { echo "FAIL: prep-corpus left temporary shards"; fails=$((fails+1)); }
+# ... and a temporary file another run left in an input folder is never read as input
+printf 'Junk. Junk.\n' > "$WORK/pcin/a.txt.tmp.12345"
+check "prep-corpus skips temporary files" 0 "prep-corpus: 1 documents" -- "$BERTCC" prep-corpus --input "$WORK/pcin" --output-dir "$WORK/pc_tmp" --shards 1 --threads 1
 [ ! -e "$WORK/o.safetensors" ] || { echo "FAIL: output written despite errors"; fails=$((fails+1)); }
 ls "$WORK"/*.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary files left behind"; fails=$((fails+1)); }
 [ $fails -eq 0 ] && echo "all CLI checks passed"

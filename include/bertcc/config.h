@@ -46,6 +46,9 @@ struct BertConfig {
   void validate(const std::string& where) const;  // throws naming the field
 };
 
+// About how many weights a model of this config holds (an upper estimate: embeddings, layers and
+// the largest heads), for the memory check made before its parameter table is built.
+double estimated_parameters(const BertConfig& c);
 // Reads config.json (or bert_config.json); errors name the file and the field.
 BertConfig load_config(const std::string& path);
 // Writes HF-layout config.json (model_type bert, architectures) atomically.

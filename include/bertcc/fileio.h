@@ -1,13 +1,20 @@
 // Files: whole-file reads with clear errors; atomic writes (temporary file, fsync, rename).
 #pragma once
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <string_view>
 
 namespace bertcc {
 
-// Refuses a folder (read(2) fails with EISDIR, which iostreams would report as an empty file).
-std::string read_file(const std::string& path);
+// ---- the bounded reader: every file read whole goes through read_file. Only a regular file is
+// read (a folder, /dev/zero or a FIFO where a file is expected is an error naming it), and only
+// up to the cap of its kind, checked from its size before anything is read: sizes no real input
+// of that kind reaches.
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;   // config.json, trainer_state.json, JSON settings
+constexpr uint64_t kMaxVocabBytes = uint64_t{1} << 30;     // vocab.txt, tokenizer.json
+constexpr uint64_t kMaxDataBytes = uint64_t{64} << 30;     // task data, predictions, weights
+std::string read_file(const std::string& path, uint64_t cap = kMaxDataBytes, const char* kind = "input file");
 
 // ---- text input: UTF-8. Every command reads its text files and stdin through these.
 // The length of a UTF-8 byte-order mark at the start of `head` (3: skip it; 0: none). A UTF-16 or
@@ -18,16 +25,24 @@ size_t text_bom_length(std::string_view head, const std::string& name);
 // The first line read from `name` (by std::getline): a UTF-8 BOM removed, UTF-16/32 refused.
 void strip_text_bom(std::string& first_line, const std::string& name);
 // read_file for text: a UTF-8 BOM removed, UTF-16/32 refused.
-std::string read_text_file(const std::string& path);
-// Opens `path` for reading text line by line: an error naming it when it cannot be opened or is a
-// folder.
+std::string read_text_file(const std::string& path, uint64_t cap = kMaxDataBytes, const char* kind = "input file");
+// Opens `path` for reading text line by line: an error naming it when it cannot be opened, or is
+// a folder or a device (/dev/zero would be one endless line); a FIFO is read as a stream.
 void open_text_input(std::ifstream& in, const std::string& path);
 // Commands that read stdin: refuses a folder on stdin (`bertcc classify ... < somedir` read
 // nothing and exited 0) before reading, and a read error after (`in` at its end).
 void check_stdin_not_directory();
+// std::getline with a bound: a line longer than `cap` bytes (stdin from /dev/zero is one endless
+// line) is an error naming `name` and the line number, before more is read.
+constexpr size_t kMaxLineBytes = size_t{64} << 20;
+bool read_line(std::istream& in, std::string& line, const std::string& name, int64_t line_no,
+               size_t cap = kMaxLineBytes);
 void check_stdin_read(const std::istream& in);
 // Writes to `path.tmp.<pid>`, fsyncs, renames over `path`, fsyncs the directory.
 void write_file_atomic(const std::string& path, std::string_view data);
+// A name of that form (NAME.tmp.DIGITS): the temporary file of a write that has not finished or
+// was interrupted, which a command listing a folder's inputs leaves out.
+bool is_temp_file_name(const std::string& path);
 bool file_exists(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
 

@@ -17,18 +17,23 @@ Activation BertConfig::activation() const {
   fail("config: hidden_act '", hidden_act, "' is not supported (gelu, gelu_new, gelu_pytorch_tanh)");
 }
 
+// Sizes no real model reaches (the largest BERTs have 48 layers, 4096 hidden units, vocabularies
+// of 250,000), checked before anything is sized by them; the weights' memory is checked next
+// (estimated_parameters), before the parameter table is built.
 void BertConfig::validate(const std::string& where) const {
-  auto pos = [&](const char* field, long v) {
+  auto pos = [&](const char* field, long v, long hi) {
     BERTCC_CHECK(v > 0, where, ": field '", field, "' must be positive, got ", v);
+    BERTCC_CHECK(v <= hi, where, ": field '", field, "' = ", v, " is outside the range 1 to ", hi);
   };
-  pos("vocab_size", vocab_size);
-  pos("hidden_size", hidden_size);
-  pos("num_hidden_layers", num_hidden_layers);
-  pos("num_attention_heads", num_attention_heads);
-  pos("intermediate_size", intermediate_size);
-  pos("max_position_embeddings", max_position_embeddings);
-  pos("type_vocab_size", type_vocab_size);
-  BERTCC_CHECK(embedding_size >= 0, where, ": field 'embedding_size' must be positive, got ", embedding_size);
+  pos("vocab_size", vocab_size, 1L << 24);
+  pos("hidden_size", hidden_size, 65536);
+  pos("num_hidden_layers", num_hidden_layers, 1024);
+  pos("num_attention_heads", num_attention_heads, 4096);
+  pos("intermediate_size", intermediate_size, 262144);
+  pos("max_position_embeddings", max_position_embeddings, 1L << 20);
+  pos("type_vocab_size", type_vocab_size, 1024);
+  BERTCC_CHECK(embedding_size >= 0 && embedding_size <= 65536, where, ": field 'embedding_size' = ", embedding_size,
+               " is outside the range 0 (= hidden_size) to 65536");
   BERTCC_CHECK(model_type == "bert" || model_type == "electra", where, ": field 'model_type' '", model_type,
                "' is not supported (bert, electra)");
   BERTCC_CHECK(hidden_size % num_attention_heads == 0, where, ": field 'hidden_size' (", hidden_size,
@@ -48,10 +53,19 @@ void BertConfig::validate(const std::string& where) const {
   }
 }
 
+double estimated_parameters(const BertConfig& c) {
+  const double V = c.vocab_size, C = c.hidden_size, E = c.embedding_dim(), I = c.intermediate_size,
+               L = c.num_hidden_layers, P = c.max_position_embeddings, T = c.type_vocab_size;
+  const double embeddings = (V + P + T) * E + 2 * E + (E != C ? E * C + C : 0);
+  const double layer = 4 * (C * C + C) + 2 * C * I + I + C + 4 * C;
+  const double heads = C * C + C + C * E + E + V + 2 * E + C * 16;  // pooler, MLM transform and bias, a classifier
+  return embeddings + L * layer + heads;
+}
+
 BertConfig load_config(const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text_file(path));
+    j = nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "config file"));
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": invalid JSON: ", e.what());
   }

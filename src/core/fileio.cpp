@@ -17,20 +17,58 @@
 namespace bertcc {
 
 namespace {
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO (pipe)";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
 void check_not_directory(const std::string& path) {
   struct stat st;
   BERTCC_CHECK(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), path, ": is a folder, not a file");
 }
+
+std::string gib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", static_cast<double>(b) / 1073741824.0);
+  return buf;
+}
 }  // namespace
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  BERTCC_CHECK(in, path, ": cannot open: ", std::strerror(errno));
-  check_not_directory(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  BERTCC_CHECK(!in.bad() && !ss.bad(), path, ": read error");
-  return ss.str();
+std::string read_file(const std::string& path, uint64_t cap, const char* kind) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
+  BERTCC_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  BERTCC_CHECK(::fstat(fd, &st) == 0, path, ": cannot stat: ", std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail(path, ": is a folder, not a file");
+  BERTCC_CHECK(S_ISREG(st.st_mode), path, ": is ", file_kind(st.st_mode), ", not a regular file (expected a ", kind,
+               ")");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  BERTCC_CHECK(size <= cap, path, ": ", size, " bytes (", gib(size), "), more than a ", kind, " can be (", gib(cap),
+               "); refusing to read it");
+  std::string out;
+  out.resize(static_cast<size_t>(size));
+  size_t done = 0;
+  for (;;) {  // (a file that grows while it is read is cut at the cap)
+    if (done == out.size()) {
+      if (out.size() >= cap) break;
+      out.resize(static_cast<size_t>(std::min<uint64_t>(cap, out.size() + 65536)));
+    }
+    const ssize_t r = ::read(fd, out.data() + done, out.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    BERTCC_CHECK(r >= 0, path, ": read error: ", std::strerror(errno));
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  out.resize(done);
+  return out;
 }
 
 size_t text_bom_length(std::string_view head, const std::string& name) {
@@ -58,8 +96,8 @@ void strip_text_bom(std::string& first_line, const std::string& name) {
   if (n > 0) first_line.erase(0, n);
 }
 
-std::string read_text_file(const std::string& path) {
-  std::string s = read_file(path);
+std::string read_text_file(const std::string& path, uint64_t cap, const char* kind) {
+  std::string s = read_file(path, cap, kind);
   strip_text_bom(s, path);
   return s;
 }
@@ -68,12 +106,31 @@ void open_text_input(std::ifstream& in, const std::string& path) {
   in.open(path, std::ios::binary);
   BERTCC_CHECK(in, path, ": cannot open: ", std::strerror(errno));
   check_not_directory(path);
+  struct stat st;
+  BERTCC_CHECK(::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode), path, ": is ",
+               file_kind(st.st_mode), ", not a text file");
 }
 
 void check_stdin_not_directory() {
   struct stat st;
   BERTCC_CHECK(::fstat(0, &st) != 0 || !S_ISDIR(st.st_mode),
                "<stdin>: is a folder (input redirected from a folder?); give a file or a pipe");
+}
+
+bool read_line(std::istream& in, std::string& line, const std::string& name, int64_t line_no, size_t cap) {
+  line.clear();
+  std::streambuf* sb = in.rdbuf();
+  for (;;) {
+    const int c = sb->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(line.empty() ? std::ios::eofbit | std::ios::failbit : std::ios::eofbit);
+      return !line.empty();
+    }
+    if (c == '\n') return true;
+    BERTCC_CHECK(line.size() < cap, name, ":", line_no, ": a line longer than ", cap,
+                 " bytes; no input line is that long (is this the right input?)");
+    line.push_back(static_cast<char>(c));
+  }
 }
 
 void check_stdin_read(const std::istream& in) {
@@ -88,6 +145,13 @@ static void fsync_dir(const std::string& path) {
     ::fsync(fd);
     ::close(fd);
   }
+}
+
+bool is_temp_file_name(const std::string& path) {
+  const size_t dot = path.rfind(".tmp.");
+  if (dot == std::string::npos || dot + 5 == path.size() || path.find('/', dot) != std::string::npos) return false;
+  return std::all_of(path.begin() + static_cast<std::ptrdiff_t>(dot + 5), path.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
 }
 
 void write_file_atomic(const std::string& path, std::string_view data) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <atomic>
 #include <csignal>
@@ -550,7 +551,7 @@ void write_pretrain_shard_layout(const std::string& path, const PretrainShard& s
   (void)kNoHdf5Atexit;
   try {
     Handle f{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
-    BERTCC_CHECK(f.id >= 0, path, ": cannot create HDF5 file");
+    BERTCC_CHECK(f.id >= 0, path, ": cannot create HDF5 file: ", std::strerror(errno));
     auto put = [&](const char* name, const std::vector<int32_t>& v, hid_t type, std::vector<hsize_t> dims) {
       Handle sp{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
       Handle pl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};

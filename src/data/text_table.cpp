@@ -57,6 +57,12 @@ std::vector<TableRow> read_table(const std::string& path, char delim) {
       field.clear();
     }
     if (r.cols.size() == 1 && r.cols[0].empty()) continue;  // blank line
+    // Every row has the first row's fields, as pandas reads a table: an unquoted delimiter in a
+    // text field would shift the columns after it (its tail read as the label).
+    BERTCC_CHECK(rows.empty() || r.cols.size() == rows[0].cols.size(), path, ":", r.line, ": expected ",
+                 rows.empty() ? 0 : rows[0].cols.size(), " fields (as line ", rows.empty() ? 0 : rows[0].line,
+                 "), saw ", r.cols.size(),
+                 delim == ',' ? "; a field that holds a comma must be quoted (\"he said no, way\")" : "");
     rows.push_back(std::move(r));
   }
   return rows;

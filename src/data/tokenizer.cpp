@@ -25,7 +25,7 @@ Vocab Vocab::from_tokens(std::vector<std::string> tokens, const std::string& whe
 }
 
 Vocab Vocab::load(const std::string& path) {
-  const std::string text = read_text_file(path);
+  const std::string text = read_text_file(path, kMaxVocabBytes, "vocabulary");
   std::vector<std::string> tokens;
   size_t start = 0, line = 1;
   while (start < text.size()) {

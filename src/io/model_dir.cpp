@@ -189,7 +189,7 @@ std::string architecture_of(const std::string& dir) {
   BERTCC_CHECK(file_exists(cfg), dir, ": no config.json or bert_config.json in the model directory");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text_file(cfg));
+    j = nlohmann::json::parse(read_text_file(cfg, kMaxConfigBytes, "config file"));
   } catch (const nlohmann::json::exception& e) {
     fail(cfg, ": not valid JSON: ", e.what());
   }
@@ -275,7 +275,7 @@ void save_model_dir(const Bert& model, const std::string& dir, const std::string
   save_config(model.config(), join_path(dir, "config.json"),
               model.architecture());
   if (vocab_path.empty()) return;
-  const std::string text = read_text_file(vocab_path);
+  const std::string text = read_text_file(vocab_path, kMaxVocabBytes, "vocabulary");
   write_file_atomic(join_path(dir, "vocab.txt"), text);
   const Vocab vocab = Vocab::load(vocab_path);
   write_tokenizer_files(dir, vocab, lower_case.value_or(vocab.looks_uncased()),

@@ -113,7 +113,7 @@ bool model_dir_lower_case(const std::string& dir, const Vocab& vocab) {
   if (!dir.empty() && file_exists(path)) {
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_text_file(path));
+      j = nlohmann::json::parse(read_text_file(path, kMaxConfigBytes, "tokenizer config"));
     } catch (const nlohmann::json::exception& e) {
       fail(path, ": not valid JSON: ", e.what());
     }

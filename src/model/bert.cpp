@@ -76,6 +76,9 @@ struct Bert::DeviceState {
 
 Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads), be_(&cpu_backend()) {
   cfg_.validate("config");
+  check_memory(4.0 * estimated_parameters(cfg_), "the weights of this model (about " +
+                   std::to_string(static_cast<long long>(estimated_parameters(cfg_))) + " parameters)",
+               "check the config's sizes");
   const HeadSpec& spec = head_spec(heads_);
   pooler_ = spec.pooler && !cfg_.electra();
   build_table(table_, cfg_, spec);

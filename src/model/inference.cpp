@@ -2,6 +2,7 @@
 #include "bertcc/inference.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "bertcc/dist.h"
@@ -15,6 +16,16 @@ int argmax(const std::vector<float>& v, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i)
     if (v[i] > v[best]) best = i;
   return static_cast<int>(best - begin);
+}
+
+// A model whose weights diverged (or hold NaN) gives non-finite logits, whose argmax would still
+// name a label: an error naming the example instead.
+static std::vector<std::vector<float>>& check_finite(std::vector<std::vector<float>>& logits) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    for (float v : logits[i])
+      BERTCC_CHECK(std::isfinite(v), "example ", i + 1, ": the model produced a non-finite logit (", v,
+                   "): its weights have diverged or are not finite");
+  return logits;
 }
 
 std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
@@ -48,7 +59,7 @@ std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<Ft
     }
     for (size_t r = 0; r < idx.size(); ++r) out[idx[r]].assign(lg.begin() + r * per_row, lg.begin() + (r + 1) * per_row);
   }
-  if (W == 1) return out;
+  if (W == 1) return check_finite(out);
   std::vector<float> all;
   std::vector<size_t> counts;
   comm.allgatherv(mine.data(), mine.size(), all, counts);
@@ -60,7 +71,7 @@ std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<Ft
     for (size_t i = s; i < std::min(order.size(), s + bs); ++i, p += per_row)
       out[order[i]].assign(all.begin() + static_cast<int64_t>(p), all.begin() + static_cast<int64_t>(p + per_row));
   }
-  return out;
+  return check_finite(out);
 }
 
 namespace {

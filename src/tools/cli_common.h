@@ -118,6 +118,16 @@ inline CLI::Validator whole_number() {
       "");
 }
 
+// ---- numeric flags: one layer for every command (flag_checks.cpp). CLI11 runs these on the text
+// of the flag as it parses, before any command starts (so before anything is allocated), and its
+// error names the flag: "--num-unused: 1e+09 is outside [0, 100000] ([unused] slots)".
+// A number in [lo, hi] (NaN, inf and 1e999 refused); `what` says what the flag sizes.
+CLI::Validator in_range(double lo, double hi, const std::string& what);
+// Every float flag of every command (CLI11's FLOAT options) refuses NaN and inf, and every integer
+// flag a text that is not a whole number (check_numeric_flags is called once all commands exist).
+CLI::Validator finite_number();
+void check_numeric_flags(CLI::App& app);
+
 // Casing on the data commands (tokenize, create-pretraining-data): --do-lower-case alone or with
 // true|false (the form earlier versions took), or --no-lower-case; "" leaves it to the vocabulary.
 // The value of a true|false flag (tools/tokenize.cpp); anything else fails naming the flag.

@@ -9,6 +9,7 @@
 #include "bertcc/create_pretraining.h"
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
+#include "bertcc/run_lock.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -35,10 +36,11 @@ void add_create_data(CLI::App& app) {
   add_casing_flags(sub, o->lower);
   sub->add_option(flag("--max-seq-length"), o->d.max_seq_length, "default 128")->check(CLI::Range(5, 100000));
   sub->add_option(flag("--max-predictions-per-seq"), o->d.max_predictions_per_seq, "default 20")
-      ->check(CLI::PositiveNumber);
-  sub->add_option(flag("--masked-lm-prob"), o->d.masked_lm_prob, "default 0.15");
-  sub->add_option(flag("--short-seq-prob"), o->d.short_seq_prob, "default 0.1");
-  sub->add_option(flag("--dupe-factor"), o->d.dupe_factor, "default 10")->check(CLI::PositiveNumber);
+      ->check(in_range(1, 100000, "masked positions per sequence"));
+  sub->add_option(flag("--masked-lm-prob"), o->d.masked_lm_prob, "default 0.15")->check(in_range(0, 1, "a probability"));
+  sub->add_option(flag("--short-seq-prob"), o->d.short_seq_prob, "default 0.1")->check(in_range(0, 1, "a probability"));
+  sub->add_option(flag("--dupe-factor"), o->d.dupe_factor, "default 10")
+      ->check(in_range(1, 1000, "copies of the corpus made, each one's instances held in memory"));
   sub->add_option(flag("--seed", {"--random-seed"}), o->d.random_seed, "default 12345 (Google's --random-seed)");
   sub->add_flag(flag("--whole-word-mask"), o->d.whole_word_mask, "mask whole words (all their ## pieces)");
   sub->add_flag(flag("--dynamic-masking"), o->d.dynamic_masking,
@@ -54,14 +56,16 @@ void add_create_data(CLI::App& app) {
     // One job = (input files, output file).
     std::vector<std::pair<std::vector<std::string>, std::string>> jobs;
     FoldersMade output_made;  // a new --output folder is removed again if the run is refused
+    RunLock lock;             // (after output_made: released before the folder is removed)
     if (fs::is_directory(o->input)) {
       check_output_not_input(o->output, "--output", o->input, "--input", /*input_read_whole=*/true);
       std::vector<std::string> files;
       for (const auto& e : fs::directory_iterator(o->input))
-        if (e.is_regular_file()) files.push_back(e.path().string());
+        if (e.is_regular_file() && !is_temp_file_name(e.path().string())) files.push_back(e.path().string());
       std::sort(files.begin(), files.end());
       BERTCC_CHECK(!files.empty(), o->input, ": no input files in the folder");
       output_made.make(o->output);
+      lock = RunLock(o->output, "--output", "create-pretraining-data");
       for (const auto& f : files) jobs.push_back({{f}, (fs::path(o->output) / fs::path(f).stem()).string() + ".h5"});
     } else {
       std::vector<std::string> files;

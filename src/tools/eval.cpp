@@ -1,5 +1,8 @@
 // bertcc eval squad: the official SQuAD v1.1 / v2.0 metrics.
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <set>
 #include <iomanip>
 #include <iostream>
 
@@ -10,7 +13,72 @@
 #include "bertcc/squad_eval.h"
 #include "tools/cli_common.h"
 
+#include <nlohmann/json.hpp>
+
 namespace bertcc::tools {
+
+namespace {
+std::string listed(const std::vector<std::string>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size() && i < 10; ++i) s += (i ? ", " : "") + ids[i];
+  return ids.size() > 10 ? s + ", ... (" + std::to_string(ids.size()) + " in all)" : s;
+}
+
+// Predictions for exactly the data's questions: the official script names each unanswered
+// question (and scores it 0, which hides a truncated or mismatched file); an id the data does not
+// have means the predictions are for another set.
+void check_squad_ids(const std::string& data_path, const std::string& preds_path) {
+  nlohmann::json data, preds;
+  try {
+    data = nlohmann::json::parse(read_text_file(data_path));
+    preds = nlohmann::json::parse(read_text_file(preds_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(data.is_null() ? data_path : preds_path, ": invalid JSON: ", e.what());
+  }
+  BERTCC_CHECK(preds.is_object(), preds_path, ": expected a JSON object {question id: answer text}");
+  BERTCC_CHECK(data.is_object() && data.contains("data") && data["data"].is_array(), data_path,
+               ": expected SQuAD JSON {\"data\": [...]}");
+  std::set<std::string> ids;
+  std::vector<std::string> missing, unknown;
+  for (const auto& article : data["data"])
+    for (const auto& para : article.value("paragraphs", nlohmann::json::array()))
+      for (const auto& qa : para.value("qas", nlohmann::json::array())) {
+        if (!qa.contains("id") || !qa["id"].is_string()) continue;  // (the metrics' reader names it)
+        const std::string id = qa["id"].get<std::string>();
+        ids.insert(id);
+        if (!preds.contains(id)) missing.push_back(id);
+      }
+  for (auto it = preds.begin(); it != preds.end(); ++it)
+    if (!ids.count(it.key())) unknown.push_back(it.key());
+  BERTCC_CHECK(unknown.empty(), preds_path, ": ", unknown.size(), " prediction(s) for question ids that ", data_path,
+               " does not have: ", listed(unknown));
+  BERTCC_CHECK(missing.empty(), preds_path, ": ", missing.size(), " of the ", ids.size(), " questions of ", data_path,
+               " unanswered (no prediction): ", listed(missing),
+               "; a question with no answer (SQuAD 2.0) is predicted as \"\"");
+}
+
+// GLUE labels: a classification task's predictions (and gold labels) are its labels as the GLUE
+// files spell them; STS-B's are finite numbers. `lines`: each entry's line (empty: its position).
+void check_glue_labels(const std::string& task, const std::vector<std::string>& v, const std::string& path,
+                       const std::vector<int64_t>& lines) {
+  const std::vector<std::string> labels = glue_labels(task);
+  const std::set<std::string> known(labels.begin(), labels.end());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string where = lines.empty() ? "example " + std::to_string(i + 1) : "line " + std::to_string(lines[i]);
+    if (labels.empty()) {
+      char* end = nullptr;
+      const double x = std::strtod(v[i].c_str(), &end);
+      BERTCC_CHECK(!v[i].empty() && end == v[i].c_str() + v[i].size() && std::isfinite(x), path, ": ", where, ": '",
+                   v[i], "' is not a finite number (", glue_task(task), " is scored as a regression)");
+      continue;
+    }
+    if (known.count(v[i])) continue;
+    std::string set;
+    for (const auto& l : labels) set += (set.empty() ? "" : ", ") + l;
+    fail(path, ": ", where, ": '", v[i], "' is not a label of ", glue_task(task), " (", set, ")");
+  }
+}
+}  // namespace
 
 void add_eval(CLI::App& app) {
   auto* ev = app.add_subcommand("eval", "Evaluate predictions with the official metrics");
@@ -25,7 +93,10 @@ void add_eval(CLI::App& app) {
   sq->add_option("--predictions", o->preds, "predictions.json {id: answer text}")->required();
   sq->add_option(flag("--na-prob"), o->na, "null_odds.json (v2.0)");
   sq->add_option(flag("--na-prob-thresh"), o->thresh, "predict no answer above this null probability (default 1.0)");
-  sq->callback([o]() { std::cout << evaluate_squad(o->data, o->preds, o->na, o->thresh).dump() << "\n"; });
+  sq->callback([o]() {
+    check_squad_ids(o->data, o->preds);
+    std::cout << evaluate_squad(o->data, o->preds, o->na, o->thresh).dump() << "\n";
+  });
 
   struct GOpts {
     std::string task, data, preds;
@@ -45,6 +116,7 @@ void add_eval(CLI::App& app) {
     std::ifstream in;
     open_text_input(in, g->preds);
     std::string line;
+    std::vector<int64_t> lines;
     int64_t n = 0;
     while (std::getline(in, line)) {
       ++n;
@@ -53,9 +125,12 @@ void add_eval(CLI::App& app) {
       if (n == 1 && line.rfind("index\t", 0) == 0) continue;  // submission header
       const size_t tab = line.find('\t');
       pred.push_back(tab == std::string::npos ? line : line.substr(tab + 1));
+      lines.push_back(n);
     }
     BERTCC_CHECK(pred.size() == gold.size(), g->preds, ": ", pred.size(), " predictions for ", gold.size(),
                  " examples in ", g->data);
+    check_glue_labels(g->task, gold, g->data, {});
+    check_glue_labels(g->task, pred, g->preds, lines);
     std::cout << glue_metrics(g->task, pred, gold).dump() << "\n";
   });
 

@@ -151,7 +151,10 @@ FtSetup ft_setup(const FtCli& o) {
                      : o.no_lower_case ? false
                                        : model_dir_lower_case(o.vocab.empty() ? o.init_checkpoint : "", *s.vocab);
   s.tok = std::make_unique<BertTokenizer>(*s.vocab, lower);
-  if (!o.output_dir.empty() && is_lead()) s.output_made->make(o.output_dir);
+  if (!o.output_dir.empty() && is_lead()) {
+    s.output_made->make(o.output_dir);
+    s.lock = std::make_unique<RunLock>(o.output_dir, "--output-dir", o.lr_find ? "lr-find" : "finetune");
+  }
   return s;
 }
 

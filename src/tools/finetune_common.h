@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bertcc/finetune.h"
+#include "bertcc/run_lock.h"
 #include "bertcc/tokenizer.h"
 #include "tools/cli_common.h"
 
@@ -51,6 +52,8 @@ struct FtSetup {
   std::unique_ptr<BertTokenizer> tok;
   // --output-dir, when this run made it: removed again if the run is refused (it is empty then)
   std::unique_ptr<FoldersMade> output_made = std::make_unique<FoldersMade>();
+  // --output-dir held by this run alone (after output_made: released before an empty folder is removed)
+  std::unique_ptr<RunLock> lock;
   bool has(const char* m) const { return mode.count(m) > 0; }
 };
 FtSetup ft_setup(const FtCli& o);

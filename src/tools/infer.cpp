@@ -111,7 +111,7 @@ std::vector<nlohmann::json> inputs(const std::vector<nlohmann::json>& given) {
   std::string line;
   int64_t n = 0;
   check_stdin_not_directory();
-  while (std::getline(std::cin, line)) {
+  while (read_line(std::cin, line, "stdin", n + 1)) {
     ++n;
     if (n == 1) strip_text_bom(line, "<stdin>");
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
       "form; the underscore spelling works too (--max-seq-length = --max_seq_length). All commands' flags: "
       "docs/flags.md");
   bertcc::tools::show_defaults(app);
+  bertcc::tools::check_numeric_flags(app);  // NaN/inf and non-integers, for every command's flags
   // A fatal error on any rank of a multi-process job ends the whole job with that rank's message.
   // The message goes out in one write: std::cerr is unbuffered, so each << was a write of its own,
   // and the launcher's abort banner (Open MPI prints one when a rank aborts) could land between

@@ -28,13 +28,17 @@ void add_train_vocab(CLI::App& app) {
   auto* sub = app.add_subcommand("train-vocab", "Train a WordPiece vocabulary (BERT vocab.txt layout) from text");
   sub->add_option("--input", o->inputs, "text files or folders (comma-separated or repeated)")->required()->delimiter(',');
   sub->add_option("--output", o->output, "vocab.txt to write")->required();
-  sub->add_option(flag("--vocab-size"), o->t.vocab_size, "total size including special tokens (default 30522)");
+  sub->add_option(flag("--vocab-size"), o->t.vocab_size, "total size including special tokens (default 30522)")
+      ->check(in_range(6, 4000000, "entries of the vocabulary; the largest real ones have about 250,000"));
   sub->add_flag(flag("--do-lower-case"), o->lower,
                 "lower-case and strip accents, as uncased BERT (the default)");
   sub->add_flag(flag("--no-lower-case", {"--cased"}), o->cased, "keep case and accents (a cased vocabulary)");
-  sub->add_option(flag("--min-frequency"), o->t.min_frequency, "minimum pair count to merge (default 2)");
-  sub->add_option(flag("--limit-alphabet"), o->t.limit_alphabet, "most frequent characters kept (default 1000)");
-  sub->add_option(flag("--num-unused"), o->t.num_unused, "[unused*] slots after [PAD] (default 99)");
+  sub->add_option(flag("--min-frequency"), o->t.min_frequency, "minimum pair count to merge (default 2)")
+      ->check(in_range(1, 1e15, "a count"));
+  sub->add_option(flag("--limit-alphabet"), o->t.limit_alphabet, "most frequent characters kept (default 1000)")
+      ->check(in_range(1, 1114112, "characters; Unicode has 1,114,112 code points"));
+  sub->add_option(flag("--num-unused"), o->t.num_unused, "[unused*] slots after [PAD] (default 99)")
+      ->check(in_range(0, 100000, "[unused] slots, each a vocabulary entry"));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->callback([o]() {
     const auto t0 = std::chrono::steady_clock::now();
@@ -46,7 +50,7 @@ void add_train_vocab(CLI::App& app) {
       if (fs::is_directory(in)) {
         std::vector<std::string> found;
         for (const auto& e : fs::recursive_directory_iterator(in))
-          if (e.is_regular_file()) found.push_back(e.path().string());
+          if (e.is_regular_file() && !is_temp_file_name(e.path().string())) found.push_back(e.path().string());
         std::sort(found.begin(), found.end());
         files.insert(files.end(), found.begin(), found.end());
       } else {

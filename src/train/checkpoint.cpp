@@ -179,7 +179,7 @@ nlohmann::ordered_json verified_state(const fs::path& dir, const std::vector<Che
   const std::string state_path = rel(dir, "trainer_state.json");
   nlohmann::ordered_json j;
   try {
-    j = nlohmann::ordered_json::parse(read_file(state_path));
+    j = nlohmann::ordered_json::parse(read_file(state_path, kMaxConfigBytes, "trainer state"));
   } catch (const nlohmann::json::exception& e) {
     throw Refused(state_path + ": not valid JSON (damaged): " + e.what());
   } catch (const std::exception& e) {

@@ -1,7 +1,9 @@
 // DLLogger JSON-lines log (the format NVIDIA's scripts write), shared by the trainers.
 #pragma once
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -16,7 +18,7 @@ namespace bertcc {
 class DLLogger {
  public:
   explicit DLLogger(const std::string& path) : out_(path, std::ios::app) {
-    BERTCC_CHECK(out_, path, ": cannot open log file");
+    BERTCC_CHECK(out_, path, ": cannot open log file: ", std::strerror(errno));
   }
   void log(const nlohmann::ordered_json& step, const nlohmann::ordered_json& data, const char* type = "LOG") {
     const auto now = std::chrono::system_clock::now();

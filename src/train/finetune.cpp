@@ -18,6 +18,7 @@
 #include "bertcc/error.h"
 #include "bertcc/signals.h"
 #include "bertcc/fileio.h"
+#include "bertcc/inference.h"
 #include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/ner.h"
@@ -115,6 +116,9 @@ class Finetuning {
   void early_line(double step_loss, double wall);
   void run_eval(const nlohmann::ordered_json& epochs_done, const char* when);
   void save();
+  std::string checkpoint_note() const;
+  void check_converging(const char* before) const;
+  void check_outputs_finite();
   FinetuneResult finish();
   double epochs_done(int64_t s) const { return static_cast<double>(s) / static_cast<double>(steps_per_epoch); }
   void clear_bar() const {
@@ -263,8 +267,14 @@ void Finetuning::save() {
 // that --max-steps ends within an epoch), as the step lines and Hugging Face's logs count them
 void Finetuning::run_eval(const nlohmann::ordered_json& epochs, const char* when) {
   if (!eval) return;
+  check_converging("evaluating");
   if (watchdog) watchdog->beat("evaluation", step, /*paused=*/true);
-  EvalResult r = eval(model);
+  EvalResult r;
+  try {  // a model whose outputs are not finite has diverged: it scores nothing and is never the best
+    r = eval(model);
+  } catch (const Error& e) {
+    fail("finetune: the evaluation after step ", step, " failed: ", e.what(), checkpoint_note());
+  }
   r.metrics["epoch"] = epochs;
   r.metrics["step"] = step;
   res.last_eval = r.metrics;
@@ -286,6 +296,33 @@ void Finetuning::run_eval(const nlohmann::ordered_json& epochs, const char* when
   }
   comm.barrier();
   if (watchdog) watchdog->beat("after evaluation", step);
+}
+
+// Where the last good state is, for the messages of a run that diverged.
+std::string Finetuning::checkpoint_note() const {
+  return o.num_steps_per_checkpoint > 0 ? "; the newest checkpoint in " + o.output_dir + "/checkpoints is the last good state"
+                                        : std::string("; no final model written");
+}
+
+// The last steps were skipped as non-finite (too few for --max-nonfinite-steps to stop the run):
+// the run diverged; it must not evaluate, keep a best model or write a final one.
+void Finetuning::check_converging(const char* before) const {
+  const int64_t bad = step_fn ? step_fn->nonfinite_run() : 0;
+  BERTCC_CHECK(bad == 0, "finetune: the run diverged at step ", step - bad + 1, " (the last ", bad,
+               " step(s) had a non-finite loss or gradients: try a lower learning rate); stopping before ", before,
+               checkpoint_note());
+}
+
+// Finite weights can still give non-finite outputs (weights near 1e30 overflow the forward pass):
+// the final model's logits on a few training examples must be finite.
+void Finetuning::check_outputs_finite() {
+  std::vector<FtFeature> probe(train.begin(), train.begin() + std::min<int64_t>(n, 8));
+  try {
+    (void)predict_logits(model, probe, static_cast<int64_t>(probe.size()), o.precision);
+  } catch (const Error& e) {
+    fail("finetune: not writing the final model to ", o.output_dir, ": training ", e.what(),
+         "; the run diverged: try a lower learning rate", checkpoint_note());
+  }
 }
 
 // The training step: AdamW over the one model.
@@ -427,6 +464,8 @@ FinetuneResult Finetuning::finish() {
     res.stopped = true;
     return res;
   }
+  check_converging("writing the final model");
+  check_outputs_finite();  // (every rank: the logits are gathered)
   watchdog->beat("saving the model", step);
   if (!lead) {
     comm.barrier();  // wait for rank 0's files before exiting

@@ -130,11 +130,12 @@ void TrainStep::update(float lr, double norm, dist::Watchdog* watchdog, int64_t 
 
 // A non-finite step is skipped and, with dynamic scaling, the scale halves. Divergence: too many in
 // a row (with dynamic scaling, once the scale is down to 1) end the run.
-void TrainStep::skip(double loss, double gnorm) {
+void TrainStep::skip(double loss, double gnorm, int64_t label) {
   if (comm_.rank() == 0 && o_.on_skip) o_.on_skip(loss, gnorm);
   if (!ls_.dynamic || *ls_.scale <= 1.0) ++bad_run_;
   BERTCC_CHECK(bad_run_ < o_.max_nonfinite_steps, o_.who, ": ", bad_run_,
-               " consecutive steps with a non-finite loss or gradients ", o_.diverged_note);
+               " consecutive steps with a non-finite loss or gradients (diverged at step ", label - bad_run_ + 2,
+               ") ", o_.diverged_note);
   if (ls_.dynamic) *ls_.scale = std::max(1.0, *ls_.scale / 2);
   *ls_.clean_steps = 0;
 }
@@ -156,7 +157,7 @@ StepResult TrainStep::run(int64_t count, const std::function<void(int64_t)>& mic
   // The check for inf/NaN, then the fp16 loss scale's unscaling.
   r.gnorm = grad_norm();
   if (!std::isfinite(r.gnorm) || !std::isfinite(r.loss)) {
-    skip(r.loss, r.gnorm);
+    skip(r.loss, r.gnorm, label);
     return r;  // (applied stays false)
   }
   bad_run_ = 0;

@@ -86,6 +86,10 @@ class TrainStep {
   StepResult run(int64_t count, const std::function<void(int64_t a)>& micro_batch,
                  const std::function<double()>& reduce_loss, float lr, dist::Watchdog* watchdog, int64_t label);
 
+  // Consecutive steps (up to the last) whose loss or gradients were not finite and were skipped;
+  // a run must not end, evaluate or save a model while this is above 0 (the model has diverged).
+  int64_t nonfinite_run() const { return bad_run_; }
+
   // The time the gradient sync waited for communication, summed since the last take.
   double take_wait_seconds() {
     const double s = wait_s_;
@@ -101,7 +105,7 @@ class TrainStep {
   double grad_norm();
   void unscale(float factor);
   void update(float lr, double norm, dist::Watchdog* watchdog, int64_t label);
-  void skip(double loss, double gnorm);
+  void skip(double loss, double gnorm, int64_t label);
 
   dist::Communicator& comm_;
   Backend& be_;

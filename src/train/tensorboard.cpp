@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -61,7 +62,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   ::gethostname(host, sizeof host - 1);
   path_ = dir + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host;
   f_ = std::fopen(path_.c_str(), "ab");
-  BERTCC_CHECK(f_, path_, ": cannot create TensorBoard event file");
+  BERTCC_CHECK(f_, path_, ": cannot create TensorBoard event file: ", std::strerror(errno));
   std::string ev;
   fixed(ev, 1, 1, now_seconds());
   bytes_field(ev, 3, "brain.Event:2");

@@ -20,6 +20,7 @@
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/pretrain_data.h"
+#include "bertcc/run_lock.h"
 #include "bertcc/runtime.h"
 #include "bertcc/tensorboard.h"
 #include "bertcc/tokenizer.h"
@@ -235,6 +236,7 @@ class Pretraining {
   bool dev = false;  // weights, gradients and moments on a device
   std::unique_ptr<dist::DeviceCommunicator> dcomm;
   // the model's files
+  RunLock run_lock;  // (first: released after every file of the run is closed)
   std::string resume_dir, config, generator_config, vocab_path;
   bool resume_electra = false;
   std::unique_ptr<Vocab> vocab;
@@ -281,6 +283,7 @@ void Pretraining::start() {
   dcomm = dev ? make_device_comm(comm, o.dp, *be, "pretrain") : nullptr;
   if (lead) {
     std::filesystem::create_directories(o.output_dir);
+    run_lock = RunLock(o.output_dir, "--output-dir", "pretrain");
     std::cerr << (dev ? be->describe() : describe_backend(prec == Precision::BF16)) << "\n";
   }
   resolve_model_files();
@@ -541,6 +544,10 @@ void Pretraining::open_logs() {
 void Pretraining::evaluate() { pm.electra ? evaluate_electra() : evaluate_bert(); }
 
 void Pretraining::report_eval(const nlohmann::ordered_json& d) {
+  const double loss = d.contains("eval.loss") ? d["eval.loss"].get<double>() : 0.0;
+  BERTCC_CHECK(std::isfinite(loss), "pretrain: the evaluation at step ", label(), " has a non-finite loss (", loss,
+               "): the run diverged; stopping without a final model: the newest checkpoint in ", o.output_dir,
+               "/checkpoints is the last good state");
   last_eval = d;
   log->log({st.cursor.epoch, label()}, d);
 }
@@ -817,6 +824,12 @@ void Pretraining::finish(bool stopped) {
     return;
   }
   watchdog->beat("the final evaluation and save", label());
+  // The last steps were skipped as non-finite: the run diverged, though too late for
+  // --max-nonfinite-steps to stop it; no evaluation, no final model, and exit 1.
+  const int64_t bad = stopped ? 0 : step->nonfinite_run();
+  BERTCC_CHECK(bad == 0, "pretrain: the run diverged at step ", label() - bad + 1, " (the last ", bad,
+               " step(s) had a non-finite loss or gradients); stopping without a final model: the newest checkpoint in ",
+               o.output_dir, "/checkpoints is the last good state");
   if (eval_loader && st.step >= o.max_steps) evaluate();
   save();
   if (lead) {
