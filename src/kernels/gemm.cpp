@@ -281,6 +281,7 @@ static void linear_forward_rows_bf16(float* y, const float* x, const float* W, c
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                     Precision p, const bf16_t* W16, const bf16_t* x16) {
+  if (p == Precision::I8) p = Precision::F32;  // what int8 inference keeps in fp32 (the pooler, the heads)
   if (row_gemm_active()) {
     if (p == Precision::F32) return linear_forward_rows(y, x, W, b, M, N, K);
     if (p == Precision::BF16 && !onednn_bf16_matmul())

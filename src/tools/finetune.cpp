@@ -219,7 +219,7 @@ void print_eval_metrics(const nlohmann::ordered_json& metrics, const std::string
 }
 
 void record_fine_tuned_length(const std::string& output_dir, int max_seq_length) {
-  for (const std::string dir : {output_dir, join_path(output_dir, "best")}) {
+  for (const std::string& dir : {output_dir, join_path(output_dir, "best")}) {
     const std::string path = join_path(dir, "tokenizer_config.json");
     if (!file_exists(path)) continue;
     nlohmann::ordered_json j;
