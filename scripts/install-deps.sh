@@ -10,7 +10,7 @@ set -eu
 PKGS="cmake g++ make pkg-config libdnnl-dev libhdf5-dev libutf8proc-dev nlohmann-json3-dev \
 libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev libbz2-dev \
 python3-torch python3-numpy python3-h5py libopenblas0-pthread openmpi-bin libopenmpi-dev \
-clang libclang-rt-14-dev libboost-dev wrk chromium"
+clang libclang-rt-14-dev libboost-dev wrk chromium universal-ctags"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
