@@ -24,9 +24,11 @@ std::string listed(const std::vector<std::string>& ids) {
   return ids.size() > 10 ? s + ", ... (" + std::to_string(ids.size()) + " in all)" : s;
 }
 
-// Predictions for exactly the data's questions: the official script names each unanswered
-// question (and scores it 0, which hides a truncated or mismatched file); an id the data does not
-// have means the predictions are for another set.
+// Predictions for every one of the data's questions: the official script names each unanswered
+// question and scores it 0, which hides a truncated or mismatched file, so a missing answer is an
+// error naming the ids. Predictions for ids the data lacks are ignored with a note naming them, as
+// the official script ignores them (a full predictions file scored on an excerpt of the data),
+// unless answers are missing too: then the file is for another set, and both lists are named.
 void check_squad_ids(const std::string& data_path, const std::string& preds_path) {
   nlohmann::json data, preds;
   try {
@@ -50,11 +52,15 @@ void check_squad_ids(const std::string& data_path, const std::string& preds_path
       }
   for (auto it = preds.begin(); it != preds.end(); ++it)
     if (!ids.count(it.key())) unknown.push_back(it.key());
-  BERTCC_CHECK(unknown.empty(), preds_path, ": ", unknown.size(), " prediction(s) for question ids that ", data_path,
-               " does not have: ", listed(unknown));
+  const std::string unknown_text = std::to_string(unknown.size()) + " prediction(s) for question ids that " +
+                                   data_path + " does not have: " + listed(unknown);
   BERTCC_CHECK(missing.empty(), preds_path, ": ", missing.size(), " of the ", ids.size(), " questions of ", data_path,
                " unanswered (no prediction): ", listed(missing),
-               "; a question with no answer (SQuAD 2.0) is predicted as \"\"");
+               "; a question with no answer (SQuAD 2.0) is predicted as \"\"",
+               unknown.empty() ? "" : "; and " + unknown_text);
+  if (!unknown.empty())
+    std::cerr << "eval squad: note: " << preds_path << ": " << unknown_text
+              << " (ignored, as the official script ignores them)\n";
 }
 
 // GLUE labels: a classification task's predictions (and gold labels) are its labels as the GLUE

@@ -70,10 +70,16 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option(flag("--max-grad-norm"), o.max_grad_norm, "gradient clipping (global norm; <= 0 disables)");
   sub->add_flag(flag("--no-bias-correction"), o.no_bias_correction,
                 "AdamW without bias correction (BertAdam, as NVIDIA's run_squad.py)");
-  sub->add_option("--precision", o.precision,
-                  "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | bf16 (fp32 master weights) | fp32 | int8 (--mode eval/prediction only, CPU: the encoder's "
-                  "linear layers quantized to int8; the rest fp32)")
-      ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
+  const std::string auto_help =
+      "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | bf16 (fp32 master "
+      "weights) | fp32";
+  if (lrf)  // the range test trains: no int8
+    sub->add_option("--precision", o.precision, auto_help)->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  else
+    sub->add_option("--precision", o.precision,
+                    auto_help + " | int8 (--mode eval/prediction only, CPU: the encoder's linear layers quantized to "
+                                "int8; the rest fp32)")
+        ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
   sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout");
   sub->add_option(flag("--freeze-layers"), o.freeze_layers,
                   "train only the top N encoder layers and the head (NVAITC fine_tune_layers); -1 = all");
