@@ -96,9 +96,10 @@ nlohmann::ordered_json ner_metrics(const std::vector<std::vector<std::string>>& 
 }
 
 std::string ner_classification_report(const nlohmann::ordered_json& m, int digits) {
-  BERTCC_CHECK(m.is_object() && m.contains("per_type") && m["per_type"].is_object(),
+  BERTCC_CHECK(m.is_object() && m.contains("per_type") && (m["per_type"].is_object() || m["per_type"].is_null()),
                "classification report: the metrics have no per_type");
-  const auto& per = m["per_type"];
+  // null: data without entities (every tag O): a table of the averages alone
+  const nlohmann::ordered_json per = m["per_type"].is_null() ? nlohmann::ordered_json::object() : m["per_type"];
   size_t width = std::string("weighted avg").size();
   for (const auto& [t, v] : per.items()) width = std::max(width, t.size());
   width = std::max(width, static_cast<size_t>(digits));
