@@ -71,7 +71,8 @@ TEST(Settings, BadValuesNameTheVariable) {
                                                   {"BERTCC_ATTENTION_FWD_MIN_BLOCKS", "2"},
                                                   {"BERTCC_ATTENTION_SKIP_PADDING", "off"},
                                                   {"BERTCC_CUDA_VARLEN", "no"}};
-  for (const auto& [name, value] : bad) {
+  for (const auto& nv : bad) {
+    const std::string name = nv.first, value = nv.second;  // (clang 14: no structured bindings in lambdas)
     const std::string e = error_of([&] { parse({{name, value}}); });
     EXPECT_NE(e.find(name + ": '" + value + "' is not "), std::string::npos) << e;
   }
