@@ -53,16 +53,16 @@ Runtime& rt() {
 
 // Copies a (batch of) row-major [rows, cols] blocks with leading dimension ld to a compact buffer,
 // converting each element with `cvt` (fp32 -> bf16 for bf16 GEMMs, fp32 -> fp16 -> fp32 for the
-// fp16 emulation).
-template <typename T, typename Cvt>
-void pack(const float* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld, std::vector<T>& dst,
+// fp16 emulation, bf16 -> fp32 for the bf16 emulation).
+template <typename S, typename T, typename Cvt>
+void pack(const S* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld, std::vector<T>& dst,
           Cvt cvt) {
   dst.resize(static_cast<size_t>(batch * rows * cols));
   T* out = dst.data();
 #pragma omp parallel for collapse(2) schedule(static) if (batch * rows * cols > 65536)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t r = 0; r < rows; ++r) {
-      const float* s = src + b * stride + r * ld;
+      const S* s = src + b * stride + r * ld;
       T* d = out + (b * rows + r) * cols;
       for (int64_t c = 0; c < cols; ++c) d[c] = cvt(s[c]);
     }
@@ -70,6 +70,7 @@ void pack(const float* src, int64_t batch, int64_t stride, int64_t rows, int64_t
 const auto to_bf16_elem = [](float x) { return f32_to_bf16(x); };
 const auto round_f16_elem = [](float x) { return f16_to_f32(f32_to_f16(x)); };
 const auto round_bf16_elem = [](float x) { return bf16_to_f32(f32_to_bf16(x)); };
+const auto widen_bf16_elem = [](bf16_t x) { return bf16_to_f32(x); };
 
 dnnl::memory::desc md(dt t, int64_t batch, int64_t rows, int64_t cols, int64_t bstride, int64_t rstride,
                       int64_t cstride) {
@@ -145,19 +146,12 @@ static void gemm_bf16_emulated(const GemmArgs& g) {
   thread_local std::vector<float> a32, b32;
   const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
   const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
-  auto widen = [](const bf16_t* src, int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld,
-                  std::vector<float>& dst) {
-    dst.resize(static_cast<size_t>(batch * rows * cols));
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) dst[(b * rows + r) * cols + c] = bf16_to_f32(src[b * stride + r * ld + c]);
-  };
   if (g.A16)
-    widen(g.A16, g.batch, g.stride_a, a_rows, a_cols, g.lda, a32);
+    pack(g.A16, g.batch, g.stride_a, a_rows, a_cols, g.lda, a32, widen_bf16_elem);
   else
     pack(g.A, g.batch, g.stride_a, a_rows, a_cols, g.lda, a32, round_bf16_elem);
   if (g.B16)
-    widen(g.B16, g.batch, g.stride_b, b_rows, b_cols, g.ldb, b32);
+    pack(g.B16, g.batch, g.stride_b, b_rows, b_cols, g.ldb, b32, widen_bf16_elem);
   else
     pack(g.B, g.batch, g.stride_b, b_rows, b_cols, g.ldb, b32, round_bf16_elem);
   GemmArgs h = g;
@@ -269,13 +263,14 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
 static void linear_forward_rows_bf16(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,
                                      int64_t K, const bf16_t* W16, const bf16_t* x16) {
   thread_local std::vector<float> x32, w32;
-  auto widen = [](const float* f, const bf16_t* h, int64_t n, std::vector<float>& dst) {
-    dst.resize(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n > 65536 && !omp_in_parallel())
-    for (int64_t i = 0; i < n; ++i) dst[i] = h ? bf16_to_f32(h[i]) : bf16_to_f32(f32_to_bf16(f[i]));
-  };
-  widen(x, x16, M * K, x32);
-  widen(W, W16, N * K, w32);
+  if (x16)
+    pack(x16, 1, 0, M, K, K, x32, widen_bf16_elem);
+  else
+    pack(x, 1, 0, M, K, K, x32, round_bf16_elem);
+  if (W16)
+    pack(W16, 1, 0, N, K, K, w32, widen_bf16_elem);
+  else
+    pack(W, 1, 0, N, K, K, w32, round_bf16_elem);
   linear_forward_rows(y, x32.data(), w32.data(), b, M, N, K);
 }
 
