@@ -40,7 +40,8 @@ BENCHMARK(BM_LinearF32)->ArgsProduct({{0, 1}, {0, 1, 2, 3}})->Unit(benchmark::kM
 void BM_LayerNorm(benchmark::State& st) {
   auto x = filled(N * C, 0.5f), w = filled(C, 1.0f), b = filled(C, 0.0f), y = filled(N * C, 0), m = filled(N, 0),
        r = filled(N, 0);
-  for (auto _ : st) kernels::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C, 1e-12f);
+  for (auto _ : st)
+    kernels::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C, 1e-12f);
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * N * C * 8);
 }
 BENCHMARK(BM_LayerNorm)->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -62,7 +63,8 @@ BENCHMARK(BM_Dropout)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_Attention(benchmark::State& st) {
   const Precision p = st.range(0) ? Precision::BF16 : Precision::F32;
-  auto qkv = filled(N * 3 * C, 0.01f), out = filled(N * C, 0), probs = filled(kernels::attention_saved_size(B, T, C, NH, true, p), 0),
+  auto qkv = filled(N * 3 * C, 0.01f), out = filled(N * C, 0),
+       probs = filled(kernels::attention_saved_size(B, T, C, NH, true, p), 0),
        work = filled(kernels::attention_work_size(B, T, C, NH), 0), mask = filled(N, 0);
   Rng rng{1, 0};
   for (auto _ : st)

@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char* tasks[] = {"sst-2", "mrpc", "sts-b", "mnli", "qqp"};
   bertcc::fuzz::expect_ok_or_error([&] {
     if (pick < 5) {
-      for (auto split : {bertcc::GlueSplit::Labelled, bertcc::GlueSplit::Test}) bertcc::read_glue(tasks[pick], path, split);
+      for (auto split : {bertcc::GlueSplit::Labelled, bertcc::GlueSplit::Test})
+        bertcc::read_glue(tasks[pick], path, split);
     } else if (pick < 7) {
       bool v2 = false;
       bertcc::read_squad(path, pick == 5, &v2);

@@ -37,7 +37,8 @@ int start_server() {
   // destructor while its run() goes on in the detached thread below (a crash at exit that libFuzzer
   // reported against whatever input came last: the empty one in CI).
   static Server& svr = *new Server(lim);
-  svr.route("GET", "/health", [](const Request&, Response& r) { r.set_content("{}", "application/json"); }, true);
+  svr.route(
+      "GET", "/health", [](const Request&, Response& r) { r.set_content("{}", "application/json"); }, true);
   svr.route("POST", "/echo", [](const Request& q, Response& r) {
     r.set_content(q.body, q.has_header("Content-Type") ? q.get_header_value("Content-Type") : "text/plain");
   });

@@ -7,6 +7,8 @@
 #   2. The device seam runs one way: no file under src/backend includes cuda/.
 #   3. Settings in one place: every BERTCC_* variable read in src/ is listed in docs/flags.md, and
 #      only src/core/settings.cpp reads the environment's BERTCC_* variables.
+#   4. One format: every tracked C++/CUDA file is as clang-format (14, the project's .clang-format)
+#      writes it. Fix with: git ls-files '*.cpp' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
 # Usage: scripts/check-structure.sh [REPO_ROOT]   (default: this script's repository)
 set -u
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -16,6 +18,10 @@ MAX=120
 KERNELS="src/cuda/attention/tensor_core_kernels.cuh:fwd"
 command -v ctags > /dev/null && ctags --version 2>/dev/null | grep -q 'Universal Ctags' || {
   echo "check-structure: needs universal-ctags (apt-get install universal-ctags)" >&2
+  exit 2
+}
+command -v clang-format > /dev/null || {
+  echo "check-structure: needs clang-format (apt-get install clang-format)" >&2
   exit 2
 }
 bad=0
@@ -28,7 +34,7 @@ long=$(ctags --languages=C++ --langmap=C++:+.cu.cuh --kinds-C++=f --fields=+ne -
 if [ -n "$long" ]; then
   echo "$long" | while read -r n file line name; do
     if [ "$name" = "__launch_bounds__" ]; then
-      name=$(sed -n "${line}p" "$file" | sed -E 's/.*__launch_bounds__\([^)]*\) *([A-Za-z_][A-Za-z_0-9]*) *\(.*/\1/')
+      name=$(sed -n "${line},$((line + 1))p" "$file" | tr '\n' ' ' | sed -E 's/.*__launch_bounds__\([^)]*\) *([A-Za-z_][A-Za-z_0-9]*) *\(.*/\1/')
     fi
     case " $KERNELS " in
       *" $file:$name "*) continue ;;
@@ -62,5 +68,13 @@ if [ -n "$env_reads" ]; then
   bad=1
 fi
 
-[ $bad = 0 ] && echo "check-structure: OK (functions <= $MAX lines but the listed kernels; src/backend names no cuda/; every BERTCC_* in docs/flags.md)"
+# 4. Format (clang-format's own report names file:line:column for each place)
+fmt=$(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh' | xargs clang-format --dry-run 2>&1 | grep -E 'warning:' | sed 's/ warning:.*//')
+if [ -n "$fmt" ]; then
+  echo "$fmt" | head -50 | sed 's/^/not clang-formatted: /'
+  echo "($(echo "$fmt" | wc -l) places; fix with: git ls-files '*.cpp' '*.h' '*.cu' '*.cuh' | xargs clang-format -i)"
+  bad=1
+fi
+
+[ $bad = 0 ] && echo "check-structure: OK (functions <= $MAX lines but the listed kernels; src/backend names no cuda/; every BERTCC_* in docs/flags.md; clang-format clean)"
 exit $bad

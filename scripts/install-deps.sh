@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages bertcc needs, only those that are missing.
 # openmpi-bin, libopenmpi-dev: the MPI communicator (mpirun; the data-parallel tests).
-# clang, libclang-rt-14-dev: libFuzzer for make fuzz.
+# clang, libclang-rt-14-dev: libFuzzer for make fuzz. universal-ctags, clang-format: scripts/check-structure.sh.
 # libboost-dev: bertcc serve (Boost.Beast, headers only); wrk: its load benchmark; chromium: the page test (with npm
 # playwright-core in tests/serve/page).
 # libopenblas0-pthread: Debian's torch (the test reference and benchmark peer) links the generic
@@ -10,7 +10,7 @@ set -eu
 PKGS="cmake g++ make pkg-config libdnnl-dev libhdf5-dev libutf8proc-dev nlohmann-json3-dev \
 libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev libbz2-dev \
 python3-torch python3-numpy python3-h5py libopenblas0-pthread openmpi-bin libopenmpi-dev \
-clang libclang-rt-14-dev libboost-dev wrk chromium universal-ctags"
+clang libclang-rt-14-dev libboost-dev wrk chromium universal-ctags clang-format"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -67,7 +67,8 @@ TEST(DataParallel, StepSlicesOfAnyWorldSizeFormTheGlobalOrder) {
         const int64_t A = per_step / world;
         std::vector<std::unique_ptr<PretrainLoader>> loaders;
         std::vector<DataCursor> cur(static_cast<size_t>(world));
-        for (int64_t r = 0; r < world; ++r) loaders.push_back(std::make_unique<PretrainLoader>(shards, 4, 5, m, 0, 1, bins));
+        for (int64_t r = 0; r < world; ++r)
+          loaders.push_back(std::make_unique<PretrainLoader>(shards, 4, 5, m, 0, 1, bins));
         size_t k = 0;
         for (int64_t s = 0; s < steps; ++s)
           for (int64_t r = 0; r < world; ++r) {
@@ -98,7 +99,8 @@ TEST(DataParallel, StepSlicesOfAnyWorldSizeFormTheGlobalOrder) {
         for (int64_t s0 = 1; s0 < steps; ++s0) {
           std::vector<std::unique_ptr<PretrainLoader>> fresh;
           std::vector<DataCursor> rc(static_cast<size_t>(world), step_cursors[size_t(s0 - 1)]);
-          for (int64_t r = 0; r < world; ++r) fresh.push_back(std::make_unique<PretrainLoader>(shards, 4, 5, m, 0, 1, bins));
+          for (int64_t r = 0; r < world; ++r)
+            fresh.push_back(std::make_unique<PretrainLoader>(shards, 4, 5, m, 0, 1, bins));
           size_t kk = size_t(s0 * per_step);
           for (int64_t s = s0; s < steps; ++s)
             for (int64_t r = 0; r < world; ++r)
@@ -158,7 +160,7 @@ TEST(DataParallel, GradSyncSumsSeparateGradientsInOrder) {
       std::fill(grads.begin(), grads.end(), 0.0f);
       for (size_t a = 0; a < A; ++a) {
         sync.before(int64_t(a), int64_t(A), grads);
-        for (float g : grads) ASSERT_EQ(g, 0.0f);               // each backward starts from zero
+        for (float g : grads) ASSERT_EQ(g, 0.0f);                // each backward starts from zero
         for (size_t i = 0; i < 3; ++i) grads[i] += micro[a][i];  // "backward adds into grads"
         sync.ready_from(1);
         sync.after(int64_t(a), int64_t(A), grads);

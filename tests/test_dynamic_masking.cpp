@@ -19,7 +19,10 @@ UnmaskedShard shard(int64_t N, int64_t S) {
     const int64_t len = 8 + (r * 7) % (S - 8);
     for (int64_t t = 0; t < S; ++t) {
       const bool in = t < len;
-      const int32_t id = !in ? 0 : (t == 0 ? 101 : (t == len / 2 || t == len - 1) ? 102 : 1000 + int32_t((r * 31 + t) % 500));
+      const int32_t id = !in ? 0
+                             : (t == 0                           ? 101
+                                : (t == len / 2 || t == len - 1) ? 102
+                                                                 : 1000 + int32_t((r * 31 + t) % 500));
       s.input_ids.push_back(id);
       s.input_mask.push_back(in);
       s.segment_ids.push_back(in && t > len / 2);
@@ -90,7 +93,8 @@ TEST(DynamicMasking, EpochOrderIsAPermutationWithLengthBins) {
 
 TEST(DynamicMasking, ShardRoundTrip) {
   const UnmaskedShard s = shard(9, 32);
-  const auto path = (std::filesystem::temp_directory_path() / ("bertcc_unmasked_" + std::to_string(getpid()) + ".h5")).string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / ("bertcc_unmasked_" + std::to_string(getpid()) + ".h5")).string();
   write_unmasked_shard(path, s);
   EXPECT_TRUE(is_unmasked_shard(path));
   const UnmaskedShard r = read_unmasked_shard(path);

@@ -4,8 +4,8 @@
 // (ONEDNN_MAX_CPU_ISA=AVX2: no VNNI, the saturating vpmaddubsw path). And --precision auto's choice.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -73,7 +73,7 @@ TEST(Int8, QuantizationRoundTrip) {
   const int64_t M = 5, K = 97;
   std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * K), 3, 2.0f);
   for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(3 * K + k)] = 0.0f;  // a row of zeros
-  x[static_cast<size_t>(4 * K + 5)] = 1e6f;                                   // an outlier
+  x[static_cast<size_t>(4 * K + 5)] = 1e6f;                                  // an outlier
   for (int qmax : {kInt8WeightMax, kInt8ActivationMax}) {
     std::vector<int8_t> q(static_cast<size_t>(M * K));
     std::vector<float> s(static_cast<size_t>(M));

@@ -1,12 +1,11 @@
 // safetensors, config, HDF5 shards and model directories: round trips and bad files.
 #include <gtest/gtest.h>
-#include <algorithm>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "bertcc/config.h"
@@ -26,9 +25,7 @@ namespace {
 using bertcc::testing::error_of;
 using bertcc::testing::TmpDir;
 
-void write_raw(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_raw(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 BertConfig tiny_config() {
   BertConfig c;
@@ -58,8 +55,9 @@ TEST(Safetensors, RoundTripAllFloatTypes) {
     std::vector<float> back(15);
     f.read_f32(*ta, back.data());
     for (size_t i = 0; i < back.size(); ++i) {
-      const float want = t == DType::F32 ? a[i] : t == DType::BF16 ? bf16_to_f32(f32_to_bf16(a[i]))
-                                                                     : f16_to_f32(f32_to_f16(a[i]));
+      const float want = t == DType::F32    ? a[i]
+                         : t == DType::BF16 ? bf16_to_f32(f32_to_bf16(a[i]))
+                                            : f16_to_f32(f32_to_f16(a[i]));
       EXPECT_EQ(back[i], want);
     }
   }
@@ -156,8 +154,7 @@ TEST(ModelDir, SaveLoadRoundTripAndErrors) {
   w[0].shape = {29, 11};
   write_safetensors(d / "shape.safetensors", w);
   e = error_of([&] { load_weights(*back, d / "shape.safetensors"); });
-  EXPECT_NE(e.find("'bert.embeddings.word_embeddings.weight' has shape [29,11], expected [29,12]"),
-            std::string::npos)
+  EXPECT_NE(e.find("'bert.embeddings.word_embeddings.weight' has shape [29,11], expected [29,12]"), std::string::npos)
       << e;
   // No model file at all.
   fs::create_directories(d / "empty");
@@ -185,7 +182,9 @@ TEST(ModelDir, AcceptsBertModelNamesWithoutPrefix) {
 TEST(PretrainShard, RoundTripAndNvidiaLabelRule) {
   TmpDir d;
   PretrainShard s;
-  s.N = 2; s.S = 6; s.P = 3;
+  s.N = 2;
+  s.S = 6;
+  s.P = 3;
   s.input_ids = {2, 5, 7, 9, 3, 0, 2, 8, 8, 3, 0, 0};
   s.input_mask = {1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0, 0};
   s.segment_ids = {0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0};
@@ -199,8 +198,11 @@ TEST(PretrainShard, RoundTripAndNvidiaLabelRule) {
   EXPECT_EQ(r.masked_lm_positions, s.masked_lm_positions);
   BertBatch b = make_pretrain_batch(r, 0, 2, "s.h5");
   std::vector<int32_t> want(12, -1);
-  want[1] = 11; want[3] = 12;                 // row 0 stops at the 0 entry (13 is never used)
-  want[6 + 2] = 21; want[6 + 1] = 22; want[6 + 3] = 23;
+  want[1] = 11;
+  want[3] = 12;  // row 0 stops at the 0 entry (13 is never used)
+  want[6 + 2] = 21;
+  want[6 + 1] = 22;
+  want[6 + 3] = 23;
   EXPECT_EQ(b.mlm_labels, want);
   EXPECT_EQ(b.nsp_labels, (std::vector<int32_t>{1, 0}));
 
@@ -231,18 +233,22 @@ TEST(FileIo, OutputThatIsAnInputIsRefused) {
   fs::create_directories(d / "dir");
   fs::create_symlink(d / "corpus.txt", d / "link.txt");
   fs::create_hard_link(d / "corpus.txt", d / "hard.txt");
-  const std::string msg = error_of([&] { check_output_not_input(d / "corpus.txt", "--output", d / "corpus.txt", "--input"); });
+  const std::string msg =
+      error_of([&] { check_output_not_input(d / "corpus.txt", "--output", d / "corpus.txt", "--input"); });
   EXPECT_NE(msg.find("--output " + d / "corpus.txt" + " is the input --input " + d / "corpus.txt"), std::string::npos)
       << msg;
   EXPECT_NE(error_of([&] { check_output_not_input(d / "link.txt", "--output", d / "corpus.txt", "--input"); }), "");
   EXPECT_NE(error_of([&] { check_output_not_input(d / "hard.txt", "--output", d / "corpus.txt", "--input"); }), "");
-  EXPECT_NE(error_of([&] { check_output_not_input(d / "dir/../corpus.txt", "--output", d / "corpus.txt", "--input"); }), "");
+  EXPECT_NE(error_of([&] { check_output_not_input(d / "dir/../corpus.txt", "--output", d / "corpus.txt", "--input"); }),
+            "");
   EXPECT_NE(error_of([&] { check_output_not_input(d / "dir/", "--output-dir", d / "dir", "--init-checkpoint"); }), "");
   EXPECT_NE(error_of([&] { check_output_not_input(d / "dir", "--output-dir", d / "dir/", "--init-checkpoint"); }), "");
   // inside an input folder: refused only where the folder is read whole
-  const std::string inside = error_of([&] { check_output_not_input(d / "dir/out/v.txt", "--output", d / "dir", "--input", true); });
+  const std::string inside =
+      error_of([&] { check_output_not_input(d / "dir/out/v.txt", "--output", d / "dir", "--input", true); });
   EXPECT_NE(inside.find("lies inside the input folder --input " + d / "dir"), std::string::npos) << inside;
-  EXPECT_EQ(error_of([&] { check_output_not_input(d / "dir/out", "--output-dir", d / "dir", "--init-checkpoint"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_not_input(d / "dir/out", "--output-dir", d / "dir", "--init-checkpoint"); }),
+            "");
   EXPECT_EQ(error_of([&] { check_output_not_input(d / "dir2/x", "--output", d / "dir", "--input", true); }), "");
   EXPECT_EQ(error_of([&] { check_output_not_input(d / "new.h5", "--output", d / "corpus.txt", "--input"); }), "");
   EXPECT_EQ(error_of([&] { check_output_not_input(d / "out", "--output-dir", "", "--vocab"); }), "");
@@ -309,7 +315,9 @@ TEST(SquadEval, OfficialNormalization) {
 TEST(Glue, ReaderQuirksAndErrors) {
   TmpDir d;
   // BOM on the header, an unbalanced quote, CRLF, no final newline.
-  write_raw(d / "mrpc.tsv", "\xEF\xBB\xBFQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n1\t1\t2\tHe said \"hi\tShe left\r\n0\t3\t4\tA\tB");
+  write_raw(
+      d / "mrpc.tsv",
+      "\xEF\xBB\xBFQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n1\t1\t2\tHe said \"hi\tShe left\r\n0\t3\t4\tA\tB");
   const auto ex = read_glue("MRPC", d / "mrpc.tsv");
   ASSERT_EQ(ex.size(), 2u);
   EXPECT_EQ(ex[0].text_a, "He said \"hi");
@@ -318,7 +326,8 @@ TEST(Glue, ReaderQuirksAndErrors) {
   write_raw(d / "bad.tsv", "sentence\tlabel\nonly one field\n");
   auto e = error_of([&] { read_glue("sst-2", d / "bad.tsv"); });
   EXPECT_NE(e.find("bad.tsv:2: expected at least 2 tab-separated fields, found 1"), std::string::npos) << e;
-  EXPECT_NE(error_of([&] { read_glue("glue-x", d / "bad.tsv"); }).find("unknown GLUE task 'glue-x'"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_glue("glue-x", d / "bad.tsv"); }).find("unknown GLUE task 'glue-x'"),
+            std::string::npos);
   EXPECT_DOUBLE_EQ(spearman({1, 2, 2, 3}, {10, 20, 20, 40}), 1.0);
   EXPECT_DOUBLE_EQ(matthews_corrcoef({"1", "0"}, {"1", "0"}, "1"), 1.0);
 }
@@ -357,8 +366,8 @@ TEST(Glue, AllNineTaskLayouts) {
        "index\tquestion\tsentence\n0\tWho?\tHe did.\n", "Who?", "He did.", "entailment"},
       {"rte", "index\tsentence1\tsentence2\tlabel\n0\tA b.\tC d.\tnot_entailment\n",
        "index\tsentence1\tsentence2\n0\tA b.\tC d.\n", "A b.", "C d.", "not_entailment"},
-      {"wnli", "index\tsentence1\tsentence2\tlabel\n0\tA b.\tC d.\t1\n",
-       "index\tsentence1\tsentence2\n0\tA b.\tC d.\n", "A b.", "C d.", "1"},
+      {"wnli", "index\tsentence1\tsentence2\tlabel\n0\tA b.\tC d.\t1\n", "index\tsentence1\tsentence2\n0\tA b.\tC d.\n",
+       "A b.", "C d.", "1"},
   };
   for (const Case& c : cases) {
     write_raw(d / "l.tsv", c.labelled);
@@ -389,8 +398,11 @@ TEST(Glue, RealTestFiles) {
     const char* dir;
     size_t rows;
   };
-  for (const Real& r : std::vector<Real>{{"cola", "CoLA", 1063}, {"sst-2", "SST-2", 1821}, {"mrpc", "MRPC", 1725},
-                                         {"sts-b", "STS-B", 1379}, {"rte", "RTE", 3000}}) {
+  for (const Real& r : std::vector<Real>{{"cola", "CoLA", 1063},
+                                         {"sst-2", "SST-2", 1821},
+                                         {"mrpc", "MRPC", 1725},
+                                         {"sts-b", "STS-B", 1379},
+                                         {"rte", "RTE", 3000}}) {
     const auto t = read_glue(r.task, g + r.dir + "/test.tsv", GlueSplit::Test);
     EXPECT_EQ(t.size(), r.rows) << r.task;
     for (const auto& e : t) {
@@ -413,8 +425,8 @@ TEST(ModelDir, WritesShortestFloatsAndTokenizerFiles) {
   write_raw(d / "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\n##s\n");
   save_model_dir(m, d / "nested/model", d / "vocab.txt", false);
   const std::string cfg = read_file(d / "nested/model/config.json");
-  for (const char* want : {"\"hidden_dropout_prob\": 0.1,", "\"initializer_range\": 0.02,", "\"layer_norm_eps\": 1e-12,",
-                           "\"classifier_dropout\": 0.3"})
+  for (const char* want : {"\"hidden_dropout_prob\": 0.1,", "\"initializer_range\": 0.02,",
+                           "\"layer_norm_eps\": 1e-12,", "\"classifier_dropout\": 0.3"})
     EXPECT_NE(cfg.find(want), std::string::npos) << want << " not in\n" << cfg;
   // The shortest decimals parse back to the same floats.
   const BertConfig back = load_config(d / "nested/model/config.json");

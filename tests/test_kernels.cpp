@@ -1,12 +1,11 @@
 // Every kernel against its double-precision reference, and every backward against finite
 // differences of the reference, on odd sizes. Fused kernels against the composed ones.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
-
-#include <omp.h>
 
 #include "backend/backend.h"
 #include "bertcc/dtype.h"
@@ -35,11 +34,17 @@ TEST_P(GemmTest, MatchesReference) {
   auto A = randn(M * K, 1), B = randn(K * N, 2), bias = randn(N, 3), C0 = randn(M * N, 4);
   std::vector<float> C = C0;
   kernels::GemmArgs g;
-  g.trans_a = c.ta; g.trans_b = c.tb;
-  g.M = M; g.N = N; g.K = K;
-  g.A = A.data(); g.lda = c.ta ? M : K;
-  g.B = B.data(); g.ldb = c.tb ? K : N;
-  g.C = C.data(); g.ldc = N;
+  g.trans_a = c.ta;
+  g.trans_b = c.tb;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A.data();
+  g.lda = c.ta ? M : K;
+  g.B = B.data();
+  g.ldb = c.tb ? K : N;
+  g.C = C.data();
+  g.ldc = N;
   g.bias = c.bias ? bias.data() : nullptr;
   g.alpha = c.alpha;
   g.accumulate = c.acc;
@@ -51,37 +56,46 @@ TEST_P(GemmTest, MatchesReference) {
     round_to_bf16(Br.data(), Br.size());
   }
   auto bd = to_d(bias), c0d = to_d(C0);
-  auto want = ref::gemm(c.ta, c.tb, M, N, K, to_d(Ar), to_d(Br), c.alpha, c.bias ? &bd : nullptr,
-                        c.acc ? &c0d : nullptr);
+  auto want =
+      ref::gemm(c.ta, c.tb, M, N, K, to_d(Ar), to_d(Br), c.alpha, c.bias ? &bd : nullptr, c.acc ? &c0d : nullptr);
   EXPECT_LT(max_rel(to_d(C), want), 1e-5);
   if (c.prec == Precision::BF16) {  // documented bf16 tolerance against the exact fp32 product
-    auto exact = ref::gemm(c.ta, c.tb, M, N, K, to_d(A), to_d(B), c.alpha, c.bias ? &bd : nullptr,
-                           c.acc ? &c0d : nullptr);
+    auto exact =
+        ref::gemm(c.ta, c.tb, M, N, K, to_d(A), to_d(B), c.alpha, c.bias ? &bd : nullptr, c.acc ? &c0d : nullptr);
     EXPECT_LT(max_rel(to_d(C), exact), 2e-2);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllLayouts, GemmTest,
-    ::testing::Values(GemmCase{false, false, false, false, 1.0f, Precision::F32},
-                      GemmCase{true, false, false, false, 1.0f, Precision::F32},
-                      GemmCase{false, true, true, false, 1.0f, Precision::F32},
-                      GemmCase{true, true, false, true, 1.0f, Precision::F32},
-                      GemmCase{false, false, false, true, 0.37f, Precision::F32},
-                      GemmCase{false, false, false, false, 1.0f, Precision::BF16},
-                      GemmCase{true, false, false, true, 1.0f, Precision::BF16},
-                      GemmCase{false, true, true, false, 1.0f, Precision::BF16},
-                      GemmCase{true, true, false, true, 0.37f, Precision::BF16}));
+INSTANTIATE_TEST_SUITE_P(AllLayouts, GemmTest,
+                         ::testing::Values(GemmCase{false, false, false, false, 1.0f, Precision::F32},
+                                           GemmCase{true, false, false, false, 1.0f, Precision::F32},
+                                           GemmCase{false, true, true, false, 1.0f, Precision::F32},
+                                           GemmCase{true, true, false, true, 1.0f, Precision::F32},
+                                           GemmCase{false, false, false, true, 0.37f, Precision::F32},
+                                           GemmCase{false, false, false, false, 1.0f, Precision::BF16},
+                                           GemmCase{true, false, false, true, 1.0f, Precision::BF16},
+                                           GemmCase{false, true, true, false, 1.0f, Precision::BF16},
+                                           GemmCase{true, true, false, true, 0.37f, Precision::BF16}));
 
 TEST(Gemm, BatchedStridedMatchesPerBatch) {
   const int64_t Bt = 3, M = 7, N = 5, K = 11;
   auto A = randn(Bt * M * K, 5), B = randn(Bt * N * K, 6);
   std::vector<float> C(Bt * M * N);
   kernels::GemmArgs g;
-  g.batch = Bt; g.M = M; g.N = N; g.K = K;
-  g.A = A.data(); g.lda = K; g.stride_a = M * K;
-  g.B = B.data(); g.ldb = K; g.stride_b = N * K; g.trans_b = true;
-  g.C = C.data(); g.ldc = N; g.stride_c = M * N;
+  g.batch = Bt;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A.data();
+  g.lda = K;
+  g.stride_a = M * K;
+  g.B = B.data();
+  g.ldb = K;
+  g.stride_b = N * K;
+  g.trans_b = true;
+  g.C = C.data();
+  g.ldc = N;
+  g.stride_c = M * N;
   kernels::gemm(g, Precision::F32);
   for (int64_t b = 0; b < Bt; ++b) {
     std::vector<double> a(A.begin() + b * M * K, A.begin() + (b + 1) * M * K);
@@ -128,7 +142,8 @@ TEST(Gemm, RowKernelIsExactPortableAndRowInvariant) {
   struct Shape {
     int64_t M, N, K;
   };
-  for (const Shape sh : {Shape{1, 1, 1}, Shape{7, 5, 13}, Shape{37, 29, 53}, Shape{50, 70, 515}, Shape{97, 130, 1029}}) {
+  for (const Shape sh :
+       {Shape{1, 1, 1}, Shape{7, 5, 13}, Shape{37, 29, 53}, Shape{50, 70, 515}, Shape{97, 130, 1029}}) {
     const int64_t M = sh.M, N = sh.N, K = sh.K;
     SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
     auto x = randn(M * K, 21), W = randn(N * K, 22), b = randn(N, 23);
@@ -325,8 +340,8 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
   const uint64_t base = rng.reserve(attention_drop_numbers(B * NH, T));
   std::vector<float> out(B * T * C), probs(kernels::attention_saved_size(B, T, C, NH, ac.p > 0, ac.prec)),
       work(kernels::attention_work_size(B, T, C, NH));
-  kernels::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
-                             rng, base, ac.prec);
+  kernels::attention_forward(out.data(), probs.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p, rng,
+                             base, ac.prec);
   {  // the output's bf16 rounding, with the fp32 output and alone: the roundings of `out`, and the
      // same saved buffer (bf16 training keeps only the rounding)
     std::vector<bf16_t> o16(out.size()), o16only(out.size()), want(out.size());
@@ -334,8 +349,8 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
     for (size_t i = 0; i < out.size(); ++i) want[i] = f32_to_bf16(out[i]);
     kernels::attention_forward(out2.data(), probs2.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
                                rng, base, ac.prec, o16.data());
-    kernels::attention_forward(nullptr, probs3.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p,
-                               rng, base, ac.prec, o16only.data());
+    kernels::attention_forward(nullptr, probs3.data(), work.data(), qkv.data(), mask_add.data(), B, T, C, NH, ac.p, rng,
+                               base, ac.prec, o16only.data());
     EXPECT_EQ(out2, out);
     EXPECT_EQ(o16, want);
     EXPECT_EQ(o16only, want);
@@ -359,9 +374,9 @@ TEST_P(AttentionTest, ForwardBackwardAgainstReference) {
   auto qkv_in = qkv;
   if (ac.prec == Precision::BF16) round_to_bf16(qkv_in.data(), qkv_in.size());
   const double tol_f = ac.prec == Precision::F32 ? 1e-5 : 2e-2, tol_b = ac.prec == Precision::F32 ? 1e-4 : 5e-2;
-  EXPECT_LT(max_rel(to_d(out), ref::attention(to_d(qkv_in), to_d(mask_add), ac.p > 0 ? &keep : nullptr, ac.p, B, T,
-                                              C, NH)),
-            tol_f);
+  EXPECT_LT(
+      max_rel(to_d(out), ref::attention(to_d(qkv_in), to_d(mask_add), ac.p > 0 ? &keep : nullptr, ac.p, B, T, C, NH)),
+      tol_f);
   std::vector<float> dqkv(B * T * 3 * C);
   // bf16: the backward takes q, k, v from the saved buffer (their roundings) and reads no qkv
   std::fill(work.begin(), work.end(), NAN);  // nothing of the forward's scratch may be needed
@@ -398,7 +413,7 @@ class AttentionVarlenTest : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(AttentionVarlenTest, EachSequenceAsAloneAndBatchIndependent) {
   const AttnCase ac = GetParam();
   const bool bf = ac.prec == Precision::BF16;
-  const int64_t NH = 3, C = 15;  // HS = 5
+  const int64_t NH = 3, C = 15;                        // HS = 5
   const std::vector<int64_t> len = {7, 1, 37, 16, 3};  // 37: partial 16 x 16 dropout tiles
   const int64_t B = static_cast<int64_t>(len.size());
   std::vector<int64_t> cu(B + 1, 0);
@@ -452,8 +467,8 @@ TEST_P(AttentionVarlenTest, EachSequenceAsAloneAndBatchIndependent) {
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = len[b], r0 = cu[b];
     // alone, as the padded kernel computes it (its numbers d_off after the batch's base)
-    std::vector<float> x(qkv.begin() + r0 * 3 * C, qkv.begin() + (r0 + n) * 3 * C), dy(R.begin() + r0 * C,
-                                                                                        R.begin() + (r0 + n) * C);
+    std::vector<float> x(qkv.begin() + r0 * 3 * C, qkv.begin() + (r0 + n) * 3 * C),
+        dy(R.begin() + r0 * C, R.begin() + (r0 + n) * C);
     std::vector<float> zero(n, 0.0f), out(n * C), probs(kernels::attention_saved_size(1, n, C, NH, ac.p > 0, ac.prec)),
         work(kernels::attention_work_size(1, n, C, NH)), dqkv(n * 3 * C);
     kernels::attention_forward(out.data(), probs.data(), work.data(), x.data(), zero.data(), 1, n, C, NH, ac.p, rng,
@@ -471,13 +486,17 @@ TEST_P(AttentionVarlenTest, EachSequenceAsAloneAndBatchIndependent) {
     if (ac.p > 0) {
       int64_t p_off = 0;
       for (int64_t e = 0; e < b; ++e) p_off += NH * len[e] * len[e];
-      const int64_t S = [&] { int64_t s = 0; for (int64_t l : len) s += NH * l * l; return s; }();
+      const int64_t S = [&] {
+        int64_t s = 0;
+        for (int64_t l : len) s += NH * l * l;
+        return s;
+      }();
       for (int64_t e = 0; e < NH * n * n; ++e) {
         const bool kept_varlen = bf ? reinterpret_cast<const bf16_t*>(all.saved.data() + S)[p_off + e] != 0
                                     : all.saved[S + p_off + e] != 0.0f;
         const int64_t pad_n = NH * n * n;
-        const bool kept_pad = bf ? reinterpret_cast<const bf16_t*>(probs.data() + pad_n)[e] != 0
-                                 : probs[pad_n + e] != 0.0f;
+        const bool kept_pad =
+            bf ? reinterpret_cast<const bf16_t*>(probs.data() + pad_n)[e] != 0 : probs[pad_n + e] != 0.0f;
         ASSERT_EQ(kept_varlen, kept_pad) << "sequence " << b << " element " << e;
         keep[e] = kept_pad;
       }
@@ -495,8 +514,8 @@ TEST_P(AttentionVarlenTest, EachSequenceAsAloneAndBatchIndependent) {
     const int64_t b = 2, n = len[b], r0 = cu[b];
     uint64_t before = 0;
     for (int64_t e = 0; e < b; ++e) before += attention_drop_numbers(NH, len[e]);
-    std::vector<float> x(qkv.begin() + r0 * 3 * C, qkv.begin() + (r0 + n) * 3 * C), dy(R.begin() + r0 * C,
-                                                                                        R.begin() + (r0 + n) * C);
+    std::vector<float> x(qkv.begin() + r0 * 3 * C, qkv.begin() + (r0 + n) * 3 * C),
+        dy(R.begin() + r0 * C, R.begin() + (r0 + n) * C);
     const uint64_t keep_base = base;
     base = keep_base + before;
     const Run alone = run({0, n}, x.data(), nullptr, dy.data(), 2);
@@ -522,7 +541,8 @@ TEST(CrossEntropy, LossAndGradientWithIgnoreIndex) {
   EXPECT_EQ(valid, 3);
   int64_t want_correct = 0;  // reference: first maximum of the original logits equals the label
   for (int64_t n = 0; n < N; ++n)
-    if (labels[n] != -1) want_correct += (std::max_element(x.begin() + n * V, x.begin() + (n + 1) * V) - (x.begin() + n * V)) == labels[n];
+    if (labels[n] != -1)
+      want_correct += (std::max_element(x.begin() + n * V, x.begin() + (n + 1) * V) - (x.begin() + n * V)) == labels[n];
   EXPECT_GE(want_correct, 1);
   EXPECT_EQ(correct, want_correct);
   double mean = 0;
@@ -682,8 +702,8 @@ TEST(Dtype, FastF16ConversionsMatchReference) {
     ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << h;
   }
   std::mt19937 g(5);
-  std::vector<float> xs = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e9f, -1e9f, 6.1e-5f, 5.96e-8f, 2.98e-8f,
-                           2.99e-8f, 1e-10f, INFINITY, -INFINITY};
+  std::vector<float> xs = {0.0f,    -0.0f,    65504.0f, 65519.99f, 65520.0f, 1e9f,     -1e9f,
+                           6.1e-5f, 5.96e-8f, 2.98e-8f, 2.99e-8f,  1e-10f,   INFINITY, -INFINITY};
   for (int i = 0; i < 2000000; ++i) {
     uint32_t u = g();
     float f;
@@ -841,14 +861,14 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
         EXPECT_EQ(down16(r16, n), down16(f16, n)) << be->describe();
         EXPECT_EQ(down16(g16b, n), down16(g16, n)) << be->describe();
         EXPECT_EQ(down(bias3, K), down(bias2, K)) << be->describe();
-        for (void* p : {static_cast<void*>(r16), static_cast<void*>(f16), static_cast<void*>(g16b),
-                        static_cast<void*>(bias3)})
+        for (void* p :
+             {static_cast<void*>(r16), static_cast<void*>(f16), static_cast<void*>(g16b), static_cast<void*>(bias3)})
           be->free(p);
       }
       EXPECT_NE(down(dw, n), down(d1, n)) << "the widened input must differ from the fp32 one somewhere";
-      for (void* p : {static_cast<void*>(x16k), static_cast<void*>(g16), static_cast<void*>(o3), static_cast<void*>(dxw),
-                      static_cast<void*>(dw), static_cast<void*>(scratch), static_cast<void*>(bias1),
-                      static_cast<void*>(bias2)})
+      for (void* p :
+           {static_cast<void*>(x16k), static_cast<void*>(g16), static_cast<void*>(o3), static_cast<void*>(dxw),
+            static_cast<void*>(dw), static_cast<void*>(scratch), static_cast<void*>(bias1), static_cast<void*>(bias2)})
         be->free(p);
     }
     // the residual LayerNorm and the dropout backward with theirs
@@ -887,11 +907,11 @@ TEST(Backend, KeptBf16OperandsGiveTheSameBits) {
                         LinearIo{nullptr, nullptr, nullptr, true});
     EXPECT_EQ(down(z1, n), down(z2, n)) << be->describe();
     for (float* q : {e1, e2, lw, lb, ls, lm, lr, z1, z2, ldw, ldb}) be->free(q);
-    for (void* p : {static_cast<void*>(dx), static_cast<void*>(dW), static_cast<void*>(db), static_cast<void*>(ddy),
-                    static_cast<void*>(x16), static_cast<void*>(dy16), static_cast<void*>(y1), static_cast<void*>(y2),
-                    static_cast<void*>(y3), static_cast<void*>(gx1), static_cast<void*>(gw1), static_cast<void*>(gb1),
-                    static_cast<void*>(gx2), static_cast<void*>(gw2), static_cast<void*>(gb2), static_cast<void*>(o1),
-                    static_cast<void*>(o2), static_cast<void*>(d1), static_cast<void*>(d2), static_cast<void*>(o16),
+    for (void* p : {static_cast<void*>(dx),  static_cast<void*>(dW),   static_cast<void*>(db),  static_cast<void*>(ddy),
+                    static_cast<void*>(x16), static_cast<void*>(dy16), static_cast<void*>(y1),  static_cast<void*>(y2),
+                    static_cast<void*>(y3),  static_cast<void*>(gx1),  static_cast<void*>(gw1), static_cast<void*>(gb1),
+                    static_cast<void*>(gx2), static_cast<void*>(gw2),  static_cast<void*>(gb2), static_cast<void*>(o1),
+                    static_cast<void*>(o2),  static_cast<void*>(d1),   static_cast<void*>(d2),  static_cast<void*>(o16),
                     static_cast<void*>(d16)})
       be->free(p);
   }

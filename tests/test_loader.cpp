@@ -11,7 +11,6 @@
 using namespace bertcc;
 using bertcc::testing::make_shard;
 
-
 TEST(Loader, EachExampleOncePerEpochDeterministicAndBinned) {
   const auto dir = std::filesystem::temp_directory_path() / ("bertcc_loader_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

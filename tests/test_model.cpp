@@ -139,7 +139,7 @@ TEST(Model, Bf16WeightCopyFollowsWeightChanges) {
   m.init_weights(1);
   Rng rng{1, 0};
   m.pretrain_step(batch, false, false, Precision::BF16, rng);  // builds the bf16 copy
-  for (auto& p : m.params()) p *= 1.5f;                         // change the weights
+  for (auto& p : m.params()) p *= 1.5f;                        // change the weights
   fresh.params() = m.params();
   const double a = m.pretrain_step(batch, false, false, Precision::BF16, rng).loss;
   const double b = fresh.pretrain_step(batch, false, false, Precision::BF16, rng).loss;
@@ -198,8 +198,8 @@ TEST(Model, FrozenLayersGetNoGradient) {
       double s = 0;
       for (size_t i = 0; i < e.numel; ++i) s += std::fabs(m.grads()[e.offset + i]);
       const bool emb = e.name.rfind("bert.embeddings.", 0) == 0;
-      const bool lower = e.name.rfind("bert.encoder.layer.", 0) == 0 &&
-                         std::stoi(e.name.substr(19)) < c.num_hidden_layers - top;
+      const bool lower =
+          e.name.rfind("bert.encoder.layer.", 0) == 0 && std::stoi(e.name.substr(19)) < c.num_hidden_layers - top;
       EXPECT_EQ(e.trainable, !(emb || lower)) << e.name << " top " << top;
       if (!e.trainable) {
         EXPECT_EQ(s, 0.0) << e.name << " top " << top;
@@ -364,9 +364,11 @@ TEST(Model, InferenceForwardInOneLayersMemoryGivesTheSameBits) {
     const double h = prec == Precision::BF16 ? 1 : 0;
     const double attention = static_cast<double>(be.attention_saved_size(4, 32, C, 4, false, prec, false) +
                                                  be.attention_work_size(4, 32, C, 4));
-    const double before = 4.0 * (N * C /*emb_sum*/ + 2 * N * C /*x*/ + 3 * N * C + N * C /*qkv ctx*/ +
-                                 2 * N * C /*ln sums*/ + N * C /*h1*/ + N * I /*inter*/ + (1 - h) * N * I /*gelu*/ +
-                                 N * C /*tmp_c*/ + h * (1.5 * N * C + 0.5 * N * I) + attention) / (1 << 20);
+    const double before =
+        4.0 *
+        (N * C /*emb_sum*/ + 2 * N * C /*x*/ + 3 * N * C + N * C /*qkv ctx*/ + 2 * N * C /*ln sums*/ + N * C /*h1*/ +
+         N * I /*inter*/ + (1 - h) * N * I /*gelu*/ + N * C /*tmp_c*/ + h * (1.5 * N * C + 0.5 * N * I) + attention) /
+        (1 << 20);
     EXPECT_LT(inference, 0.75 * before) << "inference activations " << inference << " MB against " << before;
     EXPECT_GT(inference, 0.4 * before) << "inference activations " << inference << " MB against " << before;
   }
@@ -386,8 +388,8 @@ TEST(Model, InferenceOnlyPlacementKeepsEncoderMatricesInBf16AloneWithTheSameBits
   c.id2label = {"a", "b", "c"};
   const BertBatch batch = random_batch(c, 3, 11, 5);
   Backend& be = staged_backend();
-  for (Heads h : {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification,
-                  Heads::PreTraining}) {
+  for (Heads h :
+       {Heads::QuestionAnswering, Heads::SequenceClassification, Heads::TokenClassification, Heads::PreTraining}) {
     SCOPED_TRACE(static_cast<int>(h));
     Bert full(c, h), lean(c, h);
     full.init_weights(4);
@@ -648,7 +650,8 @@ TEST(Model, UnpaddedExecutionGivesThePaddedResults) {
             for (int64_t b = 0; b < batch.B; ++b) {
               double mx = -1e30, sum = 0;
               for (int64_t t = 0; t < T; ++t)
-                if (batch.input_mask[b * T + t]) mx = std::max(mx, static_cast<double>(pad.logits[2 * (b * T + t) + which]));
+                if (batch.input_mask[b * T + t])
+                  mx = std::max(mx, static_cast<double>(pad.logits[2 * (b * T + t) + which]));
               for (int64_t t = 0; t < T; ++t)
                 if (batch.input_mask[b * T + t]) sum += std::exp(pad.logits[2 * (b * T + t) + which] - mx);
               const int32_t y = which == 0 ? batch.start_positions[b] : batch.end_positions[b];
@@ -717,28 +720,28 @@ TEST(Model, UnpaddedSequenceOutputDoesNotDependOnItsBatch) {
   // On every CPU: with the GEMMs this CPU picks (oneDNN's brgemm on AVX-512, the row kernel on AVX2),
   // and with the row kernel forced, so that an AVX-512 machine checks the AVX2 path too.
   for (auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always})
-  for (Precision prec : {Precision::F32, Precision::BF16}) {
-    SCOPED_TRACE(std::string(rows == kernels::RowGemm::Auto ? "automatic GEMMs " : "row kernel ") +
-                 (prec == Precision::F32 ? "fp32" : "bf16"));
-    kernels::set_row_gemm(rows);
-    Bert m(c, Heads::None);
-    m.init_weights(3);
-    Rng r{1, 0};
-    std::vector<float> buf;
-    m.encode(alone, false, prec, r, false);
-    EXPECT_TRUE(m.last_packed());  // (no padding, but the CPU's varlen attention computes it packed all the same)
-    const std::vector<float> one(m.sequence_output(), m.sequence_output() + 7 * c.hidden_size);
-    const std::vector<float> pooled_one(m.pooled_output(), m.pooled_output() + c.hidden_size);
-    m.encode(mixed, false, prec, r, false);
-    EXPECT_TRUE(m.last_packed());
-    const float* s = m.sequence_output() + 2 * T * c.hidden_size;
-    EXPECT_EQ(one, std::vector<float>(s, s + 7 * c.hidden_size));
-    const float* p = m.pooled_output() + 2 * c.hidden_size;
-    EXPECT_EQ(pooled_one, std::vector<float>(p, p + c.hidden_size));
-    // zeros at the padding
-    for (int64_t i = 7 * c.hidden_size; i < T * c.hidden_size; ++i) EXPECT_EQ(s[i], 0.0f);
-    kernels::set_row_gemm(kernels::RowGemm::Auto);
-  }
+    for (Precision prec : {Precision::F32, Precision::BF16}) {
+      SCOPED_TRACE(std::string(rows == kernels::RowGemm::Auto ? "automatic GEMMs " : "row kernel ") +
+                   (prec == Precision::F32 ? "fp32" : "bf16"));
+      kernels::set_row_gemm(rows);
+      Bert m(c, Heads::None);
+      m.init_weights(3);
+      Rng r{1, 0};
+      std::vector<float> buf;
+      m.encode(alone, false, prec, r, false);
+      EXPECT_TRUE(m.last_packed());  // (no padding, but the CPU's varlen attention computes it packed all the same)
+      const std::vector<float> one(m.sequence_output(), m.sequence_output() + 7 * c.hidden_size);
+      const std::vector<float> pooled_one(m.pooled_output(), m.pooled_output() + c.hidden_size);
+      m.encode(mixed, false, prec, r, false);
+      EXPECT_TRUE(m.last_packed());
+      const float* s = m.sequence_output() + 2 * T * c.hidden_size;
+      EXPECT_EQ(one, std::vector<float>(s, s + 7 * c.hidden_size));
+      const float* p = m.pooled_output() + 2 * c.hidden_size;
+      EXPECT_EQ(pooled_one, std::vector<float>(p, p + c.hidden_size));
+      // zeros at the padding
+      for (int64_t i = 7 * c.hidden_size; i < T * c.hidden_size; ++i) EXPECT_EQ(s[i], 0.0f);
+      kernels::set_row_gemm(kernels::RowGemm::Auto);
+    }
 }
 
 TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {

@@ -110,7 +110,8 @@ TEST(GlobalNorm, SlicesGiveTheSameBits) {
   for (size_t n : {size_t{5}, size_t{8192}, size_t{3 * 8192 + 1234}, size_t{70001}}) {
     // large values make rounding differences visible in the last bits
     const auto x = bertcc::testing::randn(n, static_cast<uint32_t>(n), 3.0f);
-    std::vector<std::vector<size_t>> cuts = {{}, {n / 2}, {1, 2, 3}, {17, 8191, 8192, 8193}, {n / 3, n / 3, 2 * n / 3 + 5}};
+    std::vector<std::vector<size_t>> cuts = {
+        {}, {n / 2}, {1, 2, 3}, {17, 8191, 8192, 8193}, {n / 3, n / 3, 2 * n / 3 + 5}};
     for (size_t k = 1; k < 40; ++k) cuts.back().push_back(std::min(n, (k * 7919 + 13) % (n + 1)));
     for (auto c : cuts) {
       std::sort(c.begin(), c.end());

@@ -66,7 +66,8 @@ TEST(TrainStep, MatchesTheOptimizerCalledDirectly) {
     step.add_model(m, moments, nullptr, /*overlap=*/false);
     for (int s = 0; s < 3; ++s) {
       const float lr = 1e-3f * static_cast<float>(s + 1);
-      const StepResult r = step.run(2, [&](int64_t a) { fill_grads(m, a + s); }, [] { return 1.0; }, lr, nullptr, s);
+      const StepResult r = step.run(
+          2, [&](int64_t a) { fill_grads(m, a + s); }, [] { return 1.0; }, lr, nullptr, s);
       ASSERT_TRUE(r.applied);
       // the reference: g0 + g1 as separate tensors summed in order (GradSync's accumulation)
       std::vector<float> g0(ref.params().size(), 0.0f), g1 = g0;
@@ -115,7 +116,8 @@ TEST(TrainStep, SkipsNonFiniteStepsAndStopsARunOfThem) {
   step.add_model(m, moments, nullptr, false);
   const std::vector<float> w0 = m.params();
   auto run = [&](float bad, double loss) {
-    return step.run(1, [&](int64_t a) { fill_grads(m, a, bad); }, [&] { return loss; }, 1e-3f, nullptr, 0);
+    return step.run(
+        1, [&](int64_t a) { fill_grads(m, a, bad); }, [&] { return loss; }, 1e-3f, nullptr, 0);
   };
   EXPECT_FALSE(run(NAN, 1.0).applied);
   EXPECT_TRUE(same_bits(m.params(), w0));
@@ -154,14 +156,18 @@ TEST(TrainStep, DynamicLossScaling) {
   so.max_nonfinite_steps = 1;  // an overflow above scale 1 is not a divergence
   TrainStep step(dist::world(), be, nullptr, dist::Options{}, std::move(so), LossScale{&scale, &clean, true, 2});
   step.add_model(m, moments, nullptr, false);
-  EXPECT_FALSE(step.run(1, [&](int64_t) { fill_grads(m, 0, INFINITY); }, [] { return 1.0; }, 1e-3f, nullptr, 0).applied);
+  EXPECT_FALSE(step.run(
+                       1, [&](int64_t) { fill_grads(m, 0, INFINITY); }, [] { return 1.0; }, 1e-3f, nullptr, 0)
+                   .applied);
   EXPECT_EQ(scale, 2.0);
   // gradients computed at scale 2: unscaled by 1/2 before LAMB
   auto scaled = [&](int64_t) {
     fill_grads(m, 0);
     for (float& g : m.grads()) g *= 2.0f;
   };
-  EXPECT_TRUE(step.run(1, scaled, [] { return 1.0; }, 1e-3f, nullptr, 1).applied);
+  EXPECT_TRUE(step.run(
+                      1, scaled, [] { return 1.0; }, 1e-3f, nullptr, 1)
+                  .applied);
   EXPECT_EQ(scale, 2.0);
   EXPECT_EQ(clean, 1);
   ref.zero_grad();
@@ -169,7 +175,9 @@ TEST(TrainStep, DynamicLossScaling) {
   lamb_step(ref.table(), ref.params().data(), ref.grads().data(), ref_state, 1e-3f, LambOptions{},
             global_norm(ref.grads().data(), ref.grads().size()));
   EXPECT_TRUE(same_bits(m.params(), ref.params()));
-  EXPECT_TRUE(step.run(1, scaled, [] { return 1.0; }, 1e-3f, nullptr, 2).applied);
+  EXPECT_TRUE(step.run(
+                      1, scaled, [] { return 1.0; }, 1e-3f, nullptr, 2)
+                  .applied);
   EXPECT_EQ(scale, 4.0);  // two clean steps: doubled
   EXPECT_EQ(clean, 0);
 }

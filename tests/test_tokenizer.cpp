@@ -14,9 +14,9 @@ using namespace bertcc;
 
 namespace {
 Vocab toy() {
-  return Vocab::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "aff", "able",
-                             "hello", "world", ",", "!", "cafe", "naive", "北", "京", "a", "##a", "b", "##b", "Hello",
-                             "##é", "H", "##llo", "é"},
+  return Vocab::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un",   "##aff", "##able", "aff",
+                             "able",  "hello", "world", ",",     "!",      "cafe", "naive", "北",     "京",
+                             "a",     "##a",   "b",     "##b",   "Hello",  "##é",  "H",     "##llo",  "é"},
                             "toy");
 }
 std::vector<std::string> pieces(const BertTokenizer& t, const std::string& s) {
@@ -56,12 +56,15 @@ TEST(Tokenizer, CleaningCjkAndSpecialTokens) {
 TEST(Tokenizer, LongWordsAndInvalidUtf8) {
   const Vocab v = toy();
   BertTokenizer t(v, true);
-  EXPECT_EQ(t.encode(std::string(100, 'a')).size(), 100u);          // a ##a ... : 100 pieces
-  EXPECT_EQ(pieces(t, std::string(101, 'a')), (V{"[UNK]"}));         // over 100 characters
+  EXPECT_EQ(t.encode(std::string(100, 'a')).size(), 100u);    // a ##a ... : 100 pieces
+  EXPECT_EQ(pieces(t, std::string(101, 'a')), (V{"[UNK]"}));  // over 100 characters
   EXPECT_EQ(pieces(t, std::string(101, 'a') + " b"), (V{"[UNK]", "b"}));
   TokenizeStats st;
   std::vector<int32_t> ids;
-  t.encode("a\xff\xfe" "b \xc3", ids, &st);  // invalid bytes vanish (U+FFFD is dropped)
+  t.encode(
+      "a\xff\xfe"
+      "b \xc3",
+      ids, &st);  // invalid bytes vanish (U+FFFD is dropped)
   EXPECT_EQ(st.invalid_utf8, 3);
   std::vector<std::string> got;
   for (int32_t id : ids) got.push_back(v.token(id));

@@ -32,8 +32,8 @@ inline double max_rel(const std::vector<double>& a, const std::vector<double>& b
 }
 
 // Central-difference gradient of a double-precision scalar function at x.
-inline std::vector<double> fd_grad(const std::function<double(const std::vector<double>&)>& f,
-                                   std::vector<double> x, double h = 1e-6) {
+inline std::vector<double> fd_grad(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
+                                   double h = 1e-6) {
   std::vector<double> g(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const double x0 = x[i];

@@ -15,10 +15,13 @@ std::string sample() { return std::string(BERTCC_SOURCE_DIR) + "/tests/data/wiki
 TEST(Wikipedia, ReadsArticlesSkipsRedirectsAndOtherNamespaces) {
   std::vector<std::string> titles, texts;
   WikiStats st;
-  read_wikipedia_dump(sample(), [&](const std::string& t, const std::string& w) {
-    titles.push_back(t);
-    texts.push_back(w);
-  }, &st);
+  read_wikipedia_dump(
+      sample(),
+      [&](const std::string& t, const std::string& w) {
+        titles.push_back(t);
+        texts.push_back(w);
+      },
+      &st);
   EXPECT_EQ(titles, (std::vector<std::string>{"Anarchism", "Empty"}));
   EXPECT_EQ(st.pages, 4);
   EXPECT_EQ(st.redirects, 1);
@@ -39,10 +42,18 @@ TEST(Wikipedia, EntitiesAndErrors) {
   EXPECT_EQ(decode_entities("a &lt;b&gt; &amp;amp; &#8212; &#x41; &bogus; &"), "a <b> &amp; \xE2\x80\x94 A &bogus; &");
   const auto dir = std::filesystem::temp_directory_path();
   const std::string notxml = (dir / "bertcc_notwiki.xml").string();
-  { FILE* f = std::fopen(notxml.c_str(), "w"); std::fputs(std::string(5000, 'x').c_str(), f); std::fclose(f); }
+  {
+    FILE* f = std::fopen(notxml.c_str(), "w");
+    std::fputs(std::string(5000, 'x').c_str(), f);
+    std::fclose(f);
+  }
   EXPECT_THROW(read_wikipedia_dump(notxml, [](const std::string&, const std::string&) {}), Error);
   const std::string badbz = (dir / "bertcc_bad.xml.bz2").string();
-  { FILE* f = std::fopen(badbz.c_str(), "w"); std::fputs("this is not bzip2 data at all", f); std::fclose(f); }
+  {
+    FILE* f = std::fopen(badbz.c_str(), "w");
+    std::fputs("this is not bzip2 data at all", f);
+    std::fclose(f);
+  }
   try {
     read_wikipedia_dump(badbz, [](const std::string&, const std::string&) {});
     FAIL();

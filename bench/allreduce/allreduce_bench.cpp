@@ -34,7 +34,8 @@ namespace {
 using bertcc::dist::WireDtype;
 
 float value(int rank, size_t i) {  // exactly representable, different per rank and position
-  return static_cast<float>(static_cast<int>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) % 2001) - 1000) / 64.0f;
+  return static_cast<float>(static_cast<int>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) % 2001) - 1000) /
+         64.0f;
 }
 
 // A 16-bit wire's value: rounded to bf16 or fp16 and widened back (dtype.h's scalar conversions,
@@ -81,7 +82,8 @@ size_t check_exact(bertcc::dist::Communicator& comm, size_t n) {
   std::vector<size_t> counts(static_cast<size_t>(W));
   size_t given = 0;
   for (int r = 0; r < W; ++r) {
-    counts[static_cast<size_t>(r)] = (W >= 3 && r == 1) ? 0 : n * static_cast<size_t>(r + 1) / static_cast<size_t>(W * (W + 1) / 2);
+    counts[static_cast<size_t>(r)] =
+        (W >= 3 && r == 1) ? 0 : n * static_cast<size_t>(r + 1) / static_cast<size_t>(W * (W + 1) / 2);
     given += counts[static_cast<size_t>(r)];
   }
   counts.back() += n - given;
@@ -155,16 +157,19 @@ int main(int argc, char** argv) {
       float s = value(0, i);
       for (int r = 1; r < W; ++r) s += value(r, i);
       if (std::memcmp(&s, &buf[i], 4) != 0) ++bad;
-      worst = std::max(worst, std::fabs(static_cast<double>(mpi[i]) - s) / std::max(1.0, std::fabs(static_cast<double>(s))));
+      worst = std::max(worst,
+                       std::fabs(static_cast<double>(mpi[i]) - s) / std::max(1.0, std::fabs(static_cast<double>(s))));
     }
     const size_t bad_exact = check_exact(comm, n);
     int local_ok = bad == 0 && bad_exact == 0 && worst <= 1e-6, all_ok = 0;
     MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all_ok) {
       ok = false;
-      std::fprintf(stderr, "rank %d, %g MB: bertcc's sum differs from the rank-order sum at %zu of %zu values; "
+      std::fprintf(stderr,
+                   "rank %d, %g MB: bertcc's sum differs from the rank-order sum at %zu of %zu values; "
                    "the wires' and reduce_scatter_sum's results from their definitions at %zu; "
-                   "MPI_Allreduce's worst relative difference %.2e\n", R, mb, bad, n, bad_exact, worst);
+                   "MPI_Allreduce's worst relative difference %.2e\n",
+                   R, mb, bad, n, bad_exact, worst);
     }
     if (check_only) continue;
     std::vector<size_t> parts(static_cast<size_t>(W));  // equal parts, the remainder to the last rank
@@ -180,9 +185,8 @@ int main(int argc, char** argv) {
         {"bertcc bf16 wire", 2, [&] { comm.allreduce_sum(buf.data(), n, WireDtype::BF16); }},
         {"bertcc fp16 wire", 2, [&] { comm.allreduce_sum(buf.data(), n, WireDtype::F16); }},
         {"bertcc reduce-scatter fp32 (ZeRO-1)", 1, [&] { comm.reduce_scatter_sum(buf.data(), parts, WireDtype::F32); }},
-        {"MPI_Allreduce fp32", 2, [&] {
-           MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-         }}};
+        {"MPI_Allreduce fp32", 2,
+         [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }}};
     std::vector<double> med(methods.size());
     for (size_t m = 0; m < methods.size(); ++m) {
       std::vector<double> t;

@@ -65,7 +65,9 @@ double mean_ms(int iters, F f) {
 template <class T>
 struct DBuf {
   T* p;
-  explicit DBuf(size_t n) : p(static_cast<T*>(G::alloc(std::max<size_t>(n, 1) * sizeof(T)))) { G::zero(p, n * sizeof(T)); }
+  explicit DBuf(size_t n) : p(static_cast<T*>(G::alloc(std::max<size_t>(n, 1) * sizeof(T)))) {
+    G::zero(p, n * sizeof(T));
+  }
   explicit DBuf(const std::vector<T>& v) : DBuf(v.size()) { G::copy_to_device(p, v.data(), v.size() * sizeof(T)); }
   ~DBuf() { G::free(p); }
   DBuf(const DBuf&) = delete;
@@ -98,12 +100,13 @@ void bench_varlen(const std::vector<float>& qkv, const std::vector<float>& dout,
   const Rng rng(42, 0);
   for (int form = 0; form < 2; ++form) {
     const double f = mean_ms(iters, [&] {
-      if (form == 1) return G::attention_varlen_forward(nullptr, out16.p, saved.p, nullptr, gq.p, cu.data(), B, C, NH, p, rng, kBase,
-                                                     Precision::BF16);
+      if (form == 1)
+        return G::attention_varlen_forward(nullptr, out16.p, saved.p, nullptr, gq.p, cu.data(), B, C, NH, p, rng, kBase,
+                                           Precision::BF16);
       uint64_t sb = kBase;
       for (long b = 0; b < B; ++b) {
-        G::attention_forward(nullptr, saved.p + off[b], nullptr, zeros.p, 1, lens[b], C, NH, p, rng, sb, Precision::BF16,
-                             out16.p + cu[b] * C, gq.p + cu[b] * 3 * C);
+        G::attention_forward(nullptr, saved.p + off[b], nullptr, zeros.p, 1, lens[b], C, NH, p, rng, sb,
+                             Precision::BF16, out16.p + cu[b] * C, gq.p + cu[b] * 3 * C);
         sb += attention_drop_numbers(NH, lens[b]);
       }
     });
@@ -120,11 +123,12 @@ void bench_varlen(const std::vector<float>& qkv, const std::vector<float>& dout,
       }
     });
     const double flop = 4.0 * NH * n2 * HS;
-    std::printf("{\"impl\": \"%s\", \"precision\": \"bf16\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
-                "\"dropout\": %.2f, \"padding\": %.3f, \"tokens\": %ld, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
-                "\"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
-                form ? "bertcc-varlen" : "bertcc-perseq", B, T, NH, HS, double(p), padding, N, f, bw, flop / f * 1e-9,
-                2.5 * flop / bw * 1e-9);
+    std::printf(
+        "{\"impl\": \"%s\", \"precision\": \"bf16\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
+        "\"dropout\": %.2f, \"padding\": %.3f, \"tokens\": %ld, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
+        "\"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
+        form ? "bertcc-varlen" : "bertcc-perseq", B, T, NH, HS, double(p), padding, N, f, bw, flop / f * 1e-9,
+        2.5 * flop / bw * 1e-9);
     std::fflush(stdout);
   }
 }
@@ -167,13 +171,14 @@ bool bench_cudnn(const std::vector<float>& qkv, const std::vector<long>& lens, l
     diff = std::isnan(d) ? HUGE_VAL : std::max(diff, d);
   }
   const double fb = mean_ms(iters, kernels), fc = mean_ms(iters, [&] {
-    if (!cudnn()) fail("cuDNN attention failed after its first call: ", why);
-  });
+                                               if (!cudnn()) fail("cuDNN attention failed after its first call: ", why);
+                                             });
   const double flop = 4.0 * B * NH * double(T) * T * HS;
   for (int k = 0; k < 2; ++k)
-    std::printf("{\"impl\": \"%s\", \"precision\": \"bf16\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
-                "\"dropout\": 0.00, \"padding\": %.3f, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"max_abs_diff\": %.3g}\n",
-                k ? "cudnn" : "bertcc-infer", B, T, NH, HS, padding, k ? fc : fb, flop / (k ? fc : fb) * 1e-9, diff);
+    std::printf(
+        "{\"impl\": \"%s\", \"precision\": \"bf16\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
+        "\"dropout\": 0.00, \"padding\": %.3f, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"max_abs_diff\": %.3g}\n",
+        k ? "cudnn" : "bertcc-infer", B, T, NH, HS, padding, k ? fc : fb, flop / (k ? fc : fb) * 1e-9, diff);
   std::fflush(stdout);
   if (diff > 2e-2) std::fprintf(stderr, "cuDNN and bertcc's forward differ by %.3g (> 2e-2)\n", diff);
   return diff <= 2e-2;
@@ -188,16 +193,24 @@ int main(int argc, char** argv) {
   bool varlen = false, cudnn = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--shapes" && i + 1 < argc) shapes = argv[++i];
-    else if (a == "--iters" && i + 1 < argc) iters = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--dropout" && i + 1 < argc) p = static_cast<float>(std::atof(argv[++i]));
-    else if (a == "--precisions" && i + 1 < argc) precs = argv[++i];
-    else if (a == "--padding" && i + 1 < argc) padding = std::atof(argv[++i]);
-    else if (a == "--varlen") varlen = true;
-    else if (a == "--cudnn") cudnn = true;
+    if (a == "--shapes" && i + 1 < argc)
+      shapes = argv[++i];
+    else if (a == "--iters" && i + 1 < argc)
+      iters = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--dropout" && i + 1 < argc)
+      p = static_cast<float>(std::atof(argv[++i]));
+    else if (a == "--precisions" && i + 1 < argc)
+      precs = argv[++i];
+    else if (a == "--padding" && i + 1 < argc)
+      padding = std::atof(argv[++i]);
+    else if (a == "--varlen")
+      varlen = true;
+    else if (a == "--cudnn")
+      cudnn = true;
     else {
-      std::fprintf(stderr, "usage: bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] "
-                           "[--precisions fp32,bf16,fp16] [--padding F] [--varlen] [--cudnn]\n");
+      std::fprintf(stderr,
+                   "usage: bertcc_cuda_attention_bench [--shapes B,T,NH,HS;...] [--iters N] [--dropout P] "
+                   "[--precisions fp32,bf16,fp16] [--padding F] [--varlen] [--cudnn]\n");
       return 2;
     }
   }
@@ -236,7 +249,8 @@ int main(int argc, char** argv) {
       for (long b = 0; b < B; ++b)  // every other sequence ends in padding (--padding: an eighth of T)
         for (long t = T - (b % 2) * static_cast<long>(padding * static_cast<double>(T)); t < T; ++t)
           mask[b * T + t] = -10000.0f;
-      Buf q(qkv), dO(dout), m(mask), out(std::vector<float>(B * T * C)), lse(std::vector<float>(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, p > 0, Precision::BF16)))),
+      Buf q(qkv), dO(dout), m(mask), out(std::vector<float>(B * T * C)),
+          lse(std::vector<float>(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, p > 0, Precision::BF16)))),
           dqkv(std::vector<float>(B * T * 3 * C)),
           work(std::vector<float>(static_cast<size_t>(G::attention_backward_work_size(B, T, NH))));
       const Rng rng(42, 0);
@@ -254,16 +268,18 @@ int main(int argc, char** argv) {
       std::string pn;
       while (std::getline(ps, pn, ',')) {
         const Precision prec = pn == "bf16" ? Precision::BF16 : pn == "fp16" ? Precision::F16 : Precision::F32;
-        const double f = mean_ms(iters, [&] {
-          G::attention_forward(out.p, lse.p, q.p, m.p, B, T, C, NH, p, rng, kBase, prec);
-        });
+        const double f =
+            mean_ms(iters, [&] { G::attention_forward(out.p, lse.p, q.p, m.p, B, T, C, NH, p, rng, kBase, prec); });
         const double bw = mean_ms(iters, [&] {
-          G::attention_backward(dqkv.p, work.p, dO.p, q.p, out.p, nullptr, lse.p, m.p, B, T, C, NH, p, rng, kBase, prec);
+          G::attention_backward(dqkv.p, work.p, dO.p, q.p, out.p, nullptr, lse.p, m.p, B, T, C, NH, p, rng, kBase,
+                                prec);
         });
         const double flop = 4.0 * B * NH * double(T) * T * HS;
-        std::printf("{\"impl\": \"%s\", \"precision\": \"%s\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
-                    "\"dropout\": %.2f, \"padding\": %.3f, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
-                    impl.c_str(), pn.c_str(), B, T, NH, HS, double(p), padding, f, bw, flop / f * 1e-9, 2.5 * flop / bw * 1e-9);
+        std::printf(
+            "{\"impl\": \"%s\", \"precision\": \"%s\", \"B\": %ld, \"T\": %ld, \"NH\": %ld, \"HS\": %ld, "
+            "\"dropout\": %.2f, \"padding\": %.3f, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.2f, "
+            "\"bwd_tflops\": %.2f}\n",
+            impl.c_str(), pn.c_str(), B, T, NH, HS, double(p), padding, f, bw, flop / f * 1e-9, 2.5 * flop / bw * 1e-9);
         std::fflush(stdout);
         if (varlen && prec == Precision::BF16) {
           std::vector<long> lens(B);

@@ -13,14 +13,14 @@ namespace bertcc {
 struct BertBatch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> input_ids, segment_ids, input_mask, mlm_labels;  // [B*T]
-  std::vector<int32_t> nsp_labels;                                       // [B]
+  std::vector<int32_t> nsp_labels;                                      // [B]
   // Fine-tuning labels: `labels` is [B] (sequence classification) or [B*T] (token classification,
   // -100 = ignored); `targets` [B] (regression, num_labels == 1); start/end positions [B]
   // (question answering; values outside [0, T) are ignored, as HF clamps them to T).
   std::vector<int32_t> labels, start_positions, end_positions;
   std::vector<float> targets;
   std::string source;  // where the rows come from (a shard's path), for error messages
-  void validate(const BertConfig& c, const std::string& where) const;   // throws naming the field
+  void validate(const BertConfig& c, const std::string& where) const;  // throws naming the field
 };
 
 struct PretrainLoss {

@@ -156,8 +156,8 @@ class Bert {
   }
   // ELECTRA's discriminator (Heads::Discriminator): logits = dense_prediction(act(dense(h))) per
   // token, into head_logits() [B*T] (unpadded: 0 at the padding, which nothing reads); the loss is
-  // HF's: binary cross-entropy with logits, mean over the tokens with input_mask 1 (batch.labels [B*T]: 1 = replaced, 0 = original, -100 = ignored).
-  // `denom` > 0 replaces the batch's own count of those tokens as the normaliser.
+  // HF's: binary cross-entropy with logits, mean over the tokens with input_mask 1 (batch.labels [B*T]: 1 = replaced, 0
+  // = original, -100 = ignored). `denom` > 0 replaces the batch's own count of those tokens as the normaliser.
   FinetuneLoss discriminator_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                   float loss_scale = 1.0f, float denom = 0.0f);
 
@@ -222,13 +222,12 @@ class Bert {
     bool packed = false;
   };
   static Shape padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
-                            const Backend& be,
-                            bool inference = false);
+                            const Backend& be, bool inference = false);
   void ensure_acts(const Shape& s, bool attention_dropout, Precision prec, bool inference = false);
   static int64_t plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
                            std::vector<std::pair<float**, int64_t>>& plan, bool inference = false);
-  static int64_t plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec,
-                                     const Backend& be, std::vector<std::pair<float**, int64_t>>& plan);
+  static int64_t plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
+                                     std::vector<std::pair<float**, int64_t>>& plan);
   // The encoder (encoder.cpp): the batch's rows, ids and mask set up, then the parts of the forward
   // and backward passes in order, each on the rows of acts_ (padded or packed).
   struct Pass;
@@ -321,13 +320,13 @@ class Bert {
   std::vector<int64_t> dev_offset_;
   std::unique_ptr<Acts> acts_;
   std::vector<int32_t> batch_ids_, batch_seg_;  // ids of the last encoded batch (embedding backward)
-  std::vector<float> head_logits_;               // fine-tuning head output (and its gradient in backward)
+  std::vector<float> head_logits_;              // fine-tuning head output (and its gradient in backward)
   // The head (src/model/heads/, made by its HeadSpec): its weights, scratch and step.
   friend class Head;
   std::unique_ptr<Head> head_;
-  std::vector<float> pad_row_;   // the padding row's gradient, kept across the embedding backward
-  int first_trainable_layer_ = 0;                // layers below are frozen
-  bool pooler_ = false;                          // BERT's heads that have one; never ELECTRA
+  std::vector<float> pad_row_;     // the padding row's gradient, kept across the embedding backward
+  int first_trainable_layer_ = 0;  // layers below are frozen
+  bool pooler_ = false;            // BERT's heads that have one; never ELECTRA
   std::function<void(size_t)> grad_ready_;
   bool embeddings_frozen_ = false;
 };

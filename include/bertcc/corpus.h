@@ -34,8 +34,8 @@ struct CorpusPrepOptions {
   int shards = 4;
   double test_fraction = 0.0;
   uint64_t seed = 12345;
-  int threads = 0;               // documents segmented in parallel; 0: one thread
-  double stream_above_mb = 64;   // text files above this are read paragraph by paragraph
+  int threads = 0;              // documents segmented in parallel; 0: one thread
+  double stream_above_mb = 64;  // text files above this are read paragraph by paragraph
 };
 struct CorpusPrepResult {
   int64_t docs = 0, held_out = 0, sentences = 0, empty_docs = 0, invalid_utf8 = 0;

@@ -22,14 +22,13 @@ const char* wire_dtype_name(WireDtype d);
 
 // The data-parallel settings `pretrain` and `finetune` share (their flags: tools/cli_common.h).
 struct Options {
-  std::string allreduce_dtype = "fp32";  // gradients on the wire: fp32 | bf16 | fp16
-  double watchdog_timeout = 600;         // seconds without progress before a rank ends the job (0 = off)
-  double bucket_cap_mb = 25;             // gradient all-reduce bucket size (PyTorch DDP's default)
-  bool allreduce_overlap = true;         // reduce buckets while backward goes on
-  bool zero1 = false;                    // optimizer moments sharded across ranks (ZeRO stage 1)
+  std::string allreduce_dtype = "fp32";    // gradients on the wire: fp32 | bf16 | fp16
+  double watchdog_timeout = 600;           // seconds without progress before a rank ends the job (0 = off)
+  double bucket_cap_mb = 25;               // gradient all-reduce bucket size (PyTorch DDP's default)
+  bool allreduce_overlap = true;           // reduce buckets while backward goes on
+  bool zero1 = false;                      // optimizer moments sharded across ranks (ZeRO stage 1)
   std::string allreduce_backend = "auto";  // gradients on a GPU: auto (nccl with several ranks) | nccl | host
 };
-
 
 class Communicator {
  public:

@@ -14,7 +14,7 @@ enum class DType { F32, BF16, F16, I32, I8, I64 };
 enum class Precision { F32, BF16, F16, I8 };
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);   // safetensors spelling: "F32", "BF16", ...
+const char* dtype_name(DType t);                  // safetensors spelling: "F32", "BF16", ...
 Precision parse_precision(const std::string& s);  // "fp32" | "bf16" | "fp16" | "int8"
 const char* precision_name(Precision p);
 

@@ -12,11 +12,11 @@
 namespace bertcc {
 
 struct ElectraLoss {
-  double loss = 0, gen_loss = 0, disc_loss = 0;           // means over this batch's masked / real tokens
-  double gen_loss_sum = 0, disc_loss_sum = 0;              // the cross-entropy sums behind them
-  int64_t masked = 0, gen_correct = 0;                  // generator: masked tokens, argmax == original
-  int64_t tokens = 0, disc_correct = 0, replaced = 0;   // discriminator: attended tokens, right calls, replaced ones
-  int64_t replaced_hit = 0, predicted_replaced = 0;     // true positives, positives (precision = hit / predicted)
+  double loss = 0, gen_loss = 0, disc_loss = 0;        // means over this batch's masked / real tokens
+  double gen_loss_sum = 0, disc_loss_sum = 0;          // the cross-entropy sums behind them
+  int64_t masked = 0, gen_correct = 0;                 // generator: masked tokens, argmax == original
+  int64_t tokens = 0, disc_correct = 0, replaced = 0;  // discriminator: attended tokens, right calls, replaced ones
+  int64_t replaced_hit = 0, predicted_replaced = 0;    // true positives, positives (precision = hit / predicted)
 };
 
 // Google's generator for a discriminator: the same depth and embeddings, hidden size

@@ -28,7 +28,7 @@ template <class... A>
 
 }  // namespace bertcc
 
-#define BERTCC_CHECK(cond, ...)                  \
-  do {                                           \
-    if (!(cond)) ::bertcc::fail(__VA_ARGS__);    \
+#define BERTCC_CHECK(cond, ...)               \
+  do {                                        \
+    if (!(cond)) ::bertcc::fail(__VA_ARGS__); \
   } while (0)

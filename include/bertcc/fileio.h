@@ -11,9 +11,9 @@ namespace bertcc {
 // read (a folder, /dev/zero or a FIFO where a file is expected is an error naming it), and only
 // up to the cap of its kind, checked from its size before anything is read: sizes no real input
 // of that kind reaches.
-constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;   // config.json, trainer_state.json, JSON settings
-constexpr uint64_t kMaxVocabBytes = uint64_t{1} << 30;     // vocab.txt, tokenizer.json
-constexpr uint64_t kMaxDataBytes = uint64_t{64} << 30;     // task data, predictions, weights
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;  // config.json, trainer_state.json, JSON settings
+constexpr uint64_t kMaxVocabBytes = uint64_t{1} << 30;    // vocab.txt, tokenizer.json
+constexpr uint64_t kMaxDataBytes = uint64_t{64} << 30;    // task data, predictions, weights
 std::string read_file(const std::string& path, uint64_t cap = kMaxDataBytes, const char* kind = "input file");
 
 // ---- text input: UTF-8. Every command reads its text files and stdin through these.

@@ -5,11 +5,10 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bertcc/bert.h"
 #include "bertcc/dist.h"
@@ -40,16 +39,16 @@ struct FinetuneOptions {
   bool bias_correction = true;
   uint64_t seed = 42;
   Precision precision = Precision::BF16;
-  int freeze_layers = -1;  // train only the top N encoder layers (-1 = all)
+  int freeze_layers = -1;           // train only the top N encoder layers (-1 = all)
   double layerwise_lr_decay = 1.0;  // ELECTRA's per-layer learning-rate decay (1 = off)
-  bool group_by_length = false;  // length_grouped_order on each epoch's shuffle
+  bool group_by_length = false;     // length_grouped_order on each epoch's shuffle
   // Checkpoints (OUTPUT/checkpoints/step_N: model, AdamW moments, step, RNG, best score) every N
   // steps (0: none) and on SIGINT/SIGTERM; `resume` continues from the newest valid one.
   int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
   bool resume = false;
   bool trust_unverified_checkpoint = false;  // with resume: accept a checkpoint without checksums
-  dist::Options dp;                      // data parallelism (mpirun/srun)
-  int64_t max_nonfinite_steps = 10;      // consecutive skipped non-finite steps that stop the run
+  dist::Options dp;                          // data parallelism (mpirun/srun)
+  int64_t max_nonfinite_steps = 10;          // consecutive skipped non-finite steps that stop the run
   bool quiet = false;
   const RangeTest* range_test = nullptr;  // set: a range test, not training (bertcc lr-find)
 };

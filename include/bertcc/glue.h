@@ -1,10 +1,9 @@
 // GLUE: TSV readers as GLUE ships the files (TAB-separated, quoting off, UTF-8 BOM tolerated,
 // header or none, missing final newline) and the official metrics.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace bertcc {
 

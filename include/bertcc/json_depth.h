@@ -18,8 +18,10 @@ inline size_t json_too_deep_at(std::string_view text, int max_depth = kMaxJsonDe
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;  // the escaped character (\" included) is skipped
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;  // the escaped character (\" included) is skipped
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {

@@ -3,10 +3,9 @@
 // entity-level precision/recall/F1 exactly as seqeval computes them by default (conlleval chunk
 // rules: an I- after O or after another type starts an entity, so IOB1 and IOB2 both work).
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace bertcc {
 

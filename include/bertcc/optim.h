@@ -24,7 +24,7 @@ struct LambOptions {
 
 struct AdamWOptions {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f, weight_decay = 0.01f;
-  float max_grad_norm = 1.0f;  // <= 0 disables clipping
+  float max_grad_norm = 1.0f;   // <= 0 disables clipping
   bool bias_correction = true;  // NVIDIA run_squad uses false
 };
 

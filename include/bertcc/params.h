@@ -13,9 +13,9 @@ struct ParamEntry {
   std::vector<int64_t> shape;  // HF/PyTorch shape ([out, in] for Linear weights)
   size_t offset = 0;           // in elements, into the flat buffers
   size_t numel = 0;
-  bool weight_decay = true;    // false for biases and LayerNorm parameters
-  bool trainable = true;       // false for frozen tensors (fine-tuning only the top layers): no update
-  float lr_scale = 1.0f;       // multiplies the learning rate (ELECTRA's layer-wise decay)
+  bool weight_decay = true;  // false for biases and LayerNorm parameters
+  bool trainable = true;     // false for frozen tensors (fine-tuning only the top layers): no update
+  float lr_scale = 1.0f;     // multiplies the learning rate (ELECTRA's layer-wise decay)
 };
 
 // A tensor of a table by its index: looked up by name once (when a model is built), then used on
@@ -33,8 +33,8 @@ class ParamTable {
   size_t total() const { return total_; }
   const ParamEntry* find(const std::string& name) const;
   const ParamEntry& at(const std::string& name) const;  // throws naming the tensor
-  ParamRef ref(const std::string& name) const;           // throws naming the tensor
-  ParamRef find_ref(const std::string& name) const;      // an empty ref when absent
+  ParamRef ref(const std::string& name) const;          // throws naming the tensor
+  ParamRef find_ref(const std::string& name) const;     // an empty ref when absent
   const ParamEntry& operator[](ParamRef r) const { return entries_[static_cast<size_t>(r.i)]; }
   void set_trainable(const std::string& name, bool trainable);
   void set_lr_scale(const std::string& name, float scale);

@@ -14,10 +14,12 @@ namespace bertcc {
 class PyRandom {
  public:
   explicit PyRandom(uint64_t seed);
-  double random();                  // [0, 1), 53 bits
-  uint32_t getrandbits(int k);      // 1 <= k <= 32
-  uint64_t randbelow(uint64_t n);   // [0, n), n >= 1
-  int64_t randint(int64_t a, int64_t b) { return a + static_cast<int64_t>(randbelow(static_cast<uint64_t>(b - a + 1))); }
+  double random();                 // [0, 1), 53 bits
+  uint32_t getrandbits(int k);     // 1 <= k <= 32
+  uint64_t randbelow(uint64_t n);  // [0, n), n >= 1
+  int64_t randint(int64_t a, int64_t b) {
+    return a + static_cast<int64_t>(randbelow(static_cast<uint64_t>(b - a + 1)));
+  }
   template <class T>
   void shuffle(std::vector<T>& x) {
     for (size_t i = x.size(); i-- > 1;) std::swap(x[i], x[static_cast<size_t>(randbelow(i + 1))]);

@@ -14,7 +14,7 @@
 
 namespace bertcc::signals {
 
-void start();  // idempotent
+void start();              // idempotent
 void take_stop_signals();  // from now on SIGINT/SIGTERM request a stop instead of ending the process
 int stop_requested();      // the signal received since take_stop_signals(), or 0
 int wait_stop();           // blocks until one arrives (returns it) or wake() is called (returns 0)

@@ -6,10 +6,9 @@
 // Python works in code points; so does this code where offsets matter.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bertcc/features.h"
 #include "bertcc/tokenizer.h"
@@ -18,11 +17,11 @@ namespace bertcc {
 
 struct SquadExample {
   std::string id, question, context;
-  std::vector<std::string> doc_tokens;      // whitespace-separated words of the context
-  std::vector<size_t> word_byte_begin;      // byte offset of each word in `context`
+  std::vector<std::string> doc_tokens;  // whitespace-separated words of the context
+  std::vector<size_t> word_byte_begin;  // byte offset of each word in `context`
   bool impossible = false;
-  int start_word = -1, end_word = -1;       // training: the first answer's words
-  std::string answer_text;                  // training: the first answer's text
+  int start_word = -1, end_word = -1;  // training: the first answer's words
+  std::string answer_text;             // training: the first answer's text
 };
 
 // Google's whitespace split of a context (" ", \t, \r, \n, U+202F).
@@ -72,9 +71,8 @@ struct SquadOutput {
 };
 // `logits[i]` holds window i's [T,2] (start, end) logits for at least its tokens (joint head: its
 // joint_qa_output_size beam floats).
-SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
-                         const SquadFeatures& feats, const std::vector<std::vector<float>>& logits,
-                         const SquadDecodeOptions& o);
+SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex, const SquadFeatures& feats,
+                         const std::vector<std::vector<float>>& logits, const SquadDecodeOptions& o);
 
 // SQuAD 2.0's "no answer" as a fine-tuned model folder records it, in config.json under
 // run_squad.py's flag names (Hugging Face keeps keys it does not know): a v2.0 model answers ""

@@ -1,8 +1,7 @@
 // SQuAD evaluation exactly as the official evaluate-v1.1.py and evaluate-v2.0.py compute it.
 #pragma once
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace bertcc {
 

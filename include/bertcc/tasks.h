@@ -4,13 +4,12 @@
 // requests into one forward pass.
 #pragma once
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "bertcc/error.h"
 #include "bertcc/config.h"
+#include "bertcc/error.h"
 #include "bertcc/features.h"
 #include "bertcc/tokenizer.h"
 

@@ -14,11 +14,11 @@
 namespace bertcc {
 
 struct TorchTensor {
-  std::string name;              // key in the state dict, as stored
-  std::string dtype;             // "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"
+  std::string name;   // key in the state dict, as stored
+  std::string dtype;  // "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"
   std::vector<int64_t> shape, stride;
-  int64_t offset = 0;            // in elements, into the storage
-  std::string storage;           // zip entry key under data/
+  int64_t offset = 0;   // in elements, into the storage
+  std::string storage;  // zip entry key under data/
   int64_t numel() const;
 };
 

@@ -28,18 +28,18 @@ struct PretrainOptions {
   int64_t max_predictions_per_seq = 20, num_steps_per_checkpoint = 200, keep_checkpoints = 3, log_freq = 1;
   bool resume_from_checkpoint = false;
   bool trust_unverified_checkpoint = false;  // resume a checkpoint that lacks its checksums
-  bool phase2 = false;           // continue from phase 1: optimizer step and schedule restart
-  int64_t phase1_end_step = 0;   // the phase-1 step phase 2 continues from (names/logs add it)
-  std::string eval_dir;          // held-out shards: MLM/NSP accuracy every eval_freq steps and at the end
-  int64_t eval_freq = 0;         // 0: at checkpoints
+  bool phase2 = false;                       // continue from phase 1: optimizer step and schedule restart
+  int64_t phase1_end_step = 0;               // the phase-1 step phase 2 continues from (names/logs add it)
+  std::string eval_dir;                      // held-out shards: MLM/NSP accuracy every eval_freq steps and at the end
+  int64_t eval_freq = 0;                     // 0: at checkpoints
   int64_t eval_batches = 20;
-  int64_t length_binning = 0;    // > 0: sort by length within groups of this many batches
+  int64_t length_binning = 0;  // > 0: sort by length within groups of this many batches
   uint64_t seed = 12345;
-  int threads = 0;                     // per rank; 0 = the host's cores shared by its ranks
+  int threads = 0;  // per rank; 0 = the host's cores shared by its ranks
   // cpu | cuda | cuda:N | cpu-staged: where the model, its gradients and the optimizer compute
   std::string device = "cpu";
-  dist::Options dp;                    // data parallelism (mpirun/srun)
-  int64_t max_nonfinite_steps = 10;    // consecutive skipped non-finite steps that stop the run
+  dist::Options dp;                  // data parallelism (mpirun/srun)
+  int64_t max_nonfinite_steps = 10;  // consecutive skipped non-finite steps that stop the run
   // set: a range test (bertcc lr-find pretrain), not training: the rate of each step is the
   // test's, and no checkpoint, log, evaluation or model is written
   const RangeTest* range_test = nullptr;

@@ -36,17 +36,42 @@ inline uint32_t decode_utf8(const unsigned char* s, size_t n, size_t& i, bool& i
   }
   int len;
   uint32_t cp, min;
-  if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; min = 0x80; }
-  else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; min = 0x800; }
-  else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; min = 0x10000; }
-  else { ++i; invalid = true; return 0xFFFD; }
-  if (i + static_cast<size_t>(len) > n) { ++i; invalid = true; return 0xFFFD; }
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+    cp = c & 0x1F;
+    min = 0x80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    cp = c & 0x0F;
+    min = 0x800;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    cp = c & 0x07;
+    min = 0x10000;
+  } else {
+    ++i;
+    invalid = true;
+    return 0xFFFD;
+  }
+  if (i + static_cast<size_t>(len) > n) {
+    ++i;
+    invalid = true;
+    return 0xFFFD;
+  }
   for (int k = 1; k < len; ++k) {
     const unsigned char cc = s[i + static_cast<size_t>(k)];
-    if ((cc & 0xC0) != 0x80) { ++i; invalid = true; return 0xFFFD; }
+    if ((cc & 0xC0) != 0x80) {
+      ++i;
+      invalid = true;
+      return 0xFFFD;
+    }
     cp = (cp << 6) | (cc & 0x3F);
   }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { ++i; invalid = true; return 0xFFFD; }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    ++i;
+    invalid = true;
+    return 0xFFFD;
+  }
   i += static_cast<size_t>(len);
   return cp;
 }

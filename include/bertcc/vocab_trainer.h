@@ -11,9 +11,9 @@ namespace bertcc {
 
 struct VocabTrainerOptions {
   int64_t vocab_size = 30522;
-  int64_t min_frequency = 2;    // pairs seen fewer times are never merged
+  int64_t min_frequency = 2;      // pairs seen fewer times are never merged
   int64_t limit_alphabet = 1000;  // most frequent characters kept (each as "c" and "##c")
-  int64_t num_unused = 99;      // [unused*] slots after [PAD] (BERT: [PAD], [unused0..98], [UNK] = 100)
+  int64_t num_unused = 99;        // [unused*] slots after [PAD] (BERT: [PAD], [unused0..98], [UNK] = 100)
 };
 
 // word -> count, from basic tokenization of a corpus.

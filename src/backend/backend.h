@@ -41,5 +41,7 @@ Backend& staged_backend();
 // and a device; the error says which is missing.
 Backend& backend_for(const std::string& device);
 // One line for `--device` help texts.
-inline const char* device_help() { return "cpu (default) | cuda | cuda:N | cpu-staged (the device code paths on the CPU)"; }
+inline const char* device_help() {
+  return "cpu (default) | cuda | cuda:N | cpu-staged (the device code paths on the CPU)";
+}
 }  // namespace bertcc

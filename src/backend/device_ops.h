@@ -34,12 +34,11 @@ struct DeviceOps {
                             int64_t N, int64_t C, float eps);
   void (*layernorm_backward)(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                              const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite);
-  void (*residual_layernorm_forward)(float* out, float* sum, float* mean, float* rstd, const float* a,
-                                     const float* r, const float* w, const float* b, int64_t N, int64_t C, float eps,
-                                     bf16_t* out16);
-  bool (*residual_dropout_layernorm_forward)(float* out, float* sum, float* mean, float* rstd, float* a,
-                                             const float* r, const float* w, const float* b, int64_t N, int64_t C,
-                                             float eps, bf16_t* out16, float p, const Rng& rng, uint64_t base);
+  void (*residual_layernorm_forward)(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                                     const float* w, const float* b, int64_t N, int64_t C, float eps, bf16_t* out16);
+  bool (*residual_dropout_layernorm_forward)(float* out, float* sum, float* mean, float* rstd, float* a, const float* r,
+                                             const float* w, const float* b, int64_t N, int64_t C, float eps,
+                                             bf16_t* out16, float p, const Rng& rng, uint64_t base);
   bool (*layernorm_dropout_backward)(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                      const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
                                      float* dbranch, bf16_t* dbranch16, float p, const Rng& rng, uint64_t base);
@@ -67,10 +66,9 @@ struct DeviceOps {
   // Ops::attention_work_size's second form (the hints' paths included)
   int64_t (*attention_work_size_hinted)(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
                                         bool inference);
-  void (*attention_forward)(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
-                            const bf16_t* qkv16, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                            float dropout_p, const Rng& rng, uint64_t base, Precision prec,
-                            const AttentionHints& hints);
+  void (*attention_forward)(float* out, bf16_t* out16, float* saved, float* work, const float* qkv, const bf16_t* qkv16,
+                            const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
+                            const Rng& rng, uint64_t base, Precision prec, const AttentionHints& hints);
   void (*attention_backward)(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
                              const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
                              const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
@@ -83,16 +81,15 @@ struct DeviceOps {
   bool (*attention_varlen_on)();
   int64_t (*attention_varlen_work_size)(const int64_t* cu, int64_t B, int64_t C, int64_t NH);
   bool (*attention_varlen_forward)(float* out, bf16_t* out16, float* saved, const float* qkv, const bf16_t* qkv16,
-                                   const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p,
-                                   const Rng& rng, uint64_t base, Precision prec);
+                                   const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
+                                   uint64_t base, Precision prec);
   bool (*attention_varlen_backward)(float* dqkv, bf16_t* dqkv16, float* work, const float* dout, const float* qkv,
                                     const bf16_t* qkv16, const float* out, const bf16_t* out16, const float* saved,
                                     const int64_t* cu, int64_t B, int64_t C, int64_t NH, float dropout_p,
                                     const Rng& rng, uint64_t base, Precision prec);
 
   // ---- heads ----
-  void (*gumbel_argmax)(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
-                        uint64_t base);
+  void (*gumbel_argmax)(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);
   void (*weighted_row_sums)(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T,
                             int64_t C);
   int64_t (*softmax_xent)(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,

@@ -78,15 +78,19 @@ void Ops::to_bf16(bf16_t* out, const float* in, int64_t n) {
 void Ops::narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) {
   if (dev_) return dev_->narrow16(out, in, n, bf16);
   check_staged_buffers("narrow16", out, in);
-  if (bf16) bertcc::to_bf16(in, out, static_cast<size_t>(n));
-  else bertcc::to_f16(in, out, static_cast<size_t>(n));
+  if (bf16)
+    bertcc::to_bf16(in, out, static_cast<size_t>(n));
+  else
+    bertcc::to_f16(in, out, static_cast<size_t>(n));
 }
 
 void Ops::widen16(float* out, const uint16_t* in, int64_t n, bool bf16) {
   if (dev_) return dev_->widen16(out, in, n, bf16);
   check_staged_buffers("widen16", out, in);
-  if (bf16) bertcc::from_bf16(in, out, static_cast<size_t>(n));
-  else bertcc::from_f16(in, out, static_cast<size_t>(n));
+  if (bf16)
+    bertcc::from_bf16(in, out, static_cast<size_t>(n));
+  else
+    bertcc::from_f16(in, out, static_cast<size_t>(n));
 }
 
 void Ops::scale(float* x, int64_t n, float s) {
@@ -137,9 +141,9 @@ void Ops::residual_layernorm_forward(float* out, float* sum, float* mean, float*
 
 // A device may fuse the two (CUDA: one kernel where the register-row kernels take C and the
 // pointers); otherwise, and on the CPU, dropout in place, then the residual LayerNorm
-void Ops::residual_dropout_layernorm_forward(float* out, float* sum, float* mean, float* rstd, float* a,
-                                             const float* r, const float* w, const float* b, int64_t N, int64_t C,
-                                             float eps, bf16_t* out16, float p, const Rng& rng, uint64_t base) {
+void Ops::residual_dropout_layernorm_forward(float* out, float* sum, float* mean, float* rstd, float* a, const float* r,
+                                             const float* w, const float* b, int64_t N, int64_t C, float eps,
+                                             bf16_t* out16, float p, const Rng& rng, uint64_t base) {
   if (dev_ &&
       dev_->residual_dropout_layernorm_forward(out, sum, mean, rstd, a, r, w, b, N, C, eps, out16, p, rng, base))
     return;
@@ -150,8 +154,8 @@ void Ops::residual_dropout_layernorm_forward(float* out, float* sum, float* mean
 void Ops::layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                      const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
                                      float* dbranch, bf16_t* dbranch16, float p, const Rng& rng, uint64_t base) {
-  if (dev_ && dev_->layernorm_dropout_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, dbranch, dbranch16, p,
-                                               rng, base))
+  if (dev_ &&
+      dev_->layernorm_dropout_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, dbranch, dbranch16, p, rng, base))
     return;
   layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, /*overwrite=*/true);
   dropout_backward(dbranch, dinp, N * C, p, rng, base, dbranch16, /*overwrite=*/true);
@@ -289,10 +293,9 @@ int64_t Ops::attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH, bo
 }
 
 // The hints are for a device's paths (CUDA's cuDNN path, ops_cuda.cpp); the CPU ignores them
-void Ops::attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
-                            const bf16_t* qkv16, const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH,
-                            float dropout_p, const Rng& rng, uint64_t base, Precision prec,
-                            const AttentionHints& hints) {
+void Ops::attention_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv, const bf16_t* qkv16,
+                            const float* mask_add, int64_t B, int64_t T, int64_t C, int64_t NH, float dropout_p,
+                            const Rng& rng, uint64_t base, Precision prec, const AttentionHints& hints) {
   if (dev_)
     return dev_->attention_forward(out, out16, saved, work, qkv, qkv16, mask_add, B, T, C, NH, dropout_p, rng, base,
                                    prec, hints);
@@ -377,19 +380,20 @@ void Ops::attention_varlen_backward(float* dqkv, bf16_t* dqkv16, float* work, co
       return;
     if (const int64_t T = dev_->attention_varlen_on() ? one_length(cu, B) : 0) {
       mem_.zero(work, sizeof(float) * static_cast<size_t>(B * T));
-      return attention_backward(dqkv, dqkv16, work + aligned(B * T), dout, qkv, qkv16, out, out16, saved, work, B, T,
-                                C, NH, dropout_p, rng, base, prec);
+      return attention_backward(dqkv, dqkv16, work + aligned(B * T), dout, qkv, qkv16, out, out16, saved, work, B, T, C,
+                                NH, dropout_p, rng, base, prec);
     }
-    return attention_varlen_backward_per_sequence(dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, cu, B, C,
-                                                  NH, dropout_p, rng, base, prec);
+    return attention_varlen_backward_per_sequence(dqkv, dqkv16, work, dout, qkv, qkv16, out, out16, saved, cu, B, C, NH,
+                                                  dropout_p, rng, base, prec);
   }
   (void)work, (void)rng, (void)base;
-  check_staged_buffers("attention_varlen_backward", dqkv, dqkv16, dout, qkv, qkv16, out, out16, saved);  // (out, out16: not read)
+  check_staged_buffers("attention_varlen_backward", dqkv, dqkv16, dout, qkv, qkv16, out, out16,
+                       saved);  // (out, out16: not read)
   kernels::attention_varlen_backward(dqkv, dout, qkv, saved, cu, B, C, NH, dropout_p, prec, dqkv16, qkv16);
 }
 
-int64_t Ops::attention_varlen_per_sequence_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH,
-                                                      bool dropout, Precision prec, bool qkv16_kept) const {
+int64_t Ops::attention_varlen_per_sequence_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
+                                                      Precision prec, bool qkv16_kept) const {
   int64_t s = 0;
   for (int64_t b = 0; b < B; ++b)
     s += aligned(attention_saved_size(1, cu[b + 1] - cu[b], C, NH, dropout, prec, qkv16_kept));
@@ -403,9 +407,9 @@ int64_t Ops::attention_varlen_per_sequence_work_size(const int64_t* cu, int64_t 
   return aligned(longest(cu, B)) + w;
 }
 
-void Ops::attention_varlen_forward_per_sequence(float* out, bf16_t* out16, float* saved, float* work,
-                                                const float* qkv, const bf16_t* qkv16, const int64_t* cu, int64_t B,
-                                                int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+void Ops::attention_varlen_forward_per_sequence(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
+                                                const bf16_t* qkv16, const int64_t* cu, int64_t B, int64_t C,
+                                                int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
                                                 Precision prec) {
   const int64_t zeros = aligned(longest(cu, B));
   mem_.zero(work, sizeof(float) * static_cast<size_t>(zeros));
@@ -422,9 +426,9 @@ void Ops::attention_varlen_forward_per_sequence(float* out, bf16_t* out16, float
 
 void Ops::attention_varlen_backward_per_sequence(float* dqkv, bf16_t* dqkv16, float* work, const float* dout,
                                                  const float* qkv, const bf16_t* qkv16, const float* out,
-                                                 const bf16_t* out16, const float* saved, const int64_t* cu,
-                                                 int64_t B, int64_t C, int64_t NH, float dropout_p, const Rng& rng,
-                                                 uint64_t base, Precision prec) {
+                                                 const bf16_t* out16, const float* saved, const int64_t* cu, int64_t B,
+                                                 int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
+                                                 Precision prec) {
   const int64_t zeros = aligned(longest(cu, B));
   mem_.zero(work, sizeof(float) * static_cast<size_t>(zeros));
   const bool kept = qkv16 != nullptr;
@@ -441,8 +445,7 @@ void Ops::attention_varlen_backward_per_sequence(float* dqkv, bf16_t* dqkv16, fl
 
 // ---- heads ----
 
-void Ops::gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng,
-                        uint64_t base) {
+void Ops::gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base) {
   if (dev_) return dev_->gumbel_argmax(picks_host, logits, M, V, rng, base);
   check_staged_buffers("gumbel_argmax", logits);
   kernels::gumbel_argmax(picks_host, logits, M, V, rng, base);

@@ -28,10 +28,10 @@ enum class DeviceKind { CPU, CUDA, Staged };
 // the same bits as to_bf16 of its fp32 operand, so results do not change, only the passes that
 // round. overwrite_dx: the backward writes dx instead of adding to it (no zeroing pass first).
 struct LinearIo {
-  const bf16_t* x16 = nullptr;  // x rounded: the forward product's A, the backward's dW operand
-  bf16_t* keep_x16 = nullptr;   // forward, x16 null: x's rounding is written here (for the backward)
-  const bf16_t* dy16 = nullptr; // backward: dy rounded (both products' operand)
-  bool overwrite_dx = false;    // backward: dx = dy W rather than dx += dy W
+  const bf16_t* x16 = nullptr;   // x rounded: the forward product's A, the backward's dW operand
+  bf16_t* keep_x16 = nullptr;    // forward, x16 null: x's rounding is written here (for the backward)
+  const bf16_t* dy16 = nullptr;  // backward: dy rounded (both products' operand)
+  bool overwrite_dx = false;     // backward: dx = dy W rather than dx += dy W
   // forward, bf16: the output as its bf16 rounding alone (fp32 sums and bias, one rounding), for a
   // product whose output is read only rounded (QKV: attention's operands). y is then fp32 space the
   // product may pass through (the CPU computes into it; CUDA only where cuBLASLt cannot write bf16
@@ -177,8 +177,8 @@ class Ops {
   // sequences all of one length or one per sequence (the _per_sequence forms). varlen_attention():
   // whether the model should pack batches without padding too.
   bool varlen_attention() const;
-  int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
-                                      Precision prec, bool qkv16_kept) const;
+  int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout, Precision prec,
+                                      bool qkv16_kept) const;
   int64_t attention_varlen_work_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH) const;
   void attention_varlen_forward(float* out, bf16_t* out16, float* saved, float* work, const float* qkv,
                                 const bf16_t* qkv16, const int64_t* cu, int64_t B, int64_t C, int64_t NH,
@@ -212,8 +212,8 @@ class Ops {
   void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T,
                          int64_t C);
   // kernels::softmax_xent_forward_backward (labels on the backend; the counts come back to the host)
-  int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
-                       int32_t ignore_index, float grad_scale, int64_t* num_correct);
+  int64_t softmax_xent(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V, int32_t ignore_index,
+                       float grad_scale, int64_t* num_correct);
 
   // ---- linear layers (kernels/gemm.h, cuBLASLt) ----
   void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,

@@ -1,10 +1,10 @@
 // Backend selection from a --device string. The CUDA backends come from cuda_family()
 // (device_family.h): the CUDA kernels' in builds with them, elsewhere an error that says so.
 #include <iostream>
-#include <string>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/device_family.h"
@@ -14,11 +14,13 @@ namespace bertcc {
 
 Backend& backend_for(const std::string& device) {
   if (device.empty() || device == "cpu" || device == "cpu-staged") {
-    BERTCC_CHECK(!settings().cuda_graphs, "--cuda-graphs needs --device cuda (CUDA graphs record GPU work; this is --device ",
+    BERTCC_CHECK(!settings().cuda_graphs,
+                 "--cuda-graphs needs --device cuda (CUDA graphs record GPU work; this is --device ",
                  device.empty() ? "cpu" : device, ")");
     static std::once_flag said;
     if (settings().allow_tf32)
-      std::call_once(said, [] { std::cerr << "bertcc: --allow-tf32 has no effect on the CPU (its fp32 GEMMs are exact fp32)\n"; });
+      std::call_once(
+          said, [] { std::cerr << "bertcc: --allow-tf32 has no effect on the CPU (its fp32 GEMMs are exact fp32)\n"; });
     return device == "cpu-staged" ? staged_backend() : cpu_backend();
   }
   int index = 0;

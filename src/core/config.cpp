@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cstdlib>
-
 #include <nlohmann/json.hpp>
 
 #include "bertcc/error.h"
@@ -78,9 +77,9 @@ BertConfig load_config(const std::string& path) {
     }
     BERTCC_CHECK(j[k].is_number_integer(), path, ": field '", k, "' must be an integer");
     // Read wide, then range-checked: a 64-bit value must not wrap into a plausible 32-bit one.
-    const bool in_range = j[k].is_number_unsigned() ? j[k].get<uint64_t>() <= (uint64_t{1} << 30)
-                                                    : j[k].get<int64_t>() >= -(int64_t{1} << 30) &&
-                                                          j[k].get<int64_t>() <= (int64_t{1} << 30);
+    const bool in_range = j[k].is_number_unsigned()
+                              ? j[k].get<uint64_t>() <= (uint64_t{1} << 30)
+                              : j[k].get<int64_t>() >= -(int64_t{1} << 30) && j[k].get<int64_t>() <= (int64_t{1} << 30);
     BERTCC_CHECK(in_range, path, ": field '", k, "' = ", j[k].dump(), " is out of range (at most 2^30)");
     dst = static_cast<int>(j[k].get<int64_t>());
   };

@@ -216,13 +216,13 @@ std::string OnnxGraph::linear_int8(const std::string& x, const std::string& pref
   const std::string x2 = node("Reshape", {x, const_i64({-1, K})});  // [M, K]
   const std::string amax = node("ReduceMax", {node("Abs", {x2})}, {Attr::ints("axes", {1}), Attr::i("keepdims", 0)});
   // a row of zeros: any positive scale quantizes it to zeros (bertcc's is 0, with the same products)
-  const std::string sx = node("Div", {node("Max", {amax, const_f32(1e-30f)}),
-                                      const_f32(static_cast<float>(kernels::kInt8ActivationMax))});
+  const std::string sx =
+      node("Div", {node("Max", {amax, const_f32(1e-30f)}), const_f32(static_cast<float>(kernels::kInt8ActivationMax))});
   const std::string zp = node("Cast", {node("Mul", {amax, const_f32(0.0f)})}, {Attr::i("to", kInt8)});
   const std::string xq = node("QuantizeLinear", {x2, sx, zp}, {Attr::i("axis", 0)});
   const std::string acc = node("Cast", {node("MatMulInteger", {xq, wq})}, {Attr::i("to", kFloat)});
-  const std::string y = node("Add", {node("Mul", {node("Mul", {acc, node("Unsqueeze", {sx, const_i64({1})})}), ws}),
-                                     param(prefix + ".bias")});
+  const std::string y = node(
+      "Add", {node("Mul", {node("Mul", {acc, node("Unsqueeze", {sx, const_i64({1})})}), ws}), param(prefix + ".bias")});
   // back to [B, S, out]
   const std::string lead = node("Slice", {node("Shape", {x}), const_i64({0}), const_i64({-1})});
   return node("Reshape", {y, node("Concat", {lead, const_i64({N})}, {Attr::i("axis", 0)})});

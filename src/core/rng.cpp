@@ -97,7 +97,8 @@ void Rng::fill_u32(uint64_t first, size_t n, uint32_t* out) const {
       const __m512i A = _mm512_unpacklo_epi64(a01, a23), B = _mm512_unpackhi_epi64(a01, a23);
       const __m512i C = _mm512_unpacklo_epi64(b01, b23), D = _mm512_unpackhi_epi64(b01, b23);
       const __m512i E = _mm512_shuffle_i32x4(A, B, 0x88), F = _mm512_shuffle_i32x4(A, B, 0xDD);  // 0 8 1 9 | 4 12 5 13
-      const __m512i G = _mm512_shuffle_i32x4(C, D, 0x88), H = _mm512_shuffle_i32x4(C, D, 0xDD);  // 2 10 3 11 | 6 14 7 15
+      const __m512i G = _mm512_shuffle_i32x4(C, D, 0x88),
+                    H = _mm512_shuffle_i32x4(C, D, 0xDD);  // 2 10 3 11 | 6 14 7 15
       uint32_t* o = out + written;
       _mm512_storeu_si512(o, _mm512_shuffle_i32x4(E, G, 0x88));       // blocks 0 1 2 3
       _mm512_storeu_si512(o + 16, _mm512_shuffle_i32x4(F, H, 0x88));  // 4 5 6 7

@@ -51,8 +51,8 @@ RunLock::RunLock(const std::string& dir, const std::string& flag, const std::str
       const std::string holder = read_fd(fd);
       ::close(fd);
       BERTCC_CHECK(e == EWOULDBLOCK || e == EINTR, flag, " ", dir, ": cannot lock ", path_, ": ", std::strerror(e));
-      fail(flag, " ", dir, ": another run is writing to this folder (", holder.empty() ? "its record is not written yet" : holder,
-           "); wait for it to end, or give another ", flag);
+      fail(flag, " ", dir, ": another run is writing to this folder (",
+           holder.empty() ? "its record is not written yet" : holder, "); wait for it to end, or give another ", flag);
     }
     struct stat a, b;
     if (::fstat(fd, &a) != 0 || ::stat(path_.c_str(), &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {

@@ -2,7 +2,6 @@
 
 #include <cpuid.h>
 #include <omp.h>
-
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -133,8 +132,8 @@ PrecisionChoice choose_precision(const std::string& flag, const CpuReport& cpu, 
   if (flag != "auto") return {parse_precision(flag), ""};
   if (gpu) return {Precision::BF16, "precision auto: bf16 (the GPU default)"};
   if (native_bf16(cpu))
-    return {Precision::BF16, std::string("precision auto: bf16 (this CPU has ") +
-                                 (cpu.amx_bf16 ? "AMX-BF16" : "AVX512-BF16") + ")"};
+    return {Precision::BF16,
+            std::string("precision auto: bf16 (this CPU has ") + (cpu.amx_bf16 ? "AMX-BF16" : "AVX512-BF16") + ")"};
   std::string why = "precision auto: fp32 (";
   if (cpu.amx_bf16 || cpu.avx512_bf16)
     why += "oneDNN is held to " + cpu.onednn_isa + " (ONEDNN_MAX_CPU_ISA), below this CPU's native bf16";
@@ -171,10 +170,12 @@ std::string describe_backend(Precision p) {
   std::string s = describe_backend(p == Precision::BF16);
   if (p != Precision::I8) return s;
   const CpuReport r = cpu_report();
-  const bool vnni = r.onednn_isa == "avx512_core_vnni" || r.onednn_isa == "avx512_core_bf16" ||
-                    r.onednn_isa == "avx512_core_amx";
+  const bool vnni =
+      r.onednn_isa == "avx512_core_vnni" || r.onednn_isa == "avx512_core_bf16" || r.onednn_isa == "avx512_core_amx";
   return s + "; int8: the encoder's linear layers (7-bit weights per output channel, 8-bit activations per row, " +
-         (r.onednn_isa == "avx512_core_amx" ? "AMX-INT8" : vnni ? "AVX512-VNNI" : "no VNNI") +
+         (r.onednn_isa == "avx512_core_amx" ? "AMX-INT8"
+          : vnni                            ? "AVX512-VNNI"
+                                            : "no VNNI") +
          "); embeddings, attention, LayerNorm, GELU, pooler and task heads in fp32";
 }
 

@@ -87,10 +87,14 @@ __device__ inline uint32_t philox_u32(uint64_t seed, uint64_t idx) {
   uint32_t w[4];
   philox4(seed, idx >> 2, w);
   switch (idx & 3) {
-    case 0: return w[0];
-    case 1: return w[1];
-    case 2: return w[2];
-    default: return w[3];
+    case 0:
+      return w[0];
+    case 1:
+      return w[1];
+    case 2:
+      return w[2];
+    default:
+      return w[3];
   }
 }
 
@@ -140,8 +144,10 @@ __device__ inline void store_bf16x4(uint16_t* p, float a, float b, float c, floa
 // Four bf16 values at p (8-byte aligned) widened exactly, the first from the lowest bits: one 8-byte load.
 __device__ inline void load_bf16x4(const uint16_t* p, float (&x)[4]) {
   const uint2 v = *reinterpret_cast<const uint2*>(p);
-  x[0] = bf16_bits_to_f32(static_cast<uint16_t>(v.x & 0xFFFFu)), x[1] = bf16_bits_to_f32(static_cast<uint16_t>(v.x >> 16));
-  x[2] = bf16_bits_to_f32(static_cast<uint16_t>(v.y & 0xFFFFu)), x[3] = bf16_bits_to_f32(static_cast<uint16_t>(v.y >> 16));
+  x[0] = bf16_bits_to_f32(static_cast<uint16_t>(v.x & 0xFFFFu)),
+  x[1] = bf16_bits_to_f32(static_cast<uint16_t>(v.x >> 16));
+  x[2] = bf16_bits_to_f32(static_cast<uint16_t>(v.y & 0xFFFFu)),
+  x[3] = bf16_bits_to_f32(static_cast<uint16_t>(v.y >> 16));
 }
 
 }  // namespace bertcc::cuda

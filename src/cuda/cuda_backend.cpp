@@ -3,7 +3,6 @@
 // (backend/device_family.h), which this file defines in builds with the CUDA kernels.
 #include "backend/backend.h"
 #include "backend/device_family.h"
-
 #include "bertcc/error.h"
 #include "core/settings.h"
 #include "cuda/cuda_kernels.h"

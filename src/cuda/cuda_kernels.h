@@ -69,7 +69,7 @@ void graph_destroy(void* exec);
 // name a buffer that is gone (or whose address now belongs to another).
 uint64_t memory_epoch();
 uint64_t graph_launches();  // graphs launched so far (bench, tests)
-double memory_used_mb();  // the device's memory in use (cudaMemGetInfo: total - free)
+double memory_used_mb();    // the device's memory in use (cudaMemGetInfo: total - free)
 // Bytes of bertcc's own device buffers (alloc/free) now, and their high-water mark since the start
 // or the last reset_peak_allocated (PyTorch's memory_allocated / max_memory_allocated).
 size_t allocated_bytes();
@@ -153,8 +153,8 @@ int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool d
 void set_attention_skip_padding(bool on);
 // out16 (bf16 only, optional): the output's bf16 rounding too, from the kernel's registers; out may
 // then be null. qkv16 (bf16 only, optional): qkv's rounding, read instead of qkv (which may be null).
-void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
-                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T, int64_t C,
+                       int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
                        bf16_t* out16 = nullptr, const bf16_t* qkv16 = nullptr);
 // dqkv[B,T,3C] is overwritten. `work` holds attention_backward_work_size() floats.
 int64_t attention_backward_work_size(int64_t B, int64_t T, int64_t NH);
@@ -204,7 +204,8 @@ void attention_cudnn_backward(float* dqkv, bf16_t* dqkv16, float* work, const fl
 // ---- ELECTRA's Gumbel-max sampling (as kernels::gumbel_argmax; the picks land in host memory) ----
 void gumbel_argmax(int32_t* picks_host, const float* logits, int64_t M, int64_t V, const Rng& rng, uint64_t base);
 // as kernels::weighted_row_sums (double sums over t in order; the weights are uploaded from the host)
-void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T, int64_t C);
+void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T,
+                       int64_t C);
 // ---- softmax cross-entropy with its gradient (as kernels::softmax_xent_forward_backward) ----
 int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_t* labels, int64_t N, int64_t V,
                                       int32_t ignore_index, float grad_scale, int64_t* num_correct = nullptr);
@@ -252,7 +253,7 @@ struct DeviceAdamState {
 };
 double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr, const LambOptions& o,
                  double grad_norm = -1);
-double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr,
-                  const AdamWOptions& o, double grad_norm = -1);
+double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr, const AdamWOptions& o,
+                  double grad_norm = -1);
 
 }  // namespace bertcc::cuda

@@ -4,15 +4,14 @@
 // do not depend on the launch. (Fast enough to be correct; the split-and-merge version is to come.)
 #include <cmath>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 #include <initializer_list>
 #include <type_traits>
 
-#include <cub/device/device_radix_sort.cuh>
-
 #include "cuda/common.cuh"
-#include "cuda/ordered_sums.cuh"
 #include "cuda/cuda_kernels.h"
 #include "cuda/layernorm_kernels.cuh"
+#include "cuda/ordered_sums.cuh"
 #include "cuda/pointwise_kernels.cuh"
 
 namespace bertcc::cuda {
@@ -47,8 +46,8 @@ void grouped_rows_add(float* dst, const float* src, const Key* keys, int64_t N, 
   const size_t n = static_cast<size_t>(N), arrays = n * sizeof(Key) + 2 * n * sizeof(int32_t);
   size_t temp = 0;
   BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, static_cast<Key*>(nullptr),
-                                                    static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                                                    N, 0, end_bit));
+                                                    static_cast<const int32_t*>(nullptr),
+                                                    static_cast<int32_t*>(nullptr), N, 0, end_bit));
   const size_t at = (temp + 255) / 256 * 256;  // CUB's temporary storage first, at the allocation's alignment
   auto* base = static_cast<unsigned char*>(scratch.get(at + arrays));
   auto* sorted = reinterpret_cast<Key*>(base + at);
@@ -57,7 +56,8 @@ void grouped_rows_add(float* dst, const float* src, const Key* keys, int64_t N, 
   iota_k<<<grid_for(N, 256), 256, 0, stream()>>>(pos_in, N);
   BERTCC_CUDA_LAUNCHED(who);
   BERTCC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base, temp, keys, sorted, pos_in, pos, N, 0, end_bit, stream()));
-  run_add<Key><<<dim3(static_cast<unsigned>(N), grid_for(C, 128)), 128, 0, stream()>>>(dst, src, sorted, pos, static_cast<int32_t>(N), C);
+  run_add<Key><<<dim3(static_cast<unsigned>(N), grid_for(C, 128)), 128, 0, stream()>>>(dst, src, sorted, pos,
+                                                                                       static_cast<int32_t>(N), C);
   BERTCC_CUDA_LAUNCHED(who);
 }
 
@@ -104,8 +104,8 @@ __global__ void residual_layernorm_fwd(float* out, uint16_t* out16, float* sum, 
   ln_row(out + n * C, mean + n, rstd + n, sum + n * C, w, b, C, eps, out16 ? out16 + n * C : nullptr);
 }
 
-__global__ void layernorm_bwd_input(float* dinp, const float* dout, const float* inp, const float* w,
-                                    const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite) {
+__global__ void layernorm_bwd_input(float* dinp, const float* dout, const float* inp, const float* w, const float* mean,
+                                    const float* rstd, int64_t N, int64_t C, bool overwrite) {
   const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (n >= N) return;
   const int lane = threadIdx.x & 31;
@@ -262,8 +262,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   if (N == 0) return;
   if (const int V = row_groups(C, {out, inp, w, b})) {
     lnr::dispatch_groups(V, [&](auto v) {
-      lnr::fwd<decltype(v)::value, false><<<rows_grid(N), kThreads, 0, stream()>>>(out, nullptr, nullptr, mean, rstd, inp, nullptr,
-                                                                      w, b, N, C, eps, lnr::RowDropout{});
+      lnr::fwd<decltype(v)::value, false><<<rows_grid(N), kThreads, 0, stream()>>>(
+          out, nullptr, nullptr, mean, rstd, inp, nullptr, w, b, N, C, eps, lnr::RowDropout{});
     });
   } else {
     layernorm_fwd<<<rows_grid(N), kThreads, 0, stream()>>>(out, mean, rstd, inp, w, b, N, C, eps);
@@ -276,8 +276,8 @@ void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd
   auto* o16 = reinterpret_cast<uint16_t*>(out16);
   if (const int V = row_groups(C, {out, sum, a, r, w, b}, o16)) {
     lnr::dispatch_groups(V, [&](auto v) {
-      lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads, 0, stream()>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps,
-                                                                     lnr::RowDropout{});
+      lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads, 0, stream()>>>(out, o16, sum, mean, rstd, a, r, w, b,
+                                                                                  N, C, eps, lnr::RowDropout{});
     });
   } else {
     residual_layernorm_fwd<<<rows_grid(N), kThreads, 0, stream()>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps);
@@ -289,7 +289,8 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   if (N == 0) return;
   if (const int V = row_groups(C, {dinp, dout, inp, w})) {
     lnr::dispatch_groups(V, [&](auto v) {
-      lnr::bwd_input<decltype(v)::value><<<rows_grid(N), kThreads, 0, stream()>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
+      lnr::bwd_input<decltype(v)::value>
+          <<<rows_grid(N), kThreads, 0, stream()>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
     });
   } else {
     layernorm_bwd_input<<<rows_grid(N), kThreads, 0, stream()>>>(dinp, dout, inp, w, mean, rstd, N, C, overwrite);
@@ -319,7 +320,8 @@ bool residual_dropout_layernorm_forward(float* out, float* sum, float* mean, flo
   if (N == 0) return true;
   const lnr::RowDropout d = row_dropout(p, rng, base);
   lnr::dispatch_groups(V, [&](auto v) {
-    lnr::fwd<decltype(v)::value, true><<<rows_grid(N), kThreads, 0, stream()>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps, d);
+    lnr::fwd<decltype(v)::value, true>
+        <<<rows_grid(N), kThreads, 0, stream()>>>(out, o16, sum, mean, rstd, a, r, w, b, N, C, eps, d);
   });
   BERTCC_CUDA_LAUNCHED("residual_dropout_layernorm_forward");
   return true;
@@ -334,7 +336,7 @@ bool layernorm_dropout_backward(float* dinp, float* dw, float* db, const float* 
   const lnr::RowDropout d = row_dropout(p, rng, base);
   lnr::dispatch_groups(V, [&](auto v) {
     lnr::bwd_input<decltype(v)::value><<<rows_grid(N), kThreads, 0, stream()>>>(dinp, dout, inp, w, mean, rstd, N, C,
-                                                                   /*overwrite=*/true, d, dbranch, d16);
+                                                                                /*overwrite=*/true, d, dbranch, d16);
   });
   BERTCC_CUDA_LAUNCHED("layernorm_dropout_backward (input)");
   column_sums(db, dw, dout, inp, mean, rstd, N, C, "layernorm_dropout_backward (parameters)");
@@ -396,11 +398,15 @@ namespace {
 template <class F>
 void with_flags(bool vec, bool quad, F f) {
   if (vec) {
-    if (quad) f(std::true_type{}, std::true_type{});
-    else f(std::true_type{}, std::false_type{});
+    if (quad)
+      f(std::true_type{}, std::true_type{});
+    else
+      f(std::true_type{}, std::false_type{});
   } else {
-    if (quad) f(std::false_type{}, std::true_type{});
-    else f(std::false_type{}, std::false_type{});
+    if (quad)
+      f(std::false_type{}, std::true_type{});
+    else
+      f(std::false_type{}, std::false_type{});
   }
 }
 }  // namespace
@@ -412,8 +418,8 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, const Rng
   });
   BERTCC_CUDA_LAUNCHED("dropout_forward");
 }
-void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base,
-                      bf16_t* dinp16, bool overwrite) {
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, const Rng& rng, uint64_t base, bf16_t* dinp16,
+                      bool overwrite) {
   if (n == 0) return;
   auto* d16 = reinterpret_cast<uint16_t*>(dinp16);
   with_flags(vec_ok({dinp, dout}, {d16}), base % 4 == 0, [&](auto vec, auto quad) {
@@ -436,8 +442,8 @@ void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int
     BERTCC_CUDA_CHECK(cudaMemcpyAsync(dst, src, sizeof(float) * cols, cudaMemcpyDeviceToDevice, stream()));
     return;
   }
-  BERTCC_CHECK(dst_ld >= cols && src_ld >= cols, "copy_rows: leading dimensions ", dst_ld, ", ", src_ld,
-               " below the ", cols, " columns");
+  BERTCC_CHECK(dst_ld >= cols && src_ld >= cols, "copy_rows: leading dimensions ", dst_ld, ", ", src_ld, " below the ",
+               cols, " columns");
   BERTCC_CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(float) * dst_ld, src, sizeof(float) * src_ld, sizeof(float) * cols,
                                       rows, cudaMemcpyDeviceToDevice, stream()));
 }
@@ -459,9 +465,9 @@ void gelu_bias_backward(bf16_t* dinp16, float* db, const bf16_t* inp16, const fl
   static Scratch buf;  // the partials, kept from call to call
   float* part = buf.take<float>(static_cast<size_t>(chunks * N));
   const dim3 grid(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(chunks));
-  pw::gelu_bwd_colsum<kColRows><<<grid, 256, 0, stream()>>>(reinterpret_cast<uint16_t*>(dinp16), part,
-                                                reinterpret_cast<const uint16_t*>(inp16), dout, M, N,
-                                                act == Activation::GeluErf, reinterpret_cast<uint16_t*>(out16));
+  pw::gelu_bwd_colsum<kColRows>
+      <<<grid, 256, 0, stream()>>>(reinterpret_cast<uint16_t*>(dinp16), part, reinterpret_cast<const uint16_t*>(inp16),
+                                   dout, M, N, act == Activation::GeluErf, reinterpret_cast<uint16_t*>(out16));
   BERTCC_CUDA_LAUNCHED("gelu_bias_backward");
   colsum_pass2<<<grid_for(N, kThreads), kThreads, 0, stream()>>>(db, nullptr, part, chunks, N);
   BERTCC_CUDA_LAUNCHED("gelu_bias_backward (bias)");

@@ -133,8 +133,7 @@ struct Problem {
     Desc& operator=(const Desc&) = delete;
   } desc;
   Layout la, lb, lc;
-  Problem(const GemmArgs& g, cudaDataType ab, cublasComputeType_t compute, bool with_bias,
-          cudaDataType cd = CUDA_R_32F)
+  Problem(const GemmArgs& g, cudaDataType ab, cublasComputeType_t compute, bool with_bias, cudaDataType cd = CUDA_R_32F)
       : desc(compute),
         la(ab, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b),
         lb(ab, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a),
@@ -169,7 +168,8 @@ struct Problem {
       check_lt(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2], sizeof(uint32_t)),
                "alignment preference");
     int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ctx().lt, desc.d, la.d, lb.d, lc.d, lc.d, pref, n, out, &found);
+    const cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(ctx().lt, desc.d, la.d, lb.d, lc.d, lc.d, pref, n, out, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     return hs == CUBLAS_STATUS_SUCCESS ? found : 0;
   }
@@ -347,7 +347,13 @@ struct Trial {
 
   Trial(const Problem& pr_, const GemmArgs& g_, const void* A_, const void* B_, const void* out_,
         const std::vector<cublasLtMatmulHeuristicResult_t>& h_, cudaDataType cd)
-      : pr(pr_), g(g_), A(A_), B(B_), out(out_), h(h_), b16(cd == CUDA_R_16BF),
+      : pr(pr_),
+        g(g_),
+        A(A_),
+        B(B_),
+        out(out_),
+        h(h_),
+        b16(cd == CUDA_R_16BF),
         bytes(static_cast<size_t>(span(g.M, g.N, g.ldc, g.batch, g.stride_c)) * (b16 ? 2 : 4)) {
     ev.resize(kTuneMaxIters + 1);
     for (auto& e : ev) BERTCC_CUDA_CHECK(cudaEventCreate(&e));
@@ -547,8 +553,8 @@ Algo choose(const Problem& pr, const GemmArgs& g, const void* A, const void* B, 
 // The product into `out` (g.C where null) of type cd. False, with nothing computed, where no
 // algorithm takes it with the bias in the epilogue (or with a bf16 output): the caller then
 // computes it another way. Without either, no algorithm is an error.
-bool run(const GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute,
-         bool with_bias, cudaDataType cd = CUDA_R_32F, void* out = nullptr) {
+bool run(const GemmArgs& g, const void* A, const void* B, cudaDataType ab, cublasComputeType_t compute, bool with_bias,
+         cudaDataType cd = CUDA_R_32F, void* out = nullptr) {
   Context& c = ctx();
   if (!out) out = g.C;
   if (with_bias && alignment(g.bias) < 16) return false;  // the caller adds the bias with a kernel
@@ -729,7 +735,8 @@ std::vector<double> gemm_algo_ms(const GemmArgs& g, bool bf16_out, int max_algos
       continue;
     }
     BERTCC_CUDA_CHECK(cudaEventRecord(e0));
-    for (int k = 0; k < iters; ++k) check_lt(pr.matmul(g, g.A16, g.B16, g.C, &h[static_cast<size_t>(i)].algo), "cublasLtMatmul");
+    for (int k = 0; k < iters; ++k)
+      check_lt(pr.matmul(g, g.A16, g.B16, g.C, &h[static_cast<size_t>(i)].algo), "cublasLtMatmul");
     BERTCC_CUDA_CHECK(cudaEventRecord(e1));
     BERTCC_CUDA_CHECK(cudaEventSynchronize(e1));
     float t = 0;

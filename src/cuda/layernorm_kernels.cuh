@@ -39,9 +39,7 @@ __device__ inline void draws(uint32_t (&w)[4], const RowDropout& d, uint64_t idx
 }
 
 // The rows of a block: warp w of block b is row b * (blockDim.x / 32) + w.
-__device__ inline int64_t warp_row() {
-  return blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
-}
+__device__ inline int64_t warp_row() { return blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5); }
 
 // out = (x - mean) * rstd * w + b, x = a (+ r, written to sum when Residual and sum is not null; a
 // through the dropout d first); out16 (may be null) its bf16 rounding; mean and rstd per row.
@@ -168,14 +166,22 @@ inline int groups_for(int64_t C) {
 template <class F>
 void dispatch_groups(int V, F f) {
   switch (V) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    case 7: return f(std::integral_constant<int, 7>{});
-    default: return f(std::integral_constant<int, 8>{});
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
   }
 }
 

@@ -1,5 +1,3 @@
-#include "cuda/op_timer.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 
 #include "core/settings.h"
 #include "cuda/common.cuh"
+#include "cuda/op_timer.h"
 
 namespace bertcc::cuda {
 namespace {

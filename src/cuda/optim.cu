@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cuda/common.cuh"
-#include "cuda/ordered_sums.cuh"
 #include "cuda/cuda_kernels.h"
+#include "cuda/ordered_sums.cuh"
 
 namespace bertcc::cuda {
 namespace {
@@ -134,8 +134,8 @@ __global__ void lamb_update(const float* __restrict__ w, float* __restrict__ g, 
   }
 }
 
-__global__ void lamb_ratio(float* ratio, const int32_t* first, const int32_t* count, const float* wd,
-                           const double* wsq, const double* usq, int32_t ntensors, bool nvlamb) {
+__global__ void lamb_ratio(float* ratio, const int32_t* first, const int32_t* count, const float* wd, const double* wsq,
+                           const double* usq, int32_t ntensors, bool nvlamb) {
   const int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= ntensors) return;
   float r = 1.0f;
@@ -176,8 +176,8 @@ __global__ void adamw_update(float* __restrict__ w, const float* __restrict__ g,
   }
 }
 
-AdamScalars start(const ParamTable& t, const float* g, DeviceAdamState& s, double& gnorm, float max_grad_norm,
-                  float b1, float b2, float eps, bool bias_correction) {
+AdamScalars start(const ParamTable& t, const float* g, DeviceAdamState& s, double& gnorm, float max_grad_norm, float b1,
+                  float b2, float eps, bool bias_correction) {
   // A ZeRO-1 shard may be empty (a tensor longer than the parts spans a boundary): no moments then.
   BERTCC_CHECK((s.m && s.v) || (s.end != 0 && s.end == s.begin), "optimizer on CUDA: moments not allocated");
   BERTCC_CHECK(s.end == 0 || gnorm >= 0, "optimizer on CUDA: a ZeRO-1 shard's step needs the global gradient norm");
@@ -219,7 +219,8 @@ double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamSta
   float* ratio = b_ratio.take<float>(p.ntensors);
   const auto nc = static_cast<unsigned>(p.nchunks);
   const auto nt = static_cast<int32_t>(p.ntensors);
-  lamb_update<<<nc, kThreads, 0, stream()>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), p.chunks, a, wsq, usq);
+  lamb_update<<<nc, kThreads, 0, stream()>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin), p.chunks, a, wsq,
+                                             usq);
   BERTCC_CUDA_LAUNCHED("lamb_step (update)");
   lamb_ratio<<<grid_for(nt, 128), 128, 0, stream()>>>(ratio, p.first, p.count, p.wd, wsq, usq, nt, o.nvlamb);
   BERTCC_CUDA_LAUNCHED("lamb_step (trust ratios)");
@@ -228,13 +229,13 @@ double lamb_step(const ParamTable& t, float* params, float* grads, DeviceAdamSta
   return grad_norm;
 }
 
-double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr,
-                  const AdamWOptions& o, double grad_norm) {
+double adamw_step(const ParamTable& t, float* params, float* grads, DeviceAdamState& s, float lr, const AdamWOptions& o,
+                  double grad_norm) {
   const AdamScalars a = start(t, grads, s, grad_norm, o.max_grad_norm, o.beta1, o.beta2, o.eps, o.bias_correction);
   const DevicePlan& p = device_plan(t, o.weight_decay, s.begin, s.end);
   if (p.nchunks == 0) return grad_norm;
-  adamw_update<<<static_cast<unsigned>(p.nchunks), kThreads, 0, stream()>>>(params, grads, s.m, s.v, static_cast<int64_t>(s.begin),
-                                                               p.chunks, a, o.weight_decay, lr);
+  adamw_update<<<static_cast<unsigned>(p.nchunks), kThreads, 0, stream()>>>(
+      params, grads, s.m, s.v, static_cast<int64_t>(s.begin), p.chunks, a, o.weight_decay, lr);
   BERTCC_CUDA_LAUNCHED("adamw_step");
   return grad_norm;
 }

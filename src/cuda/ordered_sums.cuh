@@ -40,7 +40,7 @@ __global__ void run_add(float* dst, const float* src, const Key* keys, const int
     if (j < N && keys[j] != key) atomicMin(&end, j);  // sorted: the first different key is the end
     __syncthreads();
     const int e = end;
-    __syncthreads();  // every thread has read it before the next round may lower it
+    __syncthreads();                                     // every thread has read it before the next round may lower it
     if (e < base + static_cast<int>(blockDim.x)) break;  // the same decision in every thread
   }
   const int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -60,8 +60,8 @@ __global__ void run_add(float* dst, const float* src, const Key* keys, const int
 // flight before its chain of multiply-adds reads them. (It was one warp per block with 16 lanes
 // busy: 41,000 one-warp CTAs for BERT-large, held to 32 resident warps per SM by the CTA limit.)
 constexpr int kSumsqThreads = 256, kSumsqBlocksPerCta = kSumsqThreads / 16;
-__global__ void __launch_bounds__(kSumsqThreads) sumsq_blocks(double* __restrict__ part, const float* __restrict__ x,
-                                                              int64_t n) {
+__global__ void __launch_bounds__(kSumsqThreads)
+    sumsq_blocks(double* __restrict__ part, const float* __restrict__ x, int64_t n) {
   constexpr int64_t kBlock = static_cast<int64_t>(kNormBlock);
   __shared__ float lanes[kSumsqBlocksPerCta][16];
   const int half = static_cast<int>(threadIdx.x) / 16, k = static_cast<int>(threadIdx.x) % 16;

@@ -81,8 +81,9 @@ uint64_t graph_launches() { return g_launches.load(); }
 
 void graph_capture_begin() {
   BERTCC_CHECK(!t_capturing, "CUDA graph capture: already recording");
-  BERTCC_CHECK(!op_profiling(), "--cuda-graphs with BERTCC_CUDA_PROFILE=1: the profile times each operation from "
-                                "the host, a graph replays them as one; profile without --cuda-graphs");
+  BERTCC_CHECK(!op_profiling(),
+               "--cuda-graphs with BERTCC_CUDA_PROFILE=1: the profile times each operation from "
+               "the host, a graph replays them as one; profile without --cuda-graphs");
   if (!t_capture_stream) BERTCC_CUDA_CHECK(cudaStreamCreateWithFlags(&t_capture_stream, cudaStreamNonBlocking));
   // thread-local mode: this thread's unsafe calls (synchronous copies, cudaMalloc) are errors
   // while it records, not silently run outside the record; other threads are not affected
@@ -134,8 +135,8 @@ void* alloc(size_t bytes) {
     (void)cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     (void)cudaMemGetInfo(&free_b, &total_b);
-    fail("GPU memory: cannot allocate ", static_cast<double>(bytes) / (1 << 20), " MiB (", cudaGetErrorString(e),
-         "; ", static_cast<double>(free_b) / (1 << 20), " MiB free of ", static_cast<double>(total_b) / (1 << 20),
+    fail("GPU memory: cannot allocate ", static_cast<double>(bytes) / (1 << 20), " MiB (", cudaGetErrorString(e), "; ",
+         static_cast<double>(free_b) / (1 << 20), " MiB free of ", static_cast<double>(total_b) / (1 << 20),
          "; bertcc's own buffers: ", static_cast<double>(allocated_bytes()) / (1 << 20), " MiB)");
   }
   std::lock_guard<std::mutex> lk(g_mem_mu);
@@ -236,8 +237,10 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
       if (q != cudaErrorNotReady) BERTCC_CUDA_CHECK(q);
       done = q == cudaSuccess;
     }
-    if (done) s.spare.push_back(p.done);
-    else s.pending[keep++] = p;
+    if (done)
+      s.spare.push_back(p.done);
+    else
+      s.pending[keep++] = p;
   }
   s.pending.resize(keep);
   std::memcpy(s.host + at, src, bytes);
@@ -308,12 +311,12 @@ __global__ void narrow_kernel(uint16_t* out, const float* in, int64_t n, bool ve
     *reinterpret_cast<uint4*>(out + i) = r;
     return;
   }
-  for (int64_t k = i; k < n && k < i + 8; ++k)
-    out[k] = static_cast<uint16_t>(narrow_pair<BF16>(in[k], 0.0f));
+  for (int64_t k = i; k < n && k < i + 8; ++k) out[k] = static_cast<uint16_t>(narrow_pair<BF16>(in[k], 0.0f));
 }
 __global__ void widen16_kernel(float* out, const uint16_t* in, int64_t n, bool bf16) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = bf16 ? __uint_as_float(static_cast<uint32_t>(in[i]) << 16) : __half2float(__ushort_as_half(in[i]));
+  if (i < n)
+    out[i] = bf16 ? __uint_as_float(static_cast<uint32_t>(in[i]) << 16) : __half2float(__ushort_as_half(in[i]));
 }
 }  // namespace
 
@@ -321,8 +324,10 @@ void narrow16(uint16_t* out, const float* in, int64_t n, bool bf16) {
   if (n <= 0) return;
   const bool vec = reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0;
   const unsigned grid = grid_for((n + 7) / 8, 256);
-  if (bf16) narrow_kernel<true><<<grid, 256, 0, stream()>>>(out, in, n, vec);
-  else narrow_kernel<false><<<grid, 256, 0, stream()>>>(out, in, n, vec);
+  if (bf16)
+    narrow_kernel<true><<<grid, 256, 0, stream()>>>(out, in, n, vec);
+  else
+    narrow_kernel<false><<<grid, 256, 0, stream()>>>(out, in, n, vec);
   BERTCC_CUDA_LAUNCHED("narrow16");
 }
 

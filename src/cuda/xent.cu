@@ -134,7 +134,8 @@ __global__ void weighted_rows(float* out, int64_t out_ld, const float* x, const 
 
 }  // namespace
 
-void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T, int64_t C) {
+void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w_host, int64_t B, int64_t T,
+                       int64_t C) {
   if (B == 0 || C == 0) return;
   BERTCC_CHECK(B <= 65535, "weighted_row_sums: ", B, " rows is more than this kernel's grid takes");
   static Scratch buf;  // (grow-only buffers here and below: no cudaMalloc/cudaFree per call)
@@ -158,7 +159,8 @@ int64_t softmax_xent_forward_backward(float* logits, float* losses, const int32_
   static Scratch buf;
   auto* counts = buf.take<unsigned long long>(2);
   zero(counts, 2 * sizeof(unsigned long long));
-  xent_rows<<<static_cast<unsigned>(N), kThreads, 0, stream()>>>(logits, losses, labels, V, ignore_index, grad_scale, counts);
+  xent_rows<<<static_cast<unsigned>(N), kThreads, 0, stream()>>>(logits, losses, labels, V, ignore_index, grad_scale,
+                                                                 counts);
   BERTCC_CUDA_LAUNCHED("softmax_xent_forward_backward");
   unsigned long long h[2] = {0, 0};
   copy_to_host(h, counts, sizeof h);

@@ -41,8 +41,9 @@ std::vector<NerSentence> read_conll(const std::string& path) {
     cur.words.push_back(cols[0]);
     if (ncols > 1) {
       const std::string& t = cols.back();
-      BERTCC_CHECK(t == "O" || (t.size() > 2 && t[1] == '-' && (t[0] == 'B' || t[0] == 'I' || t[0] == 'E' || t[0] == 'S')),
-                   path, ":", n, ": tag '", t, "' is not O or B-/I-/E-/S-TYPE");
+      BERTCC_CHECK(
+          t == "O" || (t.size() > 2 && t[1] == '-' && (t[0] == 'B' || t[0] == 'I' || t[0] == 'E' || t[0] == 'S')), path,
+          ":", n, ": tag '", t, "' is not O or B-/I-/E-/S-TYPE");
       cur.tags.push_back(t);
     }
   }

@@ -174,7 +174,6 @@ int64_t sanitize_utf8(std::string& s) {
   return bad;
 }
 
-
 // ---- prep-corpus
 namespace {
 namespace fs = std::filesystem;
@@ -251,7 +250,8 @@ class ShardSet {
   Shard& pick() {
     const bool held_out = !test_.empty() && u32_to_unit(pick_.next_u32()) < o_.test_fraction;
     std::vector<Shard>& pool = held_out ? test_ : train_;
-    return *std::min_element(pool.begin(), pool.end(), [](const Shard& a, const Shard& b) { return a.bytes < b.bytes; });
+    return *std::min_element(pool.begin(), pool.end(),
+                             [](const Shard& a, const Shard& b) { return a.bytes < b.bytes; });
   }
   void commit(CorpusPrepResult& r);
 
@@ -311,13 +311,13 @@ void ShardSet::commit(CorpusPrepResult& r) {
     for (const auto& s : *pool)
       BERTCC_CHECK(s.docs > 0, "prep-corpus: ", s.final_path, " would be empty: ", n_docs, " ", split,
                    " document(s) for ", pool->size(), " ", split, " shard(s); ",
-                   std::string(split) == "train" ? "pass --shards " + std::to_string(std::max<int64_t>(1, n_docs)) +
-                                                       " or fewer"
-                                                 : std::string("pass fewer --shards or a larger --test-fraction"));
+                   std::string(split) == "train"
+                       ? "pass --shards " + std::to_string(std::max<int64_t>(1, n_docs)) + " or fewer"
+                       : std::string("pass fewer --shards or a larger --test-fraction"));
   for (auto* pool : {&train_, &test_})
     for (auto& s : *pool)
-      BERTCC_CHECK(std::rename(s.tmp.c_str(), s.final_path.c_str()) == 0, s.final_path, ": rename failed: ",
-                   std::strerror(errno));
+      BERTCC_CHECK(std::rename(s.tmp.c_str(), s.final_path.c_str()) == 0, s.final_path,
+                   ": rename failed: ", std::strerror(errno));
   done_ = true;
   lock_.release();
   r.train_shards = train_.size();
@@ -435,8 +435,10 @@ void CorpusWriter::text_files(const std::vector<std::string>& files) {
       BERTCC_CHECK(err[k - b0].empty(), err[k - b0]);
       in_bytes += fs::file_size(files[k]);
       note_invalid(files[k], bad[k - b0]);
-      if (fs::file_size(files[k]) > stream_bytes) stream_doc(files[k]);
-      else write_doc(out[k - b0], nsent[k - b0]);
+      if (fs::file_size(files[k]) > stream_bytes)
+        stream_doc(files[k]);
+      else
+        write_doc(out[k - b0], nsent[k - b0]);
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double rate = in_bytes / std::max(secs, 1e-9);
@@ -444,8 +446,10 @@ void CorpusWriter::text_files(const std::vector<std::string>& files) {
     std::snprintf(line, sizeof line, "prep-corpus: %zu/%zu files, %.1f/%.1f MB, %.1f MB/s, ETA %.0f s", b1,
                   files.size(), in_bytes / 1e6, total_bytes / 1e6, rate / 1e6,
                   (total_bytes - in_bytes) / std::max(rate, 1.0));
-    if (tty_) std::cerr << "\r" << line << std::flush;
-    else if (b1 == files.size() || (b0 / batch) % 50 == 0) std::cerr << line << "\n";
+    if (tty_)
+      std::cerr << "\r" << line << std::flush;
+    else if (b1 == files.size() || (b0 / batch) % 50 == 0)
+      std::cerr << line << "\n";
   }
   if (tty_ && !files.empty()) std::cerr << "\n";
 }
@@ -463,8 +467,10 @@ void CorpusWriter::dump(const std::string& path) {
     std::snprintf(line, sizeof line, "prep-corpus: %s: %.1f/%.1f MB, %lld articles, %.1f MB/s, ETA %.0f s",
                   path.c_str(), done / 1e6, total / 1e6, static_cast<long long>(r_.docs), rate / 1e6,
                   (total - std::min(done, total)) / std::max(rate, 1.0));
-    if (tty_) std::cerr << "\r" << line << std::flush;
-    else if (last) std::cerr << line << "\n";
+    if (tty_)
+      std::cerr << "\r" << line << std::flush;
+    else if (last)
+      std::cerr << line << "\n";
   };
   auto run_batch = [&]() {
     std::vector<std::string> out(batch_text.size());
@@ -491,15 +497,16 @@ void CorpusWriter::dump(const std::string& path) {
         batch_text.push_back(wikitext);
         if (batch_text.size() >= 512) run_batch();
       },
-      &ws, [&](uint64_t d, uint64_t t) {
+      &ws,
+      [&](uint64_t d, uint64_t t) {
         done = d;
         total = std::max<uint64_t>(t, 1);
       });
   run_batch();
   report(true);
   if (tty_) std::cerr << "\n";
-  std::cerr << "prep-corpus: " << path << ": " << ws.pages << " pages, " << ws.articles << " articles, "
-            << ws.redirects << " redirects and " << ws.other_namespaces << " non-article pages skipped\n";
+  std::cerr << "prep-corpus: " << path << ": " << ws.pages << " pages, " << ws.articles << " articles, " << ws.redirects
+            << " redirects and " << ws.other_namespaces << " non-article pages skipped\n";
 }
 }  // namespace
 
@@ -516,7 +523,8 @@ CorpusPrepResult prepare_corpus(const CorpusPrepOptions& o) {
   BERTCC_CHECK(!files.empty() || !dumps.empty(), "prep-corpus: no input files");
   for (const auto& p : o.inputs)  // (the shards go to OUTPUT/train and OUTPUT/test)
     for (const char* sub : {"", "train", "test"})
-      check_output_not_input((fs::path(o.output) / sub).string(), "--output-dir", p, "--input", /*input_read_whole=*/true);
+      check_output_not_input((fs::path(o.output) / sub).string(), "--output-dir", p, "--input",
+                             /*input_read_whole=*/true);
   const int n_test = o.test_fraction > 0 ? std::max(1, static_cast<int>(o.shards * o.test_fraction + 0.5)) : 0;
   check_open_file_limit(o.shards + n_test);
   CorpusPrepResult r;

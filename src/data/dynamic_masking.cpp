@@ -54,8 +54,8 @@ UnmaskedShard read_unmasked_shard(const std::string& path, const std::vector<int
   PretrainShard p = read_pretrain_shard_layout(path, &lengths, rows);
   UnmaskedShard s = unmasked_from(std::move(p), std::move(lengths));
   for (int64_t r = 0; r < s.N; ++r)
-    BERTCC_CHECK(s.lengths[r] >= 2 && s.lengths[r] <= s.S, path, ": lengths[", rows ? (*rows)[r] : r, "] = ",
-                 s.lengths[r], " outside [2, ", s.S, "]");
+    BERTCC_CHECK(s.lengths[r] >= 2 && s.lengths[r] <= s.S, path, ": lengths[", rows ? (*rows)[r] : r,
+                 "] = ", s.lengths[r], " outside [2, ", s.S, "]");
   return s;
 }
 

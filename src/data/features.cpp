@@ -1,8 +1,9 @@
 // Fine-tuning features: sentence (pair) encoding with Google's truncation, and padded batches.
+#include "bertcc/features.h"
+
 #include <algorithm>
 
 #include "bertcc/error.h"
-#include "bertcc/features.h"
 #include "bertcc/head_spec.h"
 
 namespace bertcc {

@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
-#include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <numeric>
 
@@ -114,10 +114,11 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
                "] has compact storage of ", stored, " bytes for ", logical, ": corrupt shard");
   if (layout == H5D_CONTIGUOUS) {
     const haddr_t at = H5Dget_offset(ds.id);
-    BERTCC_CHECK(stored == logical && (n_elems == 0 || (at != HADDR_UNDEF && static_cast<double>(at) + stored <= file_bytes)),
-                 path, ": dataset '", name, "' [", shape, "] claims contiguous storage of ", stored, " bytes at offset ",
-                 at == HADDR_UNDEF ? -1.0 : static_cast<double>(at), " in a file of ", file_bytes,
-                 " bytes: truncated or corrupt shard");
+    BERTCC_CHECK(
+        stored == logical && (n_elems == 0 || (at != HADDR_UNDEF && static_cast<double>(at) + stored <= file_bytes)),
+        path, ": dataset '", name, "' [", shape, "] claims contiguous storage of ", stored, " bytes at offset ",
+        at == HADDR_UNDEF ? -1.0 : static_cast<double>(at), " in a file of ", file_bytes,
+        " bytes: truncated or corrupt shard");
   }
   if (rows) {
     const hsize_t N = dims[0];
@@ -139,8 +140,8 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
         Handle dapl{H5Pcreate(H5P_DATASET_ACCESS), H5Pclose};
         H5Dclose(ds.id);
         ds.id = -1;
-        BERTCC_CHECK(dapl.id >= 0 && H5Pset_chunk_cache(dapl.id, 12421, static_cast<size_t>(chunk_bytes * per_slab) + 1,
-                                                         1.0) >= 0,
+        BERTCC_CHECK(dapl.id >= 0 &&
+                         H5Pset_chunk_cache(dapl.id, 12421, static_cast<size_t>(chunk_bytes * per_slab) + 1, 1.0) >= 0,
                      path, ": dataset '", name, "': cannot set its chunk cache");
         ds.id = H5Dopen2(file, name, dapl.id);
         BERTCC_CHECK(ds.id >= 0, path, ": cannot open dataset '", name, "'");
@@ -158,10 +159,11 @@ std::vector<int32_t> read_i32(hid_t file, const std::string& path, const char* n
       Handle fsp{H5Dget_space(ds.id), H5Sclose};
       Handle msp{H5Screate_simple(rank, count, nullptr), H5Sclose};
       slab.resize(static_cast<size_t>(b - a) * cols);
-      BERTCC_CHECK(fsp.id >= 0 && msp.id >= 0 &&
-                       H5Sselect_hyperslab(fsp.id, H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
-                       (slab.empty() || H5Dread(ds.id, H5T_NATIVE_INT32, msp.id, fsp.id, H5P_DEFAULT, slab.data()) >= 0),
-                   path, ": cannot read rows [", a, ",", b, ") of dataset '", name, "' (truncated or corrupt file?)");
+      BERTCC_CHECK(
+          fsp.id >= 0 && msp.id >= 0 &&
+              H5Sselect_hyperslab(fsp.id, H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0 &&
+              (slab.empty() || H5Dread(ds.id, H5T_NATIVE_INT32, msp.id, fsp.id, H5P_DEFAULT, slab.data()) >= 0),
+          path, ": cannot read rows [", a, ",", b, ") of dataset '", name, "' (truncated or corrupt file?)");
       for (; k < rows->size() && static_cast<hsize_t>((*rows)[k]) < b; ++k) {
         const auto from = slab.begin() + static_cast<std::ptrdiff_t>((static_cast<hsize_t>((*rows)[k]) - a) * cols);
         if (row_sums)
@@ -238,17 +240,18 @@ int64_t probe_rows_in_process(const std::string& path, std::vector<int32_t>* len
   }
   // the loader keeps a row order (8 bytes a row), and the lengths: an absurd row count from a
   // corrupt header is refused here, before either is allocated
-  check_memory(8.0 * static_cast<double>(d[0]) + (lengths ? 4.0 * static_cast<double>(d[0]) : 0.0),
-               path + ": dataset 'input_ids' [" + std::to_string(d[0]) + "," + std::to_string(d[1]) +
-                   "] (its row order)",
-               "is the shard corrupt?");
+  check_memory(
+      8.0 * static_cast<double>(d[0]) + (lengths ? 4.0 * static_cast<double>(d[0]) : 0.0),
+      path + ": dataset 'input_ids' [" + std::to_string(d[0]) + "," + std::to_string(d[1]) + "] (its row order)",
+      "is the shard corrupt?");
   const auto N = static_cast<int64_t>(d[0]);
   if (!lengths) return N;
   std::vector<int64_t> rows(static_cast<size_t>(N));
   for (int64_t r = 0; r < N; ++r) rows[static_cast<size_t>(r)] = r;
   std::vector<hsize_t> dm;
   read_i32(f.id, path, "input_mask", 2, dm, &rows, lengths);
-  BERTCC_CHECK(static_cast<int64_t>(dm[0]) == N, path, ": dataset 'input_mask' has ", dm[0], " rows, input_ids has ", N);
+  BERTCC_CHECK(static_cast<int64_t>(dm[0]) == N, path, ": dataset 'input_mask' has ", dm[0], " rows, input_ids has ",
+               N);
   return N;
 }
 
@@ -348,8 +351,9 @@ class IsolatedReader {
     shard->S = nsp[1];
     shard->P = nsp[2];
     std::vector<int32_t> unused;
-    for (std::vector<int32_t>* v : {&shard->input_ids, &shard->input_mask, &shard->segment_ids, &shard->masked_lm_positions,
-                                    &shard->masked_lm_ids, &shard->next_sentence_labels, lengths ? lengths : &unused}) {
+    for (std::vector<int32_t>* v :
+         {&shard->input_ids, &shard->input_mask, &shard->segment_ids, &shard->masked_lm_positions,
+          &shard->masked_lm_ids, &shard->next_sentence_labels, lengths ? lengths : &unused}) {
       uint64_t n = 0;
       if (!read_all(fd_, &n, 8)) died(path);
       check_memory(4.0 * static_cast<double>(n), path, "(the HDF5 reader's reply)");
@@ -474,9 +478,9 @@ int hdf5_reader_main() {
       if (!write_all(1, &count, 8) || !write_all(1, lengths.data(), lengths.size() * 4)) return 1;
       continue;
     }
-    const std::vector<int32_t>* arrays[] = {&s.input_ids,           &s.input_mask,    &s.segment_ids,
-                                            &s.masked_lm_positions, &s.masked_lm_ids, &s.next_sentence_labels,
-                                            &lengths};
+    const std::vector<int32_t>* arrays[] = {
+        &s.input_ids,     &s.input_mask,           &s.segment_ids, &s.masked_lm_positions,
+        &s.masked_lm_ids, &s.next_sentence_labels, &lengths};
     for (const std::vector<int32_t>* v : arrays) {
       const uint64_t count = v->size();
       if (!write_all(1, &count, 8) || !write_all(1, v->data(), v->size() * 4)) return 1;
@@ -487,7 +491,7 @@ int hdf5_reader_main() {
 PretrainShard read_pretrain_shard(const std::string& path) { return read_pretrain_shard_layout(path, nullptr); }
 
 PretrainShard read_pretrain_shard_layout(const std::string& path, std::vector<int32_t>* lengths,
-                                        const std::vector<int64_t>* rows) {
+                                         const std::vector<int64_t>* rows) {
   if (!g_isolated) return read_in_process(path, lengths, rows);
   PretrainShard s;
   isolated_reader().request(path, lengths ? kReadLengths : kReadMasked, &s, lengths, rows);

@@ -1,9 +1,9 @@
 #include "bertcc/pyrandom.h"
 
-#include "bertcc/utf8.h"
-
 #include <algorithm>
 #include <cmath>
+
+#include "bertcc/utf8.h"
 
 namespace bertcc {
 

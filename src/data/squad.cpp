@@ -252,7 +252,8 @@ SquadNullAnswers read_squad_null_answers(const std::string& model_dir) {
   const auto j = model_config_json(path);
   SquadNullAnswers r;
   if (j.contains("version_2_with_negative") && !j["version_2_with_negative"].is_null()) {
-    BERTCC_CHECK(j["version_2_with_negative"].is_boolean(), path, ": field 'version_2_with_negative' must be true or false");
+    BERTCC_CHECK(j["version_2_with_negative"].is_boolean(), path,
+                 ": field 'version_2_with_negative' must be true or false");
     r.version_2_with_negative = j["version_2_with_negative"].get<bool>();
   }
   if (j.contains("null_score_diff_threshold") && !j["null_score_diff_threshold"].is_null()) {

@@ -1,9 +1,8 @@
 #include "bertcc/text_table.h"
 
 #include <algorithm>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -102,8 +101,10 @@ std::vector<TableRow> read_json_lines(const std::string& path, std::vector<std::
     r.line = line;
     for (const std::string& k : keys) {
       const auto it = j.find(k);
-      if (it == j.end() || it->is_null()) r.cols.emplace_back();
-      else r.cols.push_back(it->is_string() ? it->get<std::string>() : it->dump());
+      if (it == j.end() || it->is_null())
+        r.cols.emplace_back();
+      else
+        r.cols.push_back(it->is_string() ? it->get<std::string>() : it->dump());
     }
     rows.push_back(std::move(r));
   }
@@ -120,9 +121,8 @@ bool looks_like_name(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
   const auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
   if (!letter(s[0])) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) {
-    return letter(c) || (c >= '0' && c <= '9') || c == ' ' || c == '-' || c == '.';
-  });
+  return std::all_of(s.begin(), s.end(),
+                     [&](char c) { return letter(c) || (c >= '0' && c <= '9') || c == ' ' || c == '-' || c == '.'; });
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -146,10 +146,14 @@ bool hf_named_columns(const std::vector<TableRow>& rows, const std::vector<std::
     names = rows[0].cols;
   auto has = [&names](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   std::vector<std::string> t;
-  if (has("sentence1") && has("sentence2")) t = {"sentence1", "sentence2"};
-  else if (has("text")) t = {"text"};
-  else if (has("sentence")) t = {"sentence"};
-  else return false;
+  if (has("sentence1") && has("sentence2"))
+    t = {"sentence1", "sentence2"};
+  else if (has("text"))
+    t = {"text"};
+  else if (has("sentence"))
+    t = {"sentence"};
+  else
+    return false;
   texts = t;
   label = has("label") ? "label" : "";
   return true;
@@ -162,7 +166,8 @@ TableColumns resolve_table_columns(const std::vector<TableRow>& rows, const std:
   TableColumns c;
   std::vector<std::string> wanted = texts;
   if (!label.empty()) wanted.insert(wanted.begin(), label);
-  const bool any_name = std::any_of(wanted.begin(), wanted.end(), [](const std::string& w) { return !is_column_number(w); });
+  const bool any_name =
+      std::any_of(wanted.begin(), wanted.end(), [](const std::string& w) { return !is_column_number(w); });
   if (!keys.empty()) {
     c.names = keys;
   } else if (any_name || skip_header) {

@@ -35,7 +35,8 @@ NerFeatures ner_features(const BertTokenizer& tok, const std::vector<NerSentence
           int32_t lab = -100;
           if (k == 0 && with_labels) {
             auto it = index.find(s.tags[w]);
-            BERTCC_CHECK(it != index.end(), path, ":", s.line, ": tag '", s.tags[w], "' is not one of the model's labels");
+            BERTCC_CHECK(it != index.end(), path, ":", s.line, ": tag '", s.tags[w],
+                         "' is not one of the model's labels");
             lab = it->second;
           }
           f.token_labels.push_back(lab);

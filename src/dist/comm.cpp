@@ -27,9 +27,12 @@ WireDtype parse_wire_dtype(const std::string& s) {
 
 const char* wire_dtype_name(WireDtype d) {
   switch (d) {
-    case WireDtype::F32: return "fp32";
-    case WireDtype::BF16: return "bf16";
-    case WireDtype::F16: return "fp16";
+    case WireDtype::F32:
+      return "fp32";
+    case WireDtype::BF16:
+      return "bf16";
+    case WireDtype::F16:
+      return "fp16";
   }
   return "?";
 }

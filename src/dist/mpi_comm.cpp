@@ -4,6 +4,8 @@
 // summation order is the library's choice. The all-reduce of two ranks is the exception: each
 // element's sum is then a single addition, which is commutative, so MPI_Allreduce gives the
 // rank-order bits.
+#include "dist/mpi_comm.h"
+
 #include <mpi.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 
 #include "bertcc/dtype.h"
 #include "bertcc/error.h"
-#include "dist/mpi_comm.h"
 
 namespace bertcc::dist {
 
@@ -35,12 +36,16 @@ constexpr size_t kBucket = size_t{1} << 24;
 
 // Serial conversions: this may run on the communication thread while backward computes.
 void narrow(bool bf, const float* in, uint16_t* out, size_t n) {
-  if (bf) to_bf16(in, out, n, false);
-  else to_f16(in, out, n, false);
+  if (bf)
+    to_bf16(in, out, n, false);
+  else
+    to_f16(in, out, n, false);
 }
 void widen(bool bf, const uint16_t* in, float* out, size_t n) {
-  if (bf) from_bf16(in, out, n, false);
-  else from_f16(in, out, n, false);
+  if (bf)
+    from_bf16(in, out, n, false);
+  else
+    from_f16(in, out, n, false);
 }
 
 // The 16-bit wire's sum as an MPI operation on MPI_UINT16_T (used with two ranks only, where
@@ -171,7 +176,8 @@ class MpiComm final : public Communicator {
 
  private:
   void displacements(const std::vector<size_t>& counts, std::vector<int>& c, std::vector<int>& d) const {
-    BERTCC_CHECK(counts.size() == static_cast<size_t>(world_), "MPI: ", counts.size(), " counts for ", world_, " ranks");
+    BERTCC_CHECK(counts.size() == static_cast<size_t>(world_), "MPI: ", counts.size(), " counts for ", world_,
+                 " ranks");
     size_t total = 0;
     for (size_t r = 0; r < counts.size(); ++r) {
       BERTCC_CHECK(total + counts[r] < (size_t{1} << 31), "MPI: more than 2^31 values in one gather");
@@ -276,8 +282,8 @@ class MpiComm final : public Communicator {
       return;
     }
     // Compressed: the 16-bit sums travel back in 16 bits.
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, send16_.data(), counts.data(), displs.data(),
-                         MPI_UINT16_T, MPI_COMM_WORLD),
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, send16_.data(), counts.data(), displs.data(), MPI_UINT16_T,
+                         MPI_COMM_WORLD),
           "MPI_Allgatherv");
     widen(wire == WireDtype::BF16, send16_.data(), data, n);
   }

@@ -26,9 +26,8 @@ void check_nccl(ncclResult_t r, const char* what) {
   fail("NCCL: ", what, ": ", ncclGetErrorString(r),
        r == ncclInvalidUsage ? " (two ranks on one GPU? NCCL needs one GPU per rank: run one rank per GPU, "
                                "or --allreduce-backend host)"
-       : r == ncclSystemError || r == ncclRemoteError
-           ? " (NCCL_DEBUG=WARN says more; a peer may have died)"
-           : "");
+       : r == ncclSystemError || r == ncclRemoteError ? " (NCCL_DEBUG=WARN says more; a peer may have died)"
+                                                      : "");
 }
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -69,7 +68,8 @@ class Nccl final : public DeviceCommunicator {
   }
   void start_allreduce_sum(float* data, size_t n) override { start(data, n, ncclFloat32); }
   void start_allreduce_sum16(uint16_t* data, size_t n, WireDtype wire) override {
-    BERTCC_CHECK(wire == WireDtype::BF16 || wire == WireDtype::F16, "NCCL: start_allreduce_sum16 needs a 16-bit wire dtype");
+    BERTCC_CHECK(wire == WireDtype::BF16 || wire == WireDtype::F16,
+                 "NCCL: start_allreduce_sum16 needs a 16-bit wire dtype");
     start(data, n, wire == WireDtype::BF16 ? ncclBfloat16 : ncclFloat16);
   }
   void join() override {
@@ -87,11 +87,11 @@ class Nccl final : public DeviceCommunicator {
     });
   }
   void reduce_scatter_sum16(uint16_t* data, const std::vector<size_t>& bounds, WireDtype wire) override {
-    BERTCC_CHECK(wire == WireDtype::BF16 || wire == WireDtype::F16, "NCCL: reduce_scatter_sum16 needs a 16-bit wire dtype");
+    BERTCC_CHECK(wire == WireDtype::BF16 || wire == WireDtype::F16,
+                 "NCCL: reduce_scatter_sum16 needs a 16-bit wire dtype");
     const ncclDataType_t t = wire == WireDtype::BF16 ? ncclBfloat16 : ncclFloat16;
-    parts(bounds, "ncclReduce (ZeRO-1, 16-bit)", [&](size_t b, size_t n, int r) {
-      return ncclReduce(data + b, data + b, n, t, ncclSum, r, comm_, nullptr);
-    });
+    parts(bounds, "ncclReduce (ZeRO-1, 16-bit)",
+          [&](size_t b, size_t n, int r) { return ncclReduce(data + b, data + b, n, t, ncclSum, r, comm_, nullptr); });
   }
   void allgather(float* data, const std::vector<size_t>& bounds) override {
     parts(bounds, "ncclBroadcast (ZeRO-1)", [&](size_t b, size_t n, int r) {

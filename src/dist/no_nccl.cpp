@@ -9,8 +9,10 @@ bool nccl_available() { return false; }
 std::string ranks_sharing_gpu(Communicator&, int) { return ""; }
 
 std::unique_ptr<DeviceCommunicator> make_nccl(Communicator&, int) {
-  fail("this bertcc was built without NCCL (it needs the CUDA kernels, the CUDA toolkit's NCCL and MPI; "
-       "communicators here: ", available(), "); use --allreduce-backend host");
+  fail(
+      "this bertcc was built without NCCL (it needs the CUDA kernels, the CUDA toolkit's NCCL and MPI; "
+      "communicators here: ",
+      available(), "); use --allreduce-backend host");
 }
 
 }  // namespace bertcc::dist

@@ -221,8 +221,7 @@ void record_answer(const SquadExample& e, size_t ei, const std::vector<Nbest>& n
   // joint head: the answer-class logit itself (NVIDIA's score_diff = null score)
   const double diff = !best_non_null ? INFINITY
                       : joint        ? static_cast<double>(score_null)
-                                     : static_cast<double>(score_null) - best_non_null->start_logit -
-                                    best_non_null->end_logit;
+                              : static_cast<double>(score_null) - best_non_null->start_logit - best_non_null->end_logit;
   out.null_odds[e.id] = std::isfinite(diff) ? diff : 1e30;
   if (diff > o.null_score_diff_threshold) {
     out.predictions[e.id] = "";
@@ -234,12 +233,11 @@ void record_answer(const SquadExample& e, size_t ei, const std::vector<Nbest>& n
 
 }  // namespace
 
-SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex,
-                         const SquadFeatures& feats, const std::vector<std::vector<float>>& logits,
-                         const SquadDecodeOptions& o) {
+SquadOutput squad_decode(const BertTokenizer& tok, const std::vector<SquadExample>& ex, const SquadFeatures& feats,
+                         const std::vector<std::vector<float>>& logits, const SquadDecodeOptions& o) {
   const size_t nwin = feats.windows.size();
-  BERTCC_CHECK(feats.inputs.size() == nwin && logits.size() == nwin, "squad_decode: ", logits.size(),
-               " results for ", nwin, " windows");
+  BERTCC_CHECK(feats.inputs.size() == nwin && logits.size() == nwin, "squad_decode: ", logits.size(), " results for ",
+               nwin, " windows");
   std::vector<std::vector<size_t>> by_example(ex.size());
   for (size_t i = 0; i < nwin; ++i) by_example[feats.windows[i].example].push_back(i);
   SquadOutput out;

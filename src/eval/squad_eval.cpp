@@ -149,8 +149,7 @@ struct RawScores {
   std::unordered_map<std::string, bool> has_ans;
   Scores exact, f1;
 };
-RawScores raw_scores_v2(const nlohmann::ordered_json& data,
-                        const std::unordered_map<std::string, std::string>& preds) {
+RawScores raw_scores_v2(const nlohmann::ordered_json& data, const std::unordered_map<std::string, std::string>& preds) {
   RawScores r;
   for (const auto& a : data["data"])
     for (const auto& p : a["paragraphs"])

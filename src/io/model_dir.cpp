@@ -6,9 +6,8 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -36,7 +35,7 @@ std::string canonical_param_name(const std::string& stored) {
   while (n.rfind("module.", 0) == 0) n.erase(0, 7);  // DistributedDataParallel's wrapper
   // NVIDIA DeepLearningExamples fuses bias and activation in LinearActivation, named dense_act.
   for (size_t p; (p = n.find(".dense_act.")) != std::string::npos;) n.replace(p, 11, ".dense.");
-  if (ends_with(n, "position_ids")) return "";  // a buffer, not a parameter
+  if (ends_with(n, "position_ids")) return "";                // a buffer, not a parameter
   if (n.rfind("electra.", 0) == 0) n.replace(0, 8, "bert.");  // ELECTRA's encoder: the same internal names
   if (n.rfind("bert.", 0) != 0 && !is_head_tensor(n)) n.insert(0, "bert.");  // BertModel / ElectraModel checkpoints
   if (ends_with(n, "LayerNorm.gamma")) n = n.substr(0, n.size() - 5) + "weight";
@@ -93,9 +92,10 @@ void load_tensors(Bert& model, const std::vector<SourceTensor>& tensors, const s
     if (name.empty()) continue;
     if (name == "cls.predictions.decoder.weight") {  // tied to the word embeddings
       const auto& wte = table.at("bert.embeddings.word_embeddings.weight");
-      BERTCC_CHECK(t.shape == wte.shape || padded_vocab_rows("bert.embeddings.word_embeddings.weight", t.shape, wte.shape),
-                   path, ": tensor '", t.name, "' has shape ", shape_str(t.shape), ", expected ", shape_str(wte.shape),
-                   " (tied to the word embeddings)");
+      BERTCC_CHECK(
+          t.shape == wte.shape || padded_vocab_rows("bert.embeddings.word_embeddings.weight", t.shape, wte.shape), path,
+          ": tensor '", t.name, "' has shape ", shape_str(t.shape), ", expected ", shape_str(wte.shape),
+          " (tied to the word embeddings)");
       continue;
     }
     if (name == "cls.predictions.decoder.bias") {
@@ -129,8 +129,10 @@ void load_tensors(Bert& model, const std::vector<SourceTensor>& tensors, const s
     const bool trim = padded_vocab_rows("cls.predictions.decoder.bias", decoder_bias->shape, e.shape);
     BERTCC_CHECK(decoder_bias->shape == e.shape || trim, path, ": tensor 'cls.predictions.decoder.bias' has shape ",
                  shape_str(decoder_bias->shape), ", expected ", shape_str(e.shape));
-    if (trim) read_rows(*decoder_bias, e.shape, model.params().data() + e.offset);
-    else decoder_bias->read(model.params().data() + e.offset);
+    if (trim)
+      read_rows(*decoder_bias, e.shape, model.params().data() + e.offset);
+    else
+      decoder_bias->read(model.params().data() + e.offset);
     loaded.insert("cls.predictions.bias");
   }
   std::vector<std::string> fresh;
@@ -232,8 +234,10 @@ void check_model_dir_for(const std::string& dir, Heads want, const std::string& 
   if (ok) return;
   std::string kind = arch;
   const bool backbone = !h.task;  // no task head: fine-tune this one
-  if (encoder && mlm(h)) kind += ", a pre-training checkpoint";
-  else kind += h.kind;
+  if (encoder && mlm(h))
+    kind += ", a pre-training checkpoint";
+  else
+    kind += h.kind;
   std::string make = w.make_command;
   if (const size_t p = make.find("PRETRAINED"); backbone && p != std::string::npos) make.replace(p, 10, dir);
   fail(command, ": '", dir, "' is a ", kind, " (config.json's architectures); ", command, " needs ", w.what,
@@ -272,14 +276,12 @@ void save_model_dir(const Bert& model, const std::string& dir, const std::string
     w.push_back({name, e.shape, m.params().data() + e.offset});
   }
   write_safetensors(join_path(dir, "model.safetensors"), w);
-  save_config(model.config(), join_path(dir, "config.json"),
-              model.architecture());
+  save_config(model.config(), join_path(dir, "config.json"), model.architecture());
   if (vocab_path.empty()) return;
   const std::string text = read_text_file(vocab_path, kMaxVocabBytes, "vocabulary");
   write_file_atomic(join_path(dir, "vocab.txt"), text);
   const Vocab vocab = Vocab::load(vocab_path);
-  write_tokenizer_files(dir, vocab, lower_case.value_or(vocab.looks_uncased()),
-                        model.config().max_position_embeddings);
+  write_tokenizer_files(dir, vocab, lower_case.value_or(vocab.looks_uncased()), model.config().max_position_embeddings);
 }
 
 }  // namespace bertcc

@@ -21,7 +21,8 @@ void export_onnx(const Bert& model, const std::string& path, DType weights, bool
   const BertConfig& c = model.config();
   const Heads heads = model.heads();
   const HeadSpec& spec = head_spec(heads);
-  BERTCC_CHECK(spec.onnx, "export-onnx: ", architecture_name(heads, c.electra()), " has no ONNX export (encoders, classifiers, QA "
+  BERTCC_CHECK(spec.onnx, "export-onnx: ", architecture_name(heads, c.electra()),
+               " has no ONNX export (encoders, classifiers, QA "
                "heads and token classifiers, and ELECTRA's discriminator do)");
   const int64_t C = c.hidden_size, NH = c.num_attention_heads, HD = c.head_size();
   using Attr = OnnxGraph::Attr;
@@ -47,7 +48,8 @@ void export_onnx(const Bert& model, const std::string& path, DType weights, bool
   // Additive mask [B, 1, 1, S].
   const std::string m = g.node("Cast", {"attention_mask"}, {Attr::i("to", kFloat)});
   const std::string mask = g.node(
-      "Mul", {g.node("Sub", {g.const_f32(1.0f), g.node("Unsqueeze", {m, g.const_i64({1, 2})})}), g.const_f32(-10000.0f)});
+      "Mul",
+      {g.node("Sub", {g.const_f32(1.0f), g.node("Unsqueeze", {m, g.const_i64({1, 2})})}), g.const_f32(-10000.0f)});
   const std::string split_heads = g.const_i64({0, 0, NH, HD}), merge_heads = g.const_i64({0, 0, C});
   const std::string scale = g.const_f32(static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD))));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -61,9 +63,9 @@ void export_onnx(const Bert& model, const std::string& path, DType weights, bool
     const std::string v = heads_of("value", {0, 2, 1, 3});
     const std::string scores = g.node("Add", {g.node("Mul", {g.node("MatMul", {q, k}), scale}), mask});
     const std::string probs = g.node("Softmax", {scores}, {Attr::i("axis", -1)});
-    const std::string ctx = g.node(
-        "Reshape",
-        {g.node("Transpose", {g.node("MatMul", {probs, v})}, {Attr::ints("perm", {0, 2, 1, 3})}), merge_heads});
+    const std::string ctx =
+        g.node("Reshape",
+               {g.node("Transpose", {g.node("MatMul", {probs, v})}, {Attr::ints("perm", {0, 2, 1, 3})}), merge_heads});
     h = g.layer_norm(g.node("Add", {linear(ctx, p + "attention.output.dense"), h}), p + "attention.output.LayerNorm");
     const std::string inter = g.gelu(linear(h, p + "intermediate.dense"), c.activation());
     h = g.layer_norm(g.node("Add", {linear(inter, p + "output.dense"), h}), p + "output.LayerNorm");

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -105,7 +105,9 @@ void SafetensorsFile::read_f32(const StTensor& t, float* dst) const {
   const char* src = bytes_.data() + data_start_ + t.begin;
   const size_t n = t.numel();
   switch (t.dtype) {
-    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::BF16:
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
@@ -120,7 +122,8 @@ void SafetensorsFile::read_f32(const StTensor& t, float* dst) const {
         dst[i] = f16_to_f32(h);
       }
       return;
-    default: fail(path_, ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", expected F32, F16 or BF16");
+    default:
+      fail(path_, ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", expected F32, F16 or BF16");
   }
 }
 

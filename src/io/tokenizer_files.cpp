@@ -6,11 +6,10 @@
 //                           specials as added tokens (matched before normalisation, never split),
 //                           [CLS] A [SEP] (B [SEP]) post-processing, WordPiece decoder.
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <unordered_set>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -42,7 +41,7 @@ void write_tokenizer_files(const std::string& dir, const Vocab& vocab, bool lowe
     }
   std::sort(present.begin(), present.end());
   for (const auto& [id, tok] : present) {
-    json t{{"content", tok}, {"lstrip", false}, {"normalized", false},
+    json t{{"content", tok},  {"lstrip", false},      {"normalized", false},
            {"rstrip", false}, {"single_word", false}, {"special", true}};
     decoder_map[std::to_string(id)] = t;
     json a{{"id", id}};
@@ -79,8 +78,11 @@ void write_tokenizer_files(const std::string& dir, const Vocab& vocab, bool lowe
   tj["truncation"] = nullptr;
   tj["padding"] = nullptr;
   tj["added_tokens"] = added;
-  tj["normalizer"] = {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
-                      {"strip_accents", nullptr}, {"lowercase", lower_case}};
+  tj["normalizer"] = {{"type", "BertNormalizer"},
+                      {"clean_text", true},
+                      {"handle_chinese_chars", true},
+                      {"strip_accents", nullptr},
+                      {"lowercase", lower_case}};
   tj["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
   const int32_t cls = vocab.id("[CLS]"), sep = vocab.id("[SEP]");
   if (cls >= 0 && sep >= 0) {

@@ -118,8 +118,7 @@ std::map<std::string, ZipEntry> read_zip(const Mapped& m, const std::string& pat
     }
     BERTCC_CHECK(method == 0, path, ": zip entry '", name, "' is compressed (method ", method,
                  "); torch.save writes stored entries, re-save the checkpoint with torch.save");
-    BERTCC_CHECK(loff + 30 <= n && le(d + loff, 4) == 0x04034b50, path, ": zip entry '", name,
-                 "' has no local header");
+    BERTCC_CHECK(loff + 30 <= n && le(d + loff, 4) == 0x04034b50, path, ": zip entry '", name, "' has no local header");
     const size_t data = loff + 30 + le(d + loff + 26, 2) + le(d + loff + 28, 2);
     BERTCC_CHECK(data <= n && usize <= n - data && csize == usize, path, ": zip entry '", name,
                  "' lies outside the file (truncated?)");
@@ -135,7 +134,7 @@ struct PyVal {
   enum Kind { None, Bool, Int, Float, Str, Bytes, List, Tuple, Dict, Global, Storage, Tensor, DType } kind = None;
   int64_t i = 0;
   double f = 0;
-  std::string s;  // Str, Bytes; Global: "module.name"; Storage: key; DType: dtype name
+  std::string s;              // Str, Bytes; Global: "module.name"; Storage: key; DType: dtype name
   std::vector<PyVal*> items;  // List, Tuple; Tensor: {storage}
   std::vector<std::pair<PyVal*, PyVal*>> dict;
   std::string dtype;  // Storage, Tensor
@@ -204,10 +203,18 @@ class Unpickler {
   // Marks and the stack; false: not one of them
   bool stack_op(unsigned char op) {
     switch (op) {
-      case '(': marks_.push_back(stack_.size()); break;
-      case '1': pop_mark(); break;  // POP_MARK
-      case '0': pop(); break;       // POP
-      case '2': push(top()); break; // DUP
+      case '(':
+        marks_.push_back(stack_.size());
+        break;
+      case '1':
+        pop_mark();
+        break;  // POP_MARK
+      case '0':
+        pop();
+        break;  // POP
+      case '2':
+        push(top());
+        break;  // DUP
       default:
         return false;
     }
@@ -217,12 +224,24 @@ class Unpickler {
   // None, booleans, numbers, strings and bytes; false: not one of them
   bool scalar_op(unsigned char op, size_t at) {
     switch (op) {
-      case 'N': push(make(PyVal::None)); break;
-      case 0x88: push(make_int(PyVal::Bool, 1)); break;
-      case 0x89: push(make_int(PyVal::Bool, 0)); break;
-      case 'J': push(make_int(PyVal::Int, static_cast<int32_t>(le(take(4), 4)))); break;
-      case 'K': push(make_int(PyVal::Int, static_cast<int64_t>(le(take(1), 1)))); break;
-      case 'M': push(make_int(PyVal::Int, static_cast<int64_t>(le(take(2), 2)))); break;
+      case 'N':
+        push(make(PyVal::None));
+        break;
+      case 0x88:
+        push(make_int(PyVal::Bool, 1));
+        break;
+      case 0x89:
+        push(make_int(PyVal::Bool, 0));
+        break;
+      case 'J':
+        push(make_int(PyVal::Int, static_cast<int32_t>(le(take(4), 4))));
+        break;
+      case 'K':
+        push(make_int(PyVal::Int, static_cast<int64_t>(le(take(1), 1))));
+        break;
+      case 'M':
+        push(make_int(PyVal::Int, static_cast<int64_t>(le(take(2), 2))));
+        break;
       case 0x8a: {  // LONG1: little-endian two's complement of n bytes
         const size_t n = le(take(1), 1);
         BERTCC_CHECK(n <= 8, where_, ": integer of ", n, " bytes at pickle offset ", at, " is too large");
@@ -241,14 +260,30 @@ class Unpickler {
         push(v);
         break;
       }
-      case 'X': push_str(PyVal::Str, le(take(4), 4)); break;
-      case 0x8c: push_str(PyVal::Str, le(take(1), 1)); break;
-      case 0x8d: push_str(PyVal::Str, le(take(8), 8)); break;
-      case 'T': push_str(PyVal::Str, le(take(4), 4)); break;  // BINSTRING (protocol 1 str)
-      case 'U': push_str(PyVal::Str, le(take(1), 1)); break;
-      case 'B': push_str(PyVal::Bytes, le(take(4), 4)); break;
-      case 'C': push_str(PyVal::Bytes, le(take(1), 1)); break;
-      case 0x8e: push_str(PyVal::Bytes, le(take(8), 8)); break;
+      case 'X':
+        push_str(PyVal::Str, le(take(4), 4));
+        break;
+      case 0x8c:
+        push_str(PyVal::Str, le(take(1), 1));
+        break;
+      case 0x8d:
+        push_str(PyVal::Str, le(take(8), 8));
+        break;
+      case 'T':
+        push_str(PyVal::Str, le(take(4), 4));
+        break;  // BINSTRING (protocol 1 str)
+      case 'U':
+        push_str(PyVal::Str, le(take(1), 1));
+        break;
+      case 'B':
+        push_str(PyVal::Bytes, le(take(4), 4));
+        break;
+      case 'C':
+        push_str(PyVal::Bytes, le(take(1), 1));
+        break;
+      case 0x8e:
+        push_str(PyVal::Bytes, le(take(8), 8));
+        break;
       default:
         return false;
     }
@@ -258,9 +293,15 @@ class Unpickler {
   // Tuples, lists and dicts, and filling them; false: not one of them
   bool container_op(unsigned char op) {
     switch (op) {
-      case ')': push(make(PyVal::Tuple)); break;
-      case ']': push(make(PyVal::List)); break;
-      case '}': push(make(PyVal::Dict)); break;
+      case ')':
+        push(make(PyVal::Tuple));
+        break;
+      case ']':
+        push(make(PyVal::List));
+        break;
+      case '}':
+        push(make(PyVal::Dict));
+        break;
       case 't': {
         PyVal* t = make(PyVal::Tuple);
         t->items = pop_mark();
@@ -321,11 +362,21 @@ class Unpickler {
   // The memo; false: not one of them
   bool memo_op(unsigned char op) {
     switch (op) {
-      case 'q': memo_[le(take(1), 1)] = top(); break;
-      case 'r': memo_[le(take(4), 4)] = top(); break;
-      case 0x94: memo_[memo_.size()] = top(); break;  // MEMOIZE
-      case 'h': push(get(le(take(1), 1))); break;
-      case 'j': push(get(le(take(4), 4))); break;
+      case 'q':
+        memo_[le(take(1), 1)] = top();
+        break;
+      case 'r':
+        memo_[le(take(4), 4)] = top();
+        break;
+      case 0x94:
+        memo_[memo_.size()] = top();
+        break;  // MEMOIZE
+      case 'h':
+        push(get(le(take(1), 1)));
+        break;
+      case 'j':
+        push(get(le(take(4), 4)));
+        break;
       default:
         return false;
     }
@@ -478,7 +529,8 @@ class Unpickler {
                  " is not a tuple at pickle offset ", at);
     std::vector<int64_t> r;
     for (const PyVal* v : t->items) {
-      BERTCC_CHECK(v->kind == PyVal::Int && v->i >= 0, where_, ": tensor ", what, " holds a non-integer at offset ", at);
+      BERTCC_CHECK(v->kind == PyVal::Int && v->i >= 0, where_, ": tensor ", what, " holds a non-integer at offset ",
+                   at);
       r.push_back(v->i);
     }
     return r;
@@ -506,8 +558,8 @@ class Unpickler {
     t->i = a[1]->i;
     t->shape = ints(a[2], "size", at);
     t->stride = ints(a[3], "stride", at);
-    BERTCC_CHECK(t->i >= 0 && t->shape.size() == t->stride.size(), where_, ": tensor at pickle offset ", at,
-                 " has ", t->shape.size(), " sizes but ", t->stride.size(), " strides");
+    BERTCC_CHECK(t->i >= 0 && t->shape.size() == t->stride.size(), where_, ": tensor at pickle offset ", at, " has ",
+                 t->shape.size(), " sizes but ", t->stride.size(), " strides");
     return t;
   }
 
@@ -613,7 +665,8 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : impl_(std::make_uniq
       BERTCC_CHECK(!__builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &reach) &&
                        !__builtin_add_overflow(last, reach, &last) &&
                        !__builtin_mul_overflow(numel, t.shape[d], &numel),
-                   path, ": tensor '", t.name, "': storage offset ", t.offset, " with its sizes and strides overflows "
+                   path, ": tensor '", t.name, "': storage offset ", t.offset,
+                   " with its sizes and strides overflows "
                    "64-bit element indices");
     }
     BERTCC_CHECK(empty || last < storage_numel, path, ": tensor '", t.name, "' reaches element ", last,

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "bertcc/error.h"
-#include "kernels/gemm.h"
 #include "kernels/attention_rows.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 
@@ -25,8 +25,9 @@ struct Work {
 
 Work split(float* w, int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t n = B * T * C;
-  return {w,         w + n,     w + 2 * n, w + 3 * n, w + 4 * n, w + 5 * n, w + 6 * n, w + 7 * n,
-          reinterpret_cast<bf16_t*>(w + 7 * n + B * NH * T * T)};
+  return {w,         w + n,     w + 2 * n,
+          w + 3 * n, w + 4 * n, w + 5 * n,
+          w + 6 * n, w + 7 * n, reinterpret_cast<bf16_t*>(w + 7 * n + B * NH * T * T)};
 }
 
 // A row of n values copied, rounded to bf16, or widened from bf16.
@@ -124,8 +125,8 @@ int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool d
 }
 
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
-                       int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                       Precision prec, bf16_t* out16, const bf16_t* qkv16) {
+                       int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+                       bf16_t* out16, const bf16_t* qkv16) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C, NH);
@@ -182,8 +183,8 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
 }
 
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
-                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec,
-                        bf16_t* dqkv16, const bf16_t* qkv16) {
+                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec, bf16_t* dqkv16,
+                        const bf16_t* qkv16) {
   const int64_t HS = C / NH, BH = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   Work w = split(work, B, T, C, NH);

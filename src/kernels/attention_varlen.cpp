@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "bertcc/error.h"
-#include "kernels/gemm.h"
 #include "kernels/attention_rows.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 
@@ -58,8 +58,7 @@ int64_t pd_end(int64_t S, bool dropout, Precision prec) {
 std::vector<int64_t> items(const int64_t* cu, int64_t B, int64_t NH) {
   std::vector<int64_t> seq(static_cast<size_t>(B));
   std::iota(seq.begin(), seq.end(), 0);
-  std::stable_sort(seq.begin(), seq.end(),
-                   [&](int64_t x, int64_t y) { return cu[x + 1] - cu[x] > cu[y + 1] - cu[y]; });
+  std::stable_sort(seq.begin(), seq.end(), [&](int64_t x, int64_t y) { return cu[x + 1] - cu[x] > cu[y + 1] - cu[y]; });
   std::vector<int64_t> it;
   it.reserve(static_cast<size_t>(B * NH));
   for (int64_t b : seq)
@@ -98,16 +97,16 @@ T* grow(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
-int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
-                                    Precision prec, bool qkv16_kept) {
+int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout, Precision prec,
+                                    bool qkv16_kept) {
   const int64_t S = layout(cu, B, NH).S, N = cu[B];
   const bool operands = prec == Precision::BF16 && !qkv16_kept;
   return pd_end(S, dropout, prec) + (operands ? (3 * N * C + 1) / 2 : 0);
 }
 
 void attention_varlen_forward(float* out, float* saved, const float* qkv, const int64_t* cu, int64_t B, int64_t C,
-                              int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
-                              bf16_t* out16, const bf16_t* qkv16) {
+                              int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec, bf16_t* out16,
+                              const bf16_t* qkv16) {
   const int64_t HS = C / NH, N = cu[B];
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool bf = prec == Precision::BF16, drop = dropout_p > 0.0f;
@@ -223,8 +222,8 @@ void attention_varlen_backward(float* dqkv, const float* dout, const float* qkv,
           a16 = p16;
         }
       }
-      product(true, false, n, HS, n, pdrop ? pdrop + po : P, a16, n, dctx, dctx16, ldd, dqkv + qo + 2 * C, 3 * C,
-              1.0f, prec);
+      product(true, false, n, HS, n, pdrop ? pdrop + po : P, a16, n, dctx, dctx16, ldd, dqkv + qo + 2 * C, 3 * C, 1.0f,
+              prec);
       // dPd = dctx v^T
       float* d = grow(d_local, n * n);
       product(false, true, n, n, HS, dctx, dctx16, ldd, qkv ? qkv + qo + 2 * C : nullptr,

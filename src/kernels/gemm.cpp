@@ -279,8 +279,7 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
   if (p == Precision::I8) p = Precision::F32;  // what int8 inference keeps in fp32 (the pooler, the heads)
   if (row_gemm_active()) {
     if (p == Precision::F32) return linear_forward_rows(y, x, W, b, M, N, K);
-    if (p == Precision::BF16 && !onednn_bf16_matmul())
-      return linear_forward_rows_bf16(y, x, W, b, M, N, K, W16, x16);
+    if (p == Precision::BF16 && !onednn_bf16_matmul()) return linear_forward_rows_bf16(y, x, W, b, M, N, K, W16, x16);
   }
   GemmArgs g;
   g.B16 = W16;

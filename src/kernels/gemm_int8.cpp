@@ -60,8 +60,7 @@ void quantize_row(const float* x, int64_t K, int qmax, int8_t* q, float* scale) 
     return;
   }
   const float inv = static_cast<float>(qmax) / amax, lim = static_cast<float>(qmax);
-  for (int64_t k = 0; k < K; ++k)
-    q[k] = static_cast<int8_t>(std::min(std::max(std::nearbyint(x[k] * inv), -lim), lim));
+  for (int64_t k = 0; k < K; ++k) q[k] = static_cast<int8_t>(std::min(std::max(std::nearbyint(x[k] * inv), -lim), lim));
   *scale = amax / static_cast<float>(qmax);
 }
 
@@ -99,10 +98,9 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, R.engine);
     it = R.cache.emplace(key, Int8Runtime::Entry{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
   }
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory(src_md, R.engine, const_cast<int8_t*>(a))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, R.engine, const_cast<int8_t*>(b))},
-      {DNNL_ARG_DST, dnnl::memory(dst_md, R.engine, acc)}};
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(src_md, R.engine, const_cast<int8_t*>(a))},
+                                             {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, R.engine, const_cast<int8_t*>(b))},
+                                             {DNNL_ARG_DST, dnnl::memory(dst_md, R.engine, acc)}};
   const size_t pad = it->second.scratch.get_size();
   if (pad > 0) {
     if (R.scratchpad.size() < pad) R.scratchpad.resize(pad);
@@ -114,8 +112,7 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int
 
 void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M) {
   const int64_t N = W.N, K = W.K;
-  BERTCC_CHECK(M > 0 && N > 0 && K > 0 && W.q.size() == static_cast<size_t>(N * K),
-               "linear_forward_int8: bad shape");
+  BERTCC_CHECK(M > 0 && N > 0 && K > 0 && W.q.size() == static_cast<size_t>(N * K), "linear_forward_int8: bad shape");
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> sx;
   thread_local std::vector<int32_t> acc;

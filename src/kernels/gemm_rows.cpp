@@ -24,8 +24,8 @@
 namespace bertcc::kernels {
 namespace {
 
-constexpr int64_t kKBlock = 256;                   // K per pass: a 16-column panel's slice is 16 KB (L1)
-constexpr int64_t kRows = 6, kPanel = 16;          // the micro-kernel: 6 rows x 16 columns (12 ymm sums)
+constexpr int64_t kKBlock = 256;                    // K per pass: a 16-column panel's slice is 16 KB (L1)
+constexpr int64_t kRows = 6, kPanel = 16;           // the micro-kernel: 6 rows x 16 columns (12 ymm sums)
 constexpr int64_t kTileRows = 96, kTilePanels = 8;  // one task: 96 rows x 128 columns
 
 // W [N,K] row-major packed as panels of 16 columns, each [K][16] (columns past N are zeros).
@@ -113,8 +113,8 @@ void micro(const float* a, const float* panel, int64_t kn, float* acc, bool simd
 
 // One task: rows [m0, m1) x panels [p0, p1). Sums wait in y between K blocks (fp32, as in the
 // registers: the chain continues unchanged); the bias is added after the last block.
-void tile(float* y, const float* x, const float* packed, const float* b, int64_t m0, int64_t m1, int64_t p0,
-          int64_t p1, int64_t N, int64_t K, bool simd) {
+void tile(float* y, const float* x, const float* packed, const float* b, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
+          int64_t N, int64_t K, bool simd) {
   alignas(32) float acc[kRows * kPanel];
   thread_local std::vector<float> abuf;
   abuf.resize(static_cast<size_t>(kTileRows * kKBlock));

@@ -63,14 +63,14 @@ int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool d
 // qkv's rounding, read instead of qkv (which may then be null): the same bits, since the GEMMs
 // round q, k and v anyway.
 void attention_forward(float* out, float* probs, float* work, const float* qkv, const float* mask_add, int64_t B,
-                       int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base,
-                       Precision prec, bf16_t* out16 = nullptr, const bf16_t* qkv16 = nullptr);
+                       int64_t T, int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
+                       bf16_t* out16 = nullptr, const bf16_t* qkv16 = nullptr);
 // dqkv[B,T,3C] is overwritten (not accumulated). `probs` and `dropout_p` as saved by the forward
 // pass (no random numbers are drawn); `work` as above. BF16: qkv is not read (may be null), and
 // dqkv16 (optional) receives dqkv's bf16 rounding too (the QKV products' operand).
 void attention_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* probs, int64_t B,
-                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec,
-                        bf16_t* dqkv16 = nullptr, const bf16_t* qkv16 = nullptr);
+                        int64_t T, int64_t C, int64_t NH, float dropout_p, Precision prec, bf16_t* dqkv16 = nullptr,
+                        const bf16_t* qkv16 = nullptr);
 
 // ---- variable-length attention (unpadded execution): packed rows, no mask ----
 // Sequence b is rows cu[b] to cu[b+1] of qkv[N,3C] (N = cu[B]; cu: B + 1 host offsets, every
@@ -81,8 +81,8 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
 // (sequence, head) items, each computed by one thread with single-threaded products, so a
 // sequence's bits do not depend on the batch it is in or on the thread count. No scratch argument:
 // each thread's is its own (a few n x n blocks).
-int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
-                                    Precision prec, bool qkv16_kept = false);
+int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout, Precision prec,
+                                    bool qkv16_kept = false);
 void attention_varlen_forward(float* out, float* saved, const float* qkv, const int64_t* cu, int64_t B, int64_t C,
                               int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
                               bf16_t* out16 = nullptr, const bf16_t* qkv16 = nullptr);

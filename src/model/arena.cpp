@@ -97,8 +97,8 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s
   a.lean = h16 && !be.y16_needs_y();
   a.region_ctx = a.lean ? 0 : slot_floats(N * 3 * C);  // 64-byte aligned places inside R
   // (tmp_c, N C floats, fits either way; the residual LayerNorms keep no sums: no backward reads them)
-  const int64_t R = a.lean ? std::max({(N * 3 * C + 1) / 2, (N * I + 1) / 2, N * E})
-                           : std::max({a.region_ctx + N * C, N * I, N * E});
+  const int64_t R =
+      a.lean ? std::max({(N * 3 * C + 1) / 2, (N * I + 1) / 2, N * E}) : std::max({a.region_ctx + N * C, N * I, N * E});
   const int64_t own16 = h16 && !a.lean ? 1 : 0;  // qkv16 and inter16 in slots of their own (else in R)
   Acts::Layer& ly = a.layers.front();
   plan.push_back({&a.region, R});
@@ -127,11 +127,11 @@ void Bert::place_inference_acts(Acts& a) {
   Acts::Layer& ly = a.layers.front();
   a.emb_sum = a.region;
   ly.qkv = a.region;
-  ly.ctx = a.region + a.region_ctx;  // after qkv: attention reads one and writes the other
-  a.tmp_c = a.region;                // written after attention (qkv dead) and after GELU (inter dead)
+  ly.ctx = a.region + a.region_ctx;   // after qkv: attention reads one and writes the other
+  a.tmp_c = a.region;                 // written after attention (qkv dead) and after GELU (inter dead)
   ly.ln1_sum = ly.ln2_sum = nullptr;  // not kept (the LayerNorms' backward reads them)
-  ly.inter = a.region;               // written after the first residual LayerNorm (ctx, tmp_c dead)
-  if (a.lean) {  // the products' roundings alone, where their fp32 outputs would be
+  ly.inter = a.region;                // written after the first residual LayerNorm (ctx, tmp_c dead)
+  if (a.lean) {                       // the products' roundings alone, where their fp32 outputs would be
     ly.qkv16 = ly.inter16 = a.region;
     ly.qkv = ly.inter = ly.ctx = nullptr;
   }
@@ -146,8 +146,12 @@ Bert::Shape Bert::padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool
                                const Backend& be, bool inference) {
   const int64_t C = cfg.hidden_size, NH = cfg.num_attention_heads;
   const bool h16 = prec == Precision::BF16;
-  return Shape{B, T, B * T, be.attention_saved_size(B, T, C, NH, attention_dropout, prec, h16),
-               be.attention_work_size(B, T, C, NH, attention_dropout, prec, inference), false};
+  return Shape{B,
+               T,
+               B * T,
+               be.attention_saved_size(B, T, C, NH, attention_dropout, prec, h16),
+               be.attention_work_size(B, T, C, NH, attention_dropout, prec, inference),
+               false};
 }
 
 double Bert::activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec) {
@@ -254,9 +258,12 @@ void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
   std::vector<int64_t> cu(static_cast<size_t>(B + 1));
   for (int64_t b = 0; b <= B; ++b) cu[static_cast<size_t>(b)] = b * T;
   const int64_t C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
-  const Shape packed{B, T, B * T,
+  const Shape packed{B,
+                     T,
+                     B * T,
                      be_->attention_varlen_saved_size(cu.data(), B, C, NH, drop, prec, prec == Precision::BF16),
-                     be_->attention_varlen_work_size(cu.data(), B, C, NH), true};
+                     be_->attention_varlen_work_size(cu.data(), B, C, NH),
+                     true};
   Acts scratch_acts;
   std::vector<std::pair<float**, int64_t>> plan;
   int64_t most = plan_acts(scratch_acts, cfg_, pad, prec, *be_, plan);

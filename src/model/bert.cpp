@@ -68,7 +68,6 @@ std::string architecture_name(Heads h, bool electra) {
 
 bool has_pooler(Heads h) { return head_spec(h).pooler; }
 
-
 struct Bert::DeviceState {
   DeviceBuffer<float> params, grads;
   DeviceBuffer<bf16_t> params16;
@@ -76,7 +75,8 @@ struct Bert::DeviceState {
 
 Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads), be_(&cpu_backend()) {
   cfg_.validate("config");
-  check_memory(4.0 * estimated_parameters(cfg_), "the weights of this model (about " +
+  check_memory(4.0 * estimated_parameters(cfg_),
+               "the weights of this model (about " +
                    std::to_string(static_cast<long long>(estimated_parameters(cfg_))) + " parameters)",
                "check the config's sizes");
   const HeadSpec& spec = head_spec(heads_);
@@ -85,7 +85,8 @@ Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads),
   bind_refs();
   head_ = spec.make(*this);  // binds the head's tensors
   check_memory(4.0 * static_cast<double>(table_.total()),
-               "the weights of this model (" + std::to_string(table_.total()) + " parameters)", "check the config's sizes");
+               "the weights of this model (" + std::to_string(table_.total()) + " parameters)",
+               "check the config's sizes");
   params_.assign(table_.total(), 0.0f);
 }
 
@@ -113,8 +114,8 @@ void Bert::bind_refs() {
     for (const char* part : {"weight", "bias"}) {
       const std::string a = std::string(".") + part;
       const size_t q = t.at(p + "attention.self.query" + a).offset, n = t.at(p + "attention.self.query" + a).numel;
-      BERTCC_CHECK(t.at(p + "attention.self.key" + a).offset == q + n && t.at(p + "attention.self.value" + a).offset == q + 2 * n &&
-                       n == (a == ".weight" ? C * C : C),
+      BERTCC_CHECK(t.at(p + "attention.self.key" + a).offset == q + n &&
+                       t.at(p + "attention.self.value" + a).offset == q + 2 * n && n == (a == ".weight" ? C * C : C),
                    "parameter table: layer ", l, "'s query, key and value ", part, "s are not one block");
     }
     L.attn_out = lin(p + "attention.output.dense");
@@ -166,7 +167,8 @@ void Bert::freeze_below_top_layers(int layers) {
   embeddings_frozen_ = layers >= 0;
   for (const auto& e : table_.entries()) {
     bool frozen = false;
-    if (embeddings_frozen_ && (e.name.rfind("bert.embeddings.", 0) == 0 || e.name.rfind("bert.embeddings_project.", 0) == 0))
+    if (embeddings_frozen_ &&
+        (e.name.rfind("bert.embeddings.", 0) == 0 || e.name.rfind("bert.embeddings_project.", 0) == 0))
       frozen = true;
     const std::string lp = "bert.encoder.layer.";
     if (e.name.rfind(lp, 0) == 0) frozen = std::stoi(e.name.substr(lp.size())) < first_trainable_layer_;
@@ -330,10 +332,12 @@ const int64_t* Bert::rows_on_backend(std::vector<int64_t>& v) {
 
 void Bert::refresh_bf16(Precision p) {
   if (!dev_offset_.empty()) {  // inference only: the bf16 weights were made once, from the host's
-    BERTCC_CHECK(p == Precision::BF16, "this model was placed on the device for bf16 inference only; "
-                                       "--precision fp32 needs its fp32 weights there");
-    BERTCC_CHECK(params16_valid_, "the weights changed after the model was placed on the device for bf16 "
-                                  "inference only");
+    BERTCC_CHECK(p == Precision::BF16,
+                 "this model was placed on the device for bf16 inference only; "
+                 "--precision fp32 needs its fp32 weights there");
+    BERTCC_CHECK(params16_valid_,
+                 "the weights changed after the model was placed on the device for bf16 "
+                 "inference only");
     return;
   }
   if (p != Precision::BF16 || params16_valid_) return;
@@ -345,7 +349,6 @@ void Bert::refresh_bf16(Precision p) {
   }
   params16_valid_ = true;
 }
-
 
 PretrainLoss Bert::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                  float loss_scale, float mlm_denom, float nsp_denom, std::vector<float>* mlm_logits_out,

@@ -40,12 +40,15 @@ double electra_forward_flops(const BertConfig& disc, const BertConfig& gen, int6
 }
 
 void electra_share_embeddings(const Bert& disc, Bert& gen) {
-  BERTCC_CHECK(&disc.backend() == &gen.backend(), "ELECTRA: the generator and the discriminator compute on different "
-               "backends (", gen.backend().describe(), " and ", disc.backend().describe(), ")");
+  BERTCC_CHECK(&disc.backend() == &gen.backend(),
+               "ELECTRA: the generator and the discriminator compute on different "
+               "backends (",
+               gen.backend().describe(), " and ", disc.backend().describe(), ")");
   for (const char* n : kShared) {
     const ParamEntry& d = disc.table().at(n);
     const ParamEntry& g = gen.table().at(n);
-    BERTCC_CHECK(d.shape == g.shape, "ELECTRA: the generator's ", n, " differs in shape from the discriminator's "
+    BERTCC_CHECK(d.shape == g.shape, "ELECTRA: the generator's ", n,
+                 " differs in shape from the discriminator's "
                  "(they share embeddings: same vocab_size, embedding_size, max_position_embeddings, type_vocab_size)");
     gen.backend().copy(gen.param_on_backend(n), disc.param_on_backend(n), sizeof(float) * d.numel);
   }
@@ -57,7 +60,8 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   const float disc_weight = so.disc_weight;
   BERTCC_CHECK(gen.heads() == Heads::Generator && disc.heads() == Heads::Discriminator,
                "ELECTRA step: needs an ElectraForMaskedLM generator and an ElectraForPreTraining discriminator");
-  BERTCC_CHECK(&disc.backend() == &gen.backend(), "ELECTRA step: the generator and the discriminator compute on "
+  BERTCC_CHECK(&disc.backend() == &gen.backend(),
+               "ELECTRA step: the generator and the discriminator compute on "
                "different backends");
   const int64_t V = gen.config().vocab_size, N = batch.B * batch.T;
   ElectraLoss out;
@@ -82,7 +86,8 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   std::vector<int64_t> at;  // the token index of each masked position
   for (int64_t n = 0; n < N; ++n)
     if (batch.mlm_labels[n] != -1) at.push_back(n);
-  BERTCC_CHECK(static_cast<int64_t>(at.size()) == M, "ELECTRA step: ", at.size(), " masked labels but the generator counted ", M);
+  BERTCC_CHECK(static_cast<int64_t>(at.size()) == M, "ELECTRA step: ", at.size(),
+               " masked labels but the generator counted ", M);
   std::vector<int32_t> pick = std::move(gs.picks);
   if (gumbel) {
     pick.assign(at.size(), 0);
@@ -102,7 +107,8 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
       pick[static_cast<size_t>(m)] = best;
     }
   }
-  BERTCC_CHECK(pick.size() == at.size(), "ELECTRA step: ", pick.size(), " replacements for ", at.size(), " masked tokens");
+  BERTCC_CHECK(pick.size() == at.size(), "ELECTRA step: ", pick.size(), " replacements for ", at.size(),
+               " masked tokens");
   if (sampled) *sampled = pick;
   for (size_t m = 0; m < at.size(); ++m) {
     const int64_t n = at[m];
@@ -110,7 +116,8 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
     d.labels[n] = pick[m] != batch.mlm_labels[n];
   }
   // ---- discriminator: replaced-token detection, weighted ----
-  const FinetuneLoss dl = disc.discriminator_step(d, training, backward, prec, rng, disc_weight * so.loss_scale, so.disc_denom);
+  const FinetuneLoss dl =
+      disc.discriminator_step(d, training, backward, prec, rng, disc_weight * so.loss_scale, so.disc_denom);
   out.disc_loss = dl.loss;
   out.disc_loss_sum = dl.loss * static_cast<double>(dl.count);
   out.tokens = dl.count;

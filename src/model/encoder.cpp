@@ -135,10 +135,15 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   uint64_t drop_total = 0;
   if (packed) {
     cu.assign(static_cast<size_t>(B + 1), 0);
-    for (int64_t b = 0; b < B; ++b) cu[static_cast<size_t>(b + 1)] = cu[static_cast<size_t>(b)] + len[static_cast<size_t>(b)];
+    for (int64_t b = 0; b < B; ++b)
+      cu[static_cast<size_t>(b + 1)] = cu[static_cast<size_t>(b)] + len[static_cast<size_t>(b)];
     drop_total = attention_varlen_drop_numbers(cu.data(), B, static_cast<uint64_t>(NH));
-    shape = Shape{B, T, cu.back(), be.attention_varlen_saved_size(cu.data(), B, C, NH, p_a > 0, prec, h16),
-                  be.attention_varlen_work_size(cu.data(), B, C, NH), true};
+    shape = Shape{B,
+                  T,
+                  cu.back(),
+                  be.attention_varlen_saved_size(cu.data(), B, C, NH, p_a > 0, prec, h16),
+                  be.attention_varlen_work_size(cu.data(), B, C, NH),
+                  true};
   }
   const int64_t N = shape.N;
   ensure_acts(shape, p_a > 0, prec, /*inference=*/!backward);
@@ -172,7 +177,7 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   a.dropout = training;
   a.rng_seed = rng.seed;
   a.seq_pad_ready = false;  // (sequence_output makes it again for this batch when asked)
-  if (packed) {  // no padding in a sequence's own rows: an additive mask of zeros
+  if (packed) {             // no padding in a sequence's own rows: an additive mask of zeros
     std::fill(a.mask_add.begin(), a.mask_add.end(), 0.0f);
   } else {
     for (int64_t i = 0; i < N; ++i) a.mask_add[i] = (1.0f - static_cast<float>(batch.input_mask[i])) * -10000.0f;
@@ -184,8 +189,8 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
 void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward) {
   prepare_batch(batch, training, backward, prec, rng);
   Acts& a = *acts_;
-  const Pass pass{prec, training ? cfg_.hidden_dropout_prob : 0.0f,
-                  training ? cfg_.attention_probs_dropout_prob : 0.0f, &rng};
+  const Pass pass{prec, training ? cfg_.hidden_dropout_prob : 0.0f, training ? cfg_.attention_probs_dropout_prob : 0.0f,
+                  &rng};
   // The forward from the embeddings on: device work alone (the batch is where the backend computes).
   auto forward = [&] {
     embeddings_forward(pass);
@@ -268,10 +273,9 @@ void Bert::layer_forward(int l, const Pass& pass) {
     be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
                       LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
   if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
-  be.residual_dropout_layernorm_forward(a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1,
-                                        w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,
-                                        l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr, p_h,
-                                        rng, ly.seed_ffn_out);
+  be.residual_dropout_layernorm_forward(
+      a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1, w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,
+      l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr, p_h, rng, ly.seed_ffn_out);
 }
 
 // The layer's attention: ctx = softmax(q k^T / sqrt(d) + mask) v over the batch (padded) or over
@@ -286,7 +290,8 @@ void Bert::attention_forward(int l, const Pass& pass) {
   Rng& rng = *pass.rng;
   const float* qkv = prec == Precision::BF16 ? nullptr : ly.qkv;
   if (!a.packed) {
-    ly.seed_att = p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
+    ly.seed_att =
+        p_a > 0 ? rng.reserve(attention_drop_numbers(B * NH, T)) : 0;  // the CPU saves Pd; CUDA regenerates it
     be.attention_forward(ly.ctx, a.as16(ly.ctx16), ly.probs, a.att_work, qkv, a.as16(ly.qkv16), a.mask, B, T, C, NH,
                          p_a, rng, ly.seed_att, prec, AttentionHints{a.right_padded, a.inference});
     return;
@@ -332,8 +337,8 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
     be.zero(a.dpool, sizeof(float) * static_cast<size_t>(B * C));
     be.tanh_backward(a.dpool, a.pooled, dpooled, B * C);
     be.zero(a.dcls, sizeof(float) * static_cast<size_t>(B * C));
-    be.linear_backward(a.dcls, dgrad(refs_.pooler.w), dgrad(refs_.pooler.b), a.dpool, a.cls, w(refs_.pooler.w), B, C,
-                       C, prec, w16(refs_.pooler.w, prec));
+    be.linear_backward(a.dcls, dgrad(refs_.pooler.w), dgrad(refs_.pooler.b), a.dpool, a.cls, w(refs_.pooler.w), B, C, C,
+                       prec, w16(refs_.pooler.w, prec));
     if (a.packed)
       be.scatter_add_rows(a.g, a.dcls, rows_on_backend(a.cls_rows), B, C);
     else
@@ -366,14 +371,13 @@ void Bert::layer_backward(int l, const Pass& pass) {
   const float* dffn = a.dh;
   const bf16_t* dffn16 = nullptr;  // its rounding, where the dropout backward makes it
   if (p_h > 0) {
-    be.layernorm_dropout_backward(a.dh, dgrad(L.ffn_norm.g), dgrad(L.ffn_norm.b), a.g,
-                                  ly.ln2_sum, w(L.ffn_norm.g), ly.ln2_mean, ly.ln2_rstd, N, C, a.d2,
-                                  a.as16(a.d2_16), p_h, rng, ly.seed_ffn_out);
+    be.layernorm_dropout_backward(a.dh, dgrad(L.ffn_norm.g), dgrad(L.ffn_norm.b), a.g, ly.ln2_sum, w(L.ffn_norm.g),
+                                  ly.ln2_mean, ly.ln2_rstd, N, C, a.d2, a.as16(a.d2_16), p_h, rng, ly.seed_ffn_out);
     dffn = a.d2;
     dffn16 = a.as16(a.d2_16);
   } else {
-    be.layernorm_backward(a.dh, dgrad(L.ffn_norm.g), dgrad(L.ffn_norm.b), a.g,
-                          ly.ln2_sum, w(L.ffn_norm.g), ly.ln2_mean, ly.ln2_rstd, N, C,
+    be.layernorm_backward(a.dh, dgrad(L.ffn_norm.g), dgrad(L.ffn_norm.b), a.g, ly.ln2_sum, w(L.ffn_norm.g), ly.ln2_mean,
+                          ly.ln2_rstd, N, C,
                           /*overwrite=*/true);
   }
   // ffn_out = gelu W2^T + b2; inter = h1 W1^T + b1. In bf16 both FFN1 products read the
@@ -383,23 +387,20 @@ void Bert::layer_backward(int l, const Pass& pass) {
   // anyway, writes it again (gelu_forward16's bits) into layer 0's slot, where the FFN2 weight
   // gradient, computed after the input gradient, reads it.
   if (prec == Precision::BF16) {
-    be.linear_backward(a.di, nullptr, nullptr, dffn, nullptr, w(L.ffn_out.w), N, C, I, prec,
-                       w16(L.ffn_out.w, prec), LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
-    be.gelu_bias_backward(a.as16(a.di2_16), dgrad(L.ffn_in.b), a.as16(ly.inter16), a.di, N, I,
-                          act, a.di2, a.as16(ly.gelu16));
-    be.linear_backward(nullptr, dgrad(L.ffn_out.w), dgrad(L.ffn_out.b), dffn,
-                       /*x: gelu16 alone*/ nullptr, w(L.ffn_out.w), N, C, I, prec,
-                       w16(L.ffn_out.w, prec), LinearIo{a.as16(ly.gelu16), nullptr, dffn16});
-    be.linear_backward(a.dh, dgrad(L.ffn_in.w), nullptr, nullptr, /*x: h1_16 alone*/ nullptr,
-                       w(L.ffn_in.w), N, I, C, prec, w16(L.ffn_in.w, prec),
-                       LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
-  } else {
-    be.linear_backward(a.di, dgrad(L.ffn_out.w), dgrad(L.ffn_out.b), dffn, ly.gelu,
-                       w(L.ffn_out.w), N, C, I, prec, w16(L.ffn_out.w, prec),
+    be.linear_backward(a.di, nullptr, nullptr, dffn, nullptr, w(L.ffn_out.w), N, C, I, prec, w16(L.ffn_out.w, prec),
                        LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
+    be.gelu_bias_backward(a.as16(a.di2_16), dgrad(L.ffn_in.b), a.as16(ly.inter16), a.di, N, I, act, a.di2,
+                          a.as16(ly.gelu16));
+    be.linear_backward(nullptr, dgrad(L.ffn_out.w), dgrad(L.ffn_out.b), dffn,
+                       /*x: gelu16 alone*/ nullptr, w(L.ffn_out.w), N, C, I, prec, w16(L.ffn_out.w, prec),
+                       LinearIo{a.as16(ly.gelu16), nullptr, dffn16});
+    be.linear_backward(a.dh, dgrad(L.ffn_in.w), nullptr, nullptr, /*x: h1_16 alone*/ nullptr, w(L.ffn_in.w), N, I, C,
+                       prec, w16(L.ffn_in.w, prec), LinearIo{a.as16(ly.h1_16), nullptr, a.as16(a.di2_16)});
+  } else {
+    be.linear_backward(a.di, dgrad(L.ffn_out.w), dgrad(L.ffn_out.b), dffn, ly.gelu, w(L.ffn_out.w), N, C, I, prec,
+                       w16(L.ffn_out.w, prec), LinearIo{nullptr, nullptr, dffn16, /*overwrite_dx=*/true});
     be.gelu_backward(a.di2, ly.inter, a.di, N * I, act, nullptr, /*overwrite=*/true);
-    be.linear_backward(a.dh, dgrad(L.ffn_in.w), dgrad(L.ffn_in.b), a.di2,
-                       ly.h1, w(L.ffn_in.w), N, I, C, prec,
+    be.linear_backward(a.dh, dgrad(L.ffn_in.w), dgrad(L.ffn_in.b), a.di2, ly.h1, w(L.ffn_in.w), N, I, C, prec,
                        w16(L.ffn_in.w, prec), LinearIo{a.as16(ly.h1_16), nullptr, nullptr});
   }
   // h1 = LN1(dropout(attn_out) + x[l]); the gradient into x[l] goes straight to g (read by LN2's
@@ -407,33 +408,26 @@ void Bert::layer_backward(int l, const Pass& pass) {
   const float* dattn = a.g;
   const bf16_t* dattn16 = nullptr;
   if (p_h > 0) {
-    be.layernorm_dropout_backward(a.g, dgrad(L.attn_norm.g),
-                                  dgrad(L.attn_norm.b), a.dh, ly.ln1_sum,
-                                  w(L.attn_norm.g), ly.ln1_mean, ly.ln1_rstd, N, C, a.d2,
-                                  a.as16(a.d2_16), p_h, rng, ly.seed_attn_out);
+    be.layernorm_dropout_backward(a.g, dgrad(L.attn_norm.g), dgrad(L.attn_norm.b), a.dh, ly.ln1_sum, w(L.attn_norm.g),
+                                  ly.ln1_mean, ly.ln1_rstd, N, C, a.d2, a.as16(a.d2_16), p_h, rng, ly.seed_attn_out);
     dattn = a.d2;
     dattn16 = a.as16(a.d2_16);
   } else {
-    be.layernorm_backward(a.g, dgrad(L.attn_norm.g),
-                          dgrad(L.attn_norm.b), a.dh, ly.ln1_sum,
-                          w(L.attn_norm.g), ly.ln1_mean, ly.ln1_rstd, N, C,
+    be.layernorm_backward(a.g, dgrad(L.attn_norm.g), dgrad(L.attn_norm.b), a.dh, ly.ln1_sum, w(L.attn_norm.g),
+                          ly.ln1_mean, ly.ln1_rstd, N, C,
                           /*overwrite=*/true);
   }
   // (bf16: ctx16 alone; ctx is null)
-  be.linear_backward(a.dc, dgrad(L.attn_out.w), dgrad(L.attn_out.b), dattn,
-                  ly.ctx, w(L.attn_out.w), N, C, C, prec,
-                  w16(L.attn_out.w, prec),
-                  LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
+  be.linear_backward(a.dc, dgrad(L.attn_out.w), dgrad(L.attn_out.b), dattn, ly.ctx, w(L.attn_out.w), N, C, C, prec,
+                     w16(L.attn_out.w, prec), LinearIo{a.as16(ly.ctx16), nullptr, dattn16, /*overwrite_dx=*/true});
   // (bf16: null qkv, whose buffer holds the last layer's; the layer's qkv16 serves)
   // (bf16: dqkv's rounding too, the QKV products' operand)
   attention_backward(l, pass);
   // qkv = x[l] Wqkv^T + bqkv   (Q/K/V weights and biases are adjacent in the flat buffers)
   // (bf16: x16 alone; x[l]'s buffer holds a later layer's input by now)
-  be.linear_backward(a.g, dgrad(L.qkv.w), dgrad(L.qkv.b), a.dqkv,
-                  prec == Precision::BF16 ? nullptr : a.x[l],
-                  w(L.qkv.w), N, 3 * C, C, prec,
-                  w16(L.qkv.w, prec),
-                  LinearIo{a.as16(ly.x16), nullptr, a.as16(a.dqkv16)});
+  be.linear_backward(a.g, dgrad(L.qkv.w), dgrad(L.qkv.b), a.dqkv, prec == Precision::BF16 ? nullptr : a.x[l],
+                     w(L.qkv.w), N, 3 * C, C, prec, w16(L.qkv.w, prec),
+                     LinearIo{a.as16(ly.x16), nullptr, a.as16(a.dqkv16)});
   if (grad_ready_) grad_ready_(table_[L.qkv.w].offset);  // the layer's first tensor
 }
 
@@ -445,7 +439,8 @@ void Bert::attention_backward(int l, const Pass& pass) {
   Backend& be = *be_;
   const int64_t B = a.B, T = a.T, C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
   const Precision prec = pass.prec;
-  const float* qkv = prec == Precision::BF16 ? nullptr : ly.qkv;  // (bf16: its buffer holds the last layer's; qkv16 serves)
+  const float* qkv =
+      prec == Precision::BF16 ? nullptr : ly.qkv;  // (bf16: its buffer holds the last layer's; qkv16 serves)
   if (!a.packed) {
     // (bf16: dqkv's rounding too, the QKV products' operand)
     be.attention_backward(a.dqkv, a.as16(a.dqkv16), a.att_work, a.dc, qkv, a.as16(ly.qkv16), ly.ctx, a.as16(ly.ctx16),
@@ -488,8 +483,8 @@ void Bert::embeddings_backward(const Pass& pass) {
   if (a.packed) {
     for (int64_t b = 0; b < B; ++b) {
       const auto [r0, n] = a.seq(b);
-      be.embeddings_backward(dwte, dgrad(refs_.position), dgrad(refs_.token_type), dc + r0 * E, a.ids + r0,
-                             a.seg + r0, 1, n, E, cfg_.vocab_size, cfg_.type_vocab_size);
+      be.embeddings_backward(dwte, dgrad(refs_.position), dgrad(refs_.token_type), dc + r0 * E, a.ids + r0, a.seg + r0,
+                             1, n, E, cfg_.vocab_size, cfg_.type_vocab_size);
     }
   } else {
     be.embeddings_backward(dwte, dgrad(refs_.position), dgrad(refs_.token_type), dc, a.ids, a.seg, B, T, E,

@@ -57,7 +57,8 @@ std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<Ft
       mine.insert(mine.end(), lg.begin(), lg.end());
       continue;
     }
-    for (size_t r = 0; r < idx.size(); ++r) out[idx[r]].assign(lg.begin() + r * per_row, lg.begin() + (r + 1) * per_row);
+    for (size_t r = 0; r < idx.size(); ++r)
+      out[idx[r]].assign(lg.begin() + r * per_row, lg.begin() + (r + 1) * per_row);
   }
   if (W == 1) return check_finite(out);
   std::vector<float> all;
@@ -111,7 +112,8 @@ std::vector<std::vector<float>> predict_embeddings(Bert& model, const std::vecto
       std::vector<double> mean(static_cast<size_t>(C), 0.0);
       for (int64_t t = 0; t < L; ++t)
         for (int64_t c = 0; c < C; ++c) mean[static_cast<size_t>(c)] += row[t * C + c];
-      for (int64_t c = 0; c < C; ++c) v[static_cast<size_t>(C + c)] = static_cast<float>(mean[static_cast<size_t>(c)] / L);
+      for (int64_t c = 0; c < C; ++c)
+        v[static_cast<size_t>(C + c)] = static_cast<float>(mean[static_cast<size_t>(c)] / L);
     }
   });
   return out;
@@ -140,7 +142,8 @@ std::vector<std::vector<float>> predict_hidden(Bert& model, const std::vector<Ft
 
 std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<FtFeature>& f, int64_t batch_size,
                                                Precision prec, int32_t mask_id) {
-  BERTCC_CHECK(model.heads() == Heads::PreTraining, "fill-mask needs a model with its masked-LM head (BertForPreTraining)");
+  BERTCC_CHECK(model.heads() == Heads::PreTraining,
+               "fill-mask needs a model with its masked-LM head (BertForPreTraining)");
   const size_t V = static_cast<size_t>(model.config().vocab_size);
   std::vector<std::vector<float>> out(f.size());
   Rng rng{0, 0};

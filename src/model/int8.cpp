@@ -18,11 +18,14 @@
 namespace bertcc {
 
 void Bert::refresh_int8(Precision p) {
-  BERTCC_CHECK(!fp32_linears_released_ || p == Precision::I8, "this model keeps its encoder's linear layers in int8 "
-               "alone (loaded for --precision int8): ", precision_name(p), " needs their fp32 weights");
+  BERTCC_CHECK(!fp32_linears_released_ || p == Precision::I8,
+               "this model keeps its encoder's linear layers in int8 "
+               "alone (loaded for --precision int8): ",
+               precision_name(p), " needs their fp32 weights");
   if (p != Precision::I8 || (q8_ && q8_valid_)) return;
   BERTCC_CHECK(!fp32_linears_released_, "the weights of a model loaded for int8 inference alone changed");
-  BERTCC_CHECK(be_->on_host(), "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
+  BERTCC_CHECK(be_->on_host(),
+               "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
   if (!q8_) q8_ = std::make_unique<Int8Weights>();
   q8_->by_weight.clear();
   const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, E = cfg_.embedding_dim();
@@ -40,7 +43,8 @@ void Bert::refresh_int8(Precision p) {
 }
 
 void Bert::keep_int8_weights_only() {
-  BERTCC_CHECK(be_->on_host() && dev_offset_.empty(), "--precision int8 runs on the CPU only (pass --device cpu, or "
+  BERTCC_CHECK(be_->on_host() && dev_offset_.empty(),
+               "--precision int8 runs on the CPU only (pass --device cpu, or "
                "--precision bf16 on a GPU)");
   refresh_int8(Precision::I8);
   // Whole pages inside each quantized matrix back to the system (madvise: they read as zeros if

@@ -1,9 +1,9 @@
 #include "bertcc/optim.h"
 
-#include "bertcc/error.h"
-
 #include <algorithm>
 #include <cmath>
+
+#include "bertcc/error.h"
 
 namespace bertcc {
 namespace {
@@ -123,7 +123,7 @@ double lamb_step(const ParamTable& t, float* w, float* g, AdamState& s, float lr
   const float clip = st.clip, bc1 = st.bc1, bc2 = st.bc2;
   const size_t end = s.end ? s.end : t.total();
   for (const ParamEntry& e : t.entries()) {
-    if (!e.trainable) continue;                            // frozen: no decay, no moment update
+    if (!e.trainable) continue;                           // frozen: no decay, no moment update
     if (e.offset < s.begin || e.offset >= end) continue;  // another rank's shard (ZeRO-1)
     float* __restrict we = w + e.offset;
     float* __restrict ge = g + e.offset;
@@ -188,7 +188,7 @@ double adamw_step(const ParamTable& t, float* w, float* g, AdamState& s, float l
   const float b1 = o.beta1, b2 = o.beta2, eps = o.eps;  // locals: the loop must not reload them
   const size_t end = s.end ? s.end : t.total();
   for (const ParamEntry& e : t.entries()) {
-    if (!e.trainable) continue;                            // frozen: no decay, no moment update
+    if (!e.trainable) continue;                           // frozen: no decay, no moment update
     if (e.offset < s.begin || e.offset >= end) continue;  // another rank's shard (ZeRO-1)
     float* __restrict we = w + e.offset;
     const float* __restrict ge = g + e.offset;

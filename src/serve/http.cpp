@@ -1,8 +1,8 @@
 // bertcc serve's HTTP/1.1 transport: see http.h.
 #include "serve/http.h"
 
-#include "serve/framing.h"
-
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -12,20 +12,17 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
-#include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 
-#include <nlohmann/json.hpp>
-
 #include "bertcc/error.h"
+#include "serve/framing.h"
 
 namespace bertcc::serve::http {
 
@@ -38,8 +35,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 bool iequal(const std::string& a, const std::string& b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y)); });
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
 }
 
 std::chrono::steady_clock::duration seconds(double s) {
@@ -103,10 +101,14 @@ bool valid_utf8(const std::string& s) {
     }
     size_t len;
     unsigned cp;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-    else return false;  // a continuation byte, an overlong lead (C0, C1) or beyond U+10FFFF
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, cp = c & 0x07;
+    else
+      return false;  // a continuation byte, an overlong lead (C0, C1) or beyond U+10FFFF
     if (i + len > n) return false;
     for (size_t k = 1; k < len; ++k) {
       if ((p[i + k] & 0xC0) != 0x80) return false;
@@ -210,11 +212,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void read_more(size_t size, Next next) {
     const size_t old = in_.size();
     in_.resize(old + size);
-    stream_.async_read_some(asio::buffer(&in_[old], size), [self = shared_from_this(), old, next](beast::error_code ec, size_t n) {
-      self->in_.resize(old + n);
-      if (ec) return self->close();
-      next(*self);
-    });
+    stream_.async_read_some(asio::buffer(&in_[old], size),
+                            [self = shared_from_this(), old, next](beast::error_code ec, size_t n) {
+                              self->in_.resize(old + n);
+                              if (ec) return self->close();
+                              next(*self);
+                            });
   }
 
   void begin_request() {
@@ -338,14 +341,15 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
   void drain(size_t total) {
     in_.resize(64 << 10);
-    stream_.async_read_some(asio::buffer(&in_[0], in_.size()), [self = shared_from_this(), total](beast::error_code ec, size_t n) {
-      if (ec || total + n > (1u << 20)) {
-        beast::error_code ignored;
-        self->stream_.socket().close(ignored);
-        return;
-      }
-      self->drain(total + n);
-    });
+    stream_.async_read_some(asio::buffer(&in_[0], in_.size()),
+                            [self = shared_from_this(), total](beast::error_code ec, size_t n) {
+                              if (ec || total + n > (1u << 20)) {
+                                beast::error_code ignored;
+                                self->stream_.socket().close(ignored);
+                                return;
+                              }
+                              self->drain(total + n);
+                            });
   }
 
   void write(std::shared_ptr<Response> r) {
@@ -359,7 +363,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
                                 " (--max-response-bytes): ask for fewer inputs or outputs"),
                      "application/json");
     }
-    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r->status), version_ ? version_ : 11);
+    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r->status),
+                                                                     version_ ? version_ : 11);
     for (auto& [k, v] : r->headers) res->set(k, v);
     const size_t n = r->body.size();
     if (!head_) res->body() = std::move(r->body);
@@ -425,7 +430,8 @@ int Server::bind(const std::string& host, int port, int backlog) {
   auto& a = impl_->acceptor;
   beast::error_code ec;
   tcp::resolver resolver(impl_->ioc);
-  const auto eps = resolver.resolve(host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  const auto eps =
+      resolver.resolve(host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || eps.empty()) fail("serve: cannot bind ", host, ":", port, " (", ec ? ec.message() : "no address", ")");
   const tcp::endpoint ep = eps.begin()->endpoint();
   a.open(ep.protocol(), ec);

@@ -31,12 +31,12 @@
 namespace bertcc::serve::http {
 
 struct Request {
-  std::string method;                                       // GET, POST, ...
-  std::string path;                                         // percent-decoded, without the query
+  std::string method;  // GET, POST, ...
+  std::string path;    // percent-decoded, without the query
   std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;  // as received
-  std::vector<std::string> matches;                          // the route's regex groups ([0]: the path)
-  bool has_header(const std::string& name) const;            // case-insensitive
+  std::vector<std::pair<std::string, std::string>> headers;     // as received
+  std::vector<std::string> matches;                             // the route's regex groups ([0]: the path)
+  bool has_header(const std::string& name) const;               // case-insensitive
   std::string get_header_value(const std::string& name) const;  // "" when absent
 };
 
@@ -55,12 +55,12 @@ struct Limits {
   int64_t max_header_bytes = 16 << 10;  // request line and headers
   int64_t max_body_bytes = 8 << 20;
   int64_t max_response_bytes = 64 << 20;
-  double idle_timeout_s = 5;            // to start a request (a new or kept-alive connection)
-  double request_timeout_s = 10;        // to send a whole request once started
-  double write_timeout_s = 10;          // to take a response
+  double idle_timeout_s = 5;      // to start a request (a new or kept-alive connection)
+  double request_timeout_s = 10;  // to send a whole request once started
+  double write_timeout_s = 10;    // to take a response
   int max_connections = 10000;
   int io_threads = 2;
-  int worker_threads = 256;             // handlers that may block (inference)
+  int worker_threads = 256;  // handlers that may block (inference)
 };
 
 // The error body of every status the transport answers itself and of handler errors:

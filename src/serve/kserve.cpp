@@ -81,7 +81,7 @@ InTensor read_input(const json& t, const std::string& body, size_t& bin, size_t 
   flatten(t["data"], r.data, name, 0);
   if (static_cast<int64_t>(r.data.size()) != n)
     throw RequestError(400, "input '" + name + "': " + std::to_string(r.data.size()) + " values for shape [" +
-                             std::to_string(r.shape[0]) + "," + std::to_string(r.shape[1]) + "]");
+                                std::to_string(r.shape[0]) + "," + std::to_string(r.shape[1]) + "]");
   return r;
 }
 
@@ -117,7 +117,8 @@ KserveInput parse_kserve_request(const std::string& body, size_t json_len, const
     if (t.shape != shape) throw RequestError(400, "input '" + name + "' has another shape than input_ids");
   const int64_t B = shape[0], S = shape[1];
   if (B > max_inputs)
-    throw RequestError(400, "batch of " + std::to_string(B) + " rows exceeds --max-inputs " + std::to_string(max_inputs));
+    throw RequestError(400,
+                       "batch of " + std::to_string(B) + " rows exceeds --max-inputs " + std::to_string(max_inputs));
   if (S > c.max_position_embeddings)
     throw RequestError(400, "sequence length " + std::to_string(S) + " exceeds the model's max_position_embeddings " +
                                 std::to_string(c.max_position_embeddings));
@@ -133,8 +134,8 @@ KserveInput parse_kserve_request(const std::string& body, size_t json_len, const
       while (L < S && mk[static_cast<size_t>(b * S + L)] == 1) ++L;
       for (int64_t t = L; t < S; ++t)
         if (mk[static_cast<size_t>(b * S + t)] != 0)
-          throw RequestError(400, "attention_mask row " + std::to_string(b) +
-                                      " must be ones followed by zeros (right padding)");
+          throw RequestError(
+              400, "attention_mask row " + std::to_string(b) + " must be ones followed by zeros (right padding)");
       if (L == 0) throw RequestError(400, "attention_mask row " + std::to_string(b) + " masks every token");
     }
     r.lengths[static_cast<size_t>(b)] = L;
@@ -143,8 +144,9 @@ KserveInput parse_kserve_request(const std::string& body, size_t json_len, const
       const int64_t id = in["input_ids"].data[static_cast<size_t>(b * S + t)];
       const int64_t ty = in.count("token_type_ids") ? in["token_type_ids"].data[static_cast<size_t>(b * S + t)] : 0;
       if (id < 0 || id >= c.vocab_size)
-        throw RequestError(400, "input_ids[" + std::to_string(b) + "][" + std::to_string(t) + "] = " +
-                                    std::to_string(id) + " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+        throw RequestError(400, "input_ids[" + std::to_string(b) + "][" + std::to_string(t) +
+                                    "] = " + std::to_string(id) + " outside the vocabulary [0, " +
+                                    std::to_string(c.vocab_size) + ")");
       if (ty < 0 || ty >= c.type_vocab_size)
         throw RequestError(400, "token_type_ids[" + std::to_string(b) + "][" + std::to_string(t) + "] = " +
                                     std::to_string(ty) + " outside [0, " + std::to_string(c.type_vocab_size) + ")");
@@ -184,7 +186,8 @@ std::map<std::string, bool> wanted_outputs(const Model& m, const json& j, int64_
   }
   bool all_binary = false;
   if (j.contains("parameters") && j["parameters"].is_object() && j["parameters"].contains("binary_data_output"))
-    all_binary = j["parameters"]["binary_data_output"].is_boolean() && j["parameters"]["binary_data_output"].get<bool>();
+    all_binary =
+        j["parameters"]["binary_data_output"].is_boolean() && j["parameters"]["binary_data_output"].get<bool>();
   std::map<std::string, bool> want;  // name -> binary
   if (j.contains("outputs")) {
     if (!j["outputs"].is_array()) throw RequestError(400, "\"outputs\" must be an array");
@@ -208,8 +211,8 @@ std::map<std::string, bool> wanted_outputs(const Model& m, const json& j, int64_
   }
   if (bound > max_response)
     throw RequestError(400, "the outputs asked for (" + std::to_string(B) + " rows of " + std::to_string(S) +
-                                " tokens) would take up to " + std::to_string(bound) + " bytes, over --max-response-bytes " +
-                                std::to_string(max_response) +
+                                " tokens) would take up to " + std::to_string(bound) +
+                                " bytes, over --max-response-bytes " + std::to_string(max_response) +
                                 ": send fewer rows, name fewer \"outputs\", or ask for binary_data");
   return want;
 }
@@ -250,8 +253,10 @@ KserveAnswer write_outputs(const Model& m, const json& j, const std::vector<OutT
     const size_t n = i64 ? t.idata.size() : t.data.size();
     for (size_t i = 0; i < n; ++i) {
       if (i) body += ',';
-      if (i64) ser.dump(ojson(t.idata[i]), false, false, 0);
-      else ser.dump(ojson(static_cast<double>(t.data[i])), false, false, 0);
+      if (i64)
+        ser.dump(ojson(t.idata[i]), false, false, 0);
+      else
+        ser.dump(ojson(static_cast<double>(t.data[i])), false, false, 0);
     }
     body += "]}";
   }
@@ -263,8 +268,10 @@ KserveAnswer write_outputs(const Model& m, const json& j, const std::vector<OutT
   a.header_length = std::to_string(body.size());
   a.content_type = "application/octet-stream";
   for (const OutTensor* t : binary) {
-    if (!t->idata.empty()) body.append(reinterpret_cast<const char*>(t->idata.data()), t->idata.size() * 8);
-    else body.append(reinterpret_cast<const char*>(t->data.data()), t->data.size() * 4);
+    if (!t->idata.empty())
+      body.append(reinterpret_cast<const char*>(t->idata.data()), t->idata.size() * 8);
+    else
+      body.append(reinterpret_cast<const char*>(t->data.data()), t->data.size() * 4);
   }
   return a;
 }

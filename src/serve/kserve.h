@@ -3,11 +3,10 @@
 // sequences, and answered (kserve_infer). No HTTP here: the server and the fuzz target share it.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bertcc/config.h"
 #include "bertcc/features.h"
@@ -21,8 +20,8 @@ struct RequestError : std::runtime_error {
 };
 
 struct KserveInput {
-  nlohmann::json header;          // the JSON part (outputs, parameters, id are read by the caller)
-  int64_t B = 0, S = 0;           // the request's shape
+  nlohmann::json header;            // the JSON part (outputs, parameters, id are read by the caller)
+  int64_t B = 0, S = 0;             // the request's shape
   std::vector<FtFeature> features;  // one unpadded sequence per row
   std::vector<int64_t> lengths;     // its length (ones of attention_mask)
 };

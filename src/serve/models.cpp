@@ -31,8 +31,8 @@ void check_labels_unique(const std::string& dir, const std::vector<std::string>&
   std::map<std::string, size_t> seen;
   for (size_t i = 0; i < labels.size(); ++i) {
     const auto [it, fresh] = seen.emplace(labels[i], i);
-    BERTCC_CHECK(fresh, join_path(dir, "config.json"), ": id2label names '", labels[i], "' twice (ids ", it->second, " and ",
-                 i, "): each label must be unique");
+    BERTCC_CHECK(fresh, join_path(dir, "config.json"), ": id2label names '", labels[i], "' twice (ids ", it->second,
+                 " and ", i, "): each label must be unique");
   }
 }
 
@@ -55,8 +55,8 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   md->name = eq == std::string::npos ? std::filesystem::path(d).filename().string() : spec.substr(0, eq);
   BERTCC_CHECK(!md->name.empty() && md->name.find_first_of("/?#% ") == std::string::npos, "--model ", spec,
                ": the model name must be non-empty without / ? # % or spaces (use NAME=DIR)");
-  BERTCC_CHECK(valid_utf8(md->name), "--model ", spec, ": the model name is not valid UTF-8, so no request could name it",
-               " (use NAME=DIR)");
+  BERTCC_CHECK(valid_utf8(md->name), "--model ", spec,
+               ": the model name is not valid UTF-8, so no request could name it", " (use NAME=DIR)");
   md->heads = heads_of(md->dir, md->tasks);
   const std::string vp = join_path(md->dir, "vocab.txt");
   BERTCC_CHECK(file_exists(vp), md->dir, ": no vocab.txt");
@@ -68,8 +68,7 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   if (prec == Precision::I8) md->bert->keep_int8_weights_only();  // (refuses a device)
   const BertConfig& c = md->bert->config();
   BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
-  BERTCC_CHECK(!md->head().needs_labels || c.num_labels() > 0,
-               md->dir, ": config.json has no labels");
+  BERTCC_CHECK(!md->head().needs_labels || c.num_labels() > 0, md->dir, ": config.json has no labels");
   BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
                " exceeds max_position_embeddings ", c.max_position_embeddings, " of ", md->dir);
   check_labels_unique(md->dir, c.id2label);
@@ -91,10 +90,12 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   };
   for (const auto& t : md->tasks) {
     Compute fn;
-    if (t == "embed") fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_embeddings(*bert, f, bs, prec); };
+    if (t == "embed")
+      fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_embeddings(*bert, f, bs, prec); };
     else if (t == "fill-mask")
       fn = [bert, bs, prec, mask](const std::vector<FtFeature>& f) { return predict_masked(*bert, f, bs, prec, mask); };
-    else fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_logits(*bert, f, bs, prec); };
+    else
+      fn = [bert, bs, prec](const std::vector<FtFeature>& f) { return predict_logits(*bert, f, bs, prec); };
     md->batchers[t] = std::make_unique<Batcher>(md->name, on_backend(fn), o, m, device);
   }
   if (!md->has_head()) {  // the Triton outputs of BertModel: last_hidden_state, pooler_output

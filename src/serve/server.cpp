@@ -11,9 +11,8 @@
 #include <iostream>
 #include <map>
 #include <mutex>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
@@ -131,7 +130,8 @@ void App::text_task(const std::string& task, const http::Request& req, http::Res
     if (!j["inputs"].is_array() || j["inputs"].empty())
       throw HttpError(400, "\"inputs\" must be a non-empty array of objects or strings");
     if (static_cast<int64_t>(j["inputs"].size()) > o.max_inputs)
-      throw HttpError(400, std::to_string(j["inputs"].size()) + " inputs exceed --max-inputs " + std::to_string(o.max_inputs));
+      throw HttpError(
+          400, std::to_string(j["inputs"].size()) + " inputs exceed --max-inputs " + std::to_string(o.max_inputs));
     for (const auto& x : j["inputs"]) {
       if (!x.is_string()) {
         in.push_back(x);
@@ -161,7 +161,8 @@ void load_models(App& app, Precision prec, std::mutex& device, Backend& be) {
   for (const auto& spec : app.o.models) {
     app.models.push_back(load(spec, app.o, prec, app.metrics, device, be));
     Model* m = app.models.back().get();
-    BERTCC_CHECK(!app.by_name.count(m->name), "--model ", spec, ": two models are named '", m->name, "' (use NAME=DIR)");
+    BERTCC_CHECK(!app.by_name.count(m->name), "--model ", spec, ": two models are named '", m->name,
+                 "' (use NAME=DIR)");
     app.by_name[m->name] = m;
     std::cerr << "serve: model '" << m->name << "' (" << m->bert->architecture() << ", " << m->dir << "):";
     for (const auto& t : m->tasks) std::cerr << " /v1/" << t;
@@ -187,32 +188,43 @@ http::Limits transport_limits(const ServeOptions& o) {
   lim.worker_threads = o.http_threads > 0 ? o.http_threads : 256;
   lim.max_connections = o.max_connections;
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
-    lim.max_connections = static_cast<int>(std::min<rlim_t>(static_cast<rlim_t>(lim.max_connections),
-                                                            nofile.rlim_cur > 256 ? nofile.rlim_cur - 128 : nofile.rlim_cur / 2));
+    lim.max_connections = static_cast<int>(std::min<rlim_t>(
+        static_cast<rlim_t>(lim.max_connections), nofile.rlim_cur > 256 ? nofile.rlim_cur - 128 : nofile.rlim_cur / 2));
   return lim;
 }
 
 void add_routes(http::Server& svr, App& app) {
-  svr.route("GET", "/v2/health/live", handle(app, "/v2/health/live", [](const http::Request&, http::Response& res) {
-              ok_json(res, ojson::object());
-            }), true);
-  svr.route("GET", "/v2/health/ready", handle(app, "/v2/health/ready", [](const http::Request&, http::Response& res) {
-              if (g_stopping) throw HttpError(503, "shutting down");
-              ok_json(res, ojson::object());
-            }), true);
-  svr.route("GET", "/v2", handle(app, "/v2", [](const http::Request&, http::Response& res) {
-              ok_json(res, {{"name", "bertcc"}, {"version", "0.1.0"}, {"extensions", {"binary_tensor_data"}}});
-            }), true);
+  svr.route(
+      "GET", "/v2/health/live",
+      handle(app, "/v2/health/live", [](const http::Request&, http::Response& res) { ok_json(res, ojson::object()); }),
+      true);
+  svr.route("GET", "/v2/health/ready",
+            handle(app, "/v2/health/ready",
+                   [](const http::Request&, http::Response& res) {
+                     if (g_stopping) throw HttpError(503, "shutting down");
+                     ok_json(res, ojson::object());
+                   }),
+            true);
+  svr.route("GET", "/v2",
+            handle(app, "/v2",
+                   [](const http::Request&, http::Response& res) {
+                     ok_json(res, {{"name", "bertcc"}, {"version", "0.1.0"}, {"extensions", {"binary_tensor_data"}}});
+                   }),
+            true);
   svr.route("GET", R"(/v2/models/([^/]+)(?:/versions/1)?)",
-            handle(app, "/v2/models/NAME", [&app](const http::Request& req, http::Response& res) {
-              ok_json(res, model_metadata(app.find_model(req.matches[1])));
-            }), true);
+            handle(app, "/v2/models/NAME",
+                   [&app](const http::Request& req, http::Response& res) {
+                     ok_json(res, model_metadata(app.find_model(req.matches[1])));
+                   }),
+            true);
   svr.route("GET", R"(/v2/models/([^/]+)(?:/versions/1)?/ready)",
-            handle(app, "/v2/models/NAME/ready", [&app](const http::Request& req, http::Response& res) {
-              app.find_model(req.matches[1]);
-              if (g_stopping) throw HttpError(503, "shutting down");
-              ok_json(res, ojson::object());
-            }), true);
+            handle(app, "/v2/models/NAME/ready",
+                   [&app](const http::Request& req, http::Response& res) {
+                     app.find_model(req.matches[1]);
+                     if (g_stopping) throw HttpError(503, "shutting down");
+                     ok_json(res, ojson::object());
+                   }),
+            true);
   svr.route("POST", R"(/v2/models/([^/]+)(?:/versions/1)?/infer)",
             handle(app, "/v2/models/NAME/infer", [&app](const http::Request& req, http::Response& res) {
               Model& m = app.find_model(req.matches[1]);
@@ -227,19 +239,30 @@ void add_routes(http::Server& svr, App& app) {
     svr.route("POST", "/v1/" + t, handle(app, "/v1/" + t, [&app, t](const http::Request& req, http::Response& res) {
                 app.text_task(t, req, res);
               }));
-  svr.route("GET", "/v1/models", handle(app, "/v1/models", [&app](const http::Request&, http::Response& res) {
-              ojson a = ojson::array();
-              for (const auto& m : app.models)
-                a.push_back({{"name", m->name}, {"task", m->tasks[0]}, {"tasks", m->tasks},
-                             {"architecture", m->bert->architecture()}, {"labels", m->bert->config().id2label}});
-              ok_json(res, {{"models", a}});
-            }), true);
-  svr.route("GET", "/metrics", [&app](const http::Request&, http::Response& res) {
-    res.set_content(app.metrics.text(), "text/plain; version=0.0.4");
-  }, true);
-  svr.route("GET", "/", handle(app, "/", [](const http::Request&, http::Response& res) {
-              res.set_content(kPageHtml, "text/html; charset=utf-8");
-            }), true);
+  svr.route("GET", "/v1/models",
+            handle(app, "/v1/models",
+                   [&app](const http::Request&, http::Response& res) {
+                     ojson a = ojson::array();
+                     for (const auto& m : app.models)
+                       a.push_back({{"name", m->name},
+                                    {"task", m->tasks[0]},
+                                    {"tasks", m->tasks},
+                                    {"architecture", m->bert->architecture()},
+                                    {"labels", m->bert->config().id2label}});
+                     ok_json(res, {{"models", a}});
+                   }),
+            true);
+  svr.route(
+      "GET", "/metrics",
+      [&app](const http::Request&, http::Response& res) {
+        res.set_content(app.metrics.text(), "text/plain; version=0.0.4");
+      },
+      true);
+  svr.route(
+      "GET", "/",
+      handle(app, "/",
+             [](const http::Request&, http::Response& res) { res.set_content(kPageHtml, "text/html; charset=utf-8"); }),
+      true);
 }
 
 int listen_backlog(int asked) {
@@ -273,7 +296,8 @@ int run_server(const ServeOptions& o) {
 
   // The transport (serve/http.h): event-driven connections, each limit enforced on every request.
   http::Server svr(transport_limits(o));
-  svr.on_answered([&app](const std::string& endpoint, int status, double s) { app.metrics.request(endpoint, status, s); });
+  svr.on_answered(
+      [&app](const std::string& endpoint, int status, double s) { app.metrics.request(endpoint, status, s); });
   add_routes(svr, app);
   const int port = svr.bind(o.host, o.port, o.listen_backlog);
   std::thread stopper([&svr]() {

@@ -20,8 +20,8 @@ namespace bertcc::serve {
 struct ServeOptions {
   std::vector<std::string> models;  // DIR or NAME=DIR
   std::string host = "127.0.0.1";
-  int port = 8000;                  // 0: any free port (printed)
-  int max_batch_size = 32;          // sequences per forward pass
+  int port = 8000;          // 0: any free port (printed)
+  int max_batch_size = 32;  // sequences per forward pass
   int64_t max_queue_delay_us = 2000;
   int64_t max_queue = 1024;         // sequences waiting, over all requests of a model
   int http_threads = 0;             // threads running requests that wait for a forward pass (0: 256)
@@ -31,13 +31,13 @@ struct ServeOptions {
   double read_timeout_s = 10;       // to send a whole request once started (and to take a response)
   int threads = 0;                  // compute threads (0: all cores)
   std::string precision = "auto";
-  std::string device = "cpu";       // cpu | cuda[:N] | cpu-staged: where every model computes
-  int64_t max_body_bytes = 8 << 20;     // any transfer encoding (413 above)
-  int64_t max_header_bytes = 16 << 10;  // request line and headers (431 above)
+  std::string device = "cpu";             // cpu | cuda[:N] | cpu-staged: where every model computes
+  int64_t max_body_bytes = 8 << 20;       // any transfer encoding (413 above)
+  int64_t max_header_bytes = 16 << 10;    // request line and headers (431 above)
   int64_t max_response_bytes = 64 << 20;  // 400 above; refused before the forward pass where it can be (413 on /v1)
-  int64_t max_inputs = 256;         // inputs (texts, rows) per request
-  double request_timeout_s = 30;    // longest wait for a forward pass before 504
-  int max_seq_length = 0;           // text endpoints (0: 384 QA, 512 otherwise)
+  int64_t max_inputs = 256;               // inputs (texts, rows) per request
+  double request_timeout_s = 30;          // longest wait for a forward pass before 504
+  int max_seq_length = 0;                 // text endpoints (0: 384 QA, 512 otherwise)
 };
 
 // Loads the models, serves until SIGTERM or SIGINT (in-flight requests finish), returns the exit code.

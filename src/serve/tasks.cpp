@@ -274,7 +274,8 @@ std::vector<nlohmann::ordered_json> fill_masks(const BertTokenizer& tok, const s
   for (size_t i = 0; i < in.size(); ++i) {
     nlohmann::ordered_json r, masks = nlohmann::ordered_json::array();
     if (in[i].contains("id")) r["id"] = in[i]["id"];
-    const size_t Vm = lg[i].size() / static_cast<size_t>(std::count(f[i].input_ids.begin(), f[i].input_ids.end(), mask_id));
+    const size_t Vm =
+        lg[i].size() / static_cast<size_t>(std::count(f[i].input_ids.begin(), f[i].input_ids.end(), mask_id));
     for (size_t m = 0; m * Vm < lg[i].size(); ++m) {
       // Softmax over the model's vocabulary; candidates among the tokens vocab.txt names.
       const float* x = lg[i].data() + m * Vm;

@@ -16,9 +16,9 @@
 #include "bertcc/features.h"
 #include "bertcc/glue.h"
 #include "bertcc/optim.h"
+#include "bertcc/runtime.h"
 #include "bertcc/squad.h"
 #include "bertcc/tokenizer.h"
-#include "bertcc/runtime.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_int8.h"
 #include "tools/cli_common.h"
@@ -82,7 +82,8 @@ RealData real_data(const std::string& path, const std::string& vocab_path, const
     so.max_seq_length = static_cast<int>(T);
     r.features = squad_features(tok, read_squad(path, /*training=*/true), so, /*training=*/true).inputs;
   } else {
-    BERTCC_CHECK(!task.empty(), "bench --real ", path, ": a .tsv needs --task-name (the GLUE task whose columns it has)");
+    BERTCC_CHECK(!task.empty(), "bench --real ", path,
+                 ": a .tsv needs --task-name (the GLUE task whose columns it has)");
     for (const GlueExample& e : read_glue(task, path))
       r.features.push_back(encode_pair(tok, e.text_a, e.text_b, static_cast<int>(T)));
   }
@@ -170,11 +171,13 @@ void check_bench_options(const BenchOptions& o) {
   BERTCC_CHECK(!cuda_graphs() || o.mode == "infer", "bench ", o.mode,
                ": --cuda-graphs records inference forwards only (bench infer)");
   // a shape's first forward runs unrecorded and its second is recorded: both before the timing
-  BERTCC_CHECK(!cuda_graphs() || o.warmup >= 2, "bench infer --cuda-graphs: --warmup must be at least 2 "
+  BERTCC_CHECK(!cuda_graphs() || o.warmup >= 2,
+               "bench infer --cuda-graphs: --warmup must be at least 2 "
                "(the first forward runs unrecorded, the second records the graph)");
   BERTCC_CHECK(o.real.empty() || o.mode == "squad" || o.mode == "infer", "bench ", o.mode,
                ": --real is for squad and infer (pre-training reads no SQuAD or GLUE file)");
-  BERTCC_CHECK(o.real.empty() || o.padding == 0.0, "bench: --padding is for random data; with --real the "
+  BERTCC_CHECK(o.real.empty() || o.padding == 0.0,
+               "bench: --padding is for random data; with --real the "
                "padding is the real batches' own");
 }
 
@@ -317,9 +320,9 @@ Timing time_steps(Bench& b) {
     step();
     t.times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     int64_t n = 0;
-    t.fwd += b.electra ? electra_forward_flops(b.cfg, b.gcfg, b.B, b.T, b.masked)
-                       : computed_forward_flops(b.cfg, b.batch, b.model->last_packed(), b.train ? b.masked : 0,
-                                                b.train, &n);
+    t.fwd += b.electra
+                 ? electra_forward_flops(b.cfg, b.gcfg, b.B, b.T, b.masked)
+                 : computed_forward_flops(b.cfg, b.batch, b.model->last_packed(), b.train ? b.masked : 0, b.train, &n);
     t.tokens += b.electra ? b.B * b.T : n;
     for (int32_t m : b.batch.input_mask) t.real_tokens += m != 0;
     t.padded_tokens += b.batch.B * b.batch.T;
@@ -365,8 +368,8 @@ void report(const Bench& b, const Timing& t) {
   j["seq_per_s"] = static_cast<double>(B) / mean;
   j["model_tflops"] = flops / mean / 1e12;
   j["gemm_probe_tflops"] = probe;
-  j["gemm_probe_shape"] = std::to_string(B * T) + "x" + std::to_string(b.cfg.intermediate_size) + "x" +
-                          std::to_string(b.cfg.hidden_size);
+  j["gemm_probe_shape"] =
+      std::to_string(B * T) + "x" + std::to_string(b.cfg.intermediate_size) + "x" + std::to_string(b.cfg.hidden_size);
   j["peak_rss_mb"] = peak_rss_mb();
   j["device"] = o.device;
   if (cuda_graphs()) j["cuda_graphs"] = true;
@@ -392,9 +395,11 @@ void report(const Bench& b, const Timing& t) {
 
 void add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  auto* sub = app.add_subcommand("bench", "Throughput on random data: train (pre-training forward+backward+LAMB), squad (BertForQuestionAnswering "
-                                 "fine-tuning step: forward+backward+AdamW), infer (BertModel forward) or electra "
-                                 "(ELECTRA pre-training step: generator, sampling, discriminator, LAMB over both)");
+  auto* sub = app.add_subcommand(
+      "bench",
+      "Throughput on random data: train (pre-training forward+backward+LAMB), squad (BertForQuestionAnswering "
+      "fine-tuning step: forward+backward+AdamW), infer (BertModel forward) or electra "
+      "(ELECTRA pre-training step: generator, sampling, discriminator, LAMB over both)");
   add_bench_options(sub, *o);
   sub->callback([o]() {
     set_threads(o->threads);

@@ -133,23 +133,28 @@ void check_numeric_flags(CLI::App& app);
 // The value of a true|false flag (tools/tokenize.cpp); anything else fails naming the flag.
 bool parse_bool_flag(const std::string& name, const std::string& v);
 inline void add_casing_flags(CLI::App* sub, std::string& lower) {
-  sub->add_option(flag("--do-lower-case"), lower,
-                  "lower-case and strip accents; also takes true|false (default: true iff the vocabulary has no capitals)")
+  sub->add_option(
+         flag("--do-lower-case"), lower,
+         "lower-case and strip accents; also takes true|false (default: true iff the vocabulary has no capitals)")
       ->expected(0, 1)
       ->default_str("true");
-  sub->add_flag_callback(flag("--no-lower-case"), [&lower] { lower = "false"; }, "keep case and accents");
+  sub->add_flag_callback(
+      flag("--no-lower-case"), [&lower] { lower = "false"; }, "keep case and accents");
 }
 
 // --device and --allow-tf32, on every command that runs a model.
 inline void add_device_flags(CLI::App* sub, std::string& device) {
   sub->add_option("--device", device, device_help());
-  sub->add_flag_callback(flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
-  sub->add_flag_callback("--padded", [] { set_padded_execution(true); }, padded_help());
+  sub->add_flag_callback(
+      flag("--allow-tf32"), [] { set_allow_tf32(true); }, allow_tf32_help());
+  sub->add_flag_callback(
+      "--padded", [] { set_padded_execution(true); }, padded_help());
 }
 
 // --cuda-graphs, on the commands that only infer (qa, classify, tag, embed, fill-mask, serve, bench).
 inline void add_cuda_graphs_flag(CLI::App* sub) {
-  sub->add_flag_callback(flag("--cuda-graphs"), [] { set_cuda_graphs(true); }, cuda_graphs_help());
+  sub->add_flag_callback(
+      flag("--cuda-graphs"), [] { set_cuda_graphs(true); }, cuda_graphs_help());
 }
 
 // The data-parallel flags (mpirun/srun) of pretrain and finetune.
@@ -163,8 +168,9 @@ inline void add_data_parallel_flags(CLI::App* sub, bertcc::dist::Options& o) {
   sub->add_flag("--zero1", o.zero1,
                 "data parallel: shard the optimizer moments across ranks (ZeRO stage 1); updated tensors are "
                 "all-gathered; results identical to unsharded");
-  sub->add_flag(flag("--no-allreduce-overlap"), [&o](int64_t) { o.allreduce_overlap = false; },
-                "data parallel: reduce the gradients after backward instead of bucket by bucket during it");
+  sub->add_flag(
+      flag("--no-allreduce-overlap"), [&o](int64_t) { o.allreduce_overlap = false; },
+      "data parallel: reduce the gradients after backward instead of bucket by bucket during it");
   sub->add_option(flag("--allreduce-backend"), o.allreduce_backend,
                   "data parallel with --device cuda: gradients reduced GPU to GPU by nccl (auto's choice with "
                   "several ranks) or through the host's MPI communicator (host: e.g. two ranks sharing one GPU)")

@@ -31,13 +31,15 @@ void add_create_data(CLI::App& app) {
                   "text file, comma-separated files (one output), or a folder (one output per file, in parallel)")
       ->required();
   sub->add_option(flag("--output", {"--output-dir"}), o->output,
-                  "output .h5 (or a folder when --input is a folder; --output-dir is accepted too)")->required();
+                  "output .h5 (or a folder when --input is a folder; --output-dir is accepted too)")
+      ->required();
   sub->add_option("--vocab", o->vocab, "vocab.txt")->required();
   add_casing_flags(sub, o->lower);
   sub->add_option(flag("--max-seq-length"), o->d.max_seq_length, "default 128")->check(CLI::Range(5, 100000));
   sub->add_option(flag("--max-predictions-per-seq"), o->d.max_predictions_per_seq, "default 20")
       ->check(in_range(1, 100000, "masked positions per sequence"));
-  sub->add_option(flag("--masked-lm-prob"), o->d.masked_lm_prob, "default 0.15")->check(in_range(0, 1, "a probability"));
+  sub->add_option(flag("--masked-lm-prob"), o->d.masked_lm_prob, "default 0.15")
+      ->check(in_range(0, 1, "a probability"));
   sub->add_option(flag("--short-seq-prob"), o->d.short_seq_prob, "default 0.1")->check(in_range(0, 1, "a probability"));
   sub->add_option(flag("--dupe-factor"), o->d.dupe_factor, "default 10")
       ->check(in_range(1, 1000, "copies of the corpus made, each one's instances held in memory"));
@@ -45,7 +47,8 @@ void add_create_data(CLI::App& app) {
   sub->add_flag(flag("--whole-word-mask"), o->d.whole_word_mask, "mask whole words (all their ## pieces)");
   sub->add_flag(flag("--dynamic-masking"), o->d.dynamic_masking,
                 "write unmasked sequence pairs with lengths; the loader masks them anew each epoch");
-  sub->add_option("--threads", o->threads, "parallel files when --input is a folder (default: all cores)")->check(threads_check());
+  sub->add_option("--threads", o->threads, "parallel files when --input is a folder (default: all cores)")
+      ->check(threads_check());
   sub->callback([o]() {
     namespace fs = std::filesystem;
     const auto t0 = std::chrono::steady_clock::now();
@@ -97,8 +100,10 @@ void add_create_data(CLI::App& app) {
         PyRandom rng(o->d.random_seed);
         const auto inst = create_training_instances(std::move(docs), vocab, o->d, rng);
         BERTCC_CHECK(!inst.empty(), jobs[j].first[0], ": no text to make pre-training instances from");
-        if (o->d.dynamic_masking) write_unmasked_shard(jobs[j].second, instances_to_unmasked_shard(inst, o->d));
-        else write_pretrain_shard(jobs[j].second, instances_to_shard(inst, o->d));
+        if (o->d.dynamic_masking)
+          write_unmasked_shard(jobs[j].second, instances_to_unmasked_shard(inst, o->d));
+        else
+          write_pretrain_shard(jobs[j].second, instances_to_shard(inst, o->d));
         counts[j] = static_cast<int64_t>(inst.size());
       } catch (const std::exception& e) {
         errors[j] = e.what();
@@ -113,8 +118,8 @@ void add_create_data(CLI::App& app) {
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cout << "create-pretraining-data: " << total_docs << " documents -> " << total << " instances in "
-              << jobs.size() << " file(s) (" << (jobs.size() == 1 ? jobs[0].second : o->output) << "), "
-              << secs << " s\n";
+              << jobs.size() << " file(s) (" << (jobs.size() == 1 ? jobs[0].second : o->output) << "), " << secs
+              << " s\n";
     if (invalid) std::cerr << "create-pretraining-data: " << invalid << " invalid UTF-8 byte(s) ignored\n";
   });
 }

@@ -19,11 +19,11 @@ namespace bertcc::tools {
 
 namespace {
 struct DumpOpts {
-    double loss_scale = 1.0;
-    std::string model, batch, out, precision = "fp32", head = "pretraining", model_type = "bert", generator;
-    std::string device = "cpu";
-    int threads = 0;
-    int64_t rows = 0;
+  double loss_scale = 1.0;
+  std::string model, batch, out, precision = "fp32", head = "pretraining", model_type = "bert", generator;
+  std::string device = "cpu";
+  int threads = 0;
+  int64_t rows = 0;
 };
 
 // --head: every head's serialized name but the encoder's ("pretraining" is the HDF5 batch's).
@@ -70,7 +70,8 @@ BertBatch read_token_batch(const SafetensorsFile& f, const std::string& path) {
 // ELECTRA: generator + discriminator on one batch (.safetensors: input_ids already masked,
 // segment_ids, input_mask, mlm_labels [B,T] with -100 where not masked, gumbel [masked, vocab]).
 void dump_electra_step(const DumpOpts& o, Precision prec) {
-  BERTCC_CHECK(!o.generator.empty(), "dump-step --model-type electra needs --generator DIR (and --model = the discriminator)");
+  BERTCC_CHECK(!o.generator.empty(),
+               "dump-step --model-type electra needs --generator DIR (and --model = the discriminator)");
   auto disc = load_model_dir(o.model, Heads::Discriminator);
   auto gen = load_model_dir(o.generator, Heads::Generator);
   SafetensorsFile f(o.batch);
@@ -96,8 +97,8 @@ void dump_electra_step(const DumpOpts& o, Precision prec) {
   gen->zero_grad();
   disc->zero_grad();
   std::vector<int32_t> sampled;
-  const ElectraLoss l = electra_step(*gen, *disc, batch, /*training=*/false, /*backward=*/true, prec, rng, {}, noise,
-                                     &sampled);
+  const ElectraLoss l =
+      electra_step(*gen, *disc, batch, /*training=*/false, /*backward=*/true, prec, rng, {}, noise, &sampled);
   gen->grads_to_host();
   disc->grads_to_host();
   const float losses[3] = {static_cast<float>(l.loss), static_cast<float>(l.gen_loss), static_cast<float>(l.disc_loss)};
@@ -144,8 +145,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
         model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng, 1.0f, 0.0f, 0.0f, &lg);
     model->grads_to_host();
     const float l = static_cast<float>(pl.loss);
-    std::vector<StWrite> w{{"loss", {1}, &l},
-                           {"logits", {pl.mlm_count, model->config().vocab_size}, lg.data()}};
+    std::vector<StWrite> w{{"loss", {1}, &l}, {"logits", {pl.mlm_count, model->config().vocab_size}, lg.data()}};
     add_grads(*model, "", w);
     write_safetensors(o.out, w);
     std::cout << "ElectraForMaskedLM loss " << pl.loss << " (masked tokens " << pl.mlm_count << ", batch " << batch.B
@@ -172,8 +172,8 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
     const std::vector<float> beam = model->head_logits();
     w.push_back({"beam", {batch.B, joint_qa_output_size(model->config())}, beam.data()});
     write_safetensors(o.out, w);
-    std::cout << model->architecture() << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T
-              << ") -> " << o.out << "\n";
+    std::cout << model->architecture() << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T << ") -> "
+              << o.out << "\n";
     return;
   }
   const auto& logits = model->head_logits();
@@ -183,8 +183,8 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   std::vector<StWrite> w{{"loss", {1}, &l}, {"logits", lshape, logits.data()}};
   add_grads(*model, "", w);
   write_safetensors(o.out, w);
-  std::cout << model->architecture() << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T
-            << ") -> " << o.out << "\n";
+  std::cout << model->architecture() << " loss " << loss.loss << " (batch " << batch.B << "x" << batch.T << ") -> "
+            << o.out << "\n";
 }
 }  // namespace
 
@@ -195,19 +195,21 @@ void add_dump_step(CLI::App& app) {
                                  "One pre-training forward+backward (dropout off) on an NVIDIA HDF5 batch; writes "
                                  "loss, mlm_loss, nsp_loss and grad.<HF name> tensors (F32 safetensors)");
   sub->add_option("--model", o->model, "Hugging Face model directory (config.json, model.safetensors)")->required();
-  sub->add_option(flag("--input", {"--batch"}), o->batch, "HDF5 file in NVIDIA's pre-training layout; every row is one batch")
+  sub->add_option(flag("--input", {"--batch"}), o->batch,
+                  "HDF5 file in NVIDIA's pre-training layout; every row is one batch")
       ->required();
   sub->add_option(flag("--output", {"--out"}), o->out, "output .safetensors")->required();
   sub->add_option("--precision", o->precision, "fp32 | bf16 | fp16 (GEMM operands rounded to fp16, no loss scale)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
-  sub->add_option("--head", o->head,
-                  "pretraining (HDF5 batch) | qa | qa-joint | classify | token | discriminator | generator (ELECTRA): the "
-                  "others read a "
-                  ".safetensors batch (F32 input_ids, segment_ids, input_mask [B,T] and labels [B] or [B,T] "
-                  "(discriminator: 1 = replaced; generator: token ids, -100 = not masked), targets [B], or "
-                  "start_positions/end_positions [B]) and also write the logits (generator: of the masked tokens; "
-                  "qa-joint: start_logits, end_logits, cls_logits and the beam search's output, beam)")
+  sub->add_option(
+         "--head", o->head,
+         "pretraining (HDF5 batch) | qa | qa-joint | classify | token | discriminator | generator (ELECTRA): the "
+         "others read a "
+         ".safetensors batch (F32 input_ids, segment_ids, input_mask [B,T] and labels [B] or [B,T] "
+         "(discriminator: 1 = replaced; generator: token ids, -100 = not masked), targets [B], or "
+         "start_positions/end_positions [B]) and also write the logits (generator: of the masked tokens; "
+         "qa-joint: start_logits, end_logits, cls_logits and the beam search's output, beam)")
       ->check(CLI::IsMember(head_names()));
   sub->add_option(flag("--model-type"), o->model_type,
                   "bert (default) | electra: --model is the discriminator, --generator the generator; the batch is a "

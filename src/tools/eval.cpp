@@ -2,9 +2,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <set>
 #include <iomanip>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "bertcc/error.h"
 #include "bertcc/fileio.h"
@@ -12,8 +13,6 @@
 #include "bertcc/ner.h"
 #include "bertcc/squad_eval.h"
 #include "tools/cli_common.h"
-
-#include <nlohmann/json.hpp>
 
 namespace bertcc::tools {
 
@@ -145,7 +144,9 @@ void add_eval(CLI::App& app) {
     bool json = false;
   };
   auto n = std::make_shared<NOpts>();
-  auto* ne = ev->add_subcommand("ner", "entity-level precision/recall/F1 as seqeval (CoNLL files, IOB1 or IOB2): its classification report, or --json");
+  auto* ne = ev->add_subcommand(
+      "ner",
+      "entity-level precision/recall/F1 as seqeval (CoNLL files, IOB1 or IOB2): its classification report, or --json");
   ne->add_option("--data", n->data, "gold CoNLL file (tag in the last column)")->required();
   ne->add_option("--predictions", n->preds,
                  "predicted CoNLL file with the same words and sentences (tag in the last column)")
@@ -166,8 +167,10 @@ void add_eval(CLI::App& app) {
       p.push_back(pred[i].tags);
     }
     const auto m = ner_metrics(g, p);
-    if (n->json) std::cout << m.dump() << "\n";
-    else std::cout << ner_classification_report(m);
+    if (n->json)
+      std::cout << m.dump() << "\n";
+    else
+      std::cout << ner_classification_report(m);
   });
 }
 

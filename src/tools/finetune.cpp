@@ -1,6 +1,8 @@
 // bertcc finetune glue|classify|ner|squad: NVIDIA's run_glue.py / run_squad.py and the NVAITC
 // text-classification recipe as native commands. This file: the shared flags and set-up, GLUE
 // (all nine tasks) and CSV/TSV text classification.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iomanip>
@@ -8,8 +10,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "backend/backend.h"
 #include "bertcc/dist.h"
@@ -47,17 +47,23 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
                         "prediction without train)")
       ->required();
   sub->add_option("--vocab", o.vocab, "vocab.txt (default: the one in --model)");
-  sub->add_flag(flag("--do-lower-case"), o.do_lower_case, "lower-case and strip accents (default: from the vocabulary)");
+  sub->add_flag(flag("--do-lower-case"), o.do_lower_case,
+                "lower-case and strip accents (default: from the vocabulary)");
   sub->add_flag(flag("--no-lower-case"), o.no_lower_case, "keep case and accents");
-  sub->add_option(flag("--output-dir"), o.output_dir,
-                  lrf ? "folder for the curve: lr_find.svg and lr_find.json" : "fine-tuned model, logs, metrics and predictions");
-  sub->add_option(flag("--max-seq-length"), o.max_seq_length, "maximum tokens per sequence")->check(CLI::Range(8, 4096));
-  sub->add_option(flag("--train-batch-size"), o.train_batch_size, "sequences per optimizer step")->check(whole_number())
+  sub->add_option(
+      flag("--output-dir"), o.output_dir,
+      lrf ? "folder for the curve: lr_find.svg and lr_find.json" : "fine-tuned model, logs, metrics and predictions");
+  sub->add_option(flag("--max-seq-length"), o.max_seq_length, "maximum tokens per sequence")
+      ->check(CLI::Range(8, 4096));
+  sub->add_option(flag("--train-batch-size"), o.train_batch_size, "sequences per optimizer step")
+      ->check(whole_number())
       ->check(CLI::PositiveNumber);
-  sub->add_option(flag("--eval-batch-size"), o.eval_batch_size, "sequences per evaluation batch")->check(whole_number())
+  sub->add_option(flag("--eval-batch-size"), o.eval_batch_size, "sequences per evaluation batch")
+      ->check(whole_number())
       ->check(CLI::PositiveNumber);
   sub->add_option(flag("--gradient-accumulation-steps"), o.gradient_accumulation_steps,
-                  "micro-batches per step (NVIDIA: the batch is split into this many)")->check(whole_number())
+                  "micro-batches per step (NVIDIA: the batch is split into this many)")
+      ->check(whole_number())
       ->check(CLI::PositiveNumber);
   if (!lrf) {
     sub->add_option(flag("--learning-rate"), o.learning_rate, "peak learning rate (AdamW)");
@@ -77,8 +83,9 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
     sub->add_option("--precision", o.precision, auto_help)->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   else
     sub->add_option("--precision", o.precision,
-                    auto_help + " | int8 (--mode eval/prediction only, CPU: the encoder's linear layers quantized to "
-                                "int8; the rest fp32)")
+                    auto_help +
+                        " | int8 (--mode eval/prediction only, CPU: the encoder's linear layers quantized to "
+                        "int8; the rest fp32)")
         ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
   sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout");
   sub->add_option(flag("--freeze-layers"), o.freeze_layers,
@@ -93,9 +100,11 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   if (!lrf) {
     sub->add_option(flag("--num-steps-per-checkpoint"), o.num_steps_per_checkpoint,
                     "write OUTPUT/checkpoints/step_N (model, optimizer, step, RNG, best score) every N steps; 0 = "
-                    "only when stopped by SIGINT/SIGTERM")->check(whole_number())
+                    "only when stopped by SIGINT/SIGTERM")
+        ->check(whole_number())
         ->check(CLI::NonNegativeNumber);
-    sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")->check(whole_number())
+    sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")
+        ->check(whole_number())
         ->check(CLI::PositiveNumber);
     sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
                   "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run; "
@@ -105,9 +114,11 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
                   "with --resume-from-checkpoint: also accept a checkpoint without checksums (one written by "
                   "hand or by an old bertcc), with a warning; a checksum that differs is still refused");
     sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")
-        ->check(whole_number())->check(CLI::PositiveNumber);
+        ->check(whole_number())
+        ->check(CLI::PositiveNumber);
   }
-  sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
+  sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")
+      ->check(threads_check());
   add_device_flags(sub, o.device);
   sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10)")
@@ -136,15 +147,19 @@ FtSetup ft_setup(const FtCli& o) {
   BERTCC_CHECK(!(s.has("train") && o.output_dir.empty()), "--output-dir is required with --mode train");
   BERTCC_CHECK(!(o.do_lower_case && o.no_lower_case), "--do-lower-case and --no-lower-case contradict each other");
   if (s.has("train"))  // training writes the model files into --output-dir (eval and prediction only add results)
-    for (const auto& [in, flag] : {std::pair{o.init_checkpoint, "--model"}, {o.data_dir, "--data-dir"},
-                                   {o.train_file, "--train-file"}, {o.predict_file, "--predict-file"}, {o.vocab, "--vocab"}})
+    for (const auto& [in, flag] : {std::pair{o.init_checkpoint, "--model"},
+                                   {o.data_dir, "--data-dir"},
+                                   {o.train_file, "--train-file"},
+                                   {o.predict_file, "--predict-file"},
+                                   {o.vocab, "--vocab"}})
       check_output_not_input(o.output_dir, "--output-dir", in, flag);
   if (s.has("train")) check_finetune_options(ft_options(o, s));  // before anything is loaded
   set_threads(threads_per_rank(o.threads, dist::world()));
   Backend& be = backend_for_rank(o.device, dist::world());
   const PrecisionChoice pc = choose_precision(o.precision, be.on_host() ? cpu_report() : CpuReport{}, !be.on_host());
   s.prec = pc.prec;
-  BERTCC_CHECK(s.prec != Precision::I8 || !s.has("train"), "--precision int8 is for inference (--mode eval, "
+  BERTCC_CHECK(s.prec != Precision::I8 || !s.has("train"),
+               "--precision int8 is for inference (--mode eval, "
                "prediction): train in fp32 or bf16, then evaluate the model in int8");
   if (is_lead() && !pc.why.empty()) std::cerr << pc.why << "\n";
   if (is_lead()) std::cerr << (be.on_host() ? describe_backend(s.prec) : be.describe()) << "\n";
@@ -370,7 +385,8 @@ void run_glue(const FtCli& o) {
     for (const auto& d : devs) {
       const auto pred = glue_predict(m, d.f, labels, o, s.prec);
       const auto mt = glue_metrics(task, pred, d.gold);
-      for (auto it = mt.begin(); it != mt.end(); ++it) r.metrics[(d.name.empty() ? "" : d.name + "_") + it.key()] = it.value();
+      for (auto it = mt.begin(); it != mt.end(); ++it)
+        r.metrics[(d.name.empty() ? "" : d.name + "_") + it.key()] = it.value();
       r.metrics[(d.name.empty() ? "" : d.name + "_") + std::string("examples")] = d.gold.size();
     }
     r.score = r.metrics.contains(primary) ? r.metrics[primary].get<double>() : 0.0;
@@ -415,10 +431,10 @@ void run_glue(const FtCli& o) {
 // Text classification from CSV/TSV
 // ---------------------------------------------------------------------------------------------
 struct ClsCli {
-  std::string label_column = "0";            // a 0-based number or a column name
+  std::string label_column = "0";              // a 0-based number or a column name
   std::vector<std::string> text_columns{"1"};  // the same
   bool skip_header = false;
-  bool columns_given = false;  // --label-column or --text-columns on the command line
+  bool columns_given = false;            // --label-column or --text-columns on the command line
   std::vector<std::string> label_names;  // --label-names
 };
 
@@ -477,7 +493,8 @@ ClsData read_cls(const std::string& path, const ClsCli& c, bool need_labels, con
       std::string t;
       for (const auto& x : texts) t += (t.empty() ? "" : ",") + x;
       std::cerr << "note: " << path << ": columns by their names: text " << t
-                << (hf_label.empty() ? "" : ", label " + hf_label) << " (--label-column/--text-columns choose others)\n";
+                << (hf_label.empty() ? "" : ", label " + hf_label)
+                << " (--label-column/--text-columns choose others)\n";
     }
   }
   d.cols = resolve_table_columns(d.rows, keys, path, label, texts, c.skip_header, known);
@@ -528,9 +545,12 @@ std::vector<std::string> sorted_labels(const std::vector<GlueExample>& ex) {
   std::sort(u.begin(), u.end());
   u.erase(std::unique(u.begin(), u.end()), u.end());
   const bool numeric = std::all_of(u.begin(), u.end(), [](const std::string& s) {
-    return !s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    return !s.empty() && s.size() < 18 &&
+           std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
   });
-  if (numeric) std::sort(u.begin(), u.end(), [](const std::string& x, const std::string& y) { return std::stoll(x) < std::stoll(y); });
+  if (numeric)
+    std::sort(u.begin(), u.end(),
+              [](const std::string& x, const std::string& y) { return std::stoll(x) < std::stoll(y); });
   return u;
 }
 
@@ -555,14 +575,16 @@ std::map<std::string, std::string> label_name_map(const std::vector<std::string>
   std::set<std::string> seen;
   for (size_t i = 0; i < spec.size(); ++i) {
     const size_t eq = spec[i].find('=');
-    BERTCC_CHECK((eq != std::string::npos) == pairs, "--label-names: give NAME,NAME,... or RAW=NAME,RAW=NAME,..., not both ('",
-                 spec[i], "')");
+    BERTCC_CHECK((eq != std::string::npos) == pairs,
+                 "--label-names: give NAME,NAME,... or RAW=NAME,RAW=NAME,..., not both ('", spec[i], "')");
     const std::string raw = pairs ? spec[i].substr(0, eq) : "", name = pairs ? spec[i].substr(eq + 1) : spec[i];
-    BERTCC_CHECK(!name.empty() && seen.insert(name).second, "--label-names: the name '", name, "' is empty or repeated");
+    BERTCC_CHECK(!name.empty() && seen.insert(name).second, "--label-names: the name '", name,
+                 "' is empty or repeated");
     if (pairs) m[raw] = name;
   }
   if (pairs) return m;
-  BERTCC_CHECK(!sorted_raw.empty(), "--label-names NAME,...: the names follow the training labels' order; to name the "
+  BERTCC_CHECK(!sorted_raw.empty(),
+               "--label-names NAME,...: the names follow the training labels' order; to name the "
                "labels of a file without training, give RAW=NAME,...");
   BERTCC_CHECK(spec.size() == sorted_raw.size(), "--label-names gives ", spec.size(), " names for the ",
                sorted_raw.size(), " training labels (", sorted_raw.front(), " .. ", sorted_raw.back(), ")");
@@ -588,11 +610,13 @@ void run_classify(const FtCli& o, const ClsCli& c) {
     ClsData td = read_cls(o.train_file, c, true, {});
     labels = sorted_labels(td.ex);
     BERTCC_CHECK(labels.size() >= 2, o.train_file, ": needs at least two distinct labels (column ", td.cols.label,
-                 " holds only '", clip_for_message(labels.front()), "'; ", describe_table_columns(td.rows, td.cols), ")");
+                 " holds only '", clip_for_message(labels.front()), "'; ", describe_table_columns(td.rows, td.cols),
+                 ")");
     // Nearly one label per example: the label column is most likely a text column.
     BERTCC_CHECK(labels.size() <= 20 || labels.size() * 2 <= td.ex.size(), o.train_file, ": column ", td.cols.label,
                  " has ", labels.size(), " distinct labels in ", td.ex.size(), " examples (e.g. '",
-                 clip_for_message(td.ex[0].label), "'): is it a text column? ", describe_table_columns(td.rows, td.cols),
+                 clip_for_message(td.ex[0].label), "'): is it a text column? ",
+                 describe_table_columns(td.rows, td.cols),
                  " \u2014 pass --label-column with the label column's name or number");
     train = std::move(td.ex);
   }
@@ -639,11 +663,11 @@ void run_classify(const FtCli& o, const ClsCli& c) {
     BERTCC_CHECK(!o.predict_file.empty() && !o.output_dir.empty(),
                  "--predict-file and --output-dir are required with --mode prediction");
     // with eval, the evaluation of the final model has just predicted --predict-file
-    const auto logits =
-        dev.empty() ? predict_logits(*model, pair_features(s, read_cls(o.predict_file, c, false, labels).ex, labels,
-                                                            o.max_seq_length, o.predict_file),
-                                     o.eval_batch_size, s.prec)
-                    : dev_logits;
+    const auto logits = dev.empty() ? predict_logits(*model,
+                                                     pair_features(s, read_cls(o.predict_file, c, false, labels).ex,
+                                                                   labels, o.max_seq_length, o.predict_file),
+                                                     o.eval_batch_size, s.prec)
+                                    : dev_logits;
     std::string out = "index\tprediction\tprobability\n";
     for (size_t i = 0; i < logits.size(); ++i) {
       const auto& l = logits[i];
@@ -663,8 +687,9 @@ void run_classify(const FtCli& o, const ClsCli& c) {
 
 void add_finetune_glue_classify(CLI::App* ft) {
   auto o = std::make_shared<FtCli>();
-  auto* g = ft->add_subcommand("glue", "GLUE (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI): train on "
-                                       "train.tsv, evaluate on dev.tsv, predict test.tsv in the submission format");
+  auto* g = ft->add_subcommand("glue",
+                               "GLUE (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI): train on "
+                               "train.tsv, evaluate on dev.tsv, predict test.tsv in the submission format");
   add_ft_flags(g, *o);
   g->add_option(flag("--task-name"), o->task_name, "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli")->required();
   g->add_option(flag("--data-dir"), o->data_dir, "the task's GLUE folder (train.tsv, dev.tsv, test.tsv)")->required();

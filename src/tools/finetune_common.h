@@ -20,16 +20,15 @@ struct LrFindCli {
 };
 
 struct FtCli {
-  std::string mode = "train eval", init_checkpoint, vocab, data_dir, train_file, predict_file, task_name,
-              output_dir, precision = "auto", device = "cpu";
+  std::string mode = "train eval", init_checkpoint, vocab, data_dir, train_file, predict_file, task_name, output_dir,
+              precision = "auto", device = "cpu";
   bool do_lower_case = false, no_lower_case = false, no_bias_correction = false, group_by_length = false;
   bool resume = false;
   bool trust_unverified_checkpoint = false;
   int64_t num_steps_per_checkpoint = 0, keep_checkpoints = 1;
   int max_seq_length = 128, threads = 0, freeze_layers = -1;
   double layerwise_lr_decay = 1.0;
-  int64_t train_batch_size = 32, eval_batch_size = 64, gradient_accumulation_steps = 1, max_steps = -1,
-          log_freq = 50;
+  int64_t train_batch_size = 32, eval_batch_size = 64, gradient_accumulation_steps = 1, max_steps = -1, log_freq = 50;
   double num_train_epochs = 3.0, warmup_proportion = 0.1;
   float learning_rate = 5e-5f, weight_decay = 0.01f, max_grad_norm = 1.0f;
   uint64_t seed = 42;
@@ -86,7 +85,6 @@ int fine_tuned_length(const std::string& model_dir, int positions);
 // The final model's metrics: the evaluation at the end of the training run `trained` when it made
 // one (on these weights), else a new evaluation. One pass over the evaluation data either way.
 nlohmann::ordered_json final_eval(const FinetuneResult& trained, const Evaluator& eval, Bert& model);
-
 
 void add_finetune_glue_classify(CLI::App* ft);
 void add_finetune_ner(CLI::App* ft);

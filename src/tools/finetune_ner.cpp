@@ -67,8 +67,8 @@ void run_ner(const FtCli& o) {
   FinetuneResult trained;
   if (s.has("train")) {
     const NerFeatures tf = ner_features(*s.tok, train, index, true, o.max_seq_length, o.train_file);
-    std::cerr << "ner: " << train.size() << " training sentences (" << tf.f.size() << " sequences), "
-              << labels.size() << " tags\n";
+    std::cerr << "ner: " << train.size() << " training sentences (" << tf.f.size() << " sequences), " << labels.size()
+              << " tags\n";
     trained = finetune_or_find(*model, tf.f, s.has("eval") ? eval : Evaluator{}, o, s);
     if (trained.stopped) return;
   }

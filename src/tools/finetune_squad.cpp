@@ -34,9 +34,10 @@ Heads squad_head(const FtCli& o, const SquadCli& q) {
   const HeadSpec& have = head_spec(arch);
   if (have.task && std::string(have.task) == "qa") {
     const bool joint = have.beam_search;
-    BERTCC_CHECK(!(joint ? q.no_joint_head : q.joint_head), o.init_checkpoint, ": the model already has ",
-                 joint ? "the joint SQuAD head (start_logits/end_logits/answer_class)" : "BertForQuestionAnswering's qa_outputs",
-                 "; fine-tune a backbone to get the other head");
+    BERTCC_CHECK(
+        !(joint ? q.no_joint_head : q.joint_head), o.init_checkpoint, ": the model already has ",
+        joint ? "the joint SQuAD head (start_logits/end_logits/answer_class)" : "BertForQuestionAnswering's qa_outputs",
+        "; fine-tune a backbone to get the other head");
     return arch;
   }
   if (q.joint_head || q.no_joint_head) return q.joint_head ? Heads::JointQuestionAnswering : Heads::QuestionAnswering;
@@ -57,7 +58,7 @@ void record_null_answers(const std::string& out, const SquadCli& q, double fallb
   if (trained.best_eval.is_object() && file_exists(join_path(best, "config.json")))
     record_squad_null_answers(best, {true, threshold_of(trained.best_eval)});
   std::cerr << "squad: v2.0 model: answers \"\" when the null score beats the best span by more than " << t
-            << (q.threshold_given                       ? " (--null-score-diff-threshold)"
+            << (q.threshold_given                              ? " (--null-score-diff-threshold)"
                 : trained.last_eval.contains("best_f1_thresh") ? " (best_f1_thresh of the last evaluation)"
                                                                : "")
             << ", recorded in " << join_path(out, "config.json") << "\n";
@@ -90,7 +91,7 @@ void run_squad(const FtCli& o, const SquadCli& q) {
   const SquadNullAnswers recorded = read_squad_null_answers(o.init_checkpoint);
   bool v2 = q.version_2_with_negative || recorded.version_2_with_negative;
   BERTCC_CHECK(std::isfinite(q.null_score_diff_threshold), "--null-score-diff-threshold must be finite");
-  const double threshold = q.threshold_given ? q.null_score_diff_threshold
+  const double threshold = q.threshold_given                  ? q.null_score_diff_threshold
                            : recorded.version_2_with_negative ? recorded.null_score_diff_threshold
                                                               : 0.0;
   if (predicting) {

@@ -54,8 +54,10 @@ void check_numeric_flags(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     if (opt->get_type_size() == 0) continue;  // a flag without a value
     const std::string type = opt->get_type_name();
-    if (starts_with(type, "FLOAT")) opt->check(finite_number());
-    else if (starts_with(type, "INT") || starts_with(type, "UINT")) opt->check(whole_number());
+    if (starts_with(type, "FLOAT"))
+      opt->check(finite_number());
+    else if (starts_with(type, "INT") || starts_with(type, "UINT"))
+      opt->check(whole_number());
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) check_numeric_flags(*sub);
 }

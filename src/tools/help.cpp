@@ -70,7 +70,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= n; ++i)
     for (size_t j = 1; j <= m; ++j) {
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[n][m];
 }
@@ -78,7 +79,9 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 // The candidates nearest to `word` (compared without leading dashes, underscores as dashes, any
 // case): the closest within a third of its length (at least 2 edits), else those that contain it.
 std::vector<std::string> nearest(const std::string& word, const std::vector<std::string>& candidates) {
-  auto bare = [](const std::string& s) { return lower_dashed(s.substr(s.find_first_not_of('-') == std::string::npos ? s.size() : s.find_first_not_of('-'))); };
+  auto bare = [](const std::string& s) {
+    return lower_dashed(s.substr(s.find_first_not_of('-') == std::string::npos ? s.size() : s.find_first_not_of('-')));
+  };
   const std::string w = bare(word);
   if (w.empty()) return {};
   size_t best = std::string::npos;
@@ -144,7 +147,8 @@ std::string unknown_argument_message(const CLI::App& root) {
       for (const auto& l : opt->get_lnames())
         if (l.find('_') == std::string::npos) flags.push_back("--" + l);
     }
-    for (const CLI::App* s : a->get_subcommands([](const CLI::App*) { return true; })) commands.push_back(s->get_name());
+    for (const CLI::App* s : a->get_subcommands([](const CLI::App*) { return true; }))
+      commands.push_back(s->get_name());
     const std::string path = command_path(a);
     bool any = false;
     for (const std::string& arg : left) {
@@ -163,8 +167,9 @@ std::string unknown_argument_message(const CLI::App& root) {
         any = true;
       }
     }
-    if (any) msg << "Run `" << path << " --help` for its " << (commands.empty() ? "flags and their defaults" : "commands")
-                 << ".\n";
+    if (any)
+      msg << "Run `" << path << " --help` for its " << (commands.empty() ? "flags and their defaults" : "commands")
+          << ".\n";
   }
   return msg.str();
 }

@@ -10,10 +10,10 @@
 #include "bertcc/inference.h"
 #include "bertcc/json_depth.h"
 #include "bertcc/model_dir.h"
-#include "bertcc/token_classification.h"
 #include "bertcc/runtime.h"
 #include "bertcc/squad.h"
 #include "bertcc/tasks.h"
+#include "bertcc/token_classification.h"
 #include "bertcc/utf8.h"
 #include "tools/finetune_common.h"
 
@@ -81,19 +81,21 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
                                        : model_dir_lower_case(o.vocab.empty() ? o.model : "", *l.vocab);
   l.tok = std::make_unique<BertTokenizer>(*l.vocab, lower);
   l.model = load_model_dir(o.model, heads);
-  BERTCC_CHECK(!head_spec(heads).needs_labels || l.model->config().num_labels() > 0,
-               o.model, ": config.json has no labels (id2label)");
+  BERTCC_CHECK(!head_spec(heads).needs_labels || l.model->config().num_labels() > 0, o.model,
+               ": config.json has no labels (id2label)");
   const BertConfig& c = l.model->config();
   // A larger vocabulary would produce ids past the embedding table (NVIDIA's padded one may be larger).
   BERTCC_CHECK(static_cast<int64_t>(l.vocab->size()) <= c.vocab_size, vp, ": ", l.vocab->size(),
-               " entries, more than the model's vocab_size ", c.vocab_size, " (", join_path(o.model, "config.json"), ")");
+               " entries, more than the model's vocab_size ", c.vocab_size, " (", join_path(o.model, "config.json"),
+               ")");
   BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
                " exceeds the model's max_position_embeddings ", c.max_position_embeddings, " (",
                join_path(o.model, "config.json"), ")");
   Backend& be = backend_for(o.device);
   l.prec = resolve_precision(o.precision, be.on_host());
   if (l.prec == Precision::I8) {
-    BERTCC_CHECK(be.on_host(), "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
+    BERTCC_CHECK(be.on_host(),
+                 "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
     std::cerr << describe_backend(l.prec) << "\n";
     l.model->keep_int8_weights_only();
   }
@@ -160,8 +162,9 @@ void run_qa(const InferCli& o) {
   check_model_dir_for(o.model, Heads::QuestionAnswering, "qa");
   const HeadSpec& have = head_spec(architecture_heads(o.model));
   Loaded l = load(o, have.task && std::string(have.task) == "qa" ? have.id : Heads::QuestionAnswering, "qa");
-  print(answer_questions(*l.tok, in, task_options(o, *l.model),
-                         [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
+  print(answer_questions(*l.tok, in, task_options(o, *l.model), [&](const std::vector<FtFeature>& f) {
+    return predict_logits(*l.model, f, o.batch_size, l.prec);
+  }));
 }
 
 // classify and tag: by default the length the model was fine-tuned at (record_fine_tuned_length)
@@ -174,8 +177,9 @@ TaskOptions text_task_options(const InferCli& o, const Bert& m) {
 void run_classify_infer(const InferCli& o) {
   const auto in = inputs(text_inputs(o, true, nlohmann::json::object()));
   Loaded l = load(o, Heads::SequenceClassification, "classify");
-  print(classify_texts(*l.tok, l.model->config().id2label, in, text_task_options(o, *l.model),
-                       [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
+  print(classify_texts(
+      *l.tok, l.model->config().id2label, in, text_task_options(o, *l.model),
+      [&](const std::vector<FtFeature>& f) { return predict_logits(*l.model, f, o.batch_size, l.prec); }));
 }
 
 void run_tag(const InferCli& o) {
@@ -191,8 +195,9 @@ void run_embed(const InferCli& o) {
     if (j.is_object() && !j.contains("pooling")) j["pooling"] = o.pooling;
   // Any model directory: its encoder (a pre-training checkpoint's heads are not used).
   Loaded l = load(o, Heads::None, "embed");
-  print(embed_texts(*l.tok, in, task_options(o, *l.model),
-                    [&](const std::vector<FtFeature>& f) { return predict_embeddings(*l.model, f, o.batch_size, l.prec); }));
+  print(embed_texts(*l.tok, in, task_options(o, *l.model), [&](const std::vector<FtFeature>& f) {
+    return predict_embeddings(*l.model, f, o.batch_size, l.prec);
+  }));
 }
 
 void run_fill_mask(const InferCli& o) {
@@ -210,14 +215,17 @@ void run_fill_mask(const InferCli& o) {
 void common(CLI::App* c, InferCli& o, const std::string& model_help) {
   c->add_option("--model", o.model, model_help)->required();
   c->add_option("--vocab", o.vocab, "vocab.txt (default: the model's)");
-  c->add_option("--precision", o.precision, kInferPrecisionHelp)->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
-  c->add_option(flag("--max-seq-length"), o.max_seq_length, "tokens per sequence (default: 384 qa; classify and tag: the length the model was fine-tuned at "
+  c->add_option("--precision", o.precision, kInferPrecisionHelp)
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
+  c->add_option(flag("--max-seq-length"), o.max_seq_length,
+                "tokens per sequence (default: 384 qa; classify and tag: the length the model was fine-tuned at "
                 "(tokenizer_config.json's model_max_length); 512 otherwise)")
       ->check(CLI::Range(0, 1 << 20));  // 0: the default (a negative length used to be taken as the default too)
   c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
-  c->add_flag(flag("--do-lower-case"), o.do_lower_case,
-              "lower-case and strip accents (default: the model's tokenizer_config.json, else guessed from the vocabulary)");
+  c->add_flag(
+      flag("--do-lower-case"), o.do_lower_case,
+      "lower-case and strip accents (default: the model's tokenizer_config.json, else guessed from the vocabulary)");
   c->add_flag(flag("--no-lower-case"), o.no_lower_case, "keep case and accents");
   add_device_flags(c, o.device);
   add_cuda_graphs_flag(c);
@@ -227,9 +235,9 @@ void common(CLI::App* c, InferCli& o, const std::string& model_help) {
 
 void add_infer(CLI::App& app) {
   auto q = std::make_shared<InferCli>();
-  auto* qa = app.add_subcommand("qa", "answer a question from a context (or JSON lines {\"question\",\"context\"} on stdin)");
-  common(qa, *q,
-         "a SQuAD fine-tuned Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
+  auto* qa =
+      app.add_subcommand("qa", "answer a question from a context (or JSON lines {\"question\",\"context\"} on stdin)");
+  common(qa, *q, "a SQuAD fine-tuned Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
   qa->add_option("--question", q->question, "the question");
   qa->add_option("--context", q->context, "the passage holding the answer");
   qa->add_option(flag("--doc-stride"), q->doc_stride, "stride between windows of long contexts");
@@ -249,12 +257,13 @@ void add_infer(CLI::App& app) {
     run_qa(*q);
   });
   auto c = std::make_shared<InferCli>();
-  auto* cl = app.add_subcommand("classify", "classify a text or pair (or JSON lines {\"text\",\"text_pair\"} on stdin)");
-  common(cl, *c,
-         "a fine-tuned classifier's Hugging Face model directory (config.json with id2label, vocab.txt)");
+  auto* cl =
+      app.add_subcommand("classify", "classify a text or pair (or JSON lines {\"text\",\"text_pair\"} on stdin)");
+  common(cl, *c, "a fine-tuned classifier's Hugging Face model directory (config.json with id2label, vocab.txt)");
   cl->add_option("--text", c->texts, "the text; repeat for a batch (one JSON line out per --text)")
       ->allow_extra_args(false);
-  cl->add_option(flag("--text-pair"), c->text_pairs, "second text for pair tasks (one per --text)")->allow_extra_args(false);
+  cl->add_option(flag("--text-pair"), c->text_pairs, "second text for pair tasks (one per --text)")
+      ->allow_extra_args(false);
   cl->callback([c]() { run_classify_infer(*c); });
   auto t = std::make_shared<InferCli>();
   auto* tg = app.add_subcommand("tag", "tag the words of a text with entities (or JSON lines {\"text\"} on stdin)");
@@ -265,19 +274,19 @@ void add_infer(CLI::App& app) {
   tg->callback([t]() { run_tag(*t); });
   auto e = std::make_shared<InferCli>();
   auto* em = app.add_subcommand("embed", "sentence embeddings of a text or pair (or JSON lines {\"text\"} on stdin)");
-  common(em, *e,
-         "any BERT/ELECTRA Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
+  common(em, *e, "any BERT/ELECTRA Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
   em->add_option("--text", e->texts, "the text; repeat for a batch (one JSON line out per --text)")
       ->allow_extra_args(false);
   em->add_option(flag("--text-pair"), e->text_pairs, "second text (one per --text)")->allow_extra_args(false);
   em->add_option("--pooling", e->pooling, "cls (default) | mean")->check(CLI::IsMember({"cls", "mean"}));
   em->callback([e]() { run_embed(*e); });
   auto fm = std::make_shared<InferCli>();
-  auto* fmc = app.add_subcommand("fill-mask",
-                                 "predict the [MASK] tokens of a text with a pre-training checkpoint (or JSON lines on stdin)");
+  auto* fmc = app.add_subcommand(
+      "fill-mask", "predict the [MASK] tokens of a text with a pre-training checkpoint (or JSON lines on stdin)");
   common(fmc, *fm,
          "a masked-LM (pre-training) Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
-  fmc->add_option("--text", fm->texts, "a text with one or more [MASK]; repeat for a batch (one JSON line out per --text)")
+  fmc->add_option("--text", fm->texts,
+                  "a text with one or more [MASK]; repeat for a batch (one JSON line out per --text)")
       ->allow_extra_args(false);
   fmc->add_option(flag("--top-k"), fm->top_k, "candidates per [MASK]")->check(CLI::Range(int64_t{1}, int64_t{1000}));
   fmc->callback([fm]() { run_fill_mask(*fm); });

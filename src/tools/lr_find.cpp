@@ -65,9 +65,8 @@ std::string svg_plot(const std::vector<Point>& all, double suggested, double div
   }
   for (int e = static_cast<int>(std::ceil(lx0)); e <= static_cast<int>(std::floor(lx1)); ++e) {
     const double xx = X(std::pow(10.0, e));
-    s << "<line x1='" << xx << "' x2='" << xx << "' y1='" << y0 << "' y2='" << y0 + h
-      << "' stroke='#eee'/><text x='" << xx << "' y='" << y0 + h + 16 << "' font-size='11' text-anchor='middle'>1e"
-      << e << "</text>\n";
+    s << "<line x1='" << xx << "' x2='" << xx << "' y1='" << y0 << "' y2='" << y0 + h << "' stroke='#eee'/><text x='"
+      << xx << "' y='" << y0 + h + 16 << "' font-size='11' text-anchor='middle'>1e" << e << "</text>\n";
   }
   s << "<text x='" << x0 + w / 2 << "' y='" << H - 12 << "' font-size='12' text-anchor='middle'>learning rate (log "
     << "scale)</text>\n<text x='16' y='" << y0 + h / 2 << "' font-size='12' transform='rotate(-90 16 " << y0 + h / 2
@@ -105,9 +104,11 @@ void check_lr_find(const LrFindCli& f) {
 
 void add_lr_find_flags(CLI::App* sub, LrFindCli& f) {
   sub->add_option(flag("--start-lr"), f.start_lr, "learning rate of the first step");
-  sub->add_option(flag("--end-lr"), f.end_lr, "learning rate of the last step (the test stops earlier if the loss diverges)");
-  sub->add_option(flag("--num-steps"), f.num_steps, "steps from --start-lr to --end-lr, the rate multiplied by the same "
-                                                    "factor each step")
+  sub->add_option(flag("--end-lr"), f.end_lr,
+                  "learning rate of the last step (the test stops earlier if the loss diverges)");
+  sub->add_option(flag("--num-steps"), f.num_steps,
+                  "steps from --start-lr to --end-lr, the rate multiplied by the same "
+                  "factor each step")
       ->check(whole_number())
       ->check(CLI::Range(int64_t{5}, int64_t{100000}));
   sub->add_option(flag("--smoothing"), f.smoothing,
@@ -195,38 +196,41 @@ void RangeCurve::report(const std::string& model, int64_t batch_size, const std:
     }
   }
   const double diverged_lr = diverged_ ? pts.back().lr : 0;
-  nlohmann::ordered_json j{{"model", model},
-                           {"start_lr", f_.start_lr},
-                           {"end_lr", f_.end_lr},
-                           {"num_steps", f_.num_steps},
-                           {"steps_run", static_cast<int64_t>(pts.size())},
-                           {"train_batch_size", batch_size},
-                           {"smoothing", f_.smoothing},
-                           {"diverged", diverged_},
-                           {"diverged_lr", diverged_ ? nlohmann::ordered_json(diverged_lr) : nlohmann::ordered_json()},
-                           {"suggested_lr", suggested > 0 ? nlohmann::ordered_json(suggested) : nlohmann::ordered_json()},
-                           {"min_loss_lr", min_lr > 0 ? nlohmann::ordered_json(min_lr) : nlohmann::ordered_json()}};
+  nlohmann::ordered_json j{
+      {"model", model},
+      {"start_lr", f_.start_lr},
+      {"end_lr", f_.end_lr},
+      {"num_steps", f_.num_steps},
+      {"steps_run", static_cast<int64_t>(pts.size())},
+      {"train_batch_size", batch_size},
+      {"smoothing", f_.smoothing},
+      {"diverged", diverged_},
+      {"diverged_lr", diverged_ ? nlohmann::ordered_json(diverged_lr) : nlohmann::ordered_json()},
+      {"suggested_lr", suggested > 0 ? nlohmann::ordered_json(suggested) : nlohmann::ordered_json()},
+      {"min_loss_lr", min_lr > 0 ? nlohmann::ordered_json(min_lr) : nlohmann::ordered_json()}};
   auto& arr = j["points"] = nlohmann::ordered_json::array();
   for (const auto& p : pts)
-    arr.push_back({{"step", p.step},
-                   {"lr", p.lr},
-                   {"loss", std::isfinite(p.loss) ? nlohmann::ordered_json(p.loss) : nlohmann::ordered_json()},
-                   {"smoothed_loss", std::isfinite(p.smoothed) ? nlohmann::ordered_json(p.smoothed)
-                                                                : nlohmann::ordered_json()}});
+    arr.push_back(
+        {{"step", p.step},
+         {"lr", p.lr},
+         {"loss", std::isfinite(p.loss) ? nlohmann::ordered_json(p.loss) : nlohmann::ordered_json()},
+         {"smoothed_loss", std::isfinite(p.smoothed) ? nlohmann::ordered_json(p.smoothed) : nlohmann::ordered_json()}});
   const std::string json_path = join_path(output_dir, "lr_find.json"), svg_path = join_path(output_dir, "lr_find.svg");
   write_file_atomic(json_path, j.dump(2) + "\n");
   write_file_atomic(svg_path, svg_plot(pts, suggested, diverged_lr, "lr-find: " + model));
   std::ostringstream out;
   out << "lr-find: " << pts.size() << " steps from " << num(f_.start_lr) << " to " << num(pts.back().lr)
-      << (diverged_ ? " (diverged)"
-                    : static_cast<int64_t>(pts.size()) < f_.num_steps ? " (stopped by a signal: the curve so far)"
-                                                                       : "")
+      << (diverged_                                         ? " (diverged)"
+          : static_cast<int64_t>(pts.size()) < f_.num_steps ? " (stopped by a signal: the curve so far)"
+                                                            : "")
       << "\n";
   if (suggested > 0)
     out << "suggested learning rate: " << num(suggested) << " (steepest descent of the smoothed loss)\n";
   else
-    out << "suggested learning rate: none (the smoothed loss never fell: widen --start-lr/--end-lr or add --num-steps)\n";
-  if (min_lr > 0) out << "lowest smoothed loss at: " << num(min_lr) << " (fastai's minimum/10: " << num(min_lr / 10) << ")\n";
+    out << "suggested learning rate: none (the smoothed loss never fell: widen --start-lr/--end-lr or add "
+           "--num-steps)\n";
+  if (min_lr > 0)
+    out << "lowest smoothed loss at: " << num(min_lr) << " (fastai's minimum/10: " << num(min_lr / 10) << ")\n";
   if (diverged_) out << "diverged at: " << num(diverged_lr) << "\n";
   out << "curve: " << svg_path << ", " << json_path << "\n";
   std::cout << out.str();
@@ -261,8 +265,8 @@ FinetuneResult finetune_or_find(Bert& model, const std::vector<FtFeature>& train
 void add_lr_find_pretrain(CLI::App* lf) {
   auto o = std::make_shared<PretrainOptions>();
   auto f = std::make_shared<LrFindCli>();
-  auto* sub = lf->add_subcommand(
-      "pretrain", "range test of pre-training (BERT or ELECTRA) from --model or a fresh --config model");
+  auto* sub = lf->add_subcommand("pretrain",
+                                 "range test of pre-training (BERT or ELECTRA) from --model or a fresh --config model");
   add_pretrain_flags(sub, *o, /*range_test=*/true);
   add_lr_find_flags(sub, *f);
   sub->callback([o, f]() {

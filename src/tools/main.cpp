@@ -1,4 +1,6 @@
 // bertcc: BERT/ELECTRA pre-training and fine-tuning, natively.
+#include <unistd.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -7,8 +9,6 @@
 #include <iostream>
 #include <string>
 
-#include <unistd.h>
-
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
 #include "bertcc/pretrain_data.h"
@@ -16,15 +16,20 @@
 #include "core/settings.h"
 #include "tools/cli_common.h"
 
-int main(int argc, char** argv) {
-  // bertcc's own HDF5 reader process (bertcc/pretrain_data.h), not a user command.
-  if (argc == 2 && std::strcmp(argv[1], "__hdf5-reader") == 0) return bertcc::hdf5_reader_main();
-  // Before any thread exists: SIGINT/SIGTERM go to one signal thread only (bertcc/signals.h).
+// Process-wide set-up, before any thread exists.
+static void start_process() {
+  // SIGINT/SIGTERM go to one signal thread only (bertcc/signals.h).
   bertcc::signals::start();
   // Shards are read by a child process, so that libhdf5 crashing on a malformed file is an error.
   bertcc::isolate_hdf5_reads();
   // A file-size limit (ulimit -f) must end in a write error that names the file, not in SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
+}
+
+int main(int argc, char** argv) {
+  // bertcc's own HDF5 reader process (bertcc/pretrain_data.h), not a user command.
+  if (argc == 2 && std::strcmp(argv[1], "__hdf5-reader") == 0) return bertcc::hdf5_reader_main();
+  start_process();
   CLI::App app{
       "bertcc: BERT and ELECTRA natively: data preparation, pre-training, fine-tuning, evaluation, inference, "
       "serving and export, on CPUs (oneDNN) and NVIDIA GPUs (--device cuda)"};
@@ -46,16 +51,27 @@ int main(int argc, char** argv) {
   bertcc::tools::add_plot(app);
   bertcc::tools::add_dump_step(app);
   bertcc::tools::add_bench(app);
-  const std::pair<const char*, const char*> groups[] = {
-      {"prep-corpus", "Prepare data"}, {"train-vocab", "Prepare data"}, {"tokenize", "Prepare data"},
-      {"create-pretraining-data", "Prepare data"}, {"pretrain", "Train"}, {"finetune", "Train"},
-      {"lr-find", "Train"}, {"eval", "Evaluate, infer and serve"}, {"qa", "Evaluate, infer and serve"},
-      {"classify", "Evaluate, infer and serve"}, {"tag", "Evaluate, infer and serve"},
-      {"embed", "Evaluate, infer and serve"}, {"fill-mask", "Evaluate, infer and serve"},
-      {"serve", "Evaluate, infer and serve"}, {"init-model", "Models: create, convert, export, plot"},
-      {"convert", "Models: create, convert, export, plot"}, {"export-onnx", "Models: create, convert, export, plot"},
-      {"plot", "Models: create, convert, export, plot"}, {"random-batch", "Developer tools"},
-      {"dump-step", "Developer tools"}, {"bench", "Developer tools"}};
+  const std::pair<const char*, const char*> groups[] = {{"prep-corpus", "Prepare data"},
+                                                        {"train-vocab", "Prepare data"},
+                                                        {"tokenize", "Prepare data"},
+                                                        {"create-pretraining-data", "Prepare data"},
+                                                        {"pretrain", "Train"},
+                                                        {"finetune", "Train"},
+                                                        {"lr-find", "Train"},
+                                                        {"eval", "Evaluate, infer and serve"},
+                                                        {"qa", "Evaluate, infer and serve"},
+                                                        {"classify", "Evaluate, infer and serve"},
+                                                        {"tag", "Evaluate, infer and serve"},
+                                                        {"embed", "Evaluate, infer and serve"},
+                                                        {"fill-mask", "Evaluate, infer and serve"},
+                                                        {"serve", "Evaluate, infer and serve"},
+                                                        {"init-model", "Models: create, convert, export, plot"},
+                                                        {"convert", "Models: create, convert, export, plot"},
+                                                        {"export-onnx", "Models: create, convert, export, plot"},
+                                                        {"plot", "Models: create, convert, export, plot"},
+                                                        {"random-batch", "Developer tools"},
+                                                        {"dump-step", "Developer tools"},
+                                                        {"bench", "Developer tools"}};
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     const char* group = "Developer tools";
     for (const auto& [name, g] : groups)
@@ -64,8 +80,9 @@ int main(int argc, char** argv) {
   }
   // Every command's help ends with the same note (subcommands copied the footer when made).
   std::function<void(CLI::App*)> note = [&note](CLI::App* a) {
-    a->footer("Every flag also takes its underscore spelling (--max-seq-length = --max_seq_length); old "
-              "spellings shown after a comma keep working. All commands' flags: docs/flags.md");
+    a->footer(
+        "Every flag also takes its underscore spelling (--max-seq-length = --max_seq_length); old "
+        "spellings shown after a comma keep working. All commands' flags: docs/flags.md");
     for (CLI::App* s : a->get_subcommands([](CLI::App*) { return true; })) note(s);
   };
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) note(sub);

@@ -1,12 +1,13 @@
 // bertcc init-model: a randomly initialised BERT as a Hugging Face model directory.
 // bertcc random-batch: a random pre-training batch in NVIDIA's HDF5 layout, for checks and demos.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
 #include <optional>
 #include <set>
-#include <unistd.h>
 
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
@@ -15,8 +16,8 @@
 #include "bertcc/model_dir.h"
 #include "bertcc/onnx_export.h"
 #include "bertcc/pretrain_data.h"
-#include "bertcc/torch_checkpoint.h"
 #include "bertcc/tokenizer.h"
+#include "bertcc/torch_checkpoint.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -33,8 +34,7 @@ void add_init_model(CLI::App& app) {
   auto* init = app.add_subcommand("init-model",
                                   "Write a randomly initialised BertForPreTraining, or ElectraForPreTraining for an "
                                   "ELECTRA config (HF layout)");
-  init->add_option("--config", io->config, "preset (" + config_preset_names() + ") or config.json path")
-      ->required();
+  init->add_option("--config", io->config, "preset (" + config_preset_names() + ") or config.json path")->required();
   init->add_option(flag("--output-dir", {"--output"}), io->output, "model directory to create")->required();
   init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory (required); sets vocab_size");
   init->add_option(flag("--seed"), io->seed, "initialisation seed");
@@ -49,12 +49,13 @@ void add_init_model(CLI::App& app) {
     }
     Bert model(cfg, cfg.electra() ? Heads::Discriminator : Heads::PreTraining);  // (refuses sizes that do not fit)
     // A model directory carries its vocabulary (and tokenizer files): the commands that read it need them.
-    BERTCC_CHECK(!io->vocab.empty(), "init-model: --vocab is required (the vocab.txt the model's inputs are "
+    BERTCC_CHECK(!io->vocab.empty(),
+                 "init-model: --vocab is required (the vocab.txt the model's inputs are "
                  "tokenized with; it sets vocab_size and is copied into --output with the tokenizer files)");
     model.init_weights(io->seed);
     save_model_dir(model, io->output, io->vocab);
-    std::cout << "wrote " << io->output << " (" << model.table().total() << " parameters, "
-              << cfg.num_hidden_layers << " layers, hidden " << cfg.hidden_size << ")\n";
+    std::cout << "wrote " << io->output << " (" << model.table().total() << " parameters, " << cfg.num_hidden_layers
+              << " layers, hidden " << cfg.hidden_size << ")\n";
   });
 }
 
@@ -120,39 +121,46 @@ void add_convert(CLI::App& app) {
   };
   auto co = std::make_shared<ConvOpts>();
   auto* conv = app.add_subcommand(
-      "convert", "Convert a PyTorch checkpoint (torch.save: HF pytorch_model.bin, NVIDIA {'model': ...}) to a model "
-                 "directory (safetensors); the pickle is read, never run");
+      "convert",
+      "Convert a PyTorch checkpoint (torch.save: HF pytorch_model.bin, NVIDIA {'model': ...}) to a model "
+      "directory (safetensors); the pickle is read, never run");
   conv->add_option("--from", co->from, "input format")->check(CLI::IsMember({"pt"}));
   conv->add_option("input", co->input, "checkpoint file")->required();
   conv->add_option(flag("--output-dir", {"--out", "--output"}), co->out, "model directory to write")->required();
-  conv->add_option("--config", co->config,
-                   "config.json / bert_config.json or preset (default: config.json or bert_config.json next to the file)");
+  conv->add_option(
+      "--config", co->config,
+      "config.json / bert_config.json or preset (default: config.json or bert_config.json next to the file)");
   conv->add_option("--vocab", co->vocab, "vocab.txt to copy (default: vocab.txt next to the file; one is required)");
   conv->add_flag(flag("--do-lower-case"), co->lower, "tokenizer lower-cases (default: guessed from the vocabulary)");
   conv->add_flag(flag("--no-lower-case"), co->no_lower, "tokenizer keeps case");
   conv->callback([co]() {
     namespace fs = std::filesystem;
     BERTCC_CHECK(!(co->lower && co->no_lower), "--do-lower-case and --no-lower-case contradict each other");
-    for (const auto& [in, flag] : {std::pair{co->input, "checkpoint"}, {co->config, "--config"}, {co->vocab, "--vocab"}})
+    for (const auto& [in, flag] :
+         {std::pair{co->input, "checkpoint"}, {co->config, "--config"}, {co->vocab, "--vocab"}})
       check_output_not_input(co->out, "--output-dir", in, flag);
     const std::string here = fs::path(co->input).parent_path().string();
     std::string cfg_path = co->config;
     if (cfg_path.empty()) {
       for (const char* n : {"config.json", "bert_config.json"})
-        if (cfg_path.empty() && file_exists(join_path(here.empty() ? "." : here, n))) cfg_path = join_path(here.empty() ? "." : here, n);
+        if (cfg_path.empty() && file_exists(join_path(here.empty() ? "." : here, n)))
+          cfg_path = join_path(here.empty() ? "." : here, n);
       BERTCC_CHECK(!cfg_path.empty(), co->input, ": no config.json or bert_config.json next to it; pass --config");
     }
     BERTCC_CHECK(!fs::exists(co->out) || (fs::is_directory(co->out) && fs::is_empty(co->out)), co->out,
                  ": exists and is not empty; choose a new --out");
     BertConfig cfg = config_from_name_or_path(cfg_path);
     std::string vocab = co->vocab;
-    if (vocab.empty() && file_exists(join_path(here.empty() ? "." : here, "vocab.txt"))) vocab = join_path(here.empty() ? "." : here, "vocab.txt");
+    if (vocab.empty() && file_exists(join_path(here.empty() ? "." : here, "vocab.txt")))
+      vocab = join_path(here.empty() ? "." : here, "vocab.txt");
     std::optional<bool> lower;
     if (!vocab.empty()) {
       const Vocab v = Vocab::load(vocab);
       // NVIDIA's configs may carry the vocabulary size padded to a multiple of 8: vocab.txt's wins.
-      if (v.size() < cfg.vocab_size && cfg.vocab_size % 8 == 0 && cfg.vocab_size - v.size() < 8) cfg.vocab_size = v.size();
-      BERTCC_CHECK(v.size() <= cfg.vocab_size, vocab, ": ", v.size(), " entries, more than vocab_size ", cfg.vocab_size);
+      if (v.size() < cfg.vocab_size && cfg.vocab_size % 8 == 0 && cfg.vocab_size - v.size() < 8)
+        cfg.vocab_size = v.size();
+      BERTCC_CHECK(v.size() <= cfg.vocab_size, vocab, ": ", v.size(), " entries, more than vocab_size ",
+                   cfg.vocab_size);
       if (co->lower || co->no_lower) lower = co->lower;
     }
     // The head follows from the tensors present (each head's signature).
@@ -168,15 +176,16 @@ void add_convert(CLI::App& app) {
         if (canonical_param_name(t.name) == rows) shape = &t.shape;
       BERTCC_CHECK(shape->size() == 2 && (*shape)[0] > 0, co->input, ": ", rows, " is not a matrix");
       if (cfg.num_labels() != (*shape)[0]) {
-        BERTCC_CHECK(cfg.id2label.empty(), cfg_path, ": ", cfg.num_labels(), " labels but ", rows, " has ",
-                     (*shape)[0], " rows");
+        BERTCC_CHECK(cfg.id2label.empty(), cfg_path, ": ", cfg.num_labels(), " labels but ", rows, " has ", (*shape)[0],
+                     " rows");
         for (int64_t i = 0; i < (*shape)[0]; ++i) cfg.id2label.push_back("LABEL_" + std::to_string(i));
       }
     }
     cfg.validate(cfg_path);
     Bert model(cfg, heads);
     load_weights(model, co->input);
-    BERTCC_CHECK(!vocab.empty(), co->input, ": no vocab.txt next to it; pass --vocab (a model directory carries "
+    BERTCC_CHECK(!vocab.empty(), co->input,
+                 ": no vocab.txt next to it; pass --vocab (a model directory carries "
                  "its vocabulary and tokenizer files: qa, classify, serve and finetune read them)");
     // Written to a temporary directory and renamed: nothing half-written on failure.
     const std::string tmp = co->out + ".tmp." + std::to_string(::getpid());
@@ -206,7 +215,8 @@ void add_export_onnx(CLI::App& app) {
                                 "sequence) for ONNX Runtime and Triton");
   ox->add_option("--model", oo->model, "model directory (the head follows config.json's architectures)")->required();
   ox->add_option(flag("--output", {"--out"}), oo->out, "ONNX file to write")->required();
-  ox->add_option("--weights", oo->weights, "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
+  ox->add_option("--weights", oo->weights,
+                 "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   ox->add_option("--precision", oo->precision,
                  "fp32 (default) | int8: the encoder's linear layers as --precision int8 computes them (int8 weights "
@@ -218,7 +228,8 @@ void add_export_onnx(CLI::App& app) {
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
     export_onnx(*model, oo->out, dt, oo->precision == "int8");
     std::cout << "wrote " << oo->out << " (" << model->architecture() << ", " << oo->weights << " weights"
-              << (oo->precision == "int8" ? ", int8 encoder" : "") << ", " << std::filesystem::file_size(oo->out) << " bytes)\n";
+              << (oo->precision == "int8" ? ", int8 encoder" : "") << ", " << std::filesystem::file_size(oo->out)
+              << " bytes)\n";
   });
 }
 

@@ -44,9 +44,8 @@ void panel(std::ostringstream& svg, double x0, double y0, double w, double h, co
       << "</text>\n";
   for (int k = 0; k <= 4; ++k) {
     const double v = lo + (hi - lo) * k / 4, yy = Y(v);
-    svg << "<line x1='" << x0 << "' x2='" << x0 + w << "' y1='" << yy << "' y2='" << yy
-        << "' stroke='#ddd'/><text x='" << x0 - 6 << "' y='" << yy + 4 << "' font-size='11' text-anchor='end'>"
-        << fmt(v) << "</text>\n";
+    svg << "<line x1='" << x0 << "' x2='" << x0 + w << "' y1='" << yy << "' y2='" << yy << "' stroke='#ddd'/><text x='"
+        << x0 - 6 << "' y='" << yy + 4 << "' font-size='11' text-anchor='end'>" << fmt(v) << "</text>\n";
     const double xv = xmax * k / 4;
     svg << "<text x='" << X(xv) << "' y='" << y0 + h + 16 << "' font-size='11' text-anchor='middle'>"
         << static_cast<long long>(xv) << "</text>\n";
@@ -97,8 +96,10 @@ void add_plot(CLI::App& app) {
     svg << "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='640' font-family='sans-serif'>\n"
         << "<rect width='100%' height='100%' fill='white'/>\n";
     panel(svg, 70, 40, 800, 340, "loss",
-          {{"train loss", "#1f77b4", &s["loss"]}, {"train MLM", "#2ca02c", &s["mlm_loss"]},
-           {"train NSP", "#9467bd", &s["nsp_loss"]}, {"held-out loss", "#d62728", &s["eval.loss"]}},
+          {{"train loss", "#1f77b4", &s["loss"]},
+           {"train MLM", "#2ca02c", &s["mlm_loss"]},
+           {"train NSP", "#9467bd", &s["nsp_loss"]},
+           {"held-out loss", "#d62728", &s["eval.loss"]}},
           xmax);
     panel(svg, 70, 440, 800, 160, "learning rate", {{"learning rate", "#ff7f0e", &s["learning_rate"]}}, xmax);
     svg << "<text x='470' y='632' font-size='12' text-anchor='middle'>step</text>\n</svg>\n";

@@ -29,28 +29,34 @@ void add_pretrain_flags(CLI::App* sub, PretrainOptions& opt, bool range_test) {
                                "dllogger.json)")
       ->required();
   sub->add_option(flag("--model", {"--init-checkpoint"}), o->init_checkpoint,
-                  "HF model directory to start from (NVIDIA's --init-checkpoint) (ELECTRA: a folder with discriminator/ and generator/)");
+                  "HF model directory to start from (NVIDIA's --init-checkpoint) (ELECTRA: a folder with "
+                  "discriminator/ and generator/)");
   sub->add_option(flag("--vocab"), o->vocab,
                   "required: the vocab.txt the shards were made with (sets the vocabulary size; copied into every "
                   "model directory written); default: the vocab.txt of --model or of the checkpoint resumed");
   sub->add_option(flag("--train-batch-size"), o->train_batch_size, "sequences per optimizer step (default 256)")
       ->check(whole_number());
   sub->add_option(flag("--gradient-accumulation-steps"), o->gradient_accumulation_steps,
-                  "micro-batches per step; each is train-batch-size / this (NVIDIA semantics)")->check(whole_number());
+                  "micro-batches per step; each is train-batch-size / this (NVIDIA semantics)")
+      ->check(whole_number());
   if (!range_test) {
     sub->add_option(flag("--learning-rate"), o->learning_rate, "default 6e-3 (NVIDIA phase 1)");
     sub->add_option(flag("--max-steps"), o->max_steps, "optimizer steps (default 1000)")->check(whole_number());
     sub->add_option(flag("--warmup-proportion"), o->warmup_proportion, "default 0.2843");
   }
   sub->add_option(flag("--optimizer"), o->optimizer, "lamb | adamw")->check(CLI::IsMember({"lamb", "adamw"}));
-  sub->add_option(flag("--precision"), o->precision, "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | bf16 | fp32 | fp16 (fp16 is emulated on CPU: loss-scaling logic)")
+  sub->add_option(flag("--precision"), o->precision,
+                  "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | bf16 | "
+                  "fp32 | fp16 (fp16 is emulated on CPU: loss-scaling logic)")
       ->check(CLI::IsMember({"auto", "bf16", "fp32", "fp16"}));
   sub->add_option(flag("--loss-scale"), o->loss_scale, "fp16: 0 = dynamic (default), > 0 = static");
   sub->add_option(flag("--init-loss-scale"), o->init_loss_scale, "fp16 dynamic scaling: initial scale (default 65536)");
   sub->add_option(flag("--loss-scale-window"), o->loss_scale_window,
-                  "fp16 dynamic scaling: clean steps before doubling (default 2000)")->check(whole_number());
+                  "fp16 dynamic scaling: clean steps before doubling (default 2000)")
+      ->check(whole_number());
   sub->add_option(flag("--max-predictions-per-seq"), o->max_predictions_per_seq,
-                  "masked positions per sequence for dynamic-masking shards (default 20)")->check(whole_number());
+                  "masked positions per sequence for dynamic-masking shards (default 20)")
+      ->check(whole_number());
   sub->add_option(flag("--seed"), o->seed, "default 12345");
   if (!range_test) {
     sub->add_option(flag("--num-steps-per-checkpoint"), o->num_steps_per_checkpoint, "default 200")
@@ -66,9 +72,11 @@ void add_pretrain_flags(CLI::App* sub, PretrainOptions& opt, bool range_test) {
                   "phase 2: continue from the phase-1 checkpoint (with --resume-from-checkpoint) or --model; "
                   "optimizer step and schedule restart");
     sub->add_option(flag("--phase1-end-step"), o->phase1_end_step,
-                    "the last phase-1 step (checked against the checkpoint)")->check(whole_number());
+                    "the last phase-1 step (checked against the checkpoint)")
+        ->check(whole_number());
     sub->add_option(flag("--eval-dir"), o->eval_dir, "held-out shards for MLM/NSP accuracy");
-    sub->add_option(flag("--eval-freq"), o->eval_freq, "evaluate every N steps (default: at checkpoints) and at the end")
+    sub->add_option(flag("--eval-freq"), o->eval_freq,
+                    "evaluate every N steps (default: at checkpoints) and at the end")
         ->check(whole_number());
     sub->add_option(flag("--eval-batches"), o->eval_batches, "micro-batches per evaluation (default 20)")
         ->check(whole_number());
@@ -78,14 +86,17 @@ void add_pretrain_flags(CLI::App* sub, PretrainOptions& opt, bool range_test) {
       ->check(whole_number());
   if (!range_test)
     sub->add_option(flag("--log-freq"), o->log_freq, "log every N steps (default 1)")
-        ->check(whole_number())->check(CLI::PositiveNumber);
+        ->check(whole_number())
+        ->check(CLI::PositiveNumber);
   if (!range_test)  // (a range test ends at its first non-finite loss)
     sub->add_option(flag("--max-nonfinite-steps"), o->max_nonfinite_steps,
                     "stop when this many consecutive steps have a non-finite loss or gradients (default 10; with "
-                    "fp16 dynamic scaling, counted once the scale is 1)")->check(whole_number())
+                    "fp16 dynamic scaling, counted once the scale is 1)")
+        ->check(whole_number())
         ->check(CLI::PositiveNumber);
   add_device_flags(sub, o->device);
-  sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)")->check(threads_check());
+  sub->add_option("--threads", o->threads, "threads per rank (default: the host's cores / its ranks)")
+      ->check(threads_check());
   add_data_parallel_flags(sub, o->dp);
 }
 

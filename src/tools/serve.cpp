@@ -1,7 +1,6 @@
 // bertcc serve: see src/serve/server.h.
-#include "tools/cli_common.h"
-
 #include "backend/backend.h"
+#include "tools/cli_common.h"
 
 #ifdef BERTCC_HAVE_SERVE
 #include "serve/server.h"
@@ -25,7 +24,8 @@ void add_serve(CLI::App& app) {
   s->add_option(flag("--max-queue"), o->max_queue,
                 "sequences that may wait per model; more get 503 (413 for a request that alone needs more)")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
-  s->add_option(flag("--max-inputs"), o->max_inputs, "inputs per request")->check(CLI::Range(int64_t{1}, int64_t{100'000}));
+  s->add_option(flag("--max-inputs"), o->max_inputs, "inputs per request")
+      ->check(CLI::Range(int64_t{1}, int64_t{100'000}));
   s->add_option(flag("--max-body-bytes"), o->max_body_bytes,
                 "largest request body, any transfer encoding, chunk extensions included (413 above; default 8 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
@@ -42,21 +42,26 @@ void add_serve(CLI::App& app) {
   s->add_option(flag("--read-timeout"), o->read_timeout_s,
                 "seconds to send a whole request, headers and body, once started, and to take a response (default 10)")
       ->check(CLI::Range(0.001, 3600.0));
-  s->add_option(flag("--max-connections"), o->max_connections,
-                "connections open at once; more are closed when accepted (default 10000, capped by the open-file limit)")
+  s->add_option(
+       flag("--max-connections"), o->max_connections,
+       "connections open at once; more are closed when accepted (default 10000, capped by the open-file limit)")
       ->check(CLI::Range(1, 1 << 20));
-  s->add_option(flag("--request-timeout"), o->request_timeout_s, "seconds a request may wait for its forward pass (504)")
+  s->add_option(flag("--request-timeout"), o->request_timeout_s,
+                "seconds a request may wait for its forward pass (504)")
       ->check(CLI::Range(0.001, 3600.0));
-  s->add_option(flag("--max-seq-length"), o->max_seq_length, "tokens per sequence of the text endpoints (default: 384 qa, 512 otherwise)")
+  s->add_option(flag("--max-seq-length"), o->max_seq_length,
+                "tokens per sequence of the text endpoints (default: 384 qa, 512 otherwise)")
       ->check(CLI::Range(0, 1 << 20));
-  s->add_option(flag("--http-threads"), o->http_threads, "threads running requests that wait for a forward pass; connections are event-driven and health checks "
+  s->add_option(flag("--http-threads"), o->http_threads,
+                "threads running requests that wait for a forward pass; connections are event-driven and health checks "
                 "never wait for these (default: 256)")
       ->check(CLI::Range(0, 10000));
   s->add_option(flag("--listen-backlog"), o->listen_backlog,
                 "connections the kernel queues before they are accepted (default 4096; capped by net.core.somaxconn)")
       ->check(CLI::Range(1, 1 << 20));
   s->add_option("--threads", o->threads, "compute threads (default: all cores)")->check(threads_check());
-  s->add_option("--precision", o->precision, kInferPrecisionHelp)->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
+  s->add_option("--precision", o->precision, kInferPrecisionHelp)
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
   add_device_flags(s, o->device);
   add_cuda_graphs_flag(s);
   s->callback([o]() {
@@ -64,11 +69,11 @@ void add_serve(CLI::App& app) {
     if (rc != 0) std::exit(rc);
   });
 #else
-  auto* s = app.add_subcommand("serve", "Serve models over HTTP (not built: Boost.Beast was missing at configure time)");
+  auto* s =
+      app.add_subcommand("serve", "Serve models over HTTP (not built: Boost.Beast was missing at configure time)");
   s->allow_extras();
-  s->callback([]() {
-    fail("bertcc was built without Boost.Beast (Debian: libboost-dev); reconfigure to build `serve`");
-  });
+  s->callback(
+      []() { fail("bertcc was built without Boost.Beast (Debian: libboost-dev); reconfigure to build `serve`"); });
 #endif
 }
 

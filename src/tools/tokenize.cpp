@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "bertcc/error.h"
@@ -127,8 +126,10 @@ void run_tokenize(TokenizeCli* o) {
       } else {
         for (size_t k = 0; k < x.input_ids.size(); ++k) {
           if (k) out.push_back(' ');
-          if (o->tokens) out += vocab.token(x.input_ids[k]);
-          else out += std::to_string(x.input_ids[k]);
+          if (o->tokens)
+            out += vocab.token(x.input_ids[k]);
+          else
+            out += std::to_string(x.input_ids[k]);
         }
       }
       out.push_back('\n');

@@ -26,12 +26,13 @@ void add_train_vocab(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("train-vocab", "Train a WordPiece vocabulary (BERT vocab.txt layout) from text");
-  sub->add_option("--input", o->inputs, "text files or folders (comma-separated or repeated)")->required()->delimiter(',');
+  sub->add_option("--input", o->inputs, "text files or folders (comma-separated or repeated)")
+      ->required()
+      ->delimiter(',');
   sub->add_option("--output", o->output, "vocab.txt to write")->required();
   sub->add_option(flag("--vocab-size"), o->t.vocab_size, "total size including special tokens (default 30522)")
       ->check(in_range(6, 4000000, "entries of the vocabulary; the largest real ones have about 250,000"));
-  sub->add_flag(flag("--do-lower-case"), o->lower,
-                "lower-case and strip accents, as uncased BERT (the default)");
+  sub->add_flag(flag("--do-lower-case"), o->lower, "lower-case and strip accents, as uncased BERT (the default)");
   sub->add_flag(flag("--no-lower-case", {"--cased"}), o->cased, "keep case and accents (a cased vocabulary)");
   sub->add_option(flag("--min-frequency"), o->t.min_frequency, "minimum pair count to merge (default 2)")
       ->check(in_range(1, 1e15, "a count"));

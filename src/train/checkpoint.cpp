@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "bertcc/config.h"
 #include "bertcc/error.h"
@@ -154,6 +154,15 @@ void save_checkpoint(const std::string& output_dir, const std::vector<Checkpoint
   for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < all.size(); ++i) fs::remove_all(all[i].second);
 }
 
+// Partial saves from a killed run (".step_N" folders) are never resumed from.
+static void remove_partial_saves(const fs::path& root, const char* who) {
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().rfind(".step_", 0) == 0) {
+      std::cerr << who << ": removing partial checkpoint " << e.path().string() << "\n";
+      fs::remove_all(e.path());
+    }
+}
+
 bool load_latest_checkpoint(const std::string& output_dir, Bert& model, AdamState& opt, TrainerState& st,
                             const char* who, bool lead, bool trust_unverified) {
   return load_latest_checkpoint(output_dir, {{"", &model, &opt}}, st, who, lead, trust_unverified);
@@ -239,12 +248,10 @@ bool load_latest_checkpoint(const std::string& output_dir, const std::vector<Che
                             const char* who, bool lead, bool trust_unverified) {
   const fs::path root = fs::path(output_dir) / "checkpoints";
   if (!fs::is_directory(root)) return false;
-  if (lead) restore_replaced_dirs(root);
-  for (const auto& e : fs::directory_iterator(root))  // partial saves from a killed run
-    if (lead && e.path().filename().string().rfind(".step_", 0) == 0) {
-      std::cerr << who << ": removing partial checkpoint " << e.path().string() << "\n";
-      fs::remove_all(e.path());
-    }
+  if (lead) {
+    restore_replaced_dirs(root);
+    remove_partial_saves(root, who);
+  }
   std::vector<std::pair<int64_t, fs::path>> all;
   for (const auto& e : fs::directory_iterator(root))
     if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
@@ -260,8 +267,8 @@ bool load_latest_checkpoint(const std::string& output_dir, const std::vector<Che
         const fs::path pd = p.dir.empty() ? dir : dir / p.dir;
         if (!fs::exists(pd / "config.json")) {
           // A BERT checkpoint where an ELECTRA run expects discriminator/ and generator/, or the reverse.
-          const bool other_kind = p.dir.empty() ? fs::exists(dir / "discriminator" / "config.json")
-                                                : fs::exists(dir / "config.json");
+          const bool other_kind =
+              p.dir.empty() ? fs::exists(dir / "discriminator" / "config.json") : fs::exists(dir / "config.json");
           BERTCC_CHECK(!other_kind, dir.string(), ": the checkpoint ",
                        p.dir.empty() ? "holds an ELECTRA generator and discriminator but this run trains one model"
                                      : "holds one model but this run trains ELECTRA (" + p.dir + "/ expected)",
@@ -287,9 +294,10 @@ bool load_latest_checkpoint(const std::string& output_dir, const std::vector<Che
             {"embedding_size", {c.embedding_dim(), m.embedding_dim()}},
             {"num_labels", {c.num_labels(), m.num_labels()}}};
         for (const auto& [name, v] : fields)
-          BERTCC_CHECK(v.first == v.second, (pd / "config.json").string(), ": the checkpoint's ", name, " is ",
-                       v.first, " but this run's model has ", v.second,
-                       "; refusing to resume (nothing was changed: use the checkpoint's model, or another --output-dir)");
+          BERTCC_CHECK(
+              v.first == v.second, (pd / "config.json").string(), ": the checkpoint's ", name, " is ", v.first,
+              " but this run's model has ", v.second,
+              "; refusing to resume (nothing was changed: use the checkpoint's model, or another --output-dir)");
       }
       // 3. Content. An error here (a verified file that still does not parse) skips the checkpoint too.
       try {

@@ -20,8 +20,8 @@ struct TrainerState {
   double loss_scale = 1.0;
   int64_t clean_steps = 0;  // steps since the last overflow or scale increase (dynamic scaling)
   int phase = 1;
-  int64_t step_offset = 0;  // phase 2: the phase-1 end step; names and logs use step + offset
-  int64_t global_batch = 0;  // sequences per optimizer step over all ranks (0: not recorded)
+  int64_t step_offset = 0;     // phase 2: the phase-1 end step; names and logs use step + offset
+  int64_t global_batch = 0;    // sequences per optimizer step over all ranks (0: not recorded)
   double best_score = -1e300;  // fine-tuning: the best evaluation so far (decides OUTPUT/best)
   std::string best_metrics;    // ... and its metrics (JSON text)
   // Fine-tuning: totals over all steps so far, so a resumed run's summary covers the whole run.

@@ -1,12 +1,10 @@
 #include "train/data_parallel.h"
 
-#include "bertcc/runtime.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <mutex>
@@ -15,6 +13,7 @@
 #include <utility>
 
 #include "bertcc/error.h"
+#include "bertcc/runtime.h"
 
 namespace bertcc {
 
@@ -34,7 +33,7 @@ void check_training_memory(const std::vector<const Bert*>& models, int64_t B, in
     const double P = static_cast<double>(m->table().total());
     params += m->table().total();
     need += P * (8.0 + (prec == Precision::BF16 ? 2.0 : 0.0));  // the moments (and the bf16 copy)
-    if (!m->has_grads()) need += P * 4.0;  // the gradients, allocated at the first backward
+    if (!m->has_grads()) need += P * 4.0;                       // the gradients, allocated at the first backward
     need += Bert::activation_bytes(m->config(), B, T, m->config().attention_probs_dropout_prob > 0, prec);
   }
   check_memory(need,
@@ -54,7 +53,7 @@ Rng micro_batch_rng(uint64_t seed, int phase, int64_t step, int64_t k) {
 struct GradSync::Thread {
   std::mutex mu;
   std::condition_variable cv;
-  size_t ready = 0;       // buckets whose begin >= ready may be reduced
+  size_t ready = 0;  // buckets whose begin >= ready may be reduced
   size_t next = 0, nb = 0;
   bool active = false, quit = false;
   std::exception_ptr error;
@@ -145,7 +144,9 @@ class StagedComm final : public dist::DeviceCommunicator {
 }  // namespace
 
 GradSync::GradSync(dist::Communicator& comm, dist::WireDtype wire, size_t bucket_elems, bool overlap)
-    : comm_(comm), wire_(wire), bucket_elems_(std::max<size_t>(bucket_elems, 1)),
+    : comm_(comm),
+      wire_(wire),
+      bucket_elems_(std::max<size_t>(bucket_elems, 1)),
       overlap_(overlap && comm.world() > 1) {
   if (!overlap_) return;
   th_ = std::make_unique<Thread>();
@@ -289,7 +290,8 @@ void GradSync::finish(int64_t count, std::vector<float>& grads) {
 std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& comm, const dist::Options& o,
                                                            Backend& be, const char* who) {
   const std::string& b = o.allreduce_backend;
-  BERTCC_CHECK(b == "auto" || b == "nccl" || b == "host", who, ": --allreduce-backend ", b, " is not auto, nccl or host");
+  BERTCC_CHECK(b == "auto" || b == "nccl" || b == "host", who, ": --allreduce-backend ", b,
+               " is not auto, nccl or host");
   const bool cuda = be.kind() == DeviceKind::CUDA;
   BERTCC_CHECK(b != "nccl" || cuda, who, ": --allreduce-backend nccl reduces GPU buffers: it needs --device cuda");
   if (comm.world() == 1 && b != "nccl") return nullptr;
@@ -325,7 +327,10 @@ Backend& backend_for_rank(const std::string& device, dist::Communicator& comm) {
 
 DeviceGradSync::DeviceGradSync(dist::Communicator& comm, const dist::Options& o, Bert& model,
                                dist::DeviceCommunicator* dcomm, bool hook)
-    : model_(model), dcomm_(dcomm), wire_(dist::parse_wire_dtype(o.allreduce_dtype)), rank_(comm.rank()),
+    : model_(model),
+      dcomm_(dcomm),
+      wire_(dist::parse_wire_dtype(o.allreduce_dtype)),
+      rank_(comm.rank()),
       bucket_elems_(static_cast<size_t>(std::max(1.0, o.bucket_cap_mb * 1048576.0 / sizeof(float)))),
       overlap_(dcomm != nullptr && o.allreduce_overlap && hook) {
   if (comm.world() > 1 && !dcomm_) host_ = std::make_unique<GradSync>(comm, wire_, bucket_elems_, false);
@@ -449,7 +454,8 @@ void DeviceGradSync::finish(int64_t count) {
       be.narrow16(wire16_.get(), model_.grads_on_backend(), static_cast<int64_t>(n), bf);
       if (scatter) {  // only this rank's part is summed: widen that
         dcomm_->reduce_scatter_sum16(wire16_.get(), scatter_bounds_, wire_);
-        const size_t b = scatter_bounds_[static_cast<size_t>(rank_)], e = scatter_bounds_[static_cast<size_t>(rank_) + 1];
+        const size_t b = scatter_bounds_[static_cast<size_t>(rank_)],
+                     e = scatter_bounds_[static_cast<size_t>(rank_) + 1];
         be.widen16(model_.grads_on_backend() + b, wire16_.get() + b, static_cast<int64_t>(e - b), bf);
       } else {
         dcomm_->allreduce_sum16(wire16_.get(), n, wire_);
@@ -484,8 +490,10 @@ void OptimizerShards::keep_own(AdamState& s, int rank) const {
   if (!s.m.empty()) {
     BERTCC_CHECK(s.begin == 0 && s.m.size() == bounds_.back(), "ZeRO-1: moments of ", s.m.size(),
                  " values, expected the full ", bounds_.back());
-    s.m = std::vector<float>(s.m.begin() + static_cast<std::ptrdiff_t>(b), s.m.begin() + static_cast<std::ptrdiff_t>(e));
-    s.v = std::vector<float>(s.v.begin() + static_cast<std::ptrdiff_t>(b), s.v.begin() + static_cast<std::ptrdiff_t>(e));
+    s.m =
+        std::vector<float>(s.m.begin() + static_cast<std::ptrdiff_t>(b), s.m.begin() + static_cast<std::ptrdiff_t>(e));
+    s.v =
+        std::vector<float>(s.v.begin() + static_cast<std::ptrdiff_t>(b), s.v.begin() + static_cast<std::ptrdiff_t>(e));
   } else {
     s.m.assign(e - b, 0.0f);
     s.v.assign(e - b, 0.0f);
@@ -537,7 +545,8 @@ double sharded_global_norm(dist::Communicator& comm, Bert& m, const OptimizerSha
 double sharded_global_norm(dist::Communicator& comm, const float* x, size_t n, const OptimizerShards& shards) {
   const int W = comm.world(), r = comm.rank();
   const size_t b = shards.begin(r), e = shards.end(r);
-  BERTCC_CHECK(shards.bounds().back() == n, "sharded_global_norm: shards of ", shards.bounds().back(), " values, not ", n);
+  BERTCC_CHECK(shards.bounds().back() == n, "sharded_global_norm: shards of ", shards.bounds().back(), " values, not ",
+               n);
   // [b, h): the piece of the block that b cuts (needs the lanes of the ranks before); [h, e): the
   // rest, summed now without waiting for anyone.
   const size_t h = std::min(e, b % kNormBlock ? (b / kNormBlock + 1) * kNormBlock : b);

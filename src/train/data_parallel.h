@@ -76,11 +76,11 @@ class GradSync {
   size_t bucket_elems_;
   bool overlap_;
   std::vector<float> acc_;
-  float* buf_ = nullptr;   // what the buckets reduce: the gradients or the accumulator
-  float* grads_ = nullptr; // the running micro-batch's gradients (last micro-batch, accumulation > 1)
+  float* buf_ = nullptr;    // what the buckets reduce: the gradients or the accumulator
+  float* grads_ = nullptr;  // the running micro-batch's gradients (last micro-batch, accumulation > 1)
   size_t n_ = 0;
-  size_t watermark_ = 0;   // [watermark_, n_) final
-  bool last_ = false;      // the running micro-batch is the last of the step
+  size_t watermark_ = 0;  // [watermark_, n_) final
+  bool last_ = false;     // the running micro-batch is the last of the step
   double wait_s_ = 0;
   std::unique_ptr<Thread> th_;
   Bert* hooked_ = nullptr;
@@ -140,20 +140,20 @@ class DeviceGradSync {
   void start_buckets(size_t offset);
   void unhook();
   Bert& model_;
-  std::unique_ptr<GradSync> host_;          // several ranks through the host
-  dist::DeviceCommunicator* dcomm_;         // several ranks GPU to GPU (or null)
-  dist::WireDtype wire_;                    // gradients on the wire: fp32, bf16 or fp16
-  DeviceBuffer<float> acc_;                 // accumulation on the device
-  DeviceBuffer<uint16_t> wire16_;           // the 16-bit gradients NCCL reduces
-  std::vector<size_t> scatter_bounds_;      // ZeRO-1 (empty: all-reduce)
+  std::unique_ptr<GradSync> host_;      // several ranks through the host
+  dist::DeviceCommunicator* dcomm_;     // several ranks GPU to GPU (or null)
+  dist::WireDtype wire_;                // gradients on the wire: fp32, bf16 or fp16
+  DeviceBuffer<float> acc_;             // accumulation on the device
+  DeviceBuffer<uint16_t> wire16_;       // the 16-bit gradients NCCL reduces
+  std::vector<size_t> scatter_bounds_;  // ZeRO-1 (empty: all-reduce)
   int rank_ = 0;
   double wait_s_ = 0;
   size_t bucket_elems_ = 1;
   bool overlap_ = false, hooked_ = false;
-  bool last_ = false;        // the running micro-batch's buckets go out during its backward
-  int64_t count_ = 0;        // this rank's micro-batches in the step
-  size_t watermark_ = 0;     // [watermark_, n) of the last micro-batch is final (and summed into acc_)
-  size_t next_ = 0;          // the next bucket to start
+  bool last_ = false;     // the running micro-batch's buckets go out during its backward
+  int64_t count_ = 0;     // this rank's micro-batches in the step
+  size_t watermark_ = 0;  // [watermark_, n) of the last micro-batch is final (and summed into acc_)
+  size_t next_ = 0;       // the next bucket to start
 };
 
 // ZeRO-1 (--zero1): the optimizer moments are split across ranks by whole tensors (rank r owns the

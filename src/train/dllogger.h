@@ -6,9 +6,8 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "bertcc/error.h"
 

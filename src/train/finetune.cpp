@@ -2,6 +2,8 @@
 // AdamW with bias correction and decoupled weight decay, linear warm-up then linear decay,
 // gradient clipping at 1.0, gradient accumulation, dropout on, evaluation after each epoch and
 // the best model kept.
+#include "bertcc/finetune.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,13 +18,12 @@
 #include "backend/backend.h"
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
-#include "bertcc/signals.h"
 #include "bertcc/fileio.h"
 #include "bertcc/inference.h"
-#include "bertcc/finetune.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/ner.h"
 #include "bertcc/optim.h"
+#include "bertcc/signals.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/dllogger.h"
@@ -76,16 +77,18 @@ void save_dir_atomic(const Bert& model, const std::string& dir, const std::strin
 void check_finetune_options(const FinetuneOptions& o) {
   BERTCC_CHECK(o.train_batch_size >= 1 && o.gradient_accumulation_steps >= 1 &&
                    o.train_batch_size % o.gradient_accumulation_steps == 0,
-               "--train-batch-size (", o.train_batch_size, ") must be a positive multiple of --gradient-accumulation-steps (",
-               o.gradient_accumulation_steps, ")");
+               "--train-batch-size (", o.train_batch_size,
+               ") must be a positive multiple of --gradient-accumulation-steps (", o.gradient_accumulation_steps, ")");
   check_positive("--learning-rate", o.learning_rate);
   check_fraction("--warmup-proportion", o.warmup_proportion);
   check_nonnegative("--weight-decay", o.weight_decay);
   check_hparam("--max-grad-norm", o.max_grad_norm, -HUGE_VAL, false, HUGE_VAL, false, "(<= 0 disables clipping)");
   check_positive("--adam-eps", o.adam_eps);
   check_hparam("--layerwise-lr-decay", o.layerwise_lr_decay, 0, false, 1, true, "in (0, 1]");
-  if (o.max_steps != -1) check_int("--max-steps", o.max_steps, 1, kMaxTrainSteps);  // -1: from the epochs
-  else check_hparam("--num-train-epochs", o.num_train_epochs, 0, false, 1e6, true, "in (0, 1e6]");
+  if (o.max_steps != -1)
+    check_int("--max-steps", o.max_steps, 1, kMaxTrainSteps);  // -1: from the epochs
+  else
+    check_hparam("--num-train-epochs", o.num_train_epochs, 0, false, 1e6, true, "in (0, 1e6]");
   check_int("--log-freq", o.log_freq, 1, kMaxTrainSteps);
   check_int("--num-steps-per-checkpoint", o.num_steps_per_checkpoint, 0, kMaxTrainSteps);
   check_int("--keep-checkpoints", o.keep_checkpoints, 1, 1 << 20);
@@ -95,15 +98,22 @@ void check_finetune_options(const FinetuneOptions& o) {
   check_nonnegative("--watchdog-timeout", o.dp.watchdog_timeout);
 }
 
-
 namespace {
 // A fine-tuning run: its setup, the loop over TrainStep steps, evaluations, checkpoints, logs and
 // the progress bar. run_finetune() is run().
 class Finetuning {
  public:
   Finetuning(Bert& model, const std::vector<FtFeature>& train, const Evaluator& eval, const FinetuneOptions& o)
-      : model(model), train(train), eval(eval), o(o), rt(o.range_test), comm(dist::world()), W(comm.world()),
-        R(comm.rank()), lead(R == 0), n(static_cast<int64_t>(train.size())) {}
+      : model(model),
+        train(train),
+        eval(eval),
+        o(o),
+        rt(o.range_test),
+        comm(dist::world()),
+        W(comm.world()),
+        R(comm.rank()),
+        lead(R == 0),
+        n(static_cast<int64_t>(train.size())) {}
   FinetuneResult run();
 
  private:
@@ -125,8 +135,7 @@ class Finetuning {
     if (bar) std::cerr << "\r\033[K";
   }
   double seq_per_s() const {
-    return static_cast<double>(st.totals.seqs - seqs_before) /
-           std::max(st.totals.train_seconds - seconds_before, 1e-9);
+    return static_cast<double>(st.totals.seqs - seqs_before) / std::max(st.totals.train_seconds - seconds_before, 1e-9);
   }
 
   Bert& model;
@@ -142,15 +151,15 @@ class Finetuning {
   Backend* be = nullptr;
   bool dev = false;
   std::unique_ptr<dist::DeviceCommunicator> dcomm;
-  AdamState opt;            // host form: fresh or loaded, then moved to the backend (moments_take)
-  OptimizerState moments;   // where the backend computes
+  AdamState opt;           // host form: fresh or loaded, then moved to the backend (moments_take)
+  OptimizerState moments;  // where the backend computes
   AdamWOptions ao;
   // Everything a resumed run needs besides weights and moments: the step (which fixes the epoch,
   // its shuffle and the position in it), the dropout RNG and the best evaluation so far.
   TrainerState st;
   bool loaded = false;
   std::unique_ptr<DLLogger> log;
-  std::unique_ptr<OptimizerShards> shards;  // ZeRO-1
+  std::unique_ptr<OptimizerShards> shards;   // ZeRO-1
   std::unique_ptr<dist::Watchdog> watchdog;  // evaluation and checkpoints pause it
   std::unique_ptr<TrainStep> step_fn;
   FinetuneResult res;
@@ -213,7 +222,8 @@ void Finetuning::resume() {
   ao.eps = o.adam_eps;
   ao.bias_correction = o.bias_correction;
   st.rng = Rng{o.seed, 0};
-  loaded = o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune", lead, o.trust_unverified_checkpoint);
+  loaded =
+      o.resume && load_latest_checkpoint(o.output_dir, model, opt, st, "finetune", lead, o.trust_unverified_checkpoint);
   if (W > 1)
     check_same_on_all_ranks(comm, loaded ? static_cast<double>(st.step) : -1.0,
                             "the checkpoint to resume from (is " + o.output_dir + " on a shared file system?)");
@@ -300,8 +310,9 @@ void Finetuning::run_eval(const nlohmann::ordered_json& epochs, const char* when
 
 // Where the last good state is, for the messages of a run that diverged.
 std::string Finetuning::checkpoint_note() const {
-  return o.num_steps_per_checkpoint > 0 ? "; the newest checkpoint in " + o.output_dir + "/checkpoints is the last good state"
-                                        : std::string("; no final model written");
+  return o.num_steps_per_checkpoint > 0
+             ? "; the newest checkpoint in " + o.output_dir + "/checkpoints is the last good state"
+             : std::string("; no final model written");
 }
 
 // The last steps were skipped as non-finite (too few for --max-nonfinite-steps to stop the run):
@@ -332,8 +343,9 @@ void Finetuning::make_step() {
   so.adamw = ao;
   so.who = "finetune";
   so.max_nonfinite_steps = o.max_nonfinite_steps;
-  so.diverged_note = "(diverged: try a lower learning rate); stopping without writing a final model "
-                     "(--max-nonfinite-steps)";
+  so.diverged_note =
+      "(diverged: try a lower learning rate); stopping without writing a final model "
+      "(--max-nonfinite-steps)";
   // skipped; a run of them means divergence: stop before anything non-finite is saved
   so.on_skip = [this](double loss, double gnorm) {
     std::cerr << "finetune: step " << step + 1 << ": non-finite loss (" << loss << ") or gradient norm (" << gnorm
@@ -435,8 +447,9 @@ void Finetuning::early_line(double step_loss, double wall) {
   const bool doubling = step < o.log_freq && (step & (step - 1)) == 0;
   if (!doubling && now - last_line < std::chrono::seconds(30)) return;
   last_line = now;
-  std::cerr << "step " << step << "/" << total << " epoch " << fixed(epochs_done(step), 2) << " loss " << fixed(step_loss)
-            << " " << static_cast<int>(seq_per_s()) << " seq/s eta " << eta(wall, steps_run, total - first_step) << "\n";
+  std::cerr << "step " << step << "/" << total << " epoch " << fixed(epochs_done(step), 2) << " loss "
+            << fixed(step_loss) << " " << static_cast<int>(seq_per_s()) << " seq/s eta "
+            << eta(wall, steps_run, total - first_step) << "\n";
 }
 
 void Finetuning::draw_bar(double step_loss, double wall) {
@@ -444,9 +457,9 @@ void Finetuning::draw_bar(double step_loss, double wall) {
   last_bar = std::chrono::steady_clock::now();
   std::cerr << "\r" << progress_bar(step, total) << " " << step << "/" << total << " epoch "
             << fixed(epochs_done(step), 2) << "/" << fixed(epochs_total, 2) << " loss "
-            << (std::isfinite(shown_loss) ? fixed(shown_loss) : fixed(step_loss)) << " " << static_cast<int>(seq_per_s())
-            << " seq/s " << clock_time(wall) << "<" << eta(wall, steps_run, total - first_step) << "\033[K"
-            << std::flush;
+            << (std::isfinite(shown_loss) ? fixed(shown_loss) : fixed(step_loss)) << " "
+            << static_cast<int>(seq_per_s()) << " seq/s " << clock_time(wall) << "<"
+            << eta(wall, steps_run, total - first_step) << "\033[K" << std::flush;
 }
 
 // After the loop: a range test's end, a signal's checkpoint, or the final model and summary.
@@ -477,13 +490,14 @@ FinetuneResult Finetuning::finish() {
   const TrainerState::Totals& t = st.totals;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.train_seq_per_s = static_cast<double>(t.seqs) / std::max(t.train_seconds, 1e-9);
-  nlohmann::ordered_json summary{{"steps", step},
-                                 {"train_seconds", t.train_seconds},
-                                 {"train_seq_per_s", res.train_seq_per_s},
-                                 {"mean_padded_length", static_cast<double>(t.padded_tokens) / std::max<int64_t>(t.seqs, 1)},
-                                 {"mean_length", static_cast<double>(t.real_tokens) / std::max<int64_t>(t.seqs, 1)},
-                                 {"last_eval", res.last_eval},
-                                 {"best_eval", res.best_eval}};
+  nlohmann::ordered_json summary{
+      {"steps", step},
+      {"train_seconds", t.train_seconds},
+      {"train_seq_per_s", res.train_seq_per_s},
+      {"mean_padded_length", static_cast<double>(t.padded_tokens) / std::max<int64_t>(t.seqs, 1)},
+      {"mean_length", static_cast<double>(t.real_tokens) / std::max<int64_t>(t.seqs, 1)},
+      {"last_eval", res.last_eval},
+      {"best_eval", res.best_eval}};
   log->log(nlohmann::ordered_json::array(), summary);
   write_file_atomic(o.output_dir + "/eval_results.json", summary.dump(2) + "\n");
   comm.barrier();

@@ -2,9 +2,9 @@
 // library callers alike): a value that is not finite or out of its range is an error naming the
 // flag and the value, before anything is read or written. Nothing is clamped.
 #pragma once
+#include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <charconv>
 #include <string>
 
 #include "bertcc/error.h"

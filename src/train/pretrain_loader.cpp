@@ -14,12 +14,12 @@ struct PretrainLoader::Loaded {
   int64_t slice[3] = {1, 0, 1};  // the step slice (per_step, first, count) the held rows serve
   std::string path;
   bool dynamic = false;
-  int64_t N = 0;                // the file's rows
-  bool all = true;              // every row read; else only `held`
-  std::vector<int64_t> held;    // the rows read (sorted), when not all of them: this rank's
-  PretrainShard masked;         // the rows read, in `held` order
+  int64_t N = 0;              // the file's rows
+  bool all = true;            // every row read; else only `held`
+  std::vector<int64_t> held;  // the rows read (sorted), when not all of them: this rank's
+  PretrainShard masked;       // the rows read, in `held` order
   UnmaskedShard unmasked;
-  std::vector<int64_t> order;   // row order for this epoch (the file's row numbers)
+  std::vector<int64_t> order;  // row order for this epoch (the file's row numbers)
   int64_t rows() const { return N; }
 };
 
@@ -137,8 +137,9 @@ BertBatch PretrainLoader::load(DataCursor& c, bool build, const Slice& step) {
       BERTCC_CHECK(it != l->held.end() && *it == r, l->path, ": row ", r, " was not read for this rank (loader bug)");
       r = it - l->held.begin();
     }
-  BertBatch b = l->dynamic ? DynamicMasker(masking_, seed_).make_batch(l->unmasked, local, static_cast<uint64_t>(c.epoch), &rows)
-                           : make_pretrain_batch(l->masked, local, l->path);
+  BertBatch b =
+      l->dynamic ? DynamicMasker(masking_, seed_).make_batch(l->unmasked, local, static_cast<uint64_t>(c.epoch), &rows)
+                 : make_pretrain_batch(l->masked, local, l->path);
   b.source = l->path;
   return b;
 }
@@ -177,9 +178,8 @@ std::vector<BertBatch> PretrainLoader::next_step(DataCursor& c, int64_t per_step
   step_key_[0] = per_step;
   step_key_[1] = first;
   step_key_[2] = count;
-  step_ahead_ = std::async(std::launch::async, [this, per_step, first, count]() {
-    return load_step(step_to_, per_step, first, count);
-  });
+  step_ahead_ = std::async(std::launch::async,
+                           [this, per_step, first, count]() { return load_step(step_to_, per_step, first, count); });
   has_step_ahead_ = true;
   return out;
 }

@@ -2,17 +2,16 @@
 // rate and the time left on a terminal, plain lines otherwise, and a closing block of metrics in
 // Hugging Face Trainer's layout ("***** train metrics *****", one "  key = value" per line).
 #pragma once
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <cstdlib>
-
-#include <unistd.h>
 
 namespace bertcc {
 
@@ -39,8 +38,8 @@ inline std::string clock_time(double seconds, bool fraction = false) {
     std::snprintf(b, sizeof b, "%lld:%02lld:%05.2f", static_cast<long long>(s / 3600),
                   static_cast<long long>(s / 60 % 60), seconds - static_cast<double>(s / 60 * 60));
   else if (s >= 3600)
-    std::snprintf(b, sizeof b, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60),
-                  static_cast<long long>(s % 60));
+    std::snprintf(b, sizeof b, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   else
     std::snprintf(b, sizeof b, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
   return b;
@@ -66,7 +65,8 @@ inline std::string progress_bar(int64_t done, int64_t total, int width = 30) {
 }
 
 // The closing block: the keys padded to one width, as the Trainer's log_metrics prints them.
-inline std::string metrics_block(const std::string& title, const std::vector<std::pair<std::string, std::string>>& rows) {
+inline std::string metrics_block(const std::string& title,
+                                 const std::vector<std::pair<std::string, std::string>>& rows) {
   size_t w = 0;
   for (const auto& [k, v] : rows) w = std::max(w, k.size());
   std::string out = "***** " + title + " *****\n";

@@ -14,7 +14,8 @@ Optimizer parse_optimizer(const std::string& name) {
 }
 
 float pretrain_lr(Optimizer opt, float base, int64_t step, int64_t total, double warmup) {
-  return opt == Optimizer::Lamb ? poly_warmup_lr(base, step, total, warmup) : linear_warmup_lr(base, step, total, warmup);
+  return opt == Optimizer::Lamb ? poly_warmup_lr(base, step, total, warmup)
+                                : linear_warmup_lr(base, step, total, warmup);
 }
 
 // A trained model with its gradient synchroniser (host or device), moments and ZeRO-1 shards.
@@ -22,8 +23,8 @@ struct TrainStep::Model {
   Bert* m = nullptr;
   OptimizerState* moments = nullptr;
   const OptimizerShards* shards = nullptr;
-  std::unique_ptr<GradSync> sync;          // the host's
-  std::unique_ptr<DeviceGradSync> dsync;   // a device's
+  std::unique_ptr<GradSync> sync;         // the host's
+  std::unique_ptr<DeviceGradSync> dsync;  // a device's
 };
 
 TrainStep::TrainStep(dist::Communicator& comm, Backend& be, dist::DeviceCommunicator* dcomm, const dist::Options& dp,
@@ -134,8 +135,8 @@ void TrainStep::skip(double loss, double gnorm, int64_t label) {
   if (comm_.rank() == 0 && o_.on_skip) o_.on_skip(loss, gnorm);
   if (!ls_.dynamic || *ls_.scale <= 1.0) ++bad_run_;
   BERTCC_CHECK(bad_run_ < o_.max_nonfinite_steps, o_.who, ": ", bad_run_,
-               " consecutive steps with a non-finite loss or gradients (diverged at step ", label - bad_run_ + 2,
-               ") ", o_.diverged_note);
+               " consecutive steps with a non-finite loss or gradients (diverged at step ", label - bad_run_ + 2, ") ",
+               o_.diverged_note);
   if (ls_.dynamic) *ls_.scale = std::max(1.0, *ls_.scale / 2);
   *ls_.clean_steps = 0;
 }

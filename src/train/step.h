@@ -58,8 +58,8 @@ struct TrainStepOptions {
 
 // What a step did.
 struct StepResult {
-  double loss = 0;    // the caller's reduced loss
-  double gnorm = 0;   // the global gradient norm (before unscaling)
+  double loss = 0;       // the caller's reduced loss
+  double gnorm = 0;      // the global gradient norm (before unscaling)
   bool applied = false;  // false: a non-finite step, skipped
 };
 

@@ -9,19 +9,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "backend/backend.h"
 #include "bertcc/dist.h"
 #include "bertcc/electra.h"
 #include "bertcc/error.h"
-#include "bertcc/signals.h"
 #include "bertcc/fileio.h"
 #include "bertcc/model_dir.h"
 #include "bertcc/pretrain_data.h"
 #include "bertcc/run_lock.h"
 #include "bertcc/runtime.h"
+#include "bertcc/signals.h"
 #include "bertcc/tensorboard.h"
 #include "bertcc/tokenizer.h"
 #include "train/checkpoint.h"
@@ -39,15 +39,17 @@ namespace {
 // (sharing their embeddings; one optimizer over both, one global gradient norm).
 struct PretrainModels {
   bool electra = false;
-  std::unique_ptr<Bert> main, gen;  // BERT or the discriminator; the generator
-  AdamState opt, gen_opt;  // host form: fresh, loaded, then moved to the backend (moments_take)
+  std::unique_ptr<Bert> main, gen;      // BERT or the discriminator; the generator
+  AdamState opt, gen_opt;               // host form: fresh, loaded, then moved to the backend (moments_take)
   OptimizerState moments, gen_moments;  // where the backend computes
   std::vector<CheckpointPart> parts() {
     if (!electra) return {{"", main.get(), &opt}};
     return {{"discriminator", main.get(), &opt}, {"generator", gen.get(), &gen_opt}};
   }
   OptimizerState& moments_of(const CheckpointPart& p) { return p.opt == &opt ? moments : gen_moments; }
-  std::vector<Bert*> all() { return electra ? std::vector<Bert*>{main.get(), gen.get()} : std::vector<Bert*>{main.get()}; }
+  std::vector<Bert*> all() {
+    return electra ? std::vector<Bert*>{main.get(), gen.get()} : std::vector<Bert*>{main.get()};
+  }
 };
 
 // ELECTRA's counts over a step or an evaluation, summed over micro-batches and ranks.
@@ -81,7 +83,6 @@ void electra_metrics(const double* s, double disc_weight, const std::string& pre
   d[prefix + "replaced_fraction"] = ratio(s[6], s[2]);
 }
 
-
 // The newest OUTPUT/checkpoints/step_N with a config.json (ELECTRA: discriminator/config.json), or "".
 std::string newest_checkpoint_dir(const std::string& output_dir) {
   namespace fs = std::filesystem;
@@ -96,7 +97,8 @@ std::string newest_checkpoint_dir(const std::string& output_dir) {
         n.find_first_not_of("0123456789", 5) != std::string::npos)
       continue;
     const int64_t step = std::stoll(n.substr(5));
-    if (step > best && (fs::exists(e.path() / "config.json") || fs::exists(e.path() / "discriminator" / "config.json"))) {
+    if (step > best &&
+        (fs::exists(e.path() / "config.json") || fs::exists(e.path() / "discriminator" / "config.json"))) {
       best = step;
       dir = e.path().string();
     }
@@ -135,7 +137,6 @@ void check_shard_token_ids(const std::vector<std::string>& shards, int64_t vocab
 }
 }  // namespace
 
-
 namespace {
 
 // How often an evaluation saw each held-out sequence: --eval-batches may ask for more batches
@@ -148,13 +149,16 @@ struct EvalPass {
   // over before it reads)
   void add(int64_t epoch, int64_t rows) {
     seen += rows;
-    if (epoch == 0) first += rows;
-    else wrapped = true;
+    if (epoch == 0)
+      first += rows;
+    else
+      wrapped = true;
   }
   std::string note(int64_t micro) const {
     if (!wrapped || first == 0) return "";
     char b[200];
-    std::snprintf(b, sizeof b, "; the held-out set's %lld sequences were each seen %.2f times (--eval-batches %lld sees each once)",
+    std::snprintf(b, sizeof b,
+                  "; the held-out set's %lld sequences were each seen %.2f times (--eval-batches %lld sees each once)",
                   static_cast<long long>(first), static_cast<double>(seen) / static_cast<double>(first),
                   static_cast<long long>((first + micro - 1) / micro));
     return b;
@@ -186,8 +190,10 @@ void check_pretrain_options(const PretrainOptions& o) {
   check_positive("--bucket-cap-mb", o.dp.bucket_cap_mb);
   check_nonnegative("--watchdog-timeout", o.dp.watchdog_timeout);
   BERTCC_CHECK(!o.output_dir.empty(), "--output-dir is required");
-  for (const auto& [in, flag] : {std::pair{o.input_dir, "--input-dir"}, {o.eval_dir, "--eval-dir"},
-                                 {o.init_checkpoint, "--model"}, {o.vocab, "--vocab"}})
+  for (const auto& [in, flag] : {std::pair{o.input_dir, "--input-dir"},
+                                 {o.eval_dir, "--eval-dir"},
+                                 {o.init_checkpoint, "--model"},
+                                 {o.vocab, "--vocab"}})
     check_output_not_input(o.output_dir, "--output-dir", in, flag);
   BERTCC_CHECK(o.max_nonfinite_steps >= 1, "--max-nonfinite-steps must be >= 1");
   BERTCC_CHECK(!o.range_test || (!o.resume_from_checkpoint && !o.phase2),
@@ -311,8 +317,9 @@ void Pretraining::resolve_model_files() {
   if (o.init_checkpoint.empty() && config.empty()) {
     BERTCC_CHECK(!resume_dir.empty(), "pretrain: --config is required: a named config (", config_preset_names(),
                  ") or a config.json",
-                 o.resume_from_checkpoint ? std::string("; ") + o.output_dir + "/checkpoints holds no checkpoint to resume"
-                                          : std::string(" (or --model DIR to continue from a model)"));
+                 o.resume_from_checkpoint
+                     ? std::string("; ") + o.output_dir + "/checkpoints holds no checkpoint to resume"
+                     : std::string(" (or --model DIR to continue from a model)"));
     config = resume_electra ? resume_dir + "/discriminator/config.json" : resume_dir + "/config.json";
     if (resume_electra && generator_config.empty()) generator_config = resume_dir + "/generator/config.json";
     if (lead) std::cerr << "pretrain: model configuration from " << config << "\n";
@@ -348,9 +355,10 @@ void Pretraining::load_models() {
     const std::string disc_dir = o.init_checkpoint + "/discriminator";
     pm.electra = o.model_type == "electra" || (o.model_type.empty() && file_exists(disc_dir + "/config.json"));
     if (pm.electra) {
-      BERTCC_CHECK(file_exists(disc_dir) && file_exists(o.init_checkpoint + "/generator"), o.init_checkpoint,
-                   ": an ELECTRA --model (--init-checkpoint) is a folder with discriminator/ and generator/ (as a pre-training "
-                   "run writes)");
+      BERTCC_CHECK(
+          file_exists(disc_dir) && file_exists(o.init_checkpoint + "/generator"), o.init_checkpoint,
+          ": an ELECTRA --model (--init-checkpoint) is a folder with discriminator/ and generator/ (as a pre-training "
+          "run writes)");
       pm.main = load_model_dir(disc_dir, Heads::Discriminator);
       pm.gen = load_model_dir(o.init_checkpoint + "/generator", Heads::Generator);
     } else {
@@ -361,7 +369,8 @@ void Pretraining::load_models() {
     cfg.vocab_size = vocab->size();
     // ELECTRA when the config says so, or when the config itself came from an ELECTRA checkpoint (a
     // BERT --config given on ELECTRA checkpoints trains BERT, and the resume refuses them)
-    pm.electra = o.model_type.empty() ? cfg.electra() || (resume_electra && o.config.empty()) : o.model_type == "electra";
+    pm.electra =
+        o.model_type.empty() ? cfg.electra() || (resume_electra && o.config.empty()) : o.model_type == "electra";
     if (pm.electra) {
       cfg.model_type = "electra";
       BertConfig gcfg = generator_config.empty() ? electra_generator_config(cfg, o.generator_hidden_size)
@@ -437,8 +446,8 @@ void Pretraining::adopt_checkpoint_batch() {
     global_batch = st.global_batch;
     if (lead)
       std::cerr << "pretrain: the checkpoint's global batch is " << global_batch << " sequences: "
-                << "gradient accumulation set to " << A << " (" << W << " rank(s) x " << A << " x micro-batch "
-                << micro << ")\n";
+                << "gradient accumulation set to " << A << " (" << W << " rank(s) x " << A << " x micro-batch " << micro
+                << ")\n";
   } else if (lead) {
     std::cerr << "pretrain: warning: the checkpoint was written with a global batch of " << st.global_batch
               << " sequences, which " << W << " rank(s) with micro-batches of " << micro
@@ -460,7 +469,8 @@ void Pretraining::shard_and_report() {
     for (size_t i = 0; i < parts.size(); ++i) {
       const double full = 2.0 * 4 * static_cast<double>(parts[i].model->table().total()) / 1048576.0;
       full_mb += full;
-      own_mb += shards.empty() ? full : 2.0 * 4 * static_cast<double>(shards[i]->end(0) - shards[i]->begin(0)) / 1048576.0;
+      own_mb +=
+          shards.empty() ? full : 2.0 * 4 * static_cast<double>(shards[i]->end(0) - shards[i]->begin(0)) / 1048576.0;
     }
     std::cerr << "pretrain: optimizer moments " << own_mb << " MB on rank 0"
               << (!shards.empty() ? " (ZeRO-1: sharded over " + std::to_string(W) + " ranks; unsharded " +
@@ -537,7 +547,8 @@ void Pretraining::open_logs() {
   // Held-out evaluation: the first eval_batches micro-batches of the eval shards, dropout off;
   // batch b is evaluated by rank b % W and the sums are reduced, so every world size reports the
   // same metrics.
-  if (!o.eval_dir.empty() && !rt()) eval_loader = std::make_unique<PretrainLoader>(list_shards(o.eval_dir), micro, o.seed, mopt);
+  if (!o.eval_dir.empty() && !rt())
+    eval_loader = std::make_unique<PretrainLoader>(list_shards(o.eval_dir), micro, o.seed, mopt);
   eval_every = o.eval_freq > 0 ? o.eval_freq : o.num_steps_per_checkpoint;
 }
 
@@ -576,14 +587,16 @@ void Pretraining::evaluate_electra() {
   nlohmann::ordered_json d;
   electra_metrics(sums, o.disc_weight, "eval.", d);
   report_eval(d);
-  for (auto it = d.begin(); it != d.end(); ++it) tb->scalar("eval/" + it.key().substr(5), it.value().get<float>(), label());
-  std::printf("%seval at step %lld: loss %.4f, generator loss %.4f accuracy %.4f, discriminator loss %.4f accuracy "
-              "%.4f precision %.4f recall %.4f (%lld masked, %lld replaced%s)\n",
-              interactive_terminal(1) ? "\n" : "", static_cast<long long>(label()), d["eval.loss"].get<double>(),
-              d["eval.generator_loss"].get<double>(), d["eval.generator_accuracy"].get<double>(),
-              d["eval.discriminator_loss"].get<double>(), d["eval.discriminator_accuracy"].get<double>(),
-              d["eval.discriminator_precision"].get<double>(), d["eval.discriminator_recall"].get<double>(),
-              static_cast<long long>(sums[2]), static_cast<long long>(sums[6]), pass.note(micro).c_str());
+  for (auto it = d.begin(); it != d.end(); ++it)
+    tb->scalar("eval/" + it.key().substr(5), it.value().get<float>(), label());
+  std::printf(
+      "%seval at step %lld: loss %.4f, generator loss %.4f accuracy %.4f, discriminator loss %.4f accuracy "
+      "%.4f precision %.4f recall %.4f (%lld masked, %lld replaced%s)\n",
+      interactive_terminal(1) ? "\n" : "", static_cast<long long>(label()), d["eval.loss"].get<double>(),
+      d["eval.generator_loss"].get<double>(), d["eval.generator_accuracy"].get<double>(),
+      d["eval.discriminator_loss"].get<double>(), d["eval.discriminator_accuracy"].get<double>(),
+      d["eval.discriminator_precision"].get<double>(), d["eval.discriminator_recall"].get<double>(),
+      static_cast<long long>(sums[2]), static_cast<long long>(sums[6]), pass.note(micro).c_str());
   std::fflush(stdout);
 }
 
@@ -681,12 +694,12 @@ void Pretraining::make_step() {
     step->add_model(*parts[i].model, pm.moments_of(parts[i]), i < shards.size() ? shards[i].get() : nullptr,
                     !pm.electra);
   if (lead && dev && (W > 1 || dcomm))
-    std::cerr << "pretrain: gradients reduced " << (dcomm ? dcomm->route()
-                                                           : std::string("through the host (") + comm.name() + ")")
+    std::cerr << "pretrain: gradients reduced "
+              << (dcomm ? dcomm->route() : std::string("through the host (") + comm.name() + ")")
               << (dcomm && o.dp.allreduce_dtype != "fp32" ? ", " + o.dp.allreduce_dtype + " on the wire" : "")
-              << (step->overlapping()
-                      ? ", in buckets of " + (std::ostringstream() << o.dp.bucket_cap_mb).str() + " MB started during backward"
-                      : "")
+              << (step->overlapping() ? ", in buckets of " + (std::ostringstream() << o.dp.bucket_cap_mb).str() +
+                                            " MB started during backward"
+                                      : "")
               << "\n";
 }
 
@@ -711,7 +724,7 @@ bool Pretraining::train_step() {
   if (head[2] > 0) return false;
   st.cursor = next_cursor;
   if (!memory_checked && !batches.empty()) {  // the sequence length is the shards'
-    if (!dev) {  // (a device's allocations say themselves when they do not fit)
+    if (!dev) {                               // (a device's allocations say themselves when they do not fit)
       const std::vector<Bert*> models = pm.all();
       check_training_memory(std::vector<const Bert*>(models.begin(), models.end()), batches[0].B, batches[0].T, prec,
                             "pretrain");
@@ -749,9 +762,9 @@ bool Pretraining::train_step() {
     nsp_loss = pm.electra ? loss_sums[1] / std::max(1.0, head[1]) : loss_sums[1] / static_cast<double>(global_batch);
     return pm.electra ? mlm_loss + o.disc_weight * nsp_loss : mlm_loss + nsp_loss;
   };
-  const float lr = rt() ? rt()->lr(st.step)
-                        : pretrain_lr(optimizer, static_cast<float>(o.learning_rate), st.step, o.max_steps,
-                                      o.warmup_proportion);
+  const float lr =
+      rt() ? rt()->lr(st.step)
+           : pretrain_lr(optimizer, static_cast<float>(o.learning_rate), st.step, o.max_steps, o.warmup_proportion);
   const StepResult r = step->run(A, micro_batch, reduce_loss, lr, watchdog.get(), label());
   allreduce_seconds += step->take_wait_seconds();
   ++allreduce_steps;
@@ -762,7 +775,8 @@ bool Pretraining::train_step() {
     range_ended = !rt()->after_step(st.step, lr, r.loss);
     return true;
   }
-  if (lead && (st.step % o.log_freq == 0 || st.step == o.max_steps)) log_step(r.loss, mlm_loss, nsp_loss, loss_sums, lr);
+  if (lead && (st.step % o.log_freq == 0 || st.step == o.max_steps))
+    log_step(r.loss, mlm_loss, nsp_loss, loss_sums, lr);
   if (o.num_steps_per_checkpoint > 0 && st.step % o.num_steps_per_checkpoint == 0 && st.step < o.max_steps) save();
   watchdog->beat("evaluation", label());
   if (eval_loader && eval_every > 0 && st.step % eval_every == 0 && st.step < o.max_steps) evaluate();
@@ -798,7 +812,8 @@ void Pretraining::log_step(double step_loss, double mlm_loss, double nsp_loss, c
       tb->scalar("train/" + it.key(), it.value().get<float>(), label());
   char line[240];
   if (pm.electra)
-    std::snprintf(line, sizeof line, "step %lld/%lld loss %.4f (gen %.4f acc %.3f, disc %.4f acc %.3f) lr %.3g %.1f seq/s",
+    std::snprintf(line, sizeof line,
+                  "step %lld/%lld loss %.4f (gen %.4f acc %.3f, disc %.4f acc %.3f) lr %.3g %.1f seq/s",
                   static_cast<long long>(st.step), static_cast<long long>(o.max_steps), step_loss, mlm_loss,
                   d["generator_accuracy"].get<double>(), nsp_loss, d["discriminator_accuracy"].get<double>(), lr, sps);
   else
@@ -827,9 +842,10 @@ void Pretraining::finish(bool stopped) {
   // The last steps were skipped as non-finite: the run diverged, though too late for
   // --max-nonfinite-steps to stop it; no evaluation, no final model, and exit 1.
   const int64_t bad = stopped ? 0 : step->nonfinite_run();
-  BERTCC_CHECK(bad == 0, "pretrain: the run diverged at step ", label() - bad + 1, " (the last ", bad,
-               " step(s) had a non-finite loss or gradients); stopping without a final model: the newest checkpoint in ",
-               o.output_dir, "/checkpoints is the last good state");
+  BERTCC_CHECK(
+      bad == 0, "pretrain: the run diverged at step ", label() - bad + 1, " (the last ", bad,
+      " step(s) had a non-finite loss or gradients); stopping without a final model: the newest checkpoint in ",
+      o.output_dir, "/checkpoints is the last good state");
   if (eval_loader && st.step >= o.max_steps) evaluate();
   save();
   if (lead) {
@@ -854,7 +870,8 @@ void Pretraining::finish(bool stopped) {
       std::string out = metrics_block("train metrics", rows);
       if (last_eval.is_object()) {
         std::vector<std::pair<std::string, std::string>> ev;
-        for (const auto& [k, v] : last_eval.items()) ev.push_back({k, v.is_number_float() ? fixed(v.get<double>()) : v.dump()});
+        for (const auto& [k, v] : last_eval.items())
+          ev.push_back({k, v.is_number_float() ? fixed(v.get<double>()) : v.dump()});
         out += metrics_block("eval metrics", ev);
       }
       if (st.step >= o.max_steps)

@@ -17,9 +17,9 @@
 #include "bertcc/optim.h"
 #include "bertcc/params.h"
 #include "bertcc/rng.h"
+#include "cuda/attention/cudnn_graphs.h"
 #include "cuda/attention/varlen.h"
 #include "cuda/cuda_kernels.h"
-#include "cuda/attention/cudnn_graphs.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
@@ -396,8 +396,11 @@ void test_rows() {
   // are the format's business: non-finite gradients are caught by their value)
   std::vector<float> w16 = randv(4097, -7e4f, 7e4f);
   for (size_t i = 0; i < 1000; ++i) w16[i] = std::ldexp(w16[i] / 7e4f, -static_cast<int>(i % 40));
-  const float specials[] = {0.0f, -0.0f, 65504.0f, 65520.0f, -65536.0f, 1e-8f, 5.9604645e-08f, 2.9802322e-08f,
-                            1.0009765625f + 0.00048828125f, 3.0e38f, INFINITY, -INFINITY, 1.00390625f};
+  const float specials[] = {0.0f,           -0.0f,          65504.0f,
+                            65520.0f,       -65536.0f,      1e-8f,
+                            5.9604645e-08f, 2.9802322e-08f, 1.0009765625f + 0.00048828125f,
+                            3.0e38f,        INFINITY,       -INFINITY,
+                            1.00390625f};
   for (size_t i = 0; i < sizeof specials / sizeof specials[0]; ++i) w16[1000 + i] = specials[i];
   for (bool bf : {true, false}) {
     const std::string tag = bf ? " bf16" : " fp16";
@@ -423,17 +426,16 @@ void test_xent() {
     auto labels = randi(N, static_cast<int32_t>(V));
     labels[2] = labels[20] = -1;  // ignored rows
     labels[5] = 7;
-    logits[5 * V + 7] = 50.0f;  // a row whose prediction is right
+    logits[5 * V + 7] = 50.0f;                      // a row whose prediction is right
     logits[6 * V + 3] = logits[6 * V + 9] = 60.0f;  // ties: the first maximum counts
     labels[6] = 9;
     std::vector<float> g = logits, losses(N);
     int64_t correct = 0, gcorrect = 0;
-    const int64_t valid = K::softmax_xent_forward_backward(g.data(), losses.data(), labels.data(), N, V, -1, 0.25f,
-                                                           &correct);
+    const int64_t valid =
+        K::softmax_xent_forward_backward(g.data(), losses.data(), labels.data(), N, V, -1, 0.25f, &correct);
     Dev<float> gl(logits), glosses(N);
     Dev<int32_t> glabels(labels);
-    const int64_t gvalid =
-        G::softmax_xent_forward_backward(gl.p, glosses.p, glabels.p, N, V, -1, 0.25f, &gcorrect);
+    const int64_t gvalid = G::softmax_xent_forward_backward(gl.p, glosses.p, glabels.p, N, V, -1, 0.25f, &gcorrect);
     const std::string tag = " V=" + std::to_string(V);
     check("softmax_xent losses" + tag, losses, glosses.back(), 1e-5);
     check("softmax_xent gradient" + tag, g, gl.back(), 1e-5);
@@ -449,10 +451,11 @@ void test_gemm() {
     bool bias, acc;
     float alpha;
   };
-  const Case cases[] = {{false, false, 67, 45, 93, 1, false, false, 1.0f}, {false, true, 67, 45, 93, 1, true, false, 1.0f},
-                        {true, false, 67, 45, 93, 1, false, true, 1.0f},  {true, true, 31, 129, 17, 1, false, true, 0.5f},
-                        {false, true, 37, 37, 64, 6, false, false, 0.125f}, {true, false, 37, 64, 37, 6, false, true, 1.0f},
-                        {false, true, 256, 768, 768, 1, true, false, 1.0f}};
+  const Case cases[] = {
+      {false, false, 67, 45, 93, 1, false, false, 1.0f},  {false, true, 67, 45, 93, 1, true, false, 1.0f},
+      {true, false, 67, 45, 93, 1, false, true, 1.0f},    {true, true, 31, 129, 17, 1, false, true, 0.5f},
+      {false, true, 37, 37, 64, 6, false, false, 0.125f}, {true, false, 37, 64, 37, 6, false, true, 1.0f},
+      {false, true, 256, 768, 768, 1, true, false, 1.0f}};
   // fp16: both sides round A and B to fp16 and sum exact products in fp32 (summation order apart)
   auto pname = [](Precision p) { return p == Precision::BF16 ? "bf16" : p == Precision::F16 ? "fp16" : "fp32"; };
   auto ptol = [](Precision p) { return p == Precision::BF16 ? 1e-2 : p == Precision::F16 ? 1e-3 : 1e-5; };
@@ -489,9 +492,9 @@ void test_gemm() {
       d.bias = c.bias ? gbias.p : nullptr;
       G::gemm(d, p);
       char name[160];
-      std::snprintf(name, sizeof name, "gemm %s %c%c %ldx%ldx%ld batch %ld%s%s alpha %g",
-                    pname(p), c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', long(c.M), long(c.N),
-                    long(c.K), long(c.batch), c.bias ? " bias" : "", c.acc ? " acc" : "", double(c.alpha));
+      std::snprintf(name, sizeof name, "gemm %s %c%c %ldx%ldx%ld batch %ld%s%s alpha %g", pname(p), c.ta ? 'T' : 'N',
+                    c.tb ? 'T' : 'N', long(c.M), long(c.N), long(c.K), long(c.batch), c.bias ? " bias" : "",
+                    c.acc ? " acc" : "", double(c.alpha));
       check(name, Cc, gC.back(), ptol(p));
     }
     // Linear layer forward and backward (with the bf16 weight copy given)
@@ -573,7 +576,8 @@ void test_gemm() {
     {  // the backward writing dx (beta 0) = adding it to zeros
       Dev<float> gz(M * Kd), gg(std::vector<float>(M * Kd, 7.0f)), gdW5(N * Kd), gdb5(N);
       G::linear_backward(gz.p, gdW5.p, gdb5.p, gdy.p, gx.p, gW.p, M, N, Kd, p, gw16);
-      G::linear_backward(gg.p, gdW5.p, gdb5.p, gdy.p, gx.p, gW.p, M, N, Kd, p, gw16, nullptr, nullptr, /*overwrite_dx=*/true);
+      G::linear_backward(gg.p, gdW5.p, gdb5.p, gdy.p, gx.p, gW.p, M, N, Kd, p, gw16, nullptr, nullptr,
+                         /*overwrite_dx=*/true);
       check_equal("linear_backward dx overwrite = added to zeros" + tag, gz.back(), gg.back());
     }
   }
@@ -584,10 +588,9 @@ void test_attention() {
     int64_t B, T, NH, HS;
     float p;
   };
-  const Case cases[] = {{3, 37, 3, 64, 0.0f}, {2, 77, 2, 64, 0.1f}, {2, 130, 2, 128, 0.0f},
-                        {1, 97, 3, 128, 0.1f}, {3, 19, 5, 16, 0.1f}, {3, 23, 3, 12, 0.1f},
-                        {2, 45, 2, 48, 0.0f},  {1, 512, 2, 64, 0.1f}, {2, 72, 2, 64, 0.1f},
-                        {1, 36, 2, 128, 0.1f}};
+  const Case cases[] = {{3, 37, 3, 64, 0.0f}, {2, 77, 2, 64, 0.1f}, {2, 130, 2, 128, 0.0f}, {1, 97, 3, 128, 0.1f},
+                        {3, 19, 5, 16, 0.1f}, {3, 23, 3, 12, 0.1f}, {2, 45, 2, 48, 0.0f},   {1, 512, 2, 64, 0.1f},
+                        {2, 72, 2, 64, 0.1f}, {1, 36, 2, 128, 0.1f}};
   for (const Case& c : cases) {
     const int64_t B = c.B, T = c.T, NH = c.NH, C = NH * c.HS;
     auto qkv = randv(B * T * 3 * C, -2, 2), dout = randv(B * T * C);
@@ -603,7 +606,8 @@ void test_attention() {
                            prec);
       // outputs poisoned with NaN: every element must be written
       const std::vector<float> nan_out(B * T * C, NAN), nan_d(B * T * 3 * C, NAN);
-      Dev<float> gqkv(qkv), gmask(mask), gdout(dout), gout(nan_out), glse(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, c.p > 0, prec))), gd(nan_d),
+      Dev<float> gqkv(qkv), gmask(mask), gdout(dout), gout(nan_out),
+          glse(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, c.p > 0, prec))), gd(nan_d),
           gwork(static_cast<size_t>(G::attention_backward_work_size(B, T, NH)));
       G::attention_forward(gout.p, glse.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, base, prec);
       if (prec == Precision::BF16) {  // the output's bf16 rounding from the kernel, with and without out
@@ -619,8 +623,7 @@ void test_attention() {
         check_equal("attention forward bf16 copy = rounding of out, " + at, want, g16.back());
         G::attention_forward(nullptr, glse2.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, base, prec, g16only.p);
         check_equal("attention forward bf16 copy alone, " + at, want, g16only.back());
-        check_equal("attention forward bf16 copy alone: saved buffer, " + at, glse.back(),
-                    glse2.back());
+        check_equal("attention forward bf16 copy alone: saved buffer, " + at, glse.back(), glse2.back());
       }
       // bf16: the backward reads the operands the forward saved, not qkv (null here, and on the CPU)
       const float* bqkv = prec == Precision::BF16 ? nullptr : gqkv.p;
@@ -628,7 +631,9 @@ void test_attention() {
                             probs.data(), B, T, C, NH, c.p, prec);
       G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, nullptr, glse.p, gmask.p, B, T, C, NH, c.p, rng, base,
                             prec);
-      const char* pn = prec == Precision::BF16 ? "bf16 (Tensor Cores)" : prec == Precision::F16 ? "fp16 (Tensor Cores)" : "fp32";
+      const char* pn = prec == Precision::BF16  ? "bf16 (Tensor Cores)"
+                       : prec == Precision::F16 ? "fp16 (Tensor Cores)"
+                                                : "fp32";
       char name[160];
       std::snprintf(name, sizeof name, "attention B%ld T%ld NH%ld HS%ld p%.1f vs CPU %s", long(B), long(T), long(NH),
                     long(c.HS), double(c.p), pn);
@@ -661,8 +666,8 @@ void test_attention() {
         Dev<float> gow(ow), gd16(nan_d);
         G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gow.p, nullptr, glse.p, gmask.p, B, T, C, NH, c.p, rng,
                               base, prec);
-        G::attention_backward(gd16.p, gwork.p, gdout.p, bqkv, nullptr, gout16.p, glse.p, gmask.p, B, T, C, NH, c.p,
-                              rng, base, prec);
+        G::attention_backward(gd16.p, gwork.p, gdout.p, bqkv, nullptr, gout16.p, glse.p, gmask.p, B, T, C, NH, c.p, rng,
+                              base, prec);
         const auto g16 = gd16.back();
         check_equal(std::string(name) + " dqkv from the output's bf16 rounding = from its widened values", gd.back(),
                     g16);
@@ -670,8 +675,8 @@ void test_attention() {
         // with dqkv's rounding written by the kernels too: the same dqkv, and its roundings
         Dev<float> gd3(nan_d);
         Dev<bf16_t> gdq16(static_cast<size_t>(B * T * 3 * C));
-        G::attention_backward(gd3.p, gwork.p, gdout.p, bqkv, nullptr, gout16.p, glse.p, gmask.p, B, T, C, NH, c.p,
-                              rng, base, prec, gdq16.p);
+        G::attention_backward(gd3.p, gwork.p, gdout.p, bqkv, nullptr, gout16.p, glse.p, gmask.p, B, T, C, NH, c.p, rng,
+                              base, prec, gdq16.p);
         check_equal(std::string(name) + " dqkv with its bf16 copy", g16, gd3.back());
         std::vector<bf16_t> want16(g16.size());
         for (size_t i = 0; i < g16.size(); ++i) want16[i] = f32_to_bf16(g16[i]);
@@ -726,13 +731,15 @@ void test_attention_padding() {
       std::vector<float> res[2];
       for (int skip = 0; skip < 2; ++skip) {
         G::set_attention_skip_padding(skip == 1);
-        Dev<float> gout(nan_out), gd(nan_d), glse(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, c.p > 0, prec)));
+        Dev<float> gout(nan_out), gd(nan_d),
+            glse(static_cast<size_t>(G::attention_saved_size(B, T, C, NH, c.p > 0, prec)));
         G::attention_forward(gout.p, glse.p, gqkv.p, gmask.p, B, T, C, NH, c.p, rng, 1000, prec);
         G::attention_backward(gd.p, gwork.p, gdout.p, bqkv, gout.p, nullptr, glse.p, gmask.p, B, T, C, NH, c.p, rng,
                               1000, prec);
         const auto o = gout.back(), l = glse.back(), d = gd.back();
         res[skip] = o;
-        res[skip].insert(res[skip].end(), l.begin(), l.begin() + B * NH * T);  // lse (not the decisions: skipped tiles' are unwritten)
+        res[skip].insert(res[skip].end(), l.begin(),
+                         l.begin() + B * NH * T);  // lse (not the decisions: skipped tiles' are unwritten)
         res[skip].insert(res[skip].end(), d.begin(), d.end());
       }
       G::set_attention_skip_padding(true);
@@ -756,9 +763,12 @@ void test_attention_varlen() {
     float p;
     std::vector<int64_t> lens;
   };
-  const Case cases[] = {{2, 64, 0.1f, {7, 1, 37, 16, 3}},   {2, 64, 0.0f, {7, 1, 37, 16, 3}},
-                        {4, 64, 0.1f, {200, 1, 384, 129}}, {2, 128, 0.1f, {33, 5, 96, 64}},
-                        {3, 32, 0.0f, {70, 1, 129}},       {2, 16, 0.1f, {19, 65}},
+  const Case cases[] = {{2, 64, 0.1f, {7, 1, 37, 16, 3}},
+                        {2, 64, 0.0f, {7, 1, 37, 16, 3}},
+                        {4, 64, 0.1f, {200, 1, 384, 129}},
+                        {2, 128, 0.1f, {33, 5, 96, 64}},
+                        {3, 32, 0.0f, {70, 1, 129}},
+                        {2, 16, 0.1f, {19, 65}},
                         {12, 64, 0.1f, {128}}};
   const Rng rng(79, 0);
   const uint64_t base = 1000;
@@ -773,7 +783,8 @@ void test_attention_varlen() {
     // the saved buffer and its slices as Backend's default lays them out
     std::vector<int64_t> off(B + 1, 0);
     for (int64_t b = 0; b < B; ++b)
-      off[b + 1] = off[b] + (G::attention_saved_size(1, c.lens[b], C, NH, c.p > 0, Precision::BF16, true) + 15) / 16 * 16;
+      off[b + 1] =
+          off[b] + (G::attention_saved_size(1, c.lens[b], C, NH, c.p > 0, Precision::BF16, true) + 15) / 16 * 16;
     const std::vector<float> nan_out(N * C, NAN), nan_d(N * 3 * C, NAN), nan_saved(off[B], NAN);
     const std::vector<bf16_t> nan16(N * C, 0xFFFF), nan16d(N * 3 * C, 0xFFFF);
     Dev<bf16_t> gq16(q16);
@@ -807,8 +818,8 @@ void test_attention_varlen() {
       for (bf16_t x : o16) res[form].push_back(static_cast<float>(x));
       for (bf16_t x : d16) res[form].push_back(static_cast<float>(x));
       if (form == 1) {
-        std::vector<float> cout(N * C), csaved(K::attention_varlen_saved_size(cu.data(), B, C, NH, c.p > 0, Precision::BF16)),
-            cd(N * 3 * C);
+        std::vector<float> cout(N * C),
+            csaved(K::attention_varlen_saved_size(cu.data(), B, C, NH, c.p > 0, Precision::BF16)), cd(N * 3 * C);
         K::attention_varlen_forward(cout.data(), csaved.data(), qkv.data(), cu.data(), B, C, NH, c.p, rng, base,
                                     Precision::BF16);
         K::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, c.p,
@@ -857,7 +868,8 @@ void test_attention_varlen_backend() {
             saved(static_cast<size_t>(be.attention_varlen_saved_size(cu.data(), B, C, NH, true, prec, bf))),
             work(static_cast<size_t>(be.attention_varlen_work_size(cu.data(), B, C, NH)));
         if (form == 1) {
-          be.attention_varlen_forward(out.p, nullptr, saved.p, work.p, fq, hq, cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
+          be.attention_varlen_forward(out.p, nullptr, saved.p, work.p, fq, hq, cu.data(), B, C, NH, 0.1f, rng, 1000,
+                                      prec);
           be.attention_varlen_backward(dq.p, nullptr, work.p, gdout.p, fq, hq, out.p, nullptr, saved.p, cu.data(), B, C,
                                        NH, 0.1f, rng, 1000, prec);
         } else {
@@ -874,7 +886,8 @@ void test_attention_varlen_backend() {
         std::vector<float> cout(N * C), csaved(K::attention_varlen_saved_size(cu.data(), B, C, NH, true, prec)),
             cd(N * 3 * C);
         K::attention_varlen_forward(cout.data(), csaved.data(), qkv.data(), cu.data(), B, C, NH, 0.1f, rng, 1000, prec);
-        K::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, 0.1f, prec);
+        K::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, 0.1f,
+                                     prec);
         cout.insert(cout.end(), cd.begin(), cd.end());
         char what[160];
         std::snprintf(what, sizeof what, "attention varlen backend fp32 lengths %ld,%ld,%ld vs CPU", long(lens[0]),
@@ -883,7 +896,10 @@ void test_attention_varlen_backend() {
       }
       char name[160];
       std::snprintf(name, sizeof name, "attention varlen backend %s lengths %ld,%ld,%ld = default",
-                    bf ? "bf16" : prec == Precision::F16 ? "fp16" : "fp32", long(lens[0]), long(lens[1]), long(lens[2]));
+                    bf                       ? "bf16"
+                    : prec == Precision::F16 ? "fp16"
+                                             : "fp32",
+                    long(lens[0]), long(lens[1]), long(lens[2]));
       check_equal(name, res[0], res[1]);
     }
 }
@@ -929,8 +945,8 @@ void test_attention_cudnn() {
         for (const bool inference : {false, true})
           if (path == 1 && taken &&
               !G::attention_cudnn_takes(B, T, C, NH, inference ? 0.0f : p, Precision::BF16, gq16.p, true, inference)) {
-            std::printf("attention cudnn hs %ld p %.1f: cuDNN does not take the %s shape (said above)  FAIL\n", long(hs),
-                        p, inference ? "inference" : "training");
+            std::printf("attention cudnn hs %ld p %.1f: cuDNN does not take the %s shape (said above)  FAIL\n",
+                        long(hs), p, inference ? "inference" : "training");
             ++g_failures, ++g_checks;
             taken = false;
           }
@@ -1026,43 +1042,43 @@ void test_optim() {
   // which: LAMB, AdamW; shard: the whole buffer, or (ZeRO-1) the moments of the tensors from
   // frozen.weight on only, with the global norm given, the parameters before it left alone
   for (int shard = 0; shard < 2; ++shard)
-  for (int which = 0; which < 2; ++which) {
-    const size_t b = shard ? t.at("frozen.weight").offset : 0, e = shard ? n : 0, own = shard ? n - b : n;
-    auto w = randv(n);
-    AdamState cs;
-    cs.begin = b;
-    cs.end = e;
-    G::DeviceAdamState gs;
-    gs.begin = b;
-    gs.end = e;
-    Dev<float> gw(w), gm(own), gv(own);
-    gs.m = gm.p;
-    gs.v = gv.p;
-    LambOptions lo;
-    lo.max_grad_norm = 1.0f;
-    AdamWOptions ao;
-    ao.max_grad_norm = 1.0f;
-    const std::string name = std::string(which == 0 ? "lamb" : "adamw") + (shard ? " (ZeRO-1 shard)" : "");
-    for (int step = 0; step < 3; ++step) {
-      auto g = randv(n, -0.5f, 0.5f);  // norm above 1: clipping is on
-      const double given = shard ? global_norm(g.data(), n) : -1.0;
-      const float lr = 1e-2f * static_cast<float>(step + 1);  // a new rate each step (the plan is kept)
-      Dev<float> gg(g);
-      double c_norm, g_norm;
-      if (which == 0) {
-        c_norm = lamb_step(t, w.data(), g.data(), cs, lr, lo, given);
-        g_norm = G::lamb_step(t, gw.p, gg.p, gs, lr, lo, given);
-      } else {
-        c_norm = adamw_step(t, w.data(), g.data(), cs, lr, ao, given);
-        g_norm = G::adamw_step(t, gw.p, gg.p, gs, lr, ao, given);
+    for (int which = 0; which < 2; ++which) {
+      const size_t b = shard ? t.at("frozen.weight").offset : 0, e = shard ? n : 0, own = shard ? n - b : n;
+      auto w = randv(n);
+      AdamState cs;
+      cs.begin = b;
+      cs.end = e;
+      G::DeviceAdamState gs;
+      gs.begin = b;
+      gs.end = e;
+      Dev<float> gw(w), gm(own), gv(own);
+      gs.m = gm.p;
+      gs.v = gv.p;
+      LambOptions lo;
+      lo.max_grad_norm = 1.0f;
+      AdamWOptions ao;
+      ao.max_grad_norm = 1.0f;
+      const std::string name = std::string(which == 0 ? "lamb" : "adamw") + (shard ? " (ZeRO-1 shard)" : "");
+      for (int step = 0; step < 3; ++step) {
+        auto g = randv(n, -0.5f, 0.5f);  // norm above 1: clipping is on
+        const double given = shard ? global_norm(g.data(), n) : -1.0;
+        const float lr = 1e-2f * static_cast<float>(step + 1);  // a new rate each step (the plan is kept)
+        Dev<float> gg(g);
+        double c_norm, g_norm;
+        if (which == 0) {
+          c_norm = lamb_step(t, w.data(), g.data(), cs, lr, lo, given);
+          g_norm = G::lamb_step(t, gw.p, gg.p, gs, lr, lo, given);
+        } else {
+          c_norm = adamw_step(t, w.data(), g.data(), cs, lr, ao, given);
+          g_norm = G::adamw_step(t, gw.p, gg.p, gs, lr, ao, given);
+        }
+        const std::string tag = name + " step " + std::to_string(step + 1);
+        check(tag + " gradient norm", {static_cast<float>(c_norm)}, {static_cast<float>(g_norm)}, 1e-6);
+        check(tag + " parameters", w, gw.back(), 1e-5);
       }
-      const std::string tag = name + " step " + std::to_string(step + 1);
-      check(tag + " gradient norm", {static_cast<float>(c_norm)}, {static_cast<float>(g_norm)}, 1e-6);
-      check(tag + " parameters", w, gw.back(), 1e-5);
+      check(name + " first moment", cs.m, gm.back(), 1e-5);
+      check(name + " second moment", cs.v, gv.back(), 1e-5);
     }
-    check(name + " first moment", cs.m, gm.back(), 1e-5);
-    check(name + " second moment", cs.v, gv.back(), 1e-5);
-  }
   // the device keeps a table's chunk plan between steps: a table changed in place (the same
   // address: a tensor's learning-rate factor, a tensor frozen) must get a new one
   for (int which = 0; which < 2; ++which) {
@@ -1200,8 +1216,8 @@ void test_graphs() {
   Backend& be = backend_for("cuda:" + std::to_string(g_device));
   // the shapes in order: 4 x 40 three times (run, record, replay), new inputs, another shape, back,
   // a larger shape (the arena grows: the record is dropped), back twice (run, record again)
-  const std::vector<std::pair<int64_t, uint32_t>> plan = {{4, 1}, {4, 2}, {4, 3}, {4, 4}, {2, 5}, {4, 6},
-                                                          {9, 7}, {4, 8}, {4, 9}, {4, 10}};
+  const std::vector<std::pair<int64_t, uint32_t>> plan = {{4, 1}, {4, 2}, {4, 3}, {4, 4}, {2, 5},
+                                                          {4, 6}, {9, 7}, {4, 8}, {4, 9}, {4, 10}};
   for (Precision prec : {Precision::F32, Precision::BF16}) {
     const std::string pn = prec == Precision::BF16 ? " bf16" : " fp32";
     Bert eager(c, Heads::SequenceClassification), recorded(c, Heads::SequenceClassification);
@@ -1310,7 +1326,8 @@ void test_uploads() {
   // while they still run (cudaMemcpy from pageable memory would have waited for them).
   {
     const int64_t n = 4096;
-    Dev<float> A(randv(static_cast<size_t>(n * n))), B(randv(static_cast<size_t>(n * n))), C(static_cast<size_t>(n * n));
+    Dev<float> A(randv(static_cast<size_t>(n * n))), B(randv(static_cast<size_t>(n * n))),
+        C(static_cast<size_t>(n * n));
     const std::vector<float> small = randv(1024);
     Dev<float> d(small.size());
     G::synchronize();
@@ -1331,8 +1348,10 @@ int main(int argc, char** argv) {
   int device = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc) device = std::atoi(argv[++i]);
-    else if (a == "--filter" && i + 1 < argc) g_filter = argv[++i];
+    if (a == "--device" && i + 1 < argc)
+      device = std::atoi(argv[++i]);
+    else if (a == "--filter" && i + 1 < argc)
+      g_filter = argv[++i];
     else {
       std::fprintf(stderr, "usage: test_cuda_kernels [--device N] [--filter SUBSTRING]\n");
       return 2;

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "bertcc/rng.h"
-#include "cuda/cuda_kernels.h"
 #include "cuda/attention/cudnn_graphs.h"
+#include "cuda/cuda_kernels.h"
 
 using namespace bertcc;
 namespace G = bertcc::cuda;
@@ -142,8 +142,10 @@ void check_train(long B, long T, long NH, long HS, const std::vector<int32_t>& q
   }
   auto dev = [](const void* host, size_t bytes) {
     void* d = G::alloc(bytes);
-    if (host) G::copy_to_device(d, host, bytes);
-    else G::zero(d, bytes);
+    if (host)
+      G::copy_to_device(d, host, bytes);
+    else
+      G::zero(d, bytes);
     return d;
   };
   auto* d_qkv = static_cast<bf16_t*>(dev(qkv.data(), qkv.size() * sizeof(bf16_t)));
@@ -157,7 +159,8 @@ void check_train(long B, long T, long NH, long HS, const std::vector<int32_t>& q
   std::string why;
   bool ran = D::sdpa_train_forward_bf16(d_out, d_stats, d_qkv, d_lq, d_lkv, d_mask, p, B, T, NH, HS, &why);
   const bool fwd_ran = ran;
-  if (ran) ran = D::sdpa_backward_bf16(d_dqkv, d_qkv, d_out, d_dout, d_stats, d_lq, d_lkv, d_mask, p, B, T, NH, HS, &why);
+  if (ran)
+    ran = D::sdpa_backward_bf16(d_dqkv, d_qkv, d_out, d_dout, d_stats, d_lq, d_lkv, d_mask, p, B, T, NH, HS, &why);
   std::vector<bf16_t> out(B * T * C), dqkv(qkv.size());
   std::vector<float> stats(B * NH * T);
   if (fwd_ran) {
@@ -166,9 +169,9 @@ void check_train(long B, long T, long NH, long HS, const std::vector<int32_t>& q
     G::copy_to_host(stats.data(), d_stats, stats.size() * sizeof(float));
     G::copy_to_host(dqkv.data(), d_dqkv, dqkv.size() * sizeof(bf16_t));
   }
-  for (void* d : {static_cast<void*>(d_qkv), static_cast<void*>(d_dout), static_cast<void*>(d_out),
-                  static_cast<void*>(d_dqkv), static_cast<void*>(d_stats), static_cast<void*>(d_lq),
-                  static_cast<void*>(d_lkv), static_cast<void*>(d_mask)})
+  for (void* d :
+       {static_cast<void*>(d_qkv), static_cast<void*>(d_dout), static_cast<void*>(d_out), static_cast<void*>(d_dqkv),
+        static_cast<void*>(d_stats), static_cast<void*>(d_lq), static_cast<void*>(d_lkv), static_cast<void*>(d_mask)})
     if (d) G::free(d);
   char name[128];
   std::snprintf(name, sizeof name, "training B=%ld T=%ld NH=%ld HS=%ld p=%g", B, T, NH, HS, p);
@@ -259,9 +262,12 @@ int main(int argc, char** argv) {
   std::string save_prop, prop_file, prop;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--steps") steps = true;
-    else if (a == "--save-deviceprop" && i + 1 < argc) save_prop = argv[++i];
-    else if (a == "--deviceprop" && i + 1 < argc) prop_file = argv[++i];
+    if (a == "--steps")
+      steps = true;
+    else if (a == "--save-deviceprop" && i + 1 < argc)
+      save_prop = argv[++i];
+    else if (a == "--deviceprop" && i + 1 < argc)
+      prop_file = argv[++i];
     else {
       std::fprintf(stderr, "usage: test_cudnn_attention [--steps] [--save-deviceprop FILE] [--deviceprop FILE]\n");
       return 2;
@@ -286,8 +292,8 @@ int main(int argc, char** argv) {
   // the descriptors, without a device: head sizes 64 and 128, BERT-base/large shapes and odd ones
   const long shapes[][4] = {{2, 77, 3, 64}, {16, 512, 16, 64}, {64, 128, 12, 64}, {8, 512, 8, 128}, {3, 33, 2, 128}};
   // the graph of `what` for a shape: every descriptor finalized, then (--deviceprop) a plan
-  using Check = bool (*)(int64_t, int64_t, int64_t, int64_t, bool, std::vector<std::string>*, std::string*,
-                         const std::string*);
+  using Check =
+      bool (*)(int64_t, int64_t, int64_t, int64_t, bool, std::vector<std::string>*, std::string*, const std::string*);
   auto check_graph = [&](const char* what, Check fn, bool dropout, const long* s) {
     std::vector<std::string> log;
     std::string why;
@@ -314,9 +320,8 @@ int main(int argc, char** argv) {
     }
   };
   const Check forward = [](int64_t B, int64_t T, int64_t NH, int64_t D, bool, std::vector<std::string>* log,
-                           std::string* why, const std::string* prop) {
-    return D::check_forward_graph(B, T, NH, D, log, why, prop);
-  };
+                           std::string* why,
+                           const std::string* prop) { return D::check_forward_graph(B, T, NH, D, log, why, prop); };
   for (const auto& s : shapes) {
     check_graph("forward", forward, false, s);
     check_graph("training forward", D::check_train_forward_graph, false, s);

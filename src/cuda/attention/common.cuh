@@ -18,9 +18,9 @@ struct Shape {
   int64_t B, T, C, NH, hs;  // hs = C / NH, at most the kernel's HS (the rest of each row is zeros)
   float scale;              // 1/sqrt(hs)
   bool drop;
-  float keep_scale;         // 1/(1-p)
-  uint32_t thr;             // keep iff the element's 16 bits >= thr (dropout_threshold16)
-  uint64_t seed, base;      // base: a multiple of 4 (Rng::reserve), so a tile's 32 blocks are whole
+  float keep_scale;     // 1/(1-p)
+  uint32_t thr;         // keep iff the element's 16 bits >= thr (dropout_threshold16)
+  uint64_t seed, base;  // base: a multiple of 4 (Rng::reserve), so a tile's 32 blocks are whole
 };
 
 // Whether element (i, j) of head row bh is kept (one Philox block for one decision: the fp32
@@ -32,8 +32,17 @@ __device__ inline bool keep(const Shape& s, int64_t bh, int64_t i, int64_t j) {
 
 inline Shape make_shape(int64_t B, int64_t T, int64_t C, int64_t NH, float p, const Rng& rng, uint64_t base) {
   BERTCC_CHECK(NH > 0 && C % NH == 0, "attention: hidden size ", C, " is not a multiple of the ", NH, " heads");
-  Shape s{B, T, C, NH, C / NH, 1.0f / std::sqrt(static_cast<float>(C / NH)), p > 0.0f, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
-          p > 0.0f ? dropout_threshold16(p) : 0u, rng.seed, base};
+  Shape s{B,
+          T,
+          C,
+          NH,
+          C / NH,
+          1.0f / std::sqrt(static_cast<float>(C / NH)),
+          p > 0.0f,
+          p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
+          p > 0.0f ? dropout_threshold16(p) : 0u,
+          rng.seed,
+          base};
   BERTCC_CHECK(p <= 0.0f || base % 4 == 0, "attention: dropout counters at ", base, ", not a whole Philox block");
   BERTCC_CHECK(B * NH <= 65535, "attention: batch x heads = ", B * NH, " exceeds the CUDA grid (65535)");
   return s;
@@ -110,17 +119,18 @@ inline std::vector<int64_t> varlen_table(const int64_t* cu, int64_t B, int64_t N
 // sequence found by bisection in the table (row_dot, as attention/fp32.cu's attn_bwd_dot: the same
 // bits). 256 threads a block.
 template <class O>
-__global__ void __launch_bounds__(256) row_dots_varlen(float* D, const float* dout, const O* out,
-                                                       const int64_t* seqs, int64_t nseqs, int64_t N, int64_t C,
-                                                       int64_t NH) {
+__global__ void __launch_bounds__(256) row_dots_varlen(float* D, const float* dout, const O* out, const int64_t* seqs,
+                                                       int64_t nseqs, int64_t N, int64_t C, int64_t NH) {
   const int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   if (w >= N * NH) return;  // the same for the whole warp
   const int64_t r = w / NH, h = w % NH, hs = C / NH;
   int64_t lo = 0, hi = nseqs - 1;  // the last sequence whose first row is at most r
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
-    if (seqs[4 * mid] <= r) lo = mid;
-    else hi = mid - 1;
+    if (seqs[4 * mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const int64_t row0 = seqs[4 * lo], n = seqs[4 * lo + 1];
   const float acc = row_dot(dout + r * C + h * hs, out + r * C + h * hs, hs);
@@ -132,18 +142,18 @@ __global__ void __launch_bounds__(256) row_dots_varlen(float* D, const float* do
 // out16 (may be null; bf16 only): the output's rounding too; out may then be null.
 // qkv16 (may be null; bf16 only): qkv's rounding, read instead of qkv; the saved buffer then holds
 // no operands, and the backward must be given the same qkv16.
-void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const uint16_t* qkv16,
-                const float* mask_add, const Shape& s, Precision prec);
+void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const uint16_t* qkv16, const float* mask_add,
+                const Shape& s, Precision prec);
 // dqkv16 (may be null; bf16 only): dqkv's rounding too.
 void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* qkv, const uint16_t* qkv16,
                  const float* lse, const float* D, const float* mask_add, const Shape& s, Precision prec);
 // Unpadded batches (cuda_kernels.h: attention_varlen_*; bf16, qkv16 read in place): s the batch as
 // one sequence of its N rows (B 1, T N); cu the host offsets of its B sequences. D: N*NH floats.
-void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t* qkv16, const int64_t* cu,
-                       int64_t B, const Shape& s);
+void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t* qkv16, const int64_t* cu, int64_t B,
+                       const Shape& s);
 void backward_tc_varlen(float* dqkv, uint16_t* dqkv16, float* D, const float* dout, const float* out,
-                        const uint16_t* out16, const uint16_t* qkv16, const float* saved, const int64_t* cu,
-                        int64_t B, const Shape& s);
+                        const uint16_t* out16, const uint16_t* qkv16, const float* saved, const int64_t* cu, int64_t B,
+                        const Shape& s);
 // The same for fp32 (attention/fp32.cu: attention/fp32_kernels.cuh's Varlen instances; qkv [N, 3C] fp32,
 // out fp32; the saved buffer holds each sequence's lse alone, as the padded fp32 kernels do).
 void forward_f32_varlen(float* out, float* saved, const float* qkv, const int64_t* cu, int64_t B, const Shape& s);

@@ -22,8 +22,8 @@
 #include <utility>
 
 #include "core/settings.h"
-#include "cuda/common.cuh"
 #include "cuda/attention/cudnn_graphs.h"
+#include "cuda/common.cuh"
 
 #if __has_include(<cudnn_graph.h>)
 #include <cudnn_graph.h>
@@ -118,7 +118,7 @@ Loaded load() {
   }
   std::string missing;
   auto sym = [&](auto& fn, const char* name, bool required = true) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)> >(dlsym(h, name));
     if (!fn && required) missing += (missing.empty() ? "" : ", ") + std::string(name);
   };
   Api& a = l.api;
@@ -209,18 +209,39 @@ constexpr auto kPlanHandle = static_cast<cudnnBackendAttributeName_t>(400);   //
 // The variant pack's tensors; virtual tensors are numbered from kFirstVirtual. In the backward,
 // kK and kV are K^T and V^T, and kSoftmaxSum and kDQAccum lie in the plan's workspace.
 enum : int64_t {
-  kQ = 1, kK, kV, kO, kSeqQ, kSeqKV, kScale, kNegInf,
-  kStats, kDropMask, kDropScale, kDropScaleInv, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum,
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kSeqQ,
+  kSeqKV,
+  kScale,
+  kNegInf,
+  kStats,
+  kDropMask,
+  kDropScale,
+  kDropScaleInv,
+  kDO,
+  kDQ,
+  kDK,
+  kDV,
+  kSoftmaxSum,
+  kDQAccum,
   kFirstVirtual = 100
 };
 
 const char* type_name(cudnnDataType_t t) {
   switch (t) {
-    case CUDNN_DATA_FLOAT: return "fp32";
-    case CUDNN_DATA_BFLOAT16: return "bf16";
-    case CUDNN_DATA_INT32: return "int32";
-    case CUDNN_DATA_BOOLEAN: return "bool";
-    default: return "?";
+    case CUDNN_DATA_FLOAT:
+      return "fp32";
+    case CUDNN_DATA_BFLOAT16:
+      return "bf16";
+    case CUDNN_DATA_INT32:
+      return "int32";
+    case CUDNN_DATA_BOOLEAN:
+      return "bool";
+    default:
+      return "?";
   }
 }
 
@@ -350,11 +371,16 @@ bool is_backward(Graph k) { return k == Graph::bwd || k == Graph::bwd_dropout; }
 
 const char* graph_name(Graph k) {
   switch (k) {
-    case Graph::infer: return "forward";
-    case Graph::train_fwd: return "training forward";
-    case Graph::train_fwd_dropout: return "training forward with dropout";
-    case Graph::bwd: return "backward";
-    case Graph::bwd_dropout: return "backward with dropout";
+    case Graph::infer:
+      return "forward";
+    case Graph::train_fwd:
+      return "training forward";
+    case Graph::train_fwd_dropout:
+      return "training forward with dropout";
+    case Graph::bwd:
+      return "backward";
+    case Graph::bwd_dropout:
+      return "backward with dropout";
   }
   return "?";
 }
@@ -462,7 +488,8 @@ cudnnBackendDescriptor_t build_backward(GraphBuilder& g, Graph kind, int64_t B, 
   const auto scale = g.tensor("scale", kScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
   const auto neg_inf = g.tensor("mask value", kNegInf, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
   // 1-p (1 without dropout: the frontend's one_tensor)
-  const auto scale_inv = g.tensor("dropout keep probability", kDropScaleInv, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  const auto scale_inv =
+      g.tensor("dropout keep probability", kDropScaleInv, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
   cudnnBackendDescriptor_t drop_mask = nullptr, drop_scale = nullptr;
   if (dropout) {
     drop_mask = g.tensor("dropout mask", kDropMask, bf16, sd, {NH * T * T, T * T, T, 1});
@@ -551,8 +578,7 @@ struct Plan {
 };
 
 std::string shape_name(int64_t B, int64_t T, int64_t NH, int64_t D) {
-  return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
-         " D=" + std::to_string(D);
+  return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) + " D=" + std::to_string(D);
 }
 
 // What is wrong with a shape before cuDNN sees it (a zero dimension makes cuDNN 9.19 divide by
@@ -622,8 +648,8 @@ void make_plan(Plan& pl, Graph kind, cudnnHandle_t handle, cudnnBackendDescripto
     }
   }
   if (!pl.plan)
-    throw Failure("no plan from the " + std::to_string(got) + " engine configs of heuristics mode A; the first: " +
-                  first_failure);
+    throw Failure("no plan from the " + std::to_string(got) +
+                  " engine configs of heuristics mode A; the first: " + first_failure);
   auto up = [](int64_t n) { return (n + 255) / 256 * 256; };
   pl.total_bytes = pl.workspace_bytes;
   if (is_backward(kind)) {
@@ -637,13 +663,13 @@ void make_plan(Plan& pl, Graph kind, cudnnHandle_t handle, cudnnBackendDescripto
   }
   pl.scale = 1.0f / std::sqrt(static_cast<float>(D));
   // the frontend's choice: cuDNN before 9.10 wants the lowest float for a masked score, later -inf
-  pl.mask_value = loaded().info.version < 91000 ? std::numeric_limits<float>::lowest()
-                                                : -std::numeric_limits<float>::infinity();
+  pl.mask_value =
+      loaded().info.version < 91000 ? std::numeric_limits<float>::lowest() : -std::numeric_limits<float>::infinity();
 }
 
 struct State {
   std::mutex mu;
-  std::map<int, cudnnHandle_t> handles;                                   // per device
+  std::map<int, cudnnHandle_t> handles;                                              // per device
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, Graph>, Plan> plans;  // (B, T, NH, D, device, graph)
 };
 // Never destroyed: plans hold device memory and cuDNN state, which outlive static destruction badly.
@@ -759,7 +785,8 @@ bool sdpa_ready(int64_t B, int64_t T, int64_t NH, int64_t D, bool training, bool
     return no("cuDNN " + std::to_string(l.info.version) +
               " has known bugs in the SDPA backward (cudnn-frontend refuses it too): use 9.10.2 or later");
   std::vector<Graph> kinds{Graph::infer};
-  if (training) kinds = {dropout ? Graph::train_fwd_dropout : Graph::train_fwd, dropout ? Graph::bwd_dropout : Graph::bwd};
+  if (training)
+    kinds = {dropout ? Graph::train_fwd_dropout : Graph::train_fwd, dropout ? Graph::bwd_dropout : Graph::bwd};
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   try {
@@ -785,19 +812,20 @@ bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len,
 }
 
 bool sdpa_train_forward_bf16(bf16_t* out16, float* stats, const bf16_t* qkv16, const int32_t* q_len,
-                             const int32_t* kv_len, const bf16_t* drop_mask, float p, int64_t B, int64_t T,
-                             int64_t NH, int64_t D, std::string* why) {
+                             const int32_t* kv_len, const bf16_t* drop_mask, float p, int64_t B, int64_t T, int64_t NH,
+                             int64_t D, std::string* why) {
   auto no = [&](const std::string& w) {
     if (why) *why = w;
     return false;
   };
   if (const std::string e = call_error(B, T, NH, D); !e.empty()) return no(e);
   if (const std::string e = dropout_error(p, drop_mask); !e.empty()) return no(e);
-  if (misaligned(qkv16) || misaligned(out16) || misaligned(stats)) return no("qkv16, out16 or stats not 16-byte aligned");
+  if (misaligned(qkv16) || misaligned(out16) || misaligned(stats))
+    return no("qkv16, out16 or stats not 16-byte aligned");
   const int64_t C = NH * D;
   const float drop_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;  // read by cudnnBackendExecute, in run
-  std::vector<Bound> t{{kQ, qkv16}, {kK, qkv16 + C},  {kV, qkv16 + 2 * C}, {kO, out16},
-                       {kStats, stats}, {kSeqQ, q_len}, {kSeqKV, kv_len}};
+  std::vector<Bound> t{{kQ, qkv16},     {kK, qkv16 + C}, {kV, qkv16 + 2 * C}, {kO, out16},
+                       {kStats, stats}, {kSeqQ, q_len},  {kSeqKV, kv_len}};
   if (p > 0.0f) {
     t.push_back({kDropMask, drop_mask});
     t.push_back({kDropScale, &drop_scale});
@@ -819,9 +847,9 @@ bool sdpa_backward_bf16(bf16_t* dqkv16, const bf16_t* qkv16, const bf16_t* out16
   const int64_t C = NH * D;
   // read by cudnnBackendExecute, in run
   const float drop_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f, keep_prob = 1.0f - p;
-  std::vector<Bound> t{{kQ, qkv16},     {kK, qkv16 + C},      {kV, qkv16 + 2 * C}, {kO, out16},
-                       {kDO, dout16},   {kStats, stats},      {kDQ, dqkv16},       {kDK, dqkv16 + C},
-                       {kDV, dqkv16 + 2 * C}, {kSeqQ, q_len}, {kSeqKV, kv_len},    {kDropScaleInv, &keep_prob}};
+  std::vector<Bound> t{{kQ, qkv16},           {kK, qkv16 + C}, {kV, qkv16 + 2 * C}, {kO, out16},
+                       {kDO, dout16},         {kStats, stats}, {kDQ, dqkv16},       {kDK, dqkv16 + C},
+                       {kDV, dqkv16 + 2 * C}, {kSeqQ, q_len},  {kSeqKV, kv_len},    {kDropScaleInv, &keep_prob}};
   if (p > 0.0f) {
     t.push_back({kDropMask, drop_mask});
     t.push_back({kDropScale, &drop_scale});
@@ -881,8 +909,8 @@ bool check_graph(Graph kind, int64_t B, int64_t T, int64_t NH, int64_t D, std::v
 
 }  // namespace
 
-bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps,
-                         std::string* why, const std::string* deviceprop_json) {
+bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps, std::string* why,
+                         const std::string* deviceprop_json) {
   return check_graph(Graph::infer, B, T, NH, D, steps, why, deviceprop_json);
 }
 

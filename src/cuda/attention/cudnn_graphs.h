@@ -17,9 +17,9 @@ namespace bertcc::cuda::cudnn {
 // path tried and dlerror, or the version).
 struct Library {
   bool loaded = false;
-  std::string path;     // what was opened ("libcudnn.so.9" or BERTCC_CUDNN_LIB)
-  size_t version = 0;   // cudnnGetVersion(): 91900 for 9.19.0
-  std::string why;      // when not loaded
+  std::string path;    // what was opened ("libcudnn.so.9" or BERTCC_CUDNN_LIB)
+  size_t version = 0;  // cudnnGetVersion(): 91900 for 9.19.0
+  std::string why;     // when not loaded
 };
 const Library& library();
 
@@ -46,8 +46,8 @@ bool sdpa_forward_bf16(bf16_t* out16, const bf16_t* qkv16, const int32_t* q_len,
 // finalized"). With deviceprop_json (device_properties_json's, saved on a GPU machine), also the
 // heuristics and an execution plan for that device, still without one (cuDNN 9.8+). False at the
 // first failure, with cuDNN's reason in *why.
-bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps,
-                         std::string* why, const std::string* deviceprop_json = nullptr);
+bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vector<std::string>* steps, std::string* why,
+                         const std::string* deviceprop_json = nullptr);
 
 // Training SDPA in bf16: the forward with the softmax statistics and dropout, and the backward.
 // The graphs are the ones cudnn-frontend's SDPA forward (generate_stats, dropout with a mask) and
@@ -64,8 +64,8 @@ bool check_forward_graph(int64_t B, int64_t T, int64_t NH, int64_t D, std::vecto
 // (b*NH + h)*T + t): the natural log-sum-exp of row t's scaled, masked scores (max + log sum exp),
 // which the backward takes. Rows t >= q_len[b] of out16 and stats are left to cuDNN.
 bool sdpa_train_forward_bf16(bf16_t* out16, float* stats, const bf16_t* qkv16, const int32_t* q_len,
-                             const int32_t* kv_len, const bf16_t* drop_mask, float p, int64_t B, int64_t T,
-                             int64_t NH, int64_t D, std::string* why);
+                             const int32_t* kv_len, const bf16_t* drop_mask, float p, int64_t B, int64_t T, int64_t NH,
+                             int64_t D, std::string* why);
 
 // Backward: dQ, dK and dV written in place into dqkv16 [B, T, 3C] (dq | dk | dv, the layout of
 // qkv16; overwritten, not added to), from qkv16, out16 and stats of the training forward, dout16

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "core/settings.h"
+#include "cuda/attention/cudnn_graphs.h"
 #include "cuda/attention/cudnn_switch_kernels.cuh"
 #include "cuda/cuda_kernels.h"
-#include "cuda/attention/cudnn_graphs.h"
 
 namespace bertcc::cuda {
 namespace {
@@ -47,9 +47,11 @@ void say_once(const std::string& line) {
 }
 
 std::string shape_text(int64_t B, int64_t T, int64_t C, int64_t NH, float p, Precision prec, bool forward_only) {
-  return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
-         " head size " + std::to_string(NH > 0 ? C / NH : 0) + " " + precision_name(prec) +
-         (forward_only ? " inference" : p > 0 ? " training, dropout " + std::to_string(p) : " training, no dropout");
+  return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) + " head size " +
+         std::to_string(NH > 0 ? C / NH : 0) + " " + precision_name(prec) +
+         (forward_only ? " inference"
+          : p > 0      ? " training, dropout " + std::to_string(p)
+                       : " training, no dropout");
 }
 
 }  // namespace
@@ -121,7 +123,7 @@ namespace {
 void lengths(const WorkLayout& w, float* work, const float* mask_add, int64_t B, int64_t T) {
   auto* ints = reinterpret_cast<int32_t*>(work);
   attn::mask_lengths<<<static_cast<unsigned>(B), 32, 0, stream()>>>(ints + w.q_len, ints + w.kv_len, ints + w.prefix,
-                                                                      mask_add, T);
+                                                                    mask_add, T);
   BERTCC_CUDA_LAUNCHED("attention (cuDNN): key lengths");
   attn::require_prefix<<<1, 32, 0, stream()>>>(ints + w.prefix, B);
   BERTCC_CUDA_LAUNCHED("attention (cuDNN): right-padding check");
@@ -147,11 +149,11 @@ void attention_cudnn_forward(float* out, bf16_t* out16, float* saved, float* wor
   const auto* ints = reinterpret_cast<const int32_t*>(work);
   const uint16_t* mask = drop ? keep_mask(w, work, s) : nullptr;
   std::string why;
-  const bool ok = forward_only
-                      ? cudnn::sdpa_forward_bf16(out16, qkv16, ints + w.q_len, ints + w.kv_len, B, T, NH, C / NH, &why)
-                      : cudnn::sdpa_train_forward_bf16(out16, saved, qkv16, ints + w.q_len, ints + w.kv_len,
-                                                       reinterpret_cast<const bf16_t*>(mask), dropout_p, B, T, NH,
-                                                       C / NH, &why);
+  const bool ok =
+      forward_only
+          ? cudnn::sdpa_forward_bf16(out16, qkv16, ints + w.q_len, ints + w.kv_len, B, T, NH, C / NH, &why)
+          : cudnn::sdpa_train_forward_bf16(out16, saved, qkv16, ints + w.q_len, ints + w.kv_len,
+                                           reinterpret_cast<const bf16_t*>(mask), dropout_p, B, T, NH, C / NH, &why);
   // (a plan was made for this shape: a failure now is an error, not a change of path that the
   // backward would not know of)
   BERTCC_CHECK(ok, "attention_forward (cuDNN, ", shape_text(B, T, C, NH, dropout_p, Precision::BF16, forward_only),
@@ -177,8 +179,8 @@ void attention_cudnn_backward(float* dqkv, bf16_t* dqkv16, float* work, const fl
   BERTCC_CHECK(cudnn::sdpa_backward_bf16(dqkv16, qkv16, out16, dout16, saved, ints + w.q_len, ints + w.kv_len,
                                          reinterpret_cast<const bf16_t*>(mask), dropout_p, B, T, NH, C / NH, &why),
                "attention_backward (cuDNN, ", shape_text(B, T, C, NH, dropout_p, Precision::BF16, false), "): ", why);
-  attn::zero_padding_keys<<<grid_for(B * T * (2 * C / 8), 256), 256, 0, stream()>>>(
-      reinterpret_cast<uint16_t*>(dqkv16), ints + w.kv_len, B, T, C);
+  attn::zero_padding_keys<<<grid_for(B * T * (2 * C / 8), 256), 256, 0, stream()>>>(reinterpret_cast<uint16_t*>(dqkv16),
+                                                                                    ints + w.kv_len, B, T, C);
   BERTCC_CUDA_LAUNCHED("attention_backward (cuDNN): padding keys' dK, dV");
   if (dqkv) widen16(dqkv, reinterpret_cast<const uint16_t*>(dqkv16), B * T * 3 * C, true);
 }

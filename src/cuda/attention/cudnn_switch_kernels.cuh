@@ -19,8 +19,8 @@ constexpr float kCudnnPadMask = -10000.0f;
 // argument). Otherwise 0: a key inside the length masked (a hole), an unmasked key whose mask is
 // not 0 (a bias cuDNN's graph does not add), or no key at all (bertcc's softmax then spreads over
 // every key, cuDNN's over none).
-__global__ void __launch_bounds__(32) mask_lengths(int32_t* q_len, int32_t* kv_len, int32_t* prefix,
-                                                   const float* mask_add, int64_t T) {
+__global__ void __launch_bounds__(32)
+    mask_lengths(int32_t* q_len, int32_t* kv_len, int32_t* prefix, const float* mask_add, int64_t T) {
   const int64_t b = blockIdx.x;
   const float* m = mask_add + b * T;
   int32_t last = -1, unmasked = 0, biased = 0;
@@ -52,9 +52,10 @@ __global__ void __launch_bounds__(32) mask_lengths(int32_t* q_len, int32_t* kv_l
 __global__ void __launch_bounds__(32) require_prefix(const int32_t* prefix, int64_t B) {
   for (int64_t b = threadIdx.x; b < B; b += 32)
     if (!prefix[b]) {
-      printf("bertcc: BERTCC_ATTENTION=cudnn: the attention mask of sequence %lld is not right-padded, as its "
-             "caller said\n",
-             static_cast<long long>(b));
+      printf(
+          "bertcc: BERTCC_ATTENTION=cudnn: the attention mask of sequence %lld is not right-padded, as its "
+          "caller said\n",
+          static_cast<long long>(b));
       __trap();
     }
 }
@@ -79,8 +80,8 @@ __global__ void __launch_bounds__(256) keep_mask(uint16_t* drop, Shape s) {
 // [B, T, 3C] (bertcc's kernels write zeros there, the exact gradient of a key of probability 0;
 // cuDNN's backward leaves those rows to itself). One thread per (row, 8-element group) of the 2C
 // columns; C a multiple of 8.
-__global__ void __launch_bounds__(256) zero_padding_keys(uint16_t* dqkv16, const int32_t* kv_len, int64_t B,
-                                                         int64_t T, int64_t C) {
+__global__ void __launch_bounds__(256)
+    zero_padding_keys(uint16_t* dqkv16, const int32_t* kv_len, int64_t B, int64_t T, int64_t C) {
   const int64_t groups = 2 * C / 8;
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= B * T * groups) return;

@@ -41,10 +41,11 @@ void backward_f32_varlen(float* dqkv, float* D, const float* dout, const float* 
   BERTCC_CUDA_LAUNCHED("attention_varlen_backward (row dots, fp32)");
   const dim3 grid(static_cast<unsigned>((t.size() - 4 * B) / 2), static_cast<unsigned>(s.NH));
   dispatch_hs(s.hs, [&](auto hs) {
-    f32::bwd_dq<decltype(hs)::value, true><<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, saved, D, nullptr, s, seqs, B);
+    f32::bwd_dq<decltype(hs)::value, true>
+        <<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, saved, D, nullptr, s, seqs, B);
     BERTCC_CUDA_LAUNCHED("attention_varlen_backward (dq, fp32)");
-    f32::bwd_dkdv<decltype(hs)::value, true><<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, saved, D, nullptr, s, seqs,
-                                                                         B);
+    f32::bwd_dkdv<decltype(hs)::value, true>
+        <<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, saved, D, nullptr, s, seqs, B);
     BERTCC_CUDA_LAUNCHED("attention_varlen_backward (dk, dv, fp32)");
   });
 }
@@ -58,9 +59,9 @@ int64_t attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool d
          (operands ? (attn::saved_operand_elems(B, T, C, NH, prec) + 1) / 2 : 0);
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T,
-                       int64_t C, int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec,
-                       bf16_t* out16, const bf16_t* qkv16) {
+void attention_forward(float* out, float* lse, const float* qkv, const float* mask_add, int64_t B, int64_t T, int64_t C,
+                       int64_t NH, float dropout_p, const Rng& rng, uint64_t base, Precision prec, bf16_t* out16,
+                       const bf16_t* qkv16) {
   if (B * T == 0) return;
   BERTCC_CHECK(out16 == nullptr || prec == Precision::BF16, "attention_forward: a bf16 output copy outside bf16");
   BERTCC_CHECK(qkv16 == nullptr || prec == Precision::BF16, "attention_forward: a bf16 qkv outside bf16");
@@ -68,10 +69,12 @@ void attention_forward(float* out, float* lse, const float* qkv, const float* ma
   BERTCC_CHECK(qkv || qkv16, "attention_forward: no qkv");
   const Shape s = attn::make_shape(B, T, C, NH, dropout_p, rng, base);
   if (prec != Precision::F32)
-    return attn::forward_tc(out, reinterpret_cast<uint16_t*>(out16), lse, qkv,
-                            reinterpret_cast<const uint16_t*>(qkv16), mask_add, s, prec);
+    return attn::forward_tc(out, reinterpret_cast<uint16_t*>(out16), lse, qkv, reinterpret_cast<const uint16_t*>(qkv16),
+                            mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
-  attn::dispatch_hs(C / NH, [&](auto hs) { attn::f32::fwd<decltype(hs)::value, false><<<grid, kRows, 0, stream()>>>(out, lse, qkv, mask_add, s, nullptr, 0); });
+  attn::dispatch_hs(C / NH, [&](auto hs) {
+    attn::f32::fwd<decltype(hs)::value, false><<<grid, kRows, 0, stream()>>>(out, lse, qkv, mask_add, s, nullptr, 0);
+  });
   BERTCC_CUDA_LAUNCHED("attention_forward");
 }
 
@@ -90,19 +93,19 @@ void attention_backward(float* dqkv, float* work, const float* dout, const float
   if (out)
     attn::f32::bwd_dot<<<grid_for(B * NH * T * 32, 256), 256, 0, stream()>>>(work, dout, out, s, C / NH);
   else
-    attn::f32::bwd_dot<<<grid_for(B * NH * T * 32, 256), 256, 0, stream()>>>(work, dout, reinterpret_cast<const uint16_t*>(out16), s,
-                                                          C / NH);
+    attn::f32::bwd_dot<<<grid_for(B * NH * T * 32, 256), 256, 0, stream()>>>(
+        work, dout, reinterpret_cast<const uint16_t*>(out16), s, C / NH);
   BERTCC_CUDA_LAUNCHED("attention_backward (row dots)");
   if (prec != Precision::F32)
     return attn::backward_tc(dqkv, reinterpret_cast<uint16_t*>(dqkv16), dout, qkv,
                              reinterpret_cast<const uint16_t*>(qkv16), lse, work, mask_add, s, prec);
   const dim3 grid(grid_for(T, kRows), static_cast<unsigned>(B * NH));
   attn::dispatch_hs(C / NH, [&](auto hs) {
-    attn::f32::bwd_dq<decltype(hs)::value, false><<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, lse, work, mask_add, s,
-                                                                               nullptr, 0);
+    attn::f32::bwd_dq<decltype(hs)::value, false>
+        <<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, lse, work, mask_add, s, nullptr, 0);
     BERTCC_CUDA_LAUNCHED("attention_backward (dq)");
-    attn::f32::bwd_dkdv<decltype(hs)::value, false><<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, lse, work, mask_add,
-                                                                                 s, nullptr, 0);
+    attn::f32::bwd_dkdv<decltype(hs)::value, false>
+        <<<grid, kRows, 0, stream()>>>(dqkv, dout, qkv, lse, work, mask_add, s, nullptr, 0);
     BERTCC_CUDA_LAUNCHED("attention_backward (dk, dv)");
   });
 }

@@ -49,8 +49,8 @@ __device__ inline float mask_at(const float* mask_add, int64_t k) { return mask_
 
 // Loads rows [r0, r0 + kTile) of part `part` (0 q, 1 k, 2 v) of head h into tile[kTile][HS] (zeros past T).
 template <int HS>
-__device__ inline void load_tile(float (*tile)[HS], const float* qkv, const Shape& s, int64_t b, int64_t h,
-                                 int64_t r0, int part) {
+__device__ inline void load_tile(float (*tile)[HS], const float* qkv, const Shape& s, int64_t b, int64_t h, int64_t r0,
+                                 int part) {
   for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
     const int jj = idx / HS, c = idx % HS;
     const int64_t r = r0 + jj;
@@ -59,8 +59,8 @@ __device__ inline void load_tile(float (*tile)[HS], const float* qkv, const Shap
 }
 
 template <int HS, bool Varlen>
-__global__ void __launch_bounds__(kRows) fwd(float* out, float* lse, const float* qkv, const float* mask_add, Shape s,
-                                             const int64_t* seqs, int64_t nseqs) {
+__global__ void __launch_bounds__(kRows)
+    fwd(float* out, float* lse, const float* qkv, const float* mask_add, Shape s, const int64_t* seqs, int64_t nseqs) {
   __shared__ float Ks[kTile][HS], Vs[kTile][HS];
   __shared__ float Ms[kTile];
   const Seq p = seq_place<Varlen>(s, seqs, nseqs);
@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kRows) fwd(float* out, float* lse, const float
     __syncthreads();
     load_tile<HS>(Ks, qkv, s, b, h, j0, 1);
     load_tile<HS>(Vs, qkv, s, b, h, j0, 2);
-    for (int jj = threadIdx.x; jj < kTile; jj += blockDim.x) Ms[jj] = j0 + jj < s.T ? mask_at(mask_add, b * s.T + j0 + jj) : 0.0f;
+    for (int jj = threadIdx.x; jj < kTile; jj += blockDim.x)
+      Ms[jj] = j0 + jj < s.T ? mask_at(mask_add, b * s.T + j0 + jj) : 0.0f;
     __syncthreads();
     if (!active) continue;
     const int n = static_cast<int>(s.T - j0 < kTile ? s.T - j0 : kTile);
@@ -123,9 +124,9 @@ __global__ void bwd_dot(float* D, const float* dout, const O* out, Shape s, int6
 }
 
 template <int HS, bool Varlen>
-__global__ void __launch_bounds__(kRows) bwd_dq(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                                const float* D, const float* mask_add, Shape s, const int64_t* seqs,
-                                                int64_t nseqs) {
+__global__ void __launch_bounds__(kRows)
+    bwd_dq(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D, const float* mask_add,
+           Shape s, const int64_t* seqs, int64_t nseqs) {
   __shared__ float Ks[kTile][HS], Vs[kTile][HS];
   __shared__ float Ms[kTile];
   const Seq p = seq_place<Varlen>(s, seqs, nseqs);
@@ -145,7 +146,8 @@ __global__ void __launch_bounds__(kRows) bwd_dq(float* dqkv, const float* dout, 
     __syncthreads();
     load_tile<HS>(Ks, qkv, s, b, h, j0, 1);
     load_tile<HS>(Vs, qkv, s, b, h, j0, 2);
-    for (int jj = threadIdx.x; jj < kTile; jj += blockDim.x) Ms[jj] = j0 + jj < s.T ? mask_at(mask_add, b * s.T + j0 + jj) : 0.0f;
+    for (int jj = threadIdx.x; jj < kTile; jj += blockDim.x)
+      Ms[jj] = j0 + jj < s.T ? mask_at(mask_add, b * s.T + j0 + jj) : 0.0f;
     __syncthreads();
     if (!active) continue;
     const int n = static_cast<int>(s.T - j0 < kTile ? s.T - j0 : kTile);
@@ -170,9 +172,9 @@ __global__ void __launch_bounds__(kRows) bwd_dq(float* dqkv, const float* dout, 
 }
 
 template <int HS, bool Varlen>
-__global__ void __launch_bounds__(kRows) bwd_dkdv(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                                  const float* D, const float* mask_add, Shape s, const int64_t* seqs,
-                                                  int64_t nseqs) {
+__global__ void __launch_bounds__(kRows)
+    bwd_dkdv(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D, const float* mask_add,
+             Shape s, const int64_t* seqs, int64_t nseqs) {
   __shared__ float Qs[kTile][HS], dOs[kTile][HS];
   __shared__ float Ls[kTile], Ds[kTile];
   const Seq p = seq_place<Varlen>(s, seqs, nseqs);

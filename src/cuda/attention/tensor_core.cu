@@ -18,10 +18,10 @@
 // qkv16) and dout[B,T,C] to 16 bits, per head and token-major ([row][channel]), zero-padded to
 // whole 64-row tiles. The attention kernels copy rows into shared memory with cp.async (rows past T
 // as zeros), the next tile while they compute on the current one (two buffers); the masks (and in
-// dk/dv the queries' lse and D) of the whole sequence are loaded into shared memory once per block. ldmatrix reads a tile as an A operand, as
-// the B operand of a product over channels (Q K^T) and, with .trans, as the B operand of a product
-// over tokens (P V, dS K, Pd^T dO, dS^T Q). Shared-memory rows are padded by 8 elements (16 bytes)
-// so that the eight 16-byte rows of each 8 x 8 matrix ldmatrix reads hit 32 different banks.
+// dk/dv the queries' lse and D) of the whole sequence are loaded into shared memory once per block. ldmatrix reads a
+// tile as an A operand, as the B operand of a product over channels (Q K^T) and, with .trans, as the B operand of a
+// product over tokens (P V, dS K, Pd^T dO, dS^T Q). Shared-memory rows are padded by 8 elements (16 bytes) so that the
+// eight 16-byte rows of each 8 x 8 matrix ldmatrix reads hit 32 different banks.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; CUTLASS's
 // SM80_16x8x16 traits agree): lane = 4*g + t.
@@ -33,9 +33,9 @@
 //
 // Forward: per query row an online softmax (row max and sum reduced over the 4 lanes of a group);
 // saves lse and, with dropout, its keep/drop decisions as bits (each lane draws one Philox block
-// per eight of its own decisions, 16 bits each; none are drawn in the backward). Backward, without atomics (the result does not depend on
-// scheduling), as the fp32 kernels: one kernel per query block for dq, one per key block for dk
-// and dv, each recomputing P = exp(S - lse) and reading the decisions.
+// per eight of its own decisions, 16 bits each; none are drawn in the backward). Backward, without atomics (the result
+// does not depend on scheduling), as the fp32 kernels: one kernel per query block for dq, one per key block for dk and
+// dv, each recomputing P = exp(S - lse) and reading the decisions.
 //
 // Padding: each kernel stops at its sequence's last key above BERT's padding mask (count_keys, one
 // small launch per call): later key tiles add exactly nothing, so they are not visited, and dk/dv
@@ -83,7 +83,8 @@ void require_tensor_cores(Precision prec) {
 template <class F>
 void dispatch_tc(const Shape& s, Precision prec, F f) {
   require_tensor_cores(prec);
-  BERTCC_CHECK(prec == Precision::BF16 || prec == Precision::F16, "attention on Tensor Cores: fp32 has its own kernels");
+  BERTCC_CHECK(prec == Precision::BF16 || prec == Precision::F16,
+               "attention on Tensor Cores: fp32 has its own kernels");
   auto with_hs = [&](auto bf) { dispatch_hs(s.hs, [&](auto hs) { f(bf, hs); }); };
   if (prec == Precision::BF16) return with_hs(std::true_type{});
   with_hs(std::false_type{});
@@ -156,8 +157,8 @@ template <bool BF, int HS, class Src>
 void launch_prep(uint16_t* rows, const Src* src, int64_t ld, const Shape& s, unsigned parts) {
   const int64_t Tp = padded_T(s.T);
   const bool vec = s.hs % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(src) % (4 * sizeof(Src)) == 0;
-  prep<BF, HS, Src><<<dim3(static_cast<unsigned>(Tp / kBlockRows), static_cast<unsigned>(s.B * s.NH), parts),
-                      kThreads, 0, stream()>>>(rows, src, ld, s, Tp, vec);
+  prep<BF, HS, Src><<<dim3(static_cast<unsigned>(Tp / kBlockRows), static_cast<unsigned>(s.B * s.NH), parts), kThreads,
+                      0, stream()>>>(rows, src, ld, s, Tp, vec);
   BERTCC_CUDA_LAUNCHED("attention (16-bit operands)");
 }
 
@@ -196,8 +197,8 @@ int64_t longest(const int64_t* cu, int64_t B) {
 }
 }  // namespace
 
-void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t* qkv16, const int64_t* cu,
-                       int64_t B, const Shape& s) {
+void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t* qkv16, const int64_t* cu, int64_t B,
+                       const Shape& s) {
   require_tensor_cores(Precision::BF16);
   dispatch_hs(s.hs, [&](auto hs) {
     constexpr int HS = decltype(hs)::value;
@@ -221,8 +222,8 @@ void forward_tc_varlen(float* out, uint16_t* out16, float* saved, const uint16_t
 }
 
 void backward_tc_varlen(float* dqkv, uint16_t* dqkv16, float* D, const float* dout, const float* out,
-                        const uint16_t* out16, const uint16_t* qkv16, const float* saved, const int64_t* cu,
-                        int64_t B, const Shape& s) {
+                        const uint16_t* out16, const uint16_t* qkv16, const float* saved, const int64_t* cu, int64_t B,
+                        const Shape& s) {
   require_tensor_cores(Precision::BF16);
   const std::vector<int64_t> t = varlen_table(cu, B, s.NH, s.drop, s.base, kBlockRows);
   const int64_t* seqs = upload_table(t);
@@ -249,14 +250,14 @@ void backward_tc_varlen(float* dqkv, uint16_t* dqkv16, float* D, const float* do
     bwd_dq<true, HS, true><<<grid, kThreads, dq_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr, s);
     BERTCC_CUDA_LAUNCHED("attention_varlen_backward (dq, Tensor Cores)");
     launch_smem(bwd_dkdv<true, HS, true>, dkv_smem<true, HS>(Tp));
-    bwd_dkdv<true, HS, true><<<grid, kThreads, dkv_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr,
-                                                                                  s);
+    bwd_dkdv<true, HS, true>
+        <<<grid, kThreads, dkv_smem<true, HS>(Tp), stream()>>>(dqkv, dqkv16, op, saved, D, nullptr, s);
     BERTCC_CUDA_LAUNCHED("attention_varlen_backward (dk, dv, Tensor Cores)");
   });
 }
 
-void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const uint16_t* qkv16,
-                const float* mask_add, const Shape& s, Precision prec) {
+void forward_tc(float* out, uint16_t* out16, float* lse, const float* qkv, const uint16_t* qkv16, const float* mask_add,
+                const Shape& s, Precision prec) {
   dispatch_tc(s, prec, [&](auto bf, auto hs) {
     constexpr bool BF = decltype(bf)::value;
     constexpr int HS = decltype(hs)::value;
@@ -314,7 +315,8 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
     }
     op.Tp = padded_T(s.T);
     // the forward's dropout decisions (attention/common.cuh: after lse in the saved buffer)
-    if (s.drop) op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
+    if (s.drop)
+      op.drop_bits = const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(lse + lse_floats(s.B, s.NH, s.T)));
     op.nkeys = visited_keys(mask_add, s);  // the forward's, computed again from the same mask
     part.emplace("attention_backward/dq");
     launch_smem(bwd_dq<BF, HS>, dq_smem<BF, HS>(op.Tp));
@@ -332,9 +334,7 @@ void backward_tc(float* dqkv, uint16_t* dqkv16, const float* dout, const float* 
 namespace bertcc::cuda {
 void set_attention_skip_padding(bool on) { attn::g_skip_padding.store(on ? 1 : 0); }
 
-bool attention_varlen_on() {
-  return settings().cuda_varlen;
-}
+bool attention_varlen_on() { return settings().cuda_varlen; }
 
 bool attention_varlen_fits(int64_t C, int64_t NH, Precision prec, const float* qkv, const bf16_t* qkv16) {
   if (NH <= 0 || C % NH != 0) return false;
@@ -356,8 +356,8 @@ void attention_varlen_forward(float* out, bf16_t* out16, float* saved, const flo
     return attn::forward_f32_varlen(out, saved, qkv, cu, B, s);
   }
   BERTCC_CHECK(out || out16, "attention_varlen_forward: no output");
-  attn::forward_tc_varlen(out, reinterpret_cast<uint16_t*>(out16), saved, reinterpret_cast<const uint16_t*>(qkv16),
-                          cu, B, s);
+  attn::forward_tc_varlen(out, reinterpret_cast<uint16_t*>(out16), saved, reinterpret_cast<const uint16_t*>(qkv16), cu,
+                          B, s);
 }
 
 int64_t attention_varlen_backward_work_size(int64_t N, int64_t NH) { return N * NH; }

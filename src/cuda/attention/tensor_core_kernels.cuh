@@ -13,12 +13,14 @@
 
 namespace bertcc::cuda::attn::tc {
 
-constexpr int kThreads = 128;  // 4 warps
+constexpr int kThreads = 128;   // 4 warps
 constexpr int kBlockRows = 64;  // 16 per warp (tc_padded_T rounds to it)
 static_assert(kBlockRows == 64, "attention/common.cuh's tc_padded_T assumes 64-row blocks");
 
 template <int HS>
-constexpr int tile_n() { return HS == 128 ? 32 : 64; }
+constexpr int tile_n() {
+  return HS == 128 ? 32 : 64;
+}
 
 template <bool BF16>
 __device__ inline uint16_t to16(float x) {
@@ -138,7 +140,8 @@ __device__ inline void c_to_a(uint32_t (&a)[4], const float (&lo)[4], const floa
 __device__ inline void keep_query_tile(const Shape& s, int64_t bh, int64_t qg, int64_t key16, bool (&kp)[2][2][2]) {
   const int64_t nt = (s.T + 15) / 16;
   uint32_t w[4];
-  philox4(s.seed, (s.base >> 2) + static_cast<uint64_t>(((bh * nt + qg) * nt + key16 / 16) * 32 + (threadIdx.x & 31)), w);
+  philox4(s.seed, (s.base >> 2) + static_cast<uint64_t>(((bh * nt + qg) * nt + key16 / 16) * 32 + (threadIdx.x & 31)),
+          w);
 #pragma unroll
   for (int c = 0; c < 2; ++c)
 #pragma unroll
@@ -238,12 +241,12 @@ struct Rows {
 };
 struct Operands {
   Rows q, k, v, dout;
-  int64_t Tp = 0;                 // T rounded up to kBlockRows (the decision words' layout; masks in shared memory)
-  uint32_t* drop_bits = nullptr;  // with dropout: written by fwd, read by bwd_dq and bwd_dkdv
-  const int32_t* nkeys = nullptr; // per sequence, the keys to visit (count_keys); null: all T
+  int64_t Tp = 0;                  // T rounded up to kBlockRows (the decision words' layout; masks in shared memory)
+  uint32_t* drop_bits = nullptr;   // with dropout: written by fwd, read by bwd_dq and bwd_dkdv
+  const int32_t* nkeys = nullptr;  // per sequence, the keys to visit (count_keys); null: all T
   // An unpadded batch (the kernels' Varlen instances: place below): varlen_table on the device
   const int64_t* seqs = nullptr;
-  int64_t nseqs = 0;              // its sequences
+  int64_t nseqs = 0;  // its sequences
 };
 
 // ---- padding keys ----
@@ -281,7 +284,9 @@ __device__ inline int64_t visited_keys(const Operands& op, int64_t b, int64_t T)
 }
 __host__ __device__ inline int64_t padded_T(int64_t T) { return (T + kBlockRows - 1) / kBlockRows * kBlockRows; }
 template <int HS>
-int64_t operand_elems(const Shape& s) { return s.B * s.NH * padded_T(s.T) * HS; }
+int64_t operand_elems(const Shape& s) {
+  return s.B * s.NH * padded_T(s.T) * HS;
+}
 // prep's layout: part z of the operands at `rows` (q, k, v: z 0, 1, 2 from one launch).
 template <int HS>
 Rows padded_rows(const uint16_t* rows, const Shape& s, int z) {
@@ -319,7 +324,9 @@ struct Place {
   int64_t b, h, tile, row0, saved0;
 };
 template <class P>
-__device__ inline P* shifted(P* p, int64_t n) { return p ? p + n : p; }
+__device__ inline P* shifted(P* p, int64_t n) {
+  return p ? p + n : p;
+}
 __device__ inline void rebase(Rows& r, int64_t row0, int64_t n) {
   r.p = shifted(r.p, row0 * r.ld);
   r.n = n;
@@ -355,8 +362,8 @@ __device__ inline void load4(const uint16_t* p, float (&x)[4]) { load_bf16x4(p, 
 // loads of four channels at once (16 or 8 bytes; a group of four is then wholly inside or wholly
 // past hs).
 template <bool BF16, int HS, class Src = float>
-__global__ void __launch_bounds__(kThreads) prep(uint16_t* rows, const Src* src, int64_t ld, Shape s, int64_t Tp,
-                                                 bool vec) {
+__global__ void __launch_bounds__(kThreads)
+    prep(uint16_t* rows, const Src* src, int64_t ld, Shape s, int64_t Tp, bool vec) {
   const int64_t bh = blockIdx.y, b = bh / s.NH, h = bh % s.NH, t0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   rows += static_cast<int64_t>(blockIdx.z) * s.B * s.NH * Tp * HS;
   src += static_cast<int64_t>(blockIdx.z) * s.C;
@@ -450,7 +457,9 @@ __device__ inline void next_tile(int t, int ntiles, int64_t tile_rows, Issue&& i
 // waits (FlashAttention-2's forward takes 32 rows per warp for head size 64). Each row's arithmetic
 // is the same in either form, so are its bits.
 template <int HS>
-constexpr int fwd_max_mt() { return HS <= 64 ? 2 : 1; }  // 128: the accumulators would spill
+constexpr int fwd_max_mt() {
+  return HS <= 64 ? 2 : 1;
+}  // 128: the accumulators would spill
 
 // Shared memory for T rounded up to Tp: the tiles, then the keys' masks (Tp floats, the whole row:
 // loaded once, so no tile waits on a global load).
@@ -476,12 +485,12 @@ __device__ inline void mma_pair_each(float (&acc)[MT][NT][4], const uint32_t (&a
 // SM the registers must allow (4: at most 128 registers a thread, where the one-m-tile kernel for
 // head size 64 needs 138 and spills 12 bytes under the cap; attention/tensor_core.cu: fwd_min_blocks).
 template <bool BF16, int HS, int MT, int MinBlocks = 1, bool Varlen = false>
-__global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t* out16, float* lse, Operands op,
-                                                const float* mask_add, Shape s) {
+__global__ void __launch_bounds__(kThreads, MinBlocks)
+    fwd(float* out, uint16_t* out16, float* lse, Operands op, const float* mask_add, Shape s) {
   static_assert(MT == 1 || MT == 2, "one or two m-tiles per warp");
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
   BERTCC_DYNAMIC_SMEM(smem);
-  constexpr int kTile = 2 * BN * LDH;  // one buffer: Ks [BN][LDH], Vs [BN][LDH]
+  constexpr int kTile = 2 * BN * LDH;                // one buffer: Ks [BN][LDH], Vs [BN][LDH]
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64 MT][LDH]
   uint16_t* tiles = Qs + MT * kBlockRows * LDH;      // two buffers of kTile (offsets, not pointer arrays: no stack)
   float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [Tp]: the keys' masks times log2 e, -inf past T
@@ -595,8 +604,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) fwd(float* out, uint16_t*
 #pragma unroll
           for (int e = 0; e < 4; ++e) w[e] = __ballot_sync(0xffffffffu, kp[e >> 1][e & 1]);
           if (lane < 4 && qg < op.Tp / 16)
-            op.drop_bits[drop_word(bh, op.Tp, qg, (j0 + nt * 8) / 8) + lane] =
-                lane == 0 ? w[0] : lane == 1 ? w[1] : lane == 2 ? w[2] : w[3];
+            op.drop_bits[drop_word(bh, op.Tp, qg, (j0 + nt * 8) / 8) + lane] = lane == 0   ? w[0]
+                                                                               : lane == 1 ? w[1]
+                                                                               : lane == 2 ? w[2]
+                                                                                           : w[3];
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -658,13 +669,13 @@ constexpr size_t dq_smem(int64_t Tp) {  // as fwd_smem: the tiles, then the keys
 template <bool BF16, int HS, bool Varlen = false>
 // dqkv16 (may be null): dq's bf16 rounding too, at dqkv's offsets (likewise bwd_dkdv for dk, dv).
 __global__ void __launch_bounds__(kThreads) bwd_dq(float* dqkv, uint16_t* dqkv16, Operands op, const float* lse,
-                                                    const float* D, const float* mask_add, Shape s) {
+                                                   const float* D, const float* mask_add, Shape s) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
   constexpr int kTile = 2 * BN * LDH;  // one buffer: Ks [BN][LDH], Vs [BN][LDH]
   BERTCC_DYNAMIC_SMEM(smem);
-  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]
-  uint16_t* dOs = Qs + kBlockRows * LDH;              // [64][LDH]
-  uint16_t* tiles = dOs + kBlockRows * LDH;           // two buffers of kTile
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem);         // [64][LDH]
+  uint16_t* dOs = Qs + kBlockRows * LDH;                    // [64][LDH]
+  uint16_t* tiles = dOs + kBlockRows * LDH;                 // two buffers of kTile
   float* Ms = reinterpret_cast<float*>(tiles + 2 * kTile);  // [Tp]: as fwd's
   const Place pl = place<Varlen>(op, s);
   const int64_t b = pl.b, h = pl.h, bh = b * s.NH + h, q0 = pl.tile * kBlockRows;
@@ -739,13 +750,13 @@ constexpr size_t dkv_smem(int64_t Tp) {  // the tiles, then the queries' lse and
 // Operands: k, v, q, dout.
 template <bool BF16, int HS, bool Varlen = false>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv16, Operands op, const float* lse,
-                                                      const float* D, const float* mask_add, Shape s) {
+                                                     const float* D, const float* mask_add, Shape s) {
   constexpr int BN = tile_n<HS>(), LDH = HS + 8;
   constexpr int kTile = 2 * BN * LDH;  // one buffer: Qs, dOs [BN][LDH]
   BERTCC_DYNAMIC_SMEM(smem);
-  uint16_t* Kb = reinterpret_cast<uint16_t*>(smem);  // [64][LDH]: this block's keys
-  uint16_t* Vb = Kb + kBlockRows * LDH;               // [64][LDH]
-  uint16_t* tiles = Vb + kBlockRows * LDH;            // two buffers of kTile
+  uint16_t* Kb = reinterpret_cast<uint16_t*>(smem);         // [64][LDH]: this block's keys
+  uint16_t* Vb = Kb + kBlockRows * LDH;                     // [64][LDH]
+  uint16_t* tiles = Vb + kBlockRows * LDH;                  // two buffers of kTile
   float* LD = reinterpret_cast<float*>(tiles + 2 * kTile);  // Ls [Tp] (+inf past T: P = 0), then Ds [Tp]
   const Place pl = place<Varlen>(op, s);
   const int64_t b = pl.b, h = pl.h, bh = b * s.NH + h, k0 = pl.tile * kBlockRows;
@@ -759,7 +770,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
   };
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   // dk (times the softmax scale) and dv into dqkv, and their roundings into dqkv16 where given
-  auto store = [&](const float (&dk)[HS / 8][4], const float (&dv)[HS / 8][4]) {
+  auto store = [&](const float(&dk)[HS / 8][4], const float(&dv)[HS / 8][4]) {
     const int64_t at[2] = {(b * s.T + key[0]) * ld3 + s.C + h * s.hs, (b * s.T + key[1]) * ld3 + s.C + h * s.hs};
     float* const dk_dst[2] = {dqkv + at[0], dqkv + at[1]};
     float* const dv_dst[2] = {dk_dst[0] + s.C, dk_dst[1] + s.C};
@@ -805,7 +816,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv(float* dqkv, uint16_t* dqkv
     const uint16_t* dOs = Qs + BN * LDH;
     const float* Ls = LD + i0;
     const float* Ds = LD + op.Tp + i0;
-    float st[BN / 8][4] = {}, dpt[BN / 8][4] = {};  // S^T and dPd^T: rows are keys, columns queries
+    float st[BN / 8][4] = {}, dpt[BN / 8][4] = {};                    // S^T and dPd^T: rows are keys, columns queries
     two_products<BF16, HS, BN>(st, dpt, Kb, Vb, Qs, dOs, warp * 16);  // S^T = K Q^T, dPd^T = V dO^T
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {

@@ -18,7 +18,9 @@ namespace {
 class DiscriminatorHead : public Head {
  public:
   explicit DiscriminatorHead(Bert& m)
-      : Head(m), dense_(lin("discriminator_predictions.dense")), pred_(lin("discriminator_predictions.dense_prediction")) {}
+      : Head(m),
+        dense_(lin("discriminator_predictions.dense")),
+        pred_(lin("discriminator_predictions.dense_prediction")) {}
   FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                              float loss_scale, float denom) override;
 
@@ -56,8 +58,8 @@ FinetuneLoss DiscriminatorHead::finetune_step(const BertBatch& batch, bool train
   const float* h = sequence_rows();
   be.linear_forward(t1, h, w(dense_.w), w(dense_.b), R, C, C, prec, w16(dense_.w, prec));
   be.gelu_forward(tg, t1, R * C, act);
-  float* logits = be.on_host() && !unpack ? (head_logits_.resize(N), head_logits_.data())
-                                          : scratch(logits_dev_, R, false);
+  float* logits =
+      be.on_host() && !unpack ? (head_logits_.resize(N), head_logits_.data()) : scratch(logits_dev_, R, false);
   be.linear_forward(logits, tg, w(pred_.w), w(pred_.b), R, 1, C, prec, w16(pred_.w, prec));
   if (unpack)
     unpack_rows(to_host(logits_dev_, logits, R).data(), 1, nullptr, head_logits_);

@@ -37,7 +37,8 @@ const HeadSpec& generator_head() {
       .prefixes = {"generator_predictions.", "generator_lm_head."},
       .signature = {},  // (none: convert keeps such a checkpoint's encoder)
       .what = "a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",
-      .make_command = "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)",
+      .make_command =
+          "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)",
       .kind = "",
       .declare = declare,
       .outputs = [](const BertConfig&) { return std::vector<HeadOutput>{}; },

@@ -1,11 +1,12 @@
 // The Head base (src/model/head.h) and the registry of heads: one HeadSpec per head, each defined
 // in its own file here. Adding a head: its file (spec, step, ONNX part), its line in specs.h and in
 // kSpecs below, its value in include/bertcc/heads.h, and its tests.
+#include "model/head.h"
+
 #include <algorithm>
 
 #include "bertcc/error.h"
 #include "model/acts.h"
-#include "model/head.h"
 #include "model/heads/specs.h"
 
 namespace bertcc {

@@ -54,8 +54,8 @@ void LinearHead::input_backward(const float* dsrc, int64_t, int64_t, float, Rng&
 FinetuneLoss LinearHead::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                        float loss_scale, float) {
   const int64_t B = batch.B, T = batch.T, C = cfg_.hidden_size, K = width();
-  const bool have_labels = backward || !(batch.labels.empty() && batch.targets.empty() &&
-                                         batch.start_positions.empty());
+  const bool have_labels =
+      backward || !(batch.labels.empty() && batch.targets.empty() && batch.start_positions.empty());
   const int64_t count = have_labels ? check_labels(batch) : 0;
   encode(batch, training, prec, rng, backward);
   Backend& be = backend();
@@ -75,8 +75,8 @@ FinetuneLoss LinearHead::finetune_step(const BertBatch& batch, bool training, bo
     hin = hd;
   }
   const ParamRef wn = out_.w, bn = out_.b;
-  float* logits = be.on_host() && !unpack ? (head_logits_.resize(R * K), head_logits_.data())
-                                          : scratch(logits_dev_, R * K, false);
+  float* logits =
+      be.on_host() && !unpack ? (head_logits_.resize(R * K), head_logits_.data()) : scratch(logits_dev_, R * K, false);
   be.linear_forward(logits, hin, w(wn), w(bn), R, K, C, prec, w16(wn, prec));
   if (unpack) {  // the padding holds the bias: the logits of a zero hidden state
     const float* bias = w(bn);

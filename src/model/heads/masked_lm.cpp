@@ -30,8 +30,9 @@ MaskedLmHead::MaskedLmHead(Bert& m, bool nsp) : Head(m), nsp_(nsp) {
 PretrainLoss MaskedLmHead::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
                                          float loss_scale, float mlm_denom, float nsp_denom,
                                          std::vector<float>* mlm_logits_out, Bert::GumbelSample* sample) {
-  BERTCC_CHECK(batch.mlm_labels.size() == batch.input_ids.size() && (!nsp_ || batch.nsp_labels.size() == size_t(batch.B)),
-               "pretrain_step: batch has no masked-LM or next-sentence labels");
+  BERTCC_CHECK(
+      batch.mlm_labels.size() == batch.input_ids.size() && (!nsp_ || batch.nsp_labels.size() == size_t(batch.B)),
+      "pretrain_step: batch has no masked-LM or next-sentence labels");
   encode(batch, training, prec, rng, backward);
   PretrainLoss out;
   if (mlm_logits_out) mlm_logits_out->clear();
@@ -105,8 +106,7 @@ void MaskedLmHead::mlm_forward(const BertBatch& batch, bool backward, Precision 
     be.gumbel_argmax(sample->picks.data(), f.logits, M, V, rng, rng.reserve(static_cast<uint64_t>(M * V)));
   }
   be.softmax_xent(f.logits, losses, labels, M, V, -1,
-                  backward ? loss_scale / (mlm_denom > 0 ? mlm_denom : static_cast<float>(M)) : 0.0f,
-                  &out.mlm_correct);
+                  backward ? loss_scale / (mlm_denom > 0 ? mlm_denom : static_cast<float>(M)) : 0.0f, &out.mlm_correct);
   const double s = host_sum(be, h.losses, losses, M);
   out.mlm_loss_sum = s;
   out.mlm_loss = s / static_cast<double>(M);
@@ -127,8 +127,7 @@ void MaskedLmHead::nsp_forward(const BertBatch& batch, bool backward, Precision 
   }
   be.linear_forward(f.nsp_logits, pooled_output(), w(nsp_out_.w), w(nsp_out_.b), B, 2, C, prec, w16(nsp_out_.w, prec));
   be.softmax_xent(f.nsp_logits, nsp_losses, nsp_labels, B, 2, -1,
-                  backward ? loss_scale / (nsp_denom > 0 ? nsp_denom : static_cast<float>(B)) : 0.0f,
-                  &out.nsp_correct);
+                  backward ? loss_scale / (nsp_denom > 0 ? nsp_denom : static_cast<float>(B)) : 0.0f, &out.nsp_correct);
   const double s = host_sum(be, h.nsp_losses, nsp_losses, B);
   out.nsp_loss_sum = s;
   out.nsp_loss = s / static_cast<double>(B);

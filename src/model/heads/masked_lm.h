@@ -35,7 +35,7 @@ class MaskedLmHead : public Head {
   bool nsp_;
   LinearRef dense_;  // the transform
   NormRef lnorm_;
-  ParamRef obias_;   // the decoder's bias (its weight is the word embeddings)
+  ParamRef obias_;     // the decoder's bias (its weight is the word embeddings)
   LinearRef nsp_out_;  // cls.seq_relationship
 };
 

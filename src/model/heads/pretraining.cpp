@@ -10,7 +10,8 @@ namespace bertcc {
 namespace {
 void declare(ParamTable& t, const BertConfig& c) {
   const int64_t V = c.vocab_size, C = c.hidden_size;
-  BERTCC_CHECK(!c.electra(), "config: ELECTRA has no BertForPreTraining heads "
+  BERTCC_CHECK(!c.electra(),
+               "config: ELECTRA has no BertForPreTraining heads "
                "(its pre-training uses ElectraForPreTraining and ElectraForMaskedLM)");
   BERTCC_CHECK(c.embedding_dim() == C, "config: BERT pre-training heads need embedding_size == hidden_size");
   t.add("cls.predictions.transform.dense.weight", {C, C}, true);
@@ -40,7 +41,8 @@ const HeadSpec& pretraining_head() {
       .prefixes = {"cls."},
       .signature = {{"cls.predictions.bias"}, {"cls.predictions.decoder.bias"}},
       .what = "a pre-training checkpoint with its masked-LM head (BertForPreTraining or BertForMaskedLM)",
-      .make_command = "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)",
+      .make_command =
+          "`bertcc pretrain --config bert-mini --vocab vocab.txt --input-dir SHARDS --output-dir RUN` (RUN/model)",
       .kind = "",
       .declare = declare,
       .outputs = [](const BertConfig&) { return std::vector<HeadOutput>{}; },

@@ -86,8 +86,7 @@ void SequenceClassificationHead::input_backward(const float* dsrc, int64_t B, in
   float* dd1 = scratch(dd1_, B * C, true);
   float* da1 = scratch(da1_, B * C, true);
   be.gelu_backward(dd1, d1p_, dsrc, B * C, Activation::GeluErf);
-  be.linear_backward(da1, dgrad(dense_.w), dgrad(dense_.b), dd1, a1p_, w(dense_.w), B, C, C, prec,
-                     w16(dense_.w, prec));
+  be.linear_backward(da1, dgrad(dense_.w), dgrad(dense_.b), dd1, a1p_, w(dense_.w), B, C, C, prec, w16(dense_.w, prec));
   const float* dcls = da1;
   if (p > 0) {
     float* dc = scratch(dcls_, B * C, true);
@@ -125,7 +124,8 @@ std::vector<HeadOutput> outputs(const BertConfig& c) {
 void write_onnx(OnnxGraph& g, const std::string& h, const std::string&) {
   const BertConfig& c = g.config();
   if (c.electra()) {
-    const std::string d = g.gelu(g.linear(g.first_token(h), "classifier.dense"), Activation::GeluErf);  // HF: gelu always
+    const std::string d =
+        g.gelu(g.linear(g.first_token(h), "classifier.dense"), Activation::GeluErf);  // HF: gelu always
     g.rename(g.linear(d, "classifier.out_proj"), "logits");
   } else {
     g.rename(g.linear(g.pooled_output(h), "classifier"), "logits");
@@ -152,8 +152,9 @@ const HeadSpec& sequence_classification_head() {
       .prefixes = {"classifier."},
       .signature = {{"classifier.weight", "bert.pooler.dense.weight"}},
       .what = "a sequence-classification model (BertForSequenceClassification)",
-      .make_command = "`bertcc finetune classify --model PRETRAINED --train-file train.csv --output-dir DIR` (GLUE: "
-                      "`bertcc finetune glue`)",
+      .make_command =
+          "`bertcc finetune classify --model PRETRAINED --train-file train.csv --output-dir DIR` (GLUE: "
+          "`bertcc finetune glue`)",
       .kind = "",
       .declare = declare,
       .outputs = outputs,

@@ -153,7 +153,7 @@ inline int shfl_src[1024];
 inline unsigned ballot_out[32];
 inline uint32_t frag_a[1024][4], frag_b[1024][2];
 inline float mma_A[32][16][16], mma_B[32][16][8];  // per warp: the operands, widened
-inline const uint16_t* row_addr[1024];  // a warp's ldmatrix row addresses
+inline const uint16_t* row_addr[1024];             // a warp's ldmatrix row addresses
 inline uint32_t ldm_out[1024][4];
 
 // back to the scheduler (the fiber's own state saved); returns when the scheduler resumes it
@@ -200,8 +200,12 @@ inline void arrive(Barrier& b, F&& completion) {
   }
 }
 template <class F>
-inline void warp_collective(F&& completion) { arrive(warp_bar[threadIdx.x / 32], completion); }
-inline void warp_sync() { warp_collective([] {}); }
+inline void warp_collective(F&& completion) {
+  arrive(warp_bar[threadIdx.x / 32], completion);
+}
+inline void warp_sync() {
+  warp_collective([] {});
+}
 
 // f to run fiber_main from the top of its stack when next switched to
 inline void start(Fiber& f) {
@@ -245,59 +249,61 @@ void launch(sim_dim3 grid, unsigned threads, size_t smem_bytes, F body) {
   body_fn = &body;
   body_call = [](void* f) { (*static_cast<F*>(f))(); };
   for (unsigned bz = 0; bz < grid.z; ++bz)
-  for (unsigned by = 0; by < grid.y; ++by)
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      std::memset(p, 0xFF, smem_bytes);  // poison: NaN in bf16 and fp16, so an unwritten read shows
-      dynamic_smem = p;
-      blockIdx = {bx, by, bz};
-      block_bar = Barrier{threads, 0, 0};
-      for (unsigned w = 0; w < threads / 32; ++w) warp_bar[w] = Barrier{32, 0, 0};
-      for (unsigned t = 0; t < threads; ++t) {
-        Fiber& f = fibers[t];
-        f.bar = nullptr;
-        f.done = false;
-        start(f);
-      }
-      // rounds over the fibers, each run until it waits at a barrier or ends
-      unsigned alive = threads;
-      bool reverse = false;
-      while (alive > 0) {
-        bool ran = false;
-        for (unsigned k = 0; k < threads; ++k) {
-          const unsigned t = reverse ? threads - 1 - k : k;
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        std::memset(p, 0xFF, smem_bytes);  // poison: NaN in bf16 and fp16, so an unwritten read shows
+        dynamic_smem = p;
+        blockIdx = {bx, by, bz};
+        block_bar = Barrier{threads, 0, 0};
+        for (unsigned w = 0; w < threads / 32; ++w) warp_bar[w] = Barrier{32, 0, 0};
+        for (unsigned t = 0; t < threads; ++t) {
           Fiber& f = fibers[t];
-          if (f.done || (f.bar && f.bar->gen == f.gen)) continue;
           f.bar = nullptr;
-          current = t;
-          threadIdx = {t, 0, 0};
+          f.done = false;
+          start(f);
+        }
+        // rounds over the fibers, each run until it waits at a barrier or ends
+        unsigned alive = threads;
+        bool reverse = false;
+        while (alive > 0) {
+          bool ran = false;
+          for (unsigned k = 0; k < threads; ++k) {
+            const unsigned t = reverse ? threads - 1 - k : k;
+            Fiber& f = fibers[t];
+            if (f.done || (f.bar && f.bar->gen == f.gen)) continue;
+            f.bar = nullptr;
+            current = t;
+            threadIdx = {t, 0, 0};
 #ifdef BERTCC_SIM_ASAN
-          __sanitizer_start_switch_fiber(&sched_fake_stack, f.stack, kStackBytes);
+            __sanitizer_start_switch_fiber(&sched_fake_stack, f.stack, kStackBytes);
 #endif
 #ifdef BERTCC_SIM_ASM_SWITCH
-          bertcc_sim_switch(&sched_sp, f.sp);
+            bertcc_sim_switch(&sched_sp, f.sp);
 #else
-          swapcontext(&sched_ctx, &f.ctx);
+            swapcontext(&sched_ctx, &f.ctx);
 #endif
 #ifdef BERTCC_SIM_ASAN
-          __sanitizer_finish_switch_fiber(sched_fake_stack, nullptr, nullptr);
+            __sanitizer_finish_switch_fiber(sched_fake_stack, nullptr, nullptr);
 #endif
-          ran = true;
-          alive -= f.done;
+            ran = true;
+            alive -= f.done;
+          }
+          if (!ran) {  // every live thread waits at a barrier the others never reach
+            std::fprintf(stderr, "sim: block (%u, %u, %u): %u threads wait at barriers that cannot complete\n", bx, by,
+                         bz, alive);
+            std::abort();
+          }
+          reverse = !reverse;
         }
-        if (!ran) {  // every live thread waits at a barrier the others never reach
-          std::fprintf(stderr, "sim: block (%u, %u, %u): %u threads wait at barriers that cannot complete\n", bx, by,
-                       bz, alive);
-          std::abort();
-        }
-        reverse = !reverse;
       }
-    }
 }
 }  // namespace sim
 
 #define BERTCC_DYNAMIC_SMEM(name) unsigned char* name = ::sim::dynamic_smem
 
-inline void __syncthreads() { sim::arrive(sim::block_bar, [] {}); }
+inline void __syncthreads() {
+  sim::arrive(sim::block_bar, [] {});
+}
 inline void __syncwarp() { sim::warp_sync(); }
 template <class T>
 inline T __shfl_sync(unsigned, T v, int src) {  // v of lane src of this thread's warp

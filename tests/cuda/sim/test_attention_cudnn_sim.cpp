@@ -10,14 +10,13 @@
 #define BERTCC_CUDA_SIM 1
 #include "sim_runtime.h"
 // the kernels' source, as nvcc compiles it for the GPU
-#include "cuda/attention/cudnn_switch_kernels.cuh"
-
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cuda/attention/cudnn_switch_kernels.cuh"
 #include "kernels/kernels.h"
 
 using namespace bertcc;
@@ -126,8 +125,8 @@ void keep_case(int64_t B, int64_t NH, int64_t T, float p, uint64_t seed) {
         vs_cpu += (mask[e] == 0x3F80) != (pd[e] != 0.0f);
         dropped += !keep;
       }
-  const std::string tag = "keep_mask B=" + std::to_string(B) + " NH=" + std::to_string(NH) + " T=" +
-                          std::to_string(T) + " p=" + std::to_string(p);
+  const std::string tag = "keep_mask B=" + std::to_string(B) + " NH=" + std::to_string(NH) + " T=" + std::to_string(T) +
+                          " p=" + std::to_string(p);
   expect(vs_keep == 0, tag + ": against attn::keep");
   expect(vs_cpu == 0, tag + ": against the CPU's decisions");
   // the decisions are dropout's at all: the dropped share near p (n >= 2,000 elements here)
@@ -163,7 +162,7 @@ void zero_keys_case() {
 int main() {
   std::printf("cuDNN path kernels (attention/cudnn_switch_kernels.cuh) on the simulator\n");
   lengths_cases();
-  keep_case(2, 3, 37, 0.1f, 11);   // T odd: the last pair has one key
+  keep_case(2, 3, 37, 0.1f, 11);  // T odd: the last pair has one key
   keep_case(1, 2, 64, 0.5f, 12);
   keep_case(2, 2, 130, 0.1f, 13);  // past two 64-row tiles, T not a multiple of 16
   keep_case(1, 1, 16, 0.9f, 14);

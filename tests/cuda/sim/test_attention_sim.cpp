@@ -9,15 +9,14 @@
 #define BERTCC_CUDA_SIM 1
 #include "sim_runtime.h"
 // the kernels' source, as nvcc compiles it for the GPU
-#include "cuda/attention/tensor_core_kernels.cuh"
-#include "cuda/attention/fp32_kernels.cuh"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 
+#include "cuda/attention/fp32_kernels.cuh"
+#include "cuda/attention/tensor_core_kernels.cuh"
 #include "kernels/kernels.h"
 
 using namespace bertcc;
@@ -68,8 +67,9 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
   const A::Shape s = A::make_shape(B, T, C, NH, p, rng, base);
   // lse as attention/tensor_core.cu's callers size it (with dropout: the decision bits after it, poisoned
   // with set bits: keep everything, which dropout-on cases fail unless the forward writes them)
-  std::vector<float> out(B * T * C, NAN), lse(static_cast<size_t>(A::lse_floats(B, NH, T) +
-                                                                   (p > 0 ? A::drop_bit_words(B, NH, T) : 0)), NAN), dqkv(B * T * 3 * C, NAN), D(B * NH * T);
+  std::vector<float> out(B * T * C, NAN),
+      lse(static_cast<size_t>(A::lse_floats(B, NH, T) + (p > 0 ? A::drop_bit_words(B, NH, T) : 0)), NAN),
+      dqkv(B * T * 3 * C, NAN), D(B * NH * T);
   A::dispatch_hs(hs, [&](auto hsc) {
     constexpr int HS = decltype(hsc)::value;
     namespace K = A::tc;
@@ -165,12 +165,10 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
     // roundings of dqkv bit for bit
     std::vector<uint16_t> dqkv16(dqkv.size(), 0xFFFFu);
     uint16_t* d16 = BF ? dqkv16.data() : nullptr;
-    sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp), [&] {
-      K::bwd_dq<BF, HS>(dqkv.data(), d16, op, lse.data(), D.data(), mask.data(), s);
-    });
-    sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp), [&] {
-      K::bwd_dkdv<BF, HS>(dqkv.data(), d16, op, lse.data(), D.data(), mask.data(), s);
-    });
+    sim::launch(grid, K::kThreads, K::dq_smem<BF, HS>(Tp),
+                [&] { K::bwd_dq<BF, HS>(dqkv.data(), d16, op, lse.data(), D.data(), mask.data(), s); });
+    sim::launch(grid, K::kThreads, K::dkv_smem<BF, HS>(Tp),
+                [&] { K::bwd_dkdv<BF, HS>(dqkv.data(), d16, op, lse.data(), D.data(), mask.data(), s); });
     if constexpr (BF) {
       size_t diff = 0;
       for (size_t i = 0; i < dqkv.size(); ++i) diff += dqkv16[i] != bertcc::f32_to_bf16(dqkv[i]);
@@ -180,7 +178,8 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
       // the kernels stopping at each sequence's last unmasked key (count_keys, as attention/tensor_core.cu
       // launches it): out, lse and dqkv the same bits as visiting every key, in both forward forms
       std::vector<int32_t> nkeys(B, -7);
-      sim::launch({static_cast<unsigned>(B), 1, 1}, K::kThreads, 0, [&] { K::count_keys(nkeys.data(), mask.data(), T); });
+      sim::launch({static_cast<unsigned>(B), 1, 1}, K::kThreads, 0,
+                  [&] { K::count_keys(nkeys.data(), mask.data(), T); });
       int64_t visited = 0, all = 0;
       for (int64_t b = 0; b < B; ++b) {
         int64_t want = T;
@@ -189,7 +188,8 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
             want = j + 1;
             break;
           }
-        if (nkeys[b] != want) ++g_fail, std::printf("  count_keys: sequence %ld: %d, want %ld  FAIL\n", long(b), nkeys[b], long(want));
+        if (nkeys[b] != want)
+          ++g_fail, std::printf("  count_keys: sequence %ld: %d, want %ld  FAIL\n", long(b), nkeys[b], long(want));
         visited += (nkeys[b] + K::tile_n<HS>() - 1) / K::tile_n<HS>();
         all += (T + K::tile_n<HS>() - 1) / K::tile_n<HS>();
       }
@@ -221,11 +221,14 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
       for (size_t i = 0; i < qkv.size(); ++i) q16[i] = bertcc::f32_to_bf16(qkv[i]);
       std::vector<uint16_t> ops16(3 * n, 0xFFFF);
       const sim_dim3 pgrid{static_cast<unsigned>(Tp / K::kBlockRows), static_cast<unsigned>(B * NH), 3};
-      sim::launch(pgrid, K::kThreads, 0, [&] { K::prep<BF, HS, uint16_t>(ops16.data(), q16.data(), 3 * C, s, Tp, vec); });
-      expect("prep from a bf16 qkv: operands differing", static_cast<double>(!std::equal(ops16.begin(), ops16.end(), q)), 0.0);
+      sim::launch(pgrid, K::kThreads, 0,
+                  [&] { K::prep<BF, HS, uint16_t>(ops16.data(), q16.data(), 3 * C, s, Tp, vec); });
+      expect("prep from a bf16 qkv: operands differing",
+             static_cast<double>(!std::equal(ops16.begin(), ops16.end(), q)), 0.0);
       if (K::in_place_ok<HS>(q16.data(), s)) {
         K::Operands ip = op;
-        ip.q = K::qkv_rows(q16.data(), s, 0), ip.k = K::qkv_rows(q16.data(), s, 1), ip.v = K::qkv_rows(q16.data(), s, 2);
+        ip.q = K::qkv_rows(q16.data(), s, 0), ip.k = K::qkv_rows(q16.data(), s, 1),
+        ip.v = K::qkv_rows(q16.data(), s, 2);
         std::vector<float> out3, lse3, dqkv3;
         run3(ip, out3, lse3, dqkv3);
         const size_t diff =
@@ -244,7 +247,9 @@ void run(int64_t B, int64_t T, int64_t NH, int64_t hs, float p, unsigned seed, s
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t bh = b * NH + h;
-      auto at = [&](int64_t t, int part, int64_t c) { return double(r16(qkv[(b * T + t) * 3 * C + part * C + h * hs + c])); };
+      auto at = [&](int64_t t, int part, int64_t c) {
+        return double(r16(qkv[(b * T + t) * 3 * C + part * C + h * hs + c]));
+      };
       auto dO = [&](int64_t t, int64_t c) { return double(r16(dout[(b * T + t) * C + h * hs + c])); };
       for (int64_t i = 0; i < T; ++i) {
         std::vector<double> P(T), kp(T), dP(T);
@@ -385,12 +390,12 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
       sim::launch(gf, K::kThreads, K::fwd_smem<BF, HS, 1>(Tp),
                   [&] { K::fwd<BF, HS, 1, 1, true>(out.data(), out16.data(), saved.data(), op, nullptr, s); });
     }
-    for (int64_t b = 0; b < B; ++b) row_dots(D.data() + NH * cu[b], out.data() + cu[b] * C, dout.data() + cu[b] * C, lens[b]);
+    for (int64_t b = 0; b < B; ++b)
+      row_dots(D.data() + NH * cu[b], out.data() + cu[b] * C, dout.data() + cu[b] * C, lens[b]);
     // the row dots kernel puts each where the host does (its sums in another order: within rounding)
     std::vector<float> Dk(D.size(), NAN);
-    sim::launch({bertcc::cuda::grid_for(N * NH * 32, 256), 1, 1}, 256, 0, [&] {
-      A::row_dots_varlen(Dk.data(), dout.data(), out.data(), t64.data(), B, N, C, NH);
-    });
+    sim::launch({bertcc::cuda::grid_for(N * NH * 32, 256), 1, 1}, 256, 0,
+                [&] { A::row_dots_varlen(Dk.data(), dout.data(), out.data(), t64.data(), B, N, C, NH); });
     expect("row dots kernel vs the host's", rel_l2(Dk, std::vector<double>(D.begin(), D.end())), 1e-6);
     // dout's operand: prep over the N rows as one sequence
     std::vector<uint16_t> dops(K::operand_elems<HS>(s), 0xFFFF);
@@ -434,12 +439,15 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
                 [&] { K::bwd_dkdv<BF, HS>(d.data(), d16.data(), op, sv.data(), Db.data(), mask.data(), sb); });
     auto differ = [](const void* a, const void* b, size_t n, size_t size) {
       size_t k = 0;
-      for (size_t i = 0; i < n; ++i) k += std::memcmp(static_cast<const char*>(a) + i * size, static_cast<const char*>(b) + i * size, size) != 0;
+      for (size_t i = 0; i < n; ++i)
+        k += std::memcmp(static_cast<const char*>(a) + i * size, static_cast<const char*>(b) + i * size, size) != 0;
       return k;
     };
-    diff += differ(o.data(), out.data() + r0 * C, o.size(), 4) + differ(o16.data(), out16.data() + r0 * C, o16.size(), 2);
+    diff +=
+        differ(o.data(), out.data() + r0 * C, o.size(), 4) + differ(o16.data(), out16.data() + r0 * C, o16.size(), 2);
     diff += differ(sv.data(), saved.data() + t64[4 * b + 2], sv.size(), 4);  // lse, then every decision word
-    diff += differ(d.data(), dqkv.data() + r0 * 3 * C, d.size(), 4) + differ(d16.data(), dqkv16.data() + r0 * 3 * C, d16.size(), 2);
+    diff += differ(d.data(), dqkv.data() + r0 * 3 * C, d.size(), 4) +
+            differ(d16.data(), dqkv16.data() + r0 * 3 * C, d16.size(), 2);
     if (sb.drop) {
       // the decisions, read back from the words as bwd_dq reads them, against rng.h's numbering
       const uint32_t* w = reinterpret_cast<const uint32_t*>(saved.data() + t64[4 * b + 2] + A::lse_floats(1, NH, n));
@@ -461,8 +469,8 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
     expect(what, static_cast<double>(bad_bits), 0.0);
   }
   // the CPU's varlen kernel in bf16 (from fp32 qkv, which it rounds as the model's product does)
-  std::vector<float> cout(N * C), csaved(kernels::attention_varlen_saved_size(cu.data(), B, C, NH, p > 0, Precision::BF16)),
-      cd(N * 3 * C);
+  std::vector<float> cout(N * C),
+      csaved(kernels::attention_varlen_saved_size(cu.data(), B, C, NH, p > 0, Precision::BF16)), cd(N * 3 * C);
   kernels::attention_varlen_forward(cout.data(), csaved.data(), qkv.data(), cu.data(), B, C, NH, p, rng, base,
                                     Precision::BF16);
   kernels::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, p,
@@ -470,7 +478,6 @@ void run_varlen(const std::vector<int64_t>& lens, int64_t NH, float p, unsigned 
   expect("out vs the CPU varlen kernel (max)", rel_max(out, cout), 1e-2);
   expect("dqkv vs the CPU varlen kernel (max)", rel_max(dqkv, cd), 1e-2);
 }
-
 
 // The fp32 kernels on unpadded (varlen) batches: the sequences of `lens` packed as rows of fp32 qkv
 // [N, 3C], no mask, forward and backward each one launch over the whole batch (seq_place: block x
@@ -529,12 +536,10 @@ void run_varlen_f32(const std::vector<int64_t>& lens, int64_t NH, int64_t hs, fl
       sim::launch(g, F::kRows, 0, [&] { F::fwd<HS, false>(o.data(), lse.data(), q, mask.data(), sb, nullptr, 0); });
       sim::launch({bertcc::cuda::grid_for(NH * n * 32, 256), 1, 1}, 256, 0,
                   [&] { F::bwd_dot(Db.data(), dO, o.data(), sb, hs); });
-      sim::launch(g, F::kRows, 0, [&] {
-        F::bwd_dq<HS, false>(d.data(), dO, q, lse.data(), Db.data(), mask.data(), sb, nullptr, 0);
-      });
-      sim::launch(g, F::kRows, 0, [&] {
-        F::bwd_dkdv<HS, false>(d.data(), dO, q, lse.data(), Db.data(), mask.data(), sb, nullptr, 0);
-      });
+      sim::launch(g, F::kRows, 0,
+                  [&] { F::bwd_dq<HS, false>(d.data(), dO, q, lse.data(), Db.data(), mask.data(), sb, nullptr, 0); });
+      sim::launch(g, F::kRows, 0,
+                  [&] { F::bwd_dkdv<HS, false>(d.data(), dO, q, lse.data(), Db.data(), mask.data(), sb, nullptr, 0); });
     });
     for (size_t i = 0; i < o.size(); ++i) diff += std::memcmp(&o[i], &out[r0 * C + i], 4) != 0;
     for (size_t i = 0; i < lse.size(); ++i) diff += std::memcmp(&lse[i], &saved[t[4 * b + 2] + i], 4) != 0;
@@ -542,8 +547,8 @@ void run_varlen_f32(const std::vector<int64_t>& lens, int64_t NH, int64_t hs, fl
     sbase += attention_drop_numbers(static_cast<uint64_t>(NH), static_cast<uint64_t>(n));
   }
   expect("each sequence vs the padded kernels alone: differing", static_cast<double>(diff), 0.0);
-  std::vector<float> cout(N * C), csaved(kernels::attention_varlen_saved_size(cu.data(), B, C, NH, p > 0, Precision::F32)),
-      cd(N * 3 * C);
+  std::vector<float> cout(N * C),
+      csaved(kernels::attention_varlen_saved_size(cu.data(), B, C, NH, p > 0, Precision::F32)), cd(N * 3 * C);
   kernels::attention_varlen_forward(cout.data(), csaved.data(), qkv.data(), cu.data(), B, C, NH, p, rng, base,
                                     Precision::F32);
   kernels::attention_varlen_backward(cd.data(), dout.data(), qkv.data(), csaved.data(), cu.data(), B, C, NH, p,

@@ -8,16 +8,15 @@
 // float4 groups per lane, with the last lanes idle (C / 4 not a multiple of 32). Exit 0 when all
 // agree, 1 otherwise.
 #define BERTCC_CUDA_SIM 1
-#include "sim_runtime.h"
 #include "sim_check.h"
+#include "sim_runtime.h"
 // the kernels' source, as nvcc compiles it for the GPU
-#include "cuda/layernorm_kernels.cuh"
-
 #include <cstdio>
 #include <random>
 #include <string>
 
 #include "bertcc/rng.h"
+#include "cuda/layernorm_kernels.cuh"
 #include "kernels/kernels.h"
 
 using namespace bertcc;
@@ -45,8 +44,8 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
   for (const bool residual : {false, true}) {
     std::vector<float> out(NC), mean(N), rstd(N), sum(NC);
     if (residual)
-      kernels::residual_layernorm_forward(out.data(), sum.data(), mean.data(), rstd.data(), x.data(), r.data(), w.data(),
-                                          b.data(), N, C, 1e-5f);
+      kernels::residual_layernorm_forward(out.data(), sum.data(), mean.data(), rstd.data(), x.data(), r.data(),
+                                          w.data(), b.data(), N, C, 1e-5f);
     else
       kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-12f);
     std::vector<float> gout(NC, -7.0f), gmean(N), grstd(N), gsum(NC, -7.0f);
@@ -55,8 +54,8 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
       cuda::lnr::dispatch_groups(V, [&](auto v) {
         sim::launch({grid, 1, 1}, 256, 0, [&] {
           cuda::lnr::fwd<decltype(v)::value, true>(gout.data(), g16.data(), gsum.data(), gmean.data(), grstd.data(),
-                                                    x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f,
-                                                    cuda::lnr::RowDropout{});
+                                                   x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f,
+                                                   cuda::lnr::RowDropout{});
         });
       });
     if (!residual) {  // the plain kernel: no sum, no bf16 copy
@@ -64,8 +63,7 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
       cuda::lnr::dispatch_groups(V, [&](auto v) {
         sim::launch({grid, 1, 1}, 256, 0, [&] {
           cuda::lnr::fwd<decltype(v)::value, false>(pout.data(), nullptr, nullptr, pmean.data(), prstd.data(), x.data(),
-                                                     nullptr, w.data(), b.data(), N, C, 1e-12f,
-                                                     cuda::lnr::RowDropout{});
+                                                    nullptr, w.data(), b.data(), N, C, 1e-12f, cuda::lnr::RowDropout{});
         });
       });
       expect_close("layernorm forward " + tag, out, pout, 1e-5f);
@@ -84,7 +82,7 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
     cuda::lnr::dispatch_groups(V, [&](auto v) {
       sim::launch({grid, 1, 1}, 256, 0, [&] {
         cuda::lnr::fwd<decltype(v)::value, true>(nout.data(), nullptr, nullptr, nmean.data(), nrstd.data(), x.data(),
-                                                  r.data(), w.data(), b.data(), N, C, 1e-5f, cuda::lnr::RowDropout{});
+                                                 r.data(), w.data(), b.data(), N, C, 1e-5f, cuda::lnr::RowDropout{});
       });
     });
     expect_bits("residual layernorm forward without a sum " + tag, gout, nout);
@@ -132,7 +130,7 @@ void run_case(int64_t N, int64_t C, std::mt19937& gen) {
     cuda::lnr::dispatch_groups(V, [&](auto v) {
       sim::launch({grid, 1, 1}, 256, 0, [&] {
         cuda::lnr::fwd<decltype(v)::value, true>(gout.data(), g16.data(), gsum.data(), gmean.data(), grstd.data(),
-                                                  x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f, d);
+                                                 x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f, d);
       });
     });
     expect_bits("residual dropout layernorm forward sum " + dt, sum, gsum);

@@ -6,14 +6,13 @@
 #define BERTCC_CUDA_SIM 1
 #include "sim_runtime.h"
 // the kernels' source, as nvcc compiles it for the GPU
-#include "cuda/ordered_sums.cuh"
-
 #include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
 
 #include "bertcc/optim.h"
+#include "cuda/ordered_sums.cuh"
 #include "kernels/kernels.h"
 
 using namespace bertcc;

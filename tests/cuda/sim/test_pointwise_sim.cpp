@@ -8,16 +8,15 @@
 // Also the fused FFN1 backward start (gelu_bwd_colsum) against gelu_bwd and the column-sum order.
 // Exit 0 when all agree, 1 otherwise.
 #define BERTCC_CUDA_SIM 1
-#include "sim_runtime.h"
 #include "sim_check.h"
+#include "sim_runtime.h"
 // the kernels' source, as nvcc compiles it for the GPU
-#include "cuda/pointwise_kernels.cuh"
-
 #include <cstdio>
 #include <random>
 #include <string>
 
 #include "bertcc/rng.h"
+#include "cuda/pointwise_kernels.cuh"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
@@ -107,7 +106,8 @@ void dropout_case(int64_t n, int shift, uint64_t base, std::mt19937& gen) {
   expect_bits("dropout forward " + tag + " vs the CPU kernel", ycpu.p, y.p, static_cast<size_t>(n));
   size_t dropped = 0;
   for (int64_t i = 0; i < n; ++i) dropped += y.p[i] == 0.0f;
-  if (n >= 4000 && (dropped < static_cast<size_t>(n / 20) || dropped > static_cast<size_t>(n / 5))) report("dropout forward " + tag + ": dropped share", 1, 1, "off");
+  if (n >= 4000 && (dropped < static_cast<size_t>(n / 20) || dropped > static_cast<size_t>(n / 5)))
+    report("dropout forward " + tag + ": dropped share", 1, 1, "off");
   for (const bool overwrite : {false, true}) {
     Buf g(n, shift), d(n, shift), dcpu(n, shift);
     Buf16 d16(n, shift);
@@ -166,8 +166,7 @@ void gelu_bias_case(int64_t M, int64_t N, bool erf_form, std::mt19937& gen) {
     cuda::pw::gelu_fwd<true, uint16_t>(nullptr, fwd16.data(), nullptr, x16.data(), static_cast<int64_t>(n), erf_form);
   });
   sim::launch({groups(static_cast<int64_t>(n)), 1, 1}, 128, 0, [&] {
-    cuda::pw::gelu_fwd<false, uint16_t>(nullptr, fwd16s.data(), nullptr, x16.data(), static_cast<int64_t>(n),
-                                        erf_form);
+    cuda::pw::gelu_fwd<false, uint16_t>(nullptr, fwd16s.data(), nullptr, x16.data(), static_cast<int64_t>(n), erf_form);
   });
   std::vector<float> want(part.size());
   for (int64_t k = 0; k < chunks; ++k)
