@@ -14,6 +14,7 @@
 #include "bertcc/error.h"
 #include "bertcc/runtime.h"
 #include "kernels/gemm_int8.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 using namespace bertcc;
@@ -143,6 +144,71 @@ TEST(Int8, LinearEqualsQuantizedReferenceBitForBit) {
   std::vector<float> y1(static_cast<size_t>(N));
   linear_forward_int8(y1.data(), x.data() + 11 * K, q, bias.data(), 1);
   EXPECT_EQ(y1, std::vector<float>(y.begin() + 11 * N, y.begin() + 12 * N));
+}
+
+TEST(Int8, FusedKernelsEqualTheComposedLayers) {
+  // ffn_layernorm_int8 (one pass per row: rescale, GELU, quantize; then rescale, residual, LayerNorm)
+  // against linear_forward_int8, gelu_forward, linear_forward_int8 and residual_layernorm_forward in
+  // turn, and linear_residual_layernorm_int8 against the first and last of these: every bit, for both
+  // GELUs, with and without the kept sum, a row count that is no multiple of a vector and an
+  // intermediate size that is no multiple of the GELU's chunk
+  const int64_t M = 19, C = 40, I = 4100;
+  const float eps = 1e-12f;
+  const std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * C), 21, 2.0f);
+  const std::vector<float> W1 = bertcc::testing::randn(static_cast<size_t>(I * C), 22, 0.2f);
+  const std::vector<float> b1 = bertcc::testing::randn(static_cast<size_t>(I), 23, 0.5f);
+  const std::vector<float> W2 = bertcc::testing::randn(static_cast<size_t>(C * I), 24, 0.02f);
+  const std::vector<float> b2 = bertcc::testing::randn(static_cast<size_t>(C), 25);
+  const std::vector<float> g = bertcc::testing::randn(static_cast<size_t>(C), 26),
+                           beta = bertcc::testing::randn(static_cast<size_t>(C), 27);
+  const Int8Weight q1 = quantize_weight_int8(W1.data(), I, C), q2 = quantize_weight_int8(W2.data(), C, I);
+  const Int8Weight q3 = quantize_weight_int8(W2.data(), C, C);  // a C x C layer (the attention output's shape)
+  const size_t MC = static_cast<size_t>(M * C), m1 = static_cast<size_t>(M);
+  struct Out {
+    std::vector<float> out, sum, mean, rstd;
+  };
+  auto ln_of = [&](Out& o, const float* residual, bool keep_sum) {
+    o = Out{std::vector<float>(MC), std::vector<float>(keep_sum ? MC : 0), std::vector<float>(m1),
+            std::vector<float>(m1)};
+    return Int8LayerNorm{
+        o.out.data(), keep_sum ? o.sum.data() : nullptr, o.mean.data(), o.rstd.data(), residual, g.data(), beta.data(),
+        eps};
+  };
+  auto same = [](const Out& a, const Out& b) {
+    return a.out == b.out && a.sum == b.sum && a.mean == b.mean && a.rstd == b.rstd;
+  };
+  for (const Activation act : {Activation::GeluErf, Activation::GeluTanh})
+    for (const bool keep_sum : {true, false}) {
+      std::vector<float> inter(static_cast<size_t>(M * I)), h(inter.size()), y(MC);
+      linear_forward_int8(inter.data(), x.data(), q1, b1.data(), M);
+      gelu_forward(h.data(), inter.data(), M * I, act);
+      linear_forward_int8(y.data(), h.data(), q2, b2.data(), M);
+      Out ref, fused;
+      const Int8LayerNorm r = ln_of(ref, x.data(), keep_sum);
+      residual_layernorm_forward(r.out, r.sum, r.mean, r.rstd, y.data(), x.data(), g.data(), beta.data(), M, C, eps);
+      ffn_layernorm_int8(ln_of(fused, x.data(), keep_sum), x.data(), q1, b1.data(), q2, b2.data(), M, act);
+      ASSERT_TRUE(same(fused, ref)) << (act == Activation::GeluErf ? "gelu" : "gelu_new") << " sum " << keep_sum;
+      // one row alone: the same bits as in the batch
+      Out one;
+      one = Out{std::vector<float>(static_cast<size_t>(C)), {}, std::vector<float>(1), std::vector<float>(1)};
+      ffn_layernorm_int8(Int8LayerNorm{one.out.data(), nullptr, one.mean.data(), one.rstd.data(), x.data() + 5 * C,
+                                       g.data(), beta.data(), eps},
+                         x.data() + 5 * C, q1, b1.data(), q2, b2.data(), 1, act);
+      EXPECT_EQ(one.out, std::vector<float>(ref.out.begin() + 5 * C, ref.out.begin() + 6 * C));
+      // the output layer and its LayerNorm
+      const std::vector<float> res = bertcc::testing::randn(MC, 28);
+      linear_forward_int8(y.data(), x.data(), q3, b2.data(), M);
+      const Int8LayerNorm r3 = ln_of(ref, res.data(), keep_sum);
+      residual_layernorm_forward(r3.out, r3.sum, r3.mean, r3.rstd, y.data(), res.data(), g.data(), beta.data(), M, C,
+                                 eps);
+      linear_residual_layernorm_int8(ln_of(fused, res.data(), keep_sum), x.data(), q3, b2.data(), M);
+      ASSERT_TRUE(same(fused, ref)) << "output layer, sum " << keep_sum;
+    }
+  // a second layer that does not take the first one's outputs is refused
+  Out o;
+  EXPECT_THROW(
+      ffn_layernorm_int8(ln_of(o, x.data(), false), x.data(), q1, b1.data(), q1, b1.data(), M, Activation::GeluErf),
+      Error);
 }
 
 TEST(Precision, AutoFollowsTheCpuReport) {

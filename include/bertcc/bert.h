@@ -21,6 +21,10 @@ namespace bertcc {
 
 class Backend;
 class Head;
+namespace kernels {
+struct Int8Weight;
+struct Int8LayerNorm;
+}  // namespace kernels
 
 const char* architecture_name(Heads h);
 // The HF class name for a model type: BertFor... or, with `electra`, ElectraModel / ElectraFor...
@@ -286,6 +290,13 @@ class Bert {
   // The encoder's linear layer r on x[M, K] into y[M, N] in int8 when prec is int8 (true), else
   // nothing (false: the caller runs the backend's linear_forward).
   bool linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const;
+  // With int8, in one kernel each: an output layer of x and the LayerNorm after it, or the layer's
+  // feed-forward block and its LayerNorm (kernels/gemm_int8.h)
+  bool output_int8(const kernels::Int8LayerNorm& ln, const float* x, const LinearRef& r, int64_t M,
+                   const Pass& pass) const;
+  bool ffn_int8(const kernels::Int8LayerNorm& ln, const float* x, const LayerRefs& L, int64_t M,
+                const Pass& pass) const;
+  const kernels::Int8Weight& int8_weight(const LinearRef& r) const;
   // Head scratch where the backend computes: on the host the vector itself (resized; zero-filled
   // when `zeroed`), on a device a buffer of n floats kept for that vector. The vector must outlive
   // the model's activations (a member, not a local).

@@ -13,20 +13,25 @@ constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kTanhCoef = 0.044715f;
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t n, Activation act) {
+void gelu_forward_serial(float* out, const float* inp, int64_t n, Activation act) {
   if (act == Activation::GeluErf) {
-#pragma omp parallel for schedule(static) if (n > 16384)
     for (int64_t i = 0; i < n; ++i) {
       const float x = inp[i];
       out[i] = 0.5f * x * (1.0f + verf(x * kInvSqrt2));
     }
   } else {
-#pragma omp parallel for schedule(static) if (n > 16384)
     for (int64_t i = 0; i < n; ++i) {
       const float x = inp[i];
       out[i] = 0.5f * x * (1.0f + vtanh(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
     }
   }
+}
+
+// Chunks of gelu_forward_serial: one function computes every element, on any thread.
+void gelu_forward(float* out, const float* inp, int64_t n, Activation act) {
+  constexpr int64_t kChunk = 4096;
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (int64_t c = 0; c < n; c += kChunk) gelu_forward_serial(out + c, inp + c, std::min(kChunk, n - c), act);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act) {

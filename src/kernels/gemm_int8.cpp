@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "bertcc/error.h"
+#include "kernels/kernels.h"
 
 namespace bertcc::kernels {
 namespace {
@@ -110,31 +111,111 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int
   R.stream.wait();
 }
 
+namespace {
+
+// y[n] = fma(float(acc[n]), sm * sw[n], b[n]) (b null: 0): one row's rescale out of int32.
+void rescale_row(float* y, const int32_t* acc, float sm, const float* sw, const float* b, int64_t N) {
+  if (b) {
+    for (int64_t n = 0; n < N; ++n) y[n] = std::fma(static_cast<float>(acc[n]), sm * sw[n], b[n]);
+  } else {
+    for (int64_t n = 0; n < N; ++n) y[n] = std::fma(static_cast<float>(acc[n]), sm * sw[n], 0.0f);
+  }
+}
+
+// The int32 products of rows already quantized, in a buffer of this thread's.
+const int32_t* products(const int8_t* xq, const Int8Weight& W, int64_t M) {
+  thread_local std::vector<int32_t> acc;
+  acc.resize(static_cast<size_t>(M * W.N));
+  gemm_s8s8s32(xq, W.q.data(), acc.data(), M, W.N, W.K);
+  return acc.data();
+}
+
+void check_shape(const Int8Weight& W, int64_t M, const char* who) {
+  BERTCC_CHECK(M > 0 && W.N > 0 && W.K > 0 && W.q.size() == static_cast<size_t>(W.N * W.K), who, ": bad shape");
+}
+
+}  // namespace
+
+void linear_forward_int8_q(float* y, const int8_t* xq, const float* sx, const Int8Weight& W, const float* b,
+                           int64_t M) {
+  check_shape(W, M, "linear_forward_int8");
+  const int64_t N = W.N;
+  const int32_t* acc = products(xq, W, M);
+#pragma omp parallel for schedule(static) if (M * N > 32768)
+  for (int64_t m = 0; m < M; ++m) rescale_row(y + m * N, acc + m * N, sx[m], W.scale.data(), b, N);
+}
+
 void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M) {
-  const int64_t N = W.N, K = W.K;
-  BERTCC_CHECK(M > 0 && N > 0 && K > 0 && W.q.size() == static_cast<size_t>(N * K), "linear_forward_int8: bad shape");
+  check_shape(W, M, "linear_forward_int8");
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> sx;
-  thread_local std::vector<int32_t> acc;
-  xq.resize(static_cast<size_t>(M * K));
+  xq.resize(static_cast<size_t>(M * W.K));
   sx.resize(static_cast<size_t>(M));
-  acc.resize(static_cast<size_t>(M * N));
-  quantize_rows_int8(x, M, K, kInt8ActivationMax, xq.data(), sx.data());
-  gemm_s8s8s32(xq.data(), W.q.data(), acc.data(), M, N, K);
-  const float* sw = W.scale.data();
-  const int32_t* ac = acc.data();
-  const float* s = sx.data();
-#pragma omp parallel for schedule(static) if (M * N > 32768)
-  for (int64_t m = 0; m < M; ++m) {
-    const int32_t* am = ac + m * N;
-    float* ym = y + m * N;
-    const float sm = s[m];
-    if (b) {
-      for (int64_t n = 0; n < N; ++n) ym[n] = std::fma(static_cast<float>(am[n]), sm * sw[n], b[n]);
-    } else {
-      for (int64_t n = 0; n < N; ++n) ym[n] = std::fma(static_cast<float>(am[n]), sm * sw[n], 0.0f);
+  quantize_rows_int8(x, M, W.K, kInt8ActivationMax, xq.data(), sx.data());
+  linear_forward_int8_q(y, xq.data(), sx.data(), W, b, M);
+}
+
+void linear_gelu_quantize_int8(int8_t* q, float* scale, const int8_t* xq, const float* sx, const Int8Weight& W,
+                               const float* b, int64_t M, Activation act) {
+  check_shape(W, M, "linear_gelu_quantize_int8");
+  const int64_t N = W.N;
+  const int32_t* acc = products(xq, W, M);
+#pragma omp parallel
+  {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(N));
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      rescale_row(row.data(), acc + m * N, sx[m], W.scale.data(), b, N);
+      gelu_forward_serial(row.data(), row.data(), N, act);
+      quantize_row(row.data(), N, kInt8ActivationMax, q + m * N, scale + m);
     }
   }
+}
+
+void linear_residual_layernorm_int8_q(const Int8LayerNorm& ln, const int8_t* xq, const float* sx, const Int8Weight& W,
+                                      const float* b, int64_t M) {
+  check_shape(W, M, "linear_residual_layernorm_int8");
+  const int64_t N = W.N;
+  const int32_t* acc = products(xq, W, M);
+#pragma omp parallel
+  {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(N));
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      rescale_row(row.data(), acc + m * N, sx[m], W.scale.data(), b, N);
+      residual_layernorm_row(ln.out + m * N, ln.sum ? ln.sum + m * N : nullptr, ln.mean + m, ln.rstd + m, row.data(),
+                             ln.residual + m * N, ln.w, ln.b, N, ln.eps);
+    }
+  }
+}
+
+void linear_residual_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weight& W, const float* b,
+                                    int64_t M) {
+  check_shape(W, M, "linear_residual_layernorm_int8");
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> sx;
+  xq.resize(static_cast<size_t>(M * W.K));
+  sx.resize(static_cast<size_t>(M));
+  quantize_rows_int8(x, M, W.K, kInt8ActivationMax, xq.data(), sx.data());
+  linear_residual_layernorm_int8_q(ln, xq.data(), sx.data(), W, b, M);
+}
+
+void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weight& W1, const float* b1,
+                        const Int8Weight& W2, const float* b2, int64_t M, Activation act) {
+  check_shape(W1, M, "ffn_layernorm_int8");
+  check_shape(W2, M, "ffn_layernorm_int8");
+  BERTCC_CHECK(W2.K == W1.N, "ffn_layernorm_int8: the second layer takes ", W2.K, " inputs, the first gives ", W1.N);
+  thread_local std::vector<int8_t> xq, hq;
+  thread_local std::vector<float> sx, sh;
+  xq.resize(static_cast<size_t>(M * W1.K));
+  hq.resize(static_cast<size_t>(M * W1.N));
+  sx.resize(static_cast<size_t>(M));
+  sh.resize(static_cast<size_t>(M));
+  quantize_rows_int8(x, M, W1.K, kInt8ActivationMax, xq.data(), sx.data());
+  linear_gelu_quantize_int8(hq.data(), sh.data(), xq.data(), sx.data(), W1, b1, M, act);
+  linear_residual_layernorm_int8_q(ln, hq.data(), sh.data(), W2, b2, M);
 }
 
 double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters) {

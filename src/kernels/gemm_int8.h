@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "bertcc/config.h"
+
 namespace bertcc::kernels {
 
 constexpr int kInt8WeightMax = 63;       // 7-bit weights (see above)
@@ -37,6 +39,36 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int
 // y[m, n] = fma(float(acc[m, n]), sx[m] * sw[n], b[n]) (b null: 0). A row's output depends on that
 // row alone (no batch dependence), and on no ISA detail.
 void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M);
+
+// linear_forward_int8 on rows already quantized (xq[M, K], scales sx[M]).
+void linear_forward_int8_q(float* y, const int8_t* xq, const float* sx, const Int8Weight& W, const float* b, int64_t M);
+
+// An int8 linear layer, its GELU and the next layer's quantization in one pass over each row:
+// (q, scale) = quantize_rows_int8(gelu(linear_forward_int8_q(xq, sx, W, b)), kInt8ActivationMax),
+// the same bits, without the fp32 intermediate in memory.
+void linear_gelu_quantize_int8(int8_t* q, float* scale, const int8_t* xq, const float* sx, const Int8Weight& W,
+                               const float* b, int64_t M, Activation act);
+
+// The LayerNorm after a linear layer: out = LN(y + residual) as residual_layernorm_forward writes
+// it (out, sum (may be null), mean, rstd; weights w, b; epsilon eps), for y the layer's output.
+struct Int8LayerNorm {
+  float *out, *sum, *mean, *rstd;
+  const float *residual, *w, *b;
+  float eps;
+};
+
+// An int8 linear layer and the residual LayerNorm after it, in one pass over each row: the same bits
+// as linear_forward_int8 then residual_layernorm_forward, without the layer's output in memory.
+void linear_residual_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weight& W, const float* b,
+                                    int64_t M);
+void linear_residual_layernorm_int8_q(const Int8LayerNorm& ln, const int8_t* xq, const float* sx, const Int8Weight& W,
+                                      const float* b, int64_t M);
+
+// An encoder layer's feed-forward block and its LayerNorm in int8: LN(gelu(x W1^T + b1) W2^T + b2 +
+// residual), the same bits as linear_forward_int8, gelu_forward, linear_forward_int8 and
+// residual_layernorm_forward in turn (the encoder's residual is x itself: ln.residual = x).
+void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weight& W1, const float* b1,
+                        const Int8Weight& W2, const float* b2, int64_t M, Activation act);
 
 // Achieved tera-ops/s of gemm_s8s8s32 on [M, K] x [K, N] (operands already int8): bench infer's
 // ceiling for int8 runs.

@@ -26,11 +26,16 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 // ---- fused residual + LayerNorm: sum = a + r (saved; sum may be null, a and r not out), out = LN(sum) ----
 void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                 const float* w, const float* b, int64_t N, int64_t C, float eps);
+// One row of residual_layernorm_forward, on the calling thread (fused epilogues call it): the same bits.
+void residual_layernorm_row(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                            const float* w, const float* b, int64_t C, float eps);
 // ---- plain residual add (the composed reference for the fused kernel) ----
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
 // ---- GELU: erf ("gelu") or tanh ("gelu_new", "gelu_pytorch_tanh") ----
 void gelu_forward(float* out, const float* inp, int64_t n, Activation act);
+// gelu_forward on the calling thread alone (fused epilogues call it): the same bits.
+void gelu_forward_serial(float* out, const float* inp, int64_t n, Activation act);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation act);
 
 // ---- tanh (pooler) ----

@@ -27,17 +27,20 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   for (int64_t n = 0; n < N; ++n) ln_row(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
 }
 
+void residual_layernorm_row(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
+                            const float* w, const float* b, int64_t C, float eps) {
+  // no sum kept: out holds it until ln_row writes over it, element by element (a, r not out)
+  float* s = sum ? sum : out;
+  for (int64_t c = 0; c < C; ++c) s[c] = a[c] + r[c];
+  ln_row(out, mean, rstd, s, w, b, C, eps);
+}
+
 void residual_layernorm_forward(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
                                 const float* w, const float* b, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    // no sum kept: out holds it until ln_row writes over it, element by element (a, r not out)
-    float* s = (sum ? sum : out) + n * C;
-    const float* x = a + n * C;
-    const float* y = r + n * C;
-    for (int64_t c = 0; c < C; ++c) s[c] = x[c] + y[c];
-    ln_row(out + n * C, mean + n, rstd + n, s, w, b, C, eps);
-  }
+  for (int64_t n = 0; n < N; ++n)
+    residual_layernorm_row(out + n * C, sum ? sum + n * C : nullptr, mean + n, rstd + n, a + n * C, r + n * C, w, b, C,
+                           eps);
 }
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {

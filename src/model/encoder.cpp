@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/kernels.h"
 #include "model/acts.h"
 
@@ -253,25 +254,31 @@ void Bert::layer_forward(int l, const Pass& pass) {
     be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), N, 3 * C, C, prec, w16(L.qkv.w, prec), qkv_io);
   // (bf16: the output as its rounding ctx16 alone, what the product reads)
   attention_forward(l, pass);
-  if (!linear_int8(a.tmp_c, ly.ctx, L.attn_out, N, prec))
+  // (int8: the output layer and the LayerNorm in one kernel, no fp32 intermediate)
+  const kernels::Int8LayerNorm ln1{ly.h1, ly.ln1_sum,       ly.ln1_mean,      ly.ln1_rstd,
+                                   xin,   w(L.attn_norm.g), w(L.attn_norm.b), eps};
+  if (!output_int8(ln1, ly.ctx, L.attn_out, N, pass)) {
     be.linear_forward(a.tmp_c, ly.ctx, w(L.attn_out.w), w(L.attn_out.b), N, C, C, prec, w16(L.attn_out.w, prec),
                       LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
-  if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
-  be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin, w(L.attn_norm.g),
-                                        w(L.attn_norm.b), N, C, eps, a.as16(ly.h1_16), p_h, rng, ly.seed_attn_out);
+    if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
+    be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin, w(L.attn_norm.g),
+                                          w(L.attn_norm.b), N, C, eps, a.as16(ly.h1_16), p_h, rng, ly.seed_attn_out);
+  }
   // bf16: FFN1's output as its rounding inter16 alone (as PyTorch's autocast Linear writes bf16),
   // the GELU's input forward and backward
   LinearIo ffn1_io{a.as16(ly.h1_16), nullptr, nullptr};
   ffn1_io.y16 = a.as16(ly.inter16);
-  if (!linear_int8(ly.inter, ly.h1, L.ffn_in, N, prec))
-    be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
+  // (int8: the block and the LayerNorm in one kernel, no fp32 intermediate)
+  const kernels::Int8LayerNorm ln2{a.x[l + 1], ly.ln2_sum,      ly.ln2_mean,     ly.ln2_rstd,
+                                   ly.h1,      w(L.ffn_norm.g), w(L.ffn_norm.b), eps};
+  if (ffn_int8(ln2, ly.h1, L, N, pass)) return;
+  be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
   if (prec == Precision::BF16)
     be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, cfg_.activation());
   else
     be.gelu_forward(ly.gelu, ly.inter, N * I, cfg_.activation());
-  if (!linear_int8(a.tmp_c, ly.gelu, L.ffn_out, N, prec))
-    be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
-                      LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
+  be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
+                    LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
   if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
   be.residual_dropout_layernorm_forward(
       a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1, w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
+#include "model/acts.h"
 
 namespace bertcc {
 
@@ -59,12 +60,38 @@ void Bert::keep_int8_weights_only() {
   fp32_linears_released_ = true;
 }
 
-bool Bert::linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
-  if (prec != Precision::I8) return false;
+const kernels::Int8Weight& Bert::int8_weight(const LinearRef& r) const {
   BERTCC_CHECK(q8_ && q8_valid_, "linear_int8: the int8 weights were not made (refresh_int8)");
   const auto it = q8_->by_weight.find(r.w.i);
   BERTCC_CHECK(it != q8_->by_weight.end(), "linear_int8: a linear layer without int8 weights");
-  kernels::linear_forward_int8(y, x, it->second, w(r.b), M);
+  return it->second;
+}
+
+bool Bert::linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
+  if (prec != Precision::I8) return false;
+  kernels::linear_forward_int8(y, x, int8_weight(r), w(r.b), M);
+  return true;
+}
+
+// The int8 kernels with the LayerNorm fused serve inference alone: no dropout, no bf16 rounding.
+static bool int8_inference(Precision acts, float p_h, Precision prec) {
+  if (prec != Precision::I8) return false;
+  BERTCC_CHECK(p_h == 0.0f && acts != Precision::BF16, "--precision int8 is for inference only (no dropout)");
+  return true;
+}
+
+bool Bert::output_int8(const kernels::Int8LayerNorm& ln, const float* x, const LinearRef& r, int64_t M,
+                       const Pass& pass) const {
+  if (!int8_inference(acts_->prec, pass.p_h, pass.prec)) return false;
+  kernels::linear_residual_layernorm_int8(ln, x, int8_weight(r), w(r.b), M);
+  return true;
+}
+
+bool Bert::ffn_int8(const kernels::Int8LayerNorm& ln, const float* x, const LayerRefs& L, int64_t M,
+                    const Pass& pass) const {
+  if (!int8_inference(acts_->prec, pass.p_h, pass.prec)) return false;
+  kernels::ffn_layernorm_int8(ln, x, int8_weight(L.ffn_in), w(L.ffn_in.b), int8_weight(L.ffn_out), w(L.ffn_out.b), M,
+                              cfg_.activation());
   return true;
 }
 
