@@ -17,39 +17,26 @@
 #include "bertcc/error.h"
 #include "bertcc/runtime.h"
 #include "core/settings.h"
+#include "kernels/onednn_runtime.h"
 
 namespace bertcc::kernels {
+
+OnednnRuntime& onednn_runtime() {
+  if (omp_in_parallel()) {
+    thread_local OnednnRuntime mine;
+    return mine;
+  }
+  static OnednnRuntime r;
+  return r;
+}
+
 namespace {
 
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
-struct Runtime {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  struct Entry {
-    dnnl::matmul prim;
-    dnnl::memory::desc scratch;
-  };
-  std::unordered_map<std::string, Entry> cache;
-  static constexpr size_t kMaxCached = 4096;
-  std::vector<bf16_t> scratch_a, scratch_b;
-  // One scratchpad for every matmul, owned here: oneDNN's own (library mode) is allocated and
-  // freed around each call, which for large shapes means fresh pages zeroed by the kernel each time.
-  std::vector<uint8_t> scratchpad;
-};
-
-// The process's runtime; a GEMM called from inside a parallel region (the varlen attention's
-// per-thread products, single-threaded there) uses its thread's own: its own primitives,
-// scratchpads and stream, so that threads never share one.
-Runtime& rt() {
-  if (omp_in_parallel()) {
-    thread_local Runtime mine;
-    return mine;
-  }
-  static Runtime r;
-  return r;
-}
+using Runtime = OnednnRuntime;
+Runtime& rt() { return onednn_runtime(); }
 
 // Copies a (batch of) row-major [rows, cols] blocks with leading dimension ld to a compact buffer,
 // converting each element with `cvt` (fp32 -> bf16 for bf16 GEMMs, fp32 -> fp16 -> fp32 for the
@@ -215,11 +202,7 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
   std::memcpy(&alpha_bits, &g.alpha, 4);
   key += std::to_string(alpha_bits);
 
-  auto it = R.cache.find(key);
-  if (it == R.cache.end()) {
-    // Bounded: unpadded batches (and a server's) bring a new row count with nearly every batch, so
-    // the shapes seen over a long run are many; past the bound the primitives are made again.
-    if (R.cache.size() >= Runtime::kMaxCached) R.cache.clear();
+  const Runtime::Entry& prim = R.matmul(key, [&] {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
@@ -234,9 +217,8 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
                                                  : dnnl::memory::desc(dims{1, 1, g.N}, dt::f32, dims{g.N, g.N, 1}),
                                     dst_md)
                : dnnl::matmul::desc(src_md, wei_md, dst_md);
-    dnnl::matmul::primitive_desc pd(d, attr, R.engine);
-    it = R.cache.emplace(key, Runtime::Entry{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
-  }
+    return dnnl::matmul::primitive_desc(d, attr, R.engine);
+  });
   // Bias is added after scaling by oneDNN only when alpha == 1; we never combine them.
   BERTCC_CHECK(!(g.bias && g.alpha != 1.0f), "gemm: bias with alpha != 1 is not supported");
 
@@ -249,13 +231,7 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
                             : dnnl::memory::desc(dims{1, 1, g.N}, dt::f32, dims{g.N, g.N, 1});
     args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, R.engine, const_cast<float*>(g.bias)));
   }
-  const size_t pad = it->second.scratch.get_size();
-  if (pad > 0) {
-    if (R.scratchpad.size() < pad) R.scratchpad.resize(pad);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(it->second.scratch, R.engine, R.scratchpad.data()));
-  }
-  it->second.prim.execute(R.stream, args);
-  R.stream.wait();
+  R.run(prim, args);
 }
 
 // bf16 emulated on the row kernel: x and W rounded to bf16 (or widened from their bf16 copies), as

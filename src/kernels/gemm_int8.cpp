@@ -7,42 +7,19 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tuple>
+#include <string>
 #include <unordered_map>
 
 #include "bertcc/error.h"
 #include "kernels/kernels.h"
+#include "kernels/onednn_runtime.h"
 
 namespace bertcc::kernels {
 namespace {
 
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
-
-// Primitives by shape and thread count, per thread (a caller inside a parallel region gets its
-// own, as gemm.cpp's runtime), with one scratchpad each.
-struct Int8Runtime {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  struct Entry {
-    dnnl::matmul prim;
-    dnnl::memory::desc scratch;
-  };
-  std::map<std::tuple<int64_t, int64_t, int64_t, int>, Entry> cache;
-  static constexpr size_t kMaxCached = 4096;
-  std::vector<uint8_t> scratchpad;
-};
-
-Int8Runtime& rt() {
-  if (omp_in_parallel()) {
-    thread_local Int8Runtime mine;
-    return mine;
-  }
-  static Int8Runtime r;
-  return r;
-}
 
 void quantize_row(const float* x, int64_t K, int qmax, int8_t* q, float* scale) {
   // max |x| on the bits (sign cleared, non-negative floats order as their bits): an integer
@@ -86,29 +63,21 @@ Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K) {
 
 void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K) {
   BERTCC_CHECK(M > 0 && N > 0 && K > 0, "gemm_s8s8s32: empty shape");
-  Int8Runtime& R = rt();
+  OnednnRuntime& R = onednn_runtime();
   const dnnl::memory::desc src_md(dims{M, K}, dt::s8, dims{K, 1});
   const dnnl::memory::desc wei_md(dims{K, N}, dt::s8, dims{1, K});  // b [N, K] read as [K, N]
   const dnnl::memory::desc dst_md(dims{M, N}, dt::s32, dims{N, 1});
-  const auto key = std::make_tuple(M, N, K, omp_get_max_threads());
-  auto it = R.cache.find(key);
-  if (it == R.cache.end()) {
-    if (R.cache.size() >= Int8Runtime::kMaxCached) R.cache.clear();  // a server's row counts are many
+  std::string key = "s8s8s32,";
+  for (const int64_t v : {M, N, K, static_cast<int64_t>(omp_get_max_threads())}) key += std::to_string(v) + ",";
+  const OnednnRuntime::Entry& prim = R.matmul(key, [&] {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, R.engine);
-    it = R.cache.emplace(key, Int8Runtime::Entry{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
-  }
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, R.engine);
+  });
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(src_md, R.engine, const_cast<int8_t*>(a))},
                                              {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, R.engine, const_cast<int8_t*>(b))},
                                              {DNNL_ARG_DST, dnnl::memory(dst_md, R.engine, acc)}};
-  const size_t pad = it->second.scratch.get_size();
-  if (pad > 0) {
-    if (R.scratchpad.size() < pad) R.scratchpad.resize(pad);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(it->second.scratch, R.engine, R.scratchpad.data()));
-  }
-  it->second.prim.execute(R.stream, args);
-  R.stream.wait();
+  R.run(prim, args);
 }
 
 namespace {
