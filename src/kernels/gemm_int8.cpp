@@ -103,6 +103,38 @@ void check_shape(const Int8Weight& W, int64_t M, const char* who) {
   BERTCC_CHECK(M > 0 && W.N > 0 && W.K > 0 && W.q.size() == static_cast<size_t>(W.N * W.K), who, ": bad shape");
 }
 
+// The int8 layer's outputs of rows already quantized, each rescaled into a row buffer of the thread
+// that then hands it to f(m, row) (the fused epilogues).
+template <typename F>
+void each_output_row(const int8_t* xq, const float* sx, const Int8Weight& W, const float* b, int64_t M, F f) {
+  const int64_t N = W.N;
+  const int32_t* acc = products(xq, W, M);
+#pragma omp parallel
+  {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(N));
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      rescale_row(row.data(), acc + m * N, sx[m], W.scale.data(), b, N);
+      f(m, row.data());
+    }
+  }
+}
+
+// x[M, K] quantized per row (kInt8ActivationMax) into buffers of this thread's.
+struct QuantizedRows {
+  const int8_t* q;
+  const float* scale;
+};
+QuantizedRows quantized(const float* x, int64_t M, int64_t K) {
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> scale;
+  q.resize(static_cast<size_t>(M * K));
+  scale.resize(static_cast<size_t>(M));
+  quantize_rows_int8(x, M, K, kInt8ActivationMax, q.data(), scale.data());
+  return {q.data(), scale.data()};
+}
+
 }  // namespace
 
 void linear_forward_int8_q(float* y, const int8_t* xq, const float* sx, const Int8Weight& W, const float* b,
@@ -116,59 +148,35 @@ void linear_forward_int8_q(float* y, const int8_t* xq, const float* sx, const In
 
 void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M) {
   check_shape(W, M, "linear_forward_int8");
-  thread_local std::vector<int8_t> xq;
-  thread_local std::vector<float> sx;
-  xq.resize(static_cast<size_t>(M * W.K));
-  sx.resize(static_cast<size_t>(M));
-  quantize_rows_int8(x, M, W.K, kInt8ActivationMax, xq.data(), sx.data());
-  linear_forward_int8_q(y, xq.data(), sx.data(), W, b, M);
+  const QuantizedRows xq = quantized(x, M, W.K);
+  linear_forward_int8_q(y, xq.q, xq.scale, W, b, M);
 }
 
 void linear_gelu_quantize_int8(int8_t* q, float* scale, const int8_t* xq, const float* sx, const Int8Weight& W,
                                const float* b, int64_t M, Activation act) {
   check_shape(W, M, "linear_gelu_quantize_int8");
   const int64_t N = W.N;
-  const int32_t* acc = products(xq, W, M);
-#pragma omp parallel
-  {
-    thread_local std::vector<float> row;
-    row.resize(static_cast<size_t>(N));
-#pragma omp for schedule(static)
-    for (int64_t m = 0; m < M; ++m) {
-      rescale_row(row.data(), acc + m * N, sx[m], W.scale.data(), b, N);
-      gelu_forward_serial(row.data(), row.data(), N, act);
-      quantize_row(row.data(), N, kInt8ActivationMax, q + m * N, scale + m);
-    }
-  }
+  each_output_row(xq, sx, W, b, M, [&](int64_t m, float* row) {
+    gelu_forward_serial(row, row, N, act);
+    quantize_row(row, N, kInt8ActivationMax, q + m * N, scale + m);
+  });
 }
 
 void linear_residual_layernorm_int8_q(const Int8LayerNorm& ln, const int8_t* xq, const float* sx, const Int8Weight& W,
                                       const float* b, int64_t M) {
   check_shape(W, M, "linear_residual_layernorm_int8");
   const int64_t N = W.N;
-  const int32_t* acc = products(xq, W, M);
-#pragma omp parallel
-  {
-    thread_local std::vector<float> row;
-    row.resize(static_cast<size_t>(N));
-#pragma omp for schedule(static)
-    for (int64_t m = 0; m < M; ++m) {
-      rescale_row(row.data(), acc + m * N, sx[m], W.scale.data(), b, N);
-      residual_layernorm_row(ln.out + m * N, ln.sum ? ln.sum + m * N : nullptr, ln.mean + m, ln.rstd + m, row.data(),
-                             ln.residual + m * N, ln.w, ln.b, N, ln.eps);
-    }
-  }
+  each_output_row(xq, sx, W, b, M, [&](int64_t m, const float* row) {
+    residual_layernorm_row(ln.out + m * N, ln.sum ? ln.sum + m * N : nullptr, ln.mean + m, ln.rstd + m, row,
+                           ln.residual + m * N, ln.w, ln.b, N, ln.eps);
+  });
 }
 
 void linear_residual_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weight& W, const float* b,
                                     int64_t M) {
   check_shape(W, M, "linear_residual_layernorm_int8");
-  thread_local std::vector<int8_t> xq;
-  thread_local std::vector<float> sx;
-  xq.resize(static_cast<size_t>(M * W.K));
-  sx.resize(static_cast<size_t>(M));
-  quantize_rows_int8(x, M, W.K, kInt8ActivationMax, xq.data(), sx.data());
-  linear_residual_layernorm_int8_q(ln, xq.data(), sx.data(), W, b, M);
+  const QuantizedRows xq = quantized(x, M, W.K);
+  linear_residual_layernorm_int8_q(ln, xq.q, xq.scale, W, b, M);
 }
 
 void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weight& W1, const float* b1,
@@ -176,14 +184,12 @@ void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weigh
   check_shape(W1, M, "ffn_layernorm_int8");
   check_shape(W2, M, "ffn_layernorm_int8");
   BERTCC_CHECK(W2.K == W1.N, "ffn_layernorm_int8: the second layer takes ", W2.K, " inputs, the first gives ", W1.N);
-  thread_local std::vector<int8_t> xq, hq;
-  thread_local std::vector<float> sx, sh;
-  xq.resize(static_cast<size_t>(M * W1.K));
+  const QuantizedRows xq = quantized(x, M, W1.K);
+  thread_local std::vector<int8_t> hq;
+  thread_local std::vector<float> sh;
   hq.resize(static_cast<size_t>(M * W1.N));
-  sx.resize(static_cast<size_t>(M));
   sh.resize(static_cast<size_t>(M));
-  quantize_rows_int8(x, M, W1.K, kInt8ActivationMax, xq.data(), sx.data());
-  linear_gelu_quantize_int8(hq.data(), sh.data(), xq.data(), sx.data(), W1, b1, M, act);
+  linear_gelu_quantize_int8(hq.data(), sh.data(), xq.q, xq.scale, W1, b1, M, act);
   linear_residual_layernorm_int8_q(ln, hq.data(), sh.data(), W2, b2, M);
 }
 
