@@ -17,7 +17,7 @@
 
 namespace bertcc {
 
-void Bert::refresh_int8(Precision p) {
+void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& linears) {
   BERTCC_CHECK(!fp32_linears_released_ || p == Precision::I8,
                "this model keeps its encoder's linear layers in int8 "
                "alone (loaded for --precision int8): ",
@@ -28,25 +28,15 @@ void Bert::refresh_int8(Precision p) {
                "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
   if (!q8_) q8_ = std::make_unique<Int8Weights>();
   q8_->by_weight.clear();
-  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, E = cfg_.embedding_dim();
-  auto add = [&](const LinearRef& r, int64_t N, int64_t K) {
-    q8_->by_weight[r.w.i] = kernels::quantize_weight_int8(w(r.w), N, K);
-  };
-  if (E != C) add(refs_.project, C, E);
-  for (const LayerRefs& L : refs_.layers) {
-    add(L.qkv, 3 * C, C);
-    add(L.attn_out, C, C);
-    add(L.ffn_in, I, C);
-    add(L.ffn_out, C, I);
-  }
+  for (const Int8Linear& l : linears) q8_->by_weight[l.r.w.i] = kernels::quantize_weight_int8(w(l.r.w), l.N, l.K);
   q8_valid_ = true;
 }
 
-void Bert::keep_int8_weights_only() {
+void ModelWeights::keep_int8_weights_only(const std::vector<Int8Linear>& linears) {
   BERTCC_CHECK(be_->on_host() && dev_offset_.empty(),
                "--precision int8 runs on the CPU only (pass --device cpu, or "
                "--precision bf16 on a GPU)");
-  refresh_int8(Precision::I8);
+  refresh_int8(Precision::I8, linears);
   // Whole pages inside each quantized matrix back to the system (madvise: they read as zeros if
   // touched again, which the checks above prevent); the pages shared with kept tensors stay.
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -59,7 +49,7 @@ void Bert::keep_int8_weights_only() {
   fp32_linears_released_ = true;
 }
 
-bool Bert::linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
+bool ModelWeights::linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
   if (prec != Precision::I8) return false;
   BERTCC_CHECK(q8_ && q8_valid_, "linear_int8: the int8 weights were not made (refresh_int8)");
   const auto it = q8_->by_weight.find(r.w.i);
