@@ -11,6 +11,7 @@
 
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
+#include "bertcc/features.h"
 #include "bertcc/fileio.h"
 #include "bertcc/head_spec.h"
 #include "bertcc/model_dir.h"
@@ -165,10 +166,71 @@ TEST(Heads, WrongStepsAreRefused) {
   b.segment_ids = {0, 0};
   b.input_mask = {1, 1};
   Rng rng{0, 0};
-  EXPECT_THROW(m.finetune_step(b, false, false, Precision::F32, rng), Error);
-  EXPECT_THROW(m.pretrain_step(b, false, false, Precision::F32, rng), Error);
-  EXPECT_THROW(m.discriminator_step(b, false, false, Precision::F32, rng), Error);
-  EXPECT_THROW(m.joint_qa_step(b, false, false, Precision::F32, rng), Error);
+  EXPECT_THROW(m.finetune_step(b, rng, StepArgs{.precision = Precision::F32}), Error);
+  EXPECT_THROW(m.pretrain_step(b, rng, StepArgs{.precision = Precision::F32}), Error);
+}
+
+// The encoder computes a batch unpadded only when each row's labels that the head reads lie in the
+// row's real tokens (Head::labels_within): the masked LM's labels and the joint head's true start
+// name token positions; the QA head's positions do not stop packing (its loss reads the padded
+// logits).
+TEST(Heads, ALabelInThePaddingComputesTheBatchPadded) {
+  BertBatch b;
+  b.B = 2;
+  b.T = 4;
+  b.input_ids = {2, 3, 4, 0, 2, 5, 0, 0};
+  b.segment_ids.assign(8, 0);
+  b.input_mask = {1, 1, 1, 0, 1, 1, 0, 0};
+  auto packed = [&](Heads h, const BertBatch& batch) {
+    Bert m(config_for(head_spec(h)), h);
+    m.init_weights(3);
+    Rng rng{1, 0};
+    if (head_spec(h).labels == HeadLabels::MaskedLm)
+      m.pretrain_step(batch, rng, StepArgs{});
+    else
+      m.finetune_step(batch, rng, StepArgs{});
+    return m.last_packed();
+  };
+  BertBatch mlm = b;
+  mlm.mlm_labels = {-1, 7, -1, -1, -1, -1, -1, -1};
+  mlm.nsp_labels = {0, 1};
+  EXPECT_TRUE(packed(Heads::PreTraining, mlm));
+  mlm.mlm_labels[6] = 7;  // row 1's third token: padding
+  EXPECT_FALSE(packed(Heads::PreTraining, mlm));
+  BertBatch span = b;
+  span.start_positions = {1, 1};
+  span.end_positions = {2, 1};
+  EXPECT_TRUE(packed(Heads::JointQuestionAnswering, span));
+  EXPECT_TRUE(packed(Heads::QuestionAnswering, span));
+  span.start_positions[1] = span.end_positions[1] = 3;
+  EXPECT_FALSE(packed(Heads::JointQuestionAnswering, span));
+  EXPECT_TRUE(packed(Heads::QuestionAnswering, span));
+}
+
+// make_finetune_batch copies the labels its caller names (a head's HeadSpec::labels), without
+// asking the model.
+TEST(Heads, FinetuneBatchesCarryTheLabelsTheyAreGiven) {
+  std::vector<FtFeature> f(2);
+  f[0].input_ids = {2, 3, 4};
+  f[1].input_ids = {2, 5};
+  for (FtFeature& x : f) x.segment_ids.assign(x.input_ids.size(), 0);
+  f[0].label = 1, f[0].target = 0.5f, f[0].start = 1, f[0].end = 2, f[0].token_labels = {-100, 0, 2};
+  f[1].label = 2, f[1].target = 1.5f, f[1].start = 0, f[1].end = 0, f[1].token_labels = {-100, 1};
+  const std::vector<size_t> idx{0, 1};
+  const BertBatch tok = make_finetune_batch(f, idx, HeadLabels::Token, true, 8);
+  ASSERT_EQ(tok.T, 8);
+  std::vector<int32_t> want(16, -100);
+  want[1] = 0, want[2] = 2, want[9] = 1;
+  EXPECT_EQ(tok.labels, want);
+  EXPECT_TRUE(tok.start_positions.empty());
+  const BertBatch span = make_finetune_batch(f, idx, HeadLabels::Span, true, 8);
+  EXPECT_EQ(span.start_positions, (std::vector<int32_t>{1, 0}));
+  EXPECT_EQ(span.end_positions, (std::vector<int32_t>{2, 0}));
+  EXPECT_TRUE(span.labels.empty());
+  const BertBatch seq = make_finetune_batch(f, idx, HeadLabels::Sequence, true, 8);
+  EXPECT_EQ(seq.labels, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(seq.targets, (std::vector<float>{0.5f, 1.5f}));
+  EXPECT_TRUE(make_finetune_batch(f, idx, HeadLabels::Token, false, 8).labels.empty());
 }
 
 TEST(Heads, ConvertFindsEachHeadByItsSignature) {

@@ -55,7 +55,8 @@ TEST(Model, SameSeedGivesBitIdenticalGradients) {
     m.init_weights(9);
     Rng rng{123, 0};
     m.zero_grad();
-    const double l = m.pretrain_step(batch, true, true, Precision::F32, rng).loss;
+    const double l =
+        m.pretrain_step(batch, rng, StepArgs{.training = true, .backward = true, .precision = Precision::F32}).loss;
     (rep ? l2 : l1) = l;
     (rep ? g2 : g1) = m.grads();
   }
@@ -69,10 +70,10 @@ TEST(Model, DropoutChangesLossAndEvalIsDeterministic) {
   Bert m(c, Heads::PreTraining);
   m.init_weights(4);
   Rng rng{5, 0};
-  const double eval1 = m.pretrain_step(batch, false, false, Precision::F32, rng).loss;
-  const double train1 = m.pretrain_step(batch, true, false, Precision::F32, rng).loss;
-  const double train2 = m.pretrain_step(batch, true, false, Precision::F32, rng).loss;
-  const double eval2 = m.pretrain_step(batch, false, false, Precision::F32, rng).loss;
+  const double eval1 = m.pretrain_step(batch, rng, StepArgs{.precision = Precision::F32}).loss;
+  const double train1 = m.pretrain_step(batch, rng, StepArgs{.training = true, .precision = Precision::F32}).loss;
+  const double train2 = m.pretrain_step(batch, rng, StepArgs{.training = true, .precision = Precision::F32}).loss;
+  const double eval2 = m.pretrain_step(batch, rng, StepArgs{.precision = Precision::F32}).loss;
   EXPECT_EQ(eval1, eval2);
   EXPECT_NE(train1, train2);  // the RNG advanced: new dropout masks
   EXPECT_NE(train1, eval1);
@@ -91,13 +92,13 @@ TEST(Model, DropoutBackwardMatchesDirectionalFiniteDifference) {
     std::vector<float> saved = m.params();
     for (size_t i = 0; i < saved.size(); ++i) m.params()[i] = saved[i] + static_cast<float>(eps) * dir[i];
     Rng rng{77, 0};
-    const double l = m.pretrain_step(batch, true, false, Precision::F32, rng).loss;
+    const double l = m.pretrain_step(batch, rng, StepArgs{.training = true, .precision = Precision::F32}).loss;
     m.params() = saved;
     return l;
   };
   Rng rng{77, 0};
   m.zero_grad();
-  m.pretrain_step(batch, true, true, Precision::F32, rng);
+  m.pretrain_step(batch, rng, StepArgs{.training = true, .backward = true, .precision = Precision::F32});
   double analytic = 0;
   for (size_t i = 0; i < dir.size(); ++i) analytic += static_cast<double>(m.grads()[i]) * dir[i];
   const double h = 1e-3;
@@ -112,9 +113,9 @@ TEST(Model, GradientsAccumulateAcrossCalls) {
   m.init_weights(8);
   Rng rng{1, 0};
   m.zero_grad();
-  m.pretrain_step(batch, false, true, Precision::F32, rng);
+  m.pretrain_step(batch, rng, StepArgs{.backward = true, .precision = Precision::F32});
   std::vector<float> once = m.grads();
-  m.pretrain_step(batch, false, true, Precision::F32, rng);
+  m.pretrain_step(batch, rng, StepArgs{.backward = true, .precision = Precision::F32});
   for (size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(m.grads()[i], 2 * once[i], 1e-5f * (1 + std::fabs(once[i])));
 }
 
@@ -138,11 +139,11 @@ TEST(Model, Bf16WeightCopyFollowsWeightChanges) {
   Bert m(c, Heads::PreTraining), fresh(c, Heads::PreTraining);
   m.init_weights(1);
   Rng rng{1, 0};
-  m.pretrain_step(batch, false, false, Precision::BF16, rng);  // builds the bf16 copy
-  for (auto& p : m.params()) p *= 1.5f;                        // change the weights
+  m.pretrain_step(batch, rng, StepArgs{.precision = Precision::BF16});  // builds the bf16 copy
+  for (auto& p : m.params()) p *= 1.5f;                                 // change the weights
   fresh.params() = m.params();
-  const double a = m.pretrain_step(batch, false, false, Precision::BF16, rng).loss;
-  const double b = fresh.pretrain_step(batch, false, false, Precision::BF16, rng).loss;
+  const double a = m.pretrain_step(batch, rng, StepArgs{.precision = Precision::BF16}).loss;
+  const double b = fresh.pretrain_step(batch, rng, StepArgs{.precision = Precision::BF16}).loss;
   EXPECT_EQ(a, b);
 }
 
@@ -169,12 +170,14 @@ TEST(Model, ResultsDoNotDependOnPreviousBatchShapes) {
     const BertBatch big = labelled(4, 16, 1), small = labelled(3, 7, 2);
     Rng r1{9, 0}, r2{9, 0};
     m1.zero_grad();
-    m1.finetune_step(big, true, true, Precision::F32, r1);
+    m1.finetune_step(big, r1, StepArgs{.training = true, .backward = true, .precision = Precision::F32});
     m1.zero_grad();
     r1 = Rng{9, 0};
-    const FinetuneLoss l1 = m1.finetune_step(small, true, true, Precision::F32, r1);
+    const FinetuneLoss l1 =
+        m1.finetune_step(small, r1, StepArgs{.training = true, .backward = true, .precision = Precision::F32});
     m2.zero_grad();
-    const FinetuneLoss l2 = m2.finetune_step(small, true, true, Precision::F32, r2);
+    const FinetuneLoss l2 =
+        m2.finetune_step(small, r2, StepArgs{.training = true, .backward = true, .precision = Precision::F32});
     EXPECT_EQ(l1.loss, l2.loss) << architecture_name(h);
     EXPECT_EQ(m1.head_logits(), m2.head_logits()) << architecture_name(h);
     EXPECT_EQ(m1.grads(), m2.grads()) << architecture_name(h);
@@ -193,7 +196,7 @@ TEST(Model, FrozenLayersGetNoGradient) {
     b.labels = {0, 1, 1};
     Rng rng{1, 0};
     m.zero_grad();
-    m.finetune_step(b, true, true, Precision::F32, rng);
+    m.finetune_step(b, rng, StepArgs{.training = true, .backward = true, .precision = Precision::F32});
     for (const auto& e : m.table().entries()) {
       double s = 0;
       for (size_t i = 0; i < e.numel; ++i) s += std::fabs(m.grads()[e.offset + i]);
@@ -240,12 +243,14 @@ TEST(Model, GlobalNormalisersMakeMicroBatchesEqualTheWholeBatch) {
   m.init_weights(3);
   Rng rng{1, 0};
   m.zero_grad();
-  const PretrainLoss lw = m.pretrain_step(whole, false, true, Precision::F32, rng);
+  const PretrainLoss lw = m.pretrain_step(whole, rng, StepArgs{.backward = true, .precision = Precision::F32});
   const std::vector<float> gw = m.grads();
   m.zero_grad();
   const auto denom = static_cast<float>(m0 + m1);
-  const PretrainLoss l0 = m.pretrain_step(h0, false, true, Precision::F32, rng, 1.0f, denom, 4.0f);
-  const PretrainLoss l1 = m.pretrain_step(h1, false, true, Precision::F32, rng, 1.0f, denom, 4.0f);
+  const PretrainLoss l0 = m.pretrain_step(
+      h0, rng, StepArgs{.backward = true, .precision = Precision::F32, .mlm_denom = denom, .nsp_denom = 4.0f});
+  const PretrainLoss l1 = m.pretrain_step(
+      h1, rng, StepArgs{.backward = true, .precision = Precision::F32, .mlm_denom = denom, .nsp_denom = 4.0f});
   EXPECT_NEAR((l0.mlm_loss_sum + l1.mlm_loss_sum) / static_cast<double>(m0 + m1), lw.mlm_loss, 1e-6);
   EXPECT_NEAR((l0.nsp_loss_sum + l1.nsp_loss_sum) / 4.0, lw.nsp_loss, 1e-6);
   EXPECT_LT(bertcc::testing::max_rel(bertcc::testing::to_d(m.grads()), bertcc::testing::to_d(gw)), 1e-5);
@@ -324,10 +329,11 @@ TEST(Model, InferenceForwardInOneLayersMemoryGivesTheSameBits) {
           }
           if (variant == 1) continue;
           // the losses too, through the heads, and a training step after an inference one
-          const double l_inf = m.pretrain_step(batch, training, /*backward=*/false, prec, r3).loss;
+          const double l_inf = m.pretrain_step(batch, r3, StepArgs{.training = training, .precision = prec}).loss;
           Rng r4{21, 0};
           m.zero_grad();
-          const double l_full = m.pretrain_step(batch, training, /*backward=*/true, prec, r4).loss;
+          const double l_full =
+              m.pretrain_step(batch, r4, StepArgs{.training = training, .backward = true, .precision = prec}).loss;
           EXPECT_EQ(l_inf, l_full);
         }
         Rng r{1, 0};
@@ -407,13 +413,13 @@ TEST(Model, InferenceOnlyPlacementKeepsEncoderMatricesInBf16AloneWithTheSameBits
       Rng r1{7, 0}, r2{7, 0};
       if (h == Heads::PreTraining) {
         std::vector<float> l1, l2;
-        const double a = full.pretrain_step(batch, false, false, Precision::BF16, r1, 1.0f, 0, 0, &l1).loss;
-        const double b = lean.pretrain_step(batch, false, false, Precision::BF16, r2, 1.0f, 0, 0, &l2).loss;
+        const double a = full.pretrain_step(batch, r1, StepArgs{.precision = Precision::BF16, .mlm_logits = &l1}).loss;
+        const double b = lean.pretrain_step(batch, r2, StepArgs{.precision = Precision::BF16, .mlm_logits = &l2}).loss;
         EXPECT_EQ(a, b);
         EXPECT_EQ(l1, l2);
       } else {
-        full.finetune_step(batch, false, false, Precision::BF16, r1);
-        lean.finetune_step(batch, false, false, Precision::BF16, r2);
+        full.finetune_step(batch, r1, StepArgs{.precision = Precision::BF16});
+        lean.finetune_step(batch, r2, StepArgs{.precision = Precision::BF16});
         ASSERT_FALSE(full.head_logits().empty());
         EXPECT_EQ(full.head_logits(), lean.head_logits());
       }
@@ -430,8 +436,8 @@ TEST(Model, InferenceOnlyPlacementKeepsEncoderMatricesInBf16AloneWithTheSameBits
     EXPECT_FALSE(lean.inference_only());
     Rng r3{7, 0}, r4{7, 0};
     if (h != Heads::PreTraining) {
-      full.finetune_step(batch, false, false, Precision::F32, r3);
-      lean.finetune_step(batch, false, false, Precision::F32, r4);
+      full.finetune_step(batch, r3, StepArgs{.precision = Precision::F32});
+      lean.finetune_step(batch, r4, StepArgs{.precision = Precision::F32});
       EXPECT_EQ(full.head_logits(), lean.head_logits());
     }
   }
@@ -452,12 +458,14 @@ TEST(Model, GradientsAreAllocatedOnlyForABackward) {
   b.init_weights(3);
   EXPECT_FALSE(a.has_grads());
   Rng r1{5, 0}, r2{5, 0}, r3{5, 0};
-  const double l_inf = a.pretrain_step(batch, false, /*backward=*/false, Precision::BF16, r1).loss;
+  const double l_inf = a.pretrain_step(batch, r1, StepArgs{.precision = Precision::BF16}).loss;
   EXPECT_FALSE(a.has_grads()) << "an inference forward allocated gradients";
   b.zero_grad();  // b's gradients exist before its first forward, a's appear with its first backward
   ASSERT_TRUE(b.has_grads());
-  const double lb = b.pretrain_step(batch, true, /*backward=*/true, Precision::BF16, r2).loss;
-  const double la = a.pretrain_step(batch, true, /*backward=*/true, Precision::BF16, r3).loss;
+  const double lb =
+      b.pretrain_step(batch, r2, StepArgs{.training = true, .backward = true, .precision = Precision::BF16}).loss;
+  const double la =
+      a.pretrain_step(batch, r3, StepArgs{.training = true, .backward = true, .precision = Precision::BF16}).loss;
   ASSERT_TRUE(a.has_grads());
   EXPECT_EQ(la, lb);
   EXPECT_EQ(a.grads(), b.grads());
@@ -508,17 +516,19 @@ StepResult run_step(const BertConfig& c, Heads h, const BertBatch& batch, Backen
   StepResult r;
   if (h == Heads::PreTraining || h == Heads::Generator) {
     std::vector<float> mlm;
-    r.loss = m.pretrain_step(batch, training, true, prec, rng, 1.0f, 0, 0, &mlm).loss;
+    r.loss = m.pretrain_step(batch, rng,
+                             StepArgs{.training = training, .backward = true, .precision = prec, .mlm_logits = &mlm})
+                 .loss;
     r.logits = mlm;
   } else if (h == Heads::Discriminator) {
     BertBatch d = batch;
     for (size_t i = 0; i < d.labels.size(); ++i) d.labels[i] = d.input_mask[i] ? d.labels[i] % 2 : -100;
-    r.loss = m.discriminator_step(d, training, true, prec, rng).loss;
+    r.loss = m.finetune_step(d, rng, StepArgs{.training = training, .backward = true, .precision = prec}).loss;
     r.logits = m.head_logits();
   } else {
     BertBatch f = batch;
     if (h == Heads::SequenceClassification) f.labels = {0, 2, 1, 1, 0, 2, 1, 0, 2}, f.labels.resize(f.B);
-    r.loss = m.finetune_step(f, training, true, prec, rng).loss;
+    r.loss = m.finetune_step(f, rng, StepArgs{.training = training, .backward = true, .precision = prec}).loss;
     r.logits = m.head_logits();
   }
   r.packed = m.last_packed();
@@ -571,7 +581,7 @@ void check_joint_beams(const BertConfig& c, const BertBatch& batch, Backend& be)
     m.init_weights(31);
     m.use_backend(be);
     Rng rng{5, 0};
-    m.finetune_step(f, false, false, Precision::F32, rng);
+    m.finetune_step(f, rng, StepArgs{.precision = Precision::F32});
     EXPECT_EQ(m.last_packed(), packed == 1);
     beams[packed] = m.head_logits();
   }

@@ -27,9 +27,9 @@ void truncate_seq_pair(std::vector<int32_t>& a, std::vector<int32_t>& b, size_t 
 // The padded length of a batch whose longest row has `longest` tokens: rounded up to a multiple
 // of 8, capped at `max_len` (but never below `longest`).
 int64_t padded_length(int64_t longest, int64_t max_len);
-// Rows `idx` of `f` as a batch padded to padded_length(longest row, max_len), with the labels
-// `heads` needs when `with_labels`.
-BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector<size_t>& idx, Heads heads,
+// Rows `idx` of `f` as a batch padded to padded_length(longest row, max_len), with the `labels`
+// the head takes (Bert::head_labels, HeadSpec::labels) when `with_labels`.
+BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector<size_t>& idx, HeadLabels labels,
                               bool with_labels, int64_t max_len);
 
 }  // namespace bertcc

@@ -20,16 +20,6 @@ class Head;
 class OnnxGraph;
 class ParamTable;
 
-// What a fine-tuning batch carries for the head (data/features.cpp fills it from the features).
-enum class HeadLabels {
-  None,      // the encoder alone
-  Sequence,  // one label (or regression target) per row: labels [B] / targets [B]
-  Token,     // one label per token, -100 ignored: labels [B*T]
-  Span,      // start_positions [B], end_positions [B]
-  MaskedLm,  // mlm_labels [B*T] (and nsp_labels [B] with NSP)
-  Replaced   // replaced-token detection: labels [B*T] 0/1
-};
-
 // One output of the head's inference forward as ONNX export and serving (KServe/Triton) name it.
 // Dimensions: kBatch, kSequence, or a fixed size.
 struct HeadOutput {

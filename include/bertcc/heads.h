@@ -25,4 +25,15 @@ enum class Heads {
   Generator
 };
 
+// What a fine-tuning batch carries for a head (HeadSpec::labels; make_finetune_batch copies it
+// from the features, told which by the caller, without asking the model).
+enum class HeadLabels {
+  None,      // the encoder alone
+  Sequence,  // one label (or regression target) per row: labels [B] / targets [B]
+  Token,     // one label per token, -100 ignored: labels [B*T]
+  Span,      // start_positions [B], end_positions [B]
+  MaskedLm,  // mlm_labels [B*T] (and nsp_labels [B] with NSP)
+  Replaced   // replaced-token detection: labels [B*T] 0/1
+};
+
 }  // namespace bertcc

@@ -59,7 +59,7 @@ struct SquadDecodeOptions {
   int n_best_size = 20, max_answer_length = 30;
   bool v2 = false;
   double null_score_diff_threshold = 0.0;
-  // > 0: the results are the joint head's beams (Bert::joint_qa_step, start_n_top x end_n_top),
+  // > 0: the results are the joint head's beams (Bert::finetune_step, start_n_top x end_n_top),
   // decoded as NVIDIA's ELECTRA get_answers with joint_head: candidates are the valid beam spans
   // scored by start + end log-probability; for v2.0 the null score is the smallest answer-class
   // logit over the question's windows, and null is predicted when it exceeds the threshold.

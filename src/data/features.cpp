@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "bertcc/error.h"
-#include "bertcc/head_spec.h"
 
 namespace bertcc {
 
@@ -45,7 +44,7 @@ int64_t padded_length(int64_t longest, int64_t max_len) {
   return std::min<int64_t>((longest + 7) / 8 * 8, std::max<int64_t>(max_len, longest));
 }
 
-BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector<size_t>& idx, Heads heads,
+BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector<size_t>& idx, HeadLabels labels,
                               bool with_labels, int64_t max_len) {
   BertBatch b;
   b.B = static_cast<int64_t>(idx.size());
@@ -57,7 +56,6 @@ BertBatch make_finetune_batch(const std::vector<FtFeature>& f, const std::vector
   b.input_ids.assign(n, 0);
   b.segment_ids.assign(n, 0);
   b.input_mask.assign(n, 0);
-  const HeadLabels labels = head_spec(heads).labels;
   if (with_labels && labels == HeadLabels::Token) b.labels.assign(n, -100);
   for (int64_t r = 0; r < b.B; ++r) {
     const FtFeature& x = f[idx[static_cast<size_t>(r)]];

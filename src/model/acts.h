@@ -1,7 +1,7 @@
 // The model's activation memory (private to src/model): the arena's slices for one batch, training
 // (every layer's saved activations and the backward's scratch) or inference (one layer's memory),
-// for the padded or the packed (unpadded) layout, and the per-pass settings the encoder's layer
-// functions share (encoder.cpp). Planned and carved in arena.cpp.
+// for the padded or the packed (unpadded) layout. The Encoder (encoder.h) owns it; planned and
+// carved in arena.cpp.
 #pragma once
 #include <cstdint>
 #include <unordered_map>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "bertcc/bert.h"
+#include "bertcc/dtype.h"
 
 namespace bertcc {
 
@@ -25,9 +25,9 @@ inline int64_t arena_floats(const std::vector<std::pair<float**, int64_t>>& plan
 // Activation arena: every tensor the backward pass needs, sized from (config, B, T), plus
 // scratch shared by all layers. Rebuilt only when (B, T) changes.
 // ---------------------------------------------------------------------------------------------
-struct Bert::Acts {
+struct Acts {
   int64_t B = 0, T = 0;
-  // Unpadded execution (Shape::packed): the encoder computes N rows, the batch's real tokens
+  // Unpadded execution (Encoder::Shape::packed): the encoder computes N rows, the batch's real tokens
   // packed sequence after sequence (FlashAttention's varlen layout): sequence b is rows cu[b] to
   // cu[b+1]; a layer's `probs` is the backend's varlen attention's saved buffer, its dropout
   // numbers drop_total after the layer's seed_att. The heads read the packed rows (x.back()).
@@ -44,7 +44,7 @@ struct Bert::Acts {
   // (AttentionHints::right_padded)
   bool right_padded = false;
   // The sequence output restored to [B,T,C] (zeros at the padding) for a caller that reads the
-  // padded layout (Bert::sequence_output: embed, serve's last_hidden_state), made on demand after
+  // padded layout (Encoder::sequence_output: embed, serve's last_hidden_state), made on demand after
   // the encode (seq_pad_ready): not on the step path, and its memory only then (a host vector, or a
   // buffer where the backend computes).
   float* seq_pad = nullptr;
@@ -63,7 +63,7 @@ struct Bert::Acts {
   DeviceBuffer<float> darena, dmask;  // on a device: the arena and mask_add there
   DeviceBuffer<int32_t> dids, dseg;   // on a device: the batch's ids there
   const float* mask = nullptr;        // mask_add where the backend computes
-  // --cuda-graphs: the inference forwards recorded (Bert::encode), by shape and the arena's place,
+  // --cuda-graphs: the inference forwards recorded (Encoder::encode), by shape and the arena's place,
   // oldest first; `seen`: shapes run unrecorded, recorded when they come again. Destroyed with the
   // arena they name.
   struct Graphs {
@@ -139,14 +139,5 @@ template <class T>
 T* at(T* p, int64_t off) {
   return p ? p + off : nullptr;
 }
-
-// One encoder pass's settings, shared by its layer functions (encoder.cpp): precision, the hidden
-// and attention dropout rates (0 outside training) and the random stream (the forward advances it;
-// the backward regenerates the masks from the seeds the forward saved).
-struct Bert::Pass {
-  Precision prec;
-  float p_h, p_a;
-  Rng* rng;
-};
 
 }  // namespace bertcc

@@ -1,22 +1,22 @@
-// Activation memory (bertcc/bert.h, acts.h): the arena planned from a Shape, carved into slices,
+// Activation memory (encoder.h, acts.h): the arena planned from a Shape, carved into slices,
 // the inference plan's shared region, the reservation for a run's largest batch, and the encoder's
 // outputs read from it.
 #include <algorithm>
 #include <string>
 
 #include "backend/backend.h"
-#include "bertcc/bert.h"
 #include "bertcc/error.h"
 #include "bertcc/runtime.h"
 #include "model/acts.h"
+#include "model/encoder.h"
 
 namespace bertcc {
 
 // The activation arena's slices for (B, T): (where the slice pointer goes, floats). Returns the
 // arena's size in floats (64-byte aligned slices). Training: every layer's saved activations and the
 // backward's scratch; inference (no backward follows): plan_inference_acts.
-int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
-                        std::vector<std::pair<float**, int64_t>>& plan, bool inference) {
+int64_t Encoder::plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
+                           std::vector<std::pair<float**, int64_t>>& plan, bool inference) {
   const int64_t B = s.B, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t L = cfg.num_hidden_layers, E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;  // bf16 copies (n bf16 in (n + 1) / 2 floats): bf16 only
@@ -89,8 +89,8 @@ int64_t Bert::plan_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precisio
 // every layer uses layer 0's slices, and the layer input is written over by the layer's output
 // (x[l] is last read by the first residual LayerNorm). The same kernels in the same order on the
 // same values: the same bits as the training arena (Model.InferenceForwardInOneLayersMemory...).
-int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
-                                  std::vector<std::pair<float**, int64_t>>& plan) {
+int64_t Encoder::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s, Precision prec, const Backend& be,
+                                     std::vector<std::pair<float**, int64_t>>& plan) {
   const int64_t B = s.B, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;
@@ -123,7 +123,7 @@ int64_t Bert::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape& s
   return arena_floats(plan);
 }
 
-void Bert::place_inference_acts(Acts& a) {
+void Encoder::place_inference_acts(Acts& a) {
   Acts::Layer& ly = a.layers.front();
   a.emb_sum = a.region;
   ly.qkv = a.region;
@@ -142,8 +142,8 @@ void Bert::place_inference_acts(Acts& a) {
 }
 
 // (work: the second form's, which is the first's unless CUDA's cuDNN attention may take the call)
-Bert::Shape Bert::padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec,
-                               const Backend& be, bool inference) {
+Encoder::Shape Encoder::padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout,
+                                     Precision prec, const Backend& be, bool inference) {
   const int64_t C = cfg.hidden_size, NH = cfg.num_attention_heads;
   const bool h16 = prec == Precision::BF16;
   return Shape{B,
@@ -154,14 +154,14 @@ Bert::Shape Bert::padded_shape(const BertConfig& cfg, int64_t B, int64_t T, bool
                false};
 }
 
-double Bert::activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec) {
+double Encoder::activation_bytes(const BertConfig& cfg, int64_t B, int64_t T, bool attention_dropout, Precision prec) {
   Acts a;
   std::vector<std::pair<float**, int64_t>> plan;
   const Shape s = padded_shape(cfg, B, T, attention_dropout, prec, cpu_backend());
   return 4.0 * static_cast<double>(plan_acts(a, cfg, s, prec, cpu_backend(), plan)) + 4.0 * B * T;
 }
 
-void Bert::ensure_acts(const Shape& s, bool attention_dropout, Precision prec, bool inference) {
+void Encoder::ensure_acts(const Shape& s, bool attention_dropout, Precision prec, bool inference) {
   const int64_t B = s.B, T = s.T;
   if (acts_ && acts_->B == B && acts_->T == T && acts_->N == s.N && acts_->packed == s.packed &&
       acts_->att_saved == s.att_saved && acts_->att_work_floats == s.att_work &&
@@ -181,7 +181,7 @@ void Bert::ensure_acts(const Shape& s, bool attention_dropout, Precision prec, b
   a.prec = prec;
   a.inference = inference;
   std::vector<std::pair<float**, int64_t>> plan;  // count first, then carve (one allocation)
-  const int64_t total = std::max(plan_acts(a, cfg_, s, prec, *be_, plan, inference), a.reserved);
+  const int64_t total = std::max(plan_acts(a, cfg_, s, prec, backend(), plan, inference), a.reserved);
   // bf16: the fp32 GELU and attention outputs are not kept (their training slices are empty):
   // gelu_forward and attention_forward write the bf16 copies only, and the products read those
   // (linear_forward and _backward take x16 for x). After alias (inference places ctx in its region).
@@ -212,8 +212,8 @@ void Bert::ensure_acts(const Shape& s, bool attention_dropout, Precision prec, b
       a.layers[l].gelu16 = front.gelu16;
     }
   };
-  if (!be_->on_host()) {  // device memory: the allocation itself says when it does not fit
-    float* base = a.darena.ensure(*be_, static_cast<size_t>(total));
+  if (!backend().on_host()) {  // device memory: the allocation itself says when it does not fit
+    float* base = a.darena.ensure(backend(), static_cast<size_t>(total));
     int64_t off = 0;
     for (auto& [p, n] : plan) {
       *p = base + off;
@@ -221,7 +221,7 @@ void Bert::ensure_acts(const Shape& s, bool attention_dropout, Precision prec, b
     }
     alias();
     null_unkept();
-    a.dmask.ensure(*be_, static_cast<size_t>(B * T));
+    a.dmask.ensure(backend(), static_cast<size_t>(B * T));
     a.mask_add.assign(static_cast<size_t>(B * T), 0.0f);
     a.mask = a.dmask.get();
     return;
@@ -250,42 +250,45 @@ void Bert::ensure_acts(const Shape& s, bool attention_dropout, Precision prec, b
   a.mask = a.mask_add.data();
 }
 
-void Bert::reserve_activations(int64_t B, int64_t T, Precision prec) {
+void Encoder::reserve_activations(int64_t B, int64_t T, Precision prec) {
   // for the padded layout, and for the packed one at its largest (every row full, each sequence's
   // attention on its own)
   const bool drop = cfg_.attention_probs_dropout_prob > 0;
-  const Shape pad = padded_shape(cfg_, B, T, drop, prec, *be_);
+  const Shape pad = padded_shape(cfg_, B, T, drop, prec, backend());
   std::vector<int64_t> cu(static_cast<size_t>(B + 1));
   for (int64_t b = 0; b <= B; ++b) cu[static_cast<size_t>(b)] = b * T;
   const int64_t C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
   const Shape packed{B,
                      T,
                      B * T,
-                     be_->attention_varlen_saved_size(cu.data(), B, C, NH, drop, prec, prec == Precision::BF16),
-                     be_->attention_varlen_work_size(cu.data(), B, C, NH),
+                     backend().attention_varlen_saved_size(cu.data(), B, C, NH, drop, prec, prec == Precision::BF16),
+                     backend().attention_varlen_work_size(cu.data(), B, C, NH),
                      true};
   Acts scratch_acts;
   std::vector<std::pair<float**, int64_t>> plan;
-  int64_t most = plan_acts(scratch_acts, cfg_, pad, prec, *be_, plan);
+  int64_t most = plan_acts(scratch_acts, cfg_, pad, prec, backend(), plan);
   if (!padded_execution()) {
     plan.clear();
-    most = std::max(most, plan_acts(scratch_acts, cfg_, packed, prec, *be_, plan));
+    most = std::max(most, plan_acts(scratch_acts, cfg_, packed, prec, backend(), plan));
   }
   if (!acts_) acts_ = std::make_unique<Acts>();
   acts_->reserved = std::max(acts_->reserved, most);
   ensure_acts(pad, drop, prec);
 }
 
-bool Bert::last_packed() const { return acts_ && acts_->packed; }
-const float* Bert::sequence_rows() const { return acts_->x.back(); }
-int64_t Bert::sequence_row_count() const { return acts_ ? acts_->N : 0; }
+// The rows the last encode computed, sequence_row_count() of them, [rows, C]: the batch's real
+// tokens packed (sequence b at rows cu[b] = its predecessors' lengths on) when last_packed(), else
+// [B,T,C]. The heads read them; encode_backward takes its sequence gradient in this layout.
+bool Encoder::last_packed() const { return acts_ && acts_->packed; }
+const float* Encoder::sequence_rows() const { return acts_->x.back(); }
+int64_t Encoder::sequence_row_count() const { return acts_ ? acts_->N : 0; }
 
 // Packed: the rows restored to [B,T,C] (zeros at the padding) on the first call after an encode.
-const float* Bert::sequence_output() const {
+const float* Encoder::sequence_output() const {
   Acts& a = *acts_;
   if (!a.packed) return a.x.back();
   if (a.seq_pad_ready) return a.seq_pad;
-  Backend& be = *be_;
+  Backend& be = backend();
   const int64_t B = a.B, T = a.T, C = cfg_.hidden_size;
   const size_t n_pad = static_cast<size_t>(B * T * C);
   a.seq_pad = be.on_host() ? (a.seq_pad_host.resize(n_pad), a.seq_pad_host.data()) : a.dseq_pad.ensure(be, n_pad);
@@ -297,22 +300,69 @@ const float* Bert::sequence_output() const {
   a.seq_pad_ready = true;
   return a.seq_pad;
 }
-const float* Bert::pooled_output() const { return pooler_ ? acts_->pooled : nullptr; }
+const float* Encoder::pooled_output() const { return pooler_ ? acts_->pooled : nullptr; }
 
-const float* Bert::pooled_output_on_host(std::vector<float>& buf) const {
+const float* Encoder::pooled_output_on_host(std::vector<float>& buf) const {
   BERTCC_CHECK(acts_ && acts_->B > 0, "pooled_output: no forward pass yet");
-  if (!pooler_ || be_->on_host()) return pooled_output();
+  if (!pooler_ || backend().on_host()) return pooled_output();
   buf.resize(static_cast<size_t>(acts_->B * cfg_.hidden_size));
-  be_->download(buf.data(), pooled_output(), sizeof(float) * buf.size());
+  backend().download(buf.data(), pooled_output(), sizeof(float) * buf.size());
   return buf.data();
 }
 
-const float* Bert::sequence_output_on_host(std::vector<float>& buf) const {
+const float* Encoder::sequence_output_on_host(std::vector<float>& buf) const {
   BERTCC_CHECK(acts_ && acts_->B > 0, "sequence_output: no forward pass yet");
-  if (be_->on_host()) return sequence_output();
+  if (backend().on_host()) return sequence_output();
   buf.resize(static_cast<size_t>(acts_->B * acts_->T * cfg_.hidden_size));
-  be_->download(buf.data(), sequence_output(), sizeof(float) * buf.size());
+  backend().download(buf.data(), sequence_output(), sizeof(float) * buf.size());
   return buf.data();
+}
+
+void Encoder::release_activations() { acts_.reset(); }
+
+Acts& Encoder::acts() {
+  BERTCC_CHECK(acts_, "head: no forward pass yet");
+  return *acts_;
+}
+
+float* Encoder::scratch(std::vector<float>& v, int64_t n, bool zeroed) {
+  Backend& be = backend();
+  if (be.on_host()) {
+    if (zeroed)
+      v.assign(static_cast<size_t>(n), 0.0f);
+    else
+      v.resize(static_cast<size_t>(n));
+    return v.data();
+  }
+  BERTCC_CHECK(acts_, "scratch: no forward pass yet");
+  float* p = acts_->head.dev[&v].ensure(be, static_cast<size_t>(n));
+  if (zeroed) be.zero(p, sizeof(float) * static_cast<size_t>(n));
+  return p;
+}
+
+const std::vector<float>& Encoder::to_host(std::vector<float>& v, const float* p, int64_t n) {
+  Backend& be = backend();
+  if (be.on_host()) return v;
+  v.resize(static_cast<size_t>(n));
+  be.download(v.data(), p, sizeof(float) * static_cast<size_t>(n));
+  return v;
+}
+
+float* Encoder::to_backend(std::vector<float>& v) {
+  Backend& be = backend();
+  if (be.on_host()) return v.data();
+  float* p = scratch(v, static_cast<int64_t>(v.size()), false);
+  be.upload(p, v.data(), sizeof(float) * v.size());
+  return p;
+}
+
+const int64_t* Encoder::rows_on_backend(std::vector<int64_t>& v) {
+  Backend& be = backend();
+  if (be.on_host()) return v.data();
+  BERTCC_CHECK(acts_, "rows_on_backend: no forward pass yet");
+  int64_t* p = acts_->head.devi[&v].ensure(be, std::max<size_t>(1, v.size()));
+  be.upload(p, v.data(), sizeof(int64_t) * v.size());
+  return p;
 }
 
 }  // namespace bertcc

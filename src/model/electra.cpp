@@ -1,11 +1,13 @@
 #include "bertcc/electra.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
+#include "model/parts.h"
 
 namespace bertcc {
 
@@ -13,6 +15,11 @@ namespace {
 const char* const kShared[] = {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
                                "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
                                "bert.embeddings.LayerNorm.bias"};
+// The embedding tensors the generator and the discriminator share, kShared's, by reference.
+std::array<ParamRef, 5> embedding_refs(const Bert& m) {
+  const EncoderRefs& r = ModelParts::encoder(m).refs();
+  return {r.word, r.position, r.token_type, r.emb_norm.g, r.emb_norm.b};
+}
 }  // namespace
 
 BertConfig electra_generator_config(const BertConfig& disc, double fraction) {
@@ -50,7 +57,9 @@ void electra_share_embeddings(const Bert& disc, Bert& gen) {
     BERTCC_CHECK(d.shape == g.shape, "ELECTRA: the generator's ", n,
                  " differs in shape from the discriminator's "
                  "(they share embeddings: same vocab_size, embedding_size, max_position_embeddings, type_vocab_size)");
-    gen.backend().copy(gen.param_on_backend(n), disc.param_on_backend(n), sizeof(float) * d.numel);
+    ModelWeights& gw = ModelParts::weights(gen);
+    const ModelWeights& dw = ModelParts::weights(disc);
+    gen.backend().copy(gw.params_on_backend() + g.offset, dw.w(dw.table().ref(n)), sizeof(float) * d.numel);
   }
 }
 
@@ -69,9 +78,15 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   // argmax(logits + Gumbel(0, 1)) per masked position: on the generator's backend from the counter
   // RNG (Backend::gumbel_argmax), or on the host from a given noise tensor (dump-step's batch file).
   std::vector<float> logits;
-  Bert::GumbelSample gs;
-  const PretrainLoss g = gen.pretrain_step(batch, training, backward, prec, rng, so.loss_scale, so.mlm_denom, 0.0f,
-                                           gumbel ? &logits : nullptr, gumbel ? nullptr : &gs);
+  std::vector<int32_t> pick;
+  const PretrainLoss g = gen.pretrain_step(batch, rng,
+                                           StepArgs{.training = training,
+                                                    .backward = backward,
+                                                    .precision = prec,
+                                                    .loss_scale = so.loss_scale,
+                                                    .mlm_denom = so.mlm_denom,
+                                                    .mlm_logits = gumbel ? &logits : nullptr,
+                                                    .gumbel_picks = gumbel ? nullptr : &pick});
   out.gen_loss = g.mlm_count > 0 ? g.mlm_loss_sum / static_cast<double>(g.mlm_count) : 0.0;
   out.gen_loss_sum = g.mlm_loss_sum;
   out.masked = g.mlm_count;
@@ -88,7 +103,6 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
     if (batch.mlm_labels[n] != -1) at.push_back(n);
   BERTCC_CHECK(static_cast<int64_t>(at.size()) == M, "ELECTRA step: ", at.size(),
                " masked labels but the generator counted ", M);
-  std::vector<int32_t> pick = std::move(gs.picks);
   if (gumbel) {
     pick.assign(at.size(), 0);
 #pragma omp parallel for schedule(static)
@@ -116,8 +130,12 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
     d.labels[n] = pick[m] != batch.mlm_labels[n];
   }
   // ---- discriminator: replaced-token detection, weighted ----
-  const FinetuneLoss dl =
-      disc.discriminator_step(d, training, backward, prec, rng, disc_weight * so.loss_scale, so.disc_denom);
+  const FinetuneLoss dl = disc.finetune_step(d, rng,
+                                             StepArgs{.training = training,
+                                                      .backward = backward,
+                                                      .precision = prec,
+                                                      .loss_scale = disc_weight * so.loss_scale,
+                                                      .denom = so.disc_denom});
   out.disc_loss = dl.loss;
   out.disc_loss_sum = dl.loss * static_cast<double>(dl.count);
   out.tokens = dl.count;
@@ -126,7 +144,7 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   for (int64_t n = 0; n < N; ++n) {
     if (!batch.input_mask[n]) continue;
     out.replaced += d.labels[n];
-    // head_logits holds logits until the next step (discriminator_step keeps them)
+    // head_logits holds logits until the next step (the discriminator's finetune_step keeps them)
     const bool pred = dlog[n] > 0;
     out.predicted_replaced += pred;
     out.replaced_hit += pred && d.labels[n];
@@ -135,11 +153,12 @@ ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool tra
   if (!backward) return out;
   // ---- shared embeddings: one gradient, in the discriminator ----
   Backend& be = disc.backend();
-  const auto gr = gen.embedding_refs(), dr = disc.embedding_refs();  // kShared's tensors, in its order
+  ModelWeights &gw = ModelParts::weights(gen), &dw = ModelParts::weights(disc);
+  const auto gr = embedding_refs(gen), dr = embedding_refs(disc);  // kShared's tensors, in its order
   for (size_t i = 0; i < gr.size(); ++i) {
     const ParamEntry& e = gen.table()[gr[i]];
-    float* gg = gen.grad_on_backend(gr[i]);
-    be.add_rows(disc.grad_on_backend(dr[i]), 0, gg, 0, 1, static_cast<int64_t>(e.numel));
+    float* gg = gw.dgrad(gr[i]);
+    be.add_rows(dw.dgrad(dr[i]), 0, gg, 0, 1, static_cast<int64_t>(e.numel));
     be.zero(gg, sizeof(float) * e.numel);
   }
   return out;

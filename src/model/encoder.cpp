@@ -1,15 +1,18 @@
-// The encoder: embeddings, L transformer layers and the pooler, forward and backward side by side
-// (bertcc/bert.h), on the padded rows or, unpadded, on the batch's real tokens packed
-// (docs/architecture.md). Activation memory: arena.cpp.
+// The encoder (encoder.h): its tensors bound, then embeddings, L transformer layers and the pooler,
+// forward and backward side by side, on the padded rows or, unpadded, on the batch's real tokens
+// packed (docs/architecture.md). Activation memory: arena.cpp.
+#include "model/encoder.h"
+
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "backend/backend.h"
-#include "bertcc/bert.h"
 #include "bertcc/error.h"
 #include "kernels/gemm_int8.h"
 #include "kernels/kernels.h"
 #include "model/acts.h"
+#include "model/head.h"
 
 namespace bertcc {
 
@@ -68,12 +71,67 @@ void run_recorded(Graphs& gs, const float* arena, Backend& be, int64_t B, int64_
 }
 }  // namespace
 
-std::vector<int64_t> Bert::packed_lengths(const BertBatch& batch) const {
+Encoder::Encoder(const BertConfig& cfg, ModelWeights& weights, bool pooler)
+    : cfg_(cfg), weights_(weights), pooler_(pooler) {
+  bind_refs();
+}
+
+Encoder::~Encoder() = default;
+
+// Every tensor the passes read, looked up once. The fused Q/K/V product reads query, key and value
+// (weights, then biases) as one [3C, C] matrix and one [3C] vector: checked here.
+void Encoder::bind_refs() {
+  const ParamTable& t = weights_.table();
+  auto lin = [&t](const std::string& n, bool bias = true) {
+    return LinearRef{t.ref(n + ".weight"), bias ? t.ref(n + ".bias") : ParamRef{}};
+  };
+  auto opt_lin = [&t](const std::string& n) { return LinearRef{t.find_ref(n + ".weight"), t.find_ref(n + ".bias")}; };
+  auto norm = [&t](const std::string& n) { return NormRef{t.ref(n + ".weight"), t.ref(n + ".bias")}; };
+  const std::string e = "bert.embeddings.";
+  refs_.word = t.ref(e + "word_embeddings.weight");
+  refs_.position = t.ref(e + "position_embeddings.weight");
+  refs_.token_type = t.ref(e + "token_type_embeddings.weight");
+  refs_.emb_norm = norm(e + "LayerNorm");
+  refs_.project = opt_lin("bert.embeddings_project");
+  const size_t C = static_cast<size_t>(cfg_.hidden_size);
+  refs_.layers.clear();
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+    LayerRefs L;
+    L.qkv = lin(p + "attention.self.query");
+    for (const char* part : {"weight", "bias"}) {
+      const std::string a = std::string(".") + part;
+      const size_t q = t.at(p + "attention.self.query" + a).offset, n = t.at(p + "attention.self.query" + a).numel;
+      BERTCC_CHECK(t.at(p + "attention.self.key" + a).offset == q + n &&
+                       t.at(p + "attention.self.value" + a).offset == q + 2 * n && n == (a == ".weight" ? C * C : C),
+                   "parameter table: layer ", l, "'s query, key and value ", part, "s are not one block");
+    }
+    L.attn_out = lin(p + "attention.output.dense");
+    L.attn_norm = norm(p + "attention.output.LayerNorm");
+    L.ffn_in = lin(p + "intermediate.dense");
+    L.ffn_out = lin(p + "output.dense");
+    L.ffn_norm = norm(p + "output.LayerNorm");
+    refs_.layers.push_back(L);
+  }
+  refs_.pooler = opt_lin("bert.pooler.dense");
+  // --precision int8's linear layers (int8.cpp)
+  const int64_t I = cfg_.intermediate_size, E = cfg_.embedding_dim(), Ci = cfg_.hidden_size;
+  int8_linears_.clear();
+  if (E != Ci) int8_linears_.push_back({refs_.project, Ci, E});
+  for (const LayerRefs& L : refs_.layers) {
+    int8_linears_.push_back({L.qkv, 3 * Ci, Ci});
+    int8_linears_.push_back({L.attn_out, Ci, Ci});
+    int8_linears_.push_back({L.ffn_in, I, Ci});
+    int8_linears_.push_back({L.ffn_out, Ci, I});
+  }
+}
+
+std::vector<int64_t> Encoder::packed_lengths(const BertBatch& batch, const Head& head) const {
   if (padded_execution() || batch.input_mask.size() != static_cast<size_t>(batch.B * batch.T)) return {};
   // --cuda-graphs: a record replays one shape, and packed batches of one B x T differ in their token
   // count, so inference with graphs computes each batch padded (the shapes test_cuda_kernels' graphs
   // group records: with padding, every batch was packed and none recorded)
-  if (cuda_graphs() && be_->graphs()) return {};
+  if (cuda_graphs() && backend().graphs()) return {};
   std::vector<int64_t> len(static_cast<size_t>(batch.B));
   int64_t total = 0;
   for (int64_t b = 0; b < batch.B; ++b) {
@@ -81,23 +139,16 @@ std::vector<int64_t> Bert::packed_lengths(const BertBatch& batch) const {
     int64_t n = 0;
     while (n < batch.T && m[n] != 0) ++n;
     for (int64_t t = n; t < batch.T; ++t)
-      if (m[t] != 0) return {};  // not a run of ones then zeros: computed padded
-    if (n == 0) return {};       // an empty row has no [CLS] row to pool: computed padded
-    // A masked-LM label, or the joint QA head's true start, in the padding has no packed row for the
-    // head to read: computed padded (the data never puts one there).
-    if (batch.mlm_labels.size() == static_cast<size_t>(batch.B * batch.T))
-      for (int64_t t = n; t < batch.T; ++t)
-        if (batch.mlm_labels[static_cast<size_t>(b * batch.T + t)] != -1) return {};
-    if (heads_ == Heads::JointQuestionAnswering && batch.start_positions.size() == static_cast<size_t>(batch.B) &&
-        batch.start_positions[static_cast<size_t>(b)] >= n)
-      return {};
+      if (m[t] != 0) return {};                       // not a run of ones then zeros: computed padded
+    if (n == 0) return {};                            // an empty row has no [CLS] row to pool: computed padded
+    if (!head.labels_within(batch, b, n)) return {};  // a label the head reads in the padding
     len[static_cast<size_t>(b)] = n;
     total += n;
   }
   // No padding: the packed layout is the padded one. A backend with a varlen attention kernel
   // computes it packed all the same, so that a sequence's bits do not depend on whether its batch
   // had padding; one without (its varlen attention is a call per sequence) keeps the padded call.
-  if (total == batch.B * batch.T && !be_->varlen_attention()) return {};
+  if (total == batch.B * batch.T && !backend().varlen_attention()) return {};
   return len;
 }
 
@@ -120,16 +171,17 @@ static bool right_padded(const BertBatch& batch) {
 
 // Sets up the activations for `batch` (packed or padded), its ids and additive mask where the
 // backend computes: everything a forward reads besides the weights.
-void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng) {
+void Encoder::prepare_batch(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
+                            const Head& head) {
   BERTCC_CHECK(!(prec == Precision::I8 && (backward || training)), "int8 precision is for inference only");
   const int64_t B = batch.B, T = batch.T;
   const int64_t C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
   const float p_a = training ? cfg_.attention_probs_dropout_prob : 0.0f;
   const bool h16 = prec == Precision::BF16;
-  Backend& be = *be_;
+  Backend& be = backend();
   // Unpadded execution: the rows are the real tokens, sequence after sequence (cu: where each
   // starts), and the attention is the backend's variable-length one over them (no mask).
-  const std::vector<int64_t> len = packed_lengths(batch);
+  const std::vector<int64_t> len = packed_lengths(batch, head);
   const bool packed = !len.empty();
   Shape shape = padded_shape(cfg_, B, T, p_a > 0, prec, be, /*inference=*/!backward);
   std::vector<int64_t> cu;
@@ -148,9 +200,9 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   }
   const int64_t N = shape.N;
   ensure_acts(shape, p_a > 0, prec, /*inference=*/!backward);
-  if (backward) ensure_grads();  // before the backward's parallel regions take gradient pointers
-  refresh_bf16(prec);
-  refresh_int8(prec);
+  if (backward) weights_.ensure_grads();  // before the backward's parallel regions take gradient pointers
+  weights_.refresh_bf16(prec);
+  weights_.refresh_int8(prec, int8_linears_);
   Acts& a = *acts_;
   if (packed) {
     a.cu = std::move(cu);
@@ -187,8 +239,8 @@ void Bert::prepare_batch(const BertBatch& batch, bool training, bool backward, P
   if (!be.on_host()) be.upload(a.dmask.get(), a.mask_add.data(), sizeof(float) * B * T);
 }
 
-void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward) {
-  prepare_batch(batch, training, backward, prec, rng);
+void Encoder::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward, const Head& head) {
+  prepare_batch(batch, training, backward, prec, rng, head);
   Acts& a = *acts_;
   const Pass pass{prec, training ? cfg_.hidden_dropout_prob : 0.0f, training ? cfg_.attention_probs_dropout_prob : 0.0f,
                   &rng};
@@ -199,7 +251,7 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
     outputs_forward(pass);
   };
   // --cuda-graphs: an inference forward runs as one recorded graph from its shape's second time on
-  Backend& be = *be_;
+  Backend& be = backend();
   if (!training && !backward && be.graphs() && cuda_graphs() && !a.packed)
     run_recorded(a.graphs, a.darena.get(), be, a.B, a.T, prec, a.right_padded, forward);
   else
@@ -207,9 +259,9 @@ void Bert::encode(const BertBatch& batch, bool training, Precision prec, Rng& rn
 }
 
 // embeddings -> LayerNorm -> dropout [-> embeddings_project (ELECTRA, embedding_size != hidden)]
-void Bert::embeddings_forward(const Pass& pass) {
+void Encoder::embeddings_forward(const Pass& pass) {
   Acts& a = *acts_;
-  Backend& be = *be_;
+  Backend& be = backend();
   const int64_t B = a.B, T = a.T, N = a.N, C = cfg_.hidden_size, E = cfg_.embedding_dim();
   const bool project = E != C;
   float* emb = project ? a.emb_out : a.x[0];
@@ -234,9 +286,9 @@ void Bert::embeddings_forward(const Pass& pass) {
 }
 
 // Encoder layer l: x[l+1] = LN2(dropout(FFN(h1)) + h1), h1 = LN1(dropout(attention(x[l])) + x[l]).
-void Bert::layer_forward(int l, const Pass& pass) {
+void Encoder::layer_forward(int l, const Pass& pass) {
   Acts& a = *acts_;
-  Backend& be = *be_;
+  Backend& be = backend();
   const int64_t N = a.N, C = cfg_.hidden_size, I = cfg_.intermediate_size;
   const Precision prec = pass.prec;
   const float p_h = pass.p_h, eps = cfg_.layer_norm_eps;
@@ -287,10 +339,10 @@ void Bert::layer_forward(int l, const Pass& pass) {
 
 // The layer's attention: ctx = softmax(q k^T / sqrt(d) + mask) v over the batch (padded) or over
 // each sequence's own rows (packed)
-void Bert::attention_forward(int l, const Pass& pass) {
+void Encoder::attention_forward(int l, const Pass& pass) {
   Acts& a = *acts_;
   Acts::Layer& ly = a.layers[static_cast<size_t>(l)];
-  Backend& be = *be_;
+  Backend& be = backend();
   const int64_t B = a.B, T = a.T, C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
   const Precision prec = pass.prec;
   const float p_a = pass.p_a;
@@ -310,9 +362,9 @@ void Bert::attention_forward(int l, const Pass& pass) {
 
 // pooler: tanh(dense(h[:, 0])) (packed: the [CLS] rows cu[b]). The heads read the packed rows; the
 // padded sequence output is made only when a caller asks for it (sequence_output).
-void Bert::outputs_forward(const Pass& pass) {
+void Encoder::outputs_forward(const Pass& pass) {
   Acts& a = *acts_;
-  Backend& be = *be_;
+  Backend& be = backend();
   const int64_t B = a.B, T = a.T, C = cfg_.hidden_size;
   if (!pooler_) return;
   if (a.packed)
@@ -324,14 +376,14 @@ void Bert::outputs_forward(const Pass& pass) {
   be.tanh_forward(a.pooled, a.pooled, B * C);
 }
 
-void Bert::encode_backward(const float* dseq, const float* dpooled, Precision prec) {
+void Encoder::encode_backward(const float* dseq, const float* dpooled, Precision prec) {
   BERTCC_CHECK(acts_ && !acts_->inference, "encode_backward: the forward was run without backward (inference)");
   Acts& a = *acts_;
   const int64_t B = a.B, T = a.T, N = a.N, C = cfg_.hidden_size;
   Rng rng{a.rng_seed, 0};  // (the backward draws nothing: the masks come again from the saved seeds)
   const Pass pass{prec, a.dropout ? cfg_.hidden_dropout_prob : 0.0f,
                   a.dropout ? cfg_.attention_probs_dropout_prob : 0.0f, &rng};
-  Backend& be = *be_;
+  Backend& be = backend();
   // g = d(sequence output), in the encoder's rows (packed: the N real tokens, as sequence_rows)
   if (dseq) {
     be.copy(a.g, dseq, sizeof(float) * N * C);
@@ -350,10 +402,10 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
       be.scatter_add_rows(a.g, a.dcls, rows_on_backend(a.cls_rows), B, C);
     else
       be.add_rows(a.g, T * C, a.dcls, C, B, C);
-    if (grad_ready_) grad_ready_(table_[refs_.pooler.w].offset);
+    if (grad_ready_) grad_ready_(weights_.table()[refs_.pooler.w].offset);
   }
-  for (int l = cfg_.num_hidden_layers - 1; l >= first_trainable_layer_; --l) layer_backward(l, pass);
-  if (embeddings_frozen_) {  // no gradient for frozen embeddings
+  for (int l = cfg_.num_hidden_layers - 1; l >= weights_.first_trainable_layer(); --l) layer_backward(l, pass);
+  if (weights_.embeddings_frozen()) {  // no gradient for frozen embeddings
     if (grad_ready_) grad_ready_(0);
     return;
   }
@@ -361,9 +413,9 @@ void Bert::encode_backward(const float* dseq, const float* dpooled, Precision pr
 }
 
 // Layer l's backward: from g = d(x[l+1]) to g = d(x[l]), the layer's weight gradients added
-void Bert::layer_backward(int l, const Pass& pass) {
+void Encoder::layer_backward(int l, const Pass& pass) {
   Acts& a = *acts_;
-  Backend& be = *be_;
+  Backend& be = backend();
   const int64_t N = a.N, C = cfg_.hidden_size, I = cfg_.intermediate_size;
   const Precision prec = pass.prec;
   const float p_h = pass.p_h;
@@ -435,15 +487,15 @@ void Bert::layer_backward(int l, const Pass& pass) {
   be.linear_backward(a.g, dgrad(L.qkv.w), dgrad(L.qkv.b), a.dqkv, prec == Precision::BF16 ? nullptr : a.x[l],
                      w(L.qkv.w), N, 3 * C, C, prec, w16(L.qkv.w, prec),
                      LinearIo{a.as16(ly.x16), nullptr, a.as16(a.dqkv16)});
-  if (grad_ready_) grad_ready_(table_[L.qkv.w].offset);  // the layer's first tensor
+  if (grad_ready_) grad_ready_(weights_.table()[L.qkv.w].offset);  // the layer's first tensor
 }
 
 // The attention's backward (the saved probabilities; dropout from the forward's seeds): over the
 // batch (padded) or each sequence's own rows (packed)
-void Bert::attention_backward(int l, const Pass& pass) {
+void Encoder::attention_backward(int l, const Pass& pass) {
   Acts& a = *acts_;
   Acts::Layer& ly = a.layers[static_cast<size_t>(l)];
-  Backend& be = *be_;
+  Backend& be = backend();
   const int64_t B = a.B, T = a.T, C = cfg_.hidden_size, NH = cfg_.num_attention_heads;
   const Precision prec = pass.prec;
   const float* qkv =
@@ -461,9 +513,9 @@ void Bert::attention_backward(int l, const Pass& pass) {
 }
 
 // x[0] = [project(] dropout(LN(emb_sum)) [)]: from g = d(x[0]) to the embedding tables' gradients
-void Bert::embeddings_backward(const Pass& pass) {
+void Encoder::embeddings_backward(const Pass& pass) {
   Acts& a = *acts_;
-  Backend& be = *be_;
+  Backend& be = backend();
   const int64_t B = a.B, T = a.T, N = a.N, C = cfg_.hidden_size, E = cfg_.embedding_dim();
   const Precision prec = pass.prec;
   const bool project = E != C;

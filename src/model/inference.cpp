@@ -48,8 +48,8 @@ std::vector<std::vector<float>> predict_logits(Bert& model, const std::vector<Ft
     if (j % W != R) continue;
     std::vector<size_t> idx(order.begin() + static_cast<int64_t>(s),
                             order.begin() + static_cast<int64_t>(std::min(order.size(), s + bs)));
-    const BertBatch b = make_finetune_batch(f, idx, model.heads(), false, model.config().max_position_embeddings);
-    model.finetune_step(b, /*training=*/false, /*backward=*/false, prec, rng);
+    const BertBatch b = make_finetune_batch(f, idx, model.head_labels(), false, model.config().max_position_embeddings);
+    model.finetune_step(b, rng, StepArgs{.precision = prec});
     const auto& lg = model.head_logits();
     const size_t per_row = lg.size() / idx.size();
     if (W > 1) {
@@ -88,7 +88,7 @@ void for_each_batch(const Bert& model, const std::vector<FtFeature>& f, int64_t 
   for (size_t s = 0; s < order.size(); s += bs) {
     const std::vector<size_t> idx(order.begin() + static_cast<ptrdiff_t>(s),
                                   order.begin() + static_cast<ptrdiff_t>(std::min(order.size(), s + bs)));
-    fn(make_finetune_batch(f, idx, model.heads(), false, model.config().max_position_embeddings), idx);
+    fn(make_finetune_batch(f, idx, model.head_labels(), false, model.config().max_position_embeddings), idx);
   }
 }
 
@@ -153,7 +153,7 @@ std::vector<std::vector<float>> predict_masked(Bert& model, const std::vector<Ft
     b.nsp_labels.assign(static_cast<size_t>(b.B), 0);
     for (size_t n = 0; n < b.input_ids.size(); ++n)
       if (b.input_ids[n] == mask_id && b.input_mask[n]) b.mlm_labels[n] = 0;  // any id: only the logits are used
-    model.pretrain_step(b, /*training=*/false, /*backward=*/false, prec, rng, 1.0f, 0.0f, 0.0f, &lg);
+    model.pretrain_step(b, rng, StepArgs{.precision = prec, .mlm_logits = &lg});
     size_t m = 0;  // masked rows come in token order, row by row
     for (size_t r = 0; r < idx.size(); ++r)
       for (int64_t t = 0; t < b.T; ++t)

@@ -15,10 +15,11 @@
 #include "backend/backend.h"
 #include "bertcc/error.h"
 #include "model/acts.h"
+#include "model/encoder.h"
 
 namespace bertcc {
 
-void Bert::refresh_int8(Precision p) {
+void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& linears) {
   BERTCC_CHECK(!fp32_linears_released_ || p == Precision::I8,
                "this model keeps its encoder's linear layers in int8 "
                "alone (loaded for --precision int8): ",
@@ -29,25 +30,15 @@ void Bert::refresh_int8(Precision p) {
                "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
   if (!q8_) q8_ = std::make_unique<Int8Weights>();
   q8_->by_weight.clear();
-  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, E = cfg_.embedding_dim();
-  auto add = [&](const LinearRef& r, int64_t N, int64_t K) {
-    q8_->by_weight[r.w.i] = kernels::quantize_weight_int8(w(r.w), N, K);
-  };
-  if (E != C) add(refs_.project, C, E);
-  for (const LayerRefs& L : refs_.layers) {
-    add(L.qkv, 3 * C, C);
-    add(L.attn_out, C, C);
-    add(L.ffn_in, I, C);
-    add(L.ffn_out, C, I);
-  }
+  for (const Int8Linear& l : linears) q8_->by_weight[l.r.w.i] = kernels::quantize_weight_int8(w(l.r.w), l.N, l.K);
   q8_valid_ = true;
 }
 
-void Bert::keep_int8_weights_only() {
+void ModelWeights::keep_int8_weights_only(const std::vector<Int8Linear>& linears) {
   BERTCC_CHECK(be_->on_host() && dev_offset_.empty(),
                "--precision int8 runs on the CPU only (pass --device cpu, or "
                "--precision bf16 on a GPU)");
-  refresh_int8(Precision::I8);
+  refresh_int8(Precision::I8, linears);
   // Whole pages inside each quantized matrix back to the system (madvise: they read as zeros if
   // touched again, which the checks above prevent); the pages shared with kept tensors stay.
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -60,37 +51,40 @@ void Bert::keep_int8_weights_only() {
   fp32_linears_released_ = true;
 }
 
-const kernels::Int8Weight& Bert::int8_weight(const LinearRef& r) const {
+const kernels::Int8Weight* ModelWeights::int8_weight(const LinearRef& r, Precision prec) const {
+  if (prec != Precision::I8) return nullptr;
   BERTCC_CHECK(q8_ && q8_valid_, "linear_int8: the int8 weights were not made (refresh_int8)");
   const auto it = q8_->by_weight.find(r.w.i);
   BERTCC_CHECK(it != q8_->by_weight.end(), "linear_int8: a linear layer without int8 weights");
-  return it->second;
+  return &it->second;
 }
 
-bool Bert::linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
-  if (prec != Precision::I8) return false;
-  kernels::linear_forward_int8(y, x, int8_weight(r), w(r.b), M);
-  return true;
+bool ModelWeights::linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
+  const kernels::Int8Weight* q = int8_weight(r, prec);
+  if (q) kernels::linear_forward_int8(y, x, *q, w(r.b), M);
+  return q != nullptr;
 }
 
 // The int8 kernels with the LayerNorm fused serve inference alone: no dropout, no bf16 rounding.
-static bool int8_inference(Precision acts, float p_h, Precision prec) {
-  if (prec != Precision::I8) return false;
+static void check_int8_inference(Precision acts, float p_h) {
   BERTCC_CHECK(p_h == 0.0f && acts != Precision::BF16, "--precision int8 is for inference only (no dropout)");
+}
+
+bool Encoder::output_int8(const kernels::Int8LayerNorm& ln, const float* x, const LinearRef& r, int64_t M,
+                          const Pass& pass) const {
+  const kernels::Int8Weight* q = weights_.int8_weight(r, pass.prec);
+  if (!q) return false;
+  check_int8_inference(acts_->prec, pass.p_h);
+  kernels::linear_residual_layernorm_int8(ln, x, *q, w(r.b), M);
   return true;
 }
 
-bool Bert::output_int8(const kernels::Int8LayerNorm& ln, const float* x, const LinearRef& r, int64_t M,
+bool Encoder::ffn_int8(const kernels::Int8LayerNorm& ln, const float* x, const LayerRefs& L, int64_t M,
                        const Pass& pass) const {
-  if (!int8_inference(acts_->prec, pass.p_h, pass.prec)) return false;
-  kernels::linear_residual_layernorm_int8(ln, x, int8_weight(r), w(r.b), M);
-  return true;
-}
-
-bool Bert::ffn_int8(const kernels::Int8LayerNorm& ln, const float* x, const LayerRefs& L, int64_t M,
-                    const Pass& pass) const {
-  if (!int8_inference(acts_->prec, pass.p_h, pass.prec)) return false;
-  kernels::ffn_layernorm_int8(ln, x, int8_weight(L.ffn_in), w(L.ffn_in.b), int8_weight(L.ffn_out), w(L.ffn_out.b), M,
+  const kernels::Int8Weight* q1 = weights_.int8_weight(L.ffn_in, pass.prec);
+  if (!q1) return false;
+  check_int8_inference(acts_->prec, pass.p_h);
+  kernels::ffn_layernorm_int8(ln, x, *q1, w(L.ffn_in.b), *weights_.int8_weight(L.ffn_out, pass.prec), w(L.ffn_out.b), M,
                               cfg_.activation());
   return true;
 }

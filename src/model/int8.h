@@ -3,12 +3,12 @@
 #pragma once
 #include <unordered_map>
 
-#include "bertcc/bert.h"
 #include "kernels/gemm_int8.h"
+#include "model/weights.h"
 
 namespace bertcc {
 
-struct Bert::Int8Weights {
+struct ModelWeights::Int8Weights {
   std::unordered_map<int64_t, kernels::Int8Weight> by_weight;
 };
 

@@ -94,7 +94,7 @@ RealData real_data(const std::string& path, const std::string& vocab_path, const
   return r;
 }
 
-BertBatch next_real_batch(RealData& r, int64_t B, Heads heads, bool labels, int64_t T) {
+BertBatch next_real_batch(RealData& r, int64_t B, HeadLabels heads, bool labels, int64_t T) {
   std::vector<size_t> idx;
   for (int64_t i = 0; i < B; ++i) {
     idx.push_back(r.order[r.next]);
@@ -204,7 +204,7 @@ struct Bench {
 // --real: the next batch (its making is not timed)
 void next_batch(Bench& b) {
   if (!b.o.real.empty())
-    b.batch = next_real_batch(b.real, b.B, b.squad ? Heads::QuestionAnswering : Heads::None, b.squad, b.T);
+    b.batch = next_real_batch(b.real, b.B, b.squad ? HeadLabels::Span : HeadLabels::None, b.squad, b.T);
 }
 
 // The models, placed on the backend, and the first batch
@@ -279,14 +279,15 @@ void electra_pretrain_step(Bench& b) {
 void pretrain_step(Bench& b) {
   Bert& model = *b.model;
   model.zero_grad();
-  b.masked = model.pretrain_step(b.batch, true, true, b.prec, b.rng).mlm_count;
+  b.masked =
+      model.pretrain_step(b.batch, b.rng, StepArgs{.training = true, .backward = true, .precision = b.prec}).mlm_count;
   b.be->lamb_step(model.table(), model.params_on_backend(), model.grads_on_backend(), b.ostate, 1e-4f, b.lamb);
 }
 
 void squad_step(Bench& b) {
   Bert& model = *b.model;
   model.zero_grad();
-  model.finetune_step(b.batch, true, true, b.prec, b.rng);
+  model.finetune_step(b.batch, b.rng, StepArgs{.training = true, .backward = true, .precision = b.prec});
   b.be->adamw_step(model.table(), model.params_on_backend(), model.grads_on_backend(), b.ostate, 3e-5f, b.adamw);
 }
 

@@ -142,7 +142,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
   if (masked_lm) {
     std::vector<float> lg;  // the logits before backward overwrites them with their gradient
     const PretrainLoss pl =
-        model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng, 1.0f, 0.0f, 0.0f, &lg);
+        model->pretrain_step(batch, rng, StepArgs{.backward = true, .precision = prec, .mlm_logits = &lg});
     model->grads_to_host();
     const float l = static_cast<float>(pl.loss);
     std::vector<StWrite> w{{"loss", {1}, &l}, {"logits", {pl.mlm_count, model->config().vocab_size}, lg.data()}};
@@ -152,7 +152,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
               << "x" << batch.T << ") -> " << o.out << "\n";
     return;
   }
-  const FinetuneLoss loss = model->finetune_step(batch, /*training=*/false, /*backward=*/true, prec, rng);
+  const FinetuneLoss loss = model->finetune_step(batch, rng, StepArgs{.backward = true, .precision = prec});
   model->grads_to_host();
   const float l = static_cast<float>(loss.loss);
   if (spec->beam_search) {
@@ -168,7 +168,7 @@ void dump_head_step(const DumpOpts& o, Precision prec) {
     BertBatch fwd = batch;
     fwd.start_positions.clear();
     fwd.end_positions.clear();
-    model->finetune_step(fwd, /*training=*/false, /*backward=*/false, prec, rng);
+    model->finetune_step(fwd, rng, StepArgs{.precision = prec});
     const std::vector<float> beam = model->head_logits();
     w.push_back({"beam", {batch.B, joint_qa_output_size(model->config())}, beam.data()});
     write_safetensors(o.out, w);
@@ -248,7 +248,8 @@ void add_dump_step(CLI::App& app) {
     Rng rng{0, 0};
     model->zero_grad();
     const auto scale = static_cast<float>(o->loss_scale);
-    const PretrainLoss loss = model->pretrain_step(batch, /*training=*/false, /*backward=*/true, prec, rng, scale);
+    const PretrainLoss loss =
+        model->pretrain_step(batch, rng, StepArgs{.backward = true, .precision = prec, .loss_scale = scale});
     model->grads_to_host();
     if (scale != 1.0f)  // unscaled as the trainer unscales them (the reported losses are never scaled)
       for (float& g : model->grads()) g /= scale;

@@ -377,14 +377,16 @@ bool Finetuning::train_step() {
   auto micro_batch = [&](int64_t a) {
     const int64_t k = R * A + a, m0 = first + k * micro;
     std::vector<size_t> idx(perm.begin() + m0, perm.begin() + std::min(last, m0 + micro));
-    const BertBatch b = make_finetune_batch(train, idx, model.heads(), true, model.config().max_position_embeddings);
+    const BertBatch b =
+        make_finetune_batch(train, idx, model.head_labels(), true, model.config().max_position_embeddings);
     sv[1] += static_cast<double>(b.B * b.T);
     sv[3] += static_cast<double>(b.B);
     for (size_t i : idx) sv[2] += static_cast<double>(train[i].input_ids.size());
     // Each micro-batch's mean loss weighs by its share of the step's examples.
     const float w = static_cast<float>(idx.size()) / static_cast<float>(last - first);
     Rng rng = micro_batch_rng(o.seed, 1, step, k);
-    const FinetuneLoss l = model.finetune_step(b, /*training=*/true, /*backward=*/true, o.precision, rng, w);
+    const FinetuneLoss l = model.finetune_step(
+        b, rng, StepArgs{.training = true, .backward = true, .precision = o.precision, .loss_scale = w});
     sv[0] += w * l.loss;
   };
   auto reduce_loss = [&]() {

@@ -612,7 +612,7 @@ void Pretraining::evaluate_bert() {
     pass.add(c.epoch, batch.B);
     if (b % W != R) continue;
     batch.validate(model->config(), batch.source);
-    const PretrainLoss l = model->pretrain_step(batch, false, false, prec, eval_rng);
+    const PretrainLoss l = model->pretrain_step(batch, eval_rng, StepArgs{.precision = prec});
     double* row = rows.data() + b * 5;
     row[0] = l.loss;
     row[1] = static_cast<double>(l.mlm_count);
@@ -747,7 +747,13 @@ bool Pretraining::train_step() {
     if (pm.electra) {
       add_electra(loss_sums.data(), electra_step(*pm.gen, *model, batch, true, true, prec, rng, so));
     } else {
-      const PretrainLoss l = model->pretrain_step(batch, true, true, prec, rng, scale, mlm_denom, nsp_denom);
+      const PretrainLoss l = model->pretrain_step(batch, rng,
+                                                  StepArgs{.training = true,
+                                                           .backward = true,
+                                                           .precision = prec,
+                                                           .loss_scale = scale,
+                                                           .mlm_denom = mlm_denom,
+                                                           .nsp_denom = nsp_denom});
       loss_sums[0] += l.mlm_loss_sum;
       loss_sums[1] += l.nsp_loss_sum;
     }

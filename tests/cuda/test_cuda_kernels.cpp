@@ -1193,11 +1193,11 @@ void test_model_inference() {
       const double m_lean = be.buffer_mb() - m0 - m_full;
       Rng r1{9, 0}, r2{9, 0}, r3{9, 0};
       full.zero_grad();
-      full.finetune_step(b, false, /*backward=*/true, prec, r1);  // the training arena
+      full.finetune_step(b, r1, StepArgs{.backward = true, .precision = prec});  // the training arena
       const std::vector<float> train_arena = full.head_logits();
-      full.finetune_step(b, false, /*backward=*/false, prec, r2);  // the inference arena
+      full.finetune_step(b, r2, StepArgs{.precision = prec});  // the inference arena
       check_equal("model " + hn + pn + ": inference arena = training arena", train_arena, full.head_logits());
-      lean.finetune_step(b, false, false, prec, r3);
+      lean.finetune_step(b, r3, StepArgs{.precision = prec});
       check_equal("model " + hn + pn + ": inference placement = full", train_arena, lean.head_logits());
       ++g_checks;
       const bool smaller = prec == Precision::BF16 ? m_lean < m_full : m_lean == m_full;
@@ -1231,11 +1231,11 @@ void test_graphs() {
       const BertBatch b = padded_batch(B, 40, seed, 2, 20);
       Rng r1{9, 0}, r2{9, 0};
       set_cuda_graphs(false);
-      eager.finetune_step(b, false, false, prec, r1);
+      eager.finetune_step(b, r1, StepArgs{.precision = prec});
       const std::vector<float> e = eager.head_logits();
       want.insert(want.end(), e.begin(), e.end());
       set_cuda_graphs(true);
-      recorded.finetune_step(b, false, false, prec, r2);
+      recorded.finetune_step(b, r2, StepArgs{.precision = prec});
       const std::vector<float> r = recorded.head_logits();
       got.insert(got.end(), r.begin(), r.end());
     }

@@ -21,8 +21,7 @@ class DiscriminatorHead : public Head {
       : Head(m),
         dense_(lin("discriminator_predictions.dense")),
         pred_(lin("discriminator_predictions.dense_prediction")) {}
-  FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                             float loss_scale, float denom) override;
+  FinetuneLoss finetune_step(const BertBatch& batch, Rng& rng, const StepArgs& args) override;
 
  private:
   // The BCE loss over head_logits_ and its gradient (into dlogits_), normalised by denom (> 0) or
@@ -32,14 +31,17 @@ class DiscriminatorHead : public Head {
   std::vector<float> t1_, tg_, dtg_, dt1_, dseq_, dlogits_, logits_dev_, dlogits_rows_;
 };
 
-FinetuneLoss DiscriminatorHead::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec,
-                                              Rng& rng, float loss_scale, float denom) {
+FinetuneLoss DiscriminatorHead::finetune_step(const BertBatch& batch, Rng& rng, const StepArgs& args) {
+  const bool training = args.training, backward = args.backward;
+  const Precision prec = args.precision;
+  const float loss_scale = args.loss_scale;
+  const float denom = args.denom;
   const int64_t B = batch.B, T = batch.T, N = B * T, C = cfg_.hidden_size;  // (N: the batch's positions)
-  BERTCC_CHECK(batch.labels.size() == static_cast<size_t>(N), "discriminator_step: needs labels [B*T = ", N, "]");
+  BERTCC_CHECK(batch.labels.size() == static_cast<size_t>(N), "discriminator: needs labels [B*T = ", N, "]");
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) {
     if (!batch.input_mask[n] || batch.labels[n] == -100) continue;
-    BERTCC_CHECK(batch.labels[n] == 0 || batch.labels[n] == 1, "discriminator_step: label ", batch.labels[n], " at ", n,
+    BERTCC_CHECK(batch.labels[n] == 0 || batch.labels[n] == 1, "discriminator: label ", batch.labels[n], " at ", n,
                  " is not 0 (original) or 1 (replaced)");
     ++count;
   }

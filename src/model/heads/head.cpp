@@ -8,40 +8,41 @@
 #include "bertcc/error.h"
 #include "model/acts.h"
 #include "model/heads/specs.h"
+#include "model/parts.h"
 
 namespace bertcc {
 
-PretrainLoss Head::pretrain_step(const BertBatch&, bool, bool, Precision, Rng&, float, float, float,
-                                 std::vector<float>*, Bert::GumbelSample*) {
+Head::Head(Bert& m)
+    : weights_(ModelParts::weights(m)),
+      encoder_(ModelParts::encoder(m)),
+      cfg_(ModelParts::config(m)),
+      head_logits_(ModelParts::head_logits(m)) {}
+
+PretrainLoss Head::pretrain_step(const BertBatch&, Rng&, const StepArgs&) {
   fail("pretrain_step: model has no pre-training heads");
 }
 
-FinetuneLoss Head::finetune_step(const BertBatch&, bool, bool, Precision, Rng&, float, float) {
+FinetuneLoss Head::finetune_step(const BertBatch&, Rng&, const StepArgs&) {
   fail("finetune_step: model has no fine-tuning head");
 }
 
-Head::LinearRef Head::lin(const std::string& n, bool bias) const {
-  const ParamTable& t = m_.table_;
+LinearRef Head::lin(const std::string& n, bool bias) const {
+  const ParamTable& t = weights_.table();
   return LinearRef{t.ref(n + ".weight"), bias ? t.ref(n + ".bias") : ParamRef{}};
 }
 
-Head::NormRef Head::norm(const std::string& n) const {
-  const ParamTable& t = m_.table_;
+NormRef Head::norm(const std::string& n) const {
+  const ParamTable& t = weights_.table();
   return NormRef{t.ref(n + ".weight"), t.ref(n + ".bias")};
 }
 
-Bert::Acts& Head::acts() {
-  BERTCC_CHECK(m_.acts_, "head: no forward pass yet");
-  return *m_.acts_;
-}
-
 std::pair<int64_t, int64_t> Head::seq(int64_t b) const {
-  const Bert::Acts& a = *m_.acts_;
+  const Acts& a = encoder_.acts();
   return a.packed ? a.seq(b) : std::pair<int64_t, int64_t>{b * a.T, a.T};
 }
 
 std::vector<int64_t>& Head::cls_rows() {
-  Bert::Acts& a = acts();
+  Acts& a = acts();
   if (!a.packed) {  // (the packed ones are the encoder's, set with the batch)
     a.cls_rows.resize(static_cast<size_t>(a.B));
     for (int64_t b = 0; b < a.B; ++b) a.cls_rows[static_cast<size_t>(b)] = b * a.T;
@@ -50,7 +51,7 @@ std::vector<int64_t>& Head::cls_rows() {
 }
 
 void Head::unpack_rows(const float* src, int64_t K, const float* pad, std::vector<float>& out) {
-  const Bert::Acts& a = acts();
+  const Acts& a = acts();
   out.resize(static_cast<size_t>(a.B * a.T * K));
   for (int64_t b = 0; b < a.B; ++b) {
     const auto [r0, n] = seq(b);
@@ -62,7 +63,7 @@ void Head::unpack_rows(const float* src, int64_t K, const float* pad, std::vecto
 }
 
 void Head::pack_rows(const std::vector<float>& padded, int64_t K, std::vector<float>& out) {
-  const Bert::Acts& a = acts();
+  const Acts& a = acts();
   out.resize(static_cast<size_t>(rows() * K));
   for (int64_t b = 0; b < a.B; ++b) {
     const auto [r0, n] = seq(b);

@@ -93,8 +93,12 @@ class JointQaHead : public Head {
   // CE(end | true start)) / 2 + 0.5 BCE(answer class), means over the rows; head_logits() = start
   // [B*T], end [B*T], class [B]. Without positions: the beam search (joint_qa_output_size floats
   // per row, see bert.h).
-  FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                             float loss_scale, float denom) override;
+  FinetuneLoss finetune_step(const BertBatch& batch, Rng& rng, const StepArgs& args) override;
+  // The loss conditions the end on the true start: a start in the padding has no packed row.
+  bool labels_within(const BertBatch& batch, int64_t b, int64_t n) const override {
+    return batch.start_positions.size() != static_cast<size_t>(batch.B) ||
+           batch.start_positions[static_cast<size_t>(b)] < n;
+  }
 
  private:
   // The training forward's buffers (where the backend computes) for the backward.
@@ -130,8 +134,10 @@ class JointQaHead : public Head {
   std::vector<int64_t> start_rows, start_of, row_b;
 };
 
-FinetuneLoss JointQaHead::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                                        float loss_scale, float) {
+FinetuneLoss JointQaHead::finetune_step(const BertBatch& batch, Rng& rng, const StepArgs& args) {
+  const bool training = args.training, backward = args.backward;
+  const Precision prec = args.precision;
+  const float loss_scale = args.loss_scale;
   const int64_t B = batch.B, T = batch.T;
   const bool have_labels = backward || !batch.start_positions.empty();
   if (have_labels) {

@@ -51,8 +51,10 @@ void LinearHead::input_backward(const float* dsrc, int64_t, int64_t, float, Rng&
 }
 
 // Fine-tuning forward (and backward): input -> dropout -> Linear -> logits; the head's loss.
-FinetuneLoss LinearHead::finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                                       float loss_scale, float) {
+FinetuneLoss LinearHead::finetune_step(const BertBatch& batch, Rng& rng, const StepArgs& args) {
+  const bool training = args.training, backward = args.backward;
+  const Precision prec = args.precision;
+  const float loss_scale = args.loss_scale;
   const int64_t B = batch.B, T = batch.T, C = cfg_.hidden_size, K = width();
   const bool have_labels =
       backward || !(batch.labels.empty() && batch.targets.empty() && batch.start_positions.empty());

@@ -13,8 +13,7 @@ class LinearHead : public Head {
   // per_token: logits for every token (else per row, from the pooled output); out: the Linear's
   // name; dropout: the config's head dropout while training.
   LinearHead(Bert& m, bool per_token, const std::string& out, bool dropout);
-  FinetuneLoss finetune_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                             float loss_scale, float denom) override;
+  FinetuneLoss finetune_step(const BertBatch& batch, Rng& rng, const StepArgs& args) override;
 
  protected:
   virtual int64_t width() const = 0;  // logits per row (K)

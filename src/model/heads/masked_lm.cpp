@@ -27,22 +27,32 @@ MaskedLmHead::MaskedLmHead(Bert& m, bool nsp) : Head(m), nsp_(nsp) {
 
 // Pre-training forward (and backward): the masked LM on the masked positions, then (BERT) NSP on
 // the pooled output; loss = mean MLM CE (+ mean NSP CE).
-PretrainLoss MaskedLmHead::pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                                         float loss_scale, float mlm_denom, float nsp_denom,
-                                         std::vector<float>* mlm_logits_out, Bert::GumbelSample* sample) {
+bool MaskedLmHead::labels_within(const BertBatch& batch, int64_t b, int64_t n) const {
+  if (batch.mlm_labels.size() != static_cast<size_t>(batch.B * batch.T)) return true;
+  for (int64_t t = n; t < batch.T; ++t)
+    if (batch.mlm_labels[static_cast<size_t>(b * batch.T + t)] != -1) return false;
+  return true;
+}
+
+PretrainLoss MaskedLmHead::pretrain_step(const BertBatch& batch, Rng& rng, const StepArgs& args) {
+  const bool training = args.training, backward = args.backward;
+  const Precision prec = args.precision;
+  const float loss_scale = args.loss_scale;
+  std::vector<float>* mlm_logits_out = args.mlm_logits;
+  std::vector<int32_t>* picks = args.gumbel_picks;
   BERTCC_CHECK(
       batch.mlm_labels.size() == batch.input_ids.size() && (!nsp_ || batch.nsp_labels.size() == size_t(batch.B)),
       "pretrain_step: batch has no masked-LM or next-sentence labels");
   encode(batch, training, prec, rng, backward);
   PretrainLoss out;
   if (mlm_logits_out) mlm_logits_out->clear();
-  if (sample) sample->picks.clear();
+  if (picks) picks->clear();
   Fwd f;
-  mlm_forward(batch, backward, prec, rng, loss_scale, mlm_denom, mlm_logits_out, sample, f, out);
+  mlm_forward(batch, backward, prec, rng, loss_scale, args.mlm_denom, mlm_logits_out, picks, f, out);
   if (!nsp_) {  // ELECTRA's generator
     out.loss = out.mlm_loss;
   } else {
-    nsp_forward(batch, backward, prec, loss_scale, nsp_denom, f, out);
+    nsp_forward(batch, backward, prec, loss_scale, args.nsp_denom, f, out);
     out.loss = out.mlm_loss + out.nsp_loss;
   }
   if (!backward) return out;
@@ -52,7 +62,7 @@ PretrainLoss MaskedLmHead::pretrain_step(const BertBatch& batch, bool training, 
 
 // ---- MLM head on the masked positions only ----
 void MaskedLmHead::mlm_forward(const BertBatch& batch, bool backward, Precision prec, Rng& rng, float loss_scale,
-                               float mlm_denom, std::vector<float>* mlm_logits_out, Bert::GumbelSample* sample, Fwd& f,
+                               float mlm_denom, std::vector<float>* mlm_logits_out, std::vector<int32_t>* picks, Fwd& f,
                                PretrainLoss& out) {
   const int64_t B = batch.B, T = batch.T, C = cfg_.hidden_size, V = cfg_.vocab_size, Eh = width();
   const Activation act = this->act();
@@ -101,9 +111,9 @@ void MaskedLmHead::mlm_forward(const BertBatch& batch, bool backward, Precision 
     mlm_logits_out->resize(static_cast<size_t>(M * V));
     be.download(mlm_logits_out->data(), f.logits, sizeof(float) * static_cast<size_t>(M * V));
   }
-  if (sample) {  // the forward pass has reserved its dropout streams: the noise comes next
-    sample->picks.resize(static_cast<size_t>(M));
-    be.gumbel_argmax(sample->picks.data(), f.logits, M, V, rng, rng.reserve(static_cast<uint64_t>(M * V)));
+  if (picks) {  // the forward pass has reserved its dropout streams: the noise comes next
+    picks->resize(static_cast<size_t>(M));
+    be.gumbel_argmax(picks->data(), f.logits, M, V, rng, rng.reserve(static_cast<uint64_t>(M * V)));
   }
   be.softmax_xent(f.logits, losses, labels, M, V, -1,
                   backward ? loss_scale / (mlm_denom > 0 ? mlm_denom : static_cast<float>(M)) : 0.0f, &out.mlm_correct);

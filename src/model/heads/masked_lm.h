@@ -10,9 +10,9 @@ namespace bertcc {
 class MaskedLmHead : public Head {
  public:
   MaskedLmHead(Bert& m, bool nsp);
-  PretrainLoss pretrain_step(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng,
-                             float loss_scale, float mlm_denom, float nsp_denom, std::vector<float>* mlm_logits_out,
-                             Bert::GumbelSample* sample) override;
+  PretrainLoss pretrain_step(const BertBatch& batch, Rng& rng, const StepArgs& args) override;
+  // A masked-LM label in the padding has no packed row to decode.
+  bool labels_within(const BertBatch& batch, int64_t b, int64_t n) const override;
 
  private:
   // What the forward leaves for the backward (buffers where the backend computes).
@@ -23,7 +23,7 @@ class MaskedLmHead : public Head {
     float *logits = nullptr, *nsp_logits = nullptr;
   };
   void mlm_forward(const BertBatch& batch, bool backward, Precision prec, Rng& rng, float loss_scale, float mlm_denom,
-                   std::vector<float>* mlm_logits_out, Bert::GumbelSample* sample, Fwd& f, PretrainLoss& out);
+                   std::vector<float>* mlm_logits_out, std::vector<int32_t>* picks, Fwd& f, PretrainLoss& out);
   void nsp_forward(const BertBatch& batch, bool backward, Precision prec, float loss_scale, float nsp_denom, Fwd& f,
                    PretrainLoss& out);
   void backward(const BertBatch& batch, Precision prec, const Fwd& f);

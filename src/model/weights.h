@@ -1,0 +1,141 @@
+// The model's parameters (private to src/model): the table of tensors with Hugging Face names, the
+// host weights and gradients, their copies where the backend computes (fp32, bf16 and, for
+// --precision int8, the encoder's linear layers quantized), and how each tensor trains (frozen,
+// learning-rate scale). Bert (bertcc/bert.h) owns one; the encoder and the head read and write it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bertcc/config.h"
+#include "bertcc/dtype.h"
+#include "bertcc/params.h"
+
+namespace bertcc {
+
+class Backend;
+struct HeadSpec;
+namespace kernels {
+struct Int8Weight;
+}
+
+// A Linear's weight and bias, a LayerNorm's weight and bias, by reference into the table.
+struct LinearRef {
+  ParamRef w, b;
+};
+struct NormRef {
+  ParamRef g, b;
+};
+
+// A linear layer that --precision int8 quantizes: its tensors and its [N, K] weight's shape.
+struct Int8Linear {
+  LinearRef r;
+  int64_t N, K;
+};
+
+class ModelWeights {
+ public:
+  // The encoder's tensors (and BERT's pooler's when the head has one), then the head's
+  // (HeadSpec::declare), allocated zeroed on the host.
+  ModelWeights(const BertConfig& cfg, const HeadSpec& head);
+  ~ModelWeights();
+  ModelWeights(const ModelWeights&) = delete;
+  ModelWeights& operator=(const ModelWeights&) = delete;
+
+  const ParamTable& table() const { return table_; }
+  // Mutable access to the weights invalidates their bf16 and int8 copies, so anything that changes
+  // weights (optimizers, loaders) goes through these.
+  std::vector<float>& params() {
+    invalidate_copies();
+    return params_;
+  }
+  const std::vector<float>& params() const { return params_; }
+  // The gradients, allocated zeroed on first use: a model that only infers never holds them.
+  std::vector<float>& grads() {
+    ensure_grads();
+    return grads_;
+  }
+  bool has_grads() const { return !grads_.empty(); }
+  void ensure_grads();
+
+  // Where the weights compute (bertcc/bert.h: use_backend, use_backend_for_inference).
+  Backend& backend() const { return *be_; }
+  void use_backend(Backend& be);
+  void use_backend_for_inference(Backend& be, Precision prec);
+  bool inference_only() const { return !dev_offset_.empty(); }
+  void check_not_inference_only(const char* what) const;
+  void params_to_device();
+  void params_to_host();
+  void grads_to_host();
+  void grads_to_device();
+  float* params_on_backend() {
+    check_not_inference_only("params_on_backend");
+    invalidate_copies();
+    return dev_params_ ? dev_params_ : params_.data();
+  }
+  float* grads_on_backend() {
+    ensure_grads();
+    return dev_grads_ ? dev_grads_ : grads_.data();
+  }
+
+  // Weights, gradients and bf16 weights where the backend computes (host vectors on the CPU).
+  const float* w(ParamRef r) const {
+    if (!dev_offset_.empty()) {  // inference only: null for the matrices kept in bf16 alone
+      const int64_t off = dev_offset_[static_cast<size_t>(r.i)];
+      return off < 0 ? nullptr : dev_params_ + off;
+    }
+    return (dev_params_ ? dev_params_ : params_.data()) + table_[r].offset;
+  }
+  float* dgrad(ParamRef r) { return grads_on_backend() + table_[r].offset; }
+  // bf16 copy of a weight (bf16 precision), or null in fp32.
+  const bf16_t* w16(ParamRef r, Precision p) const {
+    return p == Precision::BF16 ? (dev_params16_ ? dev_params16_ : params16_.data()) + table_[r].offset : nullptr;
+  }
+  // The bf16 copy made again after a change of the weights (bf16 precision; else nothing).
+  void refresh_bf16(Precision p);
+  // int8 precision: quantizes `linears` where they are not (once per weights); refuses int8 off the
+  // CPU. Other precisions: nothing.
+  void refresh_int8(Precision p, const std::vector<Int8Linear>& linears);
+  // bertcc/bert.h's keep_int8_weights_only, for the encoder's `linears`.
+  void keep_int8_weights_only(const std::vector<Int8Linear>& linears);
+  // Linear layer r on x[M, K] into y[M, N] in int8 when prec is int8 (true), else nothing (false:
+  // the caller runs the backend's linear_forward).
+  bool linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const;
+  // The int8 weight of linear layer r when prec is int8; null for other precisions.
+  const kernels::Int8Weight* int8_weight(const LinearRef& r, Precision prec) const;
+
+  void init_weights(uint64_t seed);
+  void zero_grad();
+  void freeze_below_top_layers(int layers);
+  void set_layerwise_lr_decay(float decay);
+  int first_trainable_layer() const { return first_trainable_layer_; }
+  bool embeddings_frozen() const { return embeddings_frozen_; }
+
+ private:
+  void invalidate_copies() { params16_valid_ = q8_valid_ = false; }
+
+  const BertConfig& cfg_;
+  ParamTable table_;
+  std::vector<float> params_, grads_;
+  std::vector<bf16_t> params16_;  // bf16 rounding of params_, valid while params16_valid_
+  bool params16_valid_ = false;
+  // --precision int8 (int8.cpp): the encoder's linear layers quantized per output channel, valid
+  // while q8_valid_ (made again after any weight change, as the bf16 copy)
+  struct Int8Weights;
+  std::unique_ptr<Int8Weights> q8_;
+  bool q8_valid_ = false;
+  bool fp32_linears_released_ = false;  // keep_int8_weights_only: those fp32 pages are gone
+  Backend* be_;
+  struct DeviceState;  // device copies of the weights, gradients and bf16 weights
+  std::unique_ptr<DeviceState> dev_;
+  float *dev_params_ = nullptr, *dev_grads_ = nullptr;
+  bf16_t* dev_params16_ = nullptr;
+  // inference only (use_backend_for_inference): each tensor's offset in the device's fp32 buffer
+  // (by table index), -1 for those kept in bf16 alone; empty otherwise
+  std::vector<int64_t> dev_offset_;
+  int first_trainable_layer_ = 0;  // layers below are frozen
+  bool embeddings_frozen_ = false;
+};
+
+}  // namespace bertcc
