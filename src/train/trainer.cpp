@@ -29,6 +29,7 @@
 #include "train/dllogger.h"
 #include "train/hparams.h"
 #include "train/progress.h"
+#include "train/run.h"
 #include "train/step.h"
 
 namespace bertcc {
