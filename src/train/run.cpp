@@ -119,6 +119,10 @@ void TrainingRun::save(const std::string& vocab_path, int64_t label) {
 void TrainingRun::train(TrainingTask& task) {
   signals::take_stop_signals();  // SIGINT/SIGTERM: finish the step, save, return
   watchdog = std::make_unique<dist::Watchdog>(comm, world_size > 1 ? opts.dp.watchdog_timeout : 0);
+  loop(task);
+}
+
+void TrainingRun::loop(TrainingTask& task) {
   task.make_step();
   clock.start = std::chrono::steady_clock::now();
   clock.first_step = state.step;

@@ -108,6 +108,8 @@ class TrainingRun {
   // SIGINT/SIGTERM taken, the watchdog started, then task.train_step() until total_steps, a
   // signal or the task's end; then task.finish().
   void train(TrainingTask& task);
+  // train() without the signals and the watchdog: task.make_step(), the steps, task.finish().
+  void loop(TrainingTask& task);
 
   // The cadence, after state.step's update.
   bool log_due() const { return state.step % opts.log_every == 0 || state.step == total_steps; }
