@@ -117,6 +117,7 @@ class TrainingRun {
     return opts.checkpoint_every > 0 && state.step % opts.checkpoint_every == 0 && state.step < total_steps;
   }
   bool evaluation_due() const { return eval_every > 0 && state.step % eval_every == 0; }
+  // The models as save_checkpoint and load_latest_checkpoint take them (with their host moments).
   std::vector<CheckpointPart> checkpoint_parts();
 
   const RunOptions opts;
