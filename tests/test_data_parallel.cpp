@@ -15,6 +15,7 @@
 #include "test_shards.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/run.h"
 
 using namespace bertcc;
 

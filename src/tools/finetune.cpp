@@ -23,8 +23,8 @@
 #include "bertcc/runtime.h"
 #include "bertcc/text_table.h"
 #include "tools/finetune_common.h"
-#include "train/data_parallel.h"
 #include "train/progress.h"
+#include "train/run.h"
 
 namespace bertcc::tools {
 namespace fs = std::filesystem;

@@ -18,17 +18,6 @@
 
 namespace bertcc {
 
-// Threads for this rank: `requested` if > 0, else OMP_NUM_THREADS if set, else the host's cores
-// shared by its ranks.
-int threads_per_rank(int requested, const dist::Communicator& comm);
-
-// Refuses a run whose training step would not fit in memory, before it allocates: for each model
-// the optimizer moments (8 bytes per parameter), the bf16 weight copy (bf16) and the activations
-// of a micro-batch of B x T tokens (the weights and gradients are already held). `who` prefixes
-// the message.
-void check_training_memory(const std::vector<const Bert*>& models, int64_t B, int64_t T, Precision prec,
-                           const char* who);
-
 // The dropout RNG of micro-batch k of optimizer step `step` (phase 1 or 2).
 Rng micro_batch_rng(uint64_t seed, int phase, int64_t step, int64_t k);
 
@@ -95,11 +84,8 @@ class GradSync {
 // One per process, shared by its models.
 std::unique_ptr<dist::DeviceCommunicator> make_device_comm(dist::Communicator& comm, const dist::Options& o,
                                                            Backend& be, const char* who);
-// This rank's backend for --device (dist::device_for_rank: "cuda" with several ranks on a host is
-// cuda:<local rank>); a rank without its GPU is refused naming the mapping and how to share one.
-Backend& backend_for_rank(const std::string& device, dist::Communicator& comm);
 
-// The same for a model on a device (Bert::use_backend): the micro-batch gradients are summed on
+// GradSync for a model on a device (Bert::use_backend): the micro-batch gradients are summed on
 // the device in GradSync's order (acc = g0; acc += g1; ...: the host's bits). With several ranks
 // and a device communicator (NCCL), the sum is then reduced GPU to GPU; without one, each
 // micro-batch's gradients come down to the host, where a GradSync (without overlap) accumulates
