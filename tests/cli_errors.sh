@@ -225,6 +225,31 @@ PY
   check ft-label-names-eval 0 '^[0-9]*	\(neg\|pos\)	' -- sed -n 2p "$A/ft_names2/predictions.tsv"
   check ft-label-names-count nonzero "--label-names gives 3 names for the 2 training labels" -- "$BERTCC" finetune classify \
     --model "$A/m" $FT --label-names a,b,c --output-dir "$A/ft_names3"
+  # Class names from the data, as Hugging Face's run_classification takes them (the sorted unique
+  # labels become id2label/label2id): AG News with its 1..4 written as names. config.json carries
+  # them, and classify and serve answer with them.
+  if [ -f "$SHARED/ag_news/test.csv" ]; then
+    { echo "label,title,description"
+      head -120 "$SHARED/ag_news/test.csv" | sed 's/^"1"/"World"/; s/^"2"/"Sports"/; s/^"3"/"Business"/; s|^"4"|"Sci/Tech"|'
+    } > "$A/ag.csv"
+    run "$BERTCC" finetune classify --model "$A/m" --train-file "$A/ag.csv" --label-column label --text-columns title,description \
+      --max-steps 2 --train-batch-size 8 --precision fp32 --threads 1 --mode train --max-seq-length 32 --output-dir "$A/ft_ag"
+    check ag-names-id2label 0 '"id2label": {"0": "Business", "1": "Sci/Tech", "2": "Sports", "3": "World"}' -- \
+      sh -c "tr -d '\n' < '$A/ft_ag/config.json' | sed 's/  */ /g; s/{ /{/g; s/ }/}/g'"
+    check ag-names-label2id 0 '"label2id": {"Business": 0, "Sci/Tech": 1, "Sports": 2, "World": 3}' -- \
+      sh -c "tr -d '\n' < '$A/ft_ag/config.json' | sed 's/  */ /g; s/{ /{/g; s/ }/}/g'"
+    check ag-names-classify 0 '"label": *"\(Business\|Sci/Tech\|Sports\|World\)"' -- \
+      "$BERTCC" classify --model "$A/ft_ag" --precision fp32 --text "Stocks fell as oil prices rose"
+    "$BERTCC" serve --model ag="$A/ft_ag" --port 0 --precision fp32 --threads 1 > "$A/serve_ag.out" 2> "$A/serve_ag.log" &
+    sp=$!; n=0
+    while ! grep -q listening "$A/serve_ag.out" 2>/dev/null && [ $n -lt 300 ] && kill -0 $sp 2>/dev/null; do sleep 0.1; n=$((n + 1)); done
+    check ag-names-serve 0 '"label": *"\(Business\|Sci/Tech\|Sports\|World\)"' -- python3 -c '
+import json, sys, urllib.request
+url = open(sys.argv[1]).read().split("listening on ")[1].split()[0]
+r = urllib.request.urlopen(urllib.request.Request(url + "/v1/classify", data=json.dumps({"text": "Stocks fell"}).encode()))
+print(r.read().decode())' "$A/serve_ag.out"
+    kill -TERM $sp 2>/dev/null; wait $sp
+  fi
   # before the first --log-freq line, steps 1, 2, 4, ... say the rate and the time left
   run "$BERTCC" finetune classify --model "$A/m" $(echo "$FT" | sed 's/--max-steps 2/--max-steps 6/; s/--log-freq 1/--log-freq 50/') \
     --output-dir "$A/ft_early"
