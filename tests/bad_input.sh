@@ -285,7 +285,7 @@ for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:inf:
   flag=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
   rm -rf "$W/o_hp"
   case "$flag" in --max-steps) more="--train-batch-size 8";; --train-batch-size) more="--max-steps 2";; *) more="--max-steps 2 --train-batch-size 8";; esac
-  case "$val" in nan|inf) ex=expect_cli; pat="^$flag: '$val' is not a finite number";; *) ex=expect; pat="^bertcc: error: $flag [-+.0-9a-z]+: $msg";; esac
+  case "$val" in nan|inf) ex=expect_cli; pat="^$flag: '$val' is not a finite number";; *) ex=expect_cli; pat="^$flag: $val is outside [[(]";; esac  # (the flag layer's range, before the trainer's $msg)
   $ex "pretrain: $flag $val" "$pat" \
     -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_hp" \
        --precision fp32 --threads 1 $more "$flag" "$val"
@@ -298,7 +298,9 @@ for c in "--learning-rate:nan:must be a finite number > 0" "--learning-rate:-5e-
          "--max-steps:0:must be an integer in \[1, 1000000000000\]" "--max-steps:1000000000000000:must be an integer in \[1, 1000000000000\]"; do
   flag=${c%%:*}; rest=${c#*:}; val=${rest%%:*}; msg=${rest#*:}
   rm -rf "$W/o_hp"
-  case "$val" in nan|inf) ex=expect_cli; pat="^$flag: '$val' is not a finite number";; *) ex=expect; pat="^bertcc: error: $flag [-+.0-9a-z]+: $msg";; esac
+  case "$val" in nan|inf) ex=expect_cli; pat="^$flag: '$val' is not a finite number";; *) ex=expect_cli; pat="^$flag: $val is outside [[(]";; esac  # (the flag layer's range, before the trainer's $msg)
+  # (--max-steps 0: inside the flag's [-1, 1e12], where -1 means "from the epochs"; the trainer refuses it)
+  [ "$flag $val" = "--max-steps 0" ] && { ex=expect; pat="^bertcc: error: $flag [-+.0-9a-z]+: $msg"; }
   $ex "finetune: $flag $val" "$pat" \
     -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --max-seq-length 16 \
        --output-dir "$W/o_hp" --threads 1 --mode train "$flag" "$val"
@@ -445,8 +447,8 @@ printf '{"vocab_size": 1000000, "hidden_size": 16384, "num_hidden_layers": 2, "n
 expect "a config of 19 billion parameters" "the weights of this model \(about [0-9]+ parameters\) would take about 71.32 GiB, but [0-9.]+ GiB are available" \
   -- "$B" init-model --config "$W/huge.json" --output "$W/o_huge"
 [ ! -e "$W/o_huge" ] || fail "refused model left $W/o_huge behind"
-expect "bench: activations of 100000 x 512 tokens" "activations of a batch of 100000 x 512 tokens would take about [0-9.]+ GiB" \
-  -- "$B" bench train --config bert-base --batch 100000 --seq 512 --steps 1
+expect "bench: activations of 65536 x 512 tokens" "activations of a batch of 65536 x 512 tokens would take about [0-9.]+ GiB" \
+  -- "$B" bench train --config bert-base --batch 65536 --seq 512 --steps 1
 expect "pretrain: a step that does not fit in 2.6 GB of address space (ulimit -v)" \
   "pretrain: a training step \(micro-batches of 32 x 16 tokens, [0-9]+ parameters: gradients, optimizer moments, activations\) would take about [0-9.]+ GiB, but [0-9.]+ GiB are available; lower --train-batch-size" \
   -- sh -c "ulimit -v 2600000; exec \"$B\" pretrain --config \"$W/wide.json\" --vocab \"$W/vocab.txt\" --input-dir \"$W/good\" --output-dir \"$W/o_wide\" --train-batch-size 32 --max-steps 1"
@@ -491,9 +493,11 @@ mkst vunk; grep -v UNK "$W/model_init/vocab.txt" > "$W/md/vunk/vocab.txt"
 mkst vutf; sed -i '50s/.*/w\xff\xfex/' "$W/md/vutf/vocab.txt"
 expect "vocab.txt: a line that is not UTF-8" "vutf/vocab.txt:50: vocabulary entry is not valid UTF-8 \\(byte 2\\)" -- "$B" embed --model "$W/md/vutf" --text "w5 w6"
 expect "vocab.txt: no [UNK]" "vunk/vocab.txt: the vocabulary has no \[UNK\] token" -- "$B" embed --model "$W/md/vunk" --text "w5 w6"
-expect "pretrain: --gradient-accumulation-steps 0" "--train-batch-size \(8\) must be a multiple of --gradient-accumulation-steps \(0\)" \
+expect "pretrain: --gradient-accumulation-steps 3" "--train-batch-size \(8\) must be a multiple of --gradient-accumulation-steps \(3\)" \
+  -- "$B" pretrain $PRE --max-steps 6 --gradient-accumulation-steps 3 --input-dir "$W/long" --output-dir "$W/o_acc"
+expect_cli "pretrain: --gradient-accumulation-steps 0" "^--gradient-accumulation-steps: 0 is outside \[1, 1048576\]" \
   -- "$B" pretrain $PRE --max-steps 6 --gradient-accumulation-steps 0 --input-dir "$W/long" --output-dir "$W/o_acc"
-expect "pretrain: --max-steps 0" "--max-steps must be positive" -- "$B" pretrain $PRE --max-steps 0 --input-dir "$W/long" --output-dir "$W/o_steps"
+expect_cli "pretrain: --max-steps 0" "^--max-steps: 0 is outside \[1, 1e\+12\]" -- "$B" pretrain $PRE --max-steps 0 --input-dir "$W/long" --output-dir "$W/o_steps"
 
 # ---- shards with a dataset missing, of the wrong type, or of another row count
 for v in "missing:missing dataset 'masked_lm_ids'" "dtype:dataset 'input_ids' is not an integer dataset" \
@@ -670,14 +674,14 @@ fi
 
 # ---- command line and output
 expect_cli "--threads -1" "--threads: -1 is outside 0 \(all cores\)" -- "$B" tokenize --vocab "$W/vocab.txt" --threads -1
-expect_cli "finetune --train-batch-size 0" "--train-batch-size: Value 0 not in range" -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --train-batch-size 0
-expect_cli "--max-seq-length -1" "--max-seq-length: Value -1 not in range 0 to 1048576" -- "$B" embed --model "$W/model_init" --text "w5" --max-seq-length -1
+expect_cli "finetune --train-batch-size 0" "--train-batch-size: 0 is outside \[1, 1048576\]" -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --text-columns 1 --train-batch-size 0
+expect_cli "--max-seq-length -1" "--max-seq-length: -1 is outside \[0, 1048576\]" -- "$B" embed --model "$W/model_init" --text "w5" --max-seq-length -1
 expect_cli "--threads 10000" "--threads: 10000 is outside 0 \(all cores\) to [0-9]+" -- "$B" tokenize --vocab "$W/vocab.txt" --threads 10000
 # whole numbers beyond 64 bits or not whole (CLI11 saturated 99999999999999999999 to 2^63-1 silently)
 for v in 1e20 99999999999999999999 -99999999999999999999 2.5; do
-  expect_cli "pretrain --max-steps $v" "--max-steps: '$v' is (not a whole number|beyond a 64-bit integer)" \
+  expect_cli "pretrain --max-steps $v" "--max-steps: ('$v' is (not a whole number|beyond a 64-bit integer)|$v is outside)" \
     -- "$B" pretrain --config "$W/model/config.json" --vocab "$W/vocab.txt" --input-dir "$W/good" --output-dir "$W/o_hp" --max-steps "$v"
-  expect_cli "finetune --max-steps $v" "--max-steps: '$v' is (not a whole number|beyond a 64-bit integer)" \
+  expect_cli "finetune --max-steps $v" "--max-steps: ('$v' is (not a whole number|beyond a 64-bit integer)|$v is outside)" \
     -- "$B" finetune classify --init-checkpoint "$W/model_init" --train-file "$W/cls.tsv" --output-dir "$W/o_hp" --max-steps "$v"
 done
 [ ! -e "$W/o_hp" ] || fail "a refused --max-steps created $W/o_hp"

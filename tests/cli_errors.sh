@@ -49,7 +49,7 @@ check graphs-on-cpu nonzero "cuda-graphs needs --device cuda" -- "$BERTCC" bench
 check graphs-bench-train nonzero "records inference forwards only" -- "$BERTCC" bench train --config bert-tiny --cuda-graphs --device cuda
 check graphs-not-on-pretrain 0 "absent" -- sh -c "'$BERTCC' pretrain --help | grep -q cuda-graphs || echo absent"
 check bad-preset nonzero "bert-huge" -- "$BERTCC" bench train --config bert-huge --steps 1
-check bench-padding nonzero "--padding: Value 1.2 not in range" -- "$BERTCC" bench infer --config bert-tiny --padding 1.2
+check bench-padding nonzero "--padding: 1.2 is outside \[0, 0.99\]" -- "$BERTCC" bench infer --config bert-tiny --padding 1.2
 # SIGTERM outside training ends the process by the signal (exit 143), as with no handler: bertcc
 # blocks it in every thread and one signal thread re-raises it (bertcc/signals.h). A SIGINT that
 # the launcher ignored (sh ignores it in background jobs) stays ignored.
@@ -225,6 +225,31 @@ PY
   check ft-label-names-eval 0 '^[0-9]*	\(neg\|pos\)	' -- sed -n 2p "$A/ft_names2/predictions.tsv"
   check ft-label-names-count nonzero "--label-names gives 3 names for the 2 training labels" -- "$BERTCC" finetune classify \
     --model "$A/m" $FT --label-names a,b,c --output-dir "$A/ft_names3"
+  # Class names from the data, as Hugging Face's run_classification takes them (the sorted unique
+  # labels become id2label/label2id): AG News with its 1..4 written as names. config.json carries
+  # them, and classify and serve answer with them.
+  if [ -f "$SHARED/ag_news/test.csv" ]; then
+    { echo "label,title,description"
+      head -120 "$SHARED/ag_news/test.csv" | sed 's/^"1"/"World"/; s/^"2"/"Sports"/; s/^"3"/"Business"/; s|^"4"|"Sci/Tech"|'
+    } > "$A/ag.csv"
+    run "$BERTCC" finetune classify --model "$A/m" --train-file "$A/ag.csv" --label-column label --text-columns title,description \
+      --max-steps 2 --train-batch-size 8 --precision fp32 --threads 1 --mode train --max-seq-length 32 --output-dir "$A/ft_ag"
+    check ag-names-id2label 0 '"id2label": {"0": "Business", "1": "Sci/Tech", "2": "Sports", "3": "World"}' -- \
+      sh -c "tr -d '\n' < '$A/ft_ag/config.json' | sed 's/  */ /g; s/{ /{/g; s/ }/}/g'"
+    check ag-names-label2id 0 '"label2id": {"Business": 0, "Sci/Tech": 1, "Sports": 2, "World": 3}' -- \
+      sh -c "tr -d '\n' < '$A/ft_ag/config.json' | sed 's/  */ /g; s/{ /{/g; s/ }/}/g'"
+    check ag-names-classify 0 '"label": *"\(Business\|Sci/Tech\|Sports\|World\)"' -- \
+      "$BERTCC" classify --model "$A/ft_ag" --precision fp32 --text "Stocks fell as oil prices rose"
+    "$BERTCC" serve --model ag="$A/ft_ag" --port 0 --precision fp32 --threads 1 > "$A/serve_ag.out" 2> "$A/serve_ag.log" &
+    sp=$!; n=0
+    while ! grep -q listening "$A/serve_ag.out" 2>/dev/null && [ $n -lt 300 ] && kill -0 $sp 2>/dev/null; do sleep 0.1; n=$((n + 1)); done
+    check ag-names-serve 0 '"label": *"\(Business\|Sci/Tech\|Sports\|World\)"' -- python3 -c '
+import json, sys, urllib.request
+url = open(sys.argv[1]).read().split("listening on ")[1].split()[0]
+r = urllib.request.urlopen(urllib.request.Request(url + "/v1/classify", data=json.dumps({"text": "Stocks fell"}).encode()))
+print(r.read().decode())' "$A/serve_ag.out"
+    kill -TERM $sp 2>/dev/null; wait $sp
+  fi
   # before the first --log-freq line, steps 1, 2, 4, ... say the rate and the time left
   run "$BERTCC" finetune classify --model "$A/m" $(echo "$FT" | sed 's/--max-steps 2/--max-steps 6/; s/--log-freq 1/--log-freq 50/') \
     --output-dir "$A/ft_early"
@@ -363,6 +388,35 @@ for f in --keep-alive-timeout --read-timeout --request-timeout; do  # (inf: thei
 done
 check na-prob-thresh-nan nonzero "--na-prob-thresh: 'nan' is not a finite number" -- lim "$BERTCC" eval squad --data x --predictions y --na-prob-thresh nan
 check qa-threshold-nan nonzero "'nan' is not a finite number" -- lim "$BERTCC" finetune squad --model x --null-score-diff-threshold nan
+# Every command's numeric flags have a range (a program whose numeric flag has none refuses to
+# start), said in one form with what the flag sizes; the old binary allocated or looped on these
+# (bench --batch 1e9 and random-batch 1e9 rows until killed, --steps 1e12 for ever), or said
+# "Value 0 not in range 0.000000 to 1797693134862315708145274237317043567980..." with no reason.
+for c in "bench-batch:--batch-size:1000000000:1, 65536:bench infer --config bert-tiny --seq 8 --steps 1 --batch" \
+         "bench-seq:--max-seq-length:100000000:1, 1048576:bench infer --config bert-tiny --batch 1 --steps 1 --seq" \
+         "bench-steps:--steps:1000000000000:1, 1000000:bench infer --config bert-tiny --batch 1 --seq 8 --steps" \
+         "bench-warmup:--warmup:1000000000000:0, 1000000:bench infer --config bert-tiny --batch 1 --seq 8 --steps 1 --warmup" \
+         "bench-max-pred:--max-predictions-per-seq:1000000000:-1, 1048576:bench train --config bert-tiny --batch 1 --seq 8 --steps 1 --max-predictions-per-seq" \
+         "random-batch-rows:--batch-size:1000000000:1, 65536:random-batch --model bert-tiny --output $WORK/rb.h5 --seq 4 --batch-size" \
+         "dump-step-rows:--rows:0:1, 65536:dump-step --model $WORK/m --batch x.h5 --out $WORK/o.safetensors --rows" \
+         "classify-batch:--batch-size:1000000000:1, 65536:classify --model $WORK/m --text a --batch-size" \
+         "qa-doc-stride:--doc-stride:0:1, 1048576:qa --model $WORK/m --question a --context b --doc-stride" \
+         "squad-n-best:--n-best-size:0:1, 1000:finetune squad --model $WORK/m --n-best-size" \
+         "squad-query:--max-query-length:100000:1, 4096:finetune squad --model $WORK/m --max-query-length" \
+         "ft-eval-batch:--eval-batch-size:1000000000:1, 65536:finetune classify --model $WORK/m --eval-batch-size" \
+         "ft-epochs:--num-train-epochs:1e300:0, 1000000:finetune classify --model $WORK/m --num-train-epochs" \
+         "ft-grad-norm:--max-grad-norm:1e39:-3.402823466e+38, 3.402823466e+38:finetune classify --model $WORK/m --max-grad-norm" \
+         "pretrain-seed:--seed:-1:0, 9.223372037e+18:pretrain --config bert-tiny --input-dir x --output-dir $WORK/pt_seed --seed" \
+         "pretrain-binning:--length-binning:10000000000:0, 1073741824:pretrain --config bert-tiny --input-dir x --output-dir $WORK/pt_bin --length-binning" \
+         "lr-find-start:--start-lr:0:0, 3.402823466e+38:lr-find classify --model $WORK/m --start-lr" \
+         "na-prob-thresh:--na-prob-thresh:2:0, 1:eval squad --data x --predictions y --na-prob-thresh" \
+         "serve-port:--port:70000:0, 65535:serve --model $WORK/m --port" \
+         "bucket-cap:--bucket-cap-mb:0:0, 65536:pretrain --config bert-tiny --input-dir x --output-dir $WORK/pt_bucket --bucket-cap-mb"; do
+  name=${c%%:*}; rest=${c#*:}; f=${rest%%:*}; rest=${rest#*:}; v=${rest%%:*}; rest=${rest#*:}; range=${rest%%:*}; cmd=${rest#*:}
+  # shellcheck disable=SC2086
+  check "range-$name" nonzero "^$f: $v is outside [[(]$range] (" -- lim "$BERTCC" $cmd "$v"
+done
+[ ! -e "$WORK/rb.h5" ] && [ ! -e "$WORK/pt_seed" ] || { echo "FAIL: a refused command wrote its output"; fails=$((fails+1)); }
 # ---- config.json: every size in a sane range before anything is sized by it, then the weights'
 # memory estimated before the parameter table is built
 mkdir -p "$WORK/big"

@@ -553,3 +553,126 @@ TEST(TextTable, JsonLines) {
   const std::string e = error_of([&] { read_json_lines(d / "bad.jsonl", keys); });
   EXPECT_NE(e.find("bad.jsonl:2: expected a JSON object"), std::string::npos) << e;
 }
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+// The bounded reader: only a regular file where one is expected, at most its kind's cap (from the
+// size, before reading), and `-` for stdin with the cap counted as it is read.
+TEST(FileIo, BoundedReaderRefusesWhatIsNotARegularFileOrTooBig) {
+  TmpDir d;
+  auto says = [](auto f, const std::string& want) {
+    const std::string msg = error_of(f);
+    if (msg.find(want) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "'" << msg << "' lacks '" << want << "'";
+  };
+  EXPECT_TRUE(says([] { read_file("/dev/zero", kMaxConfigBytes, "config file"); },
+                   "/dev/zero: is a character device, not a regular file (expected a config file)"));
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0600), 0);
+  // A FIFO with no writer: refused at once, not waited on.
+  EXPECT_TRUE(says([&] { read_file(d / "fifo", kMaxVocabBytes, "vocabulary"); },
+                   "fifo: is a FIFO (pipe), not a regular file (expected a vocabulary)"));
+  EXPECT_TRUE(says([&] { read_file(d / "absent.json"); }, "absent.json: cannot open: No such file or directory"));
+
+  write_raw(d / "hundred", std::string(100, 'x'));
+  EXPECT_EQ(read_file(d / "hundred", 100, "config file").size(), 100u);  // the cap itself is allowed
+  EXPECT_TRUE(says([&] { read_file(d / "hundred", 99, "config file"); },
+                   "hundred: 100 bytes (9.31e-08 GiB), more than a config file can be"));
+  // The caps per kind: a config is small, a vocabulary larger, data larger still.
+  EXPECT_EQ(kMaxConfigBytes, uint64_t{64} << 20);
+  EXPECT_LT(kMaxConfigBytes, kMaxVocabBytes);
+  EXPECT_LT(kMaxVocabBytes, kMaxDataBytes);
+  // load_config reads through it with the config cap: a 65 MiB config.json is refused unread.
+  {
+    std::ofstream big(d / "config.json", std::ios::binary);
+    big.seekp(static_cast<std::streamoff>(kMaxConfigBytes));  // sparse: no 64 MiB written
+    big.put('}');
+  }
+  EXPECT_TRUE(says([&] { load_config(d / "config.json"); }, "more than a config file can be"));
+}
+
+namespace {
+// Runs f with stdin read from `path`; stdin is restored afterwards.
+template <class F>
+void with_stdin(const std::string& path, F f) {
+  const int saved = ::dup(0);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::dup2(fd, 0);
+  ::close(fd);
+  struct Restore {
+    int saved;
+    ~Restore() {
+      ::dup2(saved, 0);
+      ::close(saved);
+    }
+  } restore{saved};
+  f();
+}
+}  // namespace
+
+TEST(FileIo, BoundedReaderTakesDashAsStdin) {
+  TmpDir d;
+  write_raw(d / "in.json", "{\"vocab_size\": 30}\n");
+  with_stdin(d / "in.json", [] { EXPECT_EQ(read_file("-", 64, "config file"), "{\"vocab_size\": 30}\n"); });
+  // Exactly the cap is read; one byte over is refused, counted as it is read (a pipe has no size).
+  write_raw(d / "eight", "12345678");
+  with_stdin(d / "eight", [] { EXPECT_EQ(read_file("-", 8, "config file"), "12345678"); });
+  with_stdin(d / "eight", [] {
+    const std::string e = error_of([] { read_file("-", 7, "config file"); });
+    EXPECT_NE(e.find("<stdin>: more than 7 bytes"), std::string::npos) << e;
+    EXPECT_NE(e.find("more than a config file can be"), std::string::npos) << e;
+  });
+  with_stdin("/dev/zero", [] {  // an endless stdin ends at the cap
+    const std::string e = error_of([] { read_file("-", 1 << 20, "vocabulary"); });
+    EXPECT_NE(e.find("<stdin>: more than 1048576 bytes"), std::string::npos) << e;
+  });
+  with_stdin(d.path.string(), [] {
+    const std::string e = error_of([] { read_file("-"); });
+    EXPECT_NE(e.find("<stdin>: is a folder"), std::string::npos) << e;
+  });
+}
+
+// config.json's fields are range-checked as it is read, naming the file and the field, and the
+// weights' memory is estimated from them before anything is allocated.
+TEST(Config, FieldsOutOfRangeAreRefusedBeforeAllocation) {
+  TmpDir d;
+  const std::string base = R"("vocab_size": 30, "hidden_size": 12, "num_attention_heads": 3, "intermediate_size": 20)";
+  auto refused = [&](const std::string& name, const std::string& fields, const std::string& want) {
+    write_raw(d / name, "{" + fields + "}");
+    const std::string e = error_of([&] { load_config(d / name); });
+    if (e.find(d / name) != std::string::npos && e.find(want) != std::string::npos)
+      return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "'" << e << "' lacks the path or '" << want << "'";
+  };
+  const std::string ok = base + R"(, "num_hidden_layers": 1)";
+  write_raw(d / "ok.json", "{" + ok + "}");
+  EXPECT_EQ(load_config(d / "ok.json").num_hidden_layers, 1);
+  EXPECT_TRUE(refused("layers.json", base + R"(, "num_hidden_layers": 1000000)",
+                      "field 'num_hidden_layers' = 1000000 is outside the range 1 to 1024"));
+  // 2^32 + 1 would wrap to 1 in an int: refused as read, wide.
+  EXPECT_TRUE(refused("wrap.json", base + R"(, "num_hidden_layers": 4294967297)",
+                      "field 'num_hidden_layers' = 4294967297 is out of range"));
+  EXPECT_TRUE(refused("neg.json", ok + R"(, "type_vocab_size": -2)", "field 'type_vocab_size' must be positive"));
+  EXPECT_TRUE(refused("pos.json", ok + R"(, "max_position_embeddings": 2000000)",
+                      "field 'max_position_embeddings' = 2000000 is outside the range 1 to 1048576"));
+  EXPECT_TRUE(refused("emb.json", ok + R"(, "embedding_size": 70000)", "field 'embedding_size' = 70000"));
+  EXPECT_TRUE(refused("drop.json", ok + R"(, "hidden_dropout_prob": 1.5)", "field 'hidden_dropout_prob'"));
+  EXPECT_TRUE(refused("eps.json", ok + R"(, "layer_norm_eps": 0)", "field 'layer_norm_eps'"));
+  // 1e300 is a float's inf: an eps of inf makes every LayerNorm output its bias.
+  EXPECT_TRUE(refused("epsinf.json", ok + R"(, "layer_norm_eps": 1e300)", "field 'layer_norm_eps'"));
+  EXPECT_TRUE(refused("init.json", ok + R"(, "initializer_range": 1e300)", "field 'initializer_range'"));
+  EXPECT_TRUE(refused("labels.json", ok + R"(, "num_labels": 1000000000)", "field 'num_labels'"));
+
+  // Every field in range, the whole too large: refused from the estimate, before the table of
+  // parameters is built (its message is the estimate's "about"), so nothing is allocated.
+  BertConfig huge;
+  huge.vocab_size = 1 << 24;
+  huge.hidden_size = 65536;
+  huge.num_attention_heads = 1024;
+  huge.intermediate_size = 262144;
+  huge.num_hidden_layers = 1024;
+  const std::string e = error_of([&] { Bert m(huge, Heads::PreTraining); });
+  EXPECT_NE(e.find("the weights of this model (about "), std::string::npos) << e;
+  EXPECT_NE(e.find("check the config's sizes"), std::string::npos) << e;
+}

@@ -10,7 +10,7 @@ namespace bertcc {
 // ---- the bounded reader: every file read whole goes through read_file. Only a regular file is
 // read (a folder, /dev/zero or a FIFO where a file is expected is an error naming it), and only
 // up to the cap of its kind, checked from its size before anything is read: sizes no real input
-// of that kind reaches.
+// of that kind reaches. `-` is stdin (a pipe or a redirected file), its cap checked as it is read.
 constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;  // config.json, trainer_state.json, JSON settings
 constexpr uint64_t kMaxVocabBytes = uint64_t{1} << 30;    // vocab.txt, tokenizer.json
 constexpr uint64_t kMaxDataBytes = uint64_t{64} << 30;    // task data, predictions, weights

@@ -1,6 +1,7 @@
 #include "bertcc/config.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -44,7 +45,11 @@ void BertConfig::validate(const std::string& where) const {
   BERTCC_CHECK(classifier_dropout < 1, where, ": field 'classifier_dropout' must be below 1");
   BERTCC_CHECK(start_n_top >= 0 && start_n_top <= 64 && end_n_top >= 0 && end_n_top <= 64, where,
                ": fields 'start_n_top' and 'end_n_top' must be in [0, 64]");
-  BERTCC_CHECK(layer_norm_eps > 0, where, ": field 'layer_norm_eps' must be positive");
+  // (a float's inf, from 1e300 in the JSON, would pass "positive")
+  BERTCC_CHECK(std::isfinite(layer_norm_eps) && layer_norm_eps > 0 && layer_norm_eps <= 1, where,
+               ": field 'layer_norm_eps' must be in (0, 1], got ", layer_norm_eps);
+  BERTCC_CHECK(std::isfinite(initializer_range) && initializer_range >= 0 && initializer_range <= 1, where,
+               ": field 'initializer_range' must be in [0, 1], got ", initializer_range);
   try {
     (void)activation();
   } catch (const Error& e) {

@@ -38,7 +38,34 @@ std::string gib(uint64_t b) {
 }
 }  // namespace
 
+namespace {
+// `-`: stdin, a pipe or a redirected file, whose size is not known before it is read: the cap is
+// checked while reading, and a byte past it is an error (nothing beyond cap + 1 bytes is held).
+std::string read_stdin(uint64_t cap, const char* kind) {
+  struct stat st;
+  BERTCC_CHECK(::fstat(0, &st) == 0, "<stdin>: cannot stat: ", std::strerror(errno));
+  BERTCC_CHECK(!S_ISDIR(st.st_mode), "<stdin>: is a folder (input redirected from a folder?); give a file or a pipe");
+  std::string out;
+  size_t done = 0;
+  for (;;) {
+    if (done == out.size()) {
+      BERTCC_CHECK(done <= cap, "<stdin>: more than ", cap, " bytes (", gib(cap), "), more than a ", kind,
+                   " can be; refusing to read on");
+      out.resize(static_cast<size_t>(std::min<uint64_t>(cap + 1, out.size() + 65536)));
+    }
+    const ssize_t r = ::read(0, out.data() + done, out.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    BERTCC_CHECK(r >= 0, "<stdin>: read error: ", std::strerror(errno));
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  out.resize(done);
+  return out;
+}
+}  // namespace
+
 std::string read_file(const std::string& path, uint64_t cap, const char* kind) {
+  if (path == "-") return read_stdin(cap, kind);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
   BERTCC_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
   struct FdCloser {

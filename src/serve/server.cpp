@@ -252,12 +252,14 @@ void add_routes(http::Server& svr, App& app) {
                      ok_json(res, {{"models", a}});
                    }),
             true);
-  svr.route(
-      "GET", "/metrics",
-      [&app](const http::Request&, http::Response& res) {
-        res.set_content(app.metrics.text(), "text/plain; version=0.0.4");
-      },
-      true);
+  svr.route("GET", "/metrics",
+            // Counted as every request is (Triton's and KServe's servers count their metrics endpoint too);
+            // a scrape shows the scrapes before it, not itself.
+            handle(app, "/metrics",
+                   [&app](const http::Request&, http::Response& res) {
+                     res.set_content(app.metrics.text(), "text/plain; version=0.0.4");
+                   }),
+            true);
   svr.route(
       "GET", "/",
       handle(app, "/",

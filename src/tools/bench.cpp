@@ -140,20 +140,23 @@ void add_bench_options(CLI::App* sub, BenchOptions& o) {
       ->check(CLI::IsMember({"train", "squad", "infer", "electra"}));
   sub->add_option("--config", o.config,
                   "preset (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or config path");
-  sub->add_option(flag("--batch-size", {"--batch"}), o.batch, "sequences per step")->check(CLI::PositiveNumber);
-  sub->add_option(flag("--max-seq-length", {"--seq"}), o.seq, "sequence length")->check(CLI::PositiveNumber);
+  sub->add_option(flag("--batch-size", {"--batch"}), o.batch, "sequences per step")
+      ->check(in_range(1, kMaxBatch, "sequences held in memory at once"));
+  sub->add_option(flag("--max-seq-length", {"--seq"}), o.seq, "sequence length")
+      ->check(in_range(1, 1 << 20, "tokens per sequence"));
   sub->add_option("--precision", o.precision,
                   "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | fp32 | "
                   "bf16 | fp16 (GEMM operands in fp16; no loss scaling in the timed step) | int8 (infer only: "
                   "dynamic quantization of the encoder's linear layers)")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16", "int8"}));
-  sub->add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber);
-  sub->add_option("--warmup", o.warmup, "untimed warm-up steps");
-  sub->add_option(flag("--max-predictions-per-seq"), o.max_pred, "masked positions per sequence (default seq*20/128)");
+  sub->add_option("--steps", o.steps, "timed steps")->check(in_range(1, 1e6, "steps"));
+  sub->add_option("--warmup", o.warmup, "untimed warm-up steps")->check(in_range(0, 1e6, "steps"));
+  sub->add_option(flag("--max-predictions-per-seq"), o.max_pred, "masked positions per sequence (default seq*20/128)")
+      ->check(in_range(-1, 1 << 20, "masked positions per sequence, a buffer per row; -1 = the default"));
   sub->add_option("--padding", o.padding,
                   "fraction of every other sequence that is padding (mask 0), as batches padded to max_seq_length "
                   "(default 0: none)")
-      ->check(CLI::Range(0.0, 0.99));
+      ->check(in_range(0, 0.99, "a fraction of the sequence"));
   sub->add_option("--real", o.real,
                   "real data instead of random (squad, infer): a SQuAD .json (its features, doc stride 128; squad "
                   "shuffles them as fine-tuning does, infer takes them in order as prediction does) or a GLUE "

@@ -84,6 +84,11 @@ inline const char* const kInferPrecisionHelp =
     "int8 (CPU: the encoder's linear layers quantized to int8, weights per output channel "
     "and activations per row; the embeddings, attention, LayerNorm, GELU, pooler and task head stay fp32)";
 
+// The name of the range checks (in_range, threads_check). Every numeric flag must have one
+// (check_numeric_flags refuses to start otherwise): CLI11's own Range and PositiveNumber do not
+// count, being unbounded or unnamed, and their errors do not say what the flag sizes.
+inline const std::string kRangeValidator = "in_range";
+
 inline CLI::Validator threads_check() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
@@ -100,7 +105,7 @@ inline CLI::Validator threads_check() {
           return s + " is outside 0 (all cores) to " + std::to_string(max) + " (4 x this machine's cores)";
         return "";
       },
-      "0 = all cores");
+      "0 = all cores", kRangeValidator);
 }
 
 // Integer flags: the text must be a whole number that fits 64 bits (CLI11 saturates
@@ -121,8 +126,15 @@ inline CLI::Validator whole_number() {
 // ---- numeric flags: one layer for every command (flag_checks.cpp). CLI11 runs these on the text
 // of the flag as it parses, before any command starts (so before anything is allocated), and its
 // error names the flag: "--num-unused: 1e+09 is outside [0, 100000] ([unused] slots)".
-// A number in [lo, hi] (NaN, inf and 1e999 refused); `what` says what the flag sizes.
-CLI::Validator in_range(double lo, double hi, const std::string& what);
+// A number in [lo, hi], or (lo, hi] when `lo_open` (NaN, inf and 1e999 refused); `what` says what
+// the flag sizes or means.
+CLI::Validator in_range(double lo, double hi, const std::string& what, bool lo_open = false);
+// Bounds shared by several commands. A float flag that sizes nothing is still bounded by what a
+// float holds (1e39 would become inf), and step counts by the trainers' 1e12.
+inline constexpr double kFloatMax = 3.4028234663852886e38;
+inline constexpr double kMaxSteps = 1e12;
+inline constexpr double kMaxSeed = 9223372036854775807.0;  // 2^63 - 1
+inline constexpr double kMaxBatch = 65536;                 // sequences held in memory at once
 // Every float flag of every command (CLI11's FLOAT options) refuses NaN and inf, and every integer
 // flag a text that is not a whole number (check_numeric_flags is called once all commands exist).
 CLI::Validator finite_number();
@@ -164,7 +176,7 @@ inline void add_data_parallel_flags(CLI::App* sub, bertcc::dist::Options& o) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub->add_option(flag("--bucket-cap-mb"), o.bucket_cap_mb,
                   "data parallel: gradient all-reduce bucket size in MB of fp32 (default 25, as PyTorch DDP)")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(0, 65536, "MB of fp32 per gradient bucket, each a buffer", true));
   sub->add_flag("--zero1", o.zero1,
                 "data parallel: shard the optimizer moments across ranks (ZeRO stage 1); updated tensors are "
                 "all-gathered; results identical to unsharded");
@@ -177,7 +189,7 @@ inline void add_data_parallel_flags(CLI::App* sub, bertcc::dist::Options& o) {
       ->check(CLI::IsMember({"auto", "nccl", "host"}));
   sub->add_option(flag("--watchdog-timeout"), o.watchdog_timeout,
                   "data parallel: seconds without progress after which a rank ends the job (default 600, 0 = off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(0, 1e7, "seconds; 0 = off"));
 }
 
 void add_dump_step(CLI::App& app);

@@ -35,7 +35,8 @@ void add_create_data(CLI::App& app) {
       ->required();
   sub->add_option("--vocab", o->vocab, "vocab.txt")->required();
   add_casing_flags(sub, o->lower);
-  sub->add_option(flag("--max-seq-length"), o->d.max_seq_length, "default 128")->check(CLI::Range(5, 100000));
+  sub->add_option(flag("--max-seq-length"), o->d.max_seq_length, "default 128")
+      ->check(in_range(5, 100000, "tokens per sequence"));
   sub->add_option(flag("--max-predictions-per-seq"), o->d.max_predictions_per_seq, "default 20")
       ->check(in_range(1, 100000, "masked positions per sequence"));
   sub->add_option(flag("--masked-lm-prob"), o->d.masked_lm_prob, "default 0.15")
@@ -43,7 +44,8 @@ void add_create_data(CLI::App& app) {
   sub->add_option(flag("--short-seq-prob"), o->d.short_seq_prob, "default 0.1")->check(in_range(0, 1, "a probability"));
   sub->add_option(flag("--dupe-factor"), o->d.dupe_factor, "default 10")
       ->check(in_range(1, 1000, "copies of the corpus made, each one's instances held in memory"));
-  sub->add_option(flag("--seed", {"--random-seed"}), o->d.random_seed, "default 12345 (Google's --random-seed)");
+  sub->add_option(flag("--seed", {"--random-seed"}), o->d.random_seed, "default 12345 (Google's --random-seed)")
+      ->check(in_range(0, kMaxSeed, "a seed"));
   sub->add_flag(flag("--whole-word-mask"), o->d.whole_word_mask, "mask whole words (all their ## pieces)");
   sub->add_flag(flag("--dynamic-masking"), o->d.dynamic_masking,
                 "write unmasked sequence pairs with lengths; the loader masks them anew each epoch");

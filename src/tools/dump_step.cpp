@@ -223,8 +223,9 @@ void add_dump_step(CLI::App& app) {
   sub->add_option(flag("--loss-scale"), o->loss_scale,
                   "pre-training: multiply the loss by S before backward and divide the gradients by S after (fp16's "
                   "loss scaling, keeping small gradients above fp16's underflow; default 1)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")->check(CLI::PositiveNumber);
+      ->check(in_range(0, kFloatMax, "a loss scale", true));
+  sub->add_option("--rows", o->rows, "use only the first N rows (default: every row)")
+      ->check(in_range(1, kMaxBatch, "rows, one batch held in memory"));
   sub->callback([o]() {
     check_output_not_input(o->out, "--output", o->model, "--model");
     check_output_not_input(o->out, "--output", o->batch, "--input");

@@ -97,7 +97,8 @@ void add_eval(CLI::App& app) {
   sq->add_option("--data", o->data, "dev-v1.1.json or dev-v2.0.json")->required();
   sq->add_option("--predictions", o->preds, "predictions.json {id: answer text}")->required();
   sq->add_option(flag("--na-prob"), o->na, "null_odds.json (v2.0)");
-  sq->add_option(flag("--na-prob-thresh"), o->thresh, "predict no answer above this null probability (default 1.0)");
+  sq->add_option(flag("--na-prob-thresh"), o->thresh, "predict no answer above this null probability (default 1.0)")
+      ->check(in_range(0, 1, "a probability"));
   sq->callback([o]() {
     check_squad_ids(o->data, o->preds);
     std::cout << evaluate_squad(o->data, o->preds, o->na, o->thresh).dump() << "\n";

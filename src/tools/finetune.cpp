@@ -54,26 +54,28 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
       flag("--output-dir"), o.output_dir,
       lrf ? "folder for the curve: lr_find.svg and lr_find.json" : "fine-tuned model, logs, metrics and predictions");
   sub->add_option(flag("--max-seq-length"), o.max_seq_length, "maximum tokens per sequence")
-      ->check(CLI::Range(8, 4096));
+      ->check(in_range(8, 4096, "tokens per sequence"));
   sub->add_option(flag("--train-batch-size"), o.train_batch_size, "sequences per optimizer step")
-      ->check(whole_number())
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, 1 << 20, "sequences per step, split into --gradient-accumulation-steps micro-batches"));
   sub->add_option(flag("--eval-batch-size"), o.eval_batch_size, "sequences per evaluation batch")
-      ->check(whole_number())
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, kMaxBatch, "sequences held in memory at once"));
   sub->add_option(flag("--gradient-accumulation-steps"), o.gradient_accumulation_steps,
                   "micro-batches per step (NVIDIA: the batch is split into this many)")
-      ->check(whole_number())
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, 1 << 20, "micro-batches per step"));
   if (!lrf) {
-    sub->add_option(flag("--learning-rate"), o.learning_rate, "peak learning rate (AdamW)");
-    sub->add_option(flag("--num-train-epochs"), o.num_train_epochs, "epochs (fractions allowed)");
+    sub->add_option(flag("--learning-rate"), o.learning_rate, "peak learning rate (AdamW)")
+        ->check(in_range(0, kFloatMax, "a learning rate", true));
+    sub->add_option(flag("--num-train-epochs"), o.num_train_epochs, "epochs (fractions allowed)")
+        ->check(in_range(0, 1e6, "passes over the training data", true));
     sub->add_option(flag("--max-steps"), o.max_steps, "optimizer steps (overrides --num-train-epochs)")
-        ->check(whole_number());
-    sub->add_option(flag("--warmup-proportion"), o.warmup_proportion, "fraction of steps of linear warm-up");
+        ->check(in_range(-1, kMaxSteps, "optimizer steps; -1 = from --num-train-epochs"));
+    sub->add_option(flag("--warmup-proportion"), o.warmup_proportion, "fraction of steps of linear warm-up")
+        ->check(in_range(0, 1, "a fraction of the steps"));
   }
-  sub->add_option(flag("--weight-decay"), o.weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)");
-  sub->add_option(flag("--max-grad-norm"), o.max_grad_norm, "gradient clipping (global norm; <= 0 disables)");
+  sub->add_option(flag("--weight-decay"), o.weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)")
+      ->check(in_range(0, kFloatMax, "a decay rate"));
+  sub->add_option(flag("--max-grad-norm"), o.max_grad_norm, "gradient clipping (global norm; <= 0 disables)")
+      ->check(in_range(-kFloatMax, kFloatMax, "a norm; <= 0 disables clipping"));
   sub->add_flag(flag("--no-bias-correction"), o.no_bias_correction,
                 "AdamW without bias correction (BertAdam, as NVIDIA's run_squad.py)");
   const std::string auto_help =
@@ -87,13 +89,15 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
                         " | int8 (--mode eval/prediction only, CPU: the encoder's linear layers quantized to "
                         "int8; the rest fp32)")
         ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
-  sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout");
+  sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout")
+      ->check(in_range(0, kMaxSeed, "a seed"));
   sub->add_option(flag("--freeze-layers"), o.freeze_layers,
-                  "train only the top N encoder layers and the head (NVAITC fine_tune_layers); -1 = all");
+                  "train only the top N encoder layers and the head (NVAITC fine_tune_layers); -1 = all")
+      ->check(in_range(-1, 1024, "encoder layers (a config has at most 1024); -1 = all"));
   sub->add_option(flag("--layerwise-lr-decay"), o.layerwise_lr_decay,
                   "ELECTRA's layer-wise learning-rate decay (e.g. 0.8): layer l learns at lr x decay^(L + 1 - l), "
                   "the embeddings at lr x decay^(L + 2); 1 = off")
-      ->check(CLI::Range(1e-6, 1.0));
+      ->check(in_range(1e-6, 1, "a factor per layer; 1 = off"));
   sub->add_flag(flag("--group-by-length"), o.group_by_length,
                 "batches of similar length (Hugging Face's group_by_length: shuffled mega-batches of 50 batches, "
                 "each sorted by length, the longest batch first): less padding, faster");
@@ -101,11 +105,9 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
     sub->add_option(flag("--num-steps-per-checkpoint"), o.num_steps_per_checkpoint,
                     "write OUTPUT/checkpoints/step_N (model, optimizer, step, RNG, best score) every N steps; 0 = "
                     "only when stopped by SIGINT/SIGTERM")
-        ->check(whole_number())
-        ->check(CLI::NonNegativeNumber);
+        ->check(in_range(0, kMaxSteps, "steps between checkpoints; 0 = none"));
     sub->add_option(flag("--keep-checkpoints"), o.keep_checkpoints, "checkpoints kept (default 1)")
-        ->check(whole_number())
-        ->check(CLI::PositiveNumber);
+        ->check(in_range(1, 1 << 20, "checkpoints kept on disk"));
     sub->add_flag(flag("--resume-from-checkpoint"), o.resume,
                   "continue from the newest valid checkpoint in --output-dir (same flags as the interrupted run; "
                   "checksums verified first: a damaged or unverifiable one is skipped with a warning; an error if "
@@ -114,16 +116,14 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
                   "with --resume-from-checkpoint: also accept a checkpoint without checksums (one written by "
                   "hand or by an old bertcc), with a warning; a checksum that differs is still refused");
     sub->add_option(flag("--log-freq"), o.log_freq, "log every N steps")
-        ->check(whole_number())
-        ->check(CLI::PositiveNumber);
+        ->check(in_range(1, kMaxSteps, "steps between log lines"));
   }
   sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")
       ->check(threads_check());
   add_device_flags(sub, o.device);
   sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10)")
-      ->check(whole_number())
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, kMaxSteps, "consecutive steps"));
   add_data_parallel_flags(sub, o.dp);
 }
 

@@ -172,22 +172,28 @@ void add_finetune_squad(CLI::App* ft) {
   add_ft_flags(c, *o);
   c->add_option(flag("--train-file"), o->train_file, "train-v1.1.json / train-v2.0.json");
   c->add_option(flag("--predict-file"), o->predict_file, "dev-v1.1.json / dev-v2.0.json (answered and evaluated)");
-  c->add_option(flag("--doc-stride"), q->doc_stride, "stride between context windows (default 128)");
-  c->add_option(flag("--max-query-length"), q->max_query_length, "question tokens kept (default 64)");
-  c->add_option(flag("--n-best-size"), q->n_best_size, "candidates per question (default 20)");
-  c->add_option(flag("--max-answer-length"), q->max_answer_length, "longest answer in tokens (default 30)");
+  c->add_option(flag("--doc-stride"), q->doc_stride, "stride between context windows (default 128)")
+      ->check(in_range(1, 1 << 20, "tokens between windows"));
+  c->add_option(flag("--max-query-length"), q->max_query_length, "question tokens kept (default 64)")
+      ->check(in_range(1, 4096, "tokens, within --max-seq-length"));
+  c->add_option(flag("--n-best-size"), q->n_best_size, "candidates per question (default 20)")
+      ->check(in_range(1, 1000, "candidates held per question"));
+  c->add_option(flag("--max-answer-length"), q->max_answer_length, "longest answer in tokens (default 30)")
+      ->check(in_range(1, 1 << 16, "tokens"));
   c->add_flag(flag("--version-2-with-negative"), q->version_2_with_negative,
               "SQuAD 2.0: allow null answers (also detected from is_impossible in the data)");
   c->add_option(flag("--null-score-diff-threshold"), q->null_score_diff_threshold,
                 "predict null when null score - best non-null score > this (joint head: when the answer-class "
                 "logit > this) (default: the model's recorded one, else 0.0; training records the evaluation's "
-                "best_f1_thresh)");
+                "best_f1_thresh)")
+      ->check(in_range(-1e30, 1e30, "a score difference"));
   c->add_flag(flag("--joint-head"), q->joint_head,
               "the joint head of NVIDIA's ELECTRA / XLNet (start, end given the start, answer class) with beam "
               "search; default for ELECTRA backbones");
   c->add_flag(flag("--no-joint-head"), q->no_joint_head, "BertForQuestionAnswering's qa_outputs (default for BERT)");
   c->add_option(flag("--beam-size"), q->beam_size,
-                "joint head: start positions kept and ends per start (NVIDIA's --beam_size; default 4)");
+                "joint head: start positions kept and ends per start (NVIDIA's --beam_size; default 4)")
+      ->check(in_range(0, 64, "start positions and ends per start, as the config's start_n_top; 0 = 4"));
   c->callback([o, q, c]() {
     const CLI::Option* t = c->get_option_no_throw("--null-score-diff-threshold");  // (not under lr-find)
     q->threshold_given = t && t->count() > 0;

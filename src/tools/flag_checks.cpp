@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <vector>
 
 #include "tools/cli_common.h"
 
@@ -37,29 +39,52 @@ CLI::Validator finite_number() {
       "");
 }
 
-CLI::Validator in_range(double lo, double hi, const std::string& what) {
+CLI::Validator in_range(double lo, double hi, const std::string& what, bool lo_open) {
   return CLI::Validator(
-      [lo, hi, what](std::string& s) -> std::string {
+      [lo, hi, what, lo_open](std::string& s) -> std::string {
         double v = 0;
         if (!parse_number(s, v)) return "'" + s + "' is not a number";
         if (!std::isfinite(v)) return "'" + s + "' is not a finite number";
-        if (!(v >= lo && v <= hi))
-          return s + " is outside [" + shown(lo) + ", " + shown(hi) + "]" + (what.empty() ? "" : " (" + what + ")");
+        if (!((lo_open ? v > lo : v >= lo) && v <= hi))
+          return s + " is outside " + (lo_open ? "(" : "[") + shown(lo) + ", " + shown(hi) + "]" +
+                 (what.empty() ? "" : " (" + what + ")");
         return "";
       },
-      "");
+      "", kRangeValidator);
 }
 
-void check_numeric_flags(CLI::App& app) {
+namespace {
+bool has_range(CLI::Option* opt) {
+  try {
+    opt->get_validator(kRangeValidator);
+    return true;
+  } catch (const CLI::OptionNotFound&) {
+    return false;
+  }
+}
+
+void check_numeric_flags(CLI::App& app, const std::string& path, std::vector<std::string>& unranged) {
   for (CLI::Option* opt : app.get_options()) {
     if (opt->get_type_size() == 0) continue;  // a flag without a value
     const std::string type = opt->get_type_name();
-    if (starts_with(type, "FLOAT"))
-      opt->check(finite_number());
-    else if (starts_with(type, "INT") || starts_with(type, "UINT"))
-      opt->check(whole_number());
+    const bool is_float = starts_with(type, "FLOAT");
+    if (!is_float && !starts_with(type, "INT") && !starts_with(type, "UINT")) continue;
+    opt->check(is_float ? finite_number() : whole_number());
+    if (!has_range(opt)) unranged.push_back(path + " " + opt->get_name());
   }
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) check_numeric_flags(*sub);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    check_numeric_flags(*sub, path + " " + sub->get_name(), unranged);
+}
+}  // namespace
+
+void check_numeric_flags(CLI::App& app) {
+  std::vector<std::string> unranged;
+  check_numeric_flags(app, app.get_name(), unranged);
+  if (unranged.empty()) return;
+  std::string list;
+  for (const auto& u : unranged) list += "\n  " + u;
+  // A program error, not a user's: every test of every command fails on it until the flag has one.
+  throw std::logic_error("numeric flags without a range (give each an in_range tied to what it sizes):" + list);
 }
 
 }  // namespace bertcc::tools

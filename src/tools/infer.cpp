@@ -220,8 +220,9 @@ void common(CLI::App* c, InferCli& o, const std::string& model_help) {
   c->add_option(flag("--max-seq-length"), o.max_seq_length,
                 "tokens per sequence (default: 384 qa; classify and tag: the length the model was fine-tuned at "
                 "(tokenizer_config.json's model_max_length); 512 otherwise)")
-      ->check(CLI::Range(0, 1 << 20));  // 0: the default (a negative length used to be taken as the default too)
-  c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")->check(CLI::PositiveNumber);
+      ->check(in_range(0, 1 << 20, "tokens per sequence; 0 = the default"));
+  c->add_option(flag("--batch-size"), o.batch_size, "sequences per batch for stdin input")
+      ->check(in_range(1, kMaxBatch, "sequences held in memory at once"));
   c->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
   c->add_flag(
       flag("--do-lower-case"), o.do_lower_case,
@@ -240,16 +241,17 @@ void add_infer(CLI::App& app) {
   common(qa, *q, "a SQuAD fine-tuned Hugging Face model directory (config.json, model.safetensors, vocab.txt)");
   qa->add_option("--question", q->question, "the question");
   qa->add_option("--context", q->context, "the passage holding the answer");
-  qa->add_option(flag("--doc-stride"), q->doc_stride, "stride between windows of long contexts");
+  qa->add_option(flag("--doc-stride"), q->doc_stride, "stride between windows of long contexts")
+      ->check(in_range(1, 1 << 20, "tokens between windows"));
   qa->add_option(flag("--max-answer-length"), q->max_answer_length, "longest answer in tokens")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(in_range(1, 1 << 16, "tokens"));
   qa->add_flag(flag("--version-2-with-negative"), q->version_2_with_negative,
                "SQuAD 2.0: answer \"\" when no span beats the null score (default: on for a model fine-tuned on "
                "v2.0, as its config.json records)");
   qa->add_option(flag("--null-score-diff-threshold"), q->null_score_diff_threshold,
                  "answer \"\" when null score - best span score > this (joint head: the answer-class logit); "
                  "implies --version-2-with-negative (default: the model's recorded threshold, else 0.0)")
-      ->check(CLI::Range(-1e30, 1e30));
+      ->check(in_range(-1e30, 1e30, "a score difference"));
   qa->callback([q, qa]() {
     q->threshold_given = qa->count("--null-score-diff-threshold") > 0;
     q->question_given = qa->count("--question") > 0;
@@ -288,7 +290,8 @@ void add_infer(CLI::App& app) {
   fmc->add_option("--text", fm->texts,
                   "a text with one or more [MASK]; repeat for a batch (one JSON line out per --text)")
       ->allow_extra_args(false);
-  fmc->add_option(flag("--top-k"), fm->top_k, "candidates per [MASK]")->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  fmc->add_option(flag("--top-k"), fm->top_k, "candidates per [MASK]")
+      ->check(in_range(1, 1000, "candidates per [MASK], each a line of output"));
   fmc->callback([fm]() { run_fill_mask(*fm); });
 }
 

@@ -103,20 +103,21 @@ void check_lr_find(const LrFindCli& f) {
 }
 
 void add_lr_find_flags(CLI::App* sub, LrFindCli& f) {
-  sub->add_option(flag("--start-lr"), f.start_lr, "learning rate of the first step");
+  sub->add_option(flag("--start-lr"), f.start_lr, "learning rate of the first step")
+      ->check(in_range(0, kFloatMax, "a learning rate", true));
   sub->add_option(flag("--end-lr"), f.end_lr,
-                  "learning rate of the last step (the test stops earlier if the loss diverges)");
+                  "learning rate of the last step (the test stops earlier if the loss diverges)")
+      ->check(in_range(0, kFloatMax, "a learning rate", true));
   sub->add_option(flag("--num-steps"), f.num_steps,
                   "steps from --start-lr to --end-lr, the rate multiplied by the same "
                   "factor each step")
-      ->check(whole_number())
-      ->check(CLI::Range(int64_t{5}, int64_t{100000}));
+      ->check(in_range(5, 100000, "steps, each a point of the curve"));
   sub->add_option(flag("--smoothing"), f.smoothing,
                   "weight of the past in the loss's moving average (fastai's beta; 0 = no smoothing)")
-      ->check(CLI::Range(0.0, 0.999));
+      ->check(in_range(0, 0.999, "a weight below 1"));
   sub->add_option(flag("--diverge-factor"), f.diverge_factor,
                   "stop once the smoothed loss exceeds this many times its minimum (fastai: 4)")
-      ->check(CLI::Range(1.01, 1e6));
+      ->check(in_range(1.01, 1e6, "a factor over the minimum"));
 }
 
 namespace {

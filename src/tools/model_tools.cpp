@@ -37,7 +37,7 @@ void add_init_model(CLI::App& app) {
   init->add_option("--config", io->config, "preset (" + config_preset_names() + ") or config.json path")->required();
   init->add_option(flag("--output-dir", {"--output"}), io->output, "model directory to create")->required();
   init->add_option("--vocab", io->vocab, "vocab.txt to copy into the directory (required); sets vocab_size");
-  init->add_option(flag("--seed"), io->seed, "initialisation seed");
+  init->add_option(flag("--seed"), io->seed, "initialisation seed")->check(in_range(0, kMaxSeed, "a seed"));
   init->callback([io]() {
     check_output_not_input(io->output, "--output-dir", io->config, "--config");
     check_output_not_input(io->output, "--output-dir", io->vocab, "--vocab");
@@ -71,11 +71,13 @@ void add_random_batch(CLI::App& app) {
                                 "Write a random pre-training batch (NVIDIA HDF5 layout) for a model's vocabulary");
   rb->add_option("--model", bo->model, "model directory or preset (for vocab_size)")->required();
   rb->add_option("--output", bo->output, "output .h5")->required();
-  rb->add_option(flag("--batch-size", {"--batch"}), bo->batch, "rows")->check(CLI::PositiveNumber);
-  rb->add_option(flag("--max-seq-length", {"--seq"}), bo->seq, "sequence length")->check(CLI::Range(4, 100000));
+  rb->add_option(flag("--batch-size", {"--batch"}), bo->batch, "rows")
+      ->check(in_range(1, kMaxBatch, "rows, held in memory"));
+  rb->add_option(flag("--max-seq-length", {"--seq"}), bo->seq, "sequence length")
+      ->check(in_range(4, 100000, "tokens per row"));
   rb->add_option(flag("--max-predictions-per-seq"), bo->max_pred, "masked positions per row")
-      ->check(CLI::PositiveNumber);
-  rb->add_option(flag("--seed"), bo->seed, "random seed");
+      ->check(in_range(1, 100000, "masked positions per row"));
+  rb->add_option(flag("--seed"), bo->seed, "random seed")->check(in_range(0, kMaxSeed, "a seed"));
   rb->callback([bo]() {
     check_output_not_input(bo->output, "--output", bo->model, "--model");
     const BertConfig cfg = config_from_name_or_path(bo->model);

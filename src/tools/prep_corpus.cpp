@@ -19,10 +19,11 @@ void add_prep_corpus(CLI::App& app) {
       ->required()
       ->delimiter(',');
   sub->add_option(flag("--output-dir", {"--output"}), o->output, "output folder")->required();
-  sub->add_option(flag("--shards"), o->shards, "train shards (default 4)")->check(CLI::Range(1, 100000));
+  sub->add_option(flag("--shards"), o->shards, "train shards (default 4)")
+      ->check(in_range(1, 100000, "output files open at once"));
   sub->add_option(flag("--test-fraction"), o->test_fraction, "held-out fraction of documents (default 0)")
-      ->check(CLI::Range(0.0, 0.9));
-  sub->add_option(flag("--seed"), o->seed, "seed for the held-out choice");
+      ->check(in_range(0, 0.9, "a fraction of the documents"));
+  sub->add_option(flag("--seed"), o->seed, "seed for the held-out choice")->check(in_range(0, kMaxSeed, "a seed"));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->add_option("--stream-above-mb", o->stream_above_mb,
                   "text files larger than this are read paragraph by paragraph (bounded memory; default 64)")

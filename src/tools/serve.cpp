@@ -16,49 +16,51 @@ void add_serve(CLI::App& app) {
                                "dynamic batching, /metrics, a page at /");
   s->add_option("--model", o->models, "model directory, or NAME=DIR (repeatable; name = directory name)")->required();
   s->add_option("--host", o->host, "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)");
-  s->add_option("--port", o->port, "port (0: any free port, printed)")->check(CLI::Range(0, 65535));
-  s->add_option(flag("--max-batch-size"), o->max_batch_size, "sequences per forward pass")->check(CLI::Range(1, 4096));
+  s->add_option("--port", o->port, "port (0: any free port, printed)")
+      ->check(in_range(0, 65535, "a TCP port; 0 = any free one"));
+  s->add_option(flag("--max-batch-size"), o->max_batch_size, "sequences per forward pass")
+      ->check(in_range(1, 4096, "sequences held in memory per forward pass"));
   s->add_option(flag("--max-queue-delay-us"), o->max_queue_delay_us,
                 "longest wait for more requests before a forward pass starts")
-      ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+      ->check(in_range(0, 1e7, "microseconds"));
   s->add_option(flag("--max-queue"), o->max_queue,
                 "sequences that may wait per model; more get 503 (413 for a request that alone needs more)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+      ->check(in_range(1, 1e6, "sequences held waiting, per model"));
   s->add_option(flag("--max-inputs"), o->max_inputs, "inputs per request")
-      ->check(CLI::Range(int64_t{1}, int64_t{100'000}));
+      ->check(in_range(1, 1e5, "inputs per request"));
   s->add_option(flag("--max-body-bytes"), o->max_body_bytes,
                 "largest request body, any transfer encoding, chunk extensions included (413 above; default 8 MiB)")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+      ->check(in_range(1024, 4294967296.0, "bytes of a body held in memory"));
   s->add_option(flag("--max-header-bytes"), o->max_header_bytes,
                 "largest request line and headers, and chunked trailers (431 above; default 16 KiB)")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 24));
+      ->check(in_range(1024, 1 << 24, "bytes of headers held in memory"));
   s->add_option(flag("--max-response-bytes"), o->max_response_bytes,
                 "largest response (400 above; refused before the forward pass where the size is known or estimated, "
                 "413 on the text endpoints; default 64 MiB)")
-      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40));
+      ->check(in_range(4096, 1099511627776.0, "bytes of a response built in memory"));
   s->add_option(flag("--keep-alive-timeout"), o->keep_alive_timeout_s,
                 "seconds a connection may wait before starting a request (default 5)")
-      ->check(CLI::Range(0.001, 3600.0));
+      ->check(in_range(0.001, 3600, "seconds"));
   s->add_option(flag("--read-timeout"), o->read_timeout_s,
                 "seconds to send a whole request, headers and body, once started, and to take a response (default 10)")
-      ->check(CLI::Range(0.001, 3600.0));
+      ->check(in_range(0.001, 3600, "seconds"));
   s->add_option(
        flag("--max-connections"), o->max_connections,
        "connections open at once; more are closed when accepted (default 10000, capped by the open-file limit)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20, "connections, each with its buffers"));
   s->add_option(flag("--request-timeout"), o->request_timeout_s,
                 "seconds a request may wait for its forward pass (504)")
-      ->check(CLI::Range(0.001, 3600.0));
+      ->check(in_range(0.001, 3600, "seconds"));
   s->add_option(flag("--max-seq-length"), o->max_seq_length,
                 "tokens per sequence of the text endpoints (default: 384 qa, 512 otherwise)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(in_range(0, 1 << 20, "tokens per sequence; 0 = the default"));
   s->add_option(flag("--http-threads"), o->http_threads,
                 "threads running requests that wait for a forward pass; connections are event-driven and health checks "
                 "never wait for these (default: 256)")
-      ->check(CLI::Range(0, 10000));
+      ->check(in_range(0, 10000, "threads"));
   s->add_option(flag("--listen-backlog"), o->listen_backlog,
                 "connections the kernel queues before they are accepted (default 4096; capped by net.core.somaxconn)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20, "queued connections"));
   s->add_option("--threads", o->threads, "compute threads (default: all cores)")->check(threads_check());
   s->add_option("--precision", o->precision, kInferPrecisionHelp)
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));

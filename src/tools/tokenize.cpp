@@ -49,7 +49,7 @@ void add_tokenize(CLI::App& app) {
   sub->add_option(flag("--max-seq-length"), o->max_seq_length,
                   "with --pair or --json: truncate to this many tokens as fine-tuning does (the longer text "
                   "first; default 0: no truncation)")
-      ->check(CLI::Range(0, 1 << 24));
+      ->check(in_range(0, 1 << 24, "tokens per line; 0 = no truncation"));
   sub->add_option("--threads", o->threads, "threads (default: all cores)")->check(threads_check());
   sub->callback([o]() { run_tokenize(o.get()); });
 }

@@ -430,6 +430,11 @@ if lat:
     print(f"load: 64 clients, {elapsed:.1f} s, {len(lat)} requests, {len(lat) / elapsed:.1f} req/s, "
           f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, {len(errors)} errors")
 check(not errors and len(lat) > 64, f"64 concurrent clients: 0 errors ({errors[:2]})")
+# /metrics is a request like any other (Triton, KServe): the next scrape counts the one before it.
+scraped = [req("GET", "/metrics")[2].decode() for _ in range(2)]
+scrapes = [sum(float(l.split()[-1]) for l in t.splitlines()
+               if l.startswith('bertcc_requests_total{endpoint="/metrics",code="200"}')) for t in scraped]
+check(scrapes[1] == scrapes[0] + 1, f"/metrics counts the scrapes themselves ({scrapes[0]:g} then {scrapes[1]:g})")
 s, h, d = req("GET", "/metrics")
 m = d.decode()
 vals = {}
@@ -488,8 +493,8 @@ answered = int(err.split("stopped after answering ")[1].split()[0]) if "stopped 
 # Every request the server answered reached a client: all before the load (counted from /metrics
 # just before) plus those of the load.
 prior = sum(int(float(l.split()[-1])) for l in m.splitlines() if l.startswith("bertcc_requests_total{"))
-# requests after that /metrics read and before the hammer: /metrics itself is not counted; /v1/models once.
-expected = prior + 1 + got["ok"]
+# requests after that /metrics read and before the hammer: that /metrics read itself and /v1/models.
+expected = prior + 2 + got["ok"]
 check(rc == 0 and not got["other"] and got["ok"] > 0 and answered == expected,
       f"SIGTERM under load: exit {rc}, {got['ok']} answered and received, {got['refused']} refused after the "
       f"listener closed, server answered {answered} (expected {expected}), other {got['other'][:2]}")
