@@ -36,7 +36,7 @@ struct InferCli {
   bool question_given = false, context_given = false;
 };
 
-// --text "" (an empty shell variable, say) used to read stdin instead: refuse it.
+// --text "" (an empty shell variable, say) would read stdin instead: refuse it.
 void check_given_text(bool given, const std::string& value, const char* name) {
   BERTCC_CHECK(!given || !value.empty(), name, " is empty: give the text, or leave ", name,
                " out to read JSON lines from stdin");

@@ -1,4 +1,4 @@
-// What the trainers print while they run and when they end (issue 43, item 6): a bar with the
+// What the trainers print while they run and when they end: a bar with the
 // rate and the time left on a terminal, plain lines otherwise, and a closing block of metrics in
 // Hugging Face Trainer's layout ("***** train metrics *****", one "  key = value" per line).
 #pragma once
