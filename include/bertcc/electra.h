@@ -42,11 +42,14 @@ void electra_share_embeddings(const Bert& disc, Bert& gen);
 // masked / real token counts as the normalisers of the two losses (the global counts of a step),
 // and `loss_scale` multiplies both gradients (fp16).
 struct ElectraStepOptions {
+  bool training = false;  // dropout on
+  bool backward = false;  // the gradients added into both models'
+  Precision precision = Precision::F32;
   float disc_weight = 50.0f;
   float loss_scale = 1.0f, mlm_denom = 0.0f, disc_denom = 0.0f;
+  const std::vector<float>* gumbel = nullptr;
+  std::vector<int32_t>* sampled = nullptr;
 };
-ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool training, bool backward, Precision prec,
-                         Rng& rng, const ElectraStepOptions& so = {}, const std::vector<float>* gumbel = nullptr,
-                         std::vector<int32_t>* sampled = nullptr);
+ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, Rng& rng, const ElectraStepOptions& so);
 
 }  // namespace bertcc

@@ -63,9 +63,11 @@ void electra_share_embeddings(const Bert& disc, Bert& gen) {
   }
 }
 
-ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, bool training, bool backward, Precision prec,
-                         Rng& rng, const ElectraStepOptions& so, const std::vector<float>* gumbel,
-                         std::vector<int32_t>* sampled) {
+ElectraLoss electra_step(Bert& gen, Bert& disc, const BertBatch& batch, Rng& rng, const ElectraStepOptions& so) {
+  const bool training = so.training, backward = so.backward;
+  const Precision prec = so.precision;
+  const std::vector<float>* gumbel = so.gumbel;
+  std::vector<int32_t>* sampled = so.sampled;
   const float disc_weight = so.disc_weight;
   BERTCC_CHECK(gen.heads() == Heads::Generator && disc.heads() == Heads::Discriminator,
                "ELECTRA step: needs an ElectraForMaskedLM generator and an ElectraForPreTraining discriminator");

@@ -270,7 +270,9 @@ void electra_pretrain_step(Bench& b) {
   Backend& be = *b.be;
   model.zero_grad();
   gen.zero_grad();
-  b.masked = electra_step(gen, model, b.batch, true, true, b.prec, b.rng).masked;
+  b.masked = electra_step(gen, model, b.batch, b.rng,
+                          ElectraStepOptions{.training = true, .backward = true, .precision = b.prec})
+                 .masked;
   const double gn = be.global_norm(gen.grads_on_backend(), gen.table().total());
   const double dn = be.global_norm(model.grads_on_backend(), model.table().total());
   const double norm = std::sqrt(gn * gn + dn * dn);

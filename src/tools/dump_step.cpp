@@ -98,7 +98,8 @@ void dump_electra_step(const DumpOpts& o, Precision prec) {
   disc->zero_grad();
   std::vector<int32_t> sampled;
   const ElectraLoss l =
-      electra_step(*gen, *disc, batch, /*training=*/false, /*backward=*/true, prec, rng, {}, noise, &sampled);
+      electra_step(*gen, *disc, batch, rng,
+                   ElectraStepOptions{.backward = true, .precision = prec, .gumbel = noise, .sampled = &sampled});
   gen->grads_to_host();
   disc->grads_to_host();
   const float losses[3] = {static_cast<float>(l.loss), static_cast<float>(l.gen_loss), static_cast<float>(l.disc_loss)};

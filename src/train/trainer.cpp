@@ -568,7 +568,8 @@ void Pretraining::evaluate_electra() {
   // One row of sums per batch (zero on the ranks that did not evaluate it), summed in batch order
   // after the all-reduce: the same bits at every world size.
   std::vector<double> rows(static_cast<size_t>(opts.eval_batches) * kElectraSums, 0.0);
-  ElectraStepOptions so;
+  ElectraStepOptions so;  // no dropout, no backward
+  so.precision = prec;
   so.disc_weight = static_cast<float>(opts.disc_weight);
   EvalPass pass;
   for (int64_t b = 0; b < opts.eval_batches; ++b) {
@@ -577,7 +578,7 @@ void Pretraining::evaluate_electra() {
     if (b % run.world_size != run.rank) continue;
     batch.validate(model->config(), batch.source);
     Rng r = micro_batch_rng(opts.seed, 0, -1, b);  // the sampling noise of eval batch b, whatever the world size
-    add_electra(rows.data() + b * kElectraSums, electra_step(*models.gen, *model, batch, false, false, prec, r, so));
+    add_electra(rows.data() + b * kElectraSums, electra_step(*models.gen, *model, batch, r, so));
   }
   run.comm.allreduce_sum(rows.data(), rows.size());
   double sums[kElectraSums] = {};
@@ -717,6 +718,8 @@ TrainingTask::StepEnd Pretraining::train_step() {
   // BERT: MLM and NSP cross-entropy sums over this rank's micro-batches; ELECTRA: add_electra's.
   std::vector<double> loss_sums(models.electra ? kElectraSums : 2, 0.0);
   ElectraStepOptions so;
+  so.training = so.backward = true;
+  so.precision = prec;
   so.disc_weight = static_cast<float>(opts.disc_weight);
   so.loss_scale = scale;
   so.mlm_denom = mlm_denom;
@@ -725,7 +728,7 @@ TrainingTask::StepEnd Pretraining::train_step() {
     const BertBatch& batch = batches[static_cast<size_t>(a)];
     Rng rng = micro_batch_rng(opts.seed, state.phase, state.step, first_micro + a);
     if (models.electra) {
-      add_electra(loss_sums.data(), electra_step(*models.gen, *model, batch, true, true, prec, rng, so));
+      add_electra(loss_sums.data(), electra_step(*models.gen, *model, batch, rng, so));
     } else {
       const PretrainLoss l = model->pretrain_step(batch, rng,
                                                   StepArgs{.training = true,
