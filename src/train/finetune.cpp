@@ -101,19 +101,7 @@ void check_finetune_options(const FinetuneOptions& o) {
 
 namespace {
 // Where a fine-tuning run's options name what every run has.
-RunOptions run_options(const FinetuneOptions& o) {
-  RunOptions r;
-  r.who = "finetune";
-  r.output_dir = o.output_dir;
-  r.dp = o.dp;
-  r.checkpoint_every = o.num_steps_per_checkpoint;
-  r.keep_checkpoints = o.keep_checkpoints;
-  r.log_every = o.log_freq;
-  r.resume = o.resume;
-  r.trust_unverified_checkpoint = o.trust_unverified_checkpoint;
-  r.writes = o.range_test == nullptr;
-  return r;
-}
+RunOptions run_options(const FinetuneOptions& o) { return run_options_of(o, "finetune", o.resume); }
 
 // A fine-tuning run as a task of a TrainingRun: the epochs' order, the micro-batches and their
 // loss, the evaluation after each epoch and the best model, the log lines and the progress bar,

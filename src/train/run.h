@@ -55,6 +55,23 @@ struct RunOptions {
   bool writes = true;  // false: a range test, which writes no log, checkpoint or model
 };
 
+// The RunOptions of a command's options `o` (PretrainOptions, FinetuneOptions: the fields every
+// run has, under the same names), with the resume flag `resume` (the two name it differently).
+template <typename Options>
+RunOptions run_options_of(const Options& o, const char* who, bool resume) {
+  RunOptions r;
+  r.who = who;
+  r.output_dir = o.output_dir;
+  r.dp = o.dp;
+  r.checkpoint_every = o.num_steps_per_checkpoint;
+  r.keep_checkpoints = o.keep_checkpoints;
+  r.log_every = o.log_freq;
+  r.resume = resume;
+  r.trust_unverified_checkpoint = o.trust_unverified_checkpoint;
+  r.writes = o.range_test == nullptr;
+  return r;
+}
+
 // This process's part of the run: when its loop started and from which step, for the time left
 // and the closing block.
 struct RunClock {

@@ -195,19 +195,7 @@ void check_pretrain_options(const PretrainOptions& o) {
 }
 
 // Where a pre-training run's options name what every run has.
-RunOptions run_options(const PretrainOptions& o) {
-  RunOptions r;
-  r.who = "pretrain";
-  r.output_dir = o.output_dir;
-  r.dp = o.dp;
-  r.checkpoint_every = o.num_steps_per_checkpoint;
-  r.keep_checkpoints = o.keep_checkpoints;
-  r.log_every = o.log_freq;
-  r.resume = o.resume_from_checkpoint;
-  r.trust_unverified_checkpoint = o.trust_unverified_checkpoint;
-  r.writes = o.range_test == nullptr;
-  return r;
-}
+RunOptions run_options(const PretrainOptions& o) { return run_options_of(o, "pretrain", o.resume_from_checkpoint); }
 
 // A pre-training run (BERT or ELECTRA) as a task of a TrainingRun: the model files, the models,
 // the shards and their masking, the phases, the micro-batches and their losses, the evaluation on
