@@ -35,9 +35,6 @@ namespace {
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
-using Runtime = OnednnRuntime;
-Runtime& rt() { return onednn_runtime(); }
-
 // Copies a (batch of) row-major [rows, cols] blocks with leading dimension ld to a compact buffer,
 // converting each element with `cvt` (fp32 -> bf16 for bf16 GEMMs, fp32 -> fp16 -> fp32 for the
 // fp16 emulation, bf16 -> fp32 for the bf16 emulation).
@@ -156,7 +153,7 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
   BERTCC_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch > 0, "gemm: empty shape");
   if (p == Precision::F16) return gemm_f16(g);
   if (p == Precision::BF16 && !onednn_bf16_matmul()) return gemm_bf16_emulated(g);
-  Runtime& R = rt();
+  OnednnRuntime& R = onednn_runtime();
   const bool bf = p == Precision::BF16;
   const dt in_t = bf ? dt::bf16 : dt::f32;
 
@@ -202,7 +199,7 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
   std::memcpy(&alpha_bits, &g.alpha, 4);
   key += std::to_string(alpha_bits);
 
-  const Runtime::Entry& prim = R.matmul(key, [&] {
+  const OnednnRuntime::Entry& prim = R.matmul(key, [&] {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
@@ -335,7 +332,7 @@ void bias_backward(float* db, const float* dy, int64_t M, int64_t N) {
 namespace bertcc::kernels {
 
 double gemm_probe_tflops(int64_t M, int64_t N, int64_t K, Precision p, int iters) {
-  Runtime& R = rt();
+  OnednnRuntime& R = onednn_runtime();
   if (p == Precision::BF16 && !onednn_bf16_matmul()) p = Precision::F32;  // emulated: the fp32 GEMM is the ceiling
   const dt t = p == Precision::BF16 ? dt::bf16 : dt::f32;
   auto a_md = dnnl::memory::desc(dims{M, K}, t, dims{K, 1});

@@ -14,7 +14,6 @@
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
-#include "model/acts.h"
 #include "model/encoder.h"
 
 namespace bertcc {
@@ -65,16 +64,10 @@ bool ModelWeights::linear_int8(float* y, const float* x, const LinearRef& r, int
   return q != nullptr;
 }
 
-// The int8 kernels with the LayerNorm fused serve inference alone: no dropout, no bf16 rounding.
-static void check_int8_inference(Precision acts, float p_h) {
-  BERTCC_CHECK(p_h == 0.0f && acts != Precision::BF16, "--precision int8 is for inference only (no dropout)");
-}
-
 bool Encoder::output_int8(const kernels::Int8LayerNorm& ln, const float* x, const LinearRef& r, int64_t M,
                           const Pass& pass) const {
   const kernels::Int8Weight* q = weights_.int8_weight(r, pass.prec);
   if (!q) return false;
-  check_int8_inference(acts_->prec, pass.p_h);
   kernels::linear_residual_layernorm_int8(ln, x, *q, w(r.b), M);
   return true;
 }
@@ -83,7 +76,6 @@ bool Encoder::ffn_int8(const kernels::Int8LayerNorm& ln, const float* x, const L
                        const Pass& pass) const {
   const kernels::Int8Weight* q1 = weights_.int8_weight(L.ffn_in, pass.prec);
   if (!q1) return false;
-  check_int8_inference(acts_->prec, pass.p_h);
   kernels::ffn_layernorm_int8(ln, x, *q1, w(L.ffn_in.b), *weights_.int8_weight(L.ffn_out, pass.prec), w(L.ffn_out.b), M,
                               cfg_.activation());
   return true;
