@@ -146,6 +146,44 @@ TEST(Int8, LinearEqualsQuantizedReferenceBitForBit) {
   EXPECT_EQ(y1, std::vector<float>(y.begin() + 11 * N, y.begin() + 12 * N));
 }
 
+TEST(Int8, PackedWeightsGiveTheSameBits) {
+  // pack_int8_weight reorders q into oneDNN's blocked layout where this CPU's int8 matmul prefers it
+  // (VNNI, AMX; not AVX2's gemm, which keeps q): the products are exact integers either way, so the
+  // layers' outputs, plain and fused, keep every bit, at every row count
+  const int64_t C = 64, I = 200;
+  const std::vector<float> W1 = bertcc::testing::randn(static_cast<size_t>(I * C), 31, 0.2f);
+  const std::vector<float> W2 = bertcc::testing::randn(static_cast<size_t>(C * I), 32, 0.05f);
+  const std::vector<float> b1 = bertcc::testing::randn(static_cast<size_t>(I), 33),
+                           b2 = bertcc::testing::randn(static_cast<size_t>(C), 34),
+                           g = bertcc::testing::randn(static_cast<size_t>(C), 35),
+                           beta = bertcc::testing::randn(static_cast<size_t>(C), 36);
+  const Int8Weight q1 = quantize_weight_int8(W1.data(), I, C), q2 = quantize_weight_int8(W2.data(), C, I);
+  Int8Weight p1 = q1, p2 = q2;
+  const bool packed = pack_int8_weight(p1);
+  EXPECT_EQ(pack_int8_weight(p2), packed);
+  EXPECT_EQ(packed, p1.packed != nullptr);
+  EXPECT_EQ(packed, p1.q.empty());
+  for (const int64_t M : {1, 5, 130}) {
+    SCOPED_TRACE("rows " + std::to_string(M));
+    const std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * C), 37 + static_cast<uint32_t>(M));
+    std::vector<float> y(static_cast<size_t>(M * I)), yp(y.size());
+    linear_forward_int8(y.data(), x.data(), q1, b1.data(), M);
+    linear_forward_int8(yp.data(), x.data(), p1, b1.data(), M);
+    EXPECT_EQ(yp, y);
+    const size_t MC = static_cast<size_t>(M * C), m1 = static_cast<size_t>(M);
+    std::vector<float> out(MC), mean(m1), rstd(m1), outp(MC), meanp(m1), rstdp(m1);
+    ffn_layernorm_int8(
+        Int8LayerNorm{out.data(), nullptr, mean.data(), rstd.data(), x.data(), g.data(), beta.data(), 1e-12f}, x.data(),
+        q1, b1.data(), q2, b2.data(), M, Activation::GeluErf);
+    ffn_layernorm_int8(
+        Int8LayerNorm{outp.data(), nullptr, meanp.data(), rstdp.data(), x.data(), g.data(), beta.data(), 1e-12f},
+        x.data(), p1, b1.data(), p2, b2.data(), M, Activation::GeluErf);
+    EXPECT_EQ(outp, out);
+    EXPECT_EQ(meanp, mean);
+    EXPECT_EQ(rstdp, rstd);
+  }
+}
+
 TEST(Int8, FusedKernelsEqualTheComposedLayers) {
   // ffn_layernorm_int8 (one pass per row: rescale, GELU, quantize; then rescale, residual, LayerNorm)
   // against linear_forward_int8, gelu_forward, linear_forward_int8 and residual_layernorm_forward in

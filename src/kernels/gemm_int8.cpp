@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -61,13 +63,15 @@ Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K) {
   return w;
 }
 
-void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K) {
-  BERTCC_CHECK(M > 0 && N > 0 && K > 0, "gemm_s8s8s32: empty shape");
+namespace {
+
+// The int8 matmul acc[M, N] = a[M, K] w^T for weights w of description wei_md (logical [K, N]) at b.
+void matmul_s8(const int8_t* a, const dnnl::memory::desc& wei_md, const void* b, bool packed, int32_t* acc, int64_t M,
+               int64_t N, int64_t K) {
   OnednnRuntime& R = onednn_runtime();
   const dnnl::memory::desc src_md(dims{M, K}, dt::s8, dims{K, 1});
-  const dnnl::memory::desc wei_md(dims{K, N}, dt::s8, dims{1, K});  // b [N, K] read as [K, N]
   const dnnl::memory::desc dst_md(dims{M, N}, dt::s32, dims{N, 1});
-  std::string key = "s8s8s32,";
+  std::string key = packed ? "s8s8s32p," : "s8s8s32,";
   for (const int64_t v : {M, N, K, static_cast<int64_t>(omp_get_max_threads())}) key += std::to_string(v) + ",";
   const OnednnRuntime::Entry& prim = R.matmul(key, [&] {
     dnnl::primitive_attr attr;
@@ -75,12 +79,67 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int
     return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, R.engine);
   });
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(src_md, R.engine, const_cast<int8_t*>(a))},
-                                             {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, R.engine, const_cast<int8_t*>(b))},
+                                             {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, R.engine, const_cast<void*>(b))},
                                              {DNNL_ARG_DST, dnnl::memory(dst_md, R.engine, acc)}};
   R.run(prim, args);
 }
 
+dnnl::memory::desc plain_weight_md(int64_t N, int64_t K) {
+  return dnnl::memory::desc(dims{K, N}, dt::s8, dims{1, K});  // b [N, K] read as [K, N]
+}
+
+}  // namespace
+
+// The packed integers: oneDNN's description of their layout (with the compensation it appends)
+// and the bytes, 64-byte aligned.
+struct Int8Packed {
+  dnnl::memory::desc md;
+  std::unique_ptr<uint8_t, decltype(&std::free)> data{nullptr, &std::free};
+};
+
+void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K) {
+  BERTCC_CHECK(M > 0 && N > 0 && K > 0, "gemm_s8s8s32: empty shape");
+  matmul_s8(a, plain_weight_md(N, K), b, false, acc, M, N, K);
+}
+
+bool pack_int8_weight(Int8Weight& w) {
+  BERTCC_CHECK(w.N > 0 && w.K > 0 && w.q.size() == static_cast<size_t>(w.N * w.K), "pack_int8_weight: bad shape");
+  OnednnRuntime& R = onednn_runtime();
+  const auto pd_for = [&](int64_t M, const dnnl::memory::desc& wei) {
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(dnnl::memory::desc(dims{M, w.K}, dt::s8, dims{w.K, 1}), wei,
+                                                           dnnl::memory::desc(dims{M, w.N}, dt::s32, dims{w.N, 1})),
+                                        R.engine);
+  };
+  const dnnl::memory::desc chosen =
+      pd_for(1024, dnnl::memory::desc(dims{w.K, w.N}, dt::s8, dnnl::memory::format_tag::any)).weights_desc();
+  const dnnl_memory_desc_t& c = chosen.data;
+  if (c.format_kind != dnnl_blocked || (c.format_desc.blocking.inner_nblks == 0 && c.extra.flags == 0)) return false;
+  // Packed only where the fast kernels take that layout at every row count (a reference kernel
+  // would be correct, but slow).
+  for (const int64_t M : {1, 1024})
+    if (std::string(pd_for(M, chosen).impl_info_str()).rfind("ref", 0) == 0) return false;
+  auto p = std::make_shared<Int8Packed>();
+  p->md = chosen;
+  const size_t bytes = (chosen.get_size() + 63) / 64 * 64;
+  p->data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
+  BERTCC_CHECK(p->data, "pack_int8_weight: out of memory for ", bytes, " bytes");
+  dnnl::memory from(plain_weight_md(w.N, w.K), R.engine, w.q.data()), to(chosen, R.engine, p->data.get());
+  dnnl::reorder(from, to).execute(R.stream, from, to);
+  R.stream.wait();
+  w.packed = std::move(p);
+  std::vector<int8_t>().swap(w.q);
+  return true;
+}
+
 namespace {
+
+// acc = a W^T for a weight plain or packed.
+void products_of(const int8_t* a, const Int8Weight& W, int32_t* acc, int64_t M) {
+  if (W.packed)
+    matmul_s8(a, W.packed->md, W.packed->data.get(), true, acc, M, W.N, W.K);
+  else
+    matmul_s8(a, plain_weight_md(W.N, W.K), W.q.data(), false, acc, M, W.N, W.K);
+}
 
 // y[n] = fma(float(acc[n]), sm * sw[n], b[n]) (b null: 0): one row's rescale out of int32.
 void rescale_row(float* y, const int32_t* acc, float sm, const float* sw, const float* b, int64_t N) {
@@ -95,12 +154,13 @@ void rescale_row(float* y, const int32_t* acc, float sm, const float* sw, const 
 const int32_t* products(const int8_t* xq, const Int8Weight& W, int64_t M) {
   thread_local std::vector<int32_t> acc;
   acc.resize(static_cast<size_t>(M * W.N));
-  gemm_s8s8s32(xq, W.q.data(), acc.data(), M, W.N, W.K);
+  products_of(xq, W, acc.data(), M);
   return acc.data();
 }
 
 void check_shape(const Int8Weight& W, int64_t M, const char* who) {
-  BERTCC_CHECK(M > 0 && W.N > 0 && W.K > 0 && W.q.size() == static_cast<size_t>(W.N * W.K), who, ": bad shape");
+  BERTCC_CHECK(M > 0 && W.N > 0 && W.K > 0 && (W.packed || W.q.size() == static_cast<size_t>(W.N * W.K)), who,
+               ": bad shape");
 }
 
 // The int8 layer's outputs of rows already quantized, each rescaled into a row buffer of the thread
@@ -194,11 +254,17 @@ void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weigh
 }
 
 double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters) {
-  const std::vector<int8_t> a(static_cast<size_t>(M * K), 3), b(static_cast<size_t>(N * K), -5);
+  // weights as the model holds them (packed where the CPU prefers it)
+  const std::vector<int8_t> a(static_cast<size_t>(M * K), 3);
+  Int8Weight w;
+  w.N = N;
+  w.K = K;
+  w.q.assign(static_cast<size_t>(N * K), -5);
+  pack_int8_weight(w);
   std::vector<int32_t> c(static_cast<size_t>(M * N));
-  gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);  // primitive made and pages touched
+  products_of(a.data(), w, c.data(), M);  // primitive made and pages touched
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
+  for (int i = 0; i < iters; ++i) products_of(a.data(), w, c.data(), M);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return 2.0 * static_cast<double>(M * N * K) * iters / s / 1e12;
 }

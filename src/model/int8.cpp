@@ -29,7 +29,10 @@ void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& line
                "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
   if (!q8_) q8_ = std::make_unique<Int8Weights>();
   q8_->by_weight.clear();
-  for (const Int8Linear& l : linears) q8_->by_weight[l.r.w.i] = kernels::quantize_weight_int8(w(l.r.w), l.N, l.K);
+  for (const Int8Linear& l : linears) {
+    kernels::Int8Weight& q = q8_->by_weight[l.r.w.i] = kernels::quantize_weight_int8(w(l.r.w), l.N, l.K);
+    kernels::pack_int8_weight(q);
+  }
   q8_valid_ = true;
 }
 
