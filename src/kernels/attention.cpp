@@ -165,12 +165,8 @@ void attention_forward(float* out, float* probs, float* work, const float* qkv, 
       const int64_t r = bh * T + i;
       float* row = probs + r * T;
       const float* m = mask_add + (r / (NH * T)) * T;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < T; ++j) {
-        row[j] += m[j];
-        mx = row[j] > mx ? row[j] : mx;
-      }
-      softmax_from_max(row, T, mx);
+      for (int64_t j = 0; j < T; ++j) row[j] += m[j];
+      softmax_from_max(row, T, row_max(row, T));
       if (drop) drop_row_bits(nums.data(), i, nt, bits.data());  // element (i, j): attention_drop_number(bh, i, j, T)
       write_pd_row(row, T, drop ? bits.data() : nullptr, thr, keep_scale, pdrop ? pdrop + r * T : nullptr,
                    bf ? pd16 + r * T : nullptr);

@@ -2,12 +2,29 @@
 // share: the softmax after the row's maximum, a row's dropout bits from its 16-query group's
 // numbers, and the row of Pd (or of P rounded, for bf16 products) the next product reads.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "bertcc/dtype.h"
 #include "kernels/vecmath.h"
 
 namespace bertcc::kernels {
+
+// The largest of row[0..n) (NaNs skipped: -inf for a row of them), in 16 lanes so that it
+// vectorises. The order of comparisons cannot change the value, except that a maximum of zero may
+// come out as -0 rather than +0, which subtracting it leaves unseen (x - 0 = x - (-0) but for
+// x = -0, whose exponential is 1 either way).
+inline float row_max(const float* row, int64_t n) {
+  float m[16];
+  for (float& v : m) v = -INFINITY;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) m[l] = row[j + l] > m[l] ? row[j + l] : m[l];
+  for (; j < n; ++j) m[0] = row[j] > m[0] ? row[j] : m[0];
+  float mx = -INFINITY;
+  for (const float v : m) mx = v > mx ? v : mx;
+  return mx;
+}
 
 // row[j] = exp(row[j] - mx) / sum of them
 inline void softmax_from_max(float* row, int64_t n, float mx) {

@@ -155,9 +155,7 @@ void attention_varlen_forward(float* out, float* saved, const float* qkv, const 
                        nums.size(), nums.data());
         for (int64_t i = g * 16; i < std::min(n, g * 16 + 16); ++i) {
           float* row = P + i * n;
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
-          softmax_from_max(row, n, mx);
+          softmax_from_max(row, n, row_max(row, n));
           if (drop) drop_row_bits(nums.data(), i, nt, bits.data());  // as attention_forward's
           write_pd_row(row, n, drop ? bits.data() : nullptr, thr, keep_scale, pdrop ? a32 + i * n : nullptr,
                        a16 ? a16 + i * n : nullptr);
