@@ -111,17 +111,25 @@ void micro(const float* a, const float* panel, int64_t kn, float* acc, bool simd
   micro_portable(a, panel, kn, acc);
 }
 
-// One task: rows [m0, m1) x panels [p0, p1). Sums wait in y between K blocks (fp32, as in the
-// registers: the chain continues unchanged); the bias is added after the last block.
-void tile(float* y, const float* x, const float* packed, const float* b, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
-          int64_t N, int64_t K, bool simd) {
+// Where row m0's packed K block k0 starts in the packed x: the row tiles one after another, each
+// [K blocks][its micro-tiles][kn][6] (the rows past M zeros, as pack_rows leaves them).
+int64_t packed_at(int64_t m0, int64_t k0, int64_t M, int64_t K) {
+  const int64_t tile_floats = kTileRows * K;
+  const int64_t rows = std::min(kTileRows, M - m0 / kTileRows * kTileRows);
+  const int64_t micro_rows = (rows + kRows - 1) / kRows * kRows;
+  return m0 / kTileRows * tile_floats + k0 * micro_rows;
+}
+
+// One task: rows [m0, m1) x panels [p0, p1), x packed (xp, packed_at). Sums wait in y between K
+// blocks (fp32, as in the registers: the chain continues unchanged); the bias is added after the
+// last block.
+void tile(float* y, const float* xp, const float* packed, const float* b, int64_t m0, int64_t m1, int64_t p0,
+          int64_t p1, int64_t M, int64_t N, int64_t K, bool simd) {
   alignas(32) float acc[kRows * kPanel];
-  thread_local std::vector<float> abuf;
-  abuf.resize(static_cast<size_t>(kTileRows * kKBlock));
   for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
     const int64_t k1 = std::min(K, k0 + kKBlock), kn = k1 - k0;
     const bool last = k1 == K;
-    pack_rows(x, K, m0, m1, k0, k1, abuf.data());
+    const float* abuf = xp + packed_at(m0, k0, M, K);
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t n0 = p * kPanel, C = std::min(kPanel, N - n0);
       const float* panel = packed + (p * K + k0) * kPanel;
@@ -132,7 +140,7 @@ void tile(float* y, const float* x, const float* packed, const float* b, int64_t
         } else {
           for (int64_t r = 0; r < R; ++r) std::memcpy(acc + r * kPanel, y + (m + r) * N + n0, sizeof(float) * C);
         }
-        micro(abuf.data() + (m - m0) * kn, panel, kn, acc, simd);
+        micro(abuf + (m - m0) * kn, panel, kn, acc, simd);
         for (int64_t r = 0; r < R; ++r) {
           float* yr = y + (m + r) * N + n0;
           const float* ar = acc + r * kPanel;
@@ -148,18 +156,26 @@ void tile(float* y, const float* x, const float* packed, const float* b, int64_t
 
 void run(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K, bool simd) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
-  thread_local std::vector<float> packed;
+  thread_local std::vector<float> packed, xp;
   packed.resize(static_cast<size_t>(panels * K * kPanel));
   pack_panels(W, N, K, packed.data());
   const int64_t tm = (M + kTileRows - 1) / kTileRows, tn = (panels + kTilePanels - 1) / kTilePanels;
-  const int64_t tasks = tm * tn;
-  const bool par = tasks > 1 && M * N * K >= (int64_t{1} << 16) && !omp_in_parallel();
+  const int64_t kb = (K + kKBlock - 1) / kKBlock;
+  const bool par = tm * tn > 1 && M * N * K >= (int64_t{1} << 16) && !omp_in_parallel();
+  // x packed once for every column task (not once per task: N / 128 times over)
+  xp.resize(static_cast<size_t>(tm * kTileRows * K));
+  float* xpk = xp.data();
+#pragma omp parallel for schedule(static) if (par && tm * kb > 1)
+  for (int64_t t = 0; t < tm * kb; ++t) {
+    const int64_t m0 = t / kb * kTileRows, k0 = t % kb * kKBlock;
+    pack_rows(x, K, m0, std::min(M, m0 + kTileRows), k0, std::min(K, k0 + kKBlock), xpk + packed_at(m0, k0, M, K));
+  }
   const float* pk = packed.data();
 #pragma omp parallel for schedule(dynamic, 1) if (par)
-  for (int64_t t = 0; t < tasks; ++t) {
+  for (int64_t t = 0; t < tm * tn; ++t) {
     const int64_t i = t / tn, j = t % tn;
-    tile(y, x, pk, b, i * kTileRows, std::min(M, (i + 1) * kTileRows), j * kTilePanels,
-         std::min(panels, (j + 1) * kTilePanels), N, K, simd);
+    tile(y, xpk, pk, b, i * kTileRows, std::min(M, (i + 1) * kTileRows), j * kTilePanels,
+         std::min(panels, (j + 1) * kTilePanels), M, N, K, simd);
   }
 }
 
