@@ -133,6 +133,14 @@ bool pack_int8_weight(Int8Weight& w) {
 
 namespace {
 
+// A buffer of this thread's with room for n elements: grown, never shrunk (a vector resized down
+// and up again would zero the elements it regrows, every layer).
+template <typename T>
+T* room(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
 // acc = a W^T for a weight plain or packed.
 void products_of(const int8_t* a, const Int8Weight& W, int32_t* acc, int64_t M) {
   if (W.packed)
@@ -153,9 +161,9 @@ void rescale_row(float* y, const int32_t* acc, float sm, const float* sw, const 
 // The int32 products of rows already quantized, in a buffer of this thread's.
 const int32_t* products(const int8_t* xq, const Int8Weight& W, int64_t M) {
   thread_local std::vector<int32_t> acc;
-  acc.resize(static_cast<size_t>(M * W.N));
-  products_of(xq, W, acc.data(), M);
-  return acc.data();
+  int32_t* out = room(acc, M * W.N);
+  products_of(xq, W, out, M);
+  return out;
 }
 
 void check_shape(const Int8Weight& W, int64_t M, const char* who) {
@@ -172,11 +180,11 @@ void each_output_row(const int8_t* xq, const float* sx, const Int8Weight& W, con
 #pragma omp parallel
   {
     thread_local std::vector<float> row;
-    row.resize(static_cast<size_t>(N));
+    float* r = room(row, N);
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < M; ++m) {
-      rescale_row(row.data(), acc + m * N, sx[m], W.scale.data(), b, N);
-      f(m, row.data());
+      rescale_row(r, acc + m * N, sx[m], W.scale.data(), b, N);
+      f(m, r);
     }
   }
 }
@@ -189,10 +197,10 @@ struct QuantizedRows {
 QuantizedRows quantized(const float* x, int64_t M, int64_t K) {
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> scale;
-  q.resize(static_cast<size_t>(M * K));
-  scale.resize(static_cast<size_t>(M));
-  quantize_rows_int8(x, M, K, kInt8ActivationMax, q.data(), scale.data());
-  return {q.data(), scale.data()};
+  int8_t* qp = room(q, M * K);
+  float* sp = room(scale, M);
+  quantize_rows_int8(x, M, K, kInt8ActivationMax, qp, sp);
+  return {qp, sp};
 }
 
 }  // namespace
@@ -247,10 +255,10 @@ void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weigh
   const QuantizedRows xq = quantized(x, M, W1.K);
   thread_local std::vector<int8_t> hq;
   thread_local std::vector<float> sh;
-  hq.resize(static_cast<size_t>(M * W1.N));
-  sh.resize(static_cast<size_t>(M));
-  linear_gelu_quantize_int8(hq.data(), sh.data(), xq.q, xq.scale, W1, b1, M, act);
-  linear_residual_layernorm_int8_q(ln, hq.data(), sh.data(), W2, b2, M);
+  int8_t* h = room(hq, M * W1.N);
+  float* s = room(sh, M);
+  linear_gelu_quantize_int8(h, s, xq.q, xq.scale, W1, b1, M, act);
+  linear_residual_layernorm_int8_q(ln, h, s, W2, b2, M);
 }
 
 double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters) {
