@@ -4,7 +4,7 @@
 # start included, at most 10 minutes a command).
 #
 #   here:      scripts/gpu-visit.sh pack
-#                builds .gpu/bundle.tar.xz (git-ignored): bertcc, test_cuda_kernels, test_cudnn_attention,
+#                builds .gpu/bundle.tar.xz (git-ignored): bertcc and its CUDA module libbertcc_cuda.so, test_cuda_kernels, test_cudnn_attention,
 #                bertcc_cuda_attention_bench and bertcc_cuda_gemm_bench with the shared libraries the GPU machine lacks
 #                (../shared/tools/device-bundle), the BERT vocabularies for the tokenizer check and
 #                the fine-tuning cuts of ../shared/data for e2e.
@@ -39,13 +39,14 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 1
 
 if [ "$cmd" = pack ]; then
-  for b in bertcc test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
-    [ -x "build/$b" ] || { echo "gpu-visit: build/$b is missing (build with the CUDA toolkit first)" >&2; exit 1; }
+  for b in bertcc libbertcc_cuda.so test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
+    [ -f "build/$b" ] || { echo "gpu-visit: build/$b is missing (build with the CUDA toolkit first)" >&2; exit 1; }
   done
   rm -rf .gpu/bundle .gpu/bundle.tar.xz
   bash ../shared/tools/device-bundle build/bertcc .gpu/bundle || exit 1
-  cp build/test_cuda_kernels build/test_cudnn_attention build/bertcc_cuda_attention_bench build/bertcc_cuda_gemm_bench .gpu/bundle/
-  for b in test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do  # their libraries are bertcc's
+  # bertcc's CUDA module goes beside it (bertcc opens it from its own directory on --device cuda)
+  cp build/libbertcc_cuda.so build/test_cuda_kernels build/test_cudnn_attention build/bertcc_cuda_attention_bench build/bertcc_cuda_gemm_bench .gpu/bundle/
+  for b in libbertcc_cuda.so test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do  # their libraries are bertcc's or CUDA's
     missing=$(ldd "build/$b" | awk '/=> \//{print $3}' | while read -r l; do
       n=$(basename "$l"); case $n in libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcuda*|libcudart*|libcublas*|libnccl*) ;;
       *) [ -e ".gpu/bundle/lib/$n" ] || echo "$n" ;; esac; done)
@@ -53,7 +54,7 @@ if [ "$cmd" = pack ]; then
   done
   # built with -march=native here (an AMD EPYC lately), run on an Intel Xeon there: no AMD-only
   # instruction (SSE4a, CLZERO, MONITORX) may be in the binaries
-  for b in bertcc test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
+  for b in bertcc libbertcc_cuda.so test_cuda_kernels test_cudnn_attention bertcc_cuda_attention_bench bertcc_cuda_gemm_bench; do
     n=$(objdump -d --no-show-raw-insn "build/$b" | grep -cE "[[:space:]](extrq|insertq|movntss|movntsd|clzero|monitorx|mwaitx)[[:space:]]")
     [ "$n" -eq 0 ] || { echo "gpu-visit: build/$b has $n AMD-only instructions: configure with -DBERTCC_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3" >&2; exit 1; }
   done

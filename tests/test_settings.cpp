@@ -46,16 +46,19 @@ TEST(Settings, ValuesAndTheirDescription) {
                                    {"BERTCC_PROFILE_GEMM", "1"},
                                    {"BERTCC_GEMM_TUNING", "t.json"},
                                    {"BERTCC_GEMM_TUNE", "1"},
-                                   {"BERTCC_CUDNN_LIB", "/x/libcudnn.so.9"}});
+                                   {"BERTCC_CUDNN_LIB", "/x/libcudnn.so.9"},
+                                   {"BERTCC_CUDA_MODULE", "/y/libbertcc_cuda.so"}});
   EXPECT_TRUE(s.padded && s.attention_cudnn && s.cuda_profile && s.profile_gemm && s.gemm_tune);
   EXPECT_FALSE(s.attention_skip_padding || s.cuda_varlen);
   EXPECT_EQ(s.attention_fwd_rows, 128);
   EXPECT_EQ(s.attention_fwd_min_blocks, 4);
   EXPECT_EQ(s.gemm_tuning, "t.json");
   EXPECT_EQ(s.cudnn_lib, "/x/libcudnn.so.9");
+  EXPECT_EQ(s.cuda_module, "/y/libbertcc_cuda.so");
   EXPECT_EQ(bertcc::describe_settings(s),
             "--padded, BERTCC_PROFILE_GEMM=1, BERTCC_CUDA_PROFILE=1, BERTCC_ATTENTION=cudnn, "
-            "BERTCC_CUDNN_LIB=/x/libcudnn.so.9, BERTCC_GEMM_TUNING=t.json, BERTCC_GEMM_TUNE=1, "
+            "BERTCC_CUDA_MODULE=/y/libbertcc_cuda.so, BERTCC_CUDNN_LIB=/x/libcudnn.so.9, BERTCC_GEMM_TUNING=t.json, "
+            "BERTCC_GEMM_TUNE=1, "
             "BERTCC_ATTENTION_FWD_ROWS=128, BERTCC_ATTENTION_FWD_MIN_BLOCKS=4, BERTCC_ATTENTION_SKIP_PADDING=0, "
             "BERTCC_CUDA_VARLEN=0");
 }

@@ -1,7 +1,7 @@
-// The backends behind --device cuda[:N], supplied at link time as src/dist/no_mpi.cpp stands in
-// for MPI: src/cuda/cuda_backend.cpp defines cuda_family() in builds with the CUDA kernels, and
-// src/backend/no_cuda.cpp elsewhere (its make throws, saying how to build with them). backend_for()
-// (select.cpp) is the one caller, and keeps each backend it makes.
+// The backends behind --device cuda[:N]. In builds with the CUDA kernels cuda_family() is
+// src/cuda/cuda_backend.cpp's, in the CUDA module that src/backend/cuda_family.cpp loads on the
+// first call (cuda_module.h); elsewhere src/backend/no_cuda.cpp's, whose make throws, saying how to
+// build with them. backend_for() (select.cpp) is the one caller, and keeps each backend it makes.
 #pragma once
 #include <memory>
 #include <string>

@@ -1,5 +1,5 @@
 // Backend selection from a --device string. The CUDA backends come from cuda_family()
-// (device_family.h): the CUDA kernels' in builds with them, elsewhere an error that says so.
+// (device_family.h): the CUDA module's in builds with it, elsewhere an error that says so.
 #include <iostream>
 #include <map>
 #include <memory>
@@ -34,12 +34,15 @@ Backend& backend_for(const std::string& device) {
   } else {
     fail("--device: '", device, "' is not cpu, cuda, cuda:N or cpu-staged");
   }
+  // The family first: in builds with the CUDA module its statics (device memory's books) are
+  // then made before `made` and destroyed after the backends in it at exit
+  const DeviceFamily& family = cuda_family();
   static std::mutex mu;
   static std::map<int, std::unique_ptr<Backend>> made;
   std::lock_guard<std::mutex> lock(mu);
   auto& b = made[index];
-  if (!b) b = cuda_family().make(device, index);
-  cuda_family().set_allow_tf32(settings().allow_tf32);
+  if (!b) b = family.make(device, index);
+  family.set_allow_tf32(settings().allow_tf32);
   return *b;
 }
 

@@ -40,6 +40,7 @@ RuntimeSettings parse_settings(const std::function<const char*(const char*)>& en
   s.cuda_profile = choice(env, "BERTCC_CUDA_PROFILE", {"0", "1"}, "1: GPU time per operation") == "1";
   s.attention_cudnn = choice(env, "BERTCC_ATTENTION", {"bertcc", "cudnn"},
                              "bertcc's kernels, the default, or cuDNN's fused attention") == "cudnn";
+  s.cuda_module = text(env, "BERTCC_CUDA_MODULE");
   s.cudnn_lib = text(env, "BERTCC_CUDNN_LIB");
   s.gemm_tuning = text(env, "BERTCC_GEMM_TUNING");
   s.gemm_tune = choice(env, "BERTCC_GEMM_TUNE", {"0", "1"}, "1: time the GEMMs the tuning file lacks") == "1";
@@ -72,6 +73,7 @@ std::string describe_settings(const RuntimeSettings& s) {
   add(s.profile_gemm, "BERTCC_PROFILE_GEMM=1");
   add(s.cuda_profile, "BERTCC_CUDA_PROFILE=1");
   add(s.attention_cudnn, "BERTCC_ATTENTION=cudnn");
+  add(s.cuda_module != d.cuda_module, "BERTCC_CUDA_MODULE=" + s.cuda_module);
   add(s.cudnn_lib != d.cudnn_lib, "BERTCC_CUDNN_LIB=" + s.cudnn_lib);
   add(s.gemm_tuning != d.gemm_tuning, "BERTCC_GEMM_TUNING=" + s.gemm_tuning);
   add(s.gemm_tune, "BERTCC_GEMM_TUNE=1");

@@ -21,6 +21,9 @@ struct RuntimeSettings {
   bool profile_gemm = false;  // BERTCC_PROFILE_GEMM=1: the CPU GEMMs' time per shape, printed at exit
   bool cuda_profile = false;  // BERTCC_CUDA_PROFILE=1: GPU time per operation (op_timer.h)
 
+  // ---- the environment: where the CUDA half is (backend/cuda_module.h) ----
+  std::string cuda_module;  // BERTCC_CUDA_MODULE: the CUDA module to open (empty: libbertcc_cuda.so beside bertcc)
+
   // ---- the environment: CUDA kernel choices (the same results either way unless said) ----
   bool attention_cudnn = false;        // BERTCC_ATTENTION=cudnn (default bertcc): cuDNN's fused attention
   std::string cudnn_lib;               // BERTCC_CUDNN_LIB: the libcudnn to open (empty: libcudnn.so.9)

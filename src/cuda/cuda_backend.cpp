@@ -1,7 +1,9 @@
 // The CUDA backend's memory (device memory), graph capture, optimizers and measurement; its
 // operations are ops_cuda.cpp's table, handed to Ops here. Reached through cuda_family()
-// (backend/device_family.h), which this file defines in builds with the CUDA kernels.
+// (backend/device_family.h), which returns this file's cuda::family() from the CUDA module
+// (backend/cuda_module.h).
 #include "backend/backend.h"
+#include "backend/cuda_module.h"
 #include "backend/device_family.h"
 #include "bertcc/error.h"
 #include "core/settings.h"
@@ -142,16 +144,14 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-}  // namespace bertcc::cuda
-
-namespace bertcc {
-const DeviceFamily& cuda_family() {
-  static const DeviceFamily family{
+const DeviceFamily& family() {
+  static const DeviceFamily cuda{
       .make = [](const std::string&, int index) -> std::unique_ptr<Backend> {
-        return std::make_unique<cuda::CudaBackend>(index);
+        return std::make_unique<CudaBackend>(index);
       },
-      .set_allow_tf32 = cuda::set_allow_tf32,
+      .set_allow_tf32 = cuda::set_allow_tf32,  // not bertcc::set_allow_tf32 (the process flag)
   };
-  return family;
+  return cuda;
 }
-}  // namespace bertcc
+
+}  // namespace bertcc::cuda

@@ -1,4 +1,5 @@
-// The NCCL device communicator (built when CMake finds the CUDA toolkit's NCCL and MPI): one
+// The NCCL device communicator (built into the CUDA module, backend/cuda_module.h, when CMake
+// finds the CUDA toolkit's NCCL and MPI; dist/nccl_loaded.cpp forwards make_nccl here): one
 // ncclComm per rank over the host communicator's ranks, on this rank's GPU. Rank 0 makes the
 // NCCL id and the host communicator broadcasts it (NCCL's MPI bootstrap). Whole-buffer work goes
 // on the default stream, where the CUDA backend queues its kernels, so a reduction starts after
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda_module.h"
 #include "bertcc/dist.h"
 #include "bertcc/error.h"
 
@@ -137,7 +139,7 @@ class Nccl final : public DeviceCommunicator {
 
 }  // namespace
 
-bool nccl_available() { return true; }
+namespace nccl {
 
 std::string ranks_sharing_gpu(Communicator& host, int device) {
   char bus[32] = {0};
@@ -159,8 +161,10 @@ std::string ranks_sharing_gpu(Communicator& host, int device) {
   return "";
 }
 
-std::unique_ptr<DeviceCommunicator> make_nccl(Communicator& host, int device) {
+std::unique_ptr<DeviceCommunicator> make(Communicator& host, int device) {
   return std::make_unique<Nccl>(host, device);
 }
+
+}  // namespace nccl
 
 }  // namespace bertcc::dist
