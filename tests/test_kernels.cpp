@@ -138,6 +138,40 @@ TEST(Gemm, FusedBiasEqualsGemmPlusBias) {
 // The row-invariant linear layer (gemm_rows.cpp): the SIMD kernel equals its portable form bit for
 // bit, every row equals the row computed alone or among others (any M, any threads), and the values
 // are fp32-accurate. Shapes cross every tail: M % 3, N % 4, K % 8, K > 512 (two K blocks), tiles.
+TEST(Gemm, PackedLinearWeightGivesTheSameBits) {
+  // pack_linear_weight (fp32 inference): W reordered once into oneDNN's blocked layout; the layer
+  // on it equals linear_forward's fp32 path bit for bit, with and without a bias, at every row count.
+  // Null where the row kernel runs fp32 (nothing to pack for) — an AVX2 CPU; oneDNN's path is
+  // then checked by forcing it off the row kernel.
+  const int64_t N = 96, K = 200;
+  const std::vector<float> W = randn(static_cast<size_t>(N * K), 41, 0.05f);
+  const std::vector<float> b = randn(static_cast<size_t>(N), 42);
+  for (const auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Never}) {
+    kernels::set_row_gemm(rows);
+    const auto p = kernels::pack_linear_weight(W.data(), N, K);
+    if (kernels::row_gemm_active()) {
+      EXPECT_EQ(p, nullptr);
+      continue;
+    }
+    // oneDNN's brgemm (AVX-512, AMX) takes blocked weights; its AVX2 sgemm plain ones (nothing packed)
+    if (onednn_f32_rows_invariant()) {
+      ASSERT_NE(p, nullptr);
+    }
+    if (!p) continue;
+    for (const int64_t M : {1, 5, 130}) {
+      SCOPED_TRACE("rows " + std::to_string(M));
+      const std::vector<float> x = randn(static_cast<size_t>(M * K), 43 + static_cast<uint32_t>(M));
+      for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+        std::vector<float> y(static_cast<size_t>(M * N)), yp(y.size());
+        kernels::linear_forward(y.data(), x.data(), W.data(), bias, M, N, K, Precision::F32);
+        kernels::linear_forward_packed(yp.data(), x.data(), *p, bias, M);
+        EXPECT_EQ(yp, y) << (bias ? "bias" : "no bias");
+      }
+    }
+  }
+  kernels::set_row_gemm(kernels::RowGemm::Auto);
+}
+
 TEST(Gemm, RowKernelIsExactPortableAndRowInvariant) {
   struct Shape {
     int64_t M, N, K;

@@ -794,6 +794,40 @@ TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {
   EXPECT_THROW(m.encode(alone, true, Precision::I8, r, false), Error);
 }
 
+TEST(Model, PackedFp32WeightsGiveTheSameOutputs) {
+  // keep_packed_fp32_weights_only (fp32 inference commands on the CPU): the encoder's linear layers
+  // packed for oneDNN, their fp32 pages given back; the outputs keep every bit, a sequence's do not
+  // depend on its batch, and other precisions are refused. Where the CPU's fp32 matmul gains
+  // nothing from packing (AVX2's row kernel) the model is left as it is and computes as before.
+  BertConfig c = small_config();
+  c.hidden_size = 64;  // matrices of whole pages
+  c.num_attention_heads = 4;
+  c.intermediate_size = 256;
+  const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
+  BertBatch one;  // row 1 (12 tokens) on its own
+  one.B = 1;
+  one.T = 12;
+  one.input_ids.assign(b.input_ids.begin() + 12, b.input_ids.begin() + 24);
+  one.segment_ids.assign(b.segment_ids.begin() + 12, b.segment_ids.begin() + 24);
+  one.input_mask.assign(12, 1);
+  Bert m(c, Heads::None);
+  m.init_weights(5);
+  Rng r{1, 0};
+  m.encode(b, false, Precision::F32, r, false);
+  const size_t C = static_cast<size_t>(c.hidden_size);
+  const std::vector<float> before(m.sequence_output(), m.sequence_output() + 12 * 3 * C);
+  m.keep_packed_fp32_weights_only();
+  m.encode(b, false, Precision::F32, r, false);
+  EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C));
+  m.encode(one, false, Precision::F32, r, false);  // row 1 alone (rows 12..23 above)
+  EXPECT_EQ(std::vector<float>(before.begin() + 12 * C, before.begin() + 24 * C),
+            std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * C));
+  if (!kernels::row_gemm_active()) {
+    EXPECT_THROW(m.encode(b, false, Precision::BF16, r, false), Error);
+    EXPECT_THROW(m.encode(b, false, Precision::I8, r, false), Error);
+  }
+}
+
 TEST(Model, Int8WeightsOnlyGiveTheSameOutputs) {
   // keep_int8_weights_only (int8 inference commands): the fp32 pages of the quantized matrices go
   // back to the system; the int8 results do not change, and other precisions are refused

@@ -4,6 +4,7 @@
 // C stays fp32 (on AMX or AVX512-BF16 where the CPU has them).
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "bertcc/dtype.h"
 #include "bertcc/gemm_args.h"
@@ -25,6 +26,16 @@ void linear_forward(float* y, const float* x, const float* W, const float* b, in
 void linear_backward(float* dx, float* dW, float* db, const float* dy, const float* x, const float* W, int64_t M,
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
                      const bf16_t* x16 = nullptr);
+
+// An fp32 weight W[N, K] reordered once into the blocked layout oneDNN's fp32 matmul reads (its
+// avx512_core/AMX brgemm kernels), so that a call does not copy W into that layout again: for
+// inference, where the weights do not change. Null where oneDNN prefers a plain layout or the row
+// kernel runs the fp32 linear layers (AVX2 CPUs).
+struct F32Packed;
+std::shared_ptr<const F32Packed> pack_linear_weight(const float* W, int64_t N, int64_t K);
+// linear_forward(y, x, W, b, M, N, K, fp32) on the packed W: the same kernels on the same values,
+// so the same bits (tested), whatever M.
+void linear_forward_packed(float* y, const float* x, const F32Packed& W, const float* b, int64_t M);
 
 // The fp32 linear layer whose output rows do not depend on the batch: y[M,N] = x[M,K] W^T + b with
 // every element a fixed function of its own row of x and of W (fixed lanes and reduction order over

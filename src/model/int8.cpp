@@ -19,7 +19,10 @@
 namespace bertcc {
 
 void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& linears) {
-  BERTCC_CHECK(!fp32_linears_released_ || p == Precision::I8,
+  BERTCC_CHECK(!f32p_ || p == Precision::F32,
+               "this model keeps its encoder's linear layers packed for fp32 inference alone: ", precision_name(p),
+               " needs their fp32 weights");
+  BERTCC_CHECK(!fp32_linears_released_ || f32p_ || p == Precision::I8,
                "this model keeps its encoder's linear layers in int8 "
                "alone (loaded for --precision int8): ",
                precision_name(p), " needs their fp32 weights");
@@ -41,12 +44,16 @@ void ModelWeights::keep_int8_weights_only(const std::vector<Int8Linear>& linears
                "--precision int8 runs on the CPU only (pass --device cpu, or "
                "--precision bf16 on a GPU)");
   refresh_int8(Precision::I8, linears);
-  // Whole pages inside each quantized matrix back to the system (madvise: they read as zeros if
-  // touched again, which the checks above prevent); the pages shared with kept tensors stay.
+  release_linear_pages(linears);
+}
+
+void ModelWeights::release_linear_pages(const std::vector<Int8Linear>& linears) {
+  // Whole pages inside each matrix back to the system (madvise: they read as zeros if touched
+  // again, which the checks of keep_*_only's callers prevent); the pages shared with kept tensors stay.
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  for (const auto& [i, q] : q8_->by_weight) {
-    const auto begin = reinterpret_cast<uintptr_t>(params_.data() + table_.entries()[static_cast<size_t>(i)].offset);
-    const uintptr_t end = begin + static_cast<uintptr_t>(q.N * q.K) * sizeof(float);
+  for (const Int8Linear& l : linears) {
+    const auto begin = reinterpret_cast<uintptr_t>(params_.data() + table_[l.r.w].offset);
+    const uintptr_t end = begin + static_cast<uintptr_t>(l.N * l.K) * sizeof(float);
     const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;
     if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
   }
@@ -61,10 +68,10 @@ const kernels::Int8Weight* ModelWeights::int8_weight(const LinearRef& r, Precisi
   return &it->second;
 }
 
-bool ModelWeights::linear_int8(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
+bool ModelWeights::linear_held(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
   const kernels::Int8Weight* q = int8_weight(r, prec);
   if (q) kernels::linear_forward_int8(y, x, *q, w(r.b), M);
-  return q != nullptr;
+  return q != nullptr || linear_packed_f32(y, x, r, M, prec);
 }
 
 bool Encoder::output_int8(const kernels::Int8LayerNorm& ln, const float* x, const LinearRef& r, int64_t M,

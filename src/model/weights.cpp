@@ -12,6 +12,7 @@
 #include "bertcc/rng.h"
 #include "bertcc/runtime.h"
 #include "model/int8.h"
+#include "model/packed.h"
 
 namespace bertcc {
 

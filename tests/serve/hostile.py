@@ -567,7 +567,12 @@ if "soak" in parts:
     soak(5, 1000)  # warm-up: the allocator's pools, the batch sizes seen
     rss_start = rss_mb(srv)
     kinds.clear()
-    soak(args.soak_seconds, 2000)
+    # in two halves: what a server keeps per shape it meets (oneDNN's primitives for each new row
+    # count, up to their cache's bound) and the allocator's pools grow fast at first and then level
+    # off, while a leak grows with the requests, as much in the second half as in the first
+    soak(args.soak_seconds / 2, 2000)
+    rss_mid = rss_mb(srv)
+    soak(args.soak_seconds / 2, 3000)
     time.sleep(1)
     rss_end = rss_mb(srv)
     m = metrics(PORT)
@@ -582,7 +587,12 @@ if "soak" in parts:
     check(q == 0, f"soak: queued_sequences back at {q:g}")
     check(req(PORT, "GET", "/v2/health/ready")[0] == 200 and req(PORT, "POST", "/v1/classify", {"text": "and now?"})[0] == 200,
           "soak: the server still answers")
-    check(rss_end <= rss_start * 1.2, f"soak: RSS {rss_start:.0f} -> {rss_end:.0f} MB (within 20 %)")
+    # (bounds: a server process without the CUDA libraries holds ~150 MB at the start, so 20 % is
+    # 30 MB; seen here: +28 MB in the first 40 s, +6 in the next 40, +3 in each 40 after)
+    check(rss_end - rss_start <= max(0.2 * rss_start, 48),
+          f"soak: RSS {rss_start:.0f} -> {rss_end:.0f} MB (within 20 % or 48 MB)")
+    check(rss_end - rss_mid <= max(0.5 * (rss_mid - rss_start), 8),
+          f"soak: RSS levels off: +{rss_mid - rss_start:.1f} MB in the first half, +{rss_end - rss_mid:.1f} in the second")
     check(stop(srv) == 0, "SIGTERM after the soak: exit 0")
 
 print("hostile: all checks passed" if fails == 0 else f"hostile: {fails} check(s) FAILED")
