@@ -89,12 +89,6 @@ void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, 
   gemm(g, prec);
 }
 
-template <class T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
 }  // namespace
 
 int64_t attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout, Precision prec,

@@ -30,6 +30,24 @@ OnednnRuntime& onednn_runtime() {
   return r;
 }
 
+std::shared_ptr<const PackedWeights> pack_weights(const dnnl::memory::desc& plain, const void* from,
+                                                  const dnnl::memory::desc& chosen,
+                                                  const std::function<bool(int64_t M)>& fast_at) {
+  const dnnl_memory_desc_t& c = chosen.data;
+  if (c.format_kind != dnnl_blocked || (c.format_desc.blocking.inner_nblks == 0 && c.extra.flags == 0)) return nullptr;
+  if (!fast_at(1) || !fast_at(1024)) return nullptr;
+  OnednnRuntime& R = onednn_runtime();
+  auto p = std::make_shared<PackedWeights>();
+  p->md = chosen;
+  const size_t bytes = (chosen.get_size() + 63) / 64 * 64;
+  p->data.reset(std::aligned_alloc(64, bytes));
+  BERTCC_CHECK(p->data, "pack_weights: out of memory for ", bytes, " bytes");
+  dnnl::memory in(plain, R.engine, const_cast<void*>(from)), out(chosen, R.engine, p->data.get());
+  dnnl::reorder(in, out).execute(R.stream, in, out);
+  R.stream.wait();
+  return p;
+}
+
 namespace {
 
 using dt = dnnl::memory::data_type;
@@ -231,13 +249,6 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
   R.run(prim, args);
 }
 
-// The packed weight: oneDNN's description of its layout, and the bytes (64-byte aligned).
-struct F32Packed {
-  int64_t N = 0, K = 0;
-  dnnl::memory::desc md;
-  std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
-};
-
 namespace {
 
 // linear_forward's matmul (x [M, K] row-major, W read as [K, N], bias [1, N], y [M, N]) with the
@@ -254,46 +265,35 @@ dnnl::matmul::primitive_desc linear_pd(OnednnRuntime& R, int64_t M, int64_t N, i
 
 }  // namespace
 
-std::shared_ptr<const F32Packed> pack_linear_weight(const float* W, int64_t N, int64_t K) {
+std::shared_ptr<const PackedWeights> pack_linear_weight(const float* W, int64_t N, int64_t K) {
   BERTCC_CHECK(N > 0 && K > 0, "pack_linear_weight: empty weight [", N, ", ", K, "]");
   if (row_gemm_active()) return nullptr;
   OnednnRuntime& R = onednn_runtime();
-  const dnnl::memory::desc plain(dims{K, N}, dt::f32, dims{1, K});
   const dnnl::memory::desc chosen =
       linear_pd(R, 1024, N, K, dnnl::memory::desc(dims{K, N}, dt::f32, dnnl::memory::format_tag::any), true)
           .weights_desc();
-  const dnnl_memory_desc_t& c = chosen.data;
-  if (c.format_kind != dnnl_blocked || c.format_desc.blocking.inner_nblks == 0) return nullptr;
-  // only where the fast kernels take that layout at every row count, with and without a bias
-  for (const int64_t M : {1, 1024})
+  // the brgemm kernels, with and without a bias
+  return pack_weights(dnnl::memory::desc(dims{K, N}, dt::f32, dims{1, K}), W, chosen, [&](int64_t M) {
     for (const bool bias : {false, true})
-      if (std::string(linear_pd(R, M, N, K, chosen, bias).impl_info_str()).rfind("brg", 0) != 0) return nullptr;
-  auto p = std::make_shared<F32Packed>();
-  p->N = N;
-  p->K = K;
-  p->md = chosen;
-  const size_t bytes = (chosen.get_size() + 63) / 64 * 64;
-  p->data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-  BERTCC_CHECK(p->data, "pack_linear_weight: out of memory for ", bytes, " bytes");
-  dnnl::memory from(plain, R.engine, const_cast<float*>(W)), to(chosen, R.engine, p->data.get());
-  dnnl::reorder(from, to).execute(R.stream, from, to);
-  R.stream.wait();
-  return p;
+      if (std::string(linear_pd(R, M, N, K, chosen, bias).impl_info_str()).rfind("brg", 0) != 0) return false;
+    return true;
+  });
 }
 
-void linear_forward_packed(float* y, const float* x, const F32Packed& W, const float* b, int64_t M) {
+void linear_forward_packed(float* y, const float* x, const PackedWeights& W, const float* b, int64_t M) {
   BERTCC_CHECK(M > 0, "linear_forward_packed: no rows");
   OnednnRuntime& R = onednn_runtime();
+  const int64_t K = W.md.dims()[0], N = W.md.dims()[1];  // W read as [K, N]
   std::string key = b ? "f32packed,b," : "f32packed,";
-  for (const int64_t v : {M, W.N, W.K, static_cast<int64_t>(omp_get_max_threads())}) key += std::to_string(v) + ",";
-  const OnednnRuntime::Entry& prim = R.matmul(key, [&] { return linear_pd(R, M, W.N, W.K, W.md, b != nullptr); });
-  const dnnl::memory::desc src_md(dims{M, W.K}, dt::f32, dims{W.K, 1}), dst_md(dims{M, W.N}, dt::f32, dims{W.N, 1});
+  for (const int64_t v : {M, N, K, static_cast<int64_t>(omp_get_max_threads())}) key += std::to_string(v) + ",";
+  const OnednnRuntime::Entry& prim = R.matmul(key, [&] { return linear_pd(R, M, N, K, W.md, b != nullptr); });
+  const dnnl::memory::desc src_md(dims{M, K}, dt::f32, dims{K, 1}), dst_md(dims{M, N}, dt::f32, dims{N, 1});
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(src_md, R.engine, const_cast<float*>(x))},
                                              {DNNL_ARG_WEIGHTS, dnnl::memory(W.md, R.engine, W.data.get())},
                                              {DNNL_ARG_DST, dnnl::memory(dst_md, R.engine, y)}};
   if (b)
-    args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl::memory::desc(dims{1, W.N}, dt::f32, dims{W.N, 1}), R.engine,
-                                             const_cast<float*>(b)));
+    args.emplace(DNNL_ARG_BIAS,
+                 dnnl::memory(dnnl::memory::desc(dims{1, N}, dt::f32, dims{N, 1}), R.engine, const_cast<float*>(b)));
   R.run(prim, args);
 }
 

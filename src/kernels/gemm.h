@@ -31,11 +31,11 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
 // avx512_core/AMX brgemm kernels), so that a call does not copy W into that layout again: for
 // inference, where the weights do not change. Null where oneDNN prefers a plain layout or the row
 // kernel runs the fp32 linear layers (AVX2 CPUs).
-struct F32Packed;
-std::shared_ptr<const F32Packed> pack_linear_weight(const float* W, int64_t N, int64_t K);
+struct PackedWeights;  // onednn_runtime.h
+std::shared_ptr<const PackedWeights> pack_linear_weight(const float* W, int64_t N, int64_t K);
 // linear_forward(y, x, W, b, M, N, K, fp32) on the packed W: the same kernels on the same values,
 // so the same bits (tested), whatever M.
-void linear_forward_packed(float* y, const float* x, const F32Packed& W, const float* b, int64_t M);
+void linear_forward_packed(float* y, const float* x, const PackedWeights& W, const float* b, int64_t M);
 
 // The fp32 linear layer whose output rows do not depend on the batch: y[M,N] = x[M,K] W^T + b with
 // every element a fixed function of its own row of x and of W (fixed lanes and reduction order over

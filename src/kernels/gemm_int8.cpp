@@ -90,13 +90,6 @@ dnnl::memory::desc plain_weight_md(int64_t N, int64_t K) {
 
 }  // namespace
 
-// The packed integers: oneDNN's description of their layout (with the compensation it appends)
-// and the bytes, 64-byte aligned.
-struct Int8Packed {
-  dnnl::memory::desc md;
-  std::unique_ptr<uint8_t, decltype(&std::free)> data{nullptr, &std::free};
-};
-
 void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K) {
   BERTCC_CHECK(M > 0 && N > 0 && K > 0, "gemm_s8s8s32: empty shape");
   matmul_s8(a, plain_weight_md(N, K), b, false, acc, M, N, K);
@@ -112,34 +105,16 @@ bool pack_int8_weight(Int8Weight& w) {
   };
   const dnnl::memory::desc chosen =
       pd_for(1024, dnnl::memory::desc(dims{w.K, w.N}, dt::s8, dnnl::memory::format_tag::any)).weights_desc();
-  const dnnl_memory_desc_t& c = chosen.data;
-  if (c.format_kind != dnnl_blocked || (c.format_desc.blocking.inner_nblks == 0 && c.extra.flags == 0)) return false;
-  // Packed only where the fast kernels take that layout at every row count (a reference kernel
-  // would be correct, but slow).
-  for (const int64_t M : {1, 1024})
-    if (std::string(pd_for(M, chosen).impl_info_str()).rfind("ref", 0) == 0) return false;
-  auto p = std::make_shared<Int8Packed>();
-  p->md = chosen;
-  const size_t bytes = (chosen.get_size() + 63) / 64 * 64;
-  p->data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
-  BERTCC_CHECK(p->data, "pack_int8_weight: out of memory for ", bytes, " bytes");
-  dnnl::memory from(plain_weight_md(w.N, w.K), R.engine, w.q.data()), to(chosen, R.engine, p->data.get());
-  dnnl::reorder(from, to).execute(R.stream, from, to);
-  R.stream.wait();
+  std::shared_ptr<const PackedWeights> p = pack_weights(plain_weight_md(w.N, w.K), w.q.data(), chosen, [&](int64_t M) {
+    return std::string(pd_for(M, chosen).impl_info_str()).rfind("ref", 0) != 0;
+  });
+  if (!p) return false;
   w.packed = std::move(p);
   std::vector<int8_t>().swap(w.q);
   return true;
 }
 
 namespace {
-
-// A buffer of this thread's with room for n elements: grown, never shrunk (a vector resized down
-// and up again would zero the elements it regrows, every layer).
-template <typename T>
-T* room(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
 
 // acc = a W^T for a weight plain or packed.
 void products_of(const int8_t* a, const Int8Weight& W, int32_t* acc, int64_t M) {
@@ -161,7 +136,7 @@ void rescale_row(float* y, const int32_t* acc, float sm, const float* sw, const 
 // The int32 products of rows already quantized, in a buffer of this thread's.
 const int32_t* products(const int8_t* xq, const Int8Weight& W, int64_t M) {
   thread_local std::vector<int32_t> acc;
-  int32_t* out = room(acc, M * W.N);
+  int32_t* out = grow(acc, M * W.N);
   products_of(xq, W, out, M);
   return out;
 }
@@ -180,7 +155,7 @@ void each_output_row(const int8_t* xq, const float* sx, const Int8Weight& W, con
 #pragma omp parallel
   {
     thread_local std::vector<float> row;
-    float* r = room(row, N);
+    float* r = grow(row, N);
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < M; ++m) {
       rescale_row(r, acc + m * N, sx[m], W.scale.data(), b, N);
@@ -197,8 +172,8 @@ struct QuantizedRows {
 QuantizedRows quantized(const float* x, int64_t M, int64_t K) {
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> scale;
-  int8_t* qp = room(q, M * K);
-  float* sp = room(scale, M);
+  int8_t* qp = grow(q, M * K);
+  float* sp = grow(scale, M);
   quantize_rows_int8(x, M, K, kInt8ActivationMax, qp, sp);
   return {qp, sp};
 }
@@ -255,8 +230,8 @@ void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weigh
   const QuantizedRows xq = quantized(x, M, W1.K);
   thread_local std::vector<int8_t> hq;
   thread_local std::vector<float> sh;
-  int8_t* h = room(hq, M * W1.N);
-  float* s = room(sh, M);
+  int8_t* h = grow(hq, M * W1.N);
+  float* s = grow(sh, M);
   linear_gelu_quantize_int8(h, s, xq.q, xq.scale, W1, b1, M, act);
   linear_residual_layernorm_int8_q(ln, h, s, W2, b2, M);
 }

@@ -19,7 +19,7 @@ namespace bertcc::kernels {
 constexpr int kInt8WeightMax = 63;       // 7-bit weights (see above)
 constexpr int kInt8ActivationMax = 127;  // symmetric s8 activations, per row
 
-struct Int8Packed;  // q in the layout oneDNN's int8 matmul reads fastest (gemm_int8.cpp)
+struct PackedWeights;  // q in the layout oneDNN's int8 matmul reads fastest (onednn_runtime.h)
 
 // A weight W[N, K] (HF layout: output channels as rows) quantized per output channel:
 // W[n, k] ~ q[n * K + k] * scale[n], scale[n] = max_k |W[n, k]| / kInt8WeightMax.
@@ -29,7 +29,7 @@ struct Int8Weight {
   int64_t N = 0, K = 0;
   std::vector<int8_t> q;
   std::vector<float> scale;
-  std::shared_ptr<const Int8Packed> packed;
+  std::shared_ptr<const PackedWeights> packed;
 };
 
 // Symmetric per-row quantization of x[M, K] to q (M * K) with bound qmax:

@@ -4,6 +4,7 @@
 // N rows (= B*T unless stated), M masked positions.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "bertcc/config.h"
 #include "bertcc/dtype.h"
@@ -114,5 +115,14 @@ void gumbel_argmax(int32_t* picks, const float* logits, int64_t M, int64_t V, co
 // ---- the joint SQuAD head's expected start state ----
 // out[b * out_ld + c] = sum over t (in order, in double) of w[b * T + t] * x[(b * T + t) * C + c]
 void weighted_row_sums(float* out, int64_t out_ld, const float* x, const double* w, int64_t B, int64_t T, int64_t C);
+
+// A scratch buffer (a thread's own, kept across calls) with room for n elements: grown, never
+// shrunk, so that calls of varying sizes neither reallocate nor zero the part a resize down and up
+// again would fill anew.
+template <class T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
 
 }  // namespace bertcc::kernels

@@ -1,6 +1,9 @@
 // The oneDNN runtime the CPU GEMMs share (fp32/bf16 in gemm.cpp, int8 in gemm_int8.cpp): an engine,
 // a stream, primitives by shape and one scratchpad.
 #pragma once
+#include <cstdlib>
+#include <functional>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -55,5 +58,21 @@ struct OnednnRuntime {
 // per-thread products, single-threaded there) uses its thread's own: its own primitives,
 // scratchpads and stream, so that threads never share one.
 OnednnRuntime& onednn_runtime();
+
+// Weights reordered once into the layout a matmul chose for them (format_tag::any), so that its
+// calls skip copying them into that layout (gemm.cpp's fp32 linear layers, gemm_int8.cpp's int8
+// ones, for inference): the layout's description and the bytes, 64-byte aligned.
+struct PackedWeights {
+  dnnl::memory::desc md;
+  std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+};
+
+// The weights at `from` (described by `plain`) reordered into `chosen` where that is worth it: a
+// blocked layout (inner blocks, or a compensation oneDNN appends) that fast kernels take at every
+// row count (fast_at(M): the matmul of M rows on `chosen` is one, asked at 1 and 1,024 rows; a
+// reference kernel would be correct, but slow). Null otherwise.
+std::shared_ptr<const PackedWeights> pack_weights(const dnnl::memory::desc& plain, const void* from,
+                                                  const dnnl::memory::desc& chosen,
+                                                  const std::function<bool(int64_t M)>& fast_at);
 
 }  // namespace bertcc::kernels

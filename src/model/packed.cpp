@@ -16,7 +16,7 @@ void ModelWeights::keep_packed_fp32_weights_only(const std::vector<Int8Linear>& 
   if (!be_->on_host() || !dev_offset_.empty() || linears.empty()) return;  // the CPU's own matmuls only
   auto packed = std::make_unique<PackedF32Weights>();
   for (const Int8Linear& l : linears) {
-    std::shared_ptr<const kernels::F32Packed> p = kernels::pack_linear_weight(w(l.r.w), l.N, l.K);
+    std::shared_ptr<const kernels::PackedWeights> p = kernels::pack_linear_weight(w(l.r.w), l.N, l.K);
     if (!p) return;  // this CPU's fp32 matmul reads plain weights: nothing to gain
     packed->by_weight[l.r.w.i] = std::move(p);
   }

@@ -10,7 +10,7 @@
 namespace bertcc {
 
 struct ModelWeights::PackedF32Weights {
-  std::unordered_map<int64_t, std::shared_ptr<const kernels::F32Packed>> by_weight;
+  std::unordered_map<int64_t, std::shared_ptr<const kernels::PackedWeights>> by_weight;
 };
 
 }  // namespace bertcc

@@ -18,7 +18,7 @@ class Backend;
 struct HeadSpec;
 namespace kernels {
 struct Int8Weight;
-struct F32Packed;
+struct PackedWeights;
 }  // namespace kernels
 
 // A Linear's weight and bias, a LayerNorm's weight and bias, by reference into the table.
