@@ -794,15 +794,21 @@ TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {
   EXPECT_THROW(m.encode(alone, true, Precision::I8, r, false), Error);
 }
 
+// small_config with encoder matrices of whole pages (keep_*_weights_only give their pages back)
+static BertConfig whole_page_config() {
+  BertConfig c = small_config();
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 256;
+  return c;
+}
+
 TEST(Model, PackedFp32WeightsGiveTheSameOutputs) {
   // keep_packed_fp32_weights_only (fp32 inference commands on the CPU): the encoder's linear layers
   // packed for oneDNN, their fp32 pages given back; the outputs keep every bit, a sequence's do not
   // depend on its batch, and other precisions are refused. Where the CPU's fp32 matmul gains
   // nothing from packing (AVX2's row kernel) the model is left as it is and computes as before.
-  BertConfig c = small_config();
-  c.hidden_size = 64;  // matrices of whole pages
-  c.num_attention_heads = 4;
-  c.intermediate_size = 256;
+  const BertConfig c = whole_page_config();
   const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
   BertBatch one;  // row 1 (12 tokens) on its own
   one.B = 1;
@@ -831,10 +837,7 @@ TEST(Model, PackedFp32WeightsGiveTheSameOutputs) {
 TEST(Model, Int8WeightsOnlyGiveTheSameOutputs) {
   // keep_int8_weights_only (int8 inference commands): the fp32 pages of the quantized matrices go
   // back to the system; the int8 results do not change, and other precisions are refused
-  BertConfig c = small_config();
-  c.hidden_size = 64;  // matrices of whole pages
-  c.num_attention_heads = 4;
-  c.intermediate_size = 256;
+  const BertConfig c = whole_page_config();
   const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
   Bert m(c, Heads::None);
   m.init_weights(5);
