@@ -139,33 +139,37 @@ TEST(Gemm, FusedBiasEqualsGemmPlusBias) {
 // bit, every row equals the row computed alone or among others (any M, any threads), and the values
 // are fp32-accurate. Shapes cross every tail: M % 3, N % 4, K % 8, K > 512 (two K blocks), tiles.
 TEST(Gemm, PackedLinearWeightGivesTheSameBits) {
-  // pack_linear_weight (fp32 inference): W reordered once into oneDNN's blocked layout; the layer
-  // on it equals linear_forward's fp32 path bit for bit, with and without a bias, at every row count.
-  // Null where the row kernel runs fp32 (nothing to pack for) — an AVX2 CPU; oneDNN's path is
-  // then checked by forcing it off the row kernel.
-  const int64_t N = 96, K = 200;
-  const std::vector<float> W = randn(static_cast<size_t>(N * K), 41, 0.05f);
-  const std::vector<float> b = randn(static_cast<size_t>(N), 42);
-  for (const auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Never}) {
-    kernels::set_row_gemm(rows);
-    const auto p = kernels::pack_linear_weight(W.data(), N, K);
-    if (kernels::row_gemm_active()) {
-      EXPECT_EQ(p, nullptr);
-      continue;
-    }
-    // oneDNN's brgemm (AVX-512, AMX) takes blocked weights; its AVX2 sgemm plain ones (nothing packed)
-    if (onednn_f32_rows_invariant()) {
-      ASSERT_NE(p, nullptr);
-    }
-    if (!p) continue;
-    for (const int64_t M : {1, 5, 130}) {
-      SCOPED_TRACE("rows " + std::to_string(M));
-      const std::vector<float> x = randn(static_cast<size_t>(M * K), 43 + static_cast<uint32_t>(M));
-      for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
-        std::vector<float> y(static_cast<size_t>(M * N)), yp(y.size());
-        kernels::linear_forward(y.data(), x.data(), W.data(), bias, M, N, K, Precision::F32);
-        kernels::linear_forward_packed(yp.data(), x.data(), *p, bias, M);
-        EXPECT_EQ(yp, y) << (bias ? "bias" : "no bias");
+  // pack_linear_weight (fp32 inference): W laid out once for the kernel that runs fp32 linear
+  // layers here (oneDNN's blocked layout, or the row kernel's panels where that kernel runs, as on
+  // an AVX2 CPU); the layer on it equals linear_forward's fp32 path bit for bit, with and without
+  // a bias, at every row count. Both kernels are checked on every CPU by forcing one or the other.
+  struct Shape {
+    int64_t N, K;
+  };
+  for (const Shape sh : {Shape{96, 200}, Shape{100, 300}}) {
+    const int64_t N = sh.N, K = sh.K;
+    const std::vector<float> W = randn(static_cast<size_t>(N * K), 41, 0.05f);
+    const std::vector<float> b = randn(static_cast<size_t>(N), 42);
+    for (const auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Never, kernels::RowGemm::Always}) {
+      kernels::set_row_gemm(rows);
+      SCOPED_TRACE(std::to_string(N) + "x" + std::to_string(K) +
+                   (kernels::row_gemm_active() ? " row kernel" : " oneDNN"));
+      const auto p = kernels::pack_linear_weight(W.data(), N, K);
+      // the row kernel always packs; oneDNN's brgemm (AVX-512, AMX) takes blocked weights, its AVX2
+      // sgemm plain ones (nothing packed)
+      if (kernels::row_gemm_active() || onednn_f32_rows_invariant()) {
+        ASSERT_NE(p, nullptr);
+      }
+      if (!p) continue;
+      for (const int64_t M : {1, 5, 130}) {
+        SCOPED_TRACE("rows " + std::to_string(M));
+        const std::vector<float> x = randn(static_cast<size_t>(M * K), 43 + static_cast<uint32_t>(M));
+        for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+          std::vector<float> y(static_cast<size_t>(M * N)), yp(y.size());
+          kernels::linear_forward(y.data(), x.data(), W.data(), bias, M, N, K, Precision::F32);
+          kernels::linear_forward_packed(yp.data(), x.data(), *p, bias, M);
+          EXPECT_EQ(yp, y) << (bias ? "bias" : "no bias");
+        }
       }
     }
   }

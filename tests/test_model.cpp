@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
+#include "bertcc/runtime.h"
 #include "kernels/gemm.h"
 #include "test_util.h"
 
@@ -805,9 +806,9 @@ static BertConfig whole_page_config() {
 
 TEST(Model, PackedFp32WeightsGiveTheSameOutputs) {
   // keep_packed_fp32_weights_only (fp32 inference commands on the CPU): the encoder's linear layers
-  // packed for oneDNN, their fp32 pages given back; the outputs keep every bit, a sequence's do not
-  // depend on its batch, and other precisions are refused. Where the CPU's fp32 matmul gains
-  // nothing from packing (AVX2's row kernel) the model is left as it is and computes as before.
+  // packed for the kernel that runs them (oneDNN's blocked layout, or the row kernel's panels as on
+  // an AVX2 CPU; both forced here on every CPU), their fp32 pages given back; the outputs keep every
+  // bit, a sequence's do not depend on its batch, and other precisions are refused.
   const BertConfig c = whole_page_config();
   const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
   BertBatch one;  // row 1 (12 tokens) on its own
@@ -816,22 +817,27 @@ TEST(Model, PackedFp32WeightsGiveTheSameOutputs) {
   one.input_ids.assign(b.input_ids.begin() + 12, b.input_ids.begin() + 24);
   one.segment_ids.assign(b.segment_ids.begin() + 12, b.segment_ids.begin() + 24);
   one.input_mask.assign(12, 1);
-  Bert m(c, Heads::None);
-  m.init_weights(5);
-  Rng r{1, 0};
-  m.encode(b, false, Precision::F32, r, false);
   const size_t C = static_cast<size_t>(c.hidden_size);
-  const std::vector<float> before(m.sequence_output(), m.sequence_output() + 12 * 3 * C);
-  m.keep_packed_fp32_weights_only();
-  m.encode(b, false, Precision::F32, r, false);
-  EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C));
-  m.encode(one, false, Precision::F32, r, false);  // row 1 alone (rows 12..23 above)
-  EXPECT_EQ(std::vector<float>(before.begin() + 12 * C, before.begin() + 24 * C),
-            std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * C));
-  if (!kernels::row_gemm_active()) {
-    EXPECT_THROW(m.encode(b, false, Precision::BF16, r, false), Error);
-    EXPECT_THROW(m.encode(b, false, Precision::I8, r, false), Error);
+  for (const auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always}) {
+    kernels::set_row_gemm(rows);
+    SCOPED_TRACE(kernels::row_gemm_active() ? "row kernel" : "oneDNN");
+    Bert m(c, Heads::None);
+    m.init_weights(5);
+    Rng r{1, 0};
+    m.encode(b, false, Precision::F32, r, false);
+    const std::vector<float> before(m.sequence_output(), m.sequence_output() + 12 * 3 * C);
+    m.keep_packed_fp32_weights_only();
+    m.encode(b, false, Precision::F32, r, false);
+    EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C));
+    m.encode(one, false, Precision::F32, r, false);  // row 1 alone (rows 12..23 above)
+    EXPECT_EQ(std::vector<float>(before.begin() + 12 * C, before.begin() + 24 * C),
+              std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * C));
+    if (kernels::row_gemm_active() || onednn_f32_rows_invariant()) {  // packed (x86: every CPU)
+      EXPECT_THROW(m.encode(b, false, Precision::BF16, r, false), Error);
+      EXPECT_THROW(m.encode(b, false, Precision::I8, r, false), Error);
+    }
   }
+  kernels::set_row_gemm(kernels::RowGemm::Auto);
 }
 
 TEST(Model, Int8WeightsOnlyGiveTheSameOutputs) {

@@ -30,6 +30,15 @@ OnednnRuntime& onednn_runtime() {
   return r;
 }
 
+// An empty PackedWeights with room for `bytes`, 64-byte aligned
+static std::shared_ptr<PackedWeights> packed_weights_of(size_t bytes) {
+  auto p = std::make_shared<PackedWeights>();
+  bytes = (bytes + 63) / 64 * 64;
+  p->data.reset(std::aligned_alloc(64, bytes));
+  BERTCC_CHECK(p->data, "packing weights: out of memory for ", bytes, " bytes");
+  return p;
+}
+
 std::shared_ptr<const PackedWeights> pack_weights(const dnnl::memory::desc& plain, const void* from,
                                                   const dnnl::memory::desc& chosen,
                                                   const std::function<bool(int64_t M)>& fast_at) {
@@ -37,11 +46,8 @@ std::shared_ptr<const PackedWeights> pack_weights(const dnnl::memory::desc& plai
   if (c.format_kind != dnnl_blocked || (c.format_desc.blocking.inner_nblks == 0 && c.extra.flags == 0)) return nullptr;
   if (!fast_at(1) || !fast_at(1024)) return nullptr;
   OnednnRuntime& R = onednn_runtime();
-  auto p = std::make_shared<PackedWeights>();
+  auto p = packed_weights_of(chosen.get_size());
   p->md = chosen;
-  const size_t bytes = (chosen.get_size() + 63) / 64 * 64;
-  p->data.reset(std::aligned_alloc(64, bytes));
-  BERTCC_CHECK(p->data, "pack_weights: out of memory for ", bytes, " bytes");
   dnnl::memory in(plain, R.engine, const_cast<void*>(from)), out(chosen, R.engine, p->data.get());
   dnnl::reorder(in, out).execute(R.stream, in, out);
   R.stream.wait();
@@ -267,7 +273,13 @@ dnnl::matmul::primitive_desc linear_pd(OnednnRuntime& R, int64_t M, int64_t N, i
 
 std::shared_ptr<const PackedWeights> pack_linear_weight(const float* W, int64_t N, int64_t K) {
   BERTCC_CHECK(N > 0 && K > 0, "pack_linear_weight: empty weight [", N, ", ", K, "]");
-  if (row_gemm_active()) return nullptr;
+  if (row_gemm_active()) {
+    auto p = packed_weights_of(static_cast<size_t>(row_panels_size(N, K)) * sizeof(float));
+    pack_row_panels(W, N, K, static_cast<float*>(p->data.get()));
+    p->panels_n = N;
+    p->panels_k = K;
+    return p;
+  }
   OnednnRuntime& R = onednn_runtime();
   const dnnl::memory::desc chosen =
       linear_pd(R, 1024, N, K, dnnl::memory::desc(dims{K, N}, dt::f32, dnnl::memory::format_tag::any), true)
@@ -282,6 +294,8 @@ std::shared_ptr<const PackedWeights> pack_linear_weight(const float* W, int64_t 
 
 void linear_forward_packed(float* y, const float* x, const PackedWeights& W, const float* b, int64_t M) {
   BERTCC_CHECK(M > 0, "linear_forward_packed: no rows");
+  if (W.panels_n > 0)
+    return linear_forward_rows_packed(y, x, static_cast<const float*>(W.data.get()), b, M, W.panels_n, W.panels_k);
   OnednnRuntime& R = onednn_runtime();
   const int64_t K = W.md.dims()[0], N = W.md.dims()[1];  // W read as [K, N]
   std::string key = b ? "f32packed,b," : "f32packed,";

@@ -27,14 +27,15 @@ void linear_backward(float* dx, float* dW, float* db, const float* dy, const flo
                      int64_t N, int64_t K, Precision p, const bf16_t* W16 = nullptr, const bf16_t* dy16 = nullptr,
                      const bf16_t* x16 = nullptr);
 
-// An fp32 weight W[N, K] reordered once into the blocked layout oneDNN's fp32 matmul reads (its
-// avx512_core/AMX brgemm kernels), so that a call does not copy W into that layout again: for
-// inference, where the weights do not change. Null where oneDNN prefers a plain layout or the row
-// kernel runs the fp32 linear layers (AVX2 CPUs).
+// An fp32 weight W[N, K] reordered once into the layout the fp32 linear layer reads, so that a
+// call does not copy W into it again: for inference, where the weights do not change. oneDNN's
+// blocked layout where its brgemm kernels run fp32 (AVX-512, AMX); the row kernel's panels where
+// that kernel runs fp32 (AVX2 CPUs; the weights stay in panels, and so on the row kernel, whatever
+// set_row_gemm says later). Null where oneDNN prefers a plain layout.
 struct PackedWeights;  // onednn_runtime.h
 std::shared_ptr<const PackedWeights> pack_linear_weight(const float* W, int64_t N, int64_t K);
-// linear_forward(y, x, W, b, M, N, K, fp32) on the packed W: the same kernels on the same values,
-// so the same bits (tested), whatever M.
+// linear_forward(y, x, W, b, M, N, K, fp32) on the packed W (as linear_forward ran when it was
+// packed): the same kernels on the same values, so the same bits (tested), whatever M.
 void linear_forward_packed(float* y, const float* x, const PackedWeights& W, const float* b, int64_t M);
 
 // The fp32 linear layer whose output rows do not depend on the batch: y[M,N] = x[M,K] W^T + b with
@@ -44,6 +45,12 @@ void linear_forward_packed(float* y, const float* x, const PackedWeights& W, con
 // AVX2 sgemm picks its kernels and its K split by the row count, so a sequence's outputs changed
 // with its batch there, while its avx512_core brgemm kernels do not (onednn_f32_rows_invariant).
 void linear_forward_rows(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K);
+// The row kernel on W[N, K] laid out once as its 16-column panels (pack_row_panels into
+// row_panels_size(N, K) floats): the same arithmetic, so the same bits as linear_forward_rows.
+int64_t row_panels_size(int64_t N, int64_t K);
+void pack_row_panels(const float* W, int64_t N, int64_t K, float* out);
+void linear_forward_rows_packed(float* y, const float* x, const float* panels, const float* b, int64_t M, int64_t N,
+                                int64_t K);
 // The same arithmetic without SIMD (the reference the AVX2 kernel is tested against, bit for bit).
 void linear_forward_rows_portable(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,
                                   int64_t K);

@@ -94,6 +94,38 @@ __attribute__((target("avx2,fma"))) void micro_avx2(const float* a, const float*
   }
 }
 
+// A whole micro-tile (6 rows, 16 columns) kept in y itself: the sums start from zero (first K
+// block) or from y, continue the same fma chain, take the bias after the last block (the same one
+// addition per element as the buffered path) and go back to y: no copies through a buffer.
+__attribute__((target("avx2,fma"))) void micro_avx2_y(const float* a, const float* panel, int64_t kn, float* y,
+                                                      int64_t ldy, bool first, const float* bias) {
+  __m256 lo[kRows], hi[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    lo[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy);
+    hi[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy + 8);
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kn; ++k, a += kRows, panel += kPanel) {
+    const __m256 w0 = _mm256_loadu_ps(panel), w1 = _mm256_loadu_ps(panel + 8);
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(a + r);
+      lo[r] = _mm256_fmadd_ps(xv, w0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(xv, w1, hi[r]);
+    }
+  }
+  if (bias) {
+    const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
+    for (int r = 0; r < kRows; ++r) {
+      lo[r] = _mm256_add_ps(lo[r], b0);
+      hi[r] = _mm256_add_ps(hi[r], b1);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    _mm256_storeu_ps(y + r * ldy, lo[r]);
+    _mm256_storeu_ps(y + r * ldy + 8, hi[r]);
+  }
+}
+
 bool have_avx2() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok;
@@ -135,6 +167,12 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
       const float* panel = packed + (p * K + k0) * kPanel;
       for (int64_t m = m0; m < m1; m += kRows) {
         const int64_t R = std::min(kRows, m1 - m);
+#if defined(__x86_64__)
+        if (simd && R == kRows && C == kPanel) {
+          micro_avx2_y(abuf + (m - m0) * kn, panel, kn, y + m * N + n0, N, k0 == 0, last && b ? b + n0 : nullptr);
+          continue;
+        }
+#endif
         if (k0 == 0) {
           std::memset(acc, 0, sizeof acc);
         } else {
@@ -154,11 +192,11 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
   }
 }
 
-void run(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K, bool simd) {
+// y = x W^T + b on W already in panels (pack_panels)
+void run_on_panels(float* y, const float* x, const float* pk, const float* b, int64_t M, int64_t N, int64_t K,
+                   bool simd) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
-  thread_local std::vector<float> packed, xp;
-  packed.resize(static_cast<size_t>(panels * K * kPanel));
-  pack_panels(W, N, K, packed.data());
+  thread_local std::vector<float> xp;
   const int64_t tm = (M + kTileRows - 1) / kTileRows, tn = (panels + kTilePanels - 1) / kTilePanels;
   const int64_t kb = (K + kKBlock - 1) / kKBlock;
   const bool par = tm * tn > 1 && M * N * K >= (int64_t{1} << 16) && !omp_in_parallel();
@@ -170,7 +208,6 @@ void run(float* y, const float* x, const float* W, const float* b, int64_t M, in
     const int64_t m0 = t / kb * kTileRows, k0 = t % kb * kKBlock;
     pack_rows(x, K, m0, std::min(M, m0 + kTileRows), k0, std::min(K, k0 + kKBlock), xpk + packed_at(m0, k0, M, K));
   }
-  const float* pk = packed.data();
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t t = 0; t < tm * tn; ++t) {
     const int64_t i = t / tn, j = t % tn;
@@ -179,7 +216,31 @@ void run(float* y, const float* x, const float* W, const float* b, int64_t M, in
   }
 }
 
+void run(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K, bool simd) {
+  thread_local std::vector<float> packed;
+  packed.resize(static_cast<size_t>(row_panels_size(N, K)));
+  pack_panels(W, N, K, packed.data());
+  run_on_panels(y, x, packed.data(), b, M, N, K, simd);
+}
+
+bool simd_here() {
+#if defined(__x86_64__)
+  return have_avx2();
+#else
+  return false;
+#endif
+}
+
 }  // namespace
+
+int64_t row_panels_size(int64_t N, int64_t K) { return (N + kPanel - 1) / kPanel * K * kPanel; }
+
+void pack_row_panels(const float* W, int64_t N, int64_t K, float* out) { pack_panels(W, N, K, out); }
+
+void linear_forward_rows_packed(float* y, const float* x, const float* panels, const float* b, int64_t M, int64_t N,
+                                int64_t K) {
+  run_on_panels(y, x, panels, b, M, N, K, simd_here());
+}
 
 void set_row_gemm(RowGemm mode) { g_mode = mode == RowGemm::Always ? 1 : mode == RowGemm::Never ? -1 : 0; }
 
@@ -190,11 +251,7 @@ bool row_gemm_active() {
 }
 
 void linear_forward_rows(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K) {
-#if defined(__x86_64__)
-  run(y, x, W, b, M, N, K, have_avx2());
-#else
-  run(y, x, W, b, M, N, K, false);
-#endif
+  run(y, x, W, b, M, N, K, simd_here());
 }
 
 void linear_forward_rows_portable(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,

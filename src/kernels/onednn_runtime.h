@@ -65,6 +65,8 @@ OnednnRuntime& onednn_runtime();
 struct PackedWeights {
   dnnl::memory::desc md;
   std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+  // Set instead of md for an fp32 W[N, K] in the row kernel's panels (gemm.h: pack_row_panels)
+  int64_t panels_n = 0, panels_k = 0;
 };
 
 // The weights at `from` (described by `plain`) reordered into `chosen` where that is worth it: a

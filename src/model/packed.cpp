@@ -1,9 +1,9 @@
-// fp32 inference on the CPU with the encoder's linear layers packed once into oneDNN's blocked
-// layout (kernels/gemm.h: pack_linear_weight): a call then skips copying the weight into that
-// layout, which is a sixth of a bert-base feed-forward GEMM at 2 threads and most of a small
-// batch's. The packed copy replaces the fp32 matrices (their pages are given back, as for int8), so
-// a model loaded this way computes in fp32 alone. Where oneDNN prefers a plain layout, or the row
-// kernel runs fp32 (AVX2 CPUs), nothing is packed and the model is left as it is.
+// fp32 inference on the CPU with the encoder's linear layers packed once into the layout the fp32
+// kernel reads (kernels/gemm.h: pack_linear_weight; oneDNN's blocked layout, or the row kernel's
+// panels on AVX2 CPUs): a call then skips copying the weight into that layout, which is a sixth of
+// a bert-base feed-forward GEMM at 2 threads and most of a small batch's. The packed copy replaces
+// the fp32 matrices (their pages are given back, as for int8), so a model loaded this way computes
+// in fp32 alone. Where oneDNN prefers a plain layout nothing is packed and the model is left as is.
 #include "model/packed.h"
 
 #include "backend/backend.h"
