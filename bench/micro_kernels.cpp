@@ -37,6 +37,29 @@ void BM_LinearF32(benchmark::State& st) {
 }
 BENCHMARK(BM_LinearF32)->ArgsProduct({{0, 1}, {0, 1, 2, 3}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The same layers with W packed once, as inference holds them (pack_linear_weight: oneDNN's
+// blocked layout for arg 0 where its brgemm runs fp32, else its plain path; the row kernel's panels
+// for arg 1). Arg 2 (0..3) as above, arg 3 the rows (1,024: batch 8 x 128; 32: one short request).
+void BM_LinearF32Packed(benchmark::State& st) {
+  const int64_t shapes[4][2] = {{3 * C, C}, {C, C}, {I, C}, {C, I}};
+  const int64_t Nout = shapes[st.range(1)][0], K = shapes[st.range(1)][1], M = st.range(2);
+  auto x = filled(M * K, 0.01f), W = filled(Nout * K, 0.02f), b = filled(Nout, 0.0f), y = filled(M * Nout, 0.0f);
+  kernels::set_row_gemm(st.range(0) ? kernels::RowGemm::Always : kernels::RowGemm::Never);
+  const auto packed = kernels::pack_linear_weight(W.data(), Nout, K);
+  for (auto _ : st) {
+    if (packed)
+      kernels::linear_forward_packed(y.data(), x.data(), *packed, b.data(), M);
+    else
+      kernels::linear_forward(y.data(), x.data(), W.data(), b.data(), M, Nout, K, Precision::F32);
+  }
+  kernels::set_row_gemm(kernels::RowGemm::Auto);
+  st.counters["TFLOP/s"] = benchmark::Counter(2.0 * M * Nout * K * st.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LinearF32Packed)
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 32}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void BM_LayerNorm(benchmark::State& st) {
   auto x = filled(N * C, 0.5f), w = filled(C, 1.0f), b = filled(C, 0.0f), y = filled(N * C, 0), m = filled(N, 0),
        r = filled(N, 0);

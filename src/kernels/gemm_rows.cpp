@@ -94,20 +94,22 @@ __attribute__((target("avx2,fma"))) void micro_avx2(const float* a, const float*
   }
 }
 
-// A whole micro-tile (6 rows, 16 columns) kept in y itself: the sums start from zero (first K
-// block) or from y, continue the same fma chain, take the bias after the last block (the same one
-// addition per element as the buffered path) and go back to y: no copies through a buffer.
+// A micro-tile of R rows (R <= 6) and 16 columns kept in y itself: the sums start from zero
+// (first K block) or from y, continue the same fma chain, take the bias after the last block (the
+// same one addition per element as the buffered path) and go back to y: no copies through a
+// buffer, and no work for the rows past R.
+template <int R>
 __attribute__((target("avx2,fma"))) void micro_avx2_y(const float* a, const float* panel, int64_t kn, float* y,
                                                       int64_t ldy, bool first, const float* bias) {
-  __m256 lo[kRows], hi[kRows];
-  for (int r = 0; r < kRows; ++r) {
+  __m256 lo[R], hi[R];
+  for (int r = 0; r < R; ++r) {
     lo[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy);
     hi[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy + 8);
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kn; ++k, a += kRows, panel += kPanel) {
     const __m256 w0 = _mm256_loadu_ps(panel), w1 = _mm256_loadu_ps(panel + 8);
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_broadcast_ss(a + r);
       lo[r] = _mm256_fmadd_ps(xv, w0, lo[r]);
       hi[r] = _mm256_fmadd_ps(xv, w1, hi[r]);
@@ -115,14 +117,32 @@ __attribute__((target("avx2,fma"))) void micro_avx2_y(const float* a, const floa
   }
   if (bias) {
     const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       lo[r] = _mm256_add_ps(lo[r], b0);
       hi[r] = _mm256_add_ps(hi[r], b1);
     }
   }
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < R; ++r) {
     _mm256_storeu_ps(y + r * ldy, lo[r]);
     _mm256_storeu_ps(y + r * ldy + 8, hi[r]);
+  }
+}
+
+void micro_y(int64_t R, const float* a, const float* panel, int64_t kn, float* y, int64_t ldy, bool first,
+             const float* bias) {
+  switch (R) {
+    case 1:
+      return micro_avx2_y<1>(a, panel, kn, y, ldy, first, bias);
+    case 2:
+      return micro_avx2_y<2>(a, panel, kn, y, ldy, first, bias);
+    case 3:
+      return micro_avx2_y<3>(a, panel, kn, y, ldy, first, bias);
+    case 4:
+      return micro_avx2_y<4>(a, panel, kn, y, ldy, first, bias);
+    case 5:
+      return micro_avx2_y<5>(a, panel, kn, y, ldy, first, bias);
+    default:
+      return micro_avx2_y<6>(a, panel, kn, y, ldy, first, bias);
   }
 }
 
@@ -168,8 +188,8 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
       for (int64_t m = m0; m < m1; m += kRows) {
         const int64_t R = std::min(kRows, m1 - m);
 #if defined(__x86_64__)
-        if (simd && R == kRows && C == kPanel) {
-          micro_avx2_y(abuf + (m - m0) * kn, panel, kn, y + m * N + n0, N, k0 == 0, last && b ? b + n0 : nullptr);
+        if (simd && C == kPanel) {
+          micro_y(R, abuf + (m - m0) * kn, panel, kn, y + m * N + n0, N, k0 == 0, last && b ? b + n0 : nullptr);
           continue;
         }
 #endif
