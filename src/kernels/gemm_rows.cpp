@@ -172,18 +172,18 @@ int64_t packed_at(int64_t m0, int64_t k0, int64_t M, int64_t K) {
   return m0 / kTileRows * tile_floats + k0 * micro_rows;
 }
 
-// One task: rows [m0, m1) x panels [p0, p1), x packed (xp, packed_at). Sums wait in y between K
-// blocks (fp32, as in the registers: the chain continues unchanged); the bias is added after the
-// last block.
+// One task: rows [m0, m1) x panels [p0, p1), x packed (xp, packed_at), one panel at a time (its
+// column of y stays in L1 over the K blocks). Sums wait in y between K blocks (fp32, as in the
+// registers: the chain continues unchanged); the bias is added after the last block.
 void tile(float* y, const float* xp, const float* packed, const float* b, int64_t m0, int64_t m1, int64_t p0,
           int64_t p1, int64_t M, int64_t N, int64_t K, bool simd) {
   alignas(32) float acc[kRows * kPanel];
-  for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
-    const int64_t k1 = std::min(K, k0 + kKBlock), kn = k1 - k0;
-    const bool last = k1 == K;
-    const float* abuf = xp + packed_at(m0, k0, M, K);
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t n0 = p * kPanel, C = std::min(kPanel, N - n0);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n0 = p * kPanel, C = std::min(kPanel, N - n0);
+    for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
+      const int64_t k1 = std::min(K, k0 + kKBlock), kn = k1 - k0;
+      const bool last = k1 == K;
+      const float* abuf = xp + packed_at(m0, k0, M, K);
       const float* panel = packed + (p * K + k0) * kPanel;
       for (int64_t m = m0; m < m1; m += kRows) {
         const int64_t R = std::min(kRows, m1 - m);
