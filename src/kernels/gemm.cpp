@@ -205,54 +205,51 @@ static void gemm_impl(const GemmArgs& g, Precision p) {
       sb = b_rows * b_cols;
     }
   }
-  // Logical src [M,K] and weights [K,N] via strides.
-  auto src_md = g.trans_a ? md(in_t, g.batch, g.M, g.K, sa, 1, lda) : md(in_t, g.batch, g.M, g.K, sa, lda, 1);
-  auto wei_md = g.trans_b ? md(in_t, g.batch, g.K, g.N, sb, 1, ldb) : md(in_t, g.batch, g.K, g.N, sb, ldb, 1);
-  auto dst_md = md(dt::f32, g.batch, g.M, g.N, g.stride_c, g.ldc, 1);
-
-  std::string key;
-  key.reserve(160);
-  for (int64_t v :
-       {g.batch, g.M, g.N, g.K, sa, lda, sb, ldb, g.stride_c, g.ldc, static_cast<int64_t>(g.trans_a),
-        static_cast<int64_t>(g.trans_b), static_cast<int64_t>(g.bias != nullptr), static_cast<int64_t>(g.accumulate),
-        static_cast<int64_t>(bf), static_cast<int64_t>(omp_get_max_threads())}) {
-    key += std::to_string(v);
-    key += ',';
-  }
-  uint32_t alpha_bits;
-  std::memcpy(&alpha_bits, &g.alpha, 4);
-  key += std::to_string(alpha_bits);
-
-  const OnednnRuntime::Entry& prim = R.matmul(key, [&] {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
-    if (g.accumulate) {
-      dnnl::post_ops po;
-      po.append_sum(1.0f);
-      attr.set_post_ops(po);
-    }
-    dnnl::matmul::desc d =
-        g.bias ? dnnl::matmul::desc(src_md, wei_md,
-                                    g.batch == 1 ? dnnl::memory::desc(dims{1, g.N}, dt::f32, dims{g.N, 1})
-                                                 : dnnl::memory::desc(dims{1, 1, g.N}, dt::f32, dims{g.N, g.N, 1}),
-                                    dst_md)
-               : dnnl::matmul::desc(src_md, wei_md, dst_md);
-    return dnnl::matmul::primitive_desc(d, attr, R.engine);
-  });
   // Bias is added after scaling by oneDNN only when alpha == 1; we never combine them.
   BERTCC_CHECK(!(g.bias && g.alpha != 1.0f), "gemm: bias with alpha != 1 is not supported");
-
-  dnnl::memory src_m(src_md, R.engine, const_cast<void*>(a_ptr));
-  dnnl::memory wei_m(wei_md, R.engine, const_cast<void*>(b_ptr));
-  dnnl::memory dst_m(dst_md, R.engine, g.C);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
-  if (g.bias) {
-    auto bmd = g.batch == 1 ? dnnl::memory::desc(dims{1, g.N}, dt::f32, dims{g.N, 1})
-                            : dnnl::memory::desc(dims{1, 1, g.N}, dt::f32, dims{g.N, g.N, 1});
-    args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, R.engine, const_cast<float*>(g.bias)));
-  }
-  R.run(prim, args);
+  uint32_t alpha_bits;
+  std::memcpy(&alpha_bits, &g.alpha, 4);
+  const int64_t flags = int64_t{g.trans_a} | int64_t{g.trans_b} << 1 | int64_t{g.bias != nullptr} << 2 |
+                        int64_t{g.accumulate} << 3 | int64_t{bf} << 4;
+  const OnednnRuntime::Key key = {
+      0, g.batch, g.M, g.N, g.K, sa, lda, sb, ldb, g.stride_c, g.ldc, flags, omp_get_max_threads(), alpha_bits};
+  // Logical src [M,K] and weights [K,N] via strides.
+  const auto src_md = [&] {
+    return g.trans_a ? md(in_t, g.batch, g.M, g.K, sa, 1, lda) : md(in_t, g.batch, g.M, g.K, sa, lda, 1);
+  };
+  const auto wei_md = [&] {
+    return g.trans_b ? md(in_t, g.batch, g.K, g.N, sb, 1, ldb) : md(in_t, g.batch, g.K, g.N, sb, ldb, 1);
+  };
+  const auto dst_md = [&] { return md(dt::f32, g.batch, g.M, g.N, g.stride_c, g.ldc, 1); };
+  const auto bias_md = [&] {
+    return g.batch == 1 ? dnnl::memory::desc(dims{1, g.N}, dt::f32, dims{g.N, 1})
+                        : dnnl::memory::desc(dims{1, 1, g.N}, dt::f32, dims{g.N, g.N, 1});
+  };
+  OnednnRuntime::Prepared& prim = R.prepare(
+      key,
+      [&] {
+        dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
+        if (g.accumulate) {
+          dnnl::post_ops po;
+          po.append_sum(1.0f);
+          attr.set_post_ops(po);
+        }
+        dnnl::matmul::desc d = g.bias ? dnnl::matmul::desc(src_md(), wei_md(), bias_md(), dst_md())
+                                      : dnnl::matmul::desc(src_md(), wei_md(), dst_md());
+        return dnnl::matmul::primitive_desc(d, attr, R.engine);
+      },
+      [&] {
+        std::vector<std::pair<int, dnnl::memory::desc>> m{
+            {DNNL_ARG_SRC, src_md()}, {DNNL_ARG_WEIGHTS, wei_md()}, {DNNL_ARG_DST, dst_md()}};
+        if (g.bias) m.emplace_back(DNNL_ARG_BIAS, bias_md());
+        return m;
+      });
+  if (g.bias)
+    R.run_prepared(prim, {a_ptr, b_ptr, g.C, g.bias});
+  else
+    R.run_prepared(prim, {a_ptr, b_ptr, g.C});
 }
 
 namespace {
@@ -298,17 +295,21 @@ void linear_forward_packed(float* y, const float* x, const PackedWeights& W, con
     return linear_forward_rows_packed(y, x, static_cast<const float*>(W.data.get()), b, M, W.panels_n, W.panels_k);
   OnednnRuntime& R = onednn_runtime();
   const int64_t K = W.md.dims()[0], N = W.md.dims()[1];  // W read as [K, N]
-  std::string key = b ? "f32packed,b," : "f32packed,";
-  for (const int64_t v : {M, N, K, static_cast<int64_t>(omp_get_max_threads())}) key += std::to_string(v) + ",";
-  const OnednnRuntime::Entry& prim = R.matmul(key, [&] { return linear_pd(R, M, N, K, W.md, b != nullptr); });
-  const dnnl::memory::desc src_md(dims{M, K}, dt::f32, dims{K, 1}), dst_md(dims{M, N}, dt::f32, dims{N, 1});
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(src_md, R.engine, const_cast<float*>(x))},
-                                             {DNNL_ARG_WEIGHTS, dnnl::memory(W.md, R.engine, W.data.get())},
-                                             {DNNL_ARG_DST, dnnl::memory(dst_md, R.engine, y)}};
+  const OnednnRuntime::Key key = {2, M, N, K, b != nullptr, omp_get_max_threads()};
+  OnednnRuntime::Prepared& prim = R.prepare(
+      key, [&] { return linear_pd(R, M, N, K, W.md, b != nullptr); },
+      [&] {
+        std::vector<std::pair<int, dnnl::memory::desc>> m{
+            {DNNL_ARG_SRC, dnnl::memory::desc(dims{M, K}, dt::f32, dims{K, 1})},
+            {DNNL_ARG_WEIGHTS, W.md},
+            {DNNL_ARG_DST, dnnl::memory::desc(dims{M, N}, dt::f32, dims{N, 1})}};
+        if (b) m.emplace_back(DNNL_ARG_BIAS, dnnl::memory::desc(dims{1, N}, dt::f32, dims{N, 1}));
+        return m;
+      });
   if (b)
-    args.emplace(DNNL_ARG_BIAS,
-                 dnnl::memory(dnnl::memory::desc(dims{1, N}, dt::f32, dims{N, 1}), R.engine, const_cast<float*>(b)));
-  R.run(prim, args);
+    R.run_prepared(prim, {x, W.data.get(), y, b});
+  else
+    R.run_prepared(prim, {x, W.data.get(), y});
 }
 
 // bf16 emulated on the row kernel: x and W rounded to bf16 (or widened from their bf16 copies), as

@@ -71,17 +71,19 @@ void matmul_s8(const int8_t* a, const dnnl::memory::desc& wei_md, const void* b,
   OnednnRuntime& R = onednn_runtime();
   const dnnl::memory::desc src_md(dims{M, K}, dt::s8, dims{K, 1});
   const dnnl::memory::desc dst_md(dims{M, N}, dt::s32, dims{N, 1});
-  std::string key = packed ? "s8s8s32p," : "s8s8s32,";
-  for (const int64_t v : {M, N, K, static_cast<int64_t>(omp_get_max_threads())}) key += std::to_string(v) + ",";
-  const OnednnRuntime::Entry& prim = R.matmul(key, [&] {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, R.engine);
-  });
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(src_md, R.engine, const_cast<int8_t*>(a))},
-                                             {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, R.engine, const_cast<void*>(b))},
-                                             {DNNL_ARG_DST, dnnl::memory(dst_md, R.engine, acc)}};
-  R.run(prim, args);
+  const OnednnRuntime::Key key = {1, M, N, K, packed, omp_get_max_threads()};
+  OnednnRuntime::Prepared& prim = R.prepare(
+      key,
+      [&] {
+        dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, R.engine);
+      },
+      [&] {
+        return std::vector<std::pair<int, dnnl::memory::desc>>{
+            {DNNL_ARG_SRC, src_md}, {DNNL_ARG_WEIGHTS, wei_md}, {DNNL_ARG_DST, dst_md}};
+      });
+  R.run_prepared(prim, {a, b, acc});
 }
 
 dnnl::memory::desc plain_weight_md(int64_t N, int64_t K) {

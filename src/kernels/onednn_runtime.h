@@ -1,12 +1,16 @@
 // The oneDNN runtime the CPU GEMMs share (fp32/bf16 in gemm.cpp, int8 in gemm_int8.cpp): an engine,
 // a stream, primitives by shape and one scratchpad.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "bertcc/dtype.h"
@@ -23,33 +27,58 @@ struct OnednnRuntime {
   // Bounded: unpadded batches (and a server's) bring a new row count with nearly every batch, so
   // the shapes seen over a long run are many; past the bound the primitives are made again.
   static constexpr size_t kMaxCached = 4096;
-  std::unordered_map<std::string, Entry> cache;
   std::vector<bf16_t> scratch_a, scratch_b;  // a bf16 GEMM's operands rounded (gemm.cpp)
   // One scratchpad for every matmul, owned here: oneDNN's own (library mode) is allocated and
   // freed around each call, which for large shapes means fresh pages zeroed by the kernel each time.
   std::vector<uint8_t> scratchpad;
 
-  // The matmul for `key` (its shape, types and attributes), made from make()'s primitive_desc (whose
-  // attributes ask for the user scratchpad) the first time.
-  template <typename Make>
-  const Entry& matmul(const std::string& key, Make make) {
-    auto it = cache.find(key);
-    if (it == cache.end()) {
-      if (cache.size() >= kMaxCached) cache.clear();
-      const dnnl::matmul::primitive_desc pd = make();
-      it = cache.emplace(key, Entry{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
+  // The matmuls by a fixed key of integers (shape, strides, types, attributes), each with its
+  // memory objects made once: a call sets the data handles and runs it (run_prepared). The many
+  // small products (the attention's, per sequence and head) spent a good part of their time making
+  // a string key and memory objects on every call.
+  struct Prepared {
+    Entry e;
+    std::vector<std::pair<int, dnnl::memory>> mems;  // by argument, in call order (see run_prepared)
+    std::unordered_map<int, dnnl::memory> args;
+  };
+  using Key = std::array<int64_t, 14>;  // [0]: which caller (gemm.cpp, gemm_int8.cpp), then its fields
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
+      for (const int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+      return static_cast<size_t>(h);
     }
-    return it->second;
+  };
+  std::unordered_map<Key, Prepared, KeyHash> prepared;
+
+  // The prepared matmul for `key`, made the first time from make() (the primitive_desc) and
+  // memory descriptions of its arguments (mds(): argument -> description; handles set per call).
+  template <typename Make, typename Mds>
+  Prepared& prepare(const Key& key, Make make, Mds mds) {
+    auto it = prepared.find(key);
+    if (it != prepared.end()) return it->second;
+    if (prepared.size() >= kMaxCached) prepared.clear();
+    const dnnl::matmul::primitive_desc pd = make();
+    Prepared p{Entry{dnnl::matmul(pd), pd.scratchpad_desc()}, {}, {}};
+    for (const auto& [arg, md] : mds()) {
+      p.mems.emplace_back(arg, dnnl::memory(md, engine, nullptr));
+      p.args.emplace(arg, p.mems.back().second);
+    }
+    if (p.e.scratch.get_size() > 0) p.args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.e.scratch, engine, nullptr));
+    return prepared.emplace(key, std::move(p)).first->second;
   }
 
-  // Runs e on args with this runtime's scratchpad, and waits for it.
-  void run(const Entry& e, std::unordered_map<int, dnnl::memory>& args) {
-    const size_t pad = e.scratch.get_size();
+  // Runs p with the arguments' data at `data` (in the order of p.mems) and this runtime's
+  // scratchpad, and waits for it.
+  void run_prepared(Prepared& p, std::initializer_list<const void*> data) {
+    size_t i = 0;
+    for (const void* d : data) p.mems[i++].second.set_data_handle(const_cast<void*>(d));
+    const size_t pad = p.e.scratch.get_size();
     if (pad > 0) {
       if (scratchpad.size() < pad) scratchpad.resize(pad);
-      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratch, engine, scratchpad.data()));
+      p.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratchpad.data());
     }
-    e.prim.execute(stream, args);
+    p.e.prim.execute(stream, p.args);
     stream.wait();
   }
 };
