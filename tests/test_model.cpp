@@ -804,11 +804,12 @@ static BertConfig whole_page_config() {
   return c;
 }
 
-TEST(Model, PackedFp32WeightsGiveTheSameOutputs) {
-  // keep_packed_fp32_weights_only (fp32 inference commands on the CPU): the encoder's linear layers
-  // packed for the kernel that runs them (oneDNN's blocked layout, or the row kernel's panels as on
-  // an AVX2 CPU; both forced here on every CPU), their fp32 pages given back; the outputs keep every
-  // bit, a sequence's do not depend on its batch, and other precisions are refused.
+TEST(Model, PackedWeightsGiveTheSameOutputs) {
+  // keep_packed_weights_only (fp32 and bf16 inference commands on the CPU): the encoder's linear
+  // layers packed for the kernel that runs them (oneDNN's blocked layout, or the row kernel's panels
+  // for fp32 as on an AVX2 CPU; both forced here on every CPU), their fp32 pages (and bf16 copies)
+  // given back; the outputs keep every bit, a sequence's do not depend on its batch, and other
+  // precisions are refused. bf16 packs where oneDNN's bf16 matmul is native (else nothing changes).
   const BertConfig c = whole_page_config();
   const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
   BertBatch one;  // row 1 (12 tokens) on its own
@@ -818,25 +819,31 @@ TEST(Model, PackedFp32WeightsGiveTheSameOutputs) {
   one.segment_ids.assign(b.segment_ids.begin() + 12, b.segment_ids.begin() + 24);
   one.input_mask.assign(12, 1);
   const size_t C = static_cast<size_t>(c.hidden_size);
-  for (const auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always}) {
-    kernels::set_row_gemm(rows);
-    SCOPED_TRACE(kernels::row_gemm_active() ? "row kernel" : "oneDNN");
-    Bert m(c, Heads::None);
-    m.init_weights(5);
-    Rng r{1, 0};
-    m.encode(b, false, Precision::F32, r, false);
-    const std::vector<float> before(m.sequence_output(), m.sequence_output() + 12 * 3 * C);
-    m.keep_packed_fp32_weights_only();
-    m.encode(b, false, Precision::F32, r, false);
-    EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C));
-    m.encode(one, false, Precision::F32, r, false);  // row 1 alone (rows 12..23 above)
-    EXPECT_EQ(std::vector<float>(before.begin() + 12 * C, before.begin() + 24 * C),
-              std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * C));
-    if (kernels::row_gemm_active() || onednn_f32_rows_invariant()) {  // packed (x86: every CPU)
-      EXPECT_THROW(m.encode(b, false, Precision::BF16, r, false), Error);
-      EXPECT_THROW(m.encode(b, false, Precision::I8, r, false), Error);
+  for (const Precision prec : {Precision::F32, Precision::BF16})
+    for (const auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always}) {
+      kernels::set_row_gemm(rows);
+      SCOPED_TRACE(std::string(precision_name(prec)) + (kernels::row_gemm_active() ? ", row kernel" : ", oneDNN"));
+      Bert m(c, Heads::None);
+      m.init_weights(5);
+      Rng r{1, 0};
+      m.encode(b, false, prec, r, false);
+      const std::vector<float> before(m.sequence_output(), m.sequence_output() + 12 * 3 * C);
+      m.keep_packed_weights_only(prec);
+      m.encode(b, false, prec, r, false);
+      EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C));
+      m.encode(one, false, prec, r, false);  // row 1 alone (rows 12..23 above)
+      EXPECT_EQ(std::vector<float>(before.begin() + 12 * C, before.begin() + 24 * C),
+                std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * C));
+      // packed: fp32 on every x86 CPU, bf16 where it is native
+      const bool packed =
+          prec == Precision::F32 ? kernels::row_gemm_active() || onednn_f32_rows_invariant() : onednn_bf16_matmul();
+      if (packed) {
+        for (const Precision other : {Precision::F32, Precision::BF16, Precision::I8})
+          if (other != prec) {
+            EXPECT_THROW(m.encode(b, false, other, r, false), Error) << precision_name(other);
+          }
+      }
     }
-  }
   kernels::set_row_gemm(kernels::RowGemm::Auto);
 }
 

@@ -92,9 +92,11 @@ class Bert {
   bool inference_only() const;
   // int8 inference on the CPU: the encoder's linears quantized now, their fp32 pages given back.
   void keep_int8_weights_only();
-  // fp32 inference on the CPU: the encoder's linears packed now for oneDNN's kernels, their fp32
-  // pages given back (nothing where this CPU's fp32 matmul would not gain: AVX2's row kernel).
-  void keep_packed_fp32_weights_only();
+  // fp32 or bf16 inference on the CPU: the encoder's linears packed now for the kernels that run
+  // them (oneDNN's blocked layout, or the row kernel's panels for fp32 on AVX2), their fp32 pages
+  // (and bf16 copies) given back; the model then computes in `prec` alone. Nothing where this
+  // CPU's matmul reads plain weights (bf16 emulated on AVX2).
+  void keep_packed_weights_only(Precision prec);
   Backend& backend() const;
   void params_to_device();
   void params_to_host();  // after the weights changed on the device (optimizer steps), before saving

@@ -260,10 +260,46 @@ dnnl::matmul::primitive_desc linear_pd(OnednnRuntime& R, int64_t M, int64_t N, i
                                        const dnnl::memory::desc& wei_md, bool bias) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::memory::desc src_md(dims{M, K}, dt::f32, dims{K, 1}), dst_md(dims{M, N}, dt::f32, dims{N, 1});
+  const dnnl::memory::desc src_md(dims{M, K}, wei_md.data_type(), dims{K, 1});
+  const dnnl::memory::desc dst_md(dims{M, N}, dt::f32, dims{N, 1});
   if (!bias) return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, R.engine);
   const dnnl::memory::desc bias_md(dims{1, N}, dt::f32, dims{N, 1});
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md), attr, R.engine);
+}
+
+// W [N, K] of type t (fp32 or bf16) reordered into the layout oneDNN's brgemm kernels read, where
+// they run this layer (with and without a bias) at every row count; null otherwise.
+std::shared_ptr<const PackedWeights> pack_for_brgemm(const void* W, dt t, int64_t N, int64_t K) {
+  OnednnRuntime& R = onednn_runtime();
+  const dnnl::memory::desc chosen =
+      linear_pd(R, 1024, N, K, dnnl::memory::desc(dims{K, N}, t, dnnl::memory::format_tag::any), true).weights_desc();
+  return pack_weights(dnnl::memory::desc(dims{K, N}, t, dims{1, K}), W, chosen, [&](int64_t M) {
+    for (const bool bias : {false, true})
+      if (std::string(linear_pd(R, M, N, K, chosen, bias).impl_info_str()).rfind("brg", 0) != 0) return false;
+    return true;
+  });
+}
+
+// y [M, N] = x [M, K] W^T + b on oneDNN's packed W; x of W's type (fp32 or bf16)
+void run_packed(float* y, const void* x, const PackedWeights& W, const float* b, int64_t M) {
+  OnednnRuntime& R = onednn_runtime();
+  const int64_t K = W.md.dims()[0], N = W.md.dims()[1];  // W read as [K, N]
+  const dt t = W.md.data_type();
+  const OnednnRuntime::Key key = {2, M, N, K, b != nullptr, omp_get_max_threads(), static_cast<int64_t>(t)};
+  OnednnRuntime::Prepared& prim = R.prepare(
+      key, [&] { return linear_pd(R, M, N, K, W.md, b != nullptr); },
+      [&] {
+        std::vector<std::pair<int, dnnl::memory::desc>> m{
+            {DNNL_ARG_SRC, dnnl::memory::desc(dims{M, K}, t, dims{K, 1})},
+            {DNNL_ARG_WEIGHTS, W.md},
+            {DNNL_ARG_DST, dnnl::memory::desc(dims{M, N}, dt::f32, dims{N, 1})}};
+        if (b) m.emplace_back(DNNL_ARG_BIAS, dnnl::memory::desc(dims{1, N}, dt::f32, dims{N, 1}));
+        return m;
+      });
+  if (b)
+    R.run_prepared(prim, {x, W.data.get(), y, b});
+  else
+    R.run_prepared(prim, {x, W.data.get(), y});
 }
 
 }  // namespace
@@ -277,39 +313,27 @@ std::shared_ptr<const PackedWeights> pack_linear_weight(const float* W, int64_t 
     p->panels_k = K;
     return p;
   }
-  OnednnRuntime& R = onednn_runtime();
-  const dnnl::memory::desc chosen =
-      linear_pd(R, 1024, N, K, dnnl::memory::desc(dims{K, N}, dt::f32, dnnl::memory::format_tag::any), true)
-          .weights_desc();
-  // the brgemm kernels, with and without a bias
-  return pack_weights(dnnl::memory::desc(dims{K, N}, dt::f32, dims{1, K}), W, chosen, [&](int64_t M) {
-    for (const bool bias : {false, true})
-      if (std::string(linear_pd(R, M, N, K, chosen, bias).impl_info_str()).rfind("brg", 0) != 0) return false;
-    return true;
-  });
+  return pack_for_brgemm(W, dt::f32, N, K);
+}
+
+std::shared_ptr<const PackedWeights> pack_linear_weight_bf16(const bf16_t* W16, int64_t N, int64_t K) {
+  BERTCC_CHECK(N > 0 && K > 0, "pack_linear_weight_bf16: empty weight [", N, ", ", K, "]");
+  if (!onednn_bf16_matmul()) return nullptr;  // emulated bf16: fp32 products of the roundings
+  return pack_for_brgemm(W16, dt::bf16, N, K);
 }
 
 void linear_forward_packed(float* y, const float* x, const PackedWeights& W, const float* b, int64_t M) {
   BERTCC_CHECK(M > 0, "linear_forward_packed: no rows");
   if (W.panels_n > 0)
     return linear_forward_rows_packed(y, x, static_cast<const float*>(W.data.get()), b, M, W.panels_n, W.panels_k);
-  OnednnRuntime& R = onednn_runtime();
-  const int64_t K = W.md.dims()[0], N = W.md.dims()[1];  // W read as [K, N]
-  const OnednnRuntime::Key key = {2, M, N, K, b != nullptr, omp_get_max_threads()};
-  OnednnRuntime::Prepared& prim = R.prepare(
-      key, [&] { return linear_pd(R, M, N, K, W.md, b != nullptr); },
-      [&] {
-        std::vector<std::pair<int, dnnl::memory::desc>> m{
-            {DNNL_ARG_SRC, dnnl::memory::desc(dims{M, K}, dt::f32, dims{K, 1})},
-            {DNNL_ARG_WEIGHTS, W.md},
-            {DNNL_ARG_DST, dnnl::memory::desc(dims{M, N}, dt::f32, dims{N, 1})}};
-        if (b) m.emplace_back(DNNL_ARG_BIAS, dnnl::memory::desc(dims{1, N}, dt::f32, dims{N, 1}));
-        return m;
-      });
-  if (b)
-    R.run_prepared(prim, {x, W.data.get(), y, b});
-  else
-    R.run_prepared(prim, {x, W.data.get(), y});
+  BERTCC_CHECK(W.md.data_type() == dt::f32, "linear_forward_packed: the weights are not fp32");
+  run_packed(y, x, W, b, M);
+}
+
+void linear_forward_packed_bf16(float* y, const bf16_t* x16, const PackedWeights& W, const float* b, int64_t M) {
+  BERTCC_CHECK(M > 0, "linear_forward_packed_bf16: no rows");
+  BERTCC_CHECK(W.panels_n == 0 && W.md.data_type() == dt::bf16, "linear_forward_packed_bf16: the weights are not bf16");
+  run_packed(y, x16, W, b, M);
 }
 
 // bf16 emulated on the row kernel: x and W rounded to bf16 (or widened from their bf16 copies), as

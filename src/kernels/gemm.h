@@ -37,6 +37,11 @@ std::shared_ptr<const PackedWeights> pack_linear_weight(const float* W, int64_t 
 // linear_forward(y, x, W, b, M, N, K, fp32) on the packed W (as linear_forward ran when it was
 // packed): the same kernels on the same values, so the same bits (tested), whatever M.
 void linear_forward_packed(float* y, const float* x, const PackedWeights& W, const float* b, int64_t M);
+// The same for bf16 inference where oneDNN's bf16 matmul is native (AVX512-BF16, AMX): W's bf16
+// copy W16 packed once (null where bf16 is emulated); the layer on it takes x's rounding x16 and
+// gives linear_forward(y, x, W, b, M, N, K, bf16, W16, x16)'s bits.
+std::shared_ptr<const PackedWeights> pack_linear_weight_bf16(const bf16_t* W16, int64_t N, int64_t K);
+void linear_forward_packed_bf16(float* y, const bf16_t* x16, const PackedWeights& W, const float* b, int64_t M);
 
 // The fp32 linear layer whose output rows do not depend on the batch: y[M,N] = x[M,K] W^T + b with
 // every element a fixed function of its own row of x and of W (fixed lanes and reduction order over

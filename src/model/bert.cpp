@@ -71,7 +71,9 @@ void Bert::use_backend_for_inference(Backend& be, Precision prec) {
 
 bool Bert::inference_only() const { return weights_->inference_only(); }
 void Bert::keep_int8_weights_only() { weights_->keep_int8_weights_only(encoder_->int8_linears()); }
-void Bert::keep_packed_fp32_weights_only() { weights_->keep_packed_fp32_weights_only(encoder_->int8_linears()); }
+void Bert::keep_packed_weights_only(Precision prec) {
+  weights_->keep_packed_weights_only(encoder_->int8_linears(), prec);
+}
 Backend& Bert::backend() const { return weights_->backend(); }
 void Bert::params_to_device() { weights_->params_to_device(); }
 void Bert::params_to_host() { weights_->params_to_host(); }

@@ -302,7 +302,7 @@ void Encoder::layer_forward(int l, const Pass& pass) {
   // (bf16: the output as its rounding qkv16 alone, what the attention reads)
   LinearIo qkv_io = l == 0 ? LinearIo{nullptr, a.as16(ly.x16), nullptr} : LinearIo{a.as16(ly.x16), nullptr, nullptr};
   qkv_io.y16 = a.as16(ly.qkv16);
-  if (!linear_held(ly.qkv, xin, L.qkv, N, prec))
+  if (!linear_held(ly.qkv, xin, L.qkv, N, prec, &qkv_io))
     be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), N, 3 * C, C, prec, w16(L.qkv.w, prec), qkv_io);
   // (bf16: the output as its rounding ctx16 alone, what the product reads)
   attention_forward(l, pass);
@@ -310,9 +310,10 @@ void Encoder::layer_forward(int l, const Pass& pass) {
   const kernels::Int8LayerNorm ln1{ly.h1, ly.ln1_sum,       ly.ln1_mean,      ly.ln1_rstd,
                                    xin,   w(L.attn_norm.g), w(L.attn_norm.b), eps};
   if (!output_int8(ln1, ly.ctx, L.attn_out, N, pass)) {
-    if (!linear_held(a.tmp_c, ly.ctx, L.attn_out, N, prec))
+    const LinearIo out_io{a.as16(ly.ctx16), nullptr, nullptr};
+    if (!linear_held(a.tmp_c, ly.ctx, L.attn_out, N, prec, &out_io))
       be.linear_forward(a.tmp_c, ly.ctx, w(L.attn_out.w), w(L.attn_out.b), N, C, C, prec, w16(L.attn_out.w, prec),
-                        LinearIo{a.as16(ly.ctx16), nullptr, nullptr});
+                        out_io);
     if (p_h > 0) ly.seed_attn_out = rng.reserve(N * C);
     be.residual_dropout_layernorm_forward(ly.h1, ly.ln1_sum, ly.ln1_mean, ly.ln1_rstd, a.tmp_c, xin, w(L.attn_norm.g),
                                           w(L.attn_norm.b), N, C, eps, a.as16(ly.h1_16), p_h, rng, ly.seed_attn_out);
@@ -325,15 +326,15 @@ void Encoder::layer_forward(int l, const Pass& pass) {
   const kernels::Int8LayerNorm ln2{a.x[l + 1], ly.ln2_sum,      ly.ln2_mean,     ly.ln2_rstd,
                                    ly.h1,      w(L.ffn_norm.g), w(L.ffn_norm.b), eps};
   if (ffn_int8(ln2, ly.h1, L, N, pass)) return;
-  if (!linear_held(ly.inter, ly.h1, L.ffn_in, N, prec))
+  if (!linear_held(ly.inter, ly.h1, L.ffn_in, N, prec, &ffn1_io))
     be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
   if (prec == Precision::BF16)
     be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, cfg_.activation());
   else
     be.gelu_forward(ly.gelu, ly.inter, N * I, cfg_.activation());
-  if (!linear_held(a.tmp_c, ly.gelu, L.ffn_out, N, prec))
-    be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
-                      LinearIo{a.as16(ly.gelu16), nullptr, nullptr});
+  const LinearIo ffn2_io{a.as16(ly.gelu16), nullptr, nullptr};
+  if (!linear_held(a.tmp_c, ly.gelu, L.ffn_out, N, prec, &ffn2_io))
+    be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec), ffn2_io);
   if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
   be.residual_dropout_layernorm_forward(
       a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1, w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,

@@ -128,9 +128,10 @@ class Encoder {
   const float* w(ParamRef r) const { return weights_.w(r); }
   const bf16_t* w16(ParamRef r, Precision p) const { return weights_.w16(r, p); }
   float* dgrad(ParamRef r) { return weights_.dgrad(r); }
-  // A linear layer from the weights held for inference (int8, or fp32 packed; weights.h), or false.
-  bool linear_held(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
-    return weights_.linear_held(y, x, r, M, prec);
+  // A linear layer from the weights held for inference (int8, or packed; weights.h), or false.
+  bool linear_held(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec,
+                   const LinearIo* io = nullptr) const {
+    return weights_.linear_held(y, x, r, M, prec, io);
   }
   // With int8, in one kernel each (int8.cpp): an output layer of x and the LayerNorm after it, or a
   // layer's feed-forward block and its LayerNorm (kernels/gemm_int8.h); false for other precisions.

@@ -15,14 +15,15 @@
 #include "backend/backend.h"
 #include "bertcc/error.h"
 #include "model/encoder.h"
+#include "model/packed.h"
 
 namespace bertcc {
 
 void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& linears) {
-  BERTCC_CHECK(!f32p_ || p == Precision::F32,
-               "this model keeps its encoder's linear layers packed for fp32 inference alone: ", precision_name(p),
+  BERTCC_CHECK(!packed_ || p == packed_->prec, "this model keeps its encoder's linear layers packed for ",
+               precision_name(packed_ ? packed_->prec : p), " inference alone: ", precision_name(p),
                " needs their fp32 weights");
-  BERTCC_CHECK(!fp32_linears_released_ || f32p_ || p == Precision::I8,
+  BERTCC_CHECK(!fp32_linears_released_ || packed_ || p == Precision::I8,
                "this model keeps its encoder's linear layers in int8 "
                "alone (loaded for --precision int8): ",
                precision_name(p), " needs their fp32 weights");
@@ -48,14 +49,19 @@ void ModelWeights::keep_int8_weights_only(const std::vector<Int8Linear>& linears
 }
 
 void ModelWeights::release_linear_pages(const std::vector<Int8Linear>& linears) {
-  // Whole pages inside each matrix back to the system (madvise: they read as zeros if touched
-  // again, which the checks of keep_*_only's callers prevent); the pages shared with kept tensors stay.
+  // Whole pages inside each matrix (and inside its bf16 copy, where the CPU holds one) back to the
+  // system (madvise: they read as zeros if touched again, which the checks of keep_*_only's callers
+  // prevent); the pages shared with kept tensors stay.
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  for (const Int8Linear& l : linears) {
-    const auto begin = reinterpret_cast<uintptr_t>(params_.data() + table_[l.r.w].offset);
-    const uintptr_t end = begin + static_cast<uintptr_t>(l.N * l.K) * sizeof(float);
+  const auto release = [&](const void* from, size_t bytes) {
+    const auto begin = reinterpret_cast<uintptr_t>(from), end = begin + bytes;
     const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;
     if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+  };
+  for (const Int8Linear& l : linears) {
+    const size_t n = static_cast<size_t>(l.N * l.K), at = static_cast<size_t>(table_[l.r.w].offset);
+    release(params_.data() + at, n * sizeof(float));
+    if (!params16_.empty()) release(params16_.data() + at, n * sizeof(bf16_t));
   }
   fp32_linears_released_ = true;
 }
@@ -68,10 +74,11 @@ const kernels::Int8Weight* ModelWeights::int8_weight(const LinearRef& r, Precisi
   return &it->second;
 }
 
-bool ModelWeights::linear_held(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
+bool ModelWeights::linear_held(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec,
+                               const LinearIo* io) const {
   const kernels::Int8Weight* q = int8_weight(r, prec);
   if (q) kernels::linear_forward_int8(y, x, *q, w(r.b), M);
-  return q != nullptr || linear_packed_f32(y, x, r, M, prec);
+  return q != nullptr || linear_packed(y, x, io, r, M, prec);
 }
 
 bool Encoder::output_int8(const kernels::Int8LayerNorm& ln, const float* x, const LinearRef& r, int64_t M,

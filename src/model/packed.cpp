@@ -1,39 +1,66 @@
-// fp32 inference on the CPU with the encoder's linear layers packed once into the layout the fp32
-// kernel reads (kernels/gemm.h: pack_linear_weight; oneDNN's blocked layout, or the row kernel's
-// panels on AVX2 CPUs): a call then skips copying the weight into that layout, which is a sixth of
-// a bert-base feed-forward GEMM at 2 threads and most of a small batch's. The packed copy replaces
-// the fp32 matrices (their pages are given back, as for int8), so a model loaded this way computes
-// in fp32 alone. Where oneDNN prefers a plain layout nothing is packed and the model is left as is.
+// fp32 and bf16 inference on the CPU with the encoder's linear layers packed once into the layout
+// their kernel reads (kernels/gemm.h: pack_linear_weight, pack_linear_weight_bf16; oneDNN's blocked
+// layout, or the row kernel's panels for fp32 on AVX2 CPUs): a call then skips copying the weight
+// into that layout, which is a sixth of a bert-base feed-forward GEMM at 2 threads and most of a
+// small batch's. The packed copy replaces the fp32 matrices (and, for bf16, their bf16 copies:
+// their pages are given back, as for int8), so a model loaded this way computes in that one
+// precision. Where the kernel reads plain weights (oneDNN's choice; bf16 emulated on AVX2) nothing
+// is packed and the model is left as it is.
 #include "model/packed.h"
 
 #include "backend/backend.h"
+#include "backend/ops.h"
 #include "bertcc/error.h"
+#include "kernels/kernels.h"
 
 namespace bertcc {
 
-void ModelWeights::keep_packed_fp32_weights_only(const std::vector<Int8Linear>& linears) {
-  BERTCC_CHECK(!fp32_linears_released_ && !q8_, "keep_packed_fp32_weights_only: the model already keeps int8 weights");
+void ModelWeights::keep_packed_weights_only(const std::vector<Int8Linear>& linears, Precision prec) {
+  BERTCC_CHECK(prec == Precision::F32 || prec == Precision::BF16, "keep_packed_weights_only: fp32 or bf16, not ",
+               precision_name(prec));
+  BERTCC_CHECK(!fp32_linears_released_ && !q8_, "keep_packed_weights_only: the model already keeps int8 weights");
   if (!be_->on_host() || !dev_offset_.empty() || linears.empty()) return;  // the CPU's own matmuls only
-  auto packed = std::make_unique<PackedF32Weights>();
+  const bool bf = prec == Precision::BF16;
+  refresh_bf16(prec);
+  auto packed = std::make_unique<PackedLinears>();
+  packed->prec = prec;
   for (const Int8Linear& l : linears) {
-    std::shared_ptr<const kernels::PackedWeights> p = kernels::pack_linear_weight(w(l.r.w), l.N, l.K);
-    if (!p) return;  // this CPU's fp32 matmul reads plain weights: nothing to gain
-    packed->by_weight[l.r.w.i] = std::move(p);
+    std::shared_ptr<const kernels::PackedWeights> p = bf ? kernels::pack_linear_weight_bf16(w16(l.r.w, prec), l.N, l.K)
+                                                         : kernels::pack_linear_weight(w(l.r.w), l.N, l.K);
+    if (!p) continue;  // this CPU's matmul reads plain weights for this shape: nothing to gain
+    packed->by_weight[l.r.w.i] = PackedLinears::Layer{std::move(p), l.N, l.K};
+    release_linear_pages({l});  // one layer at a time: at most one layer held twice
   }
-  f32p_ = std::move(packed);
-  f32p_valid_ = true;
-  release_linear_pages(linears);
+  if (packed->by_weight.empty()) return;
+  packed_ = std::move(packed);
+  packed_valid_ = true;
 }
 
-bool ModelWeights::linear_packed_f32(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const {
-  if (!f32p_) return false;
-  BERTCC_CHECK(f32p_valid_, "the weights of a model loaded for fp32 inference alone changed");
-  BERTCC_CHECK(prec == Precision::F32,
-               "this model keeps its encoder's linear layers packed for fp32 inference alone: ", precision_name(prec),
-               " needs their fp32 weights");
-  const auto it = f32p_->by_weight.find(r.w.i);
-  if (it == f32p_->by_weight.end()) return false;  // a layer not packed (the pooler, the heads)
-  kernels::linear_forward_packed(y, x, *it->second, w(r.b), M);
+bool ModelWeights::linear_packed(float* y, const float* x, const LinearIo* io, const LinearRef& r, int64_t M,
+                                 Precision prec) const {
+  if (!packed_) return false;
+  const char* kept = precision_name(packed_->prec);
+  BERTCC_CHECK(packed_valid_, "the weights of a model loaded for ", kept, " inference alone changed");
+  BERTCC_CHECK(prec == packed_->prec, "this model keeps its encoder's linear layers packed for ", kept,
+               " inference alone: ", precision_name(prec), " needs their fp32 weights");
+  const auto it = packed_->by_weight.find(r.w.i);
+  if (it == packed_->by_weight.end()) return false;  // a layer not packed (the pooler, the heads)
+  const PackedLinears::Layer& l = it->second;
+  if (prec == Precision::F32) {
+    kernels::linear_forward_packed(y, x, *l.w, w(r.b), M);
+    return true;
+  }
+  // bf16, as the backend's linear_forward: x's rounding (kept by the kernel before, or made here),
+  // fp32 sums and bias, and the output's rounding where the caller reads only that
+  const bf16_t* x16 = io ? io->x16 : nullptr;
+  if (!x16) {
+    thread_local std::vector<bf16_t> rounded;
+    bf16_t* to = io && io->keep_x16 ? io->keep_x16 : kernels::grow(rounded, M * l.K);
+    to_bf16(x, to, static_cast<size_t>(M * l.K));
+    x16 = to;
+  }
+  kernels::linear_forward_packed_bf16(y, x16, *l.w, w(r.b), M);
+  if (io && io->y16) to_bf16(y, io->y16, static_cast<size_t>(M * l.N));
   return true;
 }
 

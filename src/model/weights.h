@@ -16,6 +16,7 @@ namespace bertcc {
 
 class Backend;
 struct HeadSpec;
+struct LinearIo;
 namespace kernels {
 struct Int8Weight;
 struct PackedWeights;
@@ -100,12 +101,14 @@ class ModelWeights {
   void refresh_int8(Precision p, const std::vector<Int8Linear>& linears);
   // bertcc/bert.h's keep_int8_weights_only, for the encoder's `linears`.
   void keep_int8_weights_only(const std::vector<Int8Linear>& linears);
-  // bertcc/bert.h's keep_packed_fp32_weights_only (packed.cpp), for the encoder's `linears`.
-  void keep_packed_fp32_weights_only(const std::vector<Int8Linear>& linears);
+  // bertcc/bert.h's keep_packed_weights_only (packed.cpp), for the encoder's `linears`.
+  void keep_packed_weights_only(const std::vector<Int8Linear>& linears, Precision prec);
   // Linear layer r on x[M, K] into y[M, N] from the weights held here for inference: in int8 when
-  // prec is int8, from the packed fp32 weight in fp32 once keep_packed_fp32_weights_only made them
-  // (true); else nothing (false: the caller runs the backend's linear_forward).
-  bool linear_held(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const;
+  // prec is int8, from the packed weight once keep_packed_weights_only made them (true; io: the
+  // bf16 roundings, as the backend's linear_forward takes them); else nothing (false: the caller
+  // runs the backend's linear_forward).
+  bool linear_held(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec,
+                   const LinearIo* io = nullptr) const;
   // The int8 weight of linear layer r when prec is int8; null for other precisions.
   const kernels::Int8Weight* int8_weight(const LinearRef& r, Precision prec) const;
 
@@ -117,8 +120,8 @@ class ModelWeights {
   bool embeddings_frozen() const { return embeddings_frozen_; }
 
  private:
-  void invalidate_copies() { params16_valid_ = q8_valid_ = f32p_valid_ = false; }
-  bool linear_packed_f32(float* y, const float* x, const LinearRef& r, int64_t M, Precision prec) const;
+  void invalidate_copies() { params16_valid_ = q8_valid_ = packed_valid_ = false; }
+  bool linear_packed(float* y, const float* x, const LinearIo* io, const LinearRef& r, int64_t M, Precision prec) const;
   // Whole pages inside each of `linears`' fp32 matrices back to the system (keep_*_only).
   void release_linear_pages(const std::vector<Int8Linear>& linears);
 
@@ -133,10 +136,10 @@ class ModelWeights {
   std::unique_ptr<Int8Weights> q8_;
   bool q8_valid_ = false;
   bool fp32_linears_released_ = false;  // keep_*_only: those fp32 pages are gone
-  // keep_packed_fp32_weights_only (packed.cpp): the encoder's linear layers in oneDNN's layout
-  struct PackedF32Weights;
-  std::unique_ptr<PackedF32Weights> f32p_;
-  bool f32p_valid_ = false;  // no mutable access to the weights since they were packed
+  // keep_packed_weights_only (packed.cpp): the encoder's linear layers in their kernel's layout
+  struct PackedLinears;
+  std::unique_ptr<PackedLinears> packed_;
+  bool packed_valid_ = false;  // no mutable access to the weights since they were packed
   Backend* be_;
   struct DeviceState;  // device copies of the weights, gradients and bf16 weights
   std::unique_ptr<DeviceState> dev_;

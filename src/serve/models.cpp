@@ -66,7 +66,7 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   // one forward pass at a time (the `device` mutex), so one backend serves every model
   if (!be.on_host()) md->bert->use_backend_for_inference(be, prec);
   if (prec == Precision::I8) md->bert->keep_int8_weights_only();  // (refuses a device)
-  if (prec == Precision::F32 && be.on_host()) md->bert->keep_packed_fp32_weights_only();
+  if ((prec == Precision::F32 || prec == Precision::BF16) && be.on_host()) md->bert->keep_packed_weights_only(prec);
   const BertConfig& c = md->bert->config();
   BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
   BERTCC_CHECK(!md->head().needs_labels || c.num_labels() > 0, md->dir, ": config.json has no labels");

@@ -248,8 +248,8 @@ void set_up(Bench& b) {
   if (b.prec == Precision::I8) {
     BERTCC_CHECK(!gpu, "bench infer --precision int8 runs on the CPU only (--device cpu)");
     b.model->keep_int8_weights_only();  // as qa, classify and serve load a model for int8
-  } else if (!gpu && b.prec == Precision::F32 && !b.train && !b.squad && !b.electra) {
-    b.model->keep_packed_fp32_weights_only();  // as qa, classify and serve load a model for fp32
+  } else if (!gpu && (b.prec == Precision::F32 || b.prec == Precision::BF16) && !b.train && !b.squad && !b.electra) {
+    b.model->keep_packed_weights_only(b.prec);  // as qa, classify and serve load a model for fp32 or bf16
   } else if (gpu && !b.train && !b.squad) {
     b.model->use_backend_for_inference(be, b.prec);  // as qa, classify and serve place a model
   } else if (gpu) {

@@ -98,8 +98,8 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
                  "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
     std::cerr << describe_backend(l.prec) << "\n";
     l.model->keep_int8_weights_only();
-  } else if (l.prec == Precision::F32 && be.on_host()) {
-    l.model->keep_packed_fp32_weights_only();
+  } else if ((l.prec == Precision::F32 || l.prec == Precision::BF16) && be.on_host()) {
+    l.model->keep_packed_weights_only(l.prec);
   }
   if (!be.on_host()) {
     std::cerr << be.describe() << "\n";
