@@ -15,6 +15,27 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;  // config.json, traine
 constexpr uint64_t kMaxVocabBytes = uint64_t{1} << 30;    // vocab.txt, tokenizer.json
 constexpr uint64_t kMaxDataBytes = uint64_t{64} << 30;    // task data, predictions, weights
 std::string read_file(const std::string& path, uint64_t cap = kMaxDataBytes, const char* kind = "input file");
+// The same checks for a large file read whole (weights), its bytes mapped read-only from the page
+// cache (as safetensors' own safe_open and PyTorch's mmap loading do): no copy, no zeroed buffer
+// faulted in page by page, which was most of a bert-base load. Empty for an empty file. (A file
+// cut short by another process while it is mapped ends the process with SIGBUS where it reads
+// past the new end: write weights by rename, as bertcc does.)
+class MappedFile {
+ public:
+  static MappedFile map(const std::string& path, uint64_t cap = kMaxDataBytes, const char* kind = "input file");
+  MappedFile() = default;
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 // ---- text input: UTF-8. Every command reads its text files and stdin through these.
 // The length of a UTF-8 byte-order mark at the start of `head` (3: skip it; 0: none). A UTF-16 or

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bertcc/dtype.h"
+#include "bertcc/fileio.h"
 
 namespace bertcc {
 
@@ -29,7 +30,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  std::string bytes_;
+  MappedFile bytes_;
   size_t data_start_ = 0;
   std::vector<StTensor> tensors_;
   std::map<std::string, std::string> metadata_;

@@ -1,6 +1,7 @@
 #include "bertcc/fileio.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,38 +65,91 @@ std::string read_stdin(uint64_t cap, const char* kind) {
 }
 }  // namespace
 
+namespace {
+// `path` opened for reading after the checks every whole-file read makes (a regular file, within
+// the cap of its kind); its size.
+struct OpenedFile {
+  int fd = -1;
+  uint64_t size = 0;
+  OpenedFile(const std::string& path, uint64_t cap, const char* kind) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
+    BERTCC_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int e = errno;
+      ::close(fd);
+      fail(path, ": cannot stat: ", std::strerror(e));
+    }
+    const char* what = S_ISREG(st.st_mode) ? nullptr : S_ISDIR(st.st_mode) ? "folder" : file_kind(st.st_mode);
+    size = static_cast<uint64_t>(st.st_size);
+    if (what || size > cap) ::close(fd);
+    if (what && S_ISDIR(st.st_mode)) fail(path, ": is a folder, not a file");
+    BERTCC_CHECK(!what, path, ": is ", what, ", not a regular file (expected a ", kind, ")");
+    BERTCC_CHECK(size <= cap, path, ": ", size, " bytes (", gib(size), "), more than a ", kind, " can be (", gib(cap),
+                 "); refusing to read it");
+  }
+  ~OpenedFile() { ::close(fd); }
+  OpenedFile(const OpenedFile&) = delete;
+  OpenedFile& operator=(const OpenedFile&) = delete;
+  // Reads into to[0, room) from where `done` left off; the bytes read in all
+  size_t read_into(char* to, size_t room, size_t done, const std::string& path) const {
+    while (done < room) {
+      const ssize_t r = ::read(fd, to + done, room - done);
+      if (r < 0 && errno == EINTR) continue;
+      BERTCC_CHECK(r >= 0, path, ": read error: ", std::strerror(errno));
+      if (r == 0) break;
+      done += static_cast<size_t>(r);
+    }
+    return done;
+  }
+};
+}  // namespace
+
 std::string read_file(const std::string& path, uint64_t cap, const char* kind) {
   if (path == "-") return read_stdin(cap, kind);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
-  BERTCC_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  BERTCC_CHECK(::fstat(fd, &st) == 0, path, ": cannot stat: ", std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) fail(path, ": is a folder, not a file");
-  BERTCC_CHECK(S_ISREG(st.st_mode), path, ": is ", file_kind(st.st_mode), ", not a regular file (expected a ", kind,
-               ")");
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  BERTCC_CHECK(size <= cap, path, ": ", size, " bytes (", gib(size), "), more than a ", kind, " can be (", gib(cap),
-               "); refusing to read it");
+  const OpenedFile f(path, cap, kind);
   std::string out;
-  out.resize(static_cast<size_t>(size));
+  out.resize(static_cast<size_t>(f.size));
   size_t done = 0;
   for (;;) {  // (a file that grows while it is read is cut at the cap)
-    if (done == out.size()) {
-      if (out.size() >= cap) break;
-      out.resize(static_cast<size_t>(std::min<uint64_t>(cap, out.size() + 65536)));
-    }
-    const ssize_t r = ::read(fd, out.data() + done, out.size() - done);
-    if (r < 0 && errno == EINTR) continue;
-    BERTCC_CHECK(r >= 0, path, ": read error: ", std::strerror(errno));
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
+    done = f.read_into(out.data(), out.size(), done, path);
+    if (done < out.size() || out.size() >= cap) break;
+    out.resize(static_cast<size_t>(std::min<uint64_t>(cap, out.size() + 65536)));
   }
   out.resize(done);
   return out;
+}
+
+MappedFile MappedFile::map(const std::string& path, uint64_t cap, const char* kind) {
+  const OpenedFile f(path, cap, kind);
+  MappedFile b;
+  if (f.size == 0) return b;
+  void* m = ::mmap(nullptr, static_cast<size_t>(f.size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, f.fd, 0);
+  BERTCC_CHECK(m != MAP_FAILED, path, ": cannot map its ", f.size, " bytes (", gib(f.size),
+               ") for reading: ", std::strerror(errno));
+  b.data_ = static_cast<char*>(m);
+  b.size_ = static_cast<size_t>(f.size);
+  return b;
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept : data_(o.data_), size_(o.size_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(data_, size_);
+    data_ = o.data_;
+    size_ = o.size_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
 }
 
 size_t text_bom_length(std::string_view head, const std::string& name) {

@@ -27,7 +27,7 @@ static DType parse_dtype(const std::string& s, const std::string& where) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  bytes_ = read_file(path);
+  bytes_ = MappedFile::map(path, kMaxDataBytes, "safetensors file");
   BERTCC_CHECK(bytes_.size() >= 8, path, ": truncated safetensors file (", bytes_.size(), " bytes, no header)");
   uint64_t hlen = 0;
   std::memcpy(&hlen, bytes_.data(), 8);
@@ -38,7 +38,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::set<std::string> names;  // JSON parsers keep the last of duplicate keys: a duplicate is refused
   std::string duplicate;
   try {
-    h = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + static_cast<std::ptrdiff_t>(data_start_),
+    h = nlohmann::json::parse(bytes_.data() + 8, bytes_.data() + data_start_,
                               [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
                                 if (ev == nlohmann::json::parse_event_t::key && depth == 1 &&
                                     !names.insert(parsed.get<std::string>()).second && duplicate.empty())

@@ -11,6 +11,7 @@
 #include "bertcc/head_spec.h"
 #include "bertcc/rng.h"
 #include "bertcc/runtime.h"
+#include "core/huge_pages.h"
 #include "model/int8.h"
 #include "model/packed.h"
 
@@ -67,7 +68,7 @@ ModelWeights::ModelWeights(const BertConfig& cfg, const HeadSpec& head) : cfg_(c
   check_memory(4.0 * static_cast<double>(table_.total()),
                "the weights of this model (" + std::to_string(table_.total()) + " parameters)",
                "check the config's sizes");
-  params_.assign(table_.total(), 0.0f);
+  assign_in_huge_pages(params_, table_.total(), 0.0f);
 }
 
 ModelWeights::~ModelWeights() = default;
@@ -77,7 +78,7 @@ void ModelWeights::ensure_grads() {
     check_memory(4.0 * static_cast<double>(table_.total()),
                  "the gradients of this model (" + std::to_string(table_.total()) + " parameters)",
                  "check the config's sizes");
-    grads_.assign(table_.total(), 0.0f);
+    assign_in_huge_pages(grads_, table_.total(), 0.0f);
   }
   if (dev_ && !dev_grads_) {
     check_not_inference_only("a backward or an optimizer step");
@@ -249,7 +250,7 @@ void ModelWeights::refresh_bf16(Precision p) {
   if (dev_params16_) {
     be_->to_bf16(dev_params16_, dev_params_, static_cast<int64_t>(params_.size()));
   } else {
-    params16_.resize(params_.size());
+    if (params16_.size() != params_.size()) assign_in_huge_pages(params16_, params_.size(), bf16_t{0});
     to_bf16(params_.data(), params16_.data(), params_.size());
   }
   params16_valid_ = true;
