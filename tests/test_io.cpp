@@ -287,6 +287,19 @@ TEST(FileIo, TextByteOrderMarksAndFolders) {
   std::ifstream in;
   EXPECT_TRUE(says([&] { open_text_input(in, d.path.string()); }, ": is a folder, not a file"));
   EXPECT_TRUE(says([&] { read_file(d.path.string()); }, ": is a folder, not a file"));
+  // MappedFile (weights files): the same bytes as read_file, the same checks, an empty file empty
+  {
+    const MappedFile m = MappedFile::map(d / "bom.txt");
+    EXPECT_EQ(std::string(m.data(), m.size()), read_file(d / "bom.txt"));
+    MappedFile moved;
+    moved = MappedFile::map(d / "bom.txt");
+    EXPECT_EQ(std::string(moved.data(), moved.size()), "\xEF\xBB\xBFline\n");
+    write_raw(d / "empty.bin", "");
+    EXPECT_EQ(MappedFile::map(d / "empty.bin").size(), 0u);
+    EXPECT_TRUE(says([&] { MappedFile::map(d.path.string()); }, ": is a folder, not a file"));
+    EXPECT_TRUE(says([&] { MappedFile::map(d / "bom.txt", 4, "weights file"); }, "more than a weights file can be"));
+    EXPECT_TRUE(says([&] { MappedFile::map(d / "none.bin"); }, "none.bin: cannot open"));
+  }
 }
 
 #include "bertcc/json_depth.h"

@@ -69,26 +69,27 @@ namespace {
 // `path` opened for reading after the checks every whole-file read makes (a regular file, within
 // the cap of its kind); its size.
 struct OpenedFile {
-  int fd = -1;
+  struct Fd {  // closed however the constructor ends
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } owned;
+  const int fd;
   uint64_t size = 0;
-  OpenedFile(const std::string& path, uint64_t cap, const char* kind) {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
+  OpenedFile(const std::string& path, uint64_t cap, const char* kind)
+      : owned{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)},  // (a FIFO: refused below, not waited on)
+        fd(owned.fd) {
     BERTCC_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
     struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      const int e = errno;
-      ::close(fd);
-      fail(path, ": cannot stat: ", std::strerror(e));
-    }
-    const char* what = S_ISREG(st.st_mode) ? nullptr : S_ISDIR(st.st_mode) ? "folder" : file_kind(st.st_mode);
+    BERTCC_CHECK(::fstat(fd, &st) == 0, path, ": cannot stat: ", std::strerror(errno));
+    if (S_ISDIR(st.st_mode)) fail(path, ": is a folder, not a file");
+    BERTCC_CHECK(S_ISREG(st.st_mode), path, ": is ", file_kind(st.st_mode), ", not a regular file (expected a ", kind,
+                 ")");
     size = static_cast<uint64_t>(st.st_size);
-    if (what || size > cap) ::close(fd);
-    if (what && S_ISDIR(st.st_mode)) fail(path, ": is a folder, not a file");
-    BERTCC_CHECK(!what, path, ": is ", what, ", not a regular file (expected a ", kind, ")");
     BERTCC_CHECK(size <= cap, path, ": ", size, " bytes (", gib(size), "), more than a ", kind, " can be (", gib(cap),
                  "); refusing to read it");
   }
-  ~OpenedFile() { ::close(fd); }
   OpenedFile(const OpenedFile&) = delete;
   OpenedFile& operator=(const OpenedFile&) = delete;
   // Reads into to[0, room) from where `done` left off; the bytes read in all
