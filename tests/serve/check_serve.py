@@ -435,8 +435,23 @@ scraped = [req("GET", "/metrics")[2].decode() for _ in range(2)]
 scrapes = [sum(float(l.split()[-1]) for l in t.splitlines()
                if l.startswith('bertcc_requests_total{endpoint="/metrics",code="200"}')) for t in scraped]
 check(scrapes[1] == scrapes[0] + 1, f"/metrics counts the scrapes themselves ({scrapes[0]:g} then {scrapes[1]:g})")
-s, h, d = req("GET", "/metrics")
-m = d.decode()
+# The counts the SIGTERM check below starts from: read once no request from the checks above is
+# still being answered (two reads 0.3 s apart agree on everything but the scrapes themselves).
+
+
+def answered_but_scrapes(text):
+    return sum(int(float(l.split()[-1])) for l in text.splitlines()
+               if l.startswith("bertcc_requests_total{") and 'endpoint="/metrics"' not in l)
+
+
+m = req("GET", "/metrics")[2].decode()
+for _ in range(20):
+    time.sleep(0.3)
+    again = req("GET", "/metrics")[2].decode()
+    settled = answered_but_scrapes(again) == answered_but_scrapes(m)
+    m = again
+    if settled:
+        break
 vals = {}
 for line in m.splitlines():
     if line.startswith('bertcc_batch_size_sum{model="sst"}') or line.startswith('bertcc_batch_size_count{model="sst"}'):
