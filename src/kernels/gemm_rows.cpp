@@ -73,27 +73,6 @@ void micro_portable(const float* a, const float* panel, int64_t kn, float* acc /
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void micro_avx2(const float* a, const float* panel, int64_t kn, float* acc) {
-  __m256 lo[kRows], hi[kRows];
-  for (int r = 0; r < kRows; ++r) {
-    lo[r] = _mm256_load_ps(acc + r * kPanel);
-    hi[r] = _mm256_load_ps(acc + r * kPanel + 8);
-  }
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < kn; ++k, a += kRows, panel += kPanel) {
-    const __m256 w0 = _mm256_loadu_ps(panel), w1 = _mm256_loadu_ps(panel + 8);
-    for (int r = 0; r < kRows; ++r) {
-      const __m256 xv = _mm256_broadcast_ss(a + r);
-      lo[r] = _mm256_fmadd_ps(xv, w0, lo[r]);
-      hi[r] = _mm256_fmadd_ps(xv, w1, hi[r]);
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    _mm256_store_ps(acc + r * kPanel, lo[r]);
-    _mm256_store_ps(acc + r * kPanel + 8, hi[r]);
-  }
-}
-
 // A micro-tile of R rows (R <= 6) and 16 columns kept in y itself: the sums start from zero
 // (first K block) or from y, continue the same fma chain, take the bias after the last block (the
 // same one addition per element as the buffered path) and go back to y: no copies through a
@@ -156,7 +135,7 @@ std::atomic<int> g_mode{0};  // 0: automatic, 1: always, -1: never (set_row_gemm
 
 void micro(const float* a, const float* panel, int64_t kn, float* acc, bool simd) {
 #if defined(__x86_64__)
-  if (simd) return micro_avx2(a, panel, kn, acc);
+  if (simd) return micro_avx2_y<kRows>(a, panel, kn, acc, kPanel, false, nullptr);  // acc as a 6 x 16 y
 #else
   (void)simd;
 #endif
