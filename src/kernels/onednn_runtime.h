@@ -8,7 +8,6 @@
 #include <initializer_list>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -38,7 +37,7 @@ struct OnednnRuntime {
   // a string key and memory objects on every call.
   struct Prepared {
     Entry e;
-    std::vector<std::pair<int, dnnl::memory>> mems;  // by argument, in call order (see run_prepared)
+    std::vector<dnnl::memory> given;  // the args a call gives data for, in that order (the same objects)
     std::unordered_map<int, dnnl::memory> args;
   };
   using Key = std::array<int64_t, 14>;  // [0]: which caller (gemm.cpp, gemm_int8.cpp), then its fields
@@ -61,18 +60,18 @@ struct OnednnRuntime {
     const dnnl::matmul::primitive_desc pd = make();
     Prepared p{Entry{dnnl::matmul(pd), pd.scratchpad_desc()}, {}, {}};
     for (const auto& [arg, md] : mds()) {
-      p.mems.emplace_back(arg, dnnl::memory(md, engine, nullptr));
-      p.args.emplace(arg, p.mems.back().second);
+      p.given.emplace_back(md, engine, nullptr);
+      p.args.emplace(arg, p.given.back());
     }
     if (p.e.scratch.get_size() > 0) p.args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.e.scratch, engine, nullptr));
     return prepared.emplace(key, std::move(p)).first->second;
   }
 
-  // Runs p with the arguments' data at `data` (in the order of p.mems) and this runtime's
+  // Runs p with the arguments' data at `data` (in the order of p.given) and this runtime's
   // scratchpad, and waits for it.
   void run_prepared(Prepared& p, std::initializer_list<const void*> data) {
     size_t i = 0;
-    for (const void* d : data) p.mems[i++].second.set_data_handle(const_cast<void*>(d));
+    for (const void* d : data) p.given[i++].set_data_handle(const_cast<void*>(d));
     const size_t pad = p.e.scratch.get_size();
     if (pad > 0) {
       if (scratchpad.size() < pad) scratchpad.resize(pad);
