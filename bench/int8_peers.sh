@@ -13,13 +13,19 @@
 #     AVX2-only CPU; bertcc's own code stays as compiled, -march=native). ORT's MLAS and PyTorch
 #     pick their own kernels from the CPU and are not emulated: the AVX2 rows are for bertcc only.
 # Batch BATCH x sequence SEQ, THREADS threads each, STEPS timed steps after 3 warm-up steps.
-# Prints one JSON line per run, then a table: sequences/s, ratio to bertcc fp32, the issue's
-# ratios and the same-run GEMM probe (bertcc's fp32 oneDNN GEMM of the model's shapes).
-#   bench/int8_peers.sh BERTCC [CONFIG] [BATCH] [SEQ] [THREADS] [STEPS]    env: WORK, AVX2 (1: run the AVX2 rows)
+# ROUNDS rounds (default 3), each running every peer once, back to back: a ratio is taken within
+# a round (the two runs minutes apart at most, so a shared machine's drift in speed touches both)
+# and the rounds' median is reported with their range.
+# Prints one JSON line per run, then a table: median sequences/s over the rounds, ratio to bertcc
+# fp32, the same-run GEMM probe (bertcc's oneDNN GEMM of the model's shapes, in the row's
+# precision), then the issue's ratios with each round's.
+#   bench/int8_peers.sh BERTCC [CONFIG] [BATCH] [SEQ] [THREADS] [STEPS]
+#   env: WORK, AVX2 (1, the default: run the AVX2 rows), ROUNDS (3)
 set -eu
 B="$1"; CONFIG="${2:-bert-base}"; BATCH="${3:-8}"; SEQ="${4:-128}"; THREADS="${5:-2}"; STEPS="${6:-10}"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-WORK="${WORK:-/tmp/bertcc_int8_peers}"; AVX2="${AVX2:-1}"; PY=/usr/bin/python3
+WORK="${WORK:-/tmp/bertcc_int8_peers}"; AVX2="${AVX2:-1}"; ROUNDS="${ROUNDS:-3}"; PY=/usr/bin/python3
+case "$ROUNDS" in ''|*[!0-9]*|0) echo "int8_peers.sh: ROUNDS must be a positive integer, not '$ROUNDS'" >&2; exit 1 ;; esac
 [ -d "$HERE/tests/onnx/node_modules/onnxruntime-node" ] || { echo "int8_peers.sh: run scripts/install-deps.sh first" >&2; exit 1; }
 "$PY" -c 'import onnx' 2> /dev/null || { echo "int8_peers.sh: Python's onnx package not found (Debian: python3-onnx)" >&2; exit 1; }
 rm -rf "$WORK"; mkdir -p "$WORK"
@@ -48,7 +54,7 @@ for name in a:
     if not err / rms < 0.05:
         sys.exit("int8_peers.sh: the rewritten ORT graph is not close to the fp32 graph (%s)" % name)
 PY
-echo "int8_peers: $(lscpu | sed -n 's/^Model name: *//p'); $THREADS threads; $CONFIG batch $BATCH seq $SEQ; $STEPS steps; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "int8_peers: $(lscpu | sed -n 's/^Model name: *//p'); $THREADS threads; $CONFIG batch $BATCH seq $SEQ; $STEPS steps; $ROUNDS rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "  flags: $(lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni|avx512_bf16|amx_bf16|amx_int8)$' | tr '\n' ' ')"
 R="$WORK/results.jsonl"; : > "$R"
 run() {  # label, then the command printing JSON (last line)
@@ -56,44 +62,56 @@ run() {  # label, then the command printing JSON (last line)
   "$@" > "$WORK/out.txt" 2> "$WORK/err.txt" || { echo "$label: failed: $(tail -2 "$WORK/err.txt")"; return 0; }
   j=$(tail -1 "$WORK/out.txt")
   echo "$j"
-  printf '%s\n' "$j" | "$PY" -c 'import json, sys; j = json.load(sys.stdin); j["label"] = sys.argv[1]; print(json.dumps(j))' "$label" >> "$R"
+  printf '%s\n' "$j" | "$PY" -c 'import json, sys; j = json.load(sys.stdin); j["label"] = sys.argv[1]; j["round"] = int(sys.argv[2]); print(json.dumps(j))' "$label" "$round" >> "$R"
 }
-run "ONNX Runtime fp32" node "$HERE/tests/onnx/run_ort.js" "$WORK/fp32.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS"
-run "ONNX Runtime int8 dynamic" node "$HERE/tests/onnx/run_ort.js" "$WORK/int8.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS"
-"$PY" "$HERE/bench/peer_torch_int8.py" "$WORK/model" --batch "$BATCH" --seq "$SEQ" --threads "$THREADS" --steps "$STEPS" \
-  > "$WORK/torch.jsonl" 2> "$WORK/err.txt" || echo "PyTorch: failed: $(tail -2 "$WORK/err.txt")"
-cat "$WORK/torch.jsonl"
-"$PY" -c '
+isas="native"; [ "$AVX2" = 1 ] && isas="native AVX2"
+for round in $(seq "$ROUNDS"); do
+  echo "round $round of $ROUNDS"
+  run "ONNX Runtime fp32" node "$HERE/tests/onnx/run_ort.js" "$WORK/fp32.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS"
+  run "ONNX Runtime int8 dynamic" node "$HERE/tests/onnx/run_ort.js" "$WORK/int8.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS"
+  for isa in $isas; do
+    for p in fp32 bf16 int8; do
+      if [ $isa = AVX2 ]; then set -- env ONEDNN_MAX_CPU_ISA=AVX2; sfx=" (oneDNN AVX2)"; else set -- env; sfx=""; fi
+      run "bertcc $p$sfx" "$@" "$B" bench infer --config "$CONFIG" --batch "$BATCH" --seq "$SEQ" --precision $p \
+        --threads "$THREADS" --steps "$STEPS" --warmup 3
+    done
+  done
+  "$PY" "$HERE/bench/peer_torch_int8.py" "$WORK/model" --batch "$BATCH" --seq "$SEQ" --threads "$THREADS" --steps "$STEPS" \
+    > "$WORK/torch.jsonl" 2> "$WORK/err.txt" || echo "PyTorch: failed: $(tail -2 "$WORK/err.txt")"
+  cat "$WORK/torch.jsonl"
+  "$PY" -c '
 import json, sys
 for l in open(sys.argv[1]):
-    j = json.loads(l); j["label"] = "PyTorch fp32" if j["precision"] == "fp32" else "PyTorch quantize_dynamic int8 (%s)" % j["quantized_engine"]
-    print(json.dumps(j))' "$WORK/torch.jsonl" >> "$R"
-isas="native"; [ "$AVX2" = 1 ] && isas="native AVX2"
-for isa in $isas; do
-  for p in fp32 bf16 int8; do
-    if [ $isa = AVX2 ]; then set -- env ONEDNN_MAX_CPU_ISA=AVX2; sfx=" (oneDNN AVX2)"; else set -- env; sfx=""; fi
-    run "bertcc $p$sfx" "$@" "$B" bench infer --config "$CONFIG" --batch "$BATCH" --seq "$SEQ" --precision $p \
-      --threads "$THREADS" --steps "$STEPS" --warmup 3
-  done
+    j = json.loads(l); j["round"] = int(sys.argv[2])
+    j["label"] = "PyTorch fp32" if j["precision"] == "fp32" else "PyTorch quantize_dynamic int8 (%s)" % j["quantized_engine"]
+    print(json.dumps(j))' "$WORK/torch.jsonl" "$round" >> "$R"
 done
 "$PY" - "$R" <<'PY'
-import json, sys
+import collections, json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-by = {r["label"]: r for r in rows}
-base = by.get("bertcc fp32", {}).get("seq_per_s")
-print("\n| inference | sequences/s | vs bertcc fp32 | GEMM probe TFLOP/s (model TFLOP/s) |\n|---|---:|---:|---|")
+runs = collections.OrderedDict()  # label -> {round: row}
 for r in rows:
-    probe = "%.3f (%.3f, %.0f %%)" % (r["gemm_probe_tflops"], r["model_tflops"], 100 * r["model_tflops"] / r["gemm_probe_tflops"]) \
-        if "gemm_probe_tflops" in r else ""
-    print("| %s | %.2f | %s | %s |" % (r["label"], r["seq_per_s"], "%.2f" % (r["seq_per_s"] / base) if base else "", probe))
+    runs.setdefault(r["label"], {})[r["round"]] = r
+med = lambda xs: statistics.median(xs)
+rate = {k: med([r["seq_per_s"] for r in v.values()]) for k, v in runs.items()}
+base = rate.get("bertcc fp32")
+print("\n| inference | sequences/s (median of rounds) | vs bertcc fp32 | GEMM probe TFLOP/s (model TFLOP/s) |\n|---|---:|---:|---|")
+for k, v in runs.items():
+    probe = ""
+    if all("gemm_probe_tflops" in r for r in v.values()):
+        g, m = med([r["gemm_probe_tflops"] for r in v.values()]), med([r["model_tflops"] for r in v.values()])
+        probe = "%.3f (%.3f, %.0f %%)" % (g, m, 100 * m / g)
+    print("| %s | %.2f | %s | %s |" % (k, rate[k], "%.2f" % (rate[k] / base) if base else "", probe))
 def ratio(a, b):
-    if a in by and b in by:
-        print("%s / %s = %.2f" % (a, b, by[a]["seq_per_s"] / by[b]["seq_per_s"]))
+    if a in runs and b in runs:
+        per = [runs[a][i]["seq_per_s"] / runs[b][i]["seq_per_s"] for i in sorted(runs[a]) if i in runs[b]]
+        if per:
+            print("%s / %s = %.2f (median of %d rounds; rounds: %s)" % (a, b, med(per), len(per), ", ".join("%.2f" % x for x in per)))
 print()
 for sfx in ("", " (oneDNN AVX2)"):
     ratio("bertcc int8" + sfx, "ONNX Runtime int8 dynamic")
     ratio("bertcc fp32" + sfx, "ONNX Runtime fp32")
-    torch_int8 = [k for k in by if k.startswith("PyTorch quantize_dynamic")]
+    torch_int8 = [k for k in runs if k.startswith("PyTorch quantize_dynamic")]
     if torch_int8:
         ratio("bertcc int8" + sfx, torch_int8[0])
     ratio("bertcc int8" + sfx, "bertcc fp32" + sfx)
