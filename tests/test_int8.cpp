@@ -13,6 +13,7 @@
 #include "bertcc/bert.h"
 #include "bertcc/error.h"
 #include "bertcc/runtime.h"
+#include "kernels/gemm.h"
 #include "kernels/gemm_int8.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -68,6 +69,42 @@ TEST(Int8, GemmDoesNotSaturateAtTheBounds) {
   std::vector<int32_t> c(static_cast<size_t>(M * N));
   gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
   EXPECT_EQ(c, exact_products(a, b, M, N, K));
+}
+
+TEST(Int8, OwnKernelGivesTheSameIntegers) {
+  // bertcc's own int8 kernel (gemm_int8_panels: what CPUs without VNNI run, where oneDNN's gemm
+  // would repack the weights on every call): the AVX2 kernel (where this CPU has it) and the
+  // portable loop against exact integer arithmetic and oneDNN's matmul, over row, column and
+  // k-quad tails, and at the bounds where 16-bit pair sums would saturate with 8-bit weights
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1}, {3, 5, 7}, {4, 16, 4}, {5, 17, 5}, {37, 40, 300},
+                         {130, 96, 768}, {70, 129, 3}}) {
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
+    const auto a = random_s8(static_cast<size_t>(M * K), kInt8ActivationMax, 11);
+    const auto b = random_s8(static_cast<size_t>(N * K), kInt8WeightMax, 12);
+    const auto want = exact_products(a, b, M, N, K);
+    std::vector<int32_t> c(static_cast<size_t>(M * N));
+    gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
+    ASSERT_EQ(c, want);
+    const auto panels = pack_int8_panels(b.data(), N, K);
+    for (bool simd : {true, false}) {
+      std::fill(c.begin(), c.end(), -1);
+      gemm_int8_panels(a.data(), *panels, c.data(), M, simd);
+      EXPECT_EQ(c, want) << (simd ? "simd" : "portable");
+    }
+  }
+  const int64_t M = 8, N = 16, K = 256;
+  std::vector<int8_t> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) a[m * K + k] = static_cast<int8_t>(((m + k / 2) % 2 ? -1 : 1) * kInt8ActivationMax);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) b[n * K + k] = static_cast<int8_t>(((n / 2 + k / 4) % 2 ? -1 : 1) * kInt8WeightMax);
+  const auto panels = pack_int8_panels(b.data(), N, K);
+  std::vector<int32_t> c(static_cast<size_t>(M * N));
+  gemm_int8_panels(a.data(), *panels, c.data(), M);
+  EXPECT_EQ(c, exact_products(a, b, M, N, K));
+  // 8-bit weights could saturate the pair sums: refused when laid out
+  b[5] = 64;
+  EXPECT_THROW(pack_int8_panels(b.data(), N, K), Error);
 }
 
 TEST(Int8, QuantizationRoundTrip) {
@@ -158,13 +195,25 @@ TEST(Int8, PackedWeightsGiveTheSameBits) {
                            g = bertcc::testing::randn(static_cast<size_t>(C), 35),
                            beta = bertcc::testing::randn(static_cast<size_t>(C), 36);
   const Int8Weight q1 = quantize_weight_int8(W1.data(), I, C), q2 = quantize_weight_int8(W2.data(), C, I);
-  Int8Weight p1 = q1, p2 = q2;
-  const bool packed = pack_int8_weight(p1);
-  EXPECT_EQ(pack_int8_weight(p2), packed);
-  EXPECT_EQ(packed, p1.packed != nullptr);
-  EXPECT_EQ(packed, p1.q.empty());
+  // the CPU's choice, then bertcc's own kernel and oneDNN's forced, each against q1/q2 unpacked
+  for (const RowGemm mode : {RowGemm::Auto, RowGemm::Always, RowGemm::Never})
   for (const int64_t M : {1, 5, 130}) {
-    SCOPED_TRACE("rows " + std::to_string(M));
+    SCOPED_TRACE("rows " + std::to_string(M) + (mode == RowGemm::Always  ? ", own kernel"
+                                                : mode == RowGemm::Never ? ", oneDNN"
+                                                                         : ""));
+    set_row_gemm(mode);
+    Int8Weight p1 = q1, p2 = q2;
+    const bool packed = pack_int8_weight(p1);
+    EXPECT_EQ(pack_int8_weight(p2), packed);
+    set_row_gemm(RowGemm::Auto);
+    EXPECT_EQ(packed, p1.packed != nullptr || p1.panels != nullptr);
+    EXPECT_EQ(packed, p1.q.empty());
+    if (mode == RowGemm::Always) {
+      EXPECT_TRUE(p1.panels != nullptr);
+    }
+    if (mode == RowGemm::Never) {
+      EXPECT_TRUE(p1.panels == nullptr);
+    }
     const std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * C), 37 + static_cast<uint32_t>(M));
     std::vector<float> y(static_cast<size_t>(M * I)), yp(y.size());
     linear_forward_int8(y.data(), x.data(), q1, b1.data(), M);

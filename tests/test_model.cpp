@@ -787,6 +787,18 @@ TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {
   double worst = 0;
   for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, std::fabs(double{one[i]} - f32[i]));
   EXPECT_LT(worst, 0.05) << "largest |int8 - fp32| of the sequence output";
+  // bertcc's own int8 kernel (CPUs without VNNI) and oneDNN's, each forced: exact int32 sums
+  // either way, so the same bits
+  for (auto rows : {kernels::RowGemm::Always, kernels::RowGemm::Never}) {
+    SCOPED_TRACE(rows == kernels::RowGemm::Always ? "own int8 kernel" : "oneDNN int8");
+    kernels::set_row_gemm(rows);
+    Bert f(c, Heads::None);
+    f.init_weights(3);
+    f.encode(mixed, false, Precision::I8, r, false);
+    kernels::set_row_gemm(kernels::RowGemm::Auto);
+    const float* fs = f.sequence_output() + 2 * T * c.hidden_size;
+    EXPECT_EQ(one, std::vector<float>(fs, fs + 7 * c.hidden_size));
+  }
   // after a weight change the int8 weights are made again
   m.params()[m.table().at("bert.encoder.layer.0.intermediate.dense.weight").offset] += 1.0f;
   m.encode(alone, false, Precision::I8, r, false);

@@ -62,6 +62,7 @@ void linear_forward_rows_portable(float* y, const float* x, const float* W, cons
 // Automatic: the row kernel where oneDNN is not row-invariant; Always/Never for tests and benchmarks.
 enum class RowGemm { Auto, Always, Never };
 void set_row_gemm(RowGemm mode);
+RowGemm row_gemm_mode();  // what set_row_gemm set (Auto unless a test forced a kernel)
 bool row_gemm_active();
 
 // db[N] += sum over rows of dy[M,N]; deterministic for any thread count.

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "bertcc/error.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/onednn_runtime.h"
 
@@ -107,11 +108,19 @@ bool pack_int8_weight(Int8Weight& w) {
   };
   const dnnl::memory::desc chosen =
       pd_for(1024, dnnl::memory::desc(dims{w.K, w.N}, dt::s8, dnnl::memory::format_tag::any)).weights_desc();
-  std::shared_ptr<const PackedWeights> p = pack_weights(plain_weight_md(w.N, w.K), w.q.data(), chosen, [&](int64_t M) {
-    return std::string(pd_for(M, chosen).impl_info_str()).rfind("ref", 0) != 0;
-  });
-  if (!p) return false;
-  w.packed = std::move(p);
+  const RowGemm mode = row_gemm_mode();
+  std::shared_ptr<const PackedWeights> p;
+  if (mode != RowGemm::Always)
+    p = pack_weights(plain_weight_md(w.N, w.K), w.q.data(), chosen, [&](int64_t M) {
+      return std::string(pd_for(M, chosen).impl_info_str()).rfind("ref", 0) != 0;
+    });
+  if (p) {
+    w.packed = std::move(p);
+  } else if (mode == RowGemm::Always || (mode == RowGemm::Auto && int8_row_kernel_simd())) {
+    w.panels = pack_int8_panels(w.q.data(), w.N, w.K);  // oneDNN would repack plain weights every call
+  } else {
+    return false;
+  }
   std::vector<int8_t>().swap(w.q);
   return true;
 }
@@ -120,7 +129,9 @@ namespace {
 
 // acc = a W^T for a weight plain or packed.
 void products_of(const int8_t* a, const Int8Weight& W, int32_t* acc, int64_t M) {
-  if (W.packed)
+  if (W.panels)
+    gemm_int8_panels(a, *W.panels, acc, M);
+  else if (W.packed)
     matmul_s8(a, W.packed->md, W.packed->data.get(), true, acc, M, W.N, W.K);
   else
     matmul_s8(a, plain_weight_md(W.N, W.K), W.q.data(), false, acc, M, W.N, W.K);
@@ -144,7 +155,7 @@ const int32_t* products(const int8_t* xq, const Int8Weight& W, int64_t M) {
 }
 
 void check_shape(const Int8Weight& W, int64_t M, const char* who) {
-  BERTCC_CHECK(M > 0 && W.N > 0 && W.K > 0 && (W.packed || W.q.size() == static_cast<size_t>(W.N * W.K)), who,
+  BERTCC_CHECK(M > 0 && W.N > 0 && W.K > 0 && (W.packed || W.panels || W.q.size() == static_cast<size_t>(W.N * W.K)), who,
                ": bad shape");
 }
 

@@ -20,16 +20,18 @@ constexpr int kInt8WeightMax = 63;       // 7-bit weights (see above)
 constexpr int kInt8ActivationMax = 127;  // symmetric s8 activations, per row
 
 struct PackedWeights;  // q in the layout oneDNN's int8 matmul reads fastest (onednn_runtime.h)
+struct Int8Panels;     // q in the panels of bertcc's own int8 kernel (gemm_int8_rows.cpp)
 
 // A weight W[N, K] (HF layout: output channels as rows) quantized per output channel:
 // W[n, k] ~ q[n * K + k] * scale[n], scale[n] = max_k |W[n, k]| / kInt8WeightMax.
 // After pack_int8_weight, q may be empty and `packed` hold the same integers in oneDNN's blocked
-// layout instead.
+// layout instead, or `panels` in bertcc's own kernel's.
 struct Int8Weight {
   int64_t N = 0, K = 0;
   std::vector<int8_t> q;
   std::vector<float> scale;
   std::shared_ptr<const PackedWeights> packed;
+  std::shared_ptr<const Int8Panels> panels;
 };
 
 // Symmetric per-row quantization of x[M, K] to q (M * K) with bound qmax:
@@ -41,9 +43,19 @@ Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K);
 // Reorders w.q once into the blocked layout this CPU's int8 matmul prefers (VNNI, AMX), with its
 // s8 compensation precomputed, and frees q: the matmul then skips copying and summing the weights
 // on every call (16 % of a bert-base feed-forward GEMM at 2 threads, half of a batch-of-one call's
-// time). Where the preferred layout is a plain one (AVX2's gemm), w is left as it is. The products
-// are exact integers either way, so the layers' outputs keep their bits. Returns whether it packed.
+// time). Where oneDNN's preferred layout is a plain one (its AVX2 gemm, which repacks the weights
+// on every call), w goes to bertcc's own int8 kernel instead: pack_int8_panels (set_row_gemm
+// Always/Never force it or oneDNN, for tests). The products are exact integers either way, so the
+// layers' outputs keep their bits. Returns whether it packed (either way).
 bool pack_int8_weight(Int8Weight& w);
+
+// bertcc's own int8 products (gemm_int8_rows.cpp): q [N, K] (7-bit values) laid out once as
+// 16-column panels with their column sums; acc[M, N] = a[M, K] q^T in exact int32, with the AVX2
+// kernel (vpmaddubsw on a + 128, 7-bit weights: no saturation) where the CPU has AVX2 and simd, the
+// portable loop otherwise: the same integers as gemm_s8s8s32.
+std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, int64_t K);
+void gemm_int8_panels(const int8_t* a, const Int8Panels& w, int32_t* acc, int64_t M, bool simd = true);
+bool int8_row_kernel_simd();  // whether gemm_int8_panels has its AVX2 kernel on this CPU
 
 // acc[M, N] = a[M, K] b[N, K]^T in exact int32 (oneDNN's s8 x s8 -> s32 matmul).
 void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K);

@@ -243,6 +243,11 @@ void linear_forward_rows_packed(float* y, const float* x, const float* panels, c
 
 void set_row_gemm(RowGemm mode) { g_mode = mode == RowGemm::Always ? 1 : mode == RowGemm::Never ? -1 : 0; }
 
+RowGemm row_gemm_mode() {
+  const int mode = g_mode.load();
+  return mode > 0 ? RowGemm::Always : mode < 0 ? RowGemm::Never : RowGemm::Auto;
+}
+
 bool row_gemm_active() {
   const int mode = g_mode.load();
   if (mode != 0) return mode > 0;
