@@ -76,8 +76,13 @@ TEST(Int8, OwnKernelGivesTheSameIntegers) {
   // would repack the weights on every call): the AVX2 kernel (where this CPU has it) and the
   // portable loop against exact integer arithmetic and oneDNN's matmul, over row, column and
   // k-quad tails, and at the bounds where 16-bit pair sums would saturate with 8-bit weights
-  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1}, {3, 5, 7}, {4, 16, 4}, {5, 17, 5}, {37, 40, 300},
-                         {130, 96, 768}, {70, 129, 3}}) {
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
+                         {3, 5, 7},
+                         {4, 16, 4},
+                         {5, 17, 5},
+                         {37, 40, 300},
+                         {130, 96, 768},
+                         {70, 129, 3}}) {
     SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
     const auto a = random_s8(static_cast<size_t>(M * K), kInt8ActivationMax, 11);
     const auto b = random_s8(static_cast<size_t>(N * K), kInt8WeightMax, 12);
@@ -197,40 +202,41 @@ TEST(Int8, PackedWeightsGiveTheSameBits) {
   const Int8Weight q1 = quantize_weight_int8(W1.data(), I, C), q2 = quantize_weight_int8(W2.data(), C, I);
   // the CPU's choice, then bertcc's own kernel and oneDNN's forced, each against q1/q2 unpacked
   for (const RowGemm mode : {RowGemm::Auto, RowGemm::Always, RowGemm::Never})
-  for (const int64_t M : {1, 5, 130}) {
-    SCOPED_TRACE("rows " + std::to_string(M) + (mode == RowGemm::Always  ? ", own kernel"
-                                                : mode == RowGemm::Never ? ", oneDNN"
-                                                                         : ""));
-    set_row_gemm(mode);
-    Int8Weight p1 = q1, p2 = q2;
-    const bool packed = pack_int8_weight(p1);
-    EXPECT_EQ(pack_int8_weight(p2), packed);
-    set_row_gemm(RowGemm::Auto);
-    EXPECT_EQ(packed, p1.packed != nullptr || p1.panels != nullptr);
-    EXPECT_EQ(packed, p1.q.empty());
-    if (mode == RowGemm::Always) {
-      EXPECT_TRUE(p1.panels != nullptr);
+    for (const int64_t M : {1, 5, 130}) {
+      SCOPED_TRACE("rows " + std::to_string(M) +
+                   (mode == RowGemm::Always  ? ", own kernel"
+                    : mode == RowGemm::Never ? ", oneDNN"
+                                             : ""));
+      set_row_gemm(mode);
+      Int8Weight p1 = q1, p2 = q2;
+      const bool packed = pack_int8_weight(p1);
+      EXPECT_EQ(pack_int8_weight(p2), packed);
+      set_row_gemm(RowGemm::Auto);
+      EXPECT_EQ(packed, p1.packed != nullptr || p1.panels != nullptr);
+      EXPECT_EQ(packed, p1.q.empty());
+      if (mode == RowGemm::Always) {
+        EXPECT_TRUE(p1.panels != nullptr);
+      }
+      if (mode == RowGemm::Never) {
+        EXPECT_TRUE(p1.panels == nullptr);
+      }
+      const std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * C), 37 + static_cast<uint32_t>(M));
+      std::vector<float> y(static_cast<size_t>(M * I)), yp(y.size());
+      linear_forward_int8(y.data(), x.data(), q1, b1.data(), M);
+      linear_forward_int8(yp.data(), x.data(), p1, b1.data(), M);
+      EXPECT_EQ(yp, y);
+      const size_t MC = static_cast<size_t>(M * C), m1 = static_cast<size_t>(M);
+      std::vector<float> out(MC), mean(m1), rstd(m1), outp(MC), meanp(m1), rstdp(m1);
+      ffn_layernorm_int8(
+          Int8LayerNorm{out.data(), nullptr, mean.data(), rstd.data(), x.data(), g.data(), beta.data(), 1e-12f},
+          x.data(), q1, b1.data(), q2, b2.data(), M, Activation::GeluErf);
+      ffn_layernorm_int8(
+          Int8LayerNorm{outp.data(), nullptr, meanp.data(), rstdp.data(), x.data(), g.data(), beta.data(), 1e-12f},
+          x.data(), p1, b1.data(), p2, b2.data(), M, Activation::GeluErf);
+      EXPECT_EQ(outp, out);
+      EXPECT_EQ(meanp, mean);
+      EXPECT_EQ(rstdp, rstd);
     }
-    if (mode == RowGemm::Never) {
-      EXPECT_TRUE(p1.panels == nullptr);
-    }
-    const std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * C), 37 + static_cast<uint32_t>(M));
-    std::vector<float> y(static_cast<size_t>(M * I)), yp(y.size());
-    linear_forward_int8(y.data(), x.data(), q1, b1.data(), M);
-    linear_forward_int8(yp.data(), x.data(), p1, b1.data(), M);
-    EXPECT_EQ(yp, y);
-    const size_t MC = static_cast<size_t>(M * C), m1 = static_cast<size_t>(M);
-    std::vector<float> out(MC), mean(m1), rstd(m1), outp(MC), meanp(m1), rstdp(m1);
-    ffn_layernorm_int8(
-        Int8LayerNorm{out.data(), nullptr, mean.data(), rstd.data(), x.data(), g.data(), beta.data(), 1e-12f}, x.data(),
-        q1, b1.data(), q2, b2.data(), M, Activation::GeluErf);
-    ffn_layernorm_int8(
-        Int8LayerNorm{outp.data(), nullptr, meanp.data(), rstdp.data(), x.data(), g.data(), beta.data(), 1e-12f},
-        x.data(), p1, b1.data(), p2, b2.data(), M, Activation::GeluErf);
-    EXPECT_EQ(outp, out);
-    EXPECT_EQ(meanp, mean);
-    EXPECT_EQ(rstdp, rstd);
-  }
 }
 
 TEST(Int8, FusedKernelsEqualTheComposedLayers) {

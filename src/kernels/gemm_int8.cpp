@@ -111,9 +111,8 @@ bool pack_int8_weight(Int8Weight& w) {
   const RowGemm mode = row_gemm_mode();
   std::shared_ptr<const PackedWeights> p;
   if (mode != RowGemm::Always)
-    p = pack_weights(plain_weight_md(w.N, w.K), w.q.data(), chosen, [&](int64_t M) {
-      return std::string(pd_for(M, chosen).impl_info_str()).rfind("ref", 0) != 0;
-    });
+    p = pack_weights(plain_weight_md(w.N, w.K), w.q.data(), chosen,
+                     [&](int64_t M) { return std::string(pd_for(M, chosen).impl_info_str()).rfind("ref", 0) != 0; });
   if (p) {
     w.packed = std::move(p);
   } else if (mode == RowGemm::Always || (mode == RowGemm::Auto && int8_row_kernel_simd())) {
@@ -155,8 +154,8 @@ const int32_t* products(const int8_t* xq, const Int8Weight& W, int64_t M) {
 }
 
 void check_shape(const Int8Weight& W, int64_t M, const char* who) {
-  BERTCC_CHECK(M > 0 && W.N > 0 && W.K > 0 && (W.packed || W.panels || W.q.size() == static_cast<size_t>(W.N * W.K)), who,
-               ": bad shape");
+  BERTCC_CHECK(M > 0 && W.N > 0 && W.K > 0 && (W.packed || W.panels || W.q.size() == static_cast<size_t>(W.N * W.K)),
+               who, ": bad shape");
 }
 
 // The int8 layer's outputs of rows already quantized, each rescaled into a row buffer of the thread
