@@ -300,6 +300,32 @@ TEST(FileIo, TextByteOrderMarksAndFolders) {
     EXPECT_TRUE(says([&] { MappedFile::map(d / "bom.txt", 4, "weights file"); }, "more than a weights file can be"));
     EXPECT_TRUE(says([&] { MappedFile::map(d / "none.bin"); }, "none.bin: cannot open"));
   }
+  // A reader's ranges: will_read maps them, done_reading drops them from this process (its resident
+  // set falls by their size) and they read the same again, from the page cache
+  {
+    std::string big(size_t{32} << 20, '\0');
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 2654435761u >> 24);
+    write_raw(d / "big.bin", big);
+    const MappedFile m = MappedFile::map(d / "big.bin");
+    const auto resident = [] {  // bytes, from /proc/self/statm
+      std::ifstream f("/proc/self/statm");
+      long pages = 0, rss = 0;
+      f >> pages >> rss;
+      return static_cast<double>(rss) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    };
+    m.will_read(1000, m.size() - 2000);
+    size_t differ = 0;
+    for (size_t i = 0; i < big.size(); ++i) differ += m.data()[i] != big[i];
+    EXPECT_EQ(differ, 0u);
+    const double held = resident();
+    m.done_reading(0, m.size());
+    EXPECT_GT(held - resident(), 24e6) << "done_reading gave back less than 24 of 32 MB";
+    differ = 0;
+    for (size_t i = 0; i < big.size(); ++i) differ += m.data()[i] != big[i];
+    EXPECT_EQ(differ, 0u);
+    m.done_reading(m.size() - 1, 100);  // ranges past the end are cut at it
+    m.done_reading(m.size() + 5, 10);
+  }
 }
 
 #include "bertcc/json_depth.h"

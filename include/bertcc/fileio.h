@@ -19,7 +19,10 @@ std::string read_file(const std::string& path, uint64_t cap = kMaxDataBytes, con
 // cache (as safetensors' own safe_open and PyTorch's mmap loading do): no copy, no zeroed buffer
 // faulted in page by page, which was most of a bert-base load. Empty for an empty file. (A file
 // cut short by another process while it is mapped ends the process with SIGBUS where it reads
-// past the new end: write weights by rename, as bertcc does.)
+// past the new end: write weights by rename, as bertcc does.) A reader brackets each range it
+// reads with will_read (its pages mapped in one call) and done_reading (its pages dropped from
+// this process, the page cache keeping them), so that a load holds one tensor of the file at a
+// time, not the whole file besides the weights it fills.
 class MappedFile {
  public:
   static MappedFile map(const std::string& path, uint64_t cap = kMaxDataBytes, const char* kind = "input file");
@@ -31,6 +34,8 @@ class MappedFile {
   ~MappedFile();
   const char* data() const { return data_; }
   size_t size() const { return size_; }
+  void will_read(size_t off, size_t n) const;
+  void done_reading(size_t off, size_t n) const;
 
  private:
   char* data_ = nullptr;

@@ -102,29 +102,32 @@ const StTensor* SafetensorsFile::find(const std::string& name) const {
 }
 
 void SafetensorsFile::read_f32(const StTensor& t, float* dst) const {
-  const char* src = bytes_.data() + data_start_ + t.begin;
+  BERTCC_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16, path_, ": tensor '", t.name,
+               "' has dtype ", dtype_name(t.dtype), ", expected F32, F16 or BF16");
+  const size_t at = data_start_ + t.begin, bytes = t.end - t.begin;
+  const char* src = bytes_.data() + at;
   const size_t n = t.numel();
+  bytes_.will_read(at, bytes);  // this tensor's pages only: the load holds one tensor of the file at a time
   switch (t.dtype) {
     case DType::F32:
       std::memcpy(dst, src, n * 4);
-      return;
+      break;
     case DType::BF16:
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);
         dst[i] = bf16_to_f32(h);
       }
-      return;
-    case DType::F16:
+      break;
+    default:  // F16
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);
         dst[i] = f16_to_f32(h);
       }
-      return;
-    default:
-      fail(path_, ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", expected F32, F16 or BF16");
+      break;
   }
+  bytes_.done_reading(at, bytes);
 }
 
 void write_safetensors(const std::string& path, const std::vector<StWrite>& tensors, DType dtype) {
