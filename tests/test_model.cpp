@@ -840,12 +840,21 @@ TEST(Model, PackedWeightsGiveTheSameOutputs) {
       Rng r{1, 0};
       m.encode(b, false, prec, r, false);
       const std::vector<float> before(m.sequence_output(), m.sequence_output() + 12 * 3 * C);
+      const std::vector<float> pooled(m.pooled_output(), m.pooled_output() + 3 * C);  // (the pooler: not packed)
       m.keep_packed_weights_only(prec);
       m.encode(b, false, prec, r, false);
       EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C));
       m.encode(one, false, prec, r, false);  // row 1 alone (rows 12..23 above)
       EXPECT_EQ(std::vector<float>(before.begin() + 12 * C, before.begin() + 24 * C),
                 std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * C));
+      // packed before any forward pass, as the inference commands do (bf16: the copy then made
+      // layer by layer as it is packed, the rest after): the same bits
+      Bert fresh(c, Heads::None);
+      fresh.init_weights(5);
+      fresh.keep_packed_weights_only(prec);
+      fresh.encode(b, false, prec, r, false);
+      EXPECT_EQ(before, std::vector<float>(fresh.sequence_output(), fresh.sequence_output() + 12 * 3 * C));
+      EXPECT_EQ(pooled, std::vector<float>(fresh.pooled_output(), fresh.pooled_output() + 3 * C));
       // packed: fp32 on every x86 CPU, bf16 where it is native
       const bool packed =
           prec == Precision::F32 ? kernels::row_gemm_active() || onednn_f32_rows_invariant() : onednn_bf16_matmul();

@@ -7,20 +7,61 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace bertcc {
 
-// v = n copies of `value`, in new memory whose whole 2 MB pages were asked for as huge pages.
+// An allocator that leaves a trivial element it constructs without a value as it is: a vector of
+// it grows (resize) without writing, so new pages stay untouched, not resident, until written.
 template <typename T>
-void assign_in_huge_pages(std::vector<T>& v, size_t n, const T& value) {
-  std::vector<T>().swap(v);
+struct UntouchedAllocator : std::allocator<T> {
+  static_assert(std::is_trivially_default_constructible_v<T>);
+  template <typename U>
+  struct rebind {
+    using other = UntouchedAllocator<U>;
+  };
+  UntouchedAllocator() = default;
+  template <typename U>
+  UntouchedAllocator(const UntouchedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+// v emptied, then room for n elements in new memory whose whole 2 MB pages were asked for as huge
+// pages.
+template <typename T, typename A>
+void reserve_in_huge_pages(std::vector<T, A>& v, size_t n) {
+  std::vector<T, A>().swap(v);
   v.reserve(n);
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
   const auto begin = reinterpret_cast<uintptr_t>(v.data()), end = begin + n * sizeof(T);
   const uintptr_t b = (begin + kHuge - 1) / kHuge * kHuge, e = end / kHuge * kHuge;
   if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE);
+}
+
+// v = n copies of `value`, in new memory whose whole 2 MB pages were asked for as huge pages.
+template <typename T, typename A>
+void assign_in_huge_pages(std::vector<T, A>& v, size_t n, const T& value) {
+  reserve_in_huge_pages(v, n);
   v.assign(n, value);
+}
+
+// v = n elements not written (their values whatever the new memory holds: a fresh mapping's zeros
+// for allocations this large), nothing of it resident until written.
+template <typename T>
+void size_untouched_in_huge_pages(std::vector<T, UntouchedAllocator<T>>& v, size_t n) {
+  reserve_in_huge_pages(v, n);
+  v.resize(n);
 }
 
 }  // namespace bertcc

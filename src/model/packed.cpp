@@ -8,6 +8,10 @@
 // is packed and the model is left as it is.
 #include "model/packed.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "backend/backend.h"
 #include "backend/ops.h"
 #include "bertcc/error.h"
@@ -21,15 +25,37 @@ void ModelWeights::keep_packed_weights_only(const std::vector<Int8Linear>& linea
   BERTCC_CHECK(!fp32_linears_released_ && !q8_, "keep_packed_weights_only: the model already keeps int8 weights");
   if (!be_->on_host() || !dev_offset_.empty() || linears.empty()) return;  // the CPU's own matmuls only
   const bool bf = prec == Precision::BF16;
-  refresh_bf16(prec);
+  // bf16: the copy made as it is packed, a layer at a time, and the rest after (see below), so that
+  // loading never holds the whole bf16 copy beside the fp32 weights; unless it is made already
+  const bool bf_by_layer = bf && !params16_valid_ && !dev_params16_;
+  if (bf_by_layer)
+    size_untouched_in_huge_pages(params16_, params_.size());
+  else
+    refresh_bf16(prec);
   auto packed = std::make_unique<PackedLinears>();
   packed->prec = prec;
+  std::vector<std::pair<size_t, size_t>> done;  // [begin, end) of params16_ written
   for (const Int8Linear& l : linears) {
+    const size_t at = static_cast<size_t>(table_[l.r.w].offset), n = static_cast<size_t>(l.N * l.K);
+    if (bf_by_layer) {
+      to_bf16(params_.data() + at, params16_.data() + at, n);
+      done.emplace_back(at, at + n);
+    }
     std::shared_ptr<const kernels::PackedWeights> p = bf ? kernels::pack_linear_weight_bf16(w16(l.r.w, prec), l.N, l.K)
                                                          : kernels::pack_linear_weight(w(l.r.w), l.N, l.K);
     if (!p) continue;  // this CPU's matmul reads plain weights for this shape: nothing to gain
     packed->by_weight[l.r.w.i] = PackedLinears::Layer{std::move(p), l.N, l.K};
     release_linear_pages({l});  // one layer at a time: at most one layer held twice
+  }
+  if (bf_by_layer) {  // the rest of the bf16 copy: every parameter between the linears written above
+    std::sort(done.begin(), done.end());
+    size_t from = 0;
+    for (const auto& [b, e] : done) {
+      if (b > from) to_bf16(params_.data() + from, params16_.data() + from, b - from);
+      from = std::max(from, e);
+    }
+    if (from < params_.size()) to_bf16(params_.data() + from, params16_.data() + from, params_.size() - from);
+    params16_valid_ = true;
   }
   if (packed->by_weight.empty()) return;
   packed_ = std::move(packed);

@@ -11,6 +11,7 @@
 #include "bertcc/config.h"
 #include "bertcc/dtype.h"
 #include "bertcc/params.h"
+#include "core/huge_pages.h"
 
 namespace bertcc {
 
@@ -128,7 +129,9 @@ class ModelWeights {
   const BertConfig& cfg_;
   ParamTable table_;
   std::vector<float> params_, grads_;
-  std::vector<bf16_t> params16_;  // bf16 rounding of params_, valid while params16_valid_
+  // bf16 rounding of params_, valid while params16_valid_ (sized without writing: bf16 inference
+  // with packed weights writes only what it keeps, keep_packed_weights_only)
+  std::vector<bf16_t, UntouchedAllocator<bf16_t>> params16_;
   bool params16_valid_ = false;
   // --precision int8 (int8.cpp): the encoder's linear layers quantized per output channel, valid
   // while q8_valid_ (made again after any weight change, as the bf16 copy)
