@@ -93,6 +93,9 @@ CpuReport cpu_report() {
     case dnnl::cpu_isa::avx512_core:
       r.onednn_isa = "avx512_core";
       break;
+    case dnnl::cpu_isa::avx2_vnni:
+      r.onednn_isa = "avx2_vnni";
+      break;
     case dnnl::cpu_isa::avx2:
       r.onednn_isa = "avx2";
       break;
@@ -172,10 +175,14 @@ std::string describe_backend(Precision p) {
   const CpuReport r = cpu_report();
   const bool vnni =
       r.onednn_isa == "avx512_core_vnni" || r.onednn_isa == "avx512_core_bf16" || r.onednn_isa == "avx512_core_amx";
+  // without VNNI oneDNN 2.6's int8 matmul is a gemm that repacks its weights every call: bertcc's
+  // own AVX2 kernel takes the layers there (kernels/gemm_int8_rows.cpp, pack_int8_weight)
+  const bool avx2 = r.onednn_isa == "avx2" || r.onednn_isa == "avx2_vnni" || r.onednn_isa == "avx512_core";
   return s + "; int8: the encoder's linear layers (7-bit weights per output channel, 8-bit activations per row, " +
-         (r.onednn_isa == "avx512_core_amx" ? "AMX-INT8"
-          : vnni                            ? "AVX512-VNNI"
-                                            : "no VNNI") +
+         (r.onednn_isa == "avx512_core_amx" ? "oneDNN on AMX-INT8"
+          : vnni                            ? "oneDNN on AVX512-VNNI"
+          : avx2                            ? "no VNNI: bertcc's AVX2 int8 kernel"
+                                            : "no VNNI nor AVX2: oneDNN's gemm") +
          "); embeddings, attention, LayerNorm, GELU, pooler and task heads in fp32";
 }
 
