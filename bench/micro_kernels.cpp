@@ -6,6 +6,7 @@
 
 #include "bertcc/rng.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/kernels.h"
 
 using namespace bertcc;
@@ -59,6 +60,27 @@ BENCHMARK(BM_LinearF32Packed)
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 32}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// The same layers in int8 on rows already quantized (linear_forward_int8_q: the int32 products,
+// then their rescale to fp32), weights held as inference holds them: arg 0 = 0 oneDNN (its blocked
+// layout where it has a VNNI/AMX kernel; else its gemm, which repacks W every call), 1 bertcc's own
+// kernel (gemm_int8_rows.cpp, what CPUs without VNNI run); arg 1 the layer as above, arg 2 the
+// rows. With ONEDNN_MAX_CPU_ISA=AVX2, arg 0 is oneDNN's AVX2 int8 gemm. TOP/s: 2 M N K a second.
+void BM_LinearInt8(benchmark::State& st) {
+  const int64_t shapes[4][2] = {{3 * C, C}, {C, C}, {I, C}, {C, I}};
+  const int64_t Nout = shapes[st.range(1)][0], K = shapes[st.range(1)][1], M = st.range(2);
+  std::vector<int8_t> xq(static_cast<size_t>(M * K), -3);
+  std::vector<int32_t> acc(static_cast<size_t>(M * Nout));
+  std::vector<float> sx(static_cast<size_t>(M), 0.01f);
+  auto W = filled(Nout * K, 0.02f), y = filled(M * Nout, 0.0f);
+  kernels::set_row_gemm(st.range(0) ? kernels::RowGemm::Always : kernels::RowGemm::Never);
+  kernels::Int8Weight w = kernels::quantize_weight_int8(W.data(), Nout, K);
+  kernels::pack_int8_weight(w);
+  kernels::set_row_gemm(kernels::RowGemm::Auto);
+  for (auto _ : st) kernels::linear_forward_int8_q(y.data(), xq.data(), sx.data(), w, nullptr, M);
+  st.counters["TOP/s"] = benchmark::Counter(2.0 * M * Nout * K * st.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LinearInt8)->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 32}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_LayerNorm(benchmark::State& st) {
   auto x = filled(N * C, 0.5f), w = filled(C, 1.0f), b = filled(C, 0.0f), y = filled(N * C, 0), m = filled(N, 0),
