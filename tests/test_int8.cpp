@@ -337,4 +337,16 @@ TEST(Precision, AutoFollowsTheCpuReport) {
     EXPECT_TRUE(choose_precision("bf16", c, false).why.empty());
   }
   EXPECT_THROW(choose_precision("fp8", zen4, false), Error);
+  // the int8 start-up line names the kernel: oneDNN where it has VNNI or AMX kernels, bertcc's own
+  // AVX2 one elsewhere (oneDNN 2.6's gemm there repacks the weights every call)
+  CpuReport avx512 = avx2, adl = avx2, old = avx2;  // AVX-512 without VNNI; AVX2-VNNI; neither
+  avx512.onednn_isa = "avx512_core";
+  adl.onednn_isa = "avx2_vnni";
+  old.onednn_isa = "other";
+  for (const CpuReport& c : {avx2, avx512, adl, capped})
+    EXPECT_EQ(int8_kernel_name(c), "no VNNI: bertcc's AVX2 int8 kernel") << c.onednn_isa;
+  EXPECT_EQ(int8_kernel_name(skx), "oneDNN on AVX512-VNNI");
+  EXPECT_EQ(int8_kernel_name(zen4), "oneDNN on AVX512-VNNI");
+  EXPECT_EQ(int8_kernel_name(spr), "oneDNN on AMX-INT8");
+  EXPECT_EQ(int8_kernel_name(old), "no VNNI nor AVX2: oneDNN's gemm");
 }

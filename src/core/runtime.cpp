@@ -169,21 +169,23 @@ std::string describe_backend(bool bf16) {
   return s;
 }
 
-std::string describe_backend(Precision p) {
-  std::string s = describe_backend(p == Precision::BF16);
-  if (p != Precision::I8) return s;
-  const CpuReport r = cpu_report();
+std::string int8_kernel_name(const CpuReport& r) {
   const bool vnni =
       r.onednn_isa == "avx512_core_vnni" || r.onednn_isa == "avx512_core_bf16" || r.onednn_isa == "avx512_core_amx";
   // without VNNI oneDNN 2.6's int8 matmul is a gemm that repacks its weights every call: bertcc's
   // own AVX2 kernel takes the layers there (kernels/gemm_int8_rows.cpp, pack_int8_weight)
   const bool avx2 = r.onednn_isa == "avx2" || r.onednn_isa == "avx2_vnni" || r.onednn_isa == "avx512_core";
+  return r.onednn_isa == "avx512_core_amx" ? "oneDNN on AMX-INT8"
+         : vnni                            ? "oneDNN on AVX512-VNNI"
+         : avx2                            ? "no VNNI: bertcc's AVX2 int8 kernel"
+                                           : "no VNNI nor AVX2: oneDNN's gemm";
+}
+
+std::string describe_backend(Precision p) {
+  std::string s = describe_backend(p == Precision::BF16);
+  if (p != Precision::I8) return s;
   return s + "; int8: the encoder's linear layers (7-bit weights per output channel, 8-bit activations per row, " +
-         (r.onednn_isa == "avx512_core_amx" ? "oneDNN on AMX-INT8"
-          : vnni                            ? "oneDNN on AVX512-VNNI"
-          : avx2                            ? "no VNNI: bertcc's AVX2 int8 kernel"
-                                            : "no VNNI nor AVX2: oneDNN's gemm") +
-         "); embeddings, attention, LayerNorm, GELU, pooler and task heads in fp32";
+         int8_kernel_name(cpu_report()) + "); embeddings, attention, LayerNorm, GELU, pooler and task heads in fp32";
 }
 
 }  // namespace bertcc
