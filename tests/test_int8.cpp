@@ -43,6 +43,19 @@ std::vector<int32_t> exact_products(const std::vector<int8_t>& a, const std::vec
   return c;
 }
 
+// bertcc's own int8 kernel (gemm_int8_panels) on a [M, K] and b [N, K]: its AVX2 kernel (where this
+// CPU has it) and the portable loop each give `want`
+void expect_own_kernel_gives(const std::vector<int8_t>& a, const std::vector<int8_t>& b, int64_t M, int64_t N,
+                             int64_t K, const std::vector<int32_t>& want) {
+  const auto panels = pack_int8_panels(b.data(), N, K);
+  std::vector<int32_t> c(static_cast<size_t>(M * N));
+  for (bool simd : {true, false}) {
+    std::fill(c.begin(), c.end(), -1);
+    gemm_int8_panels(a.data(), *panels, c.data(), M, simd);
+    EXPECT_EQ(c, want) << (simd ? "own kernel, simd" : "own kernel, portable");
+  }
+}
+
 }  // namespace
 
 TEST(Int8, GemmIsExactIntegerArithmetic) {
@@ -59,23 +72,26 @@ TEST(Int8, GemmIsExactIntegerArithmetic) {
 TEST(Int8, GemmDoesNotSaturateAtTheBounds) {
   // Every pair of products at the largest magnitude the bounds allow, both signs: where a CPU
   // without VNNI adds pairs of u8 x s8 products in 16 bits (vpmaddubsw), full-range s8 weights
-  // would saturate these sums; the 7-bit weights must not.
+  // would saturate these sums; the 7-bit weights must not, in oneDNN's kernels nor in bertcc's own
+  // (gemm_int8_panels: its AVX2 kernel where this CPU has it, and the portable loop).
   const int64_t M = 8, N = 16, K = 256;
   std::vector<int8_t> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) a[m * K + k] = static_cast<int8_t>(((m + k / 2) % 2 ? -1 : 1) * kInt8ActivationMax);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) b[n * K + k] = static_cast<int8_t>(((n / 2 + k / 4) % 2 ? -1 : 1) * kInt8WeightMax);
+  const auto want = exact_products(a, b, M, N, K);
   std::vector<int32_t> c(static_cast<size_t>(M * N));
   gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
-  EXPECT_EQ(c, exact_products(a, b, M, N, K));
+  EXPECT_EQ(c, want);
+  expect_own_kernel_gives(a, b, M, N, K, want);
 }
 
 TEST(Int8, OwnKernelGivesTheSameIntegers) {
   // bertcc's own int8 kernel (gemm_int8_panels: what CPUs without VNNI run, where oneDNN's gemm
   // would repack the weights on every call): the AVX2 kernel (where this CPU has it) and the
   // portable loop against exact integer arithmetic and oneDNN's matmul, over row, column and
-  // k-quad tails, and at the bounds where 16-bit pair sums would saturate with 8-bit weights
+  // k-quad tails (the saturation bounds: GemmDoesNotSaturateAtTheBounds)
   for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
                          {3, 5, 7},
                          {4, 16, 4},
@@ -90,26 +106,12 @@ TEST(Int8, OwnKernelGivesTheSameIntegers) {
     std::vector<int32_t> c(static_cast<size_t>(M * N));
     gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
     ASSERT_EQ(c, want);
-    const auto panels = pack_int8_panels(b.data(), N, K);
-    for (bool simd : {true, false}) {
-      std::fill(c.begin(), c.end(), -1);
-      gemm_int8_panels(a.data(), *panels, c.data(), M, simd);
-      EXPECT_EQ(c, want) << (simd ? "simd" : "portable");
-    }
+    expect_own_kernel_gives(a, b, M, N, K, want);
   }
-  const int64_t M = 8, N = 16, K = 256;
-  std::vector<int8_t> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) a[m * K + k] = static_cast<int8_t>(((m + k / 2) % 2 ? -1 : 1) * kInt8ActivationMax);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) b[n * K + k] = static_cast<int8_t>(((n / 2 + k / 4) % 2 ? -1 : 1) * kInt8WeightMax);
-  const auto panels = pack_int8_panels(b.data(), N, K);
-  std::vector<int32_t> c(static_cast<size_t>(M * N));
-  gemm_int8_panels(a.data(), *panels, c.data(), M);
-  EXPECT_EQ(c, exact_products(a, b, M, N, K));
   // 8-bit weights could saturate the pair sums: refused when laid out
+  auto b = random_s8(16 * 8, kInt8WeightMax, 13);
   b[5] = 64;
-  EXPECT_THROW(pack_int8_panels(b.data(), N, K), Error);
+  EXPECT_THROW(pack_int8_panels(b.data(), 16, 8), Error);
 }
 
 TEST(Int8, QuantizationRoundTrip) {
@@ -201,25 +203,23 @@ TEST(Int8, PackedWeightsGiveTheSameBits) {
                            beta = bertcc::testing::randn(static_cast<size_t>(C), 36);
   const Int8Weight q1 = quantize_weight_int8(W1.data(), I, C), q2 = quantize_weight_int8(W2.data(), C, I);
   // the CPU's choice, then bertcc's own kernel and oneDNN's forced, each against q1/q2 unpacked
-  for (const RowGemm mode : {RowGemm::Auto, RowGemm::Always, RowGemm::Never})
+  for (const RowGemm mode : {RowGemm::Auto, RowGemm::Always, RowGemm::Never}) {
+    SCOPED_TRACE(mode == RowGemm::Always ? "own kernel" : mode == RowGemm::Never ? "oneDNN" : "this CPU's choice");
+    set_row_gemm(mode);
+    Int8Weight p1 = q1, p2 = q2;
+    const bool packed = pack_int8_weight(p1);
+    EXPECT_EQ(pack_int8_weight(p2), packed);
+    set_row_gemm(RowGemm::Auto);
+    EXPECT_EQ(packed, p1.packed != nullptr || p1.panels != nullptr);
+    EXPECT_EQ(packed, p1.q.empty());
+    if (mode == RowGemm::Always) {
+      EXPECT_TRUE(p1.panels != nullptr);
+    }
+    if (mode == RowGemm::Never) {
+      EXPECT_TRUE(p1.panels == nullptr);
+    }
     for (const int64_t M : {1, 5, 130}) {
-      SCOPED_TRACE("rows " + std::to_string(M) +
-                   (mode == RowGemm::Always  ? ", own kernel"
-                    : mode == RowGemm::Never ? ", oneDNN"
-                                             : ""));
-      set_row_gemm(mode);
-      Int8Weight p1 = q1, p2 = q2;
-      const bool packed = pack_int8_weight(p1);
-      EXPECT_EQ(pack_int8_weight(p2), packed);
-      set_row_gemm(RowGemm::Auto);
-      EXPECT_EQ(packed, p1.packed != nullptr || p1.panels != nullptr);
-      EXPECT_EQ(packed, p1.q.empty());
-      if (mode == RowGemm::Always) {
-        EXPECT_TRUE(p1.panels != nullptr);
-      }
-      if (mode == RowGemm::Never) {
-        EXPECT_TRUE(p1.panels == nullptr);
-      }
+      SCOPED_TRACE("rows " + std::to_string(M));
       const std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * C), 37 + static_cast<uint32_t>(M));
       std::vector<float> y(static_cast<size_t>(M * I)), yp(y.size());
       linear_forward_int8(y.data(), x.data(), q1, b1.data(), M);
@@ -237,6 +237,7 @@ TEST(Int8, PackedWeightsGiveTheSameBits) {
       EXPECT_EQ(meanp, mean);
       EXPECT_EQ(rstdp, rstd);
     }
+  }
 }
 
 TEST(Int8, FusedKernelsEqualTheComposedLayers) {

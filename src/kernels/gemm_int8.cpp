@@ -100,19 +100,21 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int
 
 bool pack_int8_weight(Int8Weight& w) {
   BERTCC_CHECK(w.N > 0 && w.K > 0 && w.q.size() == static_cast<size_t>(w.N * w.K), "pack_int8_weight: bad shape");
-  OnednnRuntime& R = onednn_runtime();
-  const auto pd_for = [&](int64_t M, const dnnl::memory::desc& wei) {
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(dnnl::memory::desc(dims{M, w.K}, dt::s8, dims{w.K, 1}), wei,
-                                                           dnnl::memory::desc(dims{M, w.N}, dt::s32, dims{w.N, 1})),
-                                        R.engine);
-  };
-  const dnnl::memory::desc chosen =
-      pd_for(1024, dnnl::memory::desc(dims{w.K, w.N}, dt::s8, dnnl::memory::format_tag::any)).weights_desc();
   const RowGemm mode = row_gemm_mode();
   std::shared_ptr<const PackedWeights> p;
-  if (mode != RowGemm::Always)
+  if (mode != RowGemm::Always) {  // oneDNN's preferred layout, where it has a kernel that reads one
+    OnednnRuntime& R = onednn_runtime();
+    const auto pd_for = [&](int64_t M, const dnnl::memory::desc& wei) {
+      return dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc(dnnl::memory::desc(dims{M, w.K}, dt::s8, dims{w.K, 1}), wei,
+                             dnnl::memory::desc(dims{M, w.N}, dt::s32, dims{w.N, 1})),
+          R.engine);
+    };
+    const dnnl::memory::desc chosen =
+        pd_for(1024, dnnl::memory::desc(dims{w.K, w.N}, dt::s8, dnnl::memory::format_tag::any)).weights_desc();
     p = pack_weights(plain_weight_md(w.N, w.K), w.q.data(), chosen,
                      [&](int64_t M) { return std::string(pd_for(M, chosen).impl_info_str()).rfind("ref", 0) != 0; });
+  }
   if (p) {
     w.packed = std::move(p);
   } else if (mode == RowGemm::Always || (mode == RowGemm::Auto && int8_row_kernel_simd())) {
