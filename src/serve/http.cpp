@@ -215,7 +215,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     stream_.async_read_some(asio::buffer(&in_[old], size),
                             [self = shared_from_this(), old, next](beast::error_code ec, size_t n) {
                               self->in_.resize(old + n);
-                              if (ec) return self->close();
+                              // closed meanwhile (stop() closes an idle connection while a read that
+                              // already completed waits on the strand): its bytes are not a request
+                              if (ec || self->state_ == State::Closed) return self->close();
                               next(*self);
                             });
   }
