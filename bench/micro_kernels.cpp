@@ -61,11 +61,13 @@ BENCHMARK(BM_LinearF32Packed)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// The same layers in int8 on rows already quantized (linear_forward_int8_q: the int32 products,
-// then their rescale to fp32), weights held as inference holds them: arg 0 = 0 oneDNN (its blocked
-// layout where it has a VNNI/AMX kernel; else its gemm, which repacks W every call), 1 bertcc's own
-// kernel (gemm_int8_rows.cpp, what CPUs without VNNI run); arg 1 the layer as above, arg 2 the
-// rows. With ONEDNN_MAX_CPU_ISA=AVX2, arg 0 is oneDNN's AVX2 int8 gemm. TOP/s: 2 M N K a second.
+// The same layers in int8 on rows already quantized (linear_forward_int8_q: the int32 products
+// and their rescale to fp32), weights held as inference holds them: arg 0 = 0 oneDNN (its blocked
+// layout where it has a VNNI/AMX kernel, then a rescale pass; else its gemm, which repacks W every
+// call), 1 bertcc's own kernel (gemm_int8_rows.cpp: AVX512-VNNI with the rescale in registers, or
+// AVX2; what CPUs without AMX run); arg 1 the layer as above, arg 2 the rows (1,024 and 256: the
+// own kernel's row blocks and split columns; 32). With ONEDNN_MAX_CPU_ISA=AVX2, arg 0 is oneDNN's
+// AVX2 int8 gemm and arg 1 the AVX2 kernel. TOP/s: 2 M N K a second.
 void BM_LinearInt8(benchmark::State& st) {
   const int64_t shapes[4][2] = {{3 * C, C}, {C, C}, {I, C}, {C, I}};
   const int64_t Nout = shapes[st.range(1)][0], K = shapes[st.range(1)][1], M = st.range(2);
@@ -80,7 +82,7 @@ void BM_LinearInt8(benchmark::State& st) {
   for (auto _ : st) kernels::linear_forward_int8_q(y.data(), xq.data(), sx.data(), w, nullptr, M);
   st.counters["TOP/s"] = benchmark::Counter(2.0 * M * Nout * K * st.iterations() / 1e12, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_LinearInt8)->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 32}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LinearInt8)->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 256, 32}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_LayerNorm(benchmark::State& st) {
   auto x = filled(N * C, 0.5f), w = filled(C, 1.0f), b = filled(C, 0.0f), y = filled(N * C, 0), m = filled(N, 0),

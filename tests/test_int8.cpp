@@ -43,16 +43,44 @@ std::vector<int32_t> exact_products(const std::vector<int8_t>& a, const std::vec
   return c;
 }
 
-// bertcc's own int8 kernel (gemm_int8_panels) on a [M, K] and b [N, K]: its AVX2 kernel (where this
-// CPU has it) and the portable loop each give `want`
+// bertcc's own int8 kernels that this CPU runs (the portable loops everywhere; AVX2 and
+// AVX512-VNNI where it has them)
+std::vector<Int8Kernel> own_kernels_here() {
+  std::vector<Int8Kernel> ks;
+  for (Int8Kernel k : {Int8Kernel::Portable, Int8Kernel::Avx2, Int8Kernel::Avx512Vnni})
+    if (int8_kernel_available(k)) ks.push_back(k);
+  return ks;
+}
+const char* name_of(Int8Kernel k) {
+  return k == Int8Kernel::Avx512Vnni ? "own kernel, AVX512-VNNI" : k == Int8Kernel::Avx2 ? "own kernel, AVX2" : "own kernel, portable";
+}
+
+// bertcc's own int8 kernels (gemm_int8_panels) on a [M, K] and b [N, K]: each that this CPU has
+// gives `want`; and linear_int8_panels rescales those integers with rescale_int8_row's bits, into
+// outputs and through a row epilogue alike
 void expect_own_kernel_gives(const std::vector<int8_t>& a, const std::vector<int8_t>& b, int64_t M, int64_t N,
                              int64_t K, const std::vector<int32_t>& want) {
   const auto panels = pack_int8_panels(b.data(), N, K);
   std::vector<int32_t> c(static_cast<size_t>(M * N));
-  for (bool simd : {true, false}) {
+  std::vector<float> sx(static_cast<size_t>(M)), sw(static_cast<size_t>(N)), bias(static_cast<size_t>(N));
+  for (int64_t m = 0; m < M; ++m) sx[m] = 0.001f * static_cast<float>(m + 1);
+  for (int64_t n = 0; n < N; ++n) sw[n] = 0.01f / static_cast<float>(n + 3), bias[n] = 0.1f * static_cast<float>(n % 7) - 0.3f;
+  std::vector<float> want_y(static_cast<size_t>(M * N)), want_y0(want_y.size());
+  for (int64_t m = 0; m < M; ++m) {
+    rescale_int8_row(want_y.data() + m * N, want.data() + m * N, sx[m], sw.data(), bias.data(), N);
+    rescale_int8_row(want_y0.data() + m * N, want.data() + m * N, sx[m], sw.data(), nullptr, N);
+  }
+  for (Int8Kernel k : own_kernels_here()) {
+    SCOPED_TRACE(name_of(k));
     std::fill(c.begin(), c.end(), -1);
-    gemm_int8_panels(a.data(), *panels, c.data(), M, simd);
-    EXPECT_EQ(c, want) << (simd ? "own kernel, simd" : "own kernel, portable");
+    gemm_int8_panels(a.data(), *panels, c.data(), M, k);
+    EXPECT_EQ(c, want);
+    std::vector<float> y(static_cast<size_t>(M * N), -1.0f), rows(y.size(), -1.0f);
+    linear_int8_panels(y.data(), a.data(), sx.data(), *panels, sw.data(), bias.data(), M, nullptr, k);
+    EXPECT_EQ(y, want_y);
+    const Int8RowFn copy = [&](int64_t m, float* row) { std::copy(row, row + N, rows.begin() + m * N); };
+    linear_int8_panels(nullptr, a.data(), sx.data(), *panels, sw.data(), nullptr, M, &copy, k);
+    EXPECT_EQ(rows, want_y0);
   }
 }
 
@@ -88,17 +116,21 @@ TEST(Int8, GemmDoesNotSaturateAtTheBounds) {
 }
 
 TEST(Int8, OwnKernelGivesTheSameIntegers) {
-  // bertcc's own int8 kernel (gemm_int8_panels: what CPUs without VNNI run, where oneDNN's gemm
-  // would repack the weights on every call): the AVX2 kernel (where this CPU has it) and the
-  // portable loop against exact integer arithmetic and oneDNN's matmul, over row, column and
-  // k-quad tails (the saturation bounds: GemmDoesNotSaturateAtTheBounds)
+  // bertcc's own int8 kernels (gemm_int8_panels and linear_int8_panels: what AVX512-VNNI CPUs
+  // without AMX and CPUs without VNNI run): each this CPU has against exact integer arithmetic and
+  // oneDNN's matmul, over row, column and k-quad tails, the VNNI kernel's 48-column groups and
+  // 8-row tiles, its few-rows path (columns split) and many-rows path (row blocks: 192 rows
+  // a thread and more), and the saturation bounds (GemmDoesNotSaturateAtTheBounds)
   for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
                          {3, 5, 7},
                          {4, 16, 4},
                          {5, 17, 5},
                          {37, 40, 300},
                          {130, 96, 768},
-                         {70, 129, 3}}) {
+                         {70, 129, 3},
+                         {9, 49, 64},
+                         {203, 50, 36},
+                         {790, 97, 20}}) {
     SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
     const auto a = random_s8(static_cast<size_t>(M * K), kInt8ActivationMax, 11);
     const auto b = random_s8(static_cast<size_t>(N * K), kInt8WeightMax, 12);
@@ -338,16 +370,17 @@ TEST(Precision, AutoFollowsTheCpuReport) {
     EXPECT_TRUE(choose_precision("bf16", c, false).why.empty());
   }
   EXPECT_THROW(choose_precision("fp8", zen4, false), Error);
-  // the int8 start-up line names the kernel: oneDNN where it has VNNI or AMX kernels, bertcc's own
-  // AVX2 one elsewhere (oneDNN 2.6's gemm there repacks the weights every call)
+  // the int8 start-up line names the kernel: oneDNN on AMX, bertcc's own VNNI kernel on
+  // AVX512-VNNI (its rescale fused), its AVX2 one without VNNI (oneDNN 2.6's gemm there repacks
+  // the weights every call)
   CpuReport avx512 = avx2, adl = avx2, old = avx2;  // AVX-512 without VNNI; AVX2-VNNI; neither
   avx512.onednn_isa = "avx512_core";
   adl.onednn_isa = "avx2_vnni";
   old.onednn_isa = "other";
   for (const CpuReport& c : {avx2, avx512, adl, capped})
     EXPECT_EQ(int8_kernel_name(c), "no VNNI: bertcc's AVX2 int8 kernel") << c.onednn_isa;
-  EXPECT_EQ(int8_kernel_name(skx), "oneDNN on AVX512-VNNI");
-  EXPECT_EQ(int8_kernel_name(zen4), "oneDNN on AVX512-VNNI");
+  EXPECT_EQ(int8_kernel_name(skx), "bertcc's AVX512-VNNI int8 kernel");
+  EXPECT_EQ(int8_kernel_name(zen4), "bertcc's AVX512-VNNI int8 kernel");
   EXPECT_EQ(int8_kernel_name(spr), "oneDNN on AMX-INT8");
   EXPECT_EQ(int8_kernel_name(old), "no VNNI nor AVX2: oneDNN's gemm");
 }

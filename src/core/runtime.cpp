@@ -170,13 +170,13 @@ std::string describe_backend(bool bf16) {
 }
 
 std::string int8_kernel_name(const CpuReport& r) {
-  const bool vnni =
-      r.onednn_isa == "avx512_core_vnni" || r.onednn_isa == "avx512_core_bf16" || r.onednn_isa == "avx512_core_amx";
-  // without VNNI oneDNN 2.6's int8 matmul is a gemm that repacks its weights every call: bertcc's
-  // own AVX2 kernel takes the layers there (kernels/gemm_int8_rows.cpp, pack_int8_weight)
+  const bool vnni = r.onednn_isa == "avx512_core_vnni" || r.onednn_isa == "avx512_core_bf16";
+  // oneDNN 2.6's int8 matmul writes every int32 sum out for a separate rescale pass (VNNI), or is
+  // a gemm that repacks its weights every call (no VNNI): bertcc's own kernels take the layers there
+  // (kernels/gemm_int8_rows.cpp, pack_int8_weight)
   const bool avx2 = r.onednn_isa == "avx2" || r.onednn_isa == "avx2_vnni" || r.onednn_isa == "avx512_core";
   return r.onednn_isa == "avx512_core_amx" ? "oneDNN on AMX-INT8"
-         : vnni                            ? "oneDNN on AVX512-VNNI"
+         : vnni                            ? "bertcc's AVX512-VNNI int8 kernel"
          : avx2                            ? "no VNNI: bertcc's AVX2 int8 kernel"
                                            : "no VNNI nor AVX2: oneDNN's gemm";
 }

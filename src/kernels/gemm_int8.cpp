@@ -101,8 +101,9 @@ void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int
 bool pack_int8_weight(Int8Weight& w) {
   BERTCC_CHECK(w.N > 0 && w.K > 0 && w.q.size() == static_cast<size_t>(w.N * w.K), "pack_int8_weight: bad shape");
   const RowGemm mode = row_gemm_mode();
+  const bool own = mode == RowGemm::Always || (mode == RowGemm::Auto && int8_own_kernel_preferred());
   std::shared_ptr<const PackedWeights> p;
-  if (mode != RowGemm::Always) {  // oneDNN's preferred layout, where it has a kernel that reads one
+  if (!own) {  // oneDNN's preferred layout, where it has a kernel that reads one
     OnednnRuntime& R = onednn_runtime();
     const auto pd_for = [&](int64_t M, const dnnl::memory::desc& wei) {
       return dnnl::matmul::primitive_desc(
@@ -117,7 +118,7 @@ bool pack_int8_weight(Int8Weight& w) {
   }
   if (p) {
     w.packed = std::move(p);
-  } else if (mode == RowGemm::Always || (mode == RowGemm::Auto && int8_row_kernel_simd())) {
+  } else if (own || (mode == RowGemm::Auto && int8_own_kernel() != Int8Kernel::Portable)) {
     w.panels = pack_int8_panels(w.q.data(), w.N, w.K);  // oneDNN would repack plain weights every call
   } else {
     return false;
@@ -138,15 +139,6 @@ void products_of(const int8_t* a, const Int8Weight& W, int32_t* acc, int64_t M) 
     matmul_s8(a, plain_weight_md(W.N, W.K), W.q.data(), false, acc, M, W.N, W.K);
 }
 
-// y[n] = fma(float(acc[n]), sm * sw[n], b[n]) (b null: 0): one row's rescale out of int32.
-void rescale_row(float* y, const int32_t* acc, float sm, const float* sw, const float* b, int64_t N) {
-  if (b) {
-    for (int64_t n = 0; n < N; ++n) y[n] = std::fma(static_cast<float>(acc[n]), sm * sw[n], b[n]);
-  } else {
-    for (int64_t n = 0; n < N; ++n) y[n] = std::fma(static_cast<float>(acc[n]), sm * sw[n], 0.0f);
-  }
-}
-
 // The int32 products of rows already quantized, in a buffer of this thread's.
 const int32_t* products(const int8_t* xq, const Int8Weight& W, int64_t M) {
   thread_local std::vector<int32_t> acc;
@@ -164,6 +156,10 @@ void check_shape(const Int8Weight& W, int64_t M, const char* who) {
 // that then hands it to f(m, row) (the fused epilogues).
 template <typename F>
 void each_output_row(const int8_t* xq, const float* sx, const Int8Weight& W, const float* b, int64_t M, F f) {
+  if (W.panels) {  // the own kernel: rescaled in its registers, f on each block of rows in cache
+    const Int8RowFn fn = f;
+    return linear_int8_panels(nullptr, xq, sx, *W.panels, W.scale.data(), b, M, &fn);
+  }
   const int64_t N = W.N;
   const int32_t* acc = products(xq, W, M);
 #pragma omp parallel
@@ -172,7 +168,7 @@ void each_output_row(const int8_t* xq, const float* sx, const Int8Weight& W, con
     float* r = grow(row, N);
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < M; ++m) {
-      rescale_row(r, acc + m * N, sx[m], W.scale.data(), b, N);
+      rescale_int8_row(r, acc + m * N, sx[m], W.scale.data(), b, N);
       f(m, r);
     }
   }
@@ -197,10 +193,11 @@ QuantizedRows quantized(const float* x, int64_t M, int64_t K) {
 void linear_forward_int8_q(float* y, const int8_t* xq, const float* sx, const Int8Weight& W, const float* b,
                            int64_t M) {
   check_shape(W, M, "linear_forward_int8");
+  if (W.panels) return linear_int8_panels(y, xq, sx, *W.panels, W.scale.data(), b, M, nullptr);
   const int64_t N = W.N;
   const int32_t* acc = products(xq, W, M);
 #pragma omp parallel for schedule(static) if (M * N > 32768)
-  for (int64_t m = 0; m < M; ++m) rescale_row(y + m * N, acc + m * N, sx[m], W.scale.data(), b, N);
+  for (int64_t m = 0; m < M; ++m) rescale_int8_row(y + m * N, acc + m * N, sx[m], W.scale.data(), b, N);
 }
 
 void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M) {

@@ -1,6 +1,7 @@
 // int8 linear layers (dynamic quantization, --precision int8): weights quantized once per output
-// channel, activations per row at run time, products accumulated exactly in int32 by oneDNN's int8
-// matmul (VNNI or AMX-INT8 where the CPU has them), then rescaled in fp32.
+// channel, activations per row at run time, products accumulated exactly in int32 (bertcc's own
+// kernels on AVX512-VNNI and on CPUs without VNNI, oneDNN's int8 matmul on AMX-INT8), then
+// rescaled in fp32.
 //
 // Weights are 7-bit, in [-63, 63]. On CPUs without VNNI oneDNN multiplies u8 x s8 pairs with
 // vpmaddubsw, whose 16-bit pair sums saturate (it shifts s8 activations to u8 internally): with
@@ -9,6 +10,7 @@
 // integers whatever the kernel, and int8 results are bit-identical across ISAs and batches.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,22 +42,43 @@ struct Int8Weight {
 void quantize_rows_int8(const float* x, int64_t M, int64_t K, int qmax, int8_t* q, float* scale);
 Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K);
 
-// Reorders w.q once into the blocked layout this CPU's int8 matmul prefers (VNNI, AMX), with its
-// s8 compensation precomputed, and frees q: the matmul then skips copying and summing the weights
-// on every call (16 % of a bert-base feed-forward GEMM at 2 threads, half of a batch-of-one call's
-// time). Where oneDNN's preferred layout is a plain one (its AVX2 gemm, which repacks the weights
-// on every call), w goes to bertcc's own int8 kernel instead: pack_int8_panels (set_row_gemm
-// Always/Never force it or oneDNN, for tests). The products are exact integers either way, so the
+// Lays w.q out once for the kernel that will multiply it, and frees q. On AVX512-VNNI without
+// AMX: bertcc's own kernel's panels (int8_own_kernel_preferred: its rescale and row epilogues
+// fused). Elsewhere oneDNN's preferred blocked layout where it has one (AMX-INT8), with its s8
+// compensation precomputed: the matmul then skips copying and summing
+// the weights on every call (16 % of a bert-base feed-forward GEMM at 2 threads, half of a
+// batch-of-one call's time). Where oneDNN's preferred layout is a plain one (its AVX2 gemm, which
+// repacks the weights on every call), the own kernel's panels again. set_row_gemm Always/Never
+// force the own kernel or oneDNN (tests). The products are exact integers either way, so the
 // layers' outputs keep their bits. Returns whether it packed (either way).
 bool pack_int8_weight(Int8Weight& w);
 
-// bertcc's own int8 products (gemm_int8_rows.cpp): q [N, K] (7-bit values) laid out once as
-// 16-column panels with their column sums; acc[M, N] = a[M, K] q^T in exact int32, with the AVX2
-// kernel (vpmaddubsw on a + 128, 7-bit weights: no saturation) where the CPU has AVX2 and simd, the
-// portable loop otherwise: the same integers as gemm_s8s8s32.
+// bertcc's own int8 kernels (gemm_int8_rows.cpp): q [N, K] (7-bit values) laid out once as
+// 16-column panels with their column sums; products in exact int32 from activations shifted to u8
+// (a + 128) less 128 x the column sums. Avx512Vnni: vpdpbusd, 8 rows x 48 columns; Avx2: vpmaddubsw
+// (7-bit weights: no saturation), 4 x 16; Portable: plain loops. All give the same integers as
+// gemm_s8s8s32, and the same rescaled bits.
+enum class Int8Kernel { Portable, Avx2, Avx512Vnni };
+bool int8_kernel_available(Int8Kernel k);  // whether this CPU (and oneDNN's ISA limit) runs k
+Int8Kernel int8_own_kernel();              // the fastest of them here
+// Whether the own kernel beats oneDNN's int8 matmul here: AVX512-VNNI without AMX, where its
+// rescale and the layers' row epilogues are fused (pack_int8_weight then lays weights out for it).
+bool int8_own_kernel_preferred();
 std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, int64_t K);
-void gemm_int8_panels(const int8_t* a, const Int8Panels& w, int32_t* acc, int64_t M, bool simd = true);
-bool int8_row_kernel_simd();  // whether gemm_int8_panels has its AVX2 kernel on this CPU
+// acc[M, N] = a[M, K] q^T in exact int32.
+void gemm_int8_panels(const int8_t* a, const Int8Panels& w, int32_t* acc, int64_t M,
+                      Int8Kernel k = int8_own_kernel());
+// y[m, n] = fma(float(acc[m, n]), sm * sw[n], b[n]) (b null: 0) for one row: the rescale every int8
+// path uses, so that each gives the same bits.
+void rescale_int8_row(float* y, const int32_t* acc, float sm, const float* sw, const float* b, int64_t N);
+// A row epilogue: called once for each output row m with the row (which it may overwrite), from
+// any thread, while the row is in cache.
+using Int8RowFn = std::function<void(int64_t m, float* row)>;
+// The int8 layer on the own kernel: rows of xq [M, K] (scales sx) against w (scales sw, bias b or
+// null), rescaled in the kernel (rescale_int8_row's bits) into y [M, N], then f (null: none) on
+// each row. y null: the rows go to scratch buffers and f (then required) takes them from there.
+void linear_int8_panels(float* y, const int8_t* xq, const float* sx, const Int8Panels& w, const float* sw,
+                        const float* b, int64_t M, const Int8RowFn* f, Int8Kernel k = int8_own_kernel());
 
 // acc[M, N] = a[M, K] b[N, K]^T in exact int32 (oneDNN's s8 x s8 -> s32 matmul).
 void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K);
