@@ -96,26 +96,50 @@ int32_t quad(const uint8_t* p) {
   return v;
 }
 
+// R rows (at most 4) x 16 columns, 8 sums in ymm registers (named one by one, as below)
+#define BERTCC_AVX2_ROW(r)                                                                   \
+  if constexpr (R > r) {                                                                     \
+    const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q));                          \
+    lo##r = _mm256_add_epi32(lo##r, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones)); \
+    hi##r = _mm256_add_epi32(hi##r, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones)); \
+  }
+
 template <int R>
 __attribute__((target("avx2,fma"))) void micro_avx2(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t Kq,
                                                     const int32_t* comp, int32_t* out) {
-  __m256i lo[R], hi[R];
-  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_si256();
+  const __m256i z = _mm256_setzero_si256();
+  __m256i lo0 = z, hi0 = z, lo1 = z, hi1 = z, lo2 = z, hi2 = z, lo3 = z, hi3 = z;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t q = 0; q < Kq; ++q, panel += 64) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32));
-    for (int r = 0; r < R; ++r) {
-      const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q));
-      lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones));
-      hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones));
-    }
+    BERTCC_AVX2_ROW(0)
+    BERTCC_AVX2_ROW(1)
+    BERTCC_AVX2_ROW(2)
+    BERTCC_AVX2_ROW(3)
   }
+  const __m256i lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
   const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp));
   const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8));
   for (int r = 0; r < R; ++r) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel), _mm256_sub_epi32(lo[r], c0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
+  }
+}
+#undef BERTCC_AVX2_ROW
+
+// rescale_int8_row's arithmetic on a whole panel's R rows (buf: 16 int32 a row) in ymm registers:
+// a call per row of 16 columns cost 3 % of a batch of one 32-token sequence
+__attribute__((target("avx2,fma"))) void rescale_panel_avx2(const int32_t* buf, int64_t R, const float* sx,
+                                                            const float* sw, const float* b, float* y, int64_t ldy) {
+  const __m256 sw0 = _mm256_loadu_ps(sw), sw1 = _mm256_loadu_ps(sw + 8);
+  const __m256 b0 = b ? _mm256_loadu_ps(b) : _mm256_setzero_ps(), b1 = b ? _mm256_loadu_ps(b + 8) : _mm256_setzero_ps();
+  for (int64_t r = 0; r < R; ++r) {
+    const __m256 s = _mm256_set1_ps(sx[r]);
+    const __m256 f0 = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(buf + r * kPanel)));
+    const __m256 f1 = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(buf + r * kPanel + 8)));
+    _mm256_storeu_ps(y + r * ldy, _mm256_fmadd_ps(f0, _mm256_mul_ps(s, sw0), b0));
+    _mm256_storeu_ps(y + r * ldy + 8, _mm256_fmadd_ps(f1, _mm256_mul_ps(s, sw1), b1));
   }
 }
 
@@ -138,11 +162,13 @@ void avx2_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, in
     default:
       micro_avx2<4>(a, lda, panel, w.Kq, comp, buf);
   }
-  store_panel(buf, R, C, n0, o, m);
+  if (o.acc || C < kPanel) return store_panel(buf, R, C, n0, o, m);
+  rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
 }
 
-// The AVX512-VNNI micro-tile: R rows (at most 8) x 3 panels (48 columns), 24 sums in zmm registers
-// (named one by one: GCC keeps an array of them on the stack), rescaled in registers.
+// The AVX512-VNNI micro-tile: R rows (at most 8) x 3 panels (48 columns), 24 sums in zmm registers,
+// rescaled in registers. The sums are named one by one: held in an array, GCC 12 copies them
+// between registers on every k-quad and spills some (half the speed, here and in the AVX2 kernel).
 #define BERTCC_VNNI_ROW(r)                                       \
   if constexpr (R > r) {                                         \
     const __m512i x = _mm512_set1_epi32(quad(a + r * lda + 4 * q)); \
@@ -302,7 +328,9 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
     o.ldy = N;
   }
   const int64_t groups = (panels_of(N) + kn.group - 1) / kn.group;
-#pragma omp parallel for schedule(dynamic, 1) if (par && groups > 1)
+  // static: each thread's columns in one run, its weights one stream (a panel at a time for each
+  // thread in turn cost 9 % of a batch of one 32-token sequence on the AVX2 kernel)
+#pragma omp parallel for schedule(static) if (par && groups > 1)
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t m = 0; m < M; m += kn.rows) kn.tile(std::min(kn.rows, M - m), u + m * lda, lda, w, g, o, m);
   if (f) {
