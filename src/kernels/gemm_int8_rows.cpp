@@ -6,6 +6,8 @@
 //    int32 sums to fp32 in registers, and the layer's row epilogue (GELU and the next layer's
 //    quantization, or the residual LayerNorm) runs on each block of rows while it is in cache:
 //    oneDNN's matmul would write every int32 sum to memory for a separate rescale pass.
+//  - AVX-VNNI (6 rows x 16 columns, vpdpbusd on ymm): CPUs with AVX-VNNI and not AVX-512's, where
+//    oneDNN 2.6 has only its gemm.
 //  - AVX2 (4 rows x 16 columns): vpmaddubsw (pair sums in 16 bits: at most 2 * 255 * 63 = 32130 for
 //    7-bit weights, so nothing saturates), widened into int32 by vpmaddwd. For CPUs without VNNI,
 //    where oneDNN 2.6's int8 matmul is a gemm that packs every weight again on every call.
@@ -128,6 +130,40 @@ __attribute__((target("avx2,fma"))) void micro_avx2(const uint8_t* a, int64_t ld
 }
 #undef BERTCC_AVX2_ROW
 
+// AVX-VNNI (VEX vpdpbusd on ymm, without AVX-512: Intel's client cores and Xeon 6 E-cores): R rows
+// (at most 6) x 16 columns, 12 sums in ymm registers; one instruction where AVX2 needs three.
+#define BERTCC_AVXVNNI_ROW(r)                                          \
+  if constexpr (R > r) {                                               \
+    const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q));    \
+    lo##r = _mm256_dpbusd_avx_epi32(lo##r, x, w0);                     \
+    hi##r = _mm256_dpbusd_avx_epi32(hi##r, x, w1);                     \
+  }
+
+template <int R>
+__attribute__((target("avx2,fma,avxvnni"))) void micro_avxvnni(const uint8_t* a, int64_t lda, const int8_t* panel,
+                                                               int64_t Kq, const int32_t* comp, int32_t* out) {
+  const __m256i z = _mm256_setzero_si256();
+  __m256i lo0 = z, hi0 = z, lo1 = z, hi1 = z, lo2 = z, hi2 = z, lo3 = z, hi3 = z, lo4 = z, hi4 = z, lo5 = z, hi5 = z;
+  for (int64_t q = 0; q < Kq; ++q, panel += 64) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32));
+    BERTCC_AVXVNNI_ROW(0)
+    BERTCC_AVXVNNI_ROW(1)
+    BERTCC_AVXVNNI_ROW(2)
+    BERTCC_AVXVNNI_ROW(3)
+    BERTCC_AVXVNNI_ROW(4)
+    BERTCC_AVXVNNI_ROW(5)
+  }
+  const __m256i lo[6] = {lo0, lo1, lo2, lo3, lo4, lo5}, hi[6] = {hi0, hi1, hi2, hi3, hi4, hi5};
+  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp));
+  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8));
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel), _mm256_sub_epi32(lo[r], c0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
+  }
+}
+#undef BERTCC_AVXVNNI_ROW
+
 // rescale_int8_row's arithmetic on a whole panel's R rows (buf: 16 int32 a row) in ymm registers:
 // a call per row of 16 columns cost 3 % of a batch of one 32-token sequence
 __attribute__((target("avx2,fma"))) void rescale_panel_avx2(const int32_t* buf, int64_t R, const float* sx,
@@ -161,6 +197,35 @@ void avx2_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, in
       break;
     default:
       micro_avx2<4>(a, lda, panel, w.Kq, comp, buf);
+  }
+  if (o.acc || C < kPanel) return store_panel(buf, R, C, n0, o, m);
+  rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
+}
+
+// The AVX-VNNI kernel's panel: R rows (at most 6) x 16 columns.
+void avxvnni_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o, int64_t m) {
+  const int8_t* panel = w.data.data() + g * w.Kq * 64;
+  const int64_t n0 = g * kPanel, C = std::min(kPanel, w.N - n0);
+  const int32_t* comp = w.comp.data() + n0;
+  alignas(32) int32_t buf[6 * kPanel];
+  switch (R) {
+    case 1:
+      micro_avxvnni<1>(a, lda, panel, w.Kq, comp, buf);
+      break;
+    case 2:
+      micro_avxvnni<2>(a, lda, panel, w.Kq, comp, buf);
+      break;
+    case 3:
+      micro_avxvnni<3>(a, lda, panel, w.Kq, comp, buf);
+      break;
+    case 4:
+      micro_avxvnni<4>(a, lda, panel, w.Kq, comp, buf);
+      break;
+    case 5:
+      micro_avxvnni<5>(a, lda, panel, w.Kq, comp, buf);
+      break;
+    default:
+      micro_avxvnni<6>(a, lda, panel, w.Kq, comp, buf);
   }
   if (o.acc || C < kPanel) return store_panel(buf, R, C, n0, o, m);
   rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
@@ -250,6 +315,8 @@ Kernel kernel_of(Int8Kernel k) {
 #if defined(__x86_64__)
     case Int8Kernel::Avx512Vnni:
       return {8, kGroup, vnni_tile};
+    case Int8Kernel::AvxVnni:
+      return {6, 1, avxvnni_tile};
     case Int8Kernel::Avx2:
       return {4, 1, avx2_tile};
 #endif
@@ -365,6 +432,21 @@ bool has_vnni() {
 #endif
 }
 
+// AVX-VNNI where the CPU has it and oneDNN's ISA limit allows it (ONEDNN_MAX_CPU_ISA=AVX2_VNNI then
+// emulates such a CPU here: an AVX-512 CPU that has AVX-VNNI too, as AMD's Zen 5 does)
+bool has_avxvnni() {
+#if defined(__x86_64__)
+  static const bool ok = [] {
+    if (!has_avx2() || !__builtin_cpu_supports("avxvnni")) return false;
+    const std::string isa = cpu_report().onednn_isa;
+    return isa == "avx2_vnni" || isa == "avx512_core_vnni" || isa == "avx512_core_bf16" || isa == "avx512_core_amx";
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 void rescale_int8_row(float* y, const int32_t* acc, float sm, const float* sw, const float* b, int64_t N) {
@@ -379,6 +461,8 @@ bool int8_kernel_available(Int8Kernel k) {
   switch (k) {
     case Int8Kernel::Avx512Vnni:
       return has_vnni();
+    case Int8Kernel::AvxVnni:
+      return has_avxvnni();
     case Int8Kernel::Avx2:
       return has_avx2();
     default:
@@ -387,7 +471,10 @@ bool int8_kernel_available(Int8Kernel k) {
 }
 
 Int8Kernel int8_own_kernel() {
-  return has_vnni() ? Int8Kernel::Avx512Vnni : has_avx2() ? Int8Kernel::Avx2 : Int8Kernel::Portable;
+  return has_vnni()      ? Int8Kernel::Avx512Vnni
+         : has_avxvnni() ? Int8Kernel::AvxVnni
+         : has_avx2()    ? Int8Kernel::Avx2
+                         : Int8Kernel::Portable;
 }
 
 bool int8_own_kernel_preferred() { return has_vnni() && cpu_report().onednn_isa != "avx512_core_amx"; }
