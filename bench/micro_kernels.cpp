@@ -82,7 +82,10 @@ void BM_LinearInt8(benchmark::State& st) {
   for (auto _ : st) kernels::linear_forward_int8_q(y.data(), xq.data(), sx.data(), w, nullptr, M);
   st.counters["TOP/s"] = benchmark::Counter(2.0 * M * Nout * K * st.iterations() / 1e12, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_LinearInt8)->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 256, 32}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LinearInt8)
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 256, 32}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_LayerNorm(benchmark::State& st) {
   auto x = filled(N * C, 0.5f), w = filled(C, 1.0f), b = filled(C, 0.0f), y = filled(N * C, 0), m = filled(N, 0),

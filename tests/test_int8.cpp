@@ -67,7 +67,8 @@ void expect_own_kernel_gives(const std::vector<int8_t>& a, const std::vector<int
   std::vector<int32_t> c(static_cast<size_t>(M * N));
   std::vector<float> sx(static_cast<size_t>(M)), sw(static_cast<size_t>(N)), bias(static_cast<size_t>(N));
   for (int64_t m = 0; m < M; ++m) sx[m] = 0.001f * static_cast<float>(m + 1);
-  for (int64_t n = 0; n < N; ++n) sw[n] = 0.01f / static_cast<float>(n + 3), bias[n] = 0.1f * static_cast<float>(n % 7) - 0.3f;
+  for (int64_t n = 0; n < N; ++n)
+    sw[n] = 0.01f / static_cast<float>(n + 3), bias[n] = 0.1f * static_cast<float>(n % 7) - 0.3f;
   std::vector<float> want_y(static_cast<size_t>(M * N)), want_y0(want_y.size());
   for (int64_t m = 0; m < M; ++m) {
     rescale_int8_row(want_y.data() + m * N, want.data() + m * N, sx[m], sw.data(), bias.data(), N);

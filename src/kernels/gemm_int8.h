@@ -67,8 +67,7 @@ Int8Kernel int8_own_kernel();              // the fastest of them here
 bool int8_own_kernel_preferred();
 std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, int64_t K);
 // acc[M, N] = a[M, K] q^T in exact int32.
-void gemm_int8_panels(const int8_t* a, const Int8Panels& w, int32_t* acc, int64_t M,
-                      Int8Kernel k = int8_own_kernel());
+void gemm_int8_panels(const int8_t* a, const Int8Panels& w, int32_t* acc, int64_t M, Int8Kernel k = int8_own_kernel());
 // y[m, n] = fma(float(acc[m, n]), sm * sw[n], b[n]) (b null: 0) for one row: the rescale every int8
 // path uses, so that each gives the same bits.
 void rescale_int8_row(float* y, const int32_t* acc, float sm, const float* sw, const float* b, int64_t N);

@@ -1,17 +1,18 @@
 // bertcc's own int8 kernels (gemm_int8.h): the weights laid out once, at load, as panels of 16
 // columns, each k-quad's 4 bytes of a column side by side ([K/4][16][4]), with 128 x their column
 // sums; a call shifts its activations to u8 (a + 128) and subtracts 128 x the column sum from each
-// product sum, which gives the exact integer sum of a x w.
-//  - AVX512-VNNI (8 rows x 48 columns, vpdpbusd): where the CPU has it and not AMX. It rescales its
-//    int32 sums to fp32 in registers, and the layer's row epilogue (GELU and the next layer's
-//    quantization, or the residual LayerNorm) runs on each block of rows while it is in cache:
-//    oneDNN's matmul would write every int32 sum to memory for a separate rescale pass.
-//  - AVX-VNNI (6 rows x 16 columns, vpdpbusd on ymm): CPUs with AVX-VNNI and not AVX-512's, where
-//    oneDNN 2.6 has only its gemm.
+// product sum, which gives the exact integer sum of a x w. The micro-kernels:
+//  - AVX512-VNNI (8 rows x 48 columns, vpdpbusd on zmm, the rescale in registers): where the CPU
+//    has it and not AMX (oneDNN's AMX-INT8 matmul is faster there).
+//  - AVX-VNNI (6 rows x 16 columns, vpdpbusd on ymm): CPUs with AVX-VNNI and not AVX-512's.
 //  - AVX2 (4 rows x 16 columns): vpmaddubsw (pair sums in 16 bits: at most 2 * 255 * 63 = 32130 for
-//    7-bit weights, so nothing saturates), widened into int32 by vpmaddwd. For CPUs without VNNI,
-//    where oneDNN 2.6's int8 matmul is a gemm that packs every weight again on every call.
+//    7-bit weights, so nothing saturates), widened into int32 by vpmaddwd.
 //  - portable loops: the reference.
+// One driver (run) rescales their sums straight into fp32 outputs and hands each row to the
+// layer's row epilogue (GELU and the next layer's quantization, or the residual LayerNorm) while
+// the row is in cache: oneDNN 2.6's matmul writes every int32 sum to memory for a separate rescale
+// pass (its per-row scale post-op falls back to a reference kernel), and without VNNI its int8
+// matmul is a gemm that packs every weight again on every call.
 // Every kernel gives the same int32 sums as oneDNN's, and each rescales them with the same fp32
 // arithmetic (rescale_int8_row), so the int8 layers keep every bit whichever runs (tested).
 #include <omp.h>
@@ -28,6 +29,7 @@
 #include "kernels/kernels.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -99,9 +101,9 @@ int32_t quad(const uint8_t* p) {
 }
 
 // R rows (at most 4) x 16 columns, 8 sums in ymm registers (named one by one, as below)
-#define BERTCC_AVX2_ROW(r)                                                                   \
-  if constexpr (R > r) {                                                                     \
-    const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q));                          \
+#define BERTCC_AVX2_ROW(r)                                                                 \
+  if constexpr (R > r) {                                                                   \
+    const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q));                        \
     lo##r = _mm256_add_epi32(lo##r, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones)); \
     hi##r = _mm256_add_epi32(hi##r, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones)); \
   }
@@ -132,11 +134,11 @@ __attribute__((target("avx2,fma"))) void micro_avx2(const uint8_t* a, int64_t ld
 
 // AVX-VNNI (VEX vpdpbusd on ymm, without AVX-512: Intel's client cores and Xeon 6 E-cores): R rows
 // (at most 6) x 16 columns, 12 sums in ymm registers; one instruction where AVX2 needs three.
-#define BERTCC_AVXVNNI_ROW(r)                                          \
-  if constexpr (R > r) {                                               \
-    const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q));    \
-    lo##r = _mm256_dpbusd_avx_epi32(lo##r, x, w0);                     \
-    hi##r = _mm256_dpbusd_avx_epi32(hi##r, x, w1);                     \
+#define BERTCC_AVXVNNI_ROW(r)                                       \
+  if constexpr (R > r) {                                            \
+    const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q)); \
+    lo##r = _mm256_dpbusd_avx_epi32(lo##r, x, w0);                  \
+    hi##r = _mm256_dpbusd_avx_epi32(hi##r, x, w1);                  \
   }
 
 template <int R>
@@ -234,12 +236,12 @@ void avxvnni_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w,
 // The AVX512-VNNI micro-tile: R rows (at most 8) x 3 panels (48 columns), 24 sums in zmm registers,
 // rescaled in registers. The sums are named one by one: held in an array, GCC 12 copies them
 // between registers on every k-quad and spills some (half the speed, here and in the AVX2 kernel).
-#define BERTCC_VNNI_ROW(r)                                       \
-  if constexpr (R > r) {                                         \
+#define BERTCC_VNNI_ROW(r)                                          \
+  if constexpr (R > r) {                                            \
     const __m512i x = _mm512_set1_epi32(quad(a + r * lda + 4 * q)); \
-    c##r##0 = _mm512_dpbusd_epi32(c##r##0, x, w0);               \
-    c##r##1 = _mm512_dpbusd_epi32(c##r##1, x, w1);               \
-    c##r##2 = _mm512_dpbusd_epi32(c##r##2, x, w2);               \
+    c##r##0 = _mm512_dpbusd_epi32(c##r##0, x, w0);                  \
+    c##r##1 = _mm512_dpbusd_epi32(c##r##1, x, w1);                  \
+    c##r##2 = _mm512_dpbusd_epi32(c##r##2, x, w2);                  \
   }
 
 template <int R>
@@ -280,7 +282,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_micro(const uin
     const __m512 sw = _mm512_maskz_loadu_ps(mask, o.sw + c0);
     const __m512 b = o.b ? _mm512_maskz_loadu_ps(mask, o.b + c0) : _mm512_setzero_ps();
     for (int r = 0; r < R; ++r) {
-      const __m512 f = _mm512_maskz_cvtepi32_ps(mask, _mm512_sub_epi32(sums[r][p], comp));  // (maskz: GCC 12 warns on the plain one)
+      // (maskz: GCC 12 warns that the plain conversion's undefined source may be used)
+      const __m512 f = _mm512_maskz_cvtepi32_ps(mask, _mm512_sub_epi32(sums[r][p], comp));
       const __m512 s = _mm512_mul_ps(_mm512_set1_ps(o.sx[m + r]), sw);
       _mm512_mask_storeu_ps(o.y + (m + r) * o.ldy + c0, mask, _mm512_fmadd_ps(f, s, b));
     }
@@ -437,7 +440,10 @@ bool has_vnni() {
 bool has_avxvnni() {
 #if defined(__x86_64__)
   static const bool ok = [] {
-    if (!has_avx2() || !__builtin_cpu_supports("avxvnni")) return false;
+    // CPUID leaf 7 subleaf 1, EAX bit 4 (clang 14's __builtin_cpu_supports does not know "avxvnni");
+    // the ymm state the OS saves is has_avx2's check
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!has_avx2() || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 4))) return false;
     const std::string isa = cpu_report().onednn_isa;
     return isa == "avx2_vnni" || isa == "avx512_core_vnni" || isa == "avx512_core_bf16" || isa == "avx512_core_amx";
   }();
