@@ -1,6 +1,6 @@
 // int8 linear layers (dynamic quantization, --precision int8): weights quantized once per output
 // channel, activations per row at run time, products accumulated exactly in int32 (bertcc's own
-// kernels on AVX512-VNNI and on CPUs without VNNI, oneDNN's int8 matmul on AMX-INT8), then
+// kernels on AVX512-VNNI, AVX-VNNI and AVX2, oneDNN's int8 matmul on AMX-INT8), then
 // rescaled in fp32.
 //
 // Weights are 7-bit, in [-63, 63]. On CPUs without VNNI oneDNN multiplies u8 x s8 pairs with
