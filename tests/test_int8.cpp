@@ -47,13 +47,15 @@ std::vector<int32_t> exact_products(const std::vector<int8_t>& a, const std::vec
 // AVX512-VNNI where it has them)
 std::vector<Int8Kernel> own_kernels_here() {
   std::vector<Int8Kernel> ks;
-  for (Int8Kernel k : {Int8Kernel::Portable, Int8Kernel::Avx2, Int8Kernel::AvxVnni, Int8Kernel::Avx512Vnni})
+  for (Int8Kernel k :
+       {Int8Kernel::Portable, Int8Kernel::Avx2, Int8Kernel::AvxVnni, Int8Kernel::Avx512Bw, Int8Kernel::Avx512Vnni})
     if (int8_kernel_available(k)) ks.push_back(k);
   return ks;
 }
 const char* name_of(Int8Kernel k) {
   return k == Int8Kernel::Avx512Vnni ? "own kernel, AVX512-VNNI"
          : k == Int8Kernel::AvxVnni  ? "own kernel, AVX-VNNI"
+         : k == Int8Kernel::Avx512Bw ? "own kernel, AVX512-BW"
          : k == Int8Kernel::Avx2     ? "own kernel, AVX2"
                                      : "own kernel, portable";
 }
@@ -375,14 +377,15 @@ TEST(Precision, AutoFollowsTheCpuReport) {
   }
   EXPECT_THROW(choose_precision("fp8", zen4, false), Error);
   // the int8 start-up line names the kernel: oneDNN on AMX, bertcc's own VNNI kernel on
-  // AVX512-VNNI (its rescale fused), its AVX-VNNI and AVX2 ones elsewhere (oneDNN 2.6's gemm there
-  // repacks the weights every call)
+  // AVX512-VNNI (its rescale fused), its AVX-VNNI, AVX-512 and AVX2 ones elsewhere (oneDNN 2.6's
+  // gemm there repacks the weights every call)
   CpuReport avx512 = avx2, adl = avx2, old = avx2;  // AVX-512 without VNNI; AVX2-VNNI; neither
   avx512.onednn_isa = "avx512_core";
   adl.onednn_isa = "avx2_vnni";
   old.onednn_isa = "other";
-  for (const CpuReport& c : {avx2, avx512, capped})
+  for (const CpuReport& c : {avx2, capped})
     EXPECT_EQ(int8_kernel_name(c), "no VNNI: bertcc's AVX2 int8 kernel") << c.onednn_isa;
+  EXPECT_EQ(int8_kernel_name(avx512), "no VNNI: bertcc's AVX-512 int8 kernel");
   EXPECT_EQ(int8_kernel_name(adl), "bertcc's AVX-VNNI int8 kernel");
   EXPECT_EQ(int8_kernel_name(skx), "bertcc's AVX512-VNNI int8 kernel");
   EXPECT_EQ(int8_kernel_name(zen4), "bertcc's AVX512-VNNI int8 kernel");

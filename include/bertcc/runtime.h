@@ -33,7 +33,7 @@ bool native_bf16(const CpuReport& cpu);
 // What runs int8 linear layers on this CPU, for the start-up line: oneDNN's blocked kernels on
 // AMX-INT8, bertcc's own AVX512-VNNI kernel (its rescale and row epilogues fused), and where
 // oneDNN 2.6 has only a gemm that repacks its weights every call bertcc's own AVX-VNNI kernel
-// (AVX2-VNNI) or AVX2 kernel (AVX2, AVX-512 without VNNI). A pure function of the report.
+// (AVX2-VNNI), AVX-512 kernel (AVX-512 without VNNI) or AVX2 kernel. A pure function of the report.
 std::string int8_kernel_name(const CpuReport& cpu);
 // --precision's value for a run: "auto" (every command's default) is bf16 on a GPU (its default)
 // and on a CPU with native bf16, fp32 on other CPUs, where bf16 is emulated and slower than fp32;

@@ -174,11 +174,11 @@ std::string int8_kernel_name(const CpuReport& r) {
   // oneDNN 2.6's int8 matmul writes every int32 sum out for a separate rescale pass (VNNI), or is
   // a gemm that repacks its weights every call (no VNNI): bertcc's own kernels take the layers there
   // (kernels/gemm_int8_rows.cpp, pack_int8_weight)
-  const bool avx2 = r.onednn_isa == "avx2" || r.onednn_isa == "avx512_core";
   return r.onednn_isa == "avx512_core_amx" ? "oneDNN on AMX-INT8"
          : vnni                            ? "bertcc's AVX512-VNNI int8 kernel"
          : r.onednn_isa == "avx2_vnni"     ? "bertcc's AVX-VNNI int8 kernel"
-         : avx2                            ? "no VNNI: bertcc's AVX2 int8 kernel"
+         : r.onednn_isa == "avx512_core"   ? "no VNNI: bertcc's AVX-512 int8 kernel"
+         : r.onednn_isa == "avx2"          ? "no VNNI: bertcc's AVX2 int8 kernel"
                                            : "no VNNI nor AVX2: oneDNN's gemm";
 }
 

@@ -56,10 +56,10 @@ bool pack_int8_weight(Int8Weight& w);
 // bertcc's own int8 kernels (gemm_int8_rows.cpp): q [N, K] (7-bit values) laid out once as
 // 16-column panels with their column sums; products in exact int32 from activations shifted to u8
 // (a + 128) less 128 x the column sums. Avx512Vnni: vpdpbusd on zmm, 8 rows x 48 columns; AvxVnni:
-// vpdpbusd on ymm (AVX-VNNI without AVX-512), 6 x 16; Avx2: vpmaddubsw (7-bit weights: no
-// saturation), 4 x 16; Portable: plain loops. All give the same integers as gemm_s8s8s32, and the
-// same rescaled bits.
-enum class Int8Kernel { Portable, Avx2, AvxVnni, Avx512Vnni };
+// vpdpbusd on ymm (AVX-VNNI without AVX-512), 6 x 16; Avx512Bw: vpmaddubsw (7-bit weights: no
+// saturation) then vpmaddwd on zmm (AVX-512 without VNNI), 8 x 48; Avx2: the same on ymm, 4 x 16;
+// Portable: plain loops. All give the same integers as gemm_s8s8s32, and the same rescaled bits.
+enum class Int8Kernel { Portable, Avx2, AvxVnni, Avx512Bw, Avx512Vnni };
 bool int8_kernel_available(Int8Kernel k);  // whether this CPU (and oneDNN's ISA limit) runs k
 Int8Kernel int8_own_kernel();              // the fastest of them here
 // Whether the own kernel beats oneDNN's int8 matmul here: AVX512-VNNI without AMX, where its

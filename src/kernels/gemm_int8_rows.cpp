@@ -5,6 +5,8 @@
 //  - AVX512-VNNI (8 rows x 48 columns, vpdpbusd on zmm, the rescale in registers): where the CPU
 //    has it and not AMX (oneDNN's AMX-INT8 matmul is faster there).
 //  - AVX-VNNI (6 rows x 16 columns, vpdpbusd on ymm): CPUs with AVX-VNNI and not AVX-512's.
+//  - AVX512-BW (8 rows x 48 columns, the VNNI kernel's tile with vpmaddubsw and vpmaddwd on zmm):
+//    AVX-512 CPUs without VNNI (Skylake-SP).
 //  - AVX2 (4 rows x 16 columns): vpmaddubsw (pair sums in 16 bits: at most 2 * 255 * 63 = 32130 for
 //    7-bit weights, so nothing saturates), widened into int32 by vpmaddwd.
 //  - portable loops: the reference.
@@ -233,21 +235,36 @@ void avxvnni_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w,
   rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
 }
 
-// The AVX512-VNNI micro-tile: R rows (at most 8) x 3 panels (48 columns), 24 sums in zmm registers,
+// A k-quad's products added to 16 int32 sums: vpdpbusd (AVX512-VNNI), or, without VNNI,
+// vpmaddubsw then vpmaddwd (AVX512-BW: the AVX2 kernel's arithmetic on zmm).
+struct DotVnni {
+  __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i add(__m512i c, __m512i x,
+                                                                                                  __m512i w) {
+    return _mm512_dpbusd_epi32(c, x, w);
+  }
+};
+struct DotBw {
+  __attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m512i add(__m512i c, __m512i x,
+                                                                                       __m512i w) {
+    return _mm512_add_epi32(c, _mm512_madd_epi16(_mm512_maddubs_epi16(x, w), _mm512_set1_epi16(1)));
+  }
+};
+
+// The AVX-512 micro-tile: R rows (at most 8) x 3 panels (48 columns), 24 sums in zmm registers,
 // rescaled in registers. The sums are named one by one: held in an array, GCC 12 copies them
 // between registers on every k-quad and spills some (half the speed, here and in the AVX2 kernel).
-#define BERTCC_VNNI_ROW(r)                                          \
+// (Compiled for VNNI either way; DotBw's instantiation uses none of its instructions.)
+#define BERTCC_ROW512(r)                                            \
   if constexpr (R > r) {                                            \
     const __m512i x = _mm512_set1_epi32(quad(a + r * lda + 4 * q)); \
-    c##r##0 = _mm512_dpbusd_epi32(c##r##0, x, w0);                  \
-    c##r##1 = _mm512_dpbusd_epi32(c##r##1, x, w1);                  \
-    c##r##2 = _mm512_dpbusd_epi32(c##r##2, x, w2);                  \
+    c##r##0 = Dot::add(c##r##0, x, w0);                             \
+    c##r##1 = Dot::add(c##r##1, x, w1);                             \
+    c##r##2 = Dot::add(c##r##2, x, w2);                             \
   }
 
-template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_micro(const uint8_t* a, int64_t lda,
-                                                                       const Int8Panels& w, int64_t g, const Out& o,
-                                                                       int64_t m) {
+template <int R, class Dot>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void micro512(const uint8_t* a, int64_t lda, const Int8Panels& w,
+                                                                     int64_t g, const Out& o, int64_t m) {
   const int64_t ps = w.Kq * 64;
   const int8_t* panel = w.data.data() + g * kGroup * ps;
   const __m512i z = _mm512_setzero_si512();
@@ -256,14 +273,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_micro(const uin
   for (int64_t q = 0; q < w.Kq; ++q, panel += 64) {
     const __m512i w0 = _mm512_loadu_si512(panel), w1 = _mm512_loadu_si512(panel + ps),
                   w2 = _mm512_loadu_si512(panel + 2 * ps);
-    BERTCC_VNNI_ROW(0)
-    BERTCC_VNNI_ROW(1)
-    BERTCC_VNNI_ROW(2)
-    BERTCC_VNNI_ROW(3)
-    BERTCC_VNNI_ROW(4)
-    BERTCC_VNNI_ROW(5)
-    BERTCC_VNNI_ROW(6)
-    BERTCC_VNNI_ROW(7)
+    BERTCC_ROW512(0)
+    BERTCC_ROW512(1)
+    BERTCC_ROW512(2)
+    BERTCC_ROW512(3)
+    BERTCC_ROW512(4)
+    BERTCC_ROW512(5)
+    BERTCC_ROW512(6)
+    BERTCC_ROW512(7)
   }
   const __m512i sums[8][3] = {{c00, c01, c02}, {c10, c11, c12}, {c20, c21, c22}, {c30, c31, c32},
                               {c40, c41, c42}, {c50, c51, c52}, {c60, c61, c62}, {c70, c71, c72}};
@@ -289,26 +306,27 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_micro(const uin
     }
   }
 }
-#undef BERTCC_VNNI_ROW
+#undef BERTCC_ROW512
 
-void vnni_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o, int64_t m) {
+template <class Dot>
+void tile512(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o, int64_t m) {
   switch (R) {
     case 1:
-      return vnni_micro<1>(a, lda, w, g, o, m);
+      return micro512<1, Dot>(a, lda, w, g, o, m);
     case 2:
-      return vnni_micro<2>(a, lda, w, g, o, m);
+      return micro512<2, Dot>(a, lda, w, g, o, m);
     case 3:
-      return vnni_micro<3>(a, lda, w, g, o, m);
+      return micro512<3, Dot>(a, lda, w, g, o, m);
     case 4:
-      return vnni_micro<4>(a, lda, w, g, o, m);
+      return micro512<4, Dot>(a, lda, w, g, o, m);
     case 5:
-      return vnni_micro<5>(a, lda, w, g, o, m);
+      return micro512<5, Dot>(a, lda, w, g, o, m);
     case 6:
-      return vnni_micro<6>(a, lda, w, g, o, m);
+      return micro512<6, Dot>(a, lda, w, g, o, m);
     case 7:
-      return vnni_micro<7>(a, lda, w, g, o, m);
+      return micro512<7, Dot>(a, lda, w, g, o, m);
     default:
-      return vnni_micro<8>(a, lda, w, g, o, m);
+      return micro512<8, Dot>(a, lda, w, g, o, m);
   }
 }
 #endif
@@ -317,7 +335,9 @@ Kernel kernel_of(Int8Kernel k) {
   switch (k) {
 #if defined(__x86_64__)
     case Int8Kernel::Avx512Vnni:
-      return {8, kGroup, vnni_tile};
+      return {8, kGroup, tile512<DotVnni>};
+    case Int8Kernel::Avx512Bw:
+      return {8, kGroup, tile512<DotBw>};
     case Int8Kernel::AvxVnni:
       return {6, 1, avxvnni_tile};
     case Int8Kernel::Avx2:
@@ -435,6 +455,20 @@ bool has_vnni() {
 #endif
 }
 
+// AVX512-BW where the CPU has it and oneDNN's ISA limit allows AVX-512 (avx512_core and up)
+bool has_avx512bw() {
+#if defined(__x86_64__)
+  static const bool ok = [] {
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return false;
+    const std::string isa = cpu_report().onednn_isa;
+    return isa == "avx512_core" || isa == "avx512_core_vnni" || isa == "avx512_core_bf16" || isa == "avx512_core_amx";
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 // AVX-VNNI where the CPU has it and oneDNN's ISA limit allows it (ONEDNN_MAX_CPU_ISA=AVX2_VNNI then
 // emulates such a CPU here: an AVX-512 CPU that has AVX-VNNI too, as AMD's Zen 5 does)
 bool has_avxvnni() {
@@ -469,6 +503,8 @@ bool int8_kernel_available(Int8Kernel k) {
       return has_vnni();
     case Int8Kernel::AvxVnni:
       return has_avxvnni();
+    case Int8Kernel::Avx512Bw:
+      return has_avx512bw();
     case Int8Kernel::Avx2:
       return has_avx2();
     default:
@@ -477,10 +513,11 @@ bool int8_kernel_available(Int8Kernel k) {
 }
 
 Int8Kernel int8_own_kernel() {
-  return has_vnni()      ? Int8Kernel::Avx512Vnni
-         : has_avxvnni() ? Int8Kernel::AvxVnni
-         : has_avx2()    ? Int8Kernel::Avx2
-                         : Int8Kernel::Portable;
+  return has_vnni()       ? Int8Kernel::Avx512Vnni
+         : has_avxvnni()  ? Int8Kernel::AvxVnni
+         : has_avx512bw() ? Int8Kernel::Avx512Bw
+         : has_avx2()     ? Int8Kernel::Avx2
+                          : Int8Kernel::Portable;
 }
 
 bool int8_own_kernel_preferred() { return has_vnni() && cpu_report().onednn_isa != "avx512_core_amx"; }
