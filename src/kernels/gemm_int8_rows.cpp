@@ -22,7 +22,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bertcc/error.h"
@@ -102,61 +104,54 @@ int32_t quad(const uint8_t* p) {
   return v;
 }
 
-// R rows (at most 4) x 16 columns, 8 sums in ymm registers (named one by one, as below)
-#define BERTCC_AVX2_ROW(r)                                                                 \
-  if constexpr (R > r) {                                                                   \
-    const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q));                        \
-    lo##r = _mm256_add_epi32(lo##r, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones)); \
-    hi##r = _mm256_add_epi32(hi##r, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones)); \
+// f.operator()<rows>() for rows in [1, Max]: a micro-kernel instantiated for each row count.
+template <int Max, class F>
+void with_rows(int64_t rows, F&& f) {
+  if constexpr (Max > 1) {
+    if (rows < Max) return with_rows<Max - 1>(rows, f);
   }
-
-template <int R>
-__attribute__((target("avx2,fma"))) void micro_avx2(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t Kq,
-                                                    const int32_t* comp, int32_t* out) {
-  const __m256i z = _mm256_setzero_si256();
-  __m256i lo0 = z, hi0 = z, lo1 = z, hi1 = z, lo2 = z, hi2 = z, lo3 = z, hi3 = z;
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t q = 0; q < Kq; ++q, panel += 64) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32));
-    BERTCC_AVX2_ROW(0)
-    BERTCC_AVX2_ROW(1)
-    BERTCC_AVX2_ROW(2)
-    BERTCC_AVX2_ROW(3)
-  }
-  const __m256i lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
-  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp));
-  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8));
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel), _mm256_sub_epi32(lo[r], c0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
-  }
+  f.template operator()<Max>();
 }
-#undef BERTCC_AVX2_ROW
 
-// AVX-VNNI (VEX vpdpbusd on ymm, without AVX-512: Intel's client cores and Xeon 6 E-cores): R rows
-// (at most 6) x 16 columns, 12 sums in ymm registers; one instruction where AVX2 needs three.
-#define BERTCC_AVXVNNI_ROW(r)                                       \
+// A k-quad's products added to 8 int32 sums on ymm: vpmaddubsw then vpmaddwd (AVX2; 7-bit weights
+// keep the 16-bit pair sums from saturating), or vpdpbusd (AVX-VNNI: one instruction for three).
+// The VNNI instructions are written as assembly so that the kernels around them are compiled for
+// AVX2 (AVX-512) alone: compiled for VNNI, the compiler may fuse AVX2's vpmaddwd and add into
+// vpdpwssd (LLVM does), which a CPU without VNNI cannot run.
+struct DotAvx2 {
+  __attribute__((target("avx2,fma"), always_inline)) static inline __m256i add(__m256i c, __m256i x, __m256i w) {
+    return _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), _mm256_set1_epi16(1)));
+  }
+};
+struct DotAvxVnni {
+  __attribute__((target("avx2,fma"), always_inline)) static inline __m256i add(__m256i c, __m256i x, __m256i w) {
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(c) : "x"(x), "x"(w));
+    return c;
+  }
+};
+
+// R rows (at most 6) x 16 columns, 2 R sums in ymm registers (named one by one, as in micro512).
+#define BERTCC_ROW256(r)                                            \
   if constexpr (R > r) {                                            \
     const __m256i x = _mm256_set1_epi32(quad(a + r * lda + 4 * q)); \
-    lo##r = _mm256_dpbusd_avx_epi32(lo##r, x, w0);                  \
-    hi##r = _mm256_dpbusd_avx_epi32(hi##r, x, w1);                  \
+    lo##r = Dot::add(lo##r, x, w0);                                 \
+    hi##r = Dot::add(hi##r, x, w1);                                 \
   }
 
-template <int R>
-__attribute__((target("avx2,fma,avxvnni"))) void micro_avxvnni(const uint8_t* a, int64_t lda, const int8_t* panel,
-                                                               int64_t Kq, const int32_t* comp, int32_t* out) {
+template <int R, class Dot>
+__attribute__((target("avx2,fma"))) void micro256(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t Kq,
+                                                  const int32_t* comp, int32_t* out) {
   const __m256i z = _mm256_setzero_si256();
   __m256i lo0 = z, hi0 = z, lo1 = z, hi1 = z, lo2 = z, hi2 = z, lo3 = z, hi3 = z, lo4 = z, hi4 = z, lo5 = z, hi5 = z;
   for (int64_t q = 0; q < Kq; ++q, panel += 64) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32));
-    BERTCC_AVXVNNI_ROW(0)
-    BERTCC_AVXVNNI_ROW(1)
-    BERTCC_AVXVNNI_ROW(2)
-    BERTCC_AVXVNNI_ROW(3)
-    BERTCC_AVXVNNI_ROW(4)
-    BERTCC_AVXVNNI_ROW(5)
+    BERTCC_ROW256(0)
+    BERTCC_ROW256(1)
+    BERTCC_ROW256(2)
+    BERTCC_ROW256(3)
+    BERTCC_ROW256(4)
+    BERTCC_ROW256(5)
   }
   const __m256i lo[6] = {lo0, lo1, lo2, lo3, lo4, lo5}, hi[6] = {hi0, hi1, hi2, hi3, hi4, hi5};
   const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp));
@@ -166,7 +161,7 @@ __attribute__((target("avx2,fma,avxvnni"))) void micro_avxvnni(const uint8_t* a,
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
   }
 }
-#undef BERTCC_AVXVNNI_ROW
+#undef BERTCC_ROW256
 
 // rescale_int8_row's arithmetic on a whole panel's R rows (buf: 16 int32 a row) in ymm registers:
 // a call per row of 16 columns cost 3 % of a batch of one 32-token sequence
@@ -183,64 +178,25 @@ __attribute__((target("avx2,fma"))) void rescale_panel_avx2(const int32_t* buf, 
   }
 }
 
-// The AVX2 kernel's panel: R rows (at most 4) x 16 columns.
-void avx2_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o, int64_t m) {
+// A panel of the ymm kernels: R rows (at most MaxR) x 16 columns.
+template <int MaxR, class Dot>
+void ymm_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o, int64_t m) {
   const int8_t* panel = w.data.data() + g * w.Kq * 64;
   const int64_t n0 = g * kPanel, C = std::min(kPanel, w.N - n0);
   const int32_t* comp = w.comp.data() + n0;
-  alignas(32) int32_t buf[4 * kPanel];
-  switch (R) {
-    case 1:
-      micro_avx2<1>(a, lda, panel, w.Kq, comp, buf);
-      break;
-    case 2:
-      micro_avx2<2>(a, lda, panel, w.Kq, comp, buf);
-      break;
-    case 3:
-      micro_avx2<3>(a, lda, panel, w.Kq, comp, buf);
-      break;
-    default:
-      micro_avx2<4>(a, lda, panel, w.Kq, comp, buf);
-  }
+  alignas(32) int32_t buf[MaxR * kPanel];
+  with_rows<MaxR>(R, [&]<int Rows>() { micro256<Rows, Dot>(a, lda, panel, w.Kq, comp, buf); });
   if (o.acc || C < kPanel) return store_panel(buf, R, C, n0, o, m);
   rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
 }
 
-// The AVX-VNNI kernel's panel: R rows (at most 6) x 16 columns.
-void avxvnni_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o, int64_t m) {
-  const int8_t* panel = w.data.data() + g * w.Kq * 64;
-  const int64_t n0 = g * kPanel, C = std::min(kPanel, w.N - n0);
-  const int32_t* comp = w.comp.data() + n0;
-  alignas(32) int32_t buf[6 * kPanel];
-  switch (R) {
-    case 1:
-      micro_avxvnni<1>(a, lda, panel, w.Kq, comp, buf);
-      break;
-    case 2:
-      micro_avxvnni<2>(a, lda, panel, w.Kq, comp, buf);
-      break;
-    case 3:
-      micro_avxvnni<3>(a, lda, panel, w.Kq, comp, buf);
-      break;
-    case 4:
-      micro_avxvnni<4>(a, lda, panel, w.Kq, comp, buf);
-      break;
-    case 5:
-      micro_avxvnni<5>(a, lda, panel, w.Kq, comp, buf);
-      break;
-    default:
-      micro_avxvnni<6>(a, lda, panel, w.Kq, comp, buf);
-  }
-  if (o.acc || C < kPanel) return store_panel(buf, R, C, n0, o, m);
-  rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
-}
-
-// A k-quad's products added to 16 int32 sums: vpdpbusd (AVX512-VNNI), or, without VNNI,
-// vpmaddubsw then vpmaddwd (AVX512-BW: the AVX2 kernel's arithmetic on zmm).
+// The same on zmm, 16 sums: vpdpbusd (AVX512-VNNI, as assembly: see DotAvxVnni), or vpmaddubsw
+// then vpmaddwd (AVX512-BW: AVX-512 CPUs without VNNI).
 struct DotVnni {
-  __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i add(__m512i c, __m512i x,
-                                                                                                  __m512i w) {
-    return _mm512_dpbusd_epi32(c, x, w);
+  __attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m512i add(__m512i c, __m512i x,
+                                                                                       __m512i w) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(x), "v"(w));
+    return c;
   }
 };
 struct DotBw {
@@ -253,7 +209,6 @@ struct DotBw {
 // The AVX-512 micro-tile: R rows (at most 8) x 3 panels (48 columns), 24 sums in zmm registers,
 // rescaled in registers. The sums are named one by one: held in an array, GCC 12 copies them
 // between registers on every k-quad and spills some (half the speed, here and in the AVX2 kernel).
-// (Compiled for VNNI either way; DotBw's instantiation uses none of its instructions.)
 #define BERTCC_ROW512(r)                                            \
   if constexpr (R > r) {                                            \
     const __m512i x = _mm512_set1_epi32(quad(a + r * lda + 4 * q)); \
@@ -263,8 +218,8 @@ struct DotBw {
   }
 
 template <int R, class Dot>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void micro512(const uint8_t* a, int64_t lda, const Int8Panels& w,
-                                                                     int64_t g, const Out& o, int64_t m) {
+__attribute__((target("avx512f,avx512bw"))) void micro512(const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g,
+                                                          const Out& o, int64_t m) {
   const int64_t ps = w.Kq * 64;
   const int8_t* panel = w.data.data() + g * kGroup * ps;
   const __m512i z = _mm512_setzero_si512();
@@ -310,24 +265,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void micro512(const uint8
 
 template <class Dot>
 void tile512(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o, int64_t m) {
-  switch (R) {
-    case 1:
-      return micro512<1, Dot>(a, lda, w, g, o, m);
-    case 2:
-      return micro512<2, Dot>(a, lda, w, g, o, m);
-    case 3:
-      return micro512<3, Dot>(a, lda, w, g, o, m);
-    case 4:
-      return micro512<4, Dot>(a, lda, w, g, o, m);
-    case 5:
-      return micro512<5, Dot>(a, lda, w, g, o, m);
-    case 6:
-      return micro512<6, Dot>(a, lda, w, g, o, m);
-    case 7:
-      return micro512<7, Dot>(a, lda, w, g, o, m);
-    default:
-      return micro512<8, Dot>(a, lda, w, g, o, m);
-  }
+  with_rows<8>(R, [&]<int Rows>() { micro512<Rows, Dot>(a, lda, w, g, o, m); });
 }
 #endif
 
@@ -339,9 +277,9 @@ Kernel kernel_of(Int8Kernel k) {
     case Int8Kernel::Avx512Bw:
       return {8, kGroup, tile512<DotBw>};
     case Int8Kernel::AvxVnni:
-      return {6, 1, avxvnni_tile};
+      return {6, 1, ymm_tile<6, DotAvxVnni>};
     case Int8Kernel::Avx2:
-      return {4, 1, avx2_tile};
+      return {4, 1, ymm_tile<4, DotAvx2>};
 #endif
     default:
       return {4, 1, portable_tile};
@@ -429,63 +367,49 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
   }
 }
 
-bool has_avx2() {
+// Which kernels this CPU runs. oneDNN's ISA is its dispatch, which ONEDNN_MAX_CPU_ISA may hold
+// below the CPU's: bertcc's choice follows it, so that ONEDNN_MAX_CPU_ISA=AVX2 (AVX2_VNNI,
+// AVX512_CORE) runs int8 as an AVX2-only CPU (one with AVX-VNNI only, AVX-512 without VNNI) would.
 #if defined(__x86_64__)
+bool onednn_isa_in(std::initializer_list<std::string_view> isas) {
+  const std::string isa = cpu_report().onednn_isa;
+  return std::find(isas.begin(), isas.end(), isa) != isas.end();
+}
+
+bool has_avx2() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok;
-#else
-  return false;
-#endif
 }
 
-// VNNI where the CPU has it and oneDNN dispatches to it (ONEDNN_MAX_CPU_ISA may hold it lower: the
-// AVX2 emulation then runs the AVX2 kernel, as an AVX2 CPU would)
-bool has_vnni() {
-#if defined(__x86_64__)
-  static const bool ok = [] {
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vnni"))
-      return false;
-    const std::string isa = cpu_report().onednn_isa;
-    return isa == "avx512_core_vnni" || isa == "avx512_core_bf16" || isa == "avx512_core_amx";
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
-
-// AVX512-BW where the CPU has it and oneDNN's ISA limit allows AVX-512 (avx512_core and up)
 bool has_avx512bw() {
-#if defined(__x86_64__)
-  static const bool ok = [] {
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return false;
-    const std::string isa = cpu_report().onednn_isa;
-    return isa == "avx512_core" || isa == "avx512_core_vnni" || isa == "avx512_core_bf16" || isa == "avx512_core_amx";
-  }();
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         onednn_isa_in({"avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"});
   return ok;
-#else
-  return false;
-#endif
 }
 
-// AVX-VNNI where the CPU has it and oneDNN's ISA limit allows it (ONEDNN_MAX_CPU_ISA=AVX2_VNNI then
-// emulates such a CPU here: an AVX-512 CPU that has AVX-VNNI too, as AMD's Zen 5 does)
+bool has_vnni() {
+  static const bool ok = has_avx512bw() && __builtin_cpu_supports("avx512vnni") &&
+                         onednn_isa_in({"avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"});
+  return ok;
+}
+
+// AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 (clang 14's __builtin_cpu_supports does not know
+// "avxvnni"); the ymm state the OS saves is has_avx2's check. ONEDNN_MAX_CPU_ISA=AVX2_VNNI emulates
+// an AVX-VNNI-only CPU on an AVX-512 CPU that has AVX-VNNI too, as AMD's Zen 5 does.
 bool has_avxvnni() {
-#if defined(__x86_64__)
   static const bool ok = [] {
-    // CPUID leaf 7 subleaf 1, EAX bit 4 (clang 14's __builtin_cpu_supports does not know "avxvnni");
-    // the ymm state the OS saves is has_avx2's check
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!has_avx2() || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 4))) return false;
-    const std::string isa = cpu_report().onednn_isa;
-    return isa == "avx2_vnni" || isa == "avx512_core_vnni" || isa == "avx512_core_bf16" || isa == "avx512_core_amx";
+    return has_avx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) &&
+           onednn_isa_in({"avx2_vnni", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"});
   }();
   return ok;
-#else
-  return false;
-#endif
 }
+#else
+bool has_avx2() { return false; }
+bool has_avx512bw() { return false; }
+bool has_vnni() { return false; }
+bool has_avxvnni() { return false; }
+#endif
 
 }  // namespace
 
