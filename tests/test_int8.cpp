@@ -3,11 +3,14 @@
 // of the batch, and close to fp32. ctest also runs these with oneDNN limited to AVX2
 // (ONEDNN_MAX_CPU_ISA=AVX2: no VNNI, the saturating vpmaddubsw path). And --precision auto's choice.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bertcc/bert.h"
@@ -61,8 +64,9 @@ const char* name_of(Int8Kernel k) {
 }
 
 // bertcc's own int8 kernels (gemm_int8_panels) on a [M, K] and b [N, K]: each that this CPU has
-// gives `want`; and linear_int8_panels rescales those integers with rescale_int8_row's bits, into
-// outputs and through a row epilogue alike
+// gives `want`, at 1 and 2 threads (the driver's row blocks need 192 rows a thread: both of its
+// paths whatever the machine's core count); and linear_int8_panels rescales those integers with
+// rescale_int8_row's bits, into outputs, through a row epilogue (once for each row) and both
 void expect_own_kernel_gives(const std::vector<int8_t>& a, const std::vector<int8_t>& b, int64_t M, int64_t N,
                              int64_t K, const std::vector<int32_t>& want) {
   const auto panels = pack_int8_panels(b.data(), N, K);
@@ -76,18 +80,32 @@ void expect_own_kernel_gives(const std::vector<int8_t>& a, const std::vector<int
     rescale_int8_row(want_y.data() + m * N, want.data() + m * N, sx[m], sw.data(), bias.data(), N);
     rescale_int8_row(want_y0.data() + m * N, want.data() + m * N, sx[m], sw.data(), nullptr, N);
   }
-  for (Int8Kernel k : own_kernels_here()) {
-    SCOPED_TRACE(name_of(k));
-    std::fill(c.begin(), c.end(), -1);
-    gemm_int8_panels(a.data(), *panels, c.data(), M, k);
-    EXPECT_EQ(c, want);
-    std::vector<float> y(static_cast<size_t>(M * N), -1.0f), rows(y.size(), -1.0f);
-    linear_int8_panels(y.data(), a.data(), sx.data(), *panels, sw.data(), bias.data(), M, nullptr, k);
-    EXPECT_EQ(y, want_y);
-    const Int8RowFn copy = [&](int64_t m, float* row) { std::copy(row, row + N, rows.begin() + m * N); };
-    linear_int8_panels(nullptr, a.data(), sx.data(), *panels, sw.data(), nullptr, M, &copy, k);
-    EXPECT_EQ(rows, want_y0);
+  const int before = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (Int8Kernel k : own_kernels_here()) {
+      SCOPED_TRACE(std::string(name_of(k)) + ", " + std::to_string(threads) + " threads");
+      std::fill(c.begin(), c.end(), -1);
+      gemm_int8_panels(a.data(), *panels, c.data(), M, k);
+      EXPECT_EQ(c, want);
+      std::vector<float> y(static_cast<size_t>(M * N), -1.0f), rows(y.size(), -1.0f);
+      linear_int8_panels(y.data(), a.data(), sx.data(), *panels, sw.data(), bias.data(), M, nullptr, k);
+      EXPECT_EQ(y, want_y);
+      std::vector<std::atomic<int>> calls(static_cast<size_t>(M));
+      const Int8RowFn copy = [&](int64_t m, float* row) {
+        std::copy(row, row + N, rows.begin() + m * N);
+        ++calls[static_cast<size_t>(m)];
+      };
+      linear_int8_panels(nullptr, a.data(), sx.data(), *panels, sw.data(), nullptr, M, &copy, k);
+      EXPECT_EQ(rows, want_y0);
+      std::fill(y.begin(), y.end(), -1.0f);
+      linear_int8_panels(y.data(), a.data(), sx.data(), *panels, sw.data(), bias.data(), M, &copy, k);
+      EXPECT_EQ(y, want_y);
+      EXPECT_EQ(rows, want_y);  // the epilogue saw the outputs in y
+      for (int64_t m = 0; m < M; ++m) ASSERT_EQ(calls[static_cast<size_t>(m)], 2) << "row " << m;
+    }
   }
+  omp_set_num_threads(before);
 }
 
 }  // namespace
@@ -150,6 +168,30 @@ TEST(Int8, OwnKernelGivesTheSameIntegers) {
   auto b = random_s8(16 * 8, kInt8WeightMax, 13);
   b[5] = 64;
   EXPECT_THROW(pack_int8_panels(b.data(), 16, 8), Error);
+}
+
+TEST(Int8, TheStartUpLineNamesTheKernelThatRuns) {
+  // int8_kernel_name (from the CPU report) against what pack_int8_weight and the driver choose on
+  // this CPU, under whatever ONEDNN_MAX_CPU_ISA holds: the ctests unit_int8_avx2, _avx2_vnni and
+  // _avx512_core each check a different choice on a CPU that has the features
+  const CpuReport cpu = cpu_report();
+  const std::string name = int8_kernel_name(cpu);
+  const Int8Kernel k = int8_own_kernel();
+  if (cpu.onednn_isa == "avx512_core_amx") {
+    EXPECT_EQ(name, "oneDNN on AMX-INT8");
+    EXPECT_FALSE(int8_own_kernel_preferred());
+    return;
+  }
+  const char* want = k == Int8Kernel::Avx512Vnni ? "bertcc's AVX512-VNNI int8 kernel"
+                     : k == Int8Kernel::AvxVnni  ? "bertcc's AVX-VNNI int8 kernel"
+                     : k == Int8Kernel::Avx512Bw ? "no VNNI: bertcc's AVX-512 int8 kernel"
+                     : k == Int8Kernel::Avx2     ? "no VNNI: bertcc's AVX2 int8 kernel"
+                                                 : "no VNNI nor AVX2: oneDNN's gemm";
+  EXPECT_EQ(name, want) << "oneDNN ISA " << cpu.onednn_isa;
+  // and the layers go where the line says: the own kernel's panels, or oneDNN's gemm on q
+  Int8Weight w = quantize_weight_int8(bertcc::testing::randn(16 * 8, 41).data(), 16, 8);
+  pack_int8_weight(w);
+  EXPECT_EQ(w.panels != nullptr, k != Int8Kernel::Portable);
 }
 
 TEST(Int8, QuantizationRoundTrip) {

@@ -72,7 +72,8 @@ void gemm_int8_panels(const int8_t* a, const Int8Panels& w, int32_t* acc, int64_
 // path uses, so that each gives the same bits.
 void rescale_int8_row(float* y, const int32_t* acc, float sm, const float* sw, const float* b, int64_t N);
 // A row epilogue: called once for each output row m with the row (which it may overwrite), from
-// any thread, while the row is in cache.
+// any thread, while the row is in cache. It must not run an int8 layer itself (the row may be in
+// that thread's scratch buffer, which the layer would reuse).
 using Int8RowFn = std::function<void(int64_t m, float* row)>;
 // The int8 layer on the own kernel: rows of xq [M, K] (scales sx) against w (scales sw, bias b or
 // null), rescaled in the kernel (rescale_int8_row's bits) into y [M, N], then f (null: none) on

@@ -117,7 +117,8 @@ void with_rows(int64_t rows, F&& f) {
 // keep the 16-bit pair sums from saturating), or vpdpbusd (AVX-VNNI: one instruction for three).
 // The VNNI instructions are written as assembly so that the kernels around them are compiled for
 // AVX2 (AVX-512) alone: compiled for VNNI, the compiler may fuse AVX2's vpmaddwd and add into
-// vpdpwssd (LLVM does), which a CPU without VNNI cannot run.
+// vpdpwssd (LLVM does), which a CPU without VNNI cannot run. (A -march=native build, the default,
+// adds the build machine's ISA to every function anyway: it runs where it was built.)
 struct DotAvx2 {
   __attribute__((target("avx2,fma"), always_inline)) static inline __m256i add(__m256i c, __m256i x, __m256i w) {
     return _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), _mm256_set1_epi16(1)));
@@ -377,7 +378,9 @@ bool onednn_isa_in(std::initializer_list<std::string_view> isas) {
 }
 
 bool has_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      onednn_isa_in({"avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"});
   return ok;
 }
 
