@@ -1,6 +1,6 @@
 // int8 linear layers (dynamic quantization, --precision int8): weights quantized once per output
 // channel, activations per row at run time, products accumulated exactly in int32 (bertcc's own
-// kernels on AVX512-VNNI, AVX-VNNI and AVX2, oneDNN's int8 matmul on AMX-INT8), then
+// kernels on AVX512-VNNI, AVX-VNNI, AVX-512 and AVX2; oneDNN's int8 matmul on AMX-INT8), then
 // rescaled in fp32.
 //
 // Weights are 7-bit, in [-63, 63]. On CPUs without VNNI oneDNN multiplies u8 x s8 pairs with
@@ -45,11 +45,10 @@ Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K);
 // Lays w.q out once for the kernel that will multiply it, and frees q. On AVX512-VNNI without
 // AMX: bertcc's own kernel's panels (int8_own_kernel_preferred: its rescale and row epilogues
 // fused). Elsewhere oneDNN's preferred blocked layout where it has one (AMX-INT8), with its s8
-// compensation precomputed: the matmul then skips copying and summing
-// the weights on every call (16 % of a bert-base feed-forward GEMM at 2 threads, half of a
-// batch-of-one call's time). Where oneDNN's preferred layout is a plain one (its AVX2 gemm, which
-// repacks the weights on every call), the own kernel's panels again. set_row_gemm Always/Never
-// force the own kernel or oneDNN (tests). The products are exact integers either way, so the
+// compensation precomputed: the matmul then skips copying and summing the weights on every call
+// (16 % of a bert-base feed-forward GEMM at 2 threads, half of a batch-of-one call's time). Where oneDNN's preferred
+// layout is a plain one (its AVX2 gemm, which repacks the weights on every call), the own kernel's panels again.
+// set_row_gemm Always/Never force the own kernel or oneDNN (tests). The products are exact integers either way, so the
 // layers' outputs keep their bits. Returns whether it packed (either way).
 bool pack_int8_weight(Int8Weight& w);
 

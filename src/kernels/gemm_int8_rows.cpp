@@ -320,8 +320,7 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
   const int T = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool par = T > 1 && M * N * K >= (int64_t{1} << 16);
   if (M >= 192 * T) {
-    const int64_t per = (M + 3 * T - 1) / (3 * T);  // three tasks a thread at least
-    const int64_t rows = std::min<int64_t>(48, (per + kn.rows - 1) / kn.rows * kn.rows);
+    const int64_t rows = 48;  // a multiple of every micro-tile's rows; at least 4 tasks a thread
     const int64_t tasks = (M + rows - 1) / rows;
 #pragma omp parallel if (par)
     {
@@ -335,8 +334,9 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
         shift_rows(xq + m0 * K, R, K, lda, u);
         Out o = o0;
         o.sx = o0.sx ? o0.sx + m0 : nullptr;
-        if (o0.acc) o.acc = o0.acc + m0 * o0.ldacc;
-        if (!o0.acc) {
+        if (o0.acc) {
+          o.acc = o0.acc + m0 * o0.ldacc;
+        } else {
           o.y = o0.y ? o0.y + m0 * o0.ldy : yblock;
           o.ldy = o0.y ? o0.ldy : N;
         }
