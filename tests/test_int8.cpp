@@ -46,8 +46,8 @@ std::vector<int32_t> exact_products(const std::vector<int8_t>& a, const std::vec
   return c;
 }
 
-// bertcc's own int8 kernels that this CPU runs (the portable loops everywhere; AVX2 and
-// AVX512-VNNI where it has them)
+// bertcc's own int8 kernels that this CPU runs (the portable loops everywhere; AVX2, AVX-VNNI,
+// AVX512-BW and AVX512-VNNI where it has them)
 std::vector<Int8Kernel> own_kernels_here() {
   std::vector<Int8Kernel> ks;
   for (Int8Kernel k :
@@ -125,7 +125,7 @@ TEST(Int8, GemmDoesNotSaturateAtTheBounds) {
   // Every pair of products at the largest magnitude the bounds allow, both signs: where a CPU
   // without VNNI adds pairs of u8 x s8 products in 16 bits (vpmaddubsw), full-range s8 weights
   // would saturate these sums; the 7-bit weights must not, in oneDNN's kernels nor in bertcc's own
-  // (gemm_int8_panels: its AVX2 kernel where this CPU has it, and the portable loop).
+  // (gemm_int8_panels: each kernel this CPU has, the portable loops included).
   const int64_t M = 8, N = 16, K = 256;
   std::vector<int8_t> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
   for (int64_t m = 0; m < M; ++m)
