@@ -8,10 +8,13 @@
 #     checked first against the fp32 graph's outputs on the same ids (relative RMS error < 5 %);
 #   PyTorch fp32 and PyTorch `quantize_dynamic(model, {nn.Linear}, qint8)` on the same weights
 #     (bench/peer_torch_int8.py);
-#   bertcc `bench infer` fp32, bf16 and int8 (int8 skipped, with a note, where the binary lacks it),
-#     then the same three under ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's AVX2 kernels: the GEMMs of an
-#     AVX2-only CPU; bertcc's own code stays as compiled, -march=native). ORT's MLAS and PyTorch
-#     pick their own kernels from the CPU and are not emulated: the AVX2 rows are for bertcc only.
+#   bertcc `bench infer` fp32, bf16 and int8 (int8 skipped, with a note, where the binary lacks it);
+#   then, with AVX2=1 (the default), all of them again as on an AVX2-only CPU (bench/as_avx2.sh:
+#     every cpuid and xgetbv answers as an AVX2-only CPU's, so ORT's MLAS, PyTorch and oneDNN pick
+#     their AVX2 kernels), bertcc as the binary BERTCC_AVX2 (default BERTCC; build one for an AVX2
+#     CPU, e.g. cmake -DBERTCC_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=znver3, so that its own code has
+#     no AVX-512 either). These "(AVX2 emulated)" rows estimate the ratios on an AVX2-only CPU; the
+#     caches, clocks and ports stay this CPU's.
 # Batch BATCH x sequence SEQ, THREADS threads each, STEPS timed steps after 3 warm-up steps.
 # ROUNDS rounds (default 3), each running every peer once, back to back: a ratio is taken within
 # a round (the two runs minutes apart at most, so a shared machine's drift in speed touches both)
@@ -20,11 +23,11 @@
 # fp32, the same-run GEMM probe (bertcc's oneDNN GEMM of the model's shapes, in the row's
 # precision), then the issue's ratios with each round's.
 #   bench/int8_peers.sh BERTCC [CONFIG] [BATCH] [SEQ] [THREADS] [STEPS]
-#   env: WORK, AVX2 (1, the default: run the AVX2 rows), ROUNDS (3)
+#   env: WORK, AVX2 (1, the default: run the AVX2-emulated rows), BERTCC_AVX2, ROUNDS (3)
 set -eu
 B="$1"; CONFIG="${2:-bert-base}"; BATCH="${3:-8}"; SEQ="${4:-128}"; THREADS="${5:-2}"; STEPS="${6:-10}"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-WORK="${WORK:-/tmp/bertcc_int8_peers}"; AVX2="${AVX2:-1}"; ROUNDS="${ROUNDS:-3}"; PY=/usr/bin/python3
+WORK="${WORK:-/tmp/bertcc_int8_peers}"; AVX2="${AVX2:-1}"; BA="${BERTCC_AVX2:-$B}"; ROUNDS="${ROUNDS:-3}"; PY=/usr/bin/python3
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "int8_peers.sh: ROUNDS must be a positive integer, not '$ROUNDS'" >&2; exit 1 ;; esac
 [ -d "$HERE/tests/onnx/node_modules/onnxruntime-node" ] || { echo "int8_peers.sh: run scripts/install-deps.sh first" >&2; exit 1; }
 "$PY" -c 'import onnx' 2> /dev/null || { echo "int8_peers.sh: Python's onnx package not found (Debian: python3-onnx)" >&2; exit 1; }
@@ -60,31 +63,32 @@ R="$WORK/results.jsonl"; : > "$R"
 run() {  # label, then the command printing JSON (last line)
   label=$1; shift
   "$@" > "$WORK/out.txt" 2> "$WORK/err.txt" || { echo "$label: failed: $(tail -2 "$WORK/err.txt")"; return 0; }
-  j=$(tail -1 "$WORK/out.txt")
+  j=$(grep '^{' "$WORK/out.txt" | tail -1)  # the JSON line (gdb, under bench/as_avx2.sh, adds others)
   echo "$j"
   printf '%s\n' "$j" | "$PY" -c 'import json, sys; j = json.load(sys.stdin); j["label"] = sys.argv[1]; j["round"] = int(sys.argv[2]); print(json.dumps(j))' "$label" "$round" >> "$R"
 }
 isas="native"; [ "$AVX2" = 1 ] && isas="native AVX2"
 for round in $(seq "$ROUNDS"); do
   echo "round $round of $ROUNDS"
-  run "ONNX Runtime fp32" node "$HERE/tests/onnx/run_ort.js" "$WORK/fp32.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS"
-  run "ONNX Runtime int8 dynamic" node "$HERE/tests/onnx/run_ort.js" "$WORK/int8.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS"
   for isa in $isas; do
+    if [ $isa = AVX2 ]; then as="$HERE/bench/as_avx2.sh"; sfx=" (AVX2 emulated)"; bin="$BA"; else as=""; sfx=""; bin="$B"; fi
+    run "ONNX Runtime fp32$sfx" $as node "$HERE/tests/onnx/run_ort.js" "$WORK/fp32.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS"
+    run "ONNX Runtime int8 dynamic$sfx" $as node "$HERE/tests/onnx/run_ort.js" "$WORK/int8.onnx" --bench "$BATCH" "$SEQ" "$THREADS" "$STEPS"
     for p in fp32 bf16 int8; do
-      if [ $isa = AVX2 ]; then set -- env ONEDNN_MAX_CPU_ISA=AVX2; sfx=" (oneDNN AVX2)"; else set -- env; sfx=""; fi
-      run "bertcc $p$sfx" "$@" "$B" bench infer --config "$CONFIG" --batch "$BATCH" --seq "$SEQ" --precision $p \
+      run "bertcc $p$sfx" $as "$bin" bench infer --config "$CONFIG" --batch "$BATCH" --seq "$SEQ" --precision $p \
         --threads "$THREADS" --steps "$STEPS" --warmup 3
     done
-  done
-  "$PY" "$HERE/bench/peer_torch_int8.py" "$WORK/model" --batch "$BATCH" --seq "$SEQ" --threads "$THREADS" --steps "$STEPS" \
-    > "$WORK/torch.jsonl" 2> "$WORK/err.txt" || echo "PyTorch: failed: $(tail -2 "$WORK/err.txt")"
-  cat "$WORK/torch.jsonl"
-  "$PY" -c '
+    $as "$PY" "$HERE/bench/peer_torch_int8.py" "$WORK/model" --batch "$BATCH" --seq "$SEQ" --threads "$THREADS" --steps "$STEPS" \
+      > "$WORK/torch.txt" 2> "$WORK/err.txt" || echo "PyTorch$sfx: failed: $(tail -2 "$WORK/err.txt")"
+    grep '^{' "$WORK/torch.txt" > "$WORK/torch.jsonl" || true
+    cat "$WORK/torch.jsonl"
+    "$PY" -c '
 import json, sys
 for l in open(sys.argv[1]):
     j = json.loads(l); j["round"] = int(sys.argv[2])
-    j["label"] = "PyTorch fp32" if j["precision"] == "fp32" else "PyTorch quantize_dynamic int8 (%s)" % j["quantized_engine"]
-    print(json.dumps(j))' "$WORK/torch.jsonl" "$round" >> "$R"
+    j["label"] = ("PyTorch fp32" if j["precision"] == "fp32" else "PyTorch quantize_dynamic int8 (%s)" % j["quantized_engine"]) + sys.argv[3]
+    print(json.dumps(j))' "$WORK/torch.jsonl" "$round" "$sfx" >> "$R"
+  done
 done
 "$PY" - "$R" <<'PY'
 import collections, json, statistics, sys
@@ -108,10 +112,10 @@ def ratio(a, b):
         if per:
             print("%s / %s = %.2f (median of %d rounds; rounds: %s)" % (a, b, med(per), len(per), ", ".join("%.2f" % x for x in per)))
 print()
-for sfx in ("", " (oneDNN AVX2)"):
-    ratio("bertcc int8" + sfx, "ONNX Runtime int8 dynamic")
-    ratio("bertcc fp32" + sfx, "ONNX Runtime fp32")
-    torch_int8 = [k for k in runs if k.startswith("PyTorch quantize_dynamic")]
+for sfx in ("", " (AVX2 emulated)"):
+    ratio("bertcc int8" + sfx, "ONNX Runtime int8 dynamic" + sfx)
+    ratio("bertcc fp32" + sfx, "ONNX Runtime fp32" + sfx)
+    torch_int8 = [k for k in runs if k.startswith("PyTorch quantize_dynamic") and k.endswith(sfx) and (sfx or "emulated" not in k)]
     if torch_int8:
         ratio("bertcc int8" + sfx, torch_int8[0])
     ratio("bertcc int8" + sfx, "bertcc fp32" + sfx)
