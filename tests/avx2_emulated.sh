@@ -1,0 +1,40 @@
+#!/bin/sh
+# The unit tests, and bertcc's start-up choices, as on an AVX2-only CPU (no AVX-512, AVX-VNNI,
+# AVX512-BF16 or AMX), whatever CPU runs them: bench/as_avx2.sh answers every cpuid and xgetbv as
+# such a CPU's, so oneDNN, bertcc's kernel choice and --precision auto all take the AVX2 paths (the
+# batch-invariance tests then run on bertcc's row kernel, as on an AVX2-only machine). On an
+# AVX2-only CPU it is a second run of the unit tests. Skipped (exit 77, said) where gdb is missing
+# or ptrace is not permitted.
+#   tests/avx2_emulated.sh BERTCC BERTCC_TESTS WORK
+set -eu
+B="$1"; T="$2"; WORK="$3"
+HERE="$(cd "$(dirname "$0")/.." && pwd)"
+command -v gdb > /dev/null || { echo "avx2_emulated: SKIPPED: gdb not found (Debian: gdb)"; exit 77; }
+command -v objdump > /dev/null || { echo "avx2_emulated: SKIPPED: objdump not found (Debian: binutils)"; exit 77; }
+gdb -q -nx -batch -ex run --args /bin/true > "$WORK.ptrace" 2>&1 || true
+grep -q "exited normally" "$WORK.ptrace" || {
+  echo "avx2_emulated: SKIPPED: gdb cannot run a program here (ptrace not permitted?): $(tail -1 "$WORK.ptrace")"
+  exit 77
+}
+rm -rf "$WORK"; mkdir -p "$WORK"
+export XDG_CACHE_HOME="$WORK/cache"  # where as_avx2 keeps each library's cpuid/xgetbv addresses
+fail() { echo "avx2_emulated: FAIL: $*"; exit 1; }
+
+# the start-up lines: oneDNN held to AVX2, fp32 for --precision auto, the AVX2 int8 kernel
+"$HERE/bench/as_avx2.sh" "$B" bench infer --config bert-tiny --batch 1 --seq 8 --steps 1 --warmup 0 \
+  --threads 1 > "$WORK/auto.txt" 2>&1 || fail "bench infer under the emulation: $(tail -3 "$WORK/auto.txt")"
+grep -q "backend: cpu, oneDNN ISA avx2," "$WORK/auto.txt" || fail "oneDNN does not run AVX2: $(grep backend "$WORK/auto.txt")"
+grep -q "precision auto: fp32 (this CPU has neither AVX512-BF16 nor AMX-BF16" "$WORK/auto.txt" ||
+  fail "--precision auto did not choose fp32: $(grep precision "$WORK/auto.txt")"
+"$HERE/bench/as_avx2.sh" "$B" bench infer --config bert-tiny --precision int8 --batch 1 --seq 8 --steps 1 \
+  --warmup 0 --threads 1 > "$WORK/int8.txt" 2>&1 || fail "bench infer --precision int8: $(tail -3 "$WORK/int8.txt")"
+grep -q "no VNNI: bertcc's AVX2 int8 kernel" "$WORK/int8.txt" || fail "int8 kernel: $(grep backend "$WORK/int8.txt")"
+echo "avx2_emulated: start-up lines as on an AVX2-only CPU:"
+grep -h -E "^(backend|precision auto)" "$WORK/auto.txt" "$WORK/int8.txt" | sed 's/^/  /'
+
+# every unit test
+"$HERE/bench/as_avx2.sh" "$T" > "$WORK/unit.txt" 2>&1 || { tail -30 "$WORK/unit.txt"; fail "unit tests under the emulation"; }
+grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$WORK/unit.txt"
+grep -q "^\[  PASSED  \]" "$WORK/unit.txt" || fail "no PASSED line"
+! grep -q "^\[  FAILED  \]" "$WORK/unit.txt" || fail "unit tests failed"
+echo "avx2_emulated: OK"
