@@ -20,4 +20,4 @@ cmd="$(command -v "$1")" || { echo "as_avx2.sh: $1: command not found" >&2; exit
 shift
 export GLIBC_TUNABLES="glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI"
 export ONEDNN_MAX_CPU_ISA=AVX2
-exec gdb -q -nx -batch -x "$HERE/as_avx2_cpu.py" --args "$cmd" "$@"
+exec gdb -q -nx -batch-silent -x "$HERE/as_avx2_cpu.py" --args "$cmd" "$@"

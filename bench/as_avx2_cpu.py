@@ -2,12 +2,15 @@
 # AVX-VNNI, no AVX512-BF16, no AMX), on a CPU that has more. Used by bench/as_avx2.sh; see there.
 #
 # Every `cpuid` and `xgetbv` instruction in the program and in the libraries it loads (found with
-# objdump when each is loaded, before its constructors run) gets a breakpoint on itself (to read
-# the leaf asked for) and one on the next instruction (to clear, in the answer, the bits that name
-# what an AVX2-only CPU lacks). Libraries pick their kernels from those answers once, at start-up,
-# so the breakpoints are hit a few hundred times in all, never in a timed loop; the number of hits
-# is printed at exit, to show it. glibc's own string functions are left as they are (they also
-# follow GLIBC_TUNABLES, which bench/as_avx2.sh sets).
+# objdump when each is loaded, before its constructors run) gets a breakpoint. Where the question
+# is one an AVX2-only CPU answers differently (CPUID leaf 7 subleaves 0 and 1, leaf 0xD subleaf 0,
+# XCR0), the breakpoint writes the answer (this CPU's, less the bits that name what such a CPU
+# lacks) into the registers and steps over the instruction; any other question runs on the CPU.
+# Libraries pick their kernels from those answers once, at start-up, so the breakpoints are hit a
+# few hundred times in all, never in a timed loop (AS_AVX2_VERBOSE=1 prints the count at exit).
+# glibc's own string functions are left as they are (they follow GLIBC_TUNABLES, which
+# bench/as_avx2.sh sets). gdb's own messages are silenced (-batch-silent); the program's standard
+# streams are its own, and gdb exits with its status (128 + the signal that ended it).
 import ctypes
 import gdb
 import mmap
@@ -159,16 +162,16 @@ def on_objfile(event):
     for addr, kind in found:
         Site(base + addr, kind)
     if os.environ.get("AS_AVX2_VERBOSE"):
-        gdb.write("as_avx2: %d cpuid/xgetbv in %s\n" % (len(found), path))
+        gdb.write("as_avx2: %d cpuid/xgetbv in %s\n" % (len(found), path), gdb.STDERR)
 
 
 def on_exit(event):
     if os.environ.get("AS_AVX2_VERBOSE"):
-        gdb.write("as_avx2: %d cpuid/xgetbv answered as an AVX2-only CPU's\n" % hits[0])
+        gdb.write("as_avx2: %d cpuid/xgetbv answered as an AVX2-only CPU's\n" % hits[0], gdb.STDERR)
 
 
 for cmd in ["set pagination off", "set confirm off", "set print thread-events off",
-            "set print inferior-events off", "set startup-with-shell off", "set verbose off",
+            "set print inferior-events off", "set verbose off",
             "set auto-load safe-path /", "handle all nostop noprint pass"]:
     gdb.execute(cmd, to_string=True)
 gdb.events.new_objfile.connect(on_objfile)
@@ -177,5 +180,8 @@ gdb.events.exited.connect(on_exit)
 gdb.execute("starti", to_string=True)
 on_objfile(type("E", (), {"new_objfile": gdb.objfiles()[0]})())
 gdb.execute("continue")
-status = gdb.parse_and_eval("$_exitcode")
-gdb.execute("quit %d" % (int(status) if status.type.code != gdb.TYPE_CODE_VOID else 1))
+# the program's exit status, or 128 + the signal that ended it, as a shell reports it
+status, signal = gdb.parse_and_eval("$_exitcode"), gdb.parse_and_eval("$_exitsignal")
+if status.type.code != gdb.TYPE_CODE_VOID:
+    gdb.execute("quit %d" % int(status))
+gdb.execute("quit %d" % (128 + int(signal) if signal.type.code != gdb.TYPE_CODE_VOID else 1))
