@@ -8,6 +8,9 @@
 # lacks) into the registers and steps over the instruction; any other question runs on the CPU.
 # Libraries pick their kernels from those answers once, at start-up, so the breakpoints are hit a
 # few hundred times in all, never in a timed loop (AS_AVX2_VERBOSE=1 prints the count at exit).
+# gdb learns of a library once it is relocated: IFUNC resolvers (and GCC's target_clones) have run
+# by then unemulated; oneDNN, MLAS, cpuinfo and bertcc decide in constructors or later. Any failure
+# to place the breakpoints ends the run (exit 125) rather than run the program unemulated.
 # glibc's own string functions are left as they are (they follow GLIBC_TUNABLES, which
 # bench/as_avx2.sh sets). gdb's own messages are silenced (-batch-silent); the program's standard
 # streams are its own, and gdb exits with its status (128 + the signal that ended it).
@@ -17,14 +20,15 @@ import mmap
 import os
 import re
 import subprocess
+import sys
 
 # CPUID leaf 7 subleaf 0
 L7_EBX = (1 << 16) | (1 << 17) | (1 << 21) | (1 << 26) | (1 << 27) | (1 << 28) | (1 << 30) | (1 << 31)
 L7_ECX = (1 << 1) | (1 << 6) | (1 << 11) | (1 << 12) | (1 << 14)  # VBMI, VBMI2, VNNI, BITALG, VPOPCNTDQ
 L7_EDX = (1 << 2) | (1 << 3) | (1 << 8) | (1 << 22) | (1 << 23) | (1 << 24) | (1 << 25)  # 4VNNIW..AMX
-# CPUID leaf 7 subleaf 1: AVX-VNNI, AVX512-BF16, AMX-FP16, AVX-IFMA; EDX: AVX-VNNI-INT8, -NE-CONVERT
+# CPUID leaf 7 subleaf 1: AVX-VNNI, AVX512-BF16, AMX-FP16, AVX-IFMA; EDX: AVX-VNNI-INT8, AVX-NE-CONVERT
 L71_EAX = (1 << 4) | (1 << 5) | (1 << 21) | (1 << 23)
-L71_EDX = (1 << 4) | (1 << 5) | (1 << 10)
+L71_EDX = (1 << 4) | (1 << 5) | (1 << 8) | (1 << 10) | (1 << 19)  # and AMX-COMPLEX, AVX-VNNI-INT16, AVX10
 # XCR0 (and CPUID leaf 0xD subleaf 0 EAX, the XCR0 bits supported): opmask, ZMM_Hi256, Hi16_ZMM,
 # AMX TILECFG, TILEDATA
 XCR0 = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 17) | (1 << 18)
@@ -45,12 +49,16 @@ def instructions(path):
             return [(int(a, 16), k) for a, k in (line.split() for line in f)]
     except OSError:
         pass
-    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", path], capture_output=True, text=True).stdout
     found = []
-    for line in out.splitlines():
-        m = re.match(r"\s*([0-9a-f]+):\s+(cpuid|xgetbv)\s*$", line)
-        if m:
-            found.append((int(m.group(1), 16), m.group(2)))
+    with subprocess.Popen(["objdump", "-d", "--no-show-raw-insn", path], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True) as p:  # line by line: libdnnl is 40 MB
+        for line in p.stdout:
+            if "cpuid" in line or "xgetbv" in line:
+                m = re.match(r"\s*([0-9a-f]+):\s+(cpuid|xgetbv)\s*$", line)
+                if m:
+                    found.append((int(m.group(1), 16), m.group(2)))
+    if p.returncode != 0:
+        fatal("objdump -d %s failed (exit %d)" % (path, p.returncode))
     try:
         os.makedirs(cache, exist_ok=True)
         with open(key + ".tmp", "w") as f:
@@ -59,6 +67,13 @@ def instructions(path):
     except OSError:
         pass
     return found
+
+
+def fatal(why):
+    """The emulation would be incomplete: say so and end (gdb's tracee goes with it)."""
+    sys.stderr.write("as_avx2: %s; stopping, not running the program unemulated\n" % why)
+    sys.stderr.flush()
+    os._exit(125)
 
 
 def first_load_vaddr(path):
@@ -130,10 +145,10 @@ class Site(gdb.Breakpoint):
         self.addr, self.kind = addr, kind
 
     def stop(self):
-        hits[0] += 1
         if self.kind == "xgetbv":
             if reg("ecx") != 0:
                 return False
+            hits[0] += 1
             setreg("rax", XCR0_MASKED)
             setreg("rdx", XCR0_MASKED >> 32)
             gdb.execute("set $pc = 0x%x" % (self.addr + 3), to_string=True)
@@ -141,6 +156,7 @@ class Site(gdb.Breakpoint):
         answer = ANSWERS.get((reg("eax"), reg("ecx") if reg("eax") in (7, 0xD) else 0))
         if answer is None:
             return False
+        hits[0] += 1
         for name, value in zip(("rax", "rbx", "rcx", "rdx"), answer):
             setreg(name, value)
         gdb.execute("set $pc = 0x%x" % (self.addr + 2), to_string=True)
@@ -148,7 +164,13 @@ class Site(gdb.Breakpoint):
 
 
 def on_objfile(event):
-    path = event.new_objfile.filename
+    try:
+        add_sites(event.new_objfile.filename)
+    except Exception as e:  # an exception here would only be printed, and the program run on
+        fatal("%s: %r" % (event.new_objfile.filename, e))
+
+
+def add_sites(path):
     if not path or not os.path.isfile(path) or path in seen or SKIP.search(path):
         return
     seen.add(path)
@@ -157,7 +179,7 @@ def on_objfile(event):
         return
     base = base_of(path)
     if base is None:
-        return
+        fatal("%s is loaded but not found in /proc/PID/maps" % path)
     base -= first_load_vaddr(path)
     for addr, kind in found:
         Site(base + addr, kind)
@@ -167,12 +189,12 @@ def on_objfile(event):
 
 def on_exit(event):
     if os.environ.get("AS_AVX2_VERBOSE"):
-        gdb.write("as_avx2: %d cpuid/xgetbv answered as an AVX2-only CPU's\n" % hits[0], gdb.STDERR)
+        gdb.write("as_avx2: %d cpuid/xgetbv answers given as an AVX2-only CPU's\n" % hits[0], gdb.STDERR)
 
 
 for cmd in ["set pagination off", "set confirm off", "set print thread-events off",
             "set print inferior-events off", "set verbose off",
-            "set auto-load safe-path /", "handle all nostop noprint pass"]:
+            "set auto-load off", "handle all nostop noprint pass"]:
     gdb.execute(cmd, to_string=True)
 gdb.events.new_objfile.connect(on_objfile)
 gdb.events.exited.connect(on_exit)
