@@ -20,7 +20,6 @@ import mmap
 import os
 import re
 import subprocess
-import sys
 
 # CPUID leaf 7 subleaf 0
 L7_EBX = (1 << 16) | (1 << 17) | (1 << 21) | (1 << 26) | (1 << 27) | (1 << 28) | (1 << 30) | (1 << 31)
@@ -71,8 +70,7 @@ def instructions(path):
 
 def fatal(why):
     """The emulation would be incomplete: say so and end (gdb's tracee goes with it)."""
-    sys.stderr.write("as_avx2: %s; stopping, not running the program unemulated\n" % why)
-    sys.stderr.flush()
+    os.write(2, ("as_avx2: %s; stopping, not running the program unemulated\n" % why).encode())
     os._exit(125)
 
 
@@ -164,6 +162,8 @@ class Site(gdb.Breakpoint):
 
 
 def on_objfile(event):
+    if getattr(event.new_objfile, "owner", None) is not None:
+        return  # a separate debug-info file (/usr/lib/debug/...): no code of its own
     try:
         add_sites(event.new_objfile.filename)
     except Exception as e:  # an exception here would only be printed, and the program run on
