@@ -11,7 +11,7 @@ void set_threads(int n);  // OpenMP and oneDNN; n <= 0 keeps the default
 int threads();
 
 struct CpuReport {
-  bool avx512f = false, avx512_bf16 = false, amx_bf16 = false;
+  bool avx512f = false, avx512_bf16 = false, amx_bf16 = false, avx_vnni = false;
   std::string onednn_isa;  // what oneDNN will dispatch to
 };
 CpuReport cpu_report();

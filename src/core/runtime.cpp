@@ -79,7 +79,10 @@ CpuReport cpu_report() {
     r.avx512f = (b >> 16) & 1;
     r.amx_bf16 = (d >> 22) & 1;
   }
-  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) r.avx512_bf16 = (a >> 5) & 1;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+    r.avx_vnni = (a >> 4) & 1;  // (clang 14's __builtin_cpu_supports does not know "avxvnni")
+    r.avx512_bf16 = (a >> 5) & 1;
+  }
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx512_core_amx:
       r.onednn_isa = "avx512_core_amx";

@@ -33,7 +33,6 @@
 #include "kernels/kernels.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -396,15 +395,12 @@ bool has_vnni() {
   return ok;
 }
 
-// AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 (clang 14's __builtin_cpu_supports does not know
-// "avxvnni"); the ymm state the OS saves is has_avx2's check. ONEDNN_MAX_CPU_ISA=AVX2_VNNI emulates
-// an AVX-VNNI-only CPU on an AVX-512 CPU that has AVX-VNNI too, as AMD's Zen 5 does.
+// AVX-VNNI (cpu_report's CPUID bit; the ymm state the OS saves is has_avx2's check).
+// ONEDNN_MAX_CPU_ISA=AVX2_VNNI emulates an AVX-VNNI-only CPU on an AVX-512 CPU that has AVX-VNNI
+// too, as AMD's Zen 5 does.
 bool has_avxvnni() {
-  static const bool ok = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return has_avx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) &&
-           onednn_isa_in({"avx2_vnni", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"});
-  }();
+  static const bool ok = has_avx2() && cpu_report().avx_vnni &&
+                         onednn_isa_in({"avx2_vnni", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"});
   return ok;
 }
 #else
