@@ -63,7 +63,7 @@ R="$WORK/results.jsonl"; : > "$R"
 run() {  # label, then the command printing JSON (last line)
   label=$1; shift
   "$@" > "$WORK/out.txt" 2> "$WORK/err.txt" || { echo "$label: failed: $(tail -2 "$WORK/err.txt")"; return 0; }
-  j=$(grep '^{' "$WORK/out.txt" | tail -1)  # the JSON line (gdb, under bench/as_avx2.sh, adds others)
+  j=$(tail -1 "$WORK/out.txt")
   echo "$j"
   printf '%s\n' "$j" | "$PY" -c 'import json, sys; j = json.load(sys.stdin); j["label"] = sys.argv[1]; j["round"] = int(sys.argv[2]); print(json.dumps(j))' "$label" "$round" >> "$R"
 }
@@ -79,8 +79,7 @@ for round in $(seq "$ROUNDS"); do
         --threads "$THREADS" --steps "$STEPS" --warmup 3
     done
     $as "$PY" "$HERE/bench/peer_torch_int8.py" "$WORK/model" --batch "$BATCH" --seq "$SEQ" --threads "$THREADS" --steps "$STEPS" \
-      > "$WORK/torch.txt" 2> "$WORK/err.txt" || echo "PyTorch$sfx: failed: $(tail -2 "$WORK/err.txt")"
-    grep '^{' "$WORK/torch.txt" > "$WORK/torch.jsonl" || true
+      > "$WORK/torch.jsonl" 2> "$WORK/err.txt" || echo "PyTorch$sfx: failed: $(tail -2 "$WORK/err.txt")"
     cat "$WORK/torch.jsonl"
     "$PY" -c '
 import json, sys
@@ -115,7 +114,7 @@ print()
 for sfx in ("", " (AVX2 emulated)"):
     ratio("bertcc int8" + sfx, "ONNX Runtime int8 dynamic" + sfx)
     ratio("bertcc fp32" + sfx, "ONNX Runtime fp32" + sfx)
-    torch_int8 = [k for k in runs if k.startswith("PyTorch quantize_dynamic") and k.endswith(sfx) and (sfx or "emulated" not in k)]
+    torch_int8 = [k for k in runs if k.startswith("PyTorch quantize_dynamic") and ("emulated" in k) == bool(sfx)]
     if torch_int8:
         ratio("bertcc int8" + sfx, torch_int8[0])
     ratio("bertcc int8" + sfx, "bertcc fp32" + sfx)
