@@ -144,7 +144,7 @@ TEST(Int8, OwnKernelGivesTheSameIntegers) {
   // without AMX and CPUs without VNNI run): each this CPU has against exact integer arithmetic and
   // oneDNN's matmul, over row, column and k-quad tails, the VNNI kernel's 48-column groups and
   // 8-row tiles, its few-rows path (columns split) and many-rows path (row blocks: 192 rows
-  // a thread and more), and the saturation bounds (GemmDoesNotSaturateAtTheBounds)
+  // a thread and more, then the tail's smaller tasks), and the saturation bounds (GemmDoesNotSaturateAtTheBounds)
   for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
                          {3, 5, 7},
                          {4, 16, 4},
@@ -154,7 +154,8 @@ TEST(Int8, OwnKernelGivesTheSameIntegers) {
                          {70, 129, 3},
                          {9, 49, 64},
                          {203, 50, 36},
-                         {790, 97, 20}}) {
+                         {790, 97, 20},
+                         {450, 33, 20}}) {  // row blocks then three tail tasks of 24, 24, 18 rows at 2 threads
     SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
     const auto a = random_s8(static_cast<size_t>(M * K), kInt8ActivationMax, 11);
     const auto b = random_s8(static_cast<size_t>(N * K), kInt8WeightMax, 12);

@@ -319,8 +319,12 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
   const int T = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool par = T > 1 && M * N * K >= (int64_t{1} << 16);
   if (M >= 192 * T) {
-    const int64_t rows = 48;  // a multiple of every micro-tile's rows; at least 4 tasks a thread
-    const int64_t tasks = (M + rows - 1) / rows;
+    // Tasks of 48 rows (a multiple of every micro-tile's rows; at least 4 a thread) in whole rounds
+    // of T, then the rows left in tasks of 24, so that the threads finish together (a last 48-row
+    // task alone kept the other thread waiting up to a twentieth of the call at 1,024 rows).
+    const int64_t rows = 48, tail = 24;
+    const int64_t full = M / (rows * T) * T, rest = M - full * rows;
+    const int64_t tasks = full + (rest + tail - 1) / tail;
 #pragma omp parallel if (par)
     {
       thread_local std::vector<uint8_t> ub;
@@ -329,7 +333,8 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
       float* yblock = !o0.y && !o0.acc ? grow(yb, rows * N) : nullptr;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < tasks; ++t) {
-        const int64_t m0 = t * rows, R = std::min(rows, M - m0);
+        const int64_t m0 = t < full ? t * rows : full * rows + (t - full) * tail;
+        const int64_t R = std::min(t < full ? rows : tail, M - m0);
         shift_rows(xq + m0 * K, R, K, lda, u);
         Out o = o0;
         o.sx = o0.sx ? o0.sx + m0 : nullptr;
