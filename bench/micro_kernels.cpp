@@ -2,7 +2,12 @@
 // Shapes are bert-base at batch 8, sequence 128 (N = 1024 rows, C = 768, I = 3072, NH = 12).
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "bertcc/rng.h"
 #include "kernels/gemm.h"
@@ -86,6 +91,129 @@ BENCHMARK(BM_LinearInt8)
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 256, 32}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+#if defined(__x86_64__)
+// Which int8 product step this core runs fastest: not a kernel of bertcc's, but the instruction mix
+// of each one, with its operands in registers (no loads), 2 rows x 2 column vectors x 2 k-quads =
+// 256 products per loop trip, in int32 sums. It answers, on the CPU at hand, whether a remedy
+// for AVX2's vpmaddubsw would pay (docs/performance.md, "int8 on a double-pumped AVX-512 core"):
+//   0  AVX2 as bertcc and MLAS run it: vpmaddubsw, vpmaddwd (by ones), vpaddd per 32 products
+//   1  16-bit pair sums added first, which 7-bit activations would allow (2 x 127 x 63 x 2 < 2^15):
+//      2 vpmaddubsw, vpaddw, vpmaddwd, vpaddd per 64 products (3 multiplies instead of 4)
+//   2  the exact sign trick (|x| times w with x's sign: vpabsb, vpsignb, then as 1)
+//   3  vpdpbusd on ymm (EVEX; AVX512-VNNI + VL), 4  vpdpbusd on zmm (AVX512-VNNI)
+// products/ns: 256 a trip for 0-2, 16 vpdpbusd's (512 on ymm, 1,024 on zmm) for 3-4; only the ratio
+// between the rows of one CPU means anything.
+#define BERTCC_OPAQUE(...) \
+  asm volatile("" : "+v"(x0), "+v"(x1), "+v"(y0), "+v"(y1), "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3))
+__attribute__((target("avx2"), noinline)) int64_t int8_step_avx2(int64_t trips, int variant) {
+  __m256i x0 = _mm256_set1_epi32(0x01020304), x1 = _mm256_set1_epi32(0x05060708), y0 = _mm256_set1_epi32(0x090a0b0c),
+          y1 = _mm256_set1_epi32(0x0d0e0f10), w0 = _mm256_set1_epi8(3), w1 = _mm256_set1_epi8(-5),
+          w2 = _mm256_set1_epi8(7), w3 = _mm256_set1_epi8(-9);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  auto dot = [&](__m256i x, __m256i w) { return _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), ones); };
+  auto pair = [&](__m256i x, __m256i w, __m256i y, __m256i v) {
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x, w), _mm256_maddubs_epi16(y, v)), ones);
+  };
+  auto sgn = [&](__m256i x, __m256i w, __m256i y, __m256i v) {
+    return pair(_mm256_abs_epi8(x), _mm256_sign_epi8(w, x), _mm256_abs_epi8(y), _mm256_sign_epi8(v, y));
+  };
+  for (int64_t t = 0; t < trips; ++t) {
+    BERTCC_OPAQUE();
+    if (variant == 0) {
+      a0 = _mm256_add_epi32(_mm256_add_epi32(a0, dot(x0, w0)), dot(y0, w2));
+      a1 = _mm256_add_epi32(_mm256_add_epi32(a1, dot(x0, w1)), dot(y0, w3));
+      a2 = _mm256_add_epi32(_mm256_add_epi32(a2, dot(x1, w0)), dot(y1, w2));
+      a3 = _mm256_add_epi32(_mm256_add_epi32(a3, dot(x1, w1)), dot(y1, w3));
+    } else if (variant == 1) {
+      a0 = _mm256_add_epi32(a0, pair(x0, w0, y0, w2));
+      a1 = _mm256_add_epi32(a1, pair(x0, w1, y0, w3));
+      a2 = _mm256_add_epi32(a2, pair(x1, w0, y1, w2));
+      a3 = _mm256_add_epi32(a3, pair(x1, w1, y1, w3));
+    } else {
+      a0 = _mm256_add_epi32(a0, sgn(x0, w0, y0, w2));
+      a1 = _mm256_add_epi32(a1, sgn(x0, w1, y0, w3));
+      a2 = _mm256_add_epi32(a2, sgn(x1, w0, y1, w2));
+      a3 = _mm256_add_epi32(a3, sgn(x1, w1, y1, w3));
+    }
+  }
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out),
+                     _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)));
+  return out[0];
+}
+
+// 16 sums (of the 32 vector registers AVX-512 has), one vpdpbusd each a trip: enough for its latency
+// times its rate, so that the rate is what is measured; the 8 products above twice over. Named one
+// by one: held in an array, GCC 12 copies them between registers and memory on every trip.
+#define BERTCC_EIGHT(p, q, r, s, t, u, v, w) \
+  p = dot(p, x0, w0);                        \
+  q = dot(q, x0, w1);                        \
+  r = dot(r, x1, w0);                        \
+  s = dot(s, x1, w1);                        \
+  t = dot(t, y0, w2);                        \
+  u = dot(u, y0, w3);                        \
+  v = dot(v, y1, w2);                        \
+  w = dot(w, y1, w3)
+template <class V, class Dot>
+inline int64_t int8_step_vnni(int64_t trips, V x0, V x1, V y0, V y1, V w0, V w1, V w2, V w3, Dot dot) {
+  V a0 = dot(x0, y1, w0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  V b0 = dot(x1, y0, w1), b1 = b0, b2 = b0, b3 = b0, b4 = b0, b5 = b0, b6 = b0, b7 = b0;
+  for (int64_t t = 0; t < trips; ++t) {
+    BERTCC_OPAQUE();
+    BERTCC_EIGHT(a0, a1, a2, a3, a4, a5, a6, a7);
+    BERTCC_EIGHT(b0, b1, b2, b3, b4, b5, b6, b7);
+  }
+  const V sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + b0 + b1 + b2 + b3 + b4 + b5 + b6 + b7;  // lanes as int64
+  int64_t s;
+  std::memcpy(&s, &sum, sizeof s);
+  return s;
+}
+#undef BERTCC_EIGHT
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline)) int64_t int8_step_vnni256(int64_t trips) {
+  return int8_step_vnni(trips, _mm256_set1_epi32(0x01020304), _mm256_set1_epi32(0x05060708),
+                        _mm256_set1_epi32(0x090a0b0c), _mm256_set1_epi32(0x0d0e0f10), _mm256_set1_epi8(3),
+                        _mm256_set1_epi8(-5), _mm256_set1_epi8(7), _mm256_set1_epi8(-9),
+                        [](__m256i c, __m256i x, __m256i w) {
+                          asm("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(x), "v"(w));  // in place, as the kernels
+                          return c;
+                        });
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline)) int64_t int8_step_vnni512(int64_t trips) {
+  return int8_step_vnni(trips, _mm512_set1_epi32(0x01020304), _mm512_set1_epi32(0x05060708),
+                        _mm512_set1_epi32(0x090a0b0c), _mm512_set1_epi32(0x0d0e0f10), _mm512_set1_epi8(3),
+                        _mm512_set1_epi8(-5), _mm512_set1_epi8(7), _mm512_set1_epi8(-9),
+                        [](__m512i c, __m512i x, __m512i w) {
+                          asm("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(x), "v"(w));
+                          return c;
+                        });
+}
+#undef BERTCC_OPAQUE
+
+void BM_Int8Step(benchmark::State& st) {
+  const int variant = static_cast<int>(st.range(0));
+  const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+  if (!__builtin_cpu_supports("avx2") || (variant >= 3 && !vnni)) {
+    st.SkipWithError("this CPU lacks the instructions of this variant");
+    return;
+  }
+  constexpr int64_t trips = 1 << 16;
+  int64_t sink = 0;
+  for (auto _ : st) {
+    sink += variant < 3    ? int8_step_avx2(trips, variant)
+            : variant == 3 ? int8_step_vnni256(trips)
+                           : int8_step_vnni512(trips);
+    benchmark::DoNotOptimize(sink);
+  }
+  const double products = (variant == 4   ? 1024.0
+                           : variant == 3 ? 512.0
+                                          : 256.0) *
+                          trips * static_cast<double>(st.iterations());
+  st.counters["products/ns"] = benchmark::Counter(products / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Int8Step)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+#endif
 
 void BM_LayerNorm(benchmark::State& st) {
   auto x = filled(N * C, 0.5f), w = filled(C, 1.0f), b = filled(C, 0.0f), y = filled(N * C, 0), m = filled(N, 0),
