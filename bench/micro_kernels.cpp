@@ -106,36 +106,43 @@ BENCHMARK(BM_LinearInt8)
 // between the rows of one CPU means anything.
 #define BERTCC_OPAQUE(...) \
   asm volatile("" : "+v"(x0), "+v"(x1), "+v"(y0), "+v"(y1), "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3))
-__attribute__((target("avx2"), noinline)) int64_t int8_step_avx2(int64_t trips, int variant) {
+// The steps as functions of their own with their targets (a lambda does not take its enclosing
+// function's target: built for a CPU without AVX2 or AVX-512, its intrinsics would not compile).
+#define BERTCC_AVX2_INLINE __attribute__((target("avx2"), always_inline)) inline
+#define BERTCC_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+BERTCC_AVX2_INLINE __m256i step_dot(__m256i x, __m256i w) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), _mm256_set1_epi16(1));
+}
+BERTCC_AVX2_INLINE __m256i step_pair(__m256i x, __m256i w, __m256i y, __m256i v) {
+  return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x, w), _mm256_maddubs_epi16(y, v)),
+                           _mm256_set1_epi16(1));
+}
+BERTCC_AVX2_INLINE __m256i step_sign(__m256i x, __m256i w, __m256i y, __m256i v) {
+  return step_pair(_mm256_abs_epi8(x), _mm256_sign_epi8(w, x), _mm256_abs_epi8(y), _mm256_sign_epi8(v, y));
+}
+template <int Variant>
+__attribute__((target("avx2"), noinline)) int64_t int8_step_avx2(int64_t trips) {
   __m256i x0 = _mm256_set1_epi32(0x01020304), x1 = _mm256_set1_epi32(0x05060708), y0 = _mm256_set1_epi32(0x090a0b0c),
           y1 = _mm256_set1_epi32(0x0d0e0f10), w0 = _mm256_set1_epi8(3), w1 = _mm256_set1_epi8(-5),
           w2 = _mm256_set1_epi8(7), w3 = _mm256_set1_epi8(-9);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  auto dot = [&](__m256i x, __m256i w) { return _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), ones); };
-  auto pair = [&](__m256i x, __m256i w, __m256i y, __m256i v) {
-    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x, w), _mm256_maddubs_epi16(y, v)), ones);
-  };
-  auto sgn = [&](__m256i x, __m256i w, __m256i y, __m256i v) {
-    return pair(_mm256_abs_epi8(x), _mm256_sign_epi8(w, x), _mm256_abs_epi8(y), _mm256_sign_epi8(v, y));
-  };
   for (int64_t t = 0; t < trips; ++t) {
     BERTCC_OPAQUE();
-    if (variant == 0) {
-      a0 = _mm256_add_epi32(_mm256_add_epi32(a0, dot(x0, w0)), dot(y0, w2));
-      a1 = _mm256_add_epi32(_mm256_add_epi32(a1, dot(x0, w1)), dot(y0, w3));
-      a2 = _mm256_add_epi32(_mm256_add_epi32(a2, dot(x1, w0)), dot(y1, w2));
-      a3 = _mm256_add_epi32(_mm256_add_epi32(a3, dot(x1, w1)), dot(y1, w3));
-    } else if (variant == 1) {
-      a0 = _mm256_add_epi32(a0, pair(x0, w0, y0, w2));
-      a1 = _mm256_add_epi32(a1, pair(x0, w1, y0, w3));
-      a2 = _mm256_add_epi32(a2, pair(x1, w0, y1, w2));
-      a3 = _mm256_add_epi32(a3, pair(x1, w1, y1, w3));
+    if constexpr (Variant == 0) {
+      a0 = _mm256_add_epi32(_mm256_add_epi32(a0, step_dot(x0, w0)), step_dot(y0, w2));
+      a1 = _mm256_add_epi32(_mm256_add_epi32(a1, step_dot(x0, w1)), step_dot(y0, w3));
+      a2 = _mm256_add_epi32(_mm256_add_epi32(a2, step_dot(x1, w0)), step_dot(y1, w2));
+      a3 = _mm256_add_epi32(_mm256_add_epi32(a3, step_dot(x1, w1)), step_dot(y1, w3));
+    } else if constexpr (Variant == 1) {
+      a0 = _mm256_add_epi32(a0, step_pair(x0, w0, y0, w2));
+      a1 = _mm256_add_epi32(a1, step_pair(x0, w1, y0, w3));
+      a2 = _mm256_add_epi32(a2, step_pair(x1, w0, y1, w2));
+      a3 = _mm256_add_epi32(a3, step_pair(x1, w1, y1, w3));
     } else {
-      a0 = _mm256_add_epi32(a0, sgn(x0, w0, y0, w2));
-      a1 = _mm256_add_epi32(a1, sgn(x0, w1, y0, w3));
-      a2 = _mm256_add_epi32(a2, sgn(x1, w0, y1, w2));
-      a3 = _mm256_add_epi32(a3, sgn(x1, w1, y1, w3));
+      a0 = _mm256_add_epi32(a0, step_sign(x0, w0, y0, w2));
+      a1 = _mm256_add_epi32(a1, step_sign(x0, w1, y0, w3));
+      a2 = _mm256_add_epi32(a2, step_sign(x1, w0, y1, w2));
+      a3 = _mm256_add_epi32(a3, step_sign(x1, w1, y1, w3));
     }
   }
   alignas(32) int32_t out[8];
@@ -144,22 +151,34 @@ __attribute__((target("avx2"), noinline)) int64_t int8_step_avx2(int64_t trips, 
   return out[0];
 }
 
+// vpdpbusd in place (as assembly, as the kernels write it), on ymm or zmm
+struct StepVnni {
+  BERTCC_VNNI_TARGET __attribute__((always_inline)) static inline __m256i dot(__m256i c, __m256i x, __m256i w) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(x), "v"(w));
+    return c;
+  }
+  BERTCC_VNNI_TARGET __attribute__((always_inline)) static inline __m512i dot(__m512i c, __m512i x, __m512i w) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(x), "v"(w));
+    return c;
+  }
+};
 // 16 sums (of the 32 vector registers AVX-512 has), one vpdpbusd each a trip: enough for its latency
 // times its rate, so that the rate is what is measured; the 8 products above twice over. Named one
 // by one: held in an array, GCC 12 copies them between registers and memory on every trip.
 #define BERTCC_EIGHT(p, q, r, s, t, u, v, w) \
-  p = dot(p, x0, w0);                        \
-  q = dot(q, x0, w1);                        \
-  r = dot(r, x1, w0);                        \
-  s = dot(s, x1, w1);                        \
-  t = dot(t, y0, w2);                        \
-  u = dot(u, y0, w3);                        \
-  v = dot(v, y1, w2);                        \
-  w = dot(w, y1, w3)
-template <class V, class Dot>
-inline int64_t int8_step_vnni(int64_t trips, V x0, V x1, V y0, V y1, V w0, V w1, V w2, V w3, Dot dot) {
-  V a0 = dot(x0, y1, w0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  V b0 = dot(x1, y0, w1), b1 = b0, b2 = b0, b3 = b0, b4 = b0, b5 = b0, b6 = b0, b7 = b0;
+  p = StepVnni::dot(p, x0, w0);              \
+  q = StepVnni::dot(q, x0, w1);              \
+  r = StepVnni::dot(r, x1, w0);              \
+  s = StepVnni::dot(s, x1, w1);              \
+  t = StepVnni::dot(t, y0, w2);              \
+  u = StepVnni::dot(u, y0, w3);              \
+  v = StepVnni::dot(v, y1, w2);              \
+  w = StepVnni::dot(w, y1, w3)
+template <class V>
+BERTCC_VNNI_TARGET __attribute__((always_inline)) inline int64_t int8_step_vnni(int64_t trips, V x0, V x1, V y0, V y1,
+                                                                                V w0, V w1, V w2, V w3) {
+  V a0 = StepVnni::dot(x0, y1, w0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  V b0 = StepVnni::dot(x1, y0, w1), b1 = b0, b2 = b0, b3 = b0, b4 = b0, b5 = b0, b6 = b0, b7 = b0;
   for (int64_t t = 0; t < trips; ++t) {
     BERTCC_OPAQUE();
     BERTCC_EIGHT(a0, a1, a2, a3, a4, a5, a6, a7);
@@ -171,29 +190,24 @@ inline int64_t int8_step_vnni(int64_t trips, V x0, V x1, V y0, V y1, V w0, V w1,
   return s;
 }
 #undef BERTCC_EIGHT
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline)) int64_t int8_step_vnni256(int64_t trips) {
+BERTCC_VNNI_TARGET __attribute__((noinline)) int64_t int8_step_vnni256(int64_t trips) {
   return int8_step_vnni(trips, _mm256_set1_epi32(0x01020304), _mm256_set1_epi32(0x05060708),
                         _mm256_set1_epi32(0x090a0b0c), _mm256_set1_epi32(0x0d0e0f10), _mm256_set1_epi8(3),
-                        _mm256_set1_epi8(-5), _mm256_set1_epi8(7), _mm256_set1_epi8(-9),
-                        [](__m256i c, __m256i x, __m256i w) {
-                          asm("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(x), "v"(w));  // in place, as the kernels
-                          return c;
-                        });
+                        _mm256_set1_epi8(-5), _mm256_set1_epi8(7), _mm256_set1_epi8(-9));
 }
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), noinline)) int64_t int8_step_vnni512(int64_t trips) {
+BERTCC_VNNI_TARGET __attribute__((noinline)) int64_t int8_step_vnni512(int64_t trips) {
   return int8_step_vnni(trips, _mm512_set1_epi32(0x01020304), _mm512_set1_epi32(0x05060708),
                         _mm512_set1_epi32(0x090a0b0c), _mm512_set1_epi32(0x0d0e0f10), _mm512_set1_epi8(3),
-                        _mm512_set1_epi8(-5), _mm512_set1_epi8(7), _mm512_set1_epi8(-9),
-                        [](__m512i c, __m512i x, __m512i w) {
-                          asm("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(x), "v"(w));
-                          return c;
-                        });
+                        _mm512_set1_epi8(-5), _mm512_set1_epi8(7), _mm512_set1_epi8(-9));
 }
+#undef BERTCC_AVX2_INLINE
+#undef BERTCC_VNNI_TARGET
 #undef BERTCC_OPAQUE
 
 void BM_Int8Step(benchmark::State& st) {
   const int variant = static_cast<int>(st.range(0));
-  const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+  const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   if (!__builtin_cpu_supports("avx2") || (variant >= 3 && !vnni)) {
     st.SkipWithError("this CPU lacks the instructions of this variant");
     return;
@@ -201,7 +215,9 @@ void BM_Int8Step(benchmark::State& st) {
   constexpr int64_t trips = 1 << 16;
   int64_t sink = 0;
   for (auto _ : st) {
-    sink += variant < 3    ? int8_step_avx2(trips, variant)
+    sink += variant == 0   ? int8_step_avx2<0>(trips)
+            : variant == 1 ? int8_step_avx2<1>(trips)
+            : variant == 2 ? int8_step_avx2<2>(trips)
             : variant == 3 ? int8_step_vnni256(trips)
                            : int8_step_vnni512(trips);
     benchmark::DoNotOptimize(sink);

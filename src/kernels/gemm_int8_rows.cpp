@@ -320,9 +320,11 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
   const bool par = T > 1 && M * N * K >= (int64_t{1} << 16);
   if (M >= 192 * T) {
     // Tasks of 48 rows (a multiple of every micro-tile's rows; at least 4 a thread) in whole rounds
-    // of T, then the rows left in tasks of 24, so that the threads finish together (a last 48-row
-    // task alone kept the other thread waiting up to a twentieth of the call at 1,024 rows).
-    const int64_t rows = 48, tail = 24;
+    // of T, then the rows left in tasks of 24, so that the threads finish together (at 1,024 rows and
+    // 2 threads a last 48-row task alone kept the other thread idle for about a sixteenth of the
+    // call). One thread has nothing to balance: its rows left stay one task (each task reads all
+    // the weights).
+    const int64_t rows = 48, tail = T > 1 ? 24 : rows;
     const int64_t full = M / (rows * T) * T, rest = M - full * rows;
     const int64_t tasks = full + (rest + tail - 1) / tail;
 #pragma omp parallel if (par)
