@@ -19,6 +19,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_int8.h"
 #include "kernels/kernels.h"
+#include "kernels/vecmath.h"
 #include "test_util.h"
 
 using namespace bertcc;
@@ -384,6 +385,132 @@ TEST(Int8, FusedKernelsEqualTheComposedLayers) {
   EXPECT_THROW(
       ffn_layernorm_int8(ln_of(o, x.data(), false), x.data(), q1, b1.data(), q1, b1.data(), M, Activation::GeluErf),
       Error);
+}
+
+// The int8 attention's definition (gemm_int8.h, attention_int8.cpp) in plain loops: sequence b's
+// rows r0.. (n of them), the mask's row (null: none) for padded rows.
+static void attention_int8_reference(float* out, const float* qkv, int64_t r0, int64_t n, const float* mask, int64_t C,
+                                     int64_t NH) {
+  const int64_t HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  bool any = !mask;
+  for (int64_t j = 0; j < n; ++j) any = any || mask[j] > -10000.0f;
+  auto seen = [&](int64_t j) { return !mask || !any || mask[j] > -10000.0f; };
+  for (int64_t h = 0; h < NH; ++h) {
+    std::vector<int8_t> q8(static_cast<size_t>(n * HS)), k8(q8.size()), v8(q8.size());  // v8: [HS][n]
+    std::vector<float> sq(static_cast<size_t>(n)), sk(sq.size()), sv(static_cast<size_t>(HS)), col(sq.size());
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = qkv + (r0 + i) * 3 * C + h * HS;
+      quantize_rows_int8(row, 1, HS, kInt8ActivationMax, &q8[static_cast<size_t>(i * HS)], &sq[static_cast<size_t>(i)]);
+      quantize_rows_int8(row + C, 1, HS, kInt8WeightMax, &k8[static_cast<size_t>(i * HS)], &sk[static_cast<size_t>(i)]);
+    }
+    for (int64_t c = 0; c < HS; ++c) {
+      for (int64_t j = 0; j < n; ++j)
+        col[static_cast<size_t>(j)] = seen(j) ? qkv[(r0 + j) * 3 * C + 2 * C + h * HS + c] : 0.0f;
+      quantize_rows_int8(col.data(), 1, n, kInt8WeightMax, &v8[static_cast<size_t>(c * n)],
+                         &sv[static_cast<size_t>(c)]);
+    }
+    const int32_t* table = attention_int8_exp_table();
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> S(static_cast<size_t>(n));
+      std::vector<int32_t> u(S.size());
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        int32_t acc = 0;
+        for (int64_t c = 0; c < HS; ++c)
+          acc += int32_t{q8[static_cast<size_t>(i * HS + c)]} * k8[static_cast<size_t>(j * HS + c)];
+        S[static_cast<size_t>(j)] =
+            std::fma(static_cast<float>(acc), (sq[static_cast<size_t>(i)] * scale) * sk[static_cast<size_t>(j)], 0.0f) +
+            (mask ? mask[j] : 0.0f);
+        mx = std::max(mx, S[static_cast<size_t>(j)]);
+      }
+      int32_t sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const float t = std::min((mx - S[static_cast<size_t>(j)]) * 128.0f, float{kAttentionExpTable - 1});
+        u[static_cast<size_t>(j)] = seen(j) ? table[static_cast<int>(std::nearbyint(t))] : 0;
+        sum += u[static_cast<size_t>(j)];
+      }
+      for (int64_t c = 0; c < HS; ++c) {
+        int32_t acc = 0;
+        for (int64_t j = 0; j < n; ++j) acc += u[static_cast<size_t>(j)] * v8[static_cast<size_t>(c * n + j)];
+        out[(r0 + i) * C + h * HS + c] =
+            std::fma(static_cast<float>(acc), (1.0f / static_cast<float>(sum)) * sv[static_cast<size_t>(c)], 0.0f);
+      }
+    }
+  }
+}
+
+TEST(Int8, AttentionExpTable) {
+  // P's 8 bits: round(254 exp(-t / 128)), 254 at the maximum, decreasing, 0 from t = 798 (e < 1/508)
+  const int32_t* t = attention_int8_exp_table();
+  EXPECT_EQ(t[0], 254);
+  EXPECT_EQ(t[128], 93);  // 254 / e = 93.44
+  EXPECT_EQ(t[797], 1);
+  EXPECT_EQ(t[798], 0);
+  EXPECT_EQ(t[kAttentionExpTable - 1], 0);
+  for (int i = 1; i < kAttentionExpTable; ++i) ASSERT_LE(t[i], t[i - 1]);
+  std::printf("the int8 attention %s the table's entries\n", attention_int8_exp_computed() ? "computes" : "reads");
+}
+
+TEST(Int8, AttentionEqualsItsDefinitionBitForBit) {
+  // both products in int8 (the kernel of this CPU and ctest's ISA limit), packed and padded, at 1
+  // and 2 threads: the same bits as the plain loops above; a right-padded batch as the packed one;
+  // close to the fp32 attention
+  for (const auto& [C, NH] : std::vector<std::pair<int64_t, int64_t>>{{24, 2}, {40, 2}, {64, 1}}) {
+    SCOPED_TRACE("C " + std::to_string(C) + ", heads " + std::to_string(NH));
+    const std::vector<int64_t> len = {5, 17, 1, 50};
+    const int64_t B = 4, T = 50;
+    std::vector<int64_t> cu = {0};
+    for (int64_t l : len) cu.push_back(cu.back() + l);
+    const int64_t N = cu.back();
+    std::mt19937 g(static_cast<uint32_t>(C));
+    std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+    std::vector<float> qkv(static_cast<size_t>(N * 3 * C));
+    for (float& x : qkv) x = d(g);
+    std::vector<float> want(static_cast<size_t>(N * C));
+    for (int64_t b = 0; b < B; ++b)
+      attention_int8_reference(want.data(), qkv.data(), cu[static_cast<size_t>(b)], len[static_cast<size_t>(b)],
+                               nullptr, C, NH);
+    // the same rows padded to T, right-padded (pad rows random), and with a hole in sequence 1's mask
+    std::vector<float> pqkv(static_cast<size_t>(B * T * 3 * C)), mask(static_cast<size_t>(B * T), -10000.0f);
+    for (float& x : pqkv) x = d(g);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < len[static_cast<size_t>(b)]; ++t) {
+        std::copy_n(qkv.begin() + (cu[static_cast<size_t>(b)] + t) * 3 * C, 3 * C, pqkv.begin() + (b * T + t) * 3 * C);
+        mask[static_cast<size_t>(b * T + t)] = 0.0f;
+      }
+    std::vector<float> holed = mask;
+    holed[static_cast<size_t>(T + 3)] = -10000.0f;
+    std::vector<float> want_holed(static_cast<size_t>(B * T * C));
+    for (int64_t b = 0; b < B; ++b)
+      attention_int8_reference(want_holed.data(), pqkv.data(), b * T, T, holed.data() + b * T, C, NH);
+    const int threads = omp_get_max_threads();
+    for (int t : {1, 2, -1}) {  // -1: 2 threads reading the table (where the kernel computes its entries)
+      attention_int8_force_table(t < 0);
+      omp_set_num_threads(t < 0 ? 2 : t);
+      std::vector<float> got(static_cast<size_t>(N * C), -1.0f), pad(static_cast<size_t>(B * T * C), -1.0f);
+      attention_int8_forward(got.data(), qkv.data(), cu.data(), nullptr, B, 0, C, NH);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << t << " threads, packed";
+      attention_int8_forward(pad.data(), pqkv.data(), nullptr, mask.data(), B, T, C, NH);
+      for (int64_t b = 0; b < B; ++b)
+        ASSERT_EQ(0, std::memcmp(pad.data() + b * T * C, want.data() + cu[static_cast<size_t>(b)] * C,
+                                 static_cast<size_t>(len[static_cast<size_t>(b)] * C) * 4))
+            << t << " threads, right-padded sequence " << b << " against packed";
+      attention_int8_forward(pad.data(), pqkv.data(), nullptr, holed.data(), B, T, C, NH);
+      ASSERT_EQ(0, std::memcmp(pad.data(), want_holed.data(), pad.size() * 4)) << t << " threads, a mask with a hole";
+    }
+    attention_int8_force_table(false);
+    omp_set_num_threads(threads);
+    // against fp32 (no dropout): 8-bit P and 7-bit k, v; outputs of size ~1
+    std::vector<float> f32(static_cast<size_t>(N * C)),
+        saved(static_cast<size_t>(attention_varlen_saved_size(cu.data(), B, C, NH, false, Precision::F32, false)));
+    attention_varlen_forward(f32.data(), saved.data(), qkv.data(), cu.data(), B, C, NH, 0.0f, Rng{1, 0}, 0,
+                             Precision::F32, nullptr, nullptr);
+    double worst = 0;
+    for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, std::fabs(double{want[i]} - f32[i]));
+    EXPECT_LT(worst, 0.05) << "largest |int8 - fp32| attention output";
+    EXPECT_GT(worst, 0.0);
+  }
 }
 
 TEST(Precision, AutoFollowsTheCpuReport) {

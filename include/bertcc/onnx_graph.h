@@ -20,7 +20,8 @@ class ParamTable;
 
 class OnnxGraph {
  public:
-  static constexpr int kFloat = 1, kInt8 = 3, kInt32 = 6, kInt64 = 7;  // element types (TensorProto.DataType)
+  static constexpr int kFloat = 1, kUint8 = 2, kInt8 = 3, kInt32 = 6,
+                       kInt64 = 7;  // element types (TensorProto.DataType)
 
   // A node attribute (an AttributeProto, serialized).
   struct Attr {
@@ -65,6 +66,13 @@ class OnnxGraph {
   // per row of [B*S, in] (ReduceMax(Abs) / 127 -> QuantizeLinear with that per-axis scale), then
   // MatMulInteger (s8 x s8 -> int32), Cast, the row scale, the column scale and the bias.
   std::string linear_int8(const std::string& x, const std::string& prefix);
+  // The attention as --precision int8 computes it (kernels/gemm_int8.h): q, k, v [B, NH, S, HD],
+  // the additive mask [B, 1, 1, S], visible [B, S] (1 for a key the mask leaves, 0 for one it
+  // hides); q per row 8-bit, k per row and v per column 7-bit (hidden keys' v as zeros),
+  // MatMulInteger, the softmax's exp in fp32, P as Round(254 e) - 127 (zero point -127, scale
+  // 1 / (254 sum)), MatMulInteger again. Returns ctx [B, NH, S, HD].
+  std::string attention_int8(const std::string& q, const std::string& k, const std::string& v, const std::string& mask,
+                             const std::string& visible, float scale);
   // LayerNorm over the last axis with prefix.weight and prefix.bias.
   std::string layer_norm(const std::string& x, const std::string& prefix);
   std::string gelu(const std::string& x, Activation act);

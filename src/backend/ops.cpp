@@ -11,6 +11,7 @@
 #include "backend/device_ops.h"
 #include "bertcc/error.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/kernels.h"
 
 namespace bertcc {
@@ -301,6 +302,10 @@ void Ops::attention_forward(float* out, bf16_t* out16, float* saved, float* work
                                    prec, hints);
   (void)hints;
   check_staged_buffers("attention_forward", out, out16, saved, work, qkv, qkv16, mask_add);
+  if (prec == Precision::I8) {  // int8 inference: both products in int8 (kernels/gemm_int8.h)
+    BERTCC_CHECK(dropout_p == 0.0f && out && qkv, "attention_forward: int8 is for inference only");
+    return kernels::attention_int8_forward(out, qkv, nullptr, mask_add, B, T, C, NH);
+  }
   BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
                "attention_forward: no output (a null out needs its bf16 rounding, in bf16)");
   kernels::attention_forward(out, saved, work, qkv, mask_add, B, T, C, NH, dropout_p, rng, base, prec,
@@ -364,6 +369,10 @@ void Ops::attention_varlen_forward(float* out, bf16_t* out16, float* saved, floa
                                                  base, prec);
   }
   check_staged_buffers("attention_varlen_forward", out, out16, saved, qkv, qkv16);
+  if (prec == Precision::I8) {
+    BERTCC_CHECK(dropout_p == 0.0f && out && qkv, "attention_varlen_forward: int8 is for inference only");
+    return kernels::attention_int8_forward(out, qkv, cu, nullptr, B, 0, C, NH);
+  }
   BERTCC_CHECK(out || (out16 && prec == Precision::BF16),
                "attention_varlen_forward: no output (a null out needs its bf16 rounding, in bf16)");
   kernels::attention_varlen_forward(out, saved, qkv, cu, B, C, NH, dropout_p, rng, base, prec,

@@ -228,6 +228,55 @@ std::string OnnxGraph::linear_int8(const std::string& x, const std::string& pref
   return node("Reshape", {y, node("Concat", {lead, const_i64({N})}, {Attr::i("axis", 0)})});
 }
 
+std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k, const std::string& v,
+                                      const std::string& mask, const std::string& visible, float scale) {
+  // symmetric quantization over `axis` with bound qmax, as quantize_rows_int8: x * (qmax / max|x|)
+  // rounded half to even, clamped; scale max|x| / qmax (a slice of zeros: zeros)
+  auto quant = [&](const std::string& x, int64_t axis, float qmax) {
+    const std::string amax =
+        node("ReduceMax", {node("Abs", {x})}, {Attr::ints("axes", {axis}), Attr::i("keepdims", 1)});
+    const std::string inv = node("Div", {const_f32(qmax), node("Max", {amax, const_f32(1e-30f)})});
+    const std::string r = node("Clip", {node("Round", {node("Mul", {x, inv})}), const_f32(-qmax), const_f32(qmax)});
+    return std::pair{node("Cast", {r}, {Attr::i("to", kInt8)}), node("Div", {amax, const_f32(qmax)})};
+  };
+  const float act = static_cast<float>(kernels::kInt8ActivationMax), wmax = static_cast<float>(kernels::kInt8WeightMax);
+  // the keys seen (all of them where the mask hides every one, as bertcc)
+  const std::string none =
+      node("Cast",
+           {node("Equal", {node("ReduceSum", {visible, const_i64({1})}, {Attr::i("keepdims", 1)}), const_f32(0.0f)})},
+           {Attr::i("to", kFloat)});
+  const std::string seen = node("Max", {visible, none});  // [B, S]
+  const auto [q8, sq] = quant(q, 3, act);
+  const auto [k8, sk] = quant(k, 3, wmax);
+  const std::vector<int64_t> swap{0, 1, 3, 2};
+  const std::string acc =
+      node("Cast", {node("MatMulInteger", {q8, node("Transpose", {k8}, {Attr::ints("perm", swap)})})},
+           {Attr::i("to", kFloat)});
+  const std::string ss =
+      node("Mul", {node("Mul", {sq, const_f32(scale)}), node("Transpose", {sk}, {Attr::ints("perm", swap)})});
+  const std::string S = node("Add", {node("Mul", {acc, ss}), mask});
+  const std::string mx = node("ReduceMax", {S}, {Attr::ints("axes", {3}), Attr::i("keepdims", 1)});
+  // P's 8 bits: the table at the nearest step of max - s (kernels::attention_int8_exp_table), 0 for
+  // a hidden key; P = u / sum u, the sum exact (whole numbers in fp32)
+  const float top = static_cast<float>(kernels::kAttentionExpTable - 1);
+  const std::string t = node(
+      "Clip",
+      {node("Round", {node("Mul", {node("Sub", {mx, S}), const_f32(static_cast<float>(kernels::kAttentionExpSteps))})}),
+       const_f32(0.0f), const_f32(top)});
+  std::vector<float> table(static_cast<size_t>(kernels::kAttentionExpTable));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(kernels::attention_int8_exp_table()[i]);
+  const std::string lut = raw("attention_int8_exp_table_" + std::to_string(n_++), {kernels::kAttentionExpTable}, kFloat,
+                              table.data(), table.size() * 4);
+  const std::string u = node("Mul", {node("Gather", {lut, node("Cast", {t}, {Attr::i("to", kInt64)})}),
+                                     node("Unsqueeze", {seen, const_i64({1, 2})})});
+  const std::string sp =
+      node("Div", {const_f32(1.0f), node("ReduceSum", {u, const_i64({3})}, {Attr::i("keepdims", 1)})});
+  const std::string pu8 = node("Cast", {u}, {Attr::i("to", kUint8)});
+  const auto [v8, sv] = quant(node("Mul", {v, node("Unsqueeze", {seen, const_i64({1, 3})})}), 2, wmax);
+  const std::string acc2 = node("Cast", {node("MatMulInteger", {pu8, v8})}, {Attr::i("to", kFloat)});
+  return node("Mul", {acc2, node("Mul", {sp, sv})});
+}
+
 std::string OnnxGraph::layer_norm(const std::string& x, const std::string& prefix) {
   const float eps = config_.layer_norm_eps;
   if (shape(prefix + ".weight")[0] > 1)

@@ -189,7 +189,9 @@ std::string describe_backend(Precision p) {
   std::string s = describe_backend(p == Precision::BF16);
   if (p != Precision::I8) return s;
   return s + "; int8: the encoder's linear layers (7-bit weights per output channel, 8-bit activations per row, " +
-         int8_kernel_name(cpu_report()) + "); embeddings, attention, LayerNorm, GELU, pooler and task heads in fp32";
+         int8_kernel_name(cpu_report()) +
+         "); the attention's two products (8-bit q and probabilities, 7-bit k and v, bertcc's own int8 kernel); "
+         "embeddings, softmax, LayerNorm, GELU, pooler and task heads in fp32";
 }
 
 }  // namespace bertcc

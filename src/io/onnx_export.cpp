@@ -3,7 +3,8 @@
 // the protobuf, the weights' precision). Opset 17, IR version 8: embeddings as Gather,
 // LayerNormalization, attention as MatMul/Softmax with an additive mask from attention_mask
 // ((1 - mask) * -10000, as bertcc's CPU engine), GELU composed from Erf (or Tanh for gelu_new),
-// dynamic batch and sequence axes.
+// dynamic batch and sequence axes. With int8 (--precision int8), the linear layers and the
+// attention's two products as MatMulInteger, quantized as bertcc computes them.
 #include "bertcc/onnx_export.h"
 
 #include <cmath>
@@ -50,22 +51,30 @@ void export_onnx(const Bert& model, const std::string& path, DType weights, bool
   const std::string mask = g.node(
       "Mul",
       {g.node("Sub", {g.const_f32(1.0f), g.node("Unsqueeze", {m, g.const_i64({1, 2})})}), g.const_f32(-10000.0f)});
+  // int8: the keys the mask leaves (attention_mask > 0), for the attention's quantization of v
+  const std::string visible =
+      int8 ? g.node("Cast", {g.node("Greater", {m, g.const_f32(0.0f)})}, {Attr::i("to", kFloat)}) : "";
   const std::string split_heads = g.const_i64({0, 0, NH, HD}), merge_heads = g.const_i64({0, 0, C});
-  const std::string scale = g.const_f32(static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD))));
+  const std::string scale = int8 ? "" : g.const_f32(static_cast<float>(1.0 / std::sqrt(static_cast<double>(HD))));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     auto heads_of = [&](const char* n, std::vector<int64_t> perm) {
       return g.node("Transpose", {g.node("Reshape", {linear(h, p + "attention.self." + n), split_heads})},
                     {Attr::ints("perm", perm)});
     };
-    const std::string q = heads_of("query", {0, 2, 1, 3});  // [B, NH, S, HD]
-    const std::string k = heads_of("key", {0, 2, 3, 1});    // [B, NH, HD, S]
+    const std::string q = heads_of("query", {0, 2, 1, 3});                           // [B, NH, S, HD]
+    const std::string k = heads_of("key", int8 ? std::vector<int64_t>{0, 2, 1, 3}    // int8: [B, NH, S, HD]
+                                               : std::vector<int64_t>{0, 2, 3, 1});  // [B, NH, HD, S]
     const std::string v = heads_of("value", {0, 2, 1, 3});
-    const std::string scores = g.node("Add", {g.node("Mul", {g.node("MatMul", {q, k}), scale}), mask});
-    const std::string probs = g.node("Softmax", {scores}, {Attr::i("axis", -1)});
+    std::string heads;  // [B, NH, S, HD]
+    if (int8) {
+      heads = g.attention_int8(q, k, v, mask, visible, 1.0f / std::sqrt(static_cast<float>(HD)));  // as the kernel
+    } else {
+      const std::string scores = g.node("Add", {g.node("Mul", {g.node("MatMul", {q, k}), scale}), mask});
+      heads = g.node("MatMul", {g.node("Softmax", {scores}, {Attr::i("axis", -1)}), v});
+    }
     const std::string ctx =
-        g.node("Reshape",
-               {g.node("Transpose", {g.node("MatMul", {probs, v})}, {Attr::ints("perm", {0, 2, 1, 3})}), merge_heads});
+        g.node("Reshape", {g.node("Transpose", {heads}, {Attr::ints("perm", {0, 2, 1, 3})}), merge_heads});
     h = g.layer_norm(g.node("Add", {linear(ctx, p + "attention.output.dense"), h}), p + "attention.output.LayerNorm");
     const std::string inter = g.gelu(linear(h, p + "intermediate.dense"), c.activation());
     h = g.layer_norm(g.node("Add", {linear(inter, p + "output.dense"), h}), p + "output.LayerNorm");

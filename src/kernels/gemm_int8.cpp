@@ -49,7 +49,11 @@ void quantize_row(const float* x, int64_t K, int qmax, int8_t* q, float* scale) 
 
 void quantize_rows_int8(const float* x, int64_t M, int64_t K, int qmax, int8_t* q, float* scale) {
   BERTCC_CHECK(qmax >= 1 && qmax <= 127, "quantize_rows_int8: bound ", qmax, " outside [1, 127]");
-#pragma omp parallel for schedule(static) if (M * K > 32768)
+  if (M * K <= 32768 || omp_in_parallel()) {  // (no region to open: its cost is a small call's)
+    for (int64_t m = 0; m < M; ++m) quantize_row(x + m * K, K, qmax, q + m * K, scale + m);
+    return;
+  }
+#pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) quantize_row(x + m * K, K, qmax, q + m * K, scale + m);
 }
 

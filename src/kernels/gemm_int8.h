@@ -118,6 +118,24 @@ void linear_residual_layernorm_int8_q(const Int8LayerNorm& ln, const int8_t* xq,
 void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weight& W1, const float* b1,
                         const Int8Weight& W2, const float* b2, int64_t M, Activation act);
 
+// Self-attention for int8 inference (attention_int8.cpp): ctx = softmax(q k^T / sqrt(d) + mask) v
+// with both products in exact int32 (q per row 8-bit, k per row and v per column 7-bit, P as the
+// 8-bit table below at the nearest 128th of max - s, normalized by its exact integer sum), no
+// dropout. qkv [rows, 3C] (q | k | v) into out [rows, C]. Either packed rows, sequence b being rows
+// cu[b] to cu[b+1] (mask_add null), or padded ones (cu null): sequence b rows b T to (b+1) T with
+// the additive mask mask_add[b T + j] on key j (keys at <= -10000 are hidden: they add nothing).
+// A sequence's result depends on its own rows alone, on every ISA the same bits.
+void attention_int8_forward(float* out, const float* qkv, const int64_t* cu, const float* mask_add, int64_t B,
+                            int64_t T, int64_t C, int64_t NH);
+// P's 8 bits: table[t] = round(254 exp(-t / kAttentionExpSteps)) (in double) for t <
+// kAttentionExpTable (254 at t = 0, 0 from t = 798 on), t = the nearest step of max - s.
+constexpr int kAttentionExpSteps = 128, kAttentionExpTable = 800;
+const int32_t* attention_int8_exp_table();
+// Whether the kernel computes the table's entries in its loop (where they round to it, checked for
+// every entry once) rather than reading it; force_table (tests): read it, for the same bits.
+bool attention_int8_exp_computed();
+void attention_int8_force_table(bool on);
+
 // Achieved tera-ops/s of gemm_s8s8s32 on [M, K] x [K, N] (operands already int8): bench infer's
 // ceiling for int8 runs.
 double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters);

@@ -30,6 +30,7 @@
 #include "bertcc/error.h"
 #include "bertcc/runtime.h"
 #include "kernels/gemm_int8.h"
+#include "kernels/int8_panels.h"
 #include "kernels/kernels.h"
 
 #if defined(__x86_64__)
@@ -38,17 +39,10 @@
 
 namespace bertcc::kernels {
 
-struct Int8Panels {
-  int64_t N = 0, K = 0, Kq = 0;  // Kq: k-quads (K rounded up to 4, over 4)
-  std::vector<int8_t> data;      // panels of 16 columns, each [Kq][16][4]; whole groups of kGroup
-                                 // panels (zeros past N and K)
-  std::vector<int32_t> comp;     // 128 * sum_k w[n][k] over the same padded columns (zeros past N)
-};
-
 namespace {
 
-constexpr int64_t kPanel = 16;
-constexpr int64_t kGroup = 3;  // panels in the VNNI kernel's micro-tile (48 columns)
+constexpr int64_t kPanel = kInt8Panel;
+constexpr int64_t kGroup = kInt8PanelGroup;
 
 int64_t panels_of(int64_t N) { return (N + kPanel - 1) / kPanel; }
 
@@ -455,12 +449,7 @@ bool int8_own_kernel_preferred() { return has_vnni() && cpu_report().onednn_isa 
 std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, int64_t K) {
   BERTCC_CHECK(N > 0 && K > 0, "pack_int8_panels: empty weight [", N, ", ", K, "]");
   auto p = std::make_shared<Int8Panels>();
-  p->N = N;
-  p->K = K;
-  p->Kq = (K + 3) / 4;
-  const int64_t panels = (panels_of(N) + kGroup - 1) / kGroup * kGroup;
-  p->data.assign(static_cast<size_t>(panels * p->Kq * 64), 0);
-  p->comp.assign(static_cast<size_t>(panels * kPanel), 0);
+  size_int8_panels(*p, N, K);
   for (int64_t n = 0; n < N; ++n) {
     int8_t* dst = p->data.data() + (n / kPanel) * p->Kq * 64 + (n % kPanel) * 4;
     int32_t sum = 0;

@@ -109,12 +109,15 @@ for name, outs in [("sst", ["logits"]), ("squad", ["start_logits", "end_logits"]
 srv.terminate()
 srv.wait()
 
-# int8 (export-onnx --precision int8: QuantizeLinear per row, MatMulInteger s8 x s8) against bertcc
-# serve --precision int8. The two rescale in a different order (bertcc: one fma of the int32 sum
-# with the product of the scales; the graph: two Muls and an Add) and ONNX divides by the row scale
-# where bertcc multiplies by its inverse, so a value within an ulp of a rounding tie can land one
-# int8 step away: agreement to 1e-3 relative (seen: 4e-6), where int8 against fp32 differs by 3e-2
-# to 1.3e-1 on these models.
+# int8 (export-onnx --precision int8: QuantizeLinear per row, MatMulInteger s8 x s8, the attention's
+# two products as MatMulInteger with P from bertcc's exp table) against bertcc serve --precision
+# int8. The two rescale the int32 sums in a different order (bertcc: one fma of the sum with the
+# product of the scales; the graph: Muls and an Add, which ONNX Runtime fuses into its own), so
+# their values differ in the last bits, and one within that of a rounding tie (an activation's
+# int8 step, or P's table step of 1/128 of a logit) lands one step away: the sequence it is in
+# then moves by up to ~2e-2 on these random models (seen: one of the 4 sequences of a batch).
+# So: the median difference at float rounding (<= 1e-5 relative; seen 3e-7 to 7e-7) and the
+# largest at most half of int8's own difference from fp32 (seen 0.10 to 0.38 of it).
 srv = subprocess.Popen([bertcc, "serve", "--port", "0", "--precision", "int8", "--model", os.path.join(work, "sst"),
                         "--model", os.path.join(work, "squad"), "--model", os.path.join(work, "ner")],
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -129,10 +132,12 @@ for name, outs in [("sst", ["logits"]), ("squad", ["start_logits", "end_logits"]
     for o in outs:
         v = np.ones(want[o].shape, dtype=bool) if name == "sst" else (
             valid_tok if want[o].ndim == 2 else np.repeat(valid_tok[:, :, None], want[o].shape[2], 2))
-        d = (np.abs(got[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v].max()
+        dd = (np.abs(got[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v]
+        d, med = dd.max(), np.median(dd)
         q = (np.abs(f32[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v].max()
-        check(got[o].shape == want[o].shape and d <= 1e-3 and q > 10 * d,
-              f"{name} {o} int8: ONNX Runtime vs bertcc max rel. difference {d:.2e} (int8 vs fp32: {q:.2e})")
+        check(got[o].shape == want[o].shape and med <= 1e-5 and d <= q / 2,
+              f"{name} {o} int8: ONNX Runtime vs bertcc rel. difference median {med:.1e} (<= 1e-5), max {d:.2e} "
+              f"(<= half of int8 vs fp32's {q:.2e}); {100 * (dd <= 1e-5).mean():.0f} % of values within 1e-5")
 srv.terminate()
 srv.wait()
 
