@@ -10,7 +10,9 @@ writes with its defaults (weight_type QInt8, per_channel False, reduce_range Fal
     MatMulInteger(x_q, W_q, x_zp, w_zp) -> Cast(float) -> Mul(x_scale * w_scale)
 and the following bias Add is left as it was. ONNX Runtime fuses the chain at load
 (DynamicQuantizeMatMul / MatMulIntegerToFloat). The two attention MatMuls (activation x
-activation), LayerNorm, softmax and GELU stay fp32, as in bertcc's and PyTorch's int8.
+activation), LayerNorm, softmax and GELU stay fp32, as ONNX Runtime's quantize_dynamic leaves them
+by default (MatMulConstBOnly) and PyTorch's int8 does; bertcc's int8 runs the attention's products
+in int8 too since its sixteenth session (docs/numerics.md).
     ort_quantize_dynamic.py IN.onnx OUT.onnx
 """
 import sys

@@ -422,12 +422,13 @@ static void attention_int8_reference(float* out, const float* qkv, int64_t r0, i
         S[static_cast<size_t>(j)] =
             std::fma(static_cast<float>(acc), (sq[static_cast<size_t>(i)] * scale) * sk[static_cast<size_t>(j)], 0.0f) +
             (mask ? mask[j] : 0.0f);
-        mx = std::max(mx, S[static_cast<size_t>(j)]);
+        if (seen(j)) mx = std::max(mx, S[static_cast<size_t>(j)]);  // the keys seen's maximum
       }
       int32_t sum = 0;
       for (int64_t j = 0; j < n; ++j) {
+        if (!seen(j)) continue;  // u = 0
         const float t = std::min((mx - S[static_cast<size_t>(j)]) * 128.0f, float{kAttentionExpTable - 1});
-        u[static_cast<size_t>(j)] = seen(j) ? table[static_cast<int>(std::nearbyint(t))] : 0;
+        u[static_cast<size_t>(j)] = table[static_cast<int>(std::nearbyint(t))];
         sum += u[static_cast<size_t>(j)];
       }
       for (int64_t c = 0; c < HS; ++c) {
@@ -448,7 +449,8 @@ TEST(Int8, AttentionExpTable) {
   EXPECT_EQ(t[797], 1);
   EXPECT_EQ(t[798], 0);
   EXPECT_EQ(t[kAttentionExpTable - 1], 0);
-  for (int i = 1; i < kAttentionExpTable; ++i) ASSERT_LE(t[i], t[i - 1]);
+  for (int i = 0; i < kAttentionExpTable; ++i)  // every entry against the formula, in long double
+    ASSERT_EQ(t[i], std::lround(254.0L * std::exp(-static_cast<long double>(i) / 128.0L))) << "entry " << i;
   std::printf("the int8 attention %s the table's entries\n", attention_int8_exp_computed() ? "computes" : "reads");
 }
 
@@ -456,10 +458,12 @@ TEST(Int8, AttentionEqualsItsDefinitionBitForBit) {
   // both products in int8 (the kernel of this CPU and ctest's ISA limit), packed and padded, at 1
   // and 2 threads: the same bits as the plain loops above; a right-padded batch as the packed one;
   // close to the fp32 attention
-  for (const auto& [C, NH] : std::vector<std::pair<int64_t, int64_t>>{{24, 2}, {40, 2}, {64, 1}}) {
+  // (head sizes 12, 20, 5 (a k-quad tail) and 64; a sequence of 200, past the 192 rows where the
+  // kernels' row blocks start)
+  for (const auto& [C, NH] : std::vector<std::pair<int64_t, int64_t>>{{24, 2}, {40, 2}, {15, 3}, {64, 1}}) {
     SCOPED_TRACE("C " + std::to_string(C) + ", heads " + std::to_string(NH));
-    const std::vector<int64_t> len = {5, 17, 1, 50};
-    const int64_t B = 4, T = 50;
+    const std::vector<int64_t> len = {5, 17, 1, C == 64 ? 200 : 50};
+    const int64_t B = 4, T = len.back();
     std::vector<int64_t> cu = {0};
     for (int64_t l : len) cu.push_back(cu.back() + l);
     const int64_t N = cu.back();
@@ -479,6 +483,8 @@ TEST(Int8, AttentionEqualsItsDefinitionBitForBit) {
         std::copy_n(qkv.begin() + (cu[static_cast<size_t>(b)] + t) * 3 * C, 3 * C, pqkv.begin() + (b * T + t) * 3 * C);
         mask[static_cast<size_t>(b * T + t)] = 0.0f;
       }
+    pqkv[static_cast<size_t>((T - 1) * 3 * C + 2 * C)] = NAN;   // sequence 0's last padding row: v,
+    pqkv[static_cast<size_t>((T - 1) * 3 * C + C)] = INFINITY;  // k (hidden: they change nothing)
     std::vector<float> holed = mask;
     holed[static_cast<size_t>(T + 3)] = -10000.0f;
     std::vector<float> want_holed(static_cast<size_t>(B * T * C));
@@ -501,6 +507,18 @@ TEST(Int8, AttentionEqualsItsDefinitionBitForBit) {
     }
     attention_int8_force_table(false);
     omp_set_num_threads(threads);
+    // a NaN in a v seen: its column of its head is NaN in its sequence, nothing else changes
+    std::vector<float> nan_qkv = qkv, got(static_cast<size_t>(N * C));
+    nan_qkv[static_cast<size_t>((cu[1] + 2) * 3 * C + 2 * C + 1)] = NAN;  // sequence 1, head 0, column 1
+    attention_int8_forward(got.data(), nan_qkv.data(), cu.data(), nullptr, B, 0, C, NH);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        const size_t at = static_cast<size_t>(r * C + c);
+        if (r >= cu[1] && r < cu[2] && c == 1)
+          ASSERT_TRUE(std::isnan(got[at])) << "row " << r;
+        else
+          ASSERT_EQ(got[at], want[at]) << "row " << r << ", column " << c;
+      }
     // against fp32 (no dropout): 8-bit P and 7-bit k, v; outputs of size ~1
     std::vector<float> f32(static_cast<size_t>(N * C)),
         saved(static_cast<size_t>(attention_varlen_saved_size(cu.data(), B, C, NH, false, Precision::F32, false)));

@@ -20,7 +20,7 @@ class ParamTable;
 
 class OnnxGraph {
  public:
-  static constexpr int kFloat = 1, kUint8 = 2, kInt8 = 3, kInt32 = 6,
+  static constexpr int kFloat = 1, kUint8 = 2, kInt8 = 3, kInt32 = 6, kBool = 9,
                        kInt64 = 7;  // element types (TensorProto.DataType)
 
   // A node attribute (an AttributeProto, serialized).
@@ -68,9 +68,10 @@ class OnnxGraph {
   std::string linear_int8(const std::string& x, const std::string& prefix);
   // The attention as --precision int8 computes it (kernels/gemm_int8.h): q, k, v [B, NH, S, HD],
   // the additive mask [B, 1, 1, S], visible [B, S] (1 for a key the mask leaves, 0 for one it
-  // hides); q per row 8-bit, k per row and v per column 7-bit (hidden keys' v as zeros),
-  // MatMulInteger, the softmax's exp in fp32, P as Round(254 e) - 127 (zero point -127, scale
-  // 1 / (254 sum)), MatMulInteger again. Returns ctx [B, NH, S, HD].
+  // hides; all count where it hides them all); q per row 8-bit, k per row and v per column 7-bit
+  // (hidden keys' v as zeros), MatMulInteger; the scores of hidden keys -inf; P's 8 bits a Gather
+  // of kernels::attention_int8_exp_table at Round(128 (max - s)) (uint8), MatMulInteger with v,
+  // scaled by 1 / their sum. Returns ctx [B, NH, S, HD].
   std::string attention_int8(const std::string& q, const std::string& k, const std::string& v, const std::string& mask,
                              const std::string& visible, float scale);
   // LayerNorm over the last axis with prefix.weight and prefix.bias.
@@ -96,6 +97,7 @@ class OnnxGraph {
   DType weights_;
   std::unique_ptr<Proto> graph_;  // the GraphProto written so far
   int n_ = 0;                     // names of unnamed nodes and constants
+  std::string exp_table_;         // the int8 attention's table, once written (attention_int8)
 };
 
 }  // namespace bertcc

@@ -254,7 +254,9 @@ std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k
            {Attr::i("to", kFloat)});
   const std::string ss =
       node("Mul", {node("Mul", {sq, const_f32(scale)}), node("Transpose", {sk}, {Attr::ints("perm", swap)})});
-  const std::string S = node("Add", {node("Mul", {acc, ss}), mask});
+  const std::string S =
+      node("Where", {node("Cast", {node("Unsqueeze", {seen, const_i64({1, 2})})}, {Attr::i("to", kBool)}),
+                     node("Add", {node("Mul", {acc, ss}), mask}), const_f32(-INFINITY)});
   const std::string mx = node("ReduceMax", {S}, {Attr::ints("axes", {3}), Attr::i("keepdims", 1)});
   // P's 8 bits: the table at the nearest step of max - s (kernels::attention_int8_exp_table), 0 for
   // a hidden key; P = u / sum u, the sum exact (whole numbers in fp32)
@@ -263,16 +265,21 @@ std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k
       "Clip",
       {node("Round", {node("Mul", {node("Sub", {mx, S}), const_f32(static_cast<float>(kernels::kAttentionExpSteps))})}),
        const_f32(0.0f), const_f32(top)});
-  std::vector<float> table(static_cast<size_t>(kernels::kAttentionExpTable));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(kernels::attention_int8_exp_table()[i]);
-  const std::string lut = raw("attention_int8_exp_table_" + std::to_string(n_++), {kernels::kAttentionExpTable}, kFloat,
-                              table.data(), table.size() * 4);
+  if (exp_table_.empty()) {  // one initializer for every layer
+    std::vector<float> table(static_cast<size_t>(kernels::kAttentionExpTable));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(kernels::attention_int8_exp_table()[i]);
+    exp_table_ = raw("attention_int8_exp_table", {kernels::kAttentionExpTable}, kFloat, table.data(), table.size() * 4);
+  }
+  const std::string& lut = exp_table_;
   const std::string u = node("Mul", {node("Gather", {lut, node("Cast", {t}, {Attr::i("to", kInt64)})}),
                                      node("Unsqueeze", {seen, const_i64({1, 2})})});
   const std::string sp =
       node("Div", {const_f32(1.0f), node("ReduceSum", {u, const_i64({3})}, {Attr::i("keepdims", 1)})});
   const std::string pu8 = node("Cast", {u}, {Attr::i("to", kUint8)});
-  const auto [v8, sv] = quant(node("Mul", {v, node("Unsqueeze", {seen, const_i64({1, 3})})}), 2, wmax);
+  const std::string v_seen = node(  // a hidden key's v row as zeros (whatever it holds, NaN too)
+      "Where",
+      {node("Cast", {node("Unsqueeze", {seen, const_i64({1, 3})})}, {Attr::i("to", kBool)}), v, const_f32(0.0f)});
+  const auto [v8, sv] = quant(v_seen, 2, wmax);
   const std::string acc2 = node("Cast", {node("MatMulInteger", {pu8, v8})}, {Attr::i("to", kFloat)});
   return node("Mul", {acc2, node("Mul", {sp, sv})});
 }

@@ -191,7 +191,7 @@ std::string describe_backend(Precision p) {
   return s + "; int8: the encoder's linear layers (7-bit weights per output channel, 8-bit activations per row, " +
          int8_kernel_name(cpu_report()) +
          "); the attention's two products (8-bit q and probabilities, 7-bit k and v, bertcc's own int8 kernel); "
-         "embeddings, softmax, LayerNorm, GELU, pooler and task heads in fp32";
+         "embeddings, the softmax's scores, LayerNorm, GELU, pooler and task heads in fp32";
 }
 
 }  // namespace bertcc

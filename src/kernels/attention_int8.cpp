@@ -3,12 +3,13 @@
 // each, from start to end (so a sequence's result depends on its own rows alone, not the threads):
 //   q rows, per row, to [-127, 127] (scale sq[i]); k rows, per row, to [-63, 63] (sk[j]: the
 //     kernels' 7-bit operand, gemm_int8.h);
-//   S[i, j] = fma(float(q8_i . k8_j), (sq[i] * (1 / sqrt(d))) * sk[j], 0) (+ the mask, padded);
+//   S[i, j] = fma(float(q8_i . k8_j), (sq[i] * (1 / sqrt(d))) * sk[j], 0) (+ the mask, padded; -inf
+//     for a key the mask hides, at <= -10000, unless it hides them all);
 //   P's 8 bits u[i, j] = E[round-half-even(128 (max_j S[i, j] - S[i, j]))], E[t] = round(254
-//     exp(-t / 128)) (attention_int8_exp_table: 254 at the row's maximum, 0 from t = 798 on), 0 for
-//     a key the mask hides (at <= -10000, unless it hides them all); P = u / sum_j u, whose sum is
-//     an exact integer: no exp or float sum whose last bit could differ between engines, so the
-//     ONNX export (export-onnx --precision int8) computes the same bits;
+//     exp(-t / 128)) (attention_int8_exp_table: 254 at the row's maximum, 0 from t = 798 on, and
+//     for a hidden key); P = u / sum_j u, whose sum is an exact integer: no exp or float sum whose
+//     last bit could differ between engines (export-onnx --precision int8 writes the same steps;
+//     ONNX Runtime, its graph optimisations off, computes the same bits from the same q, k, v);
 //   v per column over the keys to [-63, 63] (sv[c]), a hidden key's row as zeros: a padded
 //     sequence's v is quantized as when it is alone, and its padding adds nothing at all;
 //   out[i, c] = fma(float(sum_j u[i, j] v8[j, c]), (1 / float(sum_j u[i, j])) * sv[c], 0), the
@@ -155,8 +156,10 @@ struct HeadWork {
           std::memset(tr, 0, static_cast<size_t>(HS));
           continue;
         }
-        for (int64_t c = 0; c < HS; ++c)
-          tr[c] = static_cast<int8_t>(std::min(std::max(std::nearbyint(v[j * ld + c] * inv[c]), -lim), lim));
+        for (int64_t c = 0; c < HS; ++c) {  // (a non-finite column's inverse is 0: its NaN products as 0)
+          const float x = std::nearbyint(v[j * ld + c] * inv[c]);
+          tr[c] = static_cast<int8_t>(x != x ? 0.0f : std::min(std::max(x, -lim), lim));
+        }
         for (int64_t c = 0; c < HS; ++c) vs[c] += tr[c];
       }
       for (int64_t c0 = 0; c0 < HS; c0 += kInt8Panel) {
@@ -178,10 +181,10 @@ struct HeadWork {
   void probabilities(int64_t i, const float* mask, bool computed, const int32_t* table) {
     const int64_t n = n_;  // (a local: a store through an int8 pointer may alias members)
     float* row = S.data() + i * n;
-    if (mask)
-      for (int64_t j = 0; j < n; ++j) row[j] += mask[j];
-    const float m = row_max(row, n), top = static_cast<float>(kAttentionExpTable - 1);
     const int32_t* s = seen.data();
+    if (mask)  // a hidden key's score as -inf: the maximum and the NaN check are the keys seen's
+      for (int64_t j = 0; j < n; ++j) row[j] = s[j] ? row[j] + mask[j] : -INFINITY;
+    const float m = row_max(row, n), top = static_cast<float>(kAttentionExpTable - 1);
     int8_t* pr = p8.data() + i * n;
     int32_t isum = 0, bad = 0;
     if (computed) {  // one pass, vectorised: the step, its entry computed, the 8 bits less 127

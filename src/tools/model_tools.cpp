@@ -221,8 +221,9 @@ void add_export_onnx(CLI::App& app) {
                  "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   ox->add_option("--precision", oo->precision,
-                 "fp32 (default) | int8: the encoder's linear layers as --precision int8 computes them (int8 weights "
-                 "per output channel, activations quantized per row: QuantizeLinear, MatMulInteger)")
+                 "fp32 (default) | int8: the encoder as --precision int8 computes it (the linear layers' int8 weights "
+                 "per output channel, activations quantized per row: QuantizeLinear, MatMulInteger; the attention's "
+                 "two products as MatMulInteger, its probabilities from bertcc's 8-bit exp table)")
       ->check(CLI::IsMember({"fp32", "int8"}));
   ox->callback([oo]() {
     check_output_not_input(oo->out, "--output", oo->model, "--model");
