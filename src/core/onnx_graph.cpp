@@ -246,6 +246,8 @@ std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k
            {node("Equal", {node("ReduceSum", {visible, const_i64({1})}, {Attr::i("keepdims", 1)}), const_f32(0.0f)})},
            {Attr::i("to", kFloat)});
   const std::string seen = node("Max", {visible, none});  // [B, S]
+  const std::string key_seen = node("Cast", {node("Unsqueeze", {seen, const_i64({1, 2})})}, {Attr::i("to", kBool)});
+  const std::string row_seen = node("Cast", {node("Unsqueeze", {seen, const_i64({1, 3})})}, {Attr::i("to", kBool)});
   const auto [q8, sq] = quant(q, 3, act);
   const auto [k8, sk] = quant(k, 3, wmax);
   const std::vector<int64_t> swap{0, 1, 3, 2};
@@ -254,12 +256,11 @@ std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k
            {Attr::i("to", kFloat)});
   const std::string ss =
       node("Mul", {node("Mul", {sq, const_f32(scale)}), node("Transpose", {sk}, {Attr::ints("perm", swap)})});
-  const std::string S =
-      node("Where", {node("Cast", {node("Unsqueeze", {seen, const_i64({1, 2})})}, {Attr::i("to", kBool)}),
-                     node("Add", {node("Mul", {acc, ss}), mask}), const_f32(-INFINITY)});
+  const std::string S = node("Where", {key_seen, node("Add", {node("Mul", {acc, ss}), mask}), const_f32(-INFINITY)});
   const std::string mx = node("ReduceMax", {S}, {Attr::ints("axes", {3}), Attr::i("keepdims", 1)});
   // P's 8 bits: the table at the nearest step of max - s (kernels::attention_int8_exp_table), 0 for
-  // a hidden key; P = u / sum u, the sum exact (whole numbers in fp32)
+  // a hidden key (its -inf score clipped to the table's last entry); P = u / sum u, the sum exact
+  // (whole numbers in fp32)
   const float top = static_cast<float>(kernels::kAttentionExpTable - 1);
   const std::string t = node(
       "Clip",
@@ -271,14 +272,11 @@ std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k
     exp_table_ = raw("attention_int8_exp_table", {kernels::kAttentionExpTable}, kFloat, table.data(), table.size() * 4);
   }
   const std::string& lut = exp_table_;
-  const std::string u = node("Mul", {node("Gather", {lut, node("Cast", {t}, {Attr::i("to", kInt64)})}),
-                                     node("Unsqueeze", {seen, const_i64({1, 2})})});
+  const std::string u = node("Gather", {lut, node("Cast", {t}, {Attr::i("to", kInt64)})});
   const std::string sp =
       node("Div", {const_f32(1.0f), node("ReduceSum", {u, const_i64({3})}, {Attr::i("keepdims", 1)})});
   const std::string pu8 = node("Cast", {u}, {Attr::i("to", kUint8)});
-  const std::string v_seen = node(  // a hidden key's v row as zeros (whatever it holds, NaN too)
-      "Where",
-      {node("Cast", {node("Unsqueeze", {seen, const_i64({1, 3})})}, {Attr::i("to", kBool)}), v, const_f32(0.0f)});
+  const std::string v_seen = node("Where", {row_seen, v, const_f32(0.0f)});  // hidden: zeros (NaN too)
   const auto [v8, sv] = quant(v_seen, 2, wmax);
   const std::string acc2 = node("Cast", {node("MatMulInteger", {pu8, v8})}, {Attr::i("to", kFloat)});
   return node("Mul", {acc2, node("Mul", {sp, sv})});

@@ -44,6 +44,16 @@ inline int32_t exp8(float r) {
   return static_cast<int32_t>((254.0f * vexp(r * (-1.0f / kAttentionExpSteps)) + 12582912.0f) - 12582912.0f);
 }
 
+// The table's step for score x in a row of maximum m: round-half-even(128 (m - x)) in [0, top], as a
+// float (adding and subtracting 1.5 * 2^23 rounds: the same arithmetic on every ISA); a NaN sets bad.
+inline float table_step(float m, float x, float top, int32_t& bad) {
+  float t = (m - x) * static_cast<float>(kAttentionExpSteps);
+  bad |= t != t ? 1 : 0;
+  t = t >= 0.0f ? t : 0.0f;
+  t = t <= top ? t : top;
+  return (t + 12582912.0f) - 12582912.0f;
+}
+
 std::atomic<bool> g_table_forced{false};
 
 bool exp8_is_the_table() {
@@ -175,9 +185,8 @@ struct HeadWork {
   }
 
   // Row i of S (mask added) to P's 8 bits less 127 (the kernels' s8 activations) and its scale
-  // 1 / sum: the table at the nearest 128th of max - s (rounded half to even by adding and
-  // subtracting 1.5 * 2^23: the same arithmetic on every ISA), 0 for a hidden key; a NaN (or an
-  // infinity's NaN) makes the row NaN.
+  // 1 / sum: the table at table_step, 0 for a hidden key; a NaN (or an infinity's NaN) makes the
+  // row NaN.
   void probabilities(int64_t i, const float* mask, bool computed, const int32_t* table) {
     const int64_t n = n_;  // (a local: a store through an int8 pointer may alias members)
     float* row = S.data() + i * n;
@@ -189,23 +198,14 @@ struct HeadWork {
     int32_t isum = 0, bad = 0;
     if (computed) {  // one pass, vectorised: the step, its entry computed, the 8 bits less 127
       for (int64_t j = 0; j < n; ++j) {
-        float t = (m - row[j]) * static_cast<float>(kAttentionExpSteps);
-        bad |= t != t ? 1 : 0;
-        t = t >= 0.0f ? t : 0.0f;
-        t = t <= top ? t : top;
-        const int32_t u = exp8((t + 12582912.0f) - 12582912.0f) * s[j];
+        const int32_t u = exp8(table_step(m, row[j], top, bad)) * s[j];
         isum += u;
         pr[j] = static_cast<int8_t>(u - 127);
       }
     } else {  // the table read (its step as an index first)
       int32_t* ix = grow(idx, n);
-      for (int64_t j = 0; j < n; ++j) {
-        float t = (m - row[j]) * static_cast<float>(kAttentionExpSteps);
-        bad |= t != t ? 1 : 0;
-        t = t >= 0.0f ? t : 0.0f;
-        t = t <= top ? t : top;
-        ix[j] = s[j] ? static_cast<int32_t>((t + 12582912.0f) - 12582912.0f) : kAttentionExpTable - 1;  // (0)
-      }
+      for (int64_t j = 0; j < n; ++j)
+        ix[j] = s[j] ? static_cast<int32_t>(table_step(m, row[j], top, bad)) : kAttentionExpTable - 1;  // (0)
       for (int64_t j = 0; j < n; ++j) {
         const int32_t u = table[ix[j]];
         isum += u;

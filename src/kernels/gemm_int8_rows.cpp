@@ -451,7 +451,7 @@ std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, i
   auto p = std::make_shared<Int8Panels>();
   size_int8_panels(*p, N, K);
   for (int64_t n = 0; n < N; ++n) {
-    int8_t* dst = p->data.data() + (n / kPanel) * p->Kq * 64 + (n % kPanel) * 4;
+    int8_t* dst = p->data.data() + int8_panel_index(*p, n, 0);
     int32_t sum = 0;
     for (int64_t k = 0; k < K; ++k) {
       const int8_t v = q[n * K + k];
