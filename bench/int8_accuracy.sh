@@ -62,15 +62,18 @@ else
   train squad "$SQUAD_CONFIG" squad --train-file "$WORK/squad_train.json" --max-seq-length 256 --doc-stride 128 --max-steps "$SQUAD_STEPS"
 fi
 [ "${TRAIN_ONLY:-0}" = 1 ] && exit 0
-# --- each model evaluated in fp32 and int8 (QUANT: the second precision, int8 by default)
-QUANT="${QUANT:-int8}"
+# --- each model evaluated in fp32 and int8 (QUANT: the second precision, int8 by default; QUANT_FLAGS:
+# more flags for its runs, e.g. "--int8-activation-bits 7", and QUANT_TAG the name its results go
+# by, e.g. int8a7)
+QUANT="${QUANT:-int8}"; QUANT_FLAGS="${QUANT_FLAGS:-}"; QUANT_TAG="${QUANT_TAG:-$QUANT}"
 ev="--threads $THREADS --eval-batch-size 32"
-for p in fp32 "$QUANT"; do
+for tag in fp32 "$QUANT_TAG"; do
+  if [ "$tag" = fp32 ]; then p="--precision fp32"; else p="--precision $QUANT $QUANT_FLAGS"; fi
   for t in sst2:sst-2:SST-2 mrpc:mrpc:MRPC; do
     name=${t%%:*}; rest=${t#*:}; task=${rest%%:*}; dir=${rest#*:}
     $N "$B" finetune glue --task-name "$task" --data-dir "$SHARED/glue/$dir" --model "$WORK/$name" --mode eval \
-      --max-seq-length 128 --precision "$p" $ev --output-dir "$WORK/eval-$name-$p" > "$WORK/eval-$name-$p.log" 2>&1 ||
-      { echo "int8_accuracy: finetune glue --mode eval --precision $p ($name) failed: $(tail -3 "$WORK/eval-$name-$p.log")" >&2; exit 1; }
+      --max-seq-length 128 $p $ev --output-dir "$WORK/eval-$name-$tag" > "$WORK/eval-$name-$tag.log" 2>&1 ||
+      { echo "int8_accuracy: finetune glue --mode eval $p ($name) failed: $(tail -3 "$WORK/eval-$name-$tag.log")" >&2; exit 1; }
     # the dev examples through `classify` (JSON lines): both labels' probabilities, for the
     # example-by-example comparison
     "$PY" - "$SHARED/glue/$dir/dev.tsv" "$task" > "$WORK/dev-$name.jsonl" <<'PY'
@@ -79,15 +82,15 @@ rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1], encoding="utf-8-si
 for r in rows:
     print(json.dumps({"text": r[0]} if sys.argv[2] == "sst-2" else {"text": r[3], "text_pair": r[4]}))
 PY
-    $N "$B" classify --model "$WORK/$name" --precision "$p" --threads "$THREADS" --max-seq-length 128 \
-      < "$WORK/dev-$name.jsonl" > "$WORK/classify-$name-$p.jsonl" 2> "$WORK/classify-$name-$p.log" ||
-      { echo "int8_accuracy: classify --precision $p ($name) failed: $(tail -3 "$WORK/classify-$name-$p.log")" >&2; exit 1; }
+    $N "$B" classify --model "$WORK/$name" $p --threads "$THREADS" --max-seq-length 128 \
+      < "$WORK/dev-$name.jsonl" > "$WORK/classify-$name-$tag.jsonl" 2> "$WORK/classify-$name-$tag.log" ||
+      { echo "int8_accuracy: classify $p ($name) failed: $(tail -3 "$WORK/classify-$name-$tag.log")" >&2; exit 1; }
   done
-  $N "$B" finetune squad --model "$WORK/squad" --predict-file "$WORK/squad_eval.json" --mode eval --precision "$p" \
-    --max-seq-length 256 --doc-stride 128 $ev --output-dir "$WORK/eval-squad-$p" > "$WORK/eval-squad-$p.log" 2>&1 ||
-    { echo "int8_accuracy: finetune squad --mode eval --precision $p failed: $(tail -3 "$WORK/eval-squad-$p.log")" >&2; exit 1; }
+  $N "$B" finetune squad --model "$WORK/squad" --predict-file "$WORK/squad_eval.json" --mode eval $p \
+    --max-seq-length 256 --doc-stride 128 $ev --output-dir "$WORK/eval-squad-$tag" > "$WORK/eval-squad-$tag.log" 2>&1 ||
+    { echo "int8_accuracy: finetune squad --mode eval $p failed: $(tail -3 "$WORK/eval-squad-$tag.log")" >&2; exit 1; }
 done
-"$PY" - "$WORK" "$SHARED" "$QUANT" <<'PY'
+"$PY" - "$WORK" "$SHARED" "$QUANT_TAG" <<'PY'
 import json, math, os, sys
 W, SH, Q = sys.argv[1], sys.argv[2], sys.argv[3]
 def metrics(d):  # finetune --mode eval's eval_metrics.json; val(m, "f1") takes f1 or eval_f1

@@ -71,7 +71,8 @@ BENCHMARK(BM_LinearF32Packed)
 // layout where it has a VNNI/AMX kernel, then a rescale pass; else its gemm, which repacks W every
 // call), 1 bertcc's own kernel (gemm_int8_rows.cpp: AVX512-VNNI with the rescale in registers, or
 // AVX2; what CPUs without AMX run); arg 1 the layer as above, arg 2 the rows (1,024 and 256: the
-// own kernel's row blocks and split columns; 32). With ONEDNN_MAX_CPU_ISA=AVX2, arg 0 is oneDNN's
+// own kernel's row blocks and split columns; 32); arg 3 the activations' bits (8, or 7: the AVX2
+// kernel then multiplies two k-quads a step). With ONEDNN_MAX_CPU_ISA=AVX2, arg 0 is oneDNN's
 // AVX2 int8 gemm and arg 1 the AVX2 kernel. TOP/s: 2 M N K a second.
 void BM_LinearInt8(benchmark::State& st) {
   const int64_t shapes[4][2] = {{3 * C, C}, {C, C}, {I, C}, {C, I}};
@@ -82,13 +83,14 @@ void BM_LinearInt8(benchmark::State& st) {
   auto W = filled(Nout * K, 0.02f), y = filled(M * Nout, 0.0f);
   kernels::set_row_gemm(st.range(0) ? kernels::RowGemm::Always : kernels::RowGemm::Never);
   kernels::Int8Weight w = kernels::quantize_weight_int8(W.data(), Nout, K);
+  w.act_max = st.range(3) == 7 ? kernels::kInt8ActivationMax7 : kernels::kInt8ActivationMax;
   kernels::pack_int8_weight(w);
   kernels::set_row_gemm(kernels::RowGemm::Auto);
   for (auto _ : st) kernels::linear_forward_int8_q(y.data(), xq.data(), sx.data(), w, nullptr, M);
   st.counters["TOP/s"] = benchmark::Counter(2.0 * M * Nout * K * st.iterations() / 1e12, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_LinearInt8)
-    ->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 256, 32}})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {N, 256, 32}, {8, 7}})  // own kernel, shape, rows, activation bits
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -68,9 +68,11 @@ const char* name_of(Int8Kernel k) {
 // gives `want`, at 1 and 2 threads (the driver's row blocks need 192 rows a thread: both of its
 // paths whatever the machine's core count); and linear_int8_panels rescales those integers with
 // rescale_int8_row's bits, into outputs, through a row epilogue (once for each row) and both
+// act_max: the activations' bound the panels are laid out for (kInt8ActivationMax7: shift 64, the
+// AVX2 kernel two k-quads a step, K in blocks of 1,024).
 void expect_own_kernel_gives(const std::vector<int8_t>& a, const std::vector<int8_t>& b, int64_t M, int64_t N,
-                             int64_t K, const std::vector<int32_t>& want) {
-  const auto panels = pack_int8_panels(b.data(), N, K);
+                             int64_t K, const std::vector<int32_t>& want, int act_max = kInt8ActivationMax) {
+  const auto panels = pack_int8_panels(b.data(), N, K, act_max);
   std::vector<int32_t> c(static_cast<size_t>(M * N));
   std::vector<float> sx(static_cast<size_t>(M)), sw(static_cast<size_t>(N)), bias(static_cast<size_t>(N));
   for (int64_t m = 0; m < M; ++m) sx[m] = 0.001f * static_cast<float>(m + 1);
@@ -138,6 +140,20 @@ TEST(Int8, GemmDoesNotSaturateAtTheBounds) {
   gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
   EXPECT_EQ(c, want);
   expect_own_kernel_gives(a, b, M, N, K, want);
+  // 7-bit activations: the AVX2 kernel adds 4 products in 16 bits (two k-quads' pair sums), each
+  // at most 127 x 63 from activations shifted by 64. Runs of 8 k of one sign in both operands, so
+  // that all 4 reach the bound together (+63 -> 127 x +-63), and rows of -63 (1 x +-63)
+  const int64_t K7 = 520;  // an odd k-quad count (130), padded to even in the panels
+  std::vector<int8_t> a7(static_cast<size_t>(M * K7)), b7(static_cast<size_t>(N * K7));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K7; ++k)
+      a7[m * K7 + k] =
+          static_cast<int8_t>((m % 3 == 2 && k / 8 % 2 ? -1 : 1) * (m % 4 == 3 ? -1 : 1) * kInt8ActivationMax7);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K7; ++k)
+      b7[n * K7 + k] = static_cast<int8_t>(((n / 2 + k / 8) % 2 ? -1 : 1) * kInt8WeightMax);
+  const auto want7 = exact_products(a7, b7, M, N, K7);
+  expect_own_kernel_gives(a7, b7, M, N, K7, want7, kInt8ActivationMax7);
 }
 
 TEST(Int8, OwnKernelGivesTheSameIntegers) {
@@ -156,20 +172,47 @@ TEST(Int8, OwnKernelGivesTheSameIntegers) {
                          {9, 49, 64},
                          {203, 50, 36},
                          {790, 97, 20},
-                         {450, 33, 20}}) {  // row blocks then three tail tasks of 24, 24, 18 rows at 2 threads
+                         {450, 33, 20},   // row blocks then three tail tasks of 24, 24, 18 rows at 2 threads
+                         {29, 20, 3000},  // 7-bit activations on AVX2: K in blocks of 1,024, the last partial
+                         {400, 17, 2052}}) {
     SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
-    const auto a = random_s8(static_cast<size_t>(M * K), kInt8ActivationMax, 11);
-    const auto b = random_s8(static_cast<size_t>(N * K), kInt8WeightMax, 12);
-    const auto want = exact_products(a, b, M, N, K);
-    std::vector<int32_t> c(static_cast<size_t>(M * N));
-    gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
-    ASSERT_EQ(c, want);
-    expect_own_kernel_gives(a, b, M, N, K, want);
+    for (int act_max : {kInt8ActivationMax, kInt8ActivationMax7}) {
+      SCOPED_TRACE("activations in [-" + std::to_string(act_max) + ", " + std::to_string(act_max) + "]");
+      const auto a = random_s8(static_cast<size_t>(M * K), act_max, 11);
+      const auto b = random_s8(static_cast<size_t>(N * K), kInt8WeightMax, 12);
+      const auto want = exact_products(a, b, M, N, K);
+      std::vector<int32_t> c(static_cast<size_t>(M * N));
+      gemm_s8s8s32(a.data(), b.data(), c.data(), M, N, K);
+      ASSERT_EQ(c, want);
+      expect_own_kernel_gives(a, b, M, N, K, want, act_max);
+    }
   }
   // 8-bit weights could saturate the pair sums: refused when laid out
   auto b = random_s8(16 * 8, kInt8WeightMax, 13);
   b[5] = 64;
   EXPECT_THROW(pack_int8_panels(b.data(), 16, 8), Error);
+  b[5] = 0;
+  EXPECT_THROW(pack_int8_panels(b.data(), 16, 8, 100), Error);  // activations' bound neither 127 nor 63
+}
+
+TEST(Int8, ActivationBitsFollowTheCpuReport) {
+  // --int8-activation-bits auto: 7 where bertcc's int8 kernel is its AVX2 one (oneDNN ISA avx2: no
+  // VNNI, no AVX-512), 8 elsewhere; 7 or 8 as given
+  CpuReport avx2, zen4, adl, skx, spr;
+  avx2.onednn_isa = "avx2";
+  zen4.onednn_isa = "avx512_core_bf16";
+  adl.onednn_isa = "avx2_vnni";
+  skx.onednn_isa = "avx512_core";
+  spr.onednn_isa = "avx512_core_amx";
+  EXPECT_EQ(int8_activation_bits(0, avx2), 7);
+  for (const CpuReport& c : {zen4, adl, skx, spr}) EXPECT_EQ(int8_activation_bits(0, c), 8) << c.onednn_isa;
+  for (const CpuReport& c : {avx2, zen4}) {
+    EXPECT_EQ(int8_activation_bits(8, c), 8);
+    EXPECT_EQ(int8_activation_bits(7, c), 7);
+  }
+  EXPECT_THROW(int8_activation_bits(6, avx2), Error);
+  EXPECT_EQ(int8_activation_max(7), kInt8ActivationMax7);
+  EXPECT_EQ(int8_activation_max(8), kInt8ActivationMax);
 }
 
 TEST(Int8, TheStartUpLineNamesTheKernelThatRuns) {

@@ -35,6 +35,15 @@ bool native_bf16(const CpuReport& cpu);
 // oneDNN 2.6 has only a gemm that repacks its weights every call bertcc's own AVX-VNNI kernel
 // (AVX2-VNNI), AVX-512 kernel (AVX-512 without VNNI) or AVX2 kernel. A pure function of the report.
 std::string int8_kernel_name(const CpuReport& cpu);
+// The bits int8's linear layers quantize their inputs to (--int8-activation-bits): `requested` 7 or
+// 8 as given; 0 (auto) 7 where bertcc's int8 kernel is its AVX2 one (oneDNN ISA avx2: no VNNI, no
+// AVX-512), whose 16-bit sums then take two k-quads at a time (about 1.2x its products), 8
+// elsewhere, where 7 would buy nothing. A pure function of the report.
+int int8_activation_bits(int requested, const CpuReport& cpu);
+// This process's: the flag's (settings) or auto's on this CPU.
+int int8_activation_bits();
+// The bound of those bits' symmetric values: 127 for 8, 63 for 7 (kernels/gemm_int8.h).
+inline int int8_activation_max(int bits) { return bits == 7 ? 63 : 127; }
 // --precision's value for a run: "auto" (every command's default) is bf16 on a GPU (its default)
 // and on a CPU with native bf16, fp32 on other CPUs, where bf16 is emulated and slower than fp32;
 // anything else is parse_precision's. `why`: the choice for the start-up line ("precision auto:

@@ -185,11 +185,29 @@ std::string int8_kernel_name(const CpuReport& r) {
                                            : "no VNNI nor AVX2: oneDNN's gemm";
 }
 
+int int8_activation_bits(int requested, const CpuReport& cpu) {
+  BERTCC_CHECK(requested == 0 || requested == 7 || requested == 8, "int8 activation bits: ", requested,
+               " is not 7, 8 or 0 (auto)");
+  if (requested != 0) return requested;
+  return cpu.onednn_isa == "avx2" ? 7 : 8;
+}
+
+int int8_activation_bits() {
+  static const int automatic = int8_activation_bits(0, cpu_report());  // (cpuid once: every forward asks)
+  const int requested = settings().int8_activation_bits;
+  return requested != 0 ? requested : automatic;
+}
+
 std::string describe_backend(Precision p) {
   std::string s = describe_backend(p == Precision::BF16);
   if (p != Precision::I8) return s;
-  return s + "; int8: the encoder's linear layers (7-bit weights per output channel, 8-bit activations per row, " +
-         int8_kernel_name(cpu_report()) +
+  const int bits = int8_activation_bits();
+  const std::string why = settings().int8_activation_bits != 0 ? ""
+                          : bits == 7 ? " (auto: no VNNI nor AVX-512, where 7 bits multiply faster; "
+                                        "--int8-activation-bits 8 for 8)"
+                                      : "";
+  return s + "; int8: the encoder's linear layers (7-bit weights per output channel, " + std::to_string(bits) +
+         "-bit activations per row" + why + ", " + int8_kernel_name(cpu_report()) +
          "); the attention's two products (8-bit q and probabilities, 7-bit k and v, bertcc's own int8 kernel); "
          "embeddings, the softmax's scores, LayerNorm, GELU, pooler and task heads in fp32";
 }

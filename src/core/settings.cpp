@@ -60,6 +60,10 @@ const RuntimeSettings& settings() { return process_settings(); }
 void set_allow_tf32(bool on) { process_settings().allow_tf32 = on; }
 void set_cuda_graphs(bool on) { process_settings().cuda_graphs = on; }
 void set_padded_execution(bool on) { process_settings().padded = on; }
+void set_int8_activation_bits(int bits) {
+  BERTCC_CHECK(bits == 0 || bits == 7 || bits == 8, "--int8-activation-bits: ", bits, " is not 7, 8 or auto");
+  process_settings().int8_activation_bits = bits;
+}
 
 std::string describe_settings(const RuntimeSettings& s) {
   const RuntimeSettings d;
@@ -70,6 +74,7 @@ std::string describe_settings(const RuntimeSettings& s) {
   add(s.allow_tf32, "--allow-tf32");
   add(s.cuda_graphs, "--cuda-graphs");
   add(s.padded, "--padded");
+  add(s.int8_activation_bits != 0, "--int8-activation-bits " + std::to_string(s.int8_activation_bits));
   add(s.profile_gemm, "BERTCC_PROFILE_GEMM=1");
   add(s.cuda_profile, "BERTCC_CUDA_PROFILE=1");
   add(s.attention_cudnn, "BERTCC_ATTENTION=cudnn");

@@ -13,9 +13,10 @@ namespace bertcc {
 
 struct RuntimeSettings {
   // ---- flags (the environment cannot set them, except BERTCC_PADDED) ----
-  bool allow_tf32 = false;   // --allow-tf32: fp32 GEMMs on CUDA with TF32 products
-  bool cuda_graphs = false;  // --cuda-graphs: the inference forward recorded and replayed (CUDA)
-  bool padded = false;       // --padded or BERTCC_PADDED=1: batches computed padded to their longest row
+  bool allow_tf32 = false;       // --allow-tf32: fp32 GEMMs on CUDA with TF32 products
+  bool cuda_graphs = false;      // --cuda-graphs: the inference forward recorded and replayed (CUDA)
+  bool padded = false;           // --padded or BERTCC_PADDED=1: batches computed padded to their longest row
+  int int8_activation_bits = 0;  // --int8-activation-bits: 7 or 8 (0: auto, int8_activation_bits())
 
   // ---- the environment: measurement ----
   bool profile_gemm = false;  // BERTCC_PROFILE_GEMM=1: the CPU GEMMs' time per shape, printed at exit
@@ -71,6 +72,15 @@ inline bool padded_execution() { return settings().padded; }
 inline const char* padded_help() {
   return "compute each batch padded to its longest row (the padding too) instead of its real tokens only "
          "(the default; also BERTCC_PADDED=1): for comparison";
+}
+
+// --int8-activation-bits (the int8 inference commands): 7 or 8, 0 for auto (runtime.h,
+// int8_activation_bits: 7 where bertcc's int8 kernel is its AVX2 one, 8 elsewhere).
+void set_int8_activation_bits(int bits);
+inline const char* int8_activation_bits_help() {
+  return "with --precision int8: the bits the linear layers' inputs are quantized to per row: 8 ([-127, 127]) "
+         "or 7 ([-63, 63]: twice 8's rounding error, and on a CPU without VNNI or AVX-512 bertcc's AVX2 kernel "
+         "multiplies them in 3 instructions where 8 take 4); auto (default): 7 on such a CPU, 8 elsewhere";
 }
 
 }  // namespace bertcc

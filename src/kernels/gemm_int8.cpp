@@ -123,7 +123,7 @@ bool pack_int8_weight(Int8Weight& w) {
   if (p) {
     w.packed = std::move(p);
   } else if (own || (mode == RowGemm::Auto && int8_own_kernel() != Int8Kernel::Portable)) {
-    w.panels = pack_int8_panels(w.q.data(), w.N, w.K);  // oneDNN would repack plain weights every call
+    w.panels = pack_int8_panels(w.q.data(), w.N, w.K, w.act_max);  // oneDNN would repack plain weights every call
   } else {
     return false;
   }
@@ -178,17 +178,17 @@ void each_output_row(const int8_t* xq, const float* sx, const Int8Weight& W, con
   }
 }
 
-// x[M, K] quantized per row (kInt8ActivationMax) into buffers of this thread's.
+// x[M, K] quantized per row (bound qmax) into buffers of this thread's.
 struct QuantizedRows {
   const int8_t* q;
   const float* scale;
 };
-QuantizedRows quantized(const float* x, int64_t M, int64_t K) {
+QuantizedRows quantized(const float* x, int64_t M, int64_t K, int qmax) {
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> scale;
   int8_t* qp = grow(q, M * K);
   float* sp = grow(scale, M);
-  quantize_rows_int8(x, M, K, kInt8ActivationMax, qp, sp);
+  quantize_rows_int8(x, M, K, qmax, qp, sp);
   return {qp, sp};
 }
 
@@ -206,17 +206,18 @@ void linear_forward_int8_q(float* y, const int8_t* xq, const float* sx, const In
 
 void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M) {
   check_shape(W, M, "linear_forward_int8");
-  const QuantizedRows xq = quantized(x, M, W.K);
+  const QuantizedRows xq = quantized(x, M, W.K, W.act_max);
   linear_forward_int8_q(y, xq.q, xq.scale, W, b, M);
 }
 
 void linear_gelu_quantize_int8(int8_t* q, float* scale, const int8_t* xq, const float* sx, const Int8Weight& W,
-                               const float* b, int64_t M, Activation act) {
+                               const float* b, int64_t M, Activation act, int qmax) {
   check_shape(W, M, "linear_gelu_quantize_int8");
+  BERTCC_CHECK(qmax >= 1 && qmax <= 127, "linear_gelu_quantize_int8: bound ", qmax, " outside [1, 127]");
   const int64_t N = W.N;
   each_output_row(xq, sx, W, b, M, [&](int64_t m, float* row) {
     gelu_forward_serial(row, row, N, act);
-    quantize_row(row, N, kInt8ActivationMax, q + m * N, scale + m);
+    quantize_row(row, N, qmax, q + m * N, scale + m);
   });
 }
 
@@ -233,7 +234,7 @@ void linear_residual_layernorm_int8_q(const Int8LayerNorm& ln, const int8_t* xq,
 void linear_residual_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weight& W, const float* b,
                                     int64_t M) {
   check_shape(W, M, "linear_residual_layernorm_int8");
-  const QuantizedRows xq = quantized(x, M, W.K);
+  const QuantizedRows xq = quantized(x, M, W.K, W.act_max);
   linear_residual_layernorm_int8_q(ln, xq.q, xq.scale, W, b, M);
 }
 
@@ -242,21 +243,22 @@ void ffn_layernorm_int8(const Int8LayerNorm& ln, const float* x, const Int8Weigh
   check_shape(W1, M, "ffn_layernorm_int8");
   check_shape(W2, M, "ffn_layernorm_int8");
   BERTCC_CHECK(W2.K == W1.N, "ffn_layernorm_int8: the second layer takes ", W2.K, " inputs, the first gives ", W1.N);
-  const QuantizedRows xq = quantized(x, M, W1.K);
+  const QuantizedRows xq = quantized(x, M, W1.K, W1.act_max);
   thread_local std::vector<int8_t> hq;
   thread_local std::vector<float> sh;
   int8_t* h = grow(hq, M * W1.N);
   float* s = grow(sh, M);
-  linear_gelu_quantize_int8(h, s, xq.q, xq.scale, W1, b1, M, act);
+  linear_gelu_quantize_int8(h, s, xq.q, xq.scale, W1, b1, M, act, W2.act_max);
   linear_residual_layernorm_int8_q(ln, h, s, W2, b2, M);
 }
 
-double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters) {
+double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters, int act_max) {
   // weights as the model holds them (packed where the CPU prefers it)
   const std::vector<int8_t> a(static_cast<size_t>(M * K), 3);
   Int8Weight w;
   w.N = N;
   w.K = K;
+  w.act_max = act_max;
   w.q.assign(static_cast<size_t>(N * K), -5);
   pack_int8_weight(w);
   std::vector<int32_t> c(static_cast<size_t>(M * N));

@@ -20,6 +20,11 @@ namespace bertcc::kernels {
 
 constexpr int kInt8WeightMax = 63;       // 7-bit weights (see above)
 constexpr int kInt8ActivationMax = 127;  // symmetric s8 activations, per row
+// 7-bit activations ([-63, 63]): what --int8-activation-bits 7 (auto's choice on a CPU without VNNI
+// or AVX-512) quantizes the layers' inputs to. With 7-bit weights 4 products of them shifted to u8
+// add in 16 bits without saturating, so bertcc's AVX2 kernel multiplies two k-quads with 3
+// instructions instead of 4 (gemm_int8_rows.cpp). Twice the activations' rounding error.
+constexpr int kInt8ActivationMax7 = 63;
 
 struct PackedWeights;  // q in the layout oneDNN's int8 matmul reads fastest (onednn_runtime.h)
 struct Int8Panels;     // q in the panels of bertcc's own int8 kernel (gemm_int8_rows.cpp)
@@ -30,6 +35,10 @@ struct Int8Panels;     // q in the panels of bertcc's own int8 kernel (gemm_int8
 // layout instead, or `panels` in bertcc's own kernel's.
 struct Int8Weight {
   int64_t N = 0, K = 0;
+  // The bound the layer's inputs are quantized to (kInt8ActivationMax or kInt8ActivationMax7):
+  // linear_forward_int8 and the fused layers quantize x with it, and the own kernel's panels are
+  // laid out for it. Rows already quantized (the _q forms) must be within it.
+  int act_max = kInt8ActivationMax;
   std::vector<int8_t> q;
   std::vector<float> scale;
   std::shared_ptr<const PackedWeights> packed;
@@ -64,7 +73,10 @@ Int8Kernel int8_own_kernel();              // the fastest of them here
 // Whether the own kernel beats oneDNN's int8 matmul here: AVX512-VNNI without AMX, where its
 // rescale and the layers' row epilogues are fused (pack_int8_weight then lays weights out for it).
 bool int8_own_kernel_preferred();
-std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, int64_t K);
+// act_max: the activations' bound (kInt8ActivationMax, or kInt8ActivationMax7: activations shifted by
+// 64, and on AVX2 two k-quads a step; activations beyond it would saturate there).
+std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, int64_t K,
+                                                   int act_max = kInt8ActivationMax);
 // acc[M, N] = a[M, K] q^T in exact int32.
 void gemm_int8_panels(const int8_t* a, const Int8Panels& w, int32_t* acc, int64_t M, Int8Kernel k = int8_own_kernel());
 // y[m, n] = fma(float(acc[m, n]), sm * sw[n], b[n]) (b null: 0) for one row: the rescale every int8
@@ -83,7 +95,7 @@ void linear_int8_panels(float* y, const int8_t* xq, const float* sx, const Int8P
 // acc[M, N] = a[M, K] b[N, K]^T in exact int32 (oneDNN's s8 x s8 -> s32 matmul).
 void gemm_s8s8s32(const int8_t* a, const int8_t* b, int32_t* acc, int64_t M, int64_t N, int64_t K);
 
-// y[M, N] = x[M, K] W^T + b, int8: x quantized per row (kInt8ActivationMax), then
+// y[M, N] = x[M, K] W^T + b, int8: x quantized per row (bound W.act_max), then
 // y[m, n] = fma(float(acc[m, n]), sx[m] * sw[n], b[n]) (b null: 0). A row's output depends on that
 // row alone (no batch dependence), and on no ISA detail.
 void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const float* b, int64_t M);
@@ -92,10 +104,10 @@ void linear_forward_int8(float* y, const float* x, const Int8Weight& W, const fl
 void linear_forward_int8_q(float* y, const int8_t* xq, const float* sx, const Int8Weight& W, const float* b, int64_t M);
 
 // An int8 linear layer, its GELU and the next layer's quantization in one pass over each row:
-// (q, scale) = quantize_rows_int8(gelu(linear_forward_int8_q(xq, sx, W, b)), kInt8ActivationMax),
-// the same bits, without the fp32 intermediate in memory.
+// (q, scale) = quantize_rows_int8(gelu(linear_forward_int8_q(xq, sx, W, b)), qmax) (qmax: the next
+// layer's act_max), the same bits, without the fp32 intermediate in memory.
 void linear_gelu_quantize_int8(int8_t* q, float* scale, const int8_t* xq, const float* sx, const Int8Weight& W,
-                               const float* b, int64_t M, Activation act);
+                               const float* b, int64_t M, Activation act, int qmax = kInt8ActivationMax);
 
 // The LayerNorm after a linear layer: out = LN(y + residual) as residual_layernorm_forward writes
 // it (out, sum (may be null), mean, rstd; weights w, b; epsilon eps), for y the layer's output.
@@ -136,8 +148,8 @@ const int32_t* attention_int8_exp_table();
 bool attention_int8_exp_computed();
 void attention_int8_force_table(bool on);
 
-// Achieved tera-ops/s of gemm_s8s8s32 on [M, K] x [K, N] (operands already int8): bench infer's
-// ceiling for int8 runs.
-double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters);
+// Achieved tera-ops/s of the int8 products on [M, K] x [K, N] (operands already int8, weights held
+// as the model holds them for activations bounded by act_max): bench infer's ceiling for int8 runs.
+double gemm_int8_probe_tops(int64_t M, int64_t N, int64_t K, int iters, int act_max = kInt8ActivationMax);
 
 }  // namespace bertcc::kernels

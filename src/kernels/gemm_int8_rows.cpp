@@ -1,14 +1,18 @@
 // bertcc's own int8 kernels (gemm_int8.h): the weights laid out once, at load, as panels of 16
-// columns, each k-quad's 4 bytes of a column side by side ([K/4][16][4]), with 128 x their column
-// sums; a call shifts its activations to u8 (a + 128) and subtracts 128 x the column sum from each
-// product sum, which gives the exact integer sum of a x w. The micro-kernels:
+// columns, each k-quad's 4 bytes of a column side by side ([K/4][16][4]), with shift x their column
+// sums; a call shifts its activations to u8 (a + shift: 128 for 8-bit activations, 64 for 7-bit
+// ones) and subtracts shift x the column sum from each product sum, which gives the exact integer
+// sum of a x w. The micro-kernels:
 //  - AVX512-VNNI (8 rows x 48 columns, vpdpbusd on zmm, the rescale in registers): where the CPU
 //    has it and not AMX (oneDNN's AMX-INT8 matmul is faster there).
 //  - AVX-VNNI (6 rows x 16 columns, vpdpbusd on ymm): CPUs with AVX-VNNI and not AVX-512's.
 //  - AVX512-BW (8 rows x 48 columns, the VNNI kernel's tile with vpmaddubsw and vpmaddwd on zmm):
 //    AVX-512 CPUs without VNNI (Skylake-SP).
 //  - AVX2 (4 rows x 16 columns): vpmaddubsw (pair sums in 16 bits: at most 2 * 255 * 63 = 32130 for
-//    7-bit weights, so nothing saturates), widened into int32 by vpmaddwd.
+//    7-bit weights, so nothing saturates), widened into int32 by vpmaddwd. With 7-bit activations
+//    (panels of shift 64: a + 64 in [1, 127]) two k-quads at a time: two vpmaddubsw results added
+//    in 16 bits (4 products of at most 127 * 63, 32004 < 32767), then one vpmaddwd, 3 multiply
+//    instructions for 64 products instead of 4.
 //  - portable loops: the reference.
 // One driver (run) rescales their sums straight into fp32 outputs and hands each row to the
 // layer's row epilogue (GELU and the next layer's quantization, or the residual LayerNorm) while
@@ -21,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -59,9 +64,12 @@ struct Out {
 // Rows [m, m + R) x the columns of panel group g, from u8 activations a (row m's first, lda apart).
 using MicroTile = void (*)(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o,
                            int64_t m);
+// Or every row [0, R) of panel group g at once (a kernel that blocks K over the rows)
+using GroupRows = void (*)(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o);
 struct Kernel {
   int64_t rows, group;  // the micro-tile: rows x (group x 16) columns
   MicroTile tile;
+  GroupRows group_rows = nullptr;
 };
 
 // A micro-tile's int32 sums (buf: R rows of 16, already less the compensation) to their place in o.
@@ -157,6 +165,55 @@ __attribute__((target("avx2,fma"))) void micro256(const uint8_t* a, int64_t lda,
 }
 #undef BERTCC_ROW256
 
+// micro256 for 7-bit activations on AVX2: k-quads two at a time, the two vpmaddubsw results added in
+// 16 bits before one vpmaddwd (the pair sums of 4 products of at most 127 x 63 cannot saturate).
+// The same integers as micro256.
+#define BERTCC_ROWPAIR(r)                                                                                             \
+  if constexpr (R > r) {                                                                                              \
+    const __m256i x0 = _mm256_set1_epi32(quad(a + r * lda + 4 * q));                                                  \
+    const __m256i x1 = _mm256_set1_epi32(quad(a + r * lda + 4 * q + 4));                                              \
+    lo##r = _mm256_add_epi32(                                                                                         \
+        lo##r, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x0, w0), _mm256_maddubs_epi16(x1, v0)), one)); \
+    hi##r = _mm256_add_epi32(                                                                                         \
+        hi##r, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x0, w1), _mm256_maddubs_epi16(x1, v1)), one)); \
+  }
+
+// Sums over Kq k-quads from panel (a block of K: More adds them to out's sums, else they start
+// from zero; comp null leaves them partial, else subtracts it).
+template <int R, bool More>
+__attribute__((target("avx2,fma"))) void micro256_pairs(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t Kq,
+                                                        const int32_t* comp, int32_t* out) {
+  const __m256i z = _mm256_setzero_si256(), one = _mm256_set1_epi16(1);
+  __m256i lo0 = z, hi0 = z, lo1 = z, hi1 = z, lo2 = z, hi2 = z, lo3 = z, hi3 = z;
+  if constexpr (More) {
+    const auto at = [&](int r, int h) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out + r * kPanel + h));
+    };
+    lo0 = at(0, 0), hi0 = at(0, 8);
+    if constexpr (R > 1) lo1 = at(1, 0), hi1 = at(1, 8);
+    if constexpr (R > 2) lo2 = at(2, 0), hi2 = at(2, 8);
+    if constexpr (R > 3) lo3 = at(3, 0), hi3 = at(3, 8);
+  }
+  for (int64_t q = 0; q < Kq; q += 2, panel += 128) {  // (Kq even: 7-bit panels are padded to it)
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32));
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 96));
+    BERTCC_ROWPAIR(0)
+    BERTCC_ROWPAIR(1)
+    BERTCC_ROWPAIR(2)
+    BERTCC_ROWPAIR(3)
+  }
+  const __m256i lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
+  const __m256i c0 = comp ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp)) : z;
+  const __m256i c1 = comp ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8)) : z;
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel), _mm256_sub_epi32(lo[r], c0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
+  }
+}
+#undef BERTCC_ROWPAIR
+
 // rescale_int8_row's arithmetic on a whole panel's R rows (buf: 16 int32 a row) in ymm registers:
 // a call per row of 16 columns cost 3 % of a batch of one 32-token sequence
 __attribute__((target("avx2,fma"))) void rescale_panel_avx2(const int32_t* buf, int64_t R, const float* sx,
@@ -182,6 +239,40 @@ void ymm_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int
   with_rows<MaxR>(R, [&]<int Rows>() { micro256<Rows, Dot>(a, lda, panel, w.Kq, comp, buf); });
   if (o.acc || C < kPanel) return store_panel(buf, R, C, n0, o, m);
   rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
+}
+
+// Every row [0, R) of panel g on the AVX2 kernel of 7-bit activations, in blocks of K whose panel
+// slice (16 KB) stays in L1 over the rows: at 42 products a cycle the kernel outruns what L2 gives a
+// panel read again for every 4 rows (bert-base's K = 3,072 layer: no gain over 8-bit activations
+// unblocked, 1.2x blocked, as the K = 768 layers).
+constexpr int64_t kPairsKBlock = 256;  // k-quads (K 1,024)
+constexpr int kPairsRows = 3;
+void pairs_rows(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o) {
+  const int8_t* panel = w.data.data() + g * w.Kq * 64;
+  const int64_t n0 = g * kPanel, C = std::min(kPanel, w.N - n0);
+  const int32_t* comp = w.comp.data() + n0;
+  thread_local std::vector<int32_t> sums;
+  int32_t* acc = grow(sums, (R + kPairsRows) * kPanel);
+  for (int64_t q0 = 0; q0 < w.Kq; q0 += kPairsKBlock) {
+    const int64_t nq = std::min(kPairsKBlock, w.Kq - q0);
+    const bool last = q0 + nq == w.Kq;
+    for (int64_t m = 0; m < R; m += kPairsRows)
+      with_rows<kPairsRows>(std::min<int64_t>(kPairsRows, R - m), [&]<int Rows>() {
+        const uint8_t* am = a + m * lda + 4 * q0;
+        if (q0 > 0)
+          micro256_pairs<Rows, true>(am, lda, panel + q0 * 64, nq, last ? comp : nullptr, acc + m * kPanel);
+        else
+          micro256_pairs<Rows, false>(am, lda, panel + q0 * 64, nq, last ? comp : nullptr, acc + m * kPanel);
+      });
+  }
+  for (int64_t m = 0; m < R; m += kPairsRows) {
+    const int64_t rows = std::min<int64_t>(kPairsRows, R - m);
+    if (o.acc || C < kPanel)
+      store_panel(acc + m * kPanel, rows, C, n0, o, m);
+    else
+      rescale_panel_avx2(acc + m * kPanel, rows, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0,
+                         o.ldy);
+  }
 }
 
 // The same on zmm, 16 sums: vpdpbusd (AVX512-VNNI, as assembly: see DotAvxVnni), or vpmaddubsw
@@ -263,7 +354,9 @@ void tile512(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int6
 }
 #endif
 
-Kernel kernel_of(Int8Kernel k) {
+// k's micro-tile for panels of activation shift `shift` (AVX2 multiplies 7-bit activations, shift
+// 64, two k-quads at a time)
+Kernel kernel_of(Int8Kernel k, int32_t shift) {
   switch (k) {
 #if defined(__x86_64__)
     case Int8Kernel::Avx512Vnni:
@@ -273,30 +366,36 @@ Kernel kernel_of(Int8Kernel k) {
     case Int8Kernel::AvxVnni:
       return {6, 1, ymm_tile<6, DotAvxVnni>};
     case Int8Kernel::Avx2:
-      return {4, 1, ymm_tile<4, DotAvx2>};
+      return shift == 64 ? Kernel{4, 1, nullptr, pairs_rows} : Kernel{4, 1, ymm_tile<4, DotAvx2>};
 #endif
     default:
       return {4, 1, portable_tile};
   }
 }
 
-// Rows [0, R) of xq shifted to u8 (a + 128, i.e. a ^ 0x80), each padded with zeros to whole k-quads
-// (lda bytes; zero weights there).
-void shift_rows(const int8_t* xq, int64_t R, int64_t K, int64_t lda, uint8_t* u) {
+// Rows [0, R) of xq shifted to u8 (a + shift: 128, i.e. a ^ 0x80, or 64), each padded with zeros to
+// whole k-quads (lda bytes; zero weights there).
+void shift_rows(const int8_t* xq, int64_t R, int64_t K, int64_t lda, uint8_t* u, int32_t shift) {
+  const uint8_t by = static_cast<uint8_t>(shift);
   for (int64_t r = 0; r < R; ++r) {
     const int8_t* src = xq + r * K;
     uint8_t* dst = u + r * lda;
-    for (int64_t k = 0; k < K; ++k) dst[k] = static_cast<uint8_t>(static_cast<uint8_t>(src[k]) ^ 0x80u);
+    for (int64_t k = 0; k < K; ++k) dst[k] = static_cast<uint8_t>(static_cast<uint8_t>(src[k]) + by);
     for (int64_t k = K; k < lda; ++k) dst[k] = 0;
   }
 }
 
 // Rows [0, R) x every column, one panel group after another (each group's weights stay in cache
 // over the rows).
+// Rows [0, R) x the columns of panel group g.
+void group(const Kernel& kn, const uint8_t* u, int64_t lda, const Int8Panels& w, int64_t g, int64_t R, const Out& o) {
+  if (kn.group_rows) return kn.group_rows(R, u, lda, w, g, o);
+  for (int64_t m = 0; m < R; m += kn.rows) kn.tile(std::min(kn.rows, R - m), u + m * lda, lda, w, g, o, m);
+}
+
 void block(const Kernel& kn, const uint8_t* u, int64_t lda, const Int8Panels& w, int64_t R, const Out& o) {
   const int64_t groups = (panels_of(w.N) + kn.group - 1) / kn.group;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t m = 0; m < R; m += kn.rows) kn.tile(std::min(kn.rows, R - m), u + m * lda, lda, w, g, o, m);
+  for (int64_t g = 0; g < groups; ++g) group(kn, u, lda, w, g, R, o);
 }
 
 // The driver of every own-kernel call: xq [M, K] against w into o (y or acc), then, for fp32 output,
@@ -308,7 +407,7 @@ void block(const Kernel& kn, const uint8_t* u, int64_t lda, const Int8Panels& w,
 //    EPYC with AVX-512: the row blocks win at 512 and 1,024 rows, 89 against 95 and 171 against
 //    188 ms a batch; the split columns at 256, 45 against 47.)
 void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const Int8RowFn* f, Int8Kernel k) {
-  const Kernel kn = kernel_of(k);
+  const Kernel kn = kernel_of(k, w.shift);
   const int64_t N = w.N, K = w.K, lda = w.Kq * 4;
   const int T = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool par = T > 1 && M * N * K >= (int64_t{1} << 16);
@@ -331,7 +430,7 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
       for (int64_t t = 0; t < tasks; ++t) {
         const int64_t m0 = t < full ? t * rows : full * rows + (t - full) * tail;
         const int64_t R = std::min(t < full ? rows : tail, M - m0);
-        shift_rows(xq + m0 * K, R, K, lda, u);
+        shift_rows(xq + m0 * K, R, K, lda, u, w.shift);
         Out o = o0;
         o.sx = o0.sx ? o0.sx + m0 : nullptr;
         if (o0.acc) {
@@ -350,7 +449,7 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
   thread_local std::vector<uint8_t> ub;
   thread_local std::vector<float> yb;
   uint8_t* u = grow(ub, M * lda);
-  shift_rows(xq, M, K, lda, u);
+  shift_rows(xq, M, K, lda, u, w.shift);
   Out o = o0;
   if (!o0.y && !o0.acc) {
     o.y = grow(yb, M * N);
@@ -360,8 +459,7 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
   // static: each thread's columns in one run, its weights one stream (a panel at a time for each
   // thread in turn cost 9 % of a batch of one 32-token sequence on the AVX2 kernel)
 #pragma omp parallel for schedule(static) if (par && groups > 1)
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t m = 0; m < M; m += kn.rows) kn.tile(std::min(kn.rows, M - m), u + m * lda, lda, w, g, o, m);
+  for (int64_t g = 0; g < groups; ++g) group(kn, u, lda, w, g, M, o);
   if (f) {
 #pragma omp parallel for schedule(static) if (par && M > 1)
     for (int64_t m = 0; m < M; ++m) (*f)(m, o.y + m * o.ldy);
@@ -446,10 +544,16 @@ Int8Kernel int8_own_kernel() {
 
 bool int8_own_kernel_preferred() { return has_vnni() && cpu_report().onednn_isa != "avx512_core_amx"; }
 
-std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, int64_t K) {
+std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, int64_t K, int act_max) {
   BERTCC_CHECK(N > 0 && K > 0, "pack_int8_panels: empty weight [", N, ", ", K, "]");
+  BERTCC_CHECK(act_max == kInt8ActivationMax || act_max == kInt8ActivationMax7,
+               "pack_int8_panels: activations bounded by ", act_max, " (", kInt8ActivationMax, " or ",
+               kInt8ActivationMax7, ")");
   auto p = std::make_shared<Int8Panels>();
-  size_int8_panels(*p, N, K);
+  // 7-bit activations: shift 64, and k-quads padded to an even count (the AVX2 kernel takes two a step)
+  size_int8_panels(*p, N, act_max == kInt8ActivationMax7 ? (K + 7) / 8 * 8 : K);
+  p->K = K;
+  p->shift = act_max == kInt8ActivationMax7 ? 64 : 128;
   for (int64_t n = 0; n < N; ++n) {
     int8_t* dst = p->data.data() + int8_panel_index(*p, n, 0);
     int32_t sum = 0;
@@ -460,7 +564,7 @@ std::shared_ptr<const Int8Panels> pack_int8_panels(const int8_t* q, int64_t N, i
       dst[(k / 4) * 64 + k % 4] = v;
       sum += v;
     }
-    p->comp[static_cast<size_t>(n)] = 128 * sum;
+    p->comp[static_cast<size_t>(n)] = p->shift * sum;
   }
   return p;
 }

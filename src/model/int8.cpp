@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
+#include "bertcc/runtime.h"
 #include "model/encoder.h"
 #include "model/packed.h"
 
@@ -27,14 +28,19 @@ void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& line
                "this model keeps its encoder's linear layers in int8 "
                "alone (loaded for --precision int8): ",
                precision_name(p), " needs their fp32 weights");
-  if (p != Precision::I8 || (q8_ && q8_valid_)) return;
-  BERTCC_CHECK(!fp32_linears_released_, "the weights of a model loaded for int8 inference alone changed");
+  const int act_max = int8_activation_max(int8_activation_bits());  // --int8-activation-bits
+  if (p != Precision::I8 || (q8_ && q8_valid_ && q8_->act_max == act_max)) return;
+  BERTCC_CHECK(!fp32_linears_released_,
+               "the weights of a model loaded for int8 inference alone changed, or the "
+               "int8 activations' bits (--int8-activation-bits)");
   BERTCC_CHECK(be_->on_host(),
                "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
   if (!q8_) q8_ = std::make_unique<Int8Weights>();
   q8_->by_weight.clear();
+  q8_->act_max = act_max;
   for (const Int8Linear& l : linears) {
     kernels::Int8Weight& q = q8_->by_weight[l.r.w.i] = kernels::quantize_weight_int8(w(l.r.w), l.N, l.K);
+    q.act_max = act_max;
     kernels::pack_int8_weight(q);
   }
   q8_valid_ = true;

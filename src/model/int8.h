@@ -10,6 +10,7 @@ namespace bertcc {
 
 struct ModelWeights::Int8Weights {
   std::unordered_map<int64_t, kernels::Int8Weight> by_weight;
+  int act_max = 0;  // the activations' bound they were made for (--int8-activation-bits)
 };
 
 }  // namespace bertcc

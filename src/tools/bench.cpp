@@ -168,6 +168,7 @@ void add_bench_options(CLI::App* sub, BenchOptions& o) {
   sub->add_option("--threads", o.threads, "threads (default: all cores)")->check(threads_check());
   add_device_flags(sub, o.device);
   add_cuda_graphs_flag(sub);
+  add_int8_flags(sub);
 }
 
 void check_bench_options(const BenchOptions& o) {
@@ -352,12 +353,14 @@ void report(const Bench& b, const Timing& t) {
   const bool unpadded = b.model->last_packed();
   const double flops = (b.train || b.squad ? 3.0 * t.fwd : t.fwd) / static_cast<double>(o.steps);
   const double probe = b.prec == Precision::I8
-                           ? kernels::gemm_int8_probe_tops(B * T, b.cfg.intermediate_size, b.cfg.hidden_size, 5)
+                           ? kernels::gemm_int8_probe_tops(B * T, b.cfg.intermediate_size, b.cfg.hidden_size, 5,
+                                                           int8_activation_max(int8_activation_bits()))
                            : be.gemm_probe_tflops(B * T, b.cfg.intermediate_size, b.cfg.hidden_size, b.prec, 5);
   nlohmann::ordered_json j;
   j["mode"] = o.mode;
   j["config"] = o.config;
   j["precision"] = precision_name(b.prec);
+  if (b.prec == Precision::I8) j["int8_activation_bits"] = int8_activation_bits();
   j["batch"] = B;
   j["seq"] = T;
   if (o.padding > 0) j["padding"] = o.padding;

@@ -164,6 +164,17 @@ inline void add_device_flags(CLI::App* sub, std::string& device) {
       "--padded", [] { set_padded_execution(true); }, padded_help());
 }
 
+// --int8-activation-bits, on the commands that take --precision int8 (qa, classify, tag, embed,
+// fill-mask, serve, bench, finetune's eval and prediction, export-onnx).
+inline void add_int8_flags(CLI::App* sub) {
+  sub->add_option_function<std::string>(
+         flag("--int8-activation-bits"),
+         [](const std::string& v) { set_int8_activation_bits(v == "auto" ? 0 : std::stoi(v)); },
+         int8_activation_bits_help())
+      ->check(CLI::IsMember({"auto", "7", "8"}))
+      ->default_str("auto");
+}
+
 // --cuda-graphs, on the commands that only infer (qa, classify, tag, embed, fill-mask, serve, bench).
 inline void add_cuda_graphs_flag(CLI::App* sub) {
   sub->add_flag_callback(

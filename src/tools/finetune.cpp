@@ -121,6 +121,7 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   sub->add_option("--threads", o.threads, "threads per rank (default: the host's cores / its ranks)")
       ->check(threads_check());
   add_device_flags(sub, o.device);
+  if (!lrf) add_int8_flags(sub);
   sub->add_option(flag("--max-nonfinite-steps"), o.max_nonfinite_steps,
                   "stop when this many consecutive steps have a non-finite loss or gradients (default 10)")
       ->check(in_range(1, kMaxSteps, "consecutive steps"));

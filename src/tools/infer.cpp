@@ -232,6 +232,7 @@ void common(CLI::App* c, InferCli& o, const std::string& model_help) {
   c->add_flag(flag("--no-lower-case"), o.no_lower_case, "keep case and accents");
   add_device_flags(c, o.device);
   add_cuda_graphs_flag(c);
+  add_int8_flags(c);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "bertcc/model_dir.h"
 #include "bertcc/onnx_export.h"
 #include "bertcc/pretrain_data.h"
+#include "bertcc/runtime.h"
 #include "bertcc/tokenizer.h"
 #include "bertcc/torch_checkpoint.h"
 #include "tools/cli_common.h"
@@ -225,14 +226,17 @@ void add_export_onnx(CLI::App& app) {
                  "per output channel, activations quantized per row: QuantizeLinear, MatMulInteger; the attention's "
                  "two products as MatMulInteger, its probabilities from bertcc's 8-bit exp table)")
       ->check(CLI::IsMember({"fp32", "int8"}));
+  add_int8_flags(ox);
   ox->callback([oo]() {
     check_output_not_input(oo->out, "--output", oo->model, "--model");
     const auto model = load_model_dir(oo->model, architecture_heads(oo->model));
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
     export_onnx(*model, oo->out, dt, oo->precision == "int8");
     std::cout << "wrote " << oo->out << " (" << model->architecture() << ", " << oo->weights << " weights"
-              << (oo->precision == "int8" ? ", int8 encoder" : "") << ", " << std::filesystem::file_size(oo->out)
-              << " bytes)\n";
+              << (oo->precision == "int8"
+                      ? ", int8 encoder, " + std::to_string(int8_activation_bits()) + "-bit activations"
+                      : "")
+              << ", " << std::filesystem::file_size(oo->out) << " bytes)\n";
   });
 }
 

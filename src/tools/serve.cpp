@@ -66,6 +66,7 @@ void add_serve(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
   add_device_flags(s, o->device);
   add_cuda_graphs_flag(s);
+  add_int8_flags(s);
   s->callback([o]() {
     const int rc = serve::run_server(*o);
     if (rc != 0) std::exit(rc);

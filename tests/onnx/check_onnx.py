@@ -118,28 +118,35 @@ srv.wait()
 # then moves by up to ~2e-2 on these random models (seen: one of the 4 sequences of a batch).
 # So: the median difference at float rounding (<= 1e-5 relative; seen 3e-7 to 7e-7) and the
 # largest at most half of int8's own difference from fp32 (seen 0.10 to 0.38 of it).
-srv = subprocess.Popen([bertcc, "serve", "--port", "0", "--precision", "int8", "--model", os.path.join(work, "sst"),
-                        "--model", os.path.join(work, "squad"), "--model", os.path.join(work, "ner")],
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-port = int(srv.stdout.readline().strip().rsplit(":", 1)[1])
-for name, outs in [("sst", ["logits"]), ("squad", ["start_logits", "end_logits"]), ("ner", ["logits"])]:
-    path = os.path.join(work, f"{name}_int8.onnx")
-    r = subprocess.run([bertcc, "export-onnx", "--model", os.path.join(work, name), "--out", path, "--precision", "int8"],
-                       capture_output=True, text=True)
-    check(r.returncode == 0, f"export-onnx {name} --precision int8: {r.stdout.strip() or r.stderr.strip()}")
-    got, want = ort(path, feeds), ours(name)
-    f32 = ort(os.path.join(work, f"{name}_fp32.onnx"), feeds)
-    for o in outs:
-        v = np.ones(want[o].shape, dtype=bool) if name == "sst" else (
-            valid_tok if want[o].ndim == 2 else np.repeat(valid_tok[:, :, None], want[o].shape[2], 2))
-        dd = (np.abs(got[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v]
-        d, med = dd.max(), np.median(dd)
-        q = (np.abs(f32[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v].max()
-        check(got[o].shape == want[o].shape and med <= 1e-5 and d <= q / 2,
-              f"{name} {o} int8: ONNX Runtime vs bertcc rel. difference median {med:.1e} (<= 1e-5), max {d:.2e} "
-              f"(<= half of int8 vs fp32's {q:.2e}); {100 * (dd <= 1e-5).mean():.0f} % of values within 1e-5")
-srv.terminate()
-srv.wait()
+# Both activation widths (--int8-activation-bits: 8, and 7 as auto picks on AVX2-only CPUs), each
+# exported and served with the same flag.
+for bits in ["8", "7"]:
+    srv = subprocess.Popen([bertcc, "serve", "--port", "0", "--precision", "int8", "--int8-activation-bits", bits,
+                            "--model", os.path.join(work, "sst"), "--model", os.path.join(work, "squad"),
+                            "--model", os.path.join(work, "ner")],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    port = int(srv.stdout.readline().strip().rsplit(":", 1)[1])
+    for name, outs in [("sst", ["logits"]), ("squad", ["start_logits", "end_logits"]), ("ner", ["logits"])]:
+        path = os.path.join(work, f"{name}_int8_{bits}.onnx")
+        r = subprocess.run([bertcc, "export-onnx", "--model", os.path.join(work, name), "--out", path, "--precision",
+                            "int8", "--int8-activation-bits", bits], capture_output=True, text=True)
+        check(r.returncode == 0 and f"{bits}-bit activations" in r.stdout,
+              f"export-onnx {name} --precision int8 --int8-activation-bits {bits}: "
+              f"{r.stdout.strip() or r.stderr.strip()}")
+        got, want = ort(path, feeds), ours(name)
+        f32 = ort(os.path.join(work, f"{name}_fp32.onnx"), feeds)
+        for o in outs:
+            v = np.ones(want[o].shape, dtype=bool) if name == "sst" else (
+                valid_tok if want[o].ndim == 2 else np.repeat(valid_tok[:, :, None], want[o].shape[2], 2))
+            dd = (np.abs(got[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v]
+            d, med = dd.max(), np.median(dd)
+            q = (np.abs(f32[o] - want[o]) / np.maximum(1.0, np.abs(want[o])))[v].max()
+            check(got[o].shape == want[o].shape and med <= 1e-5 and d <= q / 2,
+                  f"{name} {o} int8, {bits}-bit activations: ONNX Runtime vs bertcc rel. difference median {med:.1e} "
+                  f"(<= 1e-5), max {d:.2e} (<= half of int8 vs fp32's {q:.2e}); "
+                  f"{100 * (dd <= 1e-5).mean():.0f} % of values within 1e-5")
+    srv.terminate()
+    srv.wait()
 
 # 16-bit weights: half the file, close to fp32.
 f32 = os.path.join(work, "sst_fp32.onnx")
