@@ -7,7 +7,8 @@
 // vpmaddubsw, whose 16-bit pair sums saturate (it shifts s8 activations to u8 internally): with
 // activations in [-127, 127] shifted to [1, 255] and weights in [-63, 63] a pair sum is at most
 // 2 * 255 * 63 = 32130 < 32767, so nothing saturates on any x86 CPU. The int32 sums are then exact
-// integers whatever the kernel, and int8 results are bit-identical across ISAs and batches.
+// integers whatever the kernel, and int8 results are bit-identical across ISAs and batches for
+// the same activation bits (Int8Weight::act_max: 8, or 7 where AVX2 multiplies them faster).
 #pragma once
 #include <cstdint>
 #include <functional>

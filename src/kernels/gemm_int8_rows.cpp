@@ -10,9 +10,9 @@
 //    AVX-512 CPUs without VNNI (Skylake-SP).
 //  - AVX2 (4 rows x 16 columns): vpmaddubsw (pair sums in 16 bits: at most 2 * 255 * 63 = 32130 for
 //    7-bit weights, so nothing saturates), widened into int32 by vpmaddwd. With 7-bit activations
-//    (panels of shift 64: a + 64 in [1, 127]) two k-quads at a time: two vpmaddubsw results added
-//    in 16 bits (4 products of at most 127 * 63, 32004 < 32767), then one vpmaddwd, 3 multiply
-//    instructions for 64 products instead of 4.
+//    (panels of shift 64: a + 64 in [1, 127]; 3 rows x 16 columns) two k-quads at a time: two
+//    vpmaddubsw results added in 16 bits (4 products of at most 127 * 63, 32004 < 32767), then one
+//    vpmaddwd, 3 multiply instructions for 64 products instead of 4.
 //  - portable loops: the reference.
 // One driver (run) rescales their sums straight into fp32 outputs and hands each row to the
 // layer's row epilogue (GELU and the next layer's quantization, or the residual LayerNorm) while
@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -64,12 +63,9 @@ struct Out {
 // Rows [m, m + R) x the columns of panel group g, from u8 activations a (row m's first, lda apart).
 using MicroTile = void (*)(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o,
                            int64_t m);
-// Or every row [0, R) of panel group g at once (a kernel that blocks K over the rows)
-using GroupRows = void (*)(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o);
 struct Kernel {
   int64_t rows, group;  // the micro-tile: rows x (group x 16) columns
   MicroTile tile;
-  GroupRows group_rows = nullptr;
 };
 
 // A micro-tile's int32 sums (buf: R rows of 16, already less the compensation) to their place in o.
@@ -165,8 +161,8 @@ __attribute__((target("avx2,fma"))) void micro256(const uint8_t* a, int64_t lda,
 }
 #undef BERTCC_ROW256
 
-// micro256 for 7-bit activations on AVX2: k-quads two at a time, the two vpmaddubsw results added in
-// 16 bits before one vpmaddwd (the pair sums of 4 products of at most 127 x 63 cannot saturate).
+// micro256 for 7-bit activations on AVX2 (R <= 3 rows): k-quads two at a time, the two vpmaddubsw
+// results added in 16 bits before one vpmaddwd (4 products of at most 127 x 63 cannot saturate).
 // The same integers as micro256.
 #define BERTCC_ROWPAIR(r)                                                                                             \
   if constexpr (R > r) {                                                                                              \
@@ -178,35 +174,26 @@ __attribute__((target("avx2,fma"))) void micro256(const uint8_t* a, int64_t lda,
         hi##r, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x0, w1), _mm256_maddubs_epi16(x1, v1)), one)); \
   }
 
-// Sums over Kq k-quads from panel (a block of K: More adds them to out's sums, else they start
-// from zero; comp null leaves them partial, else subtracts it).
-template <int R, bool More>
+template <int R>
 __attribute__((target("avx2,fma"))) void micro256_pairs(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t Kq,
                                                         const int32_t* comp, int32_t* out) {
   const __m256i z = _mm256_setzero_si256(), one = _mm256_set1_epi16(1);
-  __m256i lo0 = z, hi0 = z, lo1 = z, hi1 = z, lo2 = z, hi2 = z, lo3 = z, hi3 = z;
-  if constexpr (More) {
-    const auto at = [&](int r, int h) {
-      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out + r * kPanel + h));
-    };
-    lo0 = at(0, 0), hi0 = at(0, 8);
-    if constexpr (R > 1) lo1 = at(1, 0), hi1 = at(1, 8);
-    if constexpr (R > 2) lo2 = at(2, 0), hi2 = at(2, 8);
-    if constexpr (R > 3) lo3 = at(3, 0), hi3 = at(3, 8);
-  }
+  __m256i lo0 = z, hi0 = z, lo1 = z, hi1 = z, lo2 = z, hi2 = z;
   for (int64_t q = 0; q < Kq; q += 2, panel += 128) {  // (Kq even: 7-bit panels are padded to it)
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32));
-    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64));
-    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 96));
+    __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel));
+    __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32));
+    __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64));
+    __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 96));
+    // in registers, read once a step: GCC would fold them into each row's vpmaddubsw, 2 loads a
+    // cycle with the broadcasts, all an Intel core's load ports take (Zen's 3 take it either way)
+    asm("" : "+x"(w0), "+x"(w1), "+x"(v0), "+x"(v1));
     BERTCC_ROWPAIR(0)
     BERTCC_ROWPAIR(1)
     BERTCC_ROWPAIR(2)
-    BERTCC_ROWPAIR(3)
   }
-  const __m256i lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
-  const __m256i c0 = comp ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp)) : z;
-  const __m256i c1 = comp ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8)) : z;
+  const __m256i lo[3] = {lo0, lo1, lo2}, hi[3] = {hi0, hi1, hi2};
+  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp));
+  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8));
   for (int r = 0; r < R; ++r) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel), _mm256_sub_epi32(lo[r], c0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
@@ -241,38 +228,15 @@ void ymm_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int
   rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
 }
 
-// Every row [0, R) of panel g on the AVX2 kernel of 7-bit activations, in blocks of K whose panel
-// slice (16 KB) stays in L1 over the rows: at 42 products a cycle the kernel outruns what L2 gives a
-// panel read again for every 4 rows (bert-base's K = 3,072 layer: no gain over 8-bit activations
-// unblocked, 1.2x blocked, as the K = 768 layers).
-constexpr int64_t kPairsKBlock = 256;  // k-quads (K 1,024)
-constexpr int kPairsRows = 3;
-void pairs_rows(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o) {
+// A panel of the AVX2 kernel for 7-bit activations: R rows (at most 3) x 16 columns. (3 rows: its
+// 6 sums, 4 weight vectors, 2 activations, 2 pair sums and the ones fit AVX2's 16 registers.)
+void pairs_tile(int64_t R, const uint8_t* a, int64_t lda, const Int8Panels& w, int64_t g, const Out& o, int64_t m) {
   const int8_t* panel = w.data.data() + g * w.Kq * 64;
   const int64_t n0 = g * kPanel, C = std::min(kPanel, w.N - n0);
-  const int32_t* comp = w.comp.data() + n0;
-  thread_local std::vector<int32_t> sums;
-  int32_t* acc = grow(sums, (R + kPairsRows) * kPanel);
-  for (int64_t q0 = 0; q0 < w.Kq; q0 += kPairsKBlock) {
-    const int64_t nq = std::min(kPairsKBlock, w.Kq - q0);
-    const bool last = q0 + nq == w.Kq;
-    for (int64_t m = 0; m < R; m += kPairsRows)
-      with_rows<kPairsRows>(std::min<int64_t>(kPairsRows, R - m), [&]<int Rows>() {
-        const uint8_t* am = a + m * lda + 4 * q0;
-        if (q0 > 0)
-          micro256_pairs<Rows, true>(am, lda, panel + q0 * 64, nq, last ? comp : nullptr, acc + m * kPanel);
-        else
-          micro256_pairs<Rows, false>(am, lda, panel + q0 * 64, nq, last ? comp : nullptr, acc + m * kPanel);
-      });
-  }
-  for (int64_t m = 0; m < R; m += kPairsRows) {
-    const int64_t rows = std::min<int64_t>(kPairsRows, R - m);
-    if (o.acc || C < kPanel)
-      store_panel(acc + m * kPanel, rows, C, n0, o, m);
-    else
-      rescale_panel_avx2(acc + m * kPanel, rows, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0,
-                         o.ldy);
-  }
+  alignas(32) int32_t buf[3 * kPanel];
+  with_rows<3>(R, [&]<int Rows>() { micro256_pairs<Rows>(a, lda, panel, w.Kq, w.comp.data() + n0, buf); });
+  if (o.acc || C < kPanel) return store_panel(buf, R, C, n0, o, m);
+  rescale_panel_avx2(buf, R, o.sx + m, o.sw + n0, o.b ? o.b + n0 : nullptr, o.y + m * o.ldy + n0, o.ldy);
 }
 
 // The same on zmm, 16 sums: vpdpbusd (AVX512-VNNI, as assembly: see DotAvxVnni), or vpmaddubsw
@@ -366,7 +330,7 @@ Kernel kernel_of(Int8Kernel k, int32_t shift) {
     case Int8Kernel::AvxVnni:
       return {6, 1, ymm_tile<6, DotAvxVnni>};
     case Int8Kernel::Avx2:
-      return shift == 64 ? Kernel{4, 1, nullptr, pairs_rows} : Kernel{4, 1, ymm_tile<4, DotAvx2>};
+      return shift == 64 ? Kernel{3, 1, pairs_tile} : Kernel{4, 1, ymm_tile<4, DotAvx2>};
 #endif
     default:
       return {4, 1, portable_tile};
@@ -387,15 +351,10 @@ void shift_rows(const int8_t* xq, int64_t R, int64_t K, int64_t lda, uint8_t* u,
 
 // Rows [0, R) x every column, one panel group after another (each group's weights stay in cache
 // over the rows).
-// Rows [0, R) x the columns of panel group g.
-void group(const Kernel& kn, const uint8_t* u, int64_t lda, const Int8Panels& w, int64_t g, int64_t R, const Out& o) {
-  if (kn.group_rows) return kn.group_rows(R, u, lda, w, g, o);
-  for (int64_t m = 0; m < R; m += kn.rows) kn.tile(std::min(kn.rows, R - m), u + m * lda, lda, w, g, o, m);
-}
-
 void block(const Kernel& kn, const uint8_t* u, int64_t lda, const Int8Panels& w, int64_t R, const Out& o) {
   const int64_t groups = (panels_of(w.N) + kn.group - 1) / kn.group;
-  for (int64_t g = 0; g < groups; ++g) group(kn, u, lda, w, g, R, o);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t m = 0; m < R; m += kn.rows) kn.tile(std::min(kn.rows, R - m), u + m * lda, lda, w, g, o, m);
 }
 
 // The driver of every own-kernel call: xq [M, K] against w into o (y or acc), then, for fp32 output,
@@ -459,7 +418,8 @@ void run(const int8_t* xq, const Int8Panels& w, const Out& o0, int64_t M, const 
   // static: each thread's columns in one run, its weights one stream (a panel at a time for each
   // thread in turn cost 9 % of a batch of one 32-token sequence on the AVX2 kernel)
 #pragma omp parallel for schedule(static) if (par && groups > 1)
-  for (int64_t g = 0; g < groups; ++g) group(kn, u, lda, w, g, M, o);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t m = 0; m < M; m += kn.rows) kn.tile(std::min(kn.rows, M - m), u + m * lda, lda, w, g, o, m);
   if (f) {
 #pragma omp parallel for schedule(static) if (par && M > 1)
     for (int64_t m = 0; m < M; ++m) (*f)(m, o.y + m * o.ldy);
