@@ -14,6 +14,8 @@
 # (answer texts), and the largest difference of the logits that can be recovered (GLUE: the margin
 # l1 - l0 = log(p1/p0); SQuAD: the best answer's start_logit + end_logit).
 # Fine-tuned models are kept in WORK and reused (delete WORK to retrain). nice -n 10, THREADS each.
+# The int8 runs take the machine's --int8-activation-bits (auto); to measure one width on any CPU:
+#   QUANT_FLAGS="--int8-activation-bits 7" QUANT_TAG=int8a7 bench/int8_accuracy.sh BERTCC
 #   bench/int8_accuracy.sh BERTCC              env: WORK, THREADS (1), CONFIG (bert-mini), SHARED
 set -eu
 B="$1"

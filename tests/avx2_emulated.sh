@@ -26,7 +26,8 @@ rm -rf "$WORK"; mkdir -p "$WORK"
 export XDG_CACHE_HOME="$WORK/cache"  # where as_avx2 keeps each library's cpuid/xgetbv addresses
 fail() { echo "avx2_emulated: FAIL: $*"; exit 1; }
 
-# the start-up lines: oneDNN held to AVX2, fp32 for --precision auto, the AVX2 int8 kernel
+# the start-up lines: oneDNN held to AVX2, fp32 for --precision auto, the AVX2 int8 kernel and
+# its 7-bit activations (--int8-activation-bits auto)
 AS_AVX2_VERBOSE=1 "$HERE/bench/as_avx2.sh" "$B" bench infer --config bert-tiny --batch 1 --seq 8 --steps 1 \
   --warmup 0 --threads 1 > "$WORK/auto.txt" 2>&1 || fail "bench infer under the emulation: $(tail -3 "$WORK/auto.txt")"
 n=$(sed -n 's/^as_avx2: \([0-9]*\) cpuid\/xgetbv answers given.*/\1/p' "$WORK/auto.txt")
@@ -37,6 +38,7 @@ grep -q "precision auto: fp32 (this CPU has neither AVX512-BF16 nor AMX-BF16" "$
 "$HERE/bench/as_avx2.sh" "$B" bench infer --config bert-tiny --precision int8 --batch 1 --seq 8 --steps 1 \
   --warmup 0 --threads 1 > "$WORK/int8.txt" 2>&1 || fail "bench infer --precision int8: $(tail -3 "$WORK/int8.txt")"
 grep -q "no VNNI: bertcc's AVX2 int8 kernel" "$WORK/int8.txt" || fail "int8 kernel: $(grep backend "$WORK/int8.txt")"
+grep -q "7-bit activations per row \[auto" "$WORK/int8.txt" || fail "int8 activations (auto: 7 bits on AVX2): $(grep backend "$WORK/int8.txt")"
 echo "avx2_emulated: $n cpuid/xgetbv answers given by the emulation; start-up lines as on an AVX2-only CPU:"
 grep -h -E "^(backend|precision auto)" "$WORK/auto.txt" "$WORK/int8.txt" | sed 's/^/  /'
 

@@ -203,8 +203,8 @@ std::string describe_backend(Precision p) {
   if (p != Precision::I8) return s;
   const int bits = int8_activation_bits();
   const std::string why = settings().int8_activation_bits != 0 ? ""
-                          : bits == 7 ? " (auto: no VNNI nor AVX-512, where 7 bits multiply faster; "
-                                        "--int8-activation-bits 8 for 8)"
+                          : bits == 7 ? " [auto: no VNNI nor AVX-512, where 7 bits multiply faster; "
+                                        "--int8-activation-bits 8 for 8]"
                                       : "";
   return s + "; int8: the encoder's linear layers (7-bit weights per output channel, " + std::to_string(bits) +
          "-bit activations per row" + why + ", " + int8_kernel_name(cpu_report()) +
