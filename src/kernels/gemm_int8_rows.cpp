@@ -128,6 +128,17 @@ struct DotAvxVnni {
   }
 };
 
+// A ymm micro-tile's R rows of sums (columns 0-7 in lo, 8-15 in hi) less the compensation, to out.
+__attribute__((target("avx2,fma"), always_inline)) inline void store_sums256(const __m256i* lo, const __m256i* hi,
+                                                                             int R, const int32_t* comp, int32_t* out) {
+  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp));
+  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8));
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel), _mm256_sub_epi32(lo[r], c0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
+  }
+}
+
 // R rows (at most 6) x 16 columns, 2 R sums in ymm registers (named one by one, as in micro512).
 #define BERTCC_ROW256(r)                                            \
   if constexpr (R > r) {                                            \
@@ -152,12 +163,7 @@ __attribute__((target("avx2,fma"))) void micro256(const uint8_t* a, int64_t lda,
     BERTCC_ROW256(5)
   }
   const __m256i lo[6] = {lo0, lo1, lo2, lo3, lo4, lo5}, hi[6] = {hi0, hi1, hi2, hi3, hi4, hi5};
-  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp));
-  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8));
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel), _mm256_sub_epi32(lo[r], c0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
-  }
+  store_sums256(lo, hi, R, comp, out);
 }
 #undef BERTCC_ROW256
 
@@ -192,12 +198,7 @@ __attribute__((target("avx2,fma"))) void micro256_pairs(const uint8_t* a, int64_
     BERTCC_ROWPAIR(2)
   }
   const __m256i lo[3] = {lo0, lo1, lo2}, hi[3] = {hi0, hi1, hi2};
-  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp));
-  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + 8));
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel), _mm256_sub_epi32(lo[r], c0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * kPanel + 8), _mm256_sub_epi32(hi[r], c1));
-  }
+  store_sums256(lo, hi, R, comp, out);
 }
 #undef BERTCC_ROWPAIR
 
