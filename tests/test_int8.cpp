@@ -67,9 +67,9 @@ const char* name_of(Int8Kernel k) {
 // bertcc's own int8 kernels (gemm_int8_panels) on a [M, K] and b [N, K]: each that this CPU has
 // gives `want`, at 1 and 2 threads (the driver's row blocks need 192 rows a thread: both of its
 // paths whatever the machine's core count); and linear_int8_panels rescales those integers with
-// rescale_int8_row's bits, into outputs, through a row epilogue (once for each row) and both
-// act_max: the activations' bound the panels are laid out for (kInt8ActivationMax7: shift 64, the
-// AVX2 kernel two k-quads a step, K in blocks of 1,024).
+// rescale_int8_row's bits, into outputs, through a row epilogue (once for each row) and both.
+// act_max: the activations' bound the panels are laid out for (kInt8ActivationMax7: shift 64, an
+// even k-quad count, the AVX2 kernel two k-quads a step).
 void expect_own_kernel_gives(const std::vector<int8_t>& a, const std::vector<int8_t>& b, int64_t M, int64_t N,
                              int64_t K, const std::vector<int32_t>& want, int act_max = kInt8ActivationMax) {
   const auto panels = pack_int8_panels(b.data(), N, K, act_max);
@@ -173,7 +173,7 @@ TEST(Int8, OwnKernelGivesTheSameIntegers) {
                          {203, 50, 36},
                          {790, 97, 20},
                          {450, 33, 20},   // row blocks then three tail tasks of 24, 24, 18 rows at 2 threads
-                         {29, 20, 3000},  // 7-bit activations on AVX2: K in blocks of 1,024, the last partial
+                         {29, 20, 3000},  // deep K (the feed-forward's 3,072), few rows and many
                          {400, 17, 2052}}) {
     SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
     for (int act_max : {kInt8ActivationMax, kInt8ActivationMax7}) {
@@ -396,33 +396,47 @@ TEST(Int8, FusedKernelsEqualTheComposedLayers) {
   auto same = [](const Out& a, const Out& b) {
     return a.out == b.out && a.sum == b.sum && a.mean == b.mean && a.rstd == b.rstd;
   };
-  for (const Activation act : {Activation::GeluErf, Activation::GeluTanh})
-    for (const bool keep_sum : {true, false}) {
-      std::vector<float> inter(static_cast<size_t>(M * I)), h(inter.size()), y(MC);
-      linear_forward_int8(inter.data(), x.data(), q1, b1.data(), M);
-      gelu_forward(h.data(), inter.data(), M * I, act);
-      linear_forward_int8(y.data(), h.data(), q2, b2.data(), M);
-      Out ref, fused;
-      const Int8LayerNorm r = ln_of(ref, x.data(), keep_sum);
-      residual_layernorm_forward(r.out, r.sum, r.mean, r.rstd, y.data(), x.data(), g.data(), beta.data(), M, C, eps);
-      ffn_layernorm_int8(ln_of(fused, x.data(), keep_sum), x.data(), q1, b1.data(), q2, b2.data(), M, act);
-      ASSERT_TRUE(same(fused, ref)) << (act == Activation::GeluErf ? "gelu" : "gelu_new") << " sum " << keep_sum;
-      // one row alone: the same bits as in the batch
-      Out one;
-      one = Out{std::vector<float>(static_cast<size_t>(C)), {}, std::vector<float>(1), std::vector<float>(1)};
-      ffn_layernorm_int8(Int8LayerNorm{one.out.data(), nullptr, one.mean.data(), one.rstd.data(), x.data() + 5 * C,
-                                       g.data(), beta.data(), eps},
-                         x.data() + 5 * C, q1, b1.data(), q2, b2.data(), 1, act);
-      EXPECT_EQ(one.out, std::vector<float>(ref.out.begin() + 5 * C, ref.out.begin() + 6 * C));
-      // the output layer and its LayerNorm
-      const std::vector<float> res = bertcc::testing::randn(MC, 28);
-      linear_forward_int8(y.data(), x.data(), q3, b2.data(), M);
-      const Int8LayerNorm r3 = ln_of(ref, res.data(), keep_sum);
-      residual_layernorm_forward(r3.out, r3.sum, r3.mean, r3.rstd, y.data(), res.data(), g.data(), beta.data(), M, C,
-                                 eps);
-      linear_residual_layernorm_int8(ln_of(fused, res.data(), keep_sum), x.data(), q3, b2.data(), M);
-      ASSERT_TRUE(same(fused, ref)) << "output layer, sum " << keep_sum;
+  // with 8-bit activations on the weights as quantized (oneDNN's matmul), and with 7-bit ones on
+  // bertcc's own kernel's panels (shift 64; on AVX2 two k-quads a step)
+  for (const int act_max : {kInt8ActivationMax, kInt8ActivationMax7}) {
+    SCOPED_TRACE("activations in [-" + std::to_string(act_max) + ", " + std::to_string(act_max) + "]");
+    Int8Weight w1 = q1, w2 = q2, w3 = q3;
+    if (act_max == kInt8ActivationMax7) {
+      set_row_gemm(RowGemm::Always);
+      for (Int8Weight* w : {&w1, &w2, &w3}) {
+        w->act_max = act_max;
+        pack_int8_weight(*w);
+      }
+      set_row_gemm(RowGemm::Auto);
     }
+    for (const Activation act : {Activation::GeluErf, Activation::GeluTanh})
+      for (const bool keep_sum : {true, false}) {
+        std::vector<float> inter(static_cast<size_t>(M * I)), h(inter.size()), y(MC);
+        linear_forward_int8(inter.data(), x.data(), w1, b1.data(), M);
+        gelu_forward(h.data(), inter.data(), M * I, act);
+        linear_forward_int8(y.data(), h.data(), w2, b2.data(), M);
+        Out ref, fused;
+        const Int8LayerNorm r = ln_of(ref, x.data(), keep_sum);
+        residual_layernorm_forward(r.out, r.sum, r.mean, r.rstd, y.data(), x.data(), g.data(), beta.data(), M, C, eps);
+        ffn_layernorm_int8(ln_of(fused, x.data(), keep_sum), x.data(), w1, b1.data(), w2, b2.data(), M, act);
+        ASSERT_TRUE(same(fused, ref)) << (act == Activation::GeluErf ? "gelu" : "gelu_new") << " sum " << keep_sum;
+        // one row alone: the same bits as in the batch
+        Out one;
+        one = Out{std::vector<float>(static_cast<size_t>(C)), {}, std::vector<float>(1), std::vector<float>(1)};
+        ffn_layernorm_int8(Int8LayerNorm{one.out.data(), nullptr, one.mean.data(), one.rstd.data(), x.data() + 5 * C,
+                                         g.data(), beta.data(), eps},
+                           x.data() + 5 * C, w1, b1.data(), w2, b2.data(), 1, act);
+        EXPECT_EQ(one.out, std::vector<float>(ref.out.begin() + 5 * C, ref.out.begin() + 6 * C));
+        // the output layer and its LayerNorm
+        const std::vector<float> res = bertcc::testing::randn(MC, 28);
+        linear_forward_int8(y.data(), x.data(), w3, b2.data(), M);
+        const Int8LayerNorm r3 = ln_of(ref, res.data(), keep_sum);
+        residual_layernorm_forward(r3.out, r3.sum, r3.mean, r3.rstd, y.data(), res.data(), g.data(), beta.data(), M, C,
+                                   eps);
+        linear_residual_layernorm_int8(ln_of(fused, res.data(), keep_sum), x.data(), w3, b2.data(), M);
+        ASSERT_TRUE(same(fused, ref)) << "output layer, sum " << keep_sum;
+      }
+  }
   // a second layer that does not take the first one's outputs is refused
   Out o;
   EXPECT_THROW(

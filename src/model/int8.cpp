@@ -28,8 +28,9 @@ void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& line
                "this model keeps its encoder's linear layers in int8 "
                "alone (loaded for --precision int8): ",
                precision_name(p), " needs their fp32 weights");
+  if (p != Precision::I8) return;
   const int act_max = int8_activation_max(int8_activation_bits());  // --int8-activation-bits
-  if (p != Precision::I8 || (q8_ && q8_valid_ && q8_->act_max == act_max)) return;
+  if (q8_ && q8_valid_ && q8_->act_max == act_max) return;
   BERTCC_CHECK(!fp32_linears_released_,
                "the weights of a model loaded for int8 inference alone changed, or the "
                "int8 activations' bits (--int8-activation-bits)");
