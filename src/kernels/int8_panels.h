@@ -22,7 +22,7 @@ struct CacheLineAllocator {
 };
 
 struct Int8Panels {
-  int64_t N = 0, K = 0, Kq = 0;                          // Kq: k-quads (K rounded up to 4, over 4; 7-bit panels to an even count)
+  int64_t N = 0, K = 0, Kq = 0;  // Kq: k-quads (K rounded up to 4, over 4; 7-bit panels to an even count)
   std::vector<int8_t, CacheLineAllocator<int8_t>> data;  // panels of 16 columns, each [Kq][16][4]; whole groups of
                                                          // kInt8PanelGroup panels (zeros past N and K)
   std::vector<int32_t> comp;  // shift * sum_k w[n][k] over the same padded columns (zeros past N)
