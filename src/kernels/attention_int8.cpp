@@ -113,7 +113,7 @@ struct HeadWork {
       for (int64_t c = HS / 4 * 4; c < HS; ++c) dst[(c / 4) * 64 + c % 4] = kr[c];
       int32_t sum = 0;
       for (int64_t c = 0; c < HS; ++c) sum += kr[c];
-      kp.comp[static_cast<size_t>(i)] = 128 * sum;
+      kp.comp[static_cast<size_t>(i)] = kp.shift * sum;  // (the panels' shift, 128: q is 8-bit)
     }
   }
 
@@ -179,7 +179,7 @@ struct HeadWork {
       }
     }
     for (int64_t c = 0; c < HS; ++c) {
-      vp.comp[static_cast<size_t>(c)] = 128 * vs[c];
+      vp.comp[static_cast<size_t>(c)] = vp.shift * vs[c];  // (P's 8 bits less 127: shift 128)
       vs[c] *= 127;
     }
   }
