@@ -210,7 +210,8 @@ TEST(Gemm, RowKernelIsExactPortableAndRowInvariant) {
     int64_t M, N, K;
   };
   for (const Shape sh :
-       {Shape{1, 1, 1}, Shape{7, 5, 13}, Shape{37, 29, 53}, Shape{50, 70, 515}, Shape{97, 130, 1029}}) {
+       {Shape{1, 1, 1}, Shape{7, 5, 13}, Shape{37, 29, 53}, Shape{50, 70, 515}, Shape{97, 130, 1029},
+        Shape{12, 20, 264}, Shape{36, 17, 512}}) {  // the last two: x's packing ends on whole 8-column groups
     const int64_t M = sh.M, N = sh.N, K = sh.K;
     SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
     auto x = randn(M * K, 21), W = randn(N * K, 22), b = randn(N, 23);

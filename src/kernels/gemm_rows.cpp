@@ -44,15 +44,49 @@ void pack_panels(const float* W, int64_t N, int64_t K, float* out) {
   }
 }
 
-// x rows [m, m+6) of one K block packed as [k][6] (rows past the tile's end are zeros): the
+#if defined(__x86_64__)
+// Rows [0, 6) x columns [0, 8) of src (rows K apart) as [8][6] at out: an 8 x 8 transpose of the six
+// rows and two zero rows. Each column goes out as 8 floats, whose last 2 the next column's store
+// overwrites; the eighth column writes its 6 alone where `last` (the block's end, past which out
+// may end or belong to the next block).
+__attribute__((target("avx2,fma"))) void transpose6x8(const float* src, int64_t K, float* out, bool last) {
+  const __m256 z = _mm256_setzero_ps();
+  const __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + K), r2 = _mm256_loadu_ps(src + 2 * K);
+  const __m256 r3 = _mm256_loadu_ps(src + 3 * K), r4 = _mm256_loadu_ps(src + 4 * K), r5 = _mm256_loadu_ps(src + 5 * K);
+  const __m256 a0 = _mm256_unpacklo_ps(r0, r1), a1 = _mm256_unpackhi_ps(r0, r1);  // pairs of rows
+  const __m256 a2 = _mm256_unpacklo_ps(r2, r3), a3 = _mm256_unpackhi_ps(r2, r3);
+  const __m256 a4 = _mm256_unpacklo_ps(r4, r5), a5 = _mm256_unpackhi_ps(r4, r5);
+  const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);  // quads
+  const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
+  const __m256 b4 = _mm256_shuffle_ps(a4, z, 0x44), b5 = _mm256_shuffle_ps(a4, z, 0xEE);
+  const __m256 b6 = _mm256_shuffle_ps(a5, z, 0x44), b7 = _mm256_shuffle_ps(a5, z, 0xEE);
+  const __m256 c[8] = {_mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+                       _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+                       _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+                       _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
+  for (int j = 0; j < 7; ++j) _mm256_storeu_ps(out + j * kRows, c[j]);
+  if (!last) return _mm256_storeu_ps(out + 7 * kRows, c[7]);
+  _mm256_maskstore_ps(out + 7 * kRows, _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0), c[7]);
+}
+#endif
+
+// x rows [m, m+6) of one K block packed as [k][6] (rows past the tile's end are zeros; whole 6-row
+// groups 8 columns at a time through transpose6x8 where simd): the
 // micro-kernel's broadcasts then read one stream, whatever K (rows K floats apart would fall in
 // one L1 set when K*4 is a multiple of 4 KB, as for K = 3072).
-void pack_rows(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t k0, int64_t k1, float* out) {
+void pack_rows(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t k0, int64_t k1, float* out, bool simd) {
   for (int64_t m = m0; m < m1; m += kRows, out += (k1 - k0) * kRows) {
     const int64_t R = std::min(kRows, m1 - m);
     if (R == kRows) {
       const float* src = x + m * K;
-      for (int64_t k = k0; k < k1; ++k)
+      int64_t k = k0;
+#if defined(__x86_64__)
+      if (simd)
+        for (; k + 8 <= k1; k += 8) transpose6x8(src + k, K, out + (k - k0) * kRows, k + 8 == k1);
+#else
+      (void)simd;
+#endif
+      for (; k < k1; ++k)
         for (int64_t r = 0; r < kRows; ++r) out[(k - k0) * kRows + r] = src[r * K + k];
       continue;
     }
@@ -157,6 +191,7 @@ int64_t packed_at(int64_t m0, int64_t k0, int64_t M, int64_t K) {
 void tile(float* y, const float* xp, const float* packed, const float* b, int64_t m0, int64_t m1, int64_t p0,
           int64_t p1, int64_t M, int64_t N, int64_t K, bool simd) {
   alignas(32) float acc[kRows * kPanel];
+  const int64_t micro_tiles = (m1 - m0 + kRows - 1) / kRows;
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n0 = p * kPanel, C = std::min(kPanel, N - n0);
     for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
@@ -164,8 +199,18 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
       const bool last = k1 == K;
       const float* abuf = xp + packed_at(m0, k0, M, K);
       const float* panel = packed + (p * K + k0) * kPanel;
+      // The slice this task multiplies next (the panel's next K block, or the next panel's first)
+      // goes to L2 a few lines per micro-tile while this one is multiplied: the weights do not fit
+      // in L2, and the first micro-tile over a slice would otherwise wait on L3 or memory for each
+      // line (+2-5 % on bert-base's layers, docs/performance.md). A panel's K step is one line.
+      const float* next = k1 < K ? panel + kn * kPanel : p + 1 < p1 ? packed + (p + 1) * K * kPanel : nullptr;
+      const int64_t next_lines = next ? std::min(kKBlock, k1 < K ? K - k1 : K) : 0;
+      const int64_t per_micro = (next_lines + micro_tiles - 1) / micro_tiles;
+      int64_t line = 0;
       for (int64_t m = m0; m < m1; m += kRows) {
         const int64_t R = std::min(kRows, m1 - m);
+        for (const int64_t end = std::min(next_lines, line + per_micro); line < end; ++line)
+          __builtin_prefetch(next + line * kPanel, 0, 2);
 #if defined(__x86_64__)
         if (simd && C == kPanel) {
           micro_y(R, abuf + (m - m0) * kn, panel, kn, y + m * N + n0, N, k0 == 0, last && b ? b + n0 : nullptr);
@@ -205,7 +250,8 @@ void run_on_panels(float* y, const float* x, const float* pk, const float* b, in
 #pragma omp parallel for schedule(static) if (par && tm * kb > 1)
   for (int64_t t = 0; t < tm * kb; ++t) {
     const int64_t m0 = t / kb * kTileRows, k0 = t % kb * kKBlock;
-    pack_rows(x, K, m0, std::min(M, m0 + kTileRows), k0, std::min(K, k0 + kKBlock), xpk + packed_at(m0, k0, M, K));
+    pack_rows(x, K, m0, std::min(M, m0 + kTileRows), k0, std::min(K, k0 + kKBlock), xpk + packed_at(m0, k0, M, K),
+              simd);
   }
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t t = 0; t < tm * tn; ++t) {
