@@ -39,6 +39,17 @@ grep -q "precision auto: fp32 (this CPU has neither AVX512-BF16 nor AMX-BF16" "$
   --warmup 0 --threads 1 > "$WORK/int8.txt" 2>&1 || fail "bench infer --precision int8: $(tail -3 "$WORK/int8.txt")"
 grep -q "no VNNI: bertcc's AVX2 int8 kernel" "$WORK/int8.txt" || fail "int8 kernel: $(grep backend "$WORK/int8.txt")"
 grep -q "7-bit activations per row \[auto" "$WORK/int8.txt" || fail "int8 activations (auto: 7 bits on AVX2): $(grep backend "$WORK/int8.txt")"
+# export-onnx --precision int8 writes 8-bit activations whatever the host (auto is the file's, not this
+# machine's), and 7 where asked
+{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; seq -f 'w%g' 5 99; } > "$WORK/vocab.txt"
+"$B" init-model --config bert-tiny --vocab "$WORK/vocab.txt" --output "$WORK/tiny" > /dev/null || fail "init-model"
+for bits in auto 7; do
+  "$HERE/bench/as_avx2.sh" "$B" export-onnx --model "$WORK/tiny" --out "$WORK/tiny.onnx" --precision int8 \
+    --int8-activation-bits $bits > "$WORK/export.txt" 2>&1 || fail "export-onnx int8 ($bits): $(tail -3 "$WORK/export.txt")"
+  want=8; [ $bits = 7 ] && want=7
+  grep -q "int8 encoder, $want-bit activations" "$WORK/export.txt" ||
+    fail "export-onnx --int8-activation-bits $bits did not write $want-bit activations: $(tail -1 "$WORK/export.txt")"
+done
 echo "avx2_emulated: $n cpuid/xgetbv answers given by the emulation; start-up lines as on an AVX2-only CPU:"
 grep -h -E "^(backend|precision auto)" "$WORK/auto.txt" "$WORK/int8.txt" | sed 's/^/  /'
 

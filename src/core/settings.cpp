@@ -61,7 +61,7 @@ void set_allow_tf32(bool on) { process_settings().allow_tf32 = on; }
 void set_cuda_graphs(bool on) { process_settings().cuda_graphs = on; }
 void set_padded_execution(bool on) { process_settings().padded = on; }
 void set_int8_activation_bits(int bits) {
-  BERTCC_CHECK(bits == 0 || bits == 7 || bits == 8, "--int8-activation-bits: ", bits, " is not 7, 8 or auto");
+  BERTCC_CHECK(int8_activation_bits_valid(bits), "--int8-activation-bits: ", bits, " is not 7, 8 or auto");
   process_settings().int8_activation_bits = bits;
 }
 

@@ -76,6 +76,8 @@ inline const char* padded_help() {
 
 // --int8-activation-bits (the int8 inference commands): 7 or 8, 0 for auto (runtime.h,
 // int8_activation_bits: 7 where bertcc's int8 kernel is its AVX2 one, 8 elsewhere).
+// The values either takes: 7, 8, or 0 (auto).
+inline bool int8_activation_bits_valid(int bits) { return bits == 0 || bits == 7 || bits == 8; }
 void set_int8_activation_bits(int bits);
 inline const char* int8_activation_bits_help() {
   return "with --precision int8: the bits the linear layers' inputs are quantized to per row: 8 ([-127, 127]) "

@@ -165,12 +165,11 @@ inline void add_device_flags(CLI::App* sub, std::string& device) {
 }
 
 // --int8-activation-bits, on the commands that take --precision int8 (qa, classify, tag, embed,
-// fill-mask, serve, bench, finetune's eval and prediction, export-onnx).
-inline void add_int8_flags(CLI::App* sub) {
+// fill-mask, serve, bench, finetune's eval and prediction, export-onnx: `help` its own text).
+inline void add_int8_flags(CLI::App* sub, const char* help = int8_activation_bits_help()) {
   sub->add_option_function<std::string>(
          flag("--int8-activation-bits"),
-         [](const std::string& v) { set_int8_activation_bits(v == "auto" ? 0 : std::stoi(v)); },
-         int8_activation_bits_help())
+         [](const std::string& v) { set_int8_activation_bits(v == "auto" ? 0 : std::stoi(v)); }, help)
       ->check(CLI::IsMember({"auto", "7", "8"}))
       ->default_str("auto");
 }

@@ -19,6 +19,7 @@
 #include "bertcc/runtime.h"
 #include "bertcc/tokenizer.h"
 #include "bertcc/torch_checkpoint.h"
+#include "core/settings.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -226,9 +227,15 @@ void add_export_onnx(CLI::App& app) {
                  "per output channel, activations quantized per row: QuantizeLinear, MatMulInteger; the attention's "
                  "two products as MatMulInteger, its probabilities from bertcc's 8-bit exp table)")
       ->check(CLI::IsMember({"fp32", "int8"}));
-  add_int8_flags(ox);
+  add_int8_flags(ox,
+                 "with --precision int8: the bits the file quantizes the linear layers' inputs to per row: 8 "
+                 "([-127, 127]) or 7 ([-63, 63], what bertcc's auto takes on a CPU without VNNI or AVX-512); auto "
+                 "(default): 8, whatever this machine is (the file runs elsewhere; ONNX Runtime's quantize_dynamic "
+                 "default too)");
   ox->callback([oo]() {
     check_output_not_input(oo->out, "--output", oo->model, "--model");
+    // auto: 8 bits, not this machine's choice, so that the file does not depend on where it was made
+    if (settings().int8_activation_bits == 0) set_int8_activation_bits(8);
     const auto model = load_model_dir(oo->model, architecture_heads(oo->model));
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
     export_onnx(*model, oo->out, dt, oo->precision == "int8");
