@@ -11,12 +11,12 @@
 #include <cstring>
 #include <vector>
 
-#define BERTCC_AB_DECLARE(ns)                                                                                   \
-  namespace bertcc::kernels::ns {                                                                               \
-  int64_t row_panels_size(int64_t N, int64_t K);                                                                \
-  void pack_row_panels(const float* W, int64_t N, int64_t K, float* out);                                       \
-  void linear_forward_rows_packed(float* y, const float* x, const float* panels, const float* b, int64_t M,      \
-                                  int64_t N, int64_t K);                                                        \
+#define BERTCC_AB_DECLARE(ns)                                                                                          \
+  namespace bertcc::kernels::ns {                                                                                      \
+  int64_t row_panels_size(int64_t N, int64_t K);                                                                       \
+  void pack_row_panels(const float* W, int64_t N, int64_t K, float* out);                                              \
+  void linear_forward_rows_packed(float* y, const float* x, const float* panels, const float* b, int64_t M, int64_t N, \
+                                  int64_t K);                                                                          \
   }
 BERTCC_AB_DECLARE(ab_a)
 BERTCC_AB_DECLARE(ab_b)

@@ -186,8 +186,7 @@ std::string int8_kernel_name(const CpuReport& r) {
 }
 
 int int8_activation_bits(int requested, const CpuReport& cpu) {
-  BERTCC_CHECK(int8_activation_bits_valid(requested), "int8 activation bits: ", requested,
-               " is not 7, 8 or 0 (auto)");
+  BERTCC_CHECK(int8_activation_bits_valid(requested), "int8 activation bits: ", requested, " is not 7, 8 or 0 (auto)");
   if (requested != 0) return requested;
   return cpu.onednn_isa == "avx2" ? 7 : 8;
 }
