@@ -10,7 +10,7 @@
 #   env: THREADS (2), ROUNDS (6), ROWS (1024: batch 8 x 128), CXX (g++),
 #        CXXFLAGS (-O3 -march=native; -march=znver3 for an AVX2 CPU's code on a newer one)
 set -eu
-[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: bench/ab_row_gemm.sh REV_A [REV_B]" >&2; exit 2; }
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then echo "usage: bench/ab_row_gemm.sh REV_A [REV_B]" >&2; exit 2; fi
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 F=src/kernels/gemm_rows.cpp
