@@ -138,19 +138,13 @@ struct HeadWork {
     uint32_t* mx = reinterpret_cast<uint32_t*>(grow(acc, std::max(n, int64_t{1}) * HS));  // (free until P v)
     int32_t* vs = grow(vsum, HS);
     for (int64_t c = 0; c < HS; ++c) mx[c] = 0;
-    for (int64_t j = 0; j < n; ++j)
+    for (int64_t j = 0; j < n; ++j)  // quantize_rows_int8's rule (int8_scale), per column
       if (s[j])
-        for (int64_t c = 0; c < HS; ++c) {  // |v| on the bits, as quantize_rows_int8 takes it
-          uint32_t u;
-          std::memcpy(&u, v + j * ld + c, 4);
-          mx[c] = std::max(mx[c], u & 0x7fffffffu);
-        }
+        for (int64_t c = 0; c < HS; ++c) mx[c] = std::max(mx[c], int8_abs_bits(v[j * ld + c]));
     for (int64_t c = 0; c < HS; ++c) {
-      float amax;
-      std::memcpy(&amax, mx + c, 4);
-      const bool zero = mx[c] == 0, bad = mx[c] >= 0x7f800000u;  // a non-finite column: NaN outputs
-      inv[c] = zero || bad ? 0.0f : static_cast<float>(kInt8WeightMax) / amax;
-      svp[c] = zero ? 0.0f : bad ? std::numeric_limits<float>::quiet_NaN() : amax / static_cast<float>(kInt8WeightMax);
+      const Int8Scale sc = int8_scale(mx[c], kInt8WeightMax);  // (a non-finite column: NaN outputs)
+      svp[c] = sc.scale;
+      inv[c] = sc.inv;
       vs[c] = 0;
     }
     size_int8_panels(vp, HS, n);
@@ -166,10 +160,7 @@ struct HeadWork {
           std::memset(tr, 0, static_cast<size_t>(HS));
           continue;
         }
-        for (int64_t c = 0; c < HS; ++c) {  // (a non-finite column's inverse is 0: its NaN products as 0)
-          const float x = std::nearbyint(v[j * ld + c] * inv[c]);
-          tr[c] = static_cast<int8_t>(x != x ? 0.0f : std::min(std::max(x, -lim), lim));
-        }
+        for (int64_t c = 0; c < HS; ++c) tr[c] = int8_quantize(v[j * ld + c], inv[c], lim);
         for (int64_t c = 0; c < HS; ++c) vs[c] += tr[c];
       }
       for (int64_t c0 = 0; c0 < HS; c0 += kInt8Panel) {

@@ -24,25 +24,18 @@ namespace {
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
+// One row by the rule of int8_scale and int8_quantize (gemm_int8.h).
 void quantize_row(const float* x, int64_t K, int qmax, int8_t* q, float* scale) {
-  // max |x| on the bits (sign cleared, non-negative floats order as their bits): an integer
-  // reduction that vectorises, and NaN or infinity shows as bits >= those of infinity
   uint32_t mx = 0;
-  for (int64_t k = 0; k < K; ++k) {
-    uint32_t u;
-    std::memcpy(&u, x + k, 4);
-    mx = std::max(mx, u & 0x7fffffffu);
-  }
-  float amax;
-  std::memcpy(&amax, &mx, 4);
-  if (mx == 0 || mx >= 0x7f800000u) {  // zeros, or a non-finite row: its products become NaN
+  for (int64_t k = 0; k < K; ++k) mx = std::max(mx, int8_abs_bits(x[k]));
+  const Int8Scale s = int8_scale(mx, qmax);
+  *scale = s.scale;
+  if (s.inv == 0.0f) {  // zeros, or a non-finite row
     if (K > 0) std::memset(q, 0, static_cast<size_t>(K));
-    *scale = mx == 0 ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     return;
   }
-  const float inv = static_cast<float>(qmax) / amax, lim = static_cast<float>(qmax);
-  for (int64_t k = 0; k < K; ++k) q[k] = static_cast<int8_t>(std::min(std::max(std::nearbyint(x[k] * inv), -lim), lim));
-  *scale = amax / static_cast<float>(qmax);
+  const float lim = static_cast<float>(qmax);
+  for (int64_t k = 0; k < K; ++k) q[k] = int8_quantize(x[k], s.inv, lim);
 }
 
 }  // namespace

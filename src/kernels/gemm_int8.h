@@ -10,8 +10,12 @@
 // integers whatever the kernel, and int8 results are bit-identical across ISAs and batches for
 // the same activation bits (Int8Weight::act_max: 8, or 7 where AVX2 multiplies them faster).
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -26,6 +30,32 @@ constexpr int kInt8ActivationMax = 127;  // symmetric s8 activations, per row
 // add in 16 bits without saturating, so bertcc's AVX2 kernel multiplies two k-quads with 3
 // instructions instead of 4 (gemm_int8_rows.cpp). Twice the activations' rounding error.
 constexpr int kInt8ActivationMax7 = 63;
+
+// The symmetric rule every int8 quantization here follows (rows: quantize_rows_int8; the
+// attention's v: per column). From the largest |x| of the set, as its bits with the sign cleared
+// (int8_abs_bits: non-negative floats order as their bits, so the max is an integer reduction
+// that vectorises, and a NaN or infinity shows as bits >= infinity's): scale = amax / qmax and the
+// inverse qmax / amax; an all-zero set has scale 0, a non-finite one NaN (its products become
+// NaN), and both inverse 0. A value: nearbyint(x * inv) clamped to [-qmax, qmax] (NaN, from a
+// non-finite value times inverse 0, clamps to qmax: its set's scale is NaN anyway).
+struct Int8Scale {
+  float scale, inv;
+};
+inline uint32_t int8_abs_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u & 0x7fffffffu;
+}
+inline Int8Scale int8_scale(uint32_t amax_bits, int qmax) {
+  if (amax_bits == 0) return {0.0f, 0.0f};
+  if (amax_bits >= 0x7f800000u) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  float amax;
+  std::memcpy(&amax, &amax_bits, 4);
+  return {amax / static_cast<float>(qmax), static_cast<float>(qmax) / amax};
+}
+inline int8_t int8_quantize(float x, float inv, float lim) {
+  return static_cast<int8_t>(std::max(-lim, std::min(lim, std::nearbyint(x * inv))));
+}
 
 struct PackedWeights;  // q in the layout oneDNN's int8 matmul reads fastest (onednn_runtime.h)
 struct Int8Panels;     // q in the panels of bertcc's own int8 kernel (gemm_int8_rows.cpp)
