@@ -231,6 +231,78 @@ void BM_Int8Step(benchmark::State& st) {
   st.counters["products/ns"] = benchmark::Counter(products / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Int8Step)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// One core's AVX2 FMA rate, the bound of every fp32 engine on an AVX2 CPU (docs/performance.md,
+// "The fp32 bound on AVX2"): arg 0, 12 independent fmas a trip with their operands in registers
+// (the FMA units' peak); arg 1, the fp32 row kernel's micro-tile (gemm_rows.cpp: 6 rows x 16
+// columns, 2 weight loads and 6 broadcasts for 12 fmas a k step) over 256 k steps of operands in
+// L1, its sums carried from call to call: what the kernel's instruction mix allows, before any
+// cache miss. GFLOP/s: 2 x 8 lanes per fma.
+#define BERTCC_FMA12(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
+__attribute__((target("avx2,fma"), noinline)) float f32_step_registers(int64_t trips) {
+#define BERTCC_DECL(i) __m256 a##i = _mm256_set1_ps(0.001f * i);
+#define BERTCC_FMA(i) a##i = _mm256_fmadd_ps(a##i, w, x);
+#define BERTCC_KEEP(i) asm("" : "+x"(a##i));
+  BERTCC_FMA12(BERTCC_DECL)
+  const __m256 w = _mm256_set1_ps(0.999f), x = _mm256_set1_ps(1e-4f);
+  for (int64_t t = 0; t < trips; ++t) {
+    BERTCC_FMA12(BERTCC_FMA)
+    BERTCC_FMA12(BERTCC_KEEP)
+  }
+#define BERTCC_SUM(i) +_mm256_cvtss_f32(a##i)
+  return 0.0f BERTCC_FMA12(BERTCC_SUM);
+#undef BERTCC_DECL
+#undef BERTCC_FMA
+#undef BERTCC_KEEP
+#undef BERTCC_SUM
+}
+__attribute__((target("avx2,fma"), noinline)) float f32_step_micro_tile(int64_t trips, const float* a,
+                                                                        const float* panel) {
+#define BERTCC_DECL(r) __m256 lo##r = _mm256_setzero_ps(), hi##r = lo##r;
+#define BERTCC_ROW(r)                              \
+  {                                                \
+    const __m256 xv = _mm256_broadcast_ss(ak + r); \
+    lo##r = _mm256_fmadd_ps(xv, w0, lo##r);        \
+    hi##r = _mm256_fmadd_ps(xv, w1, hi##r);        \
+  }
+#define BERTCC_SIX(op) op(0) op(1) op(2) op(3) op(4) op(5)
+  BERTCC_SIX(BERTCC_DECL)
+  for (int64_t t = 0; t < trips; ++t) {
+    const float *ak = a, *pk = panel;
+#pragma GCC unroll 4
+    for (int k = 0; k < 256; ++k, ak += 6, pk += 16) {
+      const __m256 w0 = _mm256_loadu_ps(pk), w1 = _mm256_loadu_ps(pk + 8);
+      BERTCC_SIX(BERTCC_ROW)
+    }
+  }
+#define BERTCC_SUM(r) +_mm256_cvtss_f32(lo##r) + _mm256_cvtss_f32(hi##r)
+  return 0.0f BERTCC_SIX(BERTCC_SUM);
+#undef BERTCC_DECL
+#undef BERTCC_ROW
+#undef BERTCC_SIX
+#undef BERTCC_SUM
+}
+#undef BERTCC_FMA12
+
+void BM_F32FmaStep(benchmark::State& st) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    st.SkipWithError("this CPU lacks AVX2 or FMA");
+    return;
+  }
+  const bool tile = st.range(0) == 1;
+  const std::vector<float> a = filled(256 * 6, 1e-3f), panel = filled(256 * 16, 1e-3f);
+  const int64_t trips = tile ? 256 : 1 << 16;
+  float sink = 0.0f;
+  for (auto _ : st) {
+    int64_t n = trips;
+    benchmark::DoNotOptimize(n);  // (else GCC, finding the function pure, calls it once)
+    sink += tile ? f32_step_micro_tile(n, a.data(), panel.data()) : f32_step_registers(n);
+    benchmark::DoNotOptimize(sink);
+  }
+  const double fmas = (tile ? 256.0 * 12 : 12.0) * trips * static_cast<double>(st.iterations());
+  st.counters["GFLOP/s"] = benchmark::Counter(fmas * 16 / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_F32FmaStep)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 #endif
 
 void BM_LayerNorm(benchmark::State& st) {
