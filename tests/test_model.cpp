@@ -8,6 +8,9 @@
 #include "bertcc/runtime.h"
 #include "core/settings.h"
 #include "kernels/gemm.h"
+#include "model/acts.h"
+#include "model/encoder.h"
+#include "model/parts.h"
 #include "test_util.h"
 
 using namespace bertcc;
@@ -829,6 +832,28 @@ TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {
   m.encode(alone, false, Precision::I8, r, false);
   EXPECT_EQ(seven, std::vector<float>(m.sequence_output(), m.sequence_output() + 7 * c.hidden_size));
   set_int8_activation_bits(0);
+}
+
+// int8 inference runs its feed-forward block fused (no fp32 intermediate or GELU output) and its
+// attention keeps no probabilities: its activation arena holds neither, so an int8 server's memory
+// under load is that much smaller than fp32's
+TEST(Model, Int8InferenceArenaHoldsNoFp32FeedForwardNorProbabilities) {
+  const BertConfig c = small_config();
+  const BertBatch batch = batch_of_lengths(c, {5, 12, 7, 3}, 12, 8);
+  const int64_t N = 5 + 12 + 7 + 3;  // the packed tokens (unpadded execution)
+  size_t floats[2] = {0, 0};
+  for (int i8 = 0; i8 < 2; ++i8) {
+    Bert m(c, Heads::None);
+    m.init_weights(3);
+    Rng r{1, 0};
+    m.encode(batch, false, i8 ? Precision::I8 : Precision::F32, r, false);
+    floats[i8] = ModelParts::encoder(m).acts().arena.size();
+  }
+  // fp32's GELU output (N x I) and its probabilities (NH n^2 over the sequences) are gone
+  int64_t probs = 0;
+  for (int64_t n : {5, 12, 7, 3}) probs += c.num_attention_heads * n * n;
+  EXPECT_LE(floats[1] + static_cast<size_t>(N * c.intermediate_size + probs), floats[0])
+      << "int8 " << floats[1] << " floats, fp32 " << floats[0];
 }
 
 // small_config with encoder matrices of whole pages (keep_*_weights_only give their pages back)

@@ -277,6 +277,7 @@ void Ops::scatter_add_rows(float* dinp, const float* dout, const int64_t* rows, 
 int64_t Ops::attention_saved_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
                                   bool qkv16_kept) const {
   if (dev_) return dev_->attention_saved_size(B, T, C, NH, dropout, prec, qkv16_kept);
+  if (prec == Precision::I8) return 0;  // attention_int8_forward keeps nothing (inference only)
   return kernels::attention_saved_size(B, T, C, NH, dropout, prec, qkv16_kept);
 }
 
@@ -289,8 +290,8 @@ int64_t Ops::attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH) co
 int64_t Ops::attention_work_size(int64_t B, int64_t T, int64_t C, int64_t NH, bool dropout, Precision prec,
                                  bool inference) const {
   if (dev_) return dev_->attention_work_size_hinted(B, T, C, NH, dropout, prec, inference);
-  (void)dropout, (void)prec, (void)inference;
-  return attention_work_size(B, T, C, NH);
+  (void)dropout, (void)inference;
+  return prec == Precision::I8 ? 0 : attention_work_size(B, T, C, NH);  // (int8's scratch is its threads')
 }
 
 // The hints are for a device's paths (CUDA's cuDNN path, ops_cuda.cpp); the CPU ignores them
@@ -339,6 +340,7 @@ bool Ops::varlen_attention() const {
 int64_t Ops::attention_varlen_saved_size(const int64_t* cu, int64_t B, int64_t C, int64_t NH, bool dropout,
                                          Precision prec, bool qkv16_kept) const {
   if (dev_) return attention_varlen_per_sequence_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
+  if (prec == Precision::I8) return 0;
   return kernels::attention_varlen_saved_size(cu, B, C, NH, dropout, prec, qkv16_kept);
 }
 

@@ -94,11 +94,14 @@ int64_t Encoder::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape
   const int64_t B = s.B, N = s.N, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t E = cfg.embedding_dim();
   const int64_t h16 = prec == Precision::BF16 ? 1 : 0;
+  // int8: the feed-forward block runs fused (ffn_layernorm_int8: no fp32 inter or gelu), the
+  // attention's output layer too (no tmp_c), and its attention keeps nothing (saved and work 0)
+  const int64_t f32_ffn = prec == Precision::I8 ? 0 : 1;
   a.lean = h16 && !be.y16_needs_y();
   a.region_ctx = a.lean ? 0 : slot_floats(N * 3 * C);  // 64-byte aligned places inside R
   // (tmp_c, N C floats, fits either way; the residual LayerNorms keep no sums: no backward reads them)
-  const int64_t R =
-      a.lean ? std::max({(N * 3 * C + 1) / 2, (N * I + 1) / 2, N * E}) : std::max({a.region_ctx + N * C, N * I, N * E});
+  const int64_t R = a.lean ? std::max({(N * 3 * C + 1) / 2, (N * I + 1) / 2, N * E})
+                           : std::max({a.region_ctx + N * C, f32_ffn * N * I, N * E});
   const int64_t own16 = h16 && !a.lean ? 1 : 0;  // qkv16 and inter16 in slots of their own (else in R)
   Acts::Layer& ly = a.layers.front();
   plan.push_back({&a.region, R});
@@ -112,7 +115,7 @@ int64_t Encoder::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape
   plan.push_back({&ly.ln1_mean, N});
   plan.push_back({&ly.ln1_rstd, N});
   plan.push_back({&ly.h1, N * C});
-  plan.push_back({&ly.gelu, (1 - h16) * N * I});  // fp32 only (bf16: FFN2 reads gelu16)
+  plan.push_back({&ly.gelu, f32_ffn * (1 - h16) * N * I});  // fp32 only (bf16: FFN2 reads gelu16)
   plan.push_back({&ly.ln2_mean, N});
   plan.push_back({&ly.ln2_rstd, N});
   for (float** p : {&ly.x16, &ly.ctx16, &ly.h1_16}) plan.push_back({p, h16 * (N * C + 1) / 2});
