@@ -236,7 +236,7 @@ BENCHMARK(BM_Int8Step)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseReal
 // "The fp32 bound on AVX2"): arg 0, 12 independent fmas a trip with their operands in registers
 // (the FMA units' peak); arg 1, the fp32 row kernel's micro-tile (gemm_rows.cpp: 6 rows x 16
 // columns, 2 weight loads and 6 broadcasts for 12 fmas a k step) over 256 k steps of operands in
-// L1, its sums carried from call to call: what the kernel's instruction mix allows, before any
+// L1, its sums carried across the trips of a call: what the kernel's instruction mix allows, before any
 // cache miss. GFLOP/s: 2 x 8 lanes per fma.
 #define BERTCC_FMA12(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
 __attribute__((target("avx2,fma"), noinline)) float f32_step_registers(int64_t trips) {

@@ -13,7 +13,8 @@
 namespace bertcc {
 
 // `weights`: F32, F16 or BF16 (16-bit weights are Cast to fp32 inside the graph); int8: the encoder's
-// linear layers as --precision int8 computes them (OnnxGraph::linear_int8). Written atomically.
+// linear layers as --precision int8 computes them (OnnxGraph::linear_int8), with the activation bits
+// of int8_export_activation_bits (runtime.h: 8 unless 7 is asked for). Written atomically.
 void export_onnx(const Bert& model, const std::string& path, DType weights = DType::F32, bool int8 = false);
 
 }  // namespace bertcc

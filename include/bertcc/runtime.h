@@ -42,6 +42,9 @@ std::string int8_kernel_name(const CpuReport& cpu);
 int int8_activation_bits(int requested, const CpuReport& cpu);
 // This process's: the flag's (settings) or auto's on this CPU.
 int int8_activation_bits();
+// An ONNX export's (export_onnx): the flag's, and 8 for auto whatever this CPU (the file runs
+// elsewhere; ONNX Runtime's quantize_dynamic default).
+int int8_export_activation_bits();
 // The bound of those bits' symmetric values: 127 for 8, 63 for 7 (kernels/gemm_int8.h).
 inline int int8_activation_max(int bits) { return bits == 7 ? 63 : 127; }
 // --precision's value for a run: "auto" (every command's default) is bf16 on a GPU (its default)

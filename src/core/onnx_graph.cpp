@@ -217,8 +217,8 @@ std::string OnnxGraph::linear_int8(const std::string& x, const std::string& pref
   const std::string x2 = node("Reshape", {x, const_i64({-1, K})});  // [M, K]
   const std::string amax = node("ReduceMax", {node("Abs", {x2})}, {Attr::ints("axes", {1}), Attr::i("keepdims", 0)});
   // a row of zeros: any positive scale quantizes it to zeros (bertcc's is 0, with the same products)
-  // activations to the bits bertcc's int8 runs here quantize them to (--int8-activation-bits)
-  const float act_max = static_cast<float>(int8_activation_max(int8_activation_bits()));
+  // activations to the bits --int8-activation-bits names (8 for auto: the file runs elsewhere)
+  const float act_max = static_cast<float>(int8_activation_max(int8_export_activation_bits()));
   const std::string sx = node("Div", {node("Max", {amax, const_f32(1e-30f)}), const_f32(act_max)});
   const std::string zp = node("Cast", {node("Mul", {amax, const_f32(0.0f)})}, {Attr::i("to", kInt8)});
   const std::string xq = node("QuantizeLinear", {x2, sx, zp}, {Attr::i("axis", 0)});

@@ -191,6 +191,11 @@ int int8_activation_bits(int requested, const CpuReport& cpu) {
   return cpu.onednn_isa == "avx2" ? 7 : 8;
 }
 
+int int8_export_activation_bits() {
+  const int requested = settings().int8_activation_bits;
+  return requested != 0 ? requested : 8;
+}
+
 int int8_activation_bits() {
   static const int automatic = int8_activation_bits(0, cpu_report());  // (cpuid once: every forward asks)
   const int requested = settings().int8_activation_bits;

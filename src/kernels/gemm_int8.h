@@ -35,9 +35,11 @@ constexpr int kInt8ActivationMax7 = 63;
 // attention's v: per column). From the largest |x| of the set, as its bits with the sign cleared
 // (int8_abs_bits: non-negative floats order as their bits, so the max is an integer reduction
 // that vectorises, and a NaN or infinity shows as bits >= infinity's): scale = amax / qmax and the
-// inverse qmax / amax; an all-zero set has scale 0, a non-finite one NaN (its products become
-// NaN), and both inverse 0. A value: nearbyint(x * inv) clamped to [-qmax, qmax] (NaN, from a
-// non-finite value times inverse 0, clamps to qmax: its set's scale is NaN anyway).
+// inverse qmax / amax, held at FLT_MAX where amax is so small (below about 4e-37) that it would
+// overflow (no 0 x infinity then: such a set quantizes to fewer steps, and without NaN); an
+// all-zero set has scale 0, a non-finite one NaN (its products become NaN), and both inverse 0. A
+// value: nearbyint(x * inv) clamped to [-qmax, qmax] (NaN, which only a non-finite value times
+// inverse 0 gives, clamps to qmax: its set's scale is NaN anyway).
 struct Int8Scale {
   float scale, inv;
 };
@@ -51,7 +53,8 @@ inline Int8Scale int8_scale(uint32_t amax_bits, int qmax) {
   if (amax_bits >= 0x7f800000u) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
   float amax;
   std::memcpy(&amax, &amax_bits, 4);
-  return {amax / static_cast<float>(qmax), static_cast<float>(qmax) / amax};
+  return {amax / static_cast<float>(qmax),
+          std::min(static_cast<float>(qmax) / amax, std::numeric_limits<float>::max())};
 }
 inline int8_t int8_quantize(float x, float inv, float lim) {
   return static_cast<int8_t>(std::max(-lim, std::min(lim, std::nearbyint(x * inv))));

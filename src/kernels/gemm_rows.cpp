@@ -202,7 +202,8 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
       // The slice this task multiplies next (the panel's next K block, or the next panel's first)
       // goes to L2 a few lines per micro-tile while this one is multiplied: the weights do not fit
       // in L2, and the first micro-tile over a slice would otherwise wait on L3 or memory for each
-      // line (+2-5 % on bert-base's layers, docs/performance.md). A panel's K step is one line.
+      // line (+1-1.5 % on bert-base's layers at 1,024 rows, +5.6 % at 32: bench/ab_row_gemm.sh,
+      // docs/performance.md). A panel's K step is one line.
       const float* next = k1 < K ? panel + kn * kPanel : p + 1 < p1 ? packed + (p + 1) * K * kPanel : nullptr;
       const int64_t next_lines = next ? std::min(kKBlock, k1 < K ? K - k1 : K) : 0;
       const int64_t per_micro = (next_lines + micro_tiles - 1) / micro_tiles;

@@ -19,7 +19,6 @@
 #include "bertcc/runtime.h"
 #include "bertcc/tokenizer.h"
 #include "bertcc/torch_checkpoint.h"
-#include "core/settings.h"
 #include "tools/cli_common.h"
 
 namespace bertcc::tools {
@@ -234,14 +233,12 @@ void add_export_onnx(CLI::App& app) {
                  "default too)");
   ox->callback([oo]() {
     check_output_not_input(oo->out, "--output", oo->model, "--model");
-    // auto: 8 bits, not this machine's choice, so that the file does not depend on where it was made
-    if (settings().int8_activation_bits == 0) set_int8_activation_bits(8);
     const auto model = load_model_dir(oo->model, architecture_heads(oo->model));
     const DType dt = oo->weights == "fp16" ? DType::F16 : oo->weights == "bf16" ? DType::BF16 : DType::F32;
     export_onnx(*model, oo->out, dt, oo->precision == "int8");
     std::cout << "wrote " << oo->out << " (" << model->architecture() << ", " << oo->weights << " weights"
               << (oo->precision == "int8"
-                      ? ", int8 encoder, " + std::to_string(int8_activation_bits()) + "-bit activations"
+                      ? ", int8 encoder, " + std::to_string(int8_export_activation_bits()) + "-bit activations"
                       : "")
               << ", " << std::filesystem::file_size(oo->out) << " bytes)\n";
   });
