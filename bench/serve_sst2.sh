@@ -5,7 +5,8 @@
 # one batch, which unpadded execution computes without the padding. A bert-base-shaped classifier
 # with random weights (tests/serve/make_models.py). Each mode runs ROUNDS times, alternating, so
 # that both see the same machine. Prints requests/s, p50/p99 latency, errors, the mean batch and
-# the server's resident memory (VmRSS once loaded, before any request; VmHWM, its peak, at the end).
+# the server's resident memory (VmRSS once loaded, before any request, and at the end; VmHWM, its peak
+# since it started, the load's included).
 # AS_AVX2=1 runs each server as on an AVX2-only CPU (bench/as_avx2.sh; BERTCC then best built for an
 # AVX2 CPU, as in bench/int8_peers.sh); the memory read is the server's, not gdb's.
 # MODES: the server variants compared, "unpadded padded" by default; a precision (fp32, bf16, int8,
@@ -74,13 +75,14 @@ while [ $r -le "$ROUNDS" ]; do
     metrics=$("$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
       "http://127.0.0.1:$port/metrics")
     hwm=$(awk '/^VmHWM/ {printf "%.0f", $2 / 1024}' /proc/$spid/status)
+    rss_end=$(awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' /proc/$spid/status)
     kill -TERM $pid; wait $pid || true
     rps=$(sed -n 's/^Requests\/sec: *//p' "$WORK/wrk.txt")
     p50=$(awk '$1 == "50%" {print $2}' "$WORK/wrk.txt"); p99=$(awk '$1 == "99%" {print $2}' "$WORK/wrk.txt")
     errs=$(sed -n 's/.*Non-2xx or 3xx responses: *//p; s/.*Socket errors: *//p' "$WORK/wrk.txt" | tr '\n' ' ')
     mean=$(printf '%s\n' "$metrics" | awk '/^bertcc_batch_size_sum/ {s=$2} /^bertcc_batch_size_count/ {c=$2} END {if (c) printf "%.1f", s/c}')
-    printf 'round %s %-8s %9s req/s  p50 %9s  p99 %9s  mean batch %5s  RSS %5s MiB loaded, %5s MiB peak  errors: %s\n' \
-      "$r" "$mode" "$rps" "$p50" "$p99" "$mean" "$rss" "$hwm" "${errs:-0}"
+    printf 'round %s %-8s %9s req/s  p50 %9s  p99 %9s  mean batch %5s  RSS %5s MiB loaded, %5s at the end, %5s peak  errors: %s\n' \
+      "$r" "$mode" "$rps" "$p50" "$p99" "$mean" "$rss" "$rss_end" "$hwm" "${errs:-0}"
   done
   r=$((r + 1))
 done

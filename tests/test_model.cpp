@@ -1,6 +1,11 @@
 // Model-level properties: determinism, dropout gradients by directional finite differences,
 // gradient accumulation semantics.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <set>
+#include <utility>
 
 #include "backend/backend.h"
 #include "bertcc/bert.h"
@@ -94,7 +99,7 @@ TEST(Model, DropoutBackwardMatchesDirectionalFiniteDifference) {
   for (auto& p : m.params()) p *= 5.0f;  // larger weights: a less trivial function
   auto dir = bertcc::testing::randn(m.params().size(), 17);
   auto loss_at = [&](double eps) {
-    std::vector<float> saved = m.params();
+    ParamVector saved = m.params();
     for (size_t i = 0; i < saved.size(); ++i) m.params()[i] = saved[i] + static_cast<float>(eps) * dir[i];
     Rng rng{77, 0};
     const double l = m.pretrain_step(batch, rng, StepArgs{.training = true, .precision = Precision::F32}).loss;
@@ -932,4 +937,74 @@ TEST(Model, Int8WeightsOnlyGiveTheSameOutputs) {
   EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * c.hidden_size));
   EXPECT_THROW(m.encode(b, false, Precision::F32, r, false), Error);
   EXPECT_THROW(m.encode(b, false, Precision::BF16, r, false), Error);
+}
+
+namespace {
+// Pages of the buffer [p, p + n floats) resident now (p page-aligned).
+size_t resident_pages(const float* p, size_t n) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), pages = (n * sizeof(float) + page - 1) / page;
+  std::vector<unsigned char> in(pages);
+  if (mincore(const_cast<float*>(p), n * sizeof(float), in.data()) != 0) return static_cast<size_t>(-1);
+  size_t r = 0;
+  for (unsigned char v : in) r += v & 1;
+  return r;
+}
+}  // namespace
+
+TEST(Model, InferenceLoadMakesEachLinearLayerOnceWrittenAndGivesItsPagesBack) {
+  // load_model_dir_for_inference (the inference commands and serve on the CPU): each encoder linear
+  // layer is quantized (int8) or packed (fp32) as soon as a loader has written its whole weight (Q,
+  // K and V: one block of three tensors, whatever order they come in) and its fp32 pages go back
+  // then, so the load never holds the fp32 linear layers beside their copies (a bert-base int8
+  // load's peak: 254 MB, not 554). The weights start as zeros no page holds (ZeroPagesAllocator),
+  // and the results keep every bit of a load that keeps int8 or packed weights after.
+  const BertConfig c = whole_page_config();
+  const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
+  const size_t C = static_cast<size_t>(c.hidden_size);
+  Bert src(c, Heads::None);
+  src.init_weights(5);
+  const ParamTable& t = src.table();
+  const float* from = std::as_const(src).params().data();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), total = t.total();
+  const size_t all_pages = (total * sizeof(float) + page - 1) / page;
+  // the largest linear layer's pages (Q, K and V: one), and the pages that hold a tensor other
+  // than an encoder linear layer's weight
+  const size_t I = static_cast<size_t>(c.intermediate_size);
+  const size_t largest = std::max(3 * C * C, C * I) * sizeof(float) / page + 2;
+  std::set<size_t> kept;
+  for (const ParamEntry& e : t.entries())
+    if (e.name.rfind("bert.encoder.layer.", 0) != 0 || e.shape.size() != 2)
+      for (size_t pg = e.offset * sizeof(float) / page; pg <= ((e.offset + e.numel) * sizeof(float) - 1) / page; ++pg)
+        kept.insert(pg);
+  ASSERT_LT(kept.size() + largest, all_pages / 2) << "a model whose linear layers are most of its pages";
+  for (const Precision prec : {Precision::I8, Precision::F32})
+    for (const bool reverse : {false, true}) {
+      SCOPED_TRACE(std::string(precision_name(prec)) + (reverse ? ", last tensor first" : ", in the table's order"));
+      if (prec == Precision::F32) kernels::set_row_gemm(kernels::RowGemm::Always);  // packs on every CPU
+      Bert ref(c, Heads::None);
+      ref.init_weights(5);
+      prec == Precision::I8 ? ref.keep_int8_weights_only() : ref.keep_packed_weights_only(prec);
+      Rng r{1, 0};
+      ref.encode(b, false, prec, r, false);
+      const std::vector<float> want(ref.sequence_output(), ref.sequence_output() + 12 * 3 * C);
+
+      Bert m(c, Heads::None);
+      EXPECT_EQ(resident_pages(std::as_const(m).params().data(), total), 0u) << "zeros that no page holds";
+      m.prepare_inference_load(prec);
+      std::vector<const ParamEntry*> order;
+      for (const ParamEntry& e : t.entries()) order.push_back(&e);
+      if (reverse) std::reverse(order.begin(), order.end());
+      size_t peak = 0;
+      for (const ParamEntry* e : order) {
+        std::copy(from + e->offset, from + e->offset + e->numel, m.params().data() + e->offset);
+        m.tensor_written(t.find_ref(e->name));
+        peak = std::max(peak, resident_pages(std::as_const(m).params().data(), total));
+      }
+      EXPECT_LE(peak, kept.size() + largest) << "of " << all_pages << " pages";
+      prec == Precision::I8 ? m.keep_int8_weights_only() : m.keep_packed_weights_only(prec);
+      m.encode(b, false, prec, r, false);
+      EXPECT_EQ(want, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C));
+      EXPECT_THROW(m.encode(b, false, Precision::BF16, r, false), Error);
+      kernels::set_row_gemm(kernels::RowGemm::Auto);
+    }
 }

@@ -34,7 +34,8 @@ void fill_grads(Bert& m, int64_t a, float bad = 0.0f) {
   if (bad != 0.0f) g[3] = bad;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+template <typename A, typename B>
+bool same_bits(const A& a, const B& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
@@ -114,7 +115,7 @@ TEST(TrainStep, SkipsNonFiniteStepsAndStopsARunOfThem) {
   so.after_update = [&]() { ++updates; };
   TrainStep step(dist::world(), be, nullptr, dist::Options{}, std::move(so));
   step.add_model(m, moments, nullptr, false);
-  const std::vector<float> w0 = m.params();
+  const ParamVector w0 = m.params();
   auto run = [&](float bad, double loss) {
     return step.run(
         1, [&](int64_t a) { fill_grads(m, a, bad); }, [&] { return loss; }, 1e-3f, nullptr, 0);

@@ -67,8 +67,8 @@ class Bert {
   const ParamTable& table() const;
   // The host copies. Mutable access to the weights invalidates their bf16 and int8 copies. The
   // gradients are allocated zeroed on first use: a model that only infers never holds them.
-  std::vector<float>& params();
-  const std::vector<float>& params() const;
+  ParamVector& params();
+  const ParamVector& params() const;
   std::vector<float>& grads();
   float* param(const std::string& name);
   float* grad(const std::string& name);
@@ -92,6 +92,14 @@ class Bert {
   bool inference_only() const;
   // int8 inference on the CPU: the encoder's linears quantized now, their fp32 pages given back.
   void keep_int8_weights_only();
+  // A load for inference alone on the CPU in `prec` (model_dir.h's load_model_dir_for_inference):
+  // before the weights are written, prepare_inference_load; then a loader calls tensor_written
+  // after writing each tensor, and an encoder linear layer's weight is quantized (int8) or packed
+  // (fp32) there and its fp32 pages given back, so the load never holds the fp32 model beside its
+  // int8 or packed copy. keep_int8_weights_only / keep_packed_weights_only(prec) ends it. bf16, a
+  // device: nothing until keep_packed_weights_only.
+  void prepare_inference_load(Precision prec);
+  void tensor_written(ParamRef r);
   // fp32 or bf16 inference on the CPU: the encoder's linears packed now for the kernels that run
   // them (oneDNN's blocked layout, or the row kernel's panels for fp32 on AVX2), their fp32 pages
   // (and bf16 copies) given back; the model then computes in `prec` alone. Nothing where this

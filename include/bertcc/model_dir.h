@@ -23,6 +23,12 @@ struct NewHeads {
   uint64_t seed = 0;
 };
 std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh = nullptr);
+// A model for inference alone on the CPU in `prec`: load_model_dir, then keep_int8_weights_only
+// (int8) or keep_packed_weights_only (fp32, bf16), with each encoder linear layer quantized or
+// packed as soon as it is read and its fp32 pages given back then (int8, fp32: Bert's
+// prepare_inference_load), so the load's peak memory is about the model it keeps, not the fp32
+// model beside it. The same weights, bit for bit, as loading first and keeping after.
+std::unique_ptr<Bert> load_model_dir_for_inference(const std::string& dir, Heads heads, Precision prec);
 BertConfig load_model_config(const std::string& dir);
 // The fine-tuning head config.json's "architectures" names: BertForQuestionAnswering,
 // BertForSequenceClassification, BertForTokenClassification; anything else (BertModel,

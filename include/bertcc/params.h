@@ -1,9 +1,14 @@
 // One parameter table: {HF name, shape, offset, weight-decay flag} over one flat buffer.
 // Optimizers read the decay flag from here; nobody matches names with regexes.
 #pragma once
+#include <sys/mman.h>
+
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace bertcc {
@@ -44,5 +49,57 @@ class ParamTable {
   std::unordered_map<std::string, size_t> index_;
   size_t total_ = 0;
 };
+
+// Memory for a model's weights: zeros straight from the kernel (an anonymous mapping, its whole
+// 2 MB pages asked for as huge pages), resident only once written. A vector of it sized with
+// resize() holds zeros without writing them, so a model costs memory only for the tensors written
+// so far: a load for inference alone (load_model_dir_for_inference) gives each linear layer's
+// pages back as soon as it is quantized or packed, and never holds the whole fp32 model. Elements
+// it constructs without a value are left as the memory holds them (zeros, in new memory; a vector
+// shrunk and grown again keeps what its old elements held).
+template <typename T>
+struct ZeroPagesAllocator {
+  using value_type = T;
+  ZeroPagesAllocator() = default;
+  template <typename U>
+  ZeroPagesAllocator(const ZeroPagesAllocator<U>&) noexcept {}
+
+  static constexpr size_t kHuge = size_t{2} << 20;
+  static size_t mapped_bytes(size_t n) {
+    const size_t page = 4096, bytes = n ? n * sizeof(T) : 1;
+    return (bytes + page - 1) / page * page;
+  }
+  T* allocate(size_t n) {
+    if (n > static_cast<size_t>(-1) / 2 / sizeof(T)) throw std::bad_array_new_length();
+    const size_t len = mapped_bytes(n), slack = len >= kHuge ? kHuge : 0;  // room to start on a huge page
+    void* m = ::mmap(nullptr, len + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    auto b = reinterpret_cast<uintptr_t>(m);
+    if (slack) {  // the mapping trimmed to [a, a + len), a on a 2 MB boundary
+      const uintptr_t a = (b + kHuge - 1) / kHuge * kHuge;
+      if (a > b) ::munmap(m, a - b);
+      if (b + slack > a) ::munmap(reinterpret_cast<void*>(a + len), b + slack - a);
+      b = a;
+      const uintptr_t e = (b + len) / kHuge * kHuge;
+      if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE);
+    }
+    return reinterpret_cast<T*>(b);
+  }
+  void deallocate(T* p, size_t n) noexcept {
+    if (p) ::munmap(p, mapped_bytes(n));
+  }
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  friend bool operator==(const ZeroPagesAllocator&, const ZeroPagesAllocator&) { return true; }
+};
+
+// A model's weights (Bert::params()): one flat buffer the table's offsets index.
+using ParamVector = std::vector<float, ZeroPagesAllocator<float>>;
 
 }  // namespace bertcc

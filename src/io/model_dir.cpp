@@ -122,6 +122,7 @@ void load_tensors(Bert& model, const std::vector<SourceTensor>& tensors, const s
     } else {
       t.read(model.params().data() + e->offset);
     }
+    model.tensor_written(table.find_ref(name));  // a load for inference: quantized or packed now
     loaded.insert(name);
   }
   if (decoder_bias && table.find("cls.predictions.bias") && !loaded.count("cls.predictions.bias")) {
@@ -244,7 +245,9 @@ void check_model_dir_for(const std::string& dir, Heads want, const std::string& 
        ": make one with ", make);
 }
 
-std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh) {
+namespace {
+std::unique_ptr<Bert> load_dir(const std::string& dir, Heads heads, const NewHeads* fresh,
+                               std::optional<Precision> inference) {
   BertConfig config = load_model_config(dir);
   if (fresh) {
     config.id2label = fresh->id2label;
@@ -257,8 +260,20 @@ std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const 
     st = join_path(dir, "pytorch_model.bin");  // read by the safe unpickler (torch_checkpoint.h)
     BERTCC_CHECK(file_exists(st), dir, ": no model.safetensors or pytorch_model.bin in the model directory");
   }
+  if (inference) model->prepare_inference_load(*inference);
   load_weights(*model, st, fresh != nullptr);
+  if (inference == Precision::I8) model->keep_int8_weights_only();
+  if (inference == Precision::F32 || inference == Precision::BF16) model->keep_packed_weights_only(*inference);
   return model;
+}
+}  // namespace
+
+std::unique_ptr<Bert> load_model_dir(const std::string& dir, Heads heads, const NewHeads* fresh) {
+  return load_dir(dir, heads, fresh, std::nullopt);
+}
+
+std::unique_ptr<Bert> load_model_dir_for_inference(const std::string& dir, Heads heads, Precision prec) {
+  return load_dir(dir, heads, nullptr, prec);
 }
 
 void save_model_dir(const Bert& model, const std::string& dir, const std::string& vocab_path,

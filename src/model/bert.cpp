@@ -47,8 +47,8 @@ void Bert::set_joint_beam(int start_n_top, int end_n_top) {
 
 // ---- weights ----
 const ParamTable& Bert::table() const { return weights_->table(); }
-std::vector<float>& Bert::params() { return weights_->params(); }
-const std::vector<float>& Bert::params() const { return std::as_const(*weights_).params(); }
+ParamVector& Bert::params() { return weights_->params(); }
+const ParamVector& Bert::params() const { return std::as_const(*weights_).params(); }
 std::vector<float>& Bert::grads() { return weights_->grads(); }
 float* Bert::param(const std::string& name) { return weights_->params().data() + table().at(name).offset; }
 float* Bert::grad(const std::string& name) { return weights_->grads().data() + table().at(name).offset; }
@@ -71,6 +71,8 @@ void Bert::use_backend_for_inference(Backend& be, Precision prec) {
 
 bool Bert::inference_only() const { return weights_->inference_only(); }
 void Bert::keep_int8_weights_only() { weights_->keep_int8_weights_only(encoder_->int8_linears()); }
+void Bert::prepare_inference_load(Precision prec) { weights_->prepare_inference_load(encoder_->int8_linears(), prec); }
+void Bert::tensor_written(ParamRef r) { weights_->tensor_written(r); }
 void Bert::keep_packed_weights_only(Precision prec) {
   weights_->keep_packed_weights_only(encoder_->int8_linears(), prec);
 }

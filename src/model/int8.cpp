@@ -10,7 +10,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
@@ -39,20 +41,80 @@ void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& line
   if (!q8_) q8_ = std::make_unique<Int8Weights>();
   q8_->by_weight.clear();
   q8_->act_max = act_max;
-  for (const Int8Linear& l : linears) {
-    kernels::Int8Weight& q = q8_->by_weight[l.r.w.i] = kernels::quantize_weight_int8(w(l.r.w), l.N, l.K);
-    q.act_max = act_max;
-    kernels::pack_int8_weight(q);
-  }
+  for (const Int8Linear& l : linears) quantize_linear(l, act_max);
   q8_valid_ = true;
+}
+
+void ModelWeights::quantize_linear(const Int8Linear& l, int act_max) {
+  kernels::Int8Weight& q = q8_->by_weight[l.r.w.i] = kernels::quantize_weight_int8(w(l.r.w), l.N, l.K);
+  q.act_max = act_max;
+  kernels::pack_int8_weight(q);
 }
 
 void ModelWeights::keep_int8_weights_only(const std::vector<Int8Linear>& linears) {
   BERTCC_CHECK(be_->on_host() && dev_offset_.empty(),
                "--precision int8 runs on the CPU only (pass --device cpu, or "
                "--precision bf16 on a GPU)");
-  refresh_int8(Precision::I8, linears);
+  if (load_) {  // quantized as they were loaded (prepare_inference_load)
+    BERTCC_CHECK(load_->prec == Precision::I8, "keep_int8_weights_only: the model was loaded for ",
+                 precision_name(load_->prec), " inference");
+    finish_inference_load();
+    q8_valid_ = true;  // (the loader's writes marked them stale)
+  }
+  refresh_int8(Precision::I8, linears);  // (nothing where made above for the same activation bits)
   release_linear_pages(linears);
+}
+
+void ModelWeights::prepare_inference_load(const std::vector<Int8Linear>& linears, Precision prec) {
+  load_.reset();
+  if (prec != Precision::I8 && prec != Precision::F32) return;  // bf16: keep_packed_weights_only after the load
+  if (!be_->on_host() || !dev_offset_.empty() || q8_ || packed_ || fp32_linears_released_ || linears.empty()) return;
+  load_ = std::make_unique<InferenceLoad>();
+  load_->prec = prec;
+  load_->act_max = int8_activation_max(int8_activation_bits());
+  for (const Int8Linear& l : linears) load_->pending.push_back({l, l.N * l.K});
+}
+
+void ModelWeights::tensor_written(ParamRef r) {
+  if (!load_) return;
+  // the linear layer whose weight holds this tensor (a block may hold several: Q, K and V), made
+  // once all of it is written
+  const ParamEntry& e = table_[r];
+  const size_t b = e.offset, end = e.offset + e.numel;
+  for (size_t i = 0; i < load_->pending.size(); ++i) {
+    InferenceLoad::Pending& p = load_->pending[i];
+    const size_t pb = table_[p.l.r.w].offset, pe = pb + static_cast<size_t>(p.l.N * p.l.K);
+    if (b < pb || end > pe) continue;
+    p.unwritten -= static_cast<int64_t>(e.numel);
+    if (p.unwritten > 0) return;
+    const Int8Linear l = p.l;
+    load_->pending.erase(load_->pending.begin() + static_cast<std::ptrdiff_t>(i));
+    return make_loaded_linear(l);
+  }
+}
+
+void ModelWeights::make_loaded_linear(const Int8Linear& l) {
+  if (load_->prec == Precision::I8) {
+    if (!q8_) {
+      q8_ = std::make_unique<Int8Weights>();
+      q8_->act_max = load_->act_max;
+    }
+    quantize_linear(l, q8_->act_max);
+  } else {
+    if (!packed_) {
+      packed_ = std::make_unique<PackedLinears>();
+      packed_->prec = load_->prec;
+    }
+    if (!pack_linear(l, load_->prec, *packed_)) return;  // this CPU's kernel reads the plain weight
+  }
+  release_linear_pages({l});
+}
+
+void ModelWeights::finish_inference_load() {
+  const std::vector<InferenceLoad::Pending> left = std::move(load_->pending);
+  load_->pending.clear();
+  for (const InferenceLoad::Pending& p : left) make_loaded_linear(p.l);
+  load_.reset();
 }
 
 void ModelWeights::release_linear_pages(const std::vector<Int8Linear>& linears) {

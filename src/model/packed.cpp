@@ -22,6 +22,14 @@ namespace bertcc {
 void ModelWeights::keep_packed_weights_only(const std::vector<Int8Linear>& linears, Precision prec) {
   BERTCC_CHECK(prec == Precision::F32 || prec == Precision::BF16, "keep_packed_weights_only: fp32 or bf16, not ",
                precision_name(prec));
+  if (load_) {  // packed as they were loaded (prepare_inference_load)
+    BERTCC_CHECK(load_->prec == prec, "keep_packed_weights_only: the model was loaded for ",
+                 precision_name(load_->prec), " inference, not ", precision_name(prec));
+    finish_inference_load();
+    if (packed_ && packed_->by_weight.empty()) packed_.reset();  // this CPU's kernels read plain weights
+    packed_valid_ = packed_ != nullptr;
+    return;
+  }
   BERTCC_CHECK(!fp32_linears_released_ && !q8_, "keep_packed_weights_only: the model already keeps int8 weights");
   if (!be_->on_host() || !dev_offset_.empty() || linears.empty()) return;  // the CPU's own matmuls only
   const bool bf = prec == Precision::BF16;
@@ -41,11 +49,8 @@ void ModelWeights::keep_packed_weights_only(const std::vector<Int8Linear>& linea
       to_bf16(params_.data() + at, params16_.data() + at, n);
       done.emplace_back(at, at + n);
     }
-    std::shared_ptr<const kernels::PackedWeights> p = bf ? kernels::pack_linear_weight_bf16(w16(l.r.w, prec), l.N, l.K)
-                                                         : kernels::pack_linear_weight(w(l.r.w), l.N, l.K);
-    if (!p) continue;  // this CPU's matmul reads plain weights for this shape: nothing to gain
-    packed->by_weight[l.r.w.i] = PackedLinears::Layer{std::move(p), l.N, l.K};
-    release_linear_pages({l});  // one layer at a time: at most one layer held twice
+    if (!pack_linear(l, prec, *packed)) continue;  // this CPU's matmul reads plain weights for this shape
+    release_linear_pages({l});                     // one layer at a time: at most one layer held twice
   }
   if (bf_by_layer) {  // the rest of the bf16 copy: every parameter between the linears written above
     std::sort(done.begin(), done.end());
@@ -60,6 +65,15 @@ void ModelWeights::keep_packed_weights_only(const std::vector<Int8Linear>& linea
   if (packed->by_weight.empty()) return;
   packed_ = std::move(packed);
   packed_valid_ = true;
+}
+
+bool ModelWeights::pack_linear(const Int8Linear& l, Precision prec, PackedLinears& into) const {
+  std::shared_ptr<const kernels::PackedWeights> p = prec == Precision::BF16
+                                                        ? kernels::pack_linear_weight_bf16(w16(l.r.w, prec), l.N, l.K)
+                                                        : kernels::pack_linear_weight(w(l.r.w), l.N, l.K);
+  if (!p) return false;  // nothing to gain
+  into.by_weight[l.r.w.i] = PackedLinears::Layer{std::move(p), l.N, l.K};
+  return true;
 }
 
 bool ModelWeights::linear_packed(float* y, const float* x, const LinearIo* io, const LinearRef& r, int64_t M,

@@ -68,7 +68,7 @@ ModelWeights::ModelWeights(const BertConfig& cfg, const HeadSpec& head) : cfg_(c
   check_memory(4.0 * static_cast<double>(table_.total()),
                "the weights of this model (" + std::to_string(table_.total()) + " parameters)",
                "check the config's sizes");
-  assign_in_huge_pages(params_, table_.total(), 0.0f);
+  params_.resize(table_.total());  // zeros, resident as they are written (ZeroPagesAllocator)
 }
 
 ModelWeights::~ModelWeights() = default;

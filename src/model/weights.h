@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "bertcc/config.h"
@@ -49,11 +50,11 @@ class ModelWeights {
   const ParamTable& table() const { return table_; }
   // Mutable access to the weights invalidates their bf16 and int8 copies, so anything that changes
   // weights (optimizers, loaders) goes through these.
-  std::vector<float>& params() {
+  ParamVector& params() {
     invalidate_copies();
     return params_;
   }
-  const std::vector<float>& params() const { return params_; }
+  const ParamVector& params() const { return params_; }
   // The gradients, allocated zeroed on first use: a model that only infers never holds them.
   std::vector<float>& grads() {
     ensure_grads();
@@ -100,6 +101,14 @@ class ModelWeights {
   // int8 precision: quantizes `linears` where they are not (once per weights); refuses int8 off the
   // CPU. Other precisions: nothing.
   void refresh_int8(Precision p, const std::vector<Int8Linear>& linears);
+  // A load for inference alone on the CPU (bert.h's prepare_inference_load): from now on each of
+  // `linears`' weights is quantized (int8) or packed (fp32) as soon as a loader has written it
+  // (tensor_written), and its fp32 pages given back then, so the load never holds the fp32 linear
+  // layers beside their copies. keep_int8_weights_only or keep_packed_weights_only in the same
+  // precision ends it (and makes the layers no loader wrote). Other precisions, a device, a model
+  // already quantized or packed: nothing (keep_packed_weights_only does it all after the load).
+  void prepare_inference_load(const std::vector<Int8Linear>& linears, Precision prec);
+  void tensor_written(ParamRef r);
   // bertcc/bert.h's keep_int8_weights_only, for the encoder's `linears`.
   void keep_int8_weights_only(const std::vector<Int8Linear>& linears);
   // bertcc/bert.h's keep_packed_weights_only (packed.cpp), for the encoder's `linears`.
@@ -121,14 +130,27 @@ class ModelWeights {
   bool embeddings_frozen() const { return embeddings_frozen_; }
 
  private:
+  struct PackedLinears;  // packed.h
   void invalidate_copies() { params16_valid_ = q8_valid_ = packed_valid_ = false; }
   bool linear_packed(float* y, const float* x, const LinearIo* io, const LinearRef& r, int64_t M, Precision prec) const;
   // Whole pages inside each of `linears`' fp32 matrices back to the system (keep_*_only).
   void release_linear_pages(const std::vector<Int8Linear>& linears);
+  // One linear layer's int8 weight into q8_ (made already), for activations bounded by act_max.
+  void quantize_linear(const Int8Linear& l, int act_max);
+  // One linear layer's packed fp32 or bf16 weight into `into` (false where this CPU's kernel reads
+  // plain weights for its shape: nothing made).
+  bool pack_linear(const Int8Linear& l, Precision prec, PackedLinears& into) const;
+  // The linear layers prepare_inference_load left for the loader that were not written (a layer
+  // made from weights already there) made now; the load's state dropped.
+  void finish_inference_load();
+  // A linear layer of a load for inference whose weight is all written: quantized or packed, and
+  // its fp32 pages given back.
+  void make_loaded_linear(const Int8Linear& l);
 
   const BertConfig& cfg_;
   ParamTable table_;
-  std::vector<float> params_, grads_;
+  ParamVector params_;  // zeros not resident until written (bertcc/params.h)
+  std::vector<float> grads_;
   // bf16 rounding of params_, valid while params16_valid_ (sized without writing: bf16 inference
   // with packed weights writes only what it keeps, keep_packed_weights_only)
   std::vector<bf16_t, UntouchedAllocator<bf16_t>> params16_;
@@ -140,9 +162,18 @@ class ModelWeights {
   bool q8_valid_ = false;
   bool fp32_linears_released_ = false;  // keep_*_only: those fp32 pages are gone
   // keep_packed_weights_only (packed.cpp): the encoder's linear layers in their kernel's layout
-  struct PackedLinears;
   std::unique_ptr<PackedLinears> packed_;
   bool packed_valid_ = false;  // no mutable access to the weights since they were packed
+  struct InferenceLoad {       // prepare_inference_load until keep_*_only
+    struct Pending {
+      Int8Linear l;
+      int64_t unwritten;  // elements of its [N, K] weight no loader wrote yet (Q, K and V: one block)
+    };
+    Precision prec;
+    int act_max;                   // int8: the activations' bound
+    std::vector<Pending> pending;  // in the table's order
+  };
+  std::unique_ptr<InferenceLoad> load_;
   Backend* be_;
   struct DeviceState;  // device copies of the weights, gradients and bf16 weights
   std::unique_ptr<DeviceState> dev_;

@@ -62,11 +62,11 @@ std::unique_ptr<Model> load(const std::string& spec, const ServeOptions& o, Prec
   BERTCC_CHECK(file_exists(vp), md->dir, ": no vocab.txt");
   md->vocab = std::make_unique<Vocab>(Vocab::load(vp));
   md->tok = std::make_unique<BertTokenizer>(*md->vocab, model_dir_lower_case(md->dir, *md->vocab));
-  md->bert = load_model_dir(md->dir, md->heads);
-  // one forward pass at a time (the `device` mutex), so one backend serves every model
+  // on the CPU: quantized or packed as it loads (the load's peak about the model kept); one forward
+  // pass at a time (the `device` mutex), so one backend serves every model
+  md->bert = be.on_host() ? load_model_dir_for_inference(md->dir, md->heads, prec) : load_model_dir(md->dir, md->heads);
   if (!be.on_host()) md->bert->use_backend_for_inference(be, prec);
-  if (prec == Precision::I8) md->bert->keep_int8_weights_only();  // (refuses a device)
-  if ((prec == Precision::F32 || prec == Precision::BF16) && be.on_host()) md->bert->keep_packed_weights_only(prec);
+  if (!be.on_host() && prec == Precision::I8) md->bert->keep_int8_weights_only();  // (refuses a device)
   const BertConfig& c = md->bert->config();
   BERTCC_CHECK(md->vocab->size() <= c.vocab_size, vp, ": more entries than the model's vocab_size ", c.vocab_size);
   BERTCC_CHECK(!md->head().needs_labels || c.num_labels() > 0, md->dir, ": config.json has no labels");

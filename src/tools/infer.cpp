@@ -80,7 +80,13 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
                      : o.no_lower_case ? false
                                        : model_dir_lower_case(o.vocab.empty() ? o.model : "", *l.vocab);
   l.tok = std::make_unique<BertTokenizer>(*l.vocab, lower);
-  l.model = load_model_dir(o.model, heads);
+  Backend& be = backend_for(o.device);
+  l.prec = resolve_precision(o.precision, be.on_host());
+  BERTCC_CHECK(l.prec != Precision::I8 || be.on_host(),
+               "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
+  if (l.prec == Precision::I8) std::cerr << describe_backend(l.prec) << "\n";
+  // on the CPU: quantized (int8) or packed (fp32, bf16) as it loads, its fp32 linear layers given back
+  l.model = be.on_host() ? load_model_dir_for_inference(o.model, heads, l.prec) : load_model_dir(o.model, heads);
   BERTCC_CHECK(!head_spec(heads).needs_labels || l.model->config().num_labels() > 0, o.model,
                ": config.json has no labels (id2label)");
   const BertConfig& c = l.model->config();
@@ -91,16 +97,6 @@ Loaded load(const InferCli& o, Heads heads, const char* command) {
   BERTCC_CHECK(o.max_seq_length <= c.max_position_embeddings, "--max-seq-length ", o.max_seq_length,
                " exceeds the model's max_position_embeddings ", c.max_position_embeddings, " (",
                join_path(o.model, "config.json"), ")");
-  Backend& be = backend_for(o.device);
-  l.prec = resolve_precision(o.precision, be.on_host());
-  if (l.prec == Precision::I8) {
-    BERTCC_CHECK(be.on_host(),
-                 "--precision int8 runs on the CPU only (pass --device cpu, or --precision bf16 on a GPU)");
-    std::cerr << describe_backend(l.prec) << "\n";
-    l.model->keep_int8_weights_only();
-  } else if ((l.prec == Precision::F32 || l.prec == Precision::BF16) && be.on_host()) {
-    l.model->keep_packed_weights_only(l.prec);
-  }
   if (!be.on_host()) {
     std::cerr << be.describe() << "\n";
     l.model->use_backend_for_inference(be, l.prec);

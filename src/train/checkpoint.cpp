@@ -91,7 +91,7 @@ void save_checkpoint(const std::string& output_dir, const Bert& model, const Ada
 }
 
 void check_weights_finite(const Bert& model, const std::string& what) {
-  const std::vector<float>& w = model.params();
+  const ParamVector& w = model.params();
   for (const ParamEntry& e : model.table().entries())
     for (size_t i = e.offset; i < e.offset + e.numel; ++i)
       BERTCC_CHECK(std::isfinite(w[i]), what, ": the weights are not finite ('", e.name, "' holds ", w[i],
