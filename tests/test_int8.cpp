@@ -266,6 +266,41 @@ TEST(Int8, QuantizationRoundTrip) {
   }
 }
 
+TEST(Int8, EmbeddingsEqualTheFp32LookupOfTheDequantizedTable) {
+  // --precision int8's word embeddings: each row 8-bit with its scale (quantize_embeddings_int8),
+  // read back as q * scale; the embeddings' sums are embeddings_forward's on that dequantized
+  // table, bit for bit, and each value within half a step of the fp32 one
+  const int64_t V = 11, C = 37, B = 3, T = 6;
+  std::vector<float> E = bertcc::testing::randn(static_cast<size_t>(V * C), 7, 0.05f);
+  for (int64_t c = 0; c < C; ++c) E[static_cast<size_t>(2 * C + c)] = 0.0f;  // a row of zeros (padding)
+  E[static_cast<size_t>(5 * C + 3)] = 3.0f;                                  // an outlier
+  const std::vector<float> wpe = bertcc::testing::randn(static_cast<size_t>(T * C), 8, 0.05f);
+  const std::vector<float> wtt = bertcc::testing::randn(static_cast<size_t>(2 * C), 9, 0.05f);
+  const Int8Weight q = quantize_embeddings_int8(E.data(), V, C);
+  ASSERT_EQ(q.q.size(), static_cast<size_t>(V * C));
+  std::vector<float> deq(E.size());
+  int top = 0;
+  for (int64_t v = 0; v < V; ++v)
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t i = static_cast<size_t>(v * C + c);
+      top = std::max(top, std::abs(static_cast<int>(q.q[i])));
+      deq[i] = static_cast<float>(q.q[i]) * q.scale[static_cast<size_t>(v)];
+      EXPECT_LE(std::fabs(deq[i] - E[i]), 0.5f * q.scale[static_cast<size_t>(v)] * 1.0001f) << v << ", " << c;
+    }
+  EXPECT_EQ(top, kInt8EmbeddingMax);  // 8 bits, not the weights' 7
+  EXPECT_EQ(q.scale[2], 0.0f);
+  std::vector<int32_t> ids(static_cast<size_t>(B * T)), seg(ids.size());
+  for (size_t n = 0; n < ids.size(); ++n) {
+    ids[n] = static_cast<int32_t>((n * 7 + 2) % V);
+    seg[n] = static_cast<int32_t>(n % T >= 3);
+  }
+  std::vector<float> want(static_cast<size_t>(B * T * C)), got(want.size());
+  embeddings_forward(want.data(), ids.data(), seg.data(), deq.data(), wpe.data(), wtt.data(), B, T, C);
+  embeddings_forward_int8(got.data(), ids.data(), seg.data(), q.q.data(), q.scale.data(), wpe.data(), wtt.data(), B, T,
+                          C);
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+}
+
 TEST(Int8, NonFiniteRowsGiveNaNOutputs) {
   const int64_t M = 3, N = 4, K = 8;
   std::vector<float> x = bertcc::testing::randn(static_cast<size_t>(M * K), 4);

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <set>
 #include <utility>
 
@@ -940,11 +941,12 @@ TEST(Model, Int8WeightsOnlyGiveTheSameOutputs) {
 }
 
 namespace {
-// Pages of the buffer [p, p + n floats) resident now (p page-aligned).
+// Pages that hold some of [p, p + n floats) resident now.
 size_t resident_pages(const float* p, size_t n) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), pages = (n * sizeof(float) + page - 1) / page;
-  std::vector<unsigned char> in(pages);
-  if (mincore(const_cast<float*>(p), n * sizeof(float), in.data()) != 0) return static_cast<size_t>(-1);
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) / page * page, e = reinterpret_cast<uintptr_t>(p + n);
+  std::vector<unsigned char> in((e - b + page - 1) / page);
+  if (mincore(reinterpret_cast<void*>(b), e - b, in.data()) != 0) return static_cast<size_t>(-1);
   size_t r = 0;
   for (unsigned char v : in) r += v & 1;
   return r;
@@ -1007,4 +1009,34 @@ TEST(Model, InferenceLoadMakesEachLinearLayerOnceWrittenAndGivesItsPagesBack) {
       EXPECT_THROW(m.encode(b, false, Precision::BF16, r, false), Error);
       kernels::set_row_gemm(kernels::RowGemm::Auto);
     }
+}
+
+TEST(Model, Int8WordEmbeddingsGiveTheirFp32PagesBackUnlessAHeadReadsThem) {
+  // --precision int8 reads the word embeddings' int8 rows (kernels::embeddings_forward_int8), and a
+  // model for int8 inference alone (keep_int8_weights_only) gives their fp32 pages back, as the
+  // linear layers'; unless its head reads them (the masked-LM decoder, tied: fill-mask), which keeps
+  // both (its lookup reads the int8 rows all the same). The results do not change either way.
+  BertConfig c = whole_page_config();
+  c.vocab_size = 512;  // a table of 32 pages
+  const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
+  const size_t C = static_cast<size_t>(c.hidden_size), page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (const Heads h : {Heads::None, Heads::PreTraining}) {
+    SCOPED_TRACE(h == Heads::None ? "no head" : "the masked-LM head");
+    Bert m(c, h);
+    m.init_weights(5);
+    const ParamEntry& e = m.table().at("bert.embeddings.word_embeddings.weight");
+    const float* words = std::as_const(m).params().data() + e.offset;
+    const size_t inner = (e.numel * sizeof(float) - 2 * page) / page;  // whole pages inside, at least
+    Rng r{1, 0};
+    m.encode(b, false, Precision::I8, r, false);
+    const std::vector<float> before(m.sequence_output(), m.sequence_output() + 12 * 3 * C);
+    m.keep_int8_weights_only();
+    const size_t left = resident_pages(words, e.numel);
+    if (h == Heads::None)
+      EXPECT_LE(left, 2u) << "of the table's " << inner + 2;
+    else
+      EXPECT_GE(left, inner);
+    m.encode(b, false, Precision::I8, r, false);
+    EXPECT_EQ(before, std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C));
+  }
 }

@@ -20,8 +20,8 @@ class ParamTable;
 
 class OnnxGraph {
  public:
-  static constexpr int kFloat = 1, kUint8 = 2, kInt8 = 3, kInt32 = 6, kBool = 9,
-                       kInt64 = 7;  // element types (TensorProto.DataType)
+  static constexpr int kFloat = 1, kUint8 = 2, kInt8 = 3, kInt32 = 6, kBool = 9, kInt64 = 7,
+                       kDouble = 11;  // element types (TensorProto.DataType)
 
   // A node attribute (an AttributeProto, serialized).
   struct Attr {
@@ -63,9 +63,13 @@ class OnnxGraph {
   std::string linear(const std::string& x, const std::string& prefix);
   // The same for x [B, S, in] in int8 as bertcc's --precision int8 computes it (kernels/gemm_int8.h):
   // the weight quantized per output channel (7-bit, an int8 initializer and its fp32 scales), x
-  // per row of [B*S, in] (ReduceMax(Abs) / 127 -> QuantizeLinear with that per-axis scale), then
-  // MatMulInteger (s8 x s8 -> int32), Cast, the row scale, the column scale and the bias.
+  // per row of [B*S, in] (quantize_sym), then MatMulInteger (s8 x s8 -> int32), Cast, times the
+  // product of the row's and the column's scales, plus the bias.
   std::string linear_int8(const std::string& x, const std::string& prefix);
+  // An embedding table's rows `ids` as --precision int8 reads the word embeddings: the table int8
+  // per row (an int8 initializer [V, E] and fp32 scales [V, 1]), dequantized and gathered,
+  // Gather(Cast(q) * scale, ids): the file holds the int8 table.
+  std::string gather_int8(const std::string& table, const std::string& ids);
   // The attention as --precision int8 computes it (kernels/gemm_int8.h): q, k, v [B, NH, S, HD],
   // the additive mask [B, 1, 1, S], visible [B, S] (1 for a key the mask leaves, 0 for one it
   // hides; all count where it hides them all); q per row 8-bit, k per row and v per column 7-bit
@@ -88,6 +92,10 @@ class OnnxGraph {
   std::string model(const std::string& doc);
 
  private:
+  // Symmetric quantization of x over `axis` with bound qmax, as kernels::quantize_rows_int8 does it:
+  // round-half-even(x · (qmax / max|x|)) clamped (a product by the inverse, not QuantizeLinear's
+  // division, whose last bits differ); returns (the int8 tensor, the scales max|x| / qmax, keepdims).
+  std::pair<std::string, std::string> quantize_sym(const std::string& x, int64_t axis, float qmax);
   // An initializer of `bytes` raw bytes of element type elem, stored as given
   std::string raw(const std::string& name, const std::vector<int64_t>& dims, int elem, const void* data, size_t bytes);
   struct Proto;

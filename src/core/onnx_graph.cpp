@@ -215,32 +215,42 @@ std::string OnnxGraph::linear_int8(const std::string& x, const std::string& pref
   const std::string wq = raw(prefix + ".weight_int8", {K, N}, kInt8, t.data(), t.size());
   const std::string ws = raw(prefix + ".weight_scale", {N}, kFloat, q.scale.data(), q.scale.size() * 4);
   const std::string x2 = node("Reshape", {x, const_i64({-1, K})});  // [M, K]
-  const std::string amax = node("ReduceMax", {node("Abs", {x2})}, {Attr::ints("axes", {1}), Attr::i("keepdims", 0)});
-  // a row of zeros: any positive scale quantizes it to zeros (bertcc's is 0, with the same products)
-  // activations to the bits --int8-activation-bits names (8 for auto: the file runs elsewhere)
+  // activations per row to the bits --int8-activation-bits names (8 for auto: the file runs elsewhere)
   const float act_max = static_cast<float>(int8_activation_max(int8_export_activation_bits()));
-  const std::string sx = node("Div", {node("Max", {amax, const_f32(1e-30f)}), const_f32(act_max)});
-  const std::string zp = node("Cast", {node("Mul", {amax, const_f32(0.0f)})}, {Attr::i("to", kInt8)});
-  const std::string xq = node("QuantizeLinear", {x2, sx, zp}, {Attr::i("axis", 0)});
+  const auto [xq, sx] = quantize_sym(x2, 1, act_max);  // sx [M, 1]
   const std::string acc = node("Cast", {node("MatMulInteger", {xq, wq})}, {Attr::i("to", kFloat)});
-  const std::string y = node(
-      "Add", {node("Mul", {node("Mul", {acc, node("Unsqueeze", {sx, const_i64({1})})}), ws}), param(prefix + ".bias")});
+  // bertcc's rescale, fma(float(acc), s_x · s_w, b) (kernels::rescale_int8_row): ONNX has no fma,
+  // so in double, where the product of two floats is exact and the sum rounds once before the
+  // float's rounding (the two roundings differ from fma's one only where the double lands on a
+  // float's rounding tie: about once in 2^29). In float (Muls, then an Add) every value's last
+  // bits could differ, and an activation's rounding tie downstream then lands a step away.
+  const std::string y = node("Add", {node("Mul", {acc, node("Mul", {sx, ws})}), param(prefix + ".bias")});
   // back to [B, S, out]
   const std::string lead = node("Slice", {node("Shape", {x}), const_i64({0}), const_i64({-1})});
   return node("Reshape", {y, node("Concat", {lead, const_i64({N})}, {Attr::i("axis", 0)})});
 }
 
+std::string OnnxGraph::gather_int8(const std::string& table, const std::string& ids) {
+  const auto s = shape(table);  // [V, E]
+  const kernels::Int8Weight q = kernels::quantize_embeddings_int8(data(table), s[0], s[1]);
+  const std::string wq = raw(table + "_int8", {s[0], s[1]}, kInt8, q.q.data(), q.q.size());
+  const std::string ws = raw(table + "_scale", {s[0], 1}, kFloat, q.scale.data(), q.scale.size() * 4);
+  // the table dequantized whole, then gathered (ONNX Runtime folds it once; rows gathered first and
+  // dequantized after gave other values there with its graph optimisations on)
+  return node("Gather", {node("Mul", {node("Cast", {wq}, {Attr::i("to", kFloat)}), ws}), ids});
+}
+
+std::pair<std::string, std::string> OnnxGraph::quantize_sym(const std::string& x, int64_t axis, float qmax) {
+  // (a slice of zeros: scale 0, and 0 · (qmax / 1e-30) = 0)
+  const std::string amax = node("ReduceMax", {node("Abs", {x})}, {Attr::ints("axes", {axis}), Attr::i("keepdims", 1)});
+  const std::string inv = node("Div", {const_f32(qmax), node("Max", {amax, const_f32(1e-30f)})});
+  const std::string r = node("Clip", {node("Round", {node("Mul", {x, inv})}), const_f32(-qmax), const_f32(qmax)});
+  return {node("Cast", {r}, {Attr::i("to", kInt8)}), node("Div", {amax, const_f32(qmax)})};
+}
+
 std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k, const std::string& v,
                                       const std::string& mask, const std::string& visible, float scale) {
-  // symmetric quantization over `axis` with bound qmax, as quantize_rows_int8: x * (qmax / max|x|)
-  // rounded half to even, clamped; scale max|x| / qmax (a slice of zeros: zeros)
-  auto quant = [&](const std::string& x, int64_t axis, float qmax) {
-    const std::string amax =
-        node("ReduceMax", {node("Abs", {x})}, {Attr::ints("axes", {axis}), Attr::i("keepdims", 1)});
-    const std::string inv = node("Div", {const_f32(qmax), node("Max", {amax, const_f32(1e-30f)})});
-    const std::string r = node("Clip", {node("Round", {node("Mul", {x, inv})}), const_f32(-qmax), const_f32(qmax)});
-    return std::pair{node("Cast", {r}, {Attr::i("to", kInt8)}), node("Div", {amax, const_f32(qmax)})};
-  };
+  auto quant = [&](const std::string& x, int64_t axis, float qmax) { return quantize_sym(x, axis, qmax); };
   const float act = static_cast<float>(kernels::kInt8ActivationMax), wmax = static_cast<float>(kernels::kInt8WeightMax);
   // the keys seen (all of them where the mask hides every one, as bertcc)
   const std::string none =

@@ -41,8 +41,10 @@ void export_onnx(const Bert& model, const std::string& path, DType weights, bool
   const std::string seq = g.node("Gather", {g.node("Shape", {"input_ids"}), g.const_i64({1})});  // [1]
   const std::string positions =
       g.node("Range", {g.const_i64_scalar(0), g.node("Squeeze", {seq, g.const_i64({0})}), g.const_i64_scalar(1)});
-  std::string h = g.node("Add", {g.node("Gather", {g.param(e + "word_embeddings.weight"), "input_ids"}),
-                                 g.node("Gather", {g.param(e + "position_embeddings.weight"), positions})});
+  // (int8: the word embeddings int8 per row, as --precision int8 reads them)
+  const std::string words = int8 ? g.gather_int8(e + "word_embeddings.weight", "input_ids")
+                                 : g.node("Gather", {g.param(e + "word_embeddings.weight"), "input_ids"});
+  std::string h = g.node("Add", {words, g.node("Gather", {g.param(e + "position_embeddings.weight"), positions})});
   h = g.node("Add", {h, g.node("Gather", {g.param(e + "token_type_embeddings.weight"), "token_type_ids"})});
   h = g.layer_norm(h, e + "LayerNorm");
   if (model.table().find("bert.embeddings_project.weight")) h = linear(h, "bert.embeddings_project");  // ELECTRA

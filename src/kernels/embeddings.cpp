@@ -16,6 +16,22 @@ void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, cons
   }
 }
 
+void embeddings_forward_int8(float* out, const int32_t* ids, const int32_t* seg, const int8_t* wq, const float* wscale,
+                             const float* wpe, const float* wtt, int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < B * T; ++n) {
+    const int64_t v = ids[n];
+    const int8_t* q = wq + v * C;
+    const float sc = wscale[v];
+    const float* p = wpe + (n % T) * C;
+    const float* s = wtt + static_cast<int64_t>(seg[n]) * C;
+    float* o = out + n * C;
+    // two loops: the product rounded on its own (never fused with the add into one rounding)
+    for (int64_t c = 0; c < C; ++c) o[c] = static_cast<float>(q[c]) * sc;
+    for (int64_t c = 0; c < C; ++c) o[c] = o[c] + p[c] + s[c];
+  }
+}
+
 void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
                          const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t /*V*/, int64_t /*TT*/) {
   // Parallel over channel blocks: every thread owns whole columns, rows are added in order,

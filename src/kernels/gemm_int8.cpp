@@ -61,6 +61,17 @@ Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K) {
   return w;
 }
 
+Int8Weight quantize_embeddings_int8(const float* E, int64_t V, int64_t C) {
+  BERTCC_CHECK(V > 0 && C > 0, "quantize_embeddings_int8: empty table [", V, ", ", C, "]");
+  Int8Weight w;
+  w.N = V;
+  w.K = C;
+  w.q.resize(static_cast<size_t>(V * C));
+  w.scale.resize(static_cast<size_t>(V));
+  quantize_rows_int8(E, V, C, kInt8EmbeddingMax, w.q.data(), w.scale.data());
+  return w;
+}
+
 namespace {
 
 // The int8 matmul acc[M, N] = a[M, K] w^T for weights w of description wei_md (logical [K, N]) at b.

@@ -84,6 +84,11 @@ struct Int8Weight {
 // a row of zeros has scale 0 and q 0. Each row's result depends on that row alone.
 void quantize_rows_int8(const float* x, int64_t M, int64_t K, int qmax, int8_t* q, float* scale);
 Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K);
+// An embedding table E[V, C] per row, 8-bit (bound kInt8EmbeddingMax: no product of it goes through
+// a 16-bit sum, so no saturation asks for 7), as --precision int8 reads the word embeddings; left
+// plain (a lookup reads rows).
+constexpr int kInt8EmbeddingMax = 127;
+Int8Weight quantize_embeddings_int8(const float* E, int64_t V, int64_t C);
 
 // Lays w.q out once for the kernel that will multiply it, and frees q. On AVX512-VNNI without
 // AMX: bertcc's own kernel's panels (int8_own_kernel_preferred: its rescale and row epilogues

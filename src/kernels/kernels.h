@@ -15,6 +15,11 @@ namespace bertcc::kernels {
 // ---- embeddings: out[N,C] = wte[ids] + wpe[pos] + wtt[seg], pos = n % T ----
 void embeddings_forward(float* out, const int32_t* ids, const int32_t* seg, const float* wte, const float* wpe,
                         const float* wtt, int64_t B, int64_t T, int64_t C);
+// The same with the word embeddings in int8 per row (--precision int8: wte[v] = wq[v] * wscale[v]):
+// each row dequantized, then added as above, so the result is embeddings_forward's on the
+// dequantized table, bit for bit.
+void embeddings_forward_int8(float* out, const int32_t* ids, const int32_t* seg, const int8_t* wq, const float* wscale,
+                             const float* wpe, const float* wtt, int64_t B, int64_t T, int64_t C);
 void embeddings_backward(float* dwte, float* dwpe, float* dwtt, const float* dout, const int32_t* ids,
                          const int32_t* seg, int64_t B, int64_t T, int64_t C, int64_t V, int64_t TT);
 

@@ -268,10 +268,11 @@ void Encoder::embeddings_forward(const Pass& pass) {
   if (a.packed) {  // positions count from 0 in each sequence
     for (int64_t b = 0; b < B; ++b) {
       const auto [r0, n] = a.seq(b);
-      be.embeddings_forward(a.emb_sum + r0 * E, a.ids + r0, a.seg + r0, w(refs_.word), w(refs_.position),
-                            w(refs_.token_type), 1, n, E);
+      if (!embeddings_int8(a.emb_sum + r0 * E, a.ids + r0, a.seg + r0, 1, n, pass))
+        be.embeddings_forward(a.emb_sum + r0 * E, a.ids + r0, a.seg + r0, w(refs_.word), w(refs_.position),
+                              w(refs_.token_type), 1, n, E);
     }
-  } else {
+  } else if (!embeddings_int8(a.emb_sum, a.ids, a.seg, B, T, pass)) {
     be.embeddings_forward(a.emb_sum, a.ids, a.seg, w(refs_.word), w(refs_.position), w(refs_.token_type), B, T, E);
   }
   be.layernorm_forward(emb, a.emb_mean, a.emb_rstd, a.emb_sum, w(refs_.emb_norm.g), w(refs_.emb_norm.b), N, E,

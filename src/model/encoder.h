@@ -139,6 +139,10 @@ class Encoder {
                    const Pass& pass) const;
   bool ffn_int8(const kernels::Int8LayerNorm& ln, const float* x, const LayerRefs& L, int64_t M,
                 const Pass& pass) const;
+  // With int8, the embeddings' sums from the word embeddings' int8 rows (kernels/kernels.h,
+  // embeddings_forward's arguments); false for other precisions.
+  bool embeddings_int8(float* out, const int32_t* ids, const int32_t* seg, int64_t B, int64_t T,
+                       const Pass& pass) const;
 
   const BertConfig& cfg_;
   ModelWeights& weights_;

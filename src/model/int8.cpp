@@ -1,10 +1,13 @@
 // --precision int8: dynamic quantization of the encoder's linear layers (kernels/gemm_int8.h).
 // Quantized: every encoder layer's query/key/value, attention output, intermediate and output
-// dense layers, and ELECTRA's embeddings projection (all but a sliver of the FLOPs). Kept in fp32:
-// the embeddings, LayerNorms, attention (its two matmuls and softmax), GELU, residual adds, the
-// pooler and every head (the classifier, QA, token-classification and masked-LM layers): they are
-// under 1 % of a forward's FLOPs at sequence 128 and their outputs are the logits themselves, so
-// quantizing them would cost accuracy for no speed.
+// dense layers, and ELECTRA's embeddings projection (all but a sliver of the FLOPs); and the word
+// embeddings, 8-bit per row (a fifth of bert-base's weights: 94 MB in fp32, 23 MB so; ONNX
+// Runtime's quantize_dynamic quantizes them too, per tensor; the masked-LM decoder, tied to them,
+// reads their fp32 rows, which a model with that head keeps). Kept in fp32: the position and
+// token-type embeddings, LayerNorms, GELU, residual adds, the pooler and every head (the
+// classifier, QA, token-classification and masked-LM layers): they are under 1 % of a forward's
+// FLOPs at sequence 128 and their outputs are the logits themselves, so quantizing them would cost
+// accuracy for no speed. (The attention's products: kernels/attention_int8.cpp.)
 #include "model/int8.h"
 
 #include <sys/mman.h>
@@ -17,6 +20,7 @@
 #include "backend/backend.h"
 #include "bertcc/error.h"
 #include "bertcc/runtime.h"
+#include "kernels/kernels.h"
 #include "model/encoder.h"
 #include "model/packed.h"
 
@@ -42,7 +46,24 @@ void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& line
   q8_->by_weight.clear();
   q8_->act_max = act_max;
   for (const Int8Linear& l : linears) quantize_linear(l, act_max);
+  quantize_word_embeddings();
   q8_valid_ = true;
+}
+
+Int8Linear ModelWeights::word_embeddings_entry() const {
+  const ParamRef r = table_.ref("bert.embeddings.word_embeddings.weight");
+  return Int8Linear{LinearRef{r, ParamRef{}}, table_[r].shape[0], table_[r].shape[1]};
+}
+
+void ModelWeights::quantize_word_embeddings() {
+  const Int8Linear e = word_embeddings_entry();
+  q8_->words = kernels::quantize_embeddings_int8(w(e.r.w), e.N, e.K);
+}
+
+const kernels::Int8Weight* ModelWeights::int8_word_embeddings(Precision prec) const {
+  if (prec != Precision::I8) return nullptr;
+  BERTCC_CHECK(q8_ && q8_valid_ && !q8_->words.q.empty(), "embeddings_int8: the int8 weights were not made");
+  return &q8_->words;
 }
 
 void ModelWeights::quantize_linear(const Int8Linear& l, int act_max) {
@@ -63,6 +84,7 @@ void ModelWeights::keep_int8_weights_only(const std::vector<Int8Linear>& linears
   }
   refresh_int8(Precision::I8, linears);  // (nothing where made above for the same activation bits)
   release_linear_pages(linears);
+  if (!words_read_by_head_) release_linear_pages({word_embeddings_entry()});
 }
 
 void ModelWeights::prepare_inference_load(const std::vector<Int8Linear>& linears, Precision prec) {
@@ -73,6 +95,11 @@ void ModelWeights::prepare_inference_load(const std::vector<Int8Linear>& linears
   load_->prec = prec;
   load_->act_max = int8_activation_max(int8_activation_bits());
   for (const Int8Linear& l : linears) load_->pending.push_back({l, l.N * l.K});
+  if (prec == Precision::I8) {  // the word embeddings, quantized per row once written
+    const Int8Linear e = word_embeddings_entry();
+    load_->words = e.r.w.i;
+    load_->pending.push_back({e, e.N * e.K});
+  }
 }
 
 void ModelWeights::tensor_written(ParamRef r) {
@@ -99,7 +126,12 @@ void ModelWeights::make_loaded_linear(const Int8Linear& l) {
       q8_ = std::make_unique<Int8Weights>();
       q8_->act_max = load_->act_max;
     }
-    quantize_linear(l, q8_->act_max);
+    if (l.r.w.i != load_->words) {
+      quantize_linear(l, q8_->act_max);
+    } else {
+      quantize_word_embeddings();
+      if (words_read_by_head_) return;  // the decoder reads the fp32 rows
+    }
   } else {
     if (!packed_) {
       packed_ = std::make_unique<PackedLinears>();
@@ -155,6 +187,15 @@ bool Encoder::output_int8(const kernels::Int8LayerNorm& ln, const float* x, cons
   const kernels::Int8Weight* q = weights_.int8_weight(r, pass.prec);
   if (!q) return false;
   kernels::linear_residual_layernorm_int8(ln, x, *q, w(r.b), M);
+  return true;
+}
+
+bool Encoder::embeddings_int8(float* out, const int32_t* ids, const int32_t* seg, int64_t B, int64_t T,
+                              const Pass& pass) const {
+  const kernels::Int8Weight* q = weights_.int8_word_embeddings(pass.prec);
+  if (!q) return false;
+  kernels::embeddings_forward_int8(out, ids, seg, q->q.data(), q->scale.data(), w(refs_.position), w(refs_.token_type),
+                                   B, T, cfg_.embedding_dim());
   return true;
 }
 

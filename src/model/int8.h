@@ -11,6 +11,8 @@ namespace bertcc {
 struct ModelWeights::Int8Weights {
   std::unordered_map<int64_t, kernels::Int8Weight> by_weight;
   int act_max = 0;  // the activations' bound they were made for (--int8-activation-bits)
+  // The word embeddings per row (plain: the embeddings' lookup reads rows, never multiplies them).
+  kernels::Int8Weight words;
 };
 
 }  // namespace bertcc

@@ -98,8 +98,8 @@ class ModelWeights {
   }
   // The bf16 copy made again after a change of the weights (bf16 precision; else nothing).
   void refresh_bf16(Precision p);
-  // int8 precision: quantizes `linears` where they are not (once per weights); refuses int8 off the
-  // CPU. Other precisions: nothing.
+  // int8 precision: quantizes `linears` and the word embeddings (per row) where they are not (once
+  // per weights); refuses int8 off the CPU. Other precisions: nothing.
   void refresh_int8(Precision p, const std::vector<Int8Linear>& linears);
   // A load for inference alone on the CPU (bert.h's prepare_inference_load): from now on each of
   // `linears`' weights is quantized (int8) or packed (fp32) as soon as a loader has written it
@@ -107,10 +107,16 @@ class ModelWeights {
   // layers beside their copies. keep_int8_weights_only or keep_packed_weights_only in the same
   // precision ends it (and makes the layers no loader wrote). Other precisions, a device, a model
   // already quantized or packed: nothing (keep_packed_weights_only does it all after the load).
+  // (int8: the word embeddings too, once written; their fp32 pages stay where a head reads them.)
   void prepare_inference_load(const std::vector<Int8Linear>& linears, Precision prec);
   void tensor_written(ParamRef r);
-  // bertcc/bert.h's keep_int8_weights_only, for the encoder's `linears`.
+  // bertcc/bert.h's keep_int8_weights_only, for the encoder's `linears` and the word embeddings.
   void keep_int8_weights_only(const std::vector<Int8Linear>& linears);
+  // Whether the head reads the word embeddings' fp32 rows (the tied masked-LM decoder: Bert says so
+  // once its head is made). int8's lookup reads their int8 rows all the same (a directory gives the
+  // same encoder outputs whatever head a command loads it with), and a model for int8 inference
+  // alone then keeps the fp32 rows too, for the decoder.
+  void set_words_read_by_head(bool read) { words_read_by_head_ = read; }
   // bertcc/bert.h's keep_packed_weights_only (packed.cpp), for the encoder's `linears`.
   void keep_packed_weights_only(const std::vector<Int8Linear>& linears, Precision prec);
   // Linear layer r on x[M, K] into y[M, N] from the weights held here for inference: in int8 when
@@ -121,6 +127,8 @@ class ModelWeights {
                    const LinearIo* io = nullptr) const;
   // The int8 weight of linear layer r when prec is int8; null for other precisions.
   const kernels::Int8Weight* int8_weight(const LinearRef& r, Precision prec) const;
+  // The word embeddings in int8 per row ([vocab, E]: q and scale) when prec is int8; else null.
+  const kernels::Int8Weight* int8_word_embeddings(Precision prec) const;
 
   void init_weights(uint64_t seed);
   void zero_grad();
@@ -137,6 +145,10 @@ class ModelWeights {
   void release_linear_pages(const std::vector<Int8Linear>& linears);
   // One linear layer's int8 weight into q8_ (made already), for activations bounded by act_max.
   void quantize_linear(const Int8Linear& l, int act_max);
+  // The word embeddings per row into q8_ (made already); their table entry as a pseudo-linear layer
+  // ([vocab, E], no bias: what release_linear_pages takes).
+  void quantize_word_embeddings();
+  Int8Linear word_embeddings_entry() const;
   // One linear layer's packed fp32 or bf16 weight into `into` (false where this CPU's kernel reads
   // plain weights for its shape: nothing made).
   bool pack_linear(const Int8Linear& l, Precision prec, PackedLinears& into) const;
@@ -144,7 +156,7 @@ class ModelWeights {
   // made from weights already there) made now; the load's state dropped.
   void finish_inference_load();
   // A linear layer of a load for inference whose weight is all written: quantized or packed, and
-  // its fp32 pages given back.
+  // its fp32 pages given back (int8: the word embeddings too, their pages unless a head reads them).
   void make_loaded_linear(const Int8Linear& l);
 
   const BertConfig& cfg_;
@@ -161,6 +173,7 @@ class ModelWeights {
   std::unique_ptr<Int8Weights> q8_;
   bool q8_valid_ = false;
   bool fp32_linears_released_ = false;  // keep_*_only: those fp32 pages are gone
+  bool words_read_by_head_ = false;     // set_words_read_by_head
   // keep_packed_weights_only (packed.cpp): the encoder's linear layers in their kernel's layout
   std::unique_ptr<PackedLinears> packed_;
   bool packed_valid_ = false;  // no mutable access to the weights since they were packed
@@ -171,6 +184,7 @@ class ModelWeights {
     };
     Precision prec;
     int act_max;                   // int8: the activations' bound
+    int32_t words = -1;            // int8: the word embeddings' index in the table
     std::vector<Pending> pending;  // in the table's order
   };
   std::unique_ptr<InferenceLoad> load_;

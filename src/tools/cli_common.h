@@ -82,8 +82,10 @@ std::string unknown_argument_message(const CLI::App& root);
 inline const char* const kInferPrecisionHelp =
     "auto (default: bf16 on a GPU and on a CPU with AVX512-BF16 or AMX, fp32 on other CPUs) | bf16 | fp32 | "
     "int8 (CPU: the encoder's linear layers quantized to int8, weights per output channel "
-    "and activations per row, and the attention's two products (8-bit probabilities); the embeddings, the "
-    "softmax's scores, LayerNorm, GELU, pooler and task head stay fp32)";
+    "and activations per row, the attention's two products (8-bit probabilities) and the word embeddings "
+    "(8-bit rows); the position and token-type embeddings, the softmax's "
+    "scores, LayerNorm, GELU, pooler and "
+    "task head stay fp32)";
 
 // The name of the range checks (in_range, threads_check). Every numeric flag must have one
 // (check_numeric_flags refuses to start otherwise): CLI11's own Range and PositiveNumber do not

@@ -86,8 +86,8 @@ void add_ft_flags(CLI::App* sub, FtCli& o) {
   else
     sub->add_option("--precision", o.precision,
                     auto_help +
-                        " | int8 (--mode eval/prediction only, CPU: the encoder's linear layers quantized to "
-                        "int8; the rest fp32)")
+                        " | int8 (--mode eval/prediction only, CPU: the encoder's linear layers and word "
+                        "embeddings quantized to int8; the rest fp32)")
         ->check(CLI::IsMember({"auto", "fp32", "bf16", "int8"}));
   sub->add_option("--seed", o.seed, "seed for the new head, data order and dropout")
       ->check(in_range(0, kMaxSeed, "a seed"));

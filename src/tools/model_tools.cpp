@@ -221,10 +221,12 @@ void add_export_onnx(CLI::App& app) {
   ox->add_option("--weights", oo->weights,
                  "weight precision in the file: fp32 (default) | fp16 | bf16 (computed in fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  ox->add_option("--precision", oo->precision,
-                 "fp32 (default) | int8: the encoder as --precision int8 computes it (the linear layers' int8 weights "
-                 "per output channel, activations quantized per row: QuantizeLinear, MatMulInteger; the attention's "
-                 "two products as MatMulInteger, its probabilities from bertcc's 8-bit exp table)")
+  ox->add_option(
+        "--precision", oo->precision,
+        "fp32 (default) | int8: the encoder as --precision int8 computes it (the linear layers' int8 weights "
+        "per output channel, activations quantized per row as bertcc rounds them, MatMulInteger; the attention's "
+        "two products as MatMulInteger, its probabilities from bertcc's 8-bit exp table; the word embeddings "
+        "8-bit per row)")
       ->check(CLI::IsMember({"fp32", "int8"}));
   add_int8_flags(ox,
                  "with --precision int8: the bits the file quantizes the linear layers' inputs to per row: 8 "

@@ -13,6 +13,7 @@ class MaskedLmHead : public Head {
   PretrainLoss pretrain_step(const BertBatch& batch, Rng& rng, const StepArgs& args) override;
   // A masked-LM label in the padding has no packed row to decode.
   bool labels_within(const BertBatch& batch, int64_t b, int64_t n) const override;
+  bool reads_word_embeddings() const override { return true; }  // the decoder's weight
 
  private:
   // What the forward leaves for the backward (buffers where the backend computes).
