@@ -34,7 +34,6 @@ Bert::Bert(const BertConfig& config, Heads heads) : cfg_(config), heads_(heads) 
   weights_ = std::make_unique<ModelWeights>(cfg_, spec);
   encoder_ = std::make_unique<Encoder>(cfg_, *weights_, spec.pooler && !cfg_.electra());
   head_ = spec.make(*this);  // binds the head's tensors
-  weights_->set_words_read_by_head(head_->reads_word_embeddings());
 }
 
 Bert::~Bert() = default;

@@ -37,9 +37,6 @@ class Head {
     (void)batch, (void)b, (void)n;
     return true;
   }
-  // Whether the head reads the word embeddings' fp32 rows (the tied masked-LM decoder): a model for
-  // int8 inference alone then keeps them beside their int8 rows (ModelWeights::set_words_read_by_head).
-  virtual bool reads_word_embeddings() const { return false; }
 
  protected:
   // Binding (constructors): a Linear's weight and bias (none when !bias), a LayerNorm's.

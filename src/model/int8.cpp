@@ -3,9 +3,9 @@
 // dense layers, and ELECTRA's embeddings projection (all but a sliver of the FLOPs); and the word
 // embeddings, 8-bit per row (a fifth of bert-base's weights: 94 MB in fp32, 23 MB so; ONNX
 // Runtime's quantize_dynamic quantizes them too, per tensor; the masked-LM decoder, tied to them,
-// reads their fp32 rows, which a model with that head keeps). Kept in fp32: the position and
+// reads the same int8 rows, dequantized). Kept in fp32: the position and
 // token-type embeddings, LayerNorms, GELU, residual adds, the pooler and every head (the
-// classifier, QA, token-classification and masked-LM layers): they are under 1 % of a forward's
+// classifier, QA, token-classification layers and the masked-LM transform): under 1 % of a forward's
 // FLOPs at sequence 128 and their outputs are the logits themselves, so quantizing them would cost
 // accuracy for no speed. (The attention's products: kernels/attention_int8.cpp.)
 #include "model/int8.h"
@@ -84,7 +84,7 @@ void ModelWeights::keep_int8_weights_only(const std::vector<Int8Linear>& linears
   }
   refresh_int8(Precision::I8, linears);  // (nothing where made above for the same activation bits)
   release_linear_pages(linears);
-  if (!words_read_by_head_) release_linear_pages({word_embeddings_entry()});
+  release_linear_pages({word_embeddings_entry()});  // (the masked-LM decoder reads the int8 rows too)
 }
 
 void ModelWeights::prepare_inference_load(const std::vector<Int8Linear>& linears, Precision prec) {
@@ -126,12 +126,10 @@ void ModelWeights::make_loaded_linear(const Int8Linear& l) {
       q8_ = std::make_unique<Int8Weights>();
       q8_->act_max = load_->act_max;
     }
-    if (l.r.w.i != load_->words) {
-      quantize_linear(l, q8_->act_max);
-    } else {
+    if (l.r.w.i == load_->words)
       quantize_word_embeddings();
-      if (words_read_by_head_) return;  // the decoder reads the fp32 rows
-    }
+    else
+      quantize_linear(l, q8_->act_max);
   } else {
     if (!packed_) {
       packed_ = std::make_unique<PackedLinears>();

@@ -107,16 +107,11 @@ class ModelWeights {
   // layers beside their copies. keep_int8_weights_only or keep_packed_weights_only in the same
   // precision ends it (and makes the layers no loader wrote). Other precisions, a device, a model
   // already quantized or packed: nothing (keep_packed_weights_only does it all after the load).
-  // (int8: the word embeddings too, once written; their fp32 pages stay where a head reads them.)
+  // (int8: the word embeddings too, once written.)
   void prepare_inference_load(const std::vector<Int8Linear>& linears, Precision prec);
   void tensor_written(ParamRef r);
   // bertcc/bert.h's keep_int8_weights_only, for the encoder's `linears` and the word embeddings.
   void keep_int8_weights_only(const std::vector<Int8Linear>& linears);
-  // Whether the head reads the word embeddings' fp32 rows (the tied masked-LM decoder: Bert says so
-  // once its head is made). int8's lookup reads their int8 rows all the same (a directory gives the
-  // same encoder outputs whatever head a command loads it with), and a model for int8 inference
-  // alone then keeps the fp32 rows too, for the decoder.
-  void set_words_read_by_head(bool read) { words_read_by_head_ = read; }
   // bertcc/bert.h's keep_packed_weights_only (packed.cpp), for the encoder's `linears`.
   void keep_packed_weights_only(const std::vector<Int8Linear>& linears, Precision prec);
   // Linear layer r on x[M, K] into y[M, N] from the weights held here for inference: in int8 when
@@ -127,7 +122,8 @@ class ModelWeights {
                    const LinearIo* io = nullptr) const;
   // The int8 weight of linear layer r when prec is int8; null for other precisions.
   const kernels::Int8Weight* int8_weight(const LinearRef& r, Precision prec) const;
-  // The word embeddings in int8 per row ([vocab, E]: q and scale) when prec is int8; else null.
+  // The word embeddings in int8 per row ([vocab, E]: q and scale) when prec is int8 (the lookup and
+  // the tied masked-LM decoder read them); else null.
   const kernels::Int8Weight* int8_word_embeddings(Precision prec) const;
 
   void init_weights(uint64_t seed);
@@ -156,7 +152,7 @@ class ModelWeights {
   // made from weights already there) made now; the load's state dropped.
   void finish_inference_load();
   // A linear layer of a load for inference whose weight is all written: quantized or packed, and
-  // its fp32 pages given back (int8: the word embeddings too, their pages unless a head reads them).
+  // its fp32 pages given back (int8: the word embeddings too).
   void make_loaded_linear(const Int8Linear& l);
 
   const BertConfig& cfg_;
@@ -173,7 +169,6 @@ class ModelWeights {
   std::unique_ptr<Int8Weights> q8_;
   bool q8_valid_ = false;
   bool fp32_linears_released_ = false;  // keep_*_only: those fp32 pages are gone
-  bool words_read_by_head_ = false;     // set_words_read_by_head
   // keep_packed_weights_only (packed.cpp): the encoder's linear layers in their kernel's layout
   std::unique_ptr<PackedLinears> packed_;
   bool packed_valid_ = false;  // no mutable access to the weights since they were packed

@@ -1,7 +1,11 @@
 #include "model/heads/masked_lm.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "bertcc/error.h"
 #include "model/acts.h"
+#include "model/int8.h"
 
 namespace bertcc {
 
@@ -106,7 +110,8 @@ void MaskedLmHead::mlm_forward(const BertBatch& batch, bool backward, Precision 
   be.linear_forward(f.t1, f.hm, w(dense_.w), w(dense_.b), M, Eh, C, prec, w16(dense_.w, prec));
   be.gelu_forward(f.tg, f.t1, M * Eh, act);
   be.layernorm_forward(f.tl, f.tmean, f.trstd, f.tg, w(lnorm_.g), w(lnorm_.b), M, Eh, cfg_.layer_norm_eps);
-  be.linear_forward(f.logits, f.tl, w(word), w(obias_), M, V, Eh, prec, w16(word, prec));
+  if (!decode_int8(f.logits, f.tl, M, prec))
+    be.linear_forward(f.logits, f.tl, w(word), w(obias_), M, V, Eh, prec, w16(word, prec));
   if (mlm_logits_out) {
     mlm_logits_out->resize(static_cast<size_t>(M * V));
     be.download(mlm_logits_out->data(), f.logits, sizeof(float) * static_cast<size_t>(M * V));
@@ -120,6 +125,29 @@ void MaskedLmHead::mlm_forward(const BertBatch& batch, bool backward, Precision 
   const double s = host_sum(be, h.losses, losses, M);
   out.mlm_loss_sum = s;
   out.mlm_loss = s / static_cast<double>(M);
+}
+
+// int8: the decoder reads the word embeddings' int8 rows, the lookup's (a model for int8 inference
+// alone gives their fp32 pages back): blocks of rows dequantized (float(q) * scale, the lookup's
+// values), each block's logits an fp32 product into a block of columns. A logit depends on its row
+// and its vocabulary entry alone, as in one product.
+bool MaskedLmHead::decode_int8(float* logits, const float* x, int64_t M, Precision prec) {
+  const kernels::Int8Weight* q = weights_.int8_word_embeddings(prec);
+  if (!q) return false;
+  const int64_t V = q->N, E = q->K, block = std::min<int64_t>(V, 2048);
+  std::vector<float> rows(static_cast<size_t>(block * E)), y(static_cast<size_t>(M * block));
+  const float* bias = w(obias_);
+  for (int64_t v0 = 0; v0 < V; v0 += block) {
+    const int64_t n = std::min(block, V - v0);
+    for (int64_t v = 0; v < n; ++v) {
+      const int8_t* r = q->q.data() + (v0 + v) * E;
+      const float s = q->scale[static_cast<size_t>(v0 + v)];
+      for (int64_t e = 0; e < E; ++e) rows[static_cast<size_t>(v * E + e)] = static_cast<float>(r[e]) * s;
+    }
+    backend().linear_forward(y.data(), x, rows.data(), bias + v0, M, n, E, prec, nullptr);
+    for (int64_t m = 0; m < M; ++m) std::copy_n(y.data() + m * n, n, logits + m * V + v0);
+  }
+  return true;
 }
 
 // ---- NSP head on the pooled output ----

@@ -13,7 +13,6 @@ class MaskedLmHead : public Head {
   PretrainLoss pretrain_step(const BertBatch& batch, Rng& rng, const StepArgs& args) override;
   // A masked-LM label in the padding has no packed row to decode.
   bool labels_within(const BertBatch& batch, int64_t b, int64_t n) const override;
-  bool reads_word_embeddings() const override { return true; }  // the decoder's weight
 
  private:
   // What the forward leaves for the backward (buffers where the backend computes).
@@ -28,6 +27,9 @@ class MaskedLmHead : public Head {
   void nsp_forward(const BertBatch& batch, bool backward, Precision prec, float loss_scale, float nsp_denom, Fwd& f,
                    PretrainLoss& out);
   void backward(const BertBatch& batch, Precision prec, const Fwd& f);
+  // int8: logits[M, vocab] of x [M, width] from the word embeddings' int8 rows (false for other
+  // precisions: the fp32 decoder then).
+  bool decode_int8(float* logits, const float* x, int64_t M, Precision prec);
   // The transform's activation and width: BERT's from the config at the hidden width; ELECTRA's
   // generator gelu (HF fixes it) at embedding_size.
   Activation act() const { return nsp_ ? cfg_.activation() : Activation::GeluErf; }
