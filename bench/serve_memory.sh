@@ -27,7 +27,7 @@ VOCAB="$SHARED/bert_vocab/bert-base-uncased-vocab.txt"; PY=/usr/bin/python3
 [ -f "$VOCAB" ] || { echo "serve_memory.sh: $VOCAB not found" >&2; exit 1; }
 mkdir -p "$WORK"
 SERVE_TEST_CONFIG=$CFG "$PY" "$HERE/tests/serve/make_models.py" "$B" "$VOCAB" "$WORK/$CFG" > /dev/null
-echo "serve_memory: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $CFG ($MODEL), --threads $THREADS, $REQUESTS requests of $ROWS x $TOKENS tokens (pooler_output)$([ "${AS_AVX2:-0}" = 1 ] && echo "; as on an AVX2-only CPU")"
+echo "serve_memory: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $CFG ($MODEL), --threads $THREADS, $REQUESTS requests of $ROWS x $TOKENS tokens ($([ "$MODEL" = base ] && echo pooler_output || echo logits))$([ "${AS_AVX2:-0}" = 1 ] && echo "; as on an AVX2-only CPU")"
 first=""
 for p in $PRECISIONS; do
   "$@" serve --model "$WORK/$CFG/$MODEL" --port 0 --threads "$THREADS" --precision "$p" > "$WORK/serve.out" 2> "$WORK/serve.err" &
