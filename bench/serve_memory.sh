@@ -1,8 +1,8 @@
 #!/bin/sh
 # A server's resident memory by precision: `serve --precision P` on a bert-base-shaped model with
 # random weights (tests/serve/make_models.py; MODEL: sst, the SST-2 classifier that
-# bench/serve_sst2.sh serves, or base, BertForPreTraining, whose masked-LM decoder reads the word
-# embeddings: int8 keeps their fp32 rows then), its VmRSS once loaded, then after REQUESTS KServe v2
+# bench/serve_sst2.sh serves, or base, BertForPreTraining, with the masked-LM decoder that
+# fill-mask runs), its VmRSS once loaded, then after REQUESTS KServe v2
 # requests of ROWS rows x TOKENS tokens each (the reply small: sst's logits, base's pooler_output
 # alone; the forward the largest batch the server takes), and VmHWM, the peak since it started (the load's
 # own peak included: what a container's memory limit must hold). Each precision's lines, then each

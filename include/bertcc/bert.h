@@ -90,7 +90,8 @@ class Bert {
   // in bf16 alone, and the model refuses training and fp32. Elsewhere use_backend.
   void use_backend_for_inference(Backend& be, Precision prec);
   bool inference_only() const;
-  // int8 inference on the CPU: the encoder's linears quantized now, their fp32 pages given back.
+  // int8 inference on the CPU: the encoder's linears and the word embeddings quantized now, their
+  // fp32 pages given back (params() then reads zeros there; every int8 path reads the int8 copies).
   void keep_int8_weights_only();
   // A load for inference alone on the CPU in `prec` (model_dir.h's load_model_dir_for_inference):
   // before the weights are written, prepare_inference_load; then a loader calls tensor_written

@@ -20,8 +20,8 @@ class ParamTable;
 
 class OnnxGraph {
  public:
-  static constexpr int kFloat = 1, kUint8 = 2, kInt8 = 3, kInt32 = 6, kBool = 9, kInt64 = 7,
-                       kDouble = 11;  // element types (TensorProto.DataType)
+  static constexpr int kFloat = 1, kUint8 = 2, kInt8 = 3, kInt32 = 6, kBool = 9,
+                       kInt64 = 7;  // element types (TensorProto.DataType)
 
   // A node attribute (an AttributeProto, serialized).
   struct Attr {

@@ -2,6 +2,7 @@
 // Optimizers read the decay flag from here; nobody matches names with regexes.
 #pragma once
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -66,7 +67,7 @@ struct ZeroPagesAllocator {
 
   static constexpr size_t kHuge = size_t{2} << 20;
   static size_t mapped_bytes(size_t n) {
-    const size_t page = 4096, bytes = n ? n * sizeof(T) : 1;
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), bytes = n ? n * sizeof(T) : 1;
     return (bytes + page - 1) / page * page;
   }
   T* allocate(size_t n) {

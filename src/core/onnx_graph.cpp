@@ -219,11 +219,9 @@ std::string OnnxGraph::linear_int8(const std::string& x, const std::string& pref
   const float act_max = static_cast<float>(int8_activation_max(int8_export_activation_bits()));
   const auto [xq, sx] = quantize_sym(x2, 1, act_max);  // sx [M, 1]
   const std::string acc = node("Cast", {node("MatMulInteger", {xq, wq})}, {Attr::i("to", kFloat)});
-  // bertcc's rescale, fma(float(acc), s_x · s_w, b) (kernels::rescale_int8_row): ONNX has no fma,
-  // so in double, where the product of two floats is exact and the sum rounds once before the
-  // float's rounding (the two roundings differ from fma's one only where the double lands on a
-  // float's rounding tie: about once in 2^29). In float (Muls, then an Add) every value's last
-  // bits could differ, and an activation's rounding tie downstream then lands a step away.
+  // bertcc's rescale is fma(float(acc), s_x · s_w, b) (kernels::rescale_int8_row); ONNX has no
+  // fma: a Mul, then an Add, the same product of the scales first. The last bits may differ (the
+  // export test's tolerance; the same in double, tried, moved no fewer of its sequences).
   const std::string y = node("Add", {node("Mul", {acc, node("Mul", {sx, ws})}), param(prefix + ".bias")});
   // back to [B, S, out]
   const std::string lead = node("Slice", {node("Shape", {x}), const_i64({0}), const_i64({-1})});

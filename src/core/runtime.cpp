@@ -213,7 +213,8 @@ std::string describe_backend(Precision p) {
   return s + "; int8: the encoder's linear layers (7-bit weights per output channel, " + std::to_string(bits) +
          "-bit activations per row" + why + ", " + int8_kernel_name(cpu_report()) +
          "); the attention's two products (8-bit q and probabilities, 7-bit k and v, bertcc's own int8 kernel); "
-         "embeddings, the softmax's scores, LayerNorm, GELU, pooler and task heads in fp32";
+         "the word embeddings (8-bit rows); the position and token-type embeddings, the softmax's scores, "
+         "LayerNorm, GELU, pooler and task heads in fp32";
 }
 
 }  // namespace bertcc

@@ -150,12 +150,18 @@ void ModelWeights::finish_inference_load() {
 void ModelWeights::release_linear_pages(const std::vector<Int8Linear>& linears) {
   // Whole pages inside each matrix (and inside its bf16 copy, where the CPU holds one) back to the
   // system (madvise: they read as zeros if touched again, which the checks of keep_*_only's callers
-  // prevent); the pages shared with kept tensors stay.
+  // prevent); the pages shared with kept tensors stay. And no huge pages there any more: the
+  // buffer asked for them (ZeroPagesAllocator), and the kernel's khugepaged would otherwise, in
+  // time, collapse a 2 MB region that holds a kept bias or LayerNorm into one resident huge page,
+  // given-back pages and all.
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto release = [&](const void* from, size_t bytes) {
     const auto begin = reinterpret_cast<uintptr_t>(from), end = begin + bytes;
     const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;
-    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+    if (e > b) {
+      madvise(reinterpret_cast<void*>(b), e - b, MADV_NOHUGEPAGE);
+      madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+    }
   };
   for (const Int8Linear& l : linears) {
     const size_t n = static_cast<size_t>(l.N * l.K), at = static_cast<size_t>(table_[l.r.w].offset);

@@ -139,6 +139,7 @@ bool MaskedLmHead::decode_int8(float* logits, const float* x, int64_t M, Precisi
   const float* bias = w(obias_);
   for (int64_t v0 = 0; v0 < V; v0 += block) {
     const int64_t n = std::min(block, V - v0);
+#pragma omp parallel for schedule(static)
     for (int64_t v = 0; v < n; ++v) {
       const int8_t* r = q->q.data() + (v0 + v) * E;
       const float s = q->scale[static_cast<size_t>(v0 + v)];
