@@ -51,6 +51,20 @@ class ParamTable {
   size_t total_ = 0;
 };
 
+// An allocator's construction that leaves an element made without a value as the memory holds it
+// (default-initialised) and makes the others as usual: what lets a vector grow (resize) without
+// writing, so that new pages stay untouched, not resident, until written.
+struct DefaultInitConstruct {
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
 // Memory for a model's weights: zeros straight from the kernel (an anonymous mapping, its whole
 // 2 MB pages asked for as huge pages), resident only once written. A vector of it sized with
 // resize() holds zeros without writing them, so a model costs memory only for the tensors written
@@ -59,7 +73,7 @@ class ParamTable {
 // it constructs without a value are left as the memory holds them (zeros, in new memory; a vector
 // shrunk and grown again keeps what its old elements held).
 template <typename T>
-struct ZeroPagesAllocator {
+struct ZeroPagesAllocator : DefaultInitConstruct {
   using value_type = T;
   ZeroPagesAllocator() = default;
   template <typename U>
@@ -88,14 +102,6 @@ struct ZeroPagesAllocator {
   }
   void deallocate(T* p, size_t n) noexcept {
     if (p) ::munmap(p, mapped_bytes(n));
-  }
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
   friend bool operator==(const ZeroPagesAllocator&, const ZeroPagesAllocator&) { return true; }
 };

@@ -13,12 +13,14 @@
 #include <utility>
 #include <vector>
 
+#include "bertcc/params.h"
+
 namespace bertcc {
 
-// An allocator that leaves a trivial element it constructs without a value as it is: a vector of
-// it grows (resize) without writing, so new pages stay untouched, not resident, until written.
+// std::allocator that leaves a trivial element it constructs without a value as it is
+// (DefaultInitConstruct, bertcc/params.h).
 template <typename T>
-struct UntouchedAllocator : std::allocator<T> {
+struct UntouchedAllocator : std::allocator<T>, DefaultInitConstruct {
   static_assert(std::is_trivially_default_constructible_v<T>);
   template <typename U>
   struct rebind {
@@ -27,14 +29,6 @@ struct UntouchedAllocator : std::allocator<T> {
   UntouchedAllocator() = default;
   template <typename U>
   UntouchedAllocator(const UntouchedAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
 };
 
 // v emptied, then room for n elements in new memory whose whole 2 MB pages were asked for as huge

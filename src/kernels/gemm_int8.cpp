@@ -50,26 +50,25 @@ void quantize_rows_int8(const float* x, int64_t M, int64_t K, int qmax, int8_t* 
   for (int64_t m = 0; m < M; ++m) quantize_row(x + m * K, K, qmax, q + m * K, scale + m);
 }
 
-Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K) {
-  BERTCC_CHECK(N > 0 && K > 0, "quantize_weight_int8: empty weight [", N, ", ", K, "]");
+namespace {
+Int8Weight quantized_rows(const float* W, int64_t N, int64_t K, int qmax, const char* who) {
+  BERTCC_CHECK(N > 0 && K > 0, who, ": empty matrix [", N, ", ", K, "]");
   Int8Weight w;
   w.N = N;
   w.K = K;
   w.q.resize(static_cast<size_t>(N * K));
   w.scale.resize(static_cast<size_t>(N));
-  quantize_rows_int8(W, N, K, kInt8WeightMax, w.q.data(), w.scale.data());
+  quantize_rows_int8(W, N, K, qmax, w.q.data(), w.scale.data());
   return w;
+}
+}  // namespace
+
+Int8Weight quantize_weight_int8(const float* W, int64_t N, int64_t K) {
+  return quantized_rows(W, N, K, kInt8WeightMax, "quantize_weight_int8");
 }
 
 Int8Weight quantize_embeddings_int8(const float* E, int64_t V, int64_t C) {
-  BERTCC_CHECK(V > 0 && C > 0, "quantize_embeddings_int8: empty table [", V, ", ", C, "]");
-  Int8Weight w;
-  w.N = V;
-  w.K = C;
-  w.q.resize(static_cast<size_t>(V * C));
-  w.scale.resize(static_cast<size_t>(V));
-  quantize_rows_int8(E, V, C, kInt8EmbeddingMax, w.q.data(), w.scale.data());
-  return w;
+  return quantized_rows(E, V, C, kInt8EmbeddingMax, "quantize_embeddings_int8");
 }
 
 namespace {
