@@ -1018,19 +1018,15 @@ TEST(Model, Int8WordEmbeddingsGiveTheirFp32PagesBack) {
   // --precision int8 reads the word embeddings' int8 rows (kernels::embeddings_forward_int8; the
   // tied masked-LM decoder too), and a model for int8 inference alone (keep_int8_weights_only)
   // gives their fp32 pages back, as the linear layers'. The results do not change, the encoder's
-  // nor the decoder's logits.
+  // nor the decoder's logits. --int8-fp32-embeddings reads and keeps the fp32 table instead.
   BertConfig c = whole_page_config();
   c.vocab_size = 512;  // a table of 32 pages
   const BertBatch b = batch_of_lengths(c, {5, 12, 7}, 12, 9);
-  const size_t C = static_cast<size_t>(c.hidden_size);
+  const size_t C = static_cast<size_t>(c.hidden_size), page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   for (const Heads h : {Heads::None, Heads::PreTraining}) {
     SCOPED_TRACE(h == Heads::None ? "no head" : "the masked-LM head");
-    Bert m(c, h);
-    m.init_weights(5);
-    const ParamEntry& e = m.table().at("bert.embeddings.word_embeddings.weight");
-    const float* words = std::as_const(m).params().data() + e.offset;
-    Rng r{1, 0};
-    const auto run = [&] {
+    const auto run = [&](Bert& m) {
+      Rng r{1, 0};
       if (h == Heads::None) {
         m.encode(b, false, Precision::I8, r, false);
         return std::vector<float>(m.sequence_output(), m.sequence_output() + 12 * 3 * C);
@@ -1044,9 +1040,26 @@ TEST(Model, Int8WordEmbeddingsGiveTheirFp32PagesBack) {
       EXPECT_EQ(logits.size(), 3u * static_cast<size_t>(c.vocab_size));
       return logits;
     };
-    const std::vector<float> before = run();
-    m.keep_int8_weights_only();
-    EXPECT_LE(resident_pages(words, e.numel), 2u) << "the table's pages but the two at its ends";
-    EXPECT_EQ(before, run());
+    std::vector<float> int8_words;
+    for (const bool fp32_words : {false, true}) {
+      SCOPED_TRACE(fp32_words ? "--int8-fp32-embeddings" : "int8 word embeddings");
+      set_int8_fp32_embeddings(fp32_words);
+      Bert m(c, h);
+      m.init_weights(5);
+      const ParamEntry& e = m.table().at("bert.embeddings.word_embeddings.weight");
+      const float* words = std::as_const(m).params().data() + e.offset;
+      const std::vector<float> before = run(m);
+      m.keep_int8_weights_only();
+      if (fp32_words)
+        EXPECT_GE(resident_pages(words, e.numel), e.numel * sizeof(float) / page);
+      else
+        EXPECT_LE(resident_pages(words, e.numel), 2u) << "the table's pages but the two at its ends";
+      EXPECT_EQ(before, run(m));
+      if (fp32_words)
+        EXPECT_NE(before, int8_words);  // the rows' rounding
+      else
+        int8_words = before;
+    }
+    set_int8_fp32_embeddings(false);
   }
 }

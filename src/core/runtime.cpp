@@ -210,11 +210,14 @@ std::string describe_backend(Precision p) {
                           : bits == 7 ? " [auto: no VNNI nor AVX-512, where 7 bits multiply faster; "
                                         "--int8-activation-bits 8 for 8]"
                                       : "";
+  const std::string words = settings().int8_fp32_embeddings ? "the word embeddings in fp32 (--int8-fp32-embeddings), "
+                                                            : "the word embeddings (8-bit rows); ";
   return s + "; int8: the encoder's linear layers (7-bit weights per output channel, " + std::to_string(bits) +
          "-bit activations per row" + why + ", " + int8_kernel_name(cpu_report()) +
-         "); the attention's two products (8-bit q and probabilities, 7-bit k and v, bertcc's own int8 kernel); "
-         "the word embeddings (8-bit rows); the position and token-type embeddings, the softmax's scores, "
-         "LayerNorm, GELU, pooler and task heads in fp32";
+         "); the attention's two products (8-bit q and probabilities, 7-bit k and v, bertcc's own int8 kernel); " +
+         words +
+         "the position and token-type embeddings, the softmax's scores, LayerNorm, GELU, pooler and task heads in "
+         "fp32";
 }
 
 }  // namespace bertcc

@@ -60,6 +60,7 @@ const RuntimeSettings& settings() { return process_settings(); }
 void set_allow_tf32(bool on) { process_settings().allow_tf32 = on; }
 void set_cuda_graphs(bool on) { process_settings().cuda_graphs = on; }
 void set_padded_execution(bool on) { process_settings().padded = on; }
+void set_int8_fp32_embeddings(bool on) { process_settings().int8_fp32_embeddings = on; }
 void set_int8_activation_bits(int bits) {
   BERTCC_CHECK(int8_activation_bits_valid(bits), "--int8-activation-bits: ", bits, " is not 7, 8 or auto");
   process_settings().int8_activation_bits = bits;
@@ -75,6 +76,7 @@ std::string describe_settings(const RuntimeSettings& s) {
   add(s.cuda_graphs, "--cuda-graphs");
   add(s.padded, "--padded");
   add(s.int8_activation_bits != 0, "--int8-activation-bits " + std::to_string(s.int8_activation_bits));
+  add(s.int8_fp32_embeddings, "--int8-fp32-embeddings");
   add(s.profile_gemm, "BERTCC_PROFILE_GEMM=1");
   add(s.cuda_profile, "BERTCC_CUDA_PROFILE=1");
   add(s.attention_cudnn, "BERTCC_ATTENTION=cudnn");

@@ -13,6 +13,7 @@
 #include "bertcc/fileio.h"
 #include "bertcc/head_spec.h"
 #include "bertcc/onnx_graph.h"
+#include "core/settings.h"
 
 namespace bertcc {
 
@@ -42,8 +43,9 @@ void export_onnx(const Bert& model, const std::string& path, DType weights, bool
   const std::string positions =
       g.node("Range", {g.const_i64_scalar(0), g.node("Squeeze", {seq, g.const_i64({0})}), g.const_i64_scalar(1)});
   // (int8: the word embeddings int8 per row, as --precision int8 reads them)
-  const std::string words = int8 ? g.gather_int8(e + "word_embeddings.weight", "input_ids")
-                                 : g.node("Gather", {g.param(e + "word_embeddings.weight"), "input_ids"});
+  const std::string words = int8 && !settings().int8_fp32_embeddings
+                                ? g.gather_int8(e + "word_embeddings.weight", "input_ids")
+                                : g.node("Gather", {g.param(e + "word_embeddings.weight"), "input_ids"});
   std::string h = g.node("Add", {words, g.node("Gather", {g.param(e + "position_embeddings.weight"), positions})});
   h = g.node("Add", {h, g.node("Gather", {g.param(e + "token_type_embeddings.weight"), "token_type_ids"})});
   h = g.layer_norm(h, e + "LayerNorm");

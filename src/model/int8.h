@@ -13,6 +13,7 @@ struct ModelWeights::Int8Weights {
   int act_max = 0;  // the activations' bound they were made for (--int8-activation-bits)
   // The word embeddings per row (plain: the embeddings' lookup reads rows, never multiplies them).
   kernels::Int8Weight words;
+  bool words_fp32 = false;  // --int8-fp32-embeddings: words empty, the fp32 table read
 };
 
 }  // namespace bertcc

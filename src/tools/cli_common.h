@@ -174,6 +174,8 @@ inline void add_int8_flags(CLI::App* sub, const char* help = int8_activation_bit
          [](const std::string& v) { set_int8_activation_bits(v == "auto" ? 0 : std::stoi(v)); }, help)
       ->check(CLI::IsMember({"auto", "7", "8"}))
       ->default_str("auto");
+  sub->add_flag_callback(
+      flag("--int8-fp32-embeddings"), [] { set_int8_fp32_embeddings(true); }, int8_fp32_embeddings_help());
 }
 
 // --cuda-graphs, on the commands that only infer (qa, classify, tag, embed, fill-mask, serve, bench).
