@@ -248,7 +248,6 @@ std::pair<std::string, std::string> OnnxGraph::quantize_sym(const std::string& x
 
 std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k, const std::string& v,
                                       const std::string& mask, const std::string& visible, float scale) {
-  auto quant = [&](const std::string& x, int64_t axis, float qmax) { return quantize_sym(x, axis, qmax); };
   const float act = static_cast<float>(kernels::kInt8ActivationMax), wmax = static_cast<float>(kernels::kInt8WeightMax);
   // the keys seen (all of them where the mask hides every one, as bertcc)
   const std::string none =
@@ -258,8 +257,8 @@ std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k
   const std::string seen = node("Max", {visible, none});  // [B, S]
   const std::string key_seen = node("Cast", {node("Unsqueeze", {seen, const_i64({1, 2})})}, {Attr::i("to", kBool)});
   const std::string row_seen = node("Cast", {node("Unsqueeze", {seen, const_i64({1, 3})})}, {Attr::i("to", kBool)});
-  const auto [q8, sq] = quant(q, 3, act);
-  const auto [k8, sk] = quant(k, 3, wmax);
+  const auto [q8, sq] = quantize_sym(q, 3, act);
+  const auto [k8, sk] = quantize_sym(k, 3, wmax);
   const std::vector<int64_t> swap{0, 1, 3, 2};
   const std::string acc =
       node("Cast", {node("MatMulInteger", {q8, node("Transpose", {k8}, {Attr::ints("perm", swap)})})},
@@ -287,7 +286,7 @@ std::string OnnxGraph::attention_int8(const std::string& q, const std::string& k
       node("Div", {const_f32(1.0f), node("ReduceSum", {u, const_i64({3})}, {Attr::i("keepdims", 1)})});
   const std::string pu8 = node("Cast", {u}, {Attr::i("to", kUint8)});
   const std::string v_seen = node("Where", {row_seen, v, const_f32(0.0f)});  // hidden: zeros (NaN too)
-  const auto [v8, sv] = quant(v_seen, 2, wmax);
+  const auto [v8, sv] = quantize_sym(v_seen, 2, wmax);
   const std::string acc2 = node("Cast", {node("MatMulInteger", {pu8, v8})}, {Attr::i("to", kFloat)});
   return node("Mul", {acc2, node("Mul", {sp, sv})});
 }

@@ -37,7 +37,7 @@ void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& line
                precision_name(p), " needs their fp32 weights");
   if (p != Precision::I8) return;
   const int act_max = int8_activation_max(int8_activation_bits());  // --int8-activation-bits
-  if (q8_ && q8_valid_ && q8_->act_max == act_max && q8_->words_fp32 == settings().int8_fp32_embeddings) return;
+  if (q8_ && q8_valid_ && q8_->act_max == act_max && q8_->words.q.empty() == settings().int8_fp32_embeddings) return;
   BERTCC_CHECK(!fp32_linears_released_,
                "the weights of a model loaded for int8 inference alone changed, or the "
                "int8 activations' bits (--int8-activation-bits), or --int8-fp32-embeddings");
@@ -47,8 +47,8 @@ void ModelWeights::refresh_int8(Precision p, const std::vector<Int8Linear>& line
   q8_->by_weight.clear();
   q8_->act_max = act_max;
   for (const Int8Linear& l : linears) quantize_linear(l, act_max);
-  if (!settings().int8_fp32_embeddings) quantize_word_embeddings();  // (else none: words left empty)
-  q8_->words_fp32 = settings().int8_fp32_embeddings;
+  q8_->words = {};
+  if (!settings().int8_fp32_embeddings) quantize_word_embeddings();
   q8_valid_ = true;
 }
 
@@ -65,9 +65,7 @@ void ModelWeights::quantize_word_embeddings() {
 const kernels::Int8Weight* ModelWeights::int8_word_embeddings(Precision prec) const {
   if (prec != Precision::I8) return nullptr;
   BERTCC_CHECK(q8_ && q8_valid_, "embeddings_int8: the int8 weights were not made");
-  if (q8_->words_fp32) return nullptr;  // --int8-fp32-embeddings
-  BERTCC_CHECK(!q8_->words.q.empty(), "embeddings_int8: the word embeddings were not quantized");
-  return &q8_->words;
+  return q8_->words.q.empty() ? nullptr : &q8_->words;  // (none: --int8-fp32-embeddings)
 }
 
 void ModelWeights::quantize_linear(const Int8Linear& l, int act_max) {
@@ -88,7 +86,7 @@ void ModelWeights::keep_int8_weights_only(const std::vector<Int8Linear>& linears
   }
   refresh_int8(Precision::I8, linears);  // (nothing where made above for the same activation bits)
   release_linear_pages(linears);
-  if (!q8_->words_fp32) release_linear_pages({word_embeddings_entry()});  // (the decoder reads the int8 rows too)
+  if (!q8_->words.q.empty()) release_linear_pages({word_embeddings_entry()});  // (the decoder reads them too)
 }
 
 void ModelWeights::prepare_inference_load(const std::vector<Int8Linear>& linears, Precision prec) {
@@ -129,7 +127,6 @@ void ModelWeights::make_loaded_linear(const Int8Linear& l) {
     if (!q8_) {
       q8_ = std::make_unique<Int8Weights>();
       q8_->act_max = load_->act_max;
-      q8_->words_fp32 = load_->words < 0;  // (--int8-fp32-embeddings at prepare_inference_load)
     }
     if (l.r.w.i == load_->words)
       quantize_word_embeddings();

@@ -11,9 +11,9 @@ namespace bertcc {
 struct ModelWeights::Int8Weights {
   std::unordered_map<int64_t, kernels::Int8Weight> by_weight;
   int act_max = 0;  // the activations' bound they were made for (--int8-activation-bits)
-  // The word embeddings per row (plain: the embeddings' lookup reads rows, never multiplies them).
+  // The word embeddings per row (plain: the embeddings' lookup reads rows, never multiplies them);
+  // empty with --int8-fp32-embeddings, where the fp32 table is read and kept.
   kernels::Int8Weight words;
-  bool words_fp32 = false;  // --int8-fp32-embeddings: words empty, the fp32 table read
 };
 
 }  // namespace bertcc
