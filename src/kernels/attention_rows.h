@@ -4,26 +4,38 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "bertcc/dtype.h"
 #include "kernels/vecmath.h"
 
 namespace bertcc::kernels {
 
-// The largest of row[0..n) (NaNs skipped: -inf for a row of them), in 16 lanes so that it
-// vectorises. The order of comparisons cannot change the value, except that a maximum of zero may
-// come out as -0 rather than +0, which subtracting it leaves unseen (x - 0 = x - (-0) but for
-// x = -0, whose exponential is 1 either way).
+// The largest of row[0..n) (NaNs skipped: -inf for a row of them), in 16 lanes held as two 8-lane
+// vectors (a compare and a blend, or a max instruction, each: the compiler's scalar form of 16
+// lanes in an array was 16 scalar maxima a step and a chain of 16 dependent ones at the end), the
+// lanes then halved four times. The order of comparisons cannot change the value, except that a
+// maximum of zero may come out as -0 rather than +0, which subtracting it leaves unseen
+// (x - 0 = x - (-0) but for x = -0, whose exponential is 1 either way).
 inline float row_max(const float* row, int64_t n) {
-  float m[16];
-  for (float& v : m) v = -INFINITY;
+  typedef float Lanes __attribute__((vector_size(32)));
+  Lanes lo, hi;
+  for (int l = 0; l < 8; ++l) lo[l] = hi[l] = -INFINITY;
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (int l = 0; l < 16; ++l) m[l] = row[j + l] > m[l] ? row[j + l] : m[l];
+  for (; j + 16 <= n; j += 16) {
+    Lanes a, b;
+    std::memcpy(&a, row + j, sizeof a);
+    std::memcpy(&b, row + j + 8, sizeof b);
+    lo = a > lo ? a : lo;  // (a NaN compares false: the lane kept)
+    hi = b > hi ? b : hi;
+  }
+  float m[16];
+  std::memcpy(m, &lo, sizeof lo);
+  std::memcpy(m + 8, &hi, sizeof hi);
   for (; j < n; ++j) m[0] = row[j] > m[0] ? row[j] : m[0];
-  float mx = -INFINITY;
-  for (const float v : m) mx = v > mx ? v : mx;
-  return mx;
+  for (int w = 8; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) m[l] = m[l + w] > m[l] ? m[l + w] : m[l];
+  return m[0];
 }
 
 // row[j] = exp(row[j] - mx) / sum of them
