@@ -66,6 +66,34 @@ BENCHMARK(BM_LinearF32Packed)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// bert-base's feed-forward block on the row kernel (what AVX2 CPUs run for fp32 inference), weights
+// in panels: arg 0 = 0 its three steps (linear_forward_rows_packed, gelu_forward,
+// linear_forward_rows_packed: the inner rows written, read and written, then packed again), 1 in
+// one kernel (ffn_rows_packed: the GELU'd inner rows written once, straight into the second
+// layer's layout; the same bits); arg 1 the rows. Compare the two with
+// --benchmark_repetitions=N --benchmark_enable_random_interleaving=true (a shared machine's drift
+// then touches both).
+void BM_FeedForwardRows(benchmark::State& st) {
+  const int64_t M = st.range(1);
+  auto x = filled(M * C, 0.01f), W1 = filled(I * C, 0.02f), b1 = filled(I, 0.0f), W2 = filled(C * I, 0.02f),
+       b2 = filled(C, 0.0f), h = filled(M * I, 0.0f), g = filled(M * I, 0.0f), y = filled(M * C, 0.0f);
+  std::vector<float> p1(kernels::row_panels_size(I, C)), p2(kernels::row_panels_size(C, I));
+  kernels::pack_row_panels(W1.data(), I, C, p1.data());
+  kernels::pack_row_panels(W2.data(), C, I, p2.data());
+  for (auto _ : st) {
+    if (st.range(0)) {
+      kernels::ffn_rows_packed(y.data(), x.data(), p1.data(), b1.data(), p2.data(), b2.data(), M, C, I,
+                               Activation::GeluErf);
+    } else {
+      kernels::linear_forward_rows_packed(h.data(), x.data(), p1.data(), b1.data(), M, I, C);
+      kernels::gelu_forward(g.data(), h.data(), M * I, Activation::GeluErf);
+      kernels::linear_forward_rows_packed(y.data(), g.data(), p2.data(), b2.data(), M, C, I);
+    }
+  }
+  st.counters["TFLOP/s"] = benchmark::Counter(4.0 * M * I * C * st.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FeedForwardRows)->ArgsProduct({{0, 1}, {N, 32}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // The same layers in int8 on rows already quantized (linear_forward_int8_q: the int32 products
 // and their rescale to fp32), weights held as inference holds them: arg 0 = 0 oneDNN (its blocked
 // layout where it has a VNNI/AMX kernel, then a rescale pass; else its gemm, which repacks W every

@@ -239,6 +239,60 @@ TEST(Gemm, RowKernelIsExactPortableAndRowInvariant) {
   }
 }
 
+// The feed-forward block on the row kernel in one kernel (ffn_rows_packed: the first layer's output
+// activated and written straight into the layout the second reads) gives the bits of its three
+// steps run one after another, for row counts within one 96-row tile and across several, inner
+// sizes with a partial 16-column panel and several K blocks, both activations and 1 or 2 threads;
+// and a row's result alone is its result in the batch. ffn_forward_packed takes it only for
+// weights in the row kernel's panels.
+TEST(Gemm, FeedForwardInOneKernelIsItsThreeStepsBits) {
+  struct Shape {
+    int64_t M, C, I;
+  };
+  const int before = omp_get_max_threads();
+  for (const Shape sh : {Shape{1, 24, 40}, Shape{7, 32, 64}, Shape{97, 40, 600}, Shape{203, 300, 72}}) {
+    const int64_t M = sh.M, C = sh.C, I = sh.I;
+    auto x = randn(M * C, 31), W1 = randn(I * C, 32), b1 = randn(I, 33), W2 = randn(C * I, 34), b2 = randn(C, 35);
+    std::vector<float> p1(kernels::row_panels_size(I, C)), p2(kernels::row_panels_size(C, I));
+    kernels::pack_row_panels(W1.data(), I, C, p1.data());
+    kernels::pack_row_panels(W2.data(), C, I, p2.data());
+    for (const Activation act : {Activation::GeluErf, Activation::GeluTanh})
+      for (const int threads : {1, 2}) {
+        SCOPED_TRACE(std::to_string(M) + " rows, " + std::to_string(C) + " x " + std::to_string(I) + ", " +
+                     (act == Activation::GeluErf ? "erf" : "tanh") + ", " + std::to_string(threads) + " threads");
+        omp_set_num_threads(threads);
+        std::vector<float> h(M * I), g(M * I), want(M * C), got(M * C, NAN);
+        kernels::linear_forward_rows_packed(h.data(), x.data(), p1.data(), b1.data(), M, I, C);
+        kernels::gelu_forward(g.data(), h.data(), M * I, act);
+        kernels::linear_forward_rows_packed(want.data(), g.data(), p2.data(), b2.data(), M, C, I);
+        kernels::ffn_rows_packed(got.data(), x.data(), p1.data(), b1.data(), p2.data(), b2.data(), M, C, I, act);
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
+        const int64_t m = M / 2;  // a row alone
+        std::vector<float> one(C);
+        kernels::ffn_rows_packed(one.data(), x.data() + m * C, p1.data(), b1.data(), p2.data(), b2.data(), 1, C, I,
+                                 act);
+        EXPECT_EQ(0, std::memcmp(one.data(), want.data() + m * C, C * 4)) << "row " << m;
+      }
+  }
+  omp_set_num_threads(before);
+  // ffn_forward_packed: on the row kernel's panels only
+  const int64_t M = 5, C = 16, I = 32;
+  auto x = randn(M * C, 36), W1 = randn(I * C, 37), W2 = randn(C * I, 38);
+  for (const auto rows : {kernels::RowGemm::Always, kernels::RowGemm::Never}) {
+    kernels::set_row_gemm(rows);
+    const auto p1 = kernels::pack_linear_weight(W1.data(), I, C), p2 = kernels::pack_linear_weight(W2.data(), C, I);
+    kernels::set_row_gemm(kernels::RowGemm::Auto);
+    if (!p1 || !p2) continue;  // oneDNN's plain layout on this CPU: nothing packed
+    std::vector<float> y(M * C, NAN);
+    const bool done =
+        kernels::ffn_forward_packed(y.data(), x.data(), *p1, nullptr, *p2, nullptr, M, Activation::GeluErf);
+    EXPECT_EQ(done, rows == kernels::RowGemm::Always);
+    if (done) {
+      for (float v : y) EXPECT_TRUE(std::isfinite(v));
+    }
+  }
+}
+
 // linear_forward on the row kernel (as on an AVX2 CPU) in fp32 and bf16: the same values as oneDNN
 // within fp32 (bf16) accuracy, and the bf16 form rounds the operands as the bf16 GEMM does.
 TEST(Gemm, LinearForwardOnTheRowKernel) {

@@ -330,6 +330,16 @@ void linear_forward_packed(float* y, const float* x, const PackedWeights& W, con
   run_packed(y, x, W, b, M);
 }
 
+bool ffn_forward_packed(float* y, const float* x, const PackedWeights& W1, const float* b1, const PackedWeights& W2,
+                        const float* b2, int64_t M, Activation act) {
+  if (W1.panels_n == 0 || W2.panels_n == 0) return false;
+  BERTCC_CHECK(M > 0 && W2.panels_k == W1.panels_n && W2.panels_n == W1.panels_k, "ffn_forward_packed: layers [",
+               W1.panels_n, ", ", W1.panels_k, "] and [", W2.panels_n, ", ", W2.panels_k, "] do not chain, or no rows");
+  ffn_rows_packed(y, x, static_cast<const float*>(W1.data.get()), b1, static_cast<const float*>(W2.data.get()), b2, M,
+                  W1.panels_k, W1.panels_n, act);
+  return true;
+}
+
 void linear_forward_packed_bf16(float* y, const bf16_t* x16, const PackedWeights& W, const float* b, int64_t M) {
   BERTCC_CHECK(M > 0, "linear_forward_packed_bf16: no rows");
   BERTCC_CHECK(W.panels_n == 0 && W.md.data_type() == dt::bf16, "linear_forward_packed_bf16: the weights are not bf16");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "bertcc/config.h"
 #include "bertcc/dtype.h"
 #include "bertcc/gemm_args.h"
 
@@ -37,6 +38,12 @@ std::shared_ptr<const PackedWeights> pack_linear_weight(const float* W, int64_t 
 // linear_forward(y, x, W, b, M, N, K, fp32) on the packed W (as linear_forward ran when it was
 // packed): the same kernels on the same values, so the same bits (tested), whatever M.
 void linear_forward_packed(float* y, const float* x, const PackedWeights& W, const float* b, int64_t M);
+// The feed-forward block y = act(x W1^T + b1) W2^T + b2 (x [M, C], W1 [I, C], W2 [C, I]) on both
+// weights packed, for inference: false (nothing done) unless both are in the row kernel's panels.
+// The same bits as linear_forward_packed, gelu_forward and linear_forward_packed in turn (tested):
+// ffn_rows_packed below.
+bool ffn_forward_packed(float* y, const float* x, const PackedWeights& W1, const float* b1, const PackedWeights& W2,
+                        const float* b2, int64_t M, Activation act);
 // The same for bf16 inference where oneDNN's bf16 matmul is native (AVX512-BF16, AMX): W's bf16
 // copy W16 packed once (null where bf16 is emulated); the layer on it takes x's rounding x16 and
 // gives linear_forward(y, x, W, b, M, N, K, bf16, W16, x16)'s bits.
@@ -56,6 +63,14 @@ int64_t row_panels_size(int64_t N, int64_t K);
 void pack_row_panels(const float* W, int64_t N, int64_t K, float* out);
 void linear_forward_rows_packed(float* y, const float* x, const float* panels, const float* b, int64_t M, int64_t N,
                                 int64_t K);
+// The feed-forward block on weights in panels (W1 [I, C], W2 [C, I]): the first layer's outputs
+// activated (gelu_forward_serial) as its tiles finish and written straight into the layout the
+// second layer reads its rows in, so that the inner rows (4 x the hidden size) go through memory
+// once instead of four times (the first layer's output, the GELU's read and write, the second
+// layer's copy of them). The same arithmetic as linear_forward_rows_packed, gelu_forward and
+// linear_forward_rows_packed, so the same bits.
+void ffn_rows_packed(float* y, const float* x, const float* panels1, const float* b1, const float* panels2,
+                     const float* b2, int64_t M, int64_t C, int64_t I, Activation act);
 // The same arithmetic without SIMD (the reference the AVX2 kernel is tested against, bit for bit).
 void linear_forward_rows_portable(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,
                                   int64_t K);

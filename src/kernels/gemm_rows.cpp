@@ -16,6 +16,7 @@
 
 #include "bertcc/runtime.h"
 #include "kernels/gemm.h"
+#include "kernels/kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -185,15 +186,46 @@ int64_t packed_at(int64_t m0, int64_t k0, int64_t M, int64_t K) {
   return m0 / kTileRows * tile_floats + k0 * micro_rows;
 }
 
+// The activated output of a layer written straight into pack_rows' layout for the next layer (as
+// x [M, K] of it, K this layer's N), instead of y: the feed-forward block's first layer, whose
+// GELU'd output only the second reads (ffn_rows_packed).
+struct ActPacked {
+  float* xp;       // the next layer's packed x (packed_at's tiles over M rows and K = this layer's N)
+  int64_t K;       // = this layer's N
+  Activation act;  // applied by gelu_forward_serial, the kernel the unfused layer's GELU runs
+};
+
+// Rows [m0, m1) x columns [n0, n0 + C) of the layer's output (bias added), held in `block` (rows
+// 16 floats apart): activated in place, then each 6-row group's columns into the packed x, as
+// pack_rows lays them out (rows past M zeros, as pack_rows leaves them).
+void write_act_packed(float* block, int64_t m0, int64_t m1, int64_t n0, int64_t C, int64_t M, const ActPacked& ap) {
+  const int64_t K = ap.K, k0 = n0 / kKBlock * kKBlock, kn = std::min(kKBlock, K - k0);
+  for (int64_t r = 0; r < m1 - m0; ++r) gelu_forward_serial(block + r * kPanel, block + r * kPanel, C, ap.act);
+  const int64_t g_end = (m1 - m0 + kRows - 1) / kRows;
+  for (int64_t g = 0; g < g_end; ++g) {
+    float* dst = ap.xp + packed_at(m0, k0, M, K) + g * kRows * kn + (n0 - k0) * kRows;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t r = 0; r < kRows; ++r) {
+        const int64_t m = m0 + g * kRows + r;
+        dst[c * kRows + r] = m < m1 ? block[(m - m0) * kPanel + c] : 0.0f;
+      }
+  }
+}
+
 // One task: rows [m0, m1) x panels [p0, p1), x packed (xp, packed_at), one panel at a time (its
 // column of y stays in L1 over the K blocks). Sums wait in y between K blocks (fp32, as in the
 // registers: the chain continues unchanged); the bias is added after the last block.
+// With `ap`, the sums wait in a block of the task's rows x one panel instead of y, and each panel's
+// output goes activated into ap's packed x once its last K block is done (y not written).
 void tile(float* y, const float* xp, const float* packed, const float* b, int64_t m0, int64_t m1, int64_t p0,
-          int64_t p1, int64_t M, int64_t N, int64_t K, bool simd) {
+          int64_t p1, int64_t M, int64_t N, int64_t K, bool simd, const ActPacked* ap) {
   alignas(32) float acc[kRows * kPanel];
+  alignas(64) float block[kTileRows * kPanel];  // (with ap)
   const int64_t micro_tiles = (m1 - m0 + kRows - 1) / kRows;
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n0 = p * kPanel, C = std::min(kPanel, N - n0);
+    float* yt = ap ? block : y + m0 * N + n0;  // row m's sums at yt + (m - m0) * ldy
+    const int64_t ldy = ap ? kPanel : N;
     for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
       const int64_t k1 = std::min(K, k0 + kKBlock), kn = k1 - k0;
       const bool last = k1 == K;
@@ -214,18 +246,18 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
           __builtin_prefetch(next + line * kPanel, 0, 2);
 #if defined(__x86_64__)
         if (simd && C == kPanel) {
-          micro_y(R, abuf + (m - m0) * kn, panel, kn, y + m * N + n0, N, k0 == 0, last && b ? b + n0 : nullptr);
+          micro_y(R, abuf + (m - m0) * kn, panel, kn, yt + (m - m0) * ldy, ldy, k0 == 0, last && b ? b + n0 : nullptr);
           continue;
         }
 #endif
         if (k0 == 0) {
           std::memset(acc, 0, sizeof acc);
         } else {
-          for (int64_t r = 0; r < R; ++r) std::memcpy(acc + r * kPanel, y + (m + r) * N + n0, sizeof(float) * C);
+          for (int64_t r = 0; r < R; ++r) std::memcpy(acc + r * kPanel, yt + (m - m0 + r) * ldy, sizeof(float) * C);
         }
         micro(abuf + (m - m0) * kn, panel, kn, acc, simd);
         for (int64_t r = 0; r < R; ++r) {
-          float* yr = y + (m + r) * N + n0;
+          float* yr = yt + (m - m0 + r) * ldy;
           const float* ar = acc + r * kPanel;
           if (last && b)
             for (int64_t c = 0; c < C; ++c) yr[c] = ar[c] + b[n0 + c];
@@ -234,22 +266,27 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
         }
       }
     }
+    if (ap) write_act_packed(block, m0, m1, n0, C, M, *ap);
   }
 }
 
-// y = x W^T + b on W already in panels (pack_panels)
+// Floats of x [M, K] packed (pack_rows over packed_at's tiles)
+int64_t packed_x_size(int64_t M, int64_t K) { return (M + kTileRows - 1) / kTileRows * kTileRows * K; }
+
+// y = x W^T + b on W already in panels (pack_panels); x given packed already where x_packed (x then
+// unread), and with `ap` the output activated into ap's packed x instead of y (tile)
 void run_on_panels(float* y, const float* x, const float* pk, const float* b, int64_t M, int64_t N, int64_t K,
-                   bool simd) {
+                   bool simd, const float* x_packed = nullptr, const ActPacked* ap = nullptr) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
   thread_local std::vector<float> xp;
   const int64_t tm = (M + kTileRows - 1) / kTileRows, tn = (panels + kTilePanels - 1) / kTilePanels;
   const int64_t kb = (K + kKBlock - 1) / kKBlock;
   const bool par = tm * tn > 1 && M * N * K >= (int64_t{1} << 16) && !omp_in_parallel();
   // x packed once for every column task (not once per task: N / 128 times over)
-  xp.resize(static_cast<size_t>(tm * kTileRows * K));
-  float* xpk = xp.data();
+  if (!x_packed) xp.resize(static_cast<size_t>(packed_x_size(M, K)));
+  float* xpk = x_packed ? nullptr : xp.data();
 #pragma omp parallel for schedule(static) if (par && tm * kb > 1)
-  for (int64_t t = 0; t < tm * kb; ++t) {
+  for (int64_t t = 0; t < (x_packed ? 0 : tm * kb); ++t) {
     const int64_t m0 = t / kb * kTileRows, k0 = t % kb * kKBlock;
     pack_rows(x, K, m0, std::min(M, m0 + kTileRows), k0, std::min(K, k0 + kKBlock), xpk + packed_at(m0, k0, M, K),
               simd);
@@ -257,8 +294,8 @@ void run_on_panels(float* y, const float* x, const float* pk, const float* b, in
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t t = 0; t < tm * tn; ++t) {
     const int64_t i = t / tn, j = t % tn;
-    tile(y, xpk, pk, b, i * kTileRows, std::min(M, (i + 1) * kTileRows), j * kTilePanels,
-         std::min(panels, (j + 1) * kTilePanels), M, N, K, simd);
+    tile(y, x_packed ? x_packed : xpk, pk, b, i * kTileRows, std::min(M, (i + 1) * kTileRows), j * kTilePanels,
+         std::min(panels, (j + 1) * kTilePanels), M, N, K, simd, ap);
   }
 }
 
@@ -286,6 +323,16 @@ void pack_row_panels(const float* W, int64_t N, int64_t K, float* out) { pack_pa
 void linear_forward_rows_packed(float* y, const float* x, const float* panels, const float* b, int64_t M, int64_t N,
                                 int64_t K) {
   run_on_panels(y, x, panels, b, M, N, K, simd_here());
+}
+
+void ffn_rows_packed(float* y, const float* x, const float* panels1, const float* b1, const float* panels2,
+                     const float* b2, int64_t M, int64_t C, int64_t I, Activation act) {
+  const bool simd = simd_here();
+  thread_local std::vector<float> h;  // the activated inner rows, packed for the second layer
+  h.resize(static_cast<size_t>(packed_x_size(M, I)));
+  const ActPacked ap{h.data(), I, act};
+  run_on_panels(nullptr, x, panels1, b1, M, I, C, simd, nullptr, &ap);
+  run_on_panels(y, nullptr, panels2, b2, M, C, I, simd, h.data());
 }
 
 void set_row_gemm(RowGemm mode) { g_mode = mode == RowGemm::Always ? 1 : mode == RowGemm::Never ? -1 : 0; }

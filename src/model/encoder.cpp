@@ -327,15 +327,19 @@ void Encoder::layer_forward(int l, const Pass& pass) {
   const kernels::Int8LayerNorm ln2{a.x[l + 1], ly.ln2_sum,      ly.ln2_mean,     ly.ln2_rstd,
                                    ly.h1,      w(L.ffn_norm.g), w(L.ffn_norm.b), eps};
   if (ffn_int8(ln2, ly.h1, L, N, pass)) return;
-  if (!linear_held(ly.inter, ly.h1, L.ffn_in, N, prec, &ffn1_io))
-    be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
-  if (prec == Precision::BF16)
-    be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, cfg_.activation());
-  else
-    be.gelu_forward(ly.gelu, ly.inter, N * I, cfg_.activation());
-  const LinearIo ffn2_io{a.as16(ly.gelu16), nullptr, nullptr};
-  if (!linear_held(a.tmp_c, ly.gelu, L.ffn_out, N, prec, &ffn2_io))
-    be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec), ffn2_io);
+  // (fp32 inference on the row kernel: the block in one kernel, the inner rows not written here)
+  if (!weights_.ffn_held(a.tmp_c, ly.h1, L.ffn_in, L.ffn_out, N, prec, cfg_.activation())) {
+    if (!linear_held(ly.inter, ly.h1, L.ffn_in, N, prec, &ffn1_io))
+      be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
+    if (prec == Precision::BF16)
+      be.gelu_forward16(a.as16(ly.gelu16), a.as16(ly.inter16), N * I, cfg_.activation());
+    else
+      be.gelu_forward(ly.gelu, ly.inter, N * I, cfg_.activation());
+    const LinearIo ffn2_io{a.as16(ly.gelu16), nullptr, nullptr};
+    if (!linear_held(a.tmp_c, ly.gelu, L.ffn_out, N, prec, &ffn2_io))
+      be.linear_forward(a.tmp_c, ly.gelu, w(L.ffn_out.w), w(L.ffn_out.b), N, C, I, prec, w16(L.ffn_out.w, prec),
+                        ffn2_io);
+  }
   if (p_h > 0) ly.seed_ffn_out = rng.reserve(N * C);
   be.residual_dropout_layernorm_forward(
       a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1, w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,
