@@ -331,12 +331,12 @@ void linear_forward_packed(float* y, const float* x, const PackedWeights& W, con
 }
 
 bool ffn_forward_packed(float* y, const float* x, const PackedWeights& W1, const float* b1, const PackedWeights& W2,
-                        const float* b2, int64_t M, Activation act) {
+                        const float* b2, int64_t M, Activation act, float* scratch) {
   if (W1.panels_n == 0 || W2.panels_n == 0) return false;
   BERTCC_CHECK(M > 0 && W2.panels_k == W1.panels_n && W2.panels_n == W1.panels_k, "ffn_forward_packed: layers [",
                W1.panels_n, ", ", W1.panels_k, "] and [", W2.panels_n, ", ", W2.panels_k, "] do not chain, or no rows");
   ffn_rows_packed(y, x, static_cast<const float*>(W1.data.get()), b1, static_cast<const float*>(W2.data.get()), b2, M,
-                  W1.panels_k, W1.panels_n, act);
+                  W1.panels_k, W1.panels_n, act, scratch);
   return true;
 }
 

@@ -41,9 +41,9 @@ void linear_forward_packed(float* y, const float* x, const PackedWeights& W, con
 // The feed-forward block y = act(x W1^T + b1) W2^T + b2 (x [M, C], W1 [I, C], W2 [C, I]) on both
 // weights packed, for inference: false (nothing done) unless both are in the row kernel's panels.
 // The same bits as linear_forward_packed, gelu_forward and linear_forward_packed in turn (tested):
-// ffn_rows_packed below.
+// ffn_rows_packed below (scratch: as there).
 bool ffn_forward_packed(float* y, const float* x, const PackedWeights& W1, const float* b1, const PackedWeights& W2,
-                        const float* b2, int64_t M, Activation act);
+                        const float* b2, int64_t M, Activation act, float* scratch = nullptr);
 // The same for bf16 inference where oneDNN's bf16 matmul is native (AVX512-BF16, AMX): W's bf16
 // copy W16 packed once (null where bf16 is emulated); the layer on it takes x's rounding x16 and
 // gives linear_forward(y, x, W, b, M, N, K, bf16, W16, x16)'s bits.
@@ -69,8 +69,11 @@ void linear_forward_rows_packed(float* y, const float* x, const float* panels, c
 // once instead of four times (the first layer's output, the GELU's read and write, the second
 // layer's copy of them). The same arithmetic as linear_forward_rows_packed, gelu_forward and
 // linear_forward_rows_packed, so the same bits.
+// scratch: ffn_rows_scratch_floats(M, I) floats for the inner rows (not y or x), or null for a
+// buffer of the calling thread's own, kept for its next call.
 void ffn_rows_packed(float* y, const float* x, const float* panels1, const float* b1, const float* panels2,
-                     const float* b2, int64_t M, int64_t C, int64_t I, Activation act);
+                     const float* b2, int64_t M, int64_t C, int64_t I, Activation act, float* scratch = nullptr);
+int64_t ffn_rows_scratch_floats(int64_t M, int64_t I);
 // The same arithmetic without SIMD (the reference the AVX2 kernel is tested against, bit for bit).
 void linear_forward_rows_portable(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,
                                   int64_t K);

@@ -197,7 +197,10 @@ struct ActPacked {
 
 // Rows [m0, m1) x columns [n0, n0 + C) of the layer's output (bias added), held in `block` (rows
 // 16 floats apart): activated in place, then each 6-row group's columns into the packed x, as
-// pack_rows lays them out (rows past M zeros, as pack_rows leaves them).
+// pack_rows lays them out (rows past M zeros, as pack_rows leaves them). m0 starts a 96-row tile
+// (packed_at's), m1 - m0 <= 96, and the columns are one panel, inside one K block of the next
+// layer (kKBlock a whole number of panels).
+static_assert(kKBlock % kPanel == 0, "a panel's columns lie in one K block of the next layer");
 void write_act_packed(float* block, int64_t m0, int64_t m1, int64_t n0, int64_t C, int64_t M, const ActPacked& ap) {
   const int64_t K = ap.K, k0 = n0 / kKBlock * kKBlock, kn = std::min(kKBlock, K - k0);
   for (int64_t r = 0; r < m1 - m0; ++r) gelu_forward_serial(block + r * kPanel, block + r * kPanel, C, ap.act);
@@ -270,8 +273,9 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
   }
 }
 
-// Floats of x [M, K] packed (pack_rows over packed_at's tiles)
-int64_t packed_x_size(int64_t M, int64_t K) { return (M + kTileRows - 1) / kTileRows * kTileRows * K; }
+// Floats of x [M, K] packed (pack_rows over packed_at's tiles: whole 96-row tiles, then the last
+// tile's rows rounded up to whole micro-tiles): M rounded up to 6 rows
+int64_t packed_x_size(int64_t M, int64_t K) { return (M + kRows - 1) / kRows * kRows * K; }
 
 // y = x W^T + b on W already in panels (pack_panels); x given packed already where x_packed (x then
 // unread), and with `ap` the output activated into ap's packed x instead of y (tile)
@@ -285,7 +289,7 @@ void run_on_panels(float* y, const float* x, const float* pk, const float* b, in
   // x packed once for every column task (not once per task: N / 128 times over)
   if (!x_packed) xp.resize(static_cast<size_t>(packed_x_size(M, K)));
   float* xpk = x_packed ? nullptr : xp.data();
-#pragma omp parallel for schedule(static) if (par && tm * kb > 1)
+#pragma omp parallel for schedule(static) if (par && tm * kb > 1 && !x_packed)
   for (int64_t t = 0; t < (x_packed ? 0 : tm * kb); ++t) {
     const int64_t m0 = t / kb * kTileRows, k0 = t % kb * kKBlock;
     pack_rows(x, K, m0, std::min(M, m0 + kTileRows), k0, std::min(K, k0 + kKBlock), xpk + packed_at(m0, k0, M, K),
@@ -325,14 +329,20 @@ void linear_forward_rows_packed(float* y, const float* x, const float* panels, c
   run_on_panels(y, x, panels, b, M, N, K, simd_here());
 }
 
+int64_t ffn_rows_scratch_floats(int64_t M, int64_t I) { return packed_x_size(M, I); }
+
 void ffn_rows_packed(float* y, const float* x, const float* panels1, const float* b1, const float* panels2,
-                     const float* b2, int64_t M, int64_t C, int64_t I, Activation act) {
+                     const float* b2, int64_t M, int64_t C, int64_t I, Activation act, float* scratch) {
   const bool simd = simd_here();
-  thread_local std::vector<float> h;  // the activated inner rows, packed for the second layer
-  h.resize(static_cast<size_t>(packed_x_size(M, I)));
-  const ActPacked ap{h.data(), I, act};
+  thread_local std::vector<float> own;  // the activated inner rows, packed for the second layer
+  float* h = scratch;
+  if (!h) {
+    own.resize(static_cast<size_t>(packed_x_size(M, I)));
+    h = own.data();
+  }
+  const ActPacked ap{h, I, act};
   run_on_panels(nullptr, x, panels1, b1, M, I, C, simd, nullptr, &ap);
-  run_on_panels(y, nullptr, panels2, b2, M, C, I, simd, h.data());
+  run_on_panels(y, nullptr, panels2, b2, M, C, I, simd, h);
 }
 
 void set_row_gemm(RowGemm mode) { g_mode = mode == RowGemm::Always ? 1 : mode == RowGemm::Never ? -1 : 0; }

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "bertcc/error.h"
 #include "bertcc/runtime.h"
+#include "kernels/gemm.h"
 #include "model/acts.h"
 #include "model/encoder.h"
 
@@ -115,7 +116,8 @@ int64_t Encoder::plan_inference_acts(Acts& a, const BertConfig& cfg, const Shape
   plan.push_back({&ly.ln1_mean, N});
   plan.push_back({&ly.ln1_rstd, N});
   plan.push_back({&ly.h1, N * C});
-  plan.push_back({&ly.gelu, f32_ffn * (1 - h16) * N * I});  // fp32 only (bf16: FFN2 reads gelu16)
+  // fp32 only (bf16: FFN2 reads gelu16); room for the fused block's packed inner rows (ffn_held)
+  plan.push_back({&ly.gelu, f32_ffn * (1 - h16) * std::max(N * I, kernels::ffn_rows_scratch_floats(N, I))});
   plan.push_back({&ly.ln2_mean, N});
   plan.push_back({&ly.ln2_rstd, N});
   for (float** p : {&ly.x16, &ly.ctx16, &ly.h1_16}) plan.push_back({p, h16 * (N * C + 1) / 2});

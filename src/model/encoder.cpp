@@ -327,8 +327,9 @@ void Encoder::layer_forward(int l, const Pass& pass) {
   const kernels::Int8LayerNorm ln2{a.x[l + 1], ly.ln2_sum,      ly.ln2_mean,     ly.ln2_rstd,
                                    ly.h1,      w(L.ffn_norm.g), w(L.ffn_norm.b), eps};
   if (ffn_int8(ln2, ly.h1, L, N, pass)) return;
-  // (fp32 inference on the row kernel: the block in one kernel, the inner rows not written here)
-  if (!weights_.ffn_held(a.tmp_c, ly.h1, L.ffn_in, L.ffn_out, N, prec, cfg_.activation())) {
+  // (fp32 inference on the row kernel: the block in one kernel, its packed inner rows in gelu's slot,
+  // sized for them: plan_inference_acts)
+  if (!(a.inference && weights_.ffn_held(a.tmp_c, ly.h1, L.ffn_in, L.ffn_out, N, prec, cfg_.activation(), ly.gelu))) {
     if (!linear_held(ly.inter, ly.h1, L.ffn_in, N, prec, &ffn1_io))
       be.linear_forward(ly.inter, ly.h1, w(L.ffn_in.w), w(L.ffn_in.b), N, I, C, prec, w16(L.ffn_in.w, prec), ffn1_io);
     if (prec == Precision::BF16)

@@ -77,12 +77,12 @@ bool ModelWeights::pack_linear(const Int8Linear& l, Precision prec, PackedLinear
 }
 
 bool ModelWeights::ffn_held(float* y, const float* x, const LinearRef& r1, const LinearRef& r2, int64_t M,
-                            Precision prec, Activation act) const {
+                            Precision prec, Activation act, float* scratch) const {
   if (!packed_ || prec != Precision::F32 || packed_->prec != prec) return false;
   BERTCC_CHECK(packed_valid_, "the weights of a model loaded for fp32 inference alone changed");
   const auto l1 = packed_->by_weight.find(r1.w.i), l2 = packed_->by_weight.find(r2.w.i);
   if (l1 == packed_->by_weight.end() || l2 == packed_->by_weight.end()) return false;
-  return kernels::ffn_forward_packed(y, x, *l1->second.w, w(r1.b), *l2->second.w, w(r2.b), M, act);
+  return kernels::ffn_forward_packed(y, x, *l1->second.w, w(r1.b), *l2->second.w, w(r2.b), M, act, scratch);
 }
 
 bool ModelWeights::linear_packed(float* y, const float* x, const LinearIo* io, const LinearRef& r, int64_t M,
