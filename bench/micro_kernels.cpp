@@ -77,13 +77,14 @@ void BM_FeedForwardRows(benchmark::State& st) {
   const int64_t M = st.range(1);
   auto x = filled(M * C, 0.01f), W1 = filled(I * C, 0.02f), b1 = filled(I, 0.0f), W2 = filled(C * I, 0.02f),
        b2 = filled(C, 0.0f), h = filled(M * I, 0.0f), g = filled(M * I, 0.0f), y = filled(M * C, 0.0f);
-  std::vector<float> p1(kernels::row_panels_size(I, C)), p2(kernels::row_panels_size(C, I));
+  std::vector<float> p1(kernels::row_panels_size(I, C)), p2(kernels::row_panels_size(C, I)),
+      room(kernels::ffn_rows_scratch_floats(M, I));
   kernels::pack_row_panels(W1.data(), I, C, p1.data());
   kernels::pack_row_panels(W2.data(), C, I, p2.data());
   for (auto _ : st) {
     if (st.range(0)) {
       kernels::ffn_rows_packed(y.data(), x.data(), p1.data(), b1.data(), p2.data(), b2.data(), M, C, I,
-                               Activation::GeluErf);
+                               Activation::GeluErf, room.data());
     } else {
       kernels::linear_forward_rows_packed(h.data(), x.data(), p1.data(), b1.data(), M, I, C);
       kernels::gelu_forward(g.data(), h.data(), M * I, Activation::GeluErf);

@@ -256,8 +256,7 @@ TEST(Gemm, FeedForwardInOneKernelIsItsThreeStepsBits) {
     std::vector<float> p1(kernels::row_panels_size(I, C)), p2(kernels::row_panels_size(C, I));
     kernels::pack_row_panels(W1.data(), I, C, p1.data());
     kernels::pack_row_panels(W2.data(), C, I, p2.data());
-    // (2 threads first, and each call after one with the other activation: the kernel's buffer for
-    // the inner rows, kept between calls, then holds other values wherever a call misses a write)
+    // (the room for the inner rows filled with NaN before each call: a write missed shows)
     for (const int threads : {2, 1})
       for (const Activation act : {Activation::GeluErf, Activation::GeluTanh}) {
         SCOPED_TRACE(std::to_string(M) + " rows, " + std::to_string(C) + " x " + std::to_string(I) + ", " +
@@ -267,12 +266,15 @@ TEST(Gemm, FeedForwardInOneKernelIsItsThreeStepsBits) {
         kernels::linear_forward_rows_packed(h.data(), x.data(), p1.data(), b1.data(), M, I, C);
         kernels::gelu_forward(g.data(), h.data(), M * I, act);
         kernels::linear_forward_rows_packed(want.data(), g.data(), p2.data(), b2.data(), M, C, I);
-        kernels::ffn_rows_packed(got.data(), x.data(), p1.data(), b1.data(), p2.data(), b2.data(), M, C, I, act);
+        std::vector<float> room(kernels::ffn_rows_scratch_floats(M, I), NAN);
+        kernels::ffn_rows_packed(got.data(), x.data(), p1.data(), b1.data(), p2.data(), b2.data(), M, C, I, act,
+                                 room.data());
         EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
         const int64_t m = M / 2;  // a row alone
         std::vector<float> one(C);
-        kernels::ffn_rows_packed(one.data(), x.data() + m * C, p1.data(), b1.data(), p2.data(), b2.data(), 1, C, I,
-                                 act);
+        room.assign(kernels::ffn_rows_scratch_floats(1, I), NAN);
+        kernels::ffn_rows_packed(one.data(), x.data() + m * C, p1.data(), b1.data(), p2.data(), b2.data(), 1, C, I, act,
+                                 room.data());
         EXPECT_EQ(0, std::memcmp(one.data(), want.data() + m * C, C * 4)) << "row " << m;
       }
   }
@@ -285,9 +287,9 @@ TEST(Gemm, FeedForwardInOneKernelIsItsThreeStepsBits) {
     const auto p1 = kernels::pack_linear_weight(W1.data(), I, C), p2 = kernels::pack_linear_weight(W2.data(), C, I);
     kernels::set_row_gemm(kernels::RowGemm::Auto);
     if (!p1 || !p2) continue;  // oneDNN's plain layout on this CPU: nothing packed
-    std::vector<float> y(M * C, NAN), h(M * I), g(M * I), want(M * C);
-    const bool done =
-        kernels::ffn_forward_packed(y.data(), x.data(), *p1, nullptr, *p2, nullptr, M, Activation::GeluErf);
+    std::vector<float> y(M * C, NAN), h(M * I), g(M * I), want(M * C), room(kernels::ffn_rows_scratch_floats(M, I));
+    const bool done = kernels::ffn_forward_packed(y.data(), x.data(), *p1, nullptr, *p2, nullptr, M,
+                                                  Activation::GeluErf, room.data());
     EXPECT_EQ(done, rows == kernels::RowGemm::Always);
     if (done) {
       kernels::linear_forward_packed(h.data(), x.data(), *p1, nullptr, M);

@@ -103,13 +103,13 @@ struct HeadWork {
     size_int8_panels(kp, n, HS);
     int8_t *q8p = grow(q8, n * HS), *kr = grow(k8, HS);
     float *sqp = grow(sq, n), *skp = grow(sk, n);
-    for (int64_t i = 0; i < std::min(n, int64_t{16}); ++i)
+    const auto fetch = [&](int64_t i) {  // row i's q, k and v
       for (int64_t part = 0; part < 3; ++part)
         for (int64_t c = 0; c < HS; c += 16) __builtin_prefetch(q + i * ld + part * C + c);
+    };
+    for (int64_t i = 0; i < std::min(n, int64_t{16}); ++i) fetch(i);
     for (int64_t i = 0; i < n; ++i) {
-      if (i + 16 < n)
-        for (int64_t part = 0; part < 3; ++part)
-          for (int64_t c = 0; c < HS; c += 16) __builtin_prefetch(q + (i + 16) * ld + part * C + c);
+      if (i + 16 < n) fetch(i + 16);
       quantize_rows_int8(q + i * ld, 1, HS, kInt8ActivationMax, q8p + i * HS, sqp + i);
       sqp[i] *= scale;
       quantize_rows_int8(q + i * ld + C, 1, HS, kInt8WeightMax, kr, skp + i);

@@ -335,6 +335,7 @@ bool ffn_forward_packed(float* y, const float* x, const PackedWeights& W1, const
   if (W1.panels_n == 0 || W2.panels_n == 0) return false;
   BERTCC_CHECK(M > 0 && W2.panels_k == W1.panels_n && W2.panels_n == W1.panels_k, "ffn_forward_packed: layers [",
                W1.panels_n, ", ", W1.panels_k, "] and [", W2.panels_n, ", ", W2.panels_k, "] do not chain, or no rows");
+  BERTCC_CHECK(scratch, "ffn_forward_packed: no room for the inner rows");
   ffn_rows_packed(y, x, static_cast<const float*>(W1.data.get()), b1, static_cast<const float*>(W2.data.get()), b2, M,
                   W1.panels_k, W1.panels_n, act, scratch);
   return true;

@@ -43,7 +43,7 @@ void linear_forward_packed(float* y, const float* x, const PackedWeights& W, con
 // The same bits as linear_forward_packed, gelu_forward and linear_forward_packed in turn (tested):
 // ffn_rows_packed below (scratch: as there).
 bool ffn_forward_packed(float* y, const float* x, const PackedWeights& W1, const float* b1, const PackedWeights& W2,
-                        const float* b2, int64_t M, Activation act, float* scratch = nullptr);
+                        const float* b2, int64_t M, Activation act, float* scratch);
 // The same for bf16 inference where oneDNN's bf16 matmul is native (AVX512-BF16, AMX): W's bf16
 // copy W16 packed once (null where bf16 is emulated); the layer on it takes x's rounding x16 and
 // gives linear_forward(y, x, W, b, M, N, K, bf16, W16, x16)'s bits.
@@ -69,10 +69,9 @@ void linear_forward_rows_packed(float* y, const float* x, const float* panels, c
 // once instead of four times (the first layer's output, the GELU's read and write, the second
 // layer's copy of them). The same arithmetic as linear_forward_rows_packed, gelu_forward and
 // linear_forward_rows_packed, so the same bits.
-// scratch: ffn_rows_scratch_floats(M, I) floats for the inner rows (not y or x), or null for a
-// buffer of the calling thread's own, kept for its next call.
+// scratch: ffn_rows_scratch_floats(M, I) floats for the inner rows (not y or x).
 void ffn_rows_packed(float* y, const float* x, const float* panels1, const float* b1, const float* panels2,
-                     const float* b2, int64_t M, int64_t C, int64_t I, Activation act, float* scratch = nullptr);
+                     const float* b2, int64_t M, int64_t C, int64_t I, Activation act, float* scratch);
 int64_t ffn_rows_scratch_floats(int64_t M, int64_t I);
 // The same arithmetic without SIMD (the reference the AVX2 kernel is tested against, bit for bit).
 void linear_forward_rows_portable(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N,

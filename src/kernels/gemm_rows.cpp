@@ -187,32 +187,26 @@ int64_t packed_at(int64_t m0, int64_t k0, int64_t M, int64_t K) {
 }
 
 // The activated output of a layer written straight into pack_rows' layout for the next layer (as
-// x [M, K] of it, K this layer's N), instead of y: the feed-forward block's first layer, whose
+// its x [M, K], K this layer's N), instead of y: the feed-forward block's first layer, whose
 // GELU'd output only the second reads (ffn_rows_packed).
 struct ActPacked {
-  float* xp;       // the next layer's packed x (packed_at's tiles over M rows and K = this layer's N)
-  int64_t K;       // = this layer's N
+  float* xp;       // the next layer's packed x (packed_at's tiles over M rows and this layer's N)
   Activation act;  // applied by gelu_forward_serial, the kernel the unfused layer's GELU runs
 };
 
-// Rows [m0, m1) x columns [n0, n0 + C) of the layer's output (bias added), held in `block` (rows
-// 16 floats apart): activated in place, then each 6-row group's columns into the packed x, as
-// pack_rows lays them out (rows past M zeros, as pack_rows leaves them). m0 starts a 96-row tile
-// (packed_at's), m1 - m0 <= 96, and the columns are one panel, inside one K block of the next
-// layer (kKBlock a whole number of panels).
+// Rows [m0, m1) x columns [n0, n0 + C) of the layer's output [M, N] (bias added), held in `block`
+// (rows 16 floats apart): activated in place, then packed by pack_rows into the next layer's x, a
+// 6-row group at a time (groups kn * 6 floats apart there, kn its K block's width). m0 starts a
+// 96-row tile (packed_at's), m1 - m0 <= 96, and the columns are one panel, inside one K block of
+// the next layer (kKBlock a whole number of panels).
 static_assert(kKBlock % kPanel == 0, "a panel's columns lie in one K block of the next layer");
-void write_act_packed(float* block, int64_t m0, int64_t m1, int64_t n0, int64_t C, int64_t M, const ActPacked& ap) {
-  const int64_t K = ap.K, k0 = n0 / kKBlock * kKBlock, kn = std::min(kKBlock, K - k0);
-  for (int64_t r = 0; r < m1 - m0; ++r) gelu_forward_serial(block + r * kPanel, block + r * kPanel, C, ap.act);
-  const int64_t g_end = (m1 - m0 + kRows - 1) / kRows;
-  for (int64_t g = 0; g < g_end; ++g) {
-    float* dst = ap.xp + packed_at(m0, k0, M, K) + g * kRows * kn + (n0 - k0) * kRows;
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t r = 0; r < kRows; ++r) {
-        const int64_t m = m0 + g * kRows + r;
-        dst[c * kRows + r] = m < m1 ? block[(m - m0) * kPanel + c] : 0.0f;
-      }
-  }
+void write_act_packed(float* block, int64_t m0, int64_t m1, int64_t n0, int64_t C, int64_t M, int64_t N,
+                      const ActPacked& ap, bool simd) {
+  const int64_t rows = m1 - m0, k0 = n0 / kKBlock * kKBlock, kn = std::min(kKBlock, N - k0);
+  for (int64_t r = 0; r < rows; ++r) gelu_forward_serial(block + r * kPanel, block + r * kPanel, C, ap.act);
+  float* dst = ap.xp + packed_at(m0, k0, M, N) + (n0 - k0) * kRows;
+  for (int64_t g = 0; g < rows; g += kRows, dst += kn * kRows)
+    pack_rows(block, kPanel, g, std::min(rows, g + kRows), 0, C, dst, simd);
 }
 
 // One task: rows [m0, m1) x panels [p0, p1), x packed (xp, packed_at), one panel at a time (its
@@ -269,7 +263,7 @@ void tile(float* y, const float* xp, const float* packed, const float* b, int64_
         }
       }
     }
-    if (ap) write_act_packed(block, m0, m1, n0, C, M, *ap);
+    if (ap) write_act_packed(block, m0, m1, n0, C, M, N, *ap, simd);
   }
 }
 
@@ -286,19 +280,23 @@ void run_on_panels(float* y, const float* x, const float* pk, const float* b, in
   const int64_t tm = (M + kTileRows - 1) / kTileRows, tn = (panels + kTilePanels - 1) / kTilePanels;
   const int64_t kb = (K + kKBlock - 1) / kKBlock;
   const bool par = tm * tn > 1 && M * N * K >= (int64_t{1} << 16) && !omp_in_parallel();
-  // x packed once for every column task (not once per task: N / 128 times over)
-  if (!x_packed) xp.resize(static_cast<size_t>(packed_x_size(M, K)));
-  float* xpk = x_packed ? nullptr : xp.data();
-#pragma omp parallel for schedule(static) if (par && tm * kb > 1 && !x_packed)
-  for (int64_t t = 0; t < (x_packed ? 0 : tm * kb); ++t) {
-    const int64_t m0 = t / kb * kTileRows, k0 = t % kb * kKBlock;
-    pack_rows(x, K, m0, std::min(M, m0 + kTileRows), k0, std::min(K, k0 + kKBlock), xpk + packed_at(m0, k0, M, K),
-              simd);
+  // x packed once for every column task (not once per task: N / 128 times over), unless given so
+  const float* xpk = x_packed;
+  if (!xpk) {
+    xp.resize(static_cast<size_t>(packed_x_size(M, K)));
+    float* buf = xp.data();
+#pragma omp parallel for schedule(static) if (par && tm * kb > 1)
+    for (int64_t t = 0; t < tm * kb; ++t) {
+      const int64_t m0 = t / kb * kTileRows, k0 = t % kb * kKBlock;
+      pack_rows(x, K, m0, std::min(M, m0 + kTileRows), k0, std::min(K, k0 + kKBlock), buf + packed_at(m0, k0, M, K),
+                simd);
+    }
+    xpk = buf;
   }
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t t = 0; t < tm * tn; ++t) {
     const int64_t i = t / tn, j = t % tn;
-    tile(y, x_packed ? x_packed : xpk, pk, b, i * kTileRows, std::min(M, (i + 1) * kTileRows), j * kTilePanels,
+    tile(y, xpk, pk, b, i * kTileRows, std::min(M, (i + 1) * kTileRows), j * kTilePanels,
          std::min(panels, (j + 1) * kTilePanels), M, N, K, simd, ap);
   }
 }
@@ -334,15 +332,9 @@ int64_t ffn_rows_scratch_floats(int64_t M, int64_t I) { return packed_x_size(M, 
 void ffn_rows_packed(float* y, const float* x, const float* panels1, const float* b1, const float* panels2,
                      const float* b2, int64_t M, int64_t C, int64_t I, Activation act, float* scratch) {
   const bool simd = simd_here();
-  thread_local std::vector<float> own;  // the activated inner rows, packed for the second layer
-  float* h = scratch;
-  if (!h) {
-    own.resize(static_cast<size_t>(packed_x_size(M, I)));
-    h = own.data();
-  }
-  const ActPacked ap{h, I, act};
+  const ActPacked ap{scratch, act};  // the activated inner rows, packed for the second layer
   run_on_panels(nullptr, x, panels1, b1, M, I, C, simd, nullptr, &ap);
-  run_on_panels(y, nullptr, panels2, b2, M, C, I, simd, h);
+  run_on_panels(y, nullptr, panels2, b2, M, C, I, simd, scratch);
 }
 
 void set_row_gemm(RowGemm mode) { g_mode = mode == RowGemm::Always ? 1 : mode == RowGemm::Never ? -1 : 0; }

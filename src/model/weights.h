@@ -123,7 +123,7 @@ class ModelWeights {
   // The feed-forward block y = act(x W1^T + b1) W2^T + b2 (layers r1, r2) from weights held packed
   // for fp32 inference, in one kernel where both are in the row kernel's panels (true: the same
   // bits as linear_held, the GELU and linear_held in turn; scratch: kernels::ffn_rows_scratch_floats
-  // floats, or null); else nothing (false).
+  // floats); else nothing (false).
   bool ffn_held(float* y, const float* x, const LinearRef& r1, const LinearRef& r2, int64_t M, Precision prec,
                 Activation act, float* scratch) const;
   // The int8 weight of linear layer r when prec is int8; null for other precisions.
