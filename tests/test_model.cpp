@@ -840,6 +840,78 @@ TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {
   set_int8_activation_bits(0);
 }
 
+// A sequence classifier's inference reads the pooled output (ELECTRA's head: the [CLS] rows) alone,
+// so the encoder runs its last layer past the attention on the [CLS] rows only (Encoder::encode,
+// BERTCC_CLS_LAST_LAYER): the same logits bit for bit as every row computed, in fp32, bf16 and int8,
+// packed and padded, with the CPU's own GEMMs and the row kernel forced, for BERT and ELECTRA; a
+// sequence's logits alone are those it gets in a batch; and the sequence output, left stale at the
+// other rows, is refused until an encode computes every row.
+TEST(Model, ClassifierInferenceComputesTheLastLayerForClsRowsAloneWithTheSameLogits) {
+  const int64_t T = 12;
+  for (bool electra : {false, true})
+    for (bool padded : {false, true})
+      for (auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always})
+        for (Precision prec : {Precision::F32, Precision::BF16, Precision::I8}) {
+          SCOPED_TRACE(std::string(electra ? "electra " : "bert ") + (padded ? "padded " : "packed ") +
+                       (rows == kernels::RowGemm::Auto ? "automatic GEMMs " : "row kernel ") +
+                       (prec == Precision::F32    ? "fp32"
+                        : prec == Precision::BF16 ? "bf16"
+                                                  : "int8"));
+          BertConfig c = small_config();
+          c.num_hidden_layers = 3;
+          c.id2label = {"a", "b", "c"};
+          if (electra) c.model_type = "electra";
+          kernels::set_row_gemm(rows);
+          set_padded_execution(padded);
+          Bert m(c, Heads::SequenceClassification);
+          m.init_weights(5);
+          // short sequences first: the [CLS] rows of later sequences fall among the first B rows, where
+          // the moves to the front and back must not overwrite a row still to move
+          BertBatch mixed = batch_of_lengths(c, {2, 1, 3, 12, 7}, T, 8);
+          mixed.labels.clear();  // inference: no labels
+          mixed.start_positions.clear();
+          mixed.end_positions.clear();
+          const auto logits = [&](const BertBatch& b, bool cls_only) {
+            set_cls_rows_last_layer(cls_only);
+            Rng r{1, 0};
+            m.finetune_step(b, r, StepArgs{.training = false, .backward = false, .precision = prec});
+            set_cls_rows_last_layer(true);
+            return m.head_logits();
+          };
+          const std::vector<float> every = logits(mixed, false);
+          EXPECT_NO_THROW(m.sequence_output());
+          const std::vector<float> cls = logits(mixed, true);
+          ASSERT_EQ(every.size(), size_t{5 * 3});
+          EXPECT_EQ(every, cls);
+          EXPECT_THROW(m.sequence_output(), Error);  // the [CLS] rows alone were computed
+          Rng r{1, 0};
+          m.encode(mixed, false, prec, r, false);  // every row again
+          EXPECT_NO_THROW(m.sequence_output());
+          // sequence 4 (7 tokens) alone: its row of the batch's logits
+          BertBatch alone;
+          alone.B = 1;
+          alone.T = 7;
+          for (int64_t t = 0; t < 7; ++t) {
+            alone.input_ids.push_back(mixed.input_ids[4 * T + t]);
+            alone.segment_ids.push_back(mixed.segment_ids[4 * T + t]);
+            alone.input_mask.push_back(1);
+          }
+          if (!padded) {
+            EXPECT_EQ(logits(alone, true), std::vector<float>(cls.begin() + 12, cls.begin() + 15));
+          }
+          // training computes every row
+          BertBatch labelled = mixed;
+          labelled.labels = {0, 1, 2, 1, 0};
+          if (prec != Precision::I8) {
+            Rng t{1, 0};
+            m.finetune_step(labelled, t, StepArgs{.training = true, .backward = true, .precision = prec});
+            EXPECT_NO_THROW(m.sequence_output());
+          }
+          set_padded_execution(false);
+          kernels::set_row_gemm(kernels::RowGemm::Auto);
+        }
+}
+
 // int8 inference runs its feed-forward block fused (no fp32 intermediate or GELU output) and its
 // attention keeps no probabilities: its activation arena holds neither, so an int8 server's memory
 // under load is that much smaller than fp32's

@@ -52,6 +52,8 @@ RuntimeSettings parse_settings(const std::function<const char*(const char*)>& en
   s.attention_skip_padding =
       choice(env, "BERTCC_ATTENTION_SKIP_PADDING", {"0", "1"}, "0: attention reads the padding keys too") != "0";
   s.cuda_varlen = choice(env, "BERTCC_CUDA_VARLEN", {"0", "1"}, "0: no varlen attention kernels on CUDA") != "0";
+  s.cls_last_layer = choice(env, "BERTCC_CLS_LAST_LAYER", {"0", "1"},
+                            "0: a classification head's inference computes the last layer on every row") != "0";
   return s;
 }
 
@@ -61,6 +63,7 @@ void set_allow_tf32(bool on) { process_settings().allow_tf32 = on; }
 void set_cuda_graphs(bool on) { process_settings().cuda_graphs = on; }
 void set_padded_execution(bool on) { process_settings().padded = on; }
 void set_int8_fp32_embeddings(bool on) { process_settings().int8_fp32_embeddings = on; }
+void set_cls_rows_last_layer(bool on) { process_settings().cls_last_layer = on; }
 void set_int8_activation_bits(int bits) {
   BERTCC_CHECK(int8_activation_bits_valid(bits), "--int8-activation-bits: ", bits, " is not 7, 8 or auto");
   process_settings().int8_activation_bits = bits;
@@ -88,6 +91,7 @@ std::string describe_settings(const RuntimeSettings& s) {
   add(s.attention_fwd_min_blocks != 0, "BERTCC_ATTENTION_FWD_MIN_BLOCKS=" + std::to_string(s.attention_fwd_min_blocks));
   add(!s.attention_skip_padding, "BERTCC_ATTENTION_SKIP_PADDING=0");
   add(!s.cuda_varlen, "BERTCC_CUDA_VARLEN=0");
+  add(!s.cls_last_layer, "BERTCC_CLS_LAST_LAYER=0");
   return out;
 }
 

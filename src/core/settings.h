@@ -18,6 +18,9 @@ struct RuntimeSettings {
   bool padded = false;                // --padded or BERTCC_PADDED=1: batches computed padded to their longest row
   int int8_activation_bits = 0;       // --int8-activation-bits: 7 or 8 (0: auto, int8_activation_bits())
   bool int8_fp32_embeddings = false;  // --int8-fp32-embeddings: the word embeddings not quantized
+  // BERTCC_CLS_LAST_LAYER=0|1 (default 1): a sequence-classification head's inference computes the
+  // last layer past its attention for the [CLS] rows alone (the same logits); 0: every row, for comparison
+  bool cls_last_layer = true;
 
   // ---- the environment: measurement ----
   bool profile_gemm = false;  // BERTCC_PROFILE_GEMM=1: the CPU GEMMs' time per shape, printed at exit
@@ -74,6 +77,11 @@ inline const char* padded_help() {
   return "compute each batch padded to its longest row (the padding too) instead of its real tokens only "
          "(the default; also BERTCC_PADDED=1): for comparison";
 }
+
+// The last encoder layer on the [CLS] rows alone for a head that reads nothing else (Encoder::encode;
+// BERTCC_CLS_LAST_LAYER=0 turns it off). Tests and benchmarks compare the two with the setter.
+void set_cls_rows_last_layer(bool on);
+inline bool cls_rows_last_layer() { return settings().cls_last_layer; }
 
 // --int8-activation-bits (the int8 inference commands): 7 or 8, 0 for auto (runtime.h,
 // int8_activation_bits: 7 where bertcc's int8 kernel is its AVX2 one, 8 elsewhere).

@@ -57,6 +57,9 @@ struct Acts {
   // alternate between two buffers, and the backward's buffers are empty (a layer's activations,
   // not the model's, whatever the depth).
   bool inference = false;
+  // The last encode ran its last layer past the attention on the B [CLS] rows alone (Encoder::encode):
+  // x.back() holds them at their rows, and stale values at the others (sequence_output refuses).
+  bool cls_only = false;
   Precision prec = Precision::F32;  // ... in bf16 for bf16 GEMMs (half the slot)
   std::vector<float> arena;
   std::vector<float> mask_add;        // [B,T]

@@ -291,6 +291,9 @@ int64_t Encoder::sequence_row_count() const { return acts_ ? acts_->N : 0; }
 // Packed: the rows restored to [B,T,C] (zeros at the padding) on the first call after an encode.
 const float* Encoder::sequence_output() const {
   Acts& a = *acts_;
+  BERTCC_CHECK(!a.cls_only,
+               "sequence_output: the last forward was a classification head's, which computes the last layer for the "
+               "[CLS] rows alone; run Bert::encode for the whole sequence output");
   if (!a.packed) return a.x.back();
   if (a.seq_pad_ready) return a.seq_pad;
   Backend& be = backend();

@@ -239,9 +239,14 @@ void Encoder::prepare_batch(const BertBatch& batch, bool training, bool backward
   if (!be.on_host()) be.upload(a.dmask.get(), a.mask_add.data(), sizeof(float) * B * T);
 }
 
-void Encoder::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward, const Head& head) {
+void Encoder::encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward, const Head& head,
+                     bool cls_rows_only) {
   prepare_batch(batch, training, backward, prec, rng, head);
   Acts& a = *acts_;
+  // The last layer on the [CLS] rows alone (last_layer_cls_rows): an inference whose head reads
+  // nothing else, on the CPU, whose linear layers, LayerNorm and GELU give a row the same bits
+  // whatever rows are computed beside it (docs/numerics.md)
+  a.cls_only = cls_rows_only && !training && !backward && backend().on_host() && cls_rows_last_layer();
   const Pass pass{prec, training ? cfg_.hidden_dropout_prob : 0.0f, training ? cfg_.attention_probs_dropout_prob : 0.0f,
                   &rng};
   // The forward from the embeddings on: device work alone (the batch is where the backend computes).
@@ -286,11 +291,42 @@ void Encoder::embeddings_forward(const Pass& pass) {
                       w16(refs_.project.w, pass.prec));
 }
 
+// Rows the last layer's attention output and input hold for the [CLS] tokens (sequence b's first
+// row: cu[b] packed, b T padded) moved to rows 0..B-1 (to_front), or the layer's output rows
+// 0..B-1 moved back to the [CLS] rows (after the rest of the layer ran on those B rows alone).
+// Row b's [CLS] row is at b or after it, so the moves in b order (back: reverse order) overwrite
+// only rows already moved.
+void Encoder::move_cls_rows(int l, bool to_front) {
+  Acts& a = *acts_;
+  Backend& be = backend();
+  const int64_t B = a.B, C = cfg_.hidden_size;
+  Acts::Layer& ly = a.layers[static_cast<size_t>(l)];
+  const auto cls = [&](int64_t b) { return a.packed ? a.cu[static_cast<size_t>(b)] : b * a.T; };
+  const auto move = [&](void* base, int64_t row_bytes, int64_t from, int64_t to) {
+    if (!base || from == to) return;
+    char* p = static_cast<char*>(base);
+    be.copy(p + to * row_bytes, p + from * row_bytes, static_cast<size_t>(row_bytes));
+  };
+  const int64_t f32 = C * static_cast<int64_t>(sizeof(float)), h16 = C * static_cast<int64_t>(sizeof(bf16_t));
+  if (to_front) {
+    for (int64_t b = 0; b < B; ++b) {
+      move(ly.ctx, f32, cls(b), b);
+      move(a.as16(ly.ctx16), h16, cls(b), b);
+      move(a.x[static_cast<size_t>(l)], f32, cls(b), b);
+    }
+  } else {
+    for (int64_t b = B - 1; b >= 0; --b) move(a.x[static_cast<size_t>(l) + 1], f32, b, cls(b));
+  }
+}
+
 // Encoder layer l: x[l+1] = LN2(dropout(FFN(h1)) + h1), h1 = LN1(dropout(attention(x[l])) + x[l]).
+// The last layer of a [CLS]-only pass (Acts::cls_only) runs its attention on every row (the keys
+// and values are every row's) and the rest, row by row, on the B [CLS] rows alone (move_cls_rows).
 void Encoder::layer_forward(int l, const Pass& pass) {
   Acts& a = *acts_;
   Backend& be = backend();
-  const int64_t N = a.N, C = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const bool cls_only = a.cls_only && l + 1 == cfg_.num_hidden_layers;
   const Precision prec = pass.prec;
   const float p_h = pass.p_h, eps = cfg_.layer_norm_eps;
   Rng& rng = *pass.rng;
@@ -303,10 +339,13 @@ void Encoder::layer_forward(int l, const Pass& pass) {
   // (bf16: the output as its rounding qkv16 alone, what the attention reads)
   LinearIo qkv_io = l == 0 ? LinearIo{nullptr, a.as16(ly.x16), nullptr} : LinearIo{a.as16(ly.x16), nullptr, nullptr};
   qkv_io.y16 = a.as16(ly.qkv16);
-  if (!linear_held(ly.qkv, xin, L.qkv, N, prec, &qkv_io))
-    be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), N, 3 * C, C, prec, w16(L.qkv.w, prec), qkv_io);
+  if (!linear_held(ly.qkv, xin, L.qkv, a.N, prec, &qkv_io))
+    be.linear_forward(ly.qkv, xin, w(L.qkv.w), w(L.qkv.b), a.N, 3 * C, C, prec, w16(L.qkv.w, prec), qkv_io);
   // (bf16: the output as its rounding ctx16 alone, what the product reads)
   attention_forward(l, pass);
+  // the rows from here on: every row, or the [CLS] rows moved to the front
+  const int64_t N = cls_only ? a.B : a.N;
+  if (cls_only) move_cls_rows(l, /*to_front=*/true);
   // (int8: the output layer and the LayerNorm in one kernel, no fp32 intermediate)
   const kernels::Int8LayerNorm ln1{ly.h1, ly.ln1_sum,       ly.ln1_mean,      ly.ln1_rstd,
                                    xin,   w(L.attn_norm.g), w(L.attn_norm.b), eps};
@@ -326,7 +365,10 @@ void Encoder::layer_forward(int l, const Pass& pass) {
   // (int8: the block and the LayerNorm in one kernel, no fp32 intermediate)
   const kernels::Int8LayerNorm ln2{a.x[l + 1], ly.ln2_sum,      ly.ln2_mean,     ly.ln2_rstd,
                                    ly.h1,      w(L.ffn_norm.g), w(L.ffn_norm.b), eps};
-  if (ffn_int8(ln2, ly.h1, L, N, pass)) return;
+  if (ffn_int8(ln2, ly.h1, L, N, pass)) {
+    if (cls_only) move_cls_rows(l, /*to_front=*/false);
+    return;
+  }
   // (fp32 inference on the row kernel: the block in one kernel, its packed inner rows in gelu's slot,
   // sized for them: plan_inference_acts)
   if (!(a.inference && weights_.ffn_held(a.tmp_c, ly.h1, L.ffn_in, L.ffn_out, N, prec, cfg_.activation(), ly.gelu))) {
@@ -345,6 +387,7 @@ void Encoder::layer_forward(int l, const Pass& pass) {
   be.residual_dropout_layernorm_forward(
       a.x[l + 1], ly.ln2_sum, ly.ln2_mean, ly.ln2_rstd, a.tmp_c, ly.h1, w(L.ffn_norm.g), w(L.ffn_norm.b), N, C, eps,
       l + 1 < cfg_.num_hidden_layers ? a.as16(a.layers[l + 1].x16) : nullptr, p_h, rng, ly.seed_ffn_out);
+  if (cls_only) move_cls_rows(l, /*to_front=*/false);
 }
 
 // The layer's attention: ctx = softmax(q k^T / sqrt(d) + mask) v over the batch (padded) or over

@@ -53,8 +53,12 @@ class Encoder {
   const std::vector<Int8Linear>& int8_linears() const { return int8_linears_; }
 
   // bertcc/bert.h's encode; `head` says whether a batch's labels allow the packed layout
-  // (Head::labels_within).
-  void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward, const Head& head);
+  // (Head::labels_within). cls_rows_only: the caller reads the pooled output and the [CLS] rows alone,
+  // so that an inference on the CPU may run the last layer's output projection, feed-forward block
+  // and LayerNorms on those B rows alone (a quarter of the layer's products kept; the same bits:
+  // every one of those steps computes a row from that row alone); sequence_output then refuses.
+  void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward, const Head& head,
+              bool cls_rows_only = false);
   void encode_backward(const float* dseq, const float* dpooled, Precision prec);
   void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_ = std::move(hook); }
 
@@ -115,6 +119,7 @@ class Encoder {
   void prepare_batch(const BertBatch& batch, bool training, bool backward, Precision prec, Rng& rng, const Head& head);
   void embeddings_forward(const Pass& pass);
   void layer_forward(int l, const Pass& pass);
+  void move_cls_rows(int l, bool to_front);
   void attention_forward(int l, const Pass& pass);
   void outputs_forward(const Pass& pass);
   void layer_backward(int l, const Pass& pass);

@@ -57,8 +57,9 @@ class Head {
   }
   float* to_backend(std::vector<float>& v) { return encoder_.to_backend(v); }
   const int64_t* rows_on_backend(std::vector<int64_t>& v) { return encoder_.rows_on_backend(v); }
-  void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward) {
-    encoder_.encode(batch, training, prec, rng, backward, *this);
+  void encode(const BertBatch& batch, bool training, Precision prec, Rng& rng, bool backward,
+              bool cls_rows_only = false) {
+    encoder_.encode(batch, training, prec, rng, backward, *this, cls_rows_only);
   }
   void encode_backward(const float* dseq, const float* dpooled, Precision prec) {
     encoder_.encode_backward(dseq, dpooled, prec);

@@ -59,7 +59,9 @@ FinetuneLoss LinearHead::finetune_step(const BertBatch& batch, Rng& rng, const S
   const bool have_labels =
       backward || !(batch.labels.empty() && batch.targets.empty() && batch.start_positions.empty());
   const int64_t count = have_labels ? check_labels(batch) : 0;
-  encode(batch, training, prec, rng, backward);
+  // (a per-sequence head reads the pooled output or the [CLS] rows alone: encode may compute its
+  // last layer for those rows only)
+  encode(batch, training, prec, rng, backward, /*cls_rows_only=*/!per_token_);
   Backend& be = backend();
   FinetuneLoss out;
   out.count = count;
