@@ -510,6 +510,19 @@ BertBatch batch_of_lengths(const BertConfig& c, const std::vector<int64_t>& lens
   return b;
 }
 
+// Row `row` of a padded batch (its first n tokens, all real) as a batch of its own, unpadded.
+BertBatch row_alone(const BertBatch& b, int64_t row, int64_t n) {
+  BertBatch alone;
+  alone.B = 1;
+  alone.T = n;
+  for (int64_t t = 0; t < n; ++t) {
+    alone.input_ids.push_back(b.input_ids[static_cast<size_t>(row * b.T + t)]);
+    alone.segment_ids.push_back(b.segment_ids[static_cast<size_t>(row * b.T + t)]);
+    alone.input_mask.push_back(1);
+  }
+  return alone;
+}
+
 struct StepResult {
   double loss = 0;
   std::vector<float> logits, grads, seq;
@@ -730,14 +743,7 @@ TEST(Model, UnpaddedSequenceOutputDoesNotDependOnItsBatch) {
   const BertConfig c = small_config();
   const int64_t T = 12;
   const BertBatch mixed = batch_of_lengths(c, {5, 12, 7, 3}, T, 8);
-  BertBatch alone;  // row 2 (7 tokens) on its own, no padding
-  alone.B = 1;
-  alone.T = 7;
-  for (int64_t t = 0; t < 7; ++t) {
-    alone.input_ids.push_back(mixed.input_ids[2 * T + t]);
-    alone.segment_ids.push_back(mixed.segment_ids[2 * T + t]);
-    alone.input_mask.push_back(1);
-  }
+  const BertBatch alone = row_alone(mixed, 2, 7);  // row 2 (7 tokens) on its own, no padding
   // On every CPU: with the GEMMs this CPU picks (oneDNN's brgemm on AVX-512, the row kernel on AVX2),
   // and with the row kernel forced, so that an AVX-512 machine checks the AVX2 path too.
   for (auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always})
@@ -772,14 +778,7 @@ TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {
   const BertConfig c = small_config();
   const int64_t T = 12;
   const BertBatch mixed = batch_of_lengths(c, {5, 12, 7, 3}, T, 8);
-  BertBatch alone;  // row 2 (7 tokens) on its own
-  alone.B = 1;
-  alone.T = 7;
-  for (int64_t t = 0; t < 7; ++t) {
-    alone.input_ids.push_back(mixed.input_ids[2 * T + t]);
-    alone.segment_ids.push_back(mixed.segment_ids[2 * T + t]);
-    alone.input_mask.push_back(1);
-  }
+  const BertBatch alone = row_alone(mixed, 2, 7);  // row 2 (7 tokens) on its own
   std::vector<float> eight, seven;
   for (int bits : {8, 7}) {
     SCOPED_TRACE(std::to_string(bits) + "-bit activations");
@@ -888,16 +887,8 @@ TEST(Model, ClassifierInferenceComputesTheLastLayerForClsRowsAloneWithTheSameLog
           m.encode(mixed, false, prec, r, false);  // every row again
           EXPECT_NO_THROW(m.sequence_output());
           // sequence 4 (7 tokens) alone: its row of the batch's logits
-          BertBatch alone;
-          alone.B = 1;
-          alone.T = 7;
-          for (int64_t t = 0; t < 7; ++t) {
-            alone.input_ids.push_back(mixed.input_ids[4 * T + t]);
-            alone.segment_ids.push_back(mixed.segment_ids[4 * T + t]);
-            alone.input_mask.push_back(1);
-          }
           if (!padded) {
-            EXPECT_EQ(logits(alone, true), std::vector<float>(cls.begin() + 12, cls.begin() + 15));
+            EXPECT_EQ(logits(row_alone(mixed, 4, 7), true), std::vector<float>(cls.begin() + 12, cls.begin() + 15));
           }
           // training computes every row
           BertBatch labelled = mixed;
