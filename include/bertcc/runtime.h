@@ -15,8 +15,10 @@ struct CpuReport {
   std::string onednn_isa;  // what oneDNN will dispatch to
 };
 CpuReport cpu_report();
-// Whether oneDNN has a bf16 matmul for this CPU (avx512_core and up). Without one (AVX2 only) bf16
-// GEMMs are emulated: operands rounded to bf16, then fp32 GEMMs (the same products, fp32 sums).
+// Whether bf16 GEMMs run on oneDNN's bf16 matmul: where the CPU multiplies bf16 natively
+// (native_bf16: AVX512-BF16 or AMX-BF16). Elsewhere bf16 GEMMs are emulated: operands rounded to
+// bf16, then fp32 GEMMs (the same products, fp32 sums), which keep a row's bits whatever the batch
+// (oneDNN's bf16 gemm:jit on AVX-512 without AVX512-BF16 did not).
 bool onednn_bf16_matmul();
 // Whether oneDNN's fp32 matmul on this CPU gives each output row independently of the row count
 // (its brgemm kernels: avx512_core and up). On AVX2 its sgemm does not, and bertcc's fp32 linear

@@ -110,6 +110,12 @@ CpuReport cpu_report() {
 }
 
 bool onednn_bf16_matmul() {
+  // Only where the CPU multiplies bf16 natively: on AVX-512 without AVX512-BF16 oneDNN's bf16 matmul is
+  // its gemm:jit, whose products for one row take another path than for many (a sequence's bf16
+  // result then depended on its batch: bert-base's pooled output alone and in a batch differed),
+  // while the emulation (operands rounded to bf16, fp32 products on the fp32 GEMM) keeps a row's bits
+  static const bool native = native_bf16(cpu_report());
+  if (!native) return false;
   static const bool ok = [] {
     try {
       const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
@@ -161,11 +167,9 @@ std::string describe_backend(bool bf16) {
     if (native_bf16(r))
       s += r.onednn_isa == "avx512_core_amx" ? "; bf16 GEMMs on AMX-BF16" : "; bf16 GEMMs on AVX512-BF16 (no AMX)";
     else
-      s += std::string(onednn_bf16_matmul()
-                           ? "; WARNING: this CPU has neither AMX-BF16 nor AVX512-BF16, bf16 GEMMs are slow"
-                           : "; WARNING: oneDNN has no bf16 GEMM for this CPU (" + r.onednn_isa +
-                                 "): bf16 is emulated (operands rounded to bf16, fp32 GEMMs), slower than fp32") +
-           ": pass --precision fp32 (or leave --precision out: auto picks fp32 here)";
+      s += "; WARNING: this CPU (oneDNN ISA " + r.onednn_isa +
+           ") has neither AMX-BF16 nor AVX512-BF16: bf16 is emulated (operands rounded to bf16, fp32 GEMMs), "
+           "slower than fp32: pass --precision fp32 (or leave --precision out: auto picks fp32 here)";
   }
   const std::string changed = describe_settings(settings());
   if (!changed.empty()) s += "; settings: " + changed;
