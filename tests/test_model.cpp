@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <utility>
@@ -841,66 +842,97 @@ TEST(Model, Int8SequenceOutputDoesNotDependOnItsBatch) {
 
 // A sequence classifier's inference reads the pooled output (ELECTRA's head: the [CLS] rows) alone,
 // so the encoder runs its last layer past the attention on the [CLS] rows only (Encoder::encode,
-// BERTCC_CLS_LAST_LAYER): the same logits bit for bit as every row computed, in fp32, bf16 and int8,
-// packed and padded, with the CPU's own GEMMs and the row kernel forced, for BERT and ELECTRA; a
-// sequence's logits alone are those it gets in a batch; and the sequence output, left stale at the
-// other rows, is refused until an encode computes every row.
+// BERTCC_CLS_LAST_LAYER) where the CPU's linear layers give a row the same bits at any row count
+// (kernels::linear_rows_invariant): the same logits bit for bit as every row computed, in fp32,
+// bf16 and int8, packed and padded, with the CPU's own GEMMs and the row kernel forced, the weights
+// as training holds them and as an inference load does, for BERT and ELECTRA. The [CLS] rows of the
+// sequence rows are every-row's, the others stale (so it did take the path), and the sequence
+// output is refused until an encode computes every row; a sequence's logits alone are its logits in
+// a batch. (ctest runs it under ONEDNN_MAX_CPU_ISA limits too: unit_int8_*.)
 TEST(Model, ClassifierInferenceComputesTheLastLayerForClsRowsAloneWithTheSameLogits) {
   const int64_t T = 12;
   for (bool electra : {false, true})
     for (bool padded : {false, true})
-      for (auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always})
-        for (Precision prec : {Precision::F32, Precision::BF16, Precision::I8}) {
-          SCOPED_TRACE(std::string(electra ? "electra " : "bert ") + (padded ? "padded " : "packed ") +
-                       (rows == kernels::RowGemm::Auto ? "automatic GEMMs " : "row kernel ") +
-                       (prec == Precision::F32    ? "fp32"
-                        : prec == Precision::BF16 ? "bf16"
-                                                  : "int8"));
-          BertConfig c = small_config();
-          c.num_hidden_layers = 3;
-          c.id2label = {"a", "b", "c"};
-          if (electra) c.model_type = "electra";
-          kernels::set_row_gemm(rows);
-          set_padded_execution(padded);
-          Bert m(c, Heads::SequenceClassification);
-          m.init_weights(5);
-          // short sequences first: the [CLS] rows of later sequences fall among the first B rows, where
-          // the moves to the front and back must not overwrite a row still to move
-          BertBatch mixed = batch_of_lengths(c, {2, 1, 3, 12, 7}, T, 8);
-          mixed.labels.clear();  // inference: no labels
-          mixed.start_positions.clear();
-          mixed.end_positions.clear();
-          const auto logits = [&](const BertBatch& b, bool cls_only) {
-            set_cls_rows_last_layer(cls_only);
-            Rng r{1, 0};
-            m.finetune_step(b, r, StepArgs{.training = false, .backward = false, .precision = prec});
-            set_cls_rows_last_layer(true);
-            return m.head_logits();
-          };
-          const std::vector<float> every = logits(mixed, false);
-          EXPECT_NO_THROW(m.sequence_output());
-          const std::vector<float> cls = logits(mixed, true);
-          ASSERT_EQ(every.size(), size_t{5 * 3});
-          EXPECT_EQ(every, cls);
-          EXPECT_THROW(m.sequence_output(), Error);  // the [CLS] rows alone were computed
-          Rng r{1, 0};
-          m.encode(mixed, false, prec, r, false);  // every row again
-          EXPECT_NO_THROW(m.sequence_output());
-          // sequence 4 (7 tokens) alone: its row of the batch's logits
-          if (!padded) {
-            EXPECT_EQ(logits(row_alone(mixed, 4, 7), true), std::vector<float>(cls.begin() + 12, cls.begin() + 15));
-          }
-          // training computes every row
-          BertBatch labelled = mixed;
-          labelled.labels = {0, 1, 2, 1, 0};
-          if (prec != Precision::I8) {
-            Rng t{1, 0};
-            m.finetune_step(labelled, t, StepArgs{.training = true, .backward = true, .precision = prec});
+      for (bool held : {false, true})
+        for (auto rows : {kernels::RowGemm::Auto, kernels::RowGemm::Always})
+          for (Precision prec : {Precision::F32, Precision::BF16, Precision::I8}) {
+            SCOPED_TRACE(std::string(electra ? "electra " : "bert ") + (padded ? "padded " : "packed ") +
+                         (held ? "inference weights " : "") +
+                         (rows == kernels::RowGemm::Auto ? "automatic GEMMs " : "row kernel ") +
+                         (prec == Precision::F32    ? "fp32"
+                          : prec == Precision::BF16 ? "bf16"
+                                                    : "int8"));
+            BertConfig c = small_config();
+            c.num_hidden_layers = 3;
+            c.id2label = {"a", "b", "c"};
+            if (electra) c.model_type = "electra";
+            kernels::set_row_gemm(rows);
+            set_padded_execution(padded);
+            Bert m(c, Heads::SequenceClassification);
+            m.init_weights(5);
+            if (held) prec == Precision::I8 ? m.keep_int8_weights_only() : m.keep_packed_weights_only(prec);
+            const bool taken = kernels::linear_rows_invariant(prec);
+            // short sequences first: the [CLS] rows of later sequences fall among the first B rows,
+            // where the moves to the front and back must not overwrite a row still to move
+            BertBatch mixed = batch_of_lengths(c, {2, 1, 3, 12, 7}, T, 8);
+            mixed.labels.clear();  // inference: no labels
+            mixed.start_positions.clear();
+            mixed.end_positions.clear();
+            const int64_t C = c.hidden_size, N = padded ? 5 * T : 25;
+            const std::vector<int64_t> cls_rows =
+                padded ? std::vector<int64_t>{0, T, 2 * T, 3 * T, 4 * T} : std::vector<int64_t>{0, 2, 3, 6, 18};
+            std::vector<float> seq_rows;
+            const auto logits = [&](const BertBatch& b, bool cls_only) {
+              set_cls_rows_last_layer(cls_only);
+              Rng r{1, 0};
+              m.finetune_step(b, r, StepArgs{.training = false, .backward = false, .precision = prec});
+              set_cls_rows_last_layer(true);
+              const Encoder& e = ModelParts::encoder(m);
+              seq_rows.assign(e.sequence_rows(), e.sequence_rows() + e.sequence_row_count() * C);
+              return m.head_logits();
+            };
+            const std::vector<float> every = logits(mixed, false);
+            const std::vector<float> every_rows = seq_rows;
+            ASSERT_EQ(every_rows.size(), static_cast<size_t>(N * C));
             EXPECT_NO_THROW(m.sequence_output());
+            const std::vector<float> cls = logits(mixed, true);
+            ASSERT_EQ(every.size(), size_t{5 * 3});
+            EXPECT_EQ(every, cls);
+            int64_t stale = 0;
+            for (int64_t n = 0; n < N; ++n) {
+              const bool is_cls = std::find(cls_rows.begin(), cls_rows.end(), n) != cls_rows.end();
+              const bool same =
+                  std::equal(seq_rows.begin() + n * C, seq_rows.begin() + (n + 1) * C, every_rows.begin() + n * C);
+              if (is_cls) {
+                EXPECT_TRUE(same) << "[CLS] row " << n;
+              }
+              stale += !same;
+            }
+            if (taken) {
+              EXPECT_GT(stale, 0) << "the other rows were computed too";
+              EXPECT_THROW(m.sequence_output(), Error);  // the [CLS] rows alone were computed
+            } else {
+              EXPECT_EQ(stale, 0);
+              EXPECT_NO_THROW(m.sequence_output());
+            }
+            Rng r{1, 0};
+            m.encode(mixed, false, prec, r, false);  // every row again
+            EXPECT_NO_THROW(m.sequence_output());
+            // sequence 4 (7 tokens) alone: its row of the batch's logits
+            if (!padded) {
+              EXPECT_EQ(logits(row_alone(mixed, 4, 7), true), std::vector<float>(cls.begin() + 12, cls.begin() + 15));
+            }
+            // training computes every row
+            BertBatch labelled = mixed;
+            labelled.labels = {0, 1, 2, 1, 0};
+            if (prec != Precision::I8 && !held) {
+              Rng t{1, 0};
+              m.finetune_step(labelled, t, StepArgs{.training = true, .backward = true, .precision = prec});
+              EXPECT_NO_THROW(m.sequence_output());
+            }
+            set_padded_execution(false);
+            kernels::set_row_gemm(kernels::RowGemm::Auto);
           }
-          set_padded_execution(false);
-          kernels::set_row_gemm(kernels::RowGemm::Auto);
-        }
 }
 
 // int8 inference runs its feed-forward block fused (no fp32 intermediate or GELU output) and its

@@ -363,6 +363,12 @@ static void linear_forward_rows_bf16(float* y, const float* x, const float* W, c
   linear_forward_rows(y, x32.data(), w32.data(), b, M, N, K);
 }
 
+bool linear_rows_invariant(Precision p) {
+  if (p != Precision::BF16) return true;
+  if (!onednn_bf16_matmul()) return true;  // emulated: the fp32 GEMM on the roundings
+  return cpu_report().onednn_isa == "avx512_core_bf16";
+}
+
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
                     Precision p, const bf16_t* W16, const bf16_t* x16) {
   if (p == Precision::I8) p = Precision::F32;  // what int8 inference keeps in fp32 (the pooler, the heads)

@@ -81,6 +81,13 @@ enum class RowGemm { Auto, Always, Never };
 void set_row_gemm(RowGemm mode);
 RowGemm row_gemm_mode();  // what set_row_gemm set (Auto unless a test forced a kernel)
 bool row_gemm_active();
+// Whether linear_forward (and the packed and int8 layers) give a row the same bits at every row
+// count M on this CPU, M = 1 included: int8 always (exact int32 sums, per-row quantization); fp32
+// always (the row kernel, or oneDNN's avx512_core brgemm); bf16 where it is emulated (the fp32 GEMM
+// on the roundings: CPUs without AVX512-BF16 or AMX-BF16) or on oneDNN's avx512_core_bf16 brgemm.
+// Not, unmeasured, bf16 on AMX (whose kernels may split K across threads at small M). What a
+// computation on a subset of rows relies on (Encoder::encode's [CLS] rows).
+bool linear_rows_invariant(Precision p);
 
 // db[N] += sum over rows of dy[M,N]; deterministic for any thread count.
 void bias_backward(float* db, const float* dy, int64_t M, int64_t N);

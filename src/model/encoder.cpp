@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "bertcc/error.h"
+#include "kernels/gemm.h"
 #include "kernels/gemm_int8.h"
 #include "kernels/kernels.h"
 #include "model/acts.h"
@@ -243,10 +244,11 @@ void Encoder::encode(const BertBatch& batch, bool training, Precision prec, Rng&
                      bool cls_rows_only) {
   prepare_batch(batch, training, backward, prec, rng, head);
   Acts& a = *acts_;
-  // The last layer on the [CLS] rows alone (last_layer_cls_rows): an inference whose head reads
-  // nothing else, on the CPU, whose linear layers, LayerNorm and GELU give a row the same bits
-  // whatever rows are computed beside it (docs/numerics.md)
-  a.cls_only = cls_rows_only && !training && !backward && backend().on_host() && cls_rows_last_layer();
+  // The last layer on the [CLS] rows alone (cls_rows_last_layer): an inference whose head reads
+  // nothing else, on the CPU where its linear layers give a row the same bits whatever rows are
+  // computed beside it (kernels::linear_rows_invariant; LayerNorm and GELU always do)
+  a.cls_only = cls_rows_only && !training && !backward && backend().on_host() && cls_rows_last_layer() &&
+               kernels::linear_rows_invariant(prec);
   const Pass pass{prec, training ? cfg_.hidden_dropout_prob : 0.0f, training ? cfg_.attention_probs_dropout_prob : 0.0f,
                   &rng};
   // The forward from the embeddings on: device work alone (the batch is where the backend computes).

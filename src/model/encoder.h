@@ -62,7 +62,9 @@ class Encoder {
   void encode_backward(const float* dseq, const float* dpooled, Precision prec);
   void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_ = std::move(hook); }
 
-  // The outputs of the last encode (bertcc/bert.h).
+  // The outputs of the last encode (bertcc/bert.h). After a [CLS]-only encode (cls_rows_only taken)
+  // sequence_rows() holds the last layer's outputs at the [CLS] rows alone, and stale values at the
+  // others; sequence_output() refuses.
   const float* sequence_output() const;
   const float* pooled_output() const;
   const float* sequence_rows() const;

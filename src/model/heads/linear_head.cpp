@@ -59,9 +59,7 @@ FinetuneLoss LinearHead::finetune_step(const BertBatch& batch, Rng& rng, const S
   const bool have_labels =
       backward || !(batch.labels.empty() && batch.targets.empty() && batch.start_positions.empty());
   const int64_t count = have_labels ? check_labels(batch) : 0;
-  // (a per-sequence head reads the pooled output or the [CLS] rows alone: encode may compute its
-  // last layer for those rows only)
-  encode(batch, training, prec, rng, backward, /*cls_rows_only=*/!per_token_);
+  encode(batch, training, prec, rng, backward, reads_cls_rows_only());
   Backend& be = backend();
   FinetuneLoss out;
   out.count = count;

@@ -17,6 +17,9 @@ class LinearHead : public Head {
 
  protected:
   virtual int64_t width() const = 0;  // logits per row (K)
+  // Whether the head reads the pooled output or the [CLS] rows and nothing else of the encoder's
+  // output, so that an inference may compute the last layer for those rows alone (Encoder::encode)
+  virtual bool reads_cls_rows_only() const { return false; }
   // Checks the batch's labels for the head; returns how many count in the loss.
   virtual int64_t check_labels(const BertBatch& b) const = 0;
   // The loss over head_logits_ (host) into out (loss, count, correct) and, when backward,

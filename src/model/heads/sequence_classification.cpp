@@ -22,6 +22,7 @@ class SequenceClassificationHead : public LinearHead {
 
  protected:
   int64_t width() const override { return cfg_.num_labels(); }
+  bool reads_cls_rows_only() const override { return true; }  // the pooled output (ELECTRA: the [CLS] rows)
   int64_t check_labels(const BertBatch& b) const override {
     if (width() == 1) {
       BERTCC_CHECK(b.targets.size() == size_t(b.B), "finetune_step: regression needs targets [", b.B, "]");
