@@ -327,6 +327,37 @@ TEST(Gemm, LinearForwardOnTheRowKernel) {
   EXPECT_EQ(kernels::row_gemm_active(), !onednn_f32_rows_invariant());
 }
 
+// Where kernels::linear_rows_invariant says so (fp32 and int8 everywhere; bf16 emulated or on
+// AVX512-BF16's brgemm), a row of linear_forward has the same bits alone (M = 1, where oneDNN's bf16
+// gemm:jit on AVX-512 without AVX512-BF16 took another path) as among 64 or 300 rows, at bert-base's
+// four shapes, with the automatic GEMMs and the row kernel forced. (ctest runs it under
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE too: unit_int8_avx512_core.)
+TEST(Gemm, LinearRowsInvariantAtBertBaseShapes) {
+  const int64_t C = 768, I = 3072;
+  const int64_t shapes[4][2] = {{3 * C, C}, {C, C}, {I, C}, {C, I}};
+  for (auto mode : {kernels::RowGemm::Auto, kernels::RowGemm::Always})
+    for (Precision p : {Precision::F32, Precision::BF16}) {
+      if (!kernels::linear_rows_invariant(p)) continue;
+      kernels::set_row_gemm(mode);
+      for (const auto& sh : shapes) {
+        const int64_t N = sh[0], K = sh[1];
+        SCOPED_TRACE((p == Precision::F32 ? "fp32 " : "bf16 ") + std::to_string(N) + "x" + std::to_string(K) +
+                     (mode == kernels::RowGemm::Always ? " row kernel" : ""));
+        auto x = randn(300 * K, 31), W = randn(N * K, 32), b = randn(N, 33);
+        std::vector<float> one(N), many(300 * N), some(64 * N);
+        kernels::linear_forward(many.data(), x.data(), W.data(), b.data(), 300, N, K, p);
+        kernels::linear_forward(some.data(), x.data(), W.data(), b.data(), 64, N, K, p);
+        for (int64_t r : {0, 37, 63}) {
+          kernels::linear_forward(one.data(), x.data() + r * K, W.data(), b.data(), 1, N, K, p);
+          EXPECT_TRUE(std::equal(one.begin(), one.end(), many.begin() + r * N)) << "row " << r << " alone";
+          EXPECT_TRUE(std::equal(some.begin() + r * N, some.begin() + (r + 1) * N, many.begin() + r * N))
+              << "row " << r << " of 64";
+        }
+      }
+      kernels::set_row_gemm(kernels::RowGemm::Auto);
+    }
+}
+
 // ------------------------------------------------------------------------------ embeddings
 TEST(Embeddings, ForwardAndBackward) {
   const int64_t B = 3, T = 5, C = 7, V = 11, P = 9, TT = 2;
