@@ -38,8 +38,9 @@ struct Acts {
     return {cu[static_cast<size_t>(b)], cu[static_cast<size_t>(b + 1)] - cu[static_cast<size_t>(b)]};
   }
   const int32_t *ids = nullptr, *seg = nullptr;  // the rows' ids and segment ids where the backend computes
-  std::vector<int64_t> cu, cls_rows;
-  uint64_t drop_total = 0;  // the attention-dropout numbers of a layer (every sequence's)
+  std::vector<int64_t> cu;
+  std::vector<int64_t> cls_rows;  // sequence b's [CLS] row: cu[b] packed, b T padded (set with the batch)
+  uint64_t drop_total = 0;        // the attention-dropout numbers of a layer (every sequence's)
   // padded: every row of the batch's input_mask is n >= 1 ones then zeros, so mask_add is lengths
   // (AttentionHints::right_padded)
   bool right_padded = false;

@@ -219,6 +219,8 @@ void Encoder::prepare_batch(const BertBatch& batch, bool training, bool backward
   } else {
     batch_ids_ = batch.input_ids;
     batch_seg_ = batch.segment_ids;
+    a.cls_rows.resize(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) a.cls_rows[static_cast<size_t>(b)] = b * T;
   }
   a.ids = batch_ids_.data();
   a.seg = batch_seg_.data();
@@ -293,8 +295,8 @@ void Encoder::embeddings_forward(const Pass& pass) {
                       w16(refs_.project.w, pass.prec));
 }
 
-// Rows the last layer's attention output and input hold for the [CLS] tokens (sequence b's first
-// row: cu[b] packed, b T padded) moved to rows 0..B-1 (to_front), or the layer's output rows
+// Rows the last layer's attention output and input hold for the [CLS] tokens (Acts::cls_rows)
+// moved to rows 0..B-1 (to_front), or the layer's output rows
 // 0..B-1 moved back to the [CLS] rows (after the rest of the layer ran on those B rows alone).
 // Row b's [CLS] row is at b or after it, so the moves in b order (back: reverse order) overwrite
 // only rows already moved.
@@ -303,7 +305,7 @@ void Encoder::move_cls_rows(int l, bool to_front) {
   Backend& be = backend();
   const int64_t B = a.B, C = cfg_.hidden_size;
   Acts::Layer& ly = a.layers[static_cast<size_t>(l)];
-  const auto cls = [&](int64_t b) { return a.packed ? a.cu[static_cast<size_t>(b)] : b * a.T; };
+  const auto cls = [&](int64_t b) { return a.cls_rows[static_cast<size_t>(b)]; };
   const auto move = [&](void* base, int64_t row_bytes, int64_t from, int64_t to) {
     if (!base || from == to) return;
     char* p = static_cast<char*>(base);

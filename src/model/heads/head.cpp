@@ -41,14 +41,7 @@ std::pair<int64_t, int64_t> Head::seq(int64_t b) const {
   return a.packed ? a.seq(b) : std::pair<int64_t, int64_t>{b * a.T, a.T};
 }
 
-std::vector<int64_t>& Head::cls_rows() {
-  Acts& a = acts();
-  if (!a.packed) {  // (the packed ones are the encoder's, set with the batch)
-    a.cls_rows.resize(static_cast<size_t>(a.B));
-    for (int64_t b = 0; b < a.B; ++b) a.cls_rows[static_cast<size_t>(b)] = b * a.T;
-  }
-  return a.cls_rows;
-}
+std::vector<int64_t>& Head::cls_rows() { return acts().cls_rows; }  // (set with the batch: prepare_batch)
 
 void Head::unpack_rows(const float* src, int64_t K, const float* pad, std::vector<float>& out) {
   const Acts& a = acts();
