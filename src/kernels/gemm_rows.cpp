@@ -111,11 +111,15 @@ void micro_portable(const float* a, const float* panel, int64_t kn, float* acc /
 // A micro-tile of R rows (R <= 6) and 16 columns kept in y itself: the sums start from zero
 // (first K block) or from y, continue the same fma chain, take the bias after the last block (the
 // same one addition per element as the buffered path) and go back to y: no copies through a
-// buffer, and no work for the rows past R.
+// buffer, and no work for the rows past R. The loops over the rows are unrolled by name: in a
+// portable build (generic x86-64) this function is not inlined into its AVX2 caller, and GCC then
+// kept lo and hi on the stack (fp32 inference on an AVX2 CPU 2.1x slower;
+// tests/codegen/row_kernel_registers.sh).
 template <int R>
 __attribute__((target("avx2,fma"))) void micro_avx2_y(const float* a, const float* panel, int64_t kn, float* y,
                                                       int64_t ldy, bool first, const float* bias) {
   __m256 lo[R], hi[R];
+#pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     lo[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy);
     hi[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy + 8);
@@ -123,6 +127,7 @@ __attribute__((target("avx2,fma"))) void micro_avx2_y(const float* a, const floa
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kn; ++k, a += kRows, panel += kPanel) {
     const __m256 w0 = _mm256_loadu_ps(panel), w1 = _mm256_loadu_ps(panel + 8);
+#pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_broadcast_ss(a + r);
       lo[r] = _mm256_fmadd_ps(xv, w0, lo[r]);
@@ -131,11 +136,13 @@ __attribute__((target("avx2,fma"))) void micro_avx2_y(const float* a, const floa
   }
   if (bias) {
     const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
+#pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       lo[r] = _mm256_add_ps(lo[r], b0);
       hi[r] = _mm256_add_ps(hi[r], b1);
     }
   }
+#pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     _mm256_storeu_ps(y + r * ldy, lo[r]);
     _mm256_storeu_ps(y + r * ldy + 8, hi[r]);
