@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -263,6 +265,40 @@ TEST(Int8, QuantizationRoundTrip) {
       }
       EXPECT_EQ(qabs, amax > 0 ? qmax : 0);  // the row's largest value maps to the bound
     }
+  }
+}
+
+TEST(Int8, QuantizeRoundsHalfToEvenAndClampsAsNearbyint) {
+  // int8_quantize's rounding (clamp, then add and subtract 1.5 * 2^23) against the rule as written:
+  // nearbyint(x * inv) clamped to [-qmax, qmax], NaN to qmax; on ties (x.5), beyond the bound, at
+  // the bounds of float, and through quantize_rows_int8's loops (a row of maximum qmax: inv 1, so its
+  // values are the products themselves)
+  const auto rule = [](float x, float inv, float lim) {
+    const float r = std::nearbyint(x * inv);
+    return static_cast<int>(r != r ? lim : std::max(-lim, std::min(lim, r)));
+  };
+  std::vector<float> xs;
+  for (int k = -140; k <= 140; ++k)
+    for (float f : {0.0f, 0.25f, 0.5f, 0.75f}) xs.push_back(static_cast<float>(k) + f);
+  for (float x :
+       {-0.0f, 1e-30f, -1e-30f, 4194304.5f, -8388607.0f, 3e38f, -3e38f, std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    xs.push_back(x);
+  const std::vector<float> r = bertcc::testing::randn(2000, 17, 60.0f);
+  xs.insert(xs.end(), r.begin(), r.end());
+  for (int qmax : {kInt8ActivationMax7, kInt8WeightMax, kInt8ActivationMax}) {
+    const float lim = static_cast<float>(qmax);
+    for (float inv : {1.0f, 0.37f, 3.0f, std::numeric_limits<float>::max()})
+      for (float x : xs) ASSERT_EQ(int8_quantize(x, inv, lim), rule(x, inv, lim)) << x << " x " << inv << ", " << qmax;
+    // the row's loops: the ties of [-qmax, qmax] and a maximum of qmax (scale 1, inverse 1)
+    std::vector<float> row;
+    for (int k = -qmax; k < qmax; ++k) row.push_back(static_cast<float>(k) + 0.5f);
+    row.push_back(lim);
+    std::vector<int8_t> q(row.size());
+    float scale = 0.0f;
+    quantize_rows_int8(row.data(), 1, static_cast<int64_t>(row.size()), qmax, q.data(), &scale);
+    ASSERT_EQ(scale, 1.0f);
+    for (size_t i = 0; i < row.size(); ++i) EXPECT_EQ(q[i], rule(row[i], 1.0f, lim)) << row[i];
   }
 }
 

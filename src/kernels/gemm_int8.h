@@ -56,8 +56,14 @@ inline Int8Scale int8_scale(uint32_t amax_bits, int qmax) {
   return {amax / static_cast<float>(qmax),
           std::min(static_cast<float>(qmax) / amax, std::numeric_limits<float>::max())};
 }
+// (Clamped first, then rounded by adding and subtracting 1.5 * 2^23, round-half-even as nearbyint
+// in the default rounding mode for |v| <= 2^22: the same integers as nearbyint then the clamp, for
+// NaN and infinities too, and no call to nearbyintf where the build's ISA has no rounding
+// instruction (generic x86-64: SSE2), so the loops vectorise there. The clamp between the product
+// and the addition leaves no x * inv + c for the compiler to contract into an FMA.)
 inline int8_t int8_quantize(float x, float inv, float lim) {
-  return static_cast<int8_t>(std::max(-lim, std::min(lim, std::nearbyint(x * inv))));
+  const float v = std::max(-lim, std::min(lim, x * inv));  // (NaN: lim)
+  return static_cast<int8_t>((v + 12582912.0f) - 12582912.0f);
 }
 
 struct PackedWeights;  // q in the layout oneDNN's int8 matmul reads fastest (onednn_runtime.h)
