@@ -13,7 +13,7 @@ constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kTanhCoef = 0.044715f;
 }  // namespace
 
-void gelu_forward_serial(float* out, const float* inp, int64_t n, Activation act) {
+BERTCC_CLONES void gelu_forward_serial(float* out, const float* inp, int64_t n, Activation act) {
   if (act == Activation::GeluErf) {
     for (int64_t i = 0; i < n; ++i) {
       const float x = inp[i];

@@ -17,6 +17,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/onednn_runtime.h"
+#include "kernels/vecmath.h"
 
 namespace bertcc::kernels {
 namespace {
@@ -25,7 +26,7 @@ using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
 // One row by the rule of int8_scale and int8_quantize (gemm_int8.h).
-void quantize_row(const float* x, int64_t K, int qmax, int8_t* q, float* scale) {
+BERTCC_CLONES void quantize_row(const float* x, int64_t K, int qmax, int8_t* q, float* scale) {
   uint32_t mx = 0;
   for (int64_t k = 0; k < K; ++k) mx = std::max(mx, int8_abs_bits(x[k]));
   const Int8Scale s = int8_scale(mx, qmax);

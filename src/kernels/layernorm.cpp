@@ -27,8 +27,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   for (int64_t n = 0; n < N; ++n) ln_row(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
 }
 
-void residual_layernorm_row(float* out, float* sum, float* mean, float* rstd, const float* a, const float* r,
-                            const float* w, const float* b, int64_t C, float eps) {
+BERTCC_CLONES void residual_layernorm_row(float* out, float* sum, float* mean, float* rstd, const float* a,
+                                          const float* r, const float* w, const float* b, int64_t C, float eps) {
   // no sum kept: out holds it until ln_row writes over it, element by element (a, r not out)
   float* s = sum ? sum : out;
   for (int64_t c = 0; c < C; ++c) s[c] = a[c] + r[c];

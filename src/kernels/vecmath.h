@@ -5,6 +5,17 @@
 #include <cstdint>
 #include <cstring>
 
+// BERTCC_CLONES: in a portable build (the compiler targets generic x86-64: no AVX2), a hot loop's
+// function compiled twice, for SSE2 and for AVX2, the CPU's chosen once at load (GCC's
+// target_clones). The AVX2 clone has no FMA (GCC's "avx2" target does not include it), so nothing
+// is contracted that the SSE2 code computes in two roundings: the same bits, twice the vector
+// width. Elsewhere (a -march build) empty: the function is compiled for the build's CPU.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX2__)
+#define BERTCC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define BERTCC_CLONES
+#endif
+
 namespace bertcc::kernels {
 
 inline float bits_to_float(uint32_t u) {
