@@ -2,10 +2,10 @@
 # The fp32 row kernel's AVX2 micro-tiles (src/kernels/gemm_rows.cpp, micro_avx2_y<R>) keep their
 # 2R sums in ymm registers in a portable build: OBJ is that file compiled for generic x86-64
 # (-march=x86-64, as BERTCC_NATIVE=OFF builds it), where the AVX2 micro-tiles are functions of their
-# own, not inlined into a caller compiled for AVX2. There GCC once kept the sums of the 6-row tile in
-# memory (72 to 144 ymm loads and stores on the stack in each of micro_avx2_y<3> to <6>), and fp32 inference on an
-# AVX2-only CPU ran 2.1x slower than in a -march build (docs/performance.md, "The row kernel in a
-# portable build"). Fails where any micro_avx2_y<R> moves a ymm register to or from the stack.
+# own, not inlined into a caller compiled for AVX2. There GCC once kept the sums in memory (72 to
+# 144 ymm loads and stores on the stack in each of micro_avx2_y<3> to <6>), and fp32 inference on
+# an AVX2 CPU took 2.1x as long as with them in registers (docs/performance.md, "The row kernel in
+# a portable build"). Fails where any micro_avx2_y<R> moves a ymm register to or from the stack.
 #   tests/codegen/row_kernel_registers.sh OBJ
 set -eu
 OBJ="$1"
