@@ -365,8 +365,9 @@ static void linear_forward_rows_bf16(float* y, const float* x, const float* W, c
 
 bool linear_rows_invariant(Precision p) {
   if (p != Precision::BF16) return true;
-  if (!onednn_bf16_matmul()) return true;  // emulated: the fp32 GEMM on the roundings
-  return cpu_report().onednn_isa == "avx512_core_bf16";
+  if (!onednn_bf16_matmul()) return true;                                    // emulated: the fp32 GEMM on the roundings
+  static const bool brgemm = cpu_report().onednn_isa == "avx512_core_bf16";  // (cpuid once, not every encode)
+  return brgemm;
 }
 
 void linear_forward(float* y, const float* x, const float* W, const float* b, int64_t M, int64_t N, int64_t K,
